@@ -1,0 +1,237 @@
+// Package redistest starts real redis-server processes for tests: a single
+// server or a 3-master Redis Cluster, each on free loopback ports, in a
+// temporary directory, stopped when the test ends. It never connects to a
+// server it did not start.
+//
+// When redis-server is not installed the tests that need it are skipped,
+// unless SLIDELIMIT_REQUIRE_REDIS=1, in which case they fail: CI sets it so
+// that a skip can never pass for a success.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RequireEnv is the environment variable that turns a missing redis-server
+// into a test failure instead of a skip.
+const RequireEnv = "SLIDELIMIT_REQUIRE_REDIS"
+
+// Server is a redis-server process started by a test.
+type Server struct {
+	Addr string // host:port on 127.0.0.1
+
+	tb   testing.TB
+	dir  string
+	args []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+func binaries(tb testing.TB, names ...string) {
+	tb.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			if os.Getenv(RequireEnv) == "1" {
+				tb.Fatalf("redistest: %s not found and %s=1: %v", n, RequireEnv, err)
+			}
+			tb.Skipf("redistest: %s not found (set %s=1 to make this a failure)", n, RequireEnv)
+		}
+	}
+}
+
+// freePort returns a loopback TCP port that is free now; for cluster nodes
+// the bus port (port+10000) must be free as well.
+func freePort(tb testing.TB, cluster bool) int {
+	tb.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("redistest: listen: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !cluster {
+			return port
+		}
+		if port > 55000 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port
+	}
+	tb.Fatal("redistest: no free port")
+	return 0
+}
+
+// Start starts a single redis-server and stops it when the test ends.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	binaries(tb, "redis-server")
+	s := newServer(tb, false)
+	s.start()
+	return s
+}
+
+func newServer(tb testing.TB, cluster bool) *Server {
+	tb.Helper()
+	port := freePort(tb, cluster)
+	dir := tb.TempDir()
+	args := []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir,
+		"--protected-mode", "no", "--loglevel", "warning",
+	}
+	if cluster {
+		args = append(args, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
+			"--cluster-node-timeout", "1000")
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), tb: tb, dir: dir, args: args}
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+func (s *Server) start() {
+	s.tb.Helper()
+	s.mu.Lock()
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.Dir = s.dir
+	log, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
+	if err != nil {
+		s.mu.Unlock()
+		s.tb.Fatalf("redistest: %v", err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		s.tb.Fatalf("redistest: start redis-server: %v", err)
+	}
+	s.cmd = cmd
+	s.mu.Unlock()
+	go func() { cmd.Wait(); log.Close() }()
+
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.tb.Fatalf("redistest: redis-server on %s did not answer: %v", s.Addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server at once (SIGKILL). It is safe to call more than once.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		// Wait for the port to be released before a Restart reuses it.
+		for range 100 {
+			if c, err := net.DialTimeout("tcp", s.Addr, 50*time.Millisecond); err == nil {
+				c.Close()
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			break
+		}
+	}
+	s.cmd = nil
+}
+
+// Restart starts the server again on the same port after Kill. Its data is
+// gone (persistence is off).
+func (s *Server) Restart() {
+	s.tb.Helper()
+	s.Kill()
+	s.start()
+}
+
+// Client returns a client for the server, closed when the test ends.
+func (s *Server) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	s.tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Cluster is a Redis Cluster of masters started by a test.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// Addrs returns the nodes' addresses.
+func (c *Cluster) Addrs() []string {
+	a := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		a[i] = n.Addr
+	}
+	return a
+}
+
+// Client returns a cluster client, closed when the test ends.
+func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	tb.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// StartCluster starts a Redis Cluster of three masters (no replicas) with
+// redis-cli --cluster create and waits until every node reports
+// cluster_state:ok. It stops every node when the test ends.
+func StartCluster(tb testing.TB) *Cluster {
+	tb.Helper()
+	binaries(tb, "redis-server", "redis-cli")
+	c := &Cluster{}
+	for range 3 {
+		n := newServer(tb, true)
+		n.start()
+		c.Nodes = append(c.Nodes, n)
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
+		for {
+			info, err := cl.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				tb.Fatalf("redistest: cluster node %s not ok: %v %q", n.Addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cl.Close()
+	}
+	return c
+}

@@ -1,0 +1,112 @@
+package rules
+
+import "time"
+
+// Kind names what a limiter counts by: the subject whose requests share a
+// set of windows.
+type Kind string
+
+// The limiter kinds of the rule language.
+const (
+	// IP counts by client IP address (the middleware decides which address
+	// is the client's; see the middleware package).
+	IP Kind = "ip"
+	// User counts by the authenticated user in the request context; a
+	// request without identity is counted by its IP.
+	User Kind = "user"
+	// Global counts every request of the scope together.
+	Global Kind = "global"
+	// Header counts by the value of the request header named by the
+	// limiter's Name.
+	Header Kind = "header"
+	// Param counts by the route path value named by the limiter's Name
+	// (http.Request.PathValue).
+	Param Kind = "param"
+	// Key counts by the value of a key function registered under the
+	// limiter's Name.
+	Key Kind = "key"
+)
+
+// Named reports whether limiters of kind k take a name in parentheses, as
+// in header(X-API-Key).
+func (k Kind) Named() bool { return k == Header || k == Param || k == Key }
+
+// Limits of the rule language. Every admitted request is stored in Redis for
+// the longest window of its limiter, so Redis memory per subject grows with
+// the limit: about 21 bytes per entry up to 128 entries, 100-140 bytes
+// beyond.
+const (
+	// MaxLimit is the largest limit a window may have.
+	MaxLimit = 100_000
+	// MinPeriod is the shortest period a window may have.
+	MinPeriod = time.Millisecond
+	// MaxPeriod is the longest period a window may have.
+	MaxPeriod = 30 * 24 * time.Hour
+)
+
+// Window is a sliding window: at most Limit requests in any span of Period.
+// A request at time t is admitted iff fewer than Limit requests were
+// admitted in (t-Period, t].
+type Window struct {
+	Limit  int64         `validate:"min=1,max=100000"`
+	Period time.Duration `validate:"min=1ms,max=720h"`
+}
+
+// Limiter is a set of windows applied to one subject kind. Name is set only
+// for named kinds (header, param, key).
+type Limiter struct {
+	Kind    Kind
+	Name    string
+	Windows []Window `validate:"min=1,dive"`
+}
+
+// Override replaces a group's default limiters for requests by Role.
+type Override struct {
+	Role     string
+	Limiters []Limiter `validate:"min=1,dive"`
+}
+
+// Mode says whether a group denies requests.
+type Mode string
+
+// Modes. The zero value is Enforce.
+const (
+	Enforce Mode = ""
+	// Shadow counts and reports would-be denials but never denies.
+	Shadow Mode = "shadow"
+)
+
+// FailMode says what happens when Redis is unreachable or errs.
+type FailMode string
+
+// Fail modes. The zero value lets the engine's default decide.
+const (
+	FailDefault FailMode = ""
+	// FailOpen allows the request and reports the error.
+	FailOpen FailMode = "open"
+	// FailClosed denies the request and reports the error.
+	FailClosed FailMode = "closed"
+	// FailLocal decides with an in-process sliding-window limiter using the
+	// same rules until Redis answers again.
+	FailLocal FailMode = "local"
+)
+
+// Group is a parsed rule group: everything a handler declares about its
+// limits. A Group returned by this package must be treated as read-only; its
+// slices may be shared.
+type Group struct {
+	// Limiters apply to every request without an override or exemption.
+	Limiters []Limiter `validate:"dive"`
+	// Overrides replace Limiters for requests by their role, in
+	// declaration order.
+	Overrides []Override `validate:"dive"`
+	// Exempt lists roles whose requests skip every limiter.
+	Exempt []string
+	// Scope, when set, makes every handler with the same scope share
+	// windows; when empty the route pattern is the scope.
+	Scope string
+	// Mode is Enforce or Shadow.
+	Mode Mode
+	// Fail is the behaviour when Redis is unreachable.
+	Fail FailMode
+}
