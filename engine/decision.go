@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Check is one limiter applied to one subject: the windows of Limiter count
+// the requests of Subject (an IP, a user id, a header value, ...) within a
+// scope.
+type Check struct {
+	rules.Limiter
+	// Subject is the counted value. It may hold any bytes; the engine
+	// encodes it so that it can never collide with another subject or
+	// change a Redis Cluster hash tag.
+	Subject string
+}
+
+// Request is one rate-limit decision: every window of every check must have
+// room for the request to be admitted, and then it is counted in all of
+// them; otherwise it is counted in none.
+type Request struct {
+	// Scope names the windows' owner: a route pattern such as
+	// "GET /files/{id}" or a shared scope name.
+	Scope string
+	// Checks are the limiters to apply.
+	Checks []Check
+	// Fail is the behaviour when Redis fails; FailDefault uses the
+	// engine's default (see WithFailMode).
+	Fail rules.FailMode
+}
+
+// Source says what made a decision.
+type Source uint8
+
+// Sources of a Decision.
+const (
+	// FromRedis is a decision made by Redis.
+	FromRedis Source = iota
+	// FromFailOpen is an allowed request because Redis failed and the
+	// fail mode is open.
+	FromFailOpen
+	// FromFailClosed is a denied request because Redis failed and the fail
+	// mode is closed.
+	FromFailClosed
+	// FromLocal is a decision made by the in-process fallback limiter
+	// because Redis failed and the fail mode is local.
+	FromLocal
+)
+
+// WindowState is the state of one window of one check after a decision.
+type WindowState struct {
+	// Check is the index of the check in Request.Checks.
+	Check int
+	// Window is the window's limit and period.
+	Window rules.Window
+	// Used is the number of requests counted in the window, including this
+	// one when it was admitted.
+	Used int64
+	// Remaining is Window.Limit - Used, never negative.
+	Remaining int64
+	// Reset is the time until the oldest request in the window leaves it,
+	// freeing one unit; zero when the window is empty.
+	Reset time.Duration
+}
+
+// Decision is the outcome of Allow or Peek.
+type Decision struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Source says who decided.
+	Source Source
+	// Time is the decision time (Redis server time, or the local clock for
+	// fallback decisions).
+	Time time.Time
+	// RetryAfter is, for a denied request, the time until it would fit in
+	// every window if nothing else were admitted meanwhile; zero when
+	// allowed.
+	RetryAfter time.Duration
+	// Denied points into Windows at the window that denied the request (the
+	// one with the longest wait); nil when allowed.
+	Denied *WindowState
+	// Windows holds the state of every window of every check, in check
+	// order then window order.
+	Windows []WindowState
+}

@@ -1,0 +1,114 @@
+// Package role carries who made a request — a user id and roles, as
+// established by the service's own authentication — and resolves which
+// limiters of a rule group apply to that identity.
+//
+// Identity enters a request only through NewContext, called by the
+// service's authentication code; slidelimit never reads roles or users from
+// client-supplied headers.
+//
+// # Precedence
+//
+// For a group g and an identity holding several roles, Policy.Resolve
+// decides in this order:
+//
+//  1. If the identity holds any role listed in g.Exempt, the request is
+//     exempt: no limiter applies and Redis is never called.
+//  2. Otherwise, if the identity holds the role of one or more of g's
+//     role(...)= overrides, the first such override in the group's
+//     declaration order replaces the default limiters. A route's override
+//     also takes precedence over the service-wide Policy.
+//  3. Otherwise the group's default limiters apply, and if the identity holds
+//     a role in Policy.ByIP, its user limiters count the client IP instead of
+//     the user id.
+//
+// A request without identity gets the default limiters; the middleware counts
+// its user limiters by client IP.
+package role
+
+import (
+	"context"
+	"slices"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Role is an authorization role such as "admin", as named in the rule
+// language's exempt: and role(...)= statements.
+type Role string
+
+// Identity is the authenticated caller of a request. The zero value is an
+// anonymous caller.
+type Identity struct {
+	// User is the stable user id; empty for a caller without one.
+	User string
+	// Roles are the caller's roles, in no particular order.
+	Roles []Role
+}
+
+// Has reports whether id holds role r.
+func (id Identity) Has(r Role) bool { return slices.Contains(id.Roles, r) }
+
+type ctxKey struct{}
+
+// NewContext returns a copy of ctx carrying id. Authentication middleware
+// calls it once the caller is known.
+func NewContext(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, ctxKey{}, id)
+}
+
+// FromContext returns the identity stored in ctx by NewContext and whether
+// there was one.
+func FromContext(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(ctxKey{}).(Identity)
+	return id, ok
+}
+
+// Policy holds the service-wide role rules that complement each route's
+// group. The zero value adds nothing to the groups. A Policy must not be
+// modified while Resolve runs.
+type Policy struct {
+	// ByIP lists roles whose accounts are shared by several people, such as
+	// an admin account: for their requests the user limiters of a group
+	// count the client IP rather than the user id, so that one person's
+	// bursts do not lock out the others. A route's own role(...)= override
+	// for the role takes precedence.
+	ByIP []Role
+}
+
+// Resolution is the outcome of Policy.Resolve for one request.
+type Resolution struct {
+	// Exempt reports that no limiter applies.
+	Exempt bool
+	// Role is the role whose override chose Limiters; empty when the group's
+	// defaults apply.
+	Role Role
+	// Limiters are the limiters to apply; they are shared with the group
+	// and must not be modified.
+	Limiters []rules.Limiter
+	// ByIP reports that user limiters count the client IP instead of the
+	// user id.
+	ByIP bool
+}
+
+// Resolve returns the limiters of g that apply to a request by id, following
+// the precedence in the package documentation. It does not allocate.
+func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
+	for _, r := range id.Roles {
+		if slices.Contains(g.Exempt, string(r)) {
+			return Resolution{Exempt: true}
+		}
+	}
+	for _, o := range g.Overrides {
+		if id.Has(Role(o.Role)) {
+			return Resolution{Role: Role(o.Role), Limiters: o.Limiters}
+		}
+	}
+	byIP := false
+	for _, r := range p.ByIP {
+		if id.Has(r) {
+			byIP = true
+			break
+		}
+	}
+	return Resolution{Limiters: g.Limiters, ByIP: byIP}
+}

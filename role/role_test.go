@@ -1,0 +1,90 @@
+package role_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+func lim(k rules.Kind, limit int64, period time.Duration) rules.Limiter {
+	return rules.Limiter{Kind: k, Windows: []rules.Window{{Limit: limit, Period: period}}}
+}
+
+// files is the demo's download group:
+// user:10/min; ip:30/min; exempt:superadmin; role(admin)=ip:30/min & global:1000/h; role(ops)=ip:5/min
+var files = rules.Group{
+	Limiters: []rules.Limiter{lim(rules.User, 10, time.Minute), lim(rules.IP, 30, time.Minute)},
+	Overrides: []rules.Override{
+		{Role: "admin", Limiters: []rules.Limiter{lim(rules.IP, 30, time.Minute), lim(rules.Global, 1000, time.Hour)}},
+		{Role: "ops", Limiters: []rules.Limiter{lim(rules.IP, 5, time.Minute)}},
+	},
+	Exempt: []string{"superadmin"},
+}
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	shared := role.Policy{ByIP: []role.Role{"admin", "support"}}
+	tests := []struct {
+		name   string
+		policy role.Policy
+		group  rules.Group
+		id     role.Identity
+		want   role.Resolution
+	}{
+		{"anonymous gets defaults", role.Policy{}, files, role.Identity{},
+			role.Resolution{Limiters: files.Limiters}},
+		{"plain user gets defaults", shared, files, role.Identity{User: "alice", Roles: []role.Role{"user"}},
+			role.Resolution{Limiters: files.Limiters}},
+		{"exempt role", shared, files, role.Identity{User: "root", Roles: []role.Role{"superadmin"}},
+			role.Resolution{Exempt: true}},
+		{"exemption beats override", shared, files, role.Identity{User: "x", Roles: []role.Role{"admin", "superadmin"}},
+			role.Resolution{Exempt: true}},
+		{"override replaces defaults", role.Policy{}, files, role.Identity{User: "a", Roles: []role.Role{"admin"}},
+			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters}},
+		{"first override in declaration order wins", role.Policy{}, files, role.Identity{User: "a", Roles: []role.Role{"ops", "admin"}},
+			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters}},
+		{"route override beats service-wide by-ip", shared, files, role.Identity{User: "a", Roles: []role.Role{"admin"}},
+			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters}},
+		{"service-wide by-ip without route override", shared, rules.Group{Limiters: files.Limiters},
+			role.Identity{User: "a", Roles: []role.Role{"admin"}},
+			role.Resolution{Limiters: files.Limiters, ByIP: true}},
+		{"by-ip role listed second", shared, rules.Group{Limiters: files.Limiters},
+			role.Identity{User: "s", Roles: []role.Role{"user", "support"}},
+			role.Resolution{Limiters: files.Limiters, ByIP: true}},
+		{"only-exempt group", shared, rules.Group{Exempt: []string{"ops"}}, role.Identity{User: "a"},
+			role.Resolution{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := tt.policy.Resolve(tt.group, tt.id)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Resolve(%+v) = %+v, want %+v", tt.id, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestContext(t *testing.T) {
+	t.Parallel()
+	if _, ok := role.FromContext(context.Background()); ok {
+		t.Fatal("FromContext on an empty context reported an identity")
+	}
+	want := role.Identity{User: "42", Roles: []role.Role{"admin"}}
+	got, ok := role.FromContext(role.NewContext(context.Background(), want))
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("FromContext = %+v, %v; want %+v, true", got, ok, want)
+	}
+}
+
+func TestResolveDoesNotAllocate(t *testing.T) {
+	p := role.Policy{ByIP: []role.Role{"admin"}}
+	id := role.Identity{User: "a", Roles: []role.Role{"user", "admin"}}
+	if n := testing.AllocsPerRun(100, func() { p.Resolve(files, id) }); n != 0 {
+		t.Fatalf("Resolve allocates %v times per call", n)
+	}
+}
