@@ -48,21 +48,23 @@ const (
 // A request at time t is admitted iff fewer than Limit requests were
 // admitted in (t-Period, t].
 type Window struct {
+	// The bounds repeat MaxLimit, MinPeriod and MaxPeriod because tags
+	// cannot name constants; a test keeps them in step.
 	Limit  int64         `validate:"min=1,max=100000"`
-	Period time.Duration `validate:"min=1ms,max=720h"`
+	Period time.Duration `validate:"min=1ms,max=720h,wholems"`
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only
 // for named kinds (header, param, key).
 type Limiter struct {
-	Kind    Kind
-	Name    string
+	Kind    Kind     `validate:"required,oneof=ip user global header param key"`
+	Name    string   // checked against Kind by a struct-level rule
 	Windows []Window `validate:"min=1,dive"`
 }
 
 // Override replaces a group's default limiters for requests by Role.
 type Override struct {
-	Role     string
+	Role     string    `validate:"required,rulename"`
 	Limiters []Limiter `validate:"min=1,dive"`
 }
 
@@ -101,12 +103,12 @@ type Group struct {
 	// declaration order.
 	Overrides []Override `validate:"dive"`
 	// Exempt lists roles whose requests skip every limiter.
-	Exempt []string
+	Exempt []string `validate:"dive,rulename"`
 	// Scope, when set, makes every handler with the same scope share
 	// windows; when empty the route pattern is the scope.
-	Scope string
+	Scope string `validate:"omitempty,rulename"`
 	// Mode is Enforce or Shadow.
-	Mode Mode
+	Mode Mode `validate:"omitempty,oneof=shadow"`
 	// Fail is the behaviour when Redis is unreachable.
-	Fail FailMode
+	Fail FailMode `validate:"omitempty,oneof=open closed local"`
 }

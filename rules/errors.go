@@ -1,0 +1,98 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Error categories. Every *Error unwraps to exactly one of them, so callers
+// can tell a typo from a rule that parses but cannot be enforced with
+// errors.Is.
+var (
+	// ErrSyntax means the text does not match the rule grammar.
+	ErrSyntax = errors.New("rules: syntax error")
+	// ErrInvalid means the text parses but breaks a rule of the model: a
+	// limit or period out of range, a duplicate, a bad name, or a struct
+	// tag that cannot be served.
+	ErrInvalid = errors.New("rules: invalid rule")
+)
+
+// Error describes a problem in a rule group or in the struct tags that
+// declare one.
+//
+// Its text is, with the optional parts in brackets:
+//
+//	rules: [Type[.Field]: ][tag Tag: ]"Input": Reason at offset Offset
+//
+// for example
+//
+//	rules: "3/fortnight": unknown unit "fortnight" at offset 2
+//	rules: main.Handlers.Files: tag limit: "ip:0/s": limit 0 is below 1 at offset 3
+//
+// When the problem is not located in a text (a nil handler, say) Offset is
+// negative and the quoted input and offset are left out.
+type Error struct {
+	// Input is the text that was parsed: the argument of Parse, the value
+	// of a struct tag, or for Group.Validate the canonical text of the
+	// group.
+	Input string
+	// Offset is the byte offset in Input of the offending token, or -1.
+	Offset int
+	// Reason says what is wrong, in lower case.
+	Reason string
+	// Type is the struct type whose tags declared the rule, as printed by
+	// reflect.Type.String, or empty outside Routes.
+	Type string
+	// Field is the struct field whose tags declared the rule. Promoted
+	// fields are named by their path, as in Admin.Files.
+	Field string
+	// Tag is the struct tag key ("limit" or "route") whose value is Input,
+	// or empty.
+	Tag string
+
+	// cat is ErrSyntax or ErrInvalid; unexported so the category cannot
+	// disagree with where the error was made.
+	cat error
+}
+
+// Error implements the error interface.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("rules: ")
+	if e.Type != "" || e.Field != "" {
+		b.WriteString(e.Type)
+		if e.Type != "" && e.Field != "" {
+			b.WriteByte('.')
+		}
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	if e.Tag != "" {
+		b.WriteString("tag ")
+		b.WriteString(e.Tag)
+		b.WriteString(": ")
+	}
+	if e.Offset >= 0 {
+		b.WriteString(strconv.Quote(e.Input))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Reason)
+	if e.Offset >= 0 {
+		b.WriteString(" at offset ")
+		b.WriteString(strconv.Itoa(e.Offset))
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrSyntax or ErrInvalid.
+func (e *Error) Unwrap() error { return e.cat }
+
+func syntaxErr(input string, off int, format string, args ...any) *Error {
+	return &Error{Input: input, Offset: off, Reason: fmt.Sprintf(format, args...), cat: ErrSyntax}
+}
+
+func invalidErr(input string, off int, format string, args ...any) *Error {
+	return &Error{Input: input, Offset: off, Reason: fmt.Sprintf(format, args...), cat: ErrInvalid}
+}

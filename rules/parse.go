@@ -1,0 +1,484 @@
+package rules
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// units maps the unit words of the grammar to their length.
+var units = map[string]time.Duration{
+	"ms":   time.Millisecond,
+	"s":    time.Second,
+	"sec":  time.Second,
+	"m":    time.Minute,
+	"min":  time.Minute,
+	"h":    time.Hour,
+	"hour": time.Hour,
+	"d":    24 * time.Hour,
+	"day":  24 * time.Hour,
+}
+
+// fineUnits are not part of the grammar. They are recognised only so that
+// "1/500us" is reported as a period below the minimum rather than as a
+// mystery unit.
+var fineUnits = map[string]time.Duration{
+	"us": time.Microsecond,
+	"µs": time.Microsecond, // U+00B5 MICRO SIGN, as time.Duration prints it
+	"μs": time.Microsecond, // U+03BC GREEK SMALL LETTER MU
+	"ns": time.Nanosecond,
+}
+
+var kinds = map[string]Kind{
+	string(IP):     IP,
+	string(User):   User,
+	string(Global): Global,
+	string(Header): Header,
+	string(Param):  Param,
+	string(Key):    Key,
+}
+
+// memoryNote is part of every "limit too high" message because the cap
+// exists for Redis memory, not for arithmetic.
+const memoryNote = "redis sorted-set memory grows with the limit"
+
+// Parse parses a rule group written in the rule language described in the
+// package documentation, and validates it as Group.Validate does. Errors are
+// of type *Error and wrap ErrSyntax or ErrInvalid.
+func Parse(s string) (Group, error) {
+	g, _, err := parse(s)
+	if err != nil {
+		return Group{}, err
+	}
+	return g, nil
+}
+
+// MustParse is like Parse but panics if s is not a valid rule group. It is
+// meant for package-level variables initialised from constant text.
+func MustParse(s string) Group {
+	g, err := Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+// ParseWindow parses and validates a single window such as "10/30s".
+func ParseWindow(s string) (Window, error) {
+	p := parser{s: s, pos: map[string]int{}}
+	p.space()
+	w, err := p.window("")
+	if err == nil {
+		p.space()
+		if !p.eof() {
+			err = syntaxErr(s, p.i, "expected end of window, found %s", p.found())
+		}
+	}
+	if err == nil {
+		err = check(w, s, p.pos)
+	}
+	if err != nil {
+		return Window{}, err
+	}
+	return w, nil
+}
+
+// parse returns, besides the group, the offset of every element keyed by
+// validator namespace; Routes needs them to point at param names.
+func parse(s string) (Group, map[string]int, *Error) {
+	p := parser{s: s, pos: map[string]int{"": 0}}
+	if err := p.group(); err != nil {
+		return Group{}, nil, err
+	}
+	if err := check(p.g, s, p.pos); err != nil {
+		return Group{}, nil, err
+	}
+	return p.g, p.pos, nil
+}
+
+// parser is a hand-written recursive-descent parser over bytes. Names are
+// read as maximal runs up to the next delimiter and checked by the
+// validator afterwards, so a bad character is reported as a bad name, not
+// as a confusing syntax error further on.
+type parser struct {
+	s   string
+	i   int
+	pos map[string]int // validator namespace → offset in s
+	g   Group
+
+	seenScope, seenMode, seenFail bool
+}
+
+func (p *parser) eof() bool { return p.i >= len(p.s) }
+
+func (p *parser) peek() byte {
+	if p.eof() {
+		return 0
+	}
+	return p.s[p.i]
+}
+
+func (p *parser) space() {
+	for !p.eof() && (p.s[p.i] == ' ' || p.s[p.i] == '\t') {
+		p.i++
+	}
+}
+
+// found describes the next character for "expected X, found Y" messages.
+func (p *parser) found() string {
+	if p.eof() {
+		return "end of input"
+	}
+	r, n := utf8.DecodeRuneInString(p.s[p.i:])
+	if r == utf8.RuneError && n == 1 {
+		return strconv.Quote(p.s[p.i : p.i+1])
+	}
+	return strconv.Quote(string(r))
+}
+
+func (p *parser) expect(c byte, after string) *Error {
+	p.space()
+	if p.peek() != c {
+		return syntaxErr(p.s, p.i, "expected %q after %s, found %s", string(c), after, p.found())
+	}
+	p.i++
+	return nil
+}
+
+// run returns the longest run of bytes at the cursor satisfying ok.
+func (p *parser) run(ok func(byte) bool) string {
+	start := p.i
+	for !p.eof() && ok(p.s[p.i]) {
+		p.i++
+	}
+	return p.s[start:p.i]
+}
+
+func isDigit(c byte) bool  { return '0' <= c && c <= '9' }
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+func isWord(c byte) bool   { return isLetter(c) || isDigit(c) || c == '_' }
+
+// isUnit accepts non-ASCII bytes so that "µs" and other stray letters end
+// up in one unit word and get a precise message.
+func isUnit(c byte) bool { return isLetter(c) || c >= utf8.RuneSelf }
+
+// name reads a name: everything up to white space or one of the stop
+// bytes. Its characters are the validator's business.
+func (p *parser) name(stop string) string {
+	return p.run(func(c byte) bool {
+		if c == ' ' || c == '\t' {
+			return false
+		}
+		for i := 0; i < len(stop); i++ {
+			if c == stop[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (p *parser) group() *Error {
+	p.space()
+	if p.eof() {
+		return syntaxErr(p.s, p.i, "empty rule group")
+	}
+	for {
+		if p.peek() == ';' {
+			return syntaxErr(p.s, p.i, "empty statement")
+		}
+		follow, err := p.statement()
+		if err != nil {
+			return err
+		}
+		p.space()
+		if p.eof() {
+			return nil
+		}
+		if p.peek() != ';' {
+			return syntaxErr(p.s, p.i, "expected %s, found %s", follow, p.found())
+		}
+		p.i++
+		p.space()
+		if p.eof() {
+			return nil // one trailing ";" is allowed
+		}
+	}
+}
+
+// statement parses one statement and returns what may follow it, for the
+// caller's error message.
+func (p *parser) statement() (follow string, err *Error) {
+	start := p.i
+	word := p.run(isWord)
+	switch word {
+	case "":
+		return "", syntaxErr(p.s, start, "expected a limiter kind or keyword, found %s", p.found())
+	case "exempt":
+		return `"," or ";"`, p.exempt()
+	case "role":
+		return `",", "&" or ";"`, p.override(start)
+	case "scope":
+		return `";"`, p.scope(start)
+	case "mode":
+		return `";"`, p.mode(start)
+	case "fail":
+		return `";"`, p.fail(start)
+	}
+	k, ok := kinds[word]
+	if !ok {
+		return "", syntaxErr(p.s, start, "unknown kind or keyword %q", word)
+	}
+	ns := "Limiters[" + strconv.Itoa(len(p.g.Limiters)) + "]"
+	l, err := p.limiter(k, start, ns)
+	if err != nil {
+		return "", err
+	}
+	p.g.Limiters = append(p.g.Limiters, l)
+	return `"," or ";"`, nil
+}
+
+// limiter parses the rest of a limiter whose kind word, at start, has been
+// read.
+func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
+	p.pos[ns] = start
+	p.pos[ns+".Kind"] = start
+	p.pos[ns+".Name"] = start
+	l := Limiter{Kind: k}
+	p.space()
+	if p.peek() == '(' {
+		p.i++
+		p.space()
+		nameAt := p.i
+		l.Name = p.name(");")
+		if l.Name == "" {
+			return Limiter{}, syntaxErr(p.s, p.i, "expected a name after %q, found %s", string(k)+"(", p.found())
+		}
+		if k == Header {
+			l.Name = http.CanonicalHeaderKey(l.Name)
+		}
+		p.pos[ns+".Name"] = nameAt
+		if err := p.expect(')', "the name"); err != nil {
+			return Limiter{}, err
+		}
+	}
+	if err := p.expect(':', strconv.Quote(l.ID())); err != nil {
+		return Limiter{}, err
+	}
+	p.pos[ns+".Windows"] = p.i
+	for {
+		p.space()
+		w, err := p.window(ns + ".Windows[" + strconv.Itoa(len(l.Windows)) + "]")
+		if err != nil {
+			return Limiter{}, err
+		}
+		l.Windows = append(l.Windows, w)
+		p.space()
+		if p.peek() != ',' {
+			return l, nil
+		}
+		p.i++
+	}
+}
+
+// window parses LIMIT/[COUNT]UNIT. Overflow is reported here, in the
+// words the validator would use, because an overflowed number cannot be
+// stored for the validator to see.
+func (p *parser) window(ns string) (Window, *Error) {
+	start := p.i
+	digits := p.run(isDigit)
+	if digits == "" {
+		return Window{}, syntaxErr(p.s, p.i, "expected a limit, found %s", p.found())
+	}
+	limit, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil {
+		return Window{}, invalidErr(p.s, start, "limit %s is above %d; %s", digits, MaxLimit, memoryNote)
+	}
+	if err := p.expect('/', "the limit"); err != nil {
+		return Window{}, err
+	}
+	p.space()
+	periodAt := p.i
+	countText := p.run(isDigit)
+	p.space()
+	unitAt := p.i
+	unit := p.run(isUnit)
+	if unit == "" {
+		return Window{}, syntaxErr(p.s, p.i, "expected a unit, found %s", p.found())
+	}
+	count := int64(1)
+	if countText != "" {
+		if count, err = strconv.ParseInt(countText, 10, 64); err != nil {
+			count = math.MaxInt64 // only range errors are possible for a digit run
+		}
+	}
+	size, ok := units[unit]
+	if !ok {
+		fine, isFine := fineUnits[unit]
+		if !isFine {
+			return Window{}, syntaxErr(p.s, unitAt, "unknown unit %q", unit)
+		}
+		if count < int64(MinPeriod/fine) {
+			return Window{}, invalidErr(p.s, periodAt, "period %s%s is below %s", countOr1(countText), unit, durText(MinPeriod))
+		}
+		return Window{}, syntaxErr(p.s, unitAt, "unsupported unit %q; periods are whole milliseconds", unit)
+	}
+	if count > int64(math.MaxInt64/size) {
+		return Window{}, invalidErr(p.s, periodAt, "period %s%s is above %s", countText, unit, durText(MaxPeriod))
+	}
+	p.pos[ns] = start
+	p.pos[ns+".Limit"] = start
+	p.pos[ns+".Period"] = periodAt
+	return Window{Limit: limit, Period: time.Duration(count) * size}, nil
+}
+
+func countOr1(s string) string {
+	if s == "" {
+		return "1"
+	}
+	return s
+}
+
+func (p *parser) exempt() *Error {
+	if err := p.expect(':', `"exempt"`); err != nil {
+		return err
+	}
+	for {
+		p.space()
+		at := p.i
+		role := p.name(",;")
+		if role == "" {
+			return syntaxErr(p.s, p.i, "expected a role name, found %s", p.found())
+		}
+		p.pos["Exempt["+strconv.Itoa(len(p.g.Exempt))+"]"] = at
+		p.g.Exempt = append(p.g.Exempt, role)
+		p.space()
+		if p.peek() != ',' {
+			return nil
+		}
+		p.i++
+	}
+}
+
+func (p *parser) override(start int) *Error {
+	ns := "Overrides[" + strconv.Itoa(len(p.g.Overrides)) + "]"
+	p.pos[ns] = start
+	if err := p.expect('(', `"role"`); err != nil {
+		return err
+	}
+	p.space()
+	at := p.i
+	o := Override{Role: p.name(");")}
+	if o.Role == "" {
+		return syntaxErr(p.s, p.i, "expected a role name, found %s", p.found())
+	}
+	p.pos[ns+".Role"] = at
+	if err := p.expect(')', "the role name"); err != nil {
+		return err
+	}
+	if err := p.expect('=', strconv.Quote("role("+o.Role+")")); err != nil {
+		return err
+	}
+	p.pos[ns+".Limiters"] = p.i
+	for {
+		p.space()
+		if len(o.Limiters) == 0 && (p.eof() || p.peek() == ';') {
+			return syntaxErr(p.s, p.i, "override for role %q has no limiters", o.Role)
+		}
+		kindAt := p.i
+		word := p.run(isWord)
+		if word == "" {
+			return syntaxErr(p.s, kindAt, "expected a limiter kind, found %s", p.found())
+		}
+		k, ok := kinds[word]
+		if !ok {
+			return syntaxErr(p.s, kindAt, "unknown kind %q", word)
+		}
+		l, err := p.limiter(k, kindAt, ns+".Limiters["+strconv.Itoa(len(o.Limiters))+"]")
+		if err != nil {
+			return err
+		}
+		o.Limiters = append(o.Limiters, l)
+		p.space()
+		if p.peek() != '&' {
+			p.g.Overrides = append(p.g.Overrides, o)
+			return nil
+		}
+		p.i++
+	}
+}
+
+func (p *parser) scope(start int) *Error {
+	if p.seenScope {
+		return invalidErr(p.s, start, "duplicate scope statement")
+	}
+	p.seenScope = true
+	if err := p.expect(':', `"scope"`); err != nil {
+		return err
+	}
+	p.space()
+	at := p.i
+	p.g.Scope = p.name(";")
+	if p.g.Scope == "" {
+		return syntaxErr(p.s, p.i, "expected a scope name, found %s", p.found())
+	}
+	p.pos["Scope"] = at
+	return nil
+}
+
+// keyword reads the value of a mode: or fail: statement, returning its
+// offset.
+func (p *parser) keyword(kw, noun string) (string, int, *Error) {
+	if err := p.expect(':', strconv.Quote(kw)); err != nil {
+		return "", 0, err
+	}
+	p.space()
+	at := p.i
+	word := p.run(isWord)
+	if word == "" {
+		return "", 0, syntaxErr(p.s, at, "expected a %s after %q, found %s", noun, kw+":", p.found())
+	}
+	return word, at, nil
+}
+
+func (p *parser) mode(start int) *Error {
+	if p.seenMode {
+		return invalidErr(p.s, start, "duplicate mode statement")
+	}
+	p.seenMode = true
+	word, at, err := p.keyword("mode", "mode")
+	if err != nil {
+		return err
+	}
+	switch word {
+	case "enforce":
+		p.g.Mode = Enforce
+	case "shadow":
+		p.g.Mode = Shadow
+	default:
+		return syntaxErr(p.s, at, "unknown mode %q; want enforce or shadow", word)
+	}
+	p.pos["Mode"] = at
+	return nil
+}
+
+func (p *parser) fail(start int) *Error {
+	if p.seenFail {
+		return invalidErr(p.s, start, "duplicate fail statement")
+	}
+	p.seenFail = true
+	word, at, err := p.keyword("fail", "fail mode")
+	if err != nil {
+		return err
+	}
+	switch FailMode(word) {
+	case FailOpen, FailClosed, FailLocal:
+		p.g.Fail = FailMode(word)
+	default:
+		return syntaxErr(p.s, at, "unknown fail mode %q; want open, closed or local", word)
+	}
+	p.pos["Fail"] = at
+	return nil
+}

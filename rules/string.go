@@ -1,0 +1,231 @@
+package rules
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// canonicalUnits are the units String may print, largest first, so the
+// first one dividing a period gives the shortest text.
+var canonicalUnits = [...]struct {
+	d    time.Duration
+	name string
+}{
+	{24 * time.Hour, "d"},
+	{time.Hour, "h"},
+	{time.Minute, "min"},
+	{time.Second, "s"},
+	{time.Millisecond, "ms"},
+}
+
+// periodText is the canonical period of a window: the largest unit dividing
+// p, with a count of 1 left out ("s", "30s", "90min"). Periods the grammar
+// cannot express (not positive, or not whole milliseconds) fall back to
+// time.Duration's text so that invalid hand-built groups still print
+// something recognisable.
+func periodText(p time.Duration) string {
+	n, unit, ok := splitPeriod(p)
+	if !ok {
+		return p.String()
+	}
+	if n == 1 {
+		return unit
+	}
+	return strconv.FormatInt(n, 10) + unit
+}
+
+// durText is a period as error messages show it: always with a count, in
+// the unit of the rule language ("1s", "30d", "0s").
+func durText(p time.Duration) string {
+	n, unit, ok := splitPeriod(p)
+	if !ok {
+		return p.String()
+	}
+	return strconv.FormatInt(n, 10) + unit
+}
+
+func splitPeriod(p time.Duration) (n int64, unit string, ok bool) {
+	if p <= 0 || p%time.Millisecond != 0 {
+		return 0, "", false
+	}
+	for _, u := range canonicalUnits {
+		if p%u.d == 0 {
+			return int64(p / u.d), u.name, true
+		}
+	}
+	return 0, "", false // unreachable: the last unit divides every p here
+}
+
+// String returns the window in canonical form, such as "5/s", "10/30s" or
+// "1/90min".
+func (w Window) String() string {
+	var p printer
+	p.window("", w)
+	return p.b.String()
+}
+
+// ID returns the identity of the limiter: its kind, followed for named kinds
+// by the name in parentheses, as in "ip" or "header(X-Api-Key)". Two
+// limiters with the same ID in one list would count the same subject twice,
+// so validation rejects that.
+func (l Limiter) ID() string {
+	if !l.Kind.Named() && l.Name == "" {
+		return string(l.Kind)
+	}
+	return string(l.Kind) + "(" + l.canonicalName() + ")"
+}
+
+// canonicalName folds header names to their canonical MIME form because
+// header lookups ignore case; other names are case-sensitive.
+func (l Limiter) canonicalName() string {
+	if l.Kind == Header {
+		return http.CanonicalHeaderKey(l.Name)
+	}
+	return l.Name
+}
+
+// MaxPeriod returns the longest period of the limiter's windows, which is
+// how long a request must be remembered for this limiter; it is 0 when there
+// are no windows.
+func (l Limiter) MaxPeriod() time.Duration {
+	var longest time.Duration
+	for _, w := range l.Windows {
+		longest = max(longest, w.Period)
+	}
+	return longest
+}
+
+// String returns the limiter in canonical form, such as "ip:5/s,100/min".
+func (l Limiter) String() string {
+	var p printer
+	p.limiter("", l)
+	return p.b.String()
+}
+
+// String returns the override in canonical form, such as
+// "role(admin)=ip:30/min & global:1000/h".
+func (o Override) String() string {
+	var p printer
+	p.override("", o)
+	return p.b.String()
+}
+
+// String returns the group in canonical form: limiters, overrides, exempt,
+// scope, mode and fail statements in that order, joined by "; ". For every
+// group g returned by Parse, Parse(g.String()) returns a group equal to g.
+func (g Group) String() string {
+	var p printer
+	p.group(g)
+	return p.b.String()
+}
+
+// printer renders canonical text and, when pos is not nil, records the
+// offset of every element under the validator namespace that names it, so
+// that Validate can point into the text it validates.
+type printer struct {
+	b   strings.Builder
+	pos map[string]int
+}
+
+func (p *printer) mark(key string) {
+	if p.pos != nil {
+		p.pos[key] = p.b.Len()
+	}
+}
+
+func (p *printer) window(ns string, w Window) {
+	p.mark(ns)
+	p.mark(ns + ".Limit")
+	p.b.WriteString(strconv.FormatInt(w.Limit, 10))
+	p.b.WriteByte('/')
+	p.mark(ns + ".Period")
+	p.b.WriteString(periodText(w.Period))
+}
+
+func (p *printer) limiter(ns string, l Limiter) {
+	p.mark(ns)
+	p.mark(ns + ".Kind")
+	p.mark(ns + ".Name")
+	p.b.WriteString(string(l.Kind))
+	if l.Kind.Named() || l.Name != "" {
+		p.b.WriteByte('(')
+		p.mark(ns + ".Name")
+		p.b.WriteString(l.canonicalName())
+		p.b.WriteByte(')')
+	}
+	p.b.WriteByte(':')
+	p.mark(ns + ".Windows")
+	for i, w := range l.Windows {
+		if i > 0 {
+			p.b.WriteByte(',')
+		}
+		p.window(ns+".Windows["+strconv.Itoa(i)+"]", w)
+	}
+}
+
+func (p *printer) limiters(ns string, ls []Limiter, sep string) {
+	p.mark(ns)
+	for i, l := range ls {
+		if i > 0 {
+			p.b.WriteString(sep)
+		}
+		p.limiter(ns+"["+strconv.Itoa(i)+"]", l)
+	}
+}
+
+func (p *printer) override(ns string, o Override) {
+	p.mark(ns)
+	p.b.WriteString("role(")
+	p.mark(ns + ".Role")
+	p.b.WriteString(o.Role)
+	p.b.WriteString(")=")
+	p.limiters(ns+".Limiters", o.Limiters, " & ")
+}
+
+func (p *printer) group(g Group) {
+	p.mark("")
+	sep := func() {
+		if p.b.Len() > 0 {
+			p.b.WriteString("; ")
+		}
+	}
+	for i, l := range g.Limiters {
+		sep()
+		p.limiter("Limiters["+strconv.Itoa(i)+"]", l)
+	}
+	for i, o := range g.Overrides {
+		sep()
+		p.override("Overrides["+strconv.Itoa(i)+"]", o)
+	}
+	if len(g.Exempt) > 0 {
+		sep()
+		p.b.WriteString("exempt:")
+		for i, r := range g.Exempt {
+			if i > 0 {
+				p.b.WriteByte(',')
+			}
+			p.mark("Exempt[" + strconv.Itoa(i) + "]")
+			p.b.WriteString(r)
+		}
+	}
+	if g.Scope != "" {
+		sep()
+		p.b.WriteString("scope:")
+		p.mark("Scope")
+		p.b.WriteString(g.Scope)
+	}
+	if g.Mode != Enforce {
+		sep()
+		p.b.WriteString("mode:")
+		p.mark("Mode")
+		p.b.WriteString(string(g.Mode))
+	}
+	if g.Fail != FailDefault {
+		sep()
+		p.b.WriteString("fail:")
+		p.mark("Fail")
+		p.b.WriteString(string(g.Fail))
+	}
+}

@@ -1,0 +1,313 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+)
+
+// Validation is declared on the model (validate struct tags in model.go)
+// and in the struct-level functions below, and run by one validator shared
+// by every caller: validator.Validate caches struct metadata and is safe for
+// concurrent use once its rules are registered, which happens here, before
+// any caller can see it.
+var validate, validateSetupErr = newValidator()
+
+// Tags of the custom rules. The struct-level ones are only ever reported,
+// never written in a struct tag.
+const (
+	tagRuleName       = "rulename"   // role and scope names
+	tagWholeMS        = "wholems"    // periods the grammar can express
+	tagNameRequired   = "namereq"    // header, param, key need a name
+	tagNameForbidden  = "namenone"   // ip, user, global take none
+	tagHeaderName     = "headername" // RFC 9110 token
+	tagParamName      = "paramname"  // ServeMux wildcard name
+	tagKeyName        = "keyname"    // same characters as roles
+	tagUniquePeriod   = "uperiod"    // one window per period
+	tagUniqueLimiter  = "ulimiter"   // one limiter per ID in a list
+	tagUniqueRole     = "urole"      // one override per role
+	tagUniqueExempt   = "uexempt"    // each exempt role once
+	tagExemptOverride = "exemptrole" // a role is either exempt or overridden
+	tagNoLimiters     = "nolimiters" // something must be limited or exempt
+)
+
+func newValidator() (*validator.Validate, error) {
+	v := validator.New()
+	err := errors.Join(
+		v.RegisterValidation(tagRuleName, func(fl validator.FieldLevel) bool {
+			return validName(fl.Field().String())
+		}),
+		v.RegisterValidation(tagWholeMS, func(fl validator.FieldLevel) bool {
+			f := fl.Field()
+			return f.CanInt() && f.Int()%int64(time.Millisecond) == 0
+		}),
+	)
+	v.RegisterStructValidation(limiterLevel, Limiter{})
+	v.RegisterStructValidation(overrideLevel, Override{})
+	v.RegisterStructValidation(groupLevel, Group{})
+	return v, err
+}
+
+// validName reports whether s is a role, scope or key name: ASCII letters,
+// digits, '_', '-' and '.', none of which the grammar uses as a delimiter.
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isWord(c) && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// validIdent reports whether s is an ASCII Go identifier, which is what
+// http.ServeMux accepts as a wildcard name (it also takes non-ASCII
+// letters; the rule language does not).
+func validIdent(s string) bool {
+	if s == "" || isDigit(s[0]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isWord(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// validToken reports whether s is an RFC 9110 token, the syntax of a header
+// field name.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isLetter(c) && !isDigit(c) && !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func limiterLevel(sl validator.StructLevel) {
+	l, ok := sl.Current().Interface().(Limiter)
+	if !ok {
+		return
+	}
+	switch {
+	case l.Kind.Named() && l.Name == "":
+		sl.ReportError(l.Name, "Name", "Name", tagNameRequired, string(l.Kind))
+	case !l.Kind.Named() && l.Name != "" && kinds[string(l.Kind)] != "":
+		sl.ReportError(l.Name, "Name", "Name", tagNameForbidden, string(l.Kind))
+	case l.Kind == Header && !validToken(l.Name):
+		sl.ReportError(l.Name, "Name", "Name", tagHeaderName, "")
+	case l.Kind == Param && !validIdent(l.Name):
+		sl.ReportError(l.Name, "Name", "Name", tagParamName, "")
+	case l.Kind == Key && !validName(l.Name):
+		sl.ReportError(l.Name, "Name", "Name", tagKeyName, "")
+	}
+	seen := make(map[time.Duration]bool, len(l.Windows))
+	for i, w := range l.Windows {
+		if seen[w.Period] {
+			name := "Windows[" + strconv.Itoa(i) + "]"
+			sl.ReportError(w.Period, name, name, tagUniquePeriod, l.ID())
+		}
+		seen[w.Period] = true
+	}
+}
+
+// uniqueLimiters reports every limiter whose ID repeats an earlier one in
+// the list: the engine keys windows by ID, so two would count one subject
+// twice against different limits.
+func uniqueLimiters(sl validator.StructLevel, prefix string, ls []Limiter) {
+	seen := make(map[string]bool, len(ls))
+	for i, l := range ls {
+		id := l.ID()
+		if seen[id] {
+			name := prefix + "[" + strconv.Itoa(i) + "]"
+			sl.ReportError(id, name, name, tagUniqueLimiter, id)
+		}
+		seen[id] = true
+	}
+}
+
+func overrideLevel(sl validator.StructLevel) {
+	if o, ok := sl.Current().Interface().(Override); ok {
+		uniqueLimiters(sl, "Limiters", o.Limiters)
+	}
+}
+
+func groupLevel(sl validator.StructLevel) {
+	g, ok := sl.Current().Interface().(Group)
+	if !ok {
+		return
+	}
+	uniqueLimiters(sl, "Limiters", g.Limiters)
+	overridden := make(map[string]bool, len(g.Overrides))
+	for i, o := range g.Overrides {
+		if overridden[o.Role] {
+			name := "Overrides[" + strconv.Itoa(i) + "].Role"
+			sl.ReportError(o.Role, name, name, tagUniqueRole, o.Role)
+		}
+		overridden[o.Role] = true
+	}
+	exempt := make(map[string]bool, len(g.Exempt))
+	for i, r := range g.Exempt {
+		name := "Exempt[" + strconv.Itoa(i) + "]"
+		switch {
+		case exempt[r]:
+			sl.ReportError(r, name, name, tagUniqueExempt, r)
+		case overridden[r]:
+			sl.ReportError(r, name, name, tagExemptOverride, r)
+		}
+		exempt[r] = true
+	}
+	if len(g.Limiters) == 0 && len(g.Overrides) == 0 && len(g.Exempt) == 0 {
+		sl.ReportError(g.Limiters, "Limiters", "Limiters", tagNoLimiters, "")
+	}
+}
+
+// Validate reports whether g obeys every rule of the model: the checks
+// Parse applies after parsing, for groups built in Go. The returned *Error
+// points into g.String().
+func (g Group) Validate() error {
+	var p printer
+	p.pos = map[string]int{}
+	p.group(g)
+	if err := check(g, p.b.String(), p.pos); err != nil {
+		return err
+	}
+	return nil
+}
+
+// check validates v, a Group or a Window, and turns the first validator
+// failure in input order into an *Error at the offset recorded in pos.
+func check(v any, input string, pos map[string]int) *Error {
+	if validateSetupErr != nil {
+		return invalidErr(input, 0, "validator setup: %v", validateSetupErr)
+	}
+	err := validate.Struct(v)
+	if err == nil {
+		return nil
+	}
+	var fes validator.ValidationErrors
+	if !errors.As(err, &fes) {
+		return invalidErr(input, 0, "%v", err)
+	}
+	var first *Error
+	firstVague := false
+	for _, fe := range fes {
+		ns := fe.Namespace()
+		if i := strings.IndexByte(ns, '.'); i >= 0 {
+			ns = ns[i+1:] // drop the root type name
+		} else {
+			ns = ""
+		}
+		e := invalidErr(input, offset(pos, ns), "%s", reason(fe, ns))
+		// "no limiters" is about the whole group and sits at offset 0;
+		// anything more specific is the better thing to fix first.
+		vague := fe.Tag() == tagNoLimiters
+		if first == nil || firstVague && !vague || vague == firstVague && e.Offset < first.Offset {
+			first, firstVague = e, vague
+		}
+	}
+	return first
+}
+
+// offset finds the offset of the namespace ns, or of its nearest recorded
+// ancestor.
+func offset(pos map[string]int, ns string) int {
+	for {
+		if off, ok := pos[ns]; ok {
+			return off
+		}
+		i := strings.LastIndexAny(ns, ".[")
+		if i < 0 {
+			if ns == "" {
+				return 0
+			}
+			ns = ""
+			continue
+		}
+		ns = ns[:i]
+	}
+}
+
+const nameChars = `letters, digits, "_", "-" or "."`
+
+// reason words a validator failure. It keys on the field (the last element
+// of the namespace, without index) and the failed tag, so the wording lives
+// in one place for parsed and hand-built groups alike.
+func reason(fe validator.FieldError, ns string) string {
+	field := ns[strings.LastIndexByte(ns, '.')+1:]
+	if i := strings.IndexByte(field, '['); i >= 0 {
+		field = field[:i]
+	}
+	val := fe.Value()
+	switch field + " " + fe.Tag() {
+	case "Limit min":
+		return fmt.Sprintf("limit %v is below 1", val)
+	case "Limit max":
+		return fmt.Sprintf("limit %v is above %d; %s", val, MaxLimit, memoryNote)
+	case "Period min":
+		return fmt.Sprintf("period %s is below %s", durValue(val), durText(MinPeriod))
+	case "Period max":
+		return fmt.Sprintf("period %s is above %s", durValue(val), durText(MaxPeriod))
+	case "Period " + tagWholeMS:
+		return fmt.Sprintf("period %s is not a whole number of milliseconds", durValue(val))
+	case "Kind required":
+		return "missing limiter kind"
+	case "Kind oneof":
+		return fmt.Sprintf("unknown kind %q", fmt.Sprint(val))
+	case "Windows min":
+		return "limiter has no windows"
+	case "Limiters min":
+		return "override has no limiters"
+	case "Role required":
+		return "missing role name"
+	case "Role " + tagRuleName, "Exempt " + tagRuleName:
+		return fmt.Sprintf("invalid role name %q; want %s", fmt.Sprint(val), nameChars)
+	case "Scope " + tagRuleName:
+		return fmt.Sprintf("invalid scope name %q; want %s", fmt.Sprint(val), nameChars)
+	case "Mode oneof":
+		return fmt.Sprintf("unknown mode %q; want enforce or shadow", fmt.Sprint(val))
+	case "Fail oneof":
+		return fmt.Sprintf("unknown fail mode %q; want open, closed or local", fmt.Sprint(val))
+	case "Name " + tagNameRequired:
+		return fmt.Sprintf("kind %s needs a name, as in %s(name)", fe.Param(), fe.Param())
+	case "Name " + tagNameForbidden:
+		return fmt.Sprintf("kind %s takes no name", fe.Param())
+	case "Name " + tagHeaderName:
+		return fmt.Sprintf("invalid header name %q; want RFC 9110 token characters", fmt.Sprint(val))
+	case "Name " + tagParamName:
+		return fmt.Sprintf("invalid param name %q; want a Go identifier, as in a ServeMux wildcard", fmt.Sprint(val))
+	case "Name " + tagKeyName:
+		return fmt.Sprintf("invalid key name %q; want %s", fmt.Sprint(val), nameChars)
+	case "Windows " + tagUniquePeriod:
+		return fmt.Sprintf("duplicate period %s in limiter %s", durValue(val), fe.Param())
+	case "Limiters " + tagUniqueLimiter:
+		return fmt.Sprintf("duplicate limiter %s; put all its windows in one limiter", fe.Param())
+	case "Role " + tagUniqueRole:
+		return fmt.Sprintf("duplicate override for role %q", fe.Param())
+	case "Exempt " + tagUniqueExempt:
+		return fmt.Sprintf("duplicate exempt role %q", fe.Param())
+	case "Exempt " + tagExemptOverride:
+		return fmt.Sprintf("role %q is both exempt and overridden", fe.Param())
+	case "Limiters " + tagNoLimiters:
+		return "rule group has no limiters"
+	}
+	return fmt.Sprintf("%s fails rule %q", ns, fe.Tag())
+}
+
+func durValue(v any) string {
+	if d, ok := v.(time.Duration); ok {
+		return durText(d)
+	}
+	return fmt.Sprint(v)
+}
