@@ -1,0 +1,346 @@
+package rules
+
+import (
+	"errors"
+	"net/http"
+	"path"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode"
+)
+
+// Route is one handler declared by struct tags, ready to be registered on
+// an http.ServeMux.
+type Route struct {
+	// Field is the name of the struct field holding the handler; promoted
+	// fields are named by their path, as in Admin.Files.
+	Field string
+	// Pattern is the value of the route tag, an http.ServeMux pattern.
+	Pattern string
+	// Group is the parsed limit tag. It is the zero Group when the field
+	// has no limit tag, which callers treat as unlimited.
+	Group Group
+	// Handler is the field's value.
+	Handler http.Handler
+}
+
+// Routes reads the handlers declared by the struct tags of v, a struct or a
+// pointer to one:
+//
+//	type Handlers struct {
+//		Files  http.Handler     `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
+//		Health http.HandlerFunc `route:"GET /healthz"`
+//	}
+//
+// Every exported field with a route tag, including fields promoted from
+// embedded structs, must have a type implementing http.Handler and a non-nil
+// value. Its limit tag, if any, is parsed and validated, and every param
+// limiter in it must name a wildcard of the pattern ({name} or {name...}),
+// because any other name would count every request under the empty string.
+//
+// Tags are checked once per struct type and the result cached, so calling
+// Routes per request or per server is cheap; handler values are read on
+// every call. Routes reports every problem it finds, joined with
+// errors.Join, each an *Error naming the type and field; it returns no
+// routes when there is any error. It is safe for concurrent use.
+func Routes(v any) ([]Route, error) {
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() {
+		return nil, &Error{Offset: -1, Reason: "routes needs a struct or a pointer to a struct, got nil", cat: ErrInvalid}
+	}
+	t := rv.Type()
+	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
+		if rv.IsNil() {
+			return nil, &Error{Type: t.Elem().String(), Offset: -1, Reason: "nil pointer to struct", cat: ErrInvalid}
+		}
+		rv, t = rv.Elem(), t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil, &Error{Offset: -1, Reason: "routes needs a struct or a pointer to a struct, got " + t.String(), cat: ErrInvalid}
+	}
+	info := typeRoutes(t)
+	var (
+		routes []Route
+		errs   []error
+	)
+	for _, f := range info {
+		errs = append(errs, f.errs...)
+		if len(f.errs) > 0 {
+			continue
+		}
+		h, reason := handlerOf(rv, f.index)
+		if reason != "" {
+			errs = append(errs, &Error{Type: t.String(), Field: f.name, Offset: -1, Reason: reason, cat: ErrInvalid})
+			continue
+		}
+		routes = append(routes, Route{Field: f.name, Pattern: f.pattern, Group: f.group, Handler: h})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return routes, nil
+}
+
+var handlerType = reflect.TypeFor[http.Handler]()
+
+// fieldRoute is what the tags of one field say; it depends only on the
+// struct type, so it is computed once.
+type fieldRoute struct {
+	name    string
+	index   []int
+	pattern string
+	group   Group
+	errs    []error
+}
+
+var routeCache sync.Map // reflect.Type → []fieldRoute
+
+func typeRoutes(t reflect.Type) []fieldRoute {
+	if v, ok := routeCache.Load(t); ok {
+		return v.([]fieldRoute)
+	}
+	// Concurrent first calls may both compute; the result is the same and
+	// LoadOrStore keeps one.
+	v, _ := routeCache.LoadOrStore(t, computeRoutes(t))
+	return v.([]fieldRoute)
+}
+
+func computeRoutes(t reflect.Type) []fieldRoute {
+	var out []fieldRoute
+	patterns := map[string]string{} // pattern → field name
+	for _, sf := range reflect.VisibleFields(t) {
+		route, hasRoute := sf.Tag.Lookup("route")
+		limit, hasLimit := sf.Tag.Lookup("limit")
+		if !hasRoute && !hasLimit {
+			continue
+		}
+		f := fieldRoute{name: fieldPath(t, sf.Index), index: sf.Index, pattern: route}
+		fail := func(tag, input string, off int, cat error, format string, args ...any) {
+			e := syntaxErr(input, off, format, args...)
+			e.Type, e.Field, e.Tag, e.cat = t.String(), f.name, tag, cat
+			if off < 0 {
+				e.Input = ""
+			}
+			f.errs = append(f.errs, e)
+		}
+		switch {
+		case !hasRoute:
+			fail("", "", -1, ErrInvalid, "limit tag without route tag")
+		case !sf.IsExported():
+			fail("", "", -1, ErrInvalid, "route tag on unexported field")
+		case !sf.Type.Implements(handlerType):
+			fail("", "", -1, ErrInvalid, "route tag on field of type %s, which does not implement http.Handler", sf.Type)
+		}
+		var wildcards map[string]bool
+		if hasRoute {
+			var off int
+			var reason string
+			wildcards, off, reason = parsePattern(route)
+			switch {
+			case route == "":
+				fail("route", "", -1, ErrInvalid, "empty route tag")
+			case reason != "":
+				fail("route", route, off, ErrInvalid, "%s", reason)
+			case patterns[route] != "":
+				fail("route", route, 0, ErrInvalid, "pattern also used by field %s", patterns[route])
+			default:
+				patterns[route] = f.name
+			}
+		}
+		if hasLimit {
+			g, pos, err := parse(limit)
+			if err != nil {
+				err.Type, err.Field, err.Tag = t.String(), f.name, "limit"
+				f.errs = append(f.errs, err)
+			} else if hasRoute && wildcards != nil {
+				for _, e := range paramErrors(g, pos, limit, route, wildcards) {
+					e.Type, e.Field, e.Tag = t.String(), f.name, "limit"
+					f.errs = append(f.errs, e)
+				}
+			}
+			f.group = g
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// paramErrors reports param limiters whose name is not a wildcard of the
+// route, in input order.
+func paramErrors(g Group, pos map[string]int, input, route string, wildcards map[string]bool) []*Error {
+	var errs []*Error
+	checkList := func(ns string, ls []Limiter) {
+		for i, l := range ls {
+			if l.Kind == Param && !wildcards[l.Name] {
+				off := offset(pos, ns+"["+strconv.Itoa(i)+"].Name")
+				errs = append(errs, invalidErr(input, off,
+					"param %q is not a wildcard ({%s} or {%s...}) of route pattern %q",
+					l.Name, l.Name, l.Name, route))
+			}
+		}
+	}
+	checkList("Limiters", g.Limiters)
+	for i, o := range g.Overrides {
+		checkList("Overrides["+strconv.Itoa(i)+"].Limiters", o.Limiters)
+	}
+	// Overrides are printed after limiters canonically but may be written
+	// first; keep the report in reading order.
+	for i := 1; i < len(errs); i++ {
+		for j := i; j > 0 && errs[j].Offset < errs[j-1].Offset; j-- {
+			errs[j], errs[j-1] = errs[j-1], errs[j]
+		}
+	}
+	return errs
+}
+
+// fieldPath names a possibly promoted field by the names along its index
+// path.
+func fieldPath(t reflect.Type, index []int) string {
+	names := make([]string, len(index))
+	for i, x := range index {
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		sf := t.Field(x)
+		names[i] = sf.Name
+		t = sf.Type
+	}
+	return strings.Join(names, ".")
+}
+
+// handlerOf reads the handler at index, or says why there is none. A nil
+// embedded pointer on the way, a nil func or pointer, or an interface
+// holding one would all panic when served, so they are reported here.
+func handlerOf(v reflect.Value, index []int) (http.Handler, string) {
+	f, err := v.FieldByIndexErr(index)
+	if err != nil {
+		return nil, "handler is unreachable through a nil embedded pointer"
+	}
+	if !f.CanInterface() {
+		return nil, "route tag on unexported field"
+	}
+	if isNil(f) {
+		return nil, "handler is nil"
+	}
+	if f.Kind() == reflect.Interface && isNil(f.Elem()) {
+		return nil, "handler is a nil " + f.Elem().Type().String()
+	}
+	h, ok := f.Interface().(http.Handler)
+	if !ok {
+		return nil, "handler does not implement http.Handler"
+	}
+	return h, ""
+}
+
+func isNil(v reflect.Value) bool {
+	switch v.Kind() {
+	case reflect.Chan, reflect.Func, reflect.Interface, reflect.Map, reflect.Pointer, reflect.Slice, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
+}
+
+// parsePattern checks a ServeMux pattern ("[METHOD ][HOST]/[PATH]") as
+// net/http's parser does, because ServeMux.Handle panics on a bad one, and
+// returns its wildcard names. On error it returns the offset and reason.
+// Conflicts between different patterns are left to ServeMux.
+func parsePattern(s string) (wildcards map[string]bool, off int, reason string) {
+	if s == "" {
+		return nil, 0, "empty route pattern"
+	}
+	method, rest := "", s
+	if i := strings.IndexAny(s, " \t"); i >= 0 {
+		method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
+		if !validToken(method) {
+			return nil, 0, "invalid method " + strconv.Quote(method)
+		}
+		off = len(method) + 1
+	}
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return nil, off, "host/path missing /"
+	}
+	if j := strings.IndexByte(rest[:i], '{'); j >= 0 {
+		return nil, off + j, "host contains '{' (missing initial '/'?)"
+	}
+	off += i
+	rest = rest[i:]
+	if method != "" && method != "CONNECT" && rest != cleanPath(rest) {
+		return nil, off, "non-CONNECT pattern with unclean path can never match"
+	}
+	wildcards = map[string]bool{}
+	for len(rest) > 0 {
+		rest = rest[1:] // the '/'
+		off = len(s) - len(rest)
+		i := strings.IndexByte(rest, '/')
+		if i < 0 {
+			i = len(rest)
+		}
+		var seg string
+		seg, rest = rest[:i], rest[i:]
+		j := strings.IndexByte(seg, '{')
+		switch {
+		case j < 0:
+			continue
+		case j != 0:
+			return nil, off, "bad wildcard segment (must start with '{')"
+		case seg[len(seg)-1] != '}':
+			return nil, off, "bad wildcard segment (must end with '}')"
+		}
+		name := seg[1 : len(seg)-1]
+		if name == "$" {
+			if rest != "" {
+				return nil, off, "{$} not at end"
+			}
+			break
+		}
+		name, multi := strings.CutSuffix(name, "...")
+		switch {
+		case multi && rest != "":
+			return nil, off, "{...} wildcard not at end"
+		case name == "":
+			return nil, off, "empty wildcard"
+		case !isWildcardName(name):
+			return nil, off, "bad wildcard name " + strconv.Quote(name)
+		case wildcards[name]:
+			return nil, off, "duplicate wildcard name " + strconv.Quote(name)
+		}
+		wildcards[name] = true
+	}
+	return wildcards, 0, ""
+}
+
+// isWildcardName is net/http's rule: a Go identifier, Unicode letters
+// included.
+func isWildcardName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if !unicode.IsLetter(c) && c != '_' && (i == 0 || !unicode.IsDigit(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// cleanPath is net/http's: path.Clean that keeps a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
+			np = p
+		} else {
+			np += "/"
+		}
+	}
+	return np
+}
