@@ -1,0 +1,92 @@
+// Package middleware enforces a rule group on net/http handlers: New turns a
+// rules.Group and a Decider (normally *engine.Engine) into a
+// func(http.Handler) http.Handler that makes one atomic decision per request
+// across every window of every limiter that applies to the caller.
+//
+// # Identity and roles
+//
+// The caller's user id and roles come only from the request context, where
+// the service's authentication put them with role.NewContext; no client
+// header is ever read for them. An exempt caller is passed to the next
+// handler without any call to the Decider.
+//
+// # Subjects
+//
+// Each limiter counts the requests of one subject:
+//
+//   - ip: the client address. It is the peer address (RemoteAddr) unless
+//     trusted proxies are configured (WithTrustedProxies) and the peer is one
+//     of them; then the proxy header (WithProxyHeader: X-Forwarded-For, or
+//     the for= parameters of RFC 7239 Forwarded) is read from the right and
+//     the first address that is not a trusted proxy is the client. If the
+//     header runs out, or holds something that is not an address, the
+//     nearest trusted hop is used. A proxy header from an untrusted peer is
+//     never believed. IPv6 clients are grouped by network
+//     (DefaultIPv6Prefix, /64; see WithIPv6Prefix) and IPv4-mapped IPv6
+//     addresses count as IPv4; see CanonicalizeIP.
+//   - user: the identity's user id. A request without identity or user id,
+//     or by a role the policy counts by IP (role.Policy.ByIP), is counted by
+//     client IP instead.
+//   - header(Name): the value of the request header; param(name): the path
+//     value r.PathValue(name); key(name): the result of the KeyFunc
+//     registered with WithKeyFunc. An empty value — a missing header, say —
+//     is counted by client IP: an explicit "empty" subject would let every
+//     client without the header exhaust one shared window for all of them,
+//     and sending no header must not escape the limit either.
+//   - global: one subject for every request of the scope.
+//
+// Subjects carry a prefix naming their origin ("ip:", "user:", "header:",
+// ...), so an IP-derived subject can never be counted together with a user
+// id or header value that happens to spell the same text.
+//
+// # Scope
+//
+// Windows belong to a scope, in order of precedence: the group's scope:
+// statement, WithScope, WithScopeFunc, and the pattern the router matched
+// (http.Request.Pattern, as set by http.ServeMux), so that /files/1 and
+// /files/2 served by "GET /files/{id}" share their windows. The raw URL path
+// is never used. A request for which none of them gives a scope — the
+// middleware wrapping a whole ServeMux rather than one of its handlers, for
+// instance — is answered with 500 and ErrNoScope is logged.
+//
+// # Responses
+//
+// A limited response carries the RateLimit-Policy and RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-10 (Structured Field Lists). The
+// policy field has one item per window of the limiters that applied, named
+// by PolicyName, with q the limit and w the period in seconds:
+//
+//	RateLimit-Policy: "ip-1s";q=5;w=1, "ip-1min";q=100;w=60, "user-1h";q=1000;w=3600
+//
+// The RateLimit field names the most constrained window — the denying one,
+// else the one with the fewest remaining requests, ties going to the longest
+// reset — with r the remaining requests and t the seconds until one more
+// request fits:
+//
+//	RateLimit: "ip-1s";r=0;t=1
+//
+// Because the draft allows only whole seconds, w is the period rounded up to
+// at least 1 (5 per 500ms is advertised as q=5;w=1, which a client can
+// follow without being denied), and t is rounded up. A denied request gets
+// 429 with Retry-After: the engine's wait in seconds, rounded up and at least
+// 1, never earlier than the moment the request would fit; t is capped at it.
+// The body is application/problem+json (RFC 9457) of the draft's
+// quota-exceeded type with a violated-policies member; see WriteProblem and
+// WithDeniedHandler. WithLegacyHeaders adds X-RateLimit-Limit, -Remaining
+// and -Reset.
+//
+// When Redis fails, the Decision's source decides: fail-open and local
+// decisions are served like any other, and fail-closed answers 503 with
+// Retry-After. Backend errors go to the WithLogger logger, never to the
+// client.
+//
+// A group in shadow mode (mode:shadow) is counted but never denies, and its
+// responses carry no rate-limit fields, so that clients cannot tell; would-be
+// denials are logged at Info and reported to hooks with Allowed false.
+//
+// # Observability
+//
+// WithHook receives an Event for every request: scope, deciding limiter and
+// window, verdict, retry delay, decision source, backend error and whether
+// the group is in shadow mode.
+package middleware

@@ -1,0 +1,63 @@
+package middleware
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Errors returned by New, or reported to the logger and hooks while serving.
+var (
+	// ErrConfig means an option was given an invalid value.
+	ErrConfig = errors.New("middleware: invalid configuration")
+	// ErrUnknownKey means a group uses key(name) but no KeyFunc is
+	// registered under name.
+	ErrUnknownKey = errors.New("middleware: no key function registered")
+	// ErrNoScope means no scope could be found for a request: the group has
+	// no scope: statement, neither WithScope nor WithScopeFunc gave one, and
+	// the router did not set http.Request.Pattern. The request is answered
+	// with 500 because counting it under a guessed scope would either merge
+	// unrelated routes or give every path its own windows.
+	ErrNoScope = errors.New("middleware: no scope for request")
+	// ErrNilDecider means New was called without a Decider.
+	ErrNilDecider = errors.New("middleware: nil decider")
+)
+
+// ConfigError describes an invalid option value. It unwraps to ErrConfig.
+type ConfigError struct {
+	// Option is the name of the option, such as "WithTrustedProxies".
+	Option string
+	// Value is the offending value as text.
+	Value string
+	// Reason says what is wrong, in lower case.
+	Reason string
+}
+
+// Error implements the error interface.
+func (e *ConfigError) Error() string {
+	return "middleware: " + e.Option + "(" + strconv.Quote(e.Value) + "): " + e.Reason
+}
+
+// Unwrap returns ErrConfig.
+func (e *ConfigError) Unwrap() error { return ErrConfig }
+
+// UnknownKeyError reports a key(name) limiter without a KeyFunc. It unwraps
+// to ErrUnknownKey.
+type UnknownKeyError struct {
+	// Name is the key name used by the group.
+	Name string
+	// Role is the role whose override uses the key, or empty for the
+	// group's default limiters.
+	Role string
+}
+
+// Error implements the error interface.
+func (e *UnknownKeyError) Error() string {
+	s := "middleware: key(" + e.Name + "): no key function registered (use WithKeyFunc)"
+	if e.Role != "" {
+		s += " in role(" + e.Role + ") override"
+	}
+	return s
+}
+
+// Unwrap returns ErrUnknownKey.
+func (e *UnknownKeyError) Unwrap() error { return ErrUnknownKey }

@@ -1,0 +1,181 @@
+package middleware
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Response header field names.
+const (
+	headerPolicy     = "RateLimit-Policy"
+	headerRateLimit  = "RateLimit"
+	headerRetryAfter = "Retry-After"
+	headerLegacyLim  = "X-RateLimit-Limit"
+	headerLegacyRem  = "X-RateLimit-Remaining"
+	headerLegacyRst  = "X-RateLimit-Reset"
+)
+
+// PolicyName returns the name under which window w of limiter l is
+// advertised in the RateLimit-Policy and RateLimit fields: the limiter's ID,
+// a hyphen and the period with its count, as in "ip-1s", "user-1min",
+// "header(X-Api-Key)-30s" or "global-500ms".
+func PolicyName(l rules.Limiter, w rules.Window) string {
+	return l.ID() + "-" + periodName(w.Period)
+}
+
+// periodName writes a period in the largest unit of the rule language that
+// divides it, always with a count.
+func periodName(p time.Duration) string {
+	units := [...]struct {
+		d    time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "min"}, {time.Second, "s"}, {time.Millisecond, "ms"}}
+	if p > 0 {
+		for _, u := range units {
+			if p%u.d == 0 {
+				return strconv.FormatInt(int64(p/u.d), 10) + u.name
+			}
+		}
+	}
+	return p.String()
+}
+
+// ceilSeconds converts d to whole seconds, rounding up so that a client
+// waiting that long is never early. Negative durations give 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// windowSeconds is the w parameter of a window: the period in whole seconds,
+// rounded up and at least 1, because the draft requires a positive integer.
+// Rounding up understates the rate (5 per 500ms is advertised as 5 per 1s),
+// so a client that paces itself by the advertised policy is never denied.
+func windowSeconds(p time.Duration) int64 {
+	return max(1, ceilSeconds(p))
+}
+
+// retryAfterSeconds is the Retry-After value for a wait of d: whole seconds
+// rounded up, at least 1, so that a client retrying at once is not told to.
+func retryAfterSeconds(d time.Duration) int64 {
+	return max(1, ceilSeconds(d))
+}
+
+// secondsDuration converts whole seconds back to a Duration.
+func secondsDuration(s int64) time.Duration { return time.Duration(s) * time.Second }
+
+// appendSFString appends s as a Structured Field String (RFC 9651, Section
+// 3.3.3). Bytes the type cannot hold are replaced by '?': policy names come
+// from rule text and header names, which are printable ASCII in practice.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			b = append(b, '?')
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// policyField renders the RateLimit-Policy value of the policies: one List
+// member per window, such as `"ip-1s";q=5;w=1, "ip-1min";q=100;w=60`.
+func policyField(ps []policy) string {
+	var b []byte
+	for i, p := range ps {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = appendSFString(b, p.name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, p.window.Limit, 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, windowSeconds(p.window.Period), 10)
+	}
+	return string(b)
+}
+
+// rateLimitField renders the RateLimit value for one window state, such as
+// `"ip-1s";r=0;t=1`. t is capped at maxT when maxT is positive, because the
+// draft forbids a Retry-After earlier than t.
+func rateLimitField(name string, ws engine.WindowState, maxT int64) string {
+	t := ceilSeconds(ws.Reset)
+	if maxT > 0 {
+		t = min(t, maxT)
+	}
+	b := appendSFString(make([]byte, 0, len(name)+24), name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, max(0, ws.Remaining), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, t, 10)
+	return string(b)
+}
+
+// mostConstrained returns the index in d.Windows of the window the RateLimit
+// field names: the denying window when there is one, else the one with the
+// fewest remaining requests, ties going to the longest reset. It returns -1
+// when d has no windows.
+func mostConstrained(d *engine.Decision) int {
+	if d.Denied != nil {
+		for i := range d.Windows {
+			if &d.Windows[i] == d.Denied {
+				return i
+			}
+		}
+		// Denied points outside Windows (a hand-built Decision): find the
+		// equal window.
+		for i := range d.Windows {
+			if d.Windows[i] == *d.Denied {
+				return i
+			}
+		}
+	}
+	best := -1
+	for i, ws := range d.Windows {
+		if best < 0 || ws.Remaining < d.Windows[best].Remaining ||
+			ws.Remaining == d.Windows[best].Remaining && ws.Reset > d.Windows[best].Reset {
+			best = i
+		}
+	}
+	return best
+}
+
+// setLegacy sets the X-RateLimit-* fields for one window state.
+func setLegacy(h http.Header, ws engine.WindowState) {
+	h.Set(headerLegacyLim, strconv.FormatInt(ws.Window.Limit, 10))
+	h.Set(headerLegacyRem, strconv.FormatInt(max(0, ws.Remaining), 10))
+	h.Set(headerLegacyRst, strconv.FormatInt(ceilSeconds(ws.Reset), 10))
+}
+
+// uniqueNames makes policy names unique by suffixing repeats with "-2",
+// "-3", ...; validated groups never repeat a limiter ID or period, but a
+// hand-built group may, and duplicate names would make the fields ambiguous.
+func uniqueNames(ps []policy) {
+	seen := make(map[string]int, len(ps))
+	for i := range ps {
+		n := ps[i].name
+		seen[n]++
+		if c := seen[n]; c > 1 {
+			for {
+				cand := n + "-" + strconv.Itoa(c)
+				if _, dup := seen[cand]; !dup {
+					ps[i].name = cand
+					seen[cand] = 1
+					break
+				}
+				c++
+			}
+		}
+	}
+}

@@ -1,0 +1,348 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Decider makes rate-limit decisions; *engine.Engine implements it. Allow
+// must always return a usable Decision, with a non-nil error reporting
+// backend trouble that the Decision's Source says how it was handled.
+type Decider interface {
+	Allow(ctx context.Context, req engine.Request) (engine.Decision, error)
+}
+
+// Subject prefixes. Every subject starts with one, so that a user id can
+// never be counted together with an IP address, or a header value with
+// either, even when a user limiter falls back to the client IP.
+const (
+	subjectIP     = "ip:"
+	subjectPeer   = "peer:" // a peer that is not an IP address (a Unix socket)
+	subjectUser   = "user:"
+	subjectHeader = "header:"
+	subjectParam  = "param:"
+	subjectKey    = "key:"
+	subjectGlobal = "global"
+)
+
+// limiter is one configured middleware; it is immutable after New and safe
+// for concurrent use.
+type limiter struct {
+	group    rules.Group
+	decider  Decider
+	policy   role.Policy
+	ip       clientIP
+	v6bits   int
+	scope    string
+	scopeFn  ScopeFunc
+	logger   *slog.Logger
+	hooks    []func(Event)
+	legacy   bool
+	denied   DeniedHandler
+	defaults *plan
+	byRole   map[string]*plan
+	keys     map[string]KeyFunc
+}
+
+// New returns middleware that limits the requests of the next handler by
+// group g, deciding with d. It fails, listing every problem at once, when an
+// option is invalid or a key(name) limiter of g (including its overrides)
+// has no function registered with WithKeyFunc.
+//
+// For each request the middleware:
+//
+//   - takes the caller's identity from the request context (role.FromContext;
+//     never from a client header) and resolves it against g and the
+//     WithPolicy policy (see package role for the precedence);
+//   - passes an exempt request (or one to which no limiter applies) straight
+//     to next, without calling d;
+//   - otherwise calls d.Allow once with a Check per limiter, and passes the
+//     request on, answers 429, or answers 503 when Redis failed and the fail
+//     mode is closed.
+//
+// Subjects and scopes are described in the package documentation. The
+// returned function and the handlers it makes are safe for concurrent use.
+func New(g rules.Group, d Decider, opts ...Option) (func(http.Handler) http.Handler, error) {
+	l, err := newLimiter(g, d, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return l.wrap, nil
+}
+
+func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
+	c := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	errs := c.errs
+	if d == nil {
+		errs = append(errs, ErrNilDecider)
+	}
+	l := &limiter{
+		group:   g,
+		decider: d,
+		policy:  c.policy,
+		ip:      clientIP{header: c.proxyHeader},
+		v6bits:  c.ipv6Prefix,
+		scope:   g.Scope,
+		scopeFn: c.scopeFunc,
+		logger:  c.logger,
+		hooks:   c.hooks,
+		legacy:  c.legacy,
+		denied:  c.denied,
+		byRole:  make(map[string]*plan, len(g.Overrides)),
+		keys:    c.keys,
+	}
+	if l.scope == "" {
+		l.scope = c.scope
+	}
+	if l.denied == nil {
+		l.denied = WriteProblem
+	}
+	for _, s := range c.trusted {
+		p, err := parseTrusted(s)
+		if err != nil {
+			errs = append(errs, &ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
+			continue
+		}
+		l.ip.trusted = append(l.ip.trusted, p)
+	}
+	var err error
+	if l.defaults, err = newPlan("", g.Limiters, c.keys); err != nil {
+		errs = append(errs, err)
+	}
+	for _, o := range g.Overrides {
+		if _, dup := l.byRole[o.Role]; dup {
+			continue // Resolve picks the first override of a role
+		}
+		p, err := newPlan(o.Role, o.Limiters, c.keys)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.byRole[o.Role] = p
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return l, nil
+}
+
+func (l *limiter) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
+}
+
+// planFor returns the plan of a resolution.
+func (l *limiter) planFor(res role.Resolution) *plan {
+	if res.Role == "" {
+		return l.defaults
+	}
+	if p, ok := l.byRole[string(res.Role)]; ok {
+		return p
+	}
+	// Unreachable with role.Policy, which only returns roles of the group's
+	// overrides; an ad hoc plan keeps serving correct if that changes.
+	p, err := newPlan(string(res.Role), res.Limiters, l.keys)
+	if err != nil {
+		return l.defaults
+	}
+	return p
+}
+
+// scopeOf returns the scope of r, in order of precedence: the group's
+// scope: statement, WithScope, WithScopeFunc, and the pattern the router
+// matched (http.Request.Pattern).
+func (l *limiter) scopeOf(r *http.Request) string {
+	if l.scope != "" {
+		return l.scope
+	}
+	if l.scopeFn != nil {
+		if s := l.scopeFn(r); s != "" {
+			return s
+		}
+	}
+	return r.Pattern
+}
+
+func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	id, _ := role.FromContext(r.Context())
+	res := l.policy.Resolve(l.group, id)
+	p := l.planFor(res)
+	if res.Exempt || len(p.limiters) == 0 {
+		l.emit(Event{Request: r, Role: res.Role, Exempt: true, Allowed: true})
+		next.ServeHTTP(w, r)
+		return
+	}
+	shadow := l.group.Mode == rules.Shadow
+	scope := l.scopeOf(r)
+	if scope == "" {
+		l.logger.LogAttrs(r.Context(), slog.LevelError, "slidelimit: no scope for request; set a scope: statement, WithScope or WithScopeFunc",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		ev := Event{Request: r, Role: res.Role, Shadow: shadow, Err: ErrNoScope}
+		if shadow {
+			ev.Allowed = true
+			l.emit(ev)
+			next.ServeHTTP(w, r)
+			return
+		}
+		ev.Status = http.StatusInternalServerError
+		l.emit(ev)
+		writeInternalError(w)
+		return
+	}
+
+	req := engine.Request{Scope: scope, Checks: l.checks(r, id, res, p), Fail: l.group.Fail}
+	dec, err := l.decider.Allow(r.Context(), req)
+
+	ev := Event{
+		Request: r, Scope: scope, Role: res.Role, Allowed: dec.Allowed, Shadow: shadow,
+		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: dec,
+	}
+	var ws *engine.WindowState
+	var pol *policy
+	if i := mostConstrained(&dec); i >= 0 {
+		ws = &dec.Windows[i]
+		if pol = p.lookup(ws.Check, ws.Window); pol != nil {
+			ev.Limiter, ev.Policy, ev.Window = p.limiters[pol.check].ID(), pol.name, pol.window
+		}
+	}
+	if err != nil {
+		l.logBackend(r, scope, dec, err)
+	}
+
+	switch {
+	case shadow:
+		if !dec.Allowed {
+			l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: shadow mode would deny request",
+				slog.String("scope", scope), slog.String("policy", ev.Policy),
+				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", sourceName(dec.Source)))
+		}
+		l.emit(ev)
+		next.ServeHTTP(w, r)
+		return
+	case dec.Allowed:
+		l.setFields(w.Header(), p, ws, pol, 0)
+		l.emit(ev)
+		next.ServeHTTP(w, r)
+		return
+	}
+
+	retry := retryAfterSeconds(dec.RetryAfter)
+	d := Denial{Status: http.StatusTooManyRequests, RetryAfter: secondsDuration(retry), Scope: scope, Decision: dec}
+	h := w.Header()
+	if dec.Source == engine.FromFailClosed {
+		d.Status = http.StatusServiceUnavailable
+		h.Set(headerPolicy, p.field)
+	} else {
+		l.setFields(h, p, ws, pol, retry)
+		if pol != nil {
+			d.Policy, d.Limiter, d.Window = pol.name, ev.Limiter, pol.window
+		}
+	}
+	h.Set(headerRetryAfter, strconv.FormatInt(retry, 10))
+	ev.Status = d.Status
+	l.emit(ev)
+	l.denied(w, r, d)
+}
+
+// checks builds the engine checks of a request. The client address is found
+// at most once, and only when a limiter needs it.
+func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution, p *plan) []engine.Check {
+	var ipSubject string
+	ip := func() string {
+		if ipSubject == "" {
+			a, raw, ok := l.ip.addr(r)
+			if ok {
+				ipSubject = subjectIP + CanonicalizeIP(a, l.v6bits)
+			} else {
+				ipSubject = subjectPeer + raw
+			}
+		}
+		return ipSubject
+	}
+	orIP := func(prefix, v string) string {
+		if v == "" {
+			return ip()
+		}
+		return prefix + v
+	}
+	cs := make([]engine.Check, len(p.limiters))
+	for i, lim := range p.limiters {
+		cs[i].Limiter = lim
+		switch lim.Kind {
+		case rules.IP:
+			cs[i].Subject = ip()
+		case rules.User:
+			if res.ByIP {
+				cs[i].Subject = ip()
+			} else {
+				cs[i].Subject = orIP(subjectUser, id.User)
+			}
+		case rules.Global:
+			cs[i].Subject = subjectGlobal
+		case rules.Header:
+			cs[i].Subject = orIP(subjectHeader, r.Header.Get(lim.Name))
+		case rules.Param:
+			cs[i].Subject = orIP(subjectParam, r.PathValue(lim.Name))
+		case rules.Key:
+			cs[i].Subject = orIP(subjectKey, p.keys[i](r))
+		}
+	}
+	return cs
+}
+
+// setFields sets the RateLimit-Policy field and, when the decision has
+// window state, the RateLimit field (and legacy fields if enabled) for the
+// deciding window. maxT caps the reset parameter at the Retry-After value.
+func (l *limiter) setFields(h http.Header, p *plan, ws *engine.WindowState, pol *policy, maxT int64) {
+	h.Set(headerPolicy, p.field)
+	if ws == nil || pol == nil {
+		return
+	}
+	h.Set(headerRateLimit, rateLimitField(pol.name, *ws, maxT))
+	if l.legacy {
+		setLegacy(h, *ws)
+	}
+}
+
+func (l *limiter) emit(ev Event) {
+	for _, h := range l.hooks {
+		h(ev)
+	}
+}
+
+func (l *limiter) logBackend(r *http.Request, scope string, dec engine.Decision, err error) {
+	level := slog.LevelWarn
+	if r.Context().Err() != nil {
+		// The client went away; the backend error is a consequence.
+		level = slog.LevelDebug
+	}
+	l.logger.LogAttrs(r.Context(), level, "slidelimit: rate-limit backend error",
+		slog.String("scope", scope), slog.String("source", sourceName(dec.Source)),
+		slog.Bool("allowed", dec.Allowed), slog.Any("error", err))
+}
+
+// sourceName names a decision source for logs.
+func sourceName(s engine.Source) string {
+	switch s {
+	case engine.FromRedis:
+		return "redis"
+	case engine.FromFailOpen:
+		return "fail-open"
+	case engine.FromFailClosed:
+		return "fail-closed"
+	case engine.FromLocal:
+		return "local"
+	}
+	return "source(" + strconv.Itoa(int(s)) + ")"
+}

@@ -1,0 +1,171 @@
+package middleware
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// KeyFunc returns the subject a key(name) limiter counts a request under,
+// such as a tenant id taken from a verified token. An empty result means the
+// request has no such key; it is then counted by client IP, like a request
+// without identity on a user limiter. A KeyFunc is called on the request's
+// goroutine and must be safe for concurrent use.
+type KeyFunc func(r *http.Request) string
+
+// ScopeFunc returns the scope of a request: the name of the windows' owner.
+// It must return the same scope for every request that should share windows,
+// so it must not return the raw URL path.
+type ScopeFunc func(r *http.Request) string
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	trusted     []string
+	proxyHeader ProxyHeader
+	ipv6Prefix  int
+	policy      role.Policy
+	keys        map[string]KeyFunc
+	logger      *slog.Logger
+	hooks       []func(Event)
+	legacy      bool
+	denied      DeniedHandler
+	scope       string
+	scopeFunc   ScopeFunc
+	errs        []error
+}
+
+func defaultConfig() config {
+	return config{
+		ipv6Prefix: DefaultIPv6Prefix,
+		logger:     slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c *config) fail(option, value, reason string) {
+	c.errs = append(c.errs, &ConfigError{Option: option, Value: value, Reason: reason})
+}
+
+// WithTrustedProxies makes the middleware believe the proxy header (see
+// WithProxyHeader) of requests whose peer address is in one of cidrs, given
+// as prefixes ("10.0.0.0/8", "2001:db8::/32") or single addresses
+// ("192.0.2.1"). By default no proxy is trusted and the client is always the
+// peer (http.Request.RemoteAddr): a proxy header from an untrusted peer is
+// never believed. Later calls add to the list. An unparsable entry makes New
+// fail.
+func WithTrustedProxies(cidrs ...string) Option {
+	return func(c *config) { c.trusted = append(c.trusted, cidrs...) }
+}
+
+// WithProxyHeader sets the header that trusted proxies write the client
+// address to. The default is XForwardedFor. Configure the one your proxies
+// set: the other is passed through from the client and could be spoofed.
+func WithProxyHeader(h ProxyHeader) Option {
+	return func(c *config) {
+		if h != XForwardedFor && h != Forwarded {
+			c.fail("WithProxyHeader", strconv.Itoa(int(h)), "unknown proxy header")
+			return
+		}
+		c.proxyHeader = h
+	}
+}
+
+// WithIPv6Prefix sets the prefix length, in bits from 1 to 128, by which IPv6
+// clients are grouped; the default is DefaultIPv6Prefix (64). 128 counts
+// single addresses. IPv4 clients, including IPv4-mapped IPv6 addresses, are
+// always counted by single address.
+func WithIPv6Prefix(bits int) Option {
+	return func(c *config) {
+		if bits < 1 || bits > 128 {
+			c.fail("WithIPv6Prefix", strconv.Itoa(bits), "prefix length must be 1 to 128")
+			return
+		}
+		c.ipv6Prefix = bits
+	}
+}
+
+// WithPolicy sets the service-wide role policy applied with each group, such
+// as the roles whose user limiters count by IP. The default is the zero
+// Policy.
+func WithPolicy(p role.Policy) Option {
+	return func(c *config) { c.policy = p }
+}
+
+// WithKeyFunc registers fn as the subject of key(name) limiters. Every
+// key(name) of a group must have a function when New is called, or New fails
+// with an *UnknownKeyError. Registering a name again replaces the function.
+func WithKeyFunc(name string, fn KeyFunc) Option {
+	return func(c *config) {
+		if fn == nil {
+			c.fail("WithKeyFunc", name, "nil key function")
+			return
+		}
+		if c.keys == nil {
+			c.keys = make(map[string]KeyFunc)
+		}
+		c.keys[name] = fn
+	}
+}
+
+// WithLogger sets the logger that receives backend errors (Warn), would-be
+// denials in shadow mode (Info) and configuration errors found while serving
+// (Error). The default discards everything. Errors are never written to
+// clients.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithHook adds fn to the functions that receive an Event for every request
+// the middleware sees, exempt ones included, for metrics or tracing. Hooks run
+// synchronously on the request's goroutine, in the order they were added,
+// before the response is written; they must be fast and safe for concurrent
+// use, and must not retain the Event's Windows slice.
+func WithHook(fn func(Event)) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.hooks = append(c.hooks, fn)
+		}
+	}
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset (delay in whole seconds, rounded up) for the most
+// constrained window to every limited response, for clients that predate the
+// RateLimit fields. They are off by default.
+func WithLegacyHeaders() Option {
+	return func(c *config) { c.legacy = true }
+}
+
+// WithDeniedHandler replaces the response written when a request is denied
+// (429) or refused because Redis failed and the fail mode is closed (503).
+// The rate-limit fields and Retry-After are set before h is called; h writes
+// the status and body. The default is WriteProblem.
+func WithDeniedHandler(h DeniedHandler) Option {
+	return func(c *config) {
+		if h != nil {
+			c.denied = h
+		}
+	}
+}
+
+// WithScope sets the scope of the windows for groups that declare no scope:
+// every handler wrapped with the same scope and limiter shares its windows.
+// A group's own scope: statement takes precedence.
+func WithScope(scope string) Option {
+	return func(c *config) { c.scope = scope }
+}
+
+// WithScopeFunc sets a function that returns the scope of each request, for
+// routers that do not set http.Request.Pattern, such as
+// chi.RouteContext(r.Context()).RoutePattern. It is used when neither the
+// group nor WithScope sets a scope; when it returns "", r.Pattern is used.
+func WithScopeFunc(fn ScopeFunc) Option {
+	return func(c *config) { c.scopeFunc = fn }
+}

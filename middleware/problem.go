@@ -1,0 +1,79 @@
+package middleware
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem types (RFC 9457) used in response bodies.
+const (
+	// ProblemQuotaExceeded is the problem type of a 429, registered by
+	// draft-ietf-httpapi-ratelimit-headers.
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemBlank is the problem type of responses that need no more than
+	// their status code (RFC 9457, Section 4.2.1).
+	ProblemBlank = "about:blank"
+)
+
+// problem is an RFC 9457 problem details object. ViolatedPolicies is the
+// extension member the draft defines for its quota-exceeded type.
+type problem struct {
+	Type             string   `json:"type"`
+	Title            string   `json:"title"`
+	Status           int      `json:"status"`
+	Detail           string   `json:"detail,omitempty"`
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+}
+
+// WriteProblem is the default DeniedHandler. It writes d.Status with an
+// application/problem+json body (RFC 9457). For a 429 the body has the
+// draft's quota-exceeded type and a "violated-policies" member listing the
+// violated policy, as in
+//
+//	{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//	 "title":"Quota Exceeded","status":429,
+//	 "detail":"Quota of policy \"ip-1s\" (5 requests per 1s) exceeded; retry after 1s.",
+//	 "violated-policies":["ip-1s"]}
+//
+// A 503 has type about:blank and says nothing about the failure.
+func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
+	p := problem{Type: ProblemBlank, Title: http.StatusText(d.Status), Status: d.Status}
+	retry := strconv.FormatInt(ceilSeconds(d.RetryAfter), 10) + "s"
+	switch {
+	case d.Status == http.StatusTooManyRequests:
+		p.Type = ProblemQuotaExceeded
+		p.Title = "Quota Exceeded"
+		if d.Policy != "" {
+			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" +
+				strconv.FormatInt(d.Window.Limit, 10) + " requests per " + periodName(d.Window.Period) +
+				") exceeded; retry after " + retry + "."
+			p.ViolatedPolicies = []string{d.Policy}
+		} else {
+			p.Detail = "Too many requests; retry after " + retry + "."
+		}
+	case d.Status == http.StatusServiceUnavailable:
+		p.Detail = "The service cannot admit requests at the moment; retry after " + retry + "."
+	}
+	writeProblem(w, p)
+}
+
+func writeProblem(w http.ResponseWriter, p problem) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		// Unreachable: the struct holds only strings and ints.
+		body = []byte(`{"type":"about:blank","status":` + strconv.Itoa(p.Status) + `}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(p.Status)
+	w.Write(append(body, '\n'))
+}
+
+// writeInternalError answers a request the middleware cannot decide on; the
+// cause goes to the logger, never to the client.
+func writeInternalError(w http.ResponseWriter) {
+	writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(http.StatusInternalServerError),
+		Status: http.StatusInternalServerError})
+}
