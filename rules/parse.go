@@ -164,6 +164,10 @@ func isWord(c byte) bool   { return isLetter(c) || isDigit(c) || c == '_' }
 // up in one unit word and get a precise message.
 func isUnit(c byte) bool { return isLetter(c) || c >= utf8.RuneSelf }
 
+// parenStop ends a name in parentheses early at bytes no name may
+// contain, so that "header(a:5/s" reports the missing ")" where it belongs.
+const parenStop = "();:,="
+
 // name reads a name: everything up to white space or one of the stop
 // bytes. Its characters are the validator's business.
 func (p *parser) name(stop string) string {
@@ -252,7 +256,7 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 		p.i++
 		p.space()
 		nameAt := p.i
-		l.Name = p.name(");")
+		l.Name = p.name(parenStop)
 		if l.Name == "" {
 			return Limiter{}, syntaxErr(p.s, p.i, "expected a name after %q, found %s", string(k)+"(", p.found())
 		}
@@ -370,7 +374,7 @@ func (p *parser) override(start int) *Error {
 	}
 	p.space()
 	at := p.i
-	o := Override{Role: p.name(");")}
+	o := Override{Role: p.name(parenStop)}
 	if o.Role == "" {
 		return syntaxErr(p.s, p.i, "expected a role name, found %s", p.found())
 	}

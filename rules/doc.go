@@ -1,0 +1,103 @@
+// Package rules parses, validates and prints the rule language of
+// slidelimit: the text a handler uses to declare its rate limits.
+//
+// A rule group is a list of statements separated by semicolons:
+//
+//	user:10/min,200/d; ip:30/min; global:1000/h
+//
+// allows each user at most 10 requests in any minute and 200 in any day,
+// each client IP at most 30 a minute, and everyone together at most 1000 an
+// hour. A request is admitted only if every window of every limiter that
+// applies to it admits it.
+//
+// # Grammar
+//
+// In the EBNF of the Go specification, with the lexical rules below:
+//
+//	group     = statement { ";" statement } [ ";" ] .
+//	statement = limiter | override | exempt | scope | mode | fail .
+//
+//	limiter   = kind [ "(" name ")" ] ":" window { "," window } .
+//	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
+//	window    = limit "/" [ count ] unit .
+//	limit     = decimal .
+//	count     = decimal .
+//	unit      = "ms" | "s" | "sec" | "m" | "min" | "h" | "hour" | "d" | "day" .
+//
+//	override  = "role" "(" name ")" "=" limiter { "&" limiter } .
+//	exempt    = "exempt" ":" name { "," name } .
+//	scope     = "scope" ":" name .
+//	mode      = "mode" ":" ( "enforce" | "shadow" ) .
+//	fail      = "fail" ":" ( "open" | "closed" | "local" ) .
+//
+//	decimal   = digit { digit } .
+//	name      = namechar { namechar } .
+//
+// Spaces and tabs may appear between any two tokens, where a token is a
+// keyword, a number, a unit, a name or one of ; : , ( ) = & /; so
+// "ip : 5 / 30 s" is "ip:5/30s". No other white space is allowed. Keywords
+// and units are lower case. A single trailing semicolon is allowed, so
+// groups can be built by concatenation; any other empty statement, and an
+// empty or blank input, is an error.
+//
+// A window LIMIT/COUNT UNIT admits at most LIMIT requests in any span of
+// COUNT units; COUNT defaults to 1, and m is a minute. Within one group
+// scope, mode and fail may each appear once; exempt may appear more than
+// once and its roles are concatenated.
+//
+// # Names
+//
+// Role, scope and key names consist of ASCII letters, digits, '_', '-' and
+// '.'. Param names must be ASCII Go identifiers, because they name
+// http.ServeMux wildcards (see http.Request.PathValue). Header names are
+// RFC 9110 tokens and are canonicalized with http.CanonicalHeaderKey, so
+// header(x-api-key) and header(X-API-Key) are the same limiter,
+// header(X-Api-Key). The kinds header, param and key require a name; ip,
+// user and global forbid one.
+//
+// # Rules
+//
+// Beyond the grammar, a group must satisfy these rules, which Parse and
+// Group.Validate check with struct tags and struct-level rules of
+// github.com/go-playground/validator/v10:
+//
+//   - A limit is between 1 and MaxLimit: every admitted request is a member
+//     of a Redis sorted set for the longest window of its limiter, so memory
+//     grows with the limit.
+//   - A period is between MinPeriod and MaxPeriod and a whole number of
+//     milliseconds.
+//   - A limiter has at least one window and no two with the same period.
+//   - A list of limiters (the defaults, or one override's) has no two with
+//     the same ID (see Limiter.ID); write one limiter with several windows
+//     instead.
+//   - A role has at most one override, is exempt at most once, and is not
+//     both exempt and overridden: an exemption would make its override dead
+//     text, which is more likely a mistake than intent.
+//   - A group has at least one limiter, default or per role, unless it
+//     exempts some role.
+//
+// # Canonical form
+//
+// Group.String prints a group canonically: limiters, overrides, exempt,
+// scope, mode and fail, in that order, joined by "; ", with each window's
+// period in the largest unit among ms, s, min, h and d that divides it and
+// a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d"). For every group
+// g returned by Parse, Parse(g.String()) returns a group equal to g
+// (reflect.DeepEqual), and g.String() is a fixpoint.
+//
+// # Errors
+//
+// Every error is an *Error, which unwraps to ErrSyntax when the text does
+// not match the grammar and to ErrInvalid when it does but breaks a rule.
+// Its text locates the problem:
+//
+//	rules: "ip:0/s": limit 0 is below 1 at offset 3
+//
+// # Struct tags
+//
+// Routes reads handlers and their rule groups from struct tags:
+//
+//	type Handlers struct {
+//		Files http.Handler `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
+//	}
+package rules
