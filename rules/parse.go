@@ -333,9 +333,18 @@ func (p *parser) window(ns string) (Window, *Error) {
 		return Window{}, invalidErr(p.s, periodAt, "period %s%s is above %s", countText, unit, durText(MaxPeriod))
 	}
 	p.pos[ns] = start
-	p.pos[ns+".Limit"] = start
-	p.pos[ns+".Period"] = periodAt
+	p.pos[join(ns, "Limit")] = start
+	p.pos[join(ns, "Period")] = periodAt
 	return Window{Limit: limit, Period: time.Duration(count) * size}, nil
+}
+
+// join appends a field to a namespace; ParseWindow validates a bare
+// Window, whose fields have no prefix.
+func join(ns, field string) string {
+	if ns == "" {
+		return field
+	}
+	return ns + "." + field
 }
 
 func countOr1(s string) string {

@@ -1,0 +1,304 @@
+package rules
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+)
+
+const (
+	ms  = time.Millisecond
+	sec = time.Second
+	mn  = time.Minute
+	hr  = time.Hour
+	day = 24 * time.Hour
+)
+
+func lim(k Kind, name string, ws ...Window) Limiter {
+	return Limiter{Kind: k, Name: name, Windows: ws}
+}
+
+func win(limit int64, p time.Duration) Window { return Window{Limit: limit, Period: p} }
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want Group
+	}{
+		{"ip:5/s,100/min", Group{Limiters: []Limiter{lim(IP, "", win(5, sec), win(100, mn))}}},
+		{"user:10/min,200/d; ip:30/min; global:1000/h", Group{Limiters: []Limiter{
+			lim(User, "", win(10, mn), win(200, day)),
+			lim(IP, "", win(30, mn)),
+			lim(Global, "", win(1000, hr)),
+		}}},
+		{"ip:10/30s", Group{Limiters: []Limiter{lim(IP, "", win(10, 30*sec))}}},
+		{"ip:50/500ms", Group{Limiters: []Limiter{lim(IP, "", win(50, 500*ms))}}},
+		{"ip:3/1h", Group{Limiters: []Limiter{lim(IP, "", win(3, hr))}}},
+		{"ip:2/d", Group{Limiters: []Limiter{lim(IP, "", win(2, day))}}},
+		{"ip:5/s", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}}},
+		{"ip:1/sec,2/m,3/2min,4/hour,5/day,6/7ms", Group{Limiters: []Limiter{lim(IP, "",
+			win(1, sec), win(2, mn), win(3, 2*mn), win(4, hr), win(5, day), win(6, 7*ms))}}},
+		{"ip:1/2sec,2/3m,4/5hour,6/7day", Group{Limiters: []Limiter{lim(IP, "",
+			win(1, 2*sec), win(2, 3*mn), win(4, 5*hr), win(6, 7*day))}}},
+		{"ip:100000/30d,1/1ms", Group{Limiters: []Limiter{lim(IP, "", win(100000, 30*day), win(1, ms))}}},
+		{"ip:007/0010s", Group{Limiters: []Limiter{lim(IP, "", win(7, 10*sec))}}},
+		{"header(x-api-key):5/s", Group{Limiters: []Limiter{lim(Header, "X-Api-Key", win(5, sec))}}},
+		{"header(X-API-Key):5/s", Group{Limiters: []Limiter{lim(Header, "X-Api-Key", win(5, sec))}}},
+		{"header(X&y~1):5/s", Group{Limiters: []Limiter{lim(Header, "X&y~1", win(5, sec))}}},
+		{"param(id):5/s", Group{Limiters: []Limiter{lim(Param, "id", win(5, sec))}}},
+		{"param(_file2):5/s", Group{Limiters: []Limiter{lim(Param, "_file2", win(5, sec))}}},
+		{"key(tenant.id-1_x):5/s", Group{Limiters: []Limiter{lim(Key, "tenant.id-1_x", win(5, sec))}}},
+		{"exempt:superadmin", Group{Exempt: []string{"superadmin"}}},
+		{"ip:5/s; exempt:superadmin,ops", Group{
+			Limiters: []Limiter{lim(IP, "", win(5, sec))},
+			Exempt:   []string{"superadmin", "ops"},
+		}},
+		{"ip:5/s; exempt:a; exempt:b,c", Group{
+			Limiters: []Limiter{lim(IP, "", win(5, sec))},
+			Exempt:   []string{"a", "b", "c"},
+		}},
+		{"role(admin)=ip:30/min", Group{Overrides: []Override{
+			{Role: "admin", Limiters: []Limiter{lim(IP, "", win(30, mn))}},
+		}}},
+		{"role(admin)=ip:30/min & global:1000/h", Group{Overrides: []Override{
+			{Role: "admin", Limiters: []Limiter{lim(IP, "", win(30, mn)), lim(Global, "", win(1000, hr))}},
+		}}},
+		{"ip:5/s; role(admin)=ip:30/min,600/h & header(x-k):9/s; role(bot.v2)=key(k):1/s", Group{
+			Limiters: []Limiter{lim(IP, "", win(5, sec))},
+			Overrides: []Override{
+				{Role: "admin", Limiters: []Limiter{lim(IP, "", win(30, mn), win(600, hr)), lim(Header, "X-K", win(9, sec))}},
+				{Role: "bot.v2", Limiters: []Limiter{lim(Key, "k", win(1, sec))}},
+			},
+		}},
+		{"ip:5/s; scope:downloads", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Scope: "downloads"}},
+		{"ip:5/s; mode:shadow", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Mode: Shadow}},
+		{"ip:5/s; mode:enforce", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}}},
+		{"ip:5/s; fail:open", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Fail: FailOpen}},
+		{"ip:5/s; fail:closed", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Fail: FailClosed}},
+		{"ip:5/s; fail:local", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Fail: FailLocal}},
+		{"ip:5/s;", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}}},
+		{"\t ip : 5 / 30 s , 10 / min ; role ( a ) = ip : 1 / s & header ( x ) : 2 / s ; exempt : b , c ; scope : d ; mode : shadow ; fail : open ; \t", Group{
+			Limiters:  []Limiter{lim(IP, "", win(5, 30*sec), win(10, mn))},
+			Overrides: []Override{{Role: "a", Limiters: []Limiter{lim(IP, "", win(1, sec)), lim(Header, "X", win(2, sec))}}},
+			Exempt:    []string{"b", "c"},
+			Scope:     "d",
+			Mode:      Shadow,
+			Fail:      FailOpen,
+		}},
+		{"fail:local; mode:shadow; scope:s; exempt:e; role(r)=user:1/s; ip:2/s", Group{
+			Limiters:  []Limiter{lim(IP, "", win(2, sec))},
+			Overrides: []Override{{Role: "r", Limiters: []Limiter{lim(User, "", win(1, sec))}}},
+			Exempt:    []string{"e"},
+			Scope:     "s",
+			Mode:      Shadow,
+			Fail:      FailLocal,
+		}},
+		{"user:1/s; ip:1/s; header(a):1/s; header(b):1/s; param(a):1/s; key(a):1/s; global:1/s", Group{Limiters: []Limiter{
+			lim(User, "", win(1, sec)), lim(IP, "", win(1, sec)), lim(Header, "A", win(1, sec)),
+			lim(Header, "B", win(1, sec)), lim(Param, "a", win(1, sec)), lim(Key, "a", win(1, sec)),
+			lim(Global, "", win(1, sec)),
+		}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := Parse(tt.in)
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tt.in, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("Parse(%q)\n got %#v\nwant %#v", tt.in, got, tt.want)
+			}
+			if g := MustParse(tt.in); !reflect.DeepEqual(g, got) {
+				t.Errorf("MustParse(%q) = %#v, Parse gave %#v", tt.in, g, got)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		cat  error
+		want string
+	}{
+		// Empty input and statements.
+		{"", ErrSyntax, `rules: "": empty rule group at offset 0`},
+		{" \t", ErrSyntax, `rules: " \t": empty rule group at offset 2`},
+		{";", ErrSyntax, `rules: ";": empty statement at offset 0`},
+		{"ip:5/s;;", ErrSyntax, `rules: "ip:5/s;;": empty statement at offset 7`},
+		{"ip:5/s; ;", ErrSyntax, `rules: "ip:5/s; ;": empty statement at offset 8`},
+		{";ip:5/s", ErrSyntax, `rules: ";ip:5/s": empty statement at offset 0`},
+
+		// Windows.
+		{"ip:5/fortnight", ErrSyntax, `rules: "ip:5/fortnight": unknown unit "fortnight" at offset 5`},
+		{"ip:5/S", ErrSyntax, `rules: "ip:5/S": unknown unit "S" at offset 5`},
+		{"ip:5/mins", ErrSyntax, `rules: "ip:5/mins": unknown unit "mins" at offset 5`},
+		{"ip:/s", ErrSyntax, `rules: "ip:/s": expected a limit, found "/" at offset 3`},
+		{"ip:", ErrSyntax, `rules: "ip:": expected a limit, found end of input at offset 3`},
+		{"ip:-1/s", ErrSyntax, `rules: "ip:-1/s": expected a limit, found "-" at offset 3`},
+		{"ip:5", ErrSyntax, `rules: "ip:5": expected "/" after the limit, found end of input at offset 4`},
+		{"ip:5/", ErrSyntax, `rules: "ip:5/": expected a unit, found end of input at offset 5`},
+		{"ip:5/30", ErrSyntax, `rules: "ip:5/30": expected a unit, found end of input at offset 7`},
+		{"ip:5/s,", ErrSyntax, `rules: "ip:5/s,": expected a limit, found end of input at offset 7`},
+		{"ip:5/s,,6/min", ErrSyntax, `rules: "ip:5/s,,6/min": expected a limit, found "," at offset 7`},
+		{"ip:1.5/s", ErrSyntax, `rules: "ip:1.5/s": expected "/" after the limit, found "." at offset 4`},
+		{"ip:0/s", ErrInvalid, `rules: "ip:0/s": limit 0 is below 1 at offset 3`},
+		{"ip:100001/s", ErrInvalid, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"ip:99999999999999999999/s", ErrInvalid, `rules: "ip:99999999999999999999/s": limit 99999999999999999999 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"ip:1/0ms", ErrInvalid, `rules: "ip:1/0ms": period 0s is below 1ms at offset 5`},
+		{"ip:1/0d", ErrInvalid, `rules: "ip:1/0d": period 0s is below 1ms at offset 5`},
+		{"ip:1/500us", ErrInvalid, `rules: "ip:1/500us": period 500us is below 1ms at offset 5`},
+		{"ip:1/500µs", ErrInvalid, `rules: "ip:1/500µs": period 500µs is below 1ms at offset 5`},
+		{"ip:1/us", ErrInvalid, `rules: "ip:1/us": period 1us is below 1ms at offset 5`},
+		{"ip:1/1ns", ErrInvalid, `rules: "ip:1/1ns": period 1ns is below 1ms at offset 5`},
+		{"ip:1/2000us", ErrSyntax, `rules: "ip:1/2000us": unsupported unit "us"; periods are whole milliseconds at offset 9`},
+		{"ip:1/31d", ErrInvalid, `rules: "ip:1/31d": period 31d is above 30d at offset 5`},
+		{"ip:1/721h", ErrInvalid, `rules: "ip:1/721h": period 721h is above 30d at offset 5`},
+		{"ip:1/99999999999999999999d", ErrInvalid, `rules: "ip:1/99999999999999999999d": period 99999999999999999999d is above 30d at offset 5`},
+		{"ip:1/9999999999999999ms", ErrInvalid, `rules: "ip:1/9999999999999999ms": period 9999999999999999ms is above 30d at offset 5`},
+		{"ip:1/106752d", ErrInvalid, `rules: "ip:1/106752d": period 106752d is above 30d at offset 5`},
+		{"ip:5/s,6/1s", ErrInvalid, `rules: "ip:5/s,6/1s": duplicate period 1s in limiter ip at offset 7`},
+		{"ip:5/min,6/60s", ErrInvalid, `rules: "ip:5/min,6/60s": duplicate period 1min in limiter ip at offset 9`},
+
+		// Limiters.
+		{"ip:5/s; ip:6/min", ErrInvalid, `rules: "ip:5/s; ip:6/min": duplicate limiter ip; put all its windows in one limiter at offset 8`},
+		{"header(x-a):1/s; header(X-A):2/s", ErrInvalid, `rules: "header(x-a):1/s; header(X-A):2/s": duplicate limiter header(X-A); put all its windows in one limiter at offset 17`},
+		{"role(a)=ip:1/s & ip:2/s", ErrInvalid, `rules: "role(a)=ip:1/s & ip:2/s": duplicate limiter ip; put all its windows in one limiter at offset 17`},
+		{"header:5/s", ErrInvalid, `rules: "header:5/s": kind header needs a name, as in header(name) at offset 0`},
+		{"param:5/s", ErrInvalid, `rules: "param:5/s": kind param needs a name, as in param(name) at offset 0`},
+		{"key:1/s", ErrInvalid, `rules: "key:1/s": kind key needs a name, as in key(name) at offset 0`},
+		{"ip(x):5/s", ErrInvalid, `rules: "ip(x):5/s": kind ip takes no name at offset 3`},
+		{"user(x):5/s", ErrInvalid, `rules: "user(x):5/s": kind user takes no name at offset 5`},
+		{"global(x):1/s", ErrInvalid, `rules: "global(x):1/s": kind global takes no name at offset 7`},
+		{"header():5/s", ErrSyntax, `rules: "header():5/s": expected a name after "header(", found ")" at offset 7`},
+		{"header(a:5/s", ErrSyntax, `rules: "header(a:5/s": expected ")" after the name, found ":" at offset 8`},
+		{"header(a b):5/s", ErrSyntax, `rules: "header(a b):5/s": expected ")" after the name, found "b" at offset 9`},
+		{"header(a/b):5/s", ErrInvalid, `rules: "header(a/b):5/s": invalid header name "a/b"; want RFC 9110 token characters at offset 7`},
+		{"param(1x):5/s", ErrInvalid, `rules: "param(1x):5/s": invalid param name "1x"; want a Go identifier, as in a ServeMux wildcard at offset 6`},
+		{"param(a-b):5/s", ErrInvalid, `rules: "param(a-b):5/s": invalid param name "a-b"; want a Go identifier, as in a ServeMux wildcard at offset 6`},
+		{"key(a/b):1/s", ErrInvalid, `rules: "key(a/b):1/s": invalid key name "a/b"; want letters, digits, "_", "-" or "." at offset 4`},
+		{"foo:5/s", ErrSyntax, `rules: "foo:5/s": unknown kind or keyword "foo" at offset 0`},
+		{"IP:5/s", ErrSyntax, `rules: "IP:5/s": unknown kind or keyword "IP" at offset 0`},
+		{"ip5/s", ErrSyntax, `rules: "ip5/s": unknown kind or keyword "ip5" at offset 0`},
+		{":5/s", ErrSyntax, `rules: ":5/s": expected a limiter kind or keyword, found ":" at offset 0`},
+		{"ip", ErrSyntax, `rules: "ip": expected ":" after "ip", found end of input at offset 2`},
+		{"ip 5/s", ErrSyntax, `rules: "ip 5/s": expected ":" after "ip", found "5" at offset 3`},
+		{"ip:5/s x", ErrSyntax, `rules: "ip:5/s x": expected "," or ";", found "x" at offset 7`},
+		{"ip:5/s\n", ErrSyntax, `rules: "ip:5/s\n": expected "," or ";", found "\n" at offset 6`},
+		{"ip:5/s; \xff", ErrSyntax, `rules: "ip:5/s; \xff": expected a limiter kind or keyword, found "\xff" at offset 8`},
+
+		// Overrides.
+		{"role(a b)=ip:1/s", ErrSyntax, `rules: "role(a b)=ip:1/s": expected ")" after the role name, found "b" at offset 7`},
+		{"role(a/b)=ip:1/s", ErrInvalid, `rules: "role(a/b)=ip:1/s": invalid role name "a/b"; want letters, digits, "_", "-" or "." at offset 5`},
+		{"role(Ädmin)=ip:1/s", ErrInvalid, `rules: "role(Ädmin)=ip:1/s": invalid role name "Ädmin"; want letters, digits, "_", "-" or "." at offset 5`},
+		{"role()=ip:1/s", ErrSyntax, `rules: "role()=ip:1/s": expected a role name, found ")" at offset 5`},
+		{"role a=ip:1/s", ErrSyntax, `rules: "role a=ip:1/s": expected "(" after "role", found "a" at offset 5`},
+		{"role(a)", ErrSyntax, `rules: "role(a)": expected "=" after "role(a)", found end of input at offset 7`},
+		{"role(a)=", ErrSyntax, `rules: "role(a)=": override for role "a" has no limiters at offset 8`},
+		{"role(a)= ; ip:1/s", ErrSyntax, `rules: "role(a)= ; ip:1/s": override for role "a" has no limiters at offset 9`},
+		{"role(a)=ip:1/s &", ErrSyntax, `rules: "role(a)=ip:1/s &": expected a limiter kind, found end of input at offset 16`},
+		{"role(a)=scope:x", ErrSyntax, `rules: "role(a)=scope:x": unknown kind "scope" at offset 8`},
+		{"role(a)=ip:1/s x", ErrSyntax, `rules: "role(a)=ip:1/s x": expected ",", "&" or ";", found "x" at offset 15`},
+		{"role(a)=ip:1/s; role(a)=user:1/s", ErrInvalid, `rules: "role(a)=ip:1/s; role(a)=user:1/s": duplicate override for role "a" at offset 21`},
+
+		// Exempt.
+		{"exempt:", ErrSyntax, `rules: "exempt:": expected a role name, found end of input at offset 7`},
+		{"exempt:a,", ErrSyntax, `rules: "exempt:a,": expected a role name, found end of input at offset 9`},
+		{"exempt a", ErrSyntax, `rules: "exempt a": expected ":" after "exempt", found "a" at offset 7`},
+		{"exempt:a,a", ErrInvalid, `rules: "exempt:a,a": duplicate exempt role "a" at offset 9`},
+		{"exempt:a; exempt:a", ErrInvalid, `rules: "exempt:a; exempt:a": duplicate exempt role "a" at offset 17`},
+		{"exempt:a/b", ErrInvalid, `rules: "exempt:a/b": invalid role name "a/b"; want letters, digits, "_", "-" or "." at offset 7`},
+		{"exempt:a; role(a)=ip:1/s", ErrInvalid, `rules: "exempt:a; role(a)=ip:1/s": role "a" is both exempt and overridden at offset 7`},
+
+		// Scope, mode, fail.
+		{"scope:", ErrSyntax, `rules: "scope:": expected a scope name, found end of input at offset 6`},
+		{"ip:1/s; scope:a; scope:b", ErrInvalid, `rules: "ip:1/s; scope:a; scope:b": duplicate scope statement at offset 17`},
+		{"ip:1/s; scope:a; scope:a", ErrInvalid, `rules: "ip:1/s; scope:a; scope:a": duplicate scope statement at offset 17`},
+		{"ip:1/s; scope:a/b", ErrInvalid, `rules: "ip:1/s; scope:a/b": invalid scope name "a/b"; want letters, digits, "_", "-" or "." at offset 14`},
+		{"scope:a", ErrInvalid, `rules: "scope:a": rule group has no limiters at offset 0`},
+		{"scope:a/b", ErrInvalid, `rules: "scope:a/b": invalid scope name "a/b"; want letters, digits, "_", "-" or "." at offset 6`},
+		{"mode:shadow", ErrInvalid, `rules: "mode:shadow": rule group has no limiters at offset 0`},
+		{"ip:1/s; mode:loud", ErrSyntax, `rules: "ip:1/s; mode:loud": unknown mode "loud"; want enforce or shadow at offset 13`},
+		{"ip:1/s; mode:", ErrSyntax, `rules: "ip:1/s; mode:": expected a mode after "mode:", found end of input at offset 13`},
+		{"ip:1/s; mode:shadow; mode:enforce", ErrInvalid, `rules: "ip:1/s; mode:shadow; mode:enforce": duplicate mode statement at offset 21`},
+		{"ip:1/s; mode:enforce; mode:enforce", ErrInvalid, `rules: "ip:1/s; mode:enforce; mode:enforce": duplicate mode statement at offset 22`},
+		{"ip:1/s; fail:maybe", ErrSyntax, `rules: "ip:1/s; fail:maybe": unknown fail mode "maybe"; want open, closed or local at offset 13`},
+		{"ip:1/s; fail:", ErrSyntax, `rules: "ip:1/s; fail:": expected a fail mode after "fail:", found end of input at offset 13`},
+		{"ip:1/s; fail:open; fail:closed", ErrInvalid, `rules: "ip:1/s; fail:open; fail:closed": duplicate fail statement at offset 19`},
+		{"ip:1/s; fail:open x", ErrSyntax, `rules: "ip:1/s; fail:open x": expected ";", found "x" at offset 18`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			g, err := Parse(tt.in)
+			if err == nil {
+				t.Fatalf("Parse(%q) = %v, want error", tt.in, g)
+			}
+			if got := err.Error(); got != tt.want {
+				t.Errorf("Parse(%q) error\n got %s\nwant %s", tt.in, got, tt.want)
+			}
+			if !errors.Is(err, tt.cat) {
+				t.Errorf("Parse(%q) error %v does not wrap %v", tt.in, err, tt.cat)
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse(%q) error is %T, want *Error", tt.in, err)
+			}
+			if e.Input != tt.in || e.Offset < 0 || e.Offset > len(tt.in) {
+				t.Errorf("Parse(%q): Input %q, Offset %d", tt.in, e.Input, e.Offset)
+			}
+			if !reflect.DeepEqual(g, Group{}) {
+				t.Errorf("Parse(%q) returned non-zero group %#v with error", tt.in, g)
+			}
+		})
+	}
+}
+
+func TestMustParsePanics(t *testing.T) {
+	t.Parallel()
+	defer func() {
+		r := recover()
+		err, ok := r.(error)
+		if !ok || err.Error() != `rules: "ip:0/s": limit 0 is below 1 at offset 3` {
+			t.Errorf("MustParse panicked with %v", r)
+		}
+	}()
+	MustParse("ip:0/s")
+	t.Error("MustParse did not panic")
+}
+
+func TestParseWindow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want Window
+		err  string
+	}{
+		{in: "10/30s", want: win(10, 30*sec)},
+		{in: " 5 / s ", want: win(5, sec)},
+		{in: "3/fortnight", err: `rules: "3/fortnight": unknown unit "fortnight" at offset 2`},
+		{in: "0/s", err: `rules: "0/s": limit 0 is below 1 at offset 0`},
+		{in: "1/31d", err: `rules: "1/31d": period 31d is above 30d at offset 2`},
+		{in: "1/s,2/min", err: `rules: "1/s,2/min": expected end of window, found "," at offset 3`},
+		{in: "", err: `rules: "": expected a limit, found end of input at offset 0`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseWindow(tt.in)
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("ParseWindow(%q) = %v, %v; want error %s", tt.in, got, err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseWindow(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
