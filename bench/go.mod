@@ -1,0 +1,22 @@
+module github.com/slidelimit/slidelimit/bench
+
+go 1.26.8
+
+replace github.com/slidelimit/slidelimit => ../
+
+require (
+	github.com/go-chi/httprate v0.15.0
+	github.com/go-chi/httprate-redis v0.7.0
+	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/ulule/limiter/v3 v3.11.2
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/zeebo/xxh3 v1.1.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -1,0 +1,466 @@
+// Command bench compares slidelimit with other Redis rate limiters for Go
+// on this machine.
+//
+// It starts its own redis-server on a free loopback port (no persistence, a
+// temporary directory), runs every selected case against it with FLUSHALL
+// between cases, prints a markdown table of the results to standard output
+// and stops the server, also on Ctrl-C or a panic. Progress goes to
+// standard error. See README.md for the flags and the meaning of each
+// column.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// benchCase is one workload.
+type benchCase struct {
+	// Name identifies the case in the table and for -cases.
+	Name string
+	// Keys is the number of distinct subjects the callers cycle through.
+	Keys int
+	// Deny makes the limit tiny: the first decision (made before the
+	// warm-up) fills it and every measured decision is a denial.
+	Deny bool
+}
+
+func cases(keys int) []benchCase {
+	return []benchCase{
+		{Name: "allow-hot", Keys: 1},
+		{Name: fmt.Sprintf("allow-%dkeys", keys), Keys: keys},
+		{Name: "deny-hot", Keys: 1, Deny: true},
+	}
+}
+
+// allLibraries returns every library under test, slidelimit first.
+func allLibraries() []library {
+	return append(append([]library(nil), slidelimitLibraries...), peerLibraries...)
+}
+
+type options struct {
+	duration    time.Duration
+	warmup      time.Duration
+	callers     []int
+	keys        int
+	filter      *regexp.Regexp
+	redisServer string
+	poolSize    int
+}
+
+// result is the measurement of one library on one case with one number of
+// callers.
+type result struct {
+	Lib, Case string
+	Callers   int
+	Config    string
+
+	Decisions, Allowed, Errors uint64
+	FirstErr                   error
+	Elapsed                    time.Duration
+	P50, P99                   time.Duration
+	AllocsPerDecision          float64
+	RedisKeys, RedisBytes      int64
+	// Subjects is the number of distinct keys the callers used.
+	Subjects int
+}
+
+var (
+	cleanupMu  sync.Mutex
+	cleanupFns []func()
+)
+
+// atCleanup registers f to run at exit, on Ctrl-C and on a panic in any
+// goroutine of the benchmark.
+func atCleanup(f func()) {
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	cleanupFns = append(cleanupFns, f)
+}
+
+func cleanup() {
+	cleanupMu.Lock()
+	fns := cleanupFns
+	cleanupFns = nil
+	cleanupMu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// crashGuard runs the cleanup functions before a panic ends the process. It
+// must be deferred at the top of every goroutine the benchmark starts.
+func crashGuard() {
+	if r := recover(); r != nil {
+		cleanup()
+		panic(r)
+	}
+}
+
+func fatalf(format string, args ...any) {
+	cleanup()
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func main() {
+	defer crashGuard()
+	var (
+		o        options
+		callers  = flag.String("callers", "1,8,64", "comma-separated numbers of concurrent caller goroutines")
+		casesExp = flag.String("cases", "", "run only the runs whose \"library:case\" matches this regular expression (e.g. 'slidelimit.*:allow-hot', ':deny')")
+	)
+	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per run (one library, case and number of callers)")
+	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	flag.IntVar(&o.keys, "keys", 10_000, "number of distinct keys of the many-keys case")
+	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
+	flag.Parse()
+
+	for _, f := range strings.Split(*callers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fatalf("bad -callers %q", *callers)
+		}
+		o.callers = append(o.callers, n)
+		o.poolSize = max(o.poolSize, n)
+	}
+	o.poolSize = max(o.poolSize, 10)
+	if o.keys < 1 {
+		fatalf("-keys must be at least 1")
+	}
+	var err error
+	if o.filter, err = regexp.Compile(*casesExp); err != nil {
+		fatalf("bad -cases: %v", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	srv, err := startRedis(o.redisServer)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	atCleanup(srv.Stop)
+	defer cleanup()
+	fmt.Fprintf(os.Stderr, "bench: redis-server %s on %s\n", srv.Version, srv.Addr)
+
+	var results []result
+	for _, c := range cases(o.keys) {
+		for _, n := range o.callers {
+			for _, lib := range allLibraries() {
+				if !o.filter.MatchString(lib.Name + ":" + c.Name) {
+					continue
+				}
+				if ctx.Err() != nil {
+					break
+				}
+				fmt.Fprintf(os.Stderr, "bench: %s %s callers=%d ... ", lib.Name, c.Name, n)
+				r, err := runOne(ctx, srv.Addr, o, lib, c, n)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "error: %v\n", err)
+					r = result{Lib: lib.Name, Case: c.Name, Callers: n, FirstErr: err}
+				} else {
+					fmt.Fprintf(os.Stderr, "%.0f decisions/s\n", r.rate())
+				}
+				results = append(results, r)
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "bench: interrupted; printing what was measured")
+	}
+	printReport(os.Stdout, srv.Version, o, results)
+}
+
+// newClient returns the go-redis client every library gets: the same
+// options for all, with a pool large enough for every caller to hold a
+// connection.
+func newClient(addr string, poolSize int) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:     addr,
+		PoolSize: poolSize,
+	})
+}
+
+// worker is the state of one caller goroutine.
+type worker struct {
+	decide                     decideFunc
+	next                       int // index of the next key
+	decisions, allowed, errors uint64
+	firstErr                   error
+	lat                        hist
+}
+
+func runOne(ctx context.Context, addr string, o options, lib library, c benchCase, callers int) (result, error) {
+	r := result{Lib: lib.Name, Case: c.Name, Callers: callers}
+	rdb := newClient(addr, o.poolSize)
+	defer rdb.Close()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		return r, fmt.Errorf("FLUSHALL: %w", err)
+	}
+	setup, err := lib.Setup(ctx, rdb, c)
+	if err != nil {
+		return r, fmt.Errorf("setup: %w", err)
+	}
+	defer setup.Close()
+	r.Config = setup.Config
+
+	keys := make([]string, c.Keys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%06d", i)
+	}
+	touched := make([]atomic.Bool, c.Keys)
+	workers := make([]*worker, callers)
+	for i := range workers {
+		// Callers start at different keys and then go round-robin.
+		workers[i] = &worker{decide: setup.NewCaller(), next: i * 7919 % c.Keys}
+	}
+
+	if c.Deny {
+		// Fill the tiny limit, and check that it now denies.
+		for i, want := range []bool{true, false} {
+			ok, err := workers[0].decide(ctx, keys[0])
+			if err != nil {
+				return r, fmt.Errorf("pre-fill: %w", err)
+			}
+			if ok != want {
+				return r, fmt.Errorf("pre-fill: decision %d allowed=%v, want %v", i+1, ok, want)
+			}
+		}
+	}
+
+	if o.warmup > 0 {
+		if err := phase(ctx, workers, keys, touched, o.warmup); err != nil {
+			return r, err
+		}
+		for _, w := range workers {
+			w.decisions, w.allowed, w.errors, w.firstErr = 0, 0, 0, nil
+			w.lat = hist{}
+		}
+	}
+
+	runtime.GC()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	start := time.Now()
+	err = phase(ctx, workers, keys, touched, o.duration)
+	r.Elapsed = time.Since(start)
+	runtime.ReadMemStats(&m1)
+	if err != nil {
+		return r, err
+	}
+
+	var all hist
+	for _, w := range workers {
+		r.Decisions += w.decisions
+		r.Allowed += w.allowed
+		r.Errors += w.errors
+		if r.FirstErr == nil {
+			r.FirstErr = w.firstErr
+		}
+		all.merge(&w.lat)
+	}
+	r.P50, r.P99 = all.quantile(0.50), all.quantile(0.99)
+	if r.Decisions > 0 {
+		r.AllocsPerDecision = float64(m1.Mallocs-m0.Mallocs) / float64(r.Decisions)
+	}
+	for i := range touched {
+		if touched[i].Load() {
+			r.Subjects++
+		}
+	}
+	if r.RedisKeys, r.RedisBytes, err = keyMemory(ctx, rdb); err != nil {
+		return r, fmt.Errorf("memory usage: %w", err)
+	}
+	return r, nil
+}
+
+// phase runs every worker for d (or until ctx is done) and waits for them.
+func phase(ctx context.Context, workers []*worker, keys []string, touched []atomic.Bool, d time.Duration) error {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer crashGuard()
+			for !stop.Load() {
+				key := keys[w.next]
+				if !touched[w.next].Load() {
+					touched[w.next].Store(true)
+				}
+				if w.next++; w.next == len(keys) {
+					w.next = 0
+				}
+				t0 := time.Now()
+				ok, err := w.decide(ctx, key)
+				w.lat.record(time.Since(t0))
+				w.decisions++
+				switch {
+				case err != nil:
+					w.errors++
+					if w.firstErr == nil {
+						w.firstErr = err
+					}
+				case ok:
+					w.allowed++
+				}
+			}
+		}()
+	}
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+	stop.Store(true)
+	wg.Wait()
+	return ctx.Err()
+}
+
+func (r result) rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Decisions) / r.Elapsed.Seconds()
+}
+
+func printReport(w io.Writer, redisVersion string, o options, results []result) {
+	fmt.Fprintf(w, "Machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s, redis-server %s (own process on loopback, no persistence), shared by client and server.\n\n",
+		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisVersion)
+	fmt.Fprintf(w, "Modules: %s.\n\n", moduleVersions())
+	fmt.Fprintf(w, "Each run: %v warm-up, then %v measured; FLUSHALL before each run; one go-redis client per run (PoolSize %d).\n\n",
+		o.warmup, o.duration, o.poolSize)
+
+	fmt.Fprintln(w, "| library | case | callers | decisions/s | allowed | p50 | p99 | allocs/decision | Redis B/subject | Redis keys |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var notes []string
+	for _, r := range results {
+		if r.Decisions == 0 {
+			fmt.Fprintf(w, "| %s | %s | %d | error | | | | | | |\n", r.Lib, r.Case, r.Callers)
+			notes = append(notes, fmt.Sprintf("%s %s callers=%d: %v", r.Lib, r.Case, r.Callers, r.FirstErr))
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n",
+			r.Lib, r.Case, r.Callers, fmtRate(r.rate()),
+			fmtPct(r.Allowed, r.Decisions), fmtDur(r.P50), fmtDur(r.P99), r.AllocsPerDecision,
+			fmtBytes(float64(r.RedisBytes)/float64(max(r.Subjects, 1))), r.RedisKeys)
+		if r.Errors > 0 {
+			notes = append(notes, fmt.Sprintf("%s %s callers=%d: %d errors of %d decisions, first: %v",
+				r.Lib, r.Case, r.Callers, r.Errors, r.Decisions, r.FirstErr))
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Limits used:")
+	fmt.Fprintln(w)
+	seen := map[string]bool{}
+	for _, r := range results {
+		k := r.Lib + " " + r.Case + ": " + r.Config
+		if r.Config == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		fmt.Fprintf(w, "- %s\n", k)
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Errors:")
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintf(w, "- %s\n", n)
+		}
+	}
+}
+
+func fmtRate(r float64) string {
+	if r >= 1000 {
+		return fmt.Sprintf("%.1fk", r/1000)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func fmtPct(n, of uint64) string {
+	switch n {
+	case 0:
+		return "0%"
+	case of:
+		return "100%"
+	}
+	return fmt.Sprintf("%.2f%%", 100*float64(n)/float64(of))
+}
+
+func fmtDur(d time.Duration) string {
+	if d < time.Millisecond {
+		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	}
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+func fmtBytes(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MB", b/(1<<20))
+	case b >= 10<<10:
+		return fmt.Sprintf("%.0f kB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f", b)
+}
+
+// cpuModel returns the first "model name" of /proc/cpuinfo.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+// moduleVersions lists the versions of the Redis client and of the
+// libraries under test, as built into this binary.
+func moduleVersions() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	want := map[string]bool{
+		"github.com/redis/go-redis/v9":       true,
+		"github.com/go-redis/redis_rate/v10": true,
+		"github.com/ulule/limiter/v3":        true,
+		"github.com/go-chi/httprate":         true,
+		"github.com/go-chi/httprate-redis":   true,
+		"github.com/slidelimit/slidelimit":   true,
+	}
+	var out []string
+	for _, d := range bi.Deps {
+		if want[d.Path] {
+			v := d.Version
+			if d.Replace != nil {
+				v = "local " + d.Replace.Path
+			}
+			out = append(out, d.Path+" "+v)
+		}
+	}
+	return strings.Join(out, ", ")
+}
