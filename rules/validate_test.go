@@ -1,0 +1,101 @@
+package rules
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ip := func(ws ...Window) Limiter { return Limiter{Kind: IP, Windows: ws} }
+	one := []Window{win(1, sec)}
+	tests := []struct {
+		name string
+		g    Group
+		want string // empty for a valid group
+	}{
+		{"limiter", Group{Limiters: []Limiter{ip(win(5, sec))}}, ""},
+		{"only exempt", Group{Exempt: []string{"a"}}, ""},
+		{"only override", Group{Overrides: []Override{{Role: "a", Limiters: []Limiter{ip(one...)}}}}, ""},
+		{"non-canonical header", Group{Limiters: []Limiter{{Kind: Header, Name: "x-a", Windows: one}}}, ""},
+		{"empty slices", Group{Limiters: []Limiter{ip(one...)}, Overrides: []Override{}, Exempt: []string{}}, ""},
+		{"zero", Group{}, `rules: "": rule group has no limiters at offset 0`},
+		{"no kind", Group{Limiters: []Limiter{{Windows: one}}}, `rules: ":1/s": missing limiter kind at offset 0`},
+		{"bad kind", Group{Limiters: []Limiter{{Kind: "foo", Windows: one}}}, `rules: "foo:1/s": unknown kind "foo" at offset 0`},
+		{"no windows", Group{Limiters: []Limiter{ip()}}, `rules: "ip:": limiter has no windows at offset 3`},
+		{"negative limit", Group{Limiters: []Limiter{ip(win(-1, sec))}}, `rules: "ip:-1/s": limit -1 is below 1 at offset 3`},
+		{"limit above max", Group{Limiters: []Limiter{ip(win(MaxLimit+1, sec))}}, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"fractional ms", Group{Limiters: []Limiter{ip(win(1, 1500*time.Microsecond))}}, `rules: "ip:1/1.5ms": period 1.5ms is not a whole number of milliseconds at offset 5`},
+		{"negative period", Group{Limiters: []Limiter{ip(win(1, -sec))}}, `rules: "ip:1/-1s": period -1s is below 1ms at offset 5`},
+		{"period above max", Group{Limiters: []Limiter{ip(win(1, MaxPeriod+ms))}}, `rules: "ip:1/2592000001ms": period 2592000001ms is above 30d at offset 5`},
+		{"bad header", Group{Limiters: []Limiter{{Kind: Header, Name: "a b", Windows: one}}}, `rules: "header(a b):1/s": invalid header name "a b"; want RFC 9110 token characters at offset 7`},
+		{"header case duplicate", Group{Limiters: []Limiter{{Kind: Header, Name: "x-a", Windows: one}, {Kind: Header, Name: "X-A", Windows: one}}}, `rules: "header(X-A):1/s; header(X-A):1/s": duplicate limiter header(X-A); put all its windows in one limiter at offset 17`},
+		{"name on ip", Group{Limiters: []Limiter{{Kind: IP, Name: "x", Windows: one}}}, `rules: "ip(x):1/s": kind ip takes no name at offset 3`},
+		{"override without limiters", Group{Overrides: []Override{{Role: "a"}}}, `rules: "role(a)=": override has no limiters at offset 8`},
+		{"override without role", Group{Overrides: []Override{{Limiters: []Limiter{ip(one...)}}}}, `rules: "role()=ip:1/s": missing role name at offset 5`},
+		{"empty exempt role", Group{Exempt: []string{""}}, `rules: "exempt:": invalid role name ""; want letters, digits, "_", "-" or "." at offset 7`},
+		{"bad mode", Group{Exempt: []string{"a"}, Mode: "loud"}, `rules: "exempt:a; mode:loud": unknown mode "loud"; want enforce or shadow at offset 15`},
+		{"bad fail", Group{Exempt: []string{"a"}, Fail: "x"}, `rules: "exempt:a; fail:x": unknown fail mode "x"; want open, closed or local at offset 15`},
+		{"bad scope", Group{Exempt: []string{"a"}, Scope: "a b"}, `rules: "exempt:a; scope:a b": invalid scope name "a b"; want letters, digits, "_", "-" or "." at offset 16`},
+		{"first of several", Group{Limiters: []Limiter{ip(win(1, sec), win(0, 0))}, Exempt: []string{"a", "a"}}, `rules: "ip:1/s,0/0s; exempt:a,a": limit 0 is below 1 at offset 7`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.g.Validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("Validate()\n got %v\nwant %s", err, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("Validate() = %v, does not wrap ErrInvalid", err)
+			}
+		})
+	}
+}
+
+// TestBoundsMatchConstants keeps the bounds written in model.go's struct
+// tags in step with MaxLimit, MinPeriod and MaxPeriod.
+func TestBoundsMatchConstants(t *testing.T) {
+	t.Parallel()
+	check := func(w Window, ok bool) {
+		t.Helper()
+		g := Group{Limiters: []Limiter{{Kind: Global, Windows: []Window{w}}}}
+		if err := g.Validate(); (err == nil) != ok {
+			t.Errorf("Validate(%v) = %v, want ok=%v", w, err, ok)
+		}
+	}
+	check(win(1, MinPeriod), true)
+	check(win(MaxLimit, MaxPeriod), true)
+	check(win(0, sec), false)
+	check(win(MaxLimit+1, sec), false)
+	check(win(1, MinPeriod-time.Nanosecond), false)
+	check(win(1, MaxPeriod+time.Millisecond), false)
+}
+
+func TestValidateConcurrent(t *testing.T) {
+	t.Parallel()
+	good := MustParse("user:10/min,200/d; ip:30/min; role(a)=global:1/s; exempt:b")
+	bad := Group{Limiters: []Limiter{{Kind: IP, Windows: []Window{win(0, sec)}}}}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 50 {
+				if err := good.Validate(); err != nil {
+					t.Error(err)
+				}
+				if err := bad.Validate(); err == nil {
+					t.Error("bad group validated")
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
