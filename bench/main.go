@@ -172,6 +172,10 @@ func main() {
 				}
 				fmt.Fprintf(os.Stderr, "bench: %s %s callers=%d ... ", lib.Name, c.Name, n)
 				r, err := runOne(ctx, srv.Addr, o, lib, c, n)
+				if ctx.Err() != nil {
+					fmt.Fprintln(os.Stderr, "interrupted")
+					break
+				}
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "error: %v\n", err)
 					r = result{Lib: lib.Name, Case: c.Name, Callers: n, FirstErr: err}
