@@ -1,0 +1,275 @@
+package rules
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+type okHandler struct{ name string }
+
+func (h *okHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(h.name)) }
+
+type goodHandlers struct {
+	Files  http.Handler     `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
+	Health http.HandlerFunc `route:"GET /healthz"`
+	Blobs  *okHandler       `route:"GET /blobs/{path...}" limit:"role(bot)=param(path):1/s; exempt:admin"`
+	Other  string
+	notes  string //nolint:unused // an untagged unexported field must be ignored
+}
+
+func TestRoutes(t *testing.T) {
+	t.Parallel()
+	files, blobs := &okHandler{"files"}, &okHandler{"blobs"}
+	h := goodHandlers{
+		Files:  files,
+		Health: func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) },
+		Blobs:  blobs,
+	}
+	for _, v := range []any{h, &h} {
+		routes, err := Routes(v)
+		if err != nil {
+			t.Fatalf("Routes(%T): %v", v, err)
+		}
+		if len(routes) != 3 {
+			t.Fatalf("Routes(%T) returned %d routes, want 3", v, len(routes))
+		}
+		want := []Route{
+			{Field: "Files", Pattern: "GET /files/{id}", Group: MustParse("param(id):10/min; ip:100/min"), Handler: files},
+			{Field: "Health", Pattern: "GET /healthz"},
+			{Field: "Blobs", Pattern: "GET /blobs/{path...}", Group: MustParse("role(bot)=param(path):1/s; exempt:admin"), Handler: blobs},
+		}
+		for i, r := range routes {
+			if r.Field != want[i].Field || r.Pattern != want[i].Pattern || !reflect.DeepEqual(r.Group, want[i].Group) {
+				t.Errorf("route %d = %+v, want %+v", i, r, want[i])
+			}
+		}
+		if routes[0].Handler != files || routes[2].Handler != blobs {
+			t.Errorf("handlers not taken from the fields: %v, %v", routes[0].Handler, routes[2].Handler)
+		}
+		rec := httptest.NewRecorder()
+		routes[1].Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+		if rec.Body.String() != "ok" {
+			t.Errorf("Health handler wrote %q", rec.Body.String())
+		}
+		if !reflect.DeepEqual(routes[1].Group, Group{}) {
+			t.Errorf("route without limit tag has group %#v, want zero", routes[1].Group)
+		}
+	}
+}
+
+type Inner struct {
+	X http.Handler `route:"GET /x" limit:"ip:1/s"`
+}
+
+type embedding struct {
+	*Inner
+	Y http.Handler `route:"GET /y"`
+}
+
+func TestRoutesEmbedded(t *testing.T) {
+	t.Parallel()
+	x, y := &okHandler{"x"}, &okHandler{"y"}
+	routes, err := Routes(embedding{Inner: &Inner{X: x}, Y: y})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routes) != 2 || routes[0].Field != "Inner.X" || routes[0].Handler != x || routes[1].Field != "Y" {
+		t.Fatalf("Routes = %+v", routes)
+	}
+	_, err = Routes(embedding{Y: y})
+	if want := "rules: rules.embedding.Inner.X: handler is unreachable through a nil embedded pointer"; err == nil || err.Error() != want {
+		t.Errorf("nil embedded pointer: got %v, want %s", err, want)
+	}
+}
+
+type badHandlers struct {
+	BadLimit   http.Handler     `route:"GET /a" limit:"ip:0/s"`
+	NotHandler string           `route:"GET /b"`
+	NilFunc    http.HandlerFunc `route:"GET /c"`
+	NilIface   http.Handler     `route:"GET /d"`
+	TypedNil   http.Handler     `route:"GET /e"`
+	EmptyRoute http.Handler     `route:""`
+	NoRoute    http.Handler     `limit:"ip:1/s"`
+	BadParam   http.Handler     `route:"GET /f/{id}/{rest...}" limit:"param(x):1/s; role(a)=param(id):1/s & param(y):2/s"`
+	BadPattern http.Handler     `route:"GET /g/{id"`
+	DupPattern http.Handler     `route:"GET /a"`
+	BadBoth    string           `route:"GET /h" limit:"ip:5/fortnight"`
+	unexported http.Handler     `route:"GET /i"`
+}
+
+func TestRoutesErrors(t *testing.T) {
+	t.Parallel()
+	h := &okHandler{"h"}
+	v := badHandlers{BadLimit: h, TypedNil: (*okHandler)(nil), EmptyRoute: h, NoRoute: h, BadParam: h, BadPattern: h, DupPattern: h, unexported: h}
+	routes, err := Routes(&v)
+	if routes != nil {
+		t.Errorf("Routes returned routes with an error: %v", routes)
+	}
+	want := []string{
+		`rules: rules.badHandlers.BadLimit: tag limit: "ip:0/s": limit 0 is below 1 at offset 3`,
+		`rules: rules.badHandlers.NotHandler: route tag on field of type string, which does not implement http.Handler`,
+		`rules: rules.badHandlers.NilFunc: handler is nil`,
+		`rules: rules.badHandlers.NilIface: handler is nil`,
+		`rules: rules.badHandlers.TypedNil: handler is a nil *rules.okHandler`,
+		`rules: rules.badHandlers.EmptyRoute: tag route: empty route tag`,
+		`rules: rules.badHandlers.NoRoute: limit tag without route tag`,
+		`rules: rules.badHandlers.BadParam: tag limit: "param(x):1/s; role(a)=param(id):1/s & param(y):2/s": param "x" is not a wildcard ({x} or {x...}) of route pattern "GET /f/{id}/{rest...}" at offset 6`,
+		`rules: rules.badHandlers.BadParam: tag limit: "param(x):1/s; role(a)=param(id):1/s & param(y):2/s": param "y" is not a wildcard ({y} or {y...}) of route pattern "GET /f/{id}/{rest...}" at offset 44`,
+		`rules: rules.badHandlers.BadPattern: tag route: "GET /g/{id": bad wildcard segment (must end with '}') at offset 7`,
+		`rules: rules.badHandlers.DupPattern: tag route: "GET /a": pattern also used by field BadLimit at offset 0`,
+		`rules: rules.badHandlers.BadBoth: route tag on field of type string, which does not implement http.Handler`,
+		`rules: rules.badHandlers.BadBoth: tag limit: "ip:5/fortnight": unknown unit "fortnight" at offset 5`,
+		`rules: rules.badHandlers.unexported: route tag on unexported field`,
+	}
+	if err == nil {
+		t.Fatal("Routes returned no error")
+	}
+	if got := strings.Split(err.Error(), "\n"); !reflect.DeepEqual(got, want) {
+		t.Errorf("Routes error:\n%s\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("error %T does not unwrap to a list", err)
+	}
+	for _, e := range joined.Unwrap() {
+		var re *Error
+		if !errors.As(e, &re) || re.Type != "rules.badHandlers" || re.Field == "" {
+			t.Errorf("%v is not an *Error naming type and field", e)
+		}
+		if !errors.Is(e, ErrInvalid) && !errors.Is(e, ErrSyntax) {
+			t.Errorf("%v has no category", e)
+		}
+	}
+}
+
+func TestRoutesPatterns(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ pattern, reason string }{
+		{"GET /a/{b", `bad wildcard segment (must end with '}') at offset 7`},
+		{"GET /a/x{b}", `bad wildcard segment (must start with '{') at offset 7`},
+		{"GET files", `host/path missing / at offset 4`},
+		{"GET /a/{x}/{x}", `duplicate wildcard name "x" at offset 11`},
+		{"GET /a/{}", `empty wildcard at offset 7`},
+		{"GET /a/{1x}", `bad wildcard name "1x" at offset 7`},
+		{"GET /{a...}/b", `{...} wildcard not at end at offset 5`},
+		{"GET /{$}/b", `{$} not at end at offset 5`},
+		{"GET /a/../b", `non-CONNECT pattern with unclean path can never match at offset 4`},
+		{"GET {h}/a", `host contains '{' (missing initial '/'?) at offset 4`},
+		{"G(T /a", `invalid method "G(T" at offset 0`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pattern, func(t *testing.T) {
+			t.Parallel()
+			typ := reflect.StructOf([]reflect.StructField{{
+				Name: "H", Type: reflect.TypeFor[http.Handler](),
+				Tag: reflect.StructTag(`route:"` + tt.pattern + `"`),
+			}})
+			_, err := Routes(reflect.New(typ).Interface())
+			want := `rules: ` + typ.String() + `.H: tag route: "` + tt.pattern + `": ` + tt.reason
+			if err == nil || err.Error() != want {
+				t.Errorf("got %v\nwant %s", err, want)
+			}
+			// Cross-check against net/http, which panics on a bad pattern.
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("ServeMux accepted %q", tt.pattern)
+					}
+				}()
+				http.NewServeMux().Handle(tt.pattern, http.NotFoundHandler())
+			}()
+		})
+	}
+	for _, ok := range []string{"/", "GET /", "example.com/", "GET example.com/a/{b}/{$}", "POST /a/{b}/{c...}", "/{ünïcode}", "CONNECT /a/../b", "GET\t/x"} {
+		typ := reflect.StructOf([]reflect.StructField{{
+			Name: "H", Type: reflect.TypeFor[http.Handler](),
+			Tag: reflect.StructTag(`route:"` + ok + `"`),
+		}})
+		v := reflect.New(typ)
+		v.Elem().Field(0).Set(reflect.ValueOf(http.NotFoundHandler()))
+		if _, err := Routes(v.Interface()); err != nil {
+			t.Errorf("pattern %q: %v", ok, err)
+		}
+	}
+}
+
+func TestRoutesNotStruct(t *testing.T) {
+	t.Parallel()
+	var nilHandlers *goodHandlers
+	h := &goodHandlers{}
+	tests := []struct {
+		v    any
+		want string
+	}{
+		{nil, "rules: routes needs a struct or a pointer to a struct, got nil"},
+		{nilHandlers, "rules: rules.goodHandlers: nil pointer to struct"},
+		{42, "rules: routes needs a struct or a pointer to a struct, got int"},
+		{&h, "rules: routes needs a struct or a pointer to a struct, got **rules.goodHandlers"},
+		{[]goodHandlers{}, "rules: routes needs a struct or a pointer to a struct, got []rules.goodHandlers"},
+		{struct{}{}, ""},
+	}
+	for _, tt := range tests {
+		routes, err := Routes(tt.v)
+		if tt.want == "" {
+			if err != nil || routes != nil {
+				t.Errorf("Routes(%T) = %v, %v; want nil, nil", tt.v, routes, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("Routes(%T) error = %v, want %s", tt.v, err, tt.want)
+		}
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Routes(%T) error %v is not ErrInvalid", tt.v, err)
+		}
+	}
+}
+
+// TestRoutesValuesPerCall checks that the cache holds what the type says and
+// not the handler values, which may differ between calls.
+func TestRoutesValuesPerCall(t *testing.T) {
+	t.Parallel()
+	type handlers struct {
+		A http.Handler `route:"GET /a" limit:"ip:1/s"`
+	}
+	a1, a2 := &okHandler{"1"}, &okHandler{"2"}
+	for _, h := range []http.Handler{a1, a2, nil, a1} {
+		routes, err := Routes(handlers{A: h})
+		if h == nil {
+			if err == nil {
+				t.Error("nil handler accepted")
+			}
+			continue
+		}
+		if err != nil || routes[0].Handler != h {
+			t.Errorf("Routes = %v, %v; want handler %v", routes, err, h)
+		}
+	}
+}
+
+func TestRoutesConcurrent(t *testing.T) {
+	t.Parallel()
+	type handlers struct {
+		A http.Handler `route:"GET /a/{id}" limit:"param(id):1/s; ip:10/min"`
+		B http.Handler `route:"GET /b"`
+	}
+	h := &okHandler{"h"}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 100 {
+				routes, err := Routes(&handlers{A: h, B: h})
+				if err != nil || len(routes) != 2 {
+					t.Errorf("Routes = %v, %v", routes, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
