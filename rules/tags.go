@@ -67,7 +67,7 @@ func Routes(v any) ([]Route, error) {
 	)
 	for _, f := range info {
 		errs = append(errs, f.errs...)
-		if len(f.errs) > 0 {
+		if !f.handler {
 			continue
 		}
 		h, reason := handlerOf(rv, f.index)
@@ -75,7 +75,9 @@ func Routes(v any) ([]Route, error) {
 			errs = append(errs, &Error{Type: t.String(), Field: f.name, Offset: -1, Reason: reason, cat: ErrInvalid})
 			continue
 		}
-		routes = append(routes, Route{Field: f.name, Pattern: f.pattern, Group: f.group, Handler: h})
+		if len(f.errs) == 0 {
+			routes = append(routes, Route{Field: f.name, Pattern: f.pattern, Group: f.group, Handler: h})
+		}
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -93,6 +95,7 @@ type fieldRoute struct {
 	pattern string
 	group   Group
 	errs    []error
+	handler bool // the field is a readable http.Handler, so check its value
 }
 
 var routeCache sync.Map // reflect.Type → []fieldRoute
@@ -132,6 +135,8 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 			fail("", "", -1, ErrInvalid, "route tag on unexported field")
 		case !sf.Type.Implements(handlerType):
 			fail("", "", -1, ErrInvalid, "route tag on field of type %s, which does not implement http.Handler", sf.Type)
+		default:
+			f.handler = true
 		}
 		var wildcards map[string]bool
 		if hasRoute {

@@ -105,13 +105,14 @@ type badHandlers struct {
 func TestRoutesErrors(t *testing.T) {
 	t.Parallel()
 	h := &okHandler{"h"}
-	v := badHandlers{BadLimit: h, TypedNil: (*okHandler)(nil), EmptyRoute: h, NoRoute: h, BadParam: h, BadPattern: h, DupPattern: h, unexported: h}
+	v := badHandlers{TypedNil: (*okHandler)(nil), EmptyRoute: h, NoRoute: h, BadParam: h, BadPattern: h, DupPattern: h, unexported: h}
 	routes, err := Routes(&v)
 	if routes != nil {
 		t.Errorf("Routes returned routes with an error: %v", routes)
 	}
 	want := []string{
 		`rules: rules.badHandlers.BadLimit: tag limit: "ip:0/s": limit 0 is below 1 at offset 3`,
+		`rules: rules.badHandlers.BadLimit: handler is nil`,
 		`rules: rules.badHandlers.NotHandler: route tag on field of type string, which does not implement http.Handler`,
 		`rules: rules.badHandlers.NilFunc: handler is nil`,
 		`rules: rules.badHandlers.NilIface: handler is nil`,
@@ -169,7 +170,9 @@ func TestRoutesPatterns(t *testing.T) {
 				Name: "H", Type: reflect.TypeFor[http.Handler](),
 				Tag: reflect.StructTag(`route:"` + tt.pattern + `"`),
 			}})
-			_, err := Routes(reflect.New(typ).Interface())
+			v := reflect.New(typ)
+			v.Elem().Field(0).Set(reflect.ValueOf(http.NotFoundHandler()))
+			_, err := Routes(v.Interface())
 			want := `rules: ` + typ.String() + `.H: tag route: "` + tt.pattern + `": ` + tt.reason
 			if err == nil || err.Error() != want {
 				t.Errorf("got %v\nwant %s", err, want)

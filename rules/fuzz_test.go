@@ -1,0 +1,100 @@
+package rules
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var fuzzSeeds = []string{
+	// Accepted.
+	"ip:5/s,100/min",
+	"user:10/min,200/d; ip:30/min; global:1000/h",
+	"ip:10/30s,50/500ms,3/1h,2/d",
+	"ip:1/sec,2/m,3/2min,4/hour,5/day",
+	"header(x-api-key):5/s",
+	"param(id):5/s; key(tenant.id):1/min",
+	"exempt:superadmin",
+	"ip:5/s; exempt:superadmin,ops",
+	"role(admin)=ip:30/min",
+	"role(admin)=ip:30/min & global:1000/h",
+	"ip:5/s; scope:downloads; mode:shadow; fail:local",
+	"ip:5/s; mode:enforce; fail:open;",
+	"\t ip : 5 / 30 s , 10 / min ; role ( a ) = ip : 1 / s & header ( x ) : 2 / s ; exempt : b ; scope : d ; ",
+	"ip:100000/30d,1/1ms",
+	"ip:007/0010s",
+	// Rejected.
+	"",
+	";",
+	"ip:5/s;;",
+	"3/fortnight",
+	"ip:/s",
+	"ip:0/s",
+	"ip:100001/s",
+	"ip:99999999999999999999/s",
+	"ip:1/0ms",
+	"ip:1/500us",
+	"ip:1/99999999999999999999d",
+	"ip:1/31d",
+	"ip:5/s,6/1s",
+	"ip:5/s; ip:6/min",
+	"header:5/s",
+	"ip(x):5/s",
+	"foo:5/s",
+	"role(a b)=ip:1/s",
+	"role(a)=",
+	"mode:loud",
+	"fail:maybe",
+	"scope:a; scope:b",
+	"exempt:a; role(a)=ip:1/s",
+	"header(a:5/s",
+	"ip:5/s; \xff",
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range fuzzSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		g, err := Parse(s)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse(%q) error is %T, want *Error", s, err)
+			}
+			if e.Input != s || e.Offset < 0 || e.Offset > len(s) {
+				t.Fatalf("Parse(%q): Input %q, Offset %d", s, e.Input, e.Offset)
+			}
+			if !errors.Is(err, ErrSyntax) && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Parse(%q) error %v has no category", s, err)
+			}
+			if !strings.HasPrefix(err.Error(), "rules: ") {
+				t.Fatalf("Parse(%q) error %q lacks prefix", s, err)
+			}
+		} else {
+			if err := g.Validate(); err != nil {
+				t.Fatalf("Parse(%q) accepted a group Validate rejects: %v", s, err)
+			}
+			text := g.String()
+			g2, err := Parse(text)
+			if err != nil {
+				t.Fatalf("Parse(%q).String() = %q does not parse: %v", s, text, err)
+			}
+			if !reflect.DeepEqual(g, g2) {
+				t.Fatalf("round trip of %q through %q:\n got %#v\nwant %#v", s, text, g2, g)
+			}
+			if text2 := g2.String(); text2 != text {
+				t.Fatalf("String is not a fixpoint: %q then %q", text, text2)
+			}
+		}
+
+		w, err := ParseWindow(s)
+		if err == nil {
+			w2, err := ParseWindow(w.String())
+			if err != nil || w2 != w {
+				t.Fatalf("ParseWindow(%q) = %v; ParseWindow(%q) = %v, %v", s, w, w.String(), w2, err)
+			}
+		}
+	})
+}
