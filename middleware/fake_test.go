@@ -19,7 +19,7 @@ type memDecider struct {
 	now   time.Time
 	log   map[string][]time.Time // key → admission times, oldest first
 	calls []engine.Request
-	fail  error         // when set, Allow fails with it
+	fail  error          // when set, Allow fails with it
 	mode  rules.FailMode // the "engine default" used when a request says FailDefault
 }
 
