@@ -1,0 +1,94 @@
+// Package engine makes exact multi-window sliding-window rate-limit
+// decisions in Redis.
+//
+// # Semantics
+//
+// A window of period W and limit L admits a request at time t iff fewer
+// than L requests were admitted in (t-W, t]. A Request holds checks, each a
+// limiter (a set of windows) applied to one subject; it is admitted iff
+// every window of every check admits it, and then it is counted in all of
+// them, otherwise in none. There is no approximation: no buckets, no
+// interpolation between fixed windows.
+//
+// Time is the Redis server's TIME in microseconds, read inside the script,
+// so application clocks never matter. (WithClock, for tests, passes the
+// time in the script's arguments instead.) On a Redis Cluster each key
+// lives on one node and always uses that node's clock, so every window
+// stays exact even when node clocks differ.
+//
+// # Storage
+//
+// Each (scope, limiter kind and name, subject) is one sorted set; see
+// WithPrefix for the key format's prefix and the key.go comment for the
+// rest. A member is one admitted request: a snowflake id (unique per
+// process node, see WithNode) scored by its admission time in µs. The
+// script, one call per decision (or per batch of concurrent decisions):
+//
+//  1. counts, per window, ZCOUNT key t-W+1 t (scores are integers, so this
+//     is (t-W, t]); reads the oldest entry in the window, which gives Reset
+//     (oldest + W - t); and, for a full window, the entry at rank used-L of
+//     the window, which gives the wait (that entry + W - t): the request
+//     fits once the used-L+1 oldest entries have left, and only those are
+//     read, never the whole window;
+//  2. if any window is full, denies and writes nothing at all, not even a
+//     trim;
+//  3. otherwise adds the member with ZADD NX to every key. A member already
+//     present (two processes sharing a snowflake node in the same
+//     millisecond) must not count the request less than once, so the keys
+//     added so far are rolled back and the whole add is retried with a
+//     suffixed member;
+//  4. then, per key, trims entries older than the key's retention
+//     (ZREMRANGEBYSCORE from 0) and sets PEXPIRE to the retention.
+//
+// Keys can be shared by groups whose longest windows differ (handlers
+// sharing a scope). Trimming by one group's longest window would delete
+// entries another group's longer window still needs, and guessing the
+// other groups' needs from the key's TTL is wrong (the TTL says when the
+// key dies, not how far back its windows reach). So each key remembers its
+// retention in a marker member "r" scored -retention: every window (t-W, t]
+// has t-W > 0, so the marker is never counted, and trims start at 0, so it
+// is never trimmed. The retention used is max(marker, this group's longest
+// window); the marker is rewritten only when it grows. The retention thus
+// only grows while the key lives, and PEXPIRE to it never shortens a
+// deadline another group relies on; it resets when the key expires, which
+// happens only after every entry has left every window.
+//
+// RetryAfter is the exact time until the request fits in every window if
+// nothing else is admitted meanwhile: the maximum of the waits of the full
+// windows. Reset is per window the time until its oldest entry leaves.
+//
+// # Round trips and batching
+//
+// Concurrent Allow and Peek calls are batched: a caller that finds fewer
+// than two batches in flight sends its own request at once (no added
+// latency when alone); otherwise it queues, and the next batch carries
+// every queued request (up to 64) in one script call, which decides them
+// one after another, each atomically. On a single Redis server (a
+// *redis.Client) a decision therefore costs at most one Redis call, shared
+// with its batch. The script is run with EVALSHA; after NOSCRIPT (SCRIPT
+// FLUSH, a restart, a promoted replica) the engine resends it with EVAL,
+// and callers never see the error.
+//
+// On a Redis Cluster (a *redis.ClusterClient) keys of one request usually
+// live in different slots and one script may only touch one slot, so the
+// request is reserved with one script call per slot, all pipelined: each
+// call checks and adds in its slot. If any slot denies (or fails), the
+// member is removed (ZREM) from every slot that admitted, before Allow
+// returns. The request is thus never over-admitted and a denied request
+// leaves no entry anywhere; while a reservation is being rolled back a
+// concurrent request may see one entry too many, erring on the side of
+// denying. RetryAfter is the maximum over the denying slots.
+//
+// # Failures
+//
+// Each Redis call has a timeout (WithTimeout). When Redis fails or times
+// out, the request's fail mode (or the engine's, WithFailMode) decides:
+// rules.FailOpen admits (Source FromFailOpen), rules.FailClosed denies
+// (FromFailClosed), rules.FailLocal asks an in-process limiter with the
+// same keys and semantics (FromLocal); the error is returned with the
+// decision in every case. Every call asks Redis again, so decisions come
+// from Redis again by themselves once it answers. The exception is a
+// timeout: after one, the calls that arrive while another call is probing
+// Redis use the fail mode at once (with ErrUnavailable) instead of each
+// waiting for the timeout.
+package engine

@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/bwmarrin/snowflake"
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/lua"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// script is the multi-window script; its SHA1 is computed once.
+var script = redis.NewScript(lua.MultiWindow)
+
+// Batching defaults, measured on two cores (see engine_bench_test.go):
+// two batches in flight keep Redis busy while the next batch is built.
+const (
+	defaultInflight = 2
+	defaultBatch    = 64
+)
+
+// An Engine makes rate-limit decisions against Redis. It is safe for
+// concurrent use by multiple goroutines; concurrent calls share Redis round
+// trips. The zero value is not usable: create Engines with New.
+type Engine struct {
+	client  Client
+	group   grouping
+	keyer   *keyer
+	node    *snowflake.Node
+	timeout time.Duration
+	fail    rules.FailMode
+	log     *slog.Logger
+	clock   func() time.Time
+	local   *localLimiter
+	batch   batcher
+	shaArg  any // script.Hash(), boxed once
+	srcArg  any // lua.MultiWindow, boxed once
+
+	// down is set after a call timed out; while it is set, only the call
+	// that wins probing asks Redis, the others use the fail mode at once
+	// instead of each waiting for the timeout.
+	down    atomic.Bool
+	probing atomic.Bool
+	closed  atomic.Bool
+}
+
+// New returns an Engine deciding with client. It does not contact Redis:
+// the script is loaded by the first call that needs it. The Engine does not
+// own client; Close leaves it open.
+func New(client Client, opts ...Option) (*Engine, error) {
+	if client == nil {
+		return nil, &OptionError{Option: "client", Reason: "nil client"}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if !cfg.nodeSet {
+		cfg.node = randomNode()
+	}
+	node, err := snowflake.NewNode(cfg.node)
+	if err != nil {
+		return nil, &OptionError{Option: "WithNode", Reason: err.Error()}
+	}
+	e := &Engine{
+		client:  client,
+		group:   groupingOf(client),
+		keyer:   newKeyer(&cfg),
+		node:    node,
+		timeout: cfg.timeout,
+		fail:    cfg.fail,
+		log:     cfg.logger,
+		clock:   cfg.clock,
+		local:   newLocalLimiter(cfg.localKeys),
+		shaArg:  script.Hash(),
+		srcArg:  lua.MultiWindow,
+	}
+	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
+	if e.group == groupAll {
+		e.batch.run = e.runAll
+	} else {
+		e.batch.run = e.runParts
+	}
+	if enabled, known := contextTimeouts(client); known && !enabled {
+		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
+			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
+	}
+	return e, nil
+}
+
+// Allow decides whether req may proceed and, if so, counts it in every
+// window of every check. It always returns a usable Decision; a non-nil
+// error reports trouble, and then the Decision follows the request's fail
+// mode (an error matching ErrBackend), is a denial (ErrInvalid: the engine
+// cannot evaluate the request), or follows the fail mode after Close
+// (ErrClosed) or when ctx is done on entry (ctx.Err()). A request without
+// windows is allowed without asking Redis.
+//
+// The call waits for at most about the engine's timeout (WithTimeout);
+// ctx is only checked on entry, because the Redis round trip is shared
+// with concurrent calls.
+func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
+	return e.decide(ctx, &req, opAllow)
+}
+
+// Peek reports what Allow would decide for req now, without counting it or
+// writing anything. In its Decision, Used does not include req, and Allowed
+// says whether req would be admitted. Errors are as for Allow.
+func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
+	return e.decide(ctx, &req, opPeek)
+}
+
+func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision, error) {
+	c := getCall()
+	defer putCall(c)
+	if err := c.plan.build(e.keyer, req); err != nil {
+		return Decision{Source: FromFailClosed, Time: e.now()}, err
+	}
+	if len(c.plan.keys) == 0 {
+		return Decision{Allowed: true, Source: FromRedis, Time: e.now(), Windows: []WindowState{}}, nil
+	}
+	c.mode = mode
+	c.prepare()
+	if e.closed.Load() {
+		return e.fallback(c, req, ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return e.fallback(c, req, err)
+	}
+	op := "allow"
+	if mode == opPeek {
+		op = "peek"
+	}
+	probe := false
+	if e.down.Load() {
+		if !e.probing.CompareAndSwap(false, true) {
+			return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
+		}
+		probe = true
+	}
+	c.member = c.member[:0]
+	if mode == opAllow {
+		c.member = strconv.AppendInt(c.member, e.node.Generate().Int64(), 10)
+	}
+	e.batch.do(c)
+	if probe {
+		e.probing.Store(false)
+	}
+	if c.err != nil {
+		if isTimeout(c.err) {
+			if !e.down.Swap(true) {
+				e.log.Warn("engine: redis timed out; deciding by fail mode until it answers", "err", c.err)
+			}
+		}
+		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
+	}
+	if e.down.Load() && e.down.Swap(false) {
+		e.log.Info("engine: redis answers again")
+	}
+	d := c.decision(req, FromRedis)
+	if c.warn != nil {
+		return d, c.warn
+	}
+	return d, nil
+}
+
+// fallback decides by the request's fail mode after Redis could not.
+func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) {
+	mode := req.Fail
+	if mode == rules.FailDefault {
+		mode = e.fail
+	}
+	switch mode {
+	case rules.FailOpen:
+		return Decision{Allowed: true, Source: FromFailOpen, Time: e.now()}, cause
+	case rules.FailClosed:
+		return Decision{Source: FromFailClosed, Time: e.now()}, cause
+	}
+	t := e.now()
+	e.local.decide(c, t.UnixMicro())
+	return c.decision(req, FromLocal), cause
+}
+
+// Reset forgets every request counted for subject by limiter l in scope:
+// it deletes the key, in Redis and in the fallback limiter.
+func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
+	key := string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, subject))
+	e.local.forget(key)
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", key)); err != nil {
+		return &BackendError{Op: "reset", Err: err}
+	}
+	return nil
+}
+
+// Close makes later calls fail with ErrClosed (Allow and Peek then follow
+// the fail mode). Calls in flight complete. The Engine starts no goroutine,
+// so there is nothing to stop, and the client stays open. Close is
+// idempotent and always returns nil.
+func (e *Engine) Close() error {
+	e.closed.Store(true)
+	return nil
+}
+
+// now is the local decision time for answers that do not come from Redis.
+func (e *Engine) now() time.Time {
+	if e.clock != nil {
+		return e.clock()
+	}
+	return time.Now()
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Sentinel errors. Match them with errors.Is; the typed errors below carry
+// the details and match the sentinel of their kind.
+var (
+	// ErrBackend is matched by every error that reports Redis trouble: a
+	// failed or timed-out call, an unexpected reply, a call skipped while
+	// Redis is considered down. The Decision returned with it follows the
+	// request's fail mode.
+	ErrBackend = errors.New("engine: redis failed")
+	// ErrUnavailable is wrapped by the BackendError of a call that did not
+	// ask Redis because an earlier call timed out and another call is
+	// already checking whether Redis answers again.
+	ErrUnavailable = errors.New("engine: redis unavailable, probe in flight")
+	// ErrInvalid is matched by a RequestError or an OptionError.
+	ErrInvalid = errors.New("engine: invalid argument")
+	// ErrClosed is returned by calls made after Close.
+	ErrClosed = errors.New("engine: closed")
+)
+
+// BackendError reports that Redis could not make a decision. It unwraps to
+// the underlying error (a go-redis, network or context error, a
+// *ReplyError or ErrUnavailable) and matches ErrBackend.
+type BackendError struct {
+	// Op is the engine operation: "allow", "peek", "reset" or
+	// "rollback".
+	Op string
+	// Err is the cause.
+	Err error
+}
+
+func (e *BackendError) Error() string {
+	return "engine: redis " + e.Op + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *BackendError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrBackend.
+func (e *BackendError) Is(target error) bool { return target == ErrBackend }
+
+// ReplyError reports a script reply the engine does not understand, which
+// means the script and the engine disagree about the wire format (or the
+// server is not Redis). It is wrapped in a BackendError.
+type ReplyError struct {
+	// Reason says what was wrong.
+	Reason string
+	// Reply holds the start of the reply, for diagnosis.
+	Reply string
+}
+
+func (e *ReplyError) Error() string {
+	return "engine: unexpected reply: " + e.Reason + " in " + strconv.Quote(e.Reply)
+}
+
+func newReplyError(reason, reply string) *ReplyError {
+	if len(reply) > 64 {
+		reply = reply[:64] + "..."
+	}
+	return &ReplyError{Reason: reason, Reply: reply}
+}
+
+// RequestError reports a Request the engine cannot evaluate. It matches
+// ErrInvalid.
+type RequestError struct {
+	// Check is the index of the offending check in Request.Checks, or -1
+	// when the request as a whole is at fault.
+	Check int
+	// Window is the index of the offending window in the check's Windows,
+	// or -1.
+	Window int
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *RequestError) Error() string {
+	s := "engine: invalid request"
+	if e.Check >= 0 {
+		s += ": check " + strconv.Itoa(e.Check)
+		if e.Window >= 0 {
+			s += " window " + strconv.Itoa(e.Window)
+		}
+	}
+	return s + ": " + e.Reason
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *RequestError) Is(target error) bool { return target == ErrInvalid }
+
+// OptionError reports an invalid Option given to New. It matches
+// ErrInvalid.
+type OptionError struct {
+	// Option is the option's name, such as "WithPrefix".
+	Option string
+	// Reason says what is wrong.
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return "engine: invalid option " + e.Option + ": " + e.Reason
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *OptionError) Is(target error) bool { return target == ErrInvalid }

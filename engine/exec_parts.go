@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// split groups c's keys into parts, one script call each: keys of one hash
+// slot together on a Redis Cluster, each key alone otherwise.
+func (c *call) split(g grouping) {
+	c.parts, c.pends = c.parts[:0], c.pends[:0]
+	n := len(c.plan.keys)
+	if g == groupSlot {
+		var done uint64 // n <= MaxChecks = 64
+		for i := range n {
+			if done&(1<<i) != 0 {
+				continue
+			}
+			s := slot(c.plan.keys[i])
+			for j := i; j < n; j++ {
+				if done&(1<<j) == 0 && (j == i || slot(c.plan.keys[j]) == s) {
+					done |= 1 << j
+					c.parts = append(c.parts, int32(j))
+				}
+			}
+			c.pends = append(c.pends, int32(len(c.parts)))
+		}
+	} else {
+		for i := range n {
+			c.parts = append(c.parts, int32(i))
+			c.pends = append(c.pends, int32(len(c.parts)))
+		}
+	}
+	np := len(c.pends)
+	if cap(c.pstat) < np {
+		c.pstat, c.psuf = make([]int64, np), make([]int64, np)
+	}
+	c.pstat, c.psuf = c.pstat[:np], c.psuf[:np]
+}
+
+// part returns the key indices of part i.
+func (c *call) part(i int) []int32 {
+	start := int32(0)
+	if i > 0 {
+		start = c.pends[i-1]
+	}
+	return c.parts[start:c.pends[i]]
+}
+
+type partCmd struct {
+	c    *call
+	part int
+	cmd  *redis.Cmd
+}
+
+// runParts decides a batch when keys may live on different servers: one
+// script call per part, all in one pipeline (go-redis sends each server
+// its commands concurrently). Each part reserves the request in its keys
+// (check and add); when a part denies or fails, the parts that admitted are
+// rolled back before any caller sees the decision, so the request is
+// counted everywhere or nowhere and nothing is ever over-admitted. Until
+// the rollback, the reservation can make a concurrent request see one
+// entry too many: the error is on the side of denying.
+func (e *Engine) runParts(batch []*call) {
+	t, err := e.argTime()
+	if err != nil {
+		failAll(batch, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+
+	var cmds []partCmd
+	pipe := e.client.Pipeline()
+	for _, c := range batch {
+		c.split(e.group)
+		for i := range c.pends {
+			keys := c.part(i)
+			argv := appendHeader(nil, t, 1)
+			argv = appendOp(argv, c, keys)
+			argv = append(argv, ']')
+			args := make([]any, 0, 4+len(keys))
+			args = append(args, "evalsha", e.shaArg, len(keys))
+			for _, k := range keys {
+				args = append(args, &c.plan.keys[k])
+			}
+			args = append(args, argv)
+			cmd := redis.NewCmd(ctx, args...)
+			_ = pipe.Process(ctx, cmd) // queues; errors come from Exec
+			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd})
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+
+	var retry redis.Pipeliner
+	for i := range cmds {
+		pc := &cmds[i]
+		if !redis.HasErrorPrefix(pc.cmd.Err(), "NOSCRIPT") {
+			continue
+		}
+		if retry == nil {
+			retry = e.client.Pipeline()
+		}
+		args := pc.cmd.Args()
+		args[0], args[1] = "eval", e.srcArg
+		pc.cmd = redis.NewCmd(ctx, args...)
+		_ = retry.Process(ctx, pc.cmd)
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+
+	for _, c := range batch {
+		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0
+	}
+	for i := range cmds {
+		pc := &cmds[i]
+		c := pc.c
+		s, err := pc.cmd.Text()
+		if err != nil {
+			c.pstat[pc.part] = -1
+			if c.err == nil {
+				c.err = err
+			}
+			continue
+		}
+		r := reader{s: s}
+		sec, usec := r.int(maxTime/1e6), r.int(999_999)
+		st, suf := readOp(&r, c, c.part(pc.part))
+		if err := r.end(); err != nil {
+			c.pstat[pc.part] = -1
+			if c.err == nil {
+				c.err = err
+			}
+			continue
+		}
+		// Each key always lives on the same server and uses its clock, so
+		// windows stay exact; the decision reports the latest time.
+		if sec > c.sec || sec == c.sec && usec > c.usec {
+			c.sec, c.usec = sec, usec
+		}
+		c.pstat[pc.part], c.psuf[pc.part] = st, suf
+		switch st {
+		case statusDenied:
+			c.status = statusDenied
+		case statusCollision:
+			if c.err == nil {
+				c.err = errCollision
+			}
+		}
+	}
+	e.rollback(batch)
+}
+
+// rollback removes the member from every part that admitted a call that
+// as a whole was denied or failed.
+func (e *Engine) rollback(batch []*call) {
+	var pipe redis.Pipeliner
+	var owners []*call
+	for _, c := range batch {
+		if c.mode != opAllow || c.err == nil && c.status == statusAdmitted {
+			continue
+		}
+		for i, st := range c.pstat {
+			if st != statusAdmitted {
+				continue
+			}
+			if pipe == nil {
+				pipe = e.client.Pipeline()
+			}
+			m := string(c.member)
+			if c.psuf[i] > 0 {
+				m += "." + strconv.FormatInt(c.psuf[i], 10)
+			}
+			for _, k := range c.part(i) {
+				pipe.ZRem(context.Background(), c.plan.keys[k], m)
+				owners = append(owners, c)
+			}
+		}
+	}
+	if pipe == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	cmds, _ := pipe.Exec(ctx)
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			c := owners[i]
+			e.log.Error("engine: rollback failed; the entry stays until it leaves its windows",
+				"args", cmd.Args(), "err", err)
+			if c.err == nil && c.warn == nil {
+				c.warn = &BackendError{Op: "rollback", Err: err}
+			}
+		}
+	}
+}

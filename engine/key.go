@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"hash"
+	"sync"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// maxRawSubject is the longest subject stored as is; longer ones are
+// hashed so that keys stay short.
+const maxRawSubject = 128
+
+// Keys have the form
+//
+//	prefix{scope|kind|subject}  or  prefix{scope|kind:name|subject}
+//
+// where scope, kind, name and subject are percent-encoded with escaped
+// bytes (the separators, the braces, '%', '#' and control bytes), so no
+// field can contain a separator and distinct triples never share a key.
+// The braces make the whole triple the Redis Cluster hash tag: every key is
+// its own slot, and no client-supplied byte can move it. A hashed subject
+// is '#' followed by the unpadded base64url hash; a raw subject never holds
+// a '#', so the two forms cannot meet.
+var escaped = func() (t [256]bool) {
+	for c := range 0x21 {
+		t[c] = true
+	}
+	for _, c := range "%{}|:#\x7f" {
+		t[c] = true
+	}
+	return t
+}()
+
+const hexDigits = "0123456789ABCDEF"
+
+func appendEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if escaped[c] {
+			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// keyer builds Redis keys. It is safe for concurrent use.
+type keyer struct {
+	prefix  string
+	hashAll bool
+	macs    *sync.Pool // of hash.Hash (HMAC-SHA-256); nil without a secret
+}
+
+func newKeyer(c *config) *keyer {
+	k := &keyer{prefix: c.prefix, hashAll: c.hashAll}
+	if c.hashAll && len(c.secret) > 0 {
+		secret := c.secret
+		k.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}
+	}
+	return k
+}
+
+// appendKey appends the key of (scope, limiter, subject) to b.
+func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, subject string) []byte {
+	b = append(b, k.prefix...)
+	b = append(b, '{')
+	b = appendEscaped(b, scope)
+	b = append(b, '|')
+	b = appendEscaped(b, string(kind))
+	if name != "" {
+		b = append(b, ':')
+		b = appendEscaped(b, name)
+	}
+	b = append(b, '|')
+	if k.hashAll || len(subject) > maxRawSubject {
+		b = k.appendHashed(b, subject)
+	} else {
+		b = appendEscaped(b, subject)
+	}
+	return append(b, '}')
+}
+
+func (k *keyer) appendHashed(b []byte, subject string) []byte {
+	var sum [sha256.Size]byte
+	if k.macs != nil {
+		h := k.macs.Get().(hash.Hash)
+		h.Reset()
+		h.Write([]byte(subject))
+		h.Sum(sum[:0])
+		k.macs.Put(h)
+	} else {
+		sum = sha256.Sum256([]byte(subject))
+	}
+	b = append(b, '#')
+	return base64.RawURLEncoding.AppendEncode(b, sum[:])
+}

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Request limits, so that one request cannot make a script call unbounded.
+const (
+	// MaxChecks is the largest number of checks in a Request.
+	MaxChecks = 64
+	// MaxWindows is the largest number of windows in a Request, over all
+	// its checks.
+	MaxWindows = 256
+	// MaxLimit is the largest window limit the engine accepts.
+	MaxLimit = 1_000_000_000
+)
+
+// window is a merged window in the engine's units.
+type window struct {
+	period int64 // microseconds
+	limit  int64
+}
+
+// plan is a Request resolved to Redis keys: checks that map to the same
+// key are merged (one key must never receive the same member twice),
+// windows are in microseconds. Its slices are reused between requests.
+type plan struct {
+	buf    []byte   // every key, back to back
+	ends   []int    // end of key i in buf
+	keyOf  []int32  // per check: index in keys, -1 for a check without windows
+	keys   []string // unique keys, substrings of one string
+	kstart []int32  // windows of key i are wins[kstart[i]:kstart[i+1]]
+	wins   []window
+	origin []int32 // per window of the request, in check then window order: index in wins
+}
+
+func periodMicros(d time.Duration) int64 {
+	// Round up: a shorter window would admit more than asked for.
+	return int64((d + time.Microsecond - 1) / time.Microsecond)
+}
+
+func (p *plan) build(k *keyer, req *Request) error {
+	p.buf, p.ends, p.keyOf = p.buf[:0], p.ends[:0], p.keyOf[:0]
+	p.keys, p.kstart, p.wins, p.origin = p.keys[:0], p.kstart[:0], p.wins[:0], p.origin[:0]
+	switch req.Fail {
+	case rules.FailDefault, rules.FailOpen, rules.FailClosed, rules.FailLocal:
+	default:
+		return &RequestError{Check: -1, Window: -1, Reason: "unknown fail mode " + string(req.Fail)}
+	}
+	if len(req.Checks) > MaxChecks {
+		return &RequestError{Check: -1, Window: -1, Reason: "more than MaxChecks checks"}
+	}
+	total := 0
+	for i := range req.Checks {
+		c := &req.Checks[i]
+		total += len(c.Windows)
+		if total > MaxWindows {
+			return &RequestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
+		}
+		for j, w := range c.Windows {
+			switch {
+			case w.Limit < 1 || w.Limit > MaxLimit:
+				return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxLimit"}
+			case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:
+				return &RequestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
+			}
+		}
+		if len(c.Windows) == 0 {
+			p.keyOf = append(p.keyOf, -1)
+			continue
+		}
+		start := len(p.buf)
+		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, c.Subject)
+		idx := int32(len(p.ends))
+		prev := 0
+		for j, end := range p.ends {
+			if bytes.Equal(p.buf[prev:end], p.buf[start:]) {
+				idx = int32(j)
+				p.buf = p.buf[:start]
+				break
+			}
+			prev = end
+		}
+		if int(idx) == len(p.ends) {
+			p.ends = append(p.ends, len(p.buf))
+		}
+		p.keyOf = append(p.keyOf, idx)
+	}
+	if len(p.ends) == 0 {
+		return nil
+	}
+	s := string(p.buf)
+	prev := 0
+	for _, end := range p.ends {
+		p.keys = append(p.keys, s[prev:end])
+		prev = end
+	}
+
+	// Windows of one key: the union over its checks, the smaller limit
+	// where periods are equal.
+	for key := range p.keys {
+		first := int32(len(p.wins))
+		p.kstart = append(p.kstart, first)
+		for i := range req.Checks {
+			if p.keyOf[i] != int32(key) {
+				continue
+			}
+		merge:
+			for _, w := range req.Checks[i].Windows {
+				mw := window{period: periodMicros(w.Period), limit: w.Limit}
+				for j := first; j < int32(len(p.wins)); j++ {
+					if p.wins[j].period == mw.period {
+						p.wins[j].limit = min(p.wins[j].limit, mw.limit)
+						continue merge
+					}
+				}
+				p.wins = append(p.wins, mw)
+			}
+		}
+	}
+	p.kstart = append(p.kstart, int32(len(p.wins)))
+
+	for i := range req.Checks {
+		key := p.keyOf[i]
+		if key < 0 {
+			continue
+		}
+		for _, w := range req.Checks[i].Windows {
+			per := periodMicros(w.Period)
+			for j := p.kstart[key]; j < p.kstart[key+1]; j++ {
+				if p.wins[j].period == per {
+					p.origin = append(p.origin, j)
+					break
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// longest returns the longest period of key i.
+func (p *plan) longest(i int) int64 {
+	var m int64
+	for _, w := range p.wins[p.kstart[i]:p.kstart[i+1]] {
+		m = max(m, w.period)
+	}
+	return m
+}

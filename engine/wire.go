@@ -1,0 +1,127 @@
+package engine
+
+import "strconv"
+
+// The script's argument is one JSON array (see lua/multi_window.lua):
+//
+//	[t, nops, op...]   op = mode, "member", nkeys, {nwin, {period, limit}...}...
+//
+// and its reply one string of space-separated integers:
+//
+//	sec usec {status suffix {used reset wait}...}...
+//
+// One string each way keeps go-redis from boxing every element (an
+// allocation each) and lets the reply be parsed without allocating.
+
+// Op modes of the script.
+const (
+	opAllow = 1
+	opPeek  = 2
+)
+
+// Op statuses of the script.
+const (
+	statusDenied    = 0
+	statusAdmitted  = 1
+	statusCollision = 2 // no unique member found; nothing written
+	maxSuffix       = 32
+)
+
+func appendHeader(b []byte, t int64, nops int) []byte {
+	b = append(b, '[')
+	b = strconv.AppendInt(b, t, 10)
+	b = append(b, ',')
+	return strconv.AppendInt(b, int64(nops), 10)
+}
+
+// appendOp appends c's op over the keys listed in keys (indices into
+// c.plan.keys).
+func appendOp(b []byte, c *call, keys []int32) []byte {
+	b = append(b, ',', '0'+c.mode, ',', '"')
+	b = append(b, c.member...)
+	b = append(b, '"', ',')
+	b = strconv.AppendInt(b, int64(len(keys)), 10)
+	p := &c.plan
+	for _, k := range keys {
+		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(len(ws)), 10)
+		for _, w := range ws {
+			b = append(b, ',')
+			b = strconv.AppendInt(b, w.period, 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, w.limit, 10)
+		}
+	}
+	return b
+}
+
+// reader parses a script reply. The first problem sticks in err; later
+// reads return 0.
+type reader struct {
+	s   string
+	i   int
+	err *ReplyError
+}
+
+func (r *reader) fail(reason string) int64 {
+	if r.err == nil {
+		r.err = newReplyError(reason, r.s)
+	}
+	return 0
+}
+
+// int reads the next non-negative decimal integer no larger than max.
+func (r *reader) int(max int64) int64 {
+	if r.err != nil {
+		return 0
+	}
+	if r.i > 0 {
+		if r.i >= len(r.s) || r.s[r.i] != ' ' {
+			return r.fail("missing separator at " + strconv.Itoa(r.i))
+		}
+		r.i++
+	}
+	start := r.i
+	var v int64
+	for r.i < len(r.s) && r.s[r.i] != ' ' {
+		d := r.s[r.i]
+		if d < '0' || d > '9' {
+			return r.fail("not a digit at " + strconv.Itoa(r.i))
+		}
+		if v > (max-int64(d-'0'))/10 {
+			return r.fail("number out of range at " + strconv.Itoa(start))
+		}
+		v = v*10 + int64(d-'0')
+		r.i++
+	}
+	if r.i == start {
+		return r.fail("empty number at " + strconv.Itoa(start))
+	}
+	return v
+}
+
+// end checks that the whole reply was read.
+func (r *reader) end() *ReplyError {
+	if r.err == nil && r.i != len(r.s) {
+		r.fail("trailing data at " + strconv.Itoa(r.i))
+	}
+	return r.err
+}
+
+// readOp reads the result of c's op over keys into c.res and returns its
+// status and suffix.
+func readOp(r *reader, c *call, keys []int32) (status, suffix int64) {
+	status = r.int(statusCollision)
+	suffix = r.int(maxSuffix)
+	p := &c.plan
+	for _, k := range keys {
+		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
+			per := p.wins[j].period
+			c.res[3*j] = r.int(1 << 53)
+			c.res[3*j+1] = r.int(per)
+			c.res[3*j+2] = r.int(per)
+		}
+	}
+	return status, suffix
+}

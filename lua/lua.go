@@ -1,0 +1,14 @@
+// Package lua holds the Redis Lua scripts of slidelimit as Go strings, so
+// that they ship inside the binary. The engine package documents what they
+// do and how their arguments and replies are encoded.
+package lua
+
+import _ "embed"
+
+// MultiWindow is the source of the multi-window sliding-log script: it
+// checks, admits, peeks at and rolls back batches of rate-limit requests
+// against sorted sets, each request atomically. See the engine package
+// documentation for its semantics and wire format.
+//
+//go:embed multi_window.lua
+var MultiWindow string
