@@ -41,9 +41,15 @@
 // empty or blank input, is an error.
 //
 // A window LIMIT/COUNT UNIT admits at most LIMIT requests in any span of
-// COUNT units; COUNT defaults to 1, and m is a minute. Within one group
-// scope, mode and fail may each appear once; exempt may appear more than
-// once and its roles are concatenated.
+// COUNT units; COUNT defaults to 1, and m is a minute. Numbers too large for
+// an int64 are reported as out of range, never wrapped. The units us, µs and
+// ns are not part of the grammar; they are recognised only so that
+// "1/500us" is reported as a period below MinPeriod. ParseWindow parses a
+// single window.
+//
+// Within one group scope, mode and fail may each appear once; exempt may
+// appear more than once and its roles are concatenated. Mode enforce is the
+// zero Mode and so is not printed back.
 //
 // # Names
 //
@@ -100,4 +106,9 @@
 //	type Handlers struct {
 //		Files http.Handler `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
 //	}
+//
+// A field with a route tag but no limit tag gets the zero Group, which
+// callers treat as unlimited. The route tag is checked as http.ServeMux
+// would check it, so registration cannot panic on a malformed pattern;
+// conflicts between different patterns are left to the ServeMux.
 package rules

@@ -44,7 +44,8 @@ type Route struct {
 // Routes per request or per server is cheap; handler values are read on
 // every call. Routes reports every problem it finds, joined with
 // errors.Join, each an *Error naming the type and field; it returns no
-// routes when there is any error. It is safe for concurrent use.
+// routes when there is any error. It is safe for concurrent use. The groups
+// of one struct type are shared between calls and must not be modified.
 func Routes(v any) ([]Route, error) {
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() {

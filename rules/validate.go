@@ -275,10 +275,12 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("invalid role name %q; want %s", fmt.Sprint(val), nameChars)
 	case "Scope " + tagRuleName:
 		return fmt.Sprintf("invalid scope name %q; want %s", fmt.Sprint(val), nameChars)
+	// The parser rejects unknown mode and fail words itself, so these two
+	// only speak to Go code, where Enforce and FailDefault are "".
 	case "Mode oneof":
-		return fmt.Sprintf("unknown mode %q; want enforce or shadow", fmt.Sprint(val))
+		return fmt.Sprintf("unknown mode %q; want Enforce (\"\") or Shadow", fmt.Sprint(val))
 	case "Fail oneof":
-		return fmt.Sprintf("unknown fail mode %q; want open, closed or local", fmt.Sprint(val))
+		return fmt.Sprintf("unknown fail mode %q; want FailDefault (\"\"), FailOpen, FailClosed or FailLocal", fmt.Sprint(val))
 	case "Name " + tagNameRequired:
 		return fmt.Sprintf("kind %s needs a name, as in %s(name)", fe.Param(), fe.Param())
 	case "Name " + tagNameForbidden:

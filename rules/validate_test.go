@@ -36,8 +36,8 @@ func TestValidate(t *testing.T) {
 		{"override without limiters", Group{Overrides: []Override{{Role: "a"}}}, `rules: "role(a)=": override has no limiters at offset 8`},
 		{"override without role", Group{Overrides: []Override{{Limiters: []Limiter{ip(one...)}}}}, `rules: "role()=ip:1/s": missing role name at offset 5`},
 		{"empty exempt role", Group{Exempt: []string{""}}, `rules: "exempt:": invalid role name ""; want letters, digits, "_", "-" or "." at offset 7`},
-		{"bad mode", Group{Exempt: []string{"a"}, Mode: "loud"}, `rules: "exempt:a; mode:loud": unknown mode "loud"; want enforce or shadow at offset 15`},
-		{"bad fail", Group{Exempt: []string{"a"}, Fail: "x"}, `rules: "exempt:a; fail:x": unknown fail mode "x"; want open, closed or local at offset 15`},
+		{"bad mode", Group{Exempt: []string{"a"}, Mode: "enforce"}, `rules: "exempt:a; mode:enforce": unknown mode "enforce"; want Enforce ("") or Shadow at offset 15`},
+		{"bad fail", Group{Exempt: []string{"a"}, Fail: "x"}, `rules: "exempt:a; fail:x": unknown fail mode "x"; want FailDefault (""), FailOpen, FailClosed or FailLocal at offset 15`},
 		{"bad scope", Group{Exempt: []string{"a"}, Scope: "a b"}, `rules: "exempt:a; scope:a b": invalid scope name "a b"; want letters, digits, "_", "-" or "." at offset 16`},
 		{"first of several", Group{Limiters: []Limiter{ip(win(1, sec), win(0, 0))}, Exempt: []string{"a", "a"}}, `rules: "ip:1/s,0/0s; exempt:a,a": limit 0 is below 1 at offset 7`},
 	}
