@@ -121,21 +121,20 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 			continue
 		}
 		f := fieldRoute{name: fieldPath(t, sf.Index), index: sf.Index, pattern: route}
-		fail := func(tag, input string, off int, cat error, format string, args ...any) {
-			e := syntaxErr(input, off, format, args...)
-			e.Type, e.Field, e.Tag, e.cat = t.String(), f.name, tag, cat
-			if off < 0 {
-				e.Input = ""
-			}
+		// fail records a problem with the field; off is -1 when it is not
+		// located in a tag value.
+		fail := func(tag, input string, off int, format string, args ...any) {
+			e := invalidErr(input, off, format, args...)
+			e.Type, e.Field, e.Tag = t.String(), f.name, tag
 			f.errs = append(f.errs, e)
 		}
 		switch {
 		case !hasRoute:
-			fail("", "", -1, ErrInvalid, "limit tag without route tag")
+			fail("", "", -1, "limit tag without route tag")
 		case !sf.IsExported():
-			fail("", "", -1, ErrInvalid, "route tag on unexported field")
+			fail("", "", -1, "route tag on unexported field")
 		case !sf.Type.Implements(handlerType):
-			fail("", "", -1, ErrInvalid, "route tag on field of type %s, which does not implement http.Handler", sf.Type)
+			fail("", "", -1, "route tag on field of type %s, which does not implement http.Handler", sf.Type)
 		default:
 			f.handler = true
 		}
@@ -146,11 +145,11 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 			wildcards, off, reason = parsePattern(route)
 			switch {
 			case route == "":
-				fail("route", "", -1, ErrInvalid, "empty route tag")
+				fail("route", "", -1, "empty route tag")
 			case reason != "":
-				fail("route", route, off, ErrInvalid, "%s", reason)
+				fail("route", route, off, "%s", reason)
 			case patterns[route] != "":
-				fail("route", route, 0, ErrInvalid, "pattern also used by field %s", patterns[route])
+				fail("route", route, 0, "pattern also used by field %s", patterns[route])
 			default:
 				patterns[route] = f.name
 			}
