@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// testPrefix returns a random key prefix, so tests sharing a server never
+// see each other's keys.
+func testPrefix(t testing.TB) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:]) + ":"
+}
+
+// scanner is a client whose keys can be listed: a single server, or every
+// master of a cluster.
+type scanner interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
+	PTTL(ctx context.Context, key string) *redis.DurationCmd
+}
+
+func scanKeys(t testing.TB, c scanner, prefix string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var keys []string
+	var cursor uint64
+	for {
+		ks, next, err := c.Scan(ctx, cursor, prefix+"*", 1000).Result()
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		keys = append(keys, ks...)
+		if cursor = next; cursor == 0 {
+			return keys
+		}
+	}
+}
+
+// checkTTLs asserts that every key under prefix has a TTL: an engine key
+// without one would live forever.
+func checkTTLs(t testing.TB, c scanner, prefix string) int {
+	t.Helper()
+	ctx := context.Background()
+	keys := scanKeys(t, c, prefix)
+	for _, k := range keys {
+		d, err := c.PTTL(ctx, k).Result()
+		if err != nil || d <= 0 {
+			t.Errorf("key %q: PTTL %v, %v; want > 0", k, d, err)
+		}
+	}
+	return len(keys)
+}
+
+// afterTTLs registers checkTTLs on the test's end, on a single server.
+func afterTTLs(t *testing.T, c *redis.Client, prefix string) {
+	t.Cleanup(func() { checkTTLs(t, c, prefix) })
+}
+
+// afterClusterTTLs registers checkTTLs on every master at the test's end.
+func afterClusterTTLs(t *testing.T, cl *redistest.Cluster, prefix string) {
+	t.Cleanup(func() {
+		for _, n := range cl.Nodes {
+			c := redis.NewClient(&redis.Options{Addr: n.Addr})
+			checkTTLs(t, c, prefix)
+			c.Close()
+		}
+	})
+}
+
+// fakeClock is a settable clock for WithClock.
+type fakeClock struct{ us atomic.Int64 }
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.us.Store(t0.UnixMicro())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+// Set sets the clock to t0 + d.
+func (c *fakeClock) Set(d time.Duration) { c.us.Store(t0.Add(d).UnixMicro()) }
+
+func newEngine(t testing.TB, c Client, opts ...Option) *Engine {
+	t.Helper()
+	e, err := New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func win(limit int64, period time.Duration) rules.Window {
+	return rules.Window{Limit: limit, Period: period}
+}
+
+// startRedis starts a redis-server for the test (about 20 ms).
+func startRedis(t *testing.T) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	s := redistest.Start(t)
+	return s, s.Client()
+}

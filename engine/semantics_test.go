@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// step is one call of a semantics scenario at a controlled time.
+type step struct {
+	at    time.Duration // since t0
+	peek  bool
+	req   Request
+	allow bool
+	retry time.Duration
+	// per window of the request: used, remaining, reset
+	wins [][3]time.Duration
+}
+
+func user(subject string, ws ...rules.Window) Check {
+	return Check{Limiter: rules.Limiter{Kind: rules.User, Windows: ws}, Subject: subject}
+}
+
+func ip(subject string, ws ...rules.Window) Check {
+	return Check{Limiter: rules.Limiter{Kind: rules.IP, Windows: ws}, Subject: subject}
+}
+
+func req(checks ...Check) Request { return Request{Scope: "s", Checks: checks} }
+
+const ms = time.Millisecond
+
+func TestSemantics(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	sec := time.Second
+	one := req(user("u", win(2, sec)))
+	two := req(user("u", win(2, 100*ms), win(3, sec)))
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"edge of one window", []step{
+			{at: 0, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec}}},
+			{at: 100 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 0, 900 * ms}}},
+			{at: 200 * ms, req: one, retry: 800 * ms, wins: [][3]time.Duration{{2, 0, 800 * ms}}},
+			// t-W is t0-1µs: the first entry is still inside (t-W, t].
+			{at: sec - time.Microsecond, req: one, retry: time.Microsecond, wins: [][3]time.Duration{{2, 0, time.Microsecond}}},
+			// t-W is t0: the entry at t0 is out.
+			{at: sec, req: one, allow: true, wins: [][3]time.Duration{{2, 0, 100 * ms}}},
+			{at: sec, peek: true, req: one, retry: 100 * ms, wins: [][3]time.Duration{{2, 0, 100 * ms}}},
+		}},
+		{"two windows", []step{
+			{at: 0, req: two, allow: true, wins: [][3]time.Duration{{1, 1, 100 * ms}, {1, 2, sec}}},
+			{at: 10 * ms, req: two, allow: true, wins: [][3]time.Duration{{2, 0, 90 * ms}, {2, 1, 990 * ms}}},
+			{at: 50 * ms, req: two, retry: 50 * ms, wins: [][3]time.Duration{{2, 0, 50 * ms}, {2, 1, 950 * ms}}},
+			{at: 100 * ms, req: two, allow: true, wins: [][3]time.Duration{{2, 0, 10 * ms}, {3, 0, 900 * ms}}},
+			// The short window has room from 110ms on, the long one only
+			// at 1s: RetryAfter is the longest wait.
+			{at: 105 * ms, req: two, retry: 895 * ms, wins: [][3]time.Duration{{2, 0, 5 * ms}, {3, 0, 895 * ms}}},
+			{at: 1000 * ms, req: two, allow: true, wins: [][3]time.Duration{{1, 1, 100 * ms}, {3, 0, 10 * ms}}},
+		}},
+		{"peek writes nothing", []step{
+			{at: 0, peek: true, req: one, allow: true, wins: [][3]time.Duration{{0, 2, 0}}},
+			{at: 1 * ms, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec}}},
+			{at: 2 * ms, peek: true, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec - ms}}},
+			{at: 3 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 0, sec - 2*ms}}},
+		}},
+		{"all or nothing across keys", []step{
+			{at: 0, req: req(ip("1.2.3.4", win(10, sec)), user("u", win(1, sec))), allow: true,
+				wins: [][3]time.Duration{{1, 9, sec}, {1, 0, sec}}},
+			{at: 1 * ms, req: req(ip("1.2.3.4", win(10, sec)), user("u", win(1, sec))), retry: sec - ms,
+				wins: [][3]time.Duration{{1, 9, sec - ms}, {1, 0, sec - ms}}},
+			// The denial above must not have counted in the ip key.
+			{at: 2 * ms, req: req(ip("1.2.3.4", win(10, sec))), allow: true,
+				wins: [][3]time.Duration{{2, 8, sec - 2*ms}}},
+		}},
+		{"duplicate checks merge into one key", []step{
+			{at: 0, req: req(user("u", win(3, sec)), user("u", win(2, sec), win(5, 10*sec))), allow: true,
+				wins: [][3]time.Duration{{1, 2, sec}, {1, 1, sec}, {1, 4, 10 * sec}}},
+			{at: 1 * ms, req: req(user("u", win(3, sec)), user("u", win(2, sec), win(5, 10*sec))), allow: true,
+				wins: [][3]time.Duration{{2, 1, sec - ms}, {2, 0, sec - ms}, {2, 3, 10*sec - ms}}},
+			// Denied by the merged limit 2: the check that set it denies.
+			{at: 2 * ms, req: req(user("u", win(3, sec)), user("u", win(2, sec), win(5, 10*sec))), retry: sec - 2*ms,
+				wins: [][3]time.Duration{{2, 1, sec - 2*ms}, {2, 0, sec - 2*ms}, {2, 3, 10*sec - 2*ms}}},
+		}},
+		{"retry after counts only the entries that must leave", []step{
+			// A wider group shares the key: 5 entries, 1 s apart.
+			{at: 0, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{1, 99, 10 * sec}}},
+			{at: 1 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{2, 98, 9 * sec}}},
+			{at: 2 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{3, 97, 8 * sec}}},
+			{at: 3 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{4, 96, 7 * sec}}},
+			{at: 4 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{5, 95, 6 * sec}}},
+			// Limit 3 with 5 used: the 3 oldest (t0, t0+1s, t0+2s) must
+			// leave; the last of them leaves at 12 s.
+			{at: 5 * sec, req: req(user("u", win(3, 10*sec))), retry: 7 * sec, wins: [][3]time.Duration{{5, 0, 5 * sec}}},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			afterTTLs(t, rc, prefix)
+			clk := newFakeClock()
+			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+			for i, s := range tc.steps {
+				clk.Set(s.at)
+				call, f := "Allow", e.Allow
+				if s.peek {
+					call, f = "Peek", e.Peek
+				}
+				d, err := f(context.Background(), s.req)
+				where := fmt.Sprintf("step %d (%s at %v)", i, call, s.at)
+				if err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				checkDecision(t, where, d, s, clk.Now())
+			}
+		})
+	}
+}
+
+func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time) {
+	t.Helper()
+	if d.Source != FromRedis || d.Allowed != s.allow || d.RetryAfter != s.retry || !d.Time.Equal(now) {
+		t.Errorf("%s: allowed=%v retry=%v source=%v time=%v, want %v %v %v %v",
+			where, d.Allowed, d.RetryAfter, d.Source, d.Time, s.allow, s.retry, FromRedis, now)
+	}
+	if s.allow != (d.Denied == nil) {
+		t.Errorf("%s: Denied=%+v with Allowed=%v", where, d.Denied, d.Allowed)
+	}
+	if d.Denied != nil && d.Denied.Reset > 0 && d.RetryAfter > d.Denied.Window.Period {
+		t.Errorf("%s: RetryAfter %v beyond the denying window %v", where, d.RetryAfter, d.Denied.Window.Period)
+	}
+	if len(d.Windows) != len(s.wins) {
+		t.Fatalf("%s: %d windows, want %d", where, len(d.Windows), len(s.wins))
+	}
+	for j, w := range d.Windows {
+		got := [3]time.Duration{time.Duration(w.Used), time.Duration(w.Remaining), w.Reset}
+		if got != s.wins[j] {
+			t.Errorf("%s: window %d (check %d, %v/%v): used, remaining, reset = %v, want %v",
+				where, j, w.Check, w.Window.Limit, w.Window.Period, got, s.wins[j])
+		}
+	}
+}
