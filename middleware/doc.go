@@ -77,8 +77,9 @@
 //
 // When Redis fails, the Decision's source decides: fail-open and local
 // decisions are served like any other, and fail-closed answers 503 with
-// Retry-After. Backend errors go to the WithLogger logger, never to the
-// client.
+// Retry-After. A request the engine cannot evaluate (an error matching
+// engine.ErrInvalid) is a server error, answered with 500 rather than a
+// misleading 429. Errors go to the WithLogger logger, never to the client.
 //
 // A group in shadow mode (mode:shadow) is counted but never denies, and its
 // responses carry no rate-limit fields, so that clients cannot tell; would-be

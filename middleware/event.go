@@ -39,16 +39,19 @@ type Event struct {
 	Allowed bool
 	// Shadow reports that the group is in shadow mode and never denies.
 	Shadow bool
-	// Status is the status the middleware answered with (429, 503, or 500
-	// for ErrNoScope), or 0 when the request was passed to the next handler.
+	// Status is the status the middleware answered with — 429, 503, or 500
+	// when no scope was found (ErrNoScope) or the engine could not evaluate
+	// the request (an error matching engine.ErrInvalid) — or 0 when the
+	// request was passed to the next handler.
 	Status int
 	// RetryAfter is the engine's wait before the request would be admitted,
 	// zero when allowed. Retry-After carries it rounded up to seconds.
 	RetryAfter time.Duration
 	// Source says what made the decision.
 	Source engine.Source
-	// Err is the backend error returned with the decision, or ErrNoScope;
-	// nil when all went well.
+	// Err is the error returned with the decision (matching
+	// engine.ErrBackend for Redis trouble), or ErrNoScope; nil when all
+	// went well.
 	Err error
 	// Decision is the engine's full decision, zero for exempt requests and
 	// ErrNoScope. Its Windows slice must not be retained after the hook

@@ -217,7 +217,20 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 	}
 	if err != nil {
-		l.logBackend(r, scope, dec, err)
+		if errors.Is(err, engine.ErrInvalid) {
+			// The engine could not evaluate the request: a bug or a group the
+			// engine rejects, not a client over its limit, so 429 would lie.
+			l.logger.LogAttrs(r.Context(), slog.LevelError, "slidelimit: engine rejected request",
+				slog.String("scope", scope), slog.Any("error", err))
+			if !shadow {
+				ev.Status = http.StatusInternalServerError
+				l.emit(ev)
+				writeInternalError(w)
+				return
+			}
+		} else {
+			l.logBackend(r, scope, dec, err)
+		}
 	}
 
 	switch {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -863,5 +864,32 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	if admitted != 50 {
 		t.Errorf("admitted %d, want 50", admitted)
+	}
+}
+
+// TestEngineRejectsRequest checks that a request the engine cannot evaluate
+// is a server error, not a 429, and that the cause is logged, not written.
+func TestEngineRejectsRequest(t *testing.T) {
+	t.Parallel()
+	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) {
+		return engine.Decision{}, fmt.Errorf("fake: bad scope: %w", engine.ErrInvalid)
+	}}
+	logger, logs := newLogger()
+	var rec recorder
+	w := do(routed(t, "GET /", "ip:1/s", d, middleware.WithLogger(logger), middleware.WithHook(rec.hook)),
+		request("GET", "/", "192.0.2.1:1", nil))
+	if w.Code != http.StatusInternalServerError || strings.Contains(w.Body.String(), "bad scope") {
+		t.Errorf("response %d %q, want 500 without the cause", w.Code, w.Body)
+	}
+	if !strings.Contains(logs.String(), "bad scope") {
+		t.Errorf("log = %q", logs)
+	}
+	if ev := rec.events(); len(ev) != 1 || ev[0].Status != 500 || !errors.Is(ev[0].Err, engine.ErrInvalid) {
+		t.Errorf("events = %+v", ev)
+	}
+	// Shadow mode never denies, not even then.
+	w = do(routed(t, "GET /", "ip:1/s; mode:shadow", d), request("GET", "/", "192.0.2.1:1", nil))
+	if w.Code != ok {
+		t.Errorf("shadow: %d", w.Code)
 	}
 }

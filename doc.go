@@ -1,0 +1,43 @@
+// Package slidelimit rate-limits HTTP APIs with exact sliding windows kept
+// in Redis. A handler declares a rule group — several limits over several
+// subjects, with role exemptions and overrides — and every request is
+// checked against all of its windows in one atomic Redis call.
+//
+//	type API struct {
+//		Files http.HandlerFunc `route:"GET /files/{id}" limit:"ip:5/s,100/min; user:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
+//	}
+//
+//	lim, err := slidelimit.New(rdb, slidelimit.WithTrustedProxies("10.0.0.0/8"))
+//	...
+//	err = lim.Register(mux, &API{Files: files})
+//
+// allows 5 requests a second and 100 a minute per client IP and 1000 an hour
+// per user on GET /files/{id}, exempts super-admins, and gives admins 30 a
+// minute per IP instead.
+//
+// # Pieces
+//
+//   - Package rules defines the rule language (rules.Parse) and reads struct
+//     tags (rules.Routes).
+//   - Package role carries the caller's identity in the request context and
+//     resolves exemptions and overrides; the service's authentication sets
+//     it, and no client header is ever trusted for it.
+//   - Package engine makes the decisions in Redis.
+//   - Package middleware turns a group into net/http middleware: it finds
+//     the client address (trusted proxies, IPv6 /64 grouping), builds the
+//     subjects, calls the engine once, and writes the RateLimit and
+//     RateLimit-Policy fields, 429 problem responses with Retry-After, and 503
+//     when Redis is down and the group fails closed.
+//
+// This package ties them together: New creates the engine and holds the
+// middleware options; Register and Handle wrap and register handlers on an
+// http.ServeMux with the route pattern as the scope of their windows, so
+// that /files/1 and /files/2 share windows; Middleware serves other routers.
+//
+// # Other routers
+//
+// Middleware returns a func(http.Handler) http.Handler, which chi and
+// gorilla/mux use directly. They do not set http.Request.Pattern, so give the
+// scope with a scope: statement, middleware.WithScope or
+// middleware.WithScopeFunc.
+package slidelimit

@@ -1,0 +1,383 @@
+package slidelimit_test
+
+// End-to-end tests: the root package's Register, Handle and Middleware
+// against a real redis-server started by redistest, with go-redis hooks
+// counting every command the engine sends.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// commandCounter is a go-redis hook counting the commands sent to Redis,
+// pipelined ones included.
+type commandCounter struct{ n atomic.Int64 }
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+
+// api is the tagged handler set of the end-to-end tests.
+type api struct {
+	Files  http.HandlerFunc `route:"GET /files/{id}" limit:"ip:2/min; exempt:superadmin; role(premium)=ip:4/min"`
+	Admin  http.HandlerFunc `route:"GET /admin" limit:"user:2/min"`
+	Closed http.HandlerFunc `route:"GET /closed" limit:"ip:100/min; fail:closed"`
+	Open   http.HandlerFunc `route:"GET /open" limit:"ip:100/min; fail:open"`
+	Shadow http.HandlerFunc `route:"GET /shadow" limit:"ip:1/min; mode:shadow"`
+	Health http.HandlerFunc `route:"GET /healthz"`
+}
+
+func newAPI() *api { return &api{ok, ok, ok, ok, ok, ok} }
+
+// events collects hook events.
+type events struct {
+	mu sync.Mutex
+	ev []middleware.Event
+}
+
+func (e *events) hook(ev middleware.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ev.Decision.Windows = slices.Clone(ev.Decision.Windows)
+	e.ev = append(e.ev, ev)
+}
+
+func (e *events) last() middleware.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.ev) == 0 {
+		return middleware.Event{}
+	}
+	return e.ev[len(e.ev)-1]
+}
+
+// fixture is a real Redis, a command-counting client and a ServeMux with
+// api registered.
+type fixture struct {
+	srv    *redistest.Server
+	cmds   *commandCounter
+	mux    *http.ServeMux
+	events *events
+	lim    *slidelimit.Limiter
+}
+
+func newFixture(t *testing.T, opts ...slidelimit.Option) *fixture {
+	t.Helper()
+	srv := redistest.Start(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	f := &fixture{srv: srv, cmds: &commandCounter{}, mux: http.NewServeMux(), events: &events{}}
+	client.AddHook(f.cmds)
+	opts = append([]slidelimit.Option{
+		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
+		slidelimit.WithHook(f.events.hook),
+		slidelimit.WithTimeout(time.Second),
+	}, opts...)
+	lim, err := slidelimit.New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	f.lim = lim
+	if err := lim.Register(f.mux, newAPI()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) do(method, target, remote string, id *role.Identity) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = remote
+	if id != nil {
+		r = r.WithContext(role.NewContext(r.Context(), *id))
+	}
+	w := httptest.NewRecorder()
+	f.mux.ServeHTTP(w, r)
+	return w
+}
+
+func ident(user string, roles ...role.Role) *role.Identity {
+	return &role.Identity{User: user, Roles: roles}
+}
+
+func codes(ws ...*httptest.ResponseRecorder) []int {
+	var c []int
+	for _, w := range ws {
+		c = append(c, w.Code)
+	}
+	return c
+}
+
+func TestEndToEndSharedPattern(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	got := codes(
+		f.do("GET", "/files/1", "192.0.2.1:1", nil),
+		f.do("GET", "/files/2", "192.0.2.1:1", nil),
+		f.do("GET", "/files/3", "192.0.2.1:1", nil),
+		f.do("GET", "/files/3", "192.0.2.2:1", nil))
+	if want := []int{200, 200, 429, 200}; !slices.Equal(got, want) {
+		t.Errorf("codes = %v, want %v", got, want)
+	}
+	if s := f.events.last().Scope; s != "GET /files/{id}" {
+		t.Errorf("scope = %q, want the pattern", s)
+	}
+}
+
+func TestEndToEndExemptMakesNoRedisCalls(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	before := f.cmds.n.Load()
+	for range 10 {
+		if w := f.do("GET", "/files/1", "192.0.2.1:1", ident("root", "superadmin")); w.Code != 200 {
+			t.Fatalf("exempt request: %d", w.Code)
+		}
+	}
+	if d := f.cmds.n.Load() - before; d != 0 {
+		t.Errorf("exempt requests sent %d Redis commands, want 0", d)
+	}
+	// The counter does see the engine's commands.
+	f.do("GET", "/files/1", "192.0.2.1:1", ident("u"))
+	if d := f.cmds.n.Load() - before; d == 0 {
+		t.Error("a limited request sent no Redis command; the counter is not hooked in")
+	}
+	// Unlimited routes never reach Redis either.
+	before = f.cmds.n.Load()
+	f.do("GET", "/healthz", "192.0.2.1:1", nil)
+	if d := f.cmds.n.Load() - before; d != 0 {
+		t.Errorf("unlimited route sent %d Redis commands", d)
+	}
+}
+
+func TestEndToEndAdminByIP(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	shared := codes(
+		f.do("GET", "/admin", "192.0.2.1:1", ident("alice", "admin")),
+		f.do("GET", "/admin", "192.0.2.1:2", ident("bob", "admin")),
+		f.do("GET", "/admin", "192.0.2.1:3", ident("carol", "admin")))
+	if want := []int{200, 200, 429}; !slices.Equal(shared, want) {
+		t.Errorf("two admins from one IP: %v, want %v", shared, want)
+	}
+	apart := codes(
+		f.do("GET", "/admin", "198.51.100.1:1", ident("alice", "admin")),
+		f.do("GET", "/admin", "198.51.100.1:1", ident("alice", "admin")),
+		f.do("GET", "/admin", "198.51.100.2:1", ident("alice", "admin")),
+		f.do("GET", "/admin", "198.51.100.2:1", ident("alice", "admin")))
+	if want := []int{200, 200, 200, 200}; !slices.Equal(apart, want) {
+		t.Errorf("one admin from two IPs: %v, want %v", apart, want)
+	}
+	users := codes(
+		f.do("GET", "/admin", "203.0.113.1:1", ident("dave")),
+		f.do("GET", "/admin", "203.0.113.1:1", ident("erin")),
+		f.do("GET", "/admin", "203.0.113.1:1", ident("erin")),
+		f.do("GET", "/admin", "203.0.113.1:1", ident("erin")))
+	if want := []int{200, 200, 200, 429}; !slices.Equal(users, want) {
+		t.Errorf("plain users: %v, want %v", users, want)
+	}
+}
+
+func TestEndToEndRoleOverride(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var got []int
+	for range 5 {
+		got = append(got, f.do("GET", "/files/1", "192.0.2.1:1", ident("p", "premium")).Code)
+	}
+	if want := []int{200, 200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("premium: %v, want %v", got, want)
+	}
+}
+
+// TestEndToEndDenied checks the denied response against the engine's own
+// decision: Retry-After is the ceiling of Decision.RetryAfter in seconds.
+func TestEndToEndDenied(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, slidelimit.WithLegacyHeaders())
+	f.do("GET", "/files/1", "192.0.2.1:1", nil)
+	time.Sleep(300 * time.Millisecond) // so the wait is not whole seconds
+	f.do("GET", "/files/1", "192.0.2.1:1", nil)
+	w := f.do("GET", "/files/1", "192.0.2.1:1", nil)
+	if w.Code != 429 {
+		t.Fatalf("status %d, want 429", w.Code)
+	}
+	ev := f.events.last()
+	if ev.Source != engine.FromRedis || ev.Err != nil || ev.Decision.RetryAfter <= 0 {
+		t.Fatalf("event = %+v", ev)
+	}
+	want := int64(math.Ceil(ev.Decision.RetryAfter.Seconds()))
+	if got := w.Header().Get("Retry-After"); got != strconv.FormatInt(want, 10) {
+		t.Errorf("Retry-After = %q, want ceil(%v) = %d", got, ev.Decision.RetryAfter, want)
+	}
+	h := w.Header()
+	if got := h.Get("RateLimit-Policy"); got != `"ip-1min";q=2;w=60` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+	if got := h.Get("RateLimit"); got != `"ip-1min";r=0;t=`+strconv.FormatInt(want, 10) {
+		t.Errorf("RateLimit = %q", got)
+	}
+	if h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("legacy headers = %v", h)
+	}
+	var p struct {
+		Type             string   `json:"type"`
+		Status           int      `json:"status"`
+		ViolatedPolicies []string `json:"violated-policies"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != 429 ||
+		p.Type != middleware.ProblemQuotaExceeded || !slices.Equal(p.ViolatedPolicies, []string{"ip-1min"}) {
+		t.Errorf("body %s: %+v %v", w.Body, p, err)
+	}
+}
+
+func TestEndToEndSpoofedForwardedFor(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, slidelimit.WithTrustedProxies("10.0.0.0/8"))
+	var got []int
+	for i := range 3 {
+		r := httptest.NewRequest("GET", "/files/1", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		r.Header.Set("X-Forwarded-For", "203.0.113."+strconv.Itoa(i))
+		w := httptest.NewRecorder()
+		f.mux.ServeHTTP(w, r)
+		got = append(got, w.Code)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("spoofed X-Forwarded-For: %v, want %v", got, want)
+	}
+	// Through a trusted proxy the forwarded client is counted.
+	var via []int
+	for range 3 {
+		r := httptest.NewRequest("GET", "/files/1", nil)
+		r.RemoteAddr = "10.1.1.1:1"
+		r.Header.Set("X-Forwarded-For", "203.0.113.50, 10.2.2.2")
+		w := httptest.NewRecorder()
+		f.mux.ServeHTTP(w, r)
+		via = append(via, w.Code)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(via, want) {
+		t.Errorf("via trusted proxies: %v, want %v", via, want)
+	}
+}
+
+func TestEndToEndShadow(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for i := range 3 {
+		if w := f.do("GET", "/shadow", "192.0.2.1:1", nil); w.Code != 200 || w.Header().Get("RateLimit") != "" {
+			t.Fatalf("shadow request %d: %d %v", i, w.Code, w.Header())
+		}
+	}
+	if ev := f.events.last(); !ev.Shadow || ev.Allowed || ev.Source != engine.FromRedis {
+		t.Errorf("event = %+v, want a reported would-be denial", ev)
+	}
+}
+
+// TestEndToEndRedisDown kills the redis-server: fail:closed answers 503 with
+// Retry-After, fail:open lets requests through, and the error never reaches
+// the client.
+func TestEndToEndRedisDown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	if w := f.do("GET", "/closed", "192.0.2.1:1", nil); w.Code != 200 {
+		t.Fatalf("before kill: %d", w.Code)
+	}
+	f.srv.Kill()
+	w := f.do("GET", "/closed", "192.0.2.1:1", nil)
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("fail:closed: %d Retry-After %q, want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	if ev := f.events.last(); ev.Source != engine.FromFailClosed || !errors.Is(ev.Err, engine.ErrBackend) {
+		t.Errorf("event = %+v", ev)
+	}
+	if body := w.Body.String(); strings.Contains(body, "engine") || strings.Contains(body, "refused") || strings.Contains(body, strings.Split(f.srv.Addr, ":")[1]) {
+		t.Errorf("body leaks the backend error: %q", body)
+	}
+	if w := f.do("GET", "/open", "192.0.2.1:1", nil); w.Code != 200 {
+		t.Errorf("fail:open: %d, want 200", w.Code)
+	}
+	if ev := f.events.last(); ev.Source != engine.FromFailOpen || ev.Err == nil {
+		t.Errorf("event = %+v", ev)
+	}
+}
+
+// TestEndToEndMiddleware uses Middleware as a chi or gorilla user would.
+func TestEndToEndMiddleware(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	mw, err := f.lim.Middleware("ip:1/min", middleware.WithScope("reports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(ok)
+	do := func(path string) int {
+		r := httptest.NewRequest("GET", path, nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if got := []int{do("/reports/1"), do("/reports/2")}; !slices.Equal(got, []int{200, 429}) {
+		t.Errorf("codes = %v, want [200 429]", got)
+	}
+	if _, err := f.lim.Middleware("ip:0/s"); err == nil {
+		t.Error("Middleware accepted an invalid group")
+	}
+}
+
+// TestEndToEndServer runs the mux behind a real HTTP server, so RemoteAddr
+// and Pattern come from net/http itself.
+func TestEndToEndServer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	srv := httptest.NewServer(f.mux)
+	t.Cleanup(srv.Close)
+	var got []int
+	for range 3 {
+		resp, err := srv.Client().Get(srv.URL + "/files/" + strconv.Itoa(len(got)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got = append(got, resp.StatusCode)
+	}
+	if want := []int{200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("codes = %v, want %v", got, want)
+	}
+	if s := f.events.last().Decision.Windows; len(s) != 1 {
+		t.Errorf("windows = %+v", s)
+	}
+}

@@ -1,0 +1,209 @@
+package slidelimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Register registers on mux every handler declared by the struct tags of
+// handlers (a struct or a pointer to one; see rules.Routes), each wrapped in
+// middleware enforcing its limit tag, with the route pattern as the scope of
+// its windows unless the group declares a scope:
+//
+//	type API struct {
+//		Files  http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min; ip:30/min; exempt:superadmin"`
+//		Health http.HandlerFunc `route:"GET /healthz"`
+//	}
+//
+// A field without a limit tag is registered unwrapped.
+//
+// Register reports every problem at once, joined with errors.Join: the tag
+// errors of rules.Routes (*rules.Error), and per route a *RouteError for a
+// middleware that cannot be built (a key(name) without WithKeyFunc, say) or
+// a pattern http.ServeMux rejects. Tag errors are found before anything
+// else, so when there are any, the other problems are reported by the next
+// call. When a problem is found among the routes themselves nothing is
+// registered; a pattern conflicting with one registered on mux earlier is
+// found only while registering, after the routes before it in field order
+// have been registered. Register never panics.
+func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
+	if mux == nil {
+		return ErrNilMux
+	}
+	routes, err := rules.Routes(handlers)
+	if err != nil {
+		return err
+	}
+	wrapped := make([]http.Handler, len(routes))
+	var errs []error
+	// A scratch mux finds bad and mutually conflicting patterns without
+	// touching mux, which cannot unregister.
+	scratch := http.NewServeMux()
+	for i, r := range routes {
+		h, err := l.route(r.Pattern, r.Group, r.Handler)
+		if err == nil {
+			err = handle(scratch, r.Pattern, h)
+		}
+		if err != nil {
+			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+			continue
+		}
+		wrapped[i] = h
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for i, r := range routes {
+		if err := handle(mux, r.Pattern, wrapped[i]); err != nil {
+			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Handle registers handler on mux under pattern, wrapped in middleware
+// enforcing the rule group text, with the pattern as the scope of its
+// windows unless the group declares a scope:
+//
+//	err := lim.Handle(mux, "GET /files/{id}", files, "user:10/min; ip:30/min")
+//
+// It fails, without registering anything and without panicking, when the
+// rules do not parse, a param(name) limiter names no wildcard of pattern,
+// the middleware cannot be built, or mux rejects the pattern.
+func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handler, rulesText string) error {
+	if mux == nil {
+		return ErrNilMux
+	}
+	fail := func(err error) error { return &RouteError{Pattern: pattern, Err: err} }
+	if handler == nil {
+		return fail(ErrNilHandler)
+	}
+	g, err := rules.Parse(rulesText)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkParams(pattern, g); err != nil {
+		return fail(err)
+	}
+	h, err := l.route(pattern, g, handler)
+	if err != nil {
+		return fail(err)
+	}
+	if err := handle(mux, pattern, h); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// route wraps h for group g served under pattern. The zero group, from a
+// field without a limit tag, leaves h as it is.
+func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Handler, error) {
+	if isZero(g) {
+		return h, nil
+	}
+	mw, err := l.wrapper(g, middleware.WithScope(pattern))
+	if err != nil {
+		return nil, err
+	}
+	return mw(h), nil
+}
+
+func isZero(g rules.Group) bool {
+	return len(g.Limiters) == 0 && len(g.Overrides) == 0 && len(g.Exempt) == 0 &&
+		g.Scope == "" && g.Mode == rules.Enforce && g.Fail == rules.FailDefault
+}
+
+// handle registers h on mux, turning the panic of an invalid or conflicting
+// pattern into an error.
+func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%w: %v", ErrPattern, v)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
+}
+
+// checkParams reports a param(name) limiter whose name is not a wildcard of
+// pattern: its path value would always be empty.
+func checkParams(pattern string, g rules.Group) error {
+	lists := [][]rules.Limiter{g.Limiters}
+	for _, o := range g.Overrides {
+		lists = append(lists, o.Limiters)
+	}
+	wild := wildcards(pattern)
+	var errs []error
+	for _, ls := range lists {
+		for _, l := range ls {
+			if l.Kind == rules.Param && !wild[l.Name] {
+				errs = append(errs, fmt.Errorf("%w: %s names no wildcard of the pattern", ErrParam, l.ID()))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// wildcards returns the names of the {name} and {name...} segments of an
+// http.ServeMux pattern. Malformed patterns are left to ServeMux.
+func wildcards(pattern string) map[string]bool {
+	// Skip the method and host: the path starts at the first '/'.
+	if i := strings.IndexByte(pattern, '/'); i >= 0 {
+		pattern = pattern[i:]
+	}
+	names := map[string]bool{}
+	for seg := range strings.SplitSeq(pattern, "/") {
+		if len(seg) > 2 && seg[0] == '{' && seg[len(seg)-1] == '}' {
+			names[strings.TrimSuffix(seg[1:len(seg)-1], "...")] = true
+		}
+	}
+	return names
+}
+
+// Errors of Register and Handle.
+var (
+	// ErrNilMux means Register or Handle was given a nil *http.ServeMux.
+	ErrNilMux = errors.New("slidelimit: nil mux")
+	// ErrNilHandler means Handle was given a nil handler.
+	ErrNilHandler = errors.New("slidelimit: nil handler")
+	// ErrPattern means http.ServeMux rejected a pattern as invalid or as
+	// conflicting with another one.
+	ErrPattern = errors.New("slidelimit: pattern rejected by http.ServeMux")
+	// ErrParam means a param(name) limiter names no wildcard of its route's
+	// pattern.
+	ErrParam = errors.New("slidelimit: param limiter without wildcard")
+)
+
+// RouteError describes a route that could not be registered. It unwraps to
+// the cause: a *rules.Error, a middleware error such as
+// *middleware.UnknownKeyError, or one of ErrPattern, ErrParam and
+// ErrNilHandler.
+type RouteError struct {
+	// Field is the struct field that declared the route, or empty for
+	// Handle.
+	Field string
+	// Pattern is the route's pattern.
+	Pattern string
+	// Err is the cause.
+	Err error
+}
+
+// Error implements the error interface.
+func (e *RouteError) Error() string {
+	var b strings.Builder
+	b.WriteString("slidelimit: ")
+	if e.Field != "" {
+		b.WriteString("field " + e.Field + " ")
+	}
+	b.WriteString("route " + strconv.Quote(e.Pattern) + ": " + e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *RouteError) Unwrap() error { return e.Err }

@@ -1,0 +1,76 @@
+package slidelimit
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Limiter rate-limits handlers with rule groups, deciding in Redis. It holds
+// one engine and the middleware configuration shared by every handler it
+// wraps. A Limiter is safe for concurrent use.
+type Limiter struct {
+	engine *engine.Engine
+	opts   []middleware.Option
+}
+
+// New returns a Limiter deciding with client, which may be a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It does
+// not contact Redis. It fails when an engine option is invalid; middleware
+// options are checked when a handler is wrapped, where errors can name the
+// route.
+//
+// The Limiter does not own client: Close leaves it open.
+func New(client engine.Client, opts ...Option) (*Limiter, error) {
+	var c config
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	e, err := engine.New(client, c.engine...)
+	if err != nil {
+		return nil, err
+	}
+	return &Limiter{engine: e, opts: c.middleware}, nil
+}
+
+// Engine returns the Limiter's engine, for Peek and Reset.
+func (l *Limiter) Engine() *engine.Engine { return l.engine }
+
+// Close makes later decisions follow their fail mode, as if Redis were down;
+// requests in flight complete. It does not close the Redis client. Close is
+// idempotent.
+func (l *Limiter) Close() error { return l.engine.Close() }
+
+// Middleware returns middleware enforcing the rule group text, for routers
+// other than http.ServeMux (chi, gorilla/mux, or the adapters of gin and
+// echo). opts are added to the Limiter's middleware options.
+//
+// The windows' scope is, in order of precedence: the group's scope:
+// statement, middleware.WithScope, middleware.WithScopeFunc, and
+// http.Request.Pattern. Routers that do not set Pattern need one of the
+// first three, for example for chi
+//
+//	middleware.WithScopeFunc(func(r *http.Request) string {
+//		return chi.RouteContext(r.Context()).RoutePattern()
+//	})
+//
+// or every request is answered with 500 and middleware.ErrNoScope is logged.
+// param(name) limiters read http.Request.PathValue, which routers other
+// than http.ServeMux may not set; use key(name) with WithKeyFunc instead.
+func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
+	g, err := rules.Parse(rulesText)
+	if err != nil {
+		return nil, err
+	}
+	return l.wrapper(g, opts...)
+}
+
+// wrapper builds middleware for g with the Limiter's options and then opts.
+func (l *Limiter) wrapper(g rules.Group, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
+	return middleware.New(g, l.engine, append(slices.Clip(l.opts), opts...)...)
+}
