@@ -1,0 +1,199 @@
+package slidelimit_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// offline returns a Limiter whose client points nowhere: New does not contact
+// Redis, and registration never needs it.
+func offline(t *testing.T, opts ...slidelimit.Option) *slidelimit.Limiter {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { c.Close() })
+	lim, err := slidelimit.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	return lim
+}
+
+// registered reports whether mux has a route for method and path.
+func registered(mux *http.ServeMux, method, path string) bool {
+	_, pattern := mux.Handler(httptest.NewRequest(method, path, nil))
+	return pattern != ""
+}
+
+func TestRegisterReportsEveryTagError(t *testing.T) {
+	t.Parallel()
+	type bad struct {
+		Syntax   http.HandlerFunc `route:"GET /a" limit:"ip:5/fortnight"`
+		Zero     http.HandlerFunc `route:"GET /b" limit:"ip:0/s"`
+		NoRoute  http.HandlerFunc `limit:"ip:5/s"`
+		Param    http.HandlerFunc `route:"GET /c/{id}" limit:"param(name):5/s"`
+		NilValue http.HandlerFunc `route:"GET /d" limit:"ip:5/s"`
+		Good     http.HandlerFunc `route:"GET /e" limit:"ip:5/s"`
+	}
+	h := &bad{Syntax: ok, Zero: ok, NoRoute: ok, Param: ok, Good: ok}
+	mux := http.NewServeMux()
+	err := offline(t).Register(mux, h)
+	if err == nil {
+		t.Fatal("Register accepted bad tags")
+	}
+	for _, field := range []string{"Syntax", "Zero", "NoRoute", "Param", "NilValue"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error does not name field %s:\n%v", field, err)
+		}
+	}
+	if !errors.Is(err, rules.ErrSyntax) || !errors.Is(err, rules.ErrInvalid) {
+		t.Errorf("error %v does not wrap both rules categories", err)
+	}
+	if registered(mux, "GET", "/e") {
+		t.Error("a route was registered although Register failed")
+	}
+}
+
+func TestRegisterReportsEveryRouteError(t *testing.T) {
+	t.Parallel()
+	type api struct {
+		Tenant  http.HandlerFunc `route:"GET /t" limit:"key(tenant):5/s"`
+		Org     http.HandlerFunc `route:"GET /o" limit:"ip:5/s; role(staff)=key(org):5/s"`
+		Left    http.HandlerFunc `route:"GET /x/{a}" limit:"ip:5/s"`
+		Right   http.HandlerFunc `route:"GET /{b}/y" limit:"ip:5/s"`
+		Healthy http.HandlerFunc `route:"GET /healthz"`
+	}
+	h := &api{ok, ok, ok, ok, ok}
+	mux := http.NewServeMux()
+	err := offline(t).Register(mux, h)
+	if !errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+		t.Fatalf("Register = %v, want unknown keys and a pattern conflict", err)
+	}
+	var fields []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var re *slidelimit.RouteError
+		if !errors.As(e, &re) {
+			t.Errorf("error %v is not a *RouteError", e)
+			continue
+		}
+		fields = append(fields, re.Field)
+	}
+	if got := strings.Join(fields, ","); got != "Tenant,Org,Right" {
+		t.Errorf("failed fields = %s, want Tenant,Org,Right", got)
+	}
+	for _, want := range []string{"key(tenant)", "key(org)", "conflicts"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %q:\n%v", want, err)
+		}
+	}
+	if registered(mux, "GET", "/healthz") {
+		t.Error("a route was registered although Register failed")
+	}
+	// With the key functions, only the conflict remains.
+	lim := offline(t,
+		slidelimit.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
+		slidelimit.WithKeyFunc("org", func(r *http.Request) string { return "" }))
+	err = lim.Register(http.NewServeMux(), h)
+	if errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+		t.Errorf("Register = %v, want only the pattern conflict", err)
+	}
+}
+
+func TestRegisterConflictWithExistingRoute(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle("GET /files/{name}", ok)
+	type api struct {
+		Files http.HandlerFunc `route:"GET /files/{id}" limit:"ip:5/s"`
+	}
+	err := offline(t).Register(mux, &api{ok})
+	var re *slidelimit.RouteError
+	if !errors.As(err, &re) || re.Field != "Files" || !errors.Is(err, slidelimit.ErrPattern) {
+		t.Errorf("Register = %v, want a *RouteError for Files wrapping ErrPattern", err)
+	}
+}
+
+func TestRegisterArguments(t *testing.T) {
+	t.Parallel()
+	lim := offline(t)
+	if err := lim.Register(nil, struct{}{}); !errors.Is(err, slidelimit.ErrNilMux) {
+		t.Errorf("nil mux: %v", err)
+	}
+	for _, v := range []any{nil, 42, (*struct{})(nil)} {
+		if err := lim.Register(http.NewServeMux(), v); !errors.Is(err, rules.ErrInvalid) {
+			t.Errorf("Register(%#v) = %v, want rules.ErrInvalid", v, err)
+		}
+	}
+	if err := lim.Register(http.NewServeMux(), struct{}{}); err != nil {
+		t.Errorf("empty struct: %v", err)
+	}
+}
+
+func TestHandle(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, pattern, rules string
+		handler              http.Handler
+		want                 error
+	}{
+		{"ok", "GET /files/{id}", "param(id):5/s; ip:10/s", ok, nil},
+		{"rules syntax", "GET /a", "ip:5/fortnight", ok, rules.ErrSyntax},
+		{"empty rules", "GET /a", "", ok, rules.ErrSyntax},
+		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern},
+		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern},
+		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, slidelimit.ErrParam},
+		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, slidelimit.ErrParam},
+		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey},
+		{"nil handler", "GET /a", "ip:5/s", nil, slidelimit.ErrNilHandler},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			mux := http.NewServeMux()
+			mux.Handle("GET /taken", ok)
+			err := offline(t).Handle(mux, tt.pattern, tt.handler, tt.rules)
+			if tt.want == nil {
+				if err != nil || !registered(mux, "GET", "/files/1") {
+					t.Fatalf("Handle = %v, registered %v", err, registered(mux, "GET", "/files/1"))
+				}
+				return
+			}
+			var re *slidelimit.RouteError
+			if !errors.Is(err, tt.want) || !errors.As(err, &re) || re.Pattern != tt.pattern {
+				t.Fatalf("Handle = %v, want a *RouteError wrapping %v", err, tt.want)
+			}
+		})
+	}
+	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.Is(err, slidelimit.ErrNilMux) {
+		t.Errorf("nil mux: %v", err)
+	}
+}
+
+func TestNewOptions(t *testing.T) {
+	t.Parallel()
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { c.Close() })
+	for _, o := range []slidelimit.Option{slidelimit.WithNode(5000), slidelimit.WithPrefix("{x}"), slidelimit.WithTimeout(-1)} {
+		if _, err := slidelimit.New(c, o); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("New = %v, want engine.ErrInvalid", err)
+		}
+	}
+	if _, err := slidelimit.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+	// Middleware options are checked where a handler is wrapped.
+	lim := offline(t, slidelimit.WithTrustedProxies("bogus"))
+	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); !errors.Is(err, middleware.ErrConfig) {
+		t.Errorf("Handle = %v, want middleware.ErrConfig", err)
+	}
+}
