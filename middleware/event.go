@@ -54,8 +54,7 @@ type Event struct {
 	// went well.
 	Err error
 	// Decision is the engine's full decision, zero for exempt requests and
-	// ErrNoScope. Its Windows slice must not be retained after the hook
-	// returns.
+	// ErrNoScope.
 	Decision engine.Decision
 }
 

@@ -126,7 +126,7 @@ func WithLogger(l *slog.Logger) Option {
 // the middleware sees, exempt ones included, for metrics or tracing. Hooks run
 // synchronously on the request's goroutine, in the order they were added,
 // before the response is written; they must be fast and safe for concurrent
-// use, and must not retain the Event's Windows slice.
+// use.
 func WithHook(fn func(Event)) Option {
 	return func(c *config) {
 		if fn != nil {
