@@ -175,7 +175,13 @@ func forwardedFor(elem string) (netip.Addr, bool) {
 // parseHostPort parses an address with or without a port: "192.0.2.1",
 // "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]" or "[2001:db8::1]:80".
 func parseHostPort(s string) (netip.Addr, bool) {
-	if ap, err := netip.ParseAddrPort(s); err == nil {
+	// Only "[v6]:port" and "v4:port" have a port; trying ParseAddrPort on
+	// anything else would allocate an error on the hot path.
+	if len(s) > 0 && s[0] == '[' && s[len(s)-1] != ']' || strings.Count(s, ":") == 1 {
+		ap, err := netip.ParseAddrPort(s)
+		if err != nil {
+			return netip.Addr{}, false
+		}
 		return ap.Addr(), true
 	}
 	if len(s) >= 2 && s[0] == '[' && s[len(s)-1] == ']' {

@@ -268,50 +268,59 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	l.denied(w, r, d)
 }
 
-// checks builds the engine checks of a request. The client address is found
-// at most once, and only when a limiter needs it.
+// checks builds the engine checks of a request.
 func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution, p *plan) []engine.Check {
-	var ipSubject string
-	ip := func() string {
-		if ipSubject == "" {
-			a, raw, ok := l.ip.addr(r)
-			if ok {
-				ipSubject = subjectIP + CanonicalizeIP(a, l.v6bits)
-			} else {
-				ipSubject = subjectPeer + raw
-			}
-		}
-		return ipSubject
-	}
-	orIP := func(prefix, v string) string {
-		if v == "" {
-			return ip()
-		}
-		return prefix + v
-	}
+	sub := subjects{l: l, r: r}
 	cs := make([]engine.Check, len(p.limiters))
 	for i, lim := range p.limiters {
 		cs[i].Limiter = lim
 		switch lim.Kind {
 		case rules.IP:
-			cs[i].Subject = ip()
+			cs[i].Subject = sub.ip()
 		case rules.User:
 			if res.ByIP {
-				cs[i].Subject = ip()
+				cs[i].Subject = sub.ip()
 			} else {
-				cs[i].Subject = orIP(subjectUser, id.User)
+				cs[i].Subject = sub.orIP(subjectUser, id.User)
 			}
 		case rules.Global:
 			cs[i].Subject = subjectGlobal
 		case rules.Header:
-			cs[i].Subject = orIP(subjectHeader, r.Header.Get(lim.Name))
+			cs[i].Subject = sub.orIP(subjectHeader, r.Header.Get(lim.Name))
 		case rules.Param:
-			cs[i].Subject = orIP(subjectParam, r.PathValue(lim.Name))
+			cs[i].Subject = sub.orIP(subjectParam, r.PathValue(lim.Name))
 		case rules.Key:
-			cs[i].Subject = orIP(subjectKey, p.keys[i](r))
+			cs[i].Subject = sub.orIP(subjectKey, p.keys[i](r))
 		}
 	}
 	return cs
+}
+
+// subjects finds the client address of a request at most once, and only
+// when a limiter needs it.
+type subjects struct {
+	l    *limiter
+	r    *http.Request
+	addr string
+}
+
+func (s *subjects) ip() string {
+	if s.addr == "" {
+		if a, raw, ok := s.l.ip.addr(s.r); ok {
+			s.addr = subjectIP + CanonicalizeIP(a, s.l.v6bits)
+		} else {
+			s.addr = subjectPeer + raw
+		}
+	}
+	return s.addr
+}
+
+// orIP returns prefix+v, or the client address when v is empty.
+func (s *subjects) orIP(prefix, v string) string {
+	if v == "" {
+		return s.ip()
+	}
+	return prefix + v
 }
 
 // setFields sets the RateLimit-Policy field and, when the decision has
