@@ -76,9 +76,17 @@ type result struct {
 	Elapsed                    time.Duration
 	P50, P99                   time.Duration
 	AllocsPerDecision          float64
-	RedisKeys, RedisBytes      int64
+	// CPU time during the measured phase: of this process (the library
+	// and the harness), of redis-server, and of every other process on
+	// the machine.
+	SelfCPU, RedisCPU, OtherCPU time.Duration
+	CPUOK                       bool
+	RedisKeys, RedisBytes       int64
 	// Subjects is the number of distinct keys the callers used.
 	Subjects int
+	// Commands holds the Redis commands run during the measured phase,
+	// including those run by scripts and the harness's own INFO calls.
+	Commands []cmdStat
 }
 
 var (
@@ -259,15 +267,30 @@ func runOne(ctx context.Context, addr string, o options, lib library, c benchCas
 		}
 	}
 
+	// CONFIG RESETSTAT zeroes INFO commandstats (on our own server).
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return r, fmt.Errorf("CONFIG RESETSTAT: %w", err)
+	}
 	runtime.GC()
 	var m0, m1 runtime.MemStats
+	c0 := sampleCPU(ctx, rdb)
 	runtime.ReadMemStats(&m0)
 	start := time.Now()
 	err = phase(ctx, workers, keys, touched, o.duration)
 	r.Elapsed = time.Since(start)
 	runtime.ReadMemStats(&m1)
+	c1 := sampleCPU(ctx, rdb)
 	if err != nil {
 		return r, err
+	}
+	if r.Commands, err = commandStats(ctx, rdb); err != nil {
+		return r, fmt.Errorf("INFO commandstats: %w", err)
+	}
+	if c0.ok && c1.ok {
+		r.CPUOK = true
+		r.SelfCPU = c1.self - c0.self
+		r.RedisCPU = c1.redis - c0.redis
+		r.OtherCPU = max(0, c1.machine-c0.machine-r.SelfCPU-r.RedisCPU)
 	}
 
 	var all hist
@@ -351,19 +374,28 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 	fmt.Fprintf(w, "Each run: %v warm-up, then %v measured; FLUSHALL before each run; one go-redis client per run (PoolSize %d).\n\n",
 		o.warmup, o.duration, o.poolSize)
 
-	fmt.Fprintln(w, "| library | case | callers | decisions/s | allowed | p50 | p99 | allocs/decision | Redis B/subject | Redis keys |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| library | case | callers | decisions/s | allowed | p50 | p99 | allocs/decision | Redis CPU µs/decision | Go CPU µs/decision | Redis B/subject | Redis keys | other procs' CPU (cores) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, r := range results {
 		if r.Decisions == 0 {
-			fmt.Fprintf(w, "| %s | %s | %d | error | | | | | | |\n", r.Lib, r.Case, r.Callers)
+			fmt.Fprintf(w, "| %s | %s | %d | error | | | | | | | | | |\n", r.Lib, r.Case, r.Callers)
 			notes = append(notes, fmt.Sprintf("%s %s callers=%d: %v", r.Lib, r.Case, r.Callers, r.FirstErr))
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %d |\n",
+		redisCPU, goCPU, other := "?", "?", "?"
+		if r.CPUOK {
+			per := func(d time.Duration) string {
+				return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond)/float64(r.Decisions))
+			}
+			redisCPU, goCPU = per(r.RedisCPU), per(r.SelfCPU)
+			other = fmt.Sprintf("%.2f", r.OtherCPU.Seconds()/r.Elapsed.Seconds())
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %d | %s |\n",
 			r.Lib, r.Case, r.Callers, fmtRate(r.rate()),
 			fmtPct(r.Allowed, r.Decisions), fmtDur(r.P50), fmtDur(r.P99), r.AllocsPerDecision,
-			fmtBytes(float64(r.RedisBytes)/float64(max(r.Subjects, 1))), r.RedisKeys)
+			redisCPU, goCPU,
+			fmtBytes(float64(r.RedisBytes)/float64(max(r.Subjects, 1))), r.RedisKeys, other)
 		if r.Errors > 0 {
 			notes = append(notes, fmt.Sprintf("%s %s callers=%d: %d errors of %d decisions, first: %v",
 				r.Lib, r.Case, r.Callers, r.Errors, r.Decisions, r.FirstErr))
@@ -381,6 +413,27 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 		seen[k] = true
 		fmt.Fprintf(w, "- %s\n", k)
 	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Redis commands per decision (INFO commandstats over the measured phase; commands run by scripts count too, and a script's own entry includes their time): calls, µs.")
+	fmt.Fprintln(w)
+	for _, r := range results {
+		if r.Decisions == 0 {
+			continue
+		}
+		var parts []string
+		var total float64
+		for _, c := range r.Commands {
+			if c.Name == "info" || c.Name == "config|resetstat" {
+				continue
+			}
+			calls := float64(c.Calls) / float64(r.Decisions)
+			if !scriptCommand(c.Name) {
+				total += calls
+			}
+			parts = append(parts, fmt.Sprintf("%s %.2f, %.1f µs", c.Name, calls, float64(c.Usec)/float64(r.Decisions)))
+		}
+		fmt.Fprintf(w, "- %s %s callers=%d (%.2f data commands): %s\n", r.Lib, r.Case, r.Callers, total, strings.Join(parts, "; "))
+	}
 	if len(notes) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "Errors:")
@@ -389,6 +442,16 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 			fmt.Fprintf(w, "- %s\n", n)
 		}
 	}
+}
+
+// scriptCommand reports whether name runs a script rather than touching
+// data itself.
+func scriptCommand(name string) bool {
+	switch name {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro", "multi", "exec", "script|load":
+		return true
+	}
+	return false
 }
 
 func fmtRate(r float64) string {
