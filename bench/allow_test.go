@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -45,7 +46,11 @@ const issue3Keys = 10_000
 // callers deciding on 10,000 keys round-robin, every decision allowed,
 // slidelimit with a 2-window group against redis_rate v10 on the same
 // redis-server in the same run. It reports decisions/s next to the usual
-// ns/op and allocs/op (allocations per decision, with -benchmem).
+// ns/op and allocs/op (allocations per decision, with -benchmem), and the
+// CPU time per decision of redis-server (redis-µs/op) and of this process
+// (go-µs/op), and how many cores other processes on the machine took
+// meanwhile (other-cores): on a shared machine, a run with other-cores
+// well above zero is disturbed.
 func BenchmarkAllow(b *testing.B) {
 	for _, lib := range issue3Libraries() {
 		b.Run(lib.Name, func(b *testing.B) { benchAllow(b, lib) })
@@ -86,6 +91,7 @@ func benchAllow(b *testing.B, lib library) {
 	var firstErr atomic.Value
 	b.SetParallelism(max(1, issue3Callers/parallelismDivisor()))
 	b.ReportAllocs()
+	c0 := sampleCPU(ctx, rdb)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		id := int(ids.Add(1) - 1)
@@ -106,7 +112,16 @@ func benchAllow(b *testing.B, lib library) {
 			}
 		}
 	})
+	b.StopTimer()
+	c1 := sampleCPU(ctx, rdb)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	if c0.ok && c1.ok {
+		self, redis := c1.self-c0.self, c1.redis-c0.redis
+		other := max(0, c1.machine-c0.machine-self-redis)
+		b.ReportMetric(float64(redis)/float64(time.Microsecond)/float64(b.N), "redis-µs/op")
+		b.ReportMetric(float64(self)/float64(time.Microsecond)/float64(b.N), "go-µs/op")
+		b.ReportMetric(other.Seconds()/b.Elapsed().Seconds(), "other-cores")
+	}
 	if n := errs.Load(); n > 0 {
 		b.Errorf("%d of %d decisions failed, first: %v", n, b.N, firstErr.Load())
 	}
