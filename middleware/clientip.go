@@ -148,6 +148,12 @@ func cutLast(s string, quoted bool) (rest, elem string) {
 			sep = i
 		}
 	}
+	if in {
+		// An unterminated quote comes from the client (a proxy appending
+		// its element would have written balanced quotes): without this,
+		// it would swallow the elements our proxies appended after it.
+		return cutLast(s, false)
+	}
 	if sep < 0 {
 		return "", s
 	}

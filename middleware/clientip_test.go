@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/slidelimit/slidelimit/middleware"
@@ -84,6 +85,8 @@ func TestClientIP(t *testing.T) {
 			http.Header{"Forwarded": {`for=1.1.1.1, For="[2001:db8:cafe::17]:4711";proto=https`}}, "ip:2001:db8:cafe::/64"},
 		{"RFC 7239 quoted comma", []middleware.Option{trusted, fwd}, "10.0.0.2:1234",
 			http.Header{"Forwarded": {`for="_a,b", for=192.0.2.1`}}, "ip:192.0.2.1"},
+		{"RFC 7239 client's unterminated quote", []middleware.Option{trusted, fwd}, "10.0.0.2:1234",
+			http.Header{"Forwarded": {`for="1.1.1.1, for=192.0.2.1`}}, "ip:192.0.2.1"},
 		{"RFC 7239 unknown falls back", []middleware.Option{trusted, fwd}, "10.0.0.2:1234",
 			http.Header{"Forwarded": {`for=192.0.2.1, for=unknown`}}, "ip:10.0.0.2"},
 		{"XFF ignored when Forwarded configured", []middleware.Option{trusted, fwd}, "10.0.0.2:1234",
@@ -132,4 +135,50 @@ func TestTrustedProxiesInvalid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzClientIP checks, for arbitrary peers and proxy headers, that finding
+// the client never panics, that an untrusted peer is always the client, and
+// that the subject is always an address or the raw peer.
+func FuzzClientIP(f *testing.F) {
+	f.Add("10.0.0.2:1", "203.0.113.5, 10.0.0.1", `for=192.0.2.60;proto=http, for="[2001:db8::1]:80"`, false)
+	f.Add("198.51.100.7:1", "1.1.1.1", "for=1.1.1.1", true)
+	f.Add("[::ffff:10.0.0.2]:80", `"", ,`, `for="\"`, true)
+	f.Fuzz(func(t *testing.T, remote, xff, fwd string, useForwarded bool) {
+		mem := newMem()
+		opts := []middleware.Option{middleware.WithTrustedProxies("10.0.0.0/8"), middleware.WithScope("s")}
+		if useForwarded {
+			opts = append(opts, middleware.WithProxyHeader(middleware.Forwarded))
+		}
+		mw, err := middleware.New(rules.MustParse("ip:100/s"), mem, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = remote
+		r.Header.Set("X-Forwarded-For", xff)
+		r.Header.Set("Forwarded", fwd)
+		mw(okHandler).ServeHTTP(httptest.NewRecorder(), r)
+		subj := mem.subjects()
+		if len(subj) != 1 {
+			t.Fatalf("subjects = %q", subj)
+		}
+		got := strings.TrimPrefix(subj[0], "ip=")
+		peer, perr := netip.ParseAddrPort(remote)
+		switch {
+		case perr == nil && !netip.MustParsePrefix("10.0.0.0/8").Contains(peer.Addr().Unmap()):
+			if want := "ip:" + middleware.CanonicalizeIP(peer.Addr(), 64); got != want {
+				t.Fatalf("untrusted peer %q counted as %q, want %q", remote, got, want)
+			}
+		case strings.HasPrefix(got, "ip:"):
+			a := strings.TrimPrefix(got, "ip:")
+			if _, err := netip.ParsePrefix(a); err != nil {
+				if _, err := netip.ParseAddr(a); err != nil {
+					t.Fatalf("subject %q is not an address", got)
+				}
+			}
+		case got != "peer:"+remote:
+			t.Fatalf("subject %q for peer %q", got, remote)
+		}
+	})
 }
