@@ -11,15 +11,18 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +62,7 @@ type options struct {
 	warmup      time.Duration
 	callers     []int
 	keys        int
+	rounds      int
 	filter      *regexp.Regexp
 	redisServer string
 	poolSize    int
@@ -84,6 +88,11 @@ type result struct {
 	RedisKeys, RedisBytes       int64
 	// Subjects is the number of distinct keys the callers used.
 	Subjects int
+	// MinRate and MaxRate are the lowest and highest decisions/s over
+	// the rounds (set by medians when there were several).
+	MinRate, MaxRate float64
+	// Rounds is the number of rounds the row summarises.
+	Rounds int
 	// Commands holds the Redis commands run during the measured phase,
 	// including those run by scripts and the harness's own INFO calls.
 	Commands []cmdStat
@@ -136,6 +145,7 @@ func main() {
 	)
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per run (one library, case and number of callers)")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
+	flag.IntVar(&o.rounds, "rounds", 1, "repeat the whole set of runs this many times and report, per row, the run with the median decisions/s (with the range)")
 	flag.IntVar(&o.keys, "keys", 10_000, "number of distinct keys of the many-keys case")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
 	flag.Parse()
@@ -149,6 +159,9 @@ func main() {
 		o.poolSize = max(o.poolSize, n)
 	}
 	o.poolSize = max(o.poolSize, 10)
+	if o.rounds < 1 {
+		fatalf("-rounds must be at least 1")
+	}
 	if o.keys < 1 {
 		fatalf("-keys must be at least 1")
 	}
@@ -169,35 +182,38 @@ func main() {
 	fmt.Fprintf(os.Stderr, "bench: redis-server %s on %s\n", srv.Version, srv.Addr)
 
 	var results []result
-	for _, c := range cases(o.keys) {
-		for _, n := range o.callers {
-			for _, lib := range allLibraries() {
-				if !o.filter.MatchString(lib.Name + ":" + c.Name) {
-					continue
+rounds:
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range cases(o.keys) {
+			for _, n := range o.callers {
+				for _, lib := range allLibraries() {
+					if !o.filter.MatchString(lib.Name + ":" + c.Name) {
+						continue
+					}
+					if ctx.Err() != nil {
+						break rounds
+					}
+					fmt.Fprintf(os.Stderr, "bench: round %d/%d: %s %s callers=%d ... ", round, o.rounds, lib.Name, c.Name, n)
+					r, err := runOne(ctx, srv.Addr, o, lib, c, n)
+					if ctx.Err() != nil {
+						fmt.Fprintln(os.Stderr, "interrupted")
+						break rounds
+					}
+					if err != nil {
+						fmt.Fprintf(os.Stderr, "error: %v\n", err)
+						r = result{Lib: lib.Name, Case: c.Name, Callers: n, FirstErr: err}
+					} else {
+						fmt.Fprintf(os.Stderr, "%.0f decisions/s\n", r.rate())
+					}
+					results = append(results, r)
 				}
-				if ctx.Err() != nil {
-					break
-				}
-				fmt.Fprintf(os.Stderr, "bench: %s %s callers=%d ... ", lib.Name, c.Name, n)
-				r, err := runOne(ctx, srv.Addr, o, lib, c, n)
-				if ctx.Err() != nil {
-					fmt.Fprintln(os.Stderr, "interrupted")
-					break
-				}
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "error: %v\n", err)
-					r = result{Lib: lib.Name, Case: c.Name, Callers: n, FirstErr: err}
-				} else {
-					fmt.Fprintf(os.Stderr, "%.0f decisions/s\n", r.rate())
-				}
-				results = append(results, r)
 			}
 		}
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintln(os.Stderr, "bench: interrupted; printing what was measured")
 	}
-	printReport(os.Stdout, srv.Version, o, results)
+	printReport(os.Stdout, srv.Version, o, medians(results))
 }
 
 // newClient returns the go-redis client every library gets: the same
@@ -360,6 +376,34 @@ func phase(ctx context.Context, workers []*worker, keys []string, touched []atom
 	return ctx.Err()
 }
 
+// medians returns one result per library, case and number of callers, in
+// the order of their first run: the one with the median decisions/s, with
+// the range over all rounds. Failed runs count as 0 decisions/s.
+func medians(results []result) []result {
+	type rowKey struct {
+		lib, cas string
+		callers  int
+	}
+	var order []rowKey
+	rows := map[rowKey][]result{}
+	for _, r := range results {
+		k := rowKey{r.Lib, r.Case, r.Callers}
+		if _, ok := rows[k]; !ok {
+			order = append(order, k)
+		}
+		rows[k] = append(rows[k], r)
+	}
+	out := make([]result, 0, len(order))
+	for _, k := range order {
+		rs := rows[k]
+		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.rate(), b.rate()) })
+		m := rs[(len(rs)-1)/2]
+		m.MinRate, m.MaxRate, m.Rounds = rs[0].rate(), rs[len(rs)-1].rate(), len(rs)
+		out = append(out, m)
+	}
+	return out
+}
+
 func (r result) rate() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -371,8 +415,15 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 	fmt.Fprintf(w, "Machine: %s, %d cores (GOMAXPROCS %d), %s %s/%s, redis-server %s (own process on loopback, no persistence), shared by client and server.\n\n",
 		cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH, redisVersion)
 	fmt.Fprintf(w, "Modules: %s.\n\n", moduleVersions())
-	fmt.Fprintf(w, "Each run: %v warm-up, then %v measured; FLUSHALL before each run; one go-redis client per run (PoolSize %d).\n\n",
+	if v := engineRevision(); v != "" {
+		fmt.Fprintf(w, "slidelimit engine: %s.\n\n", v)
+	}
+	fmt.Fprintf(w, "Each run: %v warm-up, then %v measured; FLUSHALL before each run; one go-redis client per run (PoolSize %d).",
 		o.warmup, o.duration, o.poolSize)
+	if o.rounds > 1 {
+		fmt.Fprintf(w, " %d rounds of every run, interleaved; each row is the round with the median decisions/s, the range in parentheses.", o.rounds)
+	}
+	fmt.Fprint(w, "\n\n")
 
 	fmt.Fprintln(w, "| library | case | callers | decisions/s | allowed | p50 | p99 | allocs/decision | Redis CPU µs/decision | Go CPU µs/decision | Redis B/subject | Redis keys | other procs' CPU (cores) |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -391,8 +442,12 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 			redisCPU, goCPU = per(r.RedisCPU), per(r.SelfCPU)
 			other = fmt.Sprintf("%.2f", r.OtherCPU.Seconds()/r.Elapsed.Seconds())
 		}
+		rate := fmtRate(r.rate())
+		if r.Rounds > 1 {
+			rate += " (" + fmtRate(r.MinRate) + "–" + fmtRate(r.MaxRate) + ")"
+		}
 		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %d | %s |\n",
-			r.Lib, r.Case, r.Callers, fmtRate(r.rate()),
+			r.Lib, r.Case, r.Callers, rate,
 			fmtPct(r.Allowed, r.Decisions), fmtDur(r.P50), fmtDur(r.P99), r.AllocsPerDecision,
 			redisCPU, goCPU,
 			fmtBytes(float64(r.RedisBytes)/float64(max(r.Subjects, 1))), r.RedisKeys, other)
@@ -530,4 +585,20 @@ func moduleVersions() string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// engineRevision describes the slidelimit source the benchmark was built
+// from (the replace directive points at ../): the last commit touching
+// engine/ or lua/, and whether those directories had uncommitted changes.
+// It returns "" when git cannot tell.
+func engineRevision() string {
+	out, err := exec.Command("git", "-C", "..", "log", "-1", "--format=%h %s", "--", "engine", "lua").Output()
+	if err != nil || len(out) == 0 {
+		return ""
+	}
+	rev := "commit " + strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "-C", "..", "status", "--porcelain", "--", "engine", "lua").Output(); err == nil && len(st) > 0 {
+		rev += ", plus uncommitted changes in the working tree"
+	}
+	return rev
 }
