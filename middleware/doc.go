@@ -75,6 +75,11 @@
 // WithDeniedHandler. WithLegacyHeaders adds X-RateLimit-Limit, -Remaining
 // and -Reset.
 //
+// Nested middlewares, such as a service-wide limit in front of a route's
+// own, each add their members to RateLimit-Policy and RateLimit (a
+// Structured Field List may span several field lines); give their
+// limiters different IDs or periods, or their policy names collide.
+//
 // When Redis fails, the Decision's source decides: fail-open and local
 // decisions are served like any other, and fail-closed answers 503 with
 // Retry-After. A request the engine cannot evaluate (an error matching

@@ -255,7 +255,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	h := w.Header()
 	if dec.Source == engine.FromFailClosed {
 		d.Status = http.StatusServiceUnavailable
-		h.Set(headerPolicy, p.field)
+		h.Add(headerPolicy, p.field)
 	} else {
 		l.setFields(h, p, ws, pol, retry)
 		if pol != nil {
@@ -323,15 +323,18 @@ func (s *subjects) orIP(prefix, v string) string {
 	return prefix + v
 }
 
-// setFields sets the RateLimit-Policy field and, when the decision has
-// window state, the RateLimit field (and legacy fields if enabled) for the
-// deciding window. maxT caps the reset parameter at the Retry-After value.
+// setFields adds the RateLimit-Policy field and, when the decision has
+// window state, the RateLimit field (and sets legacy fields if enabled) for
+// the deciding window. maxT caps the reset parameter at the Retry-After
+// value. The RateLimit fields are added, not set, so that nested
+// middlewares (a router-wide limit around a route's own) each contribute
+// their list members, as the draft allows a list to span field lines.
 func (l *limiter) setFields(h http.Header, p *plan, ws *engine.WindowState, pol *policy, maxT int64) {
-	h.Set(headerPolicy, p.field)
+	h.Add(headerPolicy, p.field)
 	if ws == nil || pol == nil {
 		return
 	}
-	h.Set(headerRateLimit, rateLimitField(pol.name, *ws, maxT))
+	h.Add(headerRateLimit, rateLimitField(pol.name, *ws, maxT))
 	if l.legacy {
 		setLegacy(h, *ws)
 	}

@@ -893,3 +893,30 @@ func TestEngineRejectsRequest(t *testing.T) {
 		t.Errorf("shadow: %d", w.Code)
 	}
 }
+
+// TestNestedMiddlewares checks that a router-wide middleware around a
+// route's own both advertise their policies, as list members over several
+// field lines, and that the inner denial carries both.
+func TestNestedMiddlewares(t *testing.T) {
+	t.Parallel()
+	mem := newMem()
+	outer, err := middleware.New(rules.MustParse("global:100/h; scope:service"), mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := routed(t, "GET /", "ip:1/min", mem)
+	h := outer(mux)
+	do(h, request("GET", "/", "192.0.2.1:1", nil))
+	w := do(h, request("GET", "/", "192.0.2.1:1", nil))
+	if w.Code != deny {
+		t.Fatalf("status %d", w.Code)
+	}
+	pol := parsePolicy(t, w.Header().Values("RateLimit-Policy"))
+	if want := []policyItem{{"global-1h", 100, 3600}, {"ip-1min", 1, 60}}; !slices.Equal(pol, want) {
+		t.Errorf("RateLimit-Policy = %+v, want %+v", pol, want)
+	}
+	rl := parseRateLimit(t, w.Header().Values("RateLimit"))
+	if len(rl) != 2 || rl[0].name != "global-1h" || rl[1].name != "ip-1min" || rl[1].r != 0 {
+		t.Errorf("RateLimit = %+v", rl)
+	}
+}
