@@ -52,9 +52,10 @@ type limiter struct {
 }
 
 // New returns middleware that limits the requests of the next handler by
-// group g, deciding with d. It fails, listing every problem at once, when an
-// option is invalid or a key(name) limiter of g (including its overrides)
-// has no function registered with WithKeyFunc.
+// group g, deciding with d. It fails, listing every problem at once, when g
+// is not valid (see rules.Group.Validate), an option is invalid, or a
+// key(name) limiter of g (including its overrides) has no function
+// registered with WithKeyFunc.
 //
 // For each request the middleware:
 //
@@ -85,6 +86,11 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		}
 	}
 	errs := c.errs
+	// Groups from rules.Parse are valid already; a hand-built one is checked
+	// here so that a bad window fails New rather than every request.
+	if err := g.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if d == nil {
 		errs = append(errs, ErrNilDecider)
 	}

@@ -920,3 +920,21 @@ func TestNestedMiddlewares(t *testing.T) {
 		t.Errorf("RateLimit = %+v", rl)
 	}
 }
+
+func TestNewValidatesGroup(t *testing.T) {
+	t.Parallel()
+	bad := []rules.Group{
+		{},
+		{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 0, Period: time.Second}}}}},
+		{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Period: 0}}}}},
+		{Limiters: []rules.Limiter{{Kind: "cookie", Name: "x", Windows: []rules.Window{{Limit: 1, Period: time.Second}}}}},
+	}
+	for i, g := range bad {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
+			if _, err := middleware.New(g, newMem()); !errors.Is(err, rules.ErrInvalid) {
+				t.Errorf("New(%+v) = %v, want rules.ErrInvalid", g, err)
+			}
+		})
+	}
+}
