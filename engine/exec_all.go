@@ -64,9 +64,10 @@ func (e *Engine) runAll(batch []*call) {
 	}
 	r := reader{s: s}
 	sec, usec := r.int(maxTime/1e6), r.int(999_999)
+	t = sec*1e6 + usec
 	for _, c := range batch {
 		c.sec, c.usec = sec, usec
-		c.status, c.suffix = readOp(&r, c, c.all)
+		c.status, c.suffix = readOp(&r, c, c.all, t)
 	}
 	if err := r.end(); err != nil {
 		failAll(batch, err)

@@ -128,7 +128,7 @@ func (e *Engine) runParts(batch []*call) {
 		}
 		r := reader{s: s}
 		sec, usec := r.int(maxTime/1e6), r.int(999_999)
-		st, suf := readOp(&r, c, c.part(pc.part))
+		st, suf := readOp(&r, c, c.part(pc.part), sec*1e6+usec)
 		if err := r.end(); err != nil {
 			c.pstat[pc.part] = -1
 			if c.err == nil {

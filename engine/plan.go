@@ -2,6 +2,8 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/rules"
@@ -120,6 +122,9 @@ func (p *plan) build(k *keyer, req *Request) error {
 				p.wins = append(p.wins, mw)
 			}
 		}
+		// Longest first: the script derives shorter windows from longer
+		// ones where it can, and takes the first as the key's longest.
+		slices.SortFunc(p.wins[first:], func(a, b window) int { return cmp.Compare(b.period, a.period) })
 	}
 	p.kstart = append(p.kstart, int32(len(p.wins)))
 
@@ -142,10 +147,4 @@ func (p *plan) build(k *keyer, req *Request) error {
 }
 
 // longest returns the longest period of key i.
-func (p *plan) longest(i int) int64 {
-	var m int64
-	for _, w := range p.wins[p.kstart[i]:p.kstart[i+1]] {
-		m = max(m, w.period)
-	}
-	return m
-}
+func (p *plan) longest(i int) int64 { return p.wins[p.kstart[i]].period }

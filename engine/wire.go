@@ -8,7 +8,7 @@ import "strconv"
 //
 // and its reply one string of space-separated integers:
 //
-//	sec usec {status suffix {used reset wait}...}...
+//	sec usec {code {used [oldest [edge]]}...}...
 //
 // One string each way keeps go-redis from boxing every element (an
 // allocation each) and lets the reply be parsed without allocating.
@@ -110,18 +110,38 @@ func (r *reader) end() *ReplyError {
 }
 
 // readOp reads the result of c's op over keys into c.res and returns its
-// status and suffix.
-func readOp(r *reader, c *call, keys []int32) (status, suffix int64) {
-	status = r.int(statusCollision)
-	suffix = r.int(maxSuffix)
+// status and suffix. t is the decision time in µs: the reply holds scores,
+// from which the waits follow.
+func readOp(r *reader, c *call, keys []int32, t int64) (status, suffix int64) {
+	code := r.int(statusCollision + 4*maxSuffix)
+	status, suffix = code%4, code/4
+	if status > statusCollision {
+		r.fail("bad status")
+	}
 	p := &c.plan
 	for _, k := range keys {
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
-			per := p.wins[j].period
-			c.res[3*j] = r.int(1 << 53)
-			c.res[3*j+1] = r.int(per)
-			c.res[3*j+2] = r.int(per)
+			w := p.wins[j]
+			used := r.int(1 << 53)
+			var reset, wait int64
+			if used > 0 {
+				reset = r.score(t, w.period)
+				if used >= w.limit {
+					wait = r.score(t, w.period)
+				}
+			}
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
 	}
 	return status, suffix
+}
+
+// score reads the score of an entry inside the window of period per ending
+// at t and returns the time until it leaves the window: in 1..per.
+func (r *reader) score(t, per int64) int64 {
+	d := r.int(maxTime) + per - t
+	if r.err == nil && (d < 1 || d > per) {
+		return r.fail("score outside its window")
+	}
+	return d
 }

@@ -1,155 +1,232 @@
 -- multi_window.lua: exact multi-window sliding logs in sorted sets.
 --
 -- The engine package documentation (engine/doc.go) is the specification;
--- this comment only summarises the wire format.
+-- this comment summarises the wire format and the cost-driven choices.
 --
 -- ARGV[1] is a JSON array of integers and member strings:
 --   t, nops, op...
 -- t is the decision time in microseconds, or 0 to use the server's TIME.
 -- Each op is
 --   mode, member, nkeys, then per key: nwin, then per window: period, limit
--- with mode 1 = allow (check every window, admit in every key or none),
--- 2 = peek (check only) and 3 = rollback (remove member from nkeys keys;
--- a rollback op carries no windows). An op uses the next nkeys KEYS.
--- Periods are microseconds.
+-- with mode 1 = allow (check every window, admit in every key or none) and
+-- 2 = peek (check only). An op uses the next nkeys KEYS. Periods are in
+-- microseconds; the windows of a key come longest first.
 --
 -- The reply is one string of space-separated integers: the time as seconds
 -- and microseconds, then per op
---   allow/peek: status, suffix, then per key and window: used, reset, wait
---   rollback:   number of entries removed
--- status is 1 when admitted (or, for peek, when the request would be), 0
--- when denied and 2 when no unique member was found (nothing written).
--- used, reset and wait describe the window before this op wrote anything.
--- All numbers printed stay below 1e14, so Lua's %.14g prints them exactly.
+--   code, then per key and window: used [oldest [edge]]
+-- where code = status + 4*suffix, status being 1 when admitted (or, for
+-- peek, when the request would be), 0 when denied and 2 when no unique
+-- member was found (nothing written), and suffix the number of member
+-- collisions retried. used counts the window's entries before this op;
+-- oldest, present when used > 0, is the score of the window's oldest
+-- entry; edge, present when used >= limit, is the score of the entry at
+-- rank used-limit in the window, the last that must leave for the request
+-- to fit.
+--
+-- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
+-- itself, and turning a Lua number into a string about 0.2 µs, which is
+-- most of what a decision costs. Hence: scores are passed through as Redis
+-- formats them, small numbers are converted once per script call, a key
+-- with few entries is read in one call for all its windows, and the
+-- per-key bookkeeping (retention, trim, expiry) runs once per epoch
+-- instead of once per admission (see engine/doc.go).
 
 local a = cjson.decode(ARGV[1])
 local t = a[1]
+local call = redis.call
 local out = {}
 if t == 0 then
-  local now = redis.call('TIME')
+  local now = call('TIME')
   out[1], out[2] = now[1], now[2]
   t = tonumber(now[1]) * 1000000 + tonumber(now[2])
 else
-  out[1] = math.floor(t / 1000000)
-  out[2] = t % 1000000
+  out[1] = tostring(math.floor(t / 1000000))
+  out[2] = tostring(t % 1000000)
+end
+
+-- Markers are members with negative scores, which no window [t-W+1, t]
+-- (t > W) counts and no trim (from 0) removes: 'r' scored -retention, and
+-- per epoch length I a member 'e'..I scored -(EPOCH + epoch number).
+local EPOCH = 2251799813685248 -- 2^51, below every -retention
+local FEW = 16 -- a key with at most FEW entries in its longest window is read whole
+local BUSY = 64 -- a key with BUSY entries in its longest window is trimmed 8 times per window
+
+local strs = {}
+local function str(v)
+  local s = strs[v]
+  if not s then
+    s = tostring(v)
+    strs[v] = s
+  end
+  return s
 end
 
 local n = 2 -- last index written in out
 local p = 3 -- next index to read in a
 local key = 0 -- KEYS used by the previous ops
+local counts = {} -- per key of the op: entries in its longest window
 
 for _ = 1, a[2] do
   local mode, member, nk = a[p], a[p + 1], a[p + 2]
   p = p + 3
-  if mode == 3 then
-    local removed = 0
-    for k = key + 1, key + nk do
-      removed = removed + redis.call('ZREM', KEYS[k], member)
+  local code = n + 1
+  n = n + 1
+  local ok = true
+  local q = p
+  for k = 1, nk do
+    local kk = KEYS[key + k]
+    local nw = a[q]
+    q = q + 1
+    -- Scores are integers, so the window (t-W, t] is [t-W+1, t]; that
+    -- also avoids formatting exclusive bounds (Lua's number-to-string
+    -- conversion keeps 14 digits; redis.call's keeps all).
+    local lo = t - a[q] + 1
+    local all = call('ZCOUNT', kk, lo, t)
+    counts[k] = all
+    local few -- member, score pairs of the longest window when it holds few
+    if all > 0 and all <= FEW then
+      few = call('ZRANGE', kk, lo, t, 'BYSCORE', 'WITHSCORES')
     end
-    n = n + 1
-    out[n] = removed
-  else
-    -- Phase 1 reads every window. Scores are integers, so (t-W, t] is
-    -- [t-W+1, t], which avoids formatting exclusive bounds as strings
-    -- (Lua's number-to-string conversion keeps only 14 digits).
-    local status = n + 1
-    n = n + 2
-    local ok = true
-    local q = p
-    for k = key + 1, key + nk do
-      local kk = KEYS[k]
-      local nw = a[q]
-      q = q + 1
-      for _ = 1, nw do
-        local w, l = a[q], a[q + 1]
-        q = q + 2
-        local lo = t - w + 1
-        local used = redis.call('ZCOUNT', kk, lo, t)
-        local reset, wait = 0, 0
-        if used > 0 then
-          local o = redis.call('ZRANGE', kk, lo, t, 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-          reset = tonumber(o[2]) + w - t
-          if used >= l then
-            ok = false
-            -- The request fits once the entries up to rank used-l (from
-            -- the oldest) have left the window.
-            if used > l then
-              o = redis.call('ZRANGE', kk, lo, t, 'BYSCORE', 'LIMIT', used - l, 1, 'WITHSCORES')
-            end
-            wait = tonumber(o[2]) + w - t
-          end
+    local pused, pold = -1, nil
+    for wi = 1, nw do
+      local w, l = a[q], a[q + 1]
+      q = q + 2
+      lo = t - w + 1
+      local used, old, first
+      if wi == 1 then
+        used = all
+        first = 1
+      elseif pused == 0 then
+        used = 0
+      elseif few then
+        first = 1
+        while first <= all and tonumber(few[2 * first]) < lo do
+          first = first + 1
         end
-        out[n + 1], out[n + 2], out[n + 3] = used, reset, wait
-        n = n + 3
+        used = all - first + 1
+      elseif tonumber(pold) >= lo then
+        -- The longer window's oldest entry is inside this one, so all of
+        -- its entries are.
+        used, old = pused, pold
+      else
+        used = call('ZCOUNT', kk, lo, t)
+      end
+      if used > 0 and not old then
+        if few then
+          old = few[2 * first]
+        else
+          old = call('ZRANGE', kk, lo, t, 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2]
+        end
+      end
+      pused, pold = used, old
+      n = n + 1
+      out[n] = str(used)
+      if used > 0 then
+        n = n + 1
+        out[n] = old
+        if used >= l then
+          ok = false
+          -- The request fits once the entries up to rank used-l (from the
+          -- oldest) have left the window; only that one entry is read.
+          local edge = old
+          if used > l then
+            if few then
+              edge = few[2 * (first + used - l)]
+            else
+              edge = call('ZRANGE', kk, lo, t, 'BYSCORE', 'LIMIT', used - l, 1, 'WITHSCORES')[2]
+            end
+          end
+          n = n + 1
+          out[n] = edge
+        end
       end
     end
+  end
 
-    local code, suffix = 0, 0
-    if ok then
-      code = 1
-    end
-    if ok and mode == 1 then
-      -- Phase 2 adds the member to every key. A member that is already
-      -- present (two processes sharing a snowflake node) must not make
-      -- the request count less than once: undo the keys added so far and
-      -- retry with a suffixed member.
-      local m = member
-      while true do
-        local clash = 0
-        for k = key + 1, key + nk do
-          if redis.call('ZADD', KEYS[k], 'NX', t, m) == 0 then
-            clash = k
-            break
-          end
-        end
-        if clash == 0 then
+  local status, suffix = 0, 0
+  if ok then
+    status = 1
+  end
+  if ok and mode == 1 then
+    -- Phase 2 adds the member to every key. A member that is already
+    -- present (two processes sharing a snowflake node) must not make the
+    -- request count less than once: undo the keys added so far and retry
+    -- with a suffixed member.
+    local m = member
+    while true do
+      local clash = 0
+      for k = key + 1, key + nk do
+        if call('ZADD', KEYS[k], 'NX', t, m) == 0 then
+          clash = k
           break
         end
-        for k = key + 1, clash - 1 do
-          redis.call('ZREM', KEYS[k], m)
-        end
-        suffix = suffix + 1
-        if suffix > 32 then
-          code, suffix = 2, 0
-          break
-        end
-        m = member .. '.' .. suffix
       end
+      if clash == 0 then
+        break
+      end
+      for k = key + 1, clash - 1 do
+        call('ZREM', KEYS[k], m)
+      end
+      suffix = suffix + 1
+      if suffix > 32 then
+        status, suffix = 2, 0
+        break
+      end
+      m = member .. '.' .. suffix
+    end
 
-      if code == 1 then
-        -- Retention: entries must outlive the longest window of every
-        -- group using the key, not only this one, so the key remembers
-        -- the largest retention seen in the member 'r' with score
-        -- -retention, which no window (t-W, t] with t > W ever counts
-        -- and which the trim's lower bound of 0 never removes.
-        q = p
-        for k = key + 1, key + nk do
-          local kk = KEYS[k]
-          local nw = a[q]
-          q = q + 1
-          local ret = 0
-          for _ = 1, nw do
-            if a[q] > ret then
-              ret = a[q]
-            end
-            q = q + 2
-          end
-          local r = redis.call('ZSCORE', kk, 'r')
+    if status == 1 then
+      q = p
+      for k = 1, nk do
+        local kk = KEYS[key + k]
+        local long = a[q + 1] -- the longest window comes first
+        q = q + 1 + 2 * a[q]
+        -- Bookkeeping runs at the first admission of each epoch of length
+        -- I: the whole window for a quiet key, an eighth of it for a busy
+        -- one, whose stale entries would otherwise cost memory. The epoch
+        -- marker's score only decreases, so ZADD LT CH reports a new epoch.
+        local I = long
+        if counts[k] >= BUSY then
+          I = math.ceil(long / 8)
+        end
+        local e = -(EPOCH + math.floor(t / I))
+        local em = 'e' .. str(I)
+        if call('ZADD', kk, 'LT', 'CH', e, em) == 1 then
+          -- Entries must outlive the longest window of every group using
+          -- the key, not only this one's: the retention is the largest
+          -- longest window seen, kept in 'r'.
+          local r = call('ZSCORE', kk, 'r')
+          local ret = long
           if r and -tonumber(r) >= ret then
             ret = -tonumber(r)
           else
-            redis.call('ZADD', kk, -ret, 'r')
+            call('ZADD', kk, -ret, 'r')
+            if r then
+              -- A grown retention must reach the deadline of every group's
+              -- next admission: drop all epoch markers, so each group's
+              -- next admission runs the bookkeeping.
+              call('ZREMRANGEBYSCORE', kk, '-inf', -EPOCH)
+              call('ZADD', kk, e, em)
+            end
           end
-          redis.call('ZREMRANGEBYSCORE', kk, 0, t - ret)
-          -- ret only grows while the key lives, so this never shortens a
-          -- deadline another group relies on.
-          redis.call('PEXPIRE', kk, math.ceil(ret / 1000))
+          call('ZREMRANGEBYSCORE', kk, 0, t - ret)
+          -- Every admission of this epoch happens before t+I, and its
+          -- entries must live for ret after it. GT: never shorten a
+          -- deadline another group's epoch relies on; a new key (no 'r'
+          -- yet) has no deadline, which GT would keep.
+          local ttl = math.ceil((ret + I) / 1000) + 1
+          if r then
+            call('PEXPIRE', kk, ttl, 'GT')
+          else
+            call('PEXPIRE', kk, ttl)
+          end
         end
       end
     end
-    out[status], out[status + 1] = code, suffix
-    p = q
   end
+  out[code] = str(status + 4 * suffix)
+  p = q
   key = key + nk
 end
 
