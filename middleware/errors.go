@@ -5,7 +5,8 @@ import (
 	"strconv"
 )
 
-// Errors returned by New, or reported to the logger and hooks while serving.
+// Errors returned by New and Subject, or reported to the logger and hooks
+// while serving.
 var (
 	// ErrConfig means an option was given an invalid value.
 	ErrConfig = errors.New("middleware: invalid configuration")
@@ -20,6 +21,9 @@ var (
 	ErrNoScope = errors.New("middleware: no scope for request")
 	// ErrNilDecider means New was called without a Decider.
 	ErrNilDecider = errors.New("middleware: nil decider")
+	// ErrSubject means Subject was given a value that a limiter of its kind
+	// never counts, such as an IP limiter's value that is not an address.
+	ErrSubject = errors.New("middleware: invalid subject")
 )
 
 // ConfigError describes an invalid option value. It unwraps to ErrConfig.

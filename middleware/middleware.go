@@ -287,16 +287,16 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 			if res.ByIP {
 				cs[i].Subject = sub.ip()
 			} else {
-				cs[i].Subject = sub.orIP(subjectUser, id.User)
+				cs[i].Subject = sub.orIP(rules.User, id.User)
 			}
 		case rules.Global:
-			cs[i].Subject = subjectGlobal
+			cs[i].Subject = subjectOf(rules.Global, "")
 		case rules.Header:
-			cs[i].Subject = sub.orIP(subjectHeader, r.Header.Get(lim.Name))
+			cs[i].Subject = sub.orIP(rules.Header, r.Header.Get(lim.Name))
 		case rules.Param:
-			cs[i].Subject = sub.orIP(subjectParam, r.PathValue(lim.Name))
+			cs[i].Subject = sub.orIP(rules.Param, r.PathValue(lim.Name))
 		case rules.Key:
-			cs[i].Subject = sub.orIP(subjectKey, p.keys[i](r))
+			cs[i].Subject = sub.orIP(rules.Key, p.keys[i](r))
 		}
 	}
 	return cs
@@ -313,7 +313,7 @@ type subjects struct {
 func (s *subjects) ip() string {
 	if s.addr == "" {
 		if a, raw, ok := s.l.ip.addr(s.r); ok {
-			s.addr = subjectIP + CanonicalizeIP(a, s.l.v6bits)
+			s.addr = subjectOf(rules.IP, CanonicalizeIP(a, s.l.v6bits))
 		} else {
 			s.addr = subjectPeer + raw
 		}
@@ -321,12 +321,13 @@ func (s *subjects) ip() string {
 	return s.addr
 }
 
-// orIP returns prefix+v, or the client address when v is empty.
-func (s *subjects) orIP(prefix, v string) string {
-	if v == "" {
-		return s.ip()
+// orIP returns the subject of value v for a limiter of kind, or the client
+// address when v is empty.
+func (s *subjects) orIP(kind rules.Kind, v string) string {
+	if sub := subjectOf(kind, v); sub != "" {
+		return sub
 	}
-	return prefix + v
+	return s.ip()
 }
 
 // setFields adds the RateLimit-Policy field and, when the decision has
