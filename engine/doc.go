@@ -28,8 +28,11 @@
 //     is (t-W, t]); reads the oldest entry in the window, which gives Reset
 //     (oldest + W - t); and, for a full window, the entry at rank used-L of
 //     the window, which gives the wait (that entry + W - t): the request
-//     fits once the used-L+1 oldest entries have left, and only those are
-//     read, never the whole window;
+//     fits once the used-L+1 oldest entries have left, and only the last
+//     of those is read, never the whole window. A key with at most 16
+//     entries in its longest window is read in one ZRANGE instead, and
+//     shorter windows are derived from longer ones where possible, because
+//     each redis.call costs about as much Redis CPU as the command itself;
 //  2. if any window is full, denies and writes nothing at all, not even a
 //     trim;
 //  3. otherwise adds the member with ZADD NX to every key. A member already
@@ -37,8 +40,8 @@
 //     millisecond) must not count the request less than once, so the keys
 //     added so far are rolled back and the whole add is retried with a
 //     suffixed member;
-//  4. then, per key, trims entries older than the key's retention
-//     (ZREMRANGEBYSCORE from 0) and sets PEXPIRE to the retention.
+//  4. then keeps each key's bookkeeping: the retention, the trim of
+//     entries older than it, and the expiry.
 //
 // Keys can be shared by groups whose longest windows differ (handlers
 // sharing a scope). Trimming by one group's longest window would delete
@@ -46,12 +49,28 @@
 // other groups' needs from the key's TTL is wrong (the TTL says when the
 // key dies, not how far back its windows reach). So each key remembers its
 // retention in a marker member "r" scored -retention: every window (t-W, t]
-// has t-W > 0, so the marker is never counted, and trims start at 0, so it
-// is never trimmed. The retention used is max(marker, this group's longest
-// window); the marker is rewritten only when it grows. The retention thus
-// only grows while the key lives, and PEXPIRE to it never shortens a
-// deadline another group relies on; it resets when the key expires, which
-// happens only after every entry has left every window.
+// has t-W > 0, so a negative score is never counted, and trims start at 0,
+// so markers are never trimmed. The retention is max(marker, this group's
+// longest window); the marker is rewritten only when it grows, so it only
+// grows while the key lives (it resets when the key expires, which happens
+// only after every entry has left every window).
+//
+// Doing the bookkeeping (ZSCORE, ZREMRANGEBYSCORE, PEXPIRE) on every
+// admission would cost three of a decision's six or so Redis calls, so it
+// runs once per epoch instead: epochs of length I = the group's longest
+// window W (or W/8 once the key holds 64 entries in it, so that a busy
+// key's stale entries stay below an eighth of its window), numbered
+// floor(t/I). Each admission writes the epoch number into an epoch marker
+// ("e" followed by I, scored -(2^51 + epoch)) with ZADD LT CH, which
+// reports a change only on the first admission of an epoch; that admission
+// trims, and sets the expiry to retention + I with PEXPIRE GT (plain PEXPIRE
+// on a new key). Every later admission of the epoch happens before the
+// epoch's start + I, so the key outlives each entry's retention. GT never
+// shortens a deadline another group's epoch relies on, and when the
+// retention grows all epoch markers are dropped, so every group's next
+// admission sets a deadline with the new retention. Memory therefore stays
+// within 1 + 1/8 of the live entries for busy keys; a quiet key may keep
+// entries and live up to one window longer than strictly needed.
 //
 // RetryAfter is the exact time until the request fits in every window if
 // nothing else is admitted meanwhile: the maximum of the waits of the full
