@@ -32,7 +32,7 @@ type Engine struct {
 	client  Client
 	group   grouping
 	keyer   *keyer
-	node    *snowflake.Node
+	newID   func() int64 // snowflake ids; replaced by tests that force collisions
 	timeout time.Duration
 	fail    rules.FailMode
 	log     *slog.Logger
@@ -77,7 +77,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		client:  client,
 		group:   groupingOf(client),
 		keyer:   newKeyer(&cfg),
-		node:    node,
+		newID:   func() int64 { return node.Generate().Int64() },
 		timeout: cfg.timeout,
 		fail:    cfg.fail,
 		log:     cfg.logger,
@@ -151,7 +151,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	c.member = c.member[:0]
 	if mode == opAllow {
-		c.member = strconv.AppendInt(c.member, e.node.Generate().Int64(), 10)
+		c.member = strconv.AppendInt(c.member, e.newID(), 10)
 	}
 	e.batch.do(c)
 	if probe {

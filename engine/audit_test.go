@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// auditDuration is how long the exactness audits hammer Redis. It is the
+// same with and without -race: the race detector slows the callers, not
+// Redis, and 16 callers per engine still keep every window saturated.
+const auditDuration = 3 * time.Second
+
+// hammer runs callers goroutines per engine, each calling Allow with
+// next() until d has passed, and returns the number of admissions. Every
+// decision must come from Redis.
+func hammer(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int) Request) int64 {
+	t.Helper()
+	var admitted, calls atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	errs := make(chan error, 1)
+	for _, e := range engines {
+		for g := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; time.Now().Before(stop); i += callers {
+					dec, err := e.Allow(context.Background(), next(i))
+					calls.Add(1)
+					if err == nil && dec.Source != FromRedis {
+						err = fmt.Errorf("source %v without error", dec.Source)
+					}
+					if err != nil {
+						select {
+						case errs <- err:
+						default:
+						}
+						return
+					}
+					if dec.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("Allow: %v", err)
+	default:
+	}
+	t.Logf("%d calls, %d admitted", calls.Load(), admitted.Load())
+	return admitted.Load()
+}
+
+// checkWindows asserts that no window (t-W, t] ever holds more than its
+// limit: the count peaks at an admission, so sliding over them suffices.
+func checkWindows(t *testing.T, name string, ts []int64, ws []rules.Window) {
+	t.Helper()
+	for _, w := range ws {
+		per := w.Period.Microseconds()
+		lo, peak := 0, 0
+		for i, at := range ts {
+			for ts[lo] <= at-per {
+				lo++
+			}
+			peak = max(peak, i-lo+1)
+			if int64(i-lo+1) > w.Limit {
+				t.Errorf("%s: %d entries in (%d-%v, %d], limit %d", name, i-lo+1, at, w.Period, at, w.Limit)
+				break
+			}
+		}
+		t.Logf("%s: window %d/%v peaked at %d", name, w.Limit, w.Period, peak)
+	}
+}
+
+// greedy returns the most admissions the windows allow in [from, to] µs
+// after the admissions in prior: it admits every request as early as
+// possible, which maximises the count.
+func greedy(prior []int64, from, to int64, ws []rules.Window) int {
+	ts := slices.Clone(prior)
+	n := 0
+	for at := from; ; {
+		for moved := true; moved; {
+			moved = false
+			for _, w := range ws {
+				per := w.Period.Microseconds()
+				lo, _ := slices.BinarySearch(ts, at-per+1)
+				if used := len(ts) - lo; int64(used) >= w.Limit {
+					at = ts[lo+used-int(w.Limit)] + per
+					moved = true
+				}
+			}
+		}
+		if at > to {
+			return n
+		}
+		ts = append(ts, at)
+		n++
+	}
+}
+
+func TestAuditSingle(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	var engines []*Engine
+	for node := range int64(3) {
+		engines = append(engines, newEngine(t, rc, WithPrefix(prefix), WithNode(node+1)))
+	}
+	ws := []rules.Window{win(20, 200*ms), win(50, time.Second)}
+	hot := req(user("hot", ws...))
+	key := engines[0].keyOf("s", hot.Checks[0])
+	// A group with an hour-long window shares the key, so that nothing is
+	// trimmed and every admission can be audited afterwards.
+	mustAllow(t, engines[0], req(user("hot", win(1_000_000, time.Hour))), true)
+
+	admitted := hammer(t, engines, 16, auditDuration, func(int) Request { return hot })
+
+	ts := entries(t, rc, key)
+	if int64(len(ts)) != admitted+1 {
+		t.Fatalf("%d entries, %d admissions counted by the callers (+1 keeper)", len(ts), admitted)
+	}
+	checkWindows(t, "hot", ts, ws)
+	checkCapacity(t, ts[:1], ts[1:], ws)
+}
+
+// checkCapacity asserts that the admissions run used at least 90% of
+// what the windows allowed between the first and the last of them, after
+// the admissions in prior.
+func checkCapacity(t *testing.T, prior, run []int64, ws []rules.Window) {
+	t.Helper()
+	possible := greedy(prior, run[0], run[len(run)-1], ws)
+	t.Logf("admitted %d of %d possible in %v (%.1f%%)", len(run), possible,
+		time.Duration(run[len(run)-1]-run[0])*time.Microsecond, 100*float64(len(run))/float64(possible))
+	if float64(len(run)) < 0.9*float64(possible) {
+		t.Errorf("admitted %d, less than 90%% of the %d possible", len(run), possible)
+	}
+}
