@@ -1,0 +1,156 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+func global(ws ...rules.Window) Check {
+	return Check{Limiter: rules.Limiter{Kind: rules.Global, Windows: ws}}
+}
+
+// nodeEntries reads every key under prefix on every node of cl directly
+// (SCAN and ZSCAN on each master) and returns, per key, its entries as
+// member -> score, markers left out. It checks that each key is on the
+// node its slot says, as computed by the engine and by the node itself.
+func nodeEntries(t *testing.T, cl *redistest.Cluster, prefix string) map[string]map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	all := map[string]map[string]int64{}
+	for _, n := range cl.Nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		for _, k := range scanKeys(t, c, prefix) {
+			s, err := c.ClusterKeySlot(ctx, k).Result()
+			if err != nil || s != int64(slot(k)) {
+				t.Errorf("key %q: CLUSTER KEYSLOT %d (%v), engine slot %d", k, s, err, slot(k))
+			}
+			m := map[string]int64{}
+			var cursor uint64
+			for {
+				kv, next, err := c.ZScan(ctx, k, cursor, "", 1000).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := 0; i+1 < len(kv); i += 2 {
+					score, err := strconv.ParseFloat(kv[i+1], 64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if score >= 0 {
+						m[kv[i]] = int64(score)
+					}
+				}
+				if cursor = next; cursor == 0 {
+					break
+				}
+			}
+			all[k] = m
+		}
+		c.Close()
+	}
+	return all
+}
+
+func sortedTimes(m map[string]int64) []int64 {
+	var ts []int64
+	for _, v := range m {
+		ts = append(ts, v)
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+func TestAuditCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	prefix := testPrefix(t)
+	afterClusterTTLs(t, cl, prefix)
+	var engines []*Engine
+	for node := range int64(3) {
+		engines = append(engines, newEngine(t, cl.Client(t), WithPrefix(prefix), WithNode(node+1)))
+	}
+	userWs := []rules.Window{win(20, 200*ms), win(60, time.Second)}
+	ipWs := []rules.Window{win(30, 200*ms), win(100, time.Second)}
+	globalWs := []rules.Window{win(20, 200*ms), win(50, time.Second)}
+	var reqs []Request
+	for u := range 4 {
+		reqs = append(reqs, req(ip(fmt.Sprint("10.0.0.", u%2), ipWs...), user(fmt.Sprint("u", u), userWs...), global(globalWs...)))
+	}
+	// Keepers: an hour-long window on every key, so that nothing is
+	// trimmed and every admission can be audited.
+	keeper := win(1_000_000, time.Hour)
+	keys := map[string][]rules.Window{}
+	for _, r := range reqs {
+		for _, c := range r.Checks {
+			k := engines[0].keyOf("s", c)
+			if keys[k] == nil {
+				keys[k] = c.Windows
+				c.Windows = []rules.Window{keeper}
+				mustAllow(t, engines[0], req(c), true)
+			}
+		}
+	}
+
+	admitted := hammer(t, engines, 16, auditDuration, func(i int) Request { return reqs[i%len(reqs)] })
+
+	got := nodeEntries(t, cl, prefix)
+	if len(got) != len(keys) {
+		t.Fatalf("%d keys on the nodes, want %d", len(got), len(keys))
+	}
+	slots := map[uint16]bool{}
+	for k := range keys {
+		slots[slot(k)] = true
+	}
+	if len(slots) < 2 {
+		t.Fatalf("keys share one slot; the test needs them spread")
+	}
+	// All or nothing: a run member is in its global, user and ip keys and
+	// nowhere else; a keeper is in one key.
+	where := map[string][]string{}
+	for k, m := range got {
+		for member := range m {
+			where[member] = append(where[member], k)
+		}
+	}
+	run := 0
+	for member, ks := range where {
+		switch len(ks) {
+		case 1: // a keeper
+		case 3:
+			run++
+			slices.Sort(ks)
+			ok := false
+			for _, r := range reqs {
+				var want []string
+				for _, c := range r.Checks {
+					want = append(want, engines[0].keyOf("s", c))
+				}
+				slices.Sort(want)
+				ok = ok || slices.Equal(ks, want)
+			}
+			if !ok {
+				t.Errorf("member %s in keys %v, which no request has", member, ks)
+			}
+		default:
+			t.Errorf("member %s in %d keys: %v", member, len(ks), ks)
+		}
+	}
+	if int64(run) != admitted {
+		t.Errorf("%d members in three keys, %d admissions counted by the callers", run, admitted)
+	}
+	for k, ws := range keys {
+		checkWindows(t, k, sortedTimes(got[k]), ws)
+	}
+	// The global windows bind: the users' and IPs' allow more.
+	ts := sortedTimes(got[engines[0].keyOf("s", global())])
+	checkCapacity(t, ts[:1], ts[1:], globalWs)
+}
