@@ -104,3 +104,28 @@ func commandStats(ctx context.Context, rdb *redis.Client) ([]cmdStat, error) {
 	}
 	return out, nil
 }
+
+// waitQuiet waits, for at most max, until the other processes on the
+// machine take less than quietCores of CPU over half a second. It returns
+// the load of the last half second, in cores.
+func waitQuiet(ctx context.Context, rdb *redis.Client, max time.Duration) float64 {
+	const quietCores, window = 0.2, 500 * time.Millisecond
+	deadline := time.Now().Add(max)
+	for {
+		c0 := sampleCPU(ctx, rdb)
+		select {
+		case <-time.After(window):
+		case <-ctx.Done():
+			return 0
+		}
+		c1 := sampleCPU(ctx, rdb)
+		if !c0.ok || !c1.ok {
+			return 0
+		}
+		other := (c1.machine - c0.machine) - (c1.self - c0.self) - (c1.redis - c0.redis)
+		load := other.Seconds() / window.Seconds()
+		if load < quietCores || time.Now().After(deadline) {
+			return load
+		}
+	}
+}

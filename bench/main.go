@@ -63,6 +63,7 @@ type options struct {
 	callers     []int
 	keys        int
 	rounds      int
+	waitQuiet   time.Duration
 	filter      *regexp.Regexp
 	redisServer string
 	poolSize    int
@@ -146,6 +147,7 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per run (one library, case and number of callers)")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
 	flag.IntVar(&o.rounds, "rounds", 1, "repeat the whole set of runs this many times and report, per row, the run with the median decisions/s (with the range)")
+	flag.DurationVar(&o.waitQuiet, "wait-quiet", 0, "before each run, wait up to this long until other processes take less than 0.2 cores (0: do not wait)")
 	flag.IntVar(&o.keys, "keys", 10_000, "number of distinct keys of the many-keys case")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
 	flag.Parse()
@@ -241,6 +243,11 @@ func runOne(ctx context.Context, addr string, o options, lib library, c benchCas
 	defer rdb.Close()
 	if err := rdb.FlushAll(ctx).Err(); err != nil {
 		return r, fmt.Errorf("FLUSHALL: %w", err)
+	}
+	if o.waitQuiet > 0 {
+		if load := waitQuiet(ctx, rdb, o.waitQuiet); load >= 0.2 {
+			fmt.Fprintf(os.Stderr, "(not quiet: other processes at %.2f cores) ", load)
+		}
 	}
 	setup, err := lib.Setup(ctx, rdb, c)
 	if err != nil {
@@ -420,6 +427,9 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 	}
 	fmt.Fprintf(w, "Each run: %v warm-up, then %v measured; FLUSHALL before each run; one go-redis client per run (PoolSize %d).",
 		o.warmup, o.duration, o.poolSize)
+	if o.waitQuiet > 0 {
+		fmt.Fprintf(w, " Before each run, waited up to %v for other processes to take less than 0.2 cores.", o.waitQuiet)
+	}
 	if o.rounds > 1 {
 		fmt.Fprintf(w, " %d rounds of every run, interleaved; each row is the round with the median decisions/s, the range in parentheses.", o.rounds)
 	}
