@@ -2,9 +2,13 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -32,16 +36,16 @@ func req(checks ...Check) Request { return Request{Scope: "s", Checks: checks} }
 
 const ms = time.Millisecond
 
-func TestSemantics(t *testing.T) {
-	t.Parallel()
-	_, rc := startRedis(t)
+type scenario struct {
+	name  string
+	steps []step
+}
+
+func scenarios() []scenario {
 	sec := time.Second
 	one := req(user("u", win(2, sec)))
 	two := req(user("u", win(2, 100*ms), win(3, sec)))
-	cases := []struct {
-		name  string
-		steps []step
-	}{
+	return []scenario{
 		{"edge of one window", []step{
 			{at: 0, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec}}},
 			{at: 100 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 0, 900 * ms}}},
@@ -98,35 +102,68 @@ func TestSemantics(t *testing.T) {
 			{at: 5 * sec, req: req(user("u", win(3, 10*sec))), retry: 7 * sec, wins: [][3]time.Duration{{5, 0, 5 * sec}}},
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+}
+
+// TestSemantics runs the scenarios on real Redis under a fake clock.
+func TestSemantics(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
 			prefix := testPrefix(t)
 			afterTTLs(t, rc, prefix)
 			clk := newFakeClock()
 			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
-			for i, s := range tc.steps {
-				clk.Set(s.at)
-				call, f := "Allow", e.Allow
-				if s.peek {
-					call, f = "Peek", e.Peek
-				}
-				d, err := f(context.Background(), s.req)
-				where := fmt.Sprintf("step %d (%s at %v)", i, call, s.at)
-				if err != nil {
-					t.Fatalf("%s: %v", where, err)
-				}
-				checkDecision(t, where, d, s, clk.Now())
-			}
+			runScenario(t, e, clk, sc, FromRedis)
 		})
 	}
 }
 
-func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time) {
+// TestSemanticsLocal runs the same scenarios on the fallback limiter: a
+// client whose server refuses connections, and FailLocal.
+func TestSemanticsLocal(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newFakeClock()
+			e := newEngine(t, rc, WithClock(clk.Now), WithFailMode(rules.FailLocal))
+			runScenario(t, e, clk, sc, FromLocal)
+		})
+	}
+}
+
+func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src Source) {
 	t.Helper()
-	if d.Source != FromRedis || d.Allowed != s.allow || d.RetryAfter != s.retry || !d.Time.Equal(now) {
+	for i, s := range sc.steps {
+		clk.Set(s.at)
+		call, f := "Allow", e.Allow
+		if s.peek {
+			call, f = "Peek", e.Peek
+		}
+		d, err := f(context.Background(), s.req)
+		where := fmt.Sprintf("step %d (%s at %v)", i, call, s.at)
+		if src == FromRedis && err != nil || src != FromRedis && !errors.Is(err, ErrBackend) {
+			t.Fatalf("%s: %v", where, err)
+		}
+		checkDecision(t, where, d, s, clk.Now(), src)
+	}
+}
+
+func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time, src Source) {
+	t.Helper()
+	if d.Source != src || d.Allowed != s.allow || d.RetryAfter != s.retry || !d.Time.Equal(now) {
 		t.Errorf("%s: allowed=%v retry=%v source=%v time=%v, want %v %v %v %v",
-			where, d.Allowed, d.RetryAfter, d.Source, d.Time, s.allow, s.retry, FromRedis, now)
+			where, d.Allowed, d.RetryAfter, d.Source, d.Time, s.allow, s.retry, src, now)
 	}
 	if s.allow != (d.Denied == nil) {
 		t.Errorf("%s: Denied=%+v with Allowed=%v", where, d.Denied, d.Allowed)

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// forceIDs makes e produce the ids first, first+1, ...: two engines given
+// the same sequence behave like two processes on the same snowflake node
+// admitting within the same millisecond.
+func forceIDs(e *Engine, first int64) {
+	n := first - 1
+	e.newID = func() int64 { n++; return n }
+}
+
+func members(t *testing.T, rc redis.Cmdable, key string) []string {
+	t.Helper()
+	ms, err := rc.ZRangeByScore(context.Background(), key, &redis.ZRangeBy{Min: "0", Max: "+inf"}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(ms)
+	return ms
+}
+
+func TestMemberCollision(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	clk := newFakeClock()
+	a := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	b := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	forceIDs(a, 1001)
+	forceIDs(b, 1001)
+	ws := win(10, time.Minute)
+	u, ip1, ip9 := user("u", ws), ip("1.1.1.1", ws), ip("9.9.9.9", ws)
+
+	mustAllow(t, a, req(u, ip1), true) // 1001
+	d := mustAllow(t, b, req(u, ip1), true)
+	if d.Windows[0].Used != 2 || d.Windows[1].Used != 2 {
+		t.Errorf("after a collision: used %d %d, want 2 2", d.Windows[0].Used, d.Windows[1].Used)
+	}
+	for _, c := range []Check{u, ip1} {
+		if got, want := members(t, rc, a.keyOf("s", c)), []string{"1001", "1001.1"}; !slices.Equal(got, want) {
+			t.Errorf("%s: members %v, want %v", c.Subject, got, want)
+		}
+	}
+
+	// A collision on the second key only: the first attempt's member must
+	// leave the first key.
+	mustAllow(t, a, req(ip1), true)      // 1002
+	mustAllow(t, b, req(ip9, ip1), true) // 1002 clashes in ip1 only
+	if got, want := members(t, rc, a.keyOf("s", ip9)), []string{"1002.1"}; !slices.Equal(got, want) {
+		t.Errorf("9.9.9.9: members %v, want %v", got, want)
+	}
+	if got, want := members(t, rc, a.keyOf("s", ip1)), []string{"1001", "1001.1", "1002", "1002.1"}; !slices.Equal(got, want) {
+		t.Errorf("1.1.1.1: members %v, want %v", got, want)
+	}
+	// A suffixed member can collide too.
+	forceIDs(a, 1001)
+	d = mustAllow(t, a, req(u), true)
+	if got, want := members(t, rc, a.keyOf("s", u)), []string{"1001", "1001.1", "1001.2"}; !slices.Equal(got, want) || d.Windows[0].Used != 3 {
+		t.Errorf("u: members %v used %d, want %v 3", got, d.Windows[0].Used, want)
+	}
+}
+
+// TestClusterRollback checks on a cluster that a request denied in one
+// slot leaves nothing in the slots that admitted it, including when its
+// member had to be suffixed after a collision there.
+func TestClusterRollback(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	prefix := testPrefix(t)
+	afterClusterTTLs(t, cl, prefix)
+	clk := newFakeClock()
+	a := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	b := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	forceIDs(a, 1001)
+	forceIDs(b, 1001)
+	ipA := ip("10.0.0.1", win(10, time.Minute))
+	userB := user("b", win(10, time.Minute))
+	userC := user("c", win(1, time.Minute))
+	g := global(win(10, time.Minute))
+	keys := []string{a.keyOf("s", ipA), a.keyOf("s", userB), a.keyOf("s", userC), a.keyOf("s", g)}
+	if slot(keys[0]) == slot(keys[2]) {
+		t.Fatal("test keys share a slot")
+	}
+
+	mustAllow(t, a, req(ipA, userB), true) // 1001 in ipA, userB
+	mustAllow(t, a, req(userC), true)      // 1002 fills userC
+	// b's 1001 clashes in ipA (admitted there as 1001.1) and is denied by
+	// userC: the rollback must remove 1001.1, not a's 1001.
+	d, err := b.Allow(context.Background(), req(ipA, g, userC))
+	if err != nil || d.Allowed || d.Source != FromRedis {
+		t.Fatalf("denied request: %+v %v", d, err)
+	}
+	if d.Denied == nil || d.Denied.Check != 2 || d.RetryAfter != time.Minute {
+		t.Errorf("denied by %+v after %v, want check 2 after 1m", d.Denied, d.RetryAfter)
+	}
+	if d.Windows[0].Used != 1 || d.Windows[1].Used != 0 {
+		t.Errorf("rolled-back windows report used %d %d, want 1 0", d.Windows[0].Used, d.Windows[1].Used)
+	}
+	want := map[string][]string{keys[0]: {"1001"}, keys[1]: {"1001"}, keys[2]: {"1002"}, keys[3]: nil}
+	for k, w := range want {
+		if got := members(t, cc, k); !slices.Equal(got, w) {
+			t.Errorf("%s: members %v, want %v", k, got, w)
+		}
+	}
+}

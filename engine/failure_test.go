@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// flushDuring runs callers Allow loops for d while flush runs every 10 ms,
+// and fails on any error or non-Redis decision.
+func flushDuring(t *testing.T, e *Engine, flush func() error, d time.Duration) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if err := flush(); err != nil {
+					t.Errorf("SCRIPT FLUSH: %v", err)
+					return
+				}
+			}
+		}
+	}()
+	reqs := []Request{
+		req(user("a", win(1000, time.Second)), ip("1.1.1.1", win(1000, time.Second))),
+		req(user("b", win(1000, time.Second), win(5000, time.Minute))),
+	}
+	n := hammer(t, []*Engine{e}, 16, d, func(i int) Request { return reqs[i%2] })
+	close(stop)
+	wg.Wait()
+	if n == 0 {
+		t.Fatal("nothing admitted")
+	}
+}
+
+func TestScriptFlush(t *testing.T) {
+	t.Parallel()
+	t.Run("single", func(t *testing.T) {
+		t.Parallel()
+		_, rc := startRedis(t)
+		prefix := testPrefix(t)
+		afterTTLs(t, rc, prefix)
+		e := newEngine(t, rc, WithPrefix(prefix))
+		flushDuring(t, e, func() error { return rc.ScriptFlush(context.Background()).Err() }, time.Second)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t)
+		prefix := testPrefix(t)
+		afterClusterTTLs(t, cl, prefix)
+		cc := cl.Client(t)
+		e := newEngine(t, cc, WithPrefix(prefix))
+		flushDuring(t, e, func() error {
+			return cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+				return c.ScriptFlush(ctx).Err()
+			})
+		}, time.Second)
+	})
+}
+
+// TestKill checks each fail mode while redis-server is down, and that
+// decisions come from Redis again after a restart, with the same Engine.
+func TestKill(t *testing.T) {
+	t.Parallel()
+	const timeout = 200 * time.Millisecond
+	for _, tc := range []struct {
+		mode    rules.FailMode
+		source  Source
+		allowed []bool // three requests against a limit of 2
+	}{
+		{rules.FailOpen, FromFailOpen, []bool{true, true, true}},
+		{rules.FailClosed, FromFailClosed, []bool{false, false, false}},
+		{rules.FailLocal, FromLocal, []bool{true, true, false}},
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			t.Parallel()
+			s, rc := startRedis(t)
+			prefix := testPrefix(t)
+			e := newEngine(t, rc, WithPrefix(prefix), WithTimeout(timeout), WithFailMode(tc.mode))
+			r := req(user("u", win(2, time.Minute)))
+			r.Fail = rules.FailDefault
+			mustAllow(t, e, req(user("other", win(2, time.Minute))), true)
+
+			s.Kill()
+			for i, want := range tc.allowed {
+				start := time.Now()
+				d, err := e.Allow(context.Background(), r)
+				if el := time.Since(start); el > timeout+100*ms {
+					t.Errorf("call %d took %v, timeout %v", i, el, timeout)
+				}
+				if !errors.Is(err, ErrBackend) {
+					t.Errorf("call %d: err %v, want ErrBackend", i, err)
+				}
+				var be *BackendError
+				if !errors.As(err, &be) || be.Op != "allow" {
+					t.Errorf("call %d: err %v is not a *BackendError for allow", i, err)
+				}
+				if d.Source != tc.source || d.Allowed != want {
+					t.Errorf("call %d: source %v allowed %v, want %v %v", i, d.Source, d.Allowed, tc.source, want)
+				}
+				if tc.mode == rules.FailLocal && (len(d.Windows) != 1 || d.Windows[0].Used != min(int64(i+1), 2)) {
+					t.Errorf("call %d: local windows %+v", i, d.Windows)
+				}
+			}
+			// The request's own fail mode wins over the engine's.
+			r.Fail = rules.FailOpen
+			if d, _ := e.Allow(context.Background(), r); d.Source != FromFailOpen {
+				t.Errorf("request fail mode open: source %v", d.Source)
+			}
+
+			s.Restart()
+			afterTTLs(t, rc, prefix)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				d, err := e.Allow(context.Background(), r)
+				if err == nil && d.Source == FromRedis {
+					if !d.Allowed || d.Windows[0].Used != 1 {
+						t.Errorf("after restart: %+v", d)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no decision from Redis 10s after the restart: %v %v", d.Source, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestHang checks the timeout against a server that accepts connections
+// and never answers, and that while one call waits for it the others do
+// not.
+func TestHang(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	rc := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { rc.Close() })
+	const timeout = 100 * time.Millisecond
+	e := newEngine(t, rc, WithTimeout(timeout), WithFailMode(rules.FailLocal))
+	r := req(user("u", win(10, time.Minute)))
+
+	start := time.Now()
+	d, err := e.Allow(context.Background(), r)
+	if el := time.Since(start); el < timeout || el > timeout+200*ms {
+		t.Errorf("first call took %v, timeout %v", el, timeout)
+	}
+	if !isTimeout(err) || d.Source != FromLocal || !d.Allowed {
+		t.Fatalf("first call: %v %v %v", d.Source, d.Allowed, err)
+	}
+
+	// Redis is now considered down: one call probes it (and waits), the
+	// others decide at once.
+	probe := make(chan time.Duration)
+	go func() {
+		start := time.Now()
+		e.Allow(context.Background(), r)
+		probe <- time.Since(start)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	start = time.Now()
+	d, err = e.Allow(context.Background(), r)
+	if el := time.Since(start); el > 50*ms {
+		t.Errorf("call during the probe took %v", el)
+	}
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) || d.Source != FromLocal {
+		t.Errorf("call during the probe: %v %v", d.Source, err)
+	}
+	if el := <-probe; el < timeout-20*ms {
+		t.Errorf("probe took %v, want about the timeout", el)
+	}
+}
