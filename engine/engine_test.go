@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+func TestOptions(t *testing.T) {
+	t.Parallel()
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
+	t.Cleanup(func() { rc.Close() })
+	for _, o := range []Option{
+		WithPrefix("a{b"), WithPrefix("}"), WithNode(-1), WithNode(1024), WithTimeout(0),
+		WithFailMode("sideways"), WithFailMode(rules.FailDefault), WithLogger(nil), WithClock(nil), WithLocalKeys(0),
+	} {
+		var oe *OptionError
+		if _, err := New(rc, o); !errors.As(err, &oe) || !errors.Is(err, ErrInvalid) {
+			t.Errorf("option error %v, want an OptionError", err)
+		}
+	}
+	if _, err := New(nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("nil client: %v", err)
+	}
+	e, err := New(rc, WithPrefix("x:"), WithNode(1023), WithTimeout(time.Second), WithFailMode(rules.FailOpen),
+		WithHashSubjects([]byte("k")), WithClock(time.Now), WithLocalKeys(5), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.timeout != time.Second || e.fail != rules.FailOpen || e.keyer.prefix != "x:" || e.local.maxKeys != 5 {
+		t.Errorf("options not applied: %+v", e)
+	}
+	if e.group != groupAll || groupingOf(redis.NewClusterClient(&redis.ClusterOptions{})) != groupSlot ||
+		groupingOf(redis.NewRing(&redis.RingOptions{})) != groupKey {
+		t.Error("wrong grouping")
+	}
+}
+
+func TestInvalidAndEmptyRequests(t *testing.T) {
+	t.Parallel()
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
+	t.Cleanup(func() { rc.Close() })
+	e := newEngine(t, rc, WithFailMode(rules.FailOpen))
+	d, err := e.Allow(context.Background(), req(user("u", win(0, time.Second))))
+	if !errors.Is(err, ErrInvalid) || d.Allowed || d.Source != FromFailClosed {
+		t.Errorf("invalid request: %+v %v", d, err)
+	}
+	// Nothing to limit: allowed without asking (the client cannot even
+	// connect).
+	d, err = e.Allow(context.Background(), req(user("u")))
+	if err != nil || !d.Allowed || d.Source != FromRedis {
+		t.Errorf("request without windows: %+v %v", d, err)
+	}
+	// A done context decides by the fail mode without asking Redis.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, err = e.Allow(ctx, req(user("u", win(1, time.Second))))
+	if !errors.Is(err, context.Canceled) || d.Source != FromFailOpen {
+		t.Errorf("done context: %+v %v", d, err)
+	}
+	e.Close()
+	d, err = e.Allow(context.Background(), req(user("u", win(1, time.Second))))
+	if !errors.Is(err, ErrClosed) || d.Source != FromFailOpen {
+		t.Errorf("after Close: %+v %v", d, err)
+	}
+	if err := e.Reset(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Reset after Close: %v", err)
+	}
+}
+
+func TestLocalEviction(t *testing.T) {
+	t.Parallel()
+	l := newLocalLimiter(10)
+	k := newKeyer(&config{prefix: "p:"})
+	now := t0.UnixMicro()
+	for i := range 25 {
+		c := &call{mode: opAllow}
+		r := req(user(string(rune('a'+i)), win(1, time.Second)))
+		if err := c.plan.build(k, &r); err != nil {
+			t.Fatal(err)
+		}
+		c.prepare()
+		l.decide(c, now+int64(i)*100_000) // 100 ms apart: keys expire after 1 s
+		if c.status != statusAdmitted {
+			t.Fatalf("key %d denied", i)
+		}
+		if len(l.keys) > 10 {
+			t.Fatalf("%d keys, cap 10", len(l.keys))
+		}
+	}
+}
+
+// TestNoGoroutines checks that an Engine starts no goroutine that outlives
+// Close (the client's are the client's).
+func TestNoGoroutines(t *testing.T) {
+	s, rc := startRedis(t)
+	_ = s
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	rc.Ping(context.Background()) // let the client start what it starts
+	before := runtime.NumGoroutine()
+	e, err := New(rc, WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hammer(t, []*Engine{e}, 8, 100*ms, func(int) Request { return req(user("u", win(1000, time.Second))) })
+	e.Close()
+	for range 100 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		time.Sleep(10 * ms)
+	}
+	buf := make([]byte, 1<<16)
+	t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+}

@@ -1,0 +1,82 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// redisAddr is the address of the redis-server TestMain started for the
+// examples.
+var redisAddr string
+
+// May user 42 reply? At most 5 replies per minute.
+func ExampleOne() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	eng, err := engine.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+
+	ctx := context.Background()
+	for range 6 {
+		d, _ := eng.Allow(ctx, engine.One("reply", rules.User, "42", rules.Window{Limit: 5, Period: time.Minute}))
+		fmt.Println(d.Allowed, d.Windows[0].Remaining, d.RetryAfter.Round(time.Second))
+	}
+	// Output:
+	// true 4 0s
+	// true 3 0s
+	// true 2 0s
+	// true 1 0s
+	// true 0 0s
+	// false 0 1m0s
+}
+
+// A request is admitted only if every window of every check has room, and
+// then it counts in all of them.
+func ExampleEngine_Allow() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	eng, err := engine.New(rdb, engine.WithPrefix("example:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+
+	upload := func(ip, user string) engine.Request {
+		return engine.Request{
+			Scope: "POST /upload",
+			Checks: []engine.Check{
+				{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{{Limit: 100, Period: time.Minute}}}, Subject: ip},
+				{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{
+					{Limit: 2, Period: time.Second},
+					{Limit: 10, Period: time.Hour},
+				}}, Subject: user},
+			},
+		}
+	}
+	ctx := context.Background()
+	for range 3 {
+		d, err := eng.Allow(ctx, upload("192.0.2.1", "ann"))
+		if err != nil {
+			log.Print(err)
+		}
+		if d.Allowed {
+			fmt.Println("allowed")
+		} else {
+			fmt.Printf("denied by %s window %d/%v\n", upload("", "").Checks[d.Denied.Check].Kind, d.Denied.Window.Limit, d.Denied.Window.Period)
+		}
+	}
+	// Output:
+	// allowed
+	// allowed
+	// denied by user window 2/1s
+}
