@@ -62,7 +62,9 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	for i, r := range routes {
 		if err := handle(mux, r.Pattern, wrapped[i]); err != nil {
 			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+			continue
 		}
+		l.rememberRoute(r.Pattern, r.Group)
 	}
 	return errors.Join(errs...)
 }
@@ -98,6 +100,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	if err := handle(mux, pattern, h); err != nil {
 		return fail(err)
 	}
+	l.rememberRoute(pattern, g)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package slidelimit
 import (
 	"net/http"
 	"slices"
+	"sync"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -15,6 +16,9 @@ import (
 type Limiter struct {
 	engine *engine.Engine
 	opts   []middleware.Option
+
+	mu     sync.RWMutex
+	groups []registered // what Peek and Reset search, in registration order
 }
 
 // New returns a Limiter deciding with client, which may be a *redis.Client,
@@ -67,7 +71,15 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	if err != nil {
 		return nil, err
 	}
-	return l.wrapper(g, opts...)
+	mw, err := l.wrapper(g, opts...)
+	if err != nil {
+		return nil, err
+	}
+	// The scope is known here only from a scope: statement; WithScope,
+	// WithScopeFunc and the router's pattern are hidden in opts or decided
+	// per request, so "" records the group as possibly in any scope.
+	l.remember(g.Scope, g, opts)
+	return mw, nil
 }
 
 // wrapper builds middleware for g with the Limiter's options and then opts.

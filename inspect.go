@@ -1,0 +1,245 @@
+package slidelimit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Errors of Peek and Reset, for input that names no windows. A subject the
+// middleware never counts (an ip subject that is not an address, an empty
+// user id) is reported with an error matching middleware.ErrSubject.
+var (
+	// ErrUnknownScope means no group registered through the Limiter is in
+	// the scope.
+	ErrUnknownScope = errors.New("slidelimit: unknown scope")
+	// ErrUnknownLimiter means no group in the scope has a limiter with the
+	// ID, default or per role, or the ID is not a limiter ID at all.
+	ErrUnknownLimiter = errors.New("slidelimit: unknown limiter")
+)
+
+// registered is a group wrapped by Register, Handle or Middleware.
+type registered struct {
+	// scope is the group's scope, or "" when it is only known per request
+	// (Middleware without a scope: statement).
+	scope string
+	group rules.Group
+	// opts are the options the middleware was built with; they decide how
+	// values map to subjects (WithIPv6Prefix).
+	opts []middleware.Option
+}
+
+// rememberRoute records g registered under pattern by Register or Handle.
+func (l *Limiter) rememberRoute(pattern string, g rules.Group) {
+	if isZero(g) {
+		return // registered unwrapped: nothing is counted
+	}
+	scope := g.Scope
+	if scope == "" {
+		scope = pattern
+	}
+	l.remember(scope, g, nil)
+}
+
+// remember records g with the options its middleware was built with: the
+// Limiter's, then opts.
+func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.groups = append(l.groups, registered{scope: scope, group: g, opts: append(slices.Clip(l.opts), opts...)})
+}
+
+// Peek reports the windows that the limiter limiterID of scope keeps for
+// subject, as they are now, without counting anything: for an admin page or
+// an operator's question "how much has alice used?".
+//
+// scope is a route pattern given to Register or Handle ("GET /files/{id}"),
+// or a group's scope: name. limiterID is a limiter ID as the rule language
+// writes it and rules.Limiter.ID returns it: "ip", "user", "global",
+// "header(X-Api-Key)", "param(id)", "key(tenant)" (header names in any
+// case). subject is the raw value the limiter counts — an address for ip
+// ("192.0.2.7", or an IPv6 network "2001:db8::/64"), a user id for user, a
+// header, path or key value — and is mapped to the stored subject by
+// middleware.Subject with the options the group's middleware was built
+// with, so the prefixes, IPv4-mapped addresses and IPv6 grouping are the
+// middleware's own; it is ignored for global. The requests a user, header,
+// param or key limiter counted by client IP (callers without identity or
+// value, roles in role.Policy.ByIP) are seen with PeekByIP.
+//
+// Every limiter with that ID in the scope — in the defaults or a role's
+// override of any group registered in it — counts into the same Redis key,
+// because a key is (scope, limiter ID, subject) and not the windows. Those
+// limiters may declare different windows ("user:10/min" for everyone,
+// "role(trial)=user:3/min,20/d"), so Peek asks for the union of their
+// windows: the Decision has one WindowState per distinct window (limit and
+// period), ordered by period and then limit, each with its own Used,
+// Remaining and Reset over the same requests. Whoever is limited by only
+// some of them (the defaults or one role) finds their windows among these;
+// Decision.Allowed is true only when every window of the union has room,
+// which is stricter than what a single caller faces when the windows
+// differ. A window longer than any enforced on the key so far sees only
+// the requests the key still retains, which is what it would see if it
+// were enforced now.
+//
+// Windows[i].Check is 0, unless groups of the scope were given different
+// middleware.WithIPv6Prefix options and an IPv6 subject therefore maps to
+// several stored subjects: each is then a check, in registration order.
+//
+// A group built by Middleware without a scope: statement gets its scope
+// from the request (middleware.WithScope, WithScopeFunc or the router's
+// pattern), which the Limiter cannot see, so it is taken to be in every
+// scope. Peek fails with ErrUnknownScope, ErrUnknownLimiter or an error
+// matching middleware.ErrSubject for input that names no windows;
+// otherwise it returns what engine.Engine.Peek returns, including its
+// Decision under the fail mode when Redis fails.
+func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
+	req, err := l.inspect(scope, limiterID, subject, false)
+	if err != nil {
+		return engine.Decision{}, err
+	}
+	return l.engine.Peek(ctx, req)
+}
+
+// PeekByIP is Peek for the requests that limiter limiterID of scope counted
+// by the client address addr rather than by its own value: for a user
+// limiter, the requests of callers without identity and of roles in
+// role.Policy.ByIP; for header, param and key limiters, requests without a
+// value. For an ip limiter it is Peek. A global limiter never counts by
+// address, which is an error matching middleware.ErrSubject.
+func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
+	req, err := l.inspect(scope, limiterID, addr, true)
+	if err != nil {
+		return engine.Decision{}, err
+	}
+	return l.engine.Peek(ctx, req)
+}
+
+// Reset forgets every request that limiter limiterID of scope counted for
+// subject, so that the subject starts afresh in every window of every
+// limiter with that ID in the scope (see Peek for the arguments and
+// errors). It deletes the Redis key and the fallback limiter's copy; it
+// fails with an error matching engine.ErrBackend when Redis does, and with
+// engine.ErrClosed after Close.
+func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string) error {
+	return l.reset(ctx, scope, limiterID, subject, false)
+}
+
+// ResetByIP is Reset for the requests counted by client address; see
+// PeekByIP.
+func (l *Limiter) ResetByIP(ctx context.Context, scope, limiterID, addr string) error {
+	return l.reset(ctx, scope, limiterID, addr, true)
+}
+
+func (l *Limiter) reset(ctx context.Context, scope, limiterID, value string, byIP bool) error {
+	req, err := l.inspect(scope, limiterID, value, byIP)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range req.Checks {
+		if err := l.engine.Reset(ctx, scope, c.Limiter, c.Subject); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// inspect builds the engine request that Peek and Reset use: per stored
+// subject, one check with the union of the windows of every limiter with
+// the ID in the scope.
+func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Request, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var inScope []*registered
+	for i := range l.groups {
+		if g := &l.groups[i]; g.scope == scope || g.scope == "" {
+			inScope = append(inScope, g)
+		}
+	}
+	if scope == "" || len(inScope) == 0 {
+		return engine.Request{}, fmt.Errorf("%w %q", ErrUnknownScope, scope)
+	}
+	kind, name, ok := parseLimiterID(limiterID)
+	if !ok {
+		return engine.Request{}, fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", ErrUnknownLimiter, limiterID)
+	}
+	subjectKind := kind
+	if byIP {
+		if kind == rules.Global {
+			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", middleware.ErrSubject)
+		}
+		subjectKind = rules.IP
+	}
+
+	req := engine.Request{Scope: scope}
+	for _, g := range inScope {
+		lists := [][]rules.Limiter{g.group.Limiters}
+		for _, o := range g.group.Overrides {
+			lists = append(lists, o.Limiters)
+		}
+		var subject string
+		for _, ls := range lists {
+			for _, lim := range ls {
+				if lim.Kind != kind || lim.Name != name {
+					continue
+				}
+				if subject == "" {
+					s, err := middleware.Subject(subjectKind, value, g.opts...)
+					if err != nil {
+						return engine.Request{}, fmt.Errorf("slidelimit: limiter %s: %w", limiterID, err)
+					}
+					subject = s
+				}
+				req.Checks = addWindows(req.Checks, kind, name, subject, lim.Windows)
+			}
+		}
+	}
+	if len(req.Checks) == 0 {
+		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownLimiter, limiterID, scope)
+	}
+	for _, c := range req.Checks {
+		slices.SortFunc(c.Windows, func(a, b rules.Window) int {
+			return cmp.Or(cmp.Compare(a.Period, b.Period), cmp.Compare(a.Limit, b.Limit))
+		})
+	}
+	return req, nil
+}
+
+// addWindows adds to the check of subject the windows it does not have yet.
+// Windows equal in period but not in limit are both kept: each is what some
+// caller is limited by, and the engine counts them over the same entries.
+func addWindows(checks []engine.Check, kind rules.Kind, name, subject string, ws []rules.Window) []engine.Check {
+	i := slices.IndexFunc(checks, func(c engine.Check) bool { return c.Subject == subject })
+	if i < 0 {
+		checks = append(checks, engine.Check{Limiter: rules.Limiter{Kind: kind, Name: name}, Subject: subject})
+		i = len(checks) - 1
+	}
+	for _, w := range ws {
+		if !slices.Contains(checks[i].Windows, w) {
+			checks[i].Windows = append(checks[i].Windows, w)
+		}
+	}
+	return checks
+}
+
+// parseLimiterID returns the kind and name of a limiter ID, canonicalized
+// as the rule language does (header names), by parsing it as a limiter with
+// a placeholder window; text with anything but an ID in it is rejected
+// before it could parse as more than one statement or window.
+func parseLimiterID(id string) (rules.Kind, string, bool) {
+	if id == "" || strings.ContainsAny(id, ";:,=&/ \t") {
+		return "", "", false
+	}
+	g, err := rules.Parse(id + ":1/s")
+	if err != nil || len(g.Limiters) != 1 {
+		return "", "", false
+	}
+	return g.Limiters[0].Kind, g.Limiters[0].Name, true
+}
