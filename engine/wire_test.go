@@ -47,8 +47,8 @@ func TestReadOp(t *testing.T) {
 		{reply: "2000000000 0 1 0 0", status: 1, res: []int64{0, 0, 0, 0, 0, 0}},
 		{reply: "2000000000 0 1 1 1999999999500000 1 1999999999950000", status: 1, res: []int64{1, 500000, 0, 1, 50000, 0}},
 		{reply: "2000000000 0 0 2 1999999999500000 1999999999600000 0", status: 0, res: []int64{2, 500000, 600000, 0, 0, 0}},
-		{reply: "2000000000 0 5 0 0", status: 1},  // suffix 1
-		{reply: "2000000000 0 2 0 0", status: 2},  // collision exhausted
+		{reply: "2000000000 0 5 0 0", status: 1}, // suffix 1
+		{reply: "2000000000 0 2 0 0", status: 2}, // collision exhausted
 		{reply: "2000000000 0 3 0 0", err: "bad status"},
 		{reply: "2000000000 0 1 0", err: "missing separator"},
 		{reply: "2000000000 0 1 0 0 ", err: "trailing data"},
