@@ -1,0 +1,50 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// Demo roles.
+const (
+	roleUser       role.Role = "user"
+	roleAdmin      role.Role = "admin"
+	roleSuperadmin role.Role = "superadmin"
+)
+
+// accounts are the demo's built-in users. A real service puts identity into
+// the request context from its own authentication (sessions, JWT, mTLS...);
+// slidelimit only reads it back with role.FromContext.
+var accounts = map[string]role.Identity{
+	"alice": {User: "alice", Roles: []role.Role{roleUser}},
+	"bob":   {User: "bob", Roles: []role.Role{roleUser}},
+	"admin": {User: "admin", Roles: []role.Role{roleAdmin}},
+	"root":  {User: "root", Roles: []role.Role{roleSuperadmin}},
+}
+
+// authenticate is the demo's authentication: "Authorization: Bearer <name>"
+// with a built-in account name; anything else is anonymous. It runs before
+// the rate limiter so that the limiter sees who is calling.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if id, known := accounts[strings.TrimSpace(name)]; ok && known {
+			r = r.WithContext(role.NewContext(r.Context(), id))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// requireRole answers 403 unless the caller holds one of roles.
+func requireRole(w http.ResponseWriter, r *http.Request, roles ...role.Role) bool {
+	id, _ := role.FromContext(r.Context())
+	for _, want := range roles {
+		if id.Has(want) {
+			return true
+		}
+	}
+	http.Error(w, "forbidden", http.StatusForbidden)
+	return false
+}

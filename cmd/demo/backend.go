@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	lua "github.com/yuin/gopher-lua"
+)
+
+// backend is the Redis the demo limits against.
+type backend struct {
+	client redis.UniversalClient
+	desc   string
+	close  func()
+}
+
+// openBackend connects to -cluster, else -redis, else starts an embedded
+// miniredis so that the demo runs on a machine with nothing but Go.
+func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error) {
+	switch {
+	case redisURL != "" && cluster != "":
+		return nil, errors.New("demo: use either -redis or -cluster, not both")
+	case cluster != "":
+		var addrs []string
+		for a := range strings.SplitSeq(cluster, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) == 0 {
+			return nil, errors.New("demo: -cluster: no address")
+		}
+		// ContextTimeoutEnabled lets the engine's per-call timeout reach
+		// the socket, so a hanging node costs 100ms, not go-redis's 3s.
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
+			ClusterStateReloadInterval: 5 * time.Second})
+		return ping(ctx, &backend{client: c, desc: "Redis Cluster " + strings.Join(addrs, ","), close: func() { c.Close() }})
+	case redisURL != "":
+		opt, err := redis.ParseURL(redisURL)
+		if err != nil {
+			// go-redis's message may quote the URL, password included.
+			return nil, errors.New("demo: -redis: not a redis:// or rediss:// URL")
+		}
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		return ping(ctx, &backend{client: c, desc: "Redis " + opt.Addr, close: func() { c.Close() }})
+	default:
+		useDenseLuaArraysSparingly()
+		m, err := miniredis.Run()
+		if err != nil {
+			return nil, fmt.Errorf("demo: embedded miniredis: %w", err)
+		}
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		return &backend{client: c, desc: "embedded miniredis " + m.Addr() + " (pass -redis URL for a real Redis)",
+			close: func() { c.Close(); m.Close() }}, nil
+	}
+}
+
+// useDenseLuaArraysSparingly keeps miniredis fast. Its Lua (gopher-lua)
+// stores every positive integer table key below lua.MaxArrayIndex (64M) in
+// a dense array, so a script that indexes a table by a window's period in
+// microseconds — as lua/multi_window.lua's string cache does — allocates
+// up to a gigabyte per call for a one-minute window and takes seconds. Real
+// Redis keeps such keys in a hash. Above 2^18 the keys go to gopher-lua's
+// hash part too; the script's own arrays (its reply, at most a few
+// thousand items) stay far below. It must run before miniredis runs a
+// script, and the demo runs no other Lua.
+func useDenseLuaArraysSparingly() {
+	luaOnce.Do(func() { lua.MaxArrayIndex = 1 << 18 })
+}
+
+var luaOnce sync.Once
+
+func ping(ctx context.Context, b *backend) (*backend, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.client.Ping(ctx).Err(); err != nil {
+		b.close()
+		return nil, fmt.Errorf("demo: %s: %w", b.desc, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// api is the demo service. Each handler's route and limits are declared in
+// its tags and registered by slidelimit.Register; the limiter runs before the
+// handler, so a handler only runs for admitted requests.
+type api struct {
+	Health http.HandlerFunc `route:"GET /health" limit:"ip:5/s,100/min"`
+	// Paid object-storage downloads: per user and per IP, a global budget,
+	// super-admins unlimited, and the shared admin account counted by IP.
+	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
+	Upload   http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
+	// Only admins may delete users; they share one account, so count by IP.
+	DeleteUser http.HandlerFunc `route:"DELETE /users/{id}" limit:"role(admin)=ip:5/min; exempt:superadmin"`
+	// Super-admins inspect and reset windows; the limit only slows down
+	// others probing the endpoint, who get 403 anyway.
+	Limits      http.HandlerFunc `route:"GET /admin/limits" limit:"ip:60/min; exempt:superadmin"`
+	ResetLimits http.HandlerFunc `route:"DELETE /admin/limits" limit:"ip:60/min; exempt:superadmin"`
+}
+
+// newAPI returns the demo's handlers; the admin ones inspect windows
+// through lim.
+func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
+	adm := &admin{lim: lim, logger: logger}
+	return &api{
+		Health: func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		},
+		Download: func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"file": r.PathValue("id"), "caller": caller(r)})
+		},
+		Upload: func(w http.ResponseWriter, r *http.Request) {
+			if _, ok := role.FromContext(r.Context()); !ok {
+				http.Error(w, "sign in to upload", http.StatusUnauthorized)
+				return
+			}
+			writeJSON(w, http.StatusCreated, map[string]string{"uploaded": "picture", "caller": caller(r)})
+		},
+		DeleteUser: func(w http.ResponseWriter, r *http.Request) {
+			if !requireRole(w, r, roleAdmin, roleSuperadmin) {
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"deleted": r.PathValue("id"), "caller": caller(r)})
+		},
+		Limits:      adm.peek,
+		ResetLimits: adm.reset,
+	}
+}
+
+func caller(r *http.Request) string {
+	if id, ok := role.FromContext(r.Context()); ok {
+		return id.User
+	}
+	return "anonymous"
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	// The status is sent; a client gone away is not worth reporting.
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// demo is the demo service: its handler tree and the limiter behind it.
+type demo struct {
+	handler http.Handler
+	lim     *slidelimit.Limiter
+	routes  []rules.Route
+}
+
+// newServer builds the demo's handler tree on b: the tagged api registered
+// through a Limiter on a ServeMux, behind authenticate so that the limiter
+// sees who calls. Close the Limiter when done; b stays open.
+func newServer(b *backend, logger *slog.Logger) (*demo, error) {
+	lim, err := slidelimit.New(b.client,
+		slidelimit.WithLogger(logger),
+		// The admin account is shared by several people: count its user
+		// limiters (POST /pictures) by IP, as its route overrides do.
+		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	h := newAPI(lim, logger)
+	routes, err := rules.Routes(h)
+	if err != nil {
+		lim.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	if err := lim.Register(mux, h); err != nil {
+		lim.Close()
+		return nil, err
+	}
+	return &demo{handler: authenticate(mux), lim: lim, routes: routes}, nil
+}
+
+// logRoutes logs every route with its rules, as the limiter enforces them.
+func (d *demo) logRoutes(logger *slog.Logger) {
+	for _, r := range d.routes {
+		logger.Info("route", "pattern", r.Pattern, "limit", limitText(r.Group))
+	}
+}
+
+// limitText prints a route's rules; a field without a limit tag has none.
+func limitText(g rules.Group) string {
+	if s := g.String(); s != "" {
+		return s
+	}
+	return "none"
+}
+
+// defaultFailMode reports what the engine does for groups without a fail:
+// statement when Redis fails: "open", "closed" or "local". The engine does
+// not export its default, so a throwaway engine is asked: once closed it
+// answers by its fail mode without contacting Redis.
+func defaultFailMode(client engine.Client) string {
+	e, err := engine.New(client)
+	if err != nil {
+		return "unknown"
+	}
+	e.Close()
+	d, _ := e.Allow(context.Background(), engine.One("demo-fail-mode", rules.Global, "probe", rules.Window{Limit: 1, Period: time.Second}))
+	switch d.Source {
+	case engine.FromFailOpen:
+		return string(rules.FailOpen)
+	case engine.FromFailClosed:
+		return string(rules.FailClosed)
+	case engine.FromLocal:
+		return string(rules.FailLocal)
+	}
+	return fmt.Sprintf("unknown (source %d)", d.Source)
+}
