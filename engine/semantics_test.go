@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/rules"
@@ -115,6 +116,23 @@ func TestSemantics(t *testing.T) {
 			afterTTLs(t, rc, prefix)
 			clk := newFakeClock()
 			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+			runScenario(t, e, clk, sc, FromRedis)
+		})
+	}
+}
+
+// TestSemanticsMiniredis runs the scenarios on miniredis, which other
+// packages use in their unit tests: the script must work there too.
+func TestSemanticsMiniredis(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rc.Close() })
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newFakeClock()
+			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second))
 			runScenario(t, e, clk, sc, FromRedis)
 		})
 	}

@@ -1,6 +1,10 @@
 package engine
 
-import "strconv"
+import (
+	"math"
+	"strconv"
+	"strings"
+)
 
 // The script's argument is one JSON array (see lua/multi_window.lua):
 //
@@ -101,6 +105,34 @@ func (r *reader) int(max int64) int64 {
 	return v
 }
 
+// scoreValue reads a score. Redis prints integral scores as plain digits;
+// other servers (miniredis) may use exponent notation, which is accepted
+// when it denotes an integer.
+func (r *reader) scoreValue() int64 {
+	if r.err != nil {
+		return 0
+	}
+	j := r.i + 1
+	for j < len(r.s) && r.s[j] >= '0' && r.s[j] <= '9' {
+		j++
+	}
+	if j == len(r.s) || r.s[j] == ' ' {
+		return r.int(maxTime)
+	}
+	end := strings.IndexByte(r.s[r.i+1:], ' ')
+	if end < 0 {
+		end = len(r.s)
+	} else {
+		end += r.i + 1
+	}
+	f, err := strconv.ParseFloat(r.s[r.i+1:end], 64)
+	if err != nil || f != math.Trunc(f) || f < 0 || f >= maxTime {
+		return r.fail("bad score at " + strconv.Itoa(r.i+1))
+	}
+	r.i = end
+	return int64(f)
+}
+
 // end checks that the whole reply was read.
 func (r *reader) end() *ReplyError {
 	if r.err == nil && r.i != len(r.s) {
@@ -139,7 +171,7 @@ func readOp(r *reader, c *call, keys []int32, t int64) (status, suffix int64) {
 // score reads the score of an entry inside the window of period per ending
 // at t and returns the time until it leaves the window: in 1..per.
 func (r *reader) score(t, per int64) int64 {
-	d := r.int(maxTime) + per - t
+	d := r.scoreValue() + per - t
 	if r.err == nil && (d < 1 || d > per) {
 		return r.fail("score outside its window")
 	}

@@ -139,3 +139,23 @@ func TestRequestValidation(t *testing.T) {
 		t.Errorf("origin %v, want %v", c.plan.origin, want)
 	}
 }
+
+func TestScoreForms(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]int64{
+		"x 1795254872573665":      1795254872573665,
+		"x 1.7e+15":               1_700_000_000_000_000,
+		"x 1.795254872573665e+15": 1795254872573665,
+	} {
+		r := reader{s: s, i: 1}
+		if got := r.scoreValue(); got != want || r.end() != nil {
+			t.Errorf("%q: %d %v, want %d", s, got, r.err, want)
+		}
+	}
+	for _, s := range []string{"x 1.5", "x -1e3", "x 1e300", "x 1e", "x "} {
+		r := reader{s: s, i: 1}
+		if r.scoreValue(); r.err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}

@@ -52,8 +52,13 @@ local EPOCH = 2251799813685248 -- 2^51, below every -retention
 local FEW = 16 -- a key with at most FEW entries in its longest window is read whole
 local BUSY = 64 -- a key with BUSY entries in its longest window is trimmed 8 times per window
 
+-- str memoizes tostring for the small integers that make most of a reply
+-- (large keys would make some Lua implementations grow the array part).
 local strs = {}
 local function str(v)
+  if v >= 1024 then
+    return tostring(v)
+  end
   local s = strs[v]
   if not s then
     s = tostring(v)
@@ -191,7 +196,7 @@ for _ = 1, a[2] do
           I = math.ceil(long / 8)
         end
         local e = -(EPOCH + math.floor(t / I))
-        local em = 'e' .. str(I)
+        local em = 'e' .. I
         if call('ZADD', kk, 'LT', 'CH', e, em) == 1 then
           -- Entries must outlive the longest window of every group using
           -- the key, not only this one's: the retention is the largest
