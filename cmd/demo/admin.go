@@ -146,8 +146,10 @@ func (a *admin) fail(w http.ResponseWriter, r *http.Request, t target, err error
 		badRequest(w, fmt.Sprintf("unknown scope %q: give a route pattern such as %q", t.Scope, "GET /files/{id}"))
 	case errors.Is(err, slidelimit.ErrUnknownLimiter):
 		badRequest(w, fmt.Sprintf("no limiter %q in scope %q: give a limiter ID of the route's rules, such as ip, user, global or header(X-Api-Key)", t.Kind, t.Scope))
+	case errors.Is(err, middleware.ErrSubject) && t.IP != "":
+		badRequest(w, fmt.Sprintf("limiter %q never counts by ip %q: give an IP address (global limiters never count by IP)", t.Kind, t.IP))
 	case errors.Is(err, middleware.ErrSubject):
-		badRequest(w, fmt.Sprintf("limiter %q never counts subject %q, ip %q: ip= and ip limiters take an IP address, global takes no subject, other kinds a non-empty value", t.Kind, t.Subject, t.IP))
+		badRequest(w, fmt.Sprintf("limiter %q never counts subject %q: ip limiters take an IP address, the other kinds but global a non-empty value", t.Kind, t.Subject))
 	default:
 		a.logger.LogAttrs(r.Context(), slog.LevelError, "admin limits: rate-limit store failed",
 			slog.String("scope", t.Scope), slog.String("kind", t.Kind), slog.Any("error", err))
