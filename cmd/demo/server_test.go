@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -452,4 +454,36 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestCluster runs scenarios against a 3-master Redis Cluster through
+// -cluster.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	b, err := openBackend(context.Background(), "", strings.Join(c.Addrs(), ", "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.close)
+	if !strings.HasPrefix(b.desc, "Redis Cluster ") {
+		t.Errorf("backend = %q", b.desc)
+	}
+	log := &syncBuffer{}
+	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.lim.Close() })
+	td := &testDemo{t: t, d: d, log: log}
+	checkHealth(t, td)
+	checkDownloads(t, td)
+	// The admin scenario starts from alice's first download.
+	err = b.client.(*redis.ClusterClient).ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+		return c.FlushAll(ctx).Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAdminLimits(t, td)
 }
