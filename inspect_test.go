@@ -26,12 +26,6 @@ import (
 // inspectAPI has a limiter ID ("user", "ip") declared with different
 // windows by the defaults and by role overrides, which Peek must show as
 // one union.
-//
-// Every limiter that admits requests in these tests has a window of over 67
-// seconds: the engine's script currently caches strings in a Lua table
-// keyed by its longest period in microseconds, which miniredis's Lua
-// (gopher-lua) stores as a dense array up to that index, costing seconds
-// per call for shorter periods.
 type inspectAPI struct {
 	Files  http.HandlerFunc `route:"GET /files/{id}" limit:"user:3/min,10/h; ip:5/min,50/h; exempt:superadmin; role(admin)=ip:4/min,40/h; role(trial)=user:2/min"`
 	Keys   http.HandlerFunc `route:"GET /keys" limit:"header(X-Api-Key):2/min,20/h; global:100/h"`

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	lua "github.com/yuin/gopher-lua"
 )
 
 // backend is the Redis the demo limits against.
@@ -51,7 +49,6 @@ func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error
 		c := redis.NewClient(opt)
 		return ping(ctx, &backend{client: c, desc: "Redis " + opt.Addr, close: func() { c.Close() }})
 	default:
-		useDenseLuaArraysSparingly()
 		m, err := miniredis.Run()
 		if err != nil {
 			return nil, fmt.Errorf("demo: embedded miniredis: %w", err)
@@ -61,21 +58,6 @@ func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error
 			close: func() { c.Close(); m.Close() }}, nil
 	}
 }
-
-// useDenseLuaArraysSparingly keeps miniredis fast. Its Lua (gopher-lua)
-// stores every positive integer table key below lua.MaxArrayIndex (64M) in
-// a dense array, so a script that indexes a table by a window's period in
-// microseconds — as lua/multi_window.lua's string cache does — allocates
-// up to a gigabyte per call for a one-minute window and takes seconds. Real
-// Redis keeps such keys in a hash. Above 2^18 the keys go to gopher-lua's
-// hash part too; the script's own arrays (its reply, at most a few
-// thousand items) stay far below. It must run before miniredis runs a
-// script, and the demo runs no other Lua.
-func useDenseLuaArraysSparingly() {
-	luaOnce.Do(func() { lua.MaxArrayIndex = 1 << 18 })
-}
-
-var luaOnce sync.Once
 
 func ping(ctx context.Context, b *backend) (*backend, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
