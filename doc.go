@@ -33,6 +33,9 @@
 // middleware options; Register and Handle wrap and register handlers on an
 // http.ServeMux with the route pattern as the scope of their windows, so
 // that /files/1 and /files/2 share windows; Middleware serves other routers.
+// Peek and Reset show and clear the windows one subject ("alice",
+// "192.0.2.7") has in one scope, for admin tools, mapping the subject as
+// the middleware does.
 //
 // # Other routers
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -335,4 +336,48 @@ func TestPeekConcurrentWithRegister(t *testing.T) {
 	if _, err := lim.Peek(context.Background(), "GET /r7", "ip", "192.0.2.1"); err != nil {
 		t.Error(err)
 	}
+}
+
+func ExampleLimiter_Peek() {
+	mr, err := miniredis.Run() // an in-process Redis for the example; use your own
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	lim, err := slidelimit.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close()
+	mux := http.NewServeMux()
+	if err := lim.Handle(mux, "GET /files/{id}", ok, "user:10/min,200/d; role(trial)=user:3/min"); err != nil {
+		log.Fatal(err)
+	}
+	for _, id := range []string{"1", "2"} {
+		r := httptest.NewRequest("GET", "/files/"+id, nil)
+		r = r.WithContext(role.NewContext(r.Context(), role.Identity{User: "alice"}))
+		mux.ServeHTTP(httptest.NewRecorder(), r)
+	}
+
+	// The union of the windows of "user" in the scope: the trial override's
+	// 3/min as well as the defaults.
+	d, err := lim.Peek(context.Background(), "GET /files/{id}", "user", "alice")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, w := range d.Windows {
+		fmt.Printf("%s: used %d, %d remaining\n", w.Window, w.Used, w.Remaining)
+	}
+	if err := lim.Reset(context.Background(), "GET /files/{id}", "user", "alice"); err != nil {
+		log.Fatal(err)
+	}
+	d, _ = lim.Peek(context.Background(), "GET /files/{id}", "user", "alice")
+	fmt.Println("after Reset:", d.Windows[0].Used)
+	// Output:
+	// 3/min: used 2, 1 remaining
+	// 10/min: used 2, 8 remaining
+	// 200/d: used 2, 198 remaining
+	// after Reset: 0
 }

@@ -42,7 +42,9 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	return &Limiter{engine: e, opts: c.middleware}, nil
 }
 
-// Engine returns the Limiter's engine, for Peek and Reset.
+// Engine returns the Limiter's engine, for decisions outside HTTP handlers
+// and for engine.Engine.Peek and Reset on stored subjects; Limiter.Peek and
+// Limiter.Reset take raw ones and find the windows registered in a scope.
 func (l *Limiter) Engine() *engine.Engine { return l.engine }
 
 // Close makes later decisions follow their fail mode, as if Redis were down;

@@ -39,6 +39,9 @@
 // ...), so an IP-derived subject can never be counted together with a user
 // id or header value that happens to spell the same text.
 //
+// Subject maps a raw value (a user id, an address) to its subject the same
+// way, for tools that inspect or reset windows.
+//
 // # Scope
 //
 // Windows belong to a scope, in order of precedence: the group's scope:
