@@ -35,6 +35,7 @@
 local a = cjson.decode(ARGV[1])
 local t = a[1]
 local call = redis.call
+local fmt = string.format
 local out = {}
 if t == 0 then
   local now = call('TIME')
@@ -44,6 +45,11 @@ else
   out[1] = tostring(math.floor(t / 1000000))
   out[2] = tostring(t % 1000000)
 end
+-- redis.call turns number arguments into strings with %.17g, which costs
+-- more than the command itself for ZCOUNT; numbers used more than once are
+-- formatted here, once (%d: exact for integers below 2^53, unlike Lua's
+-- own 14-digit conversion).
+local ts = fmt('%d', t)
 
 -- Markers are members with negative scores, which no window [t-W+1, t]
 -- (t > W) counts and no trim (from 0) removes: 'r' scored -retention, and
@@ -87,17 +93,21 @@ for _ = 1, a[2] do
     -- also avoids formatting exclusive bounds (Lua's number-to-string
     -- conversion keeps 14 digits; redis.call's keeps all).
     local lo = t - a[q] + 1
-    local all = call('ZCOUNT', kk, lo, t)
+    local los = fmt('%d', lo)
+    local all = call('ZCOUNT', kk, los, ts)
     counts[k] = all
     local few -- member, score pairs of the longest window when it holds few
     if all > 0 and all <= FEW then
-      few = call('ZRANGE', kk, lo, t, 'BYSCORE', 'WITHSCORES')
+      few = call('ZRANGE', kk, los, ts, 'BYSCORE', 'WITHSCORES')
     end
     local pused, pold = -1, nil
     for wi = 1, nw do
       local w, l = a[q], a[q + 1]
       q = q + 2
-      lo = t - w + 1
+      if wi > 1 then
+        lo = t - w + 1
+        los = nil
+      end
       local used, old, first
       if wi == 1 then
         used = all
@@ -115,13 +125,15 @@ for _ = 1, a[2] do
         -- its entries are.
         used, old = pused, pold
       else
-        used = call('ZCOUNT', kk, lo, t)
+        los = fmt('%d', lo)
+        used = call('ZCOUNT', kk, los, ts)
       end
       if used > 0 and not old then
         if few then
           old = few[2 * first]
         else
-          old = call('ZRANGE', kk, lo, t, 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')[2]
+          los = los or fmt('%d', lo)
+          old = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2]
         end
       end
       pused, pold = used, old
@@ -139,7 +151,8 @@ for _ = 1, a[2] do
             if few then
               edge = few[2 * (first + used - l)]
             else
-              edge = call('ZRANGE', kk, lo, t, 'BYSCORE', 'LIMIT', used - l, 1, 'WITHSCORES')[2]
+              los = los or fmt('%d', lo)
+              edge = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', str(used - l), '1', 'WITHSCORES')[2]
             end
           end
           n = n + 1
@@ -162,7 +175,7 @@ for _ = 1, a[2] do
     while true do
       local clash = 0
       for k = key + 1, key + nk do
-        if call('ZADD', KEYS[k], 'NX', t, m) == 0 then
+        if call('ZADD', KEYS[k], 'NX', ts, m) == 0 then
           clash = k
           break
         end
