@@ -110,8 +110,12 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, t, err)
 		return
 	}
+	who := slog.String("subject", t.Subject)
+	if t.IP != "" {
+		who = slog.String("ip", t.IP)
+	}
 	a.logger.LogAttrs(r.Context(), slog.LevelInfo, "windows reset", slog.String("by", caller(r)),
-		slog.String("scope", t.Scope), slog.String("kind", t.Kind), slog.String("subject", t.Subject), slog.String("ip", t.IP))
+		slog.String("scope", t.Scope), slog.String("kind", t.Kind), who)
 	writeJSON(w, http.StatusOK, struct {
 		target
 		Reset bool `json:"reset"`

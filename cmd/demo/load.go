@@ -114,7 +114,11 @@ func runLoad(ctx context.Context, c loadConfig, client *http.Client, out io.Writ
 		mu.Unlock()
 	}
 
-	fmt.Fprintf(out, "%s %s%s at %d/s for %s as %q\n", c.method, c.url, c.path, c.rps, c.duration, c.token)
+	who := "anonymous"
+	if c.token != "" {
+		who = "Bearer " + c.token
+	}
+	fmt.Fprintf(out, "%s %s%s at %d/s for %s as %s\n", c.method, c.url, c.path, c.rps, c.duration, who)
 	fmt.Fprintf(out, "%4s %6s %6s %6s %6s  %s\n", "sec", "sent", "200", "429", "other", "retry-after")
 	flush := func(sec int) {
 		mu.Lock()
