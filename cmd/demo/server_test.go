@@ -267,6 +267,16 @@ func checkAdminLimits(t *testing.T, td *testDemo) {
 	if _, p := td.peek("root", limitsURL(files, "user", "ip", "192.0.2.50")); !slices.Equal(used(p), []string{"user-1min=1/10", "user-1d=1/200"}) || p.IP != "192.0.2.50" {
 		t.Errorf("user windows by IP: %+v", p)
 	}
+	byIP := limitsURL(files, "user", "ip", "192.0.2.50")
+	if w := td.do("DELETE", byIP, "root", peer); w.Code != 200 {
+		t.Errorf("reset by IP: %d %s", w.Code, w.Body)
+	}
+	if _, p := td.peek("root", byIP); !slices.Equal(used(p), []string{"user-1min=0/10", "user-1d=0/200"}) {
+		t.Errorf("user windows by IP after reset: %+v", p)
+	}
+	if !strings.Contains(td.log.String(), `kind=user ip=192.0.2.50`) {
+		t.Errorf("reset by IP not logged:\n%s", td.log)
+	}
 
 	for _, token := range []string{"", "alice", "admin"} {
 		if c, _ := td.peek(token, aliceURL); c != 403 {
