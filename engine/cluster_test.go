@@ -69,9 +69,42 @@ func sortedTimes(m map[string]int64) []int64 {
 	return ts
 }
 
-func TestAuditCluster(t *testing.T) {
+// TestCluster runs the cluster tests on one cluster (starting one takes
+// seconds); each subtest has its own prefix.
+func TestCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
+	t.Run("audit", func(t *testing.T) { t.Parallel(); auditCluster(t, cl) })
+	t.Run("rollback", func(t *testing.T) { t.Parallel(); clusterRollback(t, cl) })
+	t.Run("script flush", func(t *testing.T) {
+		t.Parallel()
+		prefix := testPrefix(t)
+		afterClusterTTLs(t, cl, prefix)
+		cc := cl.Client(t)
+		e := newEngine(t, cc, WithPrefix(prefix))
+		flushDuring(t, e, func() error {
+			return cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+				return c.ScriptFlush(ctx).Err()
+			})
+		}, time.Second)
+	})
+	t.Run("semantics", func(t *testing.T) {
+		t.Parallel()
+		cc := cl.Client(t)
+		for _, sc := range scenarios() {
+			t.Run(sc.name, func(t *testing.T) {
+				t.Parallel()
+				prefix := testPrefix(t)
+				afterClusterTTLs(t, cl, prefix)
+				clk := newFakeClock()
+				e := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now))
+				runScenario(t, e, clk, sc, FromRedis)
+			})
+		}
+	})
+}
+
+func auditCluster(t *testing.T, cl *redistest.Cluster) {
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	var engines []*Engine

@@ -71,12 +71,10 @@ func TestMemberCollision(t *testing.T) {
 	}
 }
 
-// TestClusterRollback checks on a cluster that a request denied in one
-// slot leaves nothing in the slots that admitted it, including when its
-// member had to be suffixed after a collision there.
-func TestClusterRollback(t *testing.T) {
-	t.Parallel()
-	cl := redistest.StartCluster(t)
+// clusterRollback checks on a cluster that a request denied in one slot
+// leaves nothing in the slots that admitted it, including when its member
+// had to be suffixed after a collision there.
+func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 	cc := cl.Client(t)
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)

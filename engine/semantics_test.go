@@ -200,3 +200,24 @@ func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time
 		}
 	}
 }
+
+// TestSemanticsRing runs the scenarios on a Ring of two servers, where the
+// engine makes one script call per key and rolls back across shards.
+func TestSemanticsRing(t *testing.T) {
+	t.Parallel()
+	s1, c1 := startRedis(t)
+	s2, c2 := startRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
+	t.Cleanup(func() { ring.Close() })
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			afterTTLs(t, c1, prefix)
+			afterTTLs(t, c2, prefix)
+			clk := newFakeClock()
+			e := newEngine(t, ring, WithPrefix(prefix), WithClock(clk.Now))
+			runScenario(t, e, clk, sc, FromRedis)
+		})
+	}
+}
