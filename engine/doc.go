@@ -29,9 +29,9 @@
 //     (oldest + W - t); and, for a full window, the entry at rank used-L of
 //     the window, which gives the wait (that entry + W - t): the request
 //     fits once the used-L+1 oldest entries have left, and only the last
-//     of those is read, never the whole window. A key with at most 16
-//     entries in its longest window is read in one ZRANGE instead, and
-//     shorter windows are derived from longer ones where possible, because
+//     of those is read, never the whole window. Windows are read longest
+//     first, and a shorter one is derived without a call when the longer
+//     one is empty or its oldest entry is inside the shorter one, because
 //     each redis.call costs about as much Redis CPU as the command itself;
 //  2. if any window is full, denies and writes nothing at all, not even a
 //     trim;

@@ -27,9 +27,10 @@
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
 -- itself, and turning a Lua number into a string about 0.2 µs, which is
 -- most of what a decision costs. Hence: scores are passed through as Redis
--- formats them, small numbers are converted once per script call, a key
--- with few entries is read in one call for all its windows, and the
--- per-key bookkeeping (retention, trim, expiry) runs once per epoch
+-- formats them, numbers are converted to strings once, shorter windows
+-- are derived from longer ones where possible (reading a key's few entries
+-- whole in one call was measured and is no cheaper: converting a reply
+-- element costs about half a redis.call), and the per-key bookkeeping (retention, trim, expiry) runs once per epoch
 -- instead of once per admission (see engine/doc.go).
 
 local a = cjson.decode(ARGV[1])
@@ -55,7 +56,6 @@ local ts = fmt('%d', t)
 -- (t > W) counts and no trim (from 0) removes: 'r' scored -retention, and
 -- per epoch length I a member 'e'..I scored -(EPOCH + epoch number).
 local EPOCH = 2251799813685248 -- 2^51, below every -retention
-local FEW = 16 -- a key with at most FEW entries in its longest window is read whole
 local BUSY = 64 -- a key with BUSY entries in its longest window is trimmed 8 times per window
 
 -- str memoizes tostring for the small integers that make most of a reply
@@ -96,10 +96,6 @@ for _ = 1, a[2] do
     local los = fmt('%d', lo)
     local all = call('ZCOUNT', kk, los, ts)
     counts[k] = all
-    local few -- member, score pairs of the longest window when it holds few
-    if all > 0 and all <= FEW then
-      few = call('ZRANGE', kk, los, ts, 'BYSCORE', 'WITHSCORES')
-    end
     local pused, pold = -1, nil
     for wi = 1, nw do
       local w, l = a[q], a[q + 1]
@@ -108,18 +104,11 @@ for _ = 1, a[2] do
         lo = t - w + 1
         los = nil
       end
-      local used, old, first
+      local used, old
       if wi == 1 then
         used = all
-        first = 1
       elseif pused == 0 then
         used = 0
-      elseif few then
-        first = 1
-        while first <= all and tonumber(few[2 * first]) < lo do
-          first = first + 1
-        end
-        used = all - first + 1
       elseif tonumber(pold) >= lo then
         -- The longer window's oldest entry is inside this one, so all of
         -- its entries are.
@@ -129,12 +118,8 @@ for _ = 1, a[2] do
         used = call('ZCOUNT', kk, los, ts)
       end
       if used > 0 and not old then
-        if few then
-          old = few[2 * first]
-        else
-          los = los or fmt('%d', lo)
-          old = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2]
-        end
+        los = los or fmt('%d', lo)
+        old = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2]
       end
       pused, pold = used, old
       n = n + 1
@@ -148,12 +133,8 @@ for _ = 1, a[2] do
           -- oldest) have left the window; only that one entry is read.
           local edge = old
           if used > l then
-            if few then
-              edge = few[2 * (first + used - l)]
-            else
-              los = los or fmt('%d', lo)
-              edge = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', str(used - l), '1', 'WITHSCORES')[2]
-            end
+            los = los or fmt('%d', lo)
+            edge = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', str(used - l), '1', 'WITHSCORES')[2]
           end
           n = n + 1
           out[n] = edge
