@@ -8,7 +8,10 @@
 // limiter (a set of windows) applied to one subject; it is admitted iff
 // every window of every check admits it, and then it is counted in all of
 // them, otherwise in none. There is no approximation: no buckets, no
-// interpolation between fixed windows.
+// interpolation between fixed windows. Checks of one request that count in
+// the same key (same scope, kind, name and subject) are merged: the union
+// of their windows, the smaller limit where periods are equal, and one
+// entry for the request.
 //
 // Time is the Redis server's TIME in microseconds, read inside the script,
 // so application clocks never matter. (WithClock, for tests, passes the
@@ -110,4 +113,10 @@
 // timeout: after one, the calls that arrive while another call is probing
 // Redis use the fail mode at once (with ErrUnavailable) instead of each
 // waiting for the timeout.
+//
+// A script call whose reply is lost may have counted the request anyway,
+// and go-redis retries calls after network errors (MaxRetries): the retry
+// finds the request's member present, takes it for a collision and counts
+// the request again. Lost replies thus count a request twice, never zero
+// times, which errs on the side of denying.
 package engine
