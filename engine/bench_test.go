@@ -38,6 +38,20 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowCluster runs the 2-window case on a 3-master cluster, one
+// key per request (one script call per decision, pipelined per batch).
+func BenchmarkAllowCluster(b *testing.B) {
+	cl := redistest.StartCluster(b)
+	cc := cl.Client(b)
+	ws := []rules.Window{win(100_000, 100*ms), win(1_000_000, time.Second)}
+	for _, par := range []int{1, 64} {
+		b.Run("2win/keys=10000/callers="+strconv.Itoa(par), func(b *testing.B) {
+			e := newEngine(b, cc, WithPrefix(testPrefix(b)))
+			benchAllow(b, e, ws, 10_000, par)
+		})
+	}
+}
+
 func benchAllow(b *testing.B, e *Engine, ws []rules.Window, keys, callers int) {
 	subjects := make([]string, keys)
 	for i := range subjects {
