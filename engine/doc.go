@@ -21,9 +21,21 @@
 //
 // # Storage
 //
-// Each (scope, limiter kind and name, subject) is one sorted set; see
-// WithPrefix for the key format's prefix and the key.go comment for the
-// rest. A member is one admitted request: a snowflake id (unique per
+// Each (scope, limiter kind and name, subject) is one sorted set, keyed
+//
+//	prefix{scope|kind|subject}   or, for named kinds,   prefix{scope|kind:name|subject}
+//
+// for example slidelimit:{GET%20/files/%7Bid%7D|user|42}. Scope, kind,
+// name and subject are percent-encoded: '%', the separators '|' and ':',
+// the braces, '#', space and control bytes become %XX, so distinct triples
+// never share a key and no client-supplied byte can end or open the braces.
+// The braces make the whole encoded triple the Redis Cluster hash tag:
+// every key is its own slot. A subject longer than 128 bytes (or every
+// subject, with WithHashSubjects) is stored as '#' and the unpadded
+// base64url SHA-256 (HMAC-SHA-256 with a secret) of its bytes; a raw
+// subject never holds '#', so the two forms cannot meet.
+//
+// A member is one admitted request: a snowflake id in decimal (unique per
 // process node, see WithNode) scored by its admission time in µs. The
 // script, one call per decision (or per batch of concurrent decisions):
 //

@@ -14,17 +14,10 @@ import (
 // hashed so that keys stay short.
 const maxRawSubject = 128
 
-// Keys have the form
-//
-//	prefix{scope|kind|subject}  or  prefix{scope|kind:name|subject}
-//
-// where scope, kind, name and subject are percent-encoded with escaped
-// bytes (the separators, the braces, '%', '#' and control bytes), so no
-// field can contain a separator and distinct triples never share a key.
-// The braces make the whole triple the Redis Cluster hash tag: every key is
-// its own slot, and no client-supplied byte can move it. A hashed subject
-// is '#' followed by the unpadded base64url hash; a raw subject never holds
-// a '#', so the two forms cannot meet.
+// escaped marks the bytes percent-encoded in keys (see the package
+// documentation for the key format): the separators, the braces, the escape
+// and hash markers, and space and control bytes, which keep keys readable
+// in redis-cli.
 var escaped = func() (t [256]bool) {
 	for c := range 0x21 {
 		t[c] = true
