@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -89,7 +90,9 @@ func benchAllow(b *testing.B, e *Engine, ws []rules.Window, keys, callers int) {
 		n := 0
 		run(func() bool { n++; return n <= b.N })
 	} else {
-		b.SetParallelism((callers + 1) / 2) // 2 cores: GOMAXPROCS*p goroutines
+		// RunParallel starts GOMAXPROCS*p goroutines.
+		procs := runtime.GOMAXPROCS(0)
+		b.SetParallelism((callers + procs - 1) / procs)
 		b.RunParallel(func(pb *testing.PB) { run(pb.Next) })
 	}
 	el := time.Since(start)
