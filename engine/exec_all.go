@@ -45,7 +45,7 @@ func (e *Engine) runAll(batch []*call) {
 	for _, c := range batch {
 		argv = appendOp(argv, c, c.all)
 		for i := range c.plan.keys {
-			args = append(args, &c.plan.keys[i])
+			args = append(args, &c.plan.args[i])
 		}
 		nkeys += len(c.plan.keys)
 	}

@@ -84,7 +84,7 @@ func (e *Engine) runParts(batch []*call) {
 			args := make([]any, 0, 4+len(keys))
 			args = append(args, "evalsha", e.shaArg, len(keys))
 			for _, k := range keys {
-				args = append(args, &c.plan.keys[k])
+				args = append(args, &c.plan.args[k])
 			}
 			args = append(args, argv)
 			cmd := redis.NewCmd(ctx, args...)

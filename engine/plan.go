@@ -34,6 +34,7 @@ type plan struct {
 	ends   []int    // end of key i in buf
 	keyOf  []int32  // per check: index in keys, -1 for a check without windows
 	keys   []string // unique keys, substrings of one string
+	args   []keyArg // keys as command arguments
 	kstart []int32  // windows of key i are wins[kstart[i]:kstart[i+1]]
 	wins   []window
 	origin []int32 // per window of the request, in check then window order: index in wins
@@ -47,6 +48,8 @@ func periodMicros(d time.Duration) int64 {
 func (p *plan) build(k *keyer, req *Request) error {
 	p.buf, p.ends, p.keyOf = p.buf[:0], p.ends[:0], p.keyOf[:0]
 	p.keys, p.kstart, p.wins, p.origin = p.keys[:0], p.kstart[:0], p.wins[:0], p.origin[:0]
+	clear(p.args) // drop the previous request's key string
+	p.args = p.args[:0]
 	switch req.Fail {
 	case rules.FailDefault, rules.FailOpen, rules.FailClosed, rules.FailLocal:
 	default:
@@ -95,9 +98,11 @@ func (p *plan) build(k *keyer, req *Request) error {
 		return nil
 	}
 	s := string(p.buf)
+	p.args = p.args[:0]
 	prev := 0
 	for _, end := range p.ends {
 		p.keys = append(p.keys, s[prev:end])
+		p.args = append(p.args, keyArg{b: p.buf[prev:end:end], s: s[prev:end]})
 		prev = end
 	}
 
@@ -148,3 +153,17 @@ func (p *plan) build(k *keyer, req *Request) error {
 
 // longest returns the longest period of key i.
 func (p *plan) longest(i int) int64 { return p.wins[p.kstart[i]].period }
+
+// keyArg is a key as a command argument. A pointer to it fits in an
+// interface without allocating, unlike a string, and go-redis writes it
+// with MarshalBinary and prints it (in traces and errors) with String.
+type keyArg struct {
+	b []byte
+	s string
+}
+
+// MarshalBinary returns the key's bytes.
+func (k *keyArg) MarshalBinary() ([]byte, error) { return k.b, nil }
+
+// String returns the key.
+func (k *keyArg) String() string { return k.s }

@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"context"
+
 	"errors"
+	"github.com/redis/go-redis/v9"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +160,15 @@ func TestScoreForms(t *testing.T) {
 		if r.scoreValue(); r.err == nil {
 			t.Errorf("%q accepted", s)
 		}
+	}
+}
+
+// TestKeyArgPrints checks that traces and errors show keys, not pointers.
+func TestKeyArgPrints(t *testing.T) {
+	t.Parallel()
+	c := plannedCall(t, req(user("u", win(1, time.Second))))
+	cmd := redis.NewCmd(context.Background(), "evalsha", "sha", 1, &c.plan.args[0], "[]")
+	if got, want := cmd.String(), "evalsha sha 1 p:{s|user|u} []"; got != want {
+		t.Errorf("cmd.String() = %q, want %q", got, want)
 	}
 }
