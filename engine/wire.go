@@ -112,6 +112,9 @@ func (r *reader) scoreValue() int64 {
 	if r.err != nil {
 		return 0
 	}
+	if r.i+1 >= len(r.s) || r.s[r.i] != ' ' {
+		return r.int(maxTime) // reports what is missing
+	}
 	j := r.i + 1
 	for j < len(r.s) && r.s[j] >= '0' && r.s[j] <= '9' {
 		j++

@@ -54,6 +54,9 @@ func TestReadOp(t *testing.T) {
 		{reply: "2000000000 0 2 0 0", status: 2}, // collision exhausted
 		{reply: "2000000000 0 3 0 0", err: "bad status"},
 		{reply: "2000000000 0 1 0", err: "missing separator"},
+		{reply: "2000000000 0 1 1", err: "missing separator"},
+		{reply: "2000000000 0 1 1 ", err: "empty number"},
+		{reply: "2000000000 0 1 1x1999999999500000 0", err: "not a digit"},
 		{reply: "2000000000 0 1 0 0 ", err: "trailing data"},
 		{reply: "2000000000 0 1 0 0 7", err: "trailing data"},
 		{reply: "2000000000 0 1 -1 0", err: "not a digit"},
