@@ -1,10 +1,12 @@
 package engine_test
 
 import (
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"testing"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -16,7 +18,7 @@ import (
 // which decides the same way.
 func TestMain(m *testing.M) {
 	tb := &mainTB{}
-	if _, err := exec.LookPath("redis-server"); err == nil {
+	if _, err := exec.LookPath("redis-server"); err == nil && examplesRun() {
 		redisAddr = redistest.Start(tb).Addr
 	} else {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -29,6 +31,21 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	tb.cleanup()
 	os.Exit(code)
+}
+
+// examplesRun reports whether this process will run the examples: fuzz
+// workers and runs filtered to other tests need no server (and a fuzz
+// worker is killed without running its cleanup).
+func examplesRun() bool {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		return false
+	}
+	if f := flag.Lookup("test.run"); f != nil && f.Value.String() != "" {
+		re, err := regexp.Compile(f.Value.String())
+		return err != nil || re.MatchString("ExampleOne") || re.MatchString("ExampleEngine_Allow")
+	}
+	return true
 }
 
 // mainTB is the part of testing.TB redistest uses, for TestMain.
