@@ -95,6 +95,10 @@ func (c *fakeClock) Set(d time.Duration) { c.us.Store(t0.Add(d).UnixMicro()) }
 
 func newEngine(t testing.TB, c Client, opts ...Option) *Engine {
 	t.Helper()
+	// The default 100 ms timeout is for production; under -race on two busy
+	// cores a healthy Redis can take longer, and a fail-mode decision would
+	// break a test about Redis. Tests about timeouts pass their own.
+	opts = append([]Option{WithTimeout(5 * time.Second)}, opts...)
 	e, err := New(c, opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -22,14 +22,16 @@ type demo struct {
 
 // newServer builds the demo's handler tree on b: the tagged api registered
 // through a Limiter on a ServeMux, behind authenticate so that the limiter
-// sees who calls. Close the Limiter when done; b stays open.
-func newServer(b *backend, logger *slog.Logger) (*demo, error) {
-	lim, err := slidelimit.New(b.client,
+// sees who calls. extra options come last (tests lengthen the timeout).
+// Close the Limiter when done; b stays open.
+func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*demo, error) {
+	opts := append([]slidelimit.Option{
 		slidelimit.WithLogger(logger),
 		// The admin account is shared by several people: count its user
 		// limiters (POST /pictures) by IP, as its route overrides do.
 		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
-	)
+	}, extra...)
+	lim, err := slidelimit.New(b.client, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -41,7 +42,7 @@ func newTestDemo(t *testing.T, redisURL string) *testDemo {
 	}
 	t.Cleanup(b.close)
 	log := &syncBuffer{}
-	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)))
+	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)), testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +481,7 @@ func TestCluster(t *testing.T) {
 		t.Errorf("backend = %q", b.desc)
 	}
 	log := &syncBuffer{}
-	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)))
+	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)), testTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,3 +498,8 @@ func TestCluster(t *testing.T) {
 	}
 	checkAdminLimits(t, td)
 }
+
+// testTimeout keeps decisions on Redis when -race and parallel packages slow
+// a healthy backend past the default 100 ms: a fail-mode decision would
+// make the counts of these tests meaningless.
+var testTimeout = slidelimit.WithTimeout(5 * time.Second)
