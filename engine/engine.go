@@ -217,6 +217,10 @@ func (e *Engine) Close() error {
 	return nil
 }
 
+// FailMode returns the fail mode of requests whose Fail is FailDefault, as
+// set by WithFailMode: never FailDefault.
+func (e *Engine) FailMode() rules.FailMode { return e.fail }
+
 // now is the local decision time for answers that do not come from Redis.
 func (e *Engine) now() time.Time {
 	if e.clock != nil {

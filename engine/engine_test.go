@@ -120,3 +120,22 @@ func TestNoGoroutines(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 }
+
+func TestFailModeDefault(t *testing.T) {
+	t.Parallel()
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { rc.Close() })
+	for _, tt := range []struct {
+		opts []Option
+		want rules.FailMode
+	}{
+		{nil, rules.FailLocal},
+		{[]Option{WithFailMode(rules.FailClosed)}, rules.FailClosed},
+		{[]Option{WithFailMode(rules.FailOpen)}, rules.FailOpen},
+	} {
+		e := newEngine(t, rc, tt.opts...)
+		if got := e.FailMode(); got != tt.want {
+			t.Errorf("FailMode() with %d options = %q, want %q", len(tt.opts), got, tt.want)
+		}
+	}
+}

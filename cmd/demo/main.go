@@ -132,7 +132,7 @@ func serve(ctx context.Context, addr, redisURL, cluster string, logger *slog.Log
 	defer d.lim.Close()
 
 	logger.Info("backend", "redis", b.desc)
-	logger.Info("fail mode (engine default, for groups without fail:)", "mode", defaultFailMode(b.client))
+	logger.Info("fail mode (engine default, for groups without fail:)", "mode", d.lim.Engine().FailMode())
 	logger.Info("roles counted by IP in user limiters", "roles", roleAdmin)
 	d.logRoutes(logger)
 

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -62,26 +58,4 @@ func limitText(g rules.Group) string {
 		return s
 	}
 	return "none"
-}
-
-// defaultFailMode reports what the engine does for groups without a fail:
-// statement when Redis fails: "open", "closed" or "local". The engine does
-// not export its default, so a throwaway engine is asked: once closed it
-// answers by its fail mode without contacting Redis.
-func defaultFailMode(client engine.Client) string {
-	e, err := engine.New(client)
-	if err != nil {
-		return "unknown"
-	}
-	e.Close()
-	d, _ := e.Allow(context.Background(), engine.One("demo-fail-mode", rules.Global, "probe", rules.Window{Limit: 1, Period: time.Second}))
-	switch d.Source {
-	case engine.FromFailOpen:
-		return string(rules.FailOpen)
-	case engine.FromFailClosed:
-		return string(rules.FailClosed)
-	case engine.FromLocal:
-		return string(rules.FailLocal)
-	}
-	return fmt.Sprintf("unknown (source %d)", d.Source)
 }
