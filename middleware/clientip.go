@@ -67,9 +67,11 @@ type clientIP struct {
 	header  ProxyHeader
 }
 
-// isTrusted reports whether a is the address of a trusted proxy.
+// isTrusted reports whether a is the address of a trusted proxy. The zone
+// of a link-local address is ignored, as it is in WithTrustedProxies:
+// netip.Prefix.Contains never matches an address with a zone.
 func (c *clientIP) isTrusted(a netip.Addr) bool {
-	a = a.Unmap()
+	a = a.Unmap().WithZone("")
 	for _, p := range c.trusted {
 		if p.Contains(a) {
 			return true

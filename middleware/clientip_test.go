@@ -101,6 +101,14 @@ func TestClientIP(t *testing.T) {
 		{"zone dropped", nil, "[fe80::1%eth0]:80", nil, "ip:fe80::/64"},
 		{"address without port", nil, "192.0.2.1", nil, "ip:192.0.2.1"},
 		{"unix socket peer", nil, "@", nil, "peer:@"},
+		{"trusted link-local proxy with zone", []middleware.Option{middleware.WithTrustedProxies("fe80::/10")}, "[fe80::1%eth0]:80",
+			http.Header{"X-Forwarded-For": {"203.0.113.5"}}, "ip:203.0.113.5"},
+		{"trusted hop with zone", []middleware.Option{middleware.WithTrustedProxies("10.0.0.0/8", "fe80::/10")}, "10.0.0.2:1234",
+			http.Header{"X-Forwarded-For": {"203.0.113.5, fe80::1%eth0"}}, "ip:203.0.113.5"},
+		{"untrusted zoned hop is the client", []middleware.Option{trusted}, "10.0.0.2:1234",
+			http.Header{"X-Forwarded-For": {"6.6.6.6, 2001:db8:aa::1%x"}}, "ip:2001:db8:aa::/64"},
+		{"mapped hop in XFF", []middleware.Option{trusted}, "10.0.0.2:1234",
+			http.Header{"X-Forwarded-For": {"203.0.113.5, ::ffff:10.0.0.1"}}, "ip:203.0.113.5"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -54,8 +54,9 @@ func (c *config) fail(option, value, reason string) {
 // as prefixes ("10.0.0.0/8", "2001:db8::/32") or single addresses
 // ("192.0.2.1"). By default no proxy is trusted and the client is always the
 // peer (http.Request.RemoteAddr): a proxy header from an untrusted peer is
-// never believed. Later calls add to the list. An unparsable entry makes New
-// fail.
+// never believed. IPv4-mapped IPv6 addresses match as IPv4, and the zone of
+// an address ("fe80::1%eth0") is ignored. Later calls add to the list. An
+// unparsable entry makes New fail.
 func WithTrustedProxies(cidrs ...string) Option {
 	return func(c *config) { c.trusted = append(c.trusted, cidrs...) }
 }
