@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -76,8 +77,9 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 //	err := lim.Handle(mux, "GET /files/{id}", files, "user:10/min; ip:30/min")
 //
 // It fails, without registering anything and without panicking, when the
-// rules do not parse, a param(name) limiter names no wildcard of pattern,
-// the middleware cannot be built, or mux rejects the pattern.
+// rules do not parse, the pattern is malformed (see rules.Wildcards), a
+// param(name) limiter names no wildcard of pattern, the middleware cannot
+// be built, or mux rejects the pattern.
 func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handler, rulesText string) error {
 	if mux == nil {
 		return ErrNilMux
@@ -134,39 +136,27 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	return nil
 }
 
-// checkParams reports a param(name) limiter whose name is not a wildcard of
-// pattern: its path value would always be empty.
+// checkParams reports a malformed pattern (wrapping ErrPattern and the
+// *rules.Error that locates the mistake) or a param(name) limiter whose name
+// is not a wildcard of pattern: its path value would always be empty.
 func checkParams(pattern string, g rules.Group) error {
+	wild, err := rules.Wildcards(pattern)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPattern, err)
+	}
 	lists := [][]rules.Limiter{g.Limiters}
 	for _, o := range g.Overrides {
 		lists = append(lists, o.Limiters)
 	}
-	wild := wildcards(pattern)
 	var errs []error
 	for _, ls := range lists {
 		for _, l := range ls {
-			if l.Kind == rules.Param && !wild[l.Name] {
+			if l.Kind == rules.Param && !slices.Contains(wild, l.Name) {
 				errs = append(errs, fmt.Errorf("%w: %s names no wildcard of the pattern", ErrParam, l.ID()))
 			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// wildcards returns the names of the {name} and {name...} segments of an
-// http.ServeMux pattern. Malformed patterns are left to ServeMux.
-func wildcards(pattern string) map[string]bool {
-	// Skip the method and host: the path starts at the first '/'.
-	if i := strings.IndexByte(pattern, '/'); i >= 0 {
-		pattern = pattern[i:]
-	}
-	names := map[string]bool{}
-	for seg := range strings.SplitSeq(pattern, "/") {
-		if len(seg) > 2 && seg[0] == '{' && seg[len(seg)-1] == '}' {
-			names[strings.TrimSuffix(seg[1:len(seg)-1], "...")] = true
-		}
-	}
-	return names
 }
 
 // Errors of Register and Handle.

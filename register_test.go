@@ -174,6 +174,11 @@ func TestHandle(t *testing.T) {
 			}
 		})
 	}
+	// A malformed pattern is located by rules.Wildcards, as in a route tag.
+	err := offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
+	if !errors.Is(err, slidelimit.ErrPattern) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
+		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
+	}
 	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.Is(err, slidelimit.ErrNilMux) {
 		t.Errorf("nil mux: %v", err)
 	}

@@ -81,3 +81,11 @@ func ExampleRoutes_error() {
 	// rules: rules_test.BadHandlers.Files: tag limit: "param(name):1/s": param "name" is not a wildcard ({name} or {name...}) of route pattern "GET /files/{id}" at offset 6
 	// rules: rules_test.BadHandlers.Admin: tag limit: "ip:0/s": limit 0 is below 1 at offset 3
 }
+
+func ExampleWildcards() {
+	fmt.Println(rules.Wildcards("GET /users/{user}/files/{path...}"))
+	fmt.Println(rules.Wildcards("GET /users/{user}/{user}"))
+	// Output:
+	// [user path] <nil>
+	// [] rules: "GET /users/{user}/{user}": duplicate wildcard name "user" at offset 18
+}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"path"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,11 +139,13 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 		default:
 			f.handler = true
 		}
-		var wildcards map[string]bool
+		var wildcards []string
+		validRoute := false
 		if hasRoute {
 			var off int
 			var reason string
 			wildcards, off, reason = parsePattern(route)
+			validRoute = reason == ""
 			switch {
 			case route == "":
 				fail("route", "", -1, "empty route tag")
@@ -159,7 +162,7 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 			if err != nil {
 				err.Type, err.Field, err.Tag = t.String(), f.name, "limit"
 				f.errs = append(f.errs, err)
-			} else if hasRoute && wildcards != nil {
+			} else if validRoute {
 				for _, e := range paramErrors(g, pos, limit, route, wildcards) {
 					e.Type, e.Field, e.Tag = t.String(), f.name, "limit"
 					f.errs = append(f.errs, e)
@@ -174,11 +177,11 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 
 // paramErrors reports param limiters whose name is not a wildcard of the
 // route, in input order.
-func paramErrors(g Group, pos map[string]int, input, route string, wildcards map[string]bool) []*Error {
+func paramErrors(g Group, pos map[string]int, input, route string, wildcards []string) []*Error {
 	var errs []*Error
 	checkList := func(ns string, ls []Limiter) {
 		for i, l := range ls {
-			if l.Kind == Param && !wildcards[l.Name] {
+			if l.Kind == Param && !slices.Contains(wildcards, l.Name) {
 				off := offset(pos, ns+"["+strconv.Itoa(i)+"].Name")
 				errs = append(errs, invalidErr(input, off,
 					"param %q is not a wildcard ({%s} or {%s...}) of route pattern %q",
@@ -247,11 +250,26 @@ func isNil(v reflect.Value) bool {
 	return false
 }
 
-// parsePattern checks a ServeMux pattern ("[METHOD ][HOST]/[PATH]") as
-// net/http's parser does, because ServeMux.Handle panics on a bad one, and
-// returns its wildcard names. On error it returns the offset and reason.
-// Conflicts between different patterns are left to ServeMux.
-func parsePattern(s string) (wildcards map[string]bool, off int, reason string) {
+// Wildcards returns the names of the wildcards ({name} and {name...}) of an
+// http.ServeMux pattern ("[METHOD ][HOST]/[PATH]") in the order they appear:
+// the names that param(name) limiters of the pattern's route may use.
+//
+// It checks the pattern as http.ServeMux does, because ServeMux.Handle
+// panics on a malformed one, and fails with an *Error matching ErrInvalid
+// that locates the problem in the pattern. Conflicts between different
+// patterns are left to the ServeMux.
+func Wildcards(pattern string) ([]string, error) {
+	names, off, reason := parsePattern(pattern)
+	if reason != "" {
+		return nil, invalidErr(pattern, off, "%s", reason)
+	}
+	return names, nil
+}
+
+// parsePattern checks a ServeMux pattern as net/http's parser does and
+// returns its wildcard names in order. On error it returns the offset and
+// reason.
+func parsePattern(s string) (wildcards []string, off int, reason string) {
 	if s == "" {
 		return nil, 0, "empty route pattern"
 	}
@@ -275,7 +293,6 @@ func parsePattern(s string) (wildcards map[string]bool, off int, reason string) 
 	if method != "" && method != "CONNECT" && rest != cleanPath(rest) {
 		return nil, off, "non-CONNECT pattern with unclean path can never match"
 	}
-	wildcards = map[string]bool{}
 	for len(rest) > 0 {
 		rest = rest[1:] // the '/'
 		off = len(s) - len(rest)
@@ -309,10 +326,10 @@ func parsePattern(s string) (wildcards map[string]bool, off int, reason string) 
 			return nil, off, "empty wildcard"
 		case !isWildcardName(name):
 			return nil, off, "bad wildcard name " + strconv.Quote(name)
-		case wildcards[name]:
+		case slices.Contains(wildcards, name):
 			return nil, off, "duplicate wildcard name " + strconv.Quote(name)
 		}
-		wildcards[name] = true
+		wildcards = append(wildcards, name)
 	}
 	return wildcards, 0, ""
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -275,4 +276,41 @@ func TestRoutesConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+func TestWildcards(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		pattern string
+		want    []string
+		off     int // offset of the error, or -1 for none
+	}{
+		{"/", nil, -1},
+		{"GET /files/{id}", []string{"id"}, -1},
+		{"GET example.com/{org}/{repo}/{path...}", []string{"org", "repo", "path"}, -1},
+		{"/a/{$}", nil, -1},
+		{"POST /{ä}/{_x1}", []string{"ä", "_x1"}, -1},
+		{"", nil, 0},
+		{"GET /{", nil, 5},
+		{"GET /a/{id}x", nil, 7},
+		{"GET /{a}/{a}", nil, 9},
+		{"GET /{a...}/b", nil, 5},
+		{"GET /{1a}", nil, 5},
+		{"G@T /a", nil, 0},
+		{"GET a{b}/c", nil, 5},
+		{"GET /a/../b", nil, 4},
+	}
+	for _, tt := range tests {
+		got, err := Wildcards(tt.pattern)
+		if tt.off < 0 {
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("Wildcards(%q) = %q, %v; want %q", tt.pattern, got, err, tt.want)
+			}
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || !errors.Is(err, ErrInvalid) || e.Offset != tt.off || e.Input != tt.pattern || got != nil {
+			t.Errorf("Wildcards(%q) = %q, %v; want an ErrInvalid *Error at offset %d", tt.pattern, got, err, tt.off)
+		}
+	}
 }
