@@ -25,24 +25,23 @@ import (
 // A field without a limit tag is registered unwrapped.
 //
 // Register reports every problem at once, joined with errors.Join: the tag
-// errors of rules.Routes (*rules.Error), and per route a *RouteError for a
-// middleware that cannot be built (a key(name) without WithKeyFunc, say) or
-// a pattern http.ServeMux rejects. Tag errors are found before anything
-// else, so when there are any, the other problems are reported by the next
-// call. When a problem is found among the routes themselves nothing is
-// registered; a pattern conflicting with one registered on mux earlier is
-// found only while registering, after the routes before it in field order
-// have been registered. Register never panics.
+// errors of rules.Routes (*rules.Error), and per route whose tags are
+// valid a *RouteError for a middleware that cannot be built (a key(name)
+// without WithKeyFunc, say) or a pattern that conflicts with another
+// route's. When any of these is found nothing is registered; a pattern
+// conflicting with one registered on mux earlier is found only while
+// registering, after the routes before it in field order have been
+// registered. Register never panics.
 func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	if mux == nil {
 		return ErrNilMux
 	}
 	routes, err := rules.Routes(handlers)
+	var errs []error
 	if err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	wrapped := make([]http.Handler, len(routes))
-	var errs []error
 	// A scratch mux finds bad and mutually conflicting patterns without
 	// touching mux, which cannot unregister.
 	scratch := http.NewServeMux()

@@ -109,6 +109,30 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	}
 }
 
+// TestRegisterReportsTagAndRouteErrors checks that the problems found in
+// the routes (an unknown key function, a pattern conflict) are reported
+// together with the tag errors, not on the next call.
+func TestRegisterReportsTagAndRouteErrors(t *testing.T) {
+	t.Parallel()
+	type api struct {
+		Zero   http.HandlerFunc `route:"GET /z" limit:"ip:0/s"`
+		Tenant http.HandlerFunc `route:"GET /t" limit:"key(tenant):5/s"`
+		Left   http.HandlerFunc `route:"GET /x/{a}" limit:"ip:5/s"`
+		Right  http.HandlerFunc `route:"GET /{b}/y" limit:"ip:5/s"`
+		Good   http.HandlerFunc `route:"GET /g" limit:"ip:5/s"`
+	}
+	mux := http.NewServeMux()
+	err := offline(t).Register(mux, &api{ok, ok, ok, ok, ok})
+	for _, want := range []error{rules.ErrInvalid, middleware.ErrUnknownKey, slidelimit.ErrPattern} {
+		if !errors.Is(err, want) {
+			t.Errorf("Register = %v, want it to wrap %v", err, want)
+		}
+	}
+	if registered(mux, "GET", "/g") {
+		t.Error("a route was registered although Register failed")
+	}
+}
+
 func TestRegisterConflictWithExistingRoute(t *testing.T) {
 	t.Parallel()
 	mux := http.NewServeMux()

@@ -44,9 +44,13 @@ type Route struct {
 // Tags are checked once per struct type and the result cached, so calling
 // Routes per request or per server is cheap; handler values are read on
 // every call. Routes reports every problem it finds, joined with
-// errors.Join, each an *Error naming the type and field; it returns no
-// routes when there is any error. It is safe for concurrent use. The groups
-// of one struct type are shared between calls and must not be modified.
+// errors.Join, each an *Error naming the type and field. Alongside such an
+// error it returns the routes of the fields without problems, in field
+// order, so that a caller can check those too and report every problem at
+// once; it must not register them as if nothing were wrong. When v is not a
+// struct or a pointer to one it returns no routes. It is safe for
+// concurrent use. The groups of one struct type are shared between calls
+// and must not be modified.
 func Routes(v any) ([]Route, error) {
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() {
@@ -81,10 +85,7 @@ func Routes(v any) ([]Route, error) {
 			routes = append(routes, Route{Field: f.name, Pattern: f.pattern, Group: f.group, Handler: h})
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return routes, nil
+	return routes, errors.Join(errs...)
 }
 
 var handlerType = reflect.TypeFor[http.Handler]()

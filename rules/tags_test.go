@@ -314,3 +314,35 @@ func TestWildcards(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesPartial checks that Routes returns the routes without problems
+// alongside the error, so that callers can check them too and report every
+// problem at once.
+func TestRoutesPartial(t *testing.T) {
+	t.Parallel()
+	type handlers struct {
+		Bad     http.Handler `route:"GET /a" limit:"ip:0/s"`
+		Good    http.Handler `route:"GET /b" limit:"ip:1/s"`
+		Nil     http.Handler `route:"GET /c"`
+		Again   http.Handler `route:"GET /b"`
+		Plain   http.Handler `route:"GET /d"`
+		BadPath http.Handler `route:"GET /{"`
+	}
+	h := &okHandler{"h"}
+	routes, err := Routes(handlers{Bad: h, Good: h, Again: h, Plain: h, BadPath: h})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Routes error = %v, want ErrInvalid", err)
+	}
+	var fields []string
+	for _, r := range routes {
+		fields = append(fields, r.Field)
+	}
+	if got := strings.Join(fields, ","); got != "Good,Plain" {
+		t.Errorf("routes = %s, want Good,Plain", got)
+	}
+	for _, f := range []string{"Bad", "Nil", "Again", "BadPath"} {
+		if !strings.Contains(err.Error(), ".handlers."+f+":") {
+			t.Errorf("error does not name %s:\n%v", f, err)
+		}
+	}
+}
