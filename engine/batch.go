@@ -1,6 +1,9 @@
 package engine
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // Wake-up messages of a queued call.
 const (
@@ -42,12 +45,31 @@ func (b *batcher) do(c *call) {
 	}
 }
 
+// errPanicked is the outcome of the calls of a batch whose run panicked.
+var errPanicked = errors.New("engine: batch panicked")
+
 // lead runs c.lead, hands the queue to the next leader and wakes the
-// batch's other calls.
+// batch's other calls. If run panics, the batch's calls fail with
+// errPanicked, the queue is still handed on and the panic goes on in c's
+// goroutine: no caller waits forever and no in-flight slot is lost.
 func (b *batcher) lead(c *call) {
 	batch := c.lead
+	done := false
+	defer func() {
+		if !done {
+			for _, o := range batch {
+				o.err = errPanicked
+			}
+		}
+		b.next(c, batch)
+	}()
 	b.run(batch)
+	done = true
+}
 
+// next hands the queue to the next leader and wakes the other calls of
+// c's batch.
+func (b *batcher) next(c *call, batch []*call) {
 	var next *call
 	b.mu.Lock()
 	if n := len(b.queue); n > 0 {

@@ -153,10 +153,12 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if mode == opAllow {
 		c.member = strconv.AppendInt(c.member, e.newID(), 10)
 	}
-	e.batch.do(c)
 	if probe {
-		e.probing.Store(false)
+		// Deferred: a probe that panics must not keep every later call
+		// on the fail mode.
+		defer e.probing.Store(false)
 	}
+	e.batch.do(c)
 	if c.err != nil {
 		if isTimeout(c.err) {
 			if !e.down.Swap(true) {
