@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -62,35 +62,13 @@ type api struct {
 
 func newAPI() *api { return &api{ok, ok, ok, ok, ok, ok} }
 
-// events collects hook events.
-type events struct {
-	mu sync.Mutex
-	ev []middleware.Event
-}
-
-func (e *events) hook(ev middleware.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ev.Decision.Windows = slices.Clone(ev.Decision.Windows)
-	e.ev = append(e.ev, ev)
-}
-
-func (e *events) last() middleware.Event {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.ev) == 0 {
-		return middleware.Event{}
-	}
-	return e.ev[len(e.ev)-1]
-}
-
 // fixture is a real Redis, a command-counting client and a ServeMux with
 // api registered.
 type fixture struct {
 	srv    *redistest.Server
 	cmds   *commandCounter
 	mux    *http.ServeMux
-	events *events
+	events *testutil.Events
 	lim    *slidelimit.Limiter
 }
 
@@ -99,11 +77,11 @@ func newFixture(t *testing.T, opts ...slidelimit.Option) *fixture {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := &fixture{srv: srv, cmds: &commandCounter{}, mux: http.NewServeMux(), events: &events{}}
+	f := &fixture{srv: srv, cmds: &commandCounter{}, mux: http.NewServeMux(), events: &testutil.Events{}}
 	client.AddHook(f.cmds)
 	opts = append([]slidelimit.Option{
 		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
-		slidelimit.WithHook(f.events.hook),
+		slidelimit.WithHook(f.events.Hook),
 		slidelimit.WithTimeout(time.Second),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)
@@ -152,7 +130,7 @@ func TestEndToEndSharedPattern(t *testing.T) {
 	if want := []int{200, 200, 429, 200}; !slices.Equal(got, want) {
 		t.Errorf("codes = %v, want %v", got, want)
 	}
-	if s := f.events.last().Scope; s != "GET /files/{id}" {
+	if s := f.events.Last().Scope; s != "GET /files/{id}" {
 		t.Errorf("scope = %q, want the pattern", s)
 	}
 }
@@ -234,7 +212,7 @@ func TestEndToEndDenied(t *testing.T) {
 	if w.Code != 429 {
 		t.Fatalf("status %d, want 429", w.Code)
 	}
-	ev := f.events.last()
+	ev := f.events.Last()
 	if ev.Source != engine.FromRedis || ev.Err != nil || ev.Decision.RetryAfter <= 0 {
 		t.Fatalf("event = %+v", ev)
 	}
@@ -301,7 +279,7 @@ func TestEndToEndShadow(t *testing.T) {
 			t.Fatalf("shadow request %d: %d %v", i, w.Code, w.Header())
 		}
 	}
-	if ev := f.events.last(); !ev.Shadow || ev.Allowed || ev.Source != engine.FromRedis {
+	if ev := f.events.Last(); !ev.Shadow || ev.Allowed || ev.Source != engine.FromRedis {
 		t.Errorf("event = %+v, want a reported would-be denial", ev)
 	}
 }
@@ -320,7 +298,7 @@ func TestEndToEndRedisDown(t *testing.T) {
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
 		t.Errorf("fail:closed: %d Retry-After %q, want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
 	}
-	if ev := f.events.last(); ev.Source != engine.FromFailClosed || !errors.Is(ev.Err, engine.ErrBackend) {
+	if ev := f.events.Last(); ev.Source != engine.FromFailClosed || !errors.Is(ev.Err, engine.ErrBackend) {
 		t.Errorf("event = %+v", ev)
 	}
 	if body := w.Body.String(); strings.Contains(body, "engine") || strings.Contains(body, "refused") || strings.Contains(body, strings.Split(f.srv.Addr, ":")[1]) {
@@ -329,7 +307,7 @@ func TestEndToEndRedisDown(t *testing.T) {
 	if w := f.do("GET", "/open", "192.0.2.1:1", nil); w.Code != 200 {
 		t.Errorf("fail:open: %d, want 200", w.Code)
 	}
-	if ev := f.events.last(); ev.Source != engine.FromFailOpen || ev.Err == nil {
+	if ev := f.events.Last(); ev.Source != engine.FromFailOpen || ev.Err == nil {
 		t.Errorf("event = %+v", ev)
 	}
 }
@@ -377,7 +355,7 @@ func TestEndToEndServer(t *testing.T) {
 	if want := []int{200, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("codes = %v, want %v", got, want)
 	}
-	if s := f.events.last().Decision.Windows; len(s) != 1 {
+	if s := f.events.Last().Decision.Windows; len(s) != 1 {
 		t.Errorf("windows = %+v", s)
 	}
 }

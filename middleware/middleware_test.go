@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -71,47 +71,8 @@ func statuses(h http.Handler, rs ...*http.Request) []int {
 	return out
 }
 
-// recorder collects hook events.
-type recorder struct {
-	mu sync.Mutex
-	ev []middleware.Event
-}
-
-func (r *recorder) hook(e middleware.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e.Decision.Windows = slices.Clone(e.Decision.Windows)
-	r.ev = append(r.ev, e)
-}
-
-func (r *recorder) events() []middleware.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.ev)
-}
-
-// logBuffer is a concurrency-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func newLogger() (*slog.Logger, *logBuffer) {
-	buf := &logBuffer{}
-	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
-}
+// newLogger returns a logger at debug level and what it writes.
+func newLogger() (*slog.Logger, *testutil.LogBuffer) { return testutil.NewLogger(slog.LevelDebug) }
 
 const (
 	ok   = http.StatusOK
@@ -189,8 +150,8 @@ func TestExemptMakesNoCalls(t *testing.T) {
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) {
 		return engine.Decision{}, nil // would deny anyone it is asked about
 	}}
-	var rec recorder
-	mux := routed(t, "GET /", "ip:1/min; exempt:superadmin; role(ops)=ip:5/min", d, middleware.WithHook(rec.hook))
+	var rec testutil.Events
+	mux := routed(t, "GET /", "ip:1/min; exempt:superadmin; role(ops)=ip:5/min", d, middleware.WithHook(rec.Hook))
 	for range 5 {
 		w := do(mux, request("GET", "/", "192.0.2.1:1", user("root", "ops", "superadmin")))
 		if w.Code != ok {
@@ -205,7 +166,7 @@ func TestExemptMakesNoCalls(t *testing.T) {
 	if n := d.calls(); n != 0 {
 		t.Errorf("decider called %d times for exempt requests, want 0", n)
 	}
-	if ev := rec.events(); len(ev) != 5 || !ev[0].Exempt || !ev[0].Allowed {
+	if ev := rec.All(); len(ev) != 5 || !ev[0].Exempt || !ev[0].Allowed {
 		t.Errorf("events = %+v, want 5 exempt", ev)
 	}
 	if got := do(mux, request("GET", "/", "192.0.2.1:1", user("someone"))).Code; got != deny || d.calls() != 1 {
@@ -283,8 +244,8 @@ func TestNoScope(t *testing.T) {
 	t.Parallel()
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) { return engine.Decision{Allowed: true}, nil }}
 	logger, logs := newLogger()
-	var rec recorder
-	mw, err := middleware.New(rules.MustParse("ip:5/s"), d, middleware.WithLogger(logger), middleware.WithHook(rec.hook))
+	var rec testutil.Events
+	mw, err := middleware.New(rules.MustParse("ip:5/s"), d, middleware.WithLogger(logger), middleware.WithHook(rec.Hook))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +256,7 @@ func TestNoScope(t *testing.T) {
 	if w.Code != http.StatusInternalServerError || d.calls() != 0 {
 		t.Errorf("status %d, calls %d; want 500 and 0", w.Code, d.calls())
 	}
-	if ev := rec.events(); len(ev) != 1 || !errors.Is(ev[0].Err, middleware.ErrNoScope) {
+	if ev := rec.All(); len(ev) != 1 || !errors.Is(ev[0].Err, middleware.ErrNoScope) {
 		t.Errorf("events = %+v, want ErrNoScope", ev)
 	}
 	if !strings.Contains(logs.String(), "no scope") || strings.Contains(w.Body.String(), "scope") {
@@ -530,8 +491,8 @@ type problemBody struct {
 func TestDeniedResponse(t *testing.T) {
 	t.Parallel()
 	mem := newMem()
-	var rec recorder
-	mux := routed(t, "GET /files/{id}", "ip:2/s,5/min; user:10/h", mem, middleware.WithHook(rec.hook))
+	var rec testutil.Events
+	mux := routed(t, "GET /files/{id}", "ip:2/s,5/min; user:10/h", mem, middleware.WithHook(rec.Hook))
 	alice := func() *http.Request { return request("GET", "/files/1", "192.0.2.1:1", user("alice")) }
 
 	w := do(mux, alice())
@@ -557,7 +518,7 @@ func TestDeniedResponse(t *testing.T) {
 	if got := parsePolicy(t, h.Values("RateLimit-Policy")); !slices.Equal(got, wantPolicy) {
 		t.Errorf("denied RateLimit-Policy = %+v, want %+v", got, wantPolicy)
 	}
-	ev := rec.events()
+	ev := rec.All()
 	last := ev[len(ev)-1]
 	// The oldest of the two requests leaves the 1s window 400ms from now.
 	if last.RetryAfter != 400*time.Millisecond || last.Allowed || last.Status != deny {
@@ -708,8 +669,8 @@ func TestFailClosed(t *testing.T) {
 	mem := newMem()
 	mem.fail = errBackend
 	logger, logs := newLogger()
-	var rec recorder
-	mux := routed(t, "GET /", "ip:5/s; fail:closed", mem, middleware.WithLogger(logger), middleware.WithHook(rec.hook))
+	var rec testutil.Events
+	mux := routed(t, "GET /", "ip:5/s; fail:closed", mem, middleware.WithLogger(logger), middleware.WithHook(rec.Hook))
 	w := do(mux, request("GET", "/", "192.0.2.1:1", nil))
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("status %d, Retry-After %q; want 503 and 1", w.Code, w.Header().Get("Retry-After"))
@@ -724,7 +685,7 @@ func TestFailClosed(t *testing.T) {
 	if !strings.Contains(logs.String(), "connection refused") || !strings.Contains(logs.String(), "fail-closed") {
 		t.Errorf("log = %q, want the backend error", logs)
 	}
-	if ev := rec.events(); len(ev) != 1 || !errors.Is(ev[0].Err, errBackend) || ev[0].Source != engine.FromFailClosed || ev[0].Status != 503 {
+	if ev := rec.All(); len(ev) != 1 || !errors.Is(ev[0].Err, errBackend) || ev[0].Source != engine.FromFailClosed || ev[0].Status != 503 {
 		t.Errorf("events = %+v", ev)
 	}
 }
@@ -734,8 +695,8 @@ func TestFailOpen(t *testing.T) {
 	mem := newMem()
 	mem.fail = errBackend
 	logger, logs := newLogger()
-	var rec recorder
-	mux := routed(t, "GET /", "ip:1/s; fail:open", mem, middleware.WithLogger(logger), middleware.WithHook(rec.hook))
+	var rec testutil.Events
+	mux := routed(t, "GET /", "ip:1/s; fail:open", mem, middleware.WithLogger(logger), middleware.WithHook(rec.Hook))
 	for range 3 {
 		if w := do(mux, request("GET", "/", "192.0.2.1:1", nil)); w.Code != ok || strings.Contains(w.Body.String(), "refused") {
 			t.Fatalf("status %d body %q", w.Code, w.Body)
@@ -744,7 +705,7 @@ func TestFailOpen(t *testing.T) {
 	if !strings.Contains(logs.String(), "connection refused") {
 		t.Errorf("log = %q", logs)
 	}
-	if ev := rec.events(); len(ev) != 3 || ev[0].Source != engine.FromFailOpen || ev[0].Err == nil || !ev[0].Allowed {
+	if ev := rec.All(); len(ev) != 3 || ev[0].Source != engine.FromFailOpen || ev[0].Err == nil || !ev[0].Allowed {
 		t.Errorf("events = %+v", ev)
 	}
 }
@@ -756,7 +717,7 @@ func TestCanceledRequestLogsQuietly(t *testing.T) {
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) {
 		return engine.Decision{Allowed: true, Source: engine.FromFailOpen}, context.Canceled
 	}}
-	buf := &logBuffer{}
+	buf := &testutil.LogBuffer{}
 	logger := slog.New(slog.NewTextHandler(buf, nil)) // Info and above
 	mux := routed(t, "GET /", "ip:1/s", d, middleware.WithLogger(logger))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -777,8 +738,8 @@ func TestShadowMode(t *testing.T) {
 				mem.fail = errBackend
 			}
 			logger, logs := newLogger()
-			var rec recorder
-			mux := routed(t, "GET /", "ip:1/min; mode:shadow"+fail, mem, middleware.WithLogger(logger), middleware.WithHook(rec.hook))
+			var rec testutil.Events
+			mux := routed(t, "GET /", "ip:1/min; mode:shadow"+fail, mem, middleware.WithLogger(logger), middleware.WithHook(rec.Hook))
 			for i := range 3 {
 				w := do(mux, request("GET", "/", "192.0.2.1:1", nil))
 				if w.Code != ok {
@@ -790,7 +751,7 @@ func TestShadowMode(t *testing.T) {
 					}
 				}
 			}
-			ev := rec.events()
+			ev := rec.All()
 			if len(ev) != 3 || !ev[2].Shadow || ev[2].Allowed || ev[2].Status != 0 {
 				t.Fatalf("events = %+v, want a would-be denial", ev)
 			}
@@ -803,16 +764,16 @@ func TestShadowMode(t *testing.T) {
 
 func TestHookEvents(t *testing.T) {
 	t.Parallel()
-	var a, b recorder
+	var a, b testutil.Events
 	mux := routed(t, "GET /f/{id}", "ip:1/min; role(ops)=ip:5/min; exempt:root", newMem(),
-		middleware.WithHook(a.hook), middleware.WithHook(b.hook))
+		middleware.WithHook(a.Hook), middleware.WithHook(b.Hook))
 	do(mux, request("GET", "/f/1", "192.0.2.1:1", nil))
 	do(mux, request("GET", "/f/1", "192.0.2.1:1", nil))
 	do(mux, request("GET", "/f/1", "192.0.2.1:1", user("o", "ops")))
 	do(mux, request("GET", "/f/1", "192.0.2.1:1", user("r", "root")))
-	ev := a.events()
-	if len(ev) != 4 || len(b.events()) != 4 {
-		t.Fatalf("events %d and %d, want 4 each", len(ev), len(b.events()))
+	ev := a.All()
+	if len(ev) != 4 || len(b.All()) != 4 {
+		t.Fatalf("events %d and %d, want 4 each", len(ev), len(b.All()))
 	}
 	type brief struct {
 		Scope, Policy string
@@ -875,8 +836,8 @@ func TestEngineRejectsRequest(t *testing.T) {
 		return engine.Decision{}, fmt.Errorf("fake: bad scope: %w", engine.ErrInvalid)
 	}}
 	logger, logs := newLogger()
-	var rec recorder
-	w := do(routed(t, "GET /", "ip:1/s", d, middleware.WithLogger(logger), middleware.WithHook(rec.hook)),
+	var rec testutil.Events
+	w := do(routed(t, "GET /", "ip:1/s", d, middleware.WithLogger(logger), middleware.WithHook(rec.Hook)),
 		request("GET", "/", "192.0.2.1:1", nil))
 	if w.Code != http.StatusInternalServerError || strings.Contains(w.Body.String(), "bad scope") {
 		t.Errorf("response %d %q, want 500 without the cause", w.Code, w.Body)
@@ -884,7 +845,7 @@ func TestEngineRejectsRequest(t *testing.T) {
 	if !strings.Contains(logs.String(), "bad scope") {
 		t.Errorf("log = %q", logs)
 	}
-	if ev := rec.events(); len(ev) != 1 || ev[0].Status != 500 || !errors.Is(ev[0].Err, engine.ErrInvalid) {
+	if ev := rec.All(); len(ev) != 1 || ev[0].Status != 500 || !errors.Is(ev[0].Err, engine.ErrInvalid) {
 		t.Errorf("events = %+v", ev)
 	}
 	// Shadow mode never denies, not even then.

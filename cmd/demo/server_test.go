@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 )
 
 // testDemo is the demo's handler tree on a backend, called directly so
@@ -29,7 +29,7 @@ import (
 type testDemo struct {
 	t   *testing.T
 	d   *demo
-	log *syncBuffer
+	log *testutil.LogBuffer
 }
 
 // newTestDemo builds the demo on an embedded miniredis, or on the Redis at
@@ -41,7 +41,7 @@ func newTestDemo(t *testing.T, redisURL string) *testDemo {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.close)
-	log := &syncBuffer{}
+	log := &testutil.LogBuffer{}
 	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)), testTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -405,7 +405,7 @@ func TestServeShutsDown(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	log := &syncBuffer{}
+	log := &testutil.LogBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, io.Discard, log) }()
 
@@ -449,24 +449,6 @@ func TestServeShutsDown(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestCluster runs scenarios against a 3-master Redis Cluster through
 // -cluster.
 func TestCluster(t *testing.T) {
@@ -480,7 +462,7 @@ func TestCluster(t *testing.T) {
 	if !strings.HasPrefix(b.desc, "Redis Cluster ") {
 		t.Errorf("backend = %q", b.desc)
 	}
-	log := &syncBuffer{}
+	log := &testutil.LogBuffer{}
 	d, err := newServer(b, slog.New(slog.NewTextHandler(log, nil)), testTimeout)
 	if err != nil {
 		t.Fatal(err)
