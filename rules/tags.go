@@ -277,10 +277,10 @@ func parsePattern(s string) (wildcards []string, off int, reason string) {
 	method, rest := "", s
 	if i := strings.IndexAny(s, " \t"); i >= 0 {
 		method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
-		if !validToken(method) {
+		if method != "" && !validToken(method) {
 			return nil, 0, "invalid method " + strconv.Quote(method)
 		}
-		off = len(method) + 1
+		off = len(method) + 1 // as net/http counts, extra blanks not included
 	}
 	i := strings.IndexByte(rest, '/')
 	if i < 0 {

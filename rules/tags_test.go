@@ -290,6 +290,8 @@ func TestWildcards(t *testing.T) {
 		{"GET example.com/{org}/{repo}/{path...}", []string{"org", "repo", "path"}, -1},
 		{"/a/{$}", nil, -1},
 		{"POST /{ä}/{_x1}", []string{"ä", "_x1"}, -1},
+		{" /{id}", []string{"id"}, -1}, // an empty method, as ServeMux allows
+		{"GET \t /{id}", []string{"id"}, -1},
 		{"", nil, 0},
 		{"GET /{", nil, 5},
 		{"GET /a/{id}x", nil, 7},
