@@ -76,6 +76,7 @@ func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	t.Run("audit", func(t *testing.T) { t.Parallel(); auditCluster(t, cl) })
 	t.Run("rollback", func(t *testing.T) { t.Parallel(); clusterRollback(t, cl) })
+	t.Run("timed out part", func(t *testing.T) { t.Parallel(); clusterTimedOut(t, cl) })
 	t.Run("script flush", func(t *testing.T) {
 		t.Parallel()
 		prefix := testPrefix(t)

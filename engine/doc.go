@@ -108,10 +108,10 @@
 // request is reserved with one script call per slot, all pipelined: each
 // call checks and adds in its slot. If any slot denies (or fails), the
 // member is removed (ZREM) from every slot that admitted, before Allow
-// returns. The request is thus never over-admitted and a denied request
-// leaves no entry anywhere; while a reservation is being rolled back a
-// concurrent request may see one entry too many, erring on the side of
-// denying. RetryAfter is the maximum over the denying slots.
+// returns. The request is thus never over-admitted and a request denied
+// by Redis leaves no entry anywhere; while a reservation is being rolled
+// back a concurrent request may see one entry too many, erring on the side
+// of denying. RetryAfter is the maximum over the denying slots.
 //
 // # Failures
 //
@@ -126,9 +126,23 @@
 // Redis use the fail mode at once (with ErrUnavailable) instead of each
 // waiting for the timeout.
 //
-// A script call whose reply is lost may have counted the request anyway,
-// and go-redis retries calls after network errors (MaxRetries): the retry
-// finds the request's member present, takes it for a collision and counts
-// the request again. Lost replies thus count a request twice, never zero
-// times, which errs on the side of denying.
+// A script call that fails may have counted its requests anyway: a call
+// that timed out may have run, or may run once Redis reads it, and a reply
+// the engine cannot read came from a script that ran. (On a Redis Cluster
+// go-redis reports every call of a pipeline as failed when one node times
+// out, including those that succeeded.) A request decided by its fail mode
+// must not stay counted in Redis, so the engine queues the removal of its
+// member (with every suffix) from every key of a failed call, and of every
+// failed rollback; the next batch whose calls succeed on that server runs
+// the removals before it wakes its callers, so the failed call waits no
+// longer. This is best effort: the queue holds at most 4096 removals, each
+// retried until its entry has left the key's longest window, and a command
+// a hung server reads late may run after its removal; the entry then stays
+// until it leaves its windows, erring on the side of denying.
+//
+// go-redis retries calls after network errors (MaxRetries): when the first
+// attempt ran but its reply was lost, the retry finds the request's member
+// present, takes it for a collision and counts the request again. Lost
+// replies of a call that then succeeds thus count a request twice, never
+// zero times, which errs on the side of denying.
 package engine

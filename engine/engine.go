@@ -39,8 +39,9 @@ type Engine struct {
 	clock   func() time.Time
 	local   *localLimiter
 	batch   batcher
-	shaArg  any // script.Hash(), boxed once
-	srcArg  any // lua.MultiWindow, boxed once
+	undos   undoQueue // of failed calls, run before the next script call
+	shaArg  any       // script.Hash(), boxed once
+	srcArg  any       // lua.MultiWindow, boxed once
 
 	// down is set after a call timed out; while it is set, only the call
 	// that wins probing asks Redis, the others use the fail mode at once

@@ -55,11 +55,11 @@ func (e *Engine) runAll(batch []*call) {
 	lead.argv, lead.args = argv, args
 
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
 	s, err := e.eval(ctx, args)
-	cancel()
 	clear(args) // drop the pointers into other calls
 	if err != nil {
-		failAll(batch, err)
+		e.failRun(batch, err)
 		return
 	}
 	r := reader{s: s}
@@ -70,7 +70,7 @@ func (e *Engine) runAll(batch []*call) {
 		c.status, c.suffix = readOp(&r, c, c.all, t)
 	}
 	if err := r.end(); err != nil {
-		failAll(batch, err)
+		e.failRun(batch, err)
 		return
 	}
 	for _, c := range batch {
@@ -78,6 +78,7 @@ func (e *Engine) runAll(batch []*call) {
 			c.err = errCollision
 		}
 	}
+	e.runUndos(ctx, nil)
 }
 
 var errCollision = errors.New("engine: no unique member after retries")
@@ -85,6 +86,15 @@ var errCollision = errors.New("engine: no unique member after retries")
 func failAll(batch []*call, err error) {
 	for _, c := range batch {
 		c.err = err
+	}
+}
+
+// failRun fails a batch whose script call was sent: Redis may have counted
+// its requests, so their undo is queued (see undoQueue).
+func (e *Engine) failRun(batch []*call, err error) {
+	for _, c := range batch {
+		c.err = err
+		e.queueUndo(c, c.all, -1)
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -124,6 +125,8 @@ func (e *Engine) runParts(batch []*call) {
 			if c.err == nil {
 				c.err = err
 			}
+			// The script may have run (a timeout, a lost reply).
+			e.queueUndo(c, c.part(pc.part), -1)
 			continue
 		}
 		r := reader{s: s}
@@ -134,6 +137,7 @@ func (e *Engine) runParts(batch []*call) {
 			if c.err == nil {
 				c.err = err
 			}
+			e.queueUndo(c, c.part(pc.part), -1)
 			continue
 		}
 		// Each key always lives on the same server and uses its clock, so
@@ -152,13 +156,48 @@ func (e *Engine) runParts(batch []*call) {
 		}
 	}
 	e.rollback(batch)
+	if e.undos.n.Load() > 0 {
+		e.runUndos(ctx, e.answered(cmds))
+	}
+}
+
+// answered returns whether key lives on a server that answered one of
+// cmds: on a Redis Cluster, the master of a slot that answered; otherwise
+// any key when any call was answered.
+func (e *Engine) answered(cmds []partCmd) func(key string) bool {
+	cc, _ := e.client.(*redis.ClusterClient)
+	addrs := map[string]bool{}
+	any := false
+	for i := range cmds {
+		pc := &cmds[i]
+		if pc.c.pstat[pc.part] < 0 {
+			continue
+		}
+		any = true
+		if cc != nil {
+			k := pc.c.plan.keys[pc.c.part(pc.part)[0]]
+			if m, err := cc.MasterForKey(context.Background(), k); err == nil {
+				addrs[m.Options().Addr] = true
+			}
+		}
+	}
+	return func(key string) bool {
+		if cc == nil {
+			return any
+		}
+		m, err := cc.MasterForKey(context.Background(), key)
+		return err == nil && addrs[m.Options().Addr]
+	}
 }
 
 // rollback removes the member from every part that admitted a call that
-// as a whole was denied or failed.
+// as a whole was denied or failed. A removal that fails is queued as an
+// undo.
 func (e *Engine) rollback(batch []*call) {
+	now := time.Now().UnixMicro()
 	var pipe redis.Pipeliner
 	var owners []*call
+	var undos []undo
 	for _, c := range batch {
 		if c.mode != opAllow || c.err == nil && c.status == statusAdmitted {
 			continue
@@ -177,6 +216,7 @@ func (e *Engine) rollback(batch []*call) {
 			for _, k := range c.part(i) {
 				pipe.ZRem(context.Background(), c.plan.keys[k], m)
 				owners = append(owners, c)
+				undos = append(undos, undo{key: c.plan.keys[k], member: string(c.member), suffix: c.psuf[i], until: now + c.plan.longest(int(k))})
 			}
 		}
 	}
@@ -189,11 +229,12 @@ func (e *Engine) rollback(batch []*call) {
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			c := owners[i]
-			e.log.Error("engine: rollback failed; the entry stays until it leaves its windows",
+			e.log.Warn("engine: rollback failed; retried before the next script call",
 				"args", cmd.Args(), "err", err)
 			if c.err == nil && c.warn == nil {
 				c.warn = &BackendError{Op: "rollback", Err: err}
 			}
+			e.undos.push(e, undos[i])
 		}
 	}
 }

@@ -3,11 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -82,5 +85,143 @@ func TestLeaderPanic(t *testing.T) {
 	e.batch.mu.Unlock()
 	if inflight != 0 {
 		t.Errorf("%d batches in flight after all calls returned", inflight)
+	}
+}
+
+// busy blocks the server for d with a script (other clients' commands wait
+// in their sockets) and returns when the script has started.
+func busy(t *testing.T, addr string, d time.Duration) <-chan error {
+	t.Helper()
+	bc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { bc.Close() })
+	bc.Ping(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- bc.Eval(context.Background(), `
+local s = redis.call('TIME')
+local start = s[1] * 1000000 + s[2]
+while true do
+  local n = redis.call('TIME')
+  if n[1] * 1000000 + n[2] - start >= tonumber(ARGV[1]) then return 1 end
+end`, nil, d.Microseconds()).Err()
+	}()
+	// Wait until the server stops answering: the script runs.
+	pc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer pc.Close()
+	fails := 0
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*ms)
+		err := pc.Ping(ctx).Err()
+		cancel()
+		if fails++; err == nil {
+			fails = 0
+		}
+		if fails == 2 {
+			return done
+		}
+		time.Sleep(ms)
+	}
+}
+
+// TestTimedOutReservation checks that a request that timed out after Redis
+// had counted it, and was then denied by its fail mode, does not stay
+// counted in Redis.
+func TestTimedOutReservation(t *testing.T) {
+	t.Parallel()
+	s, _ := startRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	e := newEngine(t, rc, WithPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
+	r := req(user("u", win(10, time.Minute)), ip("1.2.3.4", win(10, time.Minute)))
+	mustAllow(t, e, req(user("warm", win(10, time.Minute))), true) // loads the script
+
+	done := busy(t, s.Addr, 700*ms)
+	d, err := e.Allow(context.Background(), r)
+	if !isTimeout(err) || d.Allowed || d.Source != FromFailClosed {
+		t.Fatalf("Allow during the busy script: %v %v %v", d.Allowed, d.Source, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// The timed-out script ran once the busy one ended.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := e.Allow(context.Background(), req(user("other", win(10, time.Minute))))
+		if err == nil && d.Source == FromRedis {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis does not answer again: %v", err)
+		}
+		time.Sleep(20 * ms)
+	}
+	for _, c := range r.Checks {
+		if got := entries(t, rc, e.keyOf("s", c)); len(got) != 0 {
+			t.Errorf("%s: %d entries of a request that was denied", c.Kind, len(got))
+		}
+	}
+}
+
+// clusterTimedOut checks that a slot call that timed out after its node
+// had counted the request leaves no entry once Redis answers again, and
+// that the other slot's reservation is rolled back at once.
+func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
+	prefix := testPrefix(t)
+	afterClusterTTLs(t, cl, prefix)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { cc.Close() })
+	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
+	ctx := context.Background()
+	// Two subjects whose keys live on different nodes.
+	a := user("a", win(10, time.Minute))
+	node := func(c Check) string {
+		m, err := cc.MasterForKey(ctx, e.keyOf("s", c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Options().Addr
+	}
+	var b Check
+	for i := 0; ; i++ {
+		b = ip(strconv.Itoa(i), win(10, time.Minute))
+		if node(b) != node(a) {
+			break
+		}
+	}
+	r := req(a, b)
+	mustAllow(t, e, req(user("warm", win(10, time.Minute))), true)
+	for _, n := range cl.Nodes { // load the script everywhere
+		c := redis.NewClient(&redis.Options{Addr: n.Addr})
+		c.ScriptLoad(ctx, lua.MultiWindow)
+		c.Close()
+	}
+
+	done := busy(t, node(a), 700*ms)
+	d, err := e.Allow(ctx, r)
+	if !isTimeout(err) || d.Allowed {
+		t.Fatalf("Allow during the busy script: %v %v %v", d.Allowed, d.Source, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for { // a peek on both nodes runs their undos
+		d, err := e.Peek(ctx, r)
+		if err == nil && d.Source == FromRedis {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis does not answer again: %v", err)
+		}
+		time.Sleep(20 * ms)
+	}
+	// b's node answered the reservation, but go-redis reported its reply
+	// lost with a's timeout; a's node ran it after the busy script.
+	for _, c := range r.Checks {
+		if got := entries(t, cc, e.keyOf("s", c)); len(got) != 0 {
+			t.Errorf("%s: %d entries of a request that was denied", c.Kind, len(got))
+		}
 	}
 }

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A script call that fails (a timeout, a lost connection, a reply the
+// engine cannot read) may have counted its requests anyway: Redis may have
+// run the script, or will when it reads the command. (On a Redis Cluster,
+// go-redis even reports every command of a pipeline as failed when one
+// node times out, including the slot calls that succeeded.) Such requests
+// are decided by their fail mode, and must not stay counted in Redis, so
+// the engine queues an undo (ZREM of the member, with every suffix the
+// script may have added) for every key of a failed script call, and for
+// every rollback that failed. A later batch whose script calls succeed
+// runs the queued undos of the servers that just answered it, in what is
+// left of its time budget, before it wakes its callers. The failed call
+// itself waits no longer, and a server that does not answer delays no
+// other server's decisions.
+//
+// It is best effort: a failed undo is retried by later batches until its
+// entry has left the key's longest window (then it no longer counts), the
+// queue holds at most maxUndos entries, and a command that a hung server
+// reads late can run after its undo. The entry then stays until it leaves
+// its windows, erring on the side of denying.
+const maxUndos = 4096
+
+// undo removes a request's member from one key.
+type undo struct {
+	key    string
+	member string
+	suffix int64 // the script's suffix, or -1 when unknown: remove all
+	until  int64 // local time in µs after which the entry counts no more
+}
+
+type undoQueue struct {
+	n  atomic.Int32 // len(q), read without the lock on the fast path
+	mu sync.Mutex
+	q  []undo
+}
+
+func (u *undoQueue) push(e *Engine, us ...undo) {
+	u.mu.Lock()
+	room := maxUndos - len(u.q)
+	if len(us) > room {
+		e.log.Error("engine: undo queue full; entries of failed calls stay until they leave their windows",
+			"dropped", len(us)-max(room, 0))
+		us = us[:max(room, 0)]
+	}
+	u.q = append(u.q, us...)
+	u.n.Store(int32(len(u.q)))
+	u.mu.Unlock()
+}
+
+func (u *undoQueue) take() []undo {
+	if u.n.Load() == 0 {
+		return nil
+	}
+	u.mu.Lock()
+	q := u.q
+	u.q = nil
+	u.n.Store(0)
+	u.mu.Unlock()
+	return q
+}
+
+// queueUndo queues the undo of c's member in the keys listed in keys
+// (indices into c.plan.keys), with the given suffix or -1.
+func (e *Engine) queueUndo(c *call, keys []int32, suffix int64) {
+	if c.mode != opAllow || len(keys) == 0 {
+		return
+	}
+	m := string(c.member)
+	now := time.Now().UnixMicro()
+	us := make([]undo, len(keys))
+	for i, k := range keys {
+		us[i] = undo{key: c.plan.keys[k], member: m, suffix: suffix, until: now + c.plan.longest(int(k))}
+	}
+	e.undos.push(e, us...)
+}
+
+// runUndos runs, within ctx, the queued undos of the keys for which
+// answers reports true (nil: every key), and requeues the others and those
+// that failed, while their entries may still count.
+func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
+	q := e.undos.take()
+	if len(q) == 0 {
+		return
+	}
+	now := time.Now().UnixMicro()
+	var later []undo
+	q = slices.DeleteFunc(q, func(u undo) bool {
+		if u.until < now {
+			return true
+		}
+		if answers != nil && !answers(u.key) {
+			later = append(later, u)
+			return true
+		}
+		return false
+	})
+	if len(later) > 0 {
+		e.undos.push(e, later...)
+	}
+	if len(q) == 0 {
+		return
+	}
+	pipe := e.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(q))
+	for i, u := range q {
+		var members []any
+		if u.suffix >= 0 {
+			m := u.member
+			if u.suffix > 0 {
+				m += "." + strconv.FormatInt(u.suffix, 10)
+			}
+			members = []any{m}
+		} else {
+			members = make([]any, 0, maxSuffix+1)
+			members = append(members, u.member)
+			for s := 1; s <= maxSuffix; s++ {
+				members = append(members, u.member+"."+strconv.Itoa(s))
+			}
+		}
+		cmds[i] = pipe.ZRem(ctx, u.key, members...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	var again []undo
+	for i, cmd := range cmds {
+		if cmd.Err() != nil {
+			again = append(again, q[i])
+		}
+	}
+	if len(again) > 0 {
+		e.undos.push(e, again...)
+	}
+}
