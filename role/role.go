@@ -15,11 +15,13 @@
 //     exempt: no limiter applies and Redis is never called.
 //  2. Otherwise, if the identity holds the role of one or more of g's
 //     role(...)= overrides, the first such override in the group's
-//     declaration order replaces the default limiters. A route's override
-//     also takes precedence over the service-wide Policy.
-//  3. Otherwise the group's default limiters apply, and if the identity holds
-//     a role in Policy.ByIP, its user limiters count the client IP instead of
-//     the user id.
+//     declaration order replaces the default limiters.
+//  3. Otherwise the group's default limiters apply.
+//
+// Then, if the identity holds a role in Policy.ByIP (an account shared by
+// several people), the user limiters chosen in 2 or 3 count the client IP
+// instead of the user id, unless the chosen override is for that very role:
+// role(admin)=user:5/min on a route says how admins are counted there.
 //
 // A request without identity gets the default limiters; the middleware counts
 // its user limiters by client IP.
@@ -98,17 +100,21 @@ func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
 			return Resolution{Exempt: true}
 		}
 	}
+	res := Resolution{Limiters: g.Limiters}
 	for _, o := range g.Overrides {
 		if id.Has(Role(o.Role)) {
-			return Resolution{Role: Role(o.Role), Limiters: o.Limiters}
-		}
-	}
-	byIP := false
-	for _, r := range p.ByIP {
-		if id.Has(r) {
-			byIP = true
+			res = Resolution{Role: Role(o.Role), Limiters: o.Limiters}
 			break
 		}
 	}
-	return Resolution{Limiters: g.Limiters, ByIP: byIP}
+	for _, r := range p.ByIP {
+		// A route's override for the shared role itself says how that role
+		// is counted on this route; any other choice of limiters still
+		// belongs to a shared account.
+		if r != res.Role && id.Has(r) {
+			res.ByIP = true
+			break
+		}
+	}
+	return res
 }

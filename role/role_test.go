@@ -55,6 +55,12 @@ func TestResolve(t *testing.T) {
 		{"by-ip role listed second", shared, rules.Group{Limiters: files.Limiters},
 			role.Identity{User: "s", Roles: []role.Role{"user", "support"}},
 			role.Resolution{Limiters: files.Limiters, ByIP: true}},
+		{"shared account with another role's override stays by-ip", shared, files,
+			role.Identity{User: "a", Roles: []role.Role{"ops", "support"}},
+			role.Resolution{Role: "ops", Limiters: files.Overrides[1].Limiters, ByIP: true}},
+		{"a second shared role still counts by ip", shared, files,
+			role.Identity{User: "a", Roles: []role.Role{"admin", "support"}},
+			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters, ByIP: true}},
 		{"only-exempt group", shared, rules.Group{Exempt: []string{"ops"}}, role.Identity{User: "a"},
 			role.Resolution{}},
 	}
