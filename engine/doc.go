@@ -16,8 +16,11 @@
 // Time is the Redis server's TIME in microseconds, read inside the script,
 // so application clocks never matter. (WithClock, for tests, passes the
 // time in the script's arguments instead.) On a Redis Cluster each key
-// lives on one node and always uses that node's clock, so every window
-// stays exact even when node clocks differ.
+// lives on one node and uses that node's clock, so every window stays
+// exact even when node clocks differ. A clock that goes back (an NTP step,
+// a failover to a replica whose clock is behind) never hides an entry: a
+// window counts every entry from t-W+1 on, including those scored after t,
+// which errs on the side of denying until the clock has caught up.
 //
 // # Storage
 //
@@ -39,8 +42,9 @@
 // process node, see WithNode) scored by its admission time in µs. The
 // script, one call per decision (or per batch of concurrent decisions):
 //
-//  1. counts, per window, ZCOUNT key t-W+1 t (scores are integers, so this
-//     is (t-W, t]); reads the oldest entry in the window, which gives Reset
+//  1. counts, per window, ZCOUNT key t-W+1 +inf (scores are integers, so
+//     this is (t-W, t], and entries after t only exist when the clock went
+//     back); reads the oldest entry in the window, which gives Reset
 //     (oldest + W - t); and, for a full window, the entry at rank used-L of
 //     the window, which gives the wait (that entry + W - t): the request
 //     fits once the used-L+1 oldest entries have left, and only the last
@@ -76,10 +80,12 @@
 // window W (or W/8 once the key holds 64 entries in it, so that a busy
 // key's stale entries stay below an eighth of its window), numbered
 // floor(t/I). Each admission writes the epoch number into an epoch marker
-// ("e" followed by I, scored -(2^51 + epoch)) with ZADD LT CH, which
-// reports a change only on the first admission of an epoch; that admission
-// trims, and sets the expiry to retention + I with PEXPIRE GT (plain PEXPIRE
-// on a new key). Every later admission of the epoch happens before the
+// ("e" followed by I, scored -(2^51 + epoch)) with ZADD CH, which reports
+// a change only on the first admission of an epoch (or of an earlier one,
+// after the clock went back); that admission trims, and sets the expiry to
+// retention + I with PEXPIRE GT (plain PEXPIRE on a new key, and NX when
+// GT refused because the key had lost its deadline, which GT would keep
+// forever). Every later admission of the epoch happens before the
 // epoch's start + I, so the key outlives each entry's retention. GT never
 // shortens a deadline another group's epoch relies on, and when the
 // retention grows all epoch markers are dropped, so every group's next

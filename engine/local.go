@@ -57,12 +57,10 @@ func (l *localLimiter) decide(c *call, t int64) {
 		}
 		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
 			w := p.wins[j]
+			// Entries after t (the clock went back) count, as in the
+			// script.
 			lo, _ := slices.BinarySearch(times, t-w.period+1)
-			hi, found := slices.BinarySearch(times, t)
-			for found && hi < len(times) && times[hi] == t {
-				hi++
-			}
-			used := int64(hi - lo)
+			used := int64(len(times) - lo)
 			var reset, wait int64
 			if used > 0 {
 				reset = times[lo] + w.period - t

@@ -225,3 +225,45 @@ func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 }
+
+// TestClockBack checks that a server clock that goes back (an NTP step, a
+// failover to a replica whose clock is behind) never makes a window forget
+// the requests admitted "in its future", and that such a key keeps a TTL.
+func TestClockBack(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	r := req(user("u", win(1, time.Minute)))
+	clk.Set(100 * time.Second)
+	mustAllow(t, e, r, true)
+	clk.Set(99 * time.Second)
+	d := mustAllow(t, e, r, false)
+	if d.Windows[0].Used != 1 || d.RetryAfter != 61*time.Second {
+		t.Errorf("1 s back: used %d retry %v, want 1 and 61s", d.Windows[0].Used, d.RetryAfter)
+	}
+}
+
+// TestPersistedKey checks that a key that lost its deadline (PERSIST, a
+// restore without TTL) gets one again at its next bookkeeping.
+func TestPersistedKey(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	r := req(user("u", win(10, time.Second)))
+	mustAllow(t, e, r, true)
+	key := e.keyOf("s", r.Checks[0])
+	if err := rc.Persist(context.Background(), key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Set(11 * time.Second) // next epoch (I = the 10 s window)
+	mustAllow(t, e, r, true)
+	if d := rc.PTTL(context.Background(), key).Val(); d <= 0 {
+		t.Errorf("PTTL %v after the next epoch's admission", d)
+	}
+}

@@ -91,10 +91,13 @@ for _ = 1, a[2] do
     q = q + 1
     -- Scores are integers, so the window (t-W, t] is [t-W+1, t]; that
     -- also avoids formatting exclusive bounds (Lua's number-to-string
-    -- conversion keeps 14 digits; redis.call's keeps all).
+    -- conversion keeps 14 digits; redis.call's keeps all). The upper
+    -- bound is +inf, not t: after the server's clock went back (an NTP
+    -- step, a failover to a replica whose clock is behind) entries
+    -- admitted "after" t must still count, or the window over-admits.
     local lo = t - a[q] + 1
     local los = fmt('%d', lo)
-    local all = call('ZCOUNT', kk, los, ts)
+    local all = call('ZCOUNT', kk, los, '+inf')
     counts[k] = all
     local pused, pold = -1, nil
     for wi = 1, nw do
@@ -115,11 +118,11 @@ for _ = 1, a[2] do
         used, old = pused, pold
       else
         los = fmt('%d', lo)
-        used = call('ZCOUNT', kk, los, ts)
+        used = call('ZCOUNT', kk, los, '+inf')
       end
       if used > 0 and not old then
         los = los or fmt('%d', lo)
-        old = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2]
+        old = call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2]
       end
       pused, pold = used, old
       n = n + 1
@@ -134,7 +137,7 @@ for _ = 1, a[2] do
           local edge = old
           if used > l then
             los = los or fmt('%d', lo)
-            edge = call('ZRANGE', kk, los, ts, 'BYSCORE', 'LIMIT', str(used - l), '1', 'WITHSCORES')[2]
+            edge = call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', str(used - l), '1', 'WITHSCORES')[2]
           end
           n = n + 1
           out[n] = edge
@@ -183,15 +186,16 @@ for _ = 1, a[2] do
         q = q + 1 + 2 * a[q]
         -- Bookkeeping runs at the first admission of each epoch of length
         -- I: the whole window for a quiet key, an eighth of it for a busy
-        -- one, whose stale entries would otherwise cost memory. The epoch
-        -- marker's score only decreases, so ZADD LT CH reports a new epoch.
+        -- one, whose stale entries would otherwise cost memory. ZADD CH
+        -- reports a new epoch (or, after the clock went back, an older
+        -- one, whose admissions need the deadline renewed all the same).
         local I = long
         if counts[k] >= BUSY then
           I = math.ceil(long / 8)
         end
         local e = -(EPOCH + math.floor(t / I))
         local em = 'e' .. I
-        if call('ZADD', kk, 'LT', 'CH', e, em) == 1 then
+        if call('ZADD', kk, 'CH', e, em) == 1 then
           -- Entries must outlive the longest window of every group using
           -- the key, not only this one's: the retention is the largest
           -- longest window seen, kept in 'r'.
@@ -212,13 +216,15 @@ for _ = 1, a[2] do
           call('ZREMRANGEBYSCORE', kk, 0, t - ret)
           -- Every admission of this epoch happens before t+I, and its
           -- entries must live for ret after it. GT: never shorten a
-          -- deadline another group's epoch relies on; a new key (no 'r'
-          -- yet) has no deadline, which GT would keep.
+          -- deadline another group's epoch relies on. GT keeps a key
+          -- without a deadline as it is: a new key (no 'r' yet) gets a
+          -- plain PEXPIRE, and one that lost its deadline (PERSIST, a
+          -- restore without TTL) gets it back with NX.
           local ttl = math.ceil((ret + I) / 1000) + 1
-          if r then
-            call('PEXPIRE', kk, ttl, 'GT')
-          else
+          if not r then
             call('PEXPIRE', kk, ttl)
+          elseif call('PEXPIRE', kk, ttl, 'GT') == 0 then
+            call('PEXPIRE', kk, ttl, 'NX')
           end
         end
       end
