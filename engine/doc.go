@@ -72,7 +72,13 @@
 // so markers are never trimmed. The retention is max(marker, this group's
 // longest window); the marker is rewritten only when it grows, so it only
 // grows while the key lives (it resets when the key expires, which happens
-// only after every entry has left every window).
+// only after every entry has left every window). A key learns a group's
+// window only when that group first admits in it: until then the shorter
+// groups trim by their own retention, so a group with a longer window
+// that starts using a live key (a new handler sharing the scope, a
+// deployment that lengthens a window) sees at first only the entries
+// the others kept, and may admit more than its limit during its first
+// window.
 //
 // Doing the bookkeeping (ZSCORE, ZREMRANGEBYSCORE, PEXPIRE) on every
 // admission would cost three of a decision's six or so Redis calls, so it
