@@ -7,6 +7,7 @@ import "sync"
 // little beyond the Decision.
 type call struct {
 	mode   uint8 // opAllow or opPeek
+	probe  bool  // the one call asking Redis while it is considered down
 	plan   plan
 	member []byte // decimal snowflake id; empty for peek
 	all    []int32
@@ -37,7 +38,7 @@ var callPool = sync.Pool{New: func() any { return &call{wake: make(chan uint8, 1
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
-	c.err, c.warn = nil, nil
+	c.err, c.warn, c.probe = nil, nil, false
 	clear(c.plan.keys) // drop the key string
 	c.plan.keys = c.plan.keys[:0]
 	callPool.Put(c)

@@ -135,8 +135,8 @@
 // decision in every case. Every call asks Redis again, so decisions come
 // from Redis again by themselves once it answers. The exception is a
 // timeout: after one, the calls that arrive while another call is probing
-// Redis use the fail mode at once (with ErrUnavailable) instead of each
-// waiting for the timeout.
+// Redis, and the calls already queued for a batch, use the fail mode at once
+// (with ErrUnavailable) instead of each waiting for the timeout.
 //
 // A script call that fails may have counted its requests anyway: a call
 // that timed out may have run, or may run once Redis reads it, and a reply

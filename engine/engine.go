@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -39,9 +40,10 @@ type Engine struct {
 	clock   func() time.Time
 	local   *localLimiter
 	batch   batcher
-	undos   undoQueue // of failed calls, run before the next script call
-	shaArg  any       // script.Hash(), boxed once
-	srcArg  any       // lua.MultiWindow, boxed once
+	exec    func(batch []*call) // runAll or runParts
+	undos   undoQueue           // of failed calls, run before the next script call
+	shaArg  any                 // script.Hash(), boxed once
+	srcArg  any                 // lua.MultiWindow, boxed once
 
 	// down is set after a call timed out; while it is set, only the call
 	// that wins probing asks Redis, the others use the fail mode at once
@@ -87,11 +89,11 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
 	}
-	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
+	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch, run: e.run}
 	if e.group == groupAll {
-		e.batch.run = e.runAll
+		e.exec = e.runAll
 	} else {
-		e.batch.run = e.runParts
+		e.exec = e.runParts
 	}
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
@@ -155,17 +157,13 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		c.member = strconv.AppendInt(c.member, e.newID(), 10)
 	}
 	if probe {
+		c.probe = true
 		// Deferred: a probe that panics must not keep every later call
 		// on the fail mode.
 		defer e.probing.Store(false)
 	}
 	e.batch.do(c)
 	if c.err != nil {
-		if isTimeout(c.err) {
-			if !e.down.Swap(true) {
-				e.log.Warn("engine: redis timed out; deciding by fail mode until it answers", "err", c.err)
-			}
-		}
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
 	if e.down.Load() && e.down.Swap(false) {
@@ -176,6 +174,26 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		return d, c.warn
 	}
 	return d, nil
+}
+
+// run decides a batch. A timeout marks Redis down before the batch's
+// leader hands the queue on, and while Redis is down a batch without the
+// probing call fails at once: its calls queued behind a call that timed out
+// and would otherwise each wait for one more timeout.
+func (e *Engine) run(batch []*call) {
+	if e.down.Load() && !slices.ContainsFunc(batch, func(c *call) bool { return c.probe }) {
+		failAll(batch, ErrUnavailable)
+		return
+	}
+	e.exec(batch)
+	for _, c := range batch {
+		if c.err != nil && isTimeout(c.err) {
+			if !e.down.Swap(true) {
+				e.log.Warn("engine: redis timed out; deciding by fail mode until it answers", "err", c.err)
+			}
+			break
+		}
+	}
 }
 
 // fallback decides by the request's fail mode after Redis could not.

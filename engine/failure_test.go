@@ -134,33 +134,7 @@ func TestKill(t *testing.T) {
 // not.
 func TestHang(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // read nothing, answer nothing
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	rc := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { rc.Close() })
+	rc := hangingClient(t)
 	const timeout = 100 * time.Millisecond
 	e := newEngine(t, rc, WithTimeout(timeout), WithFailMode(rules.FailLocal))
 	r := req(user("u", win(10, time.Minute)))
@@ -193,5 +167,70 @@ func TestHang(t *testing.T) {
 	}
 	if el := <-probe; el < timeout-20*ms {
 		t.Errorf("probe took %v, want about the timeout", el)
+	}
+}
+
+// hangingClient returns a client of a server that accepts connections and
+// never answers.
+func hangingClient(t *testing.T) *redis.Client {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	rc := redis.NewClient(&redis.Options{Addr: l.Addr().String(), ContextTimeoutEnabled: true, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { rc.Close() })
+	return rc
+}
+
+// TestHangQueued checks that calls queued behind calls that time out do
+// not wait for a timeout of their own: the timeout marks Redis down before
+// the queue is handed on, and a batch without the probe fails at once.
+func TestHangQueued(t *testing.T) {
+	t.Parallel()
+	rc := hangingClient(t)
+	const timeout = 300 * time.Millisecond
+	e := newEngine(t, rc, WithTimeout(timeout), WithFailMode(rules.FailLocal))
+	r := req(user("u", win(10, time.Minute)))
+
+	// Two calls lead the two batches in flight; the third queues.
+	var wg sync.WaitGroup
+	for range defaultInflight {
+		wg.Add(1)
+		go func() { defer wg.Done(); e.Allow(context.Background(), r) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	start := time.Now()
+	d, err := e.Allow(context.Background(), r)
+	el := time.Since(start)
+	wg.Wait()
+	if !errors.Is(err, ErrUnavailable) || d.Source != FromLocal {
+		t.Errorf("queued call: source %v err %v, want FromLocal and ErrUnavailable", d.Source, err)
+	}
+	// Without the fix the queued call waits for the leaders (about 250 ms)
+	// and then for its own timeout (300 ms).
+	if el >= timeout+timeout/2 {
+		t.Errorf("queued call took %v with a %v timeout", el, timeout)
 	}
 }
