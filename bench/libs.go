@@ -100,6 +100,22 @@ func setupUlule(_ context.Context, rdb *redis.Client, c benchCase) (*limiterSetu
 	}, nil
 }
 
+// httprateCounter returns an httprate-redis counter with its in-memory
+// fallback disabled, so that every decision is made by Redis, and the limit
+// and window of case c: never reached when allowing, reached at once when
+// denying.
+func httprateCounter(rdb *redis.Client, c benchCase) (httprate.LimitCounter, int, time.Duration) {
+	counter := httprateredis.NewCounter(&httprateredis.Config{
+		Client:           rdb,
+		PrefixKey:        "httprate",
+		FallbackDisabled: true,
+	})
+	if c.Deny {
+		return counter, 1, time.Hour
+	}
+	return counter, 60_000_000, time.Minute
+}
+
 // setupHTTPRate configures github.com/go-chi/httprate-redis (sliding window
 // counter: the current and the previous fixed window, weighted) behind
 // httprate.RateLimiter. Decisions go through RateLimiter.OnLimit, the
@@ -110,15 +126,7 @@ func setupUlule(_ context.Context, rdb *redis.Client, c benchCase) (*limiterSetu
 // across its two round trips (MGET, then MULTI/INCRBY/EXPIRE/EXEC), so a
 // RateLimiter makes one decision at a time per process.
 func setupHTTPRate(_ context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {
-	counter := httprateredis.NewCounter(&httprateredis.Config{
-		Client:           rdb,
-		PrefixKey:        "httprate",
-		FallbackDisabled: true,
-	})
-	limit, window := 60_000_000, time.Minute
-	if c.Deny {
-		limit, window = 1, time.Hour
-	}
+	counter, limit, window := httprateCounter(rdb, c)
 	rl := httprate.NewRateLimiter(limit, window,
 		httprate.WithLimitCounter(counter),
 		httprate.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -149,15 +157,7 @@ func setupHTTPRate(_ context.Context, rdb *redis.Client, c benchCase) (*limiterS
 // check and the increment are then not atomic, so concurrent callers may
 // overshoot the limit; this variant only shows the cost.
 func setupHTTPRateCounter(_ context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {
-	counter := httprateredis.NewCounter(&httprateredis.Config{
-		Client:           rdb,
-		PrefixKey:        "httprate",
-		FallbackDisabled: true,
-	})
-	limit, window := 60_000_000, time.Minute
-	if c.Deny {
-		limit, window = 1, time.Hour
-	}
+	counter, limit, window := httprateCounter(rdb, c)
 	counter.Config(limit, window)
 	return &limiterSetup{
 		Config: itoa(limit) + "/" + window.String() + ", counter without the RateLimiter",
