@@ -146,17 +146,9 @@ func TestTimedOutReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The timed-out script ran once the busy one ended.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d, err := e.Allow(context.Background(), req(user("other", win(10, time.Minute))))
-		if err == nil && d.Source == FromRedis {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis does not answer again: %v", err)
-		}
-		time.Sleep(20 * ms)
-	}
+	untilRedis(t, func() (Decision, error) {
+		return e.Allow(context.Background(), req(user("other", win(10, time.Minute))))
+	})
 	for _, c := range r.Checks {
 		if got := entries(t, rc, e.keyOf("s", c)); len(got) != 0 {
 			t.Errorf("%s: %d entries of a request that was denied", c.Kind, len(got))
@@ -206,17 +198,8 @@ func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for { // a peek on both nodes runs their undos
-		d, err := e.Peek(ctx, r)
-		if err == nil && d.Source == FromRedis {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Redis does not answer again: %v", err)
-		}
-		time.Sleep(20 * ms)
-	}
+	// A peek on both nodes runs their undos.
+	untilRedis(t, func() (Decision, error) { return e.Peek(ctx, r) })
 	// b's node answered the reservation, but go-redis reported its reply
 	// lost with a's timeout; a's node ran it after the busy script.
 	for _, c := range r.Checks {
@@ -265,5 +248,21 @@ func TestPersistedKey(t *testing.T) {
 	mustAllow(t, e, r, true)
 	if d := rc.PTTL(context.Background(), key).Val(); d <= 0 {
 		t.Errorf("PTTL %v after the next epoch's admission", d)
+	}
+}
+
+// untilRedis calls decide until Redis decides again, for at most 5 s.
+func untilRedis(t *testing.T, decide func() (Decision, error)) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := decide()
+		if err == nil && d.Source == FromRedis {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis does not answer again: %v", err)
+		}
+		time.Sleep(20 * ms)
 	}
 }
