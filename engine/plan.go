@@ -98,7 +98,6 @@ func (p *plan) build(k *keyer, req *Request) error {
 		return nil
 	}
 	s := string(p.buf)
-	p.args = p.args[:0]
 	prev := 0
 	for _, end := range p.ends {
 		p.keys = append(p.keys, s[prev:end])
