@@ -62,7 +62,7 @@ type Window struct {
 // Limiter is a set of windows applied to one subject kind. Name is set only
 // for named kinds (header, param, key).
 type Limiter struct {
-	Kind    Kind     `validate:"required,oneof=ip user global header param key"`
+	Kind Kind   `validate:"required,oneof=ip user global header param key"`
 	Name string // checked against Kind by a struct-level rule
 	// Cost names the cost function whose value a request counts (for
 	// example "bytes"); empty counts each request as 1.
