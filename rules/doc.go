@@ -15,7 +15,7 @@
 // In the EBNF of the Go specification, with the lexical rules below:
 //
 //	group     = statement { ";" statement } [ ";" ] .
-//	statement = limiter | override | exempt | scope | mode | fail .
+//	statement = limiter | override | exempt | scope | count | mode | fail .
 //
 //	limiter   = kind [ "(" name ")" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
@@ -27,6 +27,8 @@
 //	override  = "role" "(" name ")" "=" limiter { "&" limiter } .
 //	exempt    = "exempt" ":" name { "," name } .
 //	scope     = "scope" ":" name .
+//	count     = "count" ":" status { "," status } .
+//	status    = digit digit digit | digit "xx" .
 //	mode      = "mode" ":" ( "enforce" | "shadow" ) .
 //	fail      = "fail" ":" ( "open" | "closed" | "local" ) .
 //
@@ -47,9 +49,30 @@
 // "1/500us" is reported as a period below MinPeriod. ParseWindow parses a
 // single window.
 //
-// Within one group scope, mode and fail may each appear once; exempt may
+// Within one group scope, count, mode and fail may each appear once; exempt may
 // appear more than once and its roles are concatenated. Mode enforce is the
 // zero Mode and so is not printed back.
+//
+// # Counting by outcome
+//
+// A count: statement lists the response statuses whose requests stay
+// counted, by code (401) or class (4xx), codes from 100 to 599:
+//
+//	key(account):5/d; ip:50/h; count:401
+//
+// allows at most 5 failed logins (401) per account a day, however many
+// succeed. Without count:, every admitted request counts. The middleware
+// keeps this exact by reserving, then giving back: a request is admitted
+// and counted atomically, in every window, before its handler runs, as
+// without count:; once the handler has answered, a request whose status
+// is not listed is removed from every window it was counted in (see
+// Group.Counts). A request is thus counted while its outcome is unknown, so
+// at most L requests whose outcome counts can be in flight or recorded in
+// a window of limit L: ten concurrent wrong passwords let through at most
+// as many as the window has room for, where checking after the handler
+// would let all ten pass. The cost is on the side of denying: a request
+// whose outcome will not count still takes room while its handler runs,
+// and a handler that panics stays counted.
 //
 // # Names
 //

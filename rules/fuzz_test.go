@@ -52,6 +52,10 @@ var fuzzSeeds = []string{
 	"exempt:a; role(a)=ip:1/s",
 	"header(a:5/s",
 	"ip:5/s; \xff",
+	"key(account):5/d; ip:50/h; count:401",
+	"ip:1/s; count:4xx,5xx",
+	"ip:1/s; count:401,4xx",
+	"ip:1/s; count:",
 }
 
 func FuzzParse(f *testing.F) {

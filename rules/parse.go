@@ -108,7 +108,7 @@ type parser struct {
 	pos map[string]int // validator namespace → offset in s
 	g   Group
 
-	seenScope, seenMode, seenFail bool
+	seenScope, seenMode, seenFail, seenCount bool
 }
 
 func (p *parser) eof() bool { return p.i >= len(p.s) }
@@ -226,6 +226,8 @@ func (p *parser) statement() (follow string, err *Error) {
 		return `",", "&" or ";"`, p.override(start)
 	case "scope":
 		return `";"`, p.scope(start)
+	case "count":
+		return `"," or ";"`, p.count(start)
 	case "mode":
 		return `";"`, p.mode(start)
 	case "fail":
@@ -417,6 +419,33 @@ func (p *parser) override(start int) *Error {
 		p.space()
 		if p.peek() != '&' {
 			p.g.Overrides = append(p.g.Overrides, o)
+			return nil
+		}
+		p.i++
+	}
+}
+
+// count parses the items of a count: statement; validation checks them,
+// so that a hand-built Group gets the same messages.
+func (p *parser) count(start int) *Error {
+	if p.seenCount {
+		return invalidErr(p.s, start, "duplicate count statement")
+	}
+	p.seenCount = true
+	if err := p.expect(':', `"count"`); err != nil {
+		return err
+	}
+	for {
+		p.space()
+		at := p.i
+		item := p.run(isWord)
+		if item == "" {
+			return syntaxErr(p.s, p.i, "expected a status code or class such as 401 or 4xx, found %s", p.found())
+		}
+		p.pos["Count["+strconv.Itoa(len(p.g.Count))+"]"] = at
+		p.g.Count = append(p.g.Count, item)
+		p.space()
+		if p.peek() != ',' {
 			return nil
 		}
 		p.i++

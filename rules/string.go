@@ -210,6 +210,17 @@ func (p *printer) group(g Group) {
 			p.b.WriteString(r)
 		}
 	}
+	if len(g.Count) > 0 {
+		sep()
+		p.b.WriteString("count:")
+		for i, c := range g.Count {
+			if i > 0 {
+				p.b.WriteByte(',')
+			}
+			p.mark("Count[" + strconv.Itoa(i) + "]")
+			p.b.WriteString(c)
+		}
+	}
 	if g.Scope != "" {
 		sep()
 		p.b.WriteString("scope:")

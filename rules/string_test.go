@@ -52,6 +52,8 @@ func TestCanonical(t *testing.T) {
 			"fail:open; mode:shadow; scope:x; exempt:a; role(b)=ip:1/s; ip:2/s",
 			"ip:2/s; role(b)=ip:1/s; exempt:a; scope:x; mode:shadow; fail:open",
 		},
+		{"count: 401 ,5xx; ip:1/s", "ip:1/s; count:401,5xx"},
+		{"fail:local; count:5xx; scope:s; exempt:a; ip:1/s", "ip:1/s; exempt:a; count:5xx; scope:s; fail:local"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ const (
 	tagUniqueExempt   = "uexempt"    // each exempt role once
 	tagExemptOverride = "exemptrole" // a role is either exempt or overridden
 	tagNoLimiters     = "nolimiters" // something must be limited or exempt
+	tagStatus         = "status"     // a count: item, 401 or 4xx
+	tagUniqueCount    = "ucount"     // each count: item once
+	tagCountClass     = "countclass" // a code not also listed by its class
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -44,6 +48,9 @@ func newValidator() (*validator.Validate, error) {
 		v.RegisterValidation(tagWholeMS, func(fl validator.FieldLevel) bool {
 			f := fl.Field()
 			return f.CanInt() && f.Int()%int64(time.Millisecond) == 0
+		}),
+		v.RegisterValidation(tagStatus, func(fl validator.FieldLevel) bool {
+			return validStatus(fl.Field().String())
 		}),
 	)
 	v.RegisterStructValidation(limiterLevel, Limiter{})
@@ -167,6 +174,21 @@ func groupLevel(sl validator.StructLevel) {
 			sl.ReportError(r, name, name, tagExemptOverride, r)
 		}
 		exempt[r] = true
+	}
+	counted := make(map[string]bool, len(g.Count))
+	for _, c := range g.Count {
+		counted[c] = true
+	}
+	for i, c := range g.Count {
+		name := "Count[" + strconv.Itoa(i) + "]"
+		switch {
+		case !validStatus(c):
+			// reported by the field's own tag
+		case counted[c] && slices.Index(g.Count, c) < i:
+			sl.ReportError(c, name, name, tagUniqueCount, c)
+		case c[1] != 'x' && counted[statusClass(c)]:
+			sl.ReportError(c, name, name, tagCountClass, statusClass(c))
+		}
 	}
 	if len(g.Limiters) == 0 && len(g.Overrides) == 0 && len(g.Exempt) == 0 {
 		sl.ReportError(g.Limiters, "Limiters", "Limiters", tagNoLimiters, "")
@@ -301,6 +323,12 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("duplicate exempt role %q", fe.Param())
 	case "Exempt " + tagExemptOverride:
 		return fmt.Sprintf("role %q is both exempt and overridden", fe.Param())
+	case "Count " + tagStatus:
+		return fmt.Sprintf("invalid status %q in count; want a code 100..599 or a class 1xx..5xx", fmt.Sprint(val))
+	case "Count " + tagUniqueCount:
+		return fmt.Sprintf("duplicate status %s in count", fe.Param())
+	case "Count " + tagCountClass:
+		return fmt.Sprintf("status %v is already counted by class %s", val, fe.Param())
 	case "Limiters " + tagNoLimiters:
 		return "rule group has no limiters"
 	}

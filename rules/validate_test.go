@@ -39,6 +39,10 @@ func TestValidate(t *testing.T) {
 		{"bad mode", Group{Exempt: []string{"a"}, Mode: "enforce"}, `rules: "exempt:a; mode:enforce": unknown mode "enforce"; want Enforce ("") or Shadow at offset 15`},
 		{"bad fail", Group{Exempt: []string{"a"}, Fail: "x"}, `rules: "exempt:a; fail:x": unknown fail mode "x"; want FailDefault (""), FailOpen, FailClosed or FailLocal at offset 15`},
 		{"bad scope", Group{Exempt: []string{"a"}, Scope: "a b"}, `rules: "exempt:a; scope:a b": invalid scope name "a b"; want letters, digits, "_", "-" or "." at offset 16`},
+		{"count", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"401", "5xx"}}, ""},
+		{"bad count", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"401", "abc"}}, `rules: "ip:1/s; count:401,abc": invalid status "abc" in count; want a code 100..599 or a class 1xx..5xx at offset 18`},
+		{"empty count item", Group{Limiters: []Limiter{ip(one...)}, Count: []string{""}}, `rules: "ip:1/s; count:": invalid status "" in count; want a code 100..599 or a class 1xx..5xx at offset 14`},
+		{"count covered by class", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"4xx", "404"}}, `rules: "ip:1/s; count:4xx,404": status 404 is already counted by class 4xx at offset 18`},
 		{"first of several", Group{Limiters: []Limiter{ip(win(1, sec), win(0, 0))}, Exempt: []string{"a", "a"}}, `rules: "ip:1/s,0/0s; exempt:a,a": limit 0 is below 1 at offset 7`},
 	}
 	for _, tt := range tests {
