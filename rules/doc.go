@@ -108,7 +108,7 @@
 // # Canonical form
 //
 // Group.String prints a group canonically: limiters, overrides, exempt,
-// scope, mode and fail, in that order, joined by "; ", with each window's
+// count, scope, mode and fail, in that order, joined by "; ", with each window's
 // period in the largest unit among ms, s, min, h and d that divides it and
 // a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d"). For every group
 // g returned by Parse, Parse(g.String()) returns a group equal to g
