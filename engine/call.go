@@ -9,7 +9,8 @@ type call struct {
 	mode   uint8 // opAllow or opPeek
 	probe  bool  // the one call asking Redis while it is considered down
 	plan   plan
-	member []byte // decimal snowflake id; empty for peek
+	id     int64  // snowflake id of an allow; 0 for peek
+	member []byte // id in decimal; empty for peek
 	all    []int32
 
 	// Outcome, written by the batch leader before it wakes the call.

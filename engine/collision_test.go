@@ -69,6 +69,23 @@ func TestMemberCollision(t *testing.T) {
 	if got, want := members(t, rc, a.keyOf("s", u)), []string{"1001", "1001.1", "1001.2"}; !slices.Equal(got, want) || d.Windows[0].Used != 3 {
 		t.Errorf("u: members %v used %d, want %v 3", got, d.Windows[0].Used, want)
 	}
+
+	// Giving back a suffixed request removes its own member, never the
+	// request it collided with.
+	if err := a.GiveBack(context.Background(), req(u), d); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := members(t, rc, a.keyOf("s", u)), []string{"1001", "1001.1"}; !slices.Equal(got, want) {
+		t.Errorf("u after giving back 1001.2: members %v, want %v", got, want)
+	}
+	forceIDs(b, 1003)
+	d = mustAllow(t, b, req(ip9, ip1), true) // 1003, no collision
+	if err := b.GiveBack(context.Background(), req(ip9, ip1), d); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := members(t, rc, a.keyOf("s", ip1)), []string{"1001", "1001.1", "1002", "1002.1"}; !slices.Equal(got, want) {
+		t.Errorf("1.1.1.1 after giving back 1003: members %v, want %v", got, want)
+	}
 }
 
 // clusterRollback checks on a cluster that a request denied in one slot

@@ -46,5 +46,29 @@ func (c *call) decision(req *Request, src Source) Decision {
 		d.RetryAfter = time.Duration(wait) * time.Microsecond
 		d.Denied = &d.Windows[denied]
 	}
+	if counted && (src == FromRedis || src == FromLocal) {
+		d.receipt = c.receipt(src)
+	}
 	return d
+}
+
+// receipt names the entries c added. The local limiter uses no suffixes;
+// in Redis every key of one script call got the same one, which on a
+// cluster may differ between calls (c.suffix is then -1).
+func (c *call) receipt(src Source) receipt {
+	r := receipt{id: c.id}
+	switch {
+	case src == FromLocal:
+	case c.suffix >= 0:
+		r.suffix = c.suffix
+	default:
+		r.suffix = -1
+		r.suffixes = make([]int64, len(c.plan.keys))
+		for i := range c.pends {
+			for _, k := range c.part(i) {
+				r.suffixes[k] = c.psuf[i]
+			}
+		}
+	}
+	return r
 }

@@ -87,4 +87,23 @@ type Decision struct {
 	// Windows holds the state of every window of every check, in check
 	// order then window order.
 	Windows []WindowState
+
+	// receipt names the entries an admitted Allow added, for GiveBack.
+	receipt receipt
+}
+
+// receipt names the entries of one admitted request: its member in every
+// key of its Request's plan.
+type receipt struct {
+	id       int64   // the request's snowflake id; 0 when nothing was counted
+	suffix   int64   // the member's suffix in every key, or -1: see suffixes
+	suffixes []int64 // per key of the plan, when the suffixes differ
+}
+
+// suffixOf returns the member suffix in key i.
+func (r *receipt) suffixOf(i int) int64 {
+	if r.suffix >= 0 {
+		return r.suffix
+	}
+	return r.suffixes[i]
 }

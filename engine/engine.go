@@ -152,9 +152,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		}
 		probe = true
 	}
-	c.member = c.member[:0]
+	c.id, c.member = 0, c.member[:0]
 	if mode == opAllow {
-		c.member = strconv.AppendInt(c.member, e.newID(), 10)
+		c.id = e.newID()
+		c.member = strconv.AppendInt(c.member, c.id, 10)
 	}
 	if probe {
 		c.probe = true

@@ -27,8 +27,8 @@ var (
 // the underlying error (a go-redis, network or context error, a
 // *ReplyError or ErrUnavailable) and matches ErrBackend.
 type BackendError struct {
-	// Op is the engine operation: "allow", "peek", "reset" or
-	// "rollback".
+	// Op is the engine operation: "allow", "peek", "reset", "rollback"
+	// or "giveback".
 	Op string
 	// Err is the cause.
 	Err error

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,10 +154,24 @@ func (e *Engine) runParts(batch []*call) {
 			}
 		}
 	}
+	for _, c := range batch {
+		c.suffix = commonSuffix(c.psuf)
+	}
 	e.rollback(batch)
 	if e.undos.n.Load() > 0 {
 		e.runUndos(ctx, e.answered(cmds))
 	}
+}
+
+// commonSuffix returns the suffix shared by every part, or -1 when parts
+// differ (see receipt).
+func commonSuffix(psuf []int64) int64 {
+	for _, s := range psuf[1:] {
+		if s != psuf[0] {
+			return -1
+		}
+	}
+	return psuf[0]
 }
 
 // answered returns whether key lives on a server that answered one of
@@ -195,7 +208,6 @@ func (e *Engine) answered(cmds []partCmd) func(key string) bool {
 // undo.
 func (e *Engine) rollback(batch []*call) {
 	now := time.Now().UnixMicro()
-	var pipe redis.Pipeliner
 	var owners []*call
 	var undos []undo
 	for _, c := range batch {
@@ -206,35 +218,25 @@ func (e *Engine) rollback(batch []*call) {
 			if st != statusAdmitted {
 				continue
 			}
-			if pipe == nil {
-				pipe = e.client.Pipeline()
-			}
-			m := string(c.member)
-			if c.psuf[i] > 0 {
-				m += "." + strconv.FormatInt(c.psuf[i], 10)
-			}
 			for _, k := range c.part(i) {
-				pipe.ZRem(context.Background(), c.plan.keys[k], m)
 				owners = append(owners, c)
 				undos = append(undos, undo{key: c.plan.keys[k], member: string(c.member), suffix: c.psuf[i], until: now + c.plan.longest(int(k))})
 			}
 		}
 	}
-	if pipe == nil {
+	if len(undos) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
-	cmds, _ := pipe.Exec(ctx)
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			c := owners[i]
-			e.log.Warn("engine: rollback failed; retried before the next script call",
-				"args", cmd.Args(), "err", err)
-			if c.err == nil && c.warn == nil {
-				c.warn = &BackendError{Op: "rollback", Err: err}
-			}
-			e.undos.push(e, undos[i])
+	failed, err := e.remove(ctx, undos)
+	for _, i := range failed {
+		c := owners[i]
+		e.log.Warn("engine: rollback failed; retried before the next script call",
+			"key", undos[i].key, "member", undos[i].member, "err", err)
+		if c.err == nil && c.warn == nil {
+			c.warn = &BackendError{Op: "rollback", Err: err}
 		}
+		e.undos.push(e, undos[i])
 	}
 }

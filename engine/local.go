@@ -25,6 +25,7 @@ type localLimiter struct {
 
 type localKey struct {
 	times []int64 // admission times in µs, ascending
+	ids   []int64 // the request id of each time, for GiveBack
 	ret   int64   // retention in µs: the longest window seen
 }
 
@@ -92,13 +93,29 @@ func (l *localLimiter) decide(c *call, t int64) {
 		k.ret = max(k.ret, p.longest(i))
 		drop, _ := slices.BinarySearch(k.times, t-k.ret+1)
 		if drop > 0 {
-			k.times = k.times[drop:]
+			k.times, k.ids = k.times[drop:], k.ids[drop:]
 			if cap(k.times) > 2*len(k.times)+16 {
-				k.times = slices.Clone(k.times)
+				k.times, k.ids = slices.Clone(k.times), slices.Clone(k.ids)
 			}
 		}
 		at, _ := slices.BinarySearch(k.times, t+1)
 		k.times = slices.Insert(k.times, at, t)
+		k.ids = slices.Insert(k.ids, at, c.id)
+	}
+}
+
+// giveBack removes the entries of request id from the keys of p.
+func (l *localLimiter) giveBack(p *plan, id int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, key := range p.keys {
+		k := l.keys[key]
+		if k == nil {
+			continue
+		}
+		if i := slices.Index(k.ids, id); i >= 0 {
+			k.times, k.ids = slices.Delete(k.times, i, i+1), slices.Delete(k.ids, i, i+1)
+		}
 	}
 }
 

@@ -23,6 +23,9 @@ type step struct {
 	retry time.Duration
 	// per window of the request: used, remaining, reset
 	wins [][3]time.Duration
+	// giveBack, when > 0, makes the step a GiveBack of the decision of
+	// step giveBack-1 instead of an Allow or Peek.
+	giveBack int
 }
 
 func user(subject string, ws ...rules.Window) Check {
@@ -72,6 +75,30 @@ func scenarios() []scenario {
 			{at: 1 * ms, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec}}},
 			{at: 2 * ms, peek: true, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec - ms}}},
 			{at: 3 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 0, sec - 2*ms}}},
+		}},
+		{"give back", []step{
+			{at: 0, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec}}},
+			{at: 1 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 0, sec - ms}}},
+			{at: 2 * ms, giveBack: 2},
+			{at: 3 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 0, sec - 3*ms}}},
+			// Idempotent: giving step 1 back again frees nothing more.
+			{at: 4 * ms, giveBack: 2},
+			{at: 5 * ms, req: one, retry: sec - 5*ms, wins: [][3]time.Duration{{2, 0, sec - 5*ms}}},
+			// A denial counted nothing: nothing to give back.
+			{at: 6 * ms, giveBack: 6},
+			{at: 7 * ms, giveBack: 1},
+			// Step 0 given back: step 3's entry is the only one left.
+			{at: 8 * ms, peek: true, req: one, allow: true, wins: [][3]time.Duration{{1, 1, sec - 5*ms}}},
+			{at: 9 * ms, giveBack: 9},
+			{at: 10 * ms, giveBack: 4},
+			{at: 11 * ms, peek: true, req: one, allow: true, wins: [][3]time.Duration{{0, 2, 0}}},
+		}},
+		{"give back across keys", []step{
+			{at: 0, req: req(ip("1.2.3.4", win(10, sec)), user("u", win(1, sec), win(5, 10*sec))), allow: true,
+				wins: [][3]time.Duration{{1, 9, sec}, {1, 0, sec}, {1, 4, 10 * sec}}},
+			{at: 1 * ms, giveBack: 1},
+			{at: 2 * ms, peek: true, req: req(ip("1.2.3.4", win(10, sec)), user("u", win(1, sec), win(5, 10*sec))), allow: true,
+				wins: [][3]time.Duration{{0, 10, 0}, {0, 1, 0}, {0, 5, 0}}},
 		}},
 		{"all or nothing across keys", []step{
 			{at: 0, req: req(ip("1.2.3.4", win(10, sec)), user("u", win(1, sec))), allow: true,
@@ -162,13 +189,21 @@ func TestSemanticsLocal(t *testing.T) {
 
 func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src Source) {
 	t.Helper()
+	decs := make([]Decision, len(sc.steps))
 	for i, s := range sc.steps {
 		clk.Set(s.at)
+		if s.giveBack > 0 {
+			if err := e.GiveBack(context.Background(), sc.steps[s.giveBack-1].req, decs[s.giveBack-1]); err != nil {
+				t.Fatalf("step %d (GiveBack of step %d): %v", i, s.giveBack-1, err)
+			}
+			continue
+		}
 		call, f := "Allow", e.Allow
 		if s.peek {
 			call, f = "Peek", e.Peek
 		}
 		d, err := f(context.Background(), s.req)
+		decs[i] = d
 		where := fmt.Sprintf("step %d (%s at %v)", i, call, s.at)
 		if src == FromRedis && err != nil || src != FromRedis && !errors.Is(err, ErrBackend) {
 			t.Fatalf("%s: %v", where, err)

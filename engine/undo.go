@@ -40,6 +40,53 @@ type undo struct {
 	until  int64 // local time in µs after which the entry counts no more
 }
 
+// members returns the members u removes: the exact one when the suffix is
+// known, otherwise the member with every suffix the script may have used.
+func (u undo) members() []any {
+	if u.suffix >= 0 {
+		return []any{memberText(u.member, u.suffix)}
+	}
+	ms := make([]any, 0, maxSuffix+1)
+	for s := range int64(maxSuffix + 1) {
+		ms = append(ms, memberText(u.member, s))
+	}
+	return ms
+}
+
+// memberText is the member the script adds for id after suffix collisions.
+func memberText(id string, suffix int64) string {
+	if suffix == 0 {
+		return id
+	}
+	return id + "." + strconv.FormatInt(suffix, 10)
+}
+
+// remove runs us, one ZREM each, in one pipeline within ctx, and returns
+// the indices of those that failed, with the first error. It is the one way the engine takes an
+// entry out of Redis: rollbacks, undos of failed calls and give-backs all
+// come here. Removing a given member is idempotent, and members are unique
+// per request, so a removal never takes another request's entry.
+func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first error) {
+	if len(us) == 0 {
+		return nil, nil
+	}
+	pipe := e.client.Pipeline()
+	cmds := make([]*redis.IntCmd, len(us))
+	for i, u := range us {
+		cmds[i] = pipe.ZRem(ctx, u.key, u.members()...)
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			failed = append(failed, i)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return failed, first
+}
+
 type undoQueue struct {
 	n  atomic.Int32 // len(q), read without the lock on the fast path
 	mu sync.Mutex
@@ -112,31 +159,10 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 	if len(q) == 0 {
 		return
 	}
-	pipe := e.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(q))
-	for i, u := range q {
-		var members []any
-		if u.suffix >= 0 {
-			m := u.member
-			if u.suffix > 0 {
-				m += "." + strconv.FormatInt(u.suffix, 10)
-			}
-			members = []any{m}
-		} else {
-			members = make([]any, 0, maxSuffix+1)
-			members = append(members, u.member)
-			for s := 1; s <= maxSuffix; s++ {
-				members = append(members, u.member+"."+strconv.Itoa(s))
-			}
-		}
-		cmds[i] = pipe.ZRem(ctx, u.key, members...)
-	}
-	_, _ = pipe.Exec(ctx) // errors are read per command
 	var again []undo
-	for i, cmd := range cmds {
-		if cmd.Err() != nil {
-			again = append(again, q[i])
-		}
+	failed, _ := e.remove(ctx, q)
+	for _, i := range failed {
+		again = append(again, q[i])
 	}
 	if len(again) > 0 {
 		e.undos.push(e, again...)

@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestGiveBackFails checks that a give-back Redis cannot run is reported
+// and queued, with the request's exact member, for a later batch.
+func TestGiveBackFails(t *testing.T) {
+	t.Parallel()
+	s, rc := startRedis(t)
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(200*ms))
+	r := req(user("u", win(5, time.Minute)), ip("1.2.3.4", win(5, time.Minute)))
+	d := mustAllow(t, e, r, true)
+
+	s.Kill()
+	err := e.GiveBack(context.Background(), r, d)
+	var be *BackendError
+	if !errors.Is(err, ErrBackend) || !errors.As(err, &be) || be.Op != "giveback" {
+		t.Fatalf("GiveBack with Redis down: %v, want a *BackendError for giveback", err)
+	}
+	q := e.undos.take()
+	if len(q) != 2 {
+		t.Fatalf("queued %d undos, want 2: %+v", len(q), q)
+	}
+	for _, u := range q {
+		if u.member != strconv.FormatInt(d.receipt.id, 10) || u.suffix != 0 {
+			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.receipt.id)
+		}
+	}
+}
+
+func TestGiveBackErrors(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	r := req(user("u", win(5, time.Minute)))
+	d := mustAllow(t, e, r, true)
+	if err := e.GiveBack(context.Background(), Request{Scope: "s", Checks: []Check{{Subject: "u"}}, Fail: "x"}, d); !errors.Is(err, ErrInvalid) {
+		t.Errorf("GiveBack with an invalid request: %v, want ErrInvalid", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.GiveBack(ctx, r, d); !errors.Is(err, context.Canceled) {
+		t.Errorf("GiveBack with a done context: %v, want context.Canceled", err)
+	}
+	e.Close()
+	if err := e.GiveBack(context.Background(), r, d); !errors.Is(err, ErrClosed) {
+		t.Errorf("GiveBack after Close: %v, want ErrClosed", err)
+	}
+	if err := e.GiveBack(context.Background(), r, Decision{}); err != nil {
+		t.Errorf("GiveBack of a zero Decision: %v, want nil", err)
+	}
+}
