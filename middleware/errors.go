@@ -21,6 +21,10 @@ var (
 	ErrNoScope = errors.New("middleware: no scope for request")
 	// ErrNilDecider means New was called without a Decider.
 	ErrNilDecider = errors.New("middleware: nil decider")
+	// ErrNoGiveBack means a group has a count: statement but its Decider
+	// is not a GiveBacker, so requests whose outcome does not count could
+	// never be given back.
+	ErrNoGiveBack = errors.New("middleware: count: needs a decider that can give requests back (a GiveBacker)")
 	// ErrSubject means Subject was given a value that a limiter of its kind
 	// never counts, such as an IP limiter's value that is not an address.
 	ErrSubject = errors.New("middleware: invalid subject")

@@ -37,6 +37,7 @@ const (
 type limiter struct {
 	group    rules.Group
 	decider  Decider
+	giver    GiveBacker // d as a GiveBacker, for a group with count:
 	policy   role.Policy
 	ip       clientIP
 	v6bits   int
@@ -91,12 +92,19 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	if err := g.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	var giver GiveBacker
 	if d == nil {
 		errs = append(errs, ErrNilDecider)
+	} else if len(g.Count) > 0 {
+		var ok bool
+		if giver, ok = d.(GiveBacker); !ok {
+			errs = append(errs, ErrNoGiveBack)
+		}
 	}
 	l := &limiter{
 		group:   g,
 		decider: d,
+		giver:   giver,
 		policy:  c.policy,
 		ip:      clientIP{header: c.proxyHeader},
 		v6bits:  c.ipv6Prefix,
@@ -247,12 +255,12 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", sourceName(dec.Source)))
 		}
 		l.emit(ev)
-		next.ServeHTTP(w, r)
+		l.serveNext(w, r, next, req, dec)
 		return
 	case dec.Allowed:
 		l.setFields(w.Header(), p, ws, pol, 0)
 		l.emit(ev)
-		next.ServeHTTP(w, r)
+		l.serveNext(w, r, next, req, dec)
 		return
 	}
 
@@ -272,6 +280,17 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	ev.Status = d.Status
 	l.emit(ev)
 	l.denied(w, r, d)
+}
+
+// serveNext passes a request the engine has decided on to next; with a
+// count: statement, an admitted request whose outcome does not count is
+// then given back.
+func (l *limiter) serveNext(w http.ResponseWriter, r *http.Request, next http.Handler, req engine.Request, dec engine.Decision) {
+	if l.giver == nil || !dec.Allowed {
+		next.ServeHTTP(w, r)
+		return
+	}
+	l.serveCounted(w, r, next, req, dec)
 }
 
 // checks builds the engine checks of a request.

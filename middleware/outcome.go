@@ -1,0 +1,113 @@
+package middleware
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// A GiveBacker takes an admitted request out of every window it was
+// counted in; *engine.Engine implements it. The middleware of a group with
+// a count: statement needs a Decider that is also a GiveBacker.
+type GiveBacker interface {
+	GiveBack(ctx context.Context, req engine.Request, d engine.Decision) error
+}
+
+// serveCounted runs next for an admitted request of a group with a count:
+// statement, then gives the request back unless its response status is
+// one the group counts. A handler that panics leaves the request counted:
+// its outcome is unknown, and counting it errs on the side of denying.
+func (l *limiter) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, req engine.Request, dec engine.Decision) {
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r)
+	status := sw.status
+	switch {
+	case sw.hijacked:
+		return // the handler took the connection: outcome unknown
+	case status == 0:
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	if l.group.Counts(status) {
+		return
+	}
+	// The client may be gone; the entry must leave all the same.
+	ctx := context.WithoutCancel(r.Context())
+	if err := l.giver.GiveBack(ctx, req, dec); err != nil {
+		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
+			slog.String("scope", req.Scope), slog.Int("status", status), slog.Any("error", err))
+	}
+}
+
+// statusWriter records the status a handler answers with. It keeps the
+// optional interfaces of the ResponseWriter it wraps working: Flush,
+// Hijack and ReadFrom pass through, and Unwrap lets
+// http.ResponseController reach the rest (deadlines, full duplex).
+type statusWriter struct {
+	http.ResponseWriter
+	status   int // the final status written; 0 until then
+	hijacked bool
+}
+
+var (
+	_ http.Flusher  = (*statusWriter)(nil)
+	_ http.Hijacker = (*statusWriter)(nil)
+	_ io.ReaderFrom = (*statusWriter)(nil)
+)
+
+func (w *statusWriter) WriteHeader(code int) {
+	// 1xx responses other than 101 are informational: the final status
+	// follows.
+	if w.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// ReadFrom keeps the wrapped writer's io.ReaderFrom (sendfile for an
+// *os.File) in use.
+func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(writerOnly{w.ResponseWriter}, src)
+}
+
+// Flush flushes the wrapped writer, when it can; like net/http's own
+// writer, flushing sends the headers with status 200 if none was written.
+func (w *statusWriter) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler, when the wrapped writer can.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return conn, rw, err
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writerOnly hides every method but Write, so that io.Copy cannot call
+// ReadFrom back.
+type writerOnly struct{ io.Writer }
