@@ -93,6 +93,18 @@
 // responses carry no rate-limit fields, so that clients cannot tell; would-be
 // denials are logged at Info and reported to hooks with Allowed false.
 //
+// # Counting by outcome
+//
+// For a group with a count: statement (see package rules), the middleware
+// records the status the handler answers with, behind a ResponseWriter
+// that keeps http.Flusher, http.Hijacker, io.ReaderFrom and
+// http.ResponseController working, and gives the admitted request back
+// (GiveBacker, implemented by *engine.Engine) when the status is not
+// listed. A handler that panics or hijacks the connection stays counted:
+// its outcome is unknown. The rate-limit fields sent before the handler
+// runs describe the windows with the request counted. Groups without
+// count: are served without the wrapper.
+//
 // # Observability
 //
 // WithHook receives an Event for every request: scope, deciding limiter and

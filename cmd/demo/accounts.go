@@ -24,6 +24,19 @@ var accounts = map[string]role.Identity{
 	"root":  {User: "root", Roles: []role.Role{roleSuperadmin}},
 }
 
+// passwords are the demo accounts' passwords for POST /login, which only
+// shows login protection: the demo's other routes take a Bearer name.
+var passwords = map[string]string{
+	"alice": "alice-pw",
+	"bob":   "bob-pw",
+	"admin": "admin-pw",
+	"root":  "root-pw",
+}
+
+// loginAccount is the key(account) function of POST /login: the account
+// named in the form, so failures count per account whoever sends them.
+func loginAccount(r *http.Request) string { return r.PostFormValue("account") }
+
 // authenticate is the demo's authentication: "Authorization: Bearer <name>"
 // with a built-in account name; anything else is anonymous. It runs before
 // the rate limiter so that the limiter sees who is calling.

@@ -18,6 +18,9 @@ type api struct {
 	// super-admins unlimited, and the shared admin account counted by IP.
 	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
 	Upload   http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
+	// Login protection: 5 wrong passwords per account a day (and 50
+	// attempts per IP an hour); successful logins are given back.
+	Login http.HandlerFunc `route:"POST /login" limit:"key(account):5/d; ip:50/h; count:401"`
 	// Only admins may delete users; they share one account, so count by IP.
 	DeleteUser http.HandlerFunc `route:"DELETE /users/{id}" limit:"role(admin)=ip:5/min; exempt:superadmin"`
 	// Super-admins inspect and reset windows; the limit only slows down
@@ -43,6 +46,14 @@ func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
 				return
 			}
 			writeJSON(w, http.StatusCreated, map[string]string{"uploaded": "picture", "caller": caller(r)})
+		},
+		Login: func(w http.ResponseWriter, r *http.Request) {
+			name := r.PostFormValue("account")
+			if _, known := accounts[name]; !known || r.PostFormValue("password") != passwords[name] {
+				http.Error(w, "wrong account or password", http.StatusUnauthorized)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"welcome": name})
 		},
 		DeleteUser: func(w http.ResponseWriter, r *http.Request) {
 			if !requireRole(w, r, roleAdmin, roleSuperadmin) {

@@ -26,6 +26,7 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 		// The admin account is shared by several people: count its user
 		// limiters (POST /pictures) by IP, as its route overrides do.
 		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
+		slidelimit.WithKeyFunc("account", loginAccount),
 	}, extra...)
 	lim, err := slidelimit.New(b.client, opts...)
 	if err != nil {

@@ -485,3 +485,30 @@ func TestCluster(t *testing.T) {
 // a healthy backend past the default 100 ms: a fail-mode decision would
 // make the counts of these tests meaningless.
 var testTimeout = slidelimit.WithTimeout(5 * time.Second)
+
+// TestLogin checks login protection: successful logins are never limited,
+// wrong passwords are stopped after five per account a day.
+func TestLogin(t *testing.T) {
+	t.Parallel()
+	td := newTestDemo(t, "")
+	login := func(account, password string) int {
+		form := url.Values{"account": {account}, "password": {password}}
+		r := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = peer
+		w := httptest.NewRecorder()
+		td.d.handler.ServeHTTP(w, r)
+		return w.Code
+	}
+	var ok []int
+	for range 8 {
+		ok = append(ok, login("alice", "alice-pw"))
+	}
+	wantCodes(t, "alice logs in 8 times", ok, repeat(200, 8))
+	var wrong []int
+	for range 7 {
+		wrong = append(wrong, login("bob", "guess"))
+	}
+	wantCodes(t, "wrong passwords for bob", wrong, repeat(401, 5, 429, 429))
+	wantCodes(t, "alice after bob's failures", []int{login("alice", "alice-pw")}, []int{200})
+}
