@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/slidelimit/slidelimit/rules"
@@ -51,6 +52,22 @@ const (
 	// because Redis failed and the fail mode is local.
 	FromLocal
 )
+
+// String returns the source's name as logs and metrics label it: "redis",
+// "fail-open", "fail-closed" or "local"; "source(N)" for an unknown value.
+func (s Source) String() string {
+	switch s {
+	case FromRedis:
+		return "redis"
+	case FromFailOpen:
+		return "fail-open"
+	case FromFailClosed:
+		return "fail-closed"
+	case FromLocal:
+		return "local"
+	}
+	return "source(" + strconv.Itoa(int(s)) + ")"
+}
 
 // WindowState is the state of one window of one check after a decision.
 type WindowState struct {

@@ -139,3 +139,14 @@ func TestFailModeDefault(t *testing.T) {
 		}
 	}
 }
+
+func TestSourceString(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[Source]string{
+		FromRedis: "redis", FromFailOpen: "fail-open", FromFailClosed: "fail-closed", FromLocal: "local", 42: "source(42)",
+	} {
+		if got := s.String(); got != want {
+			t.Errorf("Source(%d).String() = %q, want %q", s, got, want)
+		}
+	}
+}

@@ -56,6 +56,9 @@ type Event struct {
 	// Decision is the engine's full decision, zero for exempt requests and
 	// ErrNoScope.
 	Decision engine.Decision
+	// Latency is how long the decision took (the Decider's Allow call);
+	// zero when the engine was not called.
+	Latency time.Duration
 }
 
 // Denial describes a refused request to a DeniedHandler.

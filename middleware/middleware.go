@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/role"
@@ -216,11 +217,13 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 
 	req := engine.Request{Scope: scope, Checks: l.checks(r, id, res, p), Fail: l.group.Fail}
+	start := time.Now()
 	dec, err := l.decider.Allow(r.Context(), req)
+	took := time.Since(start)
 
 	ev := Event{
 		Request: r, Scope: scope, Role: res.Role, Allowed: dec.Allowed, Shadow: shadow,
-		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: dec,
+		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: dec, Latency: took,
 	}
 	var ws *engine.WindowState
 	var pol *policy
@@ -252,7 +255,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		if !dec.Allowed {
 			l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: shadow mode would deny request",
 				slog.String("scope", scope), slog.String("policy", ev.Policy),
-				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", sourceName(dec.Source)))
+				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", dec.Source.String()))
 		}
 		l.emit(ev)
 		l.serveNext(w, r, next, req, dec)
@@ -379,21 +382,6 @@ func (l *limiter) logBackend(r *http.Request, scope string, dec engine.Decision,
 		level = slog.LevelDebug
 	}
 	l.logger.LogAttrs(r.Context(), level, "slidelimit: rate-limit backend error",
-		slog.String("scope", scope), slog.String("source", sourceName(dec.Source)),
+		slog.String("scope", scope), slog.String("source", dec.Source.String()),
 		slog.Bool("allowed", dec.Allowed), slog.Any("error", err))
-}
-
-// sourceName names a decision source for logs.
-func sourceName(s engine.Source) string {
-	switch s {
-	case engine.FromRedis:
-		return "redis"
-	case engine.FromFailOpen:
-		return "fail-open"
-	case engine.FromFailClosed:
-		return "fail-closed"
-	case engine.FromLocal:
-		return "local"
-	}
-	return "source(" + strconv.Itoa(int(s)) + ")"
 }
