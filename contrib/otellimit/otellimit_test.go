@@ -1,0 +1,95 @@
+package otellimit_test
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/contrib/internal/routertest"
+	"github.com/slidelimit/slidelimit/contrib/otellimit"
+)
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	m, err := otellimit.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routertest.Sequence(t, slidelimit.WithHook(m.Hook))
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]int64{} // instrument → attributes → value
+	var observations uint64
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != otellimit.ScopeName {
+			t.Errorf("instrumentation scope %q, want %q", sm.Scope.Name, otellimit.ScopeName)
+		}
+		for _, mt := range sm.Metrics {
+			switch data := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				got[mt.Name] = map[string]int64{}
+				for _, dp := range data.DataPoints {
+					got[mt.Name][attrs(dp.Attributes)] = dp.Value
+				}
+			case metricdata.Histogram[float64]:
+				if mt.Unit != "s" {
+					t.Errorf("%s: unit %q, want s", mt.Name, mt.Unit)
+				}
+				for _, dp := range data.DataPoints {
+					observations += dp.Count
+				}
+			}
+		}
+	}
+	want := map[string]map[string]int64{
+		"slidelimit.decisions": {
+			"allowed ip-1min GET /a redis":       2,
+			"denied ip-1min GET /a redis":        1,
+			"allowed ip-1min GET /s redis":       1,
+			"shadow_denied ip-1min GET /s redis": 1,
+			"exempt   none":                      2,
+			"denied  GET /c fail-closed":         1,
+		},
+		"slidelimit.backend.errors": {"GET /c": 1},
+	}
+	for name, series := range want {
+		for k, v := range series {
+			if got[name][k] != v {
+				t.Errorf("%s{%s} = %d, want %d", name, k, got[name][k], v)
+			}
+		}
+		if len(got[name]) != len(series) {
+			t.Errorf("%s: series %v, want %v", name, got[name], series)
+		}
+	}
+	if observations != 6 {
+		t.Errorf("%d duration observations, want 6", observations)
+	}
+}
+
+// attrs renders a data point's attributes as "outcome policy scope source"
+// (or "scope" alone).
+func attrs(s attribute.Set) string {
+	get := func(k string) (string, bool) {
+		v, ok := s.Value(attribute.Key(k))
+		return v.AsString(), ok
+	}
+	scope, _ := get("slidelimit.scope")
+	outcome, ok := get("slidelimit.outcome")
+	if !ok {
+		return scope
+	}
+	policy, _ := get("slidelimit.policy")
+	source, _ := get("slidelimit.source")
+	return outcome + " " + policy + " " + scope + " " + source
+}

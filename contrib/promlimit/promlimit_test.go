@@ -1,0 +1,58 @@
+package promlimit_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/contrib/internal/routertest"
+	"github.com/slidelimit/slidelimit/contrib/promlimit"
+)
+
+func TestCollector(t *testing.T) {
+	t.Parallel()
+	m := promlimit.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	routertest.Sequence(t, slidelimit.WithHook(m.Hook))
+
+	want := `
+# HELP slidelimit_backend_errors_total Decisions Redis could not make (the fail mode decided) by scope.
+# TYPE slidelimit_backend_errors_total counter
+slidelimit_backend_errors_total{scope="GET /c"} 1
+# HELP slidelimit_decisions_total Rate-limit decisions by scope, deciding policy, outcome and decision source.
+# TYPE slidelimit_decisions_total counter
+slidelimit_decisions_total{outcome="allowed",policy="ip-1min",scope="GET /a",source="redis"} 2
+slidelimit_decisions_total{outcome="allowed",policy="ip-1min",scope="GET /s",source="redis"} 1
+slidelimit_decisions_total{outcome="denied",policy="",scope="GET /c",source="fail-closed"} 1
+slidelimit_decisions_total{outcome="denied",policy="ip-1min",scope="GET /a",source="redis"} 1
+slidelimit_decisions_total{outcome="exempt",policy="",scope="",source="none"} 2
+slidelimit_decisions_total{outcome="shadow_denied",policy="ip-1min",scope="GET /s",source="redis"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_decisions_total", "slidelimit_backend_errors_total"); err != nil {
+		t.Error(err)
+	}
+	// Every decision the engine made was timed: 6 of the 8 requests, in 3
+	// scopes; exempt requests never reach the engine.
+	if n := testutil.CollectAndCount(m, "slidelimit_decision_duration_seconds"); n != 3 {
+		t.Errorf("%d latency series, want 3 (one per scope the engine decided in)", n)
+	}
+	var count uint64
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "slidelimit_decision_duration_seconds" {
+			for _, mm := range mf.GetMetric() {
+				count += mm.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if count != 6 {
+		t.Errorf("%d latency observations, want 6", count)
+	}
+}
