@@ -360,15 +360,21 @@ func (p *parser) exempt() *Error {
 	if err := p.expect(':', `"exempt"`); err != nil {
 		return err
 	}
+	return p.list("Exempt", &p.g.Exempt, "a role name", func() string { return p.name(",;") })
+}
+
+// list reads the comma-separated items of an exempt: or count: statement
+// with read into *items, recording their offsets under field.
+func (p *parser) list(field string, items *[]string, what string, read func() string) *Error {
 	for {
 		p.space()
 		at := p.i
-		role := p.name(",;")
-		if role == "" {
-			return syntaxErr(p.s, p.i, "expected a role name, found %s", p.found())
+		item := read()
+		if item == "" {
+			return syntaxErr(p.s, p.i, "expected %s, found %s", what, p.found())
 		}
-		p.pos["Exempt["+strconv.Itoa(len(p.g.Exempt))+"]"] = at
-		p.g.Exempt = append(p.g.Exempt, role)
+		p.pos[field+"["+strconv.Itoa(len(*items))+"]"] = at
+		*items = append(*items, item)
 		p.space()
 		if p.peek() != ',' {
 			return nil
@@ -435,21 +441,7 @@ func (p *parser) count(start int) *Error {
 	if err := p.expect(':', `"count"`); err != nil {
 		return err
 	}
-	for {
-		p.space()
-		at := p.i
-		item := p.run(isWord)
-		if item == "" {
-			return syntaxErr(p.s, p.i, "expected a status code or class such as 401 or 4xx, found %s", p.found())
-		}
-		p.pos["Count["+strconv.Itoa(len(p.g.Count))+"]"] = at
-		p.g.Count = append(p.g.Count, item)
-		p.space()
-		if p.peek() != ',' {
-			return nil
-		}
-		p.i++
-	}
+	return p.list("Count", &p.g.Count, "a status code or class such as 401 or 4xx", func() string { return p.run(isWord) })
 }
 
 func (p *parser) scope(start int) *Error {

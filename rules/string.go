@@ -184,6 +184,19 @@ func (p *printer) override(ns string, o Override) {
 	p.limiters(ns+".Limiters", o.Limiters, " & ")
 }
 
+// list prints a statement of comma-separated items, marking each under
+// field.
+func (p *printer) list(keyword, field string, items []string) {
+	p.b.WriteString(keyword)
+	for i, it := range items {
+		if i > 0 {
+			p.b.WriteByte(',')
+		}
+		p.mark(field + "[" + strconv.Itoa(i) + "]")
+		p.b.WriteString(it)
+	}
+}
+
 func (p *printer) group(g Group) {
 	p.mark("")
 	sep := func() {
@@ -201,25 +214,11 @@ func (p *printer) group(g Group) {
 	}
 	if len(g.Exempt) > 0 {
 		sep()
-		p.b.WriteString("exempt:")
-		for i, r := range g.Exempt {
-			if i > 0 {
-				p.b.WriteByte(',')
-			}
-			p.mark("Exempt[" + strconv.Itoa(i) + "]")
-			p.b.WriteString(r)
-		}
+		p.list("exempt:", "Exempt", g.Exempt)
 	}
 	if len(g.Count) > 0 {
 		sep()
-		p.b.WriteString("count:")
-		for i, c := range g.Count {
-			if i > 0 {
-				p.b.WriteByte(',')
-			}
-			p.mark("Count[" + strconv.Itoa(i) + "]")
-			p.b.WriteString(c)
-		}
+		p.list("count:", "Count", g.Count)
 	}
 	if g.Scope != "" {
 		sep()
