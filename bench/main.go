@@ -466,6 +466,7 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 				r.Lib, r.Case, r.Callers, r.Errors, r.Decisions, r.FirstErr))
 		}
 	}
+	printRatios(w, results)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Limits used:")
 	fmt.Fprintln(w)
@@ -506,6 +507,54 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 		for _, n := range notes {
 			fmt.Fprintf(w, "- %s\n", n)
 		}
+	}
+}
+
+// Peers slidelimit's rows are compared with, by library name prefix.
+var ratioPeers = []string{"redis_rate", "ulule"}
+
+// printRatios prints, for every slidelimit row, its decisions/s divided by
+// each peer's in the same case, number of callers and run.
+func printRatios(w io.Writer, results []result) {
+	type rowKey struct {
+		cas     string
+		callers int
+	}
+	peers := map[rowKey]map[string]float64{}
+	for _, r := range results {
+		for _, p := range ratioPeers {
+			if strings.HasPrefix(r.Lib, p) && r.rate() > 0 {
+				k := rowKey{r.Case, r.Callers}
+				if peers[k] == nil {
+					peers[k] = map[string]float64{}
+				}
+				peers[k][p] = r.rate()
+			}
+		}
+	}
+	header := false
+	for _, r := range results {
+		ps := peers[rowKey{r.Case, r.Callers}]
+		if !strings.HasPrefix(r.Lib, "slidelimit") || len(ps) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "slidelimit's decisions/s divided by each peer's (same case, callers and run):")
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "| library | case | callers | ÷ "+strings.Join(ratioPeers, " | ÷ ")+" |")
+			fmt.Fprintln(w, "|---|---|---:"+strings.Repeat("|---:", len(ratioPeers))+"|")
+			header = true
+		}
+		fmt.Fprintf(w, "| %s | %s | %d |", r.Lib, r.Case, r.Callers)
+		for _, p := range ratioPeers {
+			if v, ok := ps[p]; ok {
+				fmt.Fprintf(w, " %.2f× |", r.rate()/v)
+			} else {
+				fmt.Fprint(w, " — |")
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
 
