@@ -145,9 +145,9 @@
 // out, including those that succeeded.) A request decided by its fail mode
 // must not stay counted in Redis, so the engine queues the removal of its
 // member (with every suffix) from every key of a failed call, and of every
-// failed rollback and give-back (see Engine.GiveBack); the next batch whose calls succeed on that server runs
-// the removals before it wakes its callers, so the failed call waits no
-// longer. This is best effort: the queue holds at most 4096 removals, each
+// failed rollback and give-back (see Engine.GiveBack); the next batch
+// whose calls succeed on that server runs the removals before it wakes its
+// callers, so the failed call waits no longer. This is best effort: the queue holds at most 4096 removals, each
 // retried until its entry has left the key's longest window, and a command
 // a hung server reads late may run after its removal; the entry then stays
 // until it leaves its windows, erring on the side of denying.
