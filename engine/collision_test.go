@@ -130,3 +130,38 @@ func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 }
+
+// clusterGiveBack checks on a cluster a give-back whose member got a
+// suffix in one slot (a collision there) and none in another: each slot
+// loses exactly the request's own member.
+func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
+	cc := cl.Client(t)
+	prefix := testPrefix(t)
+	afterClusterTTLs(t, cl, prefix)
+	clk := newFakeClock()
+	a := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	b := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	forceIDs(a, 1001)
+	forceIDs(b, 1001)
+	ws := win(10, time.Minute)
+	u, ip1 := user("u", ws), ip("10.0.0.1", ws)
+	ku, kip := a.keyOf("s", u), a.keyOf("s", ip1)
+	if slot(ku) == slot(kip) {
+		t.Fatal("test keys share a slot")
+	}
+	mustAllow(t, a, req(u), true) // 1001 in u
+	r := req(u, ip1)
+	d := mustAllow(t, b, r, true) // 1001.1 in u, 1001 in ip1
+	if d.receipt.suffix != -1 {
+		t.Fatalf("receipt suffix %d, want -1 (slots differ)", d.receipt.suffix)
+	}
+	if err := b.GiveBack(context.Background(), r, d); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := members(t, cc, ku), []string{"1001"}; !slices.Equal(got, want) {
+		t.Errorf("u: members %v, want %v (a's entry stays)", got, want)
+	}
+	if got := members(t, cc, kip); len(got) != 0 {
+		t.Errorf("10.0.0.1: members %v, want none", got)
+	}
+}
