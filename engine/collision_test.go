@@ -19,6 +19,18 @@ func forceIDs(e *Engine, first int64) {
 	e.newID = func() int64 { n++; return n }
 }
 
+// collidingPair returns two engines on c with the same snowflake node, a
+// shared fake clock and both producing the ids 1001, 1002, ...: processes
+// whose members collide.
+func collidingPair(t *testing.T, c Client, prefix string) (a, b *Engine) {
+	clk := newFakeClock()
+	a = newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	b = newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	forceIDs(a, 1001)
+	forceIDs(b, 1001)
+	return a, b
+}
+
 func members(t *testing.T, rc redis.Cmdable, key string) []string {
 	t.Helper()
 	ms, err := rc.ZRangeByScore(context.Background(), key, &redis.ZRangeBy{Min: "0", Max: "+inf"}).Result()
@@ -34,11 +46,7 @@ func TestMemberCollision(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	clk := newFakeClock()
-	a := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	b := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	forceIDs(a, 1001)
-	forceIDs(b, 1001)
+	a, b := collidingPair(t, rc, prefix)
 	ws := win(10, time.Minute)
 	u, ip1, ip9 := user("u", ws), ip("1.1.1.1", ws), ip("9.9.9.9", ws)
 
@@ -95,11 +103,7 @@ func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 	cc := cl.Client(t)
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
-	clk := newFakeClock()
-	a := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	b := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	forceIDs(a, 1001)
-	forceIDs(b, 1001)
+	a, b := collidingPair(t, cc, prefix)
 	ipA := ip("10.0.0.1", win(10, time.Minute))
 	userB := user("b", win(10, time.Minute))
 	userC := user("c", win(1, time.Minute))
@@ -138,11 +142,7 @@ func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
 	cc := cl.Client(t)
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
-	clk := newFakeClock()
-	a := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	b := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	forceIDs(a, 1001)
-	forceIDs(b, 1001)
+	a, b := collidingPair(t, cc, prefix)
 	ws := win(10, time.Minute)
 	u, ip1 := user("u", ws), ip("10.0.0.1", ws)
 	ku, kip := a.keyOf("s", u), a.keyOf("s", ip1)
