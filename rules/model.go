@@ -52,21 +52,13 @@ type Window struct {
 	// cannot name constants; a test keeps them in step.
 	Limit  int64         `validate:"min=1,max=100000"`
 	Period time.Duration `validate:"min=1ms,max=720h,wholems"`
-	// Grain, when non-zero, bounds the window's memory: requests that fall
-	// in the same grain of time may be stored as one entry, which leaves
-	// the window no earlier than the requests it stands for. Zero means an
-	// exact window.
-	Grain time.Duration
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only
 // for named kinds (header, param, key).
 type Limiter struct {
-	Kind Kind   `validate:"required,oneof=ip user global header param key"`
-	Name string // checked against Kind by a struct-level rule
-	// Cost names the cost function whose value a request counts (for
-	// example "bytes"); empty counts each request as 1.
-	Cost    string
+	Kind    Kind     `validate:"required,oneof=ip user global header param key"`
+	Name    string   // checked against Kind by a struct-level rule
 	Windows []Window `validate:"min=1,dive"`
 }
 
