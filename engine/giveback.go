@@ -21,9 +21,11 @@ import (
 // nothing (a denial, a Peek, a fail-open or fail-closed decision, or an
 // Allow without windows) has nothing to give back, and GiveBack returns
 // nil. A decision of the local fallback limiter (FromLocal) is given back
-// there. When Redis fails, the removal is logged and queued like the undo
-// of a failed call (see the package documentation: best effort, retried
-// before later script calls), and the returned error matches ErrBackend.
+// there. When Redis fails, or is considered down after a timeout, the
+// removal is queued like the undo of a failed call (see the package
+// documentation: best effort, retried before later script calls), and the
+// returned error matches ErrBackend; GiveBack thus waits for at most one
+// timeout.
 // After Close, GiveBack returns ErrClosed. It is safe for concurrent use.
 func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	r := &d.receipt
@@ -53,6 +55,13 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	us := make([]undo, len(c.plan.keys))
 	for i, key := range c.plan.keys {
 		us[i] = undo{key: key, member: member, suffix: r.suffixOf(i), until: now + c.plan.longest(i)}
+	}
+	if e.down.Load() {
+		// Redis timed out and has not answered since: queue the removal
+		// for the batch that finds it back, instead of making the caller
+		// (a handler that has answered) wait for another timeout.
+		e.undos.push(e, us...)
+		return &BackendError{Op: "giveback", Err: ErrUnavailable}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()

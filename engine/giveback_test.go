@@ -34,6 +34,33 @@ func TestGiveBackFails(t *testing.T) {
 	}
 }
 
+// TestGiveBackWhileDown checks that a give-back does not wait for Redis
+// while the engine considers it down: the removal is queued at once.
+func TestGiveBackWhileDown(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	r := req(user("u", win(5, time.Minute)))
+	d := mustAllow(t, e, r, true)
+	e.down.Store(true)
+	err := e.GiveBack(context.Background(), r, d)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) {
+		t.Fatalf("GiveBack while down: %v, want ErrUnavailable and ErrBackend", err)
+	}
+	if n := e.undos.n.Load(); n != 1 {
+		t.Fatalf("%d undos queued, want 1", n)
+	}
+	// Redis answers again: the next batch runs the queued removal after
+	// its script call, so the request after it no longer sees d's entry.
+	e.down.Store(false)
+	if d2 := mustAllow(t, e, r, true); d2.Windows[0].Used != 2 {
+		t.Errorf("first request after recovery: used %d, want 2 (d's entry, then its own)", d2.Windows[0].Used)
+	}
+	if d3 := mustAllow(t, e, r, true); d3.Windows[0].Used != 2 {
+		t.Errorf("second request after recovery: used %d, want 2 (d's entry was removed)", d3.Windows[0].Used)
+	}
+}
+
 func TestGiveBackErrors(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
