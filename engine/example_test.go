@@ -80,3 +80,44 @@ func ExampleEngine_Allow() {
 	// allowed
 	// denied by user window 2/1s
 }
+
+// Only failed logins count: a login is admitted and counted before the
+// password is checked, and given back when it succeeds.
+func ExampleEngine_GiveBack() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer rdb.Close()
+	eng, err := engine.New(rdb, engine.WithPrefix("example-giveback:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+
+	ctx := context.Background()
+	login := engine.One("login", rules.Key, "account:ann", rules.Window{Limit: 2, Period: 24 * time.Hour})
+	login.Checks[0].Name = "account"
+	for _, password := range []string{"right", "right", "right", "wrong", "wrong", "wrong", "right"} {
+		d, err := eng.Allow(ctx, login)
+		if err != nil {
+			log.Print(err)
+		}
+		if !d.Allowed {
+			fmt.Println(password, "denied")
+			continue
+		}
+		if password == "right" {
+			// Success does not count: take the attempt back.
+			if err := eng.GiveBack(ctx, login, d); err != nil {
+				log.Print(err)
+			}
+		}
+		fmt.Println(password, "checked")
+	}
+	// Output:
+	// right checked
+	// right checked
+	// right checked
+	// wrong checked
+	// wrong checked
+	// wrong denied
+	// right denied
+}
