@@ -20,7 +20,8 @@
 //	limiter   = kind [ "(" name ")" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
 //	window    = limit "/" [ count ] unit .
-//	limit     = decimal .
+//	limit     = decimal [ suffix ] .
+//	suffix    = "k" | "M" | "G" | "T" | "Ki" | "Mi" | "Gi" | "Ti" .
 //	count     = decimal .
 //	unit      = "ms" | "s" | "sec" | "m" | "min" | "h" | "hour" | "d" | "day" .
 //
@@ -43,7 +44,10 @@
 // empty or blank input, is an error.
 //
 // A window LIMIT/COUNT UNIT admits at most LIMIT requests in any span of
-// COUNT units; COUNT defaults to 1, and m is a minute. Numbers too large for
+// COUNT units; COUNT defaults to 1, and m is a minute. LIMIT may carry a
+// suffix, with no space before it: k, M, G and T multiply by 1000, 10^6,
+// 10^9 and 10^12, Ki, Mi, Gi and Ti by 1024, 1024^2, 1024^3 and 1024^4, so
+// "10k/h" is "10000/h" (Group.String prints the plain number). Numbers too large for
 // an int64 are reported as out of range, never wrapped. The units us, µs and
 // ns are not part of the grammar; they are recognised only so that
 // "1/500us" is reported as a period below MinPeriod. ParseWindow parses a

@@ -56,6 +56,8 @@ var fuzzSeeds = []string{
 	"ip:1/s; count:4xx,5xx",
 	"ip:1/s; count:401,4xx",
 	"ip:1/s; count:",
+	"ip:10k/h,64Ki/d",
+	"ip:9999999Ti/s",
 }
 
 func FuzzParse(f *testing.F) {

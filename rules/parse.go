@@ -292,16 +292,31 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 // window parses LIMIT/[COUNT]UNIT. Overflow is reported here, in the
 // words the validator would use, because an overflowed number cannot be
 // stored for the validator to see.
+// limitSuffixes are the multipliers a limit may carry: "" for none, SI
+// (k is lower case, as in kilo) and binary.
+var limitSuffixes = map[string]int64{
+	"":  1,
+	"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+}
+
 func (p *parser) window(ns string) (Window, *Error) {
 	start := p.i
 	digits := p.run(isDigit)
 	if digits == "" {
 		return Window{}, syntaxErr(p.s, p.i, "expected a limit, found %s", p.found())
 	}
-	limit, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil {
-		return Window{}, invalidErr(p.s, start, "limit %s is above %d; %s", digits, MaxLimit, memoryNote)
+	suffixAt := p.i
+	suffix := p.run(isLetter)
+	mult, ok := limitSuffixes[suffix]
+	if !ok {
+		return Window{}, syntaxErr(p.s, suffixAt, "unknown limit suffix %q; want k, M, G, T (×1000) or Ki, Mi, Gi, Ti (×1024)", suffix)
 	}
+	limit, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || limit > math.MaxInt64/mult {
+		return Window{}, invalidErr(p.s, start, "limit %s%s is above %d; %s", digits, suffix, MaxLimit, memoryNote)
+	}
+	limit *= mult
 	if err := p.expect('/', "the limit"); err != nil {
 		return Window{}, err
 	}
