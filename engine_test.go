@@ -213,7 +213,9 @@ func TestEndToEndDenied(t *testing.T) {
 		t.Fatalf("status %d, want 429", w.Code)
 	}
 	ev := f.events.Last()
-	if ev.Source != engine.FromRedis || ev.Err != nil || ev.Decision.RetryAfter <= 0 {
+	// The second request filled the window, so the denial may come from
+	// the cache of Redis's answers.
+	if ev.Source != engine.FromRedis && ev.Source != engine.FromCache || ev.Err != nil || ev.Decision.RetryAfter <= 0 {
 		t.Fatalf("event = %+v", ev)
 	}
 	want := int64(math.Ceil(ev.Decision.RetryAfter.Seconds()))
@@ -279,7 +281,7 @@ func TestEndToEndShadow(t *testing.T) {
 			t.Fatalf("shadow request %d: %d %v", i, w.Code, w.Header())
 		}
 	}
-	if ev := f.events.Last(); !ev.Shadow || ev.Allowed || ev.Source != engine.FromRedis {
+	if ev := f.events.Last(); !ev.Shadow || ev.Allowed || ev.Source != engine.FromRedis && ev.Source != engine.FromCache {
 		t.Errorf("event = %+v, want a reported would-be denial", ev)
 	}
 }

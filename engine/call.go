@@ -14,12 +14,14 @@ type call struct {
 	all    []int32
 
 	// Outcome, written by the batch leader before it wakes the call.
-	sec, usec int64
-	status    int64
-	suffix    int64
-	res       []int64 // per merged window: used, reset, wait
-	err       error   // Redis did not decide: the fail mode must
-	warn      error   // Redis decided, but something went wrong after (a rollback)
+	sent, recv int64 // e.mono when the batch was sent and answered
+	wall       int64 // local wall clock (µs) when it was answered
+	sec, usec  int64
+	status     int64
+	suffix     int64
+	res        []int64 // per merged window: used, reset, wait
+	err        error   // Redis did not decide: the fail mode must
+	warn       error   // Redis decided, but something went wrong after (a rollback)
 
 	// Batching.
 	wake chan uint8

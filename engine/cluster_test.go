@@ -94,13 +94,13 @@ func TestCluster(t *testing.T) {
 	t.Run("semantics", func(t *testing.T) {
 		t.Parallel()
 		cc := cl.Client(t)
-		for _, sc := range scenarios() {
-			t.Run(sc.name, func(t *testing.T) {
+		for sc, cached := range cacheModes(scenarios()) {
+			t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
 				prefix := testPrefix(t)
 				afterClusterTTLs(t, cl, prefix)
 				clk := newFakeClock()
-				e := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now))
+				e := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				runScenario(t, e, clk, sc, FromRedis)
 			})
 		}

@@ -48,10 +48,15 @@ const (
 	// FromLocal is a decision made by the in-process fallback limiter
 	// because Redis failed and the fail mode is local.
 	FromLocal
+	// FromCache is a denial made in-process, without a Redis call, from
+	// what Redis last said about the request's keys: a window that Redis
+	// reported full has not had room since (see WithCachedDenials).
+	FromCache
 )
 
 // String returns the source's name as logs and metrics label it: "redis",
-// "fail-open", "fail-closed" or "local"; "source(N)" for an unknown value.
+// "fail-open", "fail-closed", "local" or "cache"; "source(N)" for an
+// unknown value.
 func (s Source) String() string {
 	switch s {
 	case FromRedis:
@@ -62,6 +67,8 @@ func (s Source) String() string {
 		return "fail-closed"
 	case FromLocal:
 		return "local"
+	case FromCache:
+		return "cache"
 	}
 	return "source(" + strconv.Itoa(int(s)) + ")"
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +40,9 @@ type Engine struct {
 	log     *slog.Logger
 	clock   func() time.Time
 	local   *localLimiter
+	known   *knownCache // what Redis last said per key
+	denials bool        // cached denials (WithCachedDenials)
+	base    time.Time   // origin of mono
 	batch   batcher
 	exec    func(batch []*call) // runAll or runParts
 	undos   undoQueue           // of failed calls, run before the next script call
@@ -51,6 +55,12 @@ type Engine struct {
 	down    atomic.Bool
 	probing atomic.Bool
 	closed  atomic.Bool
+
+	// The invalidation subscription of cached denials (see invalidate.go).
+	pubsub     *redis.PubSub
+	listenDone chan struct{}
+	stop       chan struct{}
+	closeOnce  sync.Once
 }
 
 // New returns an Engine deciding with client. It does not contact Redis:
@@ -86,6 +96,9 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		log:     cfg.logger,
 		clock:   cfg.clock,
 		local:   newLocalLimiter(cfg.localKeys),
+		known:   newKnownCache(cfg.localKeys),
+		base:    time.Now(),
+		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
 	}
@@ -98,6 +111,14 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
+	}
+	if cfg.denials {
+		if s, ok := client.(subscriber); ok {
+			e.denials = true
+			e.listen(s)
+		} else {
+			e.log.Warn("engine: the client cannot subscribe to invalidations, so cached denials are off")
+		}
 	}
 	return e, nil
 }
@@ -119,7 +140,8 @@ func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
 
 // Peek reports what Allow would decide for req now, without counting it or
 // writing anything. In its Decision, Used does not include req, and Allowed
-// says whether req would be admitted. Errors are as for Allow.
+// says whether req would be admitted. Peek always asks Redis (it is for
+// inspection: it never makes a cached denial). Errors are as for Allow.
 func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
 	return e.decide(ctx, &req, opPeek)
 }
@@ -140,6 +162,9 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	if err := ctx.Err(); err != nil {
 		return e.fallback(c, req, err)
+	}
+	if mode == opAllow && e.denials && e.known.deny(c, e.mono(), e.elapsed()) {
+		return c.decision(req, FromCache), nil
 	}
 	op := "allow"
 	if mode == opPeek {
@@ -170,6 +195,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if e.down.Load() && e.down.Swap(false) {
 		e.log.Info("engine: redis answers again")
 	}
+	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
 	if c.warn != nil {
 		return d, c.warn
@@ -210,7 +236,7 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 		return Decision{Source: FromFailClosed, Time: e.now()}, cause
 	}
 	t := e.now()
-	e.local.decide(c, t.UnixMicro())
+	e.local.decide(c, t.UnixMicro(), e.known)
 	return c.decision(req, FromLocal), cause
 }
 
@@ -227,15 +253,24 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 	if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", key)); err != nil {
 		return &BackendError{Op: "reset", Err: err}
 	}
+	e.publish(ctx, invalReset, key)
 	return nil
 }
 
 // Close makes later calls fail with ErrClosed (Allow and Peek then follow
-// the fail mode). Calls in flight complete. The Engine starts no goroutine,
-// so there is nothing to stop, and the client stays open. Close is
-// idempotent and always returns nil.
+// the fail mode). Calls in flight complete. Close stops the engine's one
+// goroutine (the subscription to invalidations of cached denials) and
+// waits for it; the client stays open. Close is idempotent and always
+// returns nil.
 func (e *Engine) Close() error {
-	e.closed.Store(true)
+	e.closeOnce.Do(func() {
+		e.closed.Store(true)
+		close(e.stop)
+		if e.pubsub != nil {
+			_ = e.pubsub.Close()
+			<-e.listenDone
+		}
+	})
 	return nil
 }
 
@@ -250,6 +285,19 @@ func (e *Engine) now() time.Time {
 	}
 	return time.Now()
 }
+
+// mono is the local clock of cached states, in µs: monotonic, or the test
+// clock (WithClock), in which the script's time and every deadline are
+// then expressed.
+func (e *Engine) mono() int64 {
+	if e.clock != nil {
+		return e.clock().UnixMicro()
+	}
+	return e.elapsed()
+}
+
+// elapsed is the real time since the engine started, in µs (at least 1).
+func (e *Engine) elapsed() int64 { return int64(time.Since(e.base)/time.Microsecond) + 1 }
 
 func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {

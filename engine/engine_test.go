@@ -86,7 +86,7 @@ func TestLocalEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.prepare()
-		l.decide(c, now+int64(i)*100_000) // 100 ms apart: keys expire after 1 s
+		l.decide(c, now+int64(i)*100_000, newKnownCache(10)) // 100 ms apart: keys expire after 1 s
 		if c.status != statusAdmitted {
 			t.Fatalf("key %d denied", i)
 		}

@@ -56,8 +56,10 @@ func (e *Engine) runAll(batch []*call) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
+	sent := e.mono()
 	s, err := e.eval(ctx, args)
 	clear(args) // drop the pointers into other calls
+	e.answered(batch, sent)
 	if err != nil {
 		e.failRun(batch, err)
 		return
@@ -82,6 +84,15 @@ func (e *Engine) runAll(batch []*call) {
 }
 
 var errCollision = errors.New("engine: no unique member after retries")
+
+// answered stamps the calls of batch with the time their script call was
+// sent and the time it came back.
+func (e *Engine) answered(batch []*call, sent int64) {
+	recv, wall := e.mono(), e.now().UnixMicro()
+	for _, c := range batch {
+		c.sent, c.recv, c.wall = sent, recv, wall
+	}
+}
 
 func failAll(batch []*call, err error) {
 	for _, c := range batch {

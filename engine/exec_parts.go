@@ -92,6 +92,7 @@ func (e *Engine) runParts(batch []*call) {
 			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd})
 		}
 	}
+	sent := e.mono()
 	_, _ = pipe.Exec(ctx) // errors are read per command
 
 	var retry redis.Pipeliner
@@ -111,6 +112,7 @@ func (e *Engine) runParts(batch []*call) {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
+	e.answered(batch, sent)
 
 	for _, c := range batch {
 		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0
@@ -159,7 +161,7 @@ func (e *Engine) runParts(batch []*call) {
 	}
 	e.rollback(batch)
 	if e.undos.n.Load() > 0 {
-		e.runUndos(ctx, e.answered(cmds))
+		e.runUndos(ctx, e.servedBy(cmds))
 	}
 }
 
@@ -174,10 +176,10 @@ func commonSuffix(psuf []int64) int64 {
 	return psuf[0]
 }
 
-// answered returns whether key lives on a server that answered one of
+// servedBy returns whether key lives on a server that answered one of
 // cmds: on a Redis Cluster, the master of a slot that answered; otherwise
 // any key when any call was answered.
-func (e *Engine) answered(cmds []partCmd) func(key string) bool {
+func (e *Engine) servedBy(cmds []partCmd) func(key string) bool {
 	cc, _ := e.client.(*redis.ClusterClient)
 	addrs := map[string]bool{}
 	any := false

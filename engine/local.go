@@ -25,9 +25,13 @@ type localLimiter struct {
 
 type localKey struct {
 	times []int64 // admission times in µs, ascending
-	ids   []int64 // the request id of each time, for GiveBack
+	ids   []int64 // the request id of each time, for GiveBack; seedID for seeds
 	ret   int64   // retention in µs: the longest window seen
+	seed  int64   // wall time (µs) of the Redis answer the seeds stand for
 }
+
+// seedID marks entries that stand for what Redis last said (see seed).
+const seedID = -1
 
 // expired reports whether every entry of k has left its retention at t.
 func (k *localKey) expired(t int64) bool {
@@ -40,8 +44,8 @@ func newLocalLimiter(maxKeys int) *localLimiter {
 
 // decide fills c's outcome at time t (µs) like the script: every window
 // is read, and only when all have room (and c is an allow) is t added to
-// every key.
-func (l *localLimiter) decide(c *call, t int64) {
+// every key. Keys start from what Redis last said about them (see seed).
+func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 	c.sec, c.usec = t/1e6, t%1e6
 	p := &c.plan
 	l.mu.Lock()
@@ -49,12 +53,16 @@ func (l *localLimiter) decide(c *call, t int64) {
 	ok := true
 	for i, key := range p.keys {
 		var times []int64
-		if k := l.keys[key]; k != nil {
-			if k.expired(t) {
-				delete(l.keys, key)
-			} else {
-				times = k.times
-			}
+		k := l.keys[key]
+		if k != nil && k.expired(t) {
+			delete(l.keys, key)
+			k = nil
+		}
+		if kn, found := known.get(key); found && (k == nil || kn.wall > k.seed) {
+			k = l.seed(key, k, &kn, t)
+		}
+		if k != nil {
+			times = k.times
 		}
 		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
 			w := p.wins[j]
@@ -82,14 +90,7 @@ func (l *localLimiter) decide(c *call, t int64) {
 		return
 	}
 	for i, key := range p.keys {
-		k := l.keys[key]
-		if k == nil {
-			if len(l.keys) >= l.maxKeys {
-				l.evict(t)
-			}
-			k = &localKey{}
-			l.keys[strings.Clone(key)] = k
-		}
+		k := l.add(key, t)
 		k.ret = max(k.ret, p.longest(i))
 		drop, _ := slices.BinarySearch(k.times, t-k.ret+1)
 		if drop > 0 {
@@ -102,6 +103,63 @@ func (l *localLimiter) decide(c *call, t int64) {
 		k.times = slices.Insert(k.times, at, t)
 		k.ids = slices.Insert(k.ids, at, c.id)
 	}
+}
+
+// add returns key's entry, creating it (and making room) if needed.
+func (l *localLimiter) add(key string, t int64) *localKey {
+	k := l.keys[key]
+	if k == nil {
+		if len(l.keys) >= l.maxKeys {
+			l.evict(t)
+		}
+		k = &localKey{}
+		l.keys[strings.Clone(key)] = k
+	}
+	return k
+}
+
+// seed makes key (whose entry is k, or nil) start from kn, what Redis last
+// said about it: the counts Redis reported are entered as if admitted at
+// the time the answer arrived, so none leaves a window earlier than the
+// real entries it stands for (those were admitted before the answer). With
+// windows W1 > W2 > ... of counts u1 >= u2 >= ..., u_n entries go at that
+// time and u_i - u_(i+1) just outside window i+1, at the time minus
+// W_(i+1): counted in window i and the longer ones, not in the shorter
+// ones. A subject that was full stays denied until its entries would have
+// left; one with k of L used gets at most L-k more. Seeds of an older
+// answer are replaced; entries this limiter admitted itself stay (Redis
+// never saw them). Called with l.mu held.
+func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *localKey {
+	if k == nil {
+		k = l.add(key, t)
+	} else {
+		keep := 0
+		for i, id := range k.ids {
+			if id != seedID {
+				k.times[keep], k.ids[keep] = k.times[i], k.ids[i]
+				keep++
+			}
+		}
+		k.times, k.ids = k.times[:keep], k.ids[:keep]
+	}
+	k.seed = kn.wall
+	ws := slices.Clone(kn.wins)
+	slices.SortFunc(ws, func(a, b knownWin) int { return int(b.period - a.period) })
+	for i, w := range ws {
+		k.ret = max(k.ret, w.period)
+		at, n := kn.wall, min(w.used, w.limit) // more than the limit changes nothing
+		if i+1 < len(ws) {
+			at -= ws[i+1].period
+			n -= min(ws[i+1].used, ws[i+1].limit)
+		}
+		if n <= 0 {
+			continue
+		}
+		pos, _ := slices.BinarySearch(k.times, at+1)
+		k.times = slices.Insert(k.times, pos, slices.Repeat([]int64{at}, int(n))...)
+		k.ids = slices.Insert(k.ids, pos, slices.Repeat([]int64{seedID}, int(n))...)
+	}
+	return k
 }
 
 // giveBack removes the entries of request id from the keys of p.

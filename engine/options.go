@@ -26,6 +26,7 @@ type config struct {
 	logger    *slog.Logger
 	clock     func() time.Time
 	localKeys int
+	denials   bool
 }
 
 func defaultConfig() config {
@@ -35,6 +36,7 @@ func defaultConfig() config {
 		fail:      rules.FailLocal,
 		logger:    slog.New(slog.DiscardHandler),
 		localKeys: DefaultLocalKeys,
+		denials:   true,
 	}
 }
 
@@ -163,16 +165,48 @@ func WithClock(clock func() time.Time) Option {
 	}
 }
 
-// WithLocalKeys caps the number of keys the in-process fallback limiter
-// (rules.FailLocal) keeps; the default is DefaultLocalKeys. When the cap is
-// reached it first drops keys whose entries have all expired, then, if it
-// must, arbitrary live keys, which forgets their counts.
+// WithLocalKeys caps the number of keys the engine remembers in memory;
+// the default is DefaultLocalKeys. It bounds, each on its own, the
+// in-process fallback limiter (rules.FailLocal) and the cache of what
+// Redis last said per key (cached denials, and the state the fallback
+// starts from). When a cap is reached, keys whose entries have all left
+// their windows go first, then, if they must, arbitrary live keys, which
+// forgets what was known about them.
 func WithLocalKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
 			return &OptionError{Option: "WithLocalKeys", Reason: "cap below 1"}
 		}
 		c.localKeys = n
+		return nil
+	}
+}
+
+// WithCachedDenials turns cached denials on or off; they are on by
+// default. With them on, the engine remembers per key what Redis last said
+// (every window's count, and when a full window has room again) and
+// denies a request whose keys are all known, with a window still full and
+// no count changed since, in-process and without a Redis call: a flood of
+// refused requests costs Redis nothing. Such a decision has Source
+// FromCache and reports what a Redis denial at that moment would report.
+//
+// A denial from the cache is never wrong in the admitting direction, and
+// it is never made for a request Redis would admit: deadlines are taken
+// from the moment the answer's call was sent, so they end no later than in
+// Redis, and a Reset, GiveBack or rollback in any process is published on
+// a Redis channel (the prefix followed by "invalidate") that every
+// engine with cached denials subscribes to, and honoured within about a
+// second (as soon as it is delivered; an engine that has not heard from
+// its subscription for 0.8 s makes no cached denial). The subscription is
+// one extra connection and one goroutine per engine, stopped by Close.
+// Clients that cannot subscribe (not a *redis.Client, *redis.ClusterClient
+// or *redis.Ring) get no cached denials.
+//
+// What Redis last said is kept either way: the FailLocal fallback starts
+// from it.
+func WithCachedDenials(on bool) Option {
+	return func(c *config) error {
+		c.denials = on
 		return nil
 	}
 }

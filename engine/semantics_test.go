@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"testing"
 	"time"
@@ -132,17 +133,39 @@ func scenarios() []scenario {
 	}
 }
 
+// cacheModes yields every scenario twice: with cached denials off, where
+// every decision comes from its backend, and on, where a denial may come
+// from the cache instead, saying exactly the same.
+func cacheModes(scs []scenario) iter.Seq2[scenario, bool] {
+	return func(yield func(scenario, bool) bool) {
+		for _, cached := range []bool{false, true} {
+			for _, sc := range scs {
+				if !yield(sc, cached) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func cacheName(cached bool) string {
+	if cached {
+		return " cached"
+	}
+	return ""
+}
+
 // TestSemantics runs the scenarios on real Redis under a fake clock.
 func TestSemantics(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
-	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
+	for sc, cached := range cacheModes(scenarios()) {
+		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
 			prefix := testPrefix(t)
 			afterTTLs(t, rc, prefix)
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, FromRedis)
 		})
 	}
@@ -155,11 +178,11 @@ func TestSemanticsMiniredis(t *testing.T) {
 	m := miniredis.RunT(t)
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rc.Close() })
-	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
+	for sc, cached := range cacheModes(scenarios()) {
+		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second))
+			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, FromRedis)
 		})
 	}
@@ -177,11 +200,11 @@ func TestSemanticsLocal(t *testing.T) {
 	l.Close() // nothing listens there now
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
+	for sc, cached := range cacheModes(scenarios()) {
+		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithClock(clk.Now), WithFailMode(rules.FailLocal))
+			e := newEngine(t, rc, WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, FromLocal)
 		})
 	}
@@ -208,12 +231,15 @@ func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src Sourc
 		if src == FromRedis && err != nil || src != FromRedis && !errors.Is(err, ErrBackend) {
 			t.Fatalf("%s: %v", where, err)
 		}
-		checkDecision(t, where, d, s, clk.Now(), src)
+		checkDecision(t, where, d, s, clk.Now(), src, e.denials)
 	}
 }
 
-func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time, src Source) {
+func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time, src Source, cached bool) {
 	t.Helper()
+	if d.Source == FromCache && src == FromRedis && cached && !d.Allowed {
+		src = FromCache // a cached denial must say exactly what Redis would
+	}
 	if d.Source != src || d.Allowed != s.allow || d.RetryAfter != s.retry || !d.Time.Equal(now) {
 		t.Errorf("%s: allowed=%v retry=%v source=%v time=%v, want %v %v %v %v",
 			where, d.Allowed, d.RetryAfter, d.Source, d.Time, s.allow, s.retry, src, now)
@@ -244,14 +270,14 @@ func TestSemanticsRing(t *testing.T) {
 	s2, c2 := startRedis(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
 	t.Cleanup(func() { ring.Close() })
-	for _, sc := range scenarios() {
-		t.Run(sc.name, func(t *testing.T) {
+	for sc, cached := range cacheModes(scenarios()) {
+		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
 			prefix := testPrefix(t)
 			afterTTLs(t, c1, prefix)
 			afterTTLs(t, c2, prefix)
 			clk := newFakeClock()
-			e := newEngine(t, ring, WithPrefix(prefix), WithClock(clk.Now))
+			e := newEngine(t, ring, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, FromRedis)
 		})
 	}

@@ -62,10 +62,12 @@ func memberText(id string, suffix int64) string {
 }
 
 // remove runs us, one ZREM each, in one pipeline within ctx, and returns
-// the indices of those that failed, with the first error. It is the one way the engine takes an
-// entry out of Redis: rollbacks, undos of failed calls and give-backs all
-// come here. Removing a given member is idempotent, and members are unique
-// per request, so a removal never takes another request's entry.
+// the indices of those that failed, with the first error. It is the one
+// way the engine takes an entry out of Redis: rollbacks, undos of failed
+// calls and give-backs all come here. Removing a given member is
+// idempotent, and members are unique per request, so a removal never takes
+// another request's entry. Keys that lost an entry are then published as
+// invalidated, for cached denials in every process.
 func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first error) {
 	if len(us) == 0 {
 		return nil, nil
@@ -76,14 +78,19 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		cmds[i] = pipe.ZRem(ctx, u.key, u.members()...)
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
+	var done []string
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
 			failed = append(failed, i)
 			if first == nil {
 				first = err
 			}
+		} else if cmd.Val() > 0 {
+			done = append(done, us[i].key)
 		}
 	}
+	// Cached denials elsewhere may rely on the removed entries.
+	e.publish(ctx, invalRemoved, done...)
 	return failed, first
 }
 

@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// cmdCounter is a go-redis hook counting every command sent, in pipelines
+// too.
+type cmdCounter struct{ n atomic.Int64 }
+
+func (h *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// waitTrusted waits until e's invalidation subscription is confirmed.
+func waitTrusted(t *testing.T, e *Engine) {
+	t.Helper()
+	for range 500 {
+		if _, ok := e.known.trusted(e.elapsed()); ok {
+			return
+		}
+		time.Sleep(10 * ms)
+	}
+	t.Fatal("the invalidation subscription was never confirmed")
+}
+
+// TestCachedDenials fills a window and checks that the denials that follow
+// cost no Redis command, come from the cache and say what Redis says.
+func TestCachedDenials(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	hook := &cmdCounter{}
+	rc.AddHook(hook)
+	e := newEngine(t, rc, WithPrefix(prefix))
+	truth := newEngine(t, rc, WithPrefix(prefix), WithCachedDenials(false))
+	waitTrusted(t, e)
+	r := req(ip("10.0.0.1", win(100, time.Hour)), user("alice", win(3, time.Minute), win(10, time.Hour)))
+	for i := range 3 {
+		mustAllow(t, e, r, true)
+		_ = i
+	}
+	before := hook.n.Load()
+	const n = 1000
+	for i := range n {
+		d, err := e.Allow(context.Background(), r)
+		if err != nil || d.Allowed || d.Source != FromCache {
+			t.Fatalf("denial %d: allowed %v source %v err %v; want a cached denial", i, d.Allowed, d.Source, err)
+		}
+	}
+	if got := hook.n.Load() - before; got != 0 {
+		t.Errorf("%d Redis commands for %d cached denials, want 0", got, n)
+	}
+
+	// What Redis says at the same moment, asked without the cache.
+	cached, err := e.Allow(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redisSays, err := truth.Peek(context.Background(), r)
+	if err != nil || redisSays.Source != FromRedis || redisSays.Allowed {
+		t.Fatalf("Redis: %+v %v", redisSays, err)
+	}
+	if cached.Source != FromCache || cached.Allowed {
+		t.Fatalf("cached: %+v", cached)
+	}
+	if cached.Denied == nil || redisSays.Denied == nil || *cached.Denied != *redisSays.Denied && cached.Denied.Window != redisSays.Denied.Window {
+		t.Errorf("denying window: cache %+v, Redis %+v", cached.Denied, redisSays.Denied)
+	}
+	// The cached RetryAfter and Resets are measured from the answer's
+	// arrival: never earlier than Redis's, later by at most a round trip.
+	near := func(what string, c, r time.Duration) {
+		if c < r || c > r+50*ms {
+			t.Errorf("%s: cache %v, Redis %v; want the cache's within 50ms above", what, c, r)
+		}
+	}
+	near("RetryAfter", cached.RetryAfter, redisSays.RetryAfter)
+	for i := range cached.Windows {
+		c, r := cached.Windows[i], redisSays.Windows[i]
+		if c.Used != r.Used || c.Remaining != r.Remaining || c.Window != r.Window || c.Check != r.Check {
+			t.Errorf("window %d: cache %+v, Redis %+v", i, c, r)
+		}
+		near("Reset", c.Reset, r.Reset)
+	}
+	if d := cached.Time.Sub(redisSays.Time); d > 50*ms || d < -50*ms {
+		t.Errorf("Time: cache %v, Redis %v", cached.Time, redisSays.Time)
+	}
+
+	// A request with a key the cache has not seen asks Redis.
+	other := req(ip("10.0.0.2", win(100, time.Hour)), user("alice", win(3, time.Minute), win(10, time.Hour)))
+	if d, _ := e.Allow(context.Background(), other); d.Source != FromRedis || d.Allowed {
+		t.Errorf("unknown ip key: source %v allowed %v, want a Redis denial", d.Source, d.Allowed)
+	}
+}
+
+// TestCachedDenialDeadline checks under a test clock that a cached denial
+// ends exactly when Redis would admit again, not a microsecond later.
+func TestCachedDenialDeadline(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	waitTrusted(t, e)
+	r := req(user("u", win(2, time.Second), win(3, 10*time.Second)))
+	mustAllow(t, e, r, true)
+	clk.Set(400 * ms)
+	mustAllow(t, e, r, true)
+	for _, at := range []time.Duration{400 * ms, 700 * ms, time.Second - time.Microsecond} {
+		clk.Set(at)
+		d, err := e.Allow(context.Background(), r)
+		if err != nil || d.Allowed || d.Source != FromCache || d.RetryAfter != time.Second-at {
+			t.Errorf("at %v: allowed %v source %v retry %v err %v; want a cached denial for %v",
+				at, d.Allowed, d.Source, d.RetryAfter, err, time.Second-at)
+		}
+	}
+	clk.Set(time.Second)
+	if d, err := e.Allow(context.Background(), r); err != nil || !d.Allowed || d.Source != FromRedis {
+		t.Errorf("at 1s: allowed %v source %v err %v; want admitted by Redis", d.Allowed, d.Source, err)
+	}
+}
+
+// TestCachedDenialInvalidation checks that a Reset or a GiveBack in
+// another process reaches this process's cache within a second.
+func TestCachedDenialInvalidation(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	a := newEngine(t, rc, WithPrefix(prefix))
+	b := newEngine(t, rc, WithPrefix(prefix))
+	waitTrusted(t, a)
+	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(2, time.Hour)}}
+	r := Request{Scope: "s", Checks: []Check{{Limiter: l, Subject: "u"}}}
+	fill := func() Decision {
+		t.Helper()
+		var last Decision
+		for range 2 {
+			last = mustAllow(t, b, r, true)
+		}
+		d, _ := a.Allow(context.Background(), r)
+		if d.Allowed {
+			t.Fatal("a: admitted a third request")
+		}
+		if d, _ := a.Allow(context.Background(), r); d.Source != FromCache {
+			t.Fatalf("a: source %v after a denial, want cache", d.Source)
+		}
+		return last
+	}
+	freed := func(what string) {
+		t.Helper()
+		start := time.Now()
+		for {
+			d, _ := a.Allow(context.Background(), r)
+			if d.Allowed {
+				if el := time.Since(start); el > time.Second {
+					t.Errorf("%s in b reached a's cache after %v, want < 1s", what, el)
+				}
+				return
+			}
+			if time.Since(start) > 3*time.Second {
+				t.Fatalf("%s in b: a still denies after 3s (source %v)", what, d.Source)
+			}
+			time.Sleep(5 * ms)
+		}
+	}
+
+	fill()
+	if err := b.Reset(context.Background(), "s", l, "u"); err != nil {
+		t.Fatal(err)
+	}
+	freed("Reset")
+
+	if err := b.Reset(context.Background(), "s", l, "u"); err != nil {
+		t.Fatal(err)
+	}
+	last := fill()
+	if err := b.GiveBack(context.Background(), r, last); err != nil {
+		t.Fatal(err)
+	}
+	freed("GiveBack")
+}
+
+// TestFallbackRemembers kills Redis and checks that FailLocal starts from
+// what Redis last said: a full subject stays denied, one with k of L used
+// gets L-k more.
+func TestFallbackRemembers(t *testing.T) {
+	t.Parallel()
+	s, rc := startRedis(t)
+	prefix := testPrefix(t)
+	e := newEngine(t, rc, WithPrefix(prefix), WithTimeout(200*ms), WithFailMode(rules.FailLocal))
+	full := req(user("full", win(10, time.Minute), win(20, time.Hour)))
+	part := req(user("part", win(10, time.Minute), win(20, time.Hour)))
+	for range 10 {
+		mustAllow(t, e, full, true)
+	}
+	for range 4 {
+		mustAllow(t, e, part, true)
+	}
+	s.Kill()
+	for i := range 5 {
+		d, err := e.Allow(context.Background(), full)
+		if d.Allowed || !errors.Is(err, ErrBackend) && d.Source != FromCache {
+			t.Fatalf("full subject, call %d with Redis down: allowed %v source %v err %v", i, d.Allowed, d.Source, err)
+		}
+	}
+	admitted := 0
+	for range 20 {
+		d, err := e.Allow(context.Background(), part)
+		if d.Allowed {
+			if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+				t.Fatalf("admitted by %v (err %v) with Redis down", d.Source, err)
+			}
+			admitted++
+		}
+	}
+	if admitted != 10-4 {
+		t.Errorf("subject with 4 of 10 used: %d admitted with Redis down, want 6", admitted)
+	}
+}
+
+// TestFallbackSeedWindows checks the seeds of a two-window key: the
+// entries counted only by the long window stay out of the short one.
+func TestFallbackSeedWindows(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithClock(clk.Now))
+	r := req(user("u", win(3, time.Second), win(10, time.Minute)))
+	c := getCall()
+	defer putCall(c)
+	if err := c.plan.build(e.keyer, &r); err != nil {
+		t.Fatal(err)
+	}
+	c.prepare()
+	// Redis said at t0: 8 entries in the minute, 1 of them in the second.
+	c.status, c.mode = statusDenied, opPeek
+	c.res = []int64{8, 30_000_000, 0, 1, 500_000, 0}
+	now := clk.Now().UnixMicro()
+	e.known.store(c, now, now, now)
+
+	want := []struct {
+		at      time.Duration
+		allowed bool
+	}{
+		{0, true}, {0, true}, // the second window had 1 of 3
+		{1 * ms, false}, // 3 of 3 in the second; 10 of 10 in the minute
+		{1100 * ms, false},
+		// The 7 entries only the minute counted sit at t0-1s: they leave
+		// it at t0+59s, no earlier than the real ones.
+		{59*time.Second - ms, false},
+		{59 * time.Second, true},
+	}
+	for _, w := range want {
+		clk.Set(w.at)
+		d, _ := e.Allow(context.Background(), r)
+		if d.Allowed != w.allowed || d.Source != FromLocal {
+			t.Errorf("at %v: allowed %v source %v, want %v local", w.at, d.Allowed, d.Source, w.allowed)
+		}
+	}
+}
