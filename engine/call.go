@@ -7,7 +7,6 @@ import "sync"
 // little beyond the Decision.
 type call struct {
 	mode   uint8 // opAllow or opPeek
-	probe  bool  // the one call asking Redis while it is considered down
 	plan   plan
 	id     int64  // snowflake id of an allow; 0 for peek
 	member []byte // id in decimal; empty for peek
@@ -29,11 +28,17 @@ type call struct {
 	args []any   // command arguments built by a leader
 	argv []byte
 
+	// Failure domains: those the call needs, and those it probes (it is
+	// the one call asking them while they are considered down).
+	doms   []*domain
+	probes []*domain
+
 	// Slot mode: the call's keys grouped by script call.
 	parts []int32 // key indices, part by part
 	pends []int32 // end of part i in parts
 	pstat []int64 // per part: status, or -1 when the part failed
 	psuf  []int64 // per part: suffix
+	pdom  []*domain
 }
 
 var callPool = sync.Pool{New: func() any { return &call{wake: make(chan uint8, 1)} }}
@@ -41,7 +46,7 @@ var callPool = sync.Pool{New: func() any { return &call{wake: make(chan uint8, 1
 func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
-	c.err, c.warn, c.probe = nil, nil, false
+	c.err, c.warn = nil, nil
 	clear(c.plan.keys) // drop the key string
 	c.plan.keys = c.plan.keys[:0]
 	callPool.Put(c)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -49,12 +48,8 @@ type Engine struct {
 	shaArg  any                 // script.Hash(), boxed once
 	srcArg  any                 // lua.MultiWindow, boxed once
 
-	// down is set after a call timed out; while it is set, only the call
-	// that wins probing asks Redis, the others use the fail mode at once
-	// instead of each waiting for the timeout.
-	down    atomic.Bool
-	probing atomic.Bool
-	closed  atomic.Bool
+	doms   domains // failure domains: which servers timed out
+	closed atomic.Bool
 
 	// The invalidation subscription of cached denials (see invalidate.go).
 	pubsub     *redis.PubSub
@@ -98,6 +93,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		local:   newLocalLimiter(cfg.localKeys),
 		known:   newKnownCache(cfg.localKeys),
 		base:    time.Now(),
+		doms:    domains{one: &domain{}, m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
@@ -170,30 +166,23 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if mode == opPeek {
 		op = "peek"
 	}
-	probe := false
-	if e.down.Load() {
-		if !e.probing.CompareAndSwap(false, true) {
-			return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
-		}
-		probe = true
+	e.route(c)
+	if !e.acquire(c) {
+		return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
 	}
 	c.id, c.member = 0, c.member[:0]
 	if mode == opAllow {
 		c.id = e.newID()
 		c.member = strconv.AppendInt(c.member, c.id, 10)
 	}
-	if probe {
-		c.probe = true
+	if len(c.probes) > 0 {
 		// Deferred: a probe that panics must not keep every later call
 		// on the fail mode.
-		defer e.probing.Store(false)
+		defer e.release(c)
 	}
 	e.batch.do(c)
 	if c.err != nil {
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
-	}
-	if e.down.Load() && e.down.Swap(false) {
-		e.log.Info("engine: redis answers again")
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
@@ -203,24 +192,32 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	return d, nil
 }
 
-// run decides a batch. A timeout marks Redis down before the batch's
-// leader hands the queue on, and while Redis is down a batch without the
-// probing call fails at once: its calls queued behind a call that timed out
-// and would otherwise each wait for one more timeout.
+// run decides a batch. On a single server, a timeout marks it down before
+// the batch's leader hands the queue on, and while it is down a batch
+// without its probe fails at once: its calls queued behind a call that
+// timed out and would otherwise each wait for one more timeout. (The
+// cluster path does the same per server, see runParts.)
 func (e *Engine) run(batch []*call) {
-	if e.down.Load() && !slices.ContainsFunc(batch, func(c *call) bool { return c.probe }) {
+	if e.group != groupAll {
+		e.runParts(batch)
+		return
+	}
+	d := e.doms.one
+	if d.down.Load() && !probed(batch, d) {
 		failAll(batch, ErrUnavailable)
 		return
 	}
-	e.exec(batch)
-	for _, c := range batch {
-		if c.err != nil && isTimeout(c.err) {
-			if !e.down.Swap(true) {
-				e.log.Warn("engine: redis timed out; deciding by fail mode until it answers", "err", c.err)
-			}
-			break
-		}
-	}
+	e.runAll(batch)
+	err := batch[0].err
+	e.observe(d, answered(err), err)
+}
+
+// answered reports whether a call that returned err reached a server that
+// answered: no error, an error reply, or a reply the engine cannot read.
+func answered(err error) bool {
+	var re redis.Error
+	var ue *ReplyError
+	return err == nil || errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
 // fallback decides by the request's fail mode after Redis could not.

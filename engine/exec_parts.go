@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,16 +55,29 @@ type partCmd struct {
 	c    *call
 	part int
 	cmd  *redis.Cmd
+	pipe int // index of its domain's pipeline
+}
+
+// domainPipe is the pipeline of one domain's script calls in a batch.
+type domainPipe struct {
+	d      *domain
+	pipe   redis.Pipeliner // nil when the domain is down and not probed
+	err    error           // the first error of its calls
+	answer bool            // one of its calls was answered
 }
 
 // runParts decides a batch when keys may live on different servers: one
-// script call per part, all in one pipeline (go-redis sends each server
-// its commands concurrently). Each part reserves the request in its keys
-// (check and add); when a part denies or fails, the parts that admitted are
-// rolled back before any caller sees the decision, so the request is
-// counted everywhere or nowhere and nothing is ever over-admitted. Until
-// the rollback, the reservation can make a concurrent request see one
-// entry too many: the error is on the side of denying.
+// script call per part, one pipeline per server, the servers' pipelines
+// sent concurrently and each waited for on its own, so that a server that
+// fails or hangs fails only the calls that need it (go-redis would fail
+// every command of one cross-server pipeline on a timeout). A server that
+// is down is not asked unless a call of the batch probes it. Each part
+// reserves the request in its keys (check and add); when a part denies or
+// fails, the parts that admitted are rolled back before any caller sees
+// the decision, so the request is counted everywhere or nowhere and
+// nothing is ever over-admitted. Until the rollback, the reservation can
+// make a concurrent request see one entry too many: the error is on the
+// side of denying.
 func (e *Engine) runParts(batch []*call) {
 	t, err := e.argTime()
 	if err != nil {
@@ -73,10 +88,27 @@ func (e *Engine) runParts(batch []*call) {
 	defer cancel()
 
 	var cmds []partCmd
-	pipe := e.client.Pipeline()
+	var pipes []domainPipe
 	for _, c := range batch {
-		c.split(e.group)
+		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0
 		for i := range c.pends {
+			d := c.pdom[i]
+			pi := slices.IndexFunc(pipes, func(p domainPipe) bool { return p.d == d })
+			if pi < 0 {
+				pi = len(pipes)
+				dp := domainPipe{d: d}
+				if !d.down.Load() || probed(batch, d) {
+					dp.pipe = e.client.Pipeline()
+				}
+				pipes = append(pipes, dp)
+			}
+			if pipes[pi].pipe == nil {
+				c.pstat[i], c.psuf[i] = -1, 0
+				if c.err == nil {
+					c.err = ErrUnavailable
+				}
+				continue
+			}
 			keys := c.part(i)
 			argv := appendHeader(nil, t, 1)
 			argv = appendOp(argv, c, keys)
@@ -88,12 +120,19 @@ func (e *Engine) runParts(batch []*call) {
 			}
 			args = append(args, argv)
 			cmd := redis.NewCmd(ctx, args...)
-			_ = pipe.Process(ctx, cmd) // queues; errors come from Exec
-			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd})
+			_ = pipes[pi].pipe.Process(ctx, cmd) // queues; errors come from Exec
+			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd, pipe: pi})
 		}
 	}
 	sent := e.mono()
-	_, _ = pipe.Exec(ctx) // errors are read per command
+	var wg sync.WaitGroup
+	for i := range pipes {
+		if p := pipes[i].pipe; p != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = p.Exec(ctx) }() // errors are read per command
+		}
+	}
+	wg.Wait()
 
 	var retry redis.Pipeliner
 	for i := range cmds {
@@ -114,13 +153,31 @@ func (e *Engine) runParts(batch []*call) {
 	}
 	e.answered(batch, sent)
 
-	for _, c := range batch {
-		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0
-	}
 	for i := range cmds {
 		pc := &cmds[i]
 		c := pc.c
+		dp := &pipes[pc.pipe]
 		s, err := pc.cmd.Text()
+		if answered(err) {
+			dp.answer = true
+		}
+		if err != nil && dp.err == nil {
+			dp.err = err
+		}
+		var st, suf int64
+		if err == nil {
+			r := reader{s: s}
+			sec, usec := r.int(maxTime/1e6), r.int(999_999)
+			st, suf = readOp(&r, c, c.part(pc.part), sec*1e6+usec)
+			if rerr := r.end(); rerr != nil {
+				err = rerr
+			} else if sec > c.sec || sec == c.sec && usec > c.usec {
+				// Each key always lives on the same server and uses its
+				// clock, so windows stay exact; the decision reports the
+				// latest time.
+				c.sec, c.usec = sec, usec
+			}
+		}
 		if err != nil {
 			c.pstat[pc.part] = -1
 			if c.err == nil {
@@ -129,22 +186,6 @@ func (e *Engine) runParts(batch []*call) {
 			// The script may have run (a timeout, a lost reply).
 			e.queueUndo(c, c.part(pc.part), -1)
 			continue
-		}
-		r := reader{s: s}
-		sec, usec := r.int(maxTime/1e6), r.int(999_999)
-		st, suf := readOp(&r, c, c.part(pc.part), sec*1e6+usec)
-		if err := r.end(); err != nil {
-			c.pstat[pc.part] = -1
-			if c.err == nil {
-				c.err = err
-			}
-			e.queueUndo(c, c.part(pc.part), -1)
-			continue
-		}
-		// Each key always lives on the same server and uses its clock, so
-		// windows stay exact; the decision reports the latest time.
-		if sec > c.sec || sec == c.sec && usec > c.usec {
-			c.sec, c.usec = sec, usec
 		}
 		c.pstat[pc.part], c.psuf[pc.part] = st, suf
 		switch st {
@@ -156,12 +197,17 @@ func (e *Engine) runParts(batch []*call) {
 			}
 		}
 	}
+	for i := range pipes {
+		if dp := &pipes[i]; dp.pipe != nil {
+			e.observe(dp.d, dp.answer, dp.err)
+		}
+	}
 	for _, c := range batch {
 		c.suffix = commonSuffix(c.psuf)
 	}
 	e.rollback(batch)
 	if e.undos.n.Load() > 0 {
-		e.runUndos(ctx, e.servedBy(cmds))
+		e.runUndos(ctx, servedBy(e, pipes))
 	}
 }
 
@@ -176,32 +222,17 @@ func commonSuffix(psuf []int64) int64 {
 	return psuf[0]
 }
 
-// servedBy returns whether key lives on a server that answered one of
-// cmds: on a Redis Cluster, the master of a slot that answered; otherwise
-// any key when any call was answered.
-func (e *Engine) servedBy(cmds []partCmd) func(key string) bool {
-	cc, _ := e.client.(*redis.ClusterClient)
-	addrs := map[string]bool{}
-	any := false
-	for i := range cmds {
-		pc := &cmds[i]
-		if pc.c.pstat[pc.part] < 0 {
-			continue
-		}
-		any = true
-		if cc != nil {
-			k := pc.c.plan.keys[pc.c.part(pc.part)[0]]
-			if m, err := cc.MasterForKey(context.Background(), k); err == nil {
-				addrs[m.Options().Addr] = true
+// servedBy returns whether key lives on a server that answered one of the
+// batch's calls.
+func servedBy(e *Engine, pipes []domainPipe) func(key string) bool {
+	return func(key string) bool {
+		d := e.domainOf(key)
+		for i := range pipes {
+			if pipes[i].d == d && pipes[i].answer {
+				return true
 			}
 		}
-	}
-	return func(key string) bool {
-		if cc == nil {
-			return any
-		}
-		m, err := cc.MasterForKey(context.Background(), key)
-		return err == nil && addrs[m.Options().Addr]
+		return false
 	}
 }
 

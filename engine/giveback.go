@@ -56,7 +56,7 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	for i, key := range c.plan.keys {
 		us[i] = undo{key: key, member: member, suffix: r.suffixOf(i), until: now + c.plan.longest(i)}
 	}
-	if e.down.Load() {
+	if e.anyDown(&c.plan) {
 		// Redis timed out and has not answered since: queue the removal
 		// for the batch that finds it back, instead of making the caller
 		// (a handler that has answered) wait for another timeout.

@@ -42,7 +42,7 @@ func TestGiveBackWhileDown(t *testing.T) {
 	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
-	e.down.Store(true)
+	e.doms.one.down.Store(true)
 	err := e.GiveBack(context.Background(), r, d)
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) {
 		t.Fatalf("GiveBack while down: %v, want ErrUnavailable and ErrBackend", err)
@@ -52,7 +52,7 @@ func TestGiveBackWhileDown(t *testing.T) {
 	}
 	// Redis answers again: the next batch runs the queued removal after
 	// its script call, so the request after it no longer sees d's entry.
-	e.down.Store(false)
+	e.doms.one.down.Store(false)
 	if d2 := mustAllow(t, e, r, true); d2.Windows[0].Used != 2 {
 		t.Errorf("first request after recovery: used %d, want 2 (d's entry, then its own)", d2.Windows[0].Used)
 	}

@@ -39,14 +39,14 @@ func TestLeaderPanic(t *testing.T) {
 		}
 	}
 	r := req(user("u", win(10, time.Minute)))
-	e.down.Store(true) // the first call is a probe
+	e.doms.one.down.Store(true) // the first call is a probe
 	leader := make(chan any)
 	go func() {
 		defer func() { leader <- recover() }()
 		e.Allow(context.Background(), r)
 	}()
 	<-entered
-	e.down.Store(false) // the queued calls ask Redis
+	e.doms.one.down.Store(false) // the queued calls ask Redis
 	queued := make(chan error, 2)
 	for range 2 {
 		go func() {
@@ -77,7 +77,7 @@ func TestLeaderPanic(t *testing.T) {
 			t.Fatal("a call queued behind a panicking batch never returned")
 		}
 	}
-	if e.probing.Load() {
+	if e.doms.one.probing.Load() {
 		t.Error("probing still set after the probe panicked")
 	}
 	e.batch.mu.Lock()

@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A domain is one failure domain: the server a key lives on (the one
+// server of a *redis.Client, a cluster master, a Ring shard). A server that
+// timed out is considered down: while it is, one call at a time (its
+// probe) asks it again, and the other calls that need it decide by their
+// fail mode at once instead of each waiting for a timeout. Calls whose
+// keys all live on other servers are not affected.
+type domain struct {
+	addr    string
+	down    atomic.Bool
+	probing atomic.Bool
+}
+
+// domains maps server addresses to their domains. one is the domain of
+// every key when the engine cannot tell servers apart (a *redis.Client,
+// an unknown Client, a cluster whose slot map cannot be read).
+type domains struct {
+	one *domain
+	mu  sync.RWMutex
+	m   map[string]*domain
+}
+
+func (ds *domains) get(addr string) *domain {
+	ds.mu.RLock()
+	d := ds.m[addr]
+	ds.mu.RUnlock()
+	if d != nil {
+		return d
+	}
+	ds.mu.Lock()
+	defer ds.mu.Unlock()
+	if d = ds.m[addr]; d == nil {
+		d = &domain{addr: addr}
+		ds.m[addr] = d
+	}
+	return d
+}
+
+// domainOf returns the domain of key: the master of its slot on a Redis
+// Cluster, its shard on a Ring, the engine's one domain otherwise.
+func (e *Engine) domainOf(key string) *domain {
+	var node *redis.Client
+	var err error
+	switch c := e.client.(type) {
+	case *redis.ClusterClient:
+		node, err = c.MasterForKey(context.Background(), key)
+	case *redis.Ring:
+		node, err = c.GetShardClientForKey(key)
+	default:
+		return e.doms.one
+	}
+	if err != nil {
+		return e.doms.one
+	}
+	return e.doms.get(node.Options().Addr)
+}
+
+// route finds the domains c needs: one for a single server; otherwise c's
+// keys are split into script calls (parts) and each part's domain found.
+func (e *Engine) route(c *call) {
+	c.doms = c.doms[:0]
+	if e.group == groupAll {
+		c.doms = append(c.doms, e.doms.one)
+		return
+	}
+	c.split(e.group)
+	c.pdom = c.pdom[:0]
+	for i := range c.pends {
+		d := e.domainOf(c.plan.keys[c.part(i)[0]])
+		c.pdom = append(c.pdom, d)
+		if !containsDomain(c.doms, d) {
+			c.doms = append(c.doms, d)
+		}
+	}
+}
+
+func containsDomain(ds []*domain, d *domain) bool {
+	for _, x := range ds {
+		if x == d {
+			return true
+		}
+	}
+	return false
+}
+
+// acquire makes c the probe of every down domain it needs, and reports
+// false (holding nothing) when another call already probes one of them.
+func (e *Engine) acquire(c *call) bool {
+	for _, d := range c.doms {
+		if !d.down.Load() {
+			continue
+		}
+		if !d.probing.CompareAndSwap(false, true) {
+			e.release(c)
+			return false
+		}
+		c.probes = append(c.probes, d)
+	}
+	return true
+}
+
+// release ends c's probes.
+func (e *Engine) release(c *call) {
+	for _, d := range c.probes {
+		d.probing.Store(false)
+	}
+	c.probes = c.probes[:0]
+}
+
+// probed reports whether a call of batch probes d.
+func probed(batch []*call, d *domain) bool {
+	for _, c := range batch {
+		if containsDomain(c.probes, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe records how d answered: a timeout makes it down, an answer up.
+func (e *Engine) observe(d *domain, answered bool, err error) {
+	switch {
+	case answered:
+		if d.down.Load() && d.down.Swap(false) {
+			e.log.Info("engine: redis answers again", "server", d.addr)
+		}
+	case err != nil && isTimeout(err):
+		if !d.down.Swap(true) {
+			e.log.Warn("engine: redis timed out; deciding by fail mode until it answers", "server", d.addr, "err", err)
+		}
+	}
+	if err != nil {
+		// The slot map may be stale (a failover): let go-redis reload it,
+		// at most every 200 ms, so the promoted replica is found as soon
+		// as the cluster has one.
+		if cc, ok := e.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(context.Background())
+		}
+	}
+}
+
+// anyDown reports whether a domain of the plan's keys is down.
+func (e *Engine) anyDown(p *plan) bool {
+	if e.group == groupAll {
+		return e.doms.one.down.Load()
+	}
+	for _, k := range p.keys {
+		if e.domainOf(k).down.Load() {
+			return true
+		}
+	}
+	return false
+}
