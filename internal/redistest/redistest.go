@@ -1,7 +1,8 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server or a 3-master Redis Cluster, each on free loopback ports, in a
-// temporary directory, stopped when the test ends. It never connects to a
-// server it did not start.
+// server, a 3-master Redis Cluster, or a 3-master + 3-replica cluster whose
+// masters can be killed to test a failover, each on free loopback ports, in
+// a temporary directory, stopped (SIGKILL, and reaped) when the test ends. It
+// never connects to a server it did not start.
 //
 // When redis-server is not installed the tests that need it are skipped,
 // unless SLIDELIMIT_REQUIRE_REDIS=1, in which case they fail: CI sets it so
@@ -16,7 +17,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,8 +36,9 @@ type Server struct {
 	dir  string
 	args []string
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd has been reaped
 }
 
 func binaries(tb testing.TB, names ...string) {
@@ -89,7 +90,7 @@ func Start(tb testing.TB) *Server {
 	return s
 }
 
-func newServer(tb testing.TB, cluster bool) *Server {
+func newServer(tb testing.TB, cluster bool, extra ...string) *Server {
 	tb.Helper()
 	port := freePort(tb, cluster)
 	dir := tb.TempDir()
@@ -103,6 +104,7 @@ func newServer(tb testing.TB, cluster bool) *Server {
 			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "1000")
 	}
+	args = append(args, extra...)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), tb: tb, dir: dir, args: args}
 	tb.Cleanup(s.Kill)
 	return s
@@ -110,22 +112,32 @@ func newServer(tb testing.TB, cluster bool) *Server {
 
 func (s *Server) start() {
 	s.tb.Helper()
+	if err := s.startErr(); err != nil {
+		s.tb.Fatalf("%v", err)
+	}
+}
+
+// startErr starts the process and waits until it answers PING. It does not
+// call the testing.TB, so it may run on any goroutine.
+func (s *Server) startErr() error {
 	s.mu.Lock()
 	cmd := exec.Command("redis-server", s.args...)
 	cmd.Dir = s.dir
 	log, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
 	if err != nil {
 		s.mu.Unlock()
-		s.tb.Fatalf("redistest: %v", err)
+		return fmt.Errorf("redistest: %v", err)
 	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
-		s.tb.Fatalf("redistest: start redis-server: %v", err)
+		log.Close()
+		return fmt.Errorf("redistest: start redis-server: %v", err)
 	}
-	s.cmd = cmd
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	go func() { cmd.Wait(); log.Close() }()
+	go func() { cmd.Wait(); log.Close(); close(done) }()
 
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	defer c.Close()
@@ -135,10 +147,15 @@ func (s *Server) start() {
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return
+			return nil
+		}
+		select {
+		case <-done:
+			return fmt.Errorf("redistest: redis-server on %s exited: %v (log in %s)", s.Addr, err, s.dir)
+		default:
 		}
 		if time.Now().After(deadline) {
-			s.tb.Fatalf("redistest: redis-server on %s did not answer: %v", s.Addr, err)
+			return fmt.Errorf("redistest: redis-server on %s did not answer: %v", s.Addr, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -150,6 +167,7 @@ func (s *Server) Kill() {
 	defer s.mu.Unlock()
 	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Kill()
+		<-s.done // reaped: no zombie is left behind
 		// Wait for the port to be released before a Restart reuses it.
 		for range 100 {
 			if c, err := net.DialTimeout("tcp", s.Addr, 50*time.Millisecond); err == nil {
@@ -161,6 +179,23 @@ func (s *Server) Kill() {
 		}
 	}
 	s.cmd = nil
+}
+
+// Alive reports whether the server's process was started and not killed.
+func (s *Server) Alive() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd != nil
+}
+
+// Pid returns the process id of the running server, or 0 after Kill.
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Restart starts the server again on the same port after Kill. Its data is
@@ -175,63 +210,5 @@ func (s *Server) Restart() {
 func (s *Server) Client() *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	s.tb.Cleanup(func() { c.Close() })
-	return c
-}
-
-// Cluster is a Redis Cluster of masters started by a test.
-type Cluster struct {
-	Nodes []*Server
-}
-
-// Addrs returns the nodes' addresses.
-func (c *Cluster) Addrs() []string {
-	a := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		a[i] = n.Addr
-	}
-	return a
-}
-
-// Client returns a cluster client, closed when the test ends.
-func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
-	tb.Cleanup(func() { cc.Close() })
-	return cc
-}
-
-// StartCluster starts a Redis Cluster of three masters (no replicas) with
-// redis-cli --cluster create and waits until every node reports
-// cluster_state:ok. It stops every node when the test ends.
-func StartCluster(tb testing.TB) *Cluster {
-	tb.Helper()
-	binaries(tb, "redis-server", "redis-cli")
-	c := &Cluster{}
-	for range 3 {
-		n := newServer(tb, true)
-		n.start()
-		c.Nodes = append(c.Nodes, n)
-	}
-	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-yes")
-	out, err := exec.Command("redis-cli", args...).CombinedOutput()
-	if err != nil {
-		tb.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for _, n := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: n.Addr})
-		for {
-			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				tb.Fatalf("redistest: cluster node %s not ok: %v %q", n.Addr, err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		cl.Close()
-	}
 	return c
 }
