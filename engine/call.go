@@ -25,7 +25,7 @@ type call struct {
 	wake chan uint8
 	lead []*call // the batch this call leads
 	args []any   // command arguments built by a leader
-	argv []byte
+	flat flatArgs
 
 	// Slot mode: the call's keys grouped by script call.
 	parts []int32 // key indices, part by part
