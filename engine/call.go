@@ -26,7 +26,7 @@ type call struct {
 	wake chan uint8
 	lead []*call // the batch this call leads
 	args []any   // command arguments built by a leader
-	argv []byte
+	flat flatArgs
 
 	// Failure domains: those the call needs, and those it probes (it is
 	// the one call asking them while they are considered down).

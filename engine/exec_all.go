@@ -39,37 +39,37 @@ func (e *Engine) runAll(batch []*call) {
 		failAll(batch, err)
 		return
 	}
-	argv := appendHeader(lead.argv[:0], t, len(batch))
 	args := append(lead.args[:0], "evalsha", e.shaArg, 0)
+	fa := &lead.flat
+	fa.reset(t)
 	nkeys := 0
 	for _, c := range batch {
-		argv = appendOp(argv, c, c.all)
+		fa.op(c, c.all)
 		for i := range c.plan.keys {
 			args = append(args, &c.plan.args[i])
 		}
 		nkeys += len(c.plan.keys)
 	}
-	argv = append(argv, ']')
 	args[2] = nkeys
-	args = append(args, argv)
-	lead.argv, lead.args = argv, args
+	args = fa.appendTo(args)
+	lead.args = args
 
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	sent := e.mono()
-	s, err := e.eval(ctx, args)
+	v, err := e.evalInts(ctx, args)
 	clear(args) // drop the pointers into other calls
-	e.answered(batch, sent)
+	e.stamp(batch, sent)
 	if err != nil {
 		e.failRun(batch, err)
 		return
 	}
-	r := reader{s: s}
+	r := ireader{v: v}
 	sec, usec := r.int(maxTime/1e6), r.int(999_999)
 	t = sec*1e6 + usec
 	for _, c := range batch {
 		c.sec, c.usec = sec, usec
-		c.status, c.suffix = readOp(&r, c, c.all, t)
+		c.status, c.suffix = readFlatOp(&r, c, c.all, t)
 	}
 	if err := r.end(); err != nil {
 		e.failRun(batch, err)
@@ -85,9 +85,9 @@ func (e *Engine) runAll(batch []*call) {
 
 var errCollision = errors.New("engine: no unique member after retries")
 
-// answered stamps the calls of batch with the time their script call was
+// stamp stamps the calls of batch with the time their script call was
 // sent and the time it came back.
-func (e *Engine) answered(batch []*call, sent int64) {
+func (e *Engine) stamp(batch []*call, sent int64) {
 	recv, wall := e.mono(), e.now().UnixMicro()
 	for _, c := range batch {
 		c.sent, c.recv, c.wall = sent, recv, wall
@@ -109,25 +109,19 @@ func (e *Engine) failRun(batch []*call, err error) {
 	}
 }
 
-// eval runs the script with args ("evalsha", sha, numkeys, ...) and
-// returns its reply string. After NOSCRIPT (a restarted or flushed server,
-// a promoted replica) it sends the source with EVAL, which also caches it
-// again. args[0] and args[1] are restored before it returns.
-func (e *Engine) eval(ctx context.Context, args []any) (string, error) {
-	cmd := redis.NewCmd(ctx, args...)
+// evalInts runs the script with args ("evalsha", sha, numkeys, ...) in
+// the flat format and returns its reply. NOSCRIPT is handled as by eval.
+func (e *Engine) evalInts(ctx context.Context, args []any) ([]int64, error) {
+	cmd := redis.NewIntSliceCmd(ctx, args...)
 	err := e.client.Process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", e.srcArg
-		cmd = redis.NewCmd(ctx, args...)
+		cmd = redis.NewIntSliceCmd(ctx, args...)
 		err = e.client.Process(ctx, cmd)
 		args[0], args[1] = "evalsha", e.shaArg
 	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	s, ok := cmd.Val().(string)
-	if !ok {
-		return "", newReplyError("reply is not a string", "")
-	}
-	return s, nil
+	return cmd.Val(), nil
 }

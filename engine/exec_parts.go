@@ -151,7 +151,7 @@ func (e *Engine) runParts(batch []*call) {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
-	e.answered(batch, sent)
+	e.stamp(batch, sent)
 
 	for i := range cmds {
 		pc := &cmds[i]

@@ -182,3 +182,168 @@ func (r *reader) score(t, per int64) int64 {
 	}
 	return d
 }
+
+// The flat format (see lua/multi_window.lua) passes every field as its own
+// script argument, so the script decodes no JSON, and replies with an
+// array of integers, which go-redis reads into one []int64:
+//
+//	args:  t, op...   op = member ("" for peek), nkeys, {nwin, busy, {period, limit}...}...
+//	reply: sec, usec, {code, {used [oldest [edge]]}...}...
+//
+// busy is the key's epoch length once it is busy, ceil(longest period /
+// 8): the script names the epoch marker after it without formatting a
+// number.
+
+// bufArg is one script argument: a slice of a batch's argument buffer. A
+// pointer to it fits in an interface without allocating, and go-redis
+// writes it with MarshalBinary.
+type bufArg struct{ b []byte }
+
+// MarshalBinary returns the argument's bytes.
+func (a *bufArg) MarshalBinary() ([]byte, error) { return a.b, nil }
+
+// String returns the argument as text, for traces and errors.
+func (a *bufArg) String() string { return string(a.b) }
+
+// flatArgs builds the arguments of one script call in the flat format:
+// every field is appended to buf and its end recorded in ends.
+type flatArgs struct {
+	buf  []byte
+	ends []int32
+	args []bufArg
+}
+
+func (f *flatArgs) reset(t int64) {
+	f.buf, f.ends = f.buf[:0], f.ends[:0]
+	f.int(t)
+}
+
+func (f *flatArgs) int(v int64) {
+	f.buf = strconv.AppendInt(f.buf, v, 10)
+	f.ends = append(f.ends, int32(len(f.buf)))
+}
+
+// op appends c's op over the keys listed in keys (indices into
+// c.plan.keys).
+func (f *flatArgs) op(c *call, keys []int32) {
+	if c.mode == opAllow {
+		f.buf = append(f.buf, c.member...)
+	}
+	f.ends = append(f.ends, int32(len(f.buf)))
+	f.int(int64(len(keys)))
+	p := &c.plan
+	for _, k := range keys {
+		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
+		f.int(int64(len(ws)))
+		f.int((ws[0].period + 7) / 8)
+		for _, w := range ws {
+			f.int(w.period)
+			f.int(w.limit)
+		}
+	}
+}
+
+// appendTo appends the arguments to args, each a pointer into f: f must
+// not change until the command has been sent.
+func (f *flatArgs) appendTo(args []any) []any {
+	if cap(f.args) < len(f.ends) {
+		f.args = make([]bufArg, len(f.ends), 2*len(f.ends))
+	}
+	f.args = f.args[:len(f.ends)]
+	prev := int32(0)
+	for i, end := range f.ends {
+		f.args[i].b = f.buf[prev:end:end]
+		args = append(args, &f.args[i])
+		prev = end
+	}
+	return args
+}
+
+// ireader reads a flat reply. The first problem sticks in err; later reads
+// return 0.
+type ireader struct {
+	v   []int64
+	i   int
+	err *ReplyError
+}
+
+func (r *ireader) fail(reason string) int64 {
+	if r.err == nil {
+		r.err = newReplyError(reason+" at "+strconv.Itoa(r.i), r.text())
+	}
+	return 0
+}
+
+// text returns the start of the reply, for errors.
+func (r *ireader) text() string {
+	var b []byte
+	for i, v := range r.v {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		if len(b) > 64 {
+			break
+		}
+		b = strconv.AppendInt(b, v, 10)
+	}
+	return string(b)
+}
+
+// int reads the next integer, which must be in 0..max.
+func (r *ireader) int(max int64) int64 {
+	if r.err != nil {
+		return 0
+	}
+	if r.i >= len(r.v) {
+		return r.fail("missing number")
+	}
+	v := r.v[r.i]
+	if v < 0 || v > max {
+		return r.fail("number out of range")
+	}
+	r.i++
+	return v
+}
+
+// end checks that the whole reply was read.
+func (r *ireader) end() *ReplyError {
+	if r.err == nil && r.i != len(r.v) {
+		r.fail("trailing data")
+	}
+	return r.err
+}
+
+// score reads the score of an entry inside the window of period per ending
+// at t and returns the time until it leaves the window (see reader.score).
+func (r *ireader) score(t, per int64) int64 {
+	d := r.int(maxTime-1) + per - t
+	if r.err == nil && d < 1 {
+		return r.fail("score outside its window")
+	}
+	return d
+}
+
+// readFlatOp is readOp for a flat reply.
+func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int64) {
+	code := r.int(statusCollision + 4*maxSuffix)
+	status, suffix = code%4, code/4
+	if status > statusCollision {
+		r.fail("bad status")
+	}
+	p := &c.plan
+	for _, k := range keys {
+		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
+			w := p.wins[j]
+			used := r.int(1 << 53)
+			var reset, wait int64
+			if used > 0 {
+				reset = r.score(t, w.period)
+				if used >= w.limit {
+					wait = r.score(t, w.period)
+				}
+			}
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
+		}
+	}
+	return status, suffix
+}

@@ -3,7 +3,8 @@
 -- The engine package documentation (engine/doc.go) is the specification;
 -- this comment summarises the wire format and the cost-driven choices.
 --
--- ARGV[1] is a JSON array of integers and member strings:
+-- In the JSON format (the cluster path's), ARGV[1] is a JSON array of
+-- integers and member strings:
 --   t, nops, op...
 -- t is the decision time in microseconds, or 0 to use the server's TIME.
 -- Each op is
@@ -26,31 +27,51 @@
 --
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
 -- itself, and turning a Lua number into a string about 0.2 µs, which is
--- most of what a decision costs. Hence: scores are passed through as Redis
--- formats them, numbers are converted to strings once, shorter windows
+-- most of what a decision costs (callgrind on redis-server 7.0: glibc's
+-- strtod and printf take 1,000-2,000 instructions per number, a
+-- decision about 100,000). Hence: numbers are converted as few times as
+-- possible, each key's fields are parsed once, shorter windows
 -- are derived from longer ones where possible (reading a key's few entries
 -- whole in one call was measured and is no cheaper: converting a reply
 -- element costs about half a redis.call), and the per-key bookkeeping (retention, trim, expiry) runs once per epoch
 -- instead of once per admission (see engine/doc.go).
 
-local a = cjson.decode(ARGV[1])
-local t = a[1]
+-- Two argument formats share the code below. The flat one (the engine's
+-- default on a single server) passes every field as its own ARGV string,
+-- so nothing is JSON-decoded:
+--   t, then per op: member, nkeys, then per key: nwin, busy, then per
+--   window: period, limit
+-- where an empty member means peek, and busy is the key's epoch length
+-- once it is busy (ceil(longest period / 8), see below), passed as a
+-- string so that the marker's name needs no number formatting. Its reply
+-- is an array of integers in the order described above (oldest and edge
+-- as plain scores). The JSON one is the format described above, with its
+-- string reply.
+local json = #ARGV == 1
+local a = ARGV
+if json then
+  a = cjson.decode(ARGV[1])
+end
 local call = redis.call
 local fmt = string.format
+local num = tonumber
+local floor = math.floor
+local t = num(a[1])
 local out = {}
 if t == 0 then
   local now = call('TIME')
-  out[1], out[2] = now[1], now[2]
-  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local s, u = num(now[1]), num(now[2])
+  out[1], out[2] = s, u
+  t = s * 1000000 + u
 else
-  out[1] = tostring(math.floor(t / 1000000))
-  out[2] = tostring(t % 1000000)
+  out[1] = floor(t / 1000000)
+  out[2] = t % 1000000
 end
 -- redis.call turns number arguments into strings with %.17g, which costs
--- more than the command itself for ZCOUNT; numbers used more than once are
--- formatted here, once (%d: exact for integers below 2^53, unlike Lua's
+-- more than the command itself for ZCOUNT; numbers are formatted here, as
+-- few times as possible (%d: exact for integers below 2^53, unlike Lua's
 -- own 14-digit conversion).
-local ts = fmt('%d', t)
+local ts -- t as a score, formatted at the first admission
 
 -- Markers are members with negative scores, which no window [t-W+1, t]
 -- (t > W) counts and no trim (from 0) removes: 'r' scored -retention, and
@@ -58,61 +79,57 @@ local ts = fmt('%d', t)
 local EPOCH = 2251799813685248 -- 2^51, below every -retention
 local BUSY = 64 -- a key with BUSY entries in its longest window is trimmed 8 times per window
 
--- str memoizes tostring for the small integers that make most of a reply
--- (large keys would make some Lua implementations grow the array part).
-local strs = {}
-local function str(v)
-  if v >= 1024 then
-    return tostring(v)
-  end
-  local s = strs[v]
-  if not s then
-    s = tostring(v)
-    strs[v] = s
-  end
-  return s
+local n = 2 -- last index written in out
+local p -- next index to read in a
+local key = 0 -- KEYS used by the previous ops
+local counts = {} -- per key of the op: entries in its longest window, its longest period and where its fields start
+local kfields -- per-key fields before the windows: nwin (and busy when flat)
+local nops
+if json then
+  nops, p, kfields = a[2], 3, 1
+else
+  nops, p, kfields = -1, 2, 2
 end
 
-local n = 2 -- last index written in out
-local p = 3 -- next index to read in a
-local key = 0 -- KEYS used by the previous ops
-local counts = {} -- per key of the op: entries in its longest window
-
-for _ = 1, a[2] do
-  local mode, member, nk = a[p], a[p + 1], a[p + 2]
-  p = p + 3
-  local code = n + 1
+while nops ~= 0 and p <= #a do
+  nops = nops - 1
+  local mode, member, nk
+  if json then
+    mode, member, nk = a[p], a[p + 1], a[p + 2]
+    p = p + 3
+  else
+    member, nk = a[p], num(a[p + 1])
+    mode = 1
+    if member == '' then
+      mode = 2
+    end
+    p = p + 2
+  end
   n = n + 1
+  local code = n
   local ok = true
   local q = p
   for k = 1, nk do
     local kk = KEYS[key + k]
-    local nw = a[q]
-    q = q + 1
-    -- Scores are integers, so the window (t-W, t] is [t-W+1, t]; that
-    -- also avoids formatting exclusive bounds (Lua's number-to-string
-    -- conversion keeps 14 digits; redis.call's keeps all). The upper
-    -- bound is +inf, not t: after the server's clock went back (an NTP
-    -- step, a failover to a replica whose clock is behind) entries
+    local nw = num(a[q])
+    local kq = q
+    q = q + kfields
+    -- Scores are integers, so the window (t-W, t] is [t-W+1, t]. The
+    -- upper bound is +inf, not t: after the server's clock went back (an
+    -- NTP step, a failover to a replica whose clock is behind) entries
     -- admitted "after" t must still count, or the window over-admits.
-    local lo = t - a[q] + 1
-    local los = fmt('%d', lo)
-    local all = call('ZCOUNT', kk, los, '+inf')
-    counts[k] = all
     local pused, pold = -1, nil
     for wi = 1, nw do
-      local w, l = a[q], a[q + 1]
+      local lo, l = t - num(a[q]) + 1, num(a[q + 1])
       q = q + 2
-      if wi > 1 then
-        lo = t - w + 1
-        los = nil
-      end
-      local used, old
+      local used, old, los
       if wi == 1 then
-        used = all
+        los = fmt('%d', lo)
+        used = call('ZCOUNT', kk, los, '+inf')
+        counts[3 * k - 2], counts[3 * k - 1], counts[3 * k] = used, t + 1 - lo, kq
       elseif pused == 0 then
         used = 0
-      elseif tonumber(pold) >= lo then
+      elseif pold >= lo then
         -- The longer window's oldest entry is inside this one, so all of
         -- its entries are.
         used, old = pused, pold
@@ -121,12 +138,11 @@ for _ = 1, a[2] do
         used = call('ZCOUNT', kk, los, '+inf')
       end
       if used > 0 and not old then
-        los = los or fmt('%d', lo)
-        old = call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2]
+        old = num(call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2])
       end
       pused, pold = used, old
       n = n + 1
-      out[n] = str(used)
+      out[n] = used
       if used > 0 then
         n = n + 1
         out[n] = old
@@ -137,7 +153,7 @@ for _ = 1, a[2] do
           local edge = old
           if used > l then
             los = los or fmt('%d', lo)
-            edge = call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', str(used - l), '1', 'WITHSCORES')[2]
+            edge = num(call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', fmt('%d', used - l), '1', 'WITHSCORES')[2])
           end
           n = n + 1
           out[n] = edge
@@ -155,6 +171,7 @@ for _ = 1, a[2] do
     -- present (two processes sharing a snowflake node) must not make the
     -- request count less than once: undo the keys added so far and retry
     -- with a suffixed member.
+    ts = ts or fmt('%d', t)
     local m = member
     while true do
       local clash = 0
@@ -179,30 +196,36 @@ for _ = 1, a[2] do
     end
 
     if status == 1 then
-      q = p
       for k = 1, nk do
         local kk = KEYS[key + k]
-        local long = a[q + 1] -- the longest window comes first
-        q = q + 1 + 2 * a[q]
+        local kq = counts[3 * k]
+        -- The longest window comes first.
+        local long = counts[3 * k - 1]
+        local ls = a[kq + kfields]
         -- Bookkeeping runs at the first admission of each epoch of length
         -- I: the whole window for a quiet key, an eighth of it for a busy
         -- one, whose stale entries would otherwise cost memory. ZADD CH
         -- reports a new epoch (or, after the clock went back, an older
         -- one, whose admissions need the deadline renewed all the same).
-        local I = long
-        if counts[k] >= BUSY then
+        local I, is = long, ls
+        if counts[3 * k - 2] >= BUSY then
           I = math.ceil(long / 8)
+          if json then
+            is = I
+          else
+            is = a[kq + 1]
+          end
         end
-        local e = -(EPOCH + math.floor(t / I))
-        local em = 'e' .. I
-        if call('ZADD', kk, 'CH', e, em) == 1 then
+        local e = -(EPOCH + floor(t / I))
+        local em = 'e' .. is
+        if call('ZADD', kk, 'CH', fmt('%d', e), em) == 1 then
           -- Entries must outlive the longest window of every group using
           -- the key, not only this one's: the retention is the largest
           -- longest window seen, kept in 'r'.
           local r = call('ZSCORE', kk, 'r')
           local ret = long
-          if r and -tonumber(r) >= ret then
-            ret = -tonumber(r)
+          if r and -num(r) >= ret then
+            ret = -num(r)
           else
             call('ZADD', kk, -ret, 'r')
             if r then
@@ -230,9 +253,15 @@ for _ = 1, a[2] do
       end
     end
   end
-  out[code] = str(status + 4 * suffix)
+  out[code] = status + 4 * suffix
   p = q
   key = key + nk
 end
 
+if not json then
+  return out
+end
+for i = 1, n do
+  out[i] = fmt('%d', out[i])
+end
 return table.concat(out, ' ')
