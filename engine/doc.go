@@ -117,13 +117,38 @@
 //
 // On a Redis Cluster (a *redis.ClusterClient) keys of one request usually
 // live in different slots and one script may only touch one slot, so the
-// request is reserved with one script call per slot, all pipelined: each
+// request is reserved with one script call per slot, one pipeline per
+// server, the servers' pipelines sent concurrently: each
 // call checks and adds in its slot. If any slot denies (or fails), the
 // member is removed (ZREM) from every slot that admitted, before Allow
 // returns. The request is thus never over-admitted and a request denied
 // by Redis leaves no entry anywhere; while a reservation is being rolled
 // back a concurrent request may see one entry too many, erring on the side
 // of denying. RetryAfter is the maximum over the denying slots.
+//
+// # Cached denials
+//
+// The engine remembers per key what Redis last said about it: each
+// window's count just after the decision, when its oldest entry leaves
+// and, for a full window, when it has room again (at most WithLocalKeys
+// keys). A later Allow whose keys are all known, with one window still full
+// and no window whose oldest entry can have left since (so every count is
+// still what Redis holds), is denied in-process without a Redis call
+// (Source FromCache), reporting what a Redis denial at that moment would:
+// the same Used, Remaining and denying window, and RetryAfter and Reset
+// measured from the arrival of the answer, so never earlier than Redis's
+// (later by at most the round trip). The deadline of the denial itself is
+// measured from the moment the answer's call was sent, so it ends no later
+// than in Redis: the cache never denies a request Redis would admit.
+// Entries only leave a full window by time, except when a process removes
+// them (Reset, GiveBack, a cluster rollback, the undo of a failed call):
+// every removal is published on the channel prefix+"invalidate" after it
+// took effect, every engine with cached denials subscribes to it, and an
+// answer sent before an invalidation arrived is not kept. An engine that
+// has not heard from its subscription for 0.8 s (it pings every 250 ms)
+// makes no cached denial, nor from an answer older than 1 s (a key
+// deleted behind the engines' backs, by hand or FLUSHALL, is asked again
+// after at most that). Peek always asks Redis. See WithCachedDenials.
 //
 // # Failures
 //
@@ -133,16 +158,34 @@
 // (FromFailClosed), rules.FailLocal asks an in-process limiter with the
 // same keys and semantics (FromLocal); the error is returned with the
 // decision in every case. Every call asks Redis again, so decisions come
-// from Redis again by themselves once it answers. The exception is a
-// timeout: after one, the calls that arrive while another call is probing
-// Redis, and the calls already queued for a batch, use the fail mode at once
-// (with ErrUnavailable) instead of each waiting for the timeout.
+// from Redis again by themselves once it answers.
+//
+// The in-process limiter starts each key from what Redis last said about
+// it: the counts of its windows are entered as if admitted when that
+// answer arrived, so none leaves a window before the real entries it
+// stands for. A subject that was full stays denied until its entries would
+// have left; one with k of L used gets at most L-k more per process. With
+// n processes an outage therefore admits at most n·(L-k) beyond the limit
+// per window (k as of each process's last answer), and nothing for a
+// subject that was full. Keys this process never asked Redis about start
+// from nothing (at most L per process).
+//
+// A timeout makes its server down: on a single server, the engine; on a
+// Redis Cluster, the master of the slot (a Ring: the shard). While a
+// server is down one call at a time probes it, and the other calls that
+// need it use the fail mode at once (with ErrUnavailable) instead of each
+// waiting for the timeout; calls whose keys live on other servers are not
+// affected: the engine sends one pipeline per server, concurrently, so
+// that a server that hangs or fails fails only the calls that need it.
+// After an error on a cluster the engine asks go-redis to reload its slot
+// map (ClusterClient.ReloadState), so a promoted replica is used as soon as
+// the cluster has one.
 //
 // A script call that fails may have counted its requests anyway: a call
 // that timed out may have run, or may run once Redis reads it, and a reply
-// the engine cannot read came from a script that ran. (On a Redis Cluster
-// go-redis reports every call of a pipeline as failed when one node times
-// out, including those that succeeded.) A request decided by its fail mode
+// the engine cannot read came from a script that ran. (go-redis may
+// report every call of a server's pipeline as failed when the context
+// expires during its retries, including calls that succeeded.) A request decided by its fail mode
 // must not stay counted in Redis, so the engine queues the removal of its
 // member (with every suffix) from every key of a failed call, and of every
 // failed rollback and give-back (see Engine.GiveBack); the next batch

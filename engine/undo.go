@@ -13,9 +13,9 @@ import (
 
 // A script call that fails (a timeout, a lost connection, a reply the
 // engine cannot read) may have counted its requests anyway: Redis may have
-// run the script, or will when it reads the command. (On a Redis Cluster,
-// go-redis even reports every command of a pipeline as failed when one
-// node times out, including the slot calls that succeeded.) Such requests
+// run the script, or will when it reads the command. (go-redis may even
+// report every command of a server's pipeline as failed when the context
+// expires during its retries, including calls that succeeded.) Such requests
 // are decided by their fail mode, and must not stay counted in Redis, so
 // the engine queues an undo (ZREM of the member, with every suffix the
 // script may have added) for every key of a failed script call, and for
