@@ -35,9 +35,11 @@ func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error
 			return nil, errors.New("demo: -cluster: no address")
 		}
 		// ContextTimeoutEnabled lets the engine's per-call timeout reach
-		// the socket, so a hanging node costs 100ms, not go-redis's 3s.
+		// the socket, so a hanging node costs 100ms, not go-redis's 3s; a
+		// short reload interval and one dial attempt find a promoted
+		// replica soon after a failover (see bench/failover/README.md).
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
-			ClusterStateReloadInterval: 5 * time.Second})
+			ClusterStateReloadInterval: 200 * time.Millisecond, DialerRetries: 1})
 		return ping(ctx, &backend{client: c, desc: "Redis Cluster " + strings.Join(addrs, ","), close: func() { c.Close() }})
 	case redisURL != "":
 		opt, err := redis.ParseURL(redisURL)
