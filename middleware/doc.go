@@ -55,28 +55,41 @@
 // # Responses
 //
 // A limited response carries the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers-10 (Structured Field Lists). The
+// draft-ietf-httpapi-ratelimit-headers-11 (Structured Field Lists). The
 // policy field has one item per window of the limiters that applied, named
 // by PolicyName, with q the limit and w the period in seconds:
 //
 //	RateLimit-Policy: "ip-1s";q=5;w=1, "ip-1min";q=100;w=60, "user-1h";q=1000;w=3600
 //
 // The RateLimit field names the most constrained window — the denying one,
-// else the one with the fewest remaining requests, ties going to the longest
-// reset — with r the remaining requests and t the seconds until one more
-// request fits:
+// else the one with the fewest remaining requests, ties going to the longer
+// effective window — with r the remaining requests and t its effective
+// window:
 //
 //	RateLimit: "ip-1s";r=0;t=1
 //
-// Because the draft allows only whole seconds, w is the period rounded up to
-// at least 1 (5 per 500ms is advertised as q=5;w=1, which a client can
-// follow without being denied), and t is rounded up. A denied request gets
-// 429 with Retry-After: the engine's wait in seconds, rounded up and at least
-// 1, never earlier than the moment the request would fit; t is capped at it.
-// The body is application/problem+json (RFC 9457) of the draft's
-// quota-exceeded type with a violated-policies member; see WriteProblem and
-// WithDeniedHandler. WithLegacyHeaders adds X-RateLimit-Limit, -Remaining
-// and -Reset.
+// Draft-11 defines t as the effective window: the seconds within which the
+// client can use no more than the available quota r. (Draft-10 called it the
+// seconds until the quota resets, which a sliding window never does all at
+// once.) In a sliding log nothing is freed before the oldest counted request
+// leaves the window, the engine's WindowState.Reset from now; until then r
+// is all the client may use, and right after it one more request fits. So t
+// is Reset, or the whole period for a window that holds nothing (a window
+// that did not count a denied request). Because the draft allows only whole
+// seconds, t is rounded up and at least 1: a client that uses r and then
+// waits t is never early, and at worst waits less than a second too long.
+// Likewise w is the period rounded up to at least 1 (5 per 500ms is
+// advertised as q=5;w=1, which a client can follow without being denied).
+//
+// A denied request gets 429 with Retry-After: the engine's wait in seconds,
+// rounded up and at least 1, never earlier than the moment the request would
+// fit. The draft says Retry-After should not point earlier than the end of
+// the effective window, so t is capped at Retry-After; the denying window's
+// own effective window ends no later anyway (its oldest entry must leave
+// before the request fits), and a shorter t stays true. The body is
+// application/problem+json (RFC 9457) of the draft's quota-exceeded type
+// with a violated-policies member; see WriteProblem and WithDeniedHandler.
+// WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
 //
 // Nested middlewares, such as a service-wide limit in front of a route's
 // own, each add their members to RateLimit-Policy and RateLimit (a
@@ -85,7 +98,7 @@
 //
 // When Redis fails, the Decision's source decides: fail-open and local
 // decisions are served like any other, and fail-closed answers 503 with
-// Retry-After. A request the engine cannot evaluate (an error matching
+// Retry-After and a body of the draft's temporary-reduced-capacity type. A request the engine cannot evaluate (an error matching
 // engine.ErrInvalid) is a server error, answered with 500 rather than a
 // misleading 429. Errors go to the WithLogger logger, never to the client.
 //

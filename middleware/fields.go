@@ -106,26 +106,54 @@ func policyField(ps []policy) string {
 	return string(b)
 }
 
-// rateLimitField renders the RateLimit value for one window state, such as
-// `"ip-1s";r=0;t=1`. t is capped at maxT when maxT is positive, because the
-// draft forbids a Retry-After earlier than t.
-func rateLimitField(name string, ws engine.WindowState, maxT int64) string {
-	t := ceilSeconds(ws.Reset)
+// effectiveWindow is the effective window of a window state in the sense of
+// draft-ietf-httpapi-ratelimit-headers-11, Section 4.1.2: the time within
+// which the client can use no more than the window's remaining quota. In a
+// sliding log no unit is freed before the oldest entry leaves, Reset from
+// now, so until then Remaining is all the client may use, and one unit more
+// is free right after: Reset is exactly the effective window. An empty
+// window (Reset zero, as for a window that did not count a denied request)
+// frees nothing either, but its whole quota may be used in any span of one
+// period, so its effective window is the period.
+func effectiveWindow(ws engine.WindowState) time.Duration {
+	if ws.Reset > 0 {
+		return ws.Reset
+	}
+	return ws.Window.Period
+}
+
+// effectiveSeconds is the t parameter of a window state: its effective
+// window in whole seconds, rounded up and at least 1, capped at maxT when
+// maxT is positive. Rounding up overstates the window by less than a second,
+// which understates the rate a client may use, never the reverse: a client
+// that spends r and then waits t is never early. The cap is the Retry-After
+// value of a denial, because the draft's Section 6 says Retry-After should
+// not point earlier than the end of the effective window; a shorter t is
+// still true (within a shorter time the client can use no more either).
+func effectiveSeconds(ws engine.WindowState, maxT int64) int64 {
+	t := max(1, ceilSeconds(effectiveWindow(ws)))
 	if maxT > 0 {
 		t = min(t, maxT)
 	}
+	return t
+}
+
+// rateLimitField renders the RateLimit value for one window state, such as
+// `"ip-1s";r=0;t=1`, with t from effectiveSeconds.
+func rateLimitField(name string, ws engine.WindowState, maxT int64) string {
 	b := appendSFString(make([]byte, 0, len(name)+24), name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, max(0, ws.Remaining), 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, t, 10)
+	b = strconv.AppendInt(b, effectiveSeconds(ws, maxT), 10)
 	return string(b)
 }
 
 // mostConstrained returns the index in d.Windows of the window the RateLimit
 // field names: the denying window when there is one, else the one with the
-// fewest remaining requests, ties going to the longest reset. It returns -1
-// when d has no windows.
+// fewest remaining requests, ties going to the longest effective window
+// (the stronger statement: as little for longer). It returns -1 when d has
+// no windows.
 func mostConstrained(d *engine.Decision) int {
 	if d.Denied != nil {
 		for i := range d.Windows {
@@ -144,7 +172,7 @@ func mostConstrained(d *engine.Decision) int {
 	best := -1
 	for i, ws := range d.Windows {
 		if best < 0 || ws.Remaining < d.Windows[best].Remaining ||
-			ws.Remaining == d.Windows[best].Remaining && ws.Reset > d.Windows[best].Reset {
+			ws.Remaining == d.Windows[best].Remaining && effectiveWindow(ws) > effectiveWindow(d.Windows[best]) {
 			best = i
 		}
 	}

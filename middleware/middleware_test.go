@@ -413,8 +413,12 @@ func parsePolicy(t *testing.T, lines []string) []policyItem {
 					pi.w = n
 				}
 			case "qu":
-				if _, ok := p.Value.(string); !ok {
-					t.Fatalf("qu is not a String")
+				// Draft-11, Section 3.1.2: a String from the RateLimit
+				// Quota Units registry.
+				switch p.Value {
+				case "requests", "content-bytes", "concurrent-requests":
+				default:
+					t.Fatalf("RateLimit-Policy %s: qu=%#v is not a registered quota unit", name, p.Value)
 				}
 			case "pk":
 				if _, ok := p.Value.([]byte); !ok {
@@ -474,6 +478,11 @@ func parseRateLimit(t *testing.T, lines []string) []serviceLimit {
 		}
 		if _, ok := it.param("r"); !ok {
 			t.Fatalf("RateLimit %s: no r", name)
+		}
+		// t is optional in the draft; this package always sends it, and an
+		// effective window of 0 seconds would tell a client nothing.
+		if !sl.hasT || sl.t < 1 {
+			t.Fatalf("RateLimit %s: t=%d (present %v), want an effective window of at least 1", name, sl.t, sl.hasT)
 		}
 		out = append(out, sl)
 	}
@@ -679,7 +688,8 @@ func TestFailClosed(t *testing.T) {
 		t.Errorf("backend error leaked to client: %q", w.Body)
 	}
 	var p problemBody
-	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != 503 || w.Header().Get("Content-Type") != "application/problem+json" {
+	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != 503 || w.Header().Get("Content-Type") != "application/problem+json" ||
+		p.Type != middleware.ProblemTemporaryReducedCapacity || p.Title != "Temporary Reduced Capacity" || p.ViolatedPolicies != nil {
 		t.Errorf("body %q: %+v %v", w.Body, p, err)
 	}
 	if !strings.Contains(logs.String(), "connection refused") || !strings.Contains(logs.String(), "fail-closed") {

@@ -8,16 +8,20 @@ import (
 
 // Problem types (RFC 9457) used in response bodies.
 const (
-	// ProblemQuotaExceeded is the problem type of a 429, registered by
-	// draft-ietf-httpapi-ratelimit-headers.
+	// ProblemQuotaExceeded is the problem type of a 429, defined by
+	// draft-ietf-httpapi-ratelimit-headers-11, Section 5.1.
 	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	// ProblemTemporaryReducedCapacity is the problem type of the 503 of a
+	// group that fails closed, defined by the same draft, Section 5.2: the
+	// request cannot be served because capacity is temporarily reduced.
+	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 	// ProblemBlank is the problem type of responses that need no more than
 	// their status code (RFC 9457, Section 4.2.1).
 	ProblemBlank = "about:blank"
 )
 
 // problem is an RFC 9457 problem details object. ViolatedPolicies is the
-// extension member the draft defines for its quota-exceeded type.
+// extension member the draft defines for its problem types.
 type problem struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title"`
@@ -36,7 +40,10 @@ type problem struct {
 //	 "detail":"Quota of policy \"ip-1s\" (5 requests per 1s) exceeded; retry after 1s.",
 //	 "violated-policies":["ip-1s"]}
 //
-// A 503 has type about:blank and says nothing about the failure.
+// A 503 (Redis failed and the group fails closed) has the draft's
+// temporary-reduced-capacity type, title "Temporary Reduced Capacity" and no
+// violated-policies member, because no quota was exceeded; it says nothing
+// about the failure itself.
 func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 	p := problem{Type: ProblemBlank, Title: http.StatusText(d.Status), Status: d.Status}
 	retry := strconv.FormatInt(ceilSeconds(d.RetryAfter), 10) + "s"
@@ -53,6 +60,8 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 			p.Detail = "Too many requests; retry after " + retry + "."
 		}
 	case d.Status == http.StatusServiceUnavailable:
+		p.Type = ProblemTemporaryReducedCapacity
+		p.Title = "Temporary Reduced Capacity"
 		p.Detail = "The service cannot admit requests at the moment; retry after " + retry + "."
 	}
 	writeProblem(w, p)
