@@ -36,8 +36,8 @@ func (s *sizeCost) fn(r *http.Request) (int64, error) {
 	}
 }
 
-// allowAll answers every request as admitted with one fresh entry per window
-// and records the requests.
+// recorder is a Decider that records the requests it is asked to decide
+// (from one goroutine at a time) and answers with dec.
 type recorder struct {
 	funcDecider
 	reqs []engine.Request
@@ -52,6 +52,7 @@ func newRecorder(dec func(engine.Request) engine.Decision) *recorder {
 	return r
 }
 
+// admitted admits req with one fresh entry in every window.
 func admitted(req engine.Request) engine.Decision {
 	d := engine.Decision{Allowed: true}
 	for i, c := range req.Checks {
