@@ -101,6 +101,14 @@ func WithKeyFunc(name string, fn middleware.KeyFunc) Option {
 	return func(c *config) { c.mw(middleware.WithKeyFunc(name, fn)) }
 }
 
+// WithCostFunc registers fn as the cost function name, counted by limiters
+// such as user[bytes]:2Gi/d instead of 1 per request (see
+// middleware.WithCostFunc). A group naming a cost function that is not
+// registered fails to register.
+func WithCostFunc(name string, fn middleware.CostFunc) Option {
+	return func(c *config) { c.mw(middleware.WithCostFunc(name, fn)) }
+}
+
 // WithHook adds fn to the functions receiving a middleware.Event for every
 // request, for metrics and tracing. Hooks run synchronously on the request's
 // goroutine and must be safe for concurrent use.

@@ -178,6 +178,7 @@ func TestHandle(t *testing.T) {
 		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, slidelimit.ErrParam},
 		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, slidelimit.ErrParam},
 		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey},
+		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost},
 		{"nil handler", "GET /a", "ip:5/s", nil, slidelimit.ErrNilHandler},
 	}
 	for _, tt := range tests {
@@ -224,5 +225,21 @@ func TestNewOptions(t *testing.T) {
 	lim := offline(t, slidelimit.WithTrustedProxies("bogus"))
 	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); !errors.Is(err, middleware.ErrConfig) {
 		t.Errorf("Handle = %v, want middleware.ErrConfig", err)
+	}
+}
+
+// TestWithCostFunc checks that WithCostFunc reaches the middleware: a group
+// naming the registered cost function registers, one naming another does
+// not.
+func TestWithCostFunc(t *testing.T) {
+	t.Parallel()
+	lim := offline(t, slidelimit.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil }))
+	mux := http.NewServeMux()
+	if err := lim.Handle(mux, "GET /files/{id}", http.NotFoundHandler(), "user:10/min; user[bytes]:2Gi/d~1h"); err != nil {
+		t.Fatalf("registered cost function: %v", err)
+	}
+	err := lim.Handle(mux, "GET /other", http.NotFoundHandler(), "user[tokens]:5k/d")
+	if !errors.Is(err, middleware.ErrUnknownCost) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
+		t.Errorf("unregistered cost function: %v", err)
 	}
 }

@@ -16,6 +16,8 @@ type Check struct {
 	// encodes it so that it can never collide with another subject or
 	// change a Redis Cluster hash tag.
 	Subject string
+	// Cost is what the request counts in this check's windows; 0 counts 1.
+	Cost int64
 }
 
 // Request is one rate-limit decision: every window of every check must have

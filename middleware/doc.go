@@ -42,6 +42,22 @@
 // Subject maps a raw value (a user id, an address) to its subject the same
 // way, for tools that inspect or reset windows.
 //
+// # Costs
+//
+// A limiter with a cost counts more than one per request (see package
+// rules): user[bytes]:2Gi/d counts, per user, what the CostFunc registered
+// with WithCostFunc("bytes", fn) returns, and ip[5]:100/min counts 5 per
+// request. Before calling the Decider the middleware calls each cost
+// function the applicable limiters name, once per request whatever the
+// number of limiters naming it, and passes the cost in engine.Check.Cost (0
+// for limiters without a cost, which count 1). A cost function that returns
+// an error, or a cost below 1, makes the middleware answer without deciding
+// or counting: 400 when the error wraps ErrCostBadRequest (the request
+// itself cannot be costed, such as a malformed Range header), else 500,
+// with a problem body that only names the status. The error goes to the
+// logger (a *CostError naming the function and limiter) and to hooks, never
+// to the client. In shadow mode the request is served, uncounted.
+//
 // # Scope
 //
 // Windows belong to a scope, in order of precedence: the group's scope:
@@ -63,8 +79,8 @@
 //
 // The RateLimit field names the most constrained window — the denying one,
 // else the one with the fewest remaining requests, ties going to the longer
-// effective window — with r the remaining requests and t its effective
-// window:
+// effective window (per quota unit; see below) — with r the remaining
+// requests and t its effective window:
 //
 //	RateLimit: "ip-1s";r=0;t=1
 //
@@ -90,6 +106,24 @@
 // application/problem+json (RFC 9457) of the draft's quota-exceeded type
 // with a violated-policies member; see WriteProblem and WithDeniedHandler.
 // WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
+//
+// Quota units. The draft's q and r are counted in quota units, requests
+// unless the qu parameter says otherwise. Windows of a limiter whose cost
+// function is named bytes are advertised with qu="content-bytes", the
+// draft's unit for content bytes:
+//
+//	RateLimit-Policy: "user-1min";q=10;w=60, "user[bytes]-1d";q=2147483648;qu="content-bytes";w=86400
+//
+// A window of a constant cost is advertised in requests: q is the limit
+// divided by the cost and r the remaining units divided by it, the numbers
+// of requests that fit (ip[5]:100/min is q=20). Windows of other cost
+// functions are not advertised: the draft only allows units of its
+// registry (requests, content-bytes, concurrent-requests), and an item
+// without qu would claim requests. Their denials still carry Retry-After
+// and name the policy in the problem body. Remaining requests and remaining
+// bytes cannot be compared, so RateLimit names the most constrained window
+// of each advertised unit, requests first; a denial names only the denying
+// window.
 //
 // Nested middlewares, such as a service-wide limit in front of a route's
 // own, each add their members to RateLimit-Policy and RateLimit (a

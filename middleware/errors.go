@@ -13,6 +13,18 @@ var (
 	// ErrUnknownKey means a group uses key(name) but no KeyFunc is
 	// registered under name.
 	ErrUnknownKey = errors.New("middleware: no key function registered")
+	// ErrUnknownCost means a group uses a cost function name, as in
+	// user[bytes], but no CostFunc is registered under it.
+	ErrUnknownCost = errors.New("middleware: no cost function registered")
+	// ErrCost means a cost function failed or returned a cost below 1. The
+	// request is not counted and is answered with 500, or with 400 when the
+	// error wraps ErrCostBadRequest.
+	ErrCost = errors.New("middleware: cost function failed")
+	// ErrCostBadRequest is for cost functions to wrap when the request
+	// itself cannot be costed, such as a malformed Range header; the
+	// middleware then answers 400 instead of 500. The error's text is never
+	// written to the client.
+	ErrCostBadRequest = errors.New("middleware: request cannot be costed")
 	// ErrNoScope means no scope could be found for a request: the group has
 	// no scope: statement, neither WithScope nor WithScopeFunc gave one, and
 	// the router did not set http.Request.Pattern. The request is answered
@@ -69,3 +81,57 @@ func (e *UnknownKeyError) Error() string {
 
 // Unwrap returns ErrUnknownKey.
 func (e *UnknownKeyError) Unwrap() error { return ErrUnknownKey }
+
+// UnknownCostError reports a limiter whose cost names no registered
+// CostFunc. It unwraps to ErrUnknownCost.
+type UnknownCostError struct {
+	// Name is the cost function name used by the group.
+	Name string
+	// Limiter is the ID of the limiter that names it, as in "user[bytes]".
+	Limiter string
+	// Role is the role whose override uses the limiter, or empty for the
+	// group's default limiters.
+	Role string
+}
+
+// Error implements the error interface.
+func (e *UnknownCostError) Error() string {
+	s := "middleware: unknown cost function " + strconv.Quote(e.Name) + " in limiter " + e.Limiter
+	if e.Role != "" {
+		s += " of role(" + e.Role + ") override"
+	}
+	return s + " (use WithCostFunc)"
+}
+
+// Unwrap returns ErrUnknownCost.
+func (e *UnknownCostError) Unwrap() error { return ErrUnknownCost }
+
+// CostError reports a cost function that failed, or returned a cost below
+// 1, for one request. It unwraps to ErrCost and to the function's error.
+type CostError struct {
+	// Name is the cost function name.
+	Name string
+	// Limiter is the ID of the first limiter that names it.
+	Limiter string
+	// Cost is what the function returned.
+	Cost int64
+	// Err is the function's error, or nil when the cost was below 1.
+	Err error
+}
+
+// Error implements the error interface.
+func (e *CostError) Error() string {
+	s := "middleware: cost function " + strconv.Quote(e.Name) + " of limiter " + e.Limiter + ": "
+	if e.Err != nil {
+		return s + e.Err.Error()
+	}
+	return s + "returned cost " + strconv.FormatInt(e.Cost, 10) + ", want at least 1"
+}
+
+// Unwrap returns ErrCost and the function's error.
+func (e *CostError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrCost}
+	}
+	return []error{ErrCost, e.Err}
+}

@@ -78,6 +78,10 @@ type Denial struct {
 	Limiter string
 	// Window is the violated window; zero for a 503.
 	Window rules.Window
+	// Cost is the cost of the violated limiter as the rule states it ("" for
+	// one per request, a constant such as "5", or a cost function name such
+	// as "bytes"), which says the unit of Window.Limit; empty for a 503.
+	Cost string
 	// Scope is the scope the request was counted in.
 	Scope string
 	// Decision is the engine's decision.

@@ -90,16 +90,26 @@ func appendSFString(b []byte, s string) []byte {
 }
 
 // policyField renders the RateLimit-Policy value of the policies: one List
-// member per window, such as `"ip-1s";q=5;w=1, "ip-1min";q=100;w=60`.
+// member per advertised window, such as `"ip-1s";q=5;w=1,
+// "user[bytes]-1d";q=2147483648;qu="content-bytes";w=86400`. A window of a
+// constant cost is advertised in requests, q being the limit divided by the
+// cost (how many requests fit); windows of cost functions other than bytes
+// are left out (see unitNone).
 func policyField(ps []policy) string {
 	var b []byte
-	for i, p := range ps {
-		if i > 0 {
+	for _, p := range ps {
+		if p.unit == unitNone {
+			continue
+		}
+		if len(b) > 0 {
 			b = append(b, ", "...)
 		}
 		b = appendSFString(b, p.name)
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, p.window.Limit, 10)
+		b = strconv.AppendInt(b, p.window.Limit/p.per, 10)
+		if p.unit == unitBytes {
+			b = append(b, `;qu="content-bytes"`...)
+		}
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, windowSeconds(p.window.Period), 10)
 	}
@@ -139,50 +149,108 @@ func effectiveSeconds(ws engine.WindowState, maxT int64) int64 {
 }
 
 // rateLimitField renders the RateLimit value for one window state, such as
-// `"ip-1s";r=0;t=1`, with t from effectiveSeconds.
-func rateLimitField(name string, ws engine.WindowState, maxT int64) string {
+// `"ip-1s";r=0;t=1`, with r in the policy's unit (the remaining units
+// divided by a constant cost per, which is how many requests fit) and t
+// from effectiveSeconds.
+func rateLimitField(name string, ws engine.WindowState, per, maxT int64) string {
 	b := appendSFString(make([]byte, 0, len(name)+24), name)
 	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, max(0, ws.Remaining), 10)
+	b = strconv.AppendInt(b, max(0, ws.Remaining)/per, 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, effectiveSeconds(ws, maxT), 10)
 	return string(b)
 }
 
-// mostConstrained returns the index in d.Windows of the window the RateLimit
-// field names: the denying window when there is one, else the one with the
-// fewest remaining requests, ties going to the longest effective window
-// (the stronger statement: as little for longer). It returns -1 when d has
-// no windows.
+// deniedIndex returns the index in d.Windows of the denying window, or -1.
+func deniedIndex(d *engine.Decision) int {
+	if d.Denied == nil {
+		return -1
+	}
+	for i := range d.Windows {
+		if &d.Windows[i] == d.Denied {
+			return i
+		}
+	}
+	// Denied points outside Windows (a hand-built Decision): find the equal
+	// window.
+	for i := range d.Windows {
+		if d.Windows[i] == *d.Denied {
+			return i
+		}
+	}
+	return -1
+}
+
+// tighter reports whether window state a, with r = its remaining in its
+// policy's unit, is more constrained than b with rb: fewer remaining, ties
+// going to the longer effective window (the stronger statement: as little
+// for longer).
+func tighter(a engine.WindowState, ra int64, b engine.WindowState, rb int64) bool {
+	return ra < rb || ra == rb && effectiveWindow(a) > effectiveWindow(b)
+}
+
+// mostConstrained returns the index in d.Windows of the denying window when
+// there is one, else of the one with the fewest remaining, whatever its
+// unit (see tighter). It returns -1 when d has no windows.
 func mostConstrained(d *engine.Decision) int {
-	if d.Denied != nil {
-		for i := range d.Windows {
-			if &d.Windows[i] == d.Denied {
-				return i
-			}
-		}
-		// Denied points outside Windows (a hand-built Decision): find the
-		// equal window.
-		for i := range d.Windows {
-			if d.Windows[i] == *d.Denied {
-				return i
-			}
-		}
+	if i := deniedIndex(d); i >= 0 {
+		return i
 	}
 	best := -1
 	for i, ws := range d.Windows {
-		if best < 0 || ws.Remaining < d.Windows[best].Remaining ||
-			ws.Remaining == d.Windows[best].Remaining && effectiveWindow(ws) > effectiveWindow(d.Windows[best]) {
+		if best < 0 || tighter(ws, ws.Remaining, d.Windows[best], d.Windows[best].Remaining) {
 			best = i
 		}
 	}
 	return best
 }
 
-// setLegacy sets the X-RateLimit-* fields for one window state.
-func setLegacy(h http.Header, ws engine.WindowState) {
-	h.Set(headerLegacyLim, strconv.FormatInt(ws.Window.Limit, 10))
-	h.Set(headerLegacyRem, strconv.FormatInt(max(0, ws.Remaining), 10))
+// constrained returns the windows the RateLimit field names, as indexes in
+// d.Windows, and the primary window that events and denials report (-1 when
+// d has no windows).
+//
+// For a denial that is the denying window, named when its unit is
+// advertised. Otherwise it is, per advertised quota unit — requests first,
+// then content-bytes — the window with the fewest remaining in that unit
+// (remaining requests and remaining bytes cannot be compared), ties going
+// to the longer effective window; the primary window is the first of them,
+// or the most constrained of all when none is advertised.
+func (p *plan) constrained(d *engine.Decision) (items []int, primary int) {
+	if i := deniedIndex(d); i >= 0 {
+		ws := d.Windows[i]
+		if pol := p.lookup(ws.Check, ws.Window); pol != nil && pol.unit != unitNone {
+			items = []int{i}
+		}
+		return items, i
+	}
+	best := [unitNone]int{-1, -1}
+	var bestR [unitNone]int64
+	for i, ws := range d.Windows {
+		pol := p.lookup(ws.Check, ws.Window)
+		if pol == nil || pol.unit == unitNone {
+			continue
+		}
+		r := max(0, ws.Remaining) / pol.per
+		if b := best[pol.unit]; b < 0 || tighter(ws, r, d.Windows[b], bestR[pol.unit]) {
+			best[pol.unit], bestR[pol.unit] = i, r
+		}
+	}
+	for _, b := range best {
+		if b >= 0 {
+			items = append(items, b)
+		}
+	}
+	if len(items) > 0 {
+		return items, items[0]
+	}
+	return nil, mostConstrained(d)
+}
+
+// setLegacy sets the X-RateLimit-* fields for one window state, in the unit
+// of its RateLimit item (per divides the quota of a constant cost).
+func setLegacy(h http.Header, ws engine.WindowState, per int64) {
+	h.Set(headerLegacyLim, strconv.FormatInt(ws.Window.Limit/per, 10))
+	h.Set(headerLegacyRem, strconv.FormatInt(max(0, ws.Remaining)/per, 10))
 	h.Set(headerLegacyRst, strconv.FormatInt(ceilSeconds(ws.Reset), 10))
 }
 

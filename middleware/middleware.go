@@ -51,13 +51,15 @@ type limiter struct {
 	defaults *plan
 	byRole   map[string]*plan
 	keys     map[string]KeyFunc
+	costs    map[string]CostFunc
 }
 
 // New returns middleware that limits the requests of the next handler by
 // group g, deciding with d. It fails, listing every problem at once, when g
-// is not valid (see rules.Group.Validate), an option is invalid, or a
+// is not valid (see rules.Group.Validate), an option is invalid, a
 // key(name) limiter of g (including its overrides) has no function
-// registered with WithKeyFunc.
+// registered with WithKeyFunc, or a limiter's cost names no function
+// registered with WithCostFunc.
 //
 // For each request the middleware:
 //
@@ -66,9 +68,12 @@ type limiter struct {
 //     WithPolicy policy (see package role for the precedence);
 //   - passes an exempt request (or one to which no limiter applies) straight
 //     to next, without calling d;
-//   - otherwise calls d.Allow once with a Check per limiter, and passes the
-//     request on, answers 429, or answers 503 when Redis failed and the fail
-//     mode is closed.
+//   - otherwise calls the cost functions the limiters name, each once, and
+//     d.Allow once with a Check per limiter carrying its cost
+//     (engine.Check.Cost), and passes the request on, answers 429, or
+//     answers 503 when Redis failed and the fail mode is closed. A cost
+//     function that fails is answered with 400 or 500 without calling d
+//     (see CostFunc).
 //
 // Subjects and scopes are described in the package documentation. The
 // returned function and the handlers it makes are safe for concurrent use.
@@ -117,6 +122,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		denied:  c.denied,
 		byRole:  make(map[string]*plan, len(g.Overrides)),
 		keys:    c.keys,
+		costs:   c.costs,
 	}
 	if l.scope == "" {
 		l.scope = c.scope
@@ -133,14 +139,14 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		l.ip.trusted = append(l.ip.trusted, p)
 	}
 	var err error
-	if l.defaults, err = newPlan("", g.Limiters, c.keys); err != nil {
+	if l.defaults, err = newPlan("", g.Limiters, c.keys, c.costs); err != nil {
 		errs = append(errs, err)
 	}
 	for _, o := range g.Overrides {
 		if _, dup := l.byRole[o.Role]; dup {
 			continue // Resolve picks the first override of a role
 		}
-		p, err := newPlan(o.Role, o.Limiters, c.keys)
+		p, err := newPlan(o.Role, o.Limiters, c.keys, c.costs)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -167,7 +173,7 @@ func (l *limiter) planFor(res role.Resolution) *plan {
 	}
 	// Unreachable with role.Policy, which only returns roles of the group's
 	// overrides; an ad hoc plan keeps serving correct if that changes.
-	p, err := newPlan(string(res.Role), res.Limiters, l.keys)
+	p, err := newPlan(string(res.Role), res.Limiters, l.keys, l.costs)
 	if err != nil {
 		return l.defaults
 	}
@@ -216,7 +222,29 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 
-	req := engine.Request{Scope: scope, Checks: l.checks(r, id, res, p), Fail: l.group.Fail}
+	checks := l.checks(r, id, res, p)
+	if err := l.price(r, p, checks); err != nil {
+		status := http.StatusInternalServerError
+		level := slog.LevelError
+		if errors.Is(err, ErrCostBadRequest) {
+			status, level = http.StatusBadRequest, slog.LevelInfo
+		}
+		l.logger.LogAttrs(r.Context(), level, "slidelimit: cost function failed; request not counted",
+			slog.String("scope", scope), slog.Int("status", status), slog.Any("error", err))
+		ev := Event{Request: r, Scope: scope, Role: res.Role, Shadow: shadow, Err: err}
+		if shadow {
+			// Shadow mode never refuses: the handler answers, uncounted.
+			ev.Allowed = true
+			l.emit(ev)
+			next.ServeHTTP(w, r)
+			return
+		}
+		ev.Status = status
+		l.emit(ev)
+		writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(status), Status: status})
+		return
+	}
+	req := engine.Request{Scope: scope, Checks: checks, Fail: l.group.Fail}
 	start := time.Now()
 	dec, err := l.decider.Allow(r.Context(), req)
 	took := time.Since(start)
@@ -225,10 +253,10 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		Request: r, Scope: scope, Role: res.Role, Allowed: dec.Allowed, Shadow: shadow,
 		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: dec, Latency: took,
 	}
-	var ws *engine.WindowState
 	var pol *policy
-	if i := mostConstrained(&dec); i >= 0 {
-		ws = &dec.Windows[i]
+	items, primary := p.constrained(&dec)
+	if primary >= 0 {
+		ws := &dec.Windows[primary]
 		if pol = p.lookup(ws.Check, ws.Window); pol != nil {
 			ev.Limiter, ev.Policy, ev.Window = p.limiters[pol.check].ID(), pol.name, pol.window
 		}
@@ -261,7 +289,7 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		l.serveNext(w, r, next, req, dec)
 		return
 	case dec.Allowed:
-		l.setFields(w.Header(), p, ws, pol, 0)
+		l.setFields(w.Header(), p, &dec, items, 0)
 		l.emit(ev)
 		l.serveNext(w, r, next, req, dec)
 		return
@@ -272,11 +300,14 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	h := w.Header()
 	if dec.Source == engine.FromFailClosed {
 		d.Status = http.StatusServiceUnavailable
-		h.Add(headerPolicy, p.field)
+		if p.field != "" {
+			h.Add(headerPolicy, p.field)
+		}
 	} else {
-		l.setFields(h, p, ws, pol, retry)
+		l.setFields(h, p, &dec, items, retry)
 		if pol != nil {
 			d.Policy, d.Limiter, d.Window = pol.name, ev.Limiter, pol.window
+			d.Cost = p.limiters[pol.check].Cost
 		}
 	}
 	h.Set(headerRetryAfter, strconv.FormatInt(retry, 10))
@@ -301,7 +332,7 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 	sub := subjects{l: l, r: r}
 	cs := make([]engine.Check, len(p.limiters))
 	for i, lim := range p.limiters {
-		cs[i].Limiter = lim
+		cs[i].Limiter = lim // Cost is set by price
 		switch lim.Kind {
 		case rules.IP:
 			cs[i].Subject = sub.ip()
@@ -352,21 +383,54 @@ func (s *subjects) orIP(kind rules.Kind, v string) string {
 	return s.ip()
 }
 
-// setFields adds the RateLimit-Policy field and, when the decision has
-// window state, the RateLimit field (and sets legacy fields if enabled) for
-// the deciding window. maxT caps the reset parameter at the Retry-After
-// value. The RateLimit fields are added, not set, so that nested
-// middlewares (a router-wide limit around a route's own) each contribute
-// their list members, as the draft allows a list to span field lines.
-func (l *limiter) setFields(h http.Header, p *plan, ws *engine.WindowState, pol *policy, maxT int64) {
-	h.Add(headerPolicy, p.field)
-	if ws == nil || pol == nil {
-		return
+// setFields adds the RateLimit-Policy field and a RateLimit member for each
+// of items, indexes in dec.Windows (see plan.constrained), and sets legacy
+// fields for the first if enabled. maxT caps the effective window at the
+// Retry-After value. The RateLimit fields are added, not set, so that
+// nested middlewares (a router-wide limit around a route's own) each
+// contribute their list members, as the draft allows a list to span field
+// lines.
+func (l *limiter) setFields(h http.Header, p *plan, dec *engine.Decision, items []int, maxT int64) {
+	if p.field != "" {
+		h.Add(headerPolicy, p.field)
 	}
-	h.Add(headerRateLimit, rateLimitField(pol.name, *ws, maxT))
-	if l.legacy {
-		setLegacy(h, *ws)
+	for k, i := range items {
+		ws := dec.Windows[i]
+		pol := p.lookup(ws.Check, ws.Window)
+		h.Add(headerRateLimit, rateLimitField(pol.name, ws, pol.per, maxT))
+		if k == 0 && l.legacy {
+			setLegacy(h, ws, pol.per)
+		}
 	}
+}
+
+// price sets the cost of every check from its limiter's cost, calling each
+// cost function the plan names once. It fails with a *CostError.
+func (l *limiter) price(r *http.Request, p *plan, cs []engine.Check) error {
+	var called map[string]int64
+	for i := range cs {
+		c := p.costs[i]
+		if c.fn == nil {
+			if c.n > 1 {
+				cs[i].Cost = c.n
+			}
+			continue
+		}
+		n, ok := called[c.name]
+		if !ok {
+			var err error
+			n, err = c.fn(r)
+			if err != nil || n < 1 {
+				return &CostError{Name: c.name, Limiter: p.limiters[i].ID(), Cost: n, Err: err}
+			}
+			if called == nil {
+				called = make(map[string]int64, 1)
+			}
+			called[c.name] = n
+		}
+		cs[i].Cost = n
+	}
+	return nil
 }
 
 func (l *limiter) emit(ev Event) {

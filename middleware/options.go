@@ -15,6 +15,18 @@ import (
 // goroutine and must be safe for concurrent use.
 type KeyFunc func(r *http.Request) string
 
+// CostFunc returns what a request counts in the windows of the limiters
+// whose cost names it, as in user[bytes]:2Gi/d: for a download, the size of
+// the object the handler will send. It is called on the request's
+// goroutine before the handler runs, at most once per request and name,
+// and must be safe for concurrent use. It must return a cost of at least 1;
+// a request it cannot cost should either be given a small cost (1) and left
+// to the handler to reject, such as a download of an unknown object, or be
+// refused with an error wrapping ErrCostBadRequest (answered with 400). Any
+// other error, or a cost below 1, is answered with 500. Errors are logged,
+// never written to clients.
+type CostFunc func(r *http.Request) (int64, error)
+
 // ScopeFunc returns the scope of a request: the name of the windows' owner.
 // It must return the same scope for every request that should share windows,
 // so it must not return the raw URL path.
@@ -29,6 +41,7 @@ type config struct {
 	ipv6Prefix  int
 	policy      role.Policy
 	keys        map[string]KeyFunc
+	costs       map[string]CostFunc
 	logger      *slog.Logger
 	hooks       []func(Event)
 	legacy      bool
@@ -110,6 +123,48 @@ func WithKeyFunc(name string, fn KeyFunc) Option {
 		c.keys[name] = fn
 	}
 }
+
+// WithCostFunc registers fn as the cost function name: every limiter whose
+// cost is name, as in user[bytes]:2Gi/d, counts what fn returns for the
+// request instead of 1. Every cost function a group names (including its
+// overrides) must be registered when New is called, or New fails with an
+// *UnknownCostError. name must be a cost function name of the rule
+// language: a letter, then letters, digits, '_', '-' or '.' (a decimal cost
+// such as ip[5] is a constant and needs no function). Registering a name
+// again replaces the function.
+func WithCostFunc(name string, fn CostFunc) Option {
+	return func(c *config) {
+		switch {
+		case fn == nil:
+			c.fail("WithCostFunc", name, "nil cost function")
+			return
+		case !validCostName(name):
+			c.fail("WithCostFunc", name, `invalid cost function name; want a letter, then letters, digits, "_", "-" or "."`)
+			return
+		}
+		if c.costs == nil {
+			c.costs = make(map[string]CostFunc)
+		}
+		c.costs[name] = fn
+	}
+}
+
+// validCostName reports whether s is a cost function name as package rules
+// accepts it.
+func validCostName(s string) bool {
+	if s == "" || !isASCIILetter(s[0]) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !isASCIILetter(c) && !('0' <= c && c <= '9') && c != '_' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 // WithLogger sets the logger that receives backend errors (Warn), would-be
 // denials in shadow mode (Info) and configuration errors found while serving

@@ -40,6 +40,9 @@ type problem struct {
 //	 "detail":"Quota of policy \"ip-1s\" (5 requests per 1s) exceeded; retry after 1s.",
 //	 "violated-policies":["ip-1s"]}
 //
+// The detail words the limit in the violated limiter's unit (see
+// Denial.Cost), such as "(2147483648 bytes per 1d)" for user[bytes].
+//
 // A 503 (Redis failed and the group fails closed) has the draft's
 // temporary-reduced-capacity type, title "Temporary Reduced Capacity" and no
 // violated-policies member, because no quota was exceeded; it says nothing
@@ -52,9 +55,8 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 		p.Type = ProblemQuotaExceeded
 		p.Title = "Quota Exceeded"
 		if d.Policy != "" {
-			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" +
-				strconv.FormatInt(d.Window.Limit, 10) + " requests per " + periodName(d.Window.Period) +
-				") exceeded; retry after " + retry + "."
+			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) + " per " +
+				periodName(d.Window.Period) + ") exceeded; retry after " + retry + "."
 			p.ViolatedPolicies = []string{d.Policy}
 		} else {
 			p.Detail = "Too many requests; retry after " + retry + "."
@@ -65,6 +67,22 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 		p.Detail = "The service cannot admit requests at the moment; retry after " + retry + "."
 	}
 	writeProblem(w, p)
+}
+
+// quotaText words the violated window's limit in its unit: "5 requests",
+// "2147483648 bytes", "100 units at 5 per request" for a constant cost, or
+// "1000 units of cost tokens" for another cost function.
+func quotaText(d Denial) string {
+	limit := strconv.FormatInt(d.Window.Limit, 10)
+	switch {
+	case d.Cost == "":
+		return limit + " requests"
+	case d.Cost == "bytes":
+		return limit + " bytes"
+	case isDecimal(d.Cost):
+		return limit + " units at " + d.Cost + " per request"
+	}
+	return limit + " units of cost " + d.Cost
 }
 
 func writeProblem(w http.ResponseWriter, p problem) {

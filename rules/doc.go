@@ -17,9 +17,10 @@
 //	group     = statement { ";" statement } [ ";" ] .
 //	statement = limiter | override | exempt | scope | count | mode | fail .
 //
-//	limiter   = kind [ "(" name ")" ] ":" window { "," window } .
+//	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
-//	window    = limit "/" [ count ] unit .
+//	cost      = decimal | costname .
+//	window    = limit "/" [ count ] unit [ "~" [ count ] unit ] .
 //	limit     = decimal [ suffix ] .
 //	suffix    = "k" | "M" | "G" | "T" | "Ki" | "Mi" | "Gi" | "Ti" .
 //	count     = decimal .
@@ -35,9 +36,10 @@
 //
 //	decimal   = digit { digit } .
 //	name      = namechar { namechar } .
+//	costname  = letter { namechar } .
 //
 // Spaces and tabs may appear between any two tokens, where a token is a
-// keyword, a number, a unit, a name or one of ; : , ( ) = & /; so
+// keyword, a number, a unit, a name or one of ; : , ( ) [ ] = & / ~; so
 // "ip : 5 / 30 s" is "ip:5/30s". No other white space is allowed. Keywords
 // and units are lower case. A single trailing semicolon is allowed, so
 // groups can be built by concatenation; any other empty statement, and an
@@ -52,6 +54,39 @@
 // ns are not part of the grammar; they are recognised only so that
 // "1/500us" is reported as a period below MinPeriod. ParseWindow parses a
 // single window.
+//
+// # Costs
+//
+// By default a request counts 1 in every window of its limiters. A cost in
+// brackets after the kind (and its name) says what it counts instead:
+//
+//	user:10/min; user[bytes]:2Gi/d
+//
+// allows each user 10 downloads a minute and 2 GiB a day. A cost is either
+// a positive decimal constant, as in ip[5]:100/min (each request counts 5,
+// so 20 fit in a minute), or the name of a cost function (a letter, then
+// letters, digits, '_', '-' or '.') that the middleware calls for every
+// request before its handler runs (middleware.WithCostFunc). A limiter with
+// a cost is a limiter of its own: its ID carries the cost ("user[bytes]",
+// "key(account)[bytes]"), so user and user[bytes] may share a list and
+// never share entries, while user[bytes] twice in a list is a duplicate. A
+// constant cost larger than the limit of one of its windows could never be
+// admitted and is rejected; leading zeros are dropped ("ip[05]" is
+// "ip[5]"). Cost 0 is rejected.
+//
+// # Grains
+//
+// A window may state its grain after a tilde: 20000/d~15m. The engine may
+// then merge the requests of each grain into one entry that leaves the
+// window only at the end of its grain, so the window never admits more
+// than its limit in any span of its period and denies at most one grain
+// earlier than an exact window would, while holding about period/grain
+// entries per subject whatever the limit. A grain is at least MinGrain, a
+// whole number of milliseconds, shorter than the period, divides the
+// period into whole grains, and splits it into at most MaxGrains grains.
+// A window without a grain is exact, as before.
+//
+// # Scope, count, mode, fail
 //
 // Within one group scope, count, mode and fail may each appear once; exempt may
 // appear more than once and its roles are concatenated. Mode enforce is the
@@ -94,9 +129,18 @@
 // Group.Validate check with struct tags and struct-level rules of
 // github.com/go-playground/validator/v10:
 //
-//   - A limit is between 1 and MaxLimit: every admitted request is a member
-//     of a Redis sorted set for the longest window of its limiter, so memory
-//     grows with the limit.
+//   - A limit is at least 1. The limit of an exact window (no grain) of a
+//     limiter without a cost is at most MaxLimit (100,000): every admitted
+//     request is a member of a Redis sorted set for the longest window of
+//     its limiter, so memory grows with the limit. The limit of a window
+//     with a grain, and of any window of a limiter with a cost, is at most
+//     MaxBoundedLimit (2^50 = 1,125,899,906,842,624), below 2^53 so that
+//     sums of costs stay exact in the doubles of Redis's Lua; their memory
+//     does not grow with the limit (an exact window of a cost limiter still
+//     stores one entry per request: give it a grain, or a request limiter,
+//     to bound it).
+//   - A constant cost is at most the limit of each window of its limiter.
+//   - A grain obeys the rules of the Grains section.
 //   - A period is between MinPeriod and MaxPeriod and a whole number of
 //     milliseconds.
 //   - A limiter has at least one window and no two with the same period.
@@ -113,8 +157,10 @@
 //
 // Group.String prints a group canonically: limiters, overrides, exempt,
 // count, scope, mode and fail, in that order, joined by "; ", with each window's
-// period in the largest unit among ms, s, min, h and d that divides it and
-// a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d"). For every group
+// period and grain in the largest unit among ms, s, min, h and d that
+// divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
+// "20000/d~15min"), limits as plain numbers and costs without leading
+// zeros ("user[bytes]:2147483648/d"). For every group
 // g returned by Parse, Parse(g.String()) returns a group equal to g
 // (reflect.DeepEqual), and g.String() is a fixpoint.
 //

@@ -44,7 +44,7 @@ func ExampleGroup_Validate() {
 	}}
 	fmt.Println(g.Validate())
 	// Output:
-	// rules: "ip:5/s,500000/min": limit 500000 is above 100000; redis sorted-set memory grows with the limit at offset 7
+	// rules: "ip:5/s,500000/min": limit 500000 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 7
 }
 
 type Handlers struct {

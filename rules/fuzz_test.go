@@ -58,6 +58,28 @@ var fuzzSeeds = []string{
 	"ip:1/s; count:",
 	"ip:10k/h,64Ki/d",
 	"ip:9999999Ti/s",
+	// Costs and grains.
+	"user:10/min; user[bytes]:2Gi/d",
+	"key(account)[bytes]:1Gi/d~1h; ip[5]:100/min",
+	"user:200/10s,5000/h,20000/d~15m",
+	" user [ 007 ] : 2Gi / d ~ 1 h ; role(a)=ip[bytes]:1Ti/30d~3h & global:5/s~100ms",
+	"ip:1125899906842624/d~h",
+	"ip:1125899906842625/d~h",
+	"user[]:1/s",
+	"user[0]:1/s",
+	"user[1x]:1/s",
+	"user[bytes:1/s",
+	"ip[5]:3/min",
+	"ip[99999999999999999999]:10/s",
+	"ip[5]:1/s; ip[05]:5/min",
+	"ip:1/d~d",
+	"ip:1/d~7min",
+	"ip:1/d~1s",
+	"ip:1/s~0ms",
+	"ip:1/s~500us",
+	"ip:1/d~99999999999999999999d",
+	"ip:2Gi/d",
+	"20000/d~15m",
 }
 
 func FuzzParse(f *testing.F) {

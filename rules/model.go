@@ -31,34 +31,73 @@ const (
 // in header(X-API-Key).
 func (k Kind) Named() bool { return k == Header || k == Param || k == Key }
 
-// Limits of the rule language. Every admitted request is stored in Redis for
-// the longest window of its limiter, so Redis memory per subject grows with
-// the limit: about 21 bytes per entry up to 128 entries, 100-140 bytes
-// beyond.
+// Limits of the rule language. Every request admitted by an exact window (one
+// without a grain) is an entry of a Redis sorted set for the longest window
+// of its limiter, so Redis memory per subject grows with the limit: about 21
+// bytes per entry up to 128 entries, 100-140 bytes beyond. A window with a
+// grain merges the entries of each grain, so its memory is bounded by the
+// number of grains per period whatever the limit, and may have a far larger
+// limit.
 const (
-	// MaxLimit is the largest limit a window may have.
+	// MaxLimit is the largest limit of an exact window (one without a
+	// grain) of a limiter without a cost.
 	MaxLimit = 100_000
+	// MaxBoundedLimit is the largest limit of a window with a grain and of
+	// any window of a limiter with a cost: 2^50, below 2^53 so that sums of
+	// costs stay exact in the doubles of Redis's Lua. An exact window of a
+	// cost limiter stores one entry per admitted request, not per unit, so
+	// its memory grows with the number of requests, which a grain or a
+	// request limiter bounds.
+	MaxBoundedLimit = 1 << 50
 	// MinPeriod is the shortest period a window may have.
 	MinPeriod = time.Millisecond
 	// MaxPeriod is the longest period a window may have.
 	MaxPeriod = 30 * 24 * time.Hour
+	// MinGrain is the shortest grain a window may have.
+	MinGrain = time.Millisecond
+	// MaxGrains is the largest number of grains a window's period may be
+	// split into. A window with a grain denies at most one grain earlier
+	// than an exact one, so grains finer than 1/10,000 of the period buy
+	// less than 0.01% of the period in precision, while each grain may cost
+	// a sorted-set member (100-140 bytes beyond 128 members): 10,000 grains
+	// bound a window to about 1.4 MB, a tenth of an exact window at
+	// MaxLimit.
+	MaxGrains = 10_000
 )
 
-// Window is a sliding window: at most Limit requests in any span of Period.
-// A request at time t is admitted iff fewer than Limit requests were
-// admitted in (t-Period, t].
+// Window is a sliding window: at most Limit requests (or units of cost) in
+// any span of Period. A request at time t is admitted iff fewer than Limit
+// requests were admitted in (t-Period, t].
+//
+// Grain, when not zero, lets the engine merge the requests of each span of
+// Grain into one entry that leaves the window at the end of its grain: the
+// window never admits more than Limit in any span of Period, may deny at most
+// one grain earlier than an exact window would, and holds about
+// Period/Grain entries per subject whatever the limit. A grain is at least
+// MinGrain, a whole number of milliseconds, shorter than the period, divides
+// it, and splits it into at most MaxGrains grains.
 type Window struct {
-	// The bounds repeat MaxLimit, MinPeriod and MaxPeriod because tags
-	// cannot name constants; a test keeps them in step.
-	Limit  int64         `validate:"min=1,max=100000"`
+	// The bounds repeat MinPeriod and MaxPeriod because tags cannot name
+	// constants; a test keeps them in step. The caps of Limit, MaxLimit and
+	// MaxBoundedLimit, are a struct-level rule of Limiter, because they
+	// depend on the limiter's cost.
+	Limit  int64         `validate:"min=1"`
 	Period time.Duration `validate:"min=1ms,max=720h,wholems"`
+	Grain  time.Duration // checked against Period by a struct-level rule
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only
 // for named kinds (header, param, key).
+//
+// Cost says what a request counts in the windows: empty for 1, a positive
+// decimal integer such as "5" for that constant, or the name of a cost
+// function the middleware calls per request (WithCostFunc), such as
+// "bytes". A limiter with a cost is a limiter of its own (see ID): user and
+// user[bytes] may both appear in a list and never share entries.
 type Limiter struct {
 	Kind    Kind     `validate:"required,oneof=ip user global header param key"`
 	Name    string   // checked against Kind by a struct-level rule
+	Cost    string   // checked by a struct-level rule
 	Windows []Window `validate:"min=1,dive"`
 }
 

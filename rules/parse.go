@@ -1,9 +1,11 @@
 package rules
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -40,9 +42,10 @@ var kinds = map[string]Kind{
 	string(Key):    Key,
 }
 
-// memoryNote is part of every "limit too high" message because the cap
-// exists for Redis memory, not for arithmetic.
-const memoryNote = "redis sorted-set memory grows with the limit"
+// memoryNote is part of every "limit too high" message of an exact window
+// because its cap exists for Redis memory, not for arithmetic; it names the
+// way out.
+const memoryNote = "redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624"
 
 // Parse parses a rule group written in the rule language described in the
 // package documentation, and validates it as Group.Validate does. Errors are
@@ -65,11 +68,16 @@ func MustParse(s string) Group {
 	return g
 }
 
-// ParseWindow parses and validates a single window such as "10/30s".
+// ParseWindow parses and validates a single window such as "10/30s" or
+// "20000/d~15min".
+//
+// A bare window is checked as the window of a limiter without a cost, so an
+// exact window is capped at MaxLimit and one with a grain at
+// MaxBoundedLimit.
 func ParseWindow(s string) (Window, error) {
-	p := parser{s: s, pos: map[string]int{}}
+	p := parser{s: s, pos: map[string]int{"": 0}}
 	p.space()
-	w, err := p.window("")
+	w, err := p.window("Windows[0]", false)
 	if err == nil {
 		p.space()
 		if !p.eof() {
@@ -77,7 +85,7 @@ func ParseWindow(s string) (Window, error) {
 		}
 	}
 	if err == nil {
-		err = check(w, s, p.pos)
+		err = check(Limiter{Kind: Global, Windows: []Window{w}}, s, p.pos)
 	}
 	if err != nil {
 		return Window{}, err
@@ -167,6 +175,24 @@ func isUnit(c byte) bool { return isLetter(c) || c >= utf8.RuneSelf }
 // parenStop ends a name in parentheses early at bytes no name may
 // contain, so that "header(a:5/s" reports the missing ")" where it belongs.
 const parenStop = "();:,="
+
+// costStop does the same for a cost in brackets.
+const costStop = "[]();:,="
+
+// canonicalCost drops the leading zeros of a constant cost, so that ip[05]
+// and ip[5] are one limiter; a cost of only zeros becomes "0", which
+// validation rejects. Names are returned unchanged.
+func canonicalCost(c string) string {
+	for i := 0; i < len(c); i++ {
+		if !isDigit(c[i]) {
+			return c
+		}
+	}
+	if t := strings.TrimLeft(c, "0"); t != "" {
+		return t
+	}
+	return "0"
+}
 
 // name reads a name: everything up to white space or one of the stop
 // bytes. Its characters are the validator's business.
@@ -269,6 +295,22 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 		if err := p.expect(')', "the name"); err != nil {
 			return Limiter{}, err
 		}
+		p.space()
+	}
+	p.pos[ns+".Cost"] = start
+	if p.peek() == '[' {
+		p.i++
+		p.space()
+		costAt := p.i
+		l.Cost = p.name(costStop)
+		if l.Cost == "" {
+			return Limiter{}, syntaxErr(p.s, p.i, "expected a cost function name or a positive integer after %q, found %s", l.ID()+"[", p.found())
+		}
+		l.Cost = canonicalCost(l.Cost)
+		p.pos[ns+".Cost"] = costAt
+		if err := p.expect(']', "the cost"); err != nil {
+			return Limiter{}, err
+		}
 	}
 	if err := p.expect(':', strconv.Quote(l.ID())); err != nil {
 		return Limiter{}, err
@@ -276,7 +318,7 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 	p.pos[ns+".Windows"] = p.i
 	for {
 		p.space()
-		w, err := p.window(ns + ".Windows[" + strconv.Itoa(len(l.Windows)) + "]")
+		w, err := p.window(ns+".Windows["+strconv.Itoa(len(l.Windows))+"]", l.Cost != "")
 		if err != nil {
 			return Limiter{}, err
 		}
@@ -289,9 +331,6 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 	}
 }
 
-// window parses LIMIT/[COUNT]UNIT. Overflow is reported here, in the
-// words the validator would use, because an overflowed number cannot be
-// stored for the validator to see.
 // limitSuffixes are the multipliers a limit may carry: "" for none, SI
 // (k is lower case, as in kilo) and binary.
 var limitSuffixes = map[string]int64{
@@ -300,7 +339,11 @@ var limitSuffixes = map[string]int64{
 	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
 }
 
-func (p *parser) window(ns string) (Window, *Error) {
+// window parses LIMIT/[COUNT]UNIT[~[COUNT]UNIT]. Overflow is reported here,
+// in the words the validator would use, because an overflowed number cannot
+// be stored for the validator to see; costed says whether the window's
+// limiter has a cost, which decides the cap the message names.
+func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	start := p.i
 	digits := p.run(isDigit)
 	if digits == "" {
@@ -313,24 +356,64 @@ func (p *parser) window(ns string) (Window, *Error) {
 		return Window{}, syntaxErr(p.s, suffixAt, "unknown limit suffix %q; want k, M, G, T (×1000) or Ki, Mi, Gi, Ti (×1024)", suffix)
 	}
 	limit, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || limit > math.MaxInt64/mult {
-		return Window{}, invalidErr(p.s, start, "limit %s%s is above %d; %s", digits, suffix, MaxLimit, memoryNote)
-	}
+	overflow := err != nil || limit > math.MaxInt64/mult
 	limit *= mult
 	if err := p.expect('/', "the limit"); err != nil {
 		return Window{}, err
 	}
 	p.space()
 	periodAt := p.i
+	period, perr := p.duration("period", MinPeriod, func(count, unit string) string {
+		return fmt.Sprintf("period %s%s is above %s", count, unit, durText(MaxPeriod))
+	})
+	if perr != nil {
+		return Window{}, perr
+	}
+	w := Window{Limit: limit, Period: period}
+	p.pos[ns] = start
+	p.pos[join(ns, "Limit")] = start
+	p.pos[join(ns, "Period")] = periodAt
+	p.pos[join(ns, "Grain")] = periodAt
+	p.space()
+	if p.peek() == '~' {
+		p.i++
+		p.space()
+		grainAt := p.i
+		p.pos[join(ns, "Grain")] = grainAt
+		grain, gerr := p.duration("grain", MinGrain, func(count, unit string) string {
+			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, durText(period))
+		})
+		if gerr != nil {
+			return Window{}, gerr
+		}
+		if grain == 0 {
+			// The zero Grain means an exact window; a written grain of 0
+			// is a mistake, not a way to say "exact".
+			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", durText(MinGrain))
+		}
+		w.Grain = grain
+	}
+	if overflow {
+		return Window{}, invalidErr(p.s, start, "%s", limitAbove(digits+suffix, w.Grain == 0 && !costed))
+	}
+	return w, nil
+}
+
+// duration parses [COUNT]UNIT, the period or grain of a window, named by
+// what in messages. Counts below min in the fine units are reported as
+// such, overflow with the message above returns.
+func (p *parser) duration(what string, min time.Duration, above func(count, unit string) string) (time.Duration, *Error) {
+	at := p.i
 	countText := p.run(isDigit)
 	p.space()
 	unitAt := p.i
 	unit := p.run(isUnit)
 	if unit == "" {
-		return Window{}, syntaxErr(p.s, p.i, "expected a unit, found %s", p.found())
+		return 0, syntaxErr(p.s, p.i, "expected a unit, found %s", p.found())
 	}
 	count := int64(1)
 	if countText != "" {
+		var err error
 		if count, err = strconv.ParseInt(countText, 10, 64); err != nil {
 			count = math.MaxInt64 // only range errors are possible for a digit run
 		}
@@ -339,20 +422,26 @@ func (p *parser) window(ns string) (Window, *Error) {
 	if !ok {
 		fine, isFine := fineUnits[unit]
 		if !isFine {
-			return Window{}, syntaxErr(p.s, unitAt, "unknown unit %q", unit)
+			return 0, syntaxErr(p.s, unitAt, "unknown unit %q", unit)
 		}
-		if count < int64(MinPeriod/fine) {
-			return Window{}, invalidErr(p.s, periodAt, "period %s%s is below %s", countOr1(countText), unit, durText(MinPeriod))
+		if count < int64(min/fine) {
+			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, durText(min))
 		}
-		return Window{}, syntaxErr(p.s, unitAt, "unsupported unit %q; periods are whole milliseconds", unit)
+		return 0, syntaxErr(p.s, unitAt, "unsupported unit %q; %ss are whole milliseconds", unit, what)
 	}
 	if count > int64(math.MaxInt64/size) {
-		return Window{}, invalidErr(p.s, periodAt, "period %s%s is above %s", countText, unit, durText(MaxPeriod))
+		return 0, invalidErr(p.s, at, "%s", above(countOr1(countText), unit))
 	}
-	p.pos[ns] = start
-	p.pos[join(ns, "Limit")] = start
-	p.pos[join(ns, "Period")] = periodAt
-	return Window{Limit: limit, Period: time.Duration(count) * size}, nil
+	return time.Duration(count) * size, nil
+}
+
+// limitAbove words a limit above its cap: exact is true for an exact window
+// (no grain) of a limiter without a cost.
+func limitAbove(limit string, exact bool) string {
+	if exact {
+		return fmt.Sprintf("limit %s is above %d; %s", limit, MaxLimit, memoryNote)
+	}
+	return fmt.Sprintf("limit %s is above %d (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers", limit, int64(MaxBoundedLimit))
 }
 
 // join appends a field to a namespace; ParseWindow validates a bare

@@ -21,6 +21,16 @@ func lim(k Kind, name string, ws ...Window) Limiter {
 
 func win(limit int64, p time.Duration) Window { return Window{Limit: limit, Period: p} }
 
+// grained is a window with a grain.
+func grained(limit int64, p, grain time.Duration) Window {
+	return Window{Limit: limit, Period: p, Grain: grain}
+}
+
+// costly is a limiter with a cost.
+func costly(k Kind, name, cost string, ws ...Window) Limiter {
+	return Limiter{Kind: k, Name: name, Cost: cost, Windows: ws}
+}
+
 func TestParse(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -103,6 +113,33 @@ func TestParse(t *testing.T) {
 		}},
 		{"ip:1/s; count : 4xx , 5xx ;", Group{Limiters: []Limiter{lim(IP, "", win(1, sec))}, Count: []string{"4xx", "5xx"}}},
 		{"ip:1/s; count:401,403,429,100,599", Group{Limiters: []Limiter{lim(IP, "", win(1, sec))}, Count: []string{"401", "403", "429", "100", "599"}}},
+		// Costs and grains.
+		{"user:10/min; user[bytes]:2Gi/d", Group{Limiters: []Limiter{
+			lim(User, "", win(10, mn)), costly(User, "", "bytes", win(2<<30, day)),
+		}}},
+		{"key(account)[bytes]:1Gi/d", Group{Limiters: []Limiter{costly(Key, "account", "bytes", win(1<<30, day))}}},
+		{"header(x-a)[up.load_2-b]:5/s", Group{Limiters: []Limiter{costly(Header, "X-A", "up.load_2-b", win(5, sec))}}},
+		{"ip[5]:100/min", Group{Limiters: []Limiter{costly(IP, "", "5", win(100, mn))}}},
+		{"ip[005]:100/min,5/s", Group{Limiters: []Limiter{costly(IP, "", "5", win(100, mn), win(5, sec))}}},
+		{"ip[1]:1/s; ip:1/min", Group{Limiters: []Limiter{costly(IP, "", "1", win(1, sec)), lim(IP, "", win(1, mn))}}},
+		{"ip:20000/d~15m", Group{Limiters: []Limiter{lim(IP, "", grained(20000, day, 15*mn))}}},
+		{"user:200/10s,5000/h,20000/d~15min", Group{Limiters: []Limiter{lim(User, "",
+			win(200, 10*sec), win(5000, hr), grained(20000, day, 15*mn))}}},
+		{"ip:10/s~100ms,2/1500ms~500ms,3/30d~3h", Group{Limiters: []Limiter{lim(IP, "",
+			grained(10, sec, 100*ms), grained(2, 1500*ms, 500*ms), grained(3, 30*day, 3*hr))}}},
+		{"ip:1/d~9s", Group{Limiters: []Limiter{lim(IP, "", grained(1, day, 9*sec))}}},
+		{"ip:1125899906842624/d~h; user[bytes]:1Ti/d; global[7]:1M/s", Group{Limiters: []Limiter{
+			lim(IP, "", grained(MaxBoundedLimit, day, hr)),
+			costly(User, "", "bytes", win(1<<40, day)),
+			costly(Global, "", "7", win(1_000_000, sec)),
+		}}},
+		{" user [ bytes ] : 2Gi / d ~ 1 h , 5Mi / min ; role ( a ) = key ( k ) [ 3 ] : 9 / s ~ 100 ms ", Group{
+			Limiters:  []Limiter{costly(User, "", "bytes", grained(2<<30, day, hr), win(5<<20, mn))},
+			Overrides: []Override{{Role: "a", Limiters: []Limiter{costly(Key, "k", "3", grained(9, sec, 100*ms))}}},
+		}},
+		{"role(a)=user[bytes]:1Gi/d~1h & user:5/s & user[2]:10/s", Group{Overrides: []Override{{Role: "a", Limiters: []Limiter{
+			costly(User, "", "bytes", grained(1<<30, day, hr)), lim(User, "", win(5, sec)), costly(User, "", "2", win(10, sec)),
+		}}}}},
 		{"user:1/s; ip:1/s; header(a):1/s; header(b):1/s; param(a):1/s; key(a):1/s; global:1/s", Group{Limiters: []Limiter{
 			lim(User, "", win(1, sec)), lim(IP, "", win(1, sec)), lim(Header, "A", win(1, sec)),
 			lim(Header, "B", win(1, sec)), lim(Param, "a", win(1, sec)), lim(Key, "a", win(1, sec)),
@@ -155,16 +192,16 @@ func TestParseErrors(t *testing.T) {
 		{"ip:5/s,,6/min", ErrSyntax, `rules: "ip:5/s,,6/min": expected a limit, found "," at offset 7`},
 		{"ip:1.5/s", ErrSyntax, `rules: "ip:1.5/s": expected "/" after the limit, found "." at offset 4`},
 		{"ip:0/s", ErrInvalid, `rules: "ip:0/s": limit 0 is below 1 at offset 3`},
-		{"ip:100001/s", ErrInvalid, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"ip:100001/s", ErrInvalid, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"ip:0k/s", ErrInvalid, `rules: "ip:0k/s": limit 0 is below 1 at offset 3`},
-		{"ip:1M/s", ErrInvalid, `rules: "ip:1M/s": limit 1000000 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
-		{"ip:2Gi/d", ErrInvalid, `rules: "ip:2Gi/d": limit 2147483648 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
-		{"ip:9999999T/s", ErrInvalid, `rules: "ip:9999999T/s": limit 9999999T is above 100000; redis sorted-set memory grows with the limit at offset 3`},
-		{"ip:9999999Ti/s", ErrInvalid, `rules: "ip:9999999Ti/s": limit 9999999Ti is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"ip:1M/s", ErrInvalid, `rules: "ip:1M/s": limit 1000000 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
+		{"ip:2Gi/d", ErrInvalid, `rules: "ip:2Gi/d": limit 2147483648 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
+		{"ip:9999999T/s", ErrInvalid, `rules: "ip:9999999T/s": limit 9999999T is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
+		{"ip:9999999Ti/s", ErrInvalid, `rules: "ip:9999999Ti/s": limit 9999999Ti is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"ip:10K/s", ErrSyntax, `rules: "ip:10K/s": unknown limit suffix "K"; want k, M, G, T (×1000) or Ki, Mi, Gi, Ti (×1024) at offset 5`},
 		{"ip:10kb/s", ErrSyntax, `rules: "ip:10kb/s": unknown limit suffix "kb"; want k, M, G, T (×1000) or Ki, Mi, Gi, Ti (×1024) at offset 5`},
 		{"ip:10 k/s", ErrSyntax, `rules: "ip:10 k/s": expected "/" after the limit, found "k" at offset 6`},
-		{"ip:99999999999999999999/s", ErrInvalid, `rules: "ip:99999999999999999999/s": limit 99999999999999999999 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"ip:99999999999999999999/s", ErrInvalid, `rules: "ip:99999999999999999999/s": limit 99999999999999999999 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"ip:1/0ms", ErrInvalid, `rules: "ip:1/0ms": period 0s is below 1ms at offset 5`},
 		{"ip:1/0d", ErrInvalid, `rules: "ip:1/0d": period 0s is below 1ms at offset 5`},
 		{"ip:1/500us", ErrInvalid, `rules: "ip:1/500us": period 500us is below 1ms at offset 5`},
@@ -179,6 +216,55 @@ func TestParseErrors(t *testing.T) {
 		{"ip:1/106752d", ErrInvalid, `rules: "ip:1/106752d": period 106752d is above 30d at offset 5`},
 		{"ip:5/s,6/1s", ErrInvalid, `rules: "ip:5/s,6/1s": duplicate period 1s in limiter ip at offset 7`},
 		{"ip:5/min,6/60s", ErrInvalid, `rules: "ip:5/min,6/60s": duplicate period 1min in limiter ip at offset 9`},
+
+		// Costs.
+		{"user[]:1/s", ErrSyntax, `rules: "user[]:1/s": expected a cost function name or a positive integer after "user[", found "]" at offset 5`},
+		{"user[:1/s", ErrSyntax, `rules: "user[:1/s": expected a cost function name or a positive integer after "user[", found ":" at offset 5`},
+		{"user[bytes:1/s", ErrSyntax, `rules: "user[bytes:1/s": expected "]" after the cost, found ":" at offset 10`},
+		{"user[by tes]:1/s", ErrSyntax, `rules: "user[by tes]:1/s": expected "]" after the cost, found "t" at offset 8`},
+		{"user[bytes]", ErrSyntax, `rules: "user[bytes]": expected ":" after "user[bytes]", found end of input at offset 11`},
+		{"user[bytes](x):1/s", ErrSyntax, `rules: "user[bytes](x):1/s": expected ":" after "user[bytes]", found "(" at offset 11`},
+		{"key(a)[b][c]:1/s", ErrSyntax, `rules: "key(a)[b][c]:1/s": expected ":" after "key(a)[b]", found "[" at offset 9`},
+		{"user[1bytes]:1/s", ErrInvalid, `rules: "user[1bytes]:1/s": invalid cost "1bytes"; want a positive integer or a cost function name: a letter, then letters, digits, "_", "-" or "." at offset 5`},
+		{"user[by/tes]:1/s", ErrInvalid, `rules: "user[by/tes]:1/s": invalid cost "by/tes"; want a positive integer or a cost function name: a letter, then letters, digits, "_", "-" or "." at offset 5`},
+		{"user[-5]:1/s", ErrInvalid, `rules: "user[-5]:1/s": invalid cost "-5"; want a positive integer or a cost function name: a letter, then letters, digits, "_", "-" or "." at offset 5`},
+		{"user[_x]:1/s", ErrInvalid, `rules: "user[_x]:1/s": invalid cost "_x"; want a positive integer or a cost function name: a letter, then letters, digits, "_", "-" or "." at offset 5`},
+		{"user[0]:1/s", ErrInvalid, `rules: "user[0]:1/s": cost 0 is below 1 at offset 5`},
+		{"user[000]:1/s", ErrInvalid, `rules: "user[000]:1/s": cost 0 is below 1 at offset 5`},
+		{"ip[5]:3/min", ErrInvalid, `rules: "ip[5]:3/min": cost 5 is above the limit 3 of window 3/min; such a request could never be admitted at offset 6`},
+		{"ip[5]:10/s, 3/min", ErrInvalid, `rules: "ip[5]:10/s, 3/min": cost 5 is above the limit 3 of window 3/min; such a request could never be admitted at offset 12`},
+		{"ip[99999999999999999999]:10/s", ErrInvalid, `rules: "ip[99999999999999999999]:10/s": cost 99999999999999999999 is above the limit 10 of window 10/s; such a request could never be admitted at offset 25`},
+		{"user[bytes]:1/s; user[bytes]:2/min", ErrInvalid, `rules: "user[bytes]:1/s; user[bytes]:2/min": duplicate limiter user[bytes]; put all its windows in one limiter at offset 17`},
+		{"ip[5]:10/s; ip[05]:50/min", ErrInvalid, `rules: "ip[5]:10/s; ip[05]:50/min": duplicate limiter ip[5]; put all its windows in one limiter at offset 12`},
+		{"user[bytes]:1/s,2/1s", ErrInvalid, `rules: "user[bytes]:1/s,2/1s": duplicate period 1s in limiter user[bytes] at offset 16`},
+
+		// Grains.
+		{"ip:1/d~d", ErrInvalid, `rules: "ip:1/d~d": grain 1d is not shorter than the period 1d at offset 7`},
+		{"ip:1/d~2d", ErrInvalid, `rules: "ip:1/d~2d": grain 2d is not shorter than the period 1d at offset 7`},
+		{"ip:1/d~24h", ErrInvalid, `rules: "ip:1/d~24h": grain 1d is not shorter than the period 1d at offset 7`},
+		{"ip:1/d~99999999999999999999d", ErrInvalid, `rules: "ip:1/d~99999999999999999999d": grain 99999999999999999999d is not shorter than the period 1d at offset 7`},
+		{"ip:1/d~7min", ErrInvalid, `rules: "ip:1/d~7min": grain 7min does not divide the period 1d into whole grains at offset 7`},
+		{"ip:1/h~7ms", ErrInvalid, `rules: "ip:1/h~7ms": grain 7ms does not divide the period 1h into whole grains at offset 7`},
+		{"ip:1/d~1s", ErrInvalid, `rules: "ip:1/d~1s": grain 1s splits the period 1d into 86400 grains; at most 10000 are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory) at offset 7`},
+		{"ip:1/d~8s", ErrInvalid, `rules: "ip:1/d~8s": grain 8s splits the period 1d into 10800 grains; at most 10000 are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory) at offset 7`},
+		{"ip:1/s~500us", ErrInvalid, `rules: "ip:1/s~500us": grain 500us is below 1ms at offset 7`},
+		{"ip:1/s~0ms", ErrInvalid, `rules: "ip:1/s~0ms": grain 0s is below 1ms at offset 7`},
+		{"ip:1/s~1500us", ErrSyntax, `rules: "ip:1/s~1500us": unsupported unit "us"; grains are whole milliseconds at offset 11`},
+		{"ip:1/s~", ErrSyntax, `rules: "ip:1/s~": expected a unit, found end of input at offset 7`},
+		{"ip:1/s~15", ErrSyntax, `rules: "ip:1/s~15": expected a unit, found end of input at offset 9`},
+		{"ip:1/s~~1ms", ErrSyntax, `rules: "ip:1/s~~1ms": expected a unit, found "~" at offset 7`},
+		{"ip:1/s~fortnight", ErrSyntax, `rules: "ip:1/s~fortnight": unknown unit "fortnight" at offset 7`},
+		{"ip:1/s~1ms~1ms", ErrSyntax, `rules: "ip:1/s~1ms~1ms": expected "," or ";", found "~" at offset 10`},
+		{"ip:1~1ms/s", ErrSyntax, `rules: "ip:1~1ms/s": expected "/" after the limit, found "~" at offset 4`},
+
+		// Caps with grains and costs.
+		{"ip:2Gi/d", ErrInvalid, `rules: "ip:2Gi/d": limit 2147483648 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
+		{"ip:1/s,100001/d~1h,100001/h", ErrInvalid, `rules: "ip:1/s,100001/d~1h,100001/h": limit 100001 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 19`},
+		{"ip:1125899906842625/d~h", ErrInvalid, `rules: "ip:1125899906842625/d~h": limit 1125899906842625 is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 3`},
+		{"ip[bytes]:1025Ti/d", ErrInvalid, `rules: "ip[bytes]:1025Ti/d": limit 1126999418470400 is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 10`},
+		{"ip[bytes]:9999999Ti/d", ErrInvalid, `rules: "ip[bytes]:9999999Ti/d": limit 9999999Ti is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 10`},
+		{"ip:9999999Ti/d~1h", ErrInvalid, `rules: "ip:9999999Ti/d~1h": limit 9999999Ti is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 3`},
+		{"ip:99999999999999999999/d~1h", ErrInvalid, `rules: "ip:99999999999999999999/d~1h": limit 99999999999999999999 is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 3`},
 
 		// Limiters.
 		{"ip:5/s; ip:6/min", ErrInvalid, `rules: "ip:5/s; ip:6/min": duplicate limiter ip; put all its windows in one limiter at offset 8`},
@@ -317,6 +403,10 @@ func TestParseWindow(t *testing.T) {
 		{in: "1/31d", err: `rules: "1/31d": period 31d is above 30d at offset 2`},
 		{in: "1/s,2/min", err: `rules: "1/s,2/min": expected end of window, found "," at offset 3`},
 		{in: "", err: `rules: "": expected a limit, found end of input at offset 0`},
+		{in: "20000/d~15m", want: grained(20000, day, 15*mn)},
+		{in: "2Gi/d ~ 1h", want: grained(2<<30, day, hr)},
+		{in: "200000/d", err: `rules: "200000/d": limit 200000 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 0`},
+		{in: "1/d~7min", err: `rules: "1/d~7min": grain 7min does not divide the period 1d into whole grains at offset 4`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

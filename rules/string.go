@@ -58,8 +58,8 @@ func splitPeriod(p time.Duration) (n int64, unit string, ok bool) {
 	return 0, "", false // unreachable: the last unit divides every p here
 }
 
-// String returns the window in canonical form, such as "5/s", "10/30s" or
-// "1/90min".
+// String returns the window in canonical form, such as "5/s", "10/30s",
+// "1/90min" or "20000/d~15min".
 func (w Window) String() string {
 	var p printer
 	p.window("", w)
@@ -67,14 +67,20 @@ func (w Window) String() string {
 }
 
 // ID returns the identity of the limiter: its kind, followed for named kinds
-// by the name in parentheses, as in "ip" or "header(X-Api-Key)". Two
-// limiters with the same ID in one list would count the same subject twice,
-// so validation rejects that.
+// by the name in parentheses and for a limiter with a cost by the cost in
+// brackets, as in "ip", "header(X-Api-Key)", "user[bytes]" or
+// "key(account)[5]". Two limiters with the same ID in one list would count
+// the same subject twice, so validation rejects that; limiters that differ
+// only in their cost count different things and may share a list.
 func (l Limiter) ID() string {
-	if !l.Kind.Named() && l.Name == "" {
-		return string(l.Kind)
+	id := string(l.Kind)
+	if l.Kind.Named() || l.Name != "" {
+		id += "(" + l.canonicalName() + ")"
 	}
-	return string(l.Kind) + "(" + l.canonicalName() + ")"
+	if l.Cost != "" {
+		id += "[" + l.Cost + "]"
+	}
+	return id
 }
 
 // canonicalName folds header names to their canonical MIME form because
@@ -137,11 +143,17 @@ func (p *printer) mark(key string) {
 
 func (p *printer) window(ns string, w Window) {
 	p.mark(ns)
-	p.mark(ns + ".Limit")
+	p.mark(join(ns, "Limit"))
 	p.b.WriteString(strconv.FormatInt(w.Limit, 10))
 	p.b.WriteByte('/')
-	p.mark(ns + ".Period")
+	p.mark(join(ns, "Period"))
+	p.mark(join(ns, "Grain"))
 	p.b.WriteString(periodText(w.Period))
+	if w.Grain != 0 {
+		p.b.WriteByte('~')
+		p.mark(join(ns, "Grain"))
+		p.b.WriteString(periodText(w.Grain))
+	}
 }
 
 func (p *printer) limiter(ns string, l Limiter) {
@@ -154,6 +166,13 @@ func (p *printer) limiter(ns string, l Limiter) {
 		p.mark(ns + ".Name")
 		p.b.WriteString(l.canonicalName())
 		p.b.WriteByte(')')
+	}
+	p.mark(ns + ".Cost")
+	if l.Cost != "" {
+		p.b.WriteByte('[')
+		p.mark(ns + ".Cost")
+		p.b.WriteString(l.Cost)
+		p.b.WriteByte(']')
 	}
 	p.b.WriteByte(':')
 	p.mark(ns + ".Windows")

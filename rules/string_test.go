@@ -25,6 +25,9 @@ func TestWindowString(t *testing.T) {
 		{win(1, MaxPeriod), "1/30d"},
 		{win(1, 0), "1/0s"},
 		{win(1, 1500*time.Microsecond), "1/1.5ms"},
+		{grained(20000, day, 15*mn), "20000/d~15min"},
+		{grained(2, 1500*ms, 500*ms), "2/1500ms~500ms"},
+		{grained(1, 30*day, day), "1/30d~d"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -54,6 +57,9 @@ func TestCanonical(t *testing.T) {
 		},
 		{"count: 401 ,5xx; ip:1/s", "ip:1/s; count:401,5xx"},
 		{"fail:local; count:5xx; scope:s; exempt:a; ip:1/s", "ip:1/s; exempt:a; count:5xx; scope:s; fail:local"},
+		{"user [ bytes ] : 2Gi / 1d ~ 60m , 5Mi/60s", "user[bytes]:2147483648/d~h,5242880/min"},
+		{"ip[007]:100/min; key(a)[x.y]:1k/d~3600s", "ip[7]:100/min; key(a)[x.y]:1000/d~h"},
+		{"header(x-a)[bytes]:1/s; role(r)=ip[2]:4/s~500ms", "header(X-A)[bytes]:1/s; role(r)=ip[2]:4/s~500ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -81,6 +87,8 @@ func TestLimiterMethods(t *testing.T) {
 		{lim(Param, "id", win(1, day), win(5, sec)), "param(id)", "param(id):1/d,5/s", day},
 		{lim(Key, "Tenant", win(1, sec)), "key(Tenant)", "key(Tenant):1/s", sec},
 		{lim(Global, ""), "global", "global:", 0},
+		{costly(User, "", "bytes", grained(1<<30, day, hr)), "user[bytes]", "user[bytes]:1073741824/d~h", day},
+		{costly(Header, "x-a", "5", win(10, sec)), "header(X-A)[5]", "header(X-A)[5]:10/s", sec},
 	}
 	for _, tt := range tests {
 		t.Run(tt.str, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 type okHandler struct{ name string }
@@ -346,5 +347,37 @@ func TestRoutesPartial(t *testing.T) {
 		if !strings.Contains(err.Error(), ".handlers."+f+":") {
 			t.Errorf("error does not name %s:\n%v", f, err)
 		}
+	}
+}
+
+type costTags struct {
+	Files http.Handler `route:"GET /files/{id}" limit:"user:10/min; user[bytes]:2Gi/d~1h; param(id)[3]:30/min"`
+	Bad   http.Handler `route:"GET /b" limit:"ip[5]:3/min"`
+	Grain http.Handler `route:"GET /g" limit:"ip:1/d~7min"`
+}
+
+// TestRoutesCostAndGrain checks that limit tags take the same cost and
+// grain syntax as Parse, with the same errors.
+func TestRoutesCostAndGrain(t *testing.T) {
+	t.Parallel()
+	h := &okHandler{"h"}
+	routes, err := Routes(costTags{Files: h, Bad: h, Grain: h})
+	want := []string{
+		`rules: rules.costTags.Bad: tag limit: "ip[5]:3/min": cost 5 is above the limit 3 of window 3/min; such a request could never be admitted at offset 6`,
+		`rules: rules.costTags.Grain: tag limit: "ip:1/d~7min": grain 7min does not divide the period 1d into whole grains at offset 7`,
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Fatalf("Routes error\n got %v\nwant %s", err, strings.Join(want, "\n"))
+	}
+	if len(routes) != 1 || routes[0].Field != "Files" {
+		t.Fatalf("routes = %+v", routes)
+	}
+	g := Group{Limiters: []Limiter{
+		{Kind: User, Windows: []Window{{Limit: 10, Period: time.Minute}}},
+		{Kind: User, Cost: "bytes", Windows: []Window{{Limit: 2 << 30, Period: 24 * time.Hour, Grain: time.Hour}}},
+		{Kind: Param, Name: "id", Cost: "3", Windows: []Window{{Limit: 30, Period: time.Minute}}},
+	}}
+	if !reflect.DeepEqual(routes[0].Group, g) {
+		t.Errorf("group = %#v, want %#v", routes[0].Group, g)
 	}
 }

@@ -37,6 +37,15 @@ const (
 	tagStatus         = "status"     // a count: item, 401 or 4xx
 	tagUniqueCount    = "ucount"     // each count: item once
 	tagCountClass     = "countclass" // a code not also listed by its class
+	tagCost           = "cost"       // a cost name or positive constant
+	tagCostLimit      = "costlimit"  // a constant cost within every limit
+	tagExactMax       = "exactmax"   // MaxLimit for exact windows without cost
+	tagBoundedMax     = "boundedmax" // MaxBoundedLimit for the others
+	tagGrainMin       = "grainmin"   // grain at least MinGrain
+	tagGrainMS        = "grainms"    // grain in whole milliseconds
+	tagGrainPeriod    = "grainper"   // grain shorter than the period
+	tagGrainDivides   = "graindiv"   // grain divides the period
+	tagGrainCount     = "graincount" // at most MaxGrains grains per period
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -53,6 +62,7 @@ func newValidator() (*validator.Validate, error) {
 			return validStatus(fl.Field().String())
 		}),
 	)
+	v.RegisterStructValidation(windowLevel, Window{})
 	v.RegisterStructValidation(limiterLevel, Limiter{})
 	v.RegisterStructValidation(overrideLevel, Override{})
 	v.RegisterStructValidation(groupLevel, Group{})
@@ -119,13 +129,80 @@ func limiterLevel(sl validator.StructLevel) {
 	case l.Kind == Key && !validName(l.Name):
 		sl.ReportError(l.Name, "Name", "Name", tagKeyName, "")
 	}
+	cost, constant, costOK := parseCost(l.Cost)
+	if !costOK {
+		sl.ReportError(l.Cost, "Cost", "Cost", tagCost, "")
+	}
 	seen := make(map[time.Duration]bool, len(l.Windows))
 	for i, w := range l.Windows {
+		name := "Windows[" + strconv.Itoa(i) + "]"
 		if seen[w.Period] {
-			name := "Windows[" + strconv.Itoa(i) + "]"
 			sl.ReportError(w.Period, name, name, tagUniquePeriod, l.ID())
 		}
 		seen[w.Period] = true
+		switch {
+		case l.Cost == "" && w.Grain == 0 && w.Limit > MaxLimit:
+			sl.ReportError(w.Limit, name+".Limit", "Limit", tagExactMax, "")
+		case w.Limit > MaxBoundedLimit:
+			sl.ReportError(w.Limit, name+".Limit", "Limit", tagBoundedMax, "")
+		case constant && w.Limit >= 1 && (cost < 0 || cost > w.Limit):
+			sl.ReportError(l.Cost, name, name, tagCostLimit, strconv.FormatInt(w.Limit, 10)+" of window "+w.String())
+		}
+	}
+}
+
+// parseCost interprets the cost of a limiter: constant reports a decimal
+// constant, whose value is n, or -1 when it overflows an int64 (and so
+// exceeds every limit); ok is false for a cost that is neither a valid
+// constant (positive, without leading zeros, the form Parse stores) nor a
+// valid cost function name. The empty cost is valid and not constant.
+func parseCost(c string) (n int64, constant, ok bool) {
+	if c == "" {
+		return 0, false, true
+	}
+	if isDigit(c[0]) {
+		for i := 1; i < len(c); i++ {
+			if !isDigit(c[i]) {
+				return 0, false, false
+			}
+		}
+		if c[0] == '0' {
+			return 0, true, false
+		}
+		n, err := strconv.ParseInt(c, 10, 64)
+		if err != nil {
+			n = -1
+		}
+		return n, true, true
+	}
+	return 0, false, validCostName(c)
+}
+
+// validCostName reports whether s is a cost function name: a letter, then
+// letters, digits, '_', '-' and '.'.
+func validCostName(s string) bool {
+	return s != "" && isLetter(s[0]) && validName(s)
+}
+
+func windowLevel(sl validator.StructLevel) {
+	w, ok := sl.Current().Interface().(Window)
+	if !ok || w.Grain == 0 {
+		return
+	}
+	period := durText(w.Period)
+	switch {
+	case w.Grain < MinGrain:
+		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMin, "")
+	case w.Grain%time.Millisecond != 0:
+		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMS, "")
+	case w.Period <= 0:
+		// reported by the period's own tag; nothing to compare with
+	case w.Grain >= w.Period:
+		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainPeriod, period)
+	case w.Period%w.Grain != 0:
+		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainDivides, period)
+	case w.Period/w.Grain > MaxGrains:
+		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainCount, period+" into "+strconv.FormatInt(int64(w.Period/w.Grain), 10))
 	}
 }
 
@@ -275,8 +352,31 @@ func reason(fe validator.FieldError, ns string) string {
 	switch field + " " + fe.Tag() {
 	case "Limit min":
 		return fmt.Sprintf("limit %v is below 1", val)
-	case "Limit max":
-		return fmt.Sprintf("limit %v is above %d; %s", val, MaxLimit, memoryNote)
+	case "Limit " + tagExactMax:
+		return limitAbove(fmt.Sprint(val), true)
+	case "Limit " + tagBoundedMax:
+		return limitAbove(fmt.Sprint(val), false)
+	case "Cost " + tagCost:
+		c := fmt.Sprint(val)
+		if _, constant, _ := parseCost(c); constant {
+			if strings.Trim(c, "0") == "" {
+				return "cost 0 is below 1"
+			}
+			return fmt.Sprintf("invalid cost %q; write a constant cost without leading zeros", c)
+		}
+		return fmt.Sprintf("invalid cost %q; want a positive integer or a cost function name: a letter, then %s", c, nameChars)
+	case "Windows " + tagCostLimit:
+		return fmt.Sprintf("cost %v is above the limit %s; such a request could never be admitted", val, fe.Param())
+	case "Grain " + tagGrainMin:
+		return fmt.Sprintf("grain %s is below %s", durValue(val), durText(MinGrain))
+	case "Grain " + tagGrainMS:
+		return fmt.Sprintf("grain %s is not a whole number of milliseconds", durValue(val))
+	case "Grain " + tagGrainPeriod:
+		return fmt.Sprintf("grain %s is not shorter than the period %s", durValue(val), fe.Param())
+	case "Grain " + tagGrainDivides:
+		return fmt.Sprintf("grain %s does not divide the period %s into whole grains", durValue(val), fe.Param())
+	case "Grain " + tagGrainCount:
+		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), MaxGrains)
 	case "Period min":
 		return fmt.Sprintf("period %s is below %s", durValue(val), durText(MinPeriod))
 	case "Period max":

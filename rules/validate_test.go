@@ -26,7 +26,7 @@ func TestValidate(t *testing.T) {
 		{"bad kind", Group{Limiters: []Limiter{{Kind: "foo", Windows: one}}}, `rules: "foo:1/s": unknown kind "foo" at offset 0`},
 		{"no windows", Group{Limiters: []Limiter{ip()}}, `rules: "ip:": limiter has no windows at offset 3`},
 		{"negative limit", Group{Limiters: []Limiter{ip(win(-1, sec))}}, `rules: "ip:-1/s": limit -1 is below 1 at offset 3`},
-		{"limit above max", Group{Limiters: []Limiter{ip(win(MaxLimit+1, sec))}}, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit at offset 3`},
+		{"limit above max", Group{Limiters: []Limiter{ip(win(MaxLimit+1, sec))}}, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"fractional ms", Group{Limiters: []Limiter{ip(win(1, 1500*time.Microsecond))}}, `rules: "ip:1/1.5ms": period 1.5ms is not a whole number of milliseconds at offset 5`},
 		{"negative period", Group{Limiters: []Limiter{ip(win(1, -sec))}}, `rules: "ip:1/-1s": period -1s is below 1ms at offset 5`},
 		{"period above max", Group{Limiters: []Limiter{ip(win(1, MaxPeriod+ms))}}, `rules: "ip:1/2592000001ms": period 2592000001ms is above 30d at offset 5`},
@@ -43,6 +43,19 @@ func TestValidate(t *testing.T) {
 		{"bad count", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"401", "abc"}}, `rules: "ip:1/s; count:401,abc": invalid status "abc" in count; want a code 100..599 or a class 1xx..5xx at offset 18`},
 		{"empty count item", Group{Limiters: []Limiter{ip(one...)}, Count: []string{""}}, `rules: "ip:1/s; count:": invalid status "" in count; want a code 100..599 or a class 1xx..5xx at offset 14`},
 		{"count covered by class", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"4xx", "404"}}, `rules: "ip:1/s; count:4xx,404": status 404 is already counted by class 4xx at offset 18`},
+		{"cost", Group{Limiters: []Limiter{ip(one...), {Kind: IP, Cost: "bytes", Windows: []Window{win(1<<40, day)}}}}, ""},
+		{"non-canonical constant cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "05", Windows: []Window{win(10, sec)}}}}, `rules: "ip[05]:10/s": invalid cost "05"; write a constant cost without leading zeros at offset 3`},
+		{"zero cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "0", Windows: one}}}, `rules: "ip[0]:1/s": cost 0 is below 1 at offset 3`},
+		{"negative cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "-1", Windows: one}}}, `rules: "ip[-1]:1/s": invalid cost "-1"; want a positive integer or a cost function name: a letter, then letters, digits, "_", "-" or "." at offset 3`},
+		{"cost above limit", Group{Limiters: []Limiter{{Kind: Key, Name: "k", Cost: "2", Windows: []Window{win(5, sec), win(1, mn)}}}}, `rules: "key(k)[2]:5/s,1/min": cost 2 is above the limit 1 of window 1/min; such a request could never be admitted at offset 14`},
+		{"cost equal to limit", Group{Limiters: []Limiter{{Kind: IP, Cost: "5", Windows: []Window{win(5, sec)}}}}, ""},
+		{"grain", Group{Limiters: []Limiter{ip(grained(MaxBoundedLimit, day, 15*mn))}}, ""},
+		{"negative grain", Group{Limiters: []Limiter{ip(grained(1, sec, -sec))}}, `rules: "ip:1/s~-1s": grain -1s is below 1ms at offset 7`},
+		{"fractional grain", Group{Limiters: []Limiter{ip(grained(1, 3*sec, 1500*time.Microsecond))}}, `rules: "ip:1/3s~1.5ms": grain 1.5ms is not a whole number of milliseconds at offset 8`},
+		{"grain of an invalid period", Group{Limiters: []Limiter{ip(grained(1, 0, sec))}}, `rules: "ip:1/0s~s": period 0s is below 1ms at offset 5`},
+		{"grain longer than period", Group{Limiters: []Limiter{ip(grained(1, mn, hr))}}, `rules: "ip:1/min~h": grain 1h is not shorter than the period 1min at offset 9`},
+		{"exact cap with cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "c", Windows: []Window{win(MaxBoundedLimit+1, sec)}}}}, `rules: "ip[c]:1125899906842625/s": limit 1125899906842625 is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 6`},
+		{"exact cap without cost", Group{Limiters: []Limiter{ip(win(MaxBoundedLimit+1, sec))}}, `rules: "ip:1125899906842625/s": limit 1125899906842625 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"first of several", Group{Limiters: []Limiter{ip(win(1, sec), win(0, 0))}, Exempt: []string{"a", "a"}}, `rules: "ip:1/s,0/0s; exempt:a,a": limit 0 is below 1 at offset 7`},
 	}
 	for _, tt := range tests {
@@ -82,6 +95,24 @@ func TestBoundsMatchConstants(t *testing.T) {
 	check(win(MaxLimit+1, sec), false)
 	check(win(1, MinPeriod-time.Nanosecond), false)
 	check(win(1, MaxPeriod+time.Millisecond), false)
+	check(grained(MaxBoundedLimit, MaxPeriod, MaxPeriod/MaxGrains), true)
+	check(grained(MaxBoundedLimit+1, sec, ms), false)
+	check(grained(1, 2*MinGrain, MinGrain), true)
+	check(grained(1, sec, MinGrain-time.Nanosecond), false)
+	check(grained(1, MaxGrains*ms, ms), true)
+	check(grained(1, (MaxGrains+1)*ms, ms), false)
+	costed := func(limit int64, ok bool) {
+		t.Helper()
+		g := Group{Limiters: []Limiter{{Kind: Global, Cost: "bytes", Windows: []Window{win(limit, sec)}}}}
+		if err := g.Validate(); (err == nil) != ok {
+			t.Errorf("Validate(global[bytes]:%d/s) = %v, want ok=%v", limit, err, ok)
+		}
+	}
+	costed(MaxBoundedLimit, true)
+	costed(MaxBoundedLimit+1, false)
+	if MaxBoundedLimit >= 1<<53 {
+		t.Errorf("MaxBoundedLimit %d is not exact in a float64", MaxBoundedLimit)
+	}
 }
 
 func TestValidateConcurrent(t *testing.T) {
