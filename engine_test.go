@@ -5,7 +5,6 @@ package slidelimit_test
 // counting every command the engine sends.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -14,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,26 +25,6 @@ import (
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
-
-// commandCounter is a go-redis hook counting the commands sent to Redis,
-// pipelined ones included.
-type commandCounter struct{ n atomic.Int64 }
-
-func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
 
 var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 
@@ -66,7 +44,7 @@ func newAPI() *api { return &api{ok, ok, ok, ok, ok, ok} }
 // api registered.
 type fixture struct {
 	srv    *redistest.Server
-	cmds   *commandCounter
+	cmds   *redistest.CommandCounter
 	mux    *http.ServeMux
 	events *testutil.Events
 	lim    *slidelimit.Limiter
@@ -77,7 +55,7 @@ func newFixture(t *testing.T, opts ...slidelimit.Option) *fixture {
 	srv := redistest.Start(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
-	f := &fixture{srv: srv, cmds: &commandCounter{}, mux: http.NewServeMux(), events: &testutil.Events{}}
+	f := &fixture{srv: srv, cmds: &redistest.CommandCounter{}, mux: http.NewServeMux(), events: &testutil.Events{}}
 	client.AddHook(f.cmds)
 	opts = append([]slidelimit.Option{
 		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
@@ -138,24 +116,24 @@ func TestEndToEndSharedPattern(t *testing.T) {
 func TestEndToEndExemptMakesNoRedisCalls(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	before := f.cmds.n.Load()
+	before := f.cmds.Count()
 	for range 10 {
 		if w := f.do("GET", "/files/1", "192.0.2.1:1", ident("root", "superadmin")); w.Code != 200 {
 			t.Fatalf("exempt request: %d", w.Code)
 		}
 	}
-	if d := f.cmds.n.Load() - before; d != 0 {
+	if d := f.cmds.Count() - before; d != 0 {
 		t.Errorf("exempt requests sent %d Redis commands, want 0", d)
 	}
 	// The counter does see the engine's commands.
 	f.do("GET", "/files/1", "192.0.2.1:1", ident("u"))
-	if d := f.cmds.n.Load() - before; d == 0 {
+	if d := f.cmds.Count() - before; d == 0 {
 		t.Error("a limited request sent no Redis command; the counter is not hooked in")
 	}
 	// Unlimited routes never reach Redis either.
-	before = f.cmds.n.Load()
+	before = f.cmds.Count()
 	f.do("GET", "/healthz", "192.0.2.1:1", nil)
-	if d := f.cmds.n.Load() - before; d != 0 {
+	if d := f.cmds.Count() - before; d != 0 {
 		t.Errorf("unlimited route sent %d Redis commands", d)
 	}
 }

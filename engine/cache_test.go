@@ -4,34 +4,14 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
-
-// cmdCounter is a go-redis hook counting every command sent, in pipelines
-// too.
-type cmdCounter struct{ n atomic.Int64 }
-
-func (h *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
 
 // waitTrusted waits until e's invalidation subscription is confirmed.
 func waitTrusted(t *testing.T, e *Engine) {
@@ -52,7 +32,7 @@ func TestCachedDenials(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	hook := &cmdCounter{}
+	hook := &redistest.CommandCounter{}
 	rc.AddHook(hook)
 	e := newEngine(t, rc, WithPrefix(prefix))
 	truth := newEngine(t, rc, WithPrefix(prefix), WithCachedDenials(false))
@@ -62,7 +42,7 @@ func TestCachedDenials(t *testing.T) {
 		mustAllow(t, e, r, true)
 		_ = i
 	}
-	before := hook.n.Load()
+	before := hook.Count()
 	const n = 1000
 	for i := range n {
 		d, err := e.Allow(context.Background(), r)
@@ -70,7 +50,7 @@ func TestCachedDenials(t *testing.T) {
 			t.Fatalf("denial %d: allowed %v source %v err %v; want a cached denial", i, d.Allowed, d.Source, err)
 		}
 	}
-	if got := hook.n.Load() - before; got != 0 {
+	if got := hook.Count() - before; got != 0 {
 		t.Errorf("%d Redis commands for %d cached denials, want 0", got, n)
 	}
 
