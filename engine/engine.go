@@ -58,9 +58,12 @@ type Engine struct {
 	closeOnce  sync.Once
 }
 
-// New returns an Engine deciding with client. It does not contact Redis:
-// the script is loaded by the first call that needs it. The Engine does not
-// own client; Close leaves it open.
+// New returns an Engine deciding with client. With cached denials on (the
+// default, see WithCachedDenials) it subscribes to the invalidation
+// channel and waits for the subscription (at most a second, or the
+// timeout if longer; at once when Redis refuses connections); it sends no
+// other command: the script is loaded by the first call that needs it. The
+// Engine does not own client; Close leaves it open.
 func New(client Client, opts ...Option) (*Engine, error) {
 	if client == nil {
 		return nil, &OptionError{Option: "client", Reason: "nil client"}

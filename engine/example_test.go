@@ -6,20 +6,29 @@ import (
 	"log"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// redisAddr is the address of the redis-server TestMain started for the
-// examples.
-var redisAddr string
+// newRedis returns a client of an in-process miniredis, so that the
+// examples run the Redis path (the script) wherever they run; production
+// code passes a client of a real Redis.
+func newRedis() (*redis.Client, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return rdb, func() { rdb.Close(); mr.Close() }
+}
 
 // May user 42 reply? At most 5 replies per minute.
 func ExampleOne() {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
+	rdb, done := newRedis()
+	defer done()
 	eng, err := engine.New(rdb)
 	if err != nil {
 		log.Fatal(err)
@@ -29,22 +38,25 @@ func ExampleOne() {
 	ctx := context.Background()
 	for range 6 {
 		d, _ := eng.Allow(ctx, engine.One("reply", rules.User, "42", rules.Window{Limit: 5, Period: time.Minute}))
-		fmt.Println(d.Allowed, d.Windows[0].Remaining, d.RetryAfter.Round(time.Second))
+		fmt.Println(d.Allowed, d.Windows[0].Remaining, d.RetryAfter.Round(time.Second), d.Source)
 	}
+	// The sixth request is refused from what Redis said about the fifth,
+	// without asking Redis again.
+
 	// Output:
-	// true 4 0s
-	// true 3 0s
-	// true 2 0s
-	// true 1 0s
-	// true 0 0s
-	// false 0 1m0s
+	// true 4 0s redis
+	// true 3 0s redis
+	// true 2 0s redis
+	// true 1 0s redis
+	// true 0 0s redis
+	// false 0 1m0s cache
 }
 
 // A request is admitted only if every window of every check has room, and
 // then it counts in all of them.
 func ExampleEngine_Allow() {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
+	rdb, done := newRedis()
+	defer done()
 	eng, err := engine.New(rdb, engine.WithPrefix("example:"))
 	if err != nil {
 		log.Fatal(err)
@@ -70,22 +82,22 @@ func ExampleEngine_Allow() {
 			log.Print(err)
 		}
 		if d.Allowed {
-			fmt.Println("allowed")
+			fmt.Println("allowed by", d.Source)
 		} else {
 			fmt.Printf("denied by %s window %d/%v\n", upload("", "").Checks[d.Denied.Check].Kind, d.Denied.Window.Limit, d.Denied.Window.Period)
 		}
 	}
 	// Output:
-	// allowed
-	// allowed
+	// allowed by redis
+	// allowed by redis
 	// denied by user window 2/1s
 }
 
 // Only failed logins count: a login is admitted and counted before the
 // password is checked, and given back when it succeeds.
 func ExampleEngine_GiveBack() {
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
-	defer rdb.Close()
+	rdb, done := newRedis()
+	defer done()
 	eng, err := engine.New(rdb, engine.WithPrefix("example-giveback:"))
 	if err != nil {
 		log.Fatal(err)

@@ -38,9 +38,10 @@ type subscriber interface {
 func (e *Engine) channel() string { return e.keyer.prefix + "invalidate" }
 
 // listen starts the subscription to the invalidation channel. It waits up
-// to the engine's timeout for the first confirmation, so that a new engine
-// can make cached denials from its first answers; a Redis that does not
-// answer yet only delays them.
+// to a second (or the engine's timeout, if longer) for the first
+// confirmation, so that a new engine makes cached denials from its first
+// answers on; a Redis that refuses connections ends the wait at once, and
+// one that does not answer yet only delays cached denials.
 func (e *Engine) listen(s subscriber) {
 	ps := s.Subscribe(context.Background(), e.channel())
 	e.pubsub = ps
@@ -49,7 +50,7 @@ func (e *Engine) listen(s subscriber) {
 	go e.receive(ps, first)
 	select {
 	case <-first:
-	case <-time.After(e.timeout):
+	case <-time.After(max(e.timeout, time.Second)):
 	}
 }
 
