@@ -24,24 +24,7 @@ const (
 // a hyphen and the period with its count, as in "ip-1s", "user-1min",
 // "header(X-Api-Key)-30s" or "global-500ms".
 func PolicyName(l rules.Limiter, w rules.Window) string {
-	return l.ID() + "-" + periodName(w.Period)
-}
-
-// periodName writes a period in the largest unit of the rule language that
-// divides it, always with a count.
-func periodName(p time.Duration) string {
-	units := [...]struct {
-		d    time.Duration
-		name string
-	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "min"}, {time.Second, "s"}, {time.Millisecond, "ms"}}
-	if p > 0 {
-		for _, u := range units {
-			if p%u.d == 0 {
-				return strconv.FormatInt(int64(p/u.d), 10) + u.name
-			}
-		}
-	}
-	return p.String()
+	return l.ID() + "-" + rules.FormatPeriod(w.Period)
 }
 
 // ceilSeconds converts d to whole seconds, rounding up so that a client

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Problem types (RFC 9457) used in response bodies.
@@ -56,7 +58,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 		p.Title = "Quota Exceeded"
 		if d.Policy != "" {
 			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) + " per " +
-				periodName(d.Window.Period) + ") exceeded; retry after " + retry + "."
+				rules.FormatPeriod(d.Window.Period) + ") exceeded; retry after " + retry + "."
 			p.ViolatedPolicies = []string{d.Policy}
 		} else {
 			p.Detail = "Too many requests; retry after " + retry + "."

@@ -364,7 +364,7 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	p.space()
 	periodAt := p.i
 	period, perr := p.duration("period", MinPeriod, func(count, unit string) string {
-		return fmt.Sprintf("period %s%s is above %s", count, unit, durText(MaxPeriod))
+		return fmt.Sprintf("period %s%s is above %s", count, unit, FormatPeriod(MaxPeriod))
 	})
 	if perr != nil {
 		return Window{}, perr
@@ -381,7 +381,7 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 		grainAt := p.i
 		p.pos[join(ns, "Grain")] = grainAt
 		grain, gerr := p.duration("grain", MinGrain, func(count, unit string) string {
-			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, durText(period))
+			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, FormatPeriod(period))
 		})
 		if gerr != nil {
 			return Window{}, gerr
@@ -389,7 +389,7 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 		if grain == 0 {
 			// The zero Grain means an exact window; a written grain of 0
 			// is a mistake, not a way to say "exact".
-			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", durText(MinGrain))
+			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", FormatPeriod(MinGrain))
 		}
 		w.Grain = grain
 	}
@@ -425,7 +425,7 @@ func (p *parser) duration(what string, min time.Duration, above func(count, unit
 			return 0, syntaxErr(p.s, unitAt, "unknown unit %q", unit)
 		}
 		if count < int64(min/fine) {
-			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, durText(min))
+			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, FormatPeriod(min))
 		}
 		return 0, syntaxErr(p.s, unitAt, "unsupported unit %q; %ss are whole milliseconds", unit, what)
 	}

@@ -36,9 +36,12 @@ func periodText(p time.Duration) string {
 	return strconv.FormatInt(n, 10) + unit
 }
 
-// durText is a period as error messages show it: always with a count, in
-// the unit of the rule language ("1s", "30d", "0s").
-func durText(p time.Duration) string {
+// FormatPeriod returns p as error messages and policy names show it: a
+// count, always, and the largest unit of the rule language that divides p
+// ("1s", "30d", "90min", "500ms"). A period the language cannot express
+// (not positive, or not whole milliseconds) is written as
+// time.Duration.String writes it.
+func FormatPeriod(p time.Duration) string {
 	n, unit, ok := splitPeriod(p)
 	if !ok {
 		return p.String()

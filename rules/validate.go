@@ -189,7 +189,7 @@ func windowLevel(sl validator.StructLevel) {
 	if !ok || w.Grain == 0 {
 		return
 	}
-	period := durText(w.Period)
+	period := FormatPeriod(w.Period)
 	switch {
 	case w.Grain < MinGrain:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMin, "")
@@ -368,7 +368,7 @@ func reason(fe validator.FieldError, ns string) string {
 	case "Windows " + tagCostLimit:
 		return fmt.Sprintf("cost %v is above the limit %s; such a request could never be admitted", val, fe.Param())
 	case "Grain " + tagGrainMin:
-		return fmt.Sprintf("grain %s is below %s", durValue(val), durText(MinGrain))
+		return fmt.Sprintf("grain %s is below %s", durValue(val), FormatPeriod(MinGrain))
 	case "Grain " + tagGrainMS:
 		return fmt.Sprintf("grain %s is not a whole number of milliseconds", durValue(val))
 	case "Grain " + tagGrainPeriod:
@@ -378,9 +378,9 @@ func reason(fe validator.FieldError, ns string) string {
 	case "Grain " + tagGrainCount:
 		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), MaxGrains)
 	case "Period min":
-		return fmt.Sprintf("period %s is below %s", durValue(val), durText(MinPeriod))
+		return fmt.Sprintf("period %s is below %s", durValue(val), FormatPeriod(MinPeriod))
 	case "Period max":
-		return fmt.Sprintf("period %s is above %s", durValue(val), durText(MaxPeriod))
+		return fmt.Sprintf("period %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
 	case "Period " + tagWholeMS:
 		return fmt.Sprintf("period %s is not a whole number of milliseconds", durValue(val))
 	case "Kind required":
@@ -437,7 +437,7 @@ func reason(fe validator.FieldError, ns string) string {
 
 func durValue(v any) string {
 	if d, ok := v.(time.Duration); ok {
-		return durText(d)
+		return FormatPeriod(d)
 	}
 	return fmt.Sprint(v)
 }
