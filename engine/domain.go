@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -10,7 +11,8 @@ import (
 
 // A domain is one failure domain: the server a key lives on (the one
 // server of a *redis.Client, a cluster master, a Ring shard). A server that
-// timed out is considered down: while it is, one call at a time (its
+// did not answer (a timeout, a refused or broken connection) is considered
+// down: while it is, one call at a time (its
 // probe) asks it again, and the other calls that need it decide by their
 // fail mode at once instead of each waiting for a timeout. Calls whose
 // keys all live on other servers are not affected.
@@ -126,16 +128,20 @@ func probed(batch []*call, d *domain) bool {
 	return false
 }
 
-// observe records how d answered: a timeout makes it down, an answer up.
+// observe records how d answered: an answer (also an error reply) makes it
+// up, no answer down.
 func (e *Engine) observe(d *domain, answered bool, err error) {
 	switch {
 	case answered:
 		if d.down.Load() && d.down.Swap(false) {
 			e.log.Info("engine: redis answers again", "server", d.addr)
 		}
-	case err != nil && isTimeout(err):
+	case err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errClock):
+		// A timeout, a refused or broken connection: asking again would
+		// cost each call up to a timeout (go-redis retries dials and
+		// redirects until the context expires).
 		if !d.down.Swap(true) {
-			e.log.Warn("engine: redis timed out; deciding by fail mode until it answers", "server", d.addr, "err", err)
+			e.log.Warn("engine: redis does not answer; deciding by fail mode until it does", "server", d.addr, "err", err)
 		}
 	}
 	if err != nil {

@@ -179,11 +179,17 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		c.member = strconv.AppendInt(c.member, c.id, 10)
 	}
 	if len(c.probes) > 0 {
-		// Deferred: a probe that panics must not keep every later call
-		// on the fail mode.
+		// A probe asks a server that did not answer, and may wait for the
+		// timeout again: it goes alone, so that no batch of calls for
+		// servers that answer waits with it. Deferred: a probe that
+		// panics must not keep every later call on the fail mode.
 		defer e.release(c)
+		c.lead = append(c.lead[:0], c)
+		e.batch.run(c.lead)
+		c.lead = c.lead[:0]
+	} else {
+		e.batch.do(c)
 	}
-	e.batch.do(c)
 	if c.err != nil {
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}

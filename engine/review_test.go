@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,10 +27,10 @@ func TestLeaderPanic(t *testing.T) {
 	e.batch.maxInflight = 1
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
-	panics := true
+	var panics atomic.Int32
+	panics.Store(1)
 	e.batch.run = func(batch []*call) {
-		if panics {
-			panics = false
+		if panics.Add(-1) == 0 {
 			entered <- struct{}{}
 			<-release
 			panic("boom")
@@ -39,14 +40,14 @@ func TestLeaderPanic(t *testing.T) {
 		}
 	}
 	r := req(user("u", win(10, time.Minute)))
-	e.doms.one.down.Store(true) // the first call is a probe
+
+	// A batch leader that panics: the calls queued behind it return.
 	leader := make(chan any)
 	go func() {
 		defer func() { leader <- recover() }()
 		e.Allow(context.Background(), r)
 	}()
 	<-entered
-	e.doms.one.down.Store(false) // the queued calls ask Redis
 	queued := make(chan error, 2)
 	for range 2 {
 		go func() {
@@ -77,14 +78,31 @@ func TestLeaderPanic(t *testing.T) {
 			t.Fatal("a call queued behind a panicking batch never returned")
 		}
 	}
-	if e.doms.one.probing.Load() {
-		t.Error("probing still set after the probe panicked")
-	}
 	e.batch.mu.Lock()
 	inflight := e.batch.inflight
 	e.batch.mu.Unlock()
 	if inflight != 0 {
 		t.Errorf("%d batches in flight after all calls returned", inflight)
+	}
+
+	// A probe that panics: the server is not left probed forever.
+	e.doms.one.down.Store(true)
+	release = make(chan struct{})
+	panics.Store(1)
+	go func() {
+		defer func() { leader <- recover() }()
+		e.Allow(context.Background(), r)
+	}()
+	<-entered
+	if !e.doms.one.probing.Load() {
+		t.Error("the first call while down is not the probe")
+	}
+	close(release)
+	if p := <-leader; p != "boom" {
+		t.Errorf("probe recovered %v, want the panic", p)
+	}
+	if e.doms.one.probing.Load() {
+		t.Error("probing still set after the probe panicked")
 	}
 }
 
