@@ -54,9 +54,9 @@ func TestMetrics(t *testing.T) {
 	want := map[string]map[string]int64{
 		"slidelimit.decisions": {
 			"allowed ip-1min GET /a redis":       2,
-			"denied ip-1min GET /a redis":        1,
+			"denied ip-1min GET /a cache":        1,
 			"allowed ip-1min GET /s redis":       1,
-			"shadow_denied ip-1min GET /s redis": 1,
+			"shadow_denied ip-1min GET /s cache": 1,
 			"exempt   none":                      2,
 			"denied  GET /c fail-closed":         1,
 		},

@@ -28,9 +28,9 @@ slidelimit_backend_errors_total{scope="GET /c"} 1
 slidelimit_decisions_total{outcome="allowed",policy="ip-1min",scope="GET /a",source="redis"} 2
 slidelimit_decisions_total{outcome="allowed",policy="ip-1min",scope="GET /s",source="redis"} 1
 slidelimit_decisions_total{outcome="denied",policy="",scope="GET /c",source="fail-closed"} 1
-slidelimit_decisions_total{outcome="denied",policy="ip-1min",scope="GET /a",source="redis"} 1
+slidelimit_decisions_total{outcome="denied",policy="ip-1min",scope="GET /a",source="cache"} 1
 slidelimit_decisions_total{outcome="exempt",policy="",scope="",source="none"} 2
-slidelimit_decisions_total{outcome="shadow_denied",policy="ip-1min",scope="GET /s",source="redis"} 1
+slidelimit_decisions_total{outcome="shadow_denied",policy="ip-1min",scope="GET /s",source="cache"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_decisions_total", "slidelimit_backend_errors_total"); err != nil {
 		t.Error(err)

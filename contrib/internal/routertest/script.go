@@ -19,6 +19,9 @@ import (
 //	GET /s  ip:1/min; mode:shadow  2 requests: 1 allowed, 1 shadow_denied
 //	GET /x  ip:1/min; exempt:root  2 requests as root: 2 exempt
 //	GET /c  ip:5/min; fail:closed  1 request with Redis gone: denied by fail-closed, a backend error
+//
+// The denials of /a and /s come from the engine's cache of Redis's answers
+// (source "cache"): the request before them filled the window.
 func Sequence(t *testing.T, opt slidelimit.Option) {
 	t.Helper()
 	m := miniredis.RunT(t)
