@@ -161,6 +161,16 @@ func scenarios() []scenario {
 			{at: 5 * ms, giveBack: 1},
 			{at: 6 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{0, 10, 0}}},
 		}},
+		{"give back a cost from the middle", []step{
+			{at: 0, req: req(bytesOf("u", 3, win(10, sec))), allow: true, wins: [][3]time.Duration{{3, 7, sec}}},
+			{at: 1 * ms, req: req(bytesOf("u", 4, win(10, sec))), allow: true, wins: [][3]time.Duration{{7, 3, sec - ms}}},
+			{at: 2 * ms, giveBack: 1},
+			{at: 3 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{4, 6, sec - 2*ms}}},
+			{at: 4 * ms, giveBack: 1}, // idempotent
+			{at: 5 * ms, req: req(bytesOf("u", 6, win(10, sec))), allow: true, wins: [][3]time.Duration{{10, 0, sec - 4*ms}}},
+			{at: 6 * ms, giveBack: 2},
+			{at: 7 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{6, 4, sec - 2*ms}}},
+		}},
 		{"retry after counts only the entries that must leave", []step{
 			// A wider group shares the key: 5 entries, 1 s apart.
 			{at: 0, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{1, 99, 10 * sec}}},

@@ -52,15 +52,6 @@ func grainScenarios() []scenario {
 			{at: 1110 * ms, req: two, allow: true, wins: [][3]time.Duration{{2, 0, 900 * ms}}},
 			{at: 1120 * ms, req: two, retry: 890 * ms, wins: [][3]time.Duration{{2, 0, 890 * ms}}},
 		}},
-		{"give back from the middle errs on denying", []step{
-			{at: 0, req: req(bytesOf("u", 3, win(10, sec))), allow: true, wins: [][3]time.Duration{{3, 7, sec}}},
-			{at: 1 * ms, req: req(bytesOf("u", 4, win(10, sec))), allow: true, wins: [][3]time.Duration{{7, 3, sec - ms}}},
-			{at: 2 * ms, giveBack: 1},
-			// The 3 now leave with the entry after them, at 1001ms.
-			{at: 3 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{7, 3, sec - 2*ms}}},
-			{at: sec, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{7, 3, ms}}},
-			{at: sec + ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{0, 10, 0}}},
-		}},
 		{"give back the newest of merged entries", []step{
 			{at: 0, req: req(bytesOf("u", 3, gwin(10, sec, 100*ms))), allow: true, wins: [][3]time.Duration{{3, 7, sec}}},
 			{at: 1 * ms, req: req(bytesOf("u", 4, gwin(10, sec, 100*ms))), allow: true, wins: [][3]time.Duration{{7, 3, sec - ms}}},

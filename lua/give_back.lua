@@ -7,36 +7,48 @@
 -- the script may have used when unknown). A weighted member is the running
 -- total (16 digits), ':' and that member.
 --
--- Removing an entry from the middle moves its weight to the next entry
--- (whose total includes it), which leaves the windows later: the request
--- stays counted until then, erring on the side of denying. The newest
--- entry is rewritten with its total less the cost, under the member '-'
--- (so a second removal finds nothing): it may stand for merged requests,
--- whose weight stays. A request whose entry was merged into a later one
--- is not found, and stays counted until that entry leaves.
+-- The entry's total and the totals of every later entry are lowered by the
+-- cost, which takes exactly the request out of every window. An entry that
+-- stands for merged requests (its weight is more than the cost) stays,
+-- renamed '-' so that a second removal finds nothing. With more than
+-- MOVE later entries, the entry is only deleted: its weight then counts
+-- with the next entry, which leaves the windows later, erring on the side
+-- of denying until then. A request whose entry was merged into a later
+-- one is not found, and stays counted until that entry leaves.
 --
--- Reply: 1 when an entry was removed or rewritten, 0 otherwise. Reading
--- the whole key costs O(entries); this path is rare.
+-- Reply: 1 when an entry was removed or lowered, 0 otherwise. Reading the
+-- whole key costs O(entries); this path is rare.
+local MOVE = 64
 local kk = KEYS[1]
 local cost = tonumber(ARGV[1])
 local want = {}
 for i = 2, #ARGV do
   want[ARGV[i]] = true
 end
+local function total(m)
+  return tonumber(string.sub(m, 1, 16))
+end
 local es = redis.call('ZRANGE', kk, '0', '+inf', 'BYSCORE', 'WITHSCORES')
 for i = 1, #es, 2 do
   local m = es[i]
   if want[string.sub(m, 18)] then
     redis.call('ZREM', kk, m)
-    if i + 2 > #es then
-      local prev = 0
-      if i > 1 then
-        prev = tonumber(string.sub(es[i - 2], 1, 16))
-      end
-      local nt = tonumber(string.sub(m, 1, 16)) - cost
-      if nt > prev then
-        redis.call('ZADD', kk, es[i + 1], string.format('%016d', nt) .. ':-')
-      end
+    if (#es - i - 1) / 2 > MOVE then
+      return 1
+    end
+    local prev = 0
+    if i > 1 then
+      prev = total(es[i - 2])
+    end
+    local xt = total(m)
+    local c = math.min(cost, xt - prev)
+    if xt - c > prev then
+      redis.call('ZADD', kk, es[i + 1], string.format('%016d', xt - c) .. ':-')
+    end
+    for j = i + 2, #es, 2 do
+      local mj = es[j]
+      redis.call('ZREM', kk, mj)
+      redis.call('ZADD', kk, es[j + 1], string.format('%016d', total(mj) - c) .. string.sub(mj, 17))
     end
     return 1
   end
