@@ -348,3 +348,74 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 		t.Errorf("ip windows only %.1f%% full on average, want >= 90%%", 100*fill)
 	}
 }
+
+// TestMemory drives limiters through a day of admissions under a test
+// clock and measures the key with MEMORY USAGE on real Redis.
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		name  string
+		c     Check
+		n     int   // admissions, evenly spaced over a day
+		cost  int64 // per request
+		most  int64 // bytes of the key at most; 0 to only log
+		entry int   // entries at most; 0 to only log
+	}{
+		// Seed 001's group with grains on the long windows.
+		{"user:200/10s,5000/h~2m,20000/d~30m", user("u", win(200, 10*time.Second), gwin(5000, time.Hour, 2*time.Minute), gwin(20000, day, 30*time.Minute)), 20000, 1, 16 << 10, 90},
+		{"user:200/10s,5000/h~1m,20000/d~15m", user("u", win(200, 10*time.Second), gwin(5000, time.Hour, time.Minute), gwin(20000, day, 15*time.Minute)), 20000, 1, 0, 0},
+		{"user:200/10s,5000/h,20000/d~15m", user("u", win(200, 10*time.Second), win(5000, time.Hour), gwin(20000, day, 15*time.Minute)), 20000, 1, 0, 0},
+		{"user:200/10s,5000/h,20000/d", user("u", win(200, 10*time.Second), win(5000, time.Hour), win(20000, day)), 20000, 1, 0, 0},
+		{"user[bytes]:2Gi/d~15m", bytesOf("u", 0, gwin(2<<30, day, 15*time.Minute)), 2048, 1 << 20, 16 << 10, 100},
+		{"user[bytes]:2Gi/d", bytesOf("u", 0, win(2<<30, day)), 2048, 1 << 20, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			afterTTLs(t, rc, prefix)
+			clk := newFakeClock()
+			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+			c := tc.c
+			c.Cost = tc.cost
+			r := req(c)
+			step := day / time.Duration(tc.n)
+			admitted := 0
+			for i := range tc.n {
+				clk.Set(time.Duration(i) * step)
+				d, err := e.Allow(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+			if admitted != tc.n {
+				t.Errorf("%d admitted, want %d: spaced evenly, an exact log admits them all", admitted, tc.n)
+			}
+			// The day's window is now full: the next request is denied.
+			clk.Set(day - time.Second)
+			if d, _ := e.Allow(context.Background(), r); d.Allowed {
+				t.Errorf("request %d of the day admitted", tc.n+1)
+			}
+			key := e.keyOf("s", c)
+			mem, err := rc.MemoryUsage(context.Background(), key, 0).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := rc.ZCard(context.Background(), key).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d admissions over a day: %d bytes, %d members (markers included)", tc.name, admitted, mem, n)
+			if tc.most > 0 && mem > tc.most {
+				t.Errorf("%d bytes, want at most %d", mem, tc.most)
+			}
+			if tc.entry > 0 && n > int64(tc.entry) {
+				t.Errorf("%d members, want at most %d", n, tc.entry)
+			}
+		})
+	}
+}
