@@ -11,7 +11,11 @@
 --   mode, member, nkeys, then per key: nwin, then per window: period, limit
 -- with mode 1 = allow (check every window, admit in every key or none) and
 -- 2 = peek (check only). An op uses the next nkeys KEYS. Periods are in
--- microseconds; the windows of a key come longest first.
+-- microseconds; the windows of a key come longest first. A weighted key
+-- (a limiter with a cost or a grain, see engine/doc.go) is given as
+--   -nwin, cost, then per window: period, limit, grain
+-- with the grains of its tiers in µs (0: exact); its used is the window's
+-- summed cost, and edge is present when used + cost > limit.
 --
 -- The reply is one string of space-separated integers: the time as seconds
 -- and microseconds, then per op
@@ -40,7 +44,8 @@
 -- default on a single server) passes every field as its own ARGV string,
 -- so nothing is JSON-decoded:
 --   t, then per op: member, nkeys, then per key: nwin, busy, then per
---   window: period, limit
+--   window: period, limit (a weighted key: -nwin, busy, cost, then per
+--   window: period, limit, grain)
 -- where an empty member means peek, and busy is the key's epoch length
 -- once it is busy (ceil(longest period / 8), see below), passed as a
 -- string so that the marker's name needs no number formatting. Its reply
