@@ -419,3 +419,61 @@ func TestMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestCostsDifferential drives random costs, peeks and give-backs through
+// exact windows of a cost limiter on real Redis (weighted key: running
+// totals) and on the fallback limiter (a plain log of costs), and requires
+// the same decisions from both.
+func TestCostsDifferential(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	clk := newFakeClock()
+	re := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	le := newEngine(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}),
+		WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(false))
+	rng := rand.New(rand.NewPCG(9, 9))
+	ws := []rules.Window{win(100, time.Second), win(250, 5*time.Second)}
+	var at time.Duration
+	type pair struct {
+		r      Request
+		rd, ld Decision
+	}
+	var admitted []pair
+	for i := range 600 {
+		at += time.Duration(rng.IntN(300)) * ms
+		clk.Set(at)
+		if len(admitted) > 0 && rng.IntN(8) == 0 {
+			p := admitted[rng.IntN(len(admitted))]
+			if err := re.GiveBack(context.Background(), p.r, p.rd); err != nil {
+				t.Fatal(err)
+			}
+			if err := le.GiveBack(context.Background(), p.r, p.ld); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		r := req(bytesOf("u", 1+rng.Int64N(40), ws...))
+		f, g := re.Allow, le.Allow
+		if rng.IntN(5) == 0 {
+			f, g = re.Peek, le.Peek
+		}
+		rd, err := f(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ld, _ := g(context.Background(), r)
+		if ld.Source != FromLocal {
+			t.Fatalf("local decision from %v", ld.Source)
+		}
+		if rd.Allowed != ld.Allowed || rd.RetryAfter != ld.RetryAfter || !slices.Equal(rd.Windows, ld.Windows) {
+			t.Fatalf("step %d at %v, cost %d: redis %v %v %+v, local %v %v %+v", i, at, r.Checks[0].Cost,
+				rd.Allowed, rd.RetryAfter, rd.Windows, ld.Allowed, ld.RetryAfter, ld.Windows)
+		}
+		if rd.Allowed && rd.receipt.id != 0 {
+			admitted = append(admitted, pair{r, rd, ld})
+		}
+	}
+	t.Logf("%d admissions", len(admitted))
+}
