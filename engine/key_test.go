@@ -98,3 +98,21 @@ func FuzzKeys(f *testing.F) {
 		}
 	})
 }
+
+// FuzzWeightedKeys checks that keys with a cost segment (weighted keys)
+// never meet each other or a count key of other fields.
+func FuzzWeightedKeys(f *testing.F) {
+	f.Add("s", "user", "", "42", "bytes", "s", "user", "", "42|bytes", "")
+	f.Fuzz(func(t *testing.T, s1, k1, n1, sub1, c1, s2, k2, n2, sub2, c2 string) {
+		k := newKeyer(&config{prefix: "p:"})
+		a := string(k.appendKey(nil, s1, rules.Kind(k1), n1, c1, sub1))
+		b := string(k.appendKey(nil, s2, rules.Kind(k2), n2, c2, sub2))
+		same := s1 == s2 && k1 == k2 && n1 == n2 && sub1 == sub2 && c1 == c2
+		if (a == b) != same {
+			t.Fatalf("keys %q %q for %q and %q", a, b, []string{s1, k1, n1, sub1, c1}, []string{s2, k2, n2, sub2, c2})
+		}
+		if slot(a) != crc16(a[3:len(a)-1])&16383 {
+			t.Fatalf("hash tag of %q is not the encoded fields", a)
+		}
+	})
+}
