@@ -209,6 +209,9 @@ func checkCost(i int, c *Check, kc string) (int64, error) {
 	case c.Cost > 0:
 		return c.Cost, nil
 	}
+	if c.Limiter.Cost == "" {
+		return 1, nil
+	}
 	if n, err := strconv.ParseInt(c.Limiter.Cost, 10, 64); err == nil {
 		if n < 1 {
 			return 0, &RequestError{Check: i, Window: -1, Reason: "constant cost " + c.Limiter.Cost + " below 1"}
