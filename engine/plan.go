@@ -17,7 +17,9 @@ const (
 	// MaxWindows is the largest number of windows in a Request, over all
 	// its checks.
 	MaxWindows = 256
-	// MaxLimit is the largest window limit the engine accepts.
+	// MaxLimit is the largest limit the engine accepts for a window of a
+	// count key (a limiter without a cost or a grain). Windows of weighted
+	// keys accept up to rules.MaxBoundedLimit.
 	MaxLimit = 1_000_000_000
 )
 
