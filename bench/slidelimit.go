@@ -16,6 +16,8 @@ const (
 	slidelimit2W = "slidelimit 2-window"
 	slidelimit1W = "slidelimit 1-window"
 	slidelimitNC = "slidelimit 2-window uncached"
+	slidelimitBQ = "slidelimit byte quota"
+	slidelimitBW = "slidelimit bounded window"
 )
 
 // slidelimitLibraries are the slidelimit configurations under test: the
@@ -42,6 +44,26 @@ var slidelimitLibraries = []library{
 		}
 		return setupSlidelimit(rdb)(w(1_000_000, time.Minute))
 	}},
+	// A byte quota: each request costs 1 KiB of 2 GiB a day, merged per
+	// 15 minutes (a weighted key: running totals, bounded members).
+	{Name: slidelimitBQ, Setup: func(ctx context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {
+		if c.Deny {
+			return newSlidelimit(rdb, nil, "bytes", 1024, []rules.Window{gw(1024, 24*time.Hour, 15*time.Minute)})
+		}
+		return newSlidelimit(rdb, nil, "bytes", 1024, []rules.Window{gw(2<<30, 24*time.Hour, 15*time.Minute)})
+	}},
+	// The 2-window group with grains: about 100 merged entries for the
+	// second and 60 for the minute, whatever the limits.
+	{Name: slidelimitBW, Setup: func(ctx context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {
+		if c.Deny {
+			return newSlidelimit(rdb, nil, "", 0, []rules.Window{w(1, time.Minute), gw(10, time.Hour, time.Minute)})
+		}
+		return newSlidelimit(rdb, nil, "", 0, []rules.Window{gw(100_000, time.Second, 10*time.Millisecond), gw(1_000_000, time.Minute, time.Second)})
+	}},
+}
+
+func gw(limit int64, period, grain time.Duration) rules.Window {
+	return rules.Window{Limit: limit, Period: period, Grain: grain}
 }
 
 func w(limit int64, period time.Duration) rules.Window {
@@ -56,25 +78,34 @@ func w(limit int64, period time.Duration) rules.Window {
 // as an error, so that a fallback decision can never pass for a measured
 // one.
 func setupSlidelimit(rdb *redis.Client, opts ...engine.Option) func(windows ...rules.Window) (*limiterSetup, error) {
-	return func(windows ...rules.Window) (*limiterSetup, error) { return newSlidelimit(rdb, opts, windows) }
+	return func(windows ...rules.Window) (*limiterSetup, error) { return newSlidelimit(rdb, opts, "", 0, windows) }
 }
 
-func newSlidelimit(rdb *redis.Client, opts []engine.Option, windows []rules.Window) (*limiterSetup, error) {
+// newSlidelimit is setupSlidelimit with a limiter cost (rules.Limiter.Cost)
+// and the cost of each request (0: the limiter's).
+func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64, windows []rules.Window) (*limiterSetup, error) {
 	eng, err := engine.New(rdb, opts...)
 	if err != nil {
 		return nil, err
 	}
-	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: windows}
+	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: cost, Windows: windows}
 	var desc []string
 	for _, w := range windows {
-		desc = append(desc, fmt.Sprintf("%d/%v", w.Limit, w.Period))
+		d := fmt.Sprintf("%d/%v", w.Limit, w.Period)
+		if w.Grain != 0 {
+			d += "~" + w.Grain.String()
+		}
+		desc = append(desc, d)
+	}
+	if cost != "" {
+		desc[0] = fmt.Sprintf("[%s, %d per request] ", cost, n) + desc[0]
 	}
 	return &limiterSetup{
 		Config: strings.Join(desc, " + "),
 		NewCaller: func() decideFunc {
 			req := engine.Request{
 				Scope:  "bench",
-				Checks: []engine.Check{{Limiter: lim}},
+				Checks: []engine.Check{{Limiter: lim, Cost: n}},
 				Fail:   rules.FailClosed,
 			}
 			return func(ctx context.Context, key string) (bool, error) {

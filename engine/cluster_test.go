@@ -78,6 +78,7 @@ func TestCluster(t *testing.T) {
 	t.Run("timed out part", func(t *testing.T) { clusterTimedOut(t, cl) })
 	t.Run("audit", func(t *testing.T) { t.Parallel(); auditCluster(t, cl) })
 	t.Run("rollback", func(t *testing.T) { t.Parallel(); clusterRollback(t, cl) })
+	t.Run("audit costs", func(t *testing.T) { t.Parallel(); auditCostsCluster(t, cl) })
 	t.Run("give back mixed suffixes", func(t *testing.T) { t.Parallel(); clusterGiveBack(t, cl) })
 	t.Run("script flush", func(t *testing.T) {
 		t.Parallel()

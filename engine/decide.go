@@ -28,7 +28,7 @@ func (c *call) decision(req *Request, src Source) Decision {
 				if used == 0 {
 					reset = mw.period // the request itself is the oldest
 				}
-				used++
+				used += p.kcost[p.keyOf[i]]
 			}
 			ws := &d.Windows[j]
 			ws.Check, ws.Window, ws.Used = i, w, used

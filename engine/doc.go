@@ -13,6 +13,26 @@
 // of their windows, the smaller limit where periods are equal, and one
 // entry for the request.
 //
+// # Costs and grains
+//
+// A check counts its cost: Check.Cost, or when that is 0 the constant cost
+// of its limiter (Limiter.Cost "5"), or 1. A window of limit L then admits
+// a request of cost c at t iff the costs admitted in (t-W, t] sum to at
+// most L-c; Used and Remaining are in cost units, and RetryAfter is the
+// time until enough cost has left every window for c to fit. A cost above
+// a window's limit could never be admitted: Allow returns a RequestError
+// naming the check and window instead. A cost above 1 needs a limiter with
+// a cost (Limiter.Cost), because such a limiter is its own key (see
+// Storage): user and user[bytes] never share a log.
+//
+// A window with a grain g (rules.Window.Grain) lets the engine merge the
+// requests of one grain into one entry, which leaves the window with the
+// latest of them. It never admits more than L in any span of its period
+// and denies at most one grain earlier than an exact window would: an
+// entry stands for requests less than g apart, none of which leaves the
+// window before the entry does. Windows without a grain stay exact, also
+// in a key with grained windows.
+//
 // Time is the Redis server's TIME in microseconds, read inside the script,
 // so application clocks never matter. (WithClock, for tests, passes the
 // time in the script's arguments instead.) On a Redis Cluster each key
@@ -79,6 +99,65 @@
 // deployment that lengthens a window) sees at first only the entries
 // the others kept, and may admit more than its limit during its first
 // window.
+//
+// # Weighted keys
+//
+// A limiter with a cost, or without one but with a grained window, is
+// stored in a weighted key, named with a fourth segment, the cost:
+//
+//	prefix{scope|kind:name|subject|cost}   for example   slidelimit:{GET%20/files/%7Bid%7D|user|42|bytes}
+//
+// where a count limiter with grains takes the cost "1" (the same key as
+// user[1], which counts the same). Count keys keep their three segments,
+// so the two formats never share a key.
+//
+// A member of a weighted key is the running total of the costs admitted
+// in the key (16 digits, zero-padded, so that members of equal score sort
+// by total), ':' and the request's member, scored by its admission time, or
+// by the newest entry's score when that is later (the clock went back):
+// scores never decrease along totals. A window's sum is the newest total
+// minus the total of the last entry before the window (0 when there is
+// none): two lookups for any number of entries. A denial finds the entry
+// whose departure makes room by a binary search over ranks. The trim keeps
+// the newest entry it could remove, whose total is the base of every
+// window. Totals restart when the key expires; a key whose total would
+// pass 2^53 (2^53 units admitted within one life of the key) fails the
+// call.
+//
+// Merging an entry into the next one is deleting it: the next entry's
+// total already includes its cost, and it leaves the windows later. Each
+// admission merges, per tier, the entries that reached it since the
+// previous admission: tier j holds the entries older than every window
+// shorter than W_j but inside W_j, and an entry there is deleted when the
+// next entry lies in the same grain of tier j. A tier's grain is the finest
+// grain of the windows an entry in it is still in (0, no merging, when one
+// of them is exact), rounded down to a multiple of the next shorter tier's
+// grain so that the grains nest (see nestGrains). So short exact windows
+// keep individual entries only within their period, and a long grained
+// window needs its grain only beyond the shorter windows: a key holds about
+// the entries of its exact windows plus W/g per grained window, whatever
+// the limits. Seed 001's group user:200/10s,5000/h~2m,20000/d~30m held 82
+// members (4,168 bytes by MEMORY USAGE) after 20,000 admissions spread over
+// a day, against 20,003 members (2.4 MB) for the exact group; a byte quota
+// user[bytes]:2Gi/d~15m held 98 members (5.2 KB) after 2,048 downloads of
+// 1 MiB. Keys shared by groups with different grains err by the coarsest
+// one; at most 257 entries per tier are merged per admission, so a burst
+// larger than that is merged only partly.
+//
+// Removing a request from a weighted key (a cluster rollback, the undo of
+// a failed call, a GiveBack) runs lua/give_back.lua: it lowers the
+// request's entry and every later entry by its cost, which is exact, and
+// keeps the entry (without the request's member) when it stands for merged
+// requests. With more than 64 later entries it only deletes the entry,
+// whose weight then counts with the next one until that leaves (erring on
+// the side of denying); a request merged into a later entry is not found
+// and stays counted until that entry leaves. The removal reads the whole
+// key.
+//
+// Weighted keys make no cached denials and seed nothing into the FailLocal
+// fallback (a full window depends on the next request's cost): a request
+// with a weighted key always asks Redis, and the fallback starts such keys
+// from nothing. The fallback counts costs and treats grains as exact.
 //
 // Doing the bookkeeping (ZSCORE, ZREMRANGEBYSCORE, PEXPIRE) on every
 // admission would cost three of a decision's six or so Redis calls, so it

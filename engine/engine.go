@@ -249,7 +249,7 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 // Reset forgets every request counted for subject by limiter l in scope:
 // it deletes the key, in Redis and in the fallback limiter.
 func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
-	key := string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, subject))
+	key := string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))
 	e.local.forget(key)
 	if e.closed.Load() {
 		return ErrClosed

@@ -253,7 +253,7 @@ func (e *Engine) rollback(batch []*call) {
 			}
 			for _, k := range c.part(i) {
 				owners = append(owners, c)
-				undos = append(undos, undo{key: c.plan.keys[k], member: string(c.member), suffix: c.psuf[i], until: now + c.plan.longest(int(k))})
+				undos = append(undos, undoOf(&c.plan, int(k), string(c.member), c.psuf[i], now))
 			}
 		}
 	}

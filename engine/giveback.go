@@ -53,8 +53,8 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	member := strconv.FormatInt(r.id, 10)
 	now := time.Now().UnixMicro()
 	us := make([]undo, len(c.plan.keys))
-	for i, key := range c.plan.keys {
-		us[i] = undo{key: key, member: member, suffix: r.suffixOf(i), until: now + c.plan.longest(i)}
+	for i := range c.plan.keys {
+		us[i] = undoOf(&c.plan, i, member, r.suffixOf(i), now)
 	}
 	if e.anyDown(&c.plan) {
 		// Redis timed out and has not answered since: queue the removal

@@ -58,8 +58,10 @@ func newKeyer(c *config) *keyer {
 	return k
 }
 
-// appendKey appends the key of (scope, limiter, subject) to b.
-func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, subject string) []byte {
+// appendKey appends the key of (scope, limiter, subject) to b. cost is the
+// limiter's key cost (see keyCost): "" for a count key, whose name has three
+// segments; a weighted key has a fourth, the cost.
+func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, subject string) []byte {
 	b = append(b, k.prefix...)
 	b = append(b, '{')
 	b = appendEscaped(b, scope)
@@ -74,6 +76,10 @@ func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, subject
 		b = k.appendHashed(b, subject)
 	} else {
 		b = appendEscaped(b, subject)
+	}
+	if cost != "" {
+		b = append(b, '|')
+		b = appendEscaped(b, cost)
 	}
 	return append(b, '}')
 }

@@ -26,6 +26,7 @@ type localLimiter struct {
 type localKey struct {
 	times []int64 // admission times in µs, ascending
 	ids   []int64 // the request id of each time, for GiveBack; seedID for seeds
+	costs []int64 // the cost of each time (1 in count keys and for seeds)
 	ret   int64   // retention in µs: the longest window seen
 	seed  int64   // wall time (µs) of the Redis answer the seeds stand for
 }
@@ -52,7 +53,7 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 	defer l.mu.Unlock()
 	ok := true
 	for i, key := range p.keys {
-		var times []int64
+		var times, costs []int64
 		k := l.keys[key]
 		if k != nil && k.expired(t) {
 			delete(l.keys, key)
@@ -62,20 +63,31 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			k = l.seed(key, k, &kn, t)
 		}
 		if k != nil {
-			times = k.times
+			times, costs = k.times, k.costs
 		}
+		cost := p.kcost[i]
 		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
 			w := p.wins[j]
 			// Entries after t (the clock went back) count, as in the
-			// script.
+			// script. Grains are treated as exact.
 			lo, _ := slices.BinarySearch(times, t-w.period+1)
-			used := int64(len(times) - lo)
+			var used int64
+			for _, c := range costs[lo:] {
+				used += c
+			}
 			var reset, wait int64
 			if used > 0 {
 				reset = times[lo] + w.period - t
-				if used >= w.limit {
+				if used+cost > w.limit {
 					ok = false
-					wait = times[lo+int(used-w.limit)] + w.period - t
+					// The request fits once the oldest entries whose
+					// costs make up the excess have left.
+					left := used + cost - w.limit
+					e := lo
+					for ; e < len(costs)-1 && left > costs[e]; e++ {
+						left -= costs[e]
+					}
+					wait = times[e] + w.period - t
 				}
 			}
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
@@ -94,14 +106,15 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 		k.ret = max(k.ret, p.longest(i))
 		drop, _ := slices.BinarySearch(k.times, t-k.ret+1)
 		if drop > 0 {
-			k.times, k.ids = k.times[drop:], k.ids[drop:]
+			k.times, k.ids, k.costs = k.times[drop:], k.ids[drop:], k.costs[drop:]
 			if cap(k.times) > 2*len(k.times)+16 {
-				k.times, k.ids = slices.Clone(k.times), slices.Clone(k.ids)
+				k.times, k.ids, k.costs = slices.Clone(k.times), slices.Clone(k.ids), slices.Clone(k.costs)
 			}
 		}
 		at, _ := slices.BinarySearch(k.times, t+1)
 		k.times = slices.Insert(k.times, at, t)
 		k.ids = slices.Insert(k.ids, at, c.id)
+		k.costs = slices.Insert(k.costs, at, p.kcost[i])
 	}
 }
 
@@ -136,11 +149,11 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 		keep := 0
 		for i, id := range k.ids {
 			if id != seedID {
-				k.times[keep], k.ids[keep] = k.times[i], k.ids[i]
+				k.times[keep], k.ids[keep], k.costs[keep] = k.times[i], k.ids[i], k.costs[i]
 				keep++
 			}
 		}
-		k.times, k.ids = k.times[:keep], k.ids[:keep]
+		k.times, k.ids, k.costs = k.times[:keep], k.ids[:keep], k.costs[:keep]
 	}
 	k.seed = kn.wall
 	ws := slices.Clone(kn.wins)
@@ -158,6 +171,7 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 		pos, _ := slices.BinarySearch(k.times, at+1)
 		k.times = slices.Insert(k.times, pos, slices.Repeat([]int64{at}, int(n))...)
 		k.ids = slices.Insert(k.ids, pos, slices.Repeat([]int64{seedID}, int(n))...)
+		k.costs = slices.Insert(k.costs, pos, slices.Repeat([]int64{1}, int(n))...)
 	}
 	return k
 }
@@ -172,7 +186,7 @@ func (l *localLimiter) giveBack(p *plan, id int64) {
 			continue
 		}
 		if i := slices.Index(k.ids, id); i >= 0 {
-			k.times, k.ids = slices.Delete(k.times, i, i+1), slices.Delete(k.ids, i, i+1)
+			k.times, k.ids, k.costs = slices.Delete(k.times, i, i+1), slices.Delete(k.ids, i, i+1), slices.Delete(k.costs, i, i+1)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/slidelimit/slidelimit/rules"
@@ -16,7 +17,9 @@ const (
 	// MaxWindows is the largest number of windows in a Request, over all
 	// its checks.
 	MaxWindows = 256
-	// MaxLimit is the largest window limit the engine accepts.
+	// MaxLimit is the largest limit the engine accepts for a window of a
+	// count key (a limiter without a cost or a grain). Windows of weighted
+	// keys accept up to rules.MaxBoundedLimit.
 	MaxLimit = 1_000_000_000
 )
 
@@ -24,6 +27,7 @@ const (
 type window struct {
 	period int64 // microseconds
 	limit  int64
+	grain  int64 // µs; 0 for exact. In a weighted key, the effective grain (see nestGrains)
 }
 
 // plan is a Request resolved to Redis keys: checks that map to the same
@@ -38,6 +42,8 @@ type plan struct {
 	kstart []int32  // windows of key i are wins[kstart[i]:kstart[i+1]]
 	wins   []window
 	origin []int32 // per window of the request, in check then window order: index in wins
+	kcost  []int64 // per key: what the request counts in it (1 in count keys)
+	kw     []bool  // per key: weighted (entries carry running totals, see doc.go)
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -48,6 +54,7 @@ func periodMicros(d time.Duration) int64 {
 func (p *plan) build(k *keyer, req *Request) error {
 	p.buf, p.ends, p.keyOf = p.buf[:0], p.ends[:0], p.keyOf[:0]
 	p.keys, p.kstart, p.wins, p.origin = p.keys[:0], p.kstart[:0], p.wins[:0], p.origin[:0]
+	p.kcost, p.kw = p.kcost[:0], p.kw[:0]
 	clear(p.args) // drop the previous request's key string
 	p.args = p.args[:0]
 	switch req.Fail {
@@ -65,12 +72,29 @@ func (p *plan) build(k *keyer, req *Request) error {
 		if total > MaxWindows {
 			return &RequestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
 		}
+		kc := keyCost(&c.Limiter)
+		cost, err := checkCost(i, c, kc)
+		if err != nil {
+			return err
+		}
+		maxLimit := int64(MaxLimit)
+		if kc != "" {
+			maxLimit = rules.MaxBoundedLimit
+		}
 		for j, w := range c.Windows {
 			switch {
-			case w.Limit < 1 || w.Limit > MaxLimit:
-				return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxLimit"}
+			case w.Limit < 1 || w.Limit > maxLimit:
+				if kc == "" {
+					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxLimit"}
+				}
+				return &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
 			case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:
 				return &RequestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
+			case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
+				return &RequestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
+			case cost > w.Limit:
+				return &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
+					" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
 			}
 		}
 		if len(c.Windows) == 0 {
@@ -78,7 +102,7 @@ func (p *plan) build(k *keyer, req *Request) error {
 			continue
 		}
 		start := len(p.buf)
-		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, c.Subject)
+		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
 		idx := int32(len(p.ends))
 		prev := 0
 		for j, end := range p.ends {
@@ -91,6 +115,10 @@ func (p *plan) build(k *keyer, req *Request) error {
 		}
 		if int(idx) == len(p.ends) {
 			p.ends = append(p.ends, len(p.buf))
+			p.kcost = append(p.kcost, cost)
+			p.kw = append(p.kw, kc != "")
+		} else if p.kcost[idx] != cost {
+			return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 		}
 		p.keyOf = append(p.keyOf, idx)
 	}
@@ -116,10 +144,13 @@ func (p *plan) build(k *keyer, req *Request) error {
 			}
 		merge:
 			for _, w := range req.Checks[i].Windows {
-				mw := window{period: periodMicros(w.Period), limit: w.Limit}
+				// A grain is rounded down to whole µs: a finer grain only
+				// makes the window more exact.
+				mw := window{period: periodMicros(w.Period), limit: w.Limit, grain: int64(w.Grain / time.Microsecond)}
 				for j := first; j < int32(len(p.wins)); j++ {
 					if p.wins[j].period == mw.period {
 						p.wins[j].limit = min(p.wins[j].limit, mw.limit)
+						p.wins[j].grain = minGrain(p.wins[j].grain, mw.grain)
 						continue merge
 					}
 				}
@@ -129,6 +160,9 @@ func (p *plan) build(k *keyer, req *Request) error {
 		// Longest first: the script derives shorter windows from longer
 		// ones where it can, and takes the first as the key's longest.
 		slices.SortFunc(p.wins[first:], func(a, b window) int { return cmp.Compare(b.period, a.period) })
+		if p.kw[key] {
+			nestGrains(p.wins[first:])
+		}
 	}
 	p.kstart = append(p.kstart, int32(len(p.wins)))
 
@@ -148,6 +182,82 @@ func (p *plan) build(k *keyer, req *Request) error {
 		}
 	}
 	return nil
+}
+
+// keyCost returns the cost segment of l's key: l.Cost for a limiter with a
+// cost, "1" for a limiter without one but with a grained window (its key is
+// weighted, like that of a cost of 1), "" for a count key.
+func keyCost(l *rules.Limiter) string {
+	if l.Cost != "" {
+		return l.Cost
+	}
+	for _, w := range l.Windows {
+		if w.Grain != 0 {
+			return "1"
+		}
+	}
+	return ""
+}
+
+// checkCost returns what check i counts: c.Cost, or when it is 0 the
+// limiter's constant cost, or 1.
+func checkCost(i int, c *Check, kc string) (int64, error) {
+	switch {
+	case c.Cost < 0:
+		return 0, &RequestError{Check: i, Window: -1, Reason: "negative cost " + strconv.FormatInt(c.Cost, 10)}
+	case c.Cost > 1 && kc == "":
+		return 0, &RequestError{Check: i, Window: -1, Reason: "cost " + strconv.FormatInt(c.Cost, 10) +
+			" above 1 needs a limiter with a cost (Limiter.Cost), which names its own key"}
+	case c.Cost > 0:
+		return c.Cost, nil
+	}
+	if c.Limiter.Cost == "" {
+		return 1, nil
+	}
+	if n, err := strconv.ParseInt(c.Limiter.Cost, 10, 64); err == nil {
+		if n < 1 {
+			return 0, &RequestError{Check: i, Window: -1, Reason: "constant cost " + c.Limiter.Cost + " below 1"}
+		}
+		return n, nil
+	}
+	return 1, nil
+}
+
+// minGrain returns the finer of two grains, 0 (exact) being the finest.
+func minGrain(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	return min(a, b)
+}
+
+// nestGrains replaces the grains of a weighted key's windows (longest
+// first) by the grains the script merges entries with. An entry older than
+// every window shorter than W_j but inside W_j (tier j) may be merged with
+// its neighbours of the same grain of tier j; that grain must be no coarser
+// than the grain of any window the entry is still in (W_j and the longer
+// ones: the minimum, 0 when one is exact), and a multiple of the grain of
+// tier j-1, so that an entry merged in tier j-1 lies within one grain of
+// tier j (the grids nest, all starting at time 0). An entry then always
+// stands for requests within one grain of every window it is in, which
+// bounds how early a window may deny.
+func nestGrains(ws []window) {
+	g := int64(-1) // running minimum from the longest window
+	for i := range ws {
+		if g < 0 {
+			g = ws[i].grain
+		} else {
+			g = minGrain(g, ws[i].grain)
+		}
+		ws[i].grain = g
+	}
+	prev := int64(0)
+	for i := len(ws) - 1; i >= 0; i-- {
+		if prev > 0 {
+			ws[i].grain = ws[i].grain / prev * prev
+		}
+		prev = ws[i].grain
+	}
 }
 
 // longest returns the longest period of key i.

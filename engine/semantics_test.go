@@ -39,6 +39,11 @@ func ip(subject string, ws ...rules.Window) Check {
 
 func req(checks ...Check) Request { return Request{Scope: "s", Checks: checks} }
 
+// bytes is a check of the cost limiter user[bytes] counting cost.
+func bytesOf(subject string, cost int64, ws ...rules.Window) Check {
+	return Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: ws}, Subject: subject, Cost: cost}
+}
+
 const ms = time.Millisecond
 
 type scenario struct {
@@ -118,6 +123,53 @@ func scenarios() []scenario {
 			// Denied by the merged limit 2: the check that set it denies.
 			{at: 2 * ms, req: req(user("u", win(3, sec)), user("u", win(2, sec), win(5, 10*sec))), retry: sec - 2*ms,
 				wins: [][3]time.Duration{{2, 1, sec - 2*ms}, {2, 0, sec - 2*ms}, {2, 3, 10*sec - 2*ms}}},
+		}},
+		{"costs", []step{
+			{at: 0, req: req(bytesOf("u", 4, win(10, sec))), allow: true, wins: [][3]time.Duration{{4, 6, sec}}},
+			{at: 100 * ms, req: req(bytesOf("u", 5, win(10, sec))), allow: true, wins: [][3]time.Duration{{9, 1, 900 * ms}}},
+			// 9 used, 2 more: the entry of 4 must leave, at 1 s.
+			{at: 200 * ms, req: req(bytesOf("u", 2, win(10, sec))), retry: 800 * ms, wins: [][3]time.Duration{{9, 1, 800 * ms}}},
+			{at: 300 * ms, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{10, 0, 700 * ms}}},
+			// 5 more: 4 leaving is not enough, 4+5 is: at 1.1 s.
+			{at: 400 * ms, req: req(bytesOf("u", 5, win(10, sec))), retry: 700 * ms, wins: [][3]time.Duration{{10, 0, 600 * ms}}},
+			{at: 400 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), retry: 600 * ms, wins: [][3]time.Duration{{10, 0, 600 * ms}}},
+			{at: sec, req: req(bytesOf("u", 5, win(10, sec))), retry: 100 * ms, wins: [][3]time.Duration{{6, 4, 100 * ms}}},
+			{at: 1100 * ms, req: req(bytesOf("u", 5, win(10, sec))), allow: true, wins: [][3]time.Duration{{6, 4, 200 * ms}}},
+			// The count limiter of the same kind and subject is another key.
+			{at: 1100 * ms, req: req(user("u", win(1, sec))), allow: true, wins: [][3]time.Duration{{1, 0, sec}}},
+		}},
+		{"costs across keys and windows", []step{
+			{at: 0, req: req(user("u", win(3, sec)), bytesOf("u", 700, win(1000, sec), win(1500, 10*sec))), allow: true,
+				wins: [][3]time.Duration{{1, 2, sec}, {700, 300, sec}, {700, 800, 10 * sec}}},
+			// Denied by the short byte window only; the count key is not
+			// counted either.
+			{at: 500 * ms, req: req(user("u", win(3, sec)), bytesOf("u", 400, win(1000, sec), win(1500, 10*sec))), retry: 500 * ms,
+				wins: [][3]time.Duration{{1, 2, 500 * ms}, {700, 300, 500 * ms}, {700, 800, 9500 * ms}}},
+			{at: sec, req: req(user("u", win(3, sec)), bytesOf("u", 400, win(1000, sec), win(1500, 10*sec))), allow: true,
+				wins: [][3]time.Duration{{1, 2, sec}, {400, 600, sec}, {1100, 400, 9 * sec}}},
+			// 500 fits the short window, not the long one until the 700
+			// leave at 10 s.
+			{at: 2 * sec, req: req(bytesOf("u", 500, win(1000, sec), win(1500, 10*sec))), retry: 8 * sec,
+				wins: [][3]time.Duration{{0, 1000, 0}, {1100, 400, 8 * sec}}},
+		}},
+		{"give back a cost", []step{
+			{at: 0, req: req(bytesOf("u", 3, win(10, sec))), allow: true, wins: [][3]time.Duration{{3, 7, sec}}},
+			{at: 1 * ms, req: req(bytesOf("u", 4, win(10, sec))), allow: true, wins: [][3]time.Duration{{7, 3, sec - ms}}},
+			{at: 2 * ms, giveBack: 2},
+			{at: 3 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{3, 7, sec - 3*ms}}},
+			{at: 4 * ms, giveBack: 2}, // idempotent
+			{at: 5 * ms, giveBack: 1},
+			{at: 6 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{0, 10, 0}}},
+		}},
+		{"give back a cost from the middle", []step{
+			{at: 0, req: req(bytesOf("u", 3, win(10, sec))), allow: true, wins: [][3]time.Duration{{3, 7, sec}}},
+			{at: 1 * ms, req: req(bytesOf("u", 4, win(10, sec))), allow: true, wins: [][3]time.Duration{{7, 3, sec - ms}}},
+			{at: 2 * ms, giveBack: 1},
+			{at: 3 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{4, 6, sec - 2*ms}}},
+			{at: 4 * ms, giveBack: 1}, // idempotent
+			{at: 5 * ms, req: req(bytesOf("u", 6, win(10, sec))), allow: true, wins: [][3]time.Duration{{10, 0, sec - 4*ms}}},
+			{at: 6 * ms, giveBack: 2},
+			{at: 7 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{6, 4, sec - 2*ms}}},
 		}},
 		{"retry after counts only the entries that must leave", []step{
 			// A wider group shares the key: 5 entries, 1 s apart.

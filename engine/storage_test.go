@@ -13,7 +13,7 @@ import (
 
 // keyOf returns the Redis key of a check in scope.
 func (e *Engine) keyOf(scope string, c Check) string {
-	return string(e.keyer.appendKey(nil, scope, c.Kind, c.Name, c.Subject))
+	return string(e.keyer.appendKey(nil, scope, c.Kind, c.Name, keyCost(&c.Limiter), c.Subject))
 }
 
 // entries returns the admission times (scores >= 0) of key; markers are

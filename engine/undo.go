@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/lua"
 )
 
 // A script call that fails (a timeout, a lost connection, a reply the
@@ -38,6 +40,17 @@ type undo struct {
 	member string
 	suffix int64 // the script's suffix, or -1 when unknown: remove all
 	until  int64 // local time in µs after which the entry counts no more
+	cost   int64 // the request's cost in a weighted key; 0 in a count key
+}
+
+// undoOf returns the undo of member (with suffix, or -1) in key k of p,
+// at now (µs).
+func undoOf(p *plan, k int, member string, suffix, now int64) undo {
+	u := undo{key: p.keys[k], member: member, suffix: suffix, until: now + p.longest(k)}
+	if p.kw[k] {
+		u.cost = p.kcost[k]
+	}
+	return u
 }
 
 // members returns the members u removes: the exact one when the suffix is
@@ -75,7 +88,16 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	pipe := e.client.Pipeline()
 	cmds := make([]*redis.IntCmd, len(us))
 	for i, u := range us {
-		cmds[i] = pipe.ZRem(ctx, u.key, u.members()...)
+		if u.cost == 0 {
+			cmds[i] = pipe.ZRem(ctx, u.key, u.members()...)
+			continue
+		}
+		// A weighted member carries its running total, which the
+		// engine does not know: the script finds it (see give_back.lua).
+		args := append([]any{u.cost}, u.members()...)
+		cmd := redis.NewIntCmd(ctx, append([]any{"eval", lua.GiveBack, 1, u.key}, args...)...)
+		_ = pipe.Process(ctx, cmd)
+		cmds[i] = cmd
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	var done []string
@@ -135,7 +157,7 @@ func (e *Engine) queueUndo(c *call, keys []int32, suffix int64) {
 	now := time.Now().UnixMicro()
 	us := make([]undo, len(keys))
 	for i, k := range keys {
-		us[i] = undo{key: c.plan.keys[k], member: m, suffix: suffix, until: now + c.plan.longest(int(k))}
+		us[i] = undoOf(&c.plan, int(k), m, suffix, now)
 	}
 	e.undos.push(e, us...)
 }

@@ -8,7 +8,9 @@ import (
 
 // The script's argument is one JSON array (see lua/multi_window.lua):
 //
-//	[t, nops, op...]   op = mode, "member", nkeys, {nwin, {period, limit}...}...
+//	[t, nops, op...]   op = mode, "member", nkeys, key...
+//	key = nwin, {period, limit}...              a count key
+//	key = -nwin, cost, {period, limit, grain}... a weighted key
 //
 // and its reply one string of space-separated integers:
 //
@@ -49,12 +51,26 @@ func appendOp(b []byte, c *call, keys []int32) []byte {
 	for _, k := range keys {
 		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
 		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(len(ws)), 10)
+		if !p.kw[k] {
+			b = strconv.AppendInt(b, int64(len(ws)), 10)
+			for _, w := range ws {
+				b = append(b, ',')
+				b = strconv.AppendInt(b, w.period, 10)
+				b = append(b, ',')
+				b = strconv.AppendInt(b, w.limit, 10)
+			}
+			continue
+		}
+		b = strconv.AppendInt(b, -int64(len(ws)), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, p.kcost[k], 10)
 		for _, w := range ws {
 			b = append(b, ',')
 			b = strconv.AppendInt(b, w.period, 10)
 			b = append(b, ',')
 			b = strconv.AppendInt(b, w.limit, 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, w.grain, 10)
 		}
 	}
 	return b
@@ -155,13 +171,14 @@ func readOp(r *reader, c *call, keys []int32, t int64) (status, suffix int64) {
 	}
 	p := &c.plan
 	for _, k := range keys {
+		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 			w := p.wins[j]
 			used := r.int(1 << 53)
 			var reset, wait int64
 			if used > 0 {
 				reset = r.score(t, w.period)
-				if used >= w.limit {
+				if used+cost > w.limit {
 					wait = r.score(t, w.period)
 				}
 			}
@@ -187,12 +204,15 @@ func (r *reader) score(t, per int64) int64 {
 // script argument, so the script decodes no JSON, and replies with an
 // array of integers, which go-redis reads into one []int64:
 //
-//	args:  t, op...   op = member ("" for peek), nkeys, {nwin, busy, {period, limit}...}...
+//	args:  t, op...   op = member ("" for peek), nkeys, key...
+//	key = nwin, busy, {period, limit}...               a count key
+//	key = -nwin, busy, cost, {period, limit, grain}... a weighted key
 //	reply: sec, usec, {code, {used [oldest [edge]]}...}...
 //
 // busy is the key's epoch length once it is busy, ceil(longest period /
 // 8): the script names the epoch marker after it without formatting a
-// number.
+// number. In a weighted key, used is the window's summed cost and edge is
+// present when used + cost > limit.
 
 // bufArg is one script argument: a slice of a batch's argument buffer. A
 // pointer to it fits in an interface without allocating, and go-redis
@@ -234,11 +254,22 @@ func (f *flatArgs) op(c *call, keys []int32) {
 	p := &c.plan
 	for _, k := range keys {
 		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
-		f.int(int64(len(ws)))
+		if !p.kw[k] {
+			f.int(int64(len(ws)))
+			f.int((ws[0].period + 7) / 8)
+			for _, w := range ws {
+				f.int(w.period)
+				f.int(w.limit)
+			}
+			continue
+		}
+		f.int(-int64(len(ws)))
 		f.int((ws[0].period + 7) / 8)
+		f.int(p.kcost[k])
 		for _, w := range ws {
 			f.int(w.period)
 			f.int(w.limit)
+			f.int(w.grain)
 		}
 	}
 }
@@ -332,13 +363,14 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 	}
 	p := &c.plan
 	for _, k := range keys {
+		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 			w := p.wins[j]
 			used := r.int(1 << 53)
 			var reset, wait int64
 			if used > 0 {
 				reset = r.score(t, w.period)
-				if used >= w.limit {
+				if used+cost > w.limit {
 					wait = r.score(t, w.period)
 				}
 			}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,4 +83,70 @@ func TestReadFlatOp(t *testing.T) {
 			}
 		}
 	}
+}
+
+func TestWeightedArgs(t *testing.T) {
+	t.Parallel()
+	// A cost limiter (cost 7) and a count limiter with a grain (cost 1):
+	// weighted keys, given as -nwin, busy (flat only), cost, then period,
+	// limit and the tier's grain per window, longest first.
+	c := plannedCall(t, req(bytesOf("u", 7, win(100, time.Second), gwin(1000, time.Minute, 10*time.Second)),
+		user("u", win(5, time.Second), gwin(50, time.Hour, time.Minute))))
+	c.member = []byte("77")
+	var f flatArgs
+	f.reset(0)
+	f.op(c, c.all)
+	var got []string
+	for _, a := range f.appendTo(nil) {
+		got = append(got, a.(*bufArg).String())
+	}
+	want := "0 77 2 -2 7500000 7 60000000 1000 10000000 1000000 100 0 -2 450000000 1 3600000000 50 60000000 1000000 5 0"
+	if s := strings.Join(got, " "); s != want {
+		t.Errorf("flat args %q, want %q", s, want)
+	}
+	b := appendHeader(nil, 0, 1)
+	b = appendOp(b, c, c.all)
+	b = append(b, ']')
+	if want := `[0,1,1,"77",2,-2,7,60000000,1000,10000000,1000000,100,0,-2,1,3600000000,50,60000000,1000000,5,0]`; string(b) != want {
+		t.Errorf("argv %s, want %s", b, want)
+	}
+	// A window is full when used + cost exceeds its limit: 94 + 7 > 100.
+	const now = 2_000_000_000_000_000
+	rd := ireader{v: []int64{2000000000, 0, 0, 500, 1999999999000001, 94, 1999999999500000, 1999999999600000, 0, 0}}
+	rd.int(maxTime / 1e6)
+	rd.int(999_999)
+	if st, _ := readFlatOp(&rd, c, c.all, now); st != 0 || rd.end() != nil {
+		t.Fatalf("status %d err %v", st, rd.err)
+	}
+	if want := []int64{500, 59000001, 0, 94, 500000, 600000, 0, 0, 0, 0, 0, 0}; !slices.Equal(c.res, want) {
+		t.Errorf("res %v, want %v", c.res, want)
+	}
+}
+
+// FuzzWeightedReply reads flat replies for a weighted key of cost 7: a
+// reply is accepted only when every window is consistent, with a wait
+// exactly when the cost does not fit.
+func FuzzWeightedReply(f *testing.F) {
+	f.Add(int64(2000000000), int64(0), int64(0), int64(94), int64(1999999999500000), int64(1999999999600000), int64(0))
+	f.Add(int64(2000000000), int64(0), int64(1), int64(3), int64(1999999999500000), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, sec, usec, code, used, old, edge, used2 int64) {
+		c := plannedCall(t, req(bytesOf("u", 7, win(100, time.Second), gwin(1000, time.Minute, 10*time.Second))))
+		v := []int64{sec, usec, code, used2}
+		if used2 > 0 {
+			v = append(v, old)
+		}
+		v = append(v, used, old, edge)
+		rd := ireader{v: v}
+		s, u := rd.int(maxTime/1e6), rd.int(999_999)
+		readFlatOp(&rd, c, c.all, s*1e6+u)
+		if rd.end() != nil {
+			return
+		}
+		for j, w := range c.plan.wins {
+			used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
+			if used < 0 || (used == 0) != (reset == 0) || reset < 0 || (used+7 > w.limit) != (wait != 0) && used > 0 || wait < 0 {
+				t.Fatalf("%v accepted with res %v", v, c.res)
+			}
+		}
+	})
 }

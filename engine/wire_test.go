@@ -148,7 +148,7 @@ func TestRequestValidation(t *testing.T) {
 	// Duplicate checks merge: same period keeps the smaller limit; the
 	// 1µs-rounding rounds up.
 	c := plannedCall(t, req(user("u", win(3, time.Second), win(9, 1500*time.Nanosecond)), ip("i", win(1, time.Second)), user("u", win(2, time.Second))))
-	if len(c.plan.keys) != 2 || len(c.plan.wins) != 3 || c.plan.wins[0] != (window{1_000_000, 2}) || c.plan.wins[1] != (window{2, 9}) {
+	if len(c.plan.keys) != 2 || len(c.plan.wins) != 3 || c.plan.wins[0] != (window{1_000_000, 2, 0}) || c.plan.wins[1] != (window{2, 9, 0}) {
 		t.Errorf("merged plan: keys %v wins %v", c.plan.keys, c.plan.wins)
 	}
 	if want := []int32{0, 1, 2, 0}; len(c.plan.origin) != 4 || c.plan.origin[0] != want[0] || c.plan.origin[3] != want[3] {

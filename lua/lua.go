@@ -12,3 +12,10 @@ import _ "embed"
 //
 //go:embed multi_window.lua
 var MultiWindow string
+
+// GiveBack is the source of the script that removes one request's entry
+// from a weighted key (a key of a limiter with a cost or a grain), for
+// rollbacks, undos and give-backs. See the engine package documentation.
+//
+//go:embed give_back.lua
+var GiveBack string

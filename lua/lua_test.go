@@ -10,3 +10,9 @@ func TestEmbedded(t *testing.T) {
 		t.Fatalf("MultiWindow does not hold the script: %.60q", MultiWindow)
 	}
 }
+
+func TestEmbeddedGiveBack(t *testing.T) {
+	if !strings.HasPrefix(GiveBack, "-- give_back.lua") || !strings.Contains(GiveBack, "return 0") {
+		t.Fatalf("GiveBack does not hold the script: %.60q", GiveBack)
+	}
+}

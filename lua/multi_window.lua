@@ -11,7 +11,11 @@
 --   mode, member, nkeys, then per key: nwin, then per window: period, limit
 -- with mode 1 = allow (check every window, admit in every key or none) and
 -- 2 = peek (check only). An op uses the next nkeys KEYS. Periods are in
--- microseconds; the windows of a key come longest first.
+-- microseconds; the windows of a key come longest first. A weighted key
+-- (a limiter with a cost or a grain, see engine/doc.go) is given as
+--   -nwin, cost, then per window: period, limit, grain
+-- with the grains of its tiers in µs (0: exact); its used is the window's
+-- summed cost, and edge is present when used + cost > limit.
 --
 -- The reply is one string of space-separated integers: the time as seconds
 -- and microseconds, then per op
@@ -40,7 +44,8 @@
 -- default on a single server) passes every field as its own ARGV string,
 -- so nothing is JSON-decoded:
 --   t, then per op: member, nkeys, then per key: nwin, busy, then per
---   window: period, limit
+--   window: period, limit (a weighted key: -nwin, busy, cost, then per
+--   window: period, limit, grain)
 -- where an empty member means peek, and busy is the key's epoch length
 -- once it is busy (ceil(longest period / 8), see below), passed as a
 -- string so that the marker's name needs no number formatting. Its reply
@@ -83,12 +88,144 @@ local n = 2 -- last index written in out
 local p -- next index to read in a
 local key = 0 -- KEYS used by the previous ops
 local counts = {} -- per key of the op: entries in its longest window, its longest period and where its fields start
+local weighted = {} -- per key of the op: false for a count key, the state of a weighted one (see weigh)
 local kfields -- per-key fields before the windows: nwin (and busy when flat)
 local nops
 if json then
   nops, p, kfields = a[2], 3, 1
 else
   nops, p, kfields = -1, 2, 2
+end
+
+-- Weighted keys (keys of limiters with a cost or a grain, see the header
+-- below): a member is its running total of cost, 16 digits, then ':' and
+-- the request's member; scores never decrease along totals.
+local TOTAL = 9007199254740991 -- 2^53 - 1: totals stay exact in doubles
+local function total(m)
+  return num(string.sub(m, 1, 16))
+end
+
+-- weigh reads the windows of weighted key kk (fields from a[q]: cost,
+-- then per window period, limit, grain) into out, like the count path, and
+-- returns the next field's index, whether every window has room, and the
+-- key's state for the admission: newest total, newest score (nil when the
+-- key is empty), cost, the first window's index in a, and the number of
+-- windows.
+local function weigh(kk, q, nw)
+  local cost = num(a[q])
+  q = q + 1
+  local wq = q
+  local ok = true
+  local nt, ns = 0, nil
+  local top = call('ZRANGE', kk, '+inf', '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+  if top[1] then
+    nt, ns = total(top[1]), num(top[2])
+  end
+  for _ = 1, nw do
+    local lo, l = t - num(a[q]) + 1, num(a[q + 1])
+    q = q + 3
+    local used, old, edge = 0, nil, nil
+    if nt > 0 then
+      local los = fmt('%d', lo)
+      -- The window's sum is the newest total minus the total of the last
+      -- entry before the window (0 when there is none): entries after t
+      -- (the clock went back) count, as in count keys.
+      local b = call('ZRANGE', kk, '(' .. los, '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1')
+      used = nt
+      if b[1] then
+        used = nt - total(b[1])
+      end
+      if used > 0 then
+        local f = call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')
+        old = num(f[2])
+        if used + cost > l then
+          ok = false
+          -- The request fits once the entries up to the first whose total
+          -- reaches need have left the window: a binary search over ranks
+          -- between the window's oldest entry and the newest (markers
+          -- have negative scores, so entries take the last ranks).
+          local need = nt + cost - l
+          local es = top[2]
+          local lr, hr = 0, 0
+          if total(f[1]) >= need then
+            es = f[2]
+          else
+            lr, hr = call('ZRANK', kk, f[1]) + 1, call('ZCARD', kk) - 1
+          end
+          while lr < hr do
+            local mid = floor((lr + hr) / 2)
+            local m = call('ZRANGE', kk, mid, mid, 'WITHSCORES')
+            if total(m[1]) >= need then
+              hr, es = mid, m[2]
+            else
+              lr = mid + 1
+            end
+          end
+          edge = num(es)
+        end
+      end
+    end
+    n = n + 1
+    out[n] = used
+    if old then
+      n = n + 1
+      out[n] = old
+      if edge then
+        n = n + 1
+        out[n] = edge
+      end
+    end
+  end
+  return q, ok, {nt, ns, cost, wq, nw}
+end
+
+-- admit adds member m to weighted key kk (w: its state from weigh), then
+-- merges entries (see engine/doc.go): in each tier j (entries older than
+-- the windows shorter than W_j, still inside W_j), an entry whose
+-- successor lies in the same grain of tier j is deleted, so that the
+-- successor (later, and carrying the larger total) stands for both. Only
+-- the entries that reached a tier since the previous admission (and their
+-- neighbours in the same grain) are looked at, at most 257 per tier.
+local function admit(kk, w, m)
+  local nt, ns, cost, wq, nw = w[1], w[2], w[3], w[4], w[5]
+  if nt + cost > TOTAL then
+    return redis.error_reply('ERR slidelimit: running total above 2^53 in ' .. kk)
+  end
+  local s = t
+  if ns and ns > t then
+    s = ns -- scores never decrease along totals; the entry leaves later
+  end
+  call('ZADD', kk, fmt('%d', s), fmt('%016d', nt + cost) .. ':' .. m)
+  if not ns then
+    return nil
+  end
+  local prev = 0 -- the next shorter window's period: tier j starts there
+  for wi = nw, 1, -1 do
+    local wp = wq + 3 * (wi - 1)
+    local per, g = num(a[wp]), num(a[wp + 2])
+    if g > 0 then
+      local hi = '+inf'
+      if prev > 0 then
+        hi = fmt('%d', t - prev)
+      end
+      local lo = t - per + 1
+      if ns - prev - g > lo then
+        lo = ns - prev - g
+      end
+      local es = call('ZRANGE', kk, hi, fmt('%d', lo), 'BYSCORE', 'REV', 'LIMIT', '0', '257', 'WITHSCORES')
+      local del = {}
+      for i = 3, #es, 2 do
+        if floor(num(es[i + 1]) / g) == floor(num(es[i - 1]) / g) then
+          del[#del + 1] = es[i]
+        end
+      end
+      if #del > 0 then
+        call('ZREM', kk, unpack(del))
+      end
+    end
+    prev = per
+  end
+  return nil
 end
 
 while nops ~= 0 and p <= #a do
@@ -113,7 +250,17 @@ while nops ~= 0 and p <= #a do
     local kk = KEYS[key + k]
     local nw = num(a[q])
     local kq = q
-    q = q + kfields
+    weighted[k] = false
+    if nw < 0 then
+      local wok, w
+      q, wok, w = weigh(kk, q + kfields, -nw)
+      ok = ok and wok
+      weighted[k] = w
+      counts[3 * k - 2], counts[3 * k - 1], counts[3 * k] = BUSY, num(a[w[4]]), kq
+      nw = 0
+    else
+      q = q + kfields
+    end
     -- Scores are integers, so the window (t-W, t] is [t-W+1, t]. The
     -- upper bound is +inf, not t: after the server's clock went back (an
     -- NTP step, a failover to a replica whose clock is behind) entries
@@ -176,7 +323,7 @@ while nops ~= 0 and p <= #a do
     while true do
       local clash = 0
       for k = key + 1, key + nk do
-        if call('ZADD', KEYS[k], 'NX', ts, m) == 0 then
+        if not weighted[k - key] and call('ZADD', KEYS[k], 'NX', ts, m) == 0 then
           clash = k
           break
         end
@@ -185,7 +332,9 @@ while nops ~= 0 and p <= #a do
         break
       end
       for k = key + 1, clash - 1 do
-        call('ZREM', KEYS[k], m)
+        if not weighted[k - key] then
+          call('ZREM', KEYS[k], m)
+        end
       end
       suffix = suffix + 1
       if suffix > 32 then
@@ -196,6 +345,16 @@ while nops ~= 0 and p <= #a do
     end
 
     if status == 1 then
+      -- Weighted members hold their running total, so they are unique:
+      -- they are added once the member's suffix is known.
+      for k = 1, nk do
+        if weighted[k] then
+          local err = admit(KEYS[key + k], weighted[k], m)
+          if err then
+            return err
+          end
+        end
+      end
       for k = 1, nk do
         local kk = KEYS[key + k]
         local kq = counts[3 * k]
@@ -236,7 +395,16 @@ while nops ~= 0 and p <= #a do
               call('ZADD', kk, e, em)
             end
           end
-          call('ZREMRANGEBYSCORE', kk, 0, t - ret)
+          if not weighted[k] then
+            call('ZREMRANGEBYSCORE', kk, 0, t - ret)
+          else
+            -- A weighted key keeps the newest entry it could trim: its
+            -- total is the base of every window's sum.
+            local b = call('ZRANGE', kk, fmt('%d', t - ret), '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+            if b[2] then
+              call('ZREMRANGEBYSCORE', kk, 0, '(' .. b[2])
+            end
+          end
           -- Every admission of this epoch happens before t+I, and its
           -- entries must live for ret after it. GT: never shorten a
           -- deadline another group's epoch relies on. GT keeps a key
