@@ -166,7 +166,8 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 	if scope == "" || len(inScope) == 0 {
 		return engine.Request{}, fmt.Errorf("%w %q", ErrUnknownScope, scope)
 	}
-	kind, name, ok := parseLimiterID(limiterID)
+	id, ok := parseLimiterID(limiterID)
+	kind := id.Kind
 	if !ok {
 		return engine.Request{}, fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", ErrUnknownLimiter, limiterID)
 	}
@@ -187,7 +188,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 		var subject string
 		for _, ls := range lists {
 			for _, lim := range ls {
-				if lim.Kind != kind || lim.Name != name {
+				if lim.Kind != kind || lim.Name != id.Name || lim.Cost != id.Cost {
 					continue
 				}
 				if subject == "" {
@@ -197,7 +198,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 					}
 					subject = s
 				}
-				req.Checks = addWindows(req.Checks, kind, name, subject, lim.Windows)
+				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
 			}
 		}
 	}
@@ -215,10 +216,10 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 // addWindows adds to the check of subject the windows it does not have yet.
 // Windows equal in period but not in limit are both kept: each is what some
 // caller is limited by, and the engine counts them over the same entries.
-func addWindows(checks []engine.Check, kind rules.Kind, name, subject string, ws []rules.Window) []engine.Check {
+func addWindows(checks []engine.Check, id rules.Limiter, subject string, ws []rules.Window) []engine.Check {
 	i := slices.IndexFunc(checks, func(c engine.Check) bool { return c.Subject == subject })
 	if i < 0 {
-		checks = append(checks, engine.Check{Limiter: rules.Limiter{Kind: kind, Name: name}, Subject: subject})
+		checks = append(checks, engine.Check{Limiter: rules.Limiter{Kind: id.Kind, Name: id.Name, Cost: id.Cost}, Subject: subject})
 		i = len(checks) - 1
 	}
 	for _, w := range ws {
@@ -229,17 +230,19 @@ func addWindows(checks []engine.Check, kind rules.Kind, name, subject string, ws
 	return checks
 }
 
-// parseLimiterID returns the kind and name of a limiter ID, canonicalized
-// as the rule language does (header names), by parsing it as a limiter with
-// a placeholder window; text with anything but an ID in it is rejected
+// parseLimiterID returns the kind, name and cost of a limiter ID
+// (user, header(X-Api-Key), user[bytes]), canonicalized as the rule
+// language does (header names), by parsing it as a limiter with a
+// placeholder window; text with anything but an ID in it is rejected
 // before it could parse as more than one statement or window.
-func parseLimiterID(id string) (rules.Kind, string, bool) {
+func parseLimiterID(id string) (rules.Limiter, bool) {
 	if id == "" || strings.ContainsAny(id, ";:,=&/ \t") {
-		return "", "", false
+		return rules.Limiter{}, false
 	}
-	g, err := rules.Parse(id + ":1/s")
+	g, err := rules.Parse(id + ":100000/s") // room for a constant cost
 	if err != nil || len(g.Limiters) != 1 {
-		return "", "", false
+		return rules.Limiter{}, false
 	}
-	return g.Limiters[0].Kind, g.Limiters[0].Name, true
+	l := g.Limiters[0]
+	return rules.Limiter{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
 }

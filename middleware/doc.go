@@ -135,6 +135,9 @@
 // Retry-After and a body of the draft's temporary-reduced-capacity type. A request the engine cannot evaluate (an error matching
 // engine.ErrInvalid) is a server error, answered with 500 rather than a
 // misleading 429. Errors go to the WithLogger logger, never to the client.
+// A request whose own cost is above a window's limit (a 3 GiB download
+// under a 1 GiB daily quota) could never be admitted: it is answered 429
+// without Retry-After (Denial.Never), without asking the engine.
 //
 // A group in shadow mode (mode:shadow) is counted but never denies, and its
 // responses carry no rate-limit fields, so that clients cannot tell; would-be

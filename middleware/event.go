@@ -82,6 +82,11 @@ type Denial struct {
 	// one per request, a constant such as "5", or a cost function name such
 	// as "bytes"), which says the unit of Window.Limit; empty for a 503.
 	Cost string
+	// Never reports a request whose own cost is above the limit of Window:
+	// no later moment would admit it, so RetryAfter is zero, the response
+	// has no Retry-After field and the engine was not asked (Decision is
+	// zero).
+	Never bool
 	// Scope is the scope the request was counted in.
 	Scope string
 	// Decision is the engine's decision.

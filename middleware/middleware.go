@@ -244,6 +244,10 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(status), Status: status})
 		return
 	}
+	if pol := p.oversized(checks); pol != nil {
+		l.refuseOversized(w, r, next, p, pol, Event{Request: r, Scope: scope, Role: res.Role, Shadow: shadow})
+		return
+	}
 	req := engine.Request{Scope: scope, Checks: checks, Fail: l.group.Fail}
 	start := time.Now()
 	dec, err := l.decider.Allow(r.Context(), req)
@@ -314,6 +318,30 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	ev.Status = d.Status
 	l.emit(ev)
 	l.denied(w, r, d)
+}
+
+// refuseOversized answers a request whose own cost is above the limit of
+// pol's window: no later moment would admit it, so it gets a 429 without
+// Retry-After, and the engine is not asked. In shadow mode the handler
+// answers, uncounted.
+func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, p *plan, pol *policy, ev Event) {
+	lim := p.limiters[pol.check]
+	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.name, pol.window
+	l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: request costs more than a whole quota",
+		slog.String("scope", ev.Scope), slog.String("policy", pol.name))
+	if ev.Shadow {
+		ev.Allowed = true
+		l.emit(ev)
+		next.ServeHTTP(w, r)
+		return
+	}
+	if p.field != "" {
+		w.Header().Add(headerPolicy, p.field)
+	}
+	ev.Status = http.StatusTooManyRequests
+	l.emit(ev)
+	l.denied(w, r, Denial{Status: http.StatusTooManyRequests, Never: true, Scope: ev.Scope,
+		Policy: pol.name, Limiter: ev.Limiter, Window: pol.window, Cost: lim.Cost})
 }
 
 // serveNext passes a request the engine has decided on to next; with a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -119,6 +120,22 @@ func isDecimal(s string) bool {
 
 // lookup returns the policy of window w of check c, or nil when the decision
 // names a check or window the plan does not have.
+// oversized returns the policy of a window whose limit is below the cost
+// of its check, or nil: such a request can never be admitted.
+func (p *plan) oversized(cs []engine.Check) *policy {
+	for i := range cs {
+		if cs[i].Cost <= 1 {
+			continue
+		}
+		for _, w := range p.limiters[i].Windows {
+			if cs[i].Cost > w.Limit {
+				return p.lookup(i, w)
+			}
+		}
+	}
+	return nil
+}
+
 func (p *plan) lookup(c int, w rules.Window) *policy {
 	if c < 0 || c >= len(p.limiters) {
 		return nil

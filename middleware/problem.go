@@ -56,11 +56,16 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 	case d.Status == http.StatusTooManyRequests:
 		p.Type = ProblemQuotaExceeded
 		p.Title = "Quota Exceeded"
-		if d.Policy != "" {
+		switch {
+		case d.Never:
+			p.Detail = "This request alone exceeds the quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) +
+				" per " + rules.FormatPeriod(d.Window.Period) + "); it can never be admitted."
+			p.ViolatedPolicies = []string{d.Policy}
+		case d.Policy != "":
 			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) + " per " +
 				rules.FormatPeriod(d.Window.Period) + ") exceeded; retry after " + retry + "."
 			p.ViolatedPolicies = []string{d.Policy}
-		} else {
+		default:
 			p.Detail = "Too many requests; retry after " + retry + "."
 		}
 	case d.Status == http.StatusServiceUnavailable:

@@ -15,8 +15,9 @@ import (
 type api struct {
 	Health http.HandlerFunc `route:"GET /health" limit:"ip:5/s,100/min"`
 	// Paid object-storage downloads: per user and per IP, a global budget,
+	// 1 GiB a day per user (bytes is the object's size, see objectSize),
 	// super-admins unlimited, and the shared admin account counted by IP.
-	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
+	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d; user[bytes]:1Gi/d~15min; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
 	Upload   http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
 	// Login protection: 5 wrong passwords per account a day (and 50
 	// attempts per IP an hour); successful logins are given back.
@@ -38,7 +39,8 @@ func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		},
 		Download: func(w http.ResponseWriter, r *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]string{"file": r.PathValue("id"), "caller": caller(r)})
+			id := r.PathValue("id")
+			writeJSON(w, http.StatusOK, map[string]any{"file": id, "bytes": sizeOf(id), "caller": caller(r)})
 		},
 		Upload: func(w http.ResponseWriter, r *http.Request) {
 			if _, ok := role.FromContext(r.Context()); !ok {
@@ -65,6 +67,24 @@ func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
 		ResetLimits: adm.reset,
 	}
 }
+
+// objects are the demo's stored objects with a size of their own; every
+// other id is a 10 MiB file.
+var objects = map[string]int64{
+	"video":   700 << 20,
+	"archive": 3 << 30, // more than a day's quota: never downloadable
+}
+
+func sizeOf(id string) int64 {
+	if size, ok := objects[id]; ok {
+		return size
+	}
+	return 10 << 20
+}
+
+// objectSize is the cost function "bytes": a download counts the size of
+// its object, known before the handler sends it.
+func objectSize(r *http.Request) (int64, error) { return sizeOf(r.PathValue("id")), nil }
 
 func caller(r *http.Request) string {
 	if id, ok := role.FromContext(r.Context()); ok {

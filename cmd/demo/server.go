@@ -27,6 +27,7 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 		// limiters (POST /pictures) by IP, as its route overrides do.
 		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
 		slidelimit.WithKeyFunc("account", loginAccount),
+		slidelimit.WithCostFunc("bytes", objectSize),
 	}, extra...)
 	lim, err := slidelimit.New(b.client, opts...)
 	if err != nil {

@@ -154,6 +154,35 @@ func checkDownloads(t *testing.T, td *testDemo) {
 	}
 }
 
+// TestDownloadBytes checks the byte quota of downloads: 1 GiB a day per
+// user, counted by object size before the handler runs.
+func TestDownloadBytes(t *testing.T) {
+	t.Parallel()
+	td := newTestDemo(t, "")
+	for _, step := range []struct {
+		path string
+		code int
+	}{
+		{"/files/video", 200},   // 700 MiB of 1024
+		{"/files/video", 429},   // 1400 MiB would be over the quota
+		{"/files/1", 200},       // 10 MiB still fit
+		{"/files/archive", 429}, // 3 GiB never fit in a day's quota
+	} {
+		w := td.do("GET", step.path, "bob", peer)
+		if w.Code != step.code {
+			t.Fatalf("bob GET %s: %d %s, want %d", step.path, w.Code, w.Body, step.code)
+		}
+		if step.code == 429 && !strings.Contains(w.Body.String(), "user[bytes]-1d") {
+			t.Errorf("bob GET %s: 429 body %s does not name the byte quota", step.path, w.Body)
+		}
+		// Only a request that can fit later is told when to retry.
+		if never := step.path == "/files/archive"; never != (w.Header().Get("Retry-After") == "") && step.code == 429 {
+			t.Errorf("bob GET %s: Retry-After %q", step.path, w.Header().Get("Retry-After"))
+		}
+		t.Logf("GET %s: %d RateLimit %q Retry-After %q %s", step.path, w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"), w.Body)
+	}
+}
+
 func TestAdminCountedByIP(t *testing.T) {
 	t.Parallel()
 	td := newTestDemo(t, "")
@@ -377,7 +406,7 @@ func TestUsage(t *testing.T) {
 		code int
 		want []string
 	}{
-		{[]string{"-h"}, 0, []string{"demo load [-url U]", "GET /files/{id}        user:10/min,200/d; ip:30/min", "-cluster string", "-redis string", "-addr string"}},
+		{[]string{"-h"}, 0, []string{"demo load [-url U]", "GET /files/{id}        user:10/min,200/d; user[bytes]:1073741824/d~15min; ip:30/min", "-cluster string", "-redis string", "-addr string"}},
 		{[]string{"load", "-h"}, 0, []string{"Usage: demo load [flags]", "-rps int", "-token string"}},
 		{[]string{"-bogus"}, 2, []string{"flag provided but not defined: -bogus", "Usage:"}},
 		{[]string{"serve"}, 2, []string{`demo: unknown argument "serve"`}},
@@ -440,7 +469,7 @@ func TestServeShutsDown(t *testing.T) {
 	}
 	for _, want := range []string{
 		`msg=backend redis="embedded miniredis`,
-		`msg=route pattern="GET /files/{id}" limit="user:10/min,200/d; ip:30/min; global:1000/h; role(admin)=ip:30/min; exempt:superadmin"`,
+		`msg=route pattern="GET /files/{id}" limit="user:10/min,200/d; user[bytes]:1073741824/d~15min; ip:30/min; global:1000/h; role(admin)=ip:30/min; exempt:superadmin"`,
 		`msg="shutting down"`, `msg=stopped`,
 	} {
 		if !strings.Contains(log.String(), want) {
