@@ -174,7 +174,7 @@ func TestCostHeaders(t *testing.T) {
 		var rec testutil.Events
 		mux := routed(t, "GET /", group, d, middleware.WithCostFunc("bytes", size.fn), tokens, middleware.WithHook(rec.Hook))
 		r := request("GET", "/", "192.0.2.1:1", user("alice"))
-		r.Header.Set("X-Size", "5000000000")
+		r.Header.Set("X-Size", "1000000000") // fits in 2Gi/d: the decider denies
 		res := do(mux, r).Result()
 		if ev := rec.All(); len(ev) != 1 || ev[0].Status != http.StatusTooManyRequests || ev[0].Limiter != d.reqs[0].Checks[check].ID() {
 			t.Errorf("events = %+v", ev)
@@ -213,6 +213,35 @@ func TestCostHeaders(t *testing.T) {
 			t.Errorf("RateLimit = %+v, want %+v", got, want)
 		}
 		if p := body(t, res); !strings.Contains(p.Detail, "(100 units at 5 per request per 1min)") {
+			t.Errorf("problem = %+v", p)
+		}
+	})
+	t.Run("costs more than the whole quota", func(t *testing.T) {
+		t.Parallel()
+		d := newRecorder(func(req engine.Request) engine.Decision {
+			t.Error("the engine was asked about a request that can never fit")
+			return engine.Decision{Allowed: true, Windows: states(req)}
+		})
+		var rec testutil.Events
+		var denial middleware.Denial
+		mux := routed(t, "GET /", group, d, middleware.WithCostFunc("bytes", size.fn), tokens, middleware.WithHook(rec.Hook),
+			middleware.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, dn middleware.Denial) {
+				denial = dn
+				middleware.WriteProblem(w, r, dn)
+			}))
+		r := request("GET", "/", "192.0.2.1:1", user("alice"))
+		r.Header.Set("X-Size", "5000000000") // above 2Gi
+		res := do(mux, r).Result()
+		if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "" {
+			t.Errorf("status %d, Retry-After %q; want 429 without Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+		}
+		if !denial.Never || denial.Policy != "user[bytes]-1d" || denial.RetryAfter != 0 {
+			t.Errorf("denial = %+v, want Never for user[bytes]-1d", denial)
+		}
+		if ev := rec.All(); len(ev) != 1 || ev[0].Status != http.StatusTooManyRequests || ev[0].Policy != "user[bytes]-1d" {
+			t.Errorf("events = %+v", ev)
+		}
+		if p := body(t, res); !strings.Contains(p.Detail, "can never be admitted") || !slices.Equal(p.ViolatedPolicies, []string{"user[bytes]-1d"}) {
 			t.Errorf("problem = %+v", p)
 		}
 	})
