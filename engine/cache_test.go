@@ -269,3 +269,54 @@ func TestFallbackSeedWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestFallbackBoundProcesses checks the outage bound across processes:
+// n engines that last saw k of L used admit at most n·(L-k) in all while
+// Redis is down, and none for a subject that was full.
+func TestFallbackBoundProcesses(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	// No retries: a refused connection fails at once, so the test does
+	// not wait for a timeout per call.
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	prefix := testPrefix(t)
+	const n, limit, used = 3, 10, 4
+	var engines []*Engine
+	for i := range n {
+		engines = append(engines, newEngine(t, rc, WithPrefix(prefix), WithNode(int64(i)), WithTimeout(200*ms)))
+	}
+	part := req(user("part", win(limit, time.Minute)))
+	full := req(user("full", win(limit, time.Minute)))
+	for i := range used {
+		mustAllow(t, engines[i%n], part, true)
+	}
+	for i := range limit {
+		mustAllow(t, engines[i%n], full, true)
+	}
+	for _, e := range engines { // every process learns the latest counts
+		for _, r := range []Request{part, full} {
+			if d, err := e.Peek(context.Background(), r); err != nil || d.Source != FromRedis {
+				t.Fatalf("Peek: %v %v", d.Source, err)
+			}
+		}
+	}
+	s.Kill()
+	total := 0
+	for i, e := range engines {
+		admitted := 0
+		for range 2 * limit {
+			if d, _ := e.Allow(context.Background(), part); d.Allowed {
+				admitted++
+			}
+			if d, _ := e.Allow(context.Background(), full); d.Allowed {
+				t.Fatalf("engine %d admitted the full subject with Redis down (source %v)", i, d.Source)
+			}
+		}
+		if admitted != limit-used {
+			t.Errorf("engine %d admitted %d with Redis down, want L-k = %d", i, admitted, limit-used)
+		}
+		total += admitted
+	}
+	t.Logf("%d engines admitted %d beyond the %d Redis counted, bound n(L-k) = %d", n, total, used, n*(limit-used))
+}
