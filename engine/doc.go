@@ -164,16 +164,10 @@
 // runs once per epoch instead: epochs of length I = the group's longest
 // window W (or W/8 once the key holds 64 entries in it, so that a busy
 // key's stale entries stay below an eighth of its window), numbered
-// floor(t/I). In a count key, the ZADD NX that adds the request's member
-// also adds the epoch's two markers ("e" and "f", each followed by I, ':'
-// and the epoch number, scored -(2^51 + the epoch's end in µs)), so its
-// reply (1 for the member, plus 2 when the markers are new) reports the
-// first admission of an epoch without another call; that admission also
-// removes the markers of every epoch that has ended, by score. (A weighted
-// key writes the epoch number into one marker, "e" followed by I, scored
-// -(2^51 + epoch), with ZADD CH.) So only the first admission of an epoch
-// (or of an earlier one, after the clock went back: its markers went when
-// a later epoch began) trims, and sets the expiry to
+// floor(t/I). Each admission writes the epoch number into an epoch marker
+// ("e" followed by I, scored -(2^51 + epoch)) with ZADD CH, which reports
+// a change only on the first admission of an epoch (or of an earlier one,
+// after the clock went back); that admission trims, and sets the expiry to
 // retention + I with PEXPIRE GT (plain PEXPIRE on a new key, and NX when
 // GT refused because the key had lost its deadline, which GT would keep
 // forever). Every later admission of the epoch happens before the

@@ -80,9 +80,7 @@ local ts -- t as a score, formatted at the first admission
 
 -- Markers are members with negative scores, which no window [t-W+1, t]
 -- (t > W) counts and no trim (from 0) removes: 'r' scored -retention, and
--- per epoch length I the epoch markers: in a count key two per epoch (see
--- marks), in a weighted key a member 'e'..I scored -(EPOCH + epoch
--- number).
+-- per epoch length I a member 'e'..I scored -(EPOCH + epoch number).
 local EPOCH = 2251799813685248 -- 2^51, below every -retention
 local BUSY = 64 -- a key with BUSY entries in its longest window is trimmed 8 times per window
 
@@ -230,38 +228,6 @@ local function admit(kk, w, m)
   return nil
 end
 
--- A count key's epoch markers are two members per epoch length I and
--- epoch, 'e'..I..':'..n and 'f'..I..':'..n (n = floor(t / I)), scored
--- -(EPOCH + the end of the epoch in µs). They are added in the same
--- ZADD NX as the request's member, whose reply is then 1 for the member
--- plus 2 when the epoch is new: a new epoch needs no extra call. The
--- first admission of an epoch removes the markers of every ended epoch by
--- score. marks returns the markers of key k of the op (names and score,
--- shared by the keys of the call with the same I) and remembers them in
--- mark[k]; fresh[k] says whether key k's ZADD added them.
-local memo, mark, fresh = {}, {}, {}
-local function marks(k)
-  local long, kq = counts[3 * k - 1], counts[3 * k]
-  local I, is = long, a[kq + kfields]
-  if counts[3 * k - 2] >= BUSY then
-    I = math.ceil(long / 8)
-    if json then
-      is = I
-    else
-      is = a[kq + 1]
-    end
-  end
-  local mk = memo[is]
-  if not mk then
-    local en = floor(t / I)
-    local ens = fmt('%d', en)
-    mk = {'e' .. is .. ':' .. ens, 'f' .. is .. ':' .. ens, fmt('%d', -(EPOCH + (en + 1) * I))}
-    memo[is] = mk
-  end
-  mark[k] = mk
-  return mk
-end
-
 while nops ~= 0 and p <= #a do
   nops = nops - 1
   local mode, member, nk
@@ -354,26 +320,12 @@ while nops ~= 0 and p <= #a do
     -- with a suffixed member.
     ts = ts or fmt('%d', t)
     local m = member
-    for k = 1, nk do
-      fresh[k] = false
-      mark[k] = nil
-    end
     while true do
       local clash = 0
       for k = key + 1, key + nk do
-        if not weighted[k - key] then
-          -- A count key's epoch markers are added with the member: the
-          -- reply is 1 (member) + 2 (new epoch), see below.
-          local mk = marks(k - key)
-          local added = call('ZADD', KEYS[k], 'NX', ts, m, mk[3], mk[1], mk[3], mk[2])
-          if added >= 2 then
-            fresh[k - key] = true
-            added = added - 2
-          end
-          if added == 0 then
-            clash = k
-            break
-          end
+        if not weighted[k - key] and call('ZADD', KEYS[k], 'NX', ts, m) == 0 then
+          clash = k
+          break
         end
       end
       if clash == 0 then
@@ -387,13 +339,6 @@ while nops ~= 0 and p <= #a do
       suffix = suffix + 1
       if suffix > 32 then
         status, suffix = 2, 0
-        -- Nothing written: not even the epoch markers.
-        for k = 1, nk do
-          if fresh[k] then
-            local mk = marks(k)
-            call('ZREM', KEYS[key + k], mk[1], mk[2])
-          end
-        end
         break
       end
       m = member .. '.' .. suffix
@@ -418,12 +363,9 @@ while nops ~= 0 and p <= #a do
         local ls = a[kq + kfields]
         -- Bookkeeping runs at the first admission of each epoch of length
         -- I: the whole window for a quiet key, an eighth of it for a busy
-        -- one, whose stale entries would otherwise cost memory. The
-        -- member's ZADD NX (count keys, see marks) or ZADD CH of the
-        -- marker 'e'..I (weighted keys) reports a new epoch (or, after the
-        -- clock went back, an older one, whose admissions need the
-        -- deadline renewed all the same: its markers were removed when a
-        -- later epoch began).
+        -- one, whose stale entries would otherwise cost memory. ZADD CH
+        -- reports a new epoch (or, after the clock went back, an older
+        -- one, whose admissions need the deadline renewed all the same).
         local I, is = long, ls
         if counts[3 * k - 2] >= BUSY then
           I = math.ceil(long / 8)
@@ -433,15 +375,9 @@ while nops ~= 0 and p <= #a do
             is = a[kq + 1]
           end
         end
-        local e, em
-        local first
-        if weighted[k] then
-          e, em = -(EPOCH + floor(t / I)), 'e' .. is
-          first = call('ZADD', kk, 'CH', fmt('%d', e), em) == 1
-        else
-          first = fresh[k]
-        end
-        if first then
+        local e = -(EPOCH + floor(t / I))
+        local em = 'e' .. is
+        if call('ZADD', kk, 'CH', fmt('%d', e), em) == 1 then
           -- Entries must outlive the longest window of every group using
           -- the key, not only this one's: the retention is the largest
           -- longest window seen, kept in 'r'.
@@ -456,18 +392,10 @@ while nops ~= 0 and p <= #a do
               -- next admission: drop all epoch markers, so each group's
               -- next admission runs the bookkeeping.
               call('ZREMRANGEBYSCORE', kk, '-inf', -EPOCH)
-              if weighted[k] then
-                call('ZADD', kk, e, em)
-              else
-                local mk = mark[k]
-                call('ZADD', kk, mk[3], mk[1], mk[3], mk[2])
-              end
+              call('ZADD', kk, e, em)
             end
           end
           if not weighted[k] then
-            -- Markers of epochs that ended by t (of every epoch length)
-            -- go; this epoch's (ending after t) stay.
-            call('ZREMRANGEBYSCORE', kk, fmt('%d', -(EPOCH + t)), fmt('%d', -EPOCH))
             call('ZREMRANGEBYSCORE', kk, 0, t - ret)
           else
             -- A weighted key keeps the newest entry it could trim: its
