@@ -2,6 +2,7 @@ package engine
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -183,7 +184,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 				sh.evict(recv)
 			}
 			kk = &knownKey{}
-			sh.m[key] = kk
+			sh.m[strings.Clone(key)] = kk // key is a view of a reused buffer
 		}
 		// An answer sent before an invalidation (or before a newer answer)
 		// may describe entries that are gone.
@@ -240,7 +241,7 @@ func (k *knownCache) invalidate(key string, now int64) {
 			sh.evict(now)
 		}
 		kk = &knownKey{}
-		sh.m[key] = kk
+		sh.m[strings.Clone(key)] = kk
 	}
 	kk.inval = max(kk.inval, now)
 	kk.wins = kk.wins[:0]

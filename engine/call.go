@@ -24,8 +24,9 @@ type call struct {
 
 	// Batching.
 	wake chan uint8
-	lead []*call // the batch this call leads
-	args []any   // command arguments built by a leader
+	lead []*call  // the batch this call leads
+	args []any    // command arguments built by a leader
+	ctx  batchCtx // the context of the script calls it leads (single server)
 	flat flatArgs
 
 	// Failure domains: those the call needs, and those it probes (it is

@@ -224,9 +224,18 @@ func (e *Engine) run(batch []*call) {
 // answered reports whether a call that returned err reached a server that
 // answered: no error, an error reply, or a reply the engine cannot read.
 func answered(err error) bool {
+	if err == nil {
+		return true
+	}
+	return answeredErr(err)
+}
+
+// answeredErr is answered for a non-nil error; apart, so that the common
+// nil case allocates nothing (errors.As needs its targets on the heap).
+func answeredErr(err error) bool {
 	var re redis.Error
 	var ue *ReplyError
-	return err == nil || errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
+	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
 // fallback decides by the request's fail mode after Redis could not.

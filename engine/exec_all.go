@@ -54,8 +54,8 @@ func (e *Engine) runAll(batch []*call) {
 	args = fa.appendTo(args)
 	lead.args = args
 
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
+	ctx := lead.ctx.start(e.timeout)
+	defer lead.ctx.stop()
 	sent := e.mono()
 	v, err := e.evalInts(ctx, args)
 	clear(args) // drop the pointers into other calls

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +47,7 @@ type undo struct {
 // undoOf returns the undo of member (with suffix, or -1) in key k of p,
 // at now (µs).
 func undoOf(p *plan, k int, member string, suffix, now int64) undo {
-	u := undo{key: p.keys[k], member: member, suffix: suffix, until: now + p.longest(k)}
+	u := undo{key: strings.Clone(p.keys[k]), member: member, suffix: suffix, until: now + p.longest(k)}
 	if p.kw[k] {
 		u.cost = p.kcost[k]
 	}
