@@ -178,14 +178,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		}
 		sh := k.shard(key)
 		sh.mu.Lock()
-		kk := sh.m[key]
-		if kk == nil {
-			if len(sh.m) >= k.perShard {
-				sh.evict(recv)
-			}
-			kk = &knownKey{}
-			sh.m[strings.Clone(key)] = kk // key is a view of a reused buffer
-		}
+		kk := sh.entry(key, k.perShard, recv)
 		// An answer sent before an invalidation (or before a newer answer)
 		// may describe entries that are gone.
 		if sent < kk.inval || sent < kk.sent {
@@ -235,17 +228,24 @@ func (k *knownCache) get(key string) (knownKey, bool) {
 func (k *knownCache) invalidate(key string, now int64) {
 	sh := k.shard(key)
 	sh.mu.Lock()
-	kk := sh.m[key]
-	if kk == nil {
-		if len(sh.m) >= k.perShard {
-			sh.evict(now)
-		}
-		kk = &knownKey{}
-		sh.m[strings.Clone(key)] = kk
-	}
+	kk := sh.entry(key, k.perShard, now)
 	kk.inval = max(kk.inval, now)
 	kk.wins = kk.wins[:0]
 	sh.mu.Unlock()
+}
+
+// entry returns key's state, creating it (and making room, at most most
+// keys) if needed. Called with sh.mu held.
+func (sh *knownShard) entry(key string, most int, now int64) *knownKey {
+	kk := sh.m[key]
+	if kk == nil {
+		if len(sh.m) >= most {
+			sh.evict(now)
+		}
+		kk = &knownKey{}
+		sh.m[strings.Clone(key)] = kk // key may be a view of a reused buffer
+	}
+	return kk
 }
 
 // evict makes room for one key: first keys whose every entry has left

@@ -160,10 +160,24 @@ func (r *reader) end() *ReplyError {
 	return r.err
 }
 
+// replyReader reads a script reply: a string of numbers (reader, the
+// JSON-argument form of the cluster path) or an array of integers
+// (ireader, the flat form of a single server). The first problem sticks.
+type replyReader interface {
+	int(max int64) int64
+	score(t, per int64) int64
+	fail(reason string) int64
+}
+
 // readOp reads the result of c's op over keys into c.res and returns its
 // status and suffix. t is the decision time in µs: the reply holds scores,
 // from which the waits follow.
 func readOp(r *reader, c *call, keys []int32, t int64) (status, suffix int64) {
+	return readOpFrom(r, c, keys, t)
+}
+
+// readOpFrom is readOp for either form of reply.
+func readOpFrom[R replyReader](r R, c *call, keys []int32, t int64) (status, suffix int64) {
 	code := r.int(statusCollision + 4*maxSuffix)
 	status, suffix = code%4, code/4
 	if status > statusCollision {
@@ -356,26 +370,5 @@ func (r *ireader) score(t, per int64) int64 {
 
 // readFlatOp is readOp for a flat reply.
 func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int64) {
-	code := r.int(statusCollision + 4*maxSuffix)
-	status, suffix = code%4, code/4
-	if status > statusCollision {
-		r.fail("bad status")
-	}
-	p := &c.plan
-	for _, k := range keys {
-		cost := p.kcost[k]
-		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
-			w := p.wins[j]
-			used := r.int(1 << 53)
-			var reset, wait int64
-			if used > 0 {
-				reset = r.score(t, w.period)
-				if used+cost > w.limit {
-					wait = r.score(t, w.period)
-				}
-			}
-			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
-		}
-	}
-	return status, suffix
+	return readOpFrom(r, c, keys, t)
 }
