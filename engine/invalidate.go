@@ -125,11 +125,12 @@ func (e *Engine) applyInvalidation(payload string, now int64) {
 	}
 }
 
-// publishArgs returns the PUBLISH command announcing that entries were
+// publishCmd returns the PUBLISH command announcing that entries were
 // removed from keys (kind invalRemoved) or that keys were deleted
-// (invalReset), or nil when the cache is off.
+// (invalReset), or nil when there are no keys. Every engine publishes,
+// also with cached denials off: other processes may have them on.
 func (e *Engine) publishCmd(ctx context.Context, kind byte, keys ...string) *redis.IntCmd {
-	if e.known == nil || len(keys) == 0 {
+	if len(keys) == 0 {
 		return nil
 	}
 	n := 1 + len(keys)
@@ -148,6 +149,14 @@ func (e *Engine) publishCmd(ctx context.Context, kind byte, keys ...string) *red
 	return redis.NewIntCmd(ctx, "publish", e.channel(), b.String())
 }
 
+// forgetKnown invalidates keys in this process's cache.
+func (e *Engine) forgetKnown(keys []string) {
+	now := e.mono()
+	for _, k := range keys {
+		e.known.invalidate(k, now)
+	}
+}
+
 // publish announces removed entries after they were removed, and forgets
 // them in this process's cache at once.
 func (e *Engine) publish(ctx context.Context, kind byte, keys ...string) {
@@ -155,10 +164,7 @@ func (e *Engine) publish(ctx context.Context, kind byte, keys ...string) {
 	if cmd == nil {
 		return
 	}
-	now := e.mono()
-	for _, k := range keys {
-		e.known.invalidate(k, now)
-	}
+	e.forgetKnown(keys)
 	if err := e.client.Process(ctx, cmd); err != nil {
 		e.log.Warn("engine: could not publish an invalidation; other processes' caches keep it until the subscription is renewed or the entries leave",
 			"err", err)

@@ -95,12 +95,33 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		}
 		// A weighted member carries its running total, which the
 		// engine does not know: the script finds it (see give_back.lua).
-		args := append([]any{u.cost}, u.members()...)
-		cmd := redis.NewIntCmd(ctx, append([]any{"eval", lua.GiveBack, 1, u.key}, args...)...)
-		_ = pipe.Process(ctx, cmd)
-		cmds[i] = cmd
+		cmds[i] = redis.NewIntCmd(ctx, append([]any{"evalsha", giveBack.Hash(), 1, u.key, u.cost}, u.members()...)...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	// On one server, commands of one pipeline run in order, so the
+	// invalidation rides with the removals, after them, at no extra round
+	// trip; elsewhere it is sent once they are done.
+	var pub *redis.IntCmd
+	if e.group == groupAll {
+		keys := make([]string, len(us))
+		for i, u := range us {
+			keys[i] = u.key
+		}
+		if pub = e.publishCmd(ctx, invalRemoved, keys...); pub != nil {
+			_ = pipe.Process(ctx, pub)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
+	retried := false
+	for i, cmd := range cmds {
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			args := cmd.Args()
+			args[0], args[1] = "eval", lua.GiveBack
+			cmds[i] = redis.NewIntCmd(ctx, args...)
+			_ = e.client.Process(ctx, cmds[i])
+			retried = true
+		}
+	}
 	var done []string
 	for i, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
@@ -113,9 +134,17 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		}
 	}
 	// Cached denials elsewhere may rely on the removed entries.
-	e.publish(ctx, invalRemoved, done...)
+	if pub == nil || retried || pub.Err() != nil {
+		e.publish(ctx, invalRemoved, done...)
+	} else {
+		e.forgetKnown(done)
+	}
 	return failed, first
 }
+
+// giveBack is the removal script of weighted keys; its SHA1 is computed
+// once.
+var giveBack = redis.NewScript(lua.GiveBack)
 
 type undoQueue struct {
 	n  atomic.Int32 // len(q), read without the lock on the fast path
