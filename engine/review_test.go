@@ -155,7 +155,9 @@ func TestTimedOutReservation(t *testing.T) {
 	r := req(user("u", win(10, time.Minute)), ip("1.2.3.4", win(10, time.Minute)))
 	// Loads the script; on a starved machine (the suite runs in parallel
 	// under -race) this first call may itself outlast the 100 ms.
-	untilRedis(t, func() (Decision, error) { return e.Allow(context.Background(), req(user("warm", win(10, time.Minute)))) })
+	untilRedis(t, func() (Decision, error) {
+		return e.Allow(context.Background(), req(user("warm", win(10, time.Minute))))
+	})
 
 	done := busy(t, s.Addr, 700*ms)
 	d, err := e.Allow(context.Background(), r)
