@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"sync"
+	"time"
 )
 
 // Wake-up messages of a queued call.
@@ -11,16 +13,16 @@ const (
 	wakeLead                  // the call must run the batch in its lead
 )
 
-// batcher groups concurrent calls into batches, each one Redis round trip.
-// A caller that finds fewer than maxInflight batches in flight runs its own
-// call at once, in its own goroutine: a lone caller pays no extra latency
-// and no goroutine hand-off. Otherwise it queues; when a batch completes,
-// the first queued caller leads the next batch of up to maxBatch queued
-// calls. Under load the queue fills while batches are in flight, so each
-// round trip (and each script call's fixed cost in Redis) serves many
-// decisions. The batcher starts no goroutine.
+// batcher is the state of the engine's batching: concurrent calls are
+// grouped into batches, each one Redis round trip. A caller that finds
+// fewer than maxInflight batches in flight runs its own call at once, in
+// its own goroutine: a lone caller pays no extra latency and no goroutine
+// hand-off. Otherwise it queues; when a batch completes, the first queued
+// caller leads the next batch of up to maxBatch queued calls. Under load
+// the queue fills while batches are in flight, so each round trip (and
+// each script call's fixed cost in Redis) serves many decisions. Batching
+// starts no goroutine.
 type batcher struct {
-	run         func(batch []*call)
 	maxInflight int
 	maxBatch    int
 
@@ -29,30 +31,34 @@ type batcher struct {
 	inflight int
 }
 
-func (b *batcher) do(c *call) {
+// join decides c in a batch: at once when fewer than maxInflight batches
+// are in flight, else in the next batch after the queue's earlier calls.
+func (e *Engine) join(c *call) {
+	b := &e.batch
 	b.mu.Lock()
 	if b.inflight < b.maxInflight {
 		b.inflight++
 		b.mu.Unlock()
 		c.lead = append(c.lead[:0], c)
-		b.lead(c)
+		e.lead(c)
 		return
 	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	if <-c.wake == wakeLead {
-		b.lead(c)
+		e.lead(c)
 	}
 }
 
 // errPanicked is the outcome of the calls of a batch whose run panicked.
 var errPanicked = errors.New("engine: batch panicked")
 
-// lead runs c.lead, hands the queue to the next leader and wakes the
-// batch's other calls. If run panics, the batch's calls fail with
-// errPanicked, the queue is still handed on and the panic goes on in c's
-// goroutine: no caller waits forever and no in-flight slot is lost.
-func (b *batcher) lead(c *call) {
+// lead decides the batch c.lead, hands the queue to the next leader and
+// wakes the batch's other calls. If deciding panics (a panicking client,
+// hook or wrapper), the batch's calls fail with errPanicked, the queue is
+// still handed on and the panic goes on in c's goroutine: no caller waits
+// forever and no in-flight slot is lost.
+func (e *Engine) lead(c *call) {
 	batch := c.lead
 	done := false
 	defer func() {
@@ -61,15 +67,15 @@ func (b *batcher) lead(c *call) {
 				o.err = errPanicked
 			}
 		}
-		b.next(c, batch)
+		e.batch.handOn(c, batch)
 	}()
-	b.run(batch)
+	e.run(batch)
 	done = true
 }
 
-// next hands the queue to the next leader and wakes the other calls of
+// handOn hands the queue to the next leader and wakes the other calls of
 // c's batch.
-func (b *batcher) next(c *call, batch []*call) {
+func (b *batcher) handOn(c *call, batch []*call) {
 	var next *call
 	b.mu.Lock()
 	if n := len(b.queue); n > 0 {
@@ -94,3 +100,139 @@ func (b *batcher) next(c *call, batch []*call) {
 	clear(batch)
 	c.lead = batch[:0]
 }
+
+// call is one Allow or Peek on its way through a batch. Calls are pooled:
+// they carry the buffers a request needs, so the steady state allocates
+// little beyond the Decision.
+type call struct {
+	mode   uint8 // opAllow or opPeek
+	plan   plan
+	id     int64  // snowflake id of an allow; 0 for peek
+	member []byte // id in decimal; empty for peek
+	all    []int32
+
+	// Outcome, written by the batch leader before it wakes the call.
+	sent, recv int64 // e.mono when the batch was sent and answered
+	wall       int64 // local wall clock (µs) when it was answered
+	sec, usec  int64
+	status     int64
+	suffix     int64
+	res        []int64 // per merged window: used, reset, wait
+	err        error   // Redis did not decide: the fail mode must
+	warn       error   // Redis decided, but something went wrong after (a rollback)
+
+	// Batching.
+	wake chan uint8
+	lead []*call  // the batch this call leads
+	args []any    // command arguments built by a leader
+	ctx  batchCtx // the context of the script calls it leads (single server)
+	flat flatArgs
+
+	// Failure domains: those the call needs, and those it probes (it is
+	// the one call asking them while they are considered down).
+	doms   []*domain
+	probes []*domain
+
+	// Slot mode: the call's keys grouped by script call.
+	parts []int32 // key indices, part by part
+	pends []int32 // end of part i in parts
+	pstat []int64 // per part: status, or -1 when the part failed
+	psuf  []int64 // per part: suffix
+	pdom  []*domain
+}
+
+var callPool = sync.Pool{New: func() any { return &call{wake: make(chan uint8, 1)} }}
+
+func getCall() *call { return callPool.Get().(*call) }
+
+func putCall(c *call) {
+	c.err, c.warn = nil, nil
+	clear(c.plan.keys) // drop the key string
+	c.plan.keys = c.plan.keys[:0]
+	callPool.Put(c)
+}
+
+// prepare sizes the outcome fields for c.plan.
+func (c *call) prepare() {
+	n := 3 * len(c.plan.wins)
+	if cap(c.res) < n {
+		c.res = make([]int64, n)
+	}
+	c.res = c.res[:n]
+	c.all = c.all[:0]
+	for i := range c.plan.keys {
+		c.all = append(c.all, int32(i))
+	}
+	c.status, c.suffix, c.err, c.warn = 0, 0, nil, nil
+}
+
+// batchCtx is a reusable context with a deadline, for the script calls of
+// the batches one call leads. context.WithTimeout allocates a context, a
+// timer and a channel for every batch; a batchCtx allocates its timer
+// once, and a new channel only after a deadline expired. Like the context
+// of WithTimeout it is done at its deadline, so that the client's waits
+// (for a pooled connection, between dial retries) end then too.
+type batchCtx struct {
+	mu       sync.Mutex
+	deadline time.Time
+	done     chan struct{}
+	err      error
+	timer    *time.Timer
+}
+
+// start arms c for a call of at most d and returns it.
+func (c *batchCtx) start(d time.Duration) context.Context {
+	deadline := time.Now().Add(d)
+	c.mu.Lock()
+	if c.done == nil || c.err != nil {
+		c.done, c.err = make(chan struct{}), nil
+	}
+	c.deadline = deadline
+	c.mu.Unlock()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(d, c.expire)
+	} else {
+		c.timer.Reset(d)
+	}
+	return c
+}
+
+// stop disarms c once its call is over.
+func (c *batchCtx) stop() { c.timer.Stop() }
+
+// expire ends c at its deadline. A run of the timer that Stop came too
+// late for may happen during a later call: that call's deadline is still
+// ahead, so it is left alone.
+func (c *batchCtx) expire() {
+	c.mu.Lock()
+	if c.err == nil && !time.Now().Before(c.deadline) {
+		c.err = context.DeadlineExceeded
+		close(c.done)
+	}
+	c.mu.Unlock()
+}
+
+// Deadline returns the deadline of the current call.
+func (c *batchCtx) Deadline() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline, true
+}
+
+// Done returns a channel closed at the deadline of the current call.
+func (c *batchCtx) Done() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.done
+}
+
+// Err returns context.DeadlineExceeded once the deadline has passed, nil
+// before.
+func (c *batchCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Value returns nil: a batch carries no values.
+func (c *batchCtx) Value(any) any { return nil }

@@ -28,7 +28,7 @@ func BenchmarkAllow(b *testing.B) {
 	}
 	for _, nw := range []string{"1win", "2win"} {
 		for _, keys := range []int{1, 10_000} {
-			for _, par := range []int{1, 64} {
+			for _, par := range []int{1, 8, 64} {
 				name := nw + "/keys=" + strconv.Itoa(keys) + "/callers=" + strconv.Itoa(par)
 				b.Run(name, func(b *testing.B) {
 					e := newEngine(b, rc, WithPrefix(testPrefix(b)))

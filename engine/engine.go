@@ -43,10 +43,9 @@ type Engine struct {
 	denials bool        // cached denials (WithCachedDenials)
 	base    time.Time   // origin of mono
 	batch   batcher
-	exec    func(batch []*call) // runAll or runParts
-	undos   undoQueue           // of failed calls, run before the next script call
-	shaArg  any                 // script.Hash(), boxed once
-	srcArg  any                 // lua.MultiWindow, boxed once
+	undos   undoQueue // of failed calls, run before the next script call
+	shaArg  any       // script.Hash(), boxed once
+	srcArg  any       // lua.MultiWindow, boxed once
 
 	doms   domains // failure domains: which servers timed out
 	closed atomic.Bool
@@ -101,12 +100,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
 	}
-	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch, run: e.run}
-	if e.group == groupAll {
-		e.exec = e.runAll
-	} else {
-		e.exec = e.runParts
-	}
+	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
@@ -185,10 +179,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		// panics must not keep every later call on the fail mode.
 		defer e.release(c)
 		c.lead = append(c.lead[:0], c)
-		e.batch.run(c.lead)
+		e.run(c.lead)
 		c.lead = c.lead[:0]
 	} else {
-		e.batch.do(c)
+		e.join(c)
 	}
 	if c.err != nil {
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
@@ -236,23 +230,6 @@ func answeredErr(err error) bool {
 	var re redis.Error
 	var ue *ReplyError
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
-}
-
-// fallback decides by the request's fail mode after Redis could not.
-func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) {
-	mode := req.Fail
-	if mode == rules.FailDefault {
-		mode = e.fail
-	}
-	switch mode {
-	case rules.FailOpen:
-		return Decision{Allowed: true, Source: FromFailOpen, Time: e.now()}, cause
-	case rules.FailClosed:
-		return Decision{Source: FromFailClosed, Time: e.now()}, cause
-	}
-	t := e.now()
-	e.local.decide(c, t.UnixMicro(), e.known)
-	return c.decision(req, FromLocal), cause
 }
 
 // Reset forgets every request counted for subject by limiter l in scope:
@@ -320,4 +297,60 @@ func isTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Client is the part of a go-redis client the engine uses. *redis.Client,
+// *redis.ClusterClient, *redis.Ring and every redis.UniversalClient satisfy
+// it.
+//
+// The engine chooses how to group keys into script calls from the dynamic
+// type: a *redis.Client (a single server, or a Sentinel failover client)
+// gets every key of a batch of concurrent requests in one script call; a
+// *redis.ClusterClient gets one call per hash slot; any other Client (a
+// Ring, or a wrapper the engine cannot see through) gets one call per key,
+// which is correct whatever the sharding.
+type Client interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+}
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+	_ Client = (*redis.Ring)(nil)
+	_ Client = redis.UniversalClient(nil)
+)
+
+// grouping says which keys may share one script call.
+type grouping uint8
+
+const (
+	groupAll  grouping = iota // one server: any keys together
+	groupSlot                 // Redis Cluster: keys of one hash slot
+	groupKey                  // unknown sharding: each key alone
+)
+
+func groupingOf(c Client) grouping {
+	switch c.(type) {
+	case *redis.Client:
+		return groupAll
+	case *redis.ClusterClient:
+		return groupSlot
+	default:
+		return groupKey
+	}
+}
+
+// contextTimeouts reports whether the client applies context deadlines to
+// its sockets, when the engine can tell.
+func contextTimeouts(c Client) (enabled, known bool) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled, true
+	}
+	return false, false
 }

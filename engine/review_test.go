@@ -23,22 +23,22 @@ func TestLeaderPanic(t *testing.T) {
 	t.Parallel()
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	e := newEngine(t, rc, WithFailMode(rules.FailClosed))
-	e.batch.maxInflight = 1
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
 	var panics atomic.Int32
 	panics.Store(1)
-	e.batch.run = func(batch []*call) {
-		if panics.Add(-1) == 0 {
-			entered <- struct{}{}
-			<-release
-			panic("boom")
+	rc.AddHook(processHook(func(next redis.ProcessHook) redis.ProcessHook {
+		return func(ctx context.Context, cmd redis.Cmder) error {
+			if panics.Add(-1) == 0 {
+				entered <- struct{}{}
+				<-release
+				panic("boom")
+			}
+			return errors.New("no redis")
 		}
-		for _, c := range batch {
-			c.err = errors.New("no redis")
-		}
-	}
+	}))
+	e := newEngine(t, rc, WithFailMode(rules.FailClosed))
+	e.batch.maxInflight = 1
 	r := req(user("u", win(10, time.Minute)))
 
 	// A batch leader that panics: the calls queued behind it return.
@@ -287,4 +287,15 @@ func untilRedis(t *testing.T, decide func() (Decision, error)) {
 		}
 		time.Sleep(20 * ms)
 	}
+}
+
+// processHook is a go-redis hook that wraps only Process.
+type processHook func(next redis.ProcessHook) redis.ProcessHook
+
+func (h processHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h processHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return h(next)
+}
+func (h processHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -7,7 +7,25 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/rules"
 )
+
+// fallback decides by the request's fail mode after Redis could not.
+func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) {
+	mode := req.Fail
+	if mode == rules.FailDefault {
+		mode = e.fail
+	}
+	switch mode {
+	case rules.FailOpen:
+		return Decision{Allowed: true, Source: FromFailOpen, Time: e.now()}, cause
+	case rules.FailClosed:
+		return Decision{Source: FromFailClosed, Time: e.now()}, cause
+	}
+	t := e.now()
+	e.local.decide(c, t.UnixMicro(), e.known)
+	return c.decision(req, FromLocal), cause
+}
 
 // A domain is one failure domain: the server a key lives on (the one
 // server of a *redis.Client, a cluster master, a Ring shard). A server that
