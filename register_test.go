@@ -175,8 +175,8 @@ func TestHandle(t *testing.T) {
 		{"empty rules", "GET /a", "", ok, rules.ErrSyntax},
 		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern},
 		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern},
-		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, slidelimit.ErrParam},
-		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, slidelimit.ErrParam},
+		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid},
+		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid},
 		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey},
 		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost},
 		{"nil handler", "GET /a", "ip:5/s", nil, slidelimit.ErrNilHandler},
@@ -199,8 +199,14 @@ func TestHandle(t *testing.T) {
 			}
 		})
 	}
+	// A param limiter naming no wildcard is reported as in a limit tag, by
+	// rules.ParseRoute.
+	err := offline(t).Handle(http.NewServeMux(), "GET /a/{id}", ok, "ip:5/s; role(x)=param(other):1/s")
+	if want := `slidelimit: route "GET /a/{id}": rules: "ip:5/s; role(x)=param(other):1/s": param "other" is not a wildcard ({other} or {other...}) of route pattern "GET /a/{id}" at offset 22`; err == nil || err.Error() != want {
+		t.Errorf("Handle with an unknown param = %v, want %s", err, want)
+	}
 	// A malformed pattern is located by rules.Wildcards, as in a route tag.
-	err := offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
+	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
 	if !errors.Is(err, slidelimit.ErrPattern) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
 		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
 	}
