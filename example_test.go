@@ -107,7 +107,7 @@ func ExampleLimiter_Middleware() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	lim, err := slidelimit.New(rdb, slidelimit.WithTrustedProxies("10.0.0.0/8"))
+	lim, err := slidelimit.New(rdb, slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/8")))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -67,7 +67,8 @@ func (l *Limiter) Close() error { return l.engine.Close() }
 //
 // or every request is answered with 500 and middleware.ErrNoScope is logged.
 // param(name) limiters read http.Request.PathValue, which routers other
-// than http.ServeMux may not set; use key(name) with WithKeyFunc instead.
+// than http.ServeMux may not set; use key(name) with middleware.WithKeyFunc
+// instead.
 func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
 	g, err := rules.Parse(rulesText)
 	if err != nil {
