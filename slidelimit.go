@@ -54,7 +54,8 @@ func (l *Limiter) Close() error { return l.engine.Close() }
 
 // Middleware returns middleware enforcing the rule group text, for routers
 // other than http.ServeMux (chi, gorilla/mux, or the adapters of gin and
-// echo). opts are added to the Limiter's middleware options.
+// echo). opts are applied after the options given to
+// WithMiddlewareOptions.
 //
 // The windows' scope is, in order of precedence: the group's scope:
 // statement, middleware.WithScope, middleware.WithScopeFunc, and
