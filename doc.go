@@ -7,7 +7,7 @@
 //		Files http.HandlerFunc `route:"GET /files/{id}" limit:"ip:5/s,100/min; user:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
 //	}
 //
-//	lim, err := slidelimit.New(rdb, slidelimit.WithTrustedProxies("10.0.0.0/8"))
+//	lim, err := slidelimit.New(rdb)
 //	...
 //	err = lim.Register(mux, &API{Files: files})
 //
@@ -36,6 +36,23 @@
 // Peek and Reset show and clear the windows one subject ("alice",
 // "192.0.2.7") has in one scope, for admin tools, mapping the subject as
 // the middleware does.
+//
+// # Configuration
+//
+// Each setting belongs to the package that uses it and is configured with
+// that package's option, passed through New: engine settings (Redis key
+// prefix, timeout, default fail mode, cached denials) with
+// WithEngineOptions, and middleware settings (trusted proxies, key and cost
+// functions, the service-wide role policy, hooks, the denied handler) with
+// WithMiddlewareOptions. Both packages log, each with its own WithLogger.
+//
+//	lim, err := slidelimit.New(rdb,
+//		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
+//		slidelimit.WithMiddlewareOptions(
+//			middleware.WithTrustedProxies("10.0.0.0/8"),
+//			middleware.WithKeyFunc("tenant", tenantOf),
+//		),
+//	)
 //
 // # Other routers
 //

@@ -58,9 +58,11 @@ func newFixture(t *testing.T, opts ...slidelimit.Option) *fixture {
 	f := &fixture{srv: srv, cmds: &redistest.CommandCounter{}, mux: http.NewServeMux(), events: &testutil.Events{}}
 	client.AddHook(f.cmds)
 	opts = append([]slidelimit.Option{
-		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
-		slidelimit.WithHook(f.events.Hook),
-		slidelimit.WithTimeout(time.Second),
+		slidelimit.WithMiddlewareOptions(
+			middleware.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
+			middleware.WithHook(f.events.Hook),
+		),
+		slidelimit.WithEngineOptions(engine.WithTimeout(time.Second)),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)
 	if err != nil {
@@ -182,7 +184,7 @@ func TestEndToEndRoleOverride(t *testing.T) {
 // decision: Retry-After is the ceiling of Decision.RetryAfter in seconds.
 func TestEndToEndDenied(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, slidelimit.WithLegacyHeaders())
+	f := newFixture(t, slidelimit.WithMiddlewareOptions(middleware.WithLegacyHeaders()))
 	f.do("GET", "/files/1", "192.0.2.1:1", nil)
 	time.Sleep(300 * time.Millisecond) // so the wait is not whole seconds
 	f.do("GET", "/files/1", "192.0.2.1:1", nil)
@@ -223,7 +225,7 @@ func TestEndToEndDenied(t *testing.T) {
 
 func TestEndToEndSpoofedForwardedFor(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, slidelimit.WithTrustedProxies("10.0.0.0/8"))
+	f := newFixture(t, slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/8")))
 	var got []int
 	for i := range 3 {
 		r := httptest.NewRequest("GET", "/files/1", nil)

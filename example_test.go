@@ -96,7 +96,7 @@ func ExampleLimiter_Handle() {
 	// Output:
 	// <nil>
 	// 200 "user-1h";q=10;w=3600, "ip-1s";q=3;w=1, "ip-1min";q=20;w=60
-	// slidelimit: route "GET /users/{id}": slidelimit: param limiter without wildcard: param(user) names no wildcard of the pattern
+	// slidelimit: route "GET /users/{id}": rules: "param(user):5/s": param "user" is not a wildcard ({user} or {user...}) of route pattern "GET /users/{id}" at offset 6
 }
 
 func ExampleLimiter_Middleware() {
@@ -107,7 +107,7 @@ func ExampleLimiter_Middleware() {
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
-	lim, err := slidelimit.New(rdb, slidelimit.WithTrustedProxies("10.0.0.0/8"))
+	lim, err := slidelimit.New(rdb, slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/8")))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -32,7 +32,7 @@ type registered struct {
 	scope string
 	group rules.Group
 	// opts are the options the middleware was built with; they decide how
-	// values map to subjects (WithIPv6Prefix).
+	// values map to subjects (middleware.WithIPv6Prefix and WithPolicy).
 	opts []middleware.Option
 }
 

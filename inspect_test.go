@@ -61,7 +61,7 @@ type inspectFixture struct {
 
 func newInspectFixture(t *testing.T, client *redis.Client, opts ...slidelimit.Option) *inspectFixture {
 	t.Helper()
-	opts = append([]slidelimit.Option{slidelimit.WithTimeout(time.Second), slidelimit.WithFailMode(rules.FailClosed)}, opts...)
+	opts = append([]slidelimit.Option{slidelimit.WithEngineOptions(engine.WithTimeout(time.Second), engine.WithFailMode(rules.FailClosed))}, opts...)
 	lim, err := slidelimit.New(client, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestPeekAndReset(t *testing.T) {
 func TestPeekByIP(t *testing.T) {
 	t.Parallel()
 	inspectBackends(t, func(t *testing.T, client *redis.Client) {
-		f := newInspectFixture(t, client, slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{"shared"}}))
+		f := newInspectFixture(t, client, slidelimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{ByIP: []role.Role{"shared"}})))
 		ctx := context.Background()
 		// An anonymous caller and a role counted by IP land in the user
 		// limiter's IP form; a user whose id spells the address does not.
@@ -198,7 +198,7 @@ func TestPeekByIP(t *testing.T) {
 func TestPeekIPv6Grouping(t *testing.T) {
 	t.Parallel()
 	inspectBackends(t, func(t *testing.T, client *redis.Client) {
-		f := newInspectFixture(t, client, slidelimit.WithIPv6Prefix(48))
+		f := newInspectFixture(t, client, slidelimit.WithMiddlewareOptions(middleware.WithIPv6Prefix(48)))
 		f.get(t, "/files/1", "[2001:db8:1:ff::1]:1", nil)
 		f.get(t, "/files/1", "[2001:db8:1:aa::2]:1", nil)
 		for _, subject := range []string{"2001:db8:1::5", "2001:db8:1::/48"} {
@@ -214,7 +214,7 @@ func TestPeekIPv6Grouping(t *testing.T) {
 func TestPeekSharedScopeAndMiddleware(t *testing.T) {
 	t.Parallel()
 	inspectBackends(t, func(t *testing.T, client *redis.Client) {
-		lim, err := slidelimit.New(client, slidelimit.WithTimeout(time.Second))
+		lim, err := slidelimit.New(client, slidelimit.WithEngineOptions(engine.WithTimeout(time.Second)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +311,7 @@ func TestPeekConcurrentWithRegister(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { client.Close() })
-	lim, err := slidelimit.New(client, slidelimit.WithTimeout(time.Second))
+	lim, err := slidelimit.New(client, slidelimit.WithEngineOptions(engine.WithTimeout(time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -27,8 +26,8 @@ import (
 // Register reports every problem at once, joined with errors.Join: the tag
 // errors of rules.Routes (*rules.Error), and per route whose tags are
 // valid a *RouteError for a middleware that cannot be built (a key(name)
-// without WithKeyFunc, say) or a pattern that conflicts with another
-// route's. When any of these is found nothing is registered; a pattern
+// without middleware.WithKeyFunc, say) or a pattern that conflicts with
+// another route's. When any of these is found nothing is registered; a pattern
 // conflicting with one registered on mux earlier is found only while
 // registering, after the routes before it in field order have been
 // registered. Register never panics.
@@ -76,9 +75,10 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 //	err := lim.Handle(mux, "GET /files/{id}", files, "user:10/min; ip:30/min")
 //
 // It fails, without registering anything and without panicking, when the
-// rules do not parse, the pattern is malformed (see rules.Wildcards), a
-// param(name) limiter names no wildcard of pattern, the middleware cannot
-// be built, or mux rejects the pattern.
+// pattern is malformed (see rules.Wildcards), the rules do not parse or a
+// param(name) limiter names no wildcard of pattern (see rules.ParseRoute,
+// which makes the checks Register makes for a limit tag), the middleware
+// cannot be built, or mux rejects the pattern.
 func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handler, rulesText string) error {
 	if mux == nil {
 		return ErrNilMux
@@ -87,11 +87,13 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	if handler == nil {
 		return fail(ErrNilHandler)
 	}
-	g, err := rules.Parse(rulesText)
-	if err != nil {
-		return fail(err)
+	// The pattern is checked first, and on its own, so that its error
+	// wraps ErrPattern as the ServeMux's own rejections do.
+	if _, err := rules.Wildcards(pattern); err != nil {
+		return fail(fmt.Errorf("%w: %w", ErrPattern, err))
 	}
-	if err := checkParams(pattern, g); err != nil {
+	g, err := rules.ParseRoute(pattern, rulesText)
+	if err != nil {
 		return fail(err)
 	}
 	h, err := l.route(pattern, g, handler)
@@ -135,29 +137,6 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	return nil
 }
 
-// checkParams reports a malformed pattern (wrapping ErrPattern and the
-// *rules.Error that locates the mistake) or a param(name) limiter whose name
-// is not a wildcard of pattern: its path value would always be empty.
-func checkParams(pattern string, g rules.Group) error {
-	wild, err := rules.Wildcards(pattern)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrPattern, err)
-	}
-	lists := [][]rules.Limiter{g.Limiters}
-	for _, o := range g.Overrides {
-		lists = append(lists, o.Limiters)
-	}
-	var errs []error
-	for _, ls := range lists {
-		for _, l := range ls {
-			if l.Kind == rules.Param && !slices.Contains(wild, l.Name) {
-				errs = append(errs, fmt.Errorf("%w: %s names no wildcard of the pattern", ErrParam, l.ID()))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Errors of Register and Handle.
 var (
 	// ErrNilMux means Register or Handle was given a nil *http.ServeMux.
@@ -167,15 +146,11 @@ var (
 	// ErrPattern means http.ServeMux rejected a pattern as invalid or as
 	// conflicting with another one.
 	ErrPattern = errors.New("slidelimit: pattern rejected by http.ServeMux")
-	// ErrParam means a param(name) limiter names no wildcard of its route's
-	// pattern.
-	ErrParam = errors.New("slidelimit: param limiter without wildcard")
 )
 
 // RouteError describes a route that could not be registered. It unwraps to
-// the cause: a *rules.Error, a middleware error such as
-// *middleware.UnknownKeyError, or one of ErrPattern, ErrParam and
-// ErrNilHandler.
+// the cause: a *rules.Error (or several joined), a middleware error such as
+// *middleware.UnknownKeyError, or one of ErrPattern and ErrNilHandler.
 type RouteError struct {
 	// Field is the struct field that declared the route, or empty for
 	// Handle.

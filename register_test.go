@@ -101,8 +101,10 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	}
 	// With the key functions, only the conflict remains.
 	lim := offline(t,
-		slidelimit.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
-		slidelimit.WithKeyFunc("org", func(r *http.Request) string { return "" }))
+		slidelimit.WithMiddlewareOptions(
+			middleware.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
+			middleware.WithKeyFunc("org", func(r *http.Request) string { return "" }),
+		))
 	err = lim.Register(http.NewServeMux(), h)
 	if errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
 		t.Errorf("Register = %v, want only the pattern conflict", err)
@@ -175,8 +177,8 @@ func TestHandle(t *testing.T) {
 		{"empty rules", "GET /a", "", ok, rules.ErrSyntax},
 		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern},
 		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern},
-		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, slidelimit.ErrParam},
-		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, slidelimit.ErrParam},
+		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid},
+		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid},
 		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey},
 		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost},
 		{"nil handler", "GET /a", "ip:5/s", nil, slidelimit.ErrNilHandler},
@@ -199,8 +201,14 @@ func TestHandle(t *testing.T) {
 			}
 		})
 	}
+	// A param limiter naming no wildcard is reported as in a limit tag, by
+	// rules.ParseRoute.
+	err := offline(t).Handle(http.NewServeMux(), "GET /a/{id}", ok, "ip:5/s; role(x)=param(other):1/s")
+	if want := `slidelimit: route "GET /a/{id}": rules: "ip:5/s; role(x)=param(other):1/s": param "other" is not a wildcard ({other} or {other...}) of route pattern "GET /a/{id}" at offset 22`; err == nil || err.Error() != want {
+		t.Errorf("Handle with an unknown param = %v, want %s", err, want)
+	}
 	// A malformed pattern is located by rules.Wildcards, as in a route tag.
-	err := offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
+	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
 	if !errors.Is(err, slidelimit.ErrPattern) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
 		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
 	}
@@ -213,8 +221,8 @@ func TestNewOptions(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { c.Close() })
-	for _, o := range []slidelimit.Option{slidelimit.WithNode(5000), slidelimit.WithPrefix("{x}"), slidelimit.WithTimeout(-1)} {
-		if _, err := slidelimit.New(c, o); !errors.Is(err, engine.ErrInvalid) {
+	for _, o := range []engine.Option{engine.WithNode(5000), engine.WithPrefix("{x}"), engine.WithTimeout(-1)} {
+		if _, err := slidelimit.New(c, slidelimit.WithEngineOptions(o)); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("New = %v, want engine.ErrInvalid", err)
 		}
 	}
@@ -222,18 +230,18 @@ func TestNewOptions(t *testing.T) {
 		t.Error("New(nil) succeeded")
 	}
 	// Middleware options are checked where a handler is wrapped.
-	lim := offline(t, slidelimit.WithTrustedProxies("bogus"))
+	lim := offline(t, slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("bogus")))
 	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); !errors.Is(err, middleware.ErrConfig) {
 		t.Errorf("Handle = %v, want middleware.ErrConfig", err)
 	}
 }
 
-// TestWithCostFunc checks that WithCostFunc reaches the middleware: a group
-// naming the registered cost function registers, one naming another does
-// not.
-func TestWithCostFunc(t *testing.T) {
+// TestWithMiddlewareOptions checks that a cost function passed with
+// WithMiddlewareOptions reaches the middleware: a group naming the
+// registered cost function registers, one naming another does not.
+func TestWithMiddlewareOptions(t *testing.T) {
 	t.Parallel()
-	lim := offline(t, slidelimit.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil }))
+	lim := offline(t, slidelimit.WithMiddlewareOptions(middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil })))
 	mux := http.NewServeMux()
 	if err := lim.Handle(mux, "GET /files/{id}", http.NotFoundHandler(), "user:10/min; user[bytes]:2Gi/d~1h"); err != nil {
 		t.Fatalf("registered cost function: %v", err)

@@ -54,7 +54,8 @@ func (l *Limiter) Close() error { return l.engine.Close() }
 
 // Middleware returns middleware enforcing the rule group text, for routers
 // other than http.ServeMux (chi, gorilla/mux, or the adapters of gin and
-// echo). opts are added to the Limiter's middleware options.
+// echo). opts are applied after the options given to
+// WithMiddlewareOptions.
 //
 // The windows' scope is, in order of precedence: the group's scope:
 // statement, middleware.WithScope, middleware.WithScopeFunc, and
@@ -67,7 +68,8 @@ func (l *Limiter) Close() error { return l.engine.Close() }
 //
 // or every request is answered with 500 and middleware.ErrNoScope is logged.
 // param(name) limiters read http.Request.PathValue, which routers other
-// than http.ServeMux may not set; use key(name) with WithKeyFunc instead.
+// than http.ServeMux may not set; use key(name) with middleware.WithKeyFunc
+// instead.
 func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
 	g, err := rules.Parse(rulesText)
 	if err != nil {

@@ -66,7 +66,7 @@ func TestCachedDenials(t *testing.T) {
 	if cached.Source != FromCache || cached.Allowed {
 		t.Fatalf("cached: %+v", cached)
 	}
-	if cached.Denied == nil || redisSays.Denied == nil || *cached.Denied != *redisSays.Denied && cached.Denied.Window != redisSays.Denied.Window {
+	if cached.Denied == (WindowState{}) || redisSays.Denied == (WindowState{}) || cached.Denied != redisSays.Denied && cached.Denied.Window != redisSays.Denied.Window {
 		t.Errorf("denying window: cache %+v, Redis %+v", cached.Denied, redisSays.Denied)
 	}
 	// The cached RetryAfter and Resets are measured from the answer's

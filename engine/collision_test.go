@@ -121,7 +121,7 @@ func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 	if err != nil || d.Allowed || d.Source != FromRedis {
 		t.Fatalf("denied request: %+v %v", d, err)
 	}
-	if d.Denied == nil || d.Denied.Check != 2 || d.RetryAfter != time.Minute {
+	if d.Denied == (WindowState{}) || d.Denied.Check != 2 || d.RetryAfter != time.Minute {
 		t.Errorf("denied by %+v after %v, want check 2 after 1m", d.Denied, d.RetryAfter)
 	}
 	if d.Windows[0].Used != 1 || d.Windows[1].Used != 0 {

@@ -44,7 +44,7 @@ func (c *call) decision(req *Request, src Source) Decision {
 	}
 	if denied >= 0 {
 		d.RetryAfter = time.Duration(wait) * time.Microsecond
-		d.Denied = &d.Windows[denied]
+		d.Denied = d.Windows[denied]
 	}
 	if counted && (src == FromRedis || src == FromLocal) {
 		d.receipt = c.receipt(src)

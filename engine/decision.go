@@ -104,9 +104,13 @@ type Decision struct {
 	// every window if nothing else were admitted meanwhile; zero when
 	// allowed.
 	RetryAfter time.Duration
-	// Denied points into Windows at the window that denied the request (the
-	// one with the longest wait); nil when allowed.
-	Denied *WindowState
+	// Denied is the state of the window that denied the request, the one
+	// with the longest wait, a copy of its element of Windows. It is the
+	// zero WindowState, whose Window.Limit is 0 where every real window's
+	// is at least 1, when the request was allowed and when no window denied
+	// it: a fail-closed denial, or a Decision built by hand. Test for a
+	// denying window with Denied != (WindowState{}).
+	Denied WindowState
 	// Windows holds the state of every window of every check, in check
 	// order then window order.
 	Windows []WindowState

@@ -12,7 +12,8 @@ import (
 
 // An Option configures an Engine in New. Every process sharing a Redis must
 // use the same WithPrefix and WithHashSubjects, or they count in different
-// keys.
+// keys. slidelimit.New passes the options given to
+// slidelimit.WithEngineOptions to the engine it creates.
 type Option func(*config) error
 
 type config struct {

@@ -23,10 +23,16 @@ const (
 	// MaxWindows is the largest number of windows in a Request, over all
 	// its checks.
 	MaxWindows = 256
-	// MaxLimit is the largest limit the engine accepts for a window of a
-	// count key (a limiter without a cost or a grain). Windows of weighted
-	// keys accept up to rules.MaxBoundedLimit.
-	MaxLimit = 1_000_000_000
+	// MaxCountLimit is the largest limit the engine accepts for a window of
+	// a count key: a limiter without a cost whose windows are all exact,
+	// which stores one entry per admitted request. It is the engine's bound
+	// on the windows that [rules.MaxLimit] caps at 100,000 in rule text: the
+	// rule language keeps Redis memory per subject small, while the engine
+	// also serves windows built in Go (the benchmarks count 1,000,000 a
+	// minute) and refuses only limits whose sorted sets no server could
+	// hold. Windows of weighted keys (a cost or a grain) accept up to
+	// [rules.MaxBoundedLimit], as in rule text.
+	MaxCountLimit = 1_000_000_000
 )
 
 // window is a merged window in the engine's units.
@@ -83,7 +89,7 @@ func (p *plan) build(k *keyer, req *Request) error {
 		if err != nil {
 			return err
 		}
-		maxLimit := int64(MaxLimit)
+		maxLimit := int64(MaxCountLimit)
 		if kc != "" {
 			maxLimit = rules.MaxBoundedLimit
 		}
@@ -91,7 +97,7 @@ func (p *plan) build(k *keyer, req *Request) error {
 			switch {
 			case w.Limit < 1 || w.Limit > maxLimit:
 				if kc == "" {
-					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxLimit"}
+					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
 				}
 				return &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
 			case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -296,10 +297,13 @@ func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time
 		t.Errorf("%s: allowed=%v retry=%v source=%v time=%v, want %v %v %v %v",
 			where, d.Allowed, d.RetryAfter, d.Source, d.Time, s.allow, s.retry, src, now)
 	}
-	if s.allow != (d.Denied == nil) {
+	if s.allow != (d.Denied == WindowState{}) {
 		t.Errorf("%s: Denied=%+v with Allowed=%v", where, d.Denied, d.Allowed)
 	}
-	if d.Denied != nil && d.Denied.Reset > 0 && d.RetryAfter > d.Denied.Window.Period {
+	if d.Denied != (WindowState{}) && !slices.Contains(d.Windows, d.Denied) {
+		t.Errorf("%s: Denied=%+v is none of Windows %+v", where, d.Denied, d.Windows)
+	}
+	if d.Denied != (WindowState{}) && d.Denied.Reset > 0 && d.RetryAfter > d.Denied.Window.Period {
 		t.Errorf("%s: RetryAfter %v beyond the denying window %v", where, d.RetryAfter, d.Denied.Window.Period)
 	}
 	if len(d.Windows) != len(s.wins) {

@@ -112,7 +112,7 @@ func TestCostErrors(t *testing.T) {
 		{req(bytesOf("u", 2, win(10, time.Second)), bytesOf("u", 3, win(10, time.Minute))),
 			"engine: invalid request: check 1: checks sharing a key (same scope, limiter and subject) count different costs"},
 		{req(user("u", gwin(10, time.Second, time.Second))), "engine: invalid request: check 0 window 0: grain outside 1µs..period"},
-		{req(user("u", win(MaxLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..MaxLimit"},
+		{req(user("u", win(MaxCountLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..MaxCountLimit"},
 		{req(bytesOf("u", 1, win(rules.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..rules.MaxBoundedLimit"},
 	} {
 		d, err := e.Allow(context.Background(), tc.r)

@@ -132,7 +132,7 @@ func TestRequestValidation(t *testing.T) {
 		check int
 	}{
 		{req(user("u", win(0, time.Second))), 0},
-		{req(user("u", win(1, time.Second)), user("v", win(MaxLimit+1, time.Second))), 1},
+		{req(user("u", win(1, time.Second)), user("v", win(MaxCountLimit+1, time.Second))), 1},
 		{req(user("u", win(1, 0))), 0},
 		{req(user("u", win(1, rules.MaxPeriod+1))), 0},
 		{Request{Checks: many}, -1},

@@ -168,7 +168,7 @@ func TestCostHeaders(t *testing.T) {
 		t.Helper()
 		d := newRecorder(func(req engine.Request) engine.Decision {
 			dec := engine.Decision{Windows: states(req), RetryAfter: wait}
-			dec.Denied = &dec.Windows[check]
+			dec.Denied = dec.Windows[check]
 			return dec
 		})
 		var rec testutil.Events

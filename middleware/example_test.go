@@ -20,7 +20,7 @@ type denyAll struct{}
 
 func (denyAll) Allow(_ context.Context, req engine.Request) (engine.Decision, error) {
 	ws := []engine.WindowState{{Check: 0, Window: req.Checks[0].Windows[0], Used: 5, Reset: 1200 * time.Millisecond}}
-	return engine.Decision{Windows: ws, Denied: &ws[0], RetryAfter: 1200 * time.Millisecond}, nil
+	return engine.Decision{Windows: ws, Denied: ws[0], RetryAfter: 1200 * time.Millisecond}, nil
 }
 
 func ExampleNew() {

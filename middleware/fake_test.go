@@ -115,7 +115,7 @@ func (m *memDecider) Allow(ctx context.Context, req engine.Request) (engine.Deci
 	}
 	if !d.Allowed {
 		d.RetryAfter = wait
-		d.Denied = &d.Windows[denied]
+		d.Denied = d.Windows[denied]
 	}
 	return d, nil
 }

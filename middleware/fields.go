@@ -144,20 +144,16 @@ func rateLimitField(name string, ws engine.WindowState, per, maxT int64) string 
 	return string(b)
 }
 
-// deniedIndex returns the index in d.Windows of the denying window, or -1.
+// deniedIndex returns the index in d.Windows of the denying window, or -1
+// when no window denied. Denied is a copy of its element; two equal
+// elements (a hand-built group repeating a window) have equal fields, so
+// either serves.
 func deniedIndex(d *engine.Decision) int {
-	if d.Denied == nil {
+	if d.Denied == (engine.WindowState{}) {
 		return -1
 	}
 	for i := range d.Windows {
-		if &d.Windows[i] == d.Denied {
-			return i
-		}
-	}
-	// Denied points outside Windows (a hand-built Decision): find the equal
-	// window.
-	for i := range d.Windows {
-		if d.Windows[i] == *d.Denied {
+		if d.Windows[i] == d.Denied {
 			return i
 		}
 	}

@@ -44,7 +44,7 @@ func TestEffectiveWindowField(t *testing.T) {
 					Remaining: max(0, tt.limit-tt.used), Reset: tt.reset}}
 				dec := engine.Decision{Allowed: tt.wait == 0, Windows: ws, RetryAfter: tt.wait}
 				if tt.wait > 0 {
-					dec.Denied = &dec.Windows[0]
+					dec.Denied = dec.Windows[0]
 				}
 				return dec, nil
 			}}

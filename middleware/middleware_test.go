@@ -579,7 +579,7 @@ func TestRetryAfterRounding(t *testing.T) {
 			t.Parallel()
 			d := &funcDecider{allow: func(req engine.Request) (engine.Decision, error) {
 				ws := []engine.WindowState{{Window: req.Checks[0].Windows[0], Used: 5, Reset: tt.reset}}
-				return engine.Decision{RetryAfter: tt.wait, Windows: ws, Denied: &ws[0]}, nil
+				return engine.Decision{RetryAfter: tt.wait, Windows: ws, Denied: ws[0]}, nil
 			}}
 			w := do(routed(t, "GET /", "ip:5/h", d), request("GET", "/", "192.0.2.1:1", nil))
 			if got := w.Header().Get("Retry-After"); got != tt.want {

@@ -32,7 +32,10 @@ type CostFunc func(r *http.Request) (int64, error)
 // so it must not return the raw URL path.
 type ScopeFunc func(r *http.Request) string
 
-// Option configures New.
+// Option configures New, and Subject where it maps values. A
+// slidelimit.Limiter gives the options passed to
+// slidelimit.WithMiddlewareOptions to every middleware it builds; they are
+// the one way to configure the middleware through it.
 type Option func(*config)
 
 type config struct {

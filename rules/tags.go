@@ -176,8 +176,39 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 	return out
 }
 
+// ParseRoute parses the rule group text that limits the route with the
+// http.ServeMux pattern, as Routes parses a field's limit tag: besides
+// Parse's checks, every param(name) limiter must name a wildcard of the
+// pattern ({name} or {name...}), because any other name would count every
+// request under the empty string.
+//
+// It fails with Parse's *Error when text is not a valid group, with
+// Wildcards' *Error when pattern is malformed, and otherwise with one
+// *Error matching ErrInvalid per param limiter naming no wildcard, located
+// in text and joined with errors.Join in reading order. It is safe for
+// concurrent use.
+func ParseRoute(pattern, text string) (Group, error) {
+	g, pos, perr := parse(text)
+	if perr != nil {
+		return Group{}, perr
+	}
+	wildcards, err := Wildcards(pattern)
+	if err != nil {
+		return Group{}, err
+	}
+	var errs []error
+	for _, e := range paramErrors(g, pos, text, pattern, wildcards) {
+		errs = append(errs, e)
+	}
+	if len(errs) > 0 {
+		return Group{}, errors.Join(errs...)
+	}
+	return g, nil
+}
+
 // paramErrors reports param limiters whose name is not a wildcard of the
-// route, in input order.
+// route, in input order. It is the one check of both Routes and
+// ParseRoute.
 func paramErrors(g Group, pos map[string]int, input, route string, wildcards []string) []*Error {
 	var errs []*Error
 	checkList := func(ns string, ls []Limiter) {

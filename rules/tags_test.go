@@ -318,6 +318,29 @@ func TestWildcards(t *testing.T) {
 	}
 }
 
+// TestParseRoute checks that ParseRoute makes the checks of a route's limit
+// tag, with the same texts as Routes minus the type, field and tag.
+func TestParseRoute(t *testing.T) {
+	t.Parallel()
+	g, err := ParseRoute("GET /f/{id}/{rest...}", "param(id):1/s; role(a)=param(rest):2/s")
+	if err != nil || len(g.Limiters) != 1 || g.Limiters[0].Name != "id" || len(g.Overrides) != 1 {
+		t.Fatalf("ParseRoute of a valid route = %+v, %v", g, err)
+	}
+	g, err = ParseRoute("GET /f/{id}/{rest...}", "param(x):1/s; role(a)=param(id):1/s & param(y):2/s")
+	want := `rules: "param(x):1/s; role(a)=param(id):1/s & param(y):2/s": param "x" is not a wildcard ({x} or {x...}) of route pattern "GET /f/{id}/{rest...}" at offset 6` + "\n" +
+		`rules: "param(x):1/s; role(a)=param(id):1/s & param(y):2/s": param "y" is not a wildcard ({y} or {y...}) of route pattern "GET /f/{id}/{rest...}" at offset 44`
+	var e *Error
+	if err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) || !errors.As(err, &e) || !reflect.DeepEqual(g, Group{}) {
+		t.Errorf("ParseRoute with unknown params = %+v, %v; want the zero Group and\n%s", g, err, want)
+	}
+	if _, err := ParseRoute("GET /a/{id}x", "param(id):1/s"); !errors.As(err, &e) || e.Input != "GET /a/{id}x" || e.Offset != 7 || !errors.Is(err, ErrInvalid) {
+		t.Errorf("ParseRoute with a malformed pattern = %v, want Wildcards' error at offset 7", err)
+	}
+	if _, err := ParseRoute("GET /a", "ip:5/fortnight"); !errors.As(err, &e) || e.Input != "ip:5/fortnight" || !errors.Is(err, ErrSyntax) {
+		t.Errorf("ParseRoute with a bad unit = %v, want Parse's ErrSyntax", err)
+	}
+}
+
 // TestRoutesPartial checks that Routes returns the routes without problems
 // alongside the error, so that callers can check them too and report every
 // problem at once.

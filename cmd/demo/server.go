@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -22,12 +24,16 @@ type demo struct {
 // Close the Limiter when done; b stays open.
 func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*demo, error) {
 	opts := append([]slidelimit.Option{
-		slidelimit.WithLogger(logger),
-		// The admin account is shared by several people: count its user
-		// limiters (POST /pictures) by IP, as its route overrides do.
-		slidelimit.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
-		slidelimit.WithKeyFunc("account", loginAccount),
-		slidelimit.WithCostFunc("bytes", objectSize),
+		slidelimit.WithEngineOptions(engine.WithLogger(logger)),
+		slidelimit.WithMiddlewareOptions(
+			middleware.WithLogger(logger),
+			// The admin account is shared by several people: count its
+			// user limiters (POST /pictures) by IP, as its route overrides
+			// do.
+			middleware.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
+			middleware.WithKeyFunc("account", loginAccount),
+			middleware.WithCostFunc("bytes", objectSize),
+		),
 	}, extra...)
 	lim, err := slidelimit.New(b.client, opts...)
 	if err != nil {
