@@ -1,0 +1,48 @@
+package engine
+
+import "github.com/slidelimit/slidelimit/rules"
+
+// Check is one limiter applied to one subject: the windows of Limiter count
+// the requests of Subject (an IP, a user id, a header value, ...) within a
+// scope.
+type Check struct {
+	rules.Limiter
+	// Subject is the counted value. It may hold any bytes; the engine
+	// encodes it so that it can never collide with another subject or
+	// change a Redis Cluster hash tag.
+	Subject string
+	// Cost is what the request counts in this check's windows; 0 counts 1.
+	Cost int64
+}
+
+// Request is one rate-limit decision: every window of every check must have
+// room for the request to be admitted, and then it is counted in all of
+// them; otherwise it is counted in none.
+type Request struct {
+	// Scope names the windows' owner: a route pattern such as
+	// "GET /files/{id}" or a shared scope name.
+	Scope string
+	// Checks are the limiters to apply.
+	Checks []Check
+	// Fail is the behaviour when Redis fails; FailDefault uses the
+	// engine's default (see WithFailMode).
+	Fail rules.FailMode
+}
+
+// One returns a Request with a single check: subject, counted by a limiter
+// of kind with the given windows, in scope. It is the one-line form of
+// "may user 42 reply? at most 5 per minute":
+//
+//	d, err := eng.Allow(ctx, engine.One("reply", rules.User, "42", rules.Window{Limit: 5, Period: time.Minute}))
+//
+// For a named kind (header, param, key) or several checks, build the
+// Request directly.
+func One(scope string, kind rules.Kind, subject string, windows ...rules.Window) Request {
+	return Request{
+		Scope: scope,
+		Checks: []Check{{
+			Limiter: rules.Limiter{Kind: kind, Windows: windows},
+			Subject: subject,
+		}},
+	}
+}
