@@ -338,3 +338,57 @@ func TestSemanticsRing(t *testing.T) {
 		})
 	}
 }
+
+// TestResetsRead checks which windows' Reset an admission reports exactly:
+// the count windows with the fewest remaining and every weighted window;
+// the others report their period (an upper bound), and Peek reports every
+// window exactly. It runs on real Redis and on the fallback limiter, which
+// must say the same.
+func TestResetsRead(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := redis.NewClient(&redis.Options{Addr: l.Addr().String(), MaxRetries: -1})
+	l.Close()
+	t.Cleanup(func() { down.Close() })
+	for _, tc := range []struct {
+		name string
+		c    Client
+		src  Source
+		opts []Option
+	}{
+		{"redis", rc, FromRedis, nil},
+		{"local", down, FromLocal, []Option{WithFailMode(rules.FailLocal)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newFakeClock()
+			e := newEngine(t, tc.c, append(tc.opts, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithCachedDenials(false))...)
+			r := req(user("u", win(100, time.Second), win(1000, time.Minute)), bytesOf("u", 10, win(1<<20, time.Hour)))
+			for _, at := range []time.Duration{0, 10 * ms, 20 * ms} {
+				clk.Set(at)
+				if d, _ := e.Allow(context.Background(), r); !d.Allowed || d.Source != tc.src {
+					t.Fatalf("at %v: allowed %v source %v", at, d.Allowed, d.Source)
+				}
+			}
+			clk.Set(30 * ms)
+			check := func(call string, d Decision, want []time.Duration) {
+				t.Helper()
+				for i, ws := range d.Windows {
+					if ws.Reset != want[i] {
+						t.Errorf("%s: window %d (%v/%v): reset %v, want %v", call, i, ws.Window.Limit, ws.Window.Period, ws.Reset, want[i])
+					}
+				}
+			}
+			p, _ := e.Peek(context.Background(), r)
+			check("Peek", p, []time.Duration{970 * ms, time.Minute - 30*ms, time.Hour - 30*ms})
+			d, _ := e.Allow(context.Background(), r)
+			// The 1s window has the fewest remaining (96): exact; the
+			// minute's is its period; the weighted hour's is exact.
+			check("Allow", d, []time.Duration{970 * ms, time.Minute, time.Hour - 30*ms})
+		})
+	}
+}
