@@ -52,11 +52,7 @@
 -- is an array of integers in the order described above (oldest and edge
 -- as plain scores). The JSON one is the format described above, with its
 -- string reply.
-local json = #ARGV == 1
 local a = ARGV
-if json then
-  a = cjson.decode(ARGV[1])
-end
 local call = redis.call
 local fmt = string.format
 local num = tonumber
@@ -89,13 +85,8 @@ local p -- next index to read in a
 local key = 0 -- KEYS used by the previous ops
 local counts = {} -- per key of the op: entries in its longest window, its longest period and where its fields start
 local weighted = {} -- per key of the op: false for a count key, the state of a weighted one (see weigh)
-local kfields -- per-key fields before the windows: nwin (and busy when flat)
-local nops
-if json then
-  nops, p, kfields = a[2], 3, 1
-else
-  nops, p, kfields = -1, 2, 2
-end
+local kfields = 2 -- per-key fields before the windows: nwin, busy
+p = 2
 
 -- Weighted keys (keys of limiters with a cost or a grain, see the header
 -- below): a member is its running total of cost, 16 digits, then ':' and
@@ -228,20 +219,14 @@ local function admit(kk, w, m)
   return nil
 end
 
-while nops ~= 0 and p <= #a do
-  nops = nops - 1
+while p <= #a do
   local mode, member, nk
-  if json then
-    mode, member, nk = a[p], a[p + 1], a[p + 2]
-    p = p + 3
-  else
-    member, nk = a[p], num(a[p + 1])
-    mode = 1
-    if member == '' then
-      mode = 2
-    end
-    p = p + 2
+  member, nk = a[p], num(a[p + 1])
+  mode = 1
+  if member == '' then
+    mode = 2
   end
+  p = p + 2
   n = n + 1
   local code = n
   local ok = true
@@ -369,11 +354,7 @@ while nops ~= 0 and p <= #a do
         local I, is = long, ls
         if counts[3 * k - 2] >= BUSY then
           I = math.ceil(long / 8)
-          if json then
-            is = I
-          else
-            is = a[kq + 1]
-          end
+          is = a[kq + 1]
         end
         local e = -(EPOCH + floor(t / I))
         local em = 'e' .. is
@@ -426,10 +407,4 @@ while nops ~= 0 and p <= #a do
   key = key + nk
 end
 
-if not json then
-  return out
-end
-for i = 1, n do
-  out[i] = fmt('%d', out[i])
-end
-return table.concat(out, ' ')
+return out
