@@ -13,7 +13,11 @@ const (
 	statusDenied    = 0
 	statusAdmitted  = 1
 	statusCollision = 2 // no unique member found; nothing written
-	maxSuffix       = 32
+
+	// maxSuffix is how many suffixed members an admission tries after
+	// member collisions. This is its one definition: every script call
+	// passes it (see lua/multi_window.lua).
+	maxSuffix = 32
 )
 
 // readFlatOp reads the result of c's op over keys into c.res and returns
@@ -79,7 +83,7 @@ type flatArgs struct {
 
 func (f *flatArgs) reset(t int64) {
 	f.clear()
-	f.int(t)
+	f.begin(t)
 }
 
 // clear empties f for the script calls of another batch.
@@ -89,10 +93,12 @@ func (f *flatArgs) clear() {
 
 // begin starts the arguments of one more script call at time t (µs, or 0
 // for the server's TIME) and returns the index of its first field, for
-// appendFrom.
+// appendFrom. The script takes maxSuffix from its arguments, so that the
+// limit is defined here only.
 func (f *flatArgs) begin(t int64) int {
 	first := len(f.ends)
 	f.int(t)
+	f.int(maxSuffix)
 	return first
 }
 

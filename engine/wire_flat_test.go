@@ -19,9 +19,9 @@ func TestFlatArgs(t *testing.T) {
 	for _, a := range args {
 		got = append(got, a.(*bufArg).String())
 	}
-	// t, member, nkeys, then per key nwin, busy (ceil(longest/8)) and the
-	// windows longest first, in µs.
-	want := "0 77 2 2 7500000 60000000 50 1000000 5 1 125 1000 3"
+	// t, max suffix, member, nkeys, then per key nwin, busy
+	// (ceil(longest/8)) and the windows longest first, in µs.
+	want := "0 32 77 2 2 7500000 60000000 50 1000000 5 1 125 1000 3"
 	if s := strings.Join(got, " "); s != want {
 		t.Errorf("args %q, want %q", s, want)
 	}
@@ -29,7 +29,7 @@ func TestFlatArgs(t *testing.T) {
 	c.mode = opPeek
 	f.reset(42)
 	f.op(c, c.all[:1])
-	if s := f.appendTo(nil)[1].(*bufArg).String(); s != "" || string(f.buf[:2]) != "42" {
+	if s := f.appendTo(nil)[2].(*bufArg).String(); s != "" || string(f.buf[:4]) != "4232" {
 		t.Errorf("peek member %q, buf %q", s, f.buf)
 	}
 }
@@ -102,7 +102,7 @@ func TestWeightedArgs(t *testing.T) {
 	for _, a := range f.appendTo(nil) {
 		got = append(got, a.(*bufArg).String())
 	}
-	want := "0 77 2 -2 7500000 7 60000000 1000 10000000 1000000 100 0 -2 450000000 1 3600000000 50 60000000 1000000 5 0"
+	want := "0 32 77 2 -2 7500000 7 60000000 1000 10000000 1000000 100 0 -2 450000000 1 3600000000 50 60000000 1000000 5 0"
 	if s := strings.Join(got, " "); s != want {
 		t.Errorf("flat args %q, want %q", s, want)
 	}
