@@ -60,7 +60,9 @@
 //
 // A member is one admitted request: a snowflake id in decimal (unique per
 // process node, see WithNode) scored by its admission time in µs. The
-// script, one call per decision (or per batch of concurrent decisions):
+// script lua/multi_window.lua, whose header specifies its arguments and
+// reply (the wire format), runs one call per decision (or per batch of
+// concurrent decisions):
 //
 //  1. counts, per window, ZCOUNT key t-W+1 +inf (scores are integers, so
 //     this is (t-W, t], and entries after t only exist when the clock went

@@ -48,19 +48,11 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 	return status, suffix
 }
 
-// The flat format (see lua/multi_window.lua) passes every field as its own
-// script argument, so the script decodes no JSON, and replies with an
-// array of integers, which go-redis reads into one []int64:
-//
-//	args:  t, op...   op = member ("" for peek), nkeys, key...
-//	key = nwin, busy, {period, limit}...               a count key
-//	key = -nwin, busy, cost, {period, limit, grain}... a weighted key
-//	reply: sec, usec, {code, {used [oldest [edge]]}...}...
-//
-// busy is the key's epoch length once it is busy, ceil(longest period /
-// 8): the script names the epoch marker after it without formatting a
-// number. In a weighted key, used is the window's summed cost and edge is
-// present when used + cost > limit.
+// The script's arguments and reply (its wire format) are specified once,
+// in the header of lua/multi_window.lua: flatArgs builds the arguments,
+// every field its own string so that the script decodes nothing, and
+// ireader and readFlatOp read the reply, an array of integers that
+// go-redis reads into one []int64.
 
 // bufArg is one script argument: a slice of a batch's argument buffer. A
 // pointer to it fits in an interface without allocating, and go-redis
@@ -73,8 +65,9 @@ func (a *bufArg) MarshalBinary() ([]byte, error) { return a.b, nil }
 // String returns the argument as text, for traces and errors.
 func (a *bufArg) String() string { return string(a.b) }
 
-// flatArgs builds the arguments of one script call in the flat format:
-// every field is appended to buf and its end recorded in ends.
+// flatArgs builds the arguments of script calls (see
+// lua/multi_window.lua): every field is appended to buf and its end
+// recorded in ends.
 type flatArgs struct {
 	buf  []byte
 	ends []int32
@@ -167,7 +160,7 @@ func (f *flatArgs) appendFrom(args []any, first int) []any {
 	return args
 }
 
-// ireader reads a flat reply. The first problem sticks in err; later reads
+// ireader reads a script reply. The first problem sticks in err; later reads
 // return 0.
 type ireader struct {
 	v   []int64

@@ -25,8 +25,12 @@
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact).
+--   EVAL's numkeys is the sum of the ops' nkeys. Example: allow request
+--   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
+--   at the server's time:
+--     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
--- Reply: an array of integers:
+-- Reply: an array of integers (a Lua table of numbers):
 --   sec, usec  the decision time (t, or the server's TIME)
 --   then per op: code, then per key and window, in argument order:
 --     used [oldest [edge]]
@@ -41,7 +45,9 @@
 -- the window's oldest entry; edge, present when the request does not fit
 -- (count key: used >= limit; weighted key: used + cost > limit), is the
 -- score of the entry that must leave the window for it to fit (count key:
--- the entry at rank used-limit from the oldest).
+-- the entry at rank used-limit, 0-based, from the window's oldest;
+-- weighted key: the window's oldest entry whose running total reaches
+-- the newest total + cost - limit).
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness.
