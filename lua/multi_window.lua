@@ -90,7 +90,10 @@ local BUSY = 64
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
 
 local args = ARGV
-local reply = {}
+-- The reply, made with room for one op on a key with two windows:
+-- growing a table costs about 1,000 instructions per step. Redis ends an
+-- array reply at its first nil, which is set after the last field.
+local reply = {0, 0, 0, 0, 0, 0, 0, 0}
 local n -- last index written in reply
 
 local t = num(args[1])
@@ -175,6 +178,9 @@ local function weighted_functions()
   local TOTAL = 9007199254740991
   -- MERGE_SCAN bounds the entries an admission looks at per tier.
   local MERGE_SCAN = '257'
+  -- MINUS starts a negative score: a marker's.
+  local MINUS = string.byte('-')
+  local byte = string.byte
 
   -- total returns the running total of weighted member m.
   local function total(m)
@@ -193,40 +199,52 @@ local function weighted_functions()
     local first = q
     local fits = true
     local newest_total, newest_score = 0, nil
-    local top = call('ZRANGE', key, '+inf', '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
-    if top[1] then
+    -- Entries have scores >= 0 and markers negative ones, so the key's
+    -- last rank is its newest entry unless it holds only markers.
+    local top = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if top[1] and byte(top[2]) ~= MINUS then
       newest_total, newest_score = total(top[1]), num(top[2])
     end
     for _ = 1, nwin do
       local used, oldest, edge = 0, nil, nil
       if newest_total > 0 then
-        local lo = fmt('%d', t - num(args[q]) + 1)
         -- The window's sum is the newest total minus the total of the
         -- last entry before the window (0 when there is none): entries
-        -- after t (the clock went back) count, as in count keys.
-        local before = call('ZRANGE', key, '(' .. lo, '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1')
+        -- after t (the clock went back) count, as in count keys. That
+        -- entry and the window's oldest are neighbours in rank, read in
+        -- one call.
+        local lo = fmt('%d', t - num(args[q]) + 1)
+        local first_rank = call('ZCOUNT', key, '-inf', '(' .. lo)
+        local before, first_member, first_score
+        if first_rank > 0 then
+          local pair = call('ZRANGE', key, fmt('%d', first_rank - 1), fmt('%d', first_rank), 'WITHSCORES')
+          if byte(pair[2]) ~= MINUS then
+            before = pair[1]
+          end
+          first_member, first_score = pair[3], pair[4]
+        else
+          local first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
+          first_member, first_score = first[1], first[2]
+        end
         used = newest_total
-        if before[1] then
-          used = newest_total - total(before[1])
+        if before then
+          used = newest_total - total(before)
         end
         if used > 0 then
-          local first_in = call('ZRANGE', key, lo, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')
-          oldest = num(first_in[2])
+          oldest = num(first_score)
           local limit = num(args[q + 1])
           if used + cost > limit then
             fits = false
             -- The request fits once the entries up to the first whose
             -- total reaches need have left the window: a binary search
-            -- over ranks between the window's oldest entry and the newest
-            -- (markers have negative scores, so entries take the last
-            -- ranks).
+            -- over ranks between the window's oldest entry and the newest.
             local need = newest_total + cost - limit
             local edge_score = top[2]
             local lo_rank, hi_rank = 0, 0
-            if total(first_in[1]) >= need then
-              edge_score = first_in[2]
+            if total(first_member) >= need then
+              edge_score = first_score
             else
-              lo_rank, hi_rank = call('ZRANK', key, first_in[1]) + 1, call('ZCARD', key) - 1
+              lo_rank, hi_rank = first_rank + 1, call('ZCARD', key) - 1
             end
             while lo_rank < hi_rank do
               local mid = floor((lo_rank + hi_rank) / 2)
@@ -309,18 +327,18 @@ local function weighted_functions()
 end
 
 -- add_member adds member to the count keys among KEYS[first+1 ..
--- first+nkeys] (weights[k]: false for a count key). A member already
+-- first+nkeys] (see key_state: false for a count key). A member already
 -- present (two processes sharing a snowflake node) must not make the
 -- request count less than once: the keys added so far are undone and a
 -- suffixed member is tried. It returns the suffix and the member added,
 -- or nothing when no unique member was found within max_suffix retries.
-local function add_member(first, nkeys, weights, member)
+local function add_member(first, nkeys, key_state, member)
   t_arg = t_arg or fmt('%d', t)
   local m, suffix, max_suffix = member, 0, nil
   while true do
     local clash = 0
     for k = 1, nkeys do
-      if not weights[k] and call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
+      if not key_state[4 * k] and call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
         clash = k
         break
       end
@@ -329,7 +347,7 @@ local function add_member(first, nkeys, weights, member)
       return suffix, m
     end
     for k = 1, clash - 1 do
-      if not weights[k] then
+      if not key_state[4 * k] then
         call('ZREM', KEYS[first + k], m)
       end
     end
@@ -399,10 +417,12 @@ local function bookkeep(key, q, longest, busy, weighted)
   end
 end
 
--- Per key of the current op: where its fields start, its longest period,
--- whether it is busy, and false for a count key or the state of a weighted
--- one (see weigh).
-local fields, longests, busies, weights = {}, {}, {}, {}
+-- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
+-- fields start, its longest period, whether it is busy, and false for a
+-- count key or the state of a weighted one (see weigh): one table rather
+-- than four, as each costs about 1,000 instructions per call, made with
+-- room for one key.
+local key_state = {0, 0, 0, 0}
 
 local p = 3 -- the current op's first field
 local used_keys = 0 -- KEYS used by the previous ops
@@ -415,12 +435,13 @@ while p <= #args do
   for k = 1, nkeys do
     local key = KEYS[used_keys + k]
     local nwin = num(args[q])
-    fields[k] = q
+    local at = 4 * k
+    key_state[at - 3] = q
     if nwin > 0 then
-      local key_fits, longest_used
-      q, key_fits, longest_used, longests[k] = count_windows(key, q + 2, nwin)
+      local key_fits, longest_used, longest
+      q, key_fits, longest_used, longest = count_windows(key, q + 2, nwin)
       fits = fits and key_fits
-      busies[k], weights[k] = longest_used >= BUSY, false
+      key_state[at - 2], key_state[at - 1], key_state[at] = longest, longest_used >= BUSY, false
     else
       if not weigh then
         weighted_functions()
@@ -428,7 +449,7 @@ while p <= #args do
       local key_fits, state
       q, key_fits, state = weigh(key, q + 2, -nwin)
       fits = fits and key_fits
-      longests[k], busies[k], weights[k] = num(args[state[4]]), true, state
+      key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
     end
   end
 
@@ -438,22 +459,24 @@ while p <= #args do
   end
   if fits and member ~= '' then
     local m
-    suffix, m = add_member(used_keys, nkeys, weights, member)
+    suffix, m = add_member(used_keys, nkeys, key_state, member)
     if not suffix then
       status, suffix = COLLISION, 0
     else
       -- Weighted members hold their running total, so they are unique:
       -- they are added once the member's suffix is known.
       for k = 1, nkeys do
-        if weights[k] then
-          local err = admit_weighted(KEYS[used_keys + k], weights[k], m)
+        local state = key_state[4 * k]
+        if state then
+          local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
             return err
           end
         end
       end
       for k = 1, nkeys do
-        bookkeep(KEYS[used_keys + k], fields[k], longests[k], busies[k], weights[k])
+        local at = 4 * k
+        bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
       end
     end
   end
@@ -462,4 +485,5 @@ while p <= #args do
   used_keys = used_keys + nkeys
 end
 
+reply[n + 1] = nil
 return reply
