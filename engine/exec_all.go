@@ -110,7 +110,8 @@ func (e *Engine) failRun(batch []*call, err error) {
 }
 
 // evalInts runs the script with args ("evalsha", sha, numkeys, ...) in
-// the flat format and returns its reply. NOSCRIPT is handled as by eval.
+// the format of lua/multi_window.lua and returns its reply. NOSCRIPT is
+// handled as by eval.
 func (e *Engine) evalInts(ctx context.Context, args []any) ([]int64, error) {
 	cmd := redis.NewIntSliceCmd(ctx, args...)
 	err := e.client.Process(ctx, cmd)

@@ -54,7 +54,7 @@ func (c *call) part(i int) []int32 {
 type partCmd struct {
 	c    *call
 	part int
-	cmd  *redis.Cmd
+	cmd  *redis.IntSliceCmd
 	pipe int // index of its domain's pipeline
 }
 
@@ -89,6 +89,8 @@ func (e *Engine) runParts(batch []*call) {
 
 	var cmds []partCmd
 	var pipes []domainPipe
+	fa := &batch[0].flat // every part's arguments; kept until the pipelines ran
+	fa.clear()
 	for _, c := range batch {
 		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0
 		for i := range c.pends {
@@ -110,16 +112,15 @@ func (e *Engine) runParts(batch []*call) {
 				continue
 			}
 			keys := c.part(i)
-			argv := appendHeader(nil, t, 1)
-			argv = appendOp(argv, c, keys)
-			argv = append(argv, ']')
-			args := make([]any, 0, 4+len(keys))
+			first := fa.begin(t)
+			fa.op(c, keys)
+			args := make([]any, 0, 3+len(keys)+len(fa.ends)-first)
 			args = append(args, "evalsha", e.shaArg, len(keys))
 			for _, k := range keys {
 				args = append(args, &c.plan.args[k])
 			}
-			args = append(args, argv)
-			cmd := redis.NewCmd(ctx, args...)
+			args = fa.appendFrom(args, first)
+			cmd := redis.NewIntSliceCmd(ctx, args...)
 			_ = pipes[pi].pipe.Process(ctx, cmd) // queues; errors come from Exec
 			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd, pipe: pi})
 		}
@@ -145,7 +146,7 @@ func (e *Engine) runParts(batch []*call) {
 		}
 		args := pc.cmd.Args()
 		args[0], args[1] = "eval", e.srcArg
-		pc.cmd = redis.NewCmd(ctx, args...)
+		pc.cmd = redis.NewIntSliceCmd(ctx, args...)
 		_ = retry.Process(ctx, pc.cmd)
 	}
 	if retry != nil {
@@ -157,7 +158,7 @@ func (e *Engine) runParts(batch []*call) {
 		pc := &cmds[i]
 		c := pc.c
 		dp := &pipes[pc.pipe]
-		s, err := pc.cmd.Text()
+		v, err := pc.cmd.Result()
 		if answered(err) {
 			dp.answer = true
 		}
@@ -166,9 +167,9 @@ func (e *Engine) runParts(batch []*call) {
 		}
 		var st, suf int64
 		if err == nil {
-			r := reader{s: s}
+			r := ireader{v: v}
 			sec, usec := r.int(maxTime/1e6), r.int(999_999)
-			st, suf = readOp(&r, c, c.part(pc.part), sec*1e6+usec)
+			st, suf = readFlatOp(&r, c, c.part(pc.part), sec*1e6+usec)
 			if rerr := r.end(); rerr != nil {
 				err = rerr
 			} else if sec > c.sec || sec == c.sec && usec > c.usec {

@@ -1,14 +1,16 @@
 // Package lua holds the Redis Lua scripts of slidelimit as Go strings, so
-// that they ship inside the binary. The engine package documents what they
-// do and how their arguments and replies are encoded.
+// that they ship inside the binary. Each script's header specifies its
+// arguments and reply; the engine package documentation explains what
+// they decide and store.
 package lua
 
 import _ "embed"
 
 // MultiWindow is the source of the multi-window sliding-log script: it
 // checks, admits, peeks at and rolls back batches of rate-limit requests
-// against sorted sets, each request atomically. See the engine package
-// documentation for its semantics and wire format.
+// against sorted sets, each request atomically. The header of
+// multi_window.lua specifies its wire format, the engine package
+// documentation its semantics.
 //
 //go:embed multi_window.lua
 var MultiWindow string

@@ -6,7 +6,7 @@ import (
 )
 
 func TestEmbedded(t *testing.T) {
-	if !strings.HasPrefix(MultiWindow, "-- multi_window.lua") || !strings.Contains(MultiWindow, "return table.concat(out, ' ')") {
+	if !strings.HasPrefix(MultiWindow, "-- multi_window.lua") || !strings.Contains(MultiWindow, "\nreturn reply\n") {
 		t.Fatalf("MultiWindow does not hold the script: %.60q", MultiWindow)
 	}
 }

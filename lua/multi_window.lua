@@ -1,435 +1,489 @@
 -- multi_window.lua: exact multi-window sliding logs in sorted sets.
 --
--- The engine package documentation (engine/doc.go) is the specification;
--- this comment summarises the wire format and the cost-driven choices.
+-- This header is the specification of the script's wire format, the only
+-- one: engine/wire.go builds its arguments and reads its reply. The engine
+-- package documentation (engine/doc.go) explains the semantics: windows,
+-- weighted keys and their merged entries, epochs and retention.
 --
--- In the JSON format (the cluster path's), ARGV[1] is a JSON array of
--- integers and member strings:
---   t, nops, op...
--- t is the decision time in microseconds, or 0 to use the server's TIME.
--- Each op is
---   mode, member, nkeys, then per key: nwin, then per window: period, limit
--- with mode 1 = allow (check every window, admit in every key or none) and
--- 2 = peek (check only). An op uses the next nkeys KEYS. Periods are in
--- microseconds; the windows of a key come longest first. A weighted key
--- (a limiter with a cost or a grain, see engine/doc.go) is given as
---   -nwin, cost, then per window: period, limit, grain
--- with the grains of its tiers in µs (0: exact); its used is the window's
--- summed cost, and edge is present when used + cost > limit.
+-- Arguments. Every argument is a string; a number is a decimal integer
+-- written without sign (unless negative), leading zeros or exponent.
+-- Times and periods are in microseconds since 1970.
+--   ARGV[1]  t: the decision time, or 0 to use the server's TIME. t must
+--            exceed every period and stay below 2^53.
+--   ARGV[2]  max_suffix: how many suffixed members an admission tries
+--            after collisions (the engine's maxSuffix, which is the one
+--            definition of that limit).
+--   then one or more ops, up to the end of ARGV, each:
+--     member  the request's id, unique per request; empty for a peek
+--             (check only, nothing is written). An allow checks every
+--             window and admits in every key or in none.
+--     nkeys   the op uses the next nkeys KEYS (after the previous ops').
+--     then per key, either a count key:
+--       nwin, busy, then nwin times: period, limit
+--     or a weighted key (a limiter with a cost or a grain):
+--       -nwin, busy, cost, then nwin times: period, limit, grain
+--     Windows come longest first. busy is ceil(longest period / 8), the
+--     epoch length of a busy key (see bookkeep), which also names its
+--     epoch marker. grain is the tier's merge grain (0: exact).
+--   EVAL's numkeys is the sum of the ops' nkeys. Example: allow request
+--   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
+--   at the server's time:
+--     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
--- The reply is one string of space-separated integers: the time as seconds
--- and microseconds, then per op
---   code, then per key and window: used [oldest [edge]]
--- where code = status + 4*suffix, status being 1 when admitted (or, for
--- peek, when the request would be), 0 when denied and 2 when no unique
--- member was found (nothing written), and suffix the number of member
--- collisions retried. used counts the window's entries before this op;
--- oldest, present when used > 0, is the score of the window's oldest
--- entry; edge, present when used >= limit, is the score of the entry at
--- rank used-limit in the window, the last that must leave for the request
--- to fit.
+-- Reply: an array of integers (a Lua table of numbers):
+--   sec, usec  the decision time (t, or the server's TIME)
+--   then per op: code, then per key and window, in argument order:
+--     used [oldest [edge]]
+-- code is status + 4*suffix. status is 1 when the op admitted (a peek:
+-- would admit), 0 when a window had no room, and 2 when no unique member
+-- was found within max_suffix retries (nothing written, suffix 0). suffix
+-- counts the collisions retried: the stored member is then member, '.',
+-- suffix. A window (t - period, t] is read as scores [t-period+1, +inf):
+-- entries scored after t (admitted before the server's clock went back)
+-- count. used is the window's number of entries before the op (a weighted
+-- key: their summed cost); oldest, present when used > 0, is the score of
+-- the window's oldest entry; edge, present when the request does not fit
+-- (count key: used >= limit; weighted key: used + cost > limit), is the
+-- score of the entry that must leave the window for it to fit (count key:
+-- the entry at rank used-limit, 0-based, from the window's oldest;
+-- weighted key: the window's oldest entry whose running total reaches
+-- the newest total + cost - limit).
+--
+-- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
+-- weighted key's running total would lose exactness.
+--
+-- Stored state. A count key's entry is the member scored t. A weighted
+-- key's entry is its running total of cost (%016d), ':' and the member,
+-- scored t (or its newest entry's score, if later). Markers have negative
+-- scores, which no window counts and no trim removes: 'r' scored
+-- -retention, and per epoch length I a member 'e'..I scored -(EPOCH +
+-- floor(t / I)) (I written as in ARGV: the longest period or busy).
 --
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
--- itself, and turning a Lua number into a string about 0.2 µs, which is
--- most of what a decision costs (callgrind on redis-server 7.0: glibc's
--- strtod and printf take 1,000-2,000 instructions per number, a
--- decision about 100,000). Hence: numbers are converted as few times as
--- possible, each key's fields are parsed once, shorter windows
--- are derived from longer ones where possible (reading a key's few entries
--- whole in one call was measured and is no cheaper: converting a reply
--- element costs about half a redis.call), and the per-key bookkeeping (retention, trim, expiry) runs once per epoch
--- instead of once per admission (see engine/doc.go).
+-- itself, and turning a number into a string or back about 0.2 µs, which
+-- is most of what a decision costs (callgrind on redis-server 7.0: glibc's
+-- strtod and printf take 1,000-2,000 instructions per number, a decision
+-- about 100,000). Hence: numbers are parsed only when needed and formatted
+-- with %d (redis.call formats a number argument with %.17g, which costs
+-- more than a ZCOUNT), shorter windows are derived from longer ones where
+-- possible, entries are read by rank, which needs no score bounds parsed
+-- (reading a key's few entries whole in one call was measured and is no
+-- cheaper: converting a reply element costs about half a redis.call), and
+-- the per-key bookkeeping (retention, trim, expiry) runs once per epoch
+-- instead of once per admission. Each call runs this whole chunk, so the
+-- local functions below are closures created anew every time: the ones
+-- only weighted keys need are created at the first weighted key.
 
--- Two argument formats share the code below. The flat one (the engine's
--- default on a single server) passes every field as its own ARGV string,
--- so nothing is JSON-decoded:
---   t, then per op: member, nkeys, then per key: nwin, busy, then per
---   window: period, limit (a weighted key: -nwin, busy, cost, then per
---   window: period, limit, grain)
--- where an empty member means peek, and busy is the key's epoch length
--- once it is busy (ceil(longest period / 8), see below), passed as a
--- string so that the marker's name needs no number formatting. Its reply
--- is an array of integers in the order described above (oldest and edge
--- as plain scores). The JSON one is the format described above, with its
--- string reply.
-local json = #ARGV == 1
-local a = ARGV
-if json then
-  a = cjson.decode(ARGV[1])
-end
 local call = redis.call
 local fmt = string.format
 local num = tonumber
 local floor = math.floor
-local t = num(a[1])
-local out = {}
+local ceil = math.ceil
+
+-- EPOCH offsets epoch markers below every -retention: 2^51.
+local EPOCH = 2251799813685248
+-- BUSY entries in a key's longest window make it busy: its epochs, and so
+-- its trims, come 8 times per window instead of once.
+local BUSY = 64
+
+-- Op statuses in the reply.
+local DENIED, ADMITTED, COLLISION = 0, 1, 2
+
+local args = ARGV
+-- The reply, made with room for one op on a key with two windows:
+-- growing a table costs about 1,000 instructions per step. Redis ends an
+-- array reply at its first nil, which is set after the last field.
+local reply = {0, 0, 0, 0, 0, 0, 0, 0}
+local n -- last index written in reply
+
+local t = num(args[1])
+local t_arg -- t as a score argument, formatted at the first admission
 if t == 0 then
   local now = call('TIME')
-  local s, u = num(now[1]), num(now[2])
-  out[1], out[2] = s, u
-  t = s * 1000000 + u
+  local sec, usec = num(now[1]), num(now[2])
+  reply[1], reply[2] = sec, usec
+  t = sec * 1000000 + usec
 else
-  out[1] = floor(t / 1000000)
-  out[2] = t % 1000000
+  reply[1], reply[2] = floor(t / 1000000), t % 1000000
+  t_arg = args[1]
 end
--- redis.call turns number arguments into strings with %.17g, which costs
--- more than the command itself for ZCOUNT; numbers are formatted here, as
--- few times as possible (%d: exact for integers below 2^53, unlike Lua's
--- own 14-digit conversion).
-local ts -- t as a score, formatted at the first admission
+n = 2
 
--- Markers are members with negative scores, which no window [t-W+1, t]
--- (t > W) counts and no trim (from 0) removes: 'r' scored -retention, and
--- per epoch length I a member 'e'..I scored -(EPOCH + epoch number).
-local EPOCH = 2251799813685248 -- 2^51, below every -retention
-local BUSY = 64 -- a key with BUSY entries in its longest window is trimmed 8 times per window
-
-local n = 2 -- last index written in out
-local p -- next index to read in a
-local key = 0 -- KEYS used by the previous ops
-local counts = {} -- per key of the op: entries in its longest window, its longest period and where its fields start
-local weighted = {} -- per key of the op: false for a count key, the state of a weighted one (see weigh)
-local kfields -- per-key fields before the windows: nwin (and busy when flat)
-local nops
-if json then
-  nops, p, kfields = a[2], 3, 1
-else
-  nops, p, kfields = -1, 2, 2
-end
-
--- Weighted keys (keys of limiters with a cost or a grain, see the header
--- below): a member is its running total of cost, 16 digits, then ':' and
--- the request's member; scores never decrease along totals.
-local TOTAL = 9007199254740991 -- 2^53 - 1: totals stay exact in doubles
-local function total(m)
-  return num(string.sub(m, 1, 16))
-end
-
--- weigh reads the windows of weighted key kk (fields from a[q]: cost,
--- then per window period, limit, grain) into out, like the count path, and
--- returns the next field's index, whether every window has room, and the
--- key's state for the admission: newest total, newest score (nil when the
--- key is empty), cost, the first window's index in a, and the number of
--- windows.
-local function weigh(kk, q, nw)
-  local cost = num(a[q])
-  q = q + 1
-  local wq = q
-  local ok = true
-  local nt, ns = 0, nil
-  local top = call('ZRANGE', kk, '+inf', '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
-  if top[1] then
-    nt, ns = total(top[1]), num(top[2])
-  end
-  for _ = 1, nw do
-    local lo, l = t - num(a[q]) + 1, num(a[q + 1])
-    q = q + 3
-    local used, old, edge = 0, nil, nil
-    if nt > 0 then
-      local los = fmt('%d', lo)
-      -- The window's sum is the newest total minus the total of the last
-      -- entry before the window (0 when there is none): entries after t
-      -- (the clock went back) count, as in count keys.
-      local b = call('ZRANGE', kk, '(' .. los, '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1')
-      used = nt
-      if b[1] then
-        used = nt - total(b[1])
+-- count_windows reads the nwin windows of count key key, whose fields
+-- start at args[q], into the reply. It returns the index of the next
+-- field, whether every window has room, the entries in the longest window
+-- and its period. The window's entries are the last used ranks of the key, so its
+-- oldest entry and edge are read by rank.
+local function count_windows(key, q, nwin)
+  local fits = true
+  local longest_used, longest
+  local prev_used, prev_oldest = -1, nil
+  for _ = 1, nwin do
+    local used, oldest, edge = 0, nil, nil
+    -- A window inside a longer one without entries has none either.
+    if prev_used ~= 0 then
+      local period = num(args[q])
+      longest = longest or period
+      local lo = t - period + 1
+      if prev_oldest and prev_oldest >= lo then
+        -- The longer window's oldest entry is inside this one, so all of
+        -- its entries are.
+        used, oldest = prev_used, prev_oldest
+      else
+        used = call('ZCOUNT', key, fmt('%d', lo), '+inf')
+        if used > 0 then
+          local rank = fmt('%d', -used)
+          oldest = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+        end
       end
       if used > 0 then
-        local f = call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')
-        old = num(f[2])
-        if used + cost > l then
-          ok = false
-          -- The request fits once the entries up to the first whose total
-          -- reaches need have left the window: a binary search over ranks
-          -- between the window's oldest entry and the newest (markers
-          -- have negative scores, so entries take the last ranks).
-          local need = nt + cost - l
-          local es = top[2]
-          local lr, hr = 0, 0
-          if total(f[1]) >= need then
-            es = f[2]
-          else
-            lr, hr = call('ZRANK', kk, f[1]) + 1, call('ZCARD', kk) - 1
+        local limit = num(args[q + 1])
+        if used >= limit then
+          fits = false
+          edge = oldest
+          if used > limit then
+            -- The request fits once the entries up to rank used-limit
+            -- (from the oldest) have left the window.
+            local rank = fmt('%d', -limit)
+            edge = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
           end
-          while lr < hr do
-            local mid = floor((lr + hr) / 2)
-            local m = call('ZRANGE', kk, mid, mid, 'WITHSCORES')
-            if total(m[1]) >= need then
-              hr, es = mid, m[2]
-            else
-              lr = mid + 1
-            end
-          end
-          edge = num(es)
         end
       end
     end
     n = n + 1
-    out[n] = used
-    if old then
+    reply[n] = used
+    if oldest then
       n = n + 1
-      out[n] = old
+      reply[n] = oldest
       if edge then
         n = n + 1
-        out[n] = edge
+        reply[n] = edge
       end
     end
+    longest_used = longest_used or used
+    prev_used, prev_oldest = used, oldest
+    q = q + 2
   end
-  return q, ok, {nt, ns, cost, wq, nw}
+  return q, fits, longest_used, longest
 end
 
--- admit adds member m to weighted key kk (w: its state from weigh), then
--- merges entries (see engine/doc.go): in each tier j (entries older than
--- the windows shorter than W_j, still inside W_j), an entry whose
--- successor lies in the same grain of tier j is deleted, so that the
--- successor (later, and carrying the larger total) stands for both. Only
--- the entries that reached a tier since the previous admission (and their
--- neighbours in the same grain) are looked at, at most 257 per tier.
-local function admit(kk, w, m)
-  local nt, ns, cost, wq, nw = w[1], w[2], w[3], w[4], w[5]
-  if nt + cost > TOTAL then
-    return redis.error_reply('ERR slidelimit: running total above 2^53 in ' .. kk)
+-- Weighted keys (keys of limiters with a cost or a grain) are read and
+-- written by weigh and admit_weighted, which weighted_functions creates at
+-- the first weighted key of a call.
+local weigh, admit_weighted
+
+local function weighted_functions()
+  -- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in
+  -- a double.
+  local TOTAL = 9007199254740991
+  -- MERGE_SCAN bounds the entries an admission looks at per tier.
+  local MERGE_SCAN = '257'
+  -- MINUS starts a negative score: a marker's.
+  local MINUS = string.byte('-')
+  local byte = string.byte
+
+  -- total returns the running total of weighted member m.
+  local function total(m)
+    return num(string.sub(m, 1, 16))
   end
-  local s = t
-  if ns and ns > t then
-    s = ns -- scores never decrease along totals; the entry leaves later
+
+  -- weigh reads the nwin windows of weighted key key, whose cost is at
+  -- args[q] and windows after it, into the reply like count_windows. It
+  -- returns the index of the next field, whether every window has room,
+  -- and the key's state for admit_weighted: newest total, newest score
+  -- (nil when the key is empty), cost, the index of its first window and
+  -- the number of windows.
+  weigh = function(key, q, nwin)
+    local cost = num(args[q])
+    q = q + 1
+    local first = q
+    local fits = true
+    local newest_total, newest_score = 0, nil
+    -- Entries have scores >= 0 and markers negative ones, so the key's
+    -- last rank is its newest entry unless it holds only markers.
+    local top = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if top[1] and byte(top[2]) ~= MINUS then
+      newest_total, newest_score = total(top[1]), num(top[2])
+    end
+    for _ = 1, nwin do
+      local used, oldest, edge = 0, nil, nil
+      if newest_total > 0 then
+        -- The window's sum is the newest total minus the total of the
+        -- last entry before the window (0 when there is none): entries
+        -- after t (the clock went back) count, as in count keys. That
+        -- entry and the window's oldest are neighbours in rank, read in
+        -- one call.
+        local lo = fmt('%d', t - num(args[q]) + 1)
+        local first_rank = call('ZCOUNT', key, '-inf', '(' .. lo)
+        local before, first_member, first_score
+        if first_rank > 0 then
+          local pair = call('ZRANGE', key, fmt('%d', first_rank - 1), fmt('%d', first_rank), 'WITHSCORES')
+          if byte(pair[2]) ~= MINUS then
+            before = pair[1]
+          end
+          first_member, first_score = pair[3], pair[4]
+        else
+          local first = call('ZRANGE', key, '0', '0', 'WITHSCORES')
+          first_member, first_score = first[1], first[2]
+        end
+        used = newest_total
+        if before then
+          used = newest_total - total(before)
+        end
+        if used > 0 then
+          oldest = num(first_score)
+          local limit = num(args[q + 1])
+          if used + cost > limit then
+            fits = false
+            -- The request fits once the entries up to the first whose
+            -- total reaches need have left the window: a binary search
+            -- over ranks between the window's oldest entry and the newest.
+            local need = newest_total + cost - limit
+            local edge_score = top[2]
+            local lo_rank, hi_rank = 0, 0
+            if total(first_member) >= need then
+              edge_score = first_score
+            else
+              lo_rank, hi_rank = first_rank + 1, call('ZCARD', key) - 1
+            end
+            while lo_rank < hi_rank do
+              local mid = floor((lo_rank + hi_rank) / 2)
+              local rank = fmt('%d', mid)
+              local entry = call('ZRANGE', key, rank, rank, 'WITHSCORES')
+              if total(entry[1]) >= need then
+                hi_rank, edge_score = mid, entry[2]
+              else
+                lo_rank = mid + 1
+              end
+            end
+            edge = num(edge_score)
+          end
+        end
+      end
+      n = n + 1
+      reply[n] = used
+      if oldest then
+        n = n + 1
+        reply[n] = oldest
+        if edge then
+          n = n + 1
+          reply[n] = edge
+        end
+      end
+      q = q + 3
+    end
+    return q, fits, {newest_total, newest_score, cost, first, nwin}
   end
-  call('ZADD', kk, fmt('%d', s), fmt('%016d', nt + cost) .. ':' .. m)
-  if not ns then
+
+  -- admit_weighted adds member m to weighted key key (state: from weigh),
+  -- then merges entries (see engine/doc.go): in each tier j (entries older
+  -- than the windows shorter than W_j, still inside W_j), an entry whose
+  -- successor lies in the same grain of tier j is deleted, so that the
+  -- successor (later, and carrying the larger total) stands for both. Only
+  -- the entries that reached a tier since the previous admission (and
+  -- their neighbours in the same grain) are looked at, at most MERGE_SCAN
+  -- per tier. It returns an error reply, or nil.
+  admit_weighted = function(key, state, m)
+    local newest_total, newest_score, cost, first, nwin = state[1], state[2], state[3], state[4], state[5]
+    if newest_total + cost > TOTAL then
+      return redis.error_reply('ERR slidelimit: running total above 2^53 in ' .. key)
+    end
+    local score = t
+    if newest_score and newest_score > t then
+      score = newest_score -- scores never decrease along totals; the entry leaves later
+    end
+    call('ZADD', key, fmt('%d', score), fmt('%016d', newest_total + cost) .. ':' .. m)
+    if not newest_score then
+      return nil
+    end
+    local shorter = 0 -- the next shorter window's period: tier j starts there
+    for w = nwin, 1, -1 do
+      local q = first + 3 * (w - 1)
+      local period, grain = num(args[q]), num(args[q + 2])
+      if grain > 0 then
+        local hi = '+inf'
+        if shorter > 0 then
+          hi = fmt('%d', t - shorter)
+        end
+        local lo = t - period + 1
+        if newest_score - shorter - grain > lo then
+          lo = newest_score - shorter - grain
+        end
+        local entries = call('ZRANGE', key, hi, fmt('%d', lo), 'BYSCORE', 'REV', 'LIMIT', '0', MERGE_SCAN, 'WITHSCORES')
+        local merged = {}
+        for i = 3, #entries, 2 do
+          if floor(num(entries[i + 1]) / grain) == floor(num(entries[i - 1]) / grain) then
+            merged[#merged + 1] = entries[i]
+          end
+        end
+        if #merged > 0 then
+          call('ZREM', key, unpack(merged))
+        end
+      end
+      shorter = period
+    end
     return nil
   end
-  local prev = 0 -- the next shorter window's period: tier j starts there
-  for wi = nw, 1, -1 do
-    local wp = wq + 3 * (wi - 1)
-    local per, g = num(a[wp]), num(a[wp + 2])
-    if g > 0 then
-      local hi = '+inf'
-      if prev > 0 then
-        hi = fmt('%d', t - prev)
-      end
-      local lo = t - per + 1
-      if ns - prev - g > lo then
-        lo = ns - prev - g
-      end
-      local es = call('ZRANGE', kk, hi, fmt('%d', lo), 'BYSCORE', 'REV', 'LIMIT', '0', '257', 'WITHSCORES')
-      local del = {}
-      for i = 3, #es, 2 do
-        if floor(num(es[i + 1]) / g) == floor(num(es[i - 1]) / g) then
-          del[#del + 1] = es[i]
-        end
-      end
-      if #del > 0 then
-        call('ZREM', kk, unpack(del))
-      end
-    end
-    prev = per
-  end
-  return nil
 end
 
-while nops ~= 0 and p <= #a do
-  nops = nops - 1
-  local mode, member, nk
-  if json then
-    mode, member, nk = a[p], a[p + 1], a[p + 2]
-    p = p + 3
-  else
-    member, nk = a[p], num(a[p + 1])
-    mode = 1
-    if member == '' then
-      mode = 2
+-- add_member adds member to the count keys among KEYS[first+1 ..
+-- first+nkeys] (see key_state: false for a count key). A member already
+-- present (two processes sharing a snowflake node) must not make the
+-- request count less than once: the keys added so far are undone and a
+-- suffixed member is tried. It returns the suffix and the member added,
+-- or nothing when no unique member was found within max_suffix retries.
+local function add_member(first, nkeys, key_state, member)
+  t_arg = t_arg or fmt('%d', t)
+  local m, suffix, max_suffix = member, 0, nil
+  while true do
+    local clash = 0
+    for k = 1, nkeys do
+      if not key_state[4 * k] and call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
+        clash = k
+        break
+      end
     end
-    p = p + 2
+    if clash == 0 then
+      return suffix, m
+    end
+    for k = 1, clash - 1 do
+      if not key_state[4 * k] then
+        call('ZREM', KEYS[first + k], m)
+      end
+    end
+    suffix = suffix + 1
+    max_suffix = max_suffix or num(args[2])
+    if suffix > max_suffix then
+      return nil
+    end
+    m = member .. '.' .. suffix
   end
+end
+
+-- bookkeep runs at an admission into key (fields from args[q]; longest:
+-- its longest period; busy: whether it is busy; weighted: whether it is
+-- weighted) the bookkeeping of its epoch, if this is the epoch's first
+-- admission: epochs last the whole longest window for a quiet key, an
+-- eighth of it for a busy one, whose stale entries would otherwise cost
+-- memory. ZADD CH reports a new epoch (or, after the clock went back, an
+-- older one, whose admissions need the deadline renewed all the same).
+local function bookkeep(key, q, longest, busy, weighted)
+  local epoch_len, epoch_name = longest, args[q + 2]
+  if busy then
+    epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
+  end
+  local marker = 'e' .. epoch_name
+  local epoch = fmt('%d', -(EPOCH + floor(t / epoch_len)))
+  if call('ZADD', key, 'CH', epoch, marker) ~= 1 then
+    return
+  end
+  -- Entries must outlive the longest window of every group using the key,
+  -- not only this one's: the retention is the largest longest window
+  -- seen, kept in 'r'.
+  local kept = call('ZSCORE', key, 'r')
+  local retention = longest
+  if kept and -num(kept) >= retention then
+    retention = -num(kept)
+  else
+    call('ZADD', key, fmt('%d', -retention), 'r')
+    if kept then
+      -- A grown retention must reach the deadline of every group's next
+      -- admission: drop all epoch markers, so each group's next admission
+      -- runs the bookkeeping.
+      call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', -EPOCH))
+      call('ZADD', key, epoch, marker)
+    end
+  end
+  if not weighted then
+    call('ZREMRANGEBYSCORE', key, '0', fmt('%d', t - retention))
+  else
+    -- A weighted key keeps the newest entry it could trim: its total is
+    -- the base of every window's sum.
+    local base = call('ZRANGE', key, fmt('%d', t - retention), '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+    if base[2] then
+      call('ZREMRANGEBYSCORE', key, '0', '(' .. base[2])
+    end
+  end
+  -- Every admission of this epoch happens before t+I, and its entries
+  -- must live for the retention after it. GT: never shorten a deadline
+  -- another group's epoch relies on. GT keeps a key without a deadline as
+  -- it is: a new key (no 'r' yet) gets a plain PEXPIRE, and one that lost
+  -- its deadline (PERSIST, a restore without TTL) gets it back with NX.
+  local ttl = fmt('%d', ceil((retention + epoch_len) / 1000) + 1)
+  if not kept then
+    call('PEXPIRE', key, ttl)
+  elseif call('PEXPIRE', key, ttl, 'GT') == 0 then
+    call('PEXPIRE', key, ttl, 'NX')
+  end
+end
+
+-- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
+-- fields start, its longest period, whether it is busy, and false for a
+-- count key or the state of a weighted one (see weigh): one table rather
+-- than four, as each costs about 1,000 instructions per call, made with
+-- room for one key.
+local key_state = {0, 0, 0, 0}
+
+local p = 3 -- the current op's first field
+local used_keys = 0 -- KEYS used by the previous ops
+while p <= #args do
+  local member, nkeys = args[p], num(args[p + 1])
   n = n + 1
   local code = n
-  local ok = true
-  local q = p
-  for k = 1, nk do
-    local kk = KEYS[key + k]
-    local nw = num(a[q])
-    local kq = q
-    weighted[k] = false
-    if nw < 0 then
-      local wok, w
-      q, wok, w = weigh(kk, q + kfields, -nw)
-      ok = ok and wok
-      weighted[k] = w
-      counts[3 * k - 2], counts[3 * k - 1], counts[3 * k] = BUSY, num(a[w[4]]), kq
-      nw = 0
+  local fits = true
+  local q = p + 2
+  for k = 1, nkeys do
+    local key = KEYS[used_keys + k]
+    local nwin = num(args[q])
+    local at = 4 * k
+    key_state[at - 3] = q
+    if nwin > 0 then
+      local key_fits, longest_used, longest
+      q, key_fits, longest_used, longest = count_windows(key, q + 2, nwin)
+      fits = fits and key_fits
+      key_state[at - 2], key_state[at - 1], key_state[at] = longest, longest_used >= BUSY, false
     else
-      q = q + kfields
-    end
-    -- Scores are integers, so the window (t-W, t] is [t-W+1, t]. The
-    -- upper bound is +inf, not t: after the server's clock went back (an
-    -- NTP step, a failover to a replica whose clock is behind) entries
-    -- admitted "after" t must still count, or the window over-admits.
-    local pused, pold = -1, nil
-    for wi = 1, nw do
-      local lo, l = t - num(a[q]) + 1, num(a[q + 1])
-      q = q + 2
-      local used, old, los
-      if wi == 1 then
-        los = fmt('%d', lo)
-        used = call('ZCOUNT', kk, los, '+inf')
-        counts[3 * k - 2], counts[3 * k - 1], counts[3 * k] = used, t + 1 - lo, kq
-      elseif pused == 0 then
-        used = 0
-      elseif pold >= lo then
-        -- The longer window's oldest entry is inside this one, so all of
-        -- its entries are.
-        used, old = pused, pold
-      else
-        los = fmt('%d', lo)
-        used = call('ZCOUNT', kk, los, '+inf')
+      if not weigh then
+        weighted_functions()
       end
-      if used > 0 and not old then
-        old = num(call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', '0', '1', 'WITHSCORES')[2])
-      end
-      pused, pold = used, old
-      n = n + 1
-      out[n] = used
-      if used > 0 then
-        n = n + 1
-        out[n] = old
-        if used >= l then
-          ok = false
-          -- The request fits once the entries up to rank used-l (from the
-          -- oldest) have left the window; only that one entry is read.
-          local edge = old
-          if used > l then
-            los = los or fmt('%d', lo)
-            edge = num(call('ZRANGE', kk, los, '+inf', 'BYSCORE', 'LIMIT', fmt('%d', used - l), '1', 'WITHSCORES')[2])
-          end
-          n = n + 1
-          out[n] = edge
-        end
-      end
+      local key_fits, state
+      q, key_fits, state = weigh(key, q + 2, -nwin)
+      fits = fits and key_fits
+      key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
     end
   end
 
-  local status, suffix = 0, 0
-  if ok then
-    status = 1
+  local status, suffix = DENIED, 0
+  if fits then
+    status = ADMITTED
   end
-  if ok and mode == 1 then
-    -- Phase 2 adds the member to every key. A member that is already
-    -- present (two processes sharing a snowflake node) must not make the
-    -- request count less than once: undo the keys added so far and retry
-    -- with a suffixed member.
-    ts = ts or fmt('%d', t)
-    local m = member
-    while true do
-      local clash = 0
-      for k = key + 1, key + nk do
-        if not weighted[k - key] and call('ZADD', KEYS[k], 'NX', ts, m) == 0 then
-          clash = k
-          break
-        end
-      end
-      if clash == 0 then
-        break
-      end
-      for k = key + 1, clash - 1 do
-        if not weighted[k - key] then
-          call('ZREM', KEYS[k], m)
-        end
-      end
-      suffix = suffix + 1
-      if suffix > 32 then
-        status, suffix = 2, 0
-        break
-      end
-      m = member .. '.' .. suffix
-    end
-
-    if status == 1 then
+  if fits and member ~= '' then
+    local m
+    suffix, m = add_member(used_keys, nkeys, key_state, member)
+    if not suffix then
+      status, suffix = COLLISION, 0
+    else
       -- Weighted members hold their running total, so they are unique:
       -- they are added once the member's suffix is known.
-      for k = 1, nk do
-        if weighted[k] then
-          local err = admit(KEYS[key + k], weighted[k], m)
+      for k = 1, nkeys do
+        local state = key_state[4 * k]
+        if state then
+          local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
             return err
           end
         end
       end
-      for k = 1, nk do
-        local kk = KEYS[key + k]
-        local kq = counts[3 * k]
-        -- The longest window comes first.
-        local long = counts[3 * k - 1]
-        local ls = a[kq + kfields]
-        -- Bookkeeping runs at the first admission of each epoch of length
-        -- I: the whole window for a quiet key, an eighth of it for a busy
-        -- one, whose stale entries would otherwise cost memory. ZADD CH
-        -- reports a new epoch (or, after the clock went back, an older
-        -- one, whose admissions need the deadline renewed all the same).
-        local I, is = long, ls
-        if counts[3 * k - 2] >= BUSY then
-          I = math.ceil(long / 8)
-          if json then
-            is = I
-          else
-            is = a[kq + 1]
-          end
-        end
-        local e = -(EPOCH + floor(t / I))
-        local em = 'e' .. is
-        if call('ZADD', kk, 'CH', fmt('%d', e), em) == 1 then
-          -- Entries must outlive the longest window of every group using
-          -- the key, not only this one's: the retention is the largest
-          -- longest window seen, kept in 'r'.
-          local r = call('ZSCORE', kk, 'r')
-          local ret = long
-          if r and -num(r) >= ret then
-            ret = -num(r)
-          else
-            call('ZADD', kk, -ret, 'r')
-            if r then
-              -- A grown retention must reach the deadline of every group's
-              -- next admission: drop all epoch markers, so each group's
-              -- next admission runs the bookkeeping.
-              call('ZREMRANGEBYSCORE', kk, '-inf', -EPOCH)
-              call('ZADD', kk, e, em)
-            end
-          end
-          if not weighted[k] then
-            call('ZREMRANGEBYSCORE', kk, 0, t - ret)
-          else
-            -- A weighted key keeps the newest entry it could trim: its
-            -- total is the base of every window's sum.
-            local b = call('ZRANGE', kk, fmt('%d', t - ret), '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
-            if b[2] then
-              call('ZREMRANGEBYSCORE', kk, 0, '(' .. b[2])
-            end
-          end
-          -- Every admission of this epoch happens before t+I, and its
-          -- entries must live for ret after it. GT: never shorten a
-          -- deadline another group's epoch relies on. GT keeps a key
-          -- without a deadline as it is: a new key (no 'r' yet) gets a
-          -- plain PEXPIRE, and one that lost its deadline (PERSIST, a
-          -- restore without TTL) gets it back with NX.
-          local ttl = math.ceil((ret + I) / 1000) + 1
-          if not r then
-            call('PEXPIRE', kk, ttl)
-          elseif call('PEXPIRE', kk, ttl, 'GT') == 0 then
-            call('PEXPIRE', kk, ttl, 'NX')
-          end
-        end
+      for k = 1, nkeys do
+        local at = 4 * k
+        bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
       end
     end
   end
-  out[code] = status + 4 * suffix
+  reply[code] = status + 4 * suffix
   p = q
-  key = key + nk
+  used_keys = used_keys + nkeys
 end
 
-if not json then
-  return out
-end
-for i = 1, n do
-  out[i] = fmt('%d', out[i])
-end
-return table.concat(out, ' ')
+reply[n + 1] = nil
+return reply
