@@ -55,7 +55,7 @@ type plan struct {
 	wins   []window
 	origin []int32 // per window of the request, in check then window order: index in wins
 	kcost  []int64 // per key: what the request counts in it (1 in count keys)
-	kw     []bool  // per key: weighted (entries carry running totals, see doc.go)
+	kw     []bool  // per key: weighted (entries carry running totals, see lua/multi_window.lua)
 }
 
 func periodMicros(d time.Duration) int64 {

@@ -1,6 +1,6 @@
 -- give_back.lua: removes one request's entry from a weighted key (a key
--- of a limiter with a cost or a grain, see multi_window.lua and
--- engine/doc.go) for a rollback, the undo of a failed call or a give-back.
+-- of a limiter with a cost or a grain, see multi_window.lua) for a
+-- rollback, the undo of a failed call or a give-back.
 --
 -- KEYS[1] is the key; ARGV[1] the request's cost in it; ARGV[2...] the
 -- members the request may have been added under (its id, with every suffix

@@ -1,9 +1,9 @@
 -- multi_window.lua: exact multi-window sliding logs in sorted sets.
 --
 -- This header is the specification of the script's wire format, the only
--- one: engine/wire.go builds its arguments and reads its reply. The engine
--- package documentation (engine/doc.go) explains the semantics: windows,
--- weighted keys and their merged entries, epochs and retention.
+-- one: engine/script.go builds its arguments and reads its reply. The engine
+-- package documentation (engine/doc.go) states the semantics this script
+-- implements; the design notes after the stored state say how.
 --
 -- Arguments. Every argument is a string; a number is a decimal integer
 -- written without sign (unless negative), leading zeros or exponent.
@@ -62,6 +62,49 @@
 -- scores, which no window counts and no trim removes: 'r' scored
 -- -retention, and per epoch length I a member 'e'..I scored -(EPOCH +
 -- floor(t / I)) (I written as in ARGV: the longest period or busy).
+--
+-- Design. An op counts every window of every key first (ZCOUNT of
+-- [t-period+1, +inf), or derived from the longer window: none when it
+-- holds none, all when its oldest entry is inside the shorter one); if a
+-- window has no room it writes nothing at all, not even a trim; otherwise
+-- it adds the member with ZADD NX to every key (a member already present,
+-- from two processes sharing a snowflake node, would count the request
+-- less than once, so the keys added so far are undone and a suffixed
+-- member is tried), then keeps each key's bookkeeping.
+--
+-- Retention. Keys can be shared by groups whose longest windows differ
+-- (handlers sharing a scope). Trimming by one group's longest window would
+-- delete entries another group's longer window still needs, and the TTL
+-- says when the key dies, not how far back its windows reach. So a key
+-- remembers its retention in 'r', rewritten only when it grows: the largest
+-- longest window any group admitted with while the key lived.
+--
+-- Epochs. The bookkeeping (ZSCORE of 'r', the trim, PEXPIRE) would cost
+-- three of an admission's six or so calls, so it runs once per epoch: of
+-- length I = the longest period, or busy (an eighth of it) once the key
+-- holds BUSY entries in its longest window, so that stale entries stay
+-- below an eighth of a busy key's window. ZADD CH of the epoch marker
+-- reports the epoch's first admission (or an earlier epoch's, after the
+-- clock went back), which trims and sets the expiry to retention + I with
+-- PEXPIRE GT: every admission of the epoch comes before its start + I, so
+-- the key outlives each entry's retention, and GT never shortens a
+-- deadline another group's epoch relies on. When the retention grows all
+-- epoch markers are dropped, so every group's next admission sets a
+-- deadline with the new retention.
+--
+-- Weighted keys. A window's sum is the newest total minus the total of the
+-- last entry before the window: two lookups for any number of entries,
+-- and a denial finds the entry whose departure makes room by a binary
+-- search over ranks. Merging an entry into the next one is deleting it:
+-- the next entry's total includes its cost, and it leaves the windows
+-- later. Tier j holds the entries older than every window shorter than
+-- W_j but inside W_j; an entry there is deleted when the next entry lies in
+-- the same grain of tier j, the tier's grain being the finest of the
+-- windows an entry in it is still in (0, exact, when one of them is), and
+-- the engine rounds each tier's grain down to a multiple of the next
+-- shorter one's so that grains nest (engine/plan.go, nestGrains). The trim
+-- keeps the newest entry it could remove, whose total is the base of every
+-- window. lua/give_back.lua removes a request from a weighted key.
 --
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
 -- itself, and turning a number into a string or back about 0.2 µs, which
@@ -319,7 +362,7 @@ local function weighted_functions()
   end
 
   -- admit_weighted adds member m to weighted key key (state: from weigh),
-  -- then merges entries (see engine/doc.go): in each tier j (entries older
+  -- then merges entries (see Weighted keys in the header): in each tier j (entries older
   -- than the windows shorter than W_j, still inside W_j), an entry whose
   -- successor lies in the same grain of tier j is deleted, so that the
   -- successor (later, and carrying the larger total) stands for both. Only
