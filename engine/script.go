@@ -163,7 +163,7 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 			used := r.int(1 << 53)
 			var reset, wait int64
 			if used > 0 {
-				reset = r.oldest(t, w.period)
+				reset = r.score(t, w.period)
 				if used+cost > w.limit {
 					wait = r.score(t, w.period)
 				}
@@ -344,16 +344,6 @@ func (r *ireader) end() *ReplyError {
 // at t and returns the time until it leaves the window: at least 1, and
 // more than per for an entry scored after t (admitted before the server's
 // clock went back).
-// oldest reads a window's oldest entry as score: its reset, or
-// resetUnknown for the 0 of an entry the script did not read.
-func (r *ireader) oldest(t, per int64) int64 {
-	if r.err == nil && r.i < len(r.v) && r.v[r.i] == 0 {
-		r.i++
-		return resetUnknown
-	}
-	return r.score(t, per)
-}
-
 func (r *ireader) score(t, per int64) int64 {
 	d := r.int(maxTime-1) + per - t
 	if r.err == nil && d < 1 {

@@ -7,8 +7,6 @@ import (
 	"iter"
 	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -392,41 +390,5 @@ func TestResetsRead(t *testing.T) {
 			// minute's is its period; the weighted hour's is exact.
 			check("Allow", d, []time.Duration{970 * ms, time.Minute, time.Hour - 30*ms})
 		})
-	}
-}
-
-// TestScriptReads counts the commands the script runs for an admission on
-// a key with two windows: one ZCOUNT per window and the oldest entry of
-// only the window with the least room left (see WindowState.Reset).
-func TestScriptReads(t *testing.T) {
-	t.Parallel()
-	_, rc := startRedis(t)
-	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
-	r := req(user("u", win(1000, time.Second), win(10000, time.Minute)))
-	allow := func(from int) {
-		t.Helper()
-		for i := from; i < from+20; i++ {
-			clk.Set(time.Duration(i) * 100 * ms)
-			if d, err := e.Allow(context.Background(), r); err != nil || !d.Allowed {
-				t.Fatalf("admission %d: %v %v", i, d.Allowed, err)
-			}
-		}
-	}
-	allow(0)
-	ctx := context.Background()
-	if err := rc.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	allow(20)
-	calls := map[string]int64{}
-	for _, line := range strings.Split(rc.Info(ctx, "commandstats").Val(), "\n") {
-		name, stats, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
-		if n, err := strconv.ParseInt(strings.Split(stats, ",")[0], 10, 64); ok && err == nil {
-			calls[name] = n
-		}
-	}
-	if calls["zcount"] != 40 || calls["zrange"] != 20 {
-		t.Errorf("20 admissions ran %d ZCOUNT and %d ZRANGE, want 40 and 20 (commandstats %v)", calls["zcount"], calls["zrange"], calls)
 	}
 }

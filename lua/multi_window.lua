@@ -42,11 +42,7 @@
 -- entries scored after t (admitted before the server's clock went back)
 -- count. used is the window's number of entries before the op (a weighted
 -- key: their summed cost); oldest, present when used > 0, is the score of
--- the window's oldest entry, or 0 when it was not read: an allow that
--- admits reads it only in the count windows with the least room left
--- after the admission (in every one when that is none), while weighted
--- windows, denials and peeks read it everywhere; edge, present when the
--- request does not fit
+-- the window's oldest entry; edge, present when the request does not fit
 -- (count key: used >= limit; weighted key: used + cost > limit), is the
 -- score of the entry that must leave the window for it to fit (count key:
 -- the entry at rank used-limit, 0-based, from the window's oldest;
@@ -156,27 +152,17 @@ else
 end
 n = 2
 
--- The count windows of the current op whose oldest entry is not read yet:
--- per window, at 4i-3 .. 4i, its key, used, limit and the reply index of
--- its oldest entry (an edge, when present, follows it). least is the
--- smallest room any of the op's count windows leaves after an admission.
-local unread = {0, 0, 0, 0, 0, 0, 0, 0}
-local unread_n = 0
-local least
-
--- count_windows counts the nwin windows of count key key, whose fields
--- start at args[q], into the reply, leaving their oldest entries and
--- edges for read_oldest. It returns the index of the next field, whether
--- every window has room, the entries in the longest window and its
--- period. A window's entries are the last used ranks of the key, so its
--- oldest entry is read by rank.
+-- count_windows reads the nwin windows of count key key, whose fields
+-- start at args[q], into the reply. It returns the index of the next
+-- field, whether every window has room, the entries in the longest window
+-- and its period. The window's entries are the last used ranks of the key, so its
+-- oldest entry and edge are read by rank.
 local function count_windows(key, q, nwin)
   local fits = true
   local longest_used, longest
   local prev_used, prev_oldest = -1, nil
   for _ = 1, nwin do
-    local used, oldest = 0, nil
-    local limit = num(args[q + 1])
+    local used, oldest, edge = 0, nil, nil
     -- A window inside a longer one without entries has none either.
     if prev_used ~= 0 then
       local period = num(args[q])
@@ -186,43 +172,32 @@ local function count_windows(key, q, nwin)
         -- The longer window's oldest entry is inside this one, so all of
         -- its entries are.
         used, oldest = prev_used, prev_oldest
-      elseif prev_oldest and prev_used == 1 then
-        used = 0 -- the longer window's one entry is outside this one
       else
         used = call('ZCOUNT', key, fmt('%d', lo), '+inf')
-        if used == 1 then
-          -- One entry: reading it costs what counting a shorter window
-          -- would, and counts the shorter windows too.
-          oldest = num(call('ZRANGE', key, '-1', '-1', 'WITHSCORES')[2])
+        if used > 0 then
+          local rank = fmt('%d', -used)
+          oldest = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
         end
       end
-    end
-    if limit - used - 1 < least then
-      least = limit - used - 1
-    end
-    n = n + 1
-    reply[n] = used
-    if used > 0 then
-      local edge
-      if used >= limit then
-        fits = false
-        edge = oldest
-        if used > limit or not oldest then
-          -- The request fits once the entries up to rank used-limit (from
-          -- the oldest) have left the window.
-          local rank = fmt('%d', -limit)
-          edge = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
-          if used == limit then
-            oldest = edge
+      if used > 0 then
+        local limit = num(args[q + 1])
+        if used >= limit then
+          fits = false
+          edge = oldest
+          if used > limit then
+            -- The request fits once the entries up to rank used-limit
+            -- (from the oldest) have left the window.
+            local rank = fmt('%d', -limit)
+            edge = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
           end
         end
       end
+    end
+    n = n + 1
+    reply[n] = used
+    if oldest then
       n = n + 1
-      reply[n] = oldest or 0
-      if not oldest then
-        unread[unread_n + 1], unread[unread_n + 2], unread[unread_n + 3], unread[unread_n + 4] = key, used, limit, n
-        unread_n = unread_n + 4
-      end
+      reply[n] = oldest
       if edge then
         n = n + 1
         reply[n] = edge
@@ -233,24 +208,6 @@ local function count_windows(key, q, nwin)
     q = q + 2
   end
   return q, fits, longest_used, longest
-end
-
--- read_oldest fills in the oldest entries of the op's count windows that
--- count_windows left unread: after a denial or for a peek all of them,
--- after an admission those of the windows with the least room left (and
--- all when that is none, as the next request's denial needs them): the
--- engine reports the others' reset as their period (see the engine's
--- WindowState.Reset), which saves a read per window.
-local function read_oldest(admitting)
-  for i = 1, unread_n, 4 do
-    local used, limit = unread[i + 1], unread[i + 2]
-    if not admitting or least <= 0 or limit - used - 1 == least then
-      local rank = fmt('%d', -used)
-      reply[unread[i + 3]] = num(call('ZRANGE', unread[i], rank, rank, 'WITHSCORES')[2])
-    end
-    unread[i] = false
-  end
-  unread_n = 0
 end
 
 -- Weighted keys (keys of limiters with a cost or a grain) are read and
@@ -518,7 +475,6 @@ while p <= #args do
   local code = n
   local fits = true
   local q = p + 2
-  least = math.huge
   for k = 1, nkeys do
     local key = KEYS[used_keys + k]
     local nwin = num(args[q])
@@ -544,7 +500,6 @@ while p <= #args do
   if fits then
     status = ADMITTED
   end
-  read_oldest(fits and member ~= '')
   if fits and member ~= '' then
     local m
     suffix, m = add_member(used_keys, nkeys, key_state, member)
