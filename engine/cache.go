@@ -77,7 +77,7 @@ type knownKey struct {
 type knownWin struct {
 	period, limit int64
 	used          int64 // entries in the window
-	reset         int64 // µs from the answer until its oldest entry leaves; 0 when empty, resetUnknown when not read
+	reset         int64 // µs from the answer until its oldest entry leaves; 0 when empty
 	wait          int64 // µs from the answer until it has room for a request; 0 when it has room
 }
 
@@ -126,9 +126,7 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		ok := kk != nil && kk.sent >= since && len(kk.wins) > 0 && now >= kk.sent && now-kk.sent < maxAge
 		for j := p.kstart[i]; ok && j < p.kstart[i+1]; j++ {
 			kw := kk.find(p.wins[j])
-			// A window whose oldest entry was not read (resetUnknown)
-			// may have lost it any time.
-			if kw == nil || kw.used > 0 && (kw.reset == resetUnknown || now >= kk.sent+kw.reset) {
+			if kw == nil || kw.used > 0 && now >= kk.sent+kw.reset {
 				ok = false
 				break
 			}
@@ -264,7 +262,7 @@ func (sh *knownShard) evict(now int64) {
 	for key, kk := range sh.m {
 		longest := int64(0)
 		for _, w := range kk.wins {
-			longest = max(longest, w.period, w.wait) // reset <= period
+			longest = max(longest, w.reset, w.wait)
 		}
 		if now-max(kk.sent+longest, kk.inval+maxTombstone) > 0 {
 			delete(sh.m, key)

@@ -60,15 +60,7 @@ type WindowState struct {
 	// Remaining is Window.Limit - Used, never negative.
 	Remaining int64
 	// Reset is the time until the oldest request in the window leaves it,
-	// freeing one unit; zero when the window is empty. After an admitted
-	// Allow that left room in every window, it is exact for the windows
-	// with the fewest Remaining (the ones a RateLimit header field
-	// reports) and for every window of a check with a cost or a grain;
-	// for the other windows it is the window's period, an upper bound
-	// (the oldest entry leaves within it), because reading every window's
-	// oldest entry would cost Redis one more command per window on every
-	// admission. Denials, Peek and an admission that filled a window
-	// report every window's exact Reset.
+	// freeing one unit; zero when the window is empty.
 	Reset time.Duration
 }
 
@@ -136,9 +128,6 @@ func (c *call) decision(req *Request, src Source) Decision {
 			m := p.origin[j]
 			mw := p.wins[m]
 			used, reset := c.res[3*m], c.res[3*m+1]
-			if reset == resetUnknown {
-				reset = mw.period
-			}
 			if counted {
 				if used == 0 {
 					reset = mw.period // the request itself is the oldest
@@ -186,40 +175,4 @@ func (c *call) receipt(src Source) receipt {
 		}
 	}
 	return r
-}
-
-// resetUnknown is the reset (in call.res) of a window whose oldest entry
-// was not read: see WindowState.Reset.
-const resetUnknown = -1
-
-// forgetResets marks unknown, after an admitted Allow, the reset of every
-// window of a count key whose remaining is not the smallest among the
-// count keys' windows, unless that smallest is 0: a window this request
-// filled makes the next request's denial, and a cached denial needs every
-// window's reset (see knownCache.deny). The script reads the oldest entries
-// by the same rule (see lua/multi_window.lua); the fallback limiter knows
-// them all and forgets the same ones, so that a decision says the same
-// whoever made it.
-func (c *call) forgetResets() {
-	if c.mode != opAllow || c.status != statusAdmitted {
-		return
-	}
-	p := &c.plan
-	least := int64(-1)
-	for pass := 0; pass < 2; pass++ {
-		for i := range p.keys {
-			if p.kw[i] {
-				continue // a weighted key's windows are always read
-			}
-			for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-				rem := p.wins[j].limit - c.res[3*j] - 1
-				switch {
-				case pass == 0 && (least < 0 || rem < least):
-					least = rem
-				case pass == 1 && least > 0 && rem > least && c.res[3*j] > 0:
-					c.res[3*j+1] = resetUnknown
-				}
-			}
-		}
-	}
 }

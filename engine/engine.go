@@ -50,7 +50,7 @@ type Engine struct {
 	doms   domains // failure domains: which servers timed out
 	closed atomic.Bool
 
-	// The invalidation subscription of cached denials (see listen).
+	// The invalidation subscription of cached denials (see invalidate.go).
 	pubsub     *redis.PubSub
 	listenDone chan struct{}
 	stop       chan struct{}
@@ -187,7 +187,6 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if c.err != nil {
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
-	c.forgetResets()
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
 	if c.warn != nil {

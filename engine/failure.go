@@ -24,7 +24,6 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	}
 	t := e.now()
 	e.local.decide(c, t.UnixMicro(), e.known)
-	c.forgetResets()
 	return c.decision(req, FromLocal), cause
 }
 
