@@ -181,12 +181,8 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 
 	req := engine.Request{Scope: scope}
 	for _, g := range inScope {
-		lists := [][]rules.Limiter{g.group.Limiters}
-		for _, o := range g.group.Overrides {
-			lists = append(lists, o.Limiters)
-		}
 		var subject string
-		for _, ls := range lists {
+		for _, ls := range g.group.LimiterLists() {
 			for _, lim := range ls {
 				if lim.Kind != kind || lim.Name != id.Name || lim.Cost != id.Cost {
 					continue

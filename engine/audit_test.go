@@ -22,7 +22,30 @@ const auditDuration = 3 * time.Second
 // decision must come from Redis, or be a denial from its cached answers.
 func hammer(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int) Request) int64 {
 	t.Helper()
-	var admitted, calls atomic.Int64
+	var admitted atomic.Int64
+	hammerLoop(t, engines, callers, d, func(e *Engine, _, i int) error {
+		dec, err := e.Allow(context.Background(), next(i))
+		// A denial may come from the cache of Redis's answers; nothing
+		// else may come from anywhere but Redis.
+		cachedDenial := dec.Source == FromCache && !dec.Allowed
+		if err == nil && dec.Source != FromRedis && !cachedDenial {
+			err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
+		}
+		if err == nil && dec.Allowed {
+			admitted.Add(1)
+		}
+		return err
+	})
+	t.Logf("%d admitted", admitted.Load())
+	return admitted.Load()
+}
+
+// hammerLoop runs callers goroutines per engine, goroutine g calling
+// step(e, g, i) for i = g, g+callers, ... until d has passed or a step
+// fails, which fails the test.
+func hammerLoop(t *testing.T, engines []*Engine, callers int, d time.Duration, step func(e *Engine, g, i int) error) {
+	t.Helper()
+	var calls atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
 	errs := make(chan error, 1)
@@ -32,23 +55,13 @@ func hammer(t *testing.T, engines []*Engine, callers int, d time.Duration, next 
 			go func() {
 				defer wg.Done()
 				for i := g; time.Now().Before(stop); i += callers {
-					dec, err := e.Allow(context.Background(), next(i))
 					calls.Add(1)
-					// A denial may come from the cache of Redis's answers;
-					// nothing else may come from anywhere but Redis.
-					cachedDenial := dec.Source == FromCache && !dec.Allowed
-					if err == nil && dec.Source != FromRedis && !cachedDenial {
-						err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
-					}
-					if err != nil {
+					if err := step(e, g, i); err != nil {
 						select {
 						case errs <- err:
 						default:
 						}
 						return
-					}
-					if dec.Allowed {
-						admitted.Add(1)
 					}
 				}
 			}()
@@ -60,8 +73,7 @@ func hammer(t *testing.T, engines []*Engine, callers int, d time.Duration, next 
 		t.Fatalf("Allow: %v", err)
 	default:
 	}
-	t.Logf("%d calls, %d admitted", calls.Load(), admitted.Load())
-	return admitted.Load()
+	t.Logf("%d calls", calls.Load())
 }
 
 // checkWindows asserts that no window (t-W, t] ever holds more than its

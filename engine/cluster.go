@@ -139,15 +139,13 @@ func (e *Engine) runParts(batch []*call) {
 	var retry redis.Pipeliner
 	for i := range cmds {
 		pc := &cmds[i]
-		if !redis.HasErrorPrefix(pc.cmd.Err(), "NOSCRIPT") {
+		if !noScript(pc.cmd.Err()) {
 			continue
 		}
 		if retry == nil {
 			retry = e.client.Pipeline()
 		}
-		args := pc.cmd.Args()
-		args[0], args[1] = "eval", e.srcArg
-		pc.cmd = redis.NewIntSliceCmd(ctx, args...)
+		pc.cmd = redis.NewIntSliceCmd(ctx, asEval(pc.cmd.Args(), e.srcArg)...)
 		_ = retry.Process(ctx, pc.cmd)
 	}
 	if retry != nil {

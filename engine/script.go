@@ -116,9 +116,8 @@ func (e *Engine) failRun(batch []*call, err error) {
 func (e *Engine) evalInts(ctx context.Context, args []any) ([]int64, error) {
 	cmd := redis.NewIntSliceCmd(ctx, args...)
 	err := e.client.Process(ctx, cmd)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", e.srcArg
-		cmd = redis.NewIntSliceCmd(ctx, args...)
+	if noScript(err) {
+		cmd = redis.NewIntSliceCmd(ctx, asEval(args, e.srcArg)...)
 		err = e.client.Process(ctx, cmd)
 		args[0], args[1] = "evalsha", e.shaArg
 	}
@@ -126,6 +125,18 @@ func (e *Engine) evalInts(ctx context.Context, args []any) ([]int64, error) {
 		return nil, err
 	}
 	return cmd.Val(), nil
+}
+
+// noScript reports whether err is Redis's NOSCRIPT: the server does not
+// have the script (SCRIPT FLUSH, a restart, a promoted replica), and the
+// call must be sent again with its source.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// asEval turns the arguments of an EVALSHA ("evalsha", sha, numkeys, ...)
+// into those of an EVAL of src, in place.
+func asEval(args []any, src any) []any {
+	args[0], args[1] = "eval", src
+	return args
 }
 
 // Op modes of the script.

@@ -113,10 +113,8 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	retried := false
 	for i, cmd := range cmds {
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			args := cmd.Args()
-			args[0], args[1] = "eval", lua.GiveBack
-			cmds[i] = redis.NewIntCmd(ctx, args...)
+		if noScript(cmd.Err()) {
+			cmds[i] = redis.NewIntCmd(ctx, asEval(cmd.Args(), lua.GiveBack)...)
 			_ = e.client.Process(ctx, cmds[i])
 			retried = true
 		}

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,54 +180,36 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string][]admission{}
-	var calls atomic.Int64
-	var wg sync.WaitGroup
-	stop := time.Now().Add(d)
-	errs := make(chan error, 1)
-	for _, e := range engines {
-		for g := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-				for i := g; time.Now().Before(stop); i += callers {
-					cost := 1 + rng.Int64N(1000)
-					r := next(i, cost)
-					dec, err := e.Allow(context.Background(), r)
-					calls.Add(1)
-					if err == nil && dec.Source != FromRedis {
-						err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
-					}
-					if err != nil {
-						select {
-						case errs <- err:
-						default:
-						}
-						return
-					}
-					if dec.Allowed {
-						mu.Lock()
-						for _, c := range r.Checks {
-							k := e.keyOf(r.Scope, c)
-							got[k] = append(got[k], admission{dec.Time.UnixMicro(), cost})
-						}
-						mu.Unlock()
-					}
-				}
-			}()
+	rngs := make([]*rand.Rand, callers*len(engines))
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+	}
+	idx := map[*Engine]int{}
+	for i, e := range engines {
+		idx[e] = i * callers
+	}
+	hammerLoop(t, engines, callers, d, func(e *Engine, g, i int) error {
+		cost := 1 + rngs[idx[e]+g].Int64N(1000)
+		r := next(i, cost)
+		dec, err := e.Allow(context.Background(), r)
+		if err == nil && dec.Source != FromRedis {
+			err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
 		}
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
-		t.Fatalf("Allow: %v", err)
-	default:
-	}
+		if err == nil && dec.Allowed {
+			mu.Lock()
+			for _, c := range r.Checks {
+				k := e.keyOf(r.Scope, c)
+				got[k] = append(got[k], admission{dec.Time.UnixMicro(), cost})
+			}
+			mu.Unlock()
+		}
+		return err
+	})
 	n := 0
 	for _, as := range got {
 		n = max(n, len(as))
 	}
-	t.Logf("%d calls, up to %d admissions per key", calls.Load(), n)
+	t.Logf("up to %d admissions per key", n)
 	return got
 }
 

@@ -138,20 +138,19 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		}
 		l.ip.trusted = append(l.ip.trusted, p)
 	}
-	var err error
-	if l.defaults, err = newPlan("", g.Limiters, c.keys, c.costs); err != nil {
-		errs = append(errs, err)
-	}
-	for _, o := range g.Overrides {
-		if _, dup := l.byRole[o.Role]; dup {
+	for role, ls := range g.LimiterLists() {
+		if _, dup := l.byRole[role]; dup && role != "" {
 			continue // Resolve picks the first override of a role
 		}
-		p, err := newPlan(o.Role, o.Limiters, c.keys, c.costs)
-		if err != nil {
+		p, err := newPlan(role, ls, c.keys, c.costs)
+		switch {
+		case err != nil:
 			errs = append(errs, err)
-			continue
+		case role == "":
+			l.defaults = p
+		default:
+			l.byRole[role] = p
 		}
-		l.byRole[o.Role] = p
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

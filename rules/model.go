@@ -1,6 +1,9 @@
 package rules
 
-import "time"
+import (
+	"iter"
+	"time"
+)
 
 // Kind names what a limiter counts by: the subject whose requests share a
 // set of windows.
@@ -159,4 +162,19 @@ type Group struct {
 	Mode Mode `validate:"omitempty,oneof=shadow"`
 	// Fail is the behaviour when Redis is unreachable.
 	Fail FailMode `validate:"omitempty,oneof=open closed local"`
+}
+
+// LimiterLists yields the group's limiter lists: the defaults, with role
+// "", then each override's limiters with its role, in declaration order.
+func (g *Group) LimiterLists() iter.Seq2[string, []Limiter] {
+	return func(yield func(string, []Limiter) bool) {
+		if !yield("", g.Limiters) {
+			return
+		}
+		for _, o := range g.Overrides {
+			if !yield(o.Role, o.Limiters) {
+				return
+			}
+		}
+	}
 }
