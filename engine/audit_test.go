@@ -17,6 +17,18 @@ import (
 // Redis, and 16 callers per engine still keep every window saturated.
 const auditDuration = 3 * time.Second
 
+// auditEngines returns the audits' three engines, each on a client from
+// client (one per engine, as in separate processes, or a shared one), with
+// snowflake nodes 1 to 3 (so that their members never collide) and opts.
+func auditEngines(t *testing.T, client func() Client, opts ...Option) []*Engine {
+	t.Helper()
+	var engines []*Engine
+	for node := range int64(3) {
+		engines = append(engines, newEngine(t, client(), append(opts[:len(opts):len(opts)], WithNode(node+1))...))
+	}
+	return engines
+}
+
 // hammer runs callers goroutines per engine, each calling Allow with
 // next() until d has passed, and returns the number of admissions. Every
 // decision must come from Redis, or be a denial from its cached answers.
@@ -128,10 +140,7 @@ func TestAuditSingle(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	var engines []*Engine
-	for node := range int64(3) {
-		engines = append(engines, newEngine(t, rc, WithPrefix(prefix), WithNode(node+1)))
-	}
+	engines := auditEngines(t, func() Client { return rc }, WithPrefix(prefix))
 	ws := []rules.Window{win(20, 200*ms), win(50, time.Second)}
 	hot := req(user("hot", ws...))
 	key := engines[0].keyOf("s", hot.Checks[0])

@@ -111,10 +111,7 @@ func TestCluster(t *testing.T) {
 func auditCluster(t *testing.T, cl *redistest.Cluster) {
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
-	var engines []*Engine
-	for node := range int64(3) {
-		engines = append(engines, newEngine(t, cl.Client(t), WithPrefix(prefix), WithNode(node+1)))
-	}
+	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithPrefix(prefix))
 	userWs := []rules.Window{win(20, 200*ms), win(60, time.Second)}
 	ipWs := []rules.Window{win(30, 200*ms), win(100, time.Second)}
 	globalWs := []rules.Window{win(20, 200*ms), win(50, time.Second)}

@@ -166,5 +166,6 @@
 // measurements in bench/failover, where a failover took 2 to 3 s), and a
 // window then holds fewer entries than were admitted. The README's Redis
 // Cluster section says how to configure the client so that the engine
-// follows a failover within a second.
+// follows a failover as soon as the cluster has recovered (back on Redis
+// about 0.1 s after cluster_state:ok in TestClusterFailover).
 package engine

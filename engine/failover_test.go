@@ -38,8 +38,6 @@ const (
 	numErrKinds
 )
 
-var errKindNames = [numErrKinds]string{"none", "unavailable", "timeout", "other"}
-
 func errKindOf(err error) uint8 {
 	switch {
 	case err == nil:

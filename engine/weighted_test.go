@@ -266,10 +266,7 @@ func TestAuditCosts(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	var engines []*Engine
-	for node := range int64(3) {
-		engines = append(engines, newEngine(t, rc, WithPrefix(prefix), WithNode(node+1)))
-	}
+	engines := auditEngines(t, func() Client { return rc }, WithPrefix(prefix))
 	got := hammerCosts(t, engines, 16, auditDuration, func(_ int, cost int64) Request {
 		return req(bytesOf("hot", cost, costWindows...))
 	})
@@ -306,12 +303,9 @@ func checkMembers(t *testing.T, rc redis.Cmdable, key string, most int) {
 func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
-	var engines []*Engine
-	for node := range int64(3) {
-		// One clock per call for every slot: the audit reads admissions
-		// by their decision time, which is then each key's.
-		engines = append(engines, newEngine(t, cl.Client(t), WithPrefix(prefix), WithNode(node+1), WithClock(time.Now)))
-	}
+	// One clock per call for every slot: the audit reads admissions by
+	// their decision time, which is then each key's.
+	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithPrefix(prefix), WithClock(time.Now))
 	ipWs := []rules.Window{win(30000, 200*ms), gwin(150000, time.Second, 100*ms)}
 	ipOf := func(cost int64) Check {
 		return Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "bytes", Windows: ipWs}, Subject: "10.0.0.1", Cost: cost}
