@@ -122,11 +122,13 @@ type call struct {
 	warn       error   // Redis decided, but something went wrong after (a rollback)
 
 	// Batching.
-	wake chan uint8
-	lead []*call  // the batch this call leads
-	args []any    // command arguments built by a leader
-	ctx  batchCtx // the context of the script calls it leads (single server)
-	flat flatArgs
+	wake   chan uint8
+	lead   []*call          // the batch this call leads
+	seen   map[string]int32 // sharing's scratch: key -> last call in the batch
+	shared []bool           // sharing's result, per call of the batch
+	args   []any            // command arguments built by a leader
+	ctx    batchCtx         // the context of the script calls it leads (single server)
+	flat   flatArgs
 
 	// Failure domains: those the call needs, and those it probes (it is
 	// the one call asking them while they are considered down).
@@ -150,6 +152,29 @@ func putCall(c *call) {
 	clear(c.plan.keys) // drop the key string
 	c.plan.keys = c.plan.keys[:0]
 	callPool.Put(c)
+}
+
+// sharing reports, per call of batch, whether it shares a key with
+// another call of the batch, or nil for a batch of one. Many calls on one
+// key (a hot key under load) are then decided with one read of it.
+func (c *call) sharing(batch []*call) []bool {
+	if len(batch) < 2 {
+		return nil
+	}
+	if c.seen == nil {
+		c.seen = make(map[string]int32)
+	}
+	c.shared = append(c.shared[:0], make([]bool, len(batch))...)
+	for i, o := range batch {
+		for _, k := range o.plan.keys {
+			if j, ok := c.seen[k]; ok {
+				c.shared[j], c.shared[i] = true, true
+			}
+			c.seen[k] = int32(i)
+		}
+	}
+	clear(c.seen) // its keys are views of the calls' buffers
+	return c.shared
 }
 
 // prepare sizes the outcome fields for c.plan.

@@ -114,7 +114,7 @@ func (e *Engine) runParts(batch []*call) {
 			}
 			keys := c.part(i)
 			first := fa.begin(t)
-			fa.op(c, keys)
+			fa.op(c, keys, false)
 			args := make([]any, 0, 3+len(keys)+len(fa.ends)-first)
 			args = append(args, "evalsha", e.shaArg, len(keys))
 			for _, k := range keys {

@@ -44,8 +44,9 @@ func (e *Engine) runAll(batch []*call) {
 	fa := &lead.flat
 	fa.reset(t)
 	nkeys := 0
-	for _, c := range batch {
-		fa.op(c, c.all)
+	shared := lead.sharing(batch)
+	for ci, c := range batch {
+		fa.op(c, c.all, shared != nil && shared[ci])
 		for i := range c.plan.keys {
 			args = append(args, &c.plan.args[i])
 		}
@@ -238,13 +239,19 @@ func (f *flatArgs) int(v int64) {
 }
 
 // op appends c's op over the keys listed in keys (indices into
-// c.plan.keys).
-func (f *flatArgs) op(c *call, keys []int32) {
+// c.plan.keys). shared marks an op that shares a key with another op of
+// the script call: the script then derives the later op's windows from
+// the earlier's instead of reading them again.
+func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 	if c.mode == opAllow {
 		f.buf = append(f.buf, c.member...)
 	}
 	f.ends = append(f.ends, int32(len(f.buf)))
-	f.int(int64(len(keys)))
+	if shared {
+		f.int(-int64(len(keys)))
+	} else {
+		f.int(int64(len(keys)))
+	}
 	p := &c.plan
 	for _, k := range keys {
 		ws := p.wins[p.kstart[k]:p.kstart[k+1]]

@@ -110,7 +110,7 @@ func TestFlatArgs(t *testing.T) {
 	c.member = []byte("77")
 	var f flatArgs
 	f.reset(0)
-	f.op(c, c.all)
+	f.op(c, c.all, false)
 	args := f.appendTo(nil)
 	var got []string
 	for _, a := range args {
@@ -125,7 +125,7 @@ func TestFlatArgs(t *testing.T) {
 	// A peek sends an empty member.
 	c.mode = opPeek
 	f.reset(42)
-	f.op(c, c.all[:1])
+	f.op(c, c.all[:1], false)
 	if s := f.appendTo(nil)[2].(*bufArg).String(); s != "" || string(f.buf[:4]) != "4232" {
 		t.Errorf("peek member %q, buf %q", s, f.buf)
 	}
@@ -194,7 +194,7 @@ func TestWeightedArgs(t *testing.T) {
 	c.member = []byte("77")
 	var f flatArgs
 	f.reset(0)
-	f.op(c, c.all)
+	f.op(c, c.all, false)
 	var got []string
 	for _, a := range f.appendTo(nil) {
 		got = append(got, a.(*bufArg).String())
