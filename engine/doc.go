@@ -96,7 +96,9 @@
 // latency when alone); otherwise it queues, and the next batch carries
 // every queued request (up to 64). On a single Redis server a batch is one
 // script call, which decides its requests one after another, each
-// atomically. After NOSCRIPT (SCRIPT FLUSH, a restart, a promoted replica)
+// atomically; requests of a batch on the same key (a hot key under load)
+// read it once, the later ones deriving their counts from the earlier
+// ones' (with the same results as reading them). After NOSCRIPT (SCRIPT FLUSH, a restart, a promoted replica)
 // the engine resends the script, and callers never see the error.
 //
 // On a Redis Cluster (a *redis.ClusterClient) keys of one request usually
