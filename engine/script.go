@@ -40,22 +40,7 @@ func (e *Engine) runAll(batch []*call) {
 		failAll(batch, err)
 		return
 	}
-	args := append(lead.args[:0], "evalsha", e.shaArg, 0)
-	fa := &lead.flat
-	fa.reset(t)
-	nkeys := 0
-	shared := lead.sharing(batch)
-	for ci, c := range batch {
-		fa.op(c, c.all, shared != nil && shared[ci])
-		for i := range c.plan.keys {
-			args = append(args, &c.plan.args[i])
-		}
-		nkeys += len(c.plan.keys)
-	}
-	args[2] = nkeys
-	args = fa.appendTo(args)
-	lead.args = args
-
+	args := e.scriptArgs(lead, batch, t, lead.sharing(batch))
 	ctx := lead.ctx.start(e.timeout)
 	defer lead.ctx.stop()
 	sent := e.mono()
@@ -86,6 +71,28 @@ func (e *Engine) runAll(batch []*call) {
 }
 
 var errCollision = errors.New("engine: no unique member after retries")
+
+// scriptArgs returns the arguments of the EVALSHA that decides batch at
+// time t (µs, or 0 for the server's TIME), one op per call over all its
+// keys, built in lead's buffers. shared marks the calls that share a key
+// with another call of the batch (see call.sharing); nil marks none.
+func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) []any {
+	args := append(lead.args[:0], "evalsha", e.shaArg, 0)
+	fa := &lead.flat
+	fa.reset(t)
+	nkeys := 0
+	for ci, c := range batch {
+		fa.op(c, c.all, shared != nil && shared[ci])
+		for i := range c.plan.keys {
+			args = append(args, &c.plan.args[i])
+		}
+		nkeys += len(c.plan.keys)
+	}
+	args[2] = nkeys
+	args = fa.appendTo(args)
+	lead.args = args
+	return args
+}
 
 // stamp stamps the calls of batch with the time their script call was
 // sent and the time it came back.

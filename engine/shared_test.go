@@ -99,19 +99,7 @@ func TestSharedOpsDeriveExactly(t *testing.T) {
 				}
 			}
 			before := zcountCalls(t, rc)
-			var fa flatArgs
-			fa.reset(now)
-			args := []any{"evalsha", e.shaArg, 0}
-			nkeys := 0
-			for i, c := range batch {
-				fa.op(c, c.all, shared != nil && shared[i])
-				for k := range c.plan.keys {
-					args = append(args, &c.plan.args[k])
-				}
-				nkeys += len(c.plan.keys)
-			}
-			args[2] = nkeys
-			v, err := e.evalInts(ctx, fa.appendTo(args))
+			v, err := e.evalInts(ctx, e.scriptArgs(batch[0], batch, now, shared))
 			if err != nil {
 				t.Fatalf("call %d: %v", it, err)
 			}
