@@ -98,8 +98,9 @@
 // script call, which decides its requests one after another, each
 // atomically; requests of a batch on the same key (a hot key under load)
 // read it once, the later ones deriving their counts from the earlier
-// ones' (with the same results as reading them). After NOSCRIPT (SCRIPT FLUSH, a restart, a promoted replica)
-// the engine resends the script, and callers never see the error.
+// ones' (with the same results as reading them). After NOSCRIPT (SCRIPT
+// FLUSH, a restart, a promoted replica) the engine resends the script, and
+// callers never see the error.
 //
 // On a Redis Cluster (a *redis.ClusterClient) keys of one request usually
 // live in different slots and one script may only touch one slot, so a
