@@ -57,6 +57,16 @@ func allLibraries() []library {
 	return append(append([]library(nil), slidelimitLibraries...), peerLibraries...)
 }
 
+// runLibraries returns the libraries a run measures: every library, and
+// the floor script (see floorScript) when floor is set.
+func runLibraries(floor bool) []library {
+	libs := allLibraries()
+	if floor {
+		libs = append(libs, floorLibraries...)
+	}
+	return libs
+}
+
 type options struct {
 	duration    time.Duration
 	warmup      time.Duration
@@ -67,6 +77,7 @@ type options struct {
 	filter      *regexp.Regexp
 	redisServer string
 	poolSize    int
+	floor       bool
 }
 
 // result is the measurement of one library on one case with one number of
@@ -150,6 +161,7 @@ func main() {
 	flag.DurationVar(&o.waitQuiet, "wait-quiet", 0, "before each run, wait up to this long until other processes take less than 0.2 cores (0: do not wait)")
 	flag.IntVar(&o.keys, "keys", 10_000, "number of distinct keys of the many-keys case")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
+	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the least Redis work of an exact 2-window log, not a limiter (see floor.go)")
 	flag.Parse()
 
 	for _, f := range strings.Split(*callers, ",") {
@@ -188,7 +200,7 @@ rounds:
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range cases(o.keys) {
 			for _, n := range o.callers {
-				for _, lib := range allLibraries() {
+				for _, lib := range runLibraries(o.floor) {
 					if !o.filter.MatchString(lib.Name + ":" + c.Name) {
 						continue
 					}
@@ -513,8 +525,9 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 // Peers slidelimit's rows are compared with, by library name prefix.
 var ratioPeers = []string{"redis_rate", "ulule"}
 
-// printRatios prints, for every slidelimit row, its decisions/s divided by
-// each peer's in the same case, number of callers and run.
+// printRatios prints, for every slidelimit row (and floor row, with
+// -floor), its decisions/s divided by each peer's in the same case, number
+// of callers and run.
 func printRatios(w io.Writer, results []result) {
 	type rowKey struct {
 		cas     string
@@ -535,12 +548,13 @@ func printRatios(w io.Writer, results []result) {
 	header := false
 	for _, r := range results {
 		ps := peers[rowKey{r.Case, r.Callers}]
-		if !strings.HasPrefix(r.Lib, "slidelimit") || len(ps) == 0 {
+		compared := strings.HasPrefix(r.Lib, "slidelimit") || strings.HasPrefix(r.Lib, "floor")
+		if !compared || len(ps) == 0 {
 			continue
 		}
 		if !header {
 			fmt.Fprintln(w)
-			fmt.Fprintln(w, "slidelimit's decisions/s divided by each peer's (same case, callers and run):")
+			fmt.Fprintln(w, "slidelimit's (and the floor's) decisions/s divided by each peer's (same case, callers and run):")
 			fmt.Fprintln(w)
 			fmt.Fprintln(w, "| library | case | callers | ÷ "+strings.Join(ratioPeers, " | ÷ ")+" |")
 			fmt.Fprintln(w, "|---|---|---:"+strings.Repeat("|---:", len(ratioPeers))+"|")
