@@ -8,9 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// floorScript is the least Redis work an exact 2-window sliding log in one
-// sorted set can do per decision: the server's time, a count of each
-// window (1 min and 1 s) and, when both have room, one entry. It reads no
+// floorScript is the Redis work an exact 2-window sliding log in one sorted
+// set cannot skip in general: the server's time, a count of each window
+// (1 min and 1 s) and, when both have room, one entry. It reads no
 // entry's score (so it could report no reset), never trims or expires the
 // key (memory grows with every admission) and does not guard against two
 // requests with one member. It is not a limiter: with -floor, the bench

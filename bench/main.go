@@ -161,7 +161,7 @@ func main() {
 	flag.DurationVar(&o.waitQuiet, "wait-quiet", 0, "before each run, wait up to this long until other processes take less than 0.2 cores (0: do not wait)")
 	flag.IntVar(&o.keys, "keys", 10_000, "number of distinct keys of the many-keys case")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
-	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the least Redis work of an exact 2-window log, not a limiter (see floor.go)")
+	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the Redis work an exact 2-window log cannot skip, not a limiter (see floor.go)")
 	flag.Parse()
 
 	for _, f := range strings.Split(*callers, ",") {
