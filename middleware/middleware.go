@@ -5,8 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/role"
@@ -194,131 +192,6 @@ func (l *limiter) scopeOf(r *http.Request) string {
 	return r.Pattern
 }
 
-func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	id, _ := role.FromContext(r.Context())
-	res := l.policy.Resolve(l.group, id)
-	p := l.planFor(res)
-	if res.Exempt || len(p.limiters) == 0 {
-		l.emit(Event{Request: r, Role: res.Role, Exempt: true, Allowed: true})
-		next.ServeHTTP(w, r)
-		return
-	}
-	shadow := l.group.Mode == rules.Shadow
-	scope := l.scopeOf(r)
-	if scope == "" {
-		l.logger.LogAttrs(r.Context(), slog.LevelError, "slidelimit: no scope for request; set a scope: statement, WithScope or WithScopeFunc",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path))
-		ev := Event{Request: r, Role: res.Role, Shadow: shadow, Err: ErrNoScope}
-		if shadow {
-			ev.Allowed = true
-			l.emit(ev)
-			next.ServeHTTP(w, r)
-			return
-		}
-		ev.Status = http.StatusInternalServerError
-		l.emit(ev)
-		writeInternalError(w)
-		return
-	}
-
-	checks := l.checks(r, id, res, p)
-	if err := l.price(r, p, checks); err != nil {
-		status := http.StatusInternalServerError
-		level := slog.LevelError
-		if errors.Is(err, ErrCostBadRequest) {
-			status, level = http.StatusBadRequest, slog.LevelInfo
-		}
-		l.logger.LogAttrs(r.Context(), level, "slidelimit: cost function failed; request not counted",
-			slog.String("scope", scope), slog.Int("status", status), slog.Any("error", err))
-		ev := Event{Request: r, Scope: scope, Role: res.Role, Shadow: shadow, Err: err}
-		if shadow {
-			// Shadow mode never refuses: the handler answers, uncounted.
-			ev.Allowed = true
-			l.emit(ev)
-			next.ServeHTTP(w, r)
-			return
-		}
-		ev.Status = status
-		l.emit(ev)
-		writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(status), Status: status})
-		return
-	}
-	if pol := p.oversized(checks); pol != nil {
-		l.refuseOversized(w, r, next, p, pol, Event{Request: r, Scope: scope, Role: res.Role, Shadow: shadow})
-		return
-	}
-	req := engine.Request{Scope: scope, Checks: checks, Fail: l.group.Fail}
-	start := time.Now()
-	dec, err := l.decider.Allow(r.Context(), req)
-	took := time.Since(start)
-
-	ev := Event{
-		Request: r, Scope: scope, Role: res.Role, Allowed: dec.Allowed, Shadow: shadow,
-		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: dec, Latency: took,
-	}
-	var pol *policy
-	items, primary := p.constrained(&dec)
-	if primary >= 0 {
-		ws := &dec.Windows[primary]
-		if pol = p.lookup(ws.Check, ws.Window); pol != nil {
-			ev.Limiter, ev.Policy, ev.Window = p.limiters[pol.check].ID(), pol.name, pol.window
-		}
-	}
-	if err != nil {
-		if errors.Is(err, engine.ErrInvalid) {
-			// The engine could not evaluate the request: a bug or a group the
-			// engine rejects, not a client over its limit, so 429 would lie.
-			l.logger.LogAttrs(r.Context(), slog.LevelError, "slidelimit: engine rejected request",
-				slog.String("scope", scope), slog.Any("error", err))
-			if !shadow {
-				ev.Status = http.StatusInternalServerError
-				l.emit(ev)
-				writeInternalError(w)
-				return
-			}
-		} else {
-			l.logBackend(r, scope, dec, err)
-		}
-	}
-
-	switch {
-	case shadow:
-		if !dec.Allowed {
-			l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: shadow mode would deny request",
-				slog.String("scope", scope), slog.String("policy", ev.Policy),
-				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", dec.Source.String()))
-		}
-		l.emit(ev)
-		l.serveNext(w, r, next, req, dec)
-		return
-	case dec.Allowed:
-		l.setFields(w.Header(), p, &dec, items, 0)
-		l.emit(ev)
-		l.serveNext(w, r, next, req, dec)
-		return
-	}
-
-	retry := retryAfterSeconds(dec.RetryAfter)
-	d := Denial{Status: http.StatusTooManyRequests, RetryAfter: secondsDuration(retry), Scope: scope, Decision: dec}
-	h := w.Header()
-	if dec.Source == engine.FromFailClosed {
-		d.Status = http.StatusServiceUnavailable
-		if p.field != "" {
-			h.Add(headerPolicy, p.field)
-		}
-	} else {
-		l.setFields(h, p, &dec, items, retry)
-		if pol != nil {
-			d.Policy, d.Limiter, d.Window = pol.name, ev.Limiter, pol.window
-			d.Cost = p.limiters[pol.check].Cost
-		}
-	}
-	h.Set(headerRetryAfter, strconv.FormatInt(retry, 10))
-	ev.Status = d.Status
-	l.emit(ev)
-	l.denied(w, r, d)
-}
-
 // refuseOversized answers a request whose own cost is above the limit of
 // pol's window: no later moment would admit it, so it gets a 429 without
 // Retry-After, and the engine is not asked. In shadow mode the handler
@@ -341,17 +214,6 @@ func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next h
 	l.emit(ev)
 	l.denied(w, r, Denial{Status: http.StatusTooManyRequests, Never: true, Scope: ev.Scope,
 		Policy: pol.name, Limiter: ev.Limiter, Window: pol.window, Cost: lim.Cost})
-}
-
-// serveNext passes a request the engine has decided on to next; with a
-// count: statement, an admitted request whose outcome does not count is
-// then given back.
-func (l *limiter) serveNext(w http.ResponseWriter, r *http.Request, next http.Handler, req engine.Request, dec engine.Decision) {
-	if l.giver == nil || !dec.Allowed {
-		next.ServeHTTP(w, r)
-		return
-	}
-	l.serveCounted(w, r, next, req, dec)
 }
 
 // checks builds the engine checks of a request.
@@ -431,9 +293,10 @@ func (l *limiter) setFields(h http.Header, p *plan, dec *engine.Decision, items 
 	}
 }
 
-// price sets the cost of every check from its limiter's cost, calling each
-// cost function the plan names once. It fails with a *CostError.
-func (l *limiter) price(r *http.Request, p *plan, cs []engine.Check) error {
+// priceChecks sets the cost of every check from its limiter's cost,
+// calling each cost function the plan names once. It fails with a
+// *CostError.
+func (l *limiter) priceChecks(r *http.Request, p *plan, cs []engine.Check) error {
 	var called map[string]int64
 	for i := range cs {
 		c := p.costs[i]

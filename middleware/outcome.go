@@ -18,28 +18,22 @@ type GiveBacker interface {
 	GiveBack(ctx context.Context, req engine.Request, d engine.Decision) error
 }
 
-// serveCounted runs next for an admitted request of a group with a count:
-// statement, then gives the request back unless its response status is
-// one the group counts. A handler that panics leaves the request counted:
-// its outcome is unknown, and counting it errs on the side of denying.
-func (l *limiter) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, req engine.Request, dec engine.Decision) {
-	sw := &statusWriter{ResponseWriter: w}
-	next.ServeHTTP(sw, r)
-	status := sw.status
-	switch {
-	case sw.hijacked:
-		return // the handler took the connection: outcome unknown
-	case status == 0:
-		status = http.StatusOK // what net/http sends for a handler that wrote nothing
-	}
-	if l.group.Counts(status) {
+// needsGiveBack reports whether admitted requests may be given back
+// after the handler: the group has a count: statement.
+func (l *limiter) needsGiveBack() bool { return l.giver != nil }
+
+// giveBackUncounted is the step after the handler of a group with a
+// count: statement: it gives the request back unless its response status
+// is one the group counts. A handler that panics or hijacks the
+// connection leaves the request counted: its outcome is unknown, and
+// counting it errs on the side of denying.
+func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) {
+	if !l.needsGiveBack() || o.panicked || o.hijacked || l.group.Counts(o.status) {
 		return
 	}
-	// The client may be gone; the entry must leave all the same.
-	ctx := context.WithoutCancel(r.Context())
-	if err := l.giver.GiveBack(ctx, req, dec); err != nil {
+	if err := l.giver.GiveBack(ctx, c.req, c.dec); err != nil {
 		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
-			slog.String("scope", req.Scope), slog.Int("status", status), slog.Any("error", err))
+			slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err))
 	}
 }
 
