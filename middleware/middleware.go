@@ -128,14 +128,9 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	if l.denied == nil {
 		l.denied = WriteProblem
 	}
-	for _, s := range c.trusted {
-		p, err := parseTrusted(s)
-		if err != nil {
-			errs = append(errs, &ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
-			continue
-		}
-		l.ip.trusted = append(l.ip.trusted, p)
-	}
+	var terrs []error
+	l.ip.trusted, terrs = c.trustedPrefixes()
+	errs = append(errs, terrs...)
 	for role, ls := range g.LimiterLists() {
 		if _, dup := l.byRole[role]; dup && role != "" {
 			continue // Resolve picks the first override of a role
@@ -222,23 +217,17 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 	cs := make([]engine.Check, len(p.limiters))
 	for i, lim := range p.limiters {
 		cs[i].Limiter = lim // Cost is set by price
+		var v string
 		switch lim.Kind {
-		case rules.IP:
-			cs[i].Subject = sub.ip()
-		case rules.User:
-			if res.ByIP {
-				cs[i].Subject = sub.ip()
-			} else {
-				cs[i].Subject = sub.orIP(rules.User, id.User)
-			}
-		case rules.Global:
-			cs[i].Subject = subjectOf(rules.Global, "")
 		case rules.Header:
-			cs[i].Subject = sub.orIP(rules.Header, r.Header.Get(lim.Name))
+			v = r.Header.Get(lim.Name)
 		case rules.Param:
-			cs[i].Subject = sub.orIP(rules.Param, r.PathValue(lim.Name))
+			v = r.PathValue(lim.Name)
 		case rules.Key:
-			cs[i].Subject = sub.orIP(rules.Key, p.keys[i](r))
+			v = p.keys[i](r)
+		}
+		if cs[i].Subject = subjectFor(lim.Kind, id.User, res.ByIP, v); cs[i].Subject == "" {
+			cs[i].Subject = sub.ip()
 		}
 	}
 	return cs
@@ -254,22 +243,9 @@ type subjects struct {
 
 func (s *subjects) ip() string {
 	if s.addr == "" {
-		if a, raw, ok := s.l.ip.addr(s.r); ok {
-			s.addr = subjectOf(rules.IP, CanonicalizeIP(a, s.l.v6bits))
-		} else {
-			s.addr = subjectPeer + raw
-		}
+		s.addr = s.l.ip.subject(s.r.RemoteAddr, s.r.Header, s.l.v6bits)
 	}
 	return s.addr
-}
-
-// orIP returns the subject of value v for a limiter of kind, or the client
-// address when v is empty.
-func (s *subjects) orIP(kind rules.Kind, v string) string {
-	if sub := subjectOf(kind, v); sub != "" {
-		return sub
-	}
-	return s.ip()
 }
 
 // setFields adds the RateLimit-Policy field and a RateLimit member for each
