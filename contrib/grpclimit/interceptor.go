@@ -141,7 +141,7 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 		if shadow {
 			return nil, nil
 		}
-		_ = out.SetHeader(metadata.Pairs(mdPolicy, p.PolicyField()))
+		out.SetTrailer(metadata.Pairs(mdPolicy, p.PolicyField(), mdPushback, "-1"))
 		return nil, neverStatus(pol, checks)
 	}
 
@@ -175,14 +175,19 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 		_ = out.SetHeader(fields(p.PolicyField(), values))
 		return next, nil
 	}
+	// A refusal's metadata goes in the trailers, leaving the response
+	// Trailers-Only: response headers would commit the call, and a gRPC
+	// client never retries a committed call (gRFC A6).
 	retry := middleware.RetryAfterSeconds(dec.RetryAfter)
-	out.SetTrailer(metadata.Pairs(mdPushback, formatInt(retry*1000)))
+	pushback := formatInt(retry * 1000)
 	if dec.Source == engine.FromFailClosed {
-		_ = out.SetHeader(metadata.Pairs(mdPolicy, p.PolicyField()))
+		out.SetTrailer(metadata.Pairs(mdPolicy, p.PolicyField(), mdPushback, pushback))
 		return nil, unavailableStatus(retry)
 	}
 	values, primary := p.RateLimit(&dec, retry)
-	_ = out.SetHeader(fields(p.PolicyField(), values))
+	md := fields(p.PolicyField(), values)
+	md[mdPushback] = []string{pushback}
+	out.SetTrailer(md)
 	return nil, deniedStatus(p, &dec, checks, primary, retry)
 }
 
