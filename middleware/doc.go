@@ -155,6 +155,15 @@
 // runs describe the windows with the request counted. Groups without
 // count: are served without the wrapper.
 //
+// # Other transports
+//
+// Plan, ClientIP, SubjectSource and RetryAfterSeconds export what does not
+// depend on net/http — a request's checks and subjects, the client address
+// behind trusted proxies, the RateLimit-Policy and RateLimit values, the
+// never-early retry delay — so that other transports (the gRPC
+// interceptors of contrib/grpclimit) answer exactly as the middleware does
+// from the same code.
+//
 // # Observability
 //
 // WithHook receives an Event for every request: scope, deciding limiter and

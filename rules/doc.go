@@ -113,6 +113,10 @@
 // whose outcome will not count still takes room while its handler runs,
 // and a handler that panics stays counted.
 //
+// Other transports read the language through a Dialect, which may refuse
+// limiters they cannot serve and read count: items of their own, such as
+// gRPC status code names (contrib/grpclimit).
+//
 // # Names
 //
 // Role, scope and key names consist of ASCII letters, digits, '_', '-' and
