@@ -1,0 +1,127 @@
+package grpclimit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/slidelimit/slidelimit/contrib/grpclimit"
+	"github.com/slidelimit/slidelimit/middleware"
+)
+
+// TestScopes: methods under the default have windows of their own (the
+// full method name is the scope); a scope: statement makes methods share.
+func TestScopes(t *testing.T) {
+	t.Parallel()
+	t.Run("default per method", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, setup{opts: []grpclimit.Option{grpclimit.WithDefault("ip:1/min")}})
+		for _, s := range []struct {
+			method string
+			want   codes.Code
+		}{{ping, codes.OK}, {ping, codes.ResourceExhausted}, {other, codes.OK}, {other, codes.ResourceExhausted}} {
+			if c := invoke(t, f.conn, s.method); c.code() != s.want {
+				t.Errorf("%s: %v, want %v", s.method, c.err, s.want)
+			}
+		}
+	})
+	t.Run("scope statement shares", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, setup{methods: map[string]string{ping: "ip:2/min; scope:pings", other: "ip:2/min; scope:pings"}})
+		for _, s := range []struct {
+			method string
+			want   codes.Code
+		}{{ping, codes.OK}, {other, codes.OK}, {ping, codes.ResourceExhausted}, {other, codes.ResourceExhausted}} {
+			if c := invoke(t, f.conn, s.method); c.code() != s.want {
+				t.Errorf("%s: %v, want %v", s.method, c.err, s.want)
+			}
+		}
+	})
+}
+
+// TestEveryViolation: QuotaFailure names every window the call does not
+// fit in, the denying one first, and the RetryInfo is the longest wait.
+func TestEveryViolation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, setup{methods: map[string]string{ping: "ip:1/min; user:1/h,10/d"}})
+	if c := invoke(t, f.conn, ping, "x-user", "alice"); c.err != nil {
+		t.Fatal(c.err)
+	}
+	c := invoke(t, f.conn, ping, "x-user", "alice")
+	ri, qf := details(t, c.err)
+	if c.code() != codes.ResourceExhausted || ri == nil || qf == nil {
+		t.Fatalf("%v", c.err)
+	}
+	var got []string
+	for _, v := range qf.Violations {
+		got = append(got, v.Subject)
+	}
+	if strings.Join(got, ",") != "user-1h,ip-1min" {
+		t.Errorf("violations %q, want user-1h (the longest wait) then ip-1min", got)
+	}
+	if d := ri.RetryDelay.AsDuration().Seconds(); d != 3600 {
+		t.Errorf("RetryInfo %vs, want 3600s (the hour window's wait, rounded up)", d)
+	}
+}
+
+// TestShadowKeysAndCosts: shadow mode never refuses and sends no
+// rate-limit metadata; key(name) counts what its function returns; a
+// failing cost function refuses the call without echoing its error.
+func TestShadowKeysAndCosts(t *testing.T) {
+	t.Parallel()
+	errSecret := errors.New("secret backend detail")
+	f := newFixture(t, setup{
+		methods: map[string]string{
+			ping:  "ip:1/min; mode:shadow",
+			other: "key(tenant):1/min; ip[rows]:100/min",
+		},
+		opts: []grpclimit.Option{
+			grpclimit.WithKeyFunc("tenant", func(ctx context.Context) string {
+				md, _ := metadata.FromIncomingContext(ctx)
+				return strings.Join(md.Get("x-tenant"), "")
+			}),
+			grpclimit.WithCostFunc("rows", func(ctx context.Context, _ string, _ any) (int64, error) {
+				md, _ := metadata.FromIncomingContext(ctx)
+				switch strings.Join(md.Get("x-rows"), "") {
+				case "bad":
+					return 0, fmt.Errorf("%w: no rows header", middleware.ErrCostBadRequest)
+				case "broken":
+					return 0, errSecret
+				}
+				return 1, nil
+			}),
+		},
+	})
+	for i := range 3 {
+		c := invoke(t, f.conn, ping)
+		if c.err != nil || len(c.header.Get("ratelimit")) != 0 || len(c.header.Get("ratelimit-policy")) != 0 {
+			t.Errorf("shadow call %d: %v, header %v", i+1, c.err, c.header)
+		}
+	}
+	steps := []struct {
+		kv   []string
+		want codes.Code
+	}{
+		{[]string{"x-tenant", "a"}, codes.OK},
+		{[]string{"x-tenant", "a"}, codes.ResourceExhausted},
+		{[]string{"x-tenant", "b"}, codes.OK},
+		{[]string{"x-tenant", "c", "x-rows", "bad"}, codes.InvalidArgument},
+		{[]string{"x-tenant", "c", "x-rows", "broken"}, codes.Internal},
+		{[]string{"x-tenant", "c"}, codes.OK}, // the refused calls were not counted
+	}
+	for i, s := range steps {
+		c := invoke(t, f.conn, other, s.kv...)
+		if c.code() != s.want {
+			t.Errorf("step %d %v: %v, want %v", i+1, s.kv, c.err, s.want)
+		}
+		if msg := status.Convert(c.err).Message(); strings.Contains(msg, "secret") || strings.Contains(msg, "rows header") {
+			t.Errorf("step %d: message %q echoes an internal error", i+1, msg)
+		}
+	}
+}
