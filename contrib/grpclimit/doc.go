@@ -102,6 +102,13 @@
 // package rules). A handler that panics stays counted. A stream's status
 // is the one its handler returns.
 //
+// # Observability
+//
+// WithHook receives the HTTP middleware's middleware.Event for every call
+// of a limited method (Request nil, Status the HTTP status of the same
+// answer), so the Hook of contrib/promlimit or contrib/otellimit counts
+// gRPC calls as it counts HTTP requests.
+//
 // # Not yet
 //
 // In-flight limits (a slot held until a stream ends) are not supported:

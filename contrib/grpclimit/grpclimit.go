@@ -56,6 +56,7 @@ type Limiter struct {
 	keys      map[string]KeyFunc
 	costs     map[string]CostFunc
 	logger    *slog.Logger
+	hooks     []func(middleware.Event)
 	nextLog   atomic.Int64 // unix nanoseconds before which backend errors are not logged
 }
 
@@ -105,6 +106,7 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 		keys:    c.keys,
 		costs:   c.costs,
 		logger:  c.logger,
+		hooks:   c.hooks,
 	}
 	if d == nil {
 		errs = append(errs, ErrNilDecider)

@@ -267,8 +267,9 @@ func TestCountCodes(t *testing.T) {
 func TestFailModes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, setup{
-		methods: map[string]string{ping: "ip:2/min; fail:open", other: "ip:2/min; fail:closed", chat: "ip:1/min; fail:local"},
-		engine:  []engine.Option{engine.WithTimeout(200 * time.Millisecond)},
+		backendErrors: true,
+		methods:       map[string]string{ping: "ip:2/min; fail:open", other: "ip:2/min; fail:closed", chat: "ip:1/min; fail:local"},
+		engine:        []engine.Option{engine.WithTimeout(200 * time.Millisecond)},
 	})
 	f.mr.Close()
 	for range 3 {

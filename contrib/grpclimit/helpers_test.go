@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -142,13 +145,29 @@ type fixture struct {
 	handled atomic.Int64 // calls that reached a handler
 	addr    string
 	conn    *grpc.ClientConn
+
+	mu  sync.Mutex
+	evs []middleware.Event
+}
+
+func (f *fixture) record(ev middleware.Event) {
+	f.mu.Lock()
+	f.evs = append(f.evs, ev)
+	f.mu.Unlock()
+}
+
+func (f *fixture) events() []middleware.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.evs)
 }
 
 type setup struct {
-	methods   map[string]string
-	opts      []grpclimit.Option
-	engine    []engine.Option
-	redisAddr string // a real redis-server; miniredis when empty
+	backendErrors bool // Redis goes down during the test
+	methods       map[string]string
+	opts          []grpclimit.Option
+	engine        []engine.Option
+	redisAddr     string // a real redis-server; miniredis when empty
 }
 
 func newFixture(t testing.TB, s setup) *fixture {
@@ -159,16 +178,34 @@ func newFixture(t testing.TB, s setup) *fixture {
 		f.mr = miniredis.RunT(t)
 		addr = f.mr.Addr()
 	}
-	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	rc.AddHook(f.cmds)
 	t.Cleanup(func() { rc.Close() })
-	eopts := append([]engine.Option{engine.WithPrefix("t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":")}, s.engine...)
+	// A generous timeout: on a loaded machine (the race detector, other
+	// tests in parallel) the default 100 ms can pass, and the fail mode
+	// would then admit calls the assertions expect Redis to count.
+	eopts := append([]engine.Option{
+		engine.WithPrefix("t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"),
+		engine.WithTimeout(5 * time.Second),
+	}, s.engine...)
 	eng, err := engine.New(rc, eopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
-	lim, err := grpclimit.New(eng, s.methods, s.opts...)
+	// Every event is kept; a backend error the test did not provoke fails
+	// it, so that no assertion passes on a fail-mode decision by accident.
+	opts := append([]grpclimit.Option{grpclimit.WithHook(f.record)}, s.opts...)
+	if !s.backendErrors {
+		t.Cleanup(func() {
+			for _, ev := range f.events() {
+				if ev.Err != nil && errors.Is(ev.Err, engine.ErrBackend) {
+					t.Errorf("unexpected backend error for %s: %v", ev.Scope, ev.Err)
+				}
+			}
+		})
+	}
+	lim, err := grpclimit.New(eng, s.methods, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,11 +110,9 @@ type admitted struct {
 func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req any, out metadataSetter) (*admitted, error) {
 	id, _ := role.FromContext(ctx)
 	res := l.policy.Resolve(m.group, id)
-	if res.Exempt {
-		return nil, nil
-	}
 	p := m.planFor(res)
-	if p == nil || len(p.Limiters()) == 0 {
+	if res.Exempt || p == nil || len(p.Limiters()) == 0 {
+		l.emit(middleware.Event{Role: res.Role, Exempt: true, Allowed: true})
 		return nil, nil
 	}
 	shadow := m.group.Mode == rules.Shadow
@@ -122,38 +120,65 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 	if scope == "" {
 		scope = fullMethod
 	}
+	ev := middleware.Event{Scope: scope, Role: res.Role, Shadow: shadow}
 	checks := p.Checks(id, res, &source{ctx: ctx, l: l})
 	if err := l.price(ctx, fullMethod, req, p, checks); err != nil {
-		code, msg, level := codes.Internal, "internal error", slog.LevelError
+		code, msg, level, httpStatus := codes.Internal, "internal error", slog.LevelError, 500
 		if errors.Is(err, middleware.ErrCostBadRequest) {
-			code, msg, level = codes.InvalidArgument, "request cannot be costed", slog.LevelInfo
+			code, msg, level, httpStatus = codes.InvalidArgument, "request cannot be costed", slog.LevelInfo, 400
 		}
 		l.logger.LogAttrs(ctx, level, "slidelimit: cost function failed; call not counted",
 			slog.String("scope", scope), slog.Any("error", err))
+		ev.Err = err
 		if shadow {
+			ev.Allowed = true
+			l.emit(ev)
 			return nil, nil
 		}
+		ev.Status = httpStatus
+		l.emit(ev)
 		return nil, status.Error(code, msg)
 	}
 	if pol, ok := p.Oversized(checks); ok {
 		l.logger.LogAttrs(ctx, slog.LevelInfo, "slidelimit: call costs more than a whole quota",
 			slog.String("scope", scope), slog.String("policy", pol.Name))
+		ev.Limiter, ev.Policy, ev.Window = pol.Limiter.ID(), pol.Name, pol.Window
 		if shadow {
+			ev.Allowed = true
+			l.emit(ev)
 			return nil, nil
 		}
+		ev.Status = 429
+		l.emit(ev)
 		out.SetTrailer(metadata.Pairs(mdPolicy, p.PolicyField(), mdPushback, "-1"))
 		return nil, neverStatus(pol, checks)
 	}
 
 	r := engine.Request{Scope: scope, Checks: checks, Fail: m.group.Fail}
+	begin := time.Now()
 	dec, err := l.decider.Allow(ctx, r)
+	ev.Latency = time.Since(begin)
+	ev.Allowed, ev.RetryAfter, ev.Source, ev.Err, ev.Decision = dec.Allowed, dec.RetryAfter, dec.Source, err, dec
+	var retry int64 // the advertised wait of a refusal, which caps t
+	if !dec.Allowed && !shadow {
+		retry = middleware.RetryAfterSeconds(dec.RetryAfter)
+	}
+	values, primary := p.RateLimit(&dec, retry)
+	if primary >= 0 {
+		if pol, ok := p.Policy(dec.Windows[primary]); ok {
+			ev.Limiter, ev.Policy, ev.Window = pol.Limiter.ID(), pol.Name, pol.Window
+		}
+	}
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalid) {
 			l.logger.LogAttrs(ctx, slog.LevelError, "slidelimit: engine rejected request",
 				slog.String("scope", scope), slog.Any("error", err))
 			if shadow {
+				l.emit(ev)
 				return nil, nil
 			}
+			ev.Status = 500
+			l.emit(ev)
 			return nil, status.Error(codes.Internal, "internal error")
 		}
 		l.logBackend(ctx, scope, dec, err)
@@ -166,29 +191,39 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 	case shadow:
 		if !dec.Allowed {
 			l.logger.LogAttrs(ctx, slog.LevelInfo, "slidelimit: shadow mode would deny call",
-				slog.String("scope", scope), slog.Duration("retry_after", dec.RetryAfter),
-				slog.String("source", dec.Source.String()))
+				slog.String("scope", scope), slog.String("policy", ev.Policy),
+				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", dec.Source.String()))
 		}
+		l.emit(ev)
 		return next, nil
 	case dec.Allowed:
-		values, _ := p.RateLimit(&dec, 0)
 		_ = out.SetHeader(fields(p.PolicyField(), values))
+		l.emit(ev)
 		return next, nil
 	}
 	// A refusal's metadata goes in the trailers, leaving the response
 	// Trailers-Only: response headers would commit the call, and a gRPC
 	// client never retries a committed call (gRFC A6).
-	retry := middleware.RetryAfterSeconds(dec.RetryAfter)
 	pushback := formatInt(retry * 1000)
 	if dec.Source == engine.FromFailClosed {
+		ev.Status = 503
+		l.emit(ev)
 		out.SetTrailer(metadata.Pairs(mdPolicy, p.PolicyField(), mdPushback, pushback))
 		return nil, unavailableStatus(retry)
 	}
-	values, primary := p.RateLimit(&dec, retry)
+	ev.Status = 429
+	l.emit(ev)
 	md := fields(p.PolicyField(), values)
 	md[mdPushback] = []string{pushback}
 	out.SetTrailer(md)
 	return nil, deniedStatus(p, &dec, checks, primary, retry)
+}
+
+// emit gives ev to the hooks.
+func (l *Limiter) emit(ev middleware.Event) {
+	for _, h := range l.hooks {
+		h(ev)
+	}
 }
 
 // fields returns the ratelimit-policy and ratelimit metadata.

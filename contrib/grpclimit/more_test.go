@@ -125,3 +125,30 @@ func TestShadowKeysAndCosts(t *testing.T) {
 		}
 	}
 }
+
+// TestHookEvents: WithHook receives the HTTP middleware's Event for every
+// call of a limited method, with the HTTP status of the same answer, so
+// that promlimit and otellimit count gRPC calls unchanged.
+func TestHookEvents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, setup{methods: map[string]string{ping: "user:1/min; exempt:root"}})
+	invoke(t, f.conn, ping, "x-user", "ops", "x-roles", "root")
+	invoke(t, f.conn, ping, "x-user", "alice")
+	invoke(t, f.conn, ping, "x-user", "alice")
+	invoke(t, f.conn, other) // not limited: no event
+	var got []string
+	for _, ev := range f.events() {
+		// The source is left out: the denial may come from Redis or from
+		// the engine's cached denials.
+		got = append(got, fmt.Sprintf("%s exempt=%v allowed=%v status=%d policy=%s latency=%v",
+			ev.Scope, ev.Exempt, ev.Allowed, ev.Status, ev.Policy, ev.Latency > 0))
+	}
+	want := []string{
+		" exempt=true allowed=true status=0 policy= latency=false",
+		ping + " exempt=false allowed=true status=0 policy=user-1min latency=true",
+		ping + " exempt=false allowed=false status=429 policy=user-1min latency=true",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -38,6 +38,7 @@ type config struct {
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
 	logger      *slog.Logger
+	hooks       []func(middleware.Event)
 	errs        []error
 }
 
@@ -145,4 +146,24 @@ func serviceOf(fullMethod string) string {
 		return fullMethod[:i+1]
 	}
 	return ""
+}
+
+// WithHook adds fn to the functions that receive a middleware.Event for
+// every call of a limited method, exempt roles included, so that the
+// metrics of contrib/promlimit and contrib/otellimit (their Hook methods)
+// count gRPC calls as they count HTTP requests. The event is the HTTP
+// middleware's, with these differences: Request is nil; Scope is the full
+// method name unless a scope: statement names another; Status is the HTTP
+// status of the same answer, 0 when the handler ran, 429 for
+// ResourceExhausted, 503 for Unavailable (fail:closed), 500 for Internal
+// and 400 for InvalidArgument (a cost function's ErrCostBadRequest).
+// Hooks run synchronously on the call's goroutine, in the order they were
+// added, before the handler or the refusal; they must be fast and safe
+// for concurrent use.
+func WithHook(fn func(middleware.Event)) Option {
+	return func(c *config) {
+		if fn != nil {
+			c.hooks = append(c.hooks, fn)
+		}
+	}
 }
