@@ -46,17 +46,20 @@
 //
 // # Responses
 //
-// An admitted call's response header metadata carries ratelimit-policy
-// and ratelimit with the values of the HTTP RateLimit-Policy and RateLimit
+// A limited call's response metadata carries ratelimit-policy and
+// ratelimit with the values of the HTTP RateLimit-Policy and RateLimit
 // fields (draft-ietf-httpapi-ratelimit-headers), for example
 //
 //	ratelimit-policy: "user-1s";q=5;w=1, "user-1min";q=100;w=60
 //	ratelimit: "user-1s";r=0;t=1
 //
-// A refused call carries them in its trailer metadata instead (read them
-// with grpc.Trailer): its response is Trailers-Only, because response
-// headers would commit the call, and gRPC clients never retry a committed
-// call (gRFC A6).
+// They ride on the response headers when the call sends headers (a unary
+// call that succeeds, a stream that sends a message or its header), and in
+// the trailers otherwise (read them with grpc.Trailer): a refusal, or a
+// handler failing before it sent anything, keeps a Trailers-Only response.
+// Response headers would commit the call, and gRPC clients never retry a
+// committed call (gRFC A6), so sending them with every call would disable
+// the clients' retry policies.
 //
 // A denied call fails with codes.ResourceExhausted whose details hold a
 // google.rpc.RetryInfo — the engine's wait rounded up to whole seconds, at

@@ -30,16 +30,21 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return handler(ctx, req)
 		}
 		c, err := l.admit(ctx, m, info.FullMethod, req, unaryCall{ctx})
+		if err != nil {
+			return nil, err
+		}
 		if c == nil {
-			if err != nil {
-				return nil, err
-			}
 			return handler(ctx, req)
 		}
 		panicked := true
 		defer func() { l.after(c, err, panicked) }()
 		resp, err = handler(ctx, req)
 		panicked = false
+		// The response headers go out with the response message; a call
+		// that fails has none, and its metadata goes in the trailers.
+		if c.md != nil && (err != nil || grpc.SetHeader(ctx, c.md) != nil) {
+			_ = grpc.SetTrailer(ctx, c.md)
+		}
 		return resp, err
 	}
 }
@@ -58,31 +63,69 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		c, err := l.admit(ss.Context(), m, info.FullMethod, nil, ss)
+		if err != nil {
+			return err
+		}
 		if c == nil {
-			if err != nil {
-				return err
-			}
 			return handler(srv, ss)
+		}
+		var hs *headerStream
+		if c.md != nil {
+			hs = &headerStream{ServerStream: ss, md: c.md}
 		}
 		panicked := true
 		defer func() { l.after(c, err, panicked) }()
-		err = handler(srv, ss)
+		if hs != nil {
+			err = handler(srv, hs)
+			if !hs.sent {
+				ss.SetTrailer(c.md)
+			}
+		} else {
+			err = handler(srv, ss)
+		}
 		panicked = false
 		return err
 	}
 }
 
-// metadataSetter sends response metadata: a grpc.ServerStream, or
-// unaryCall for a unary call's context.
-type metadataSetter interface {
-	SetHeader(metadata.MD) error
+// headerStream adds the rate-limit metadata to a stream's response
+// headers when the handler sends them (its first message, or SendHeader),
+// so that a stream failing before it sends anything stays Trailers-Only.
+// Like any grpc.ServerStream, it is used by one goroutine at a time.
+type headerStream struct {
+	grpc.ServerStream
+	md          metadata.MD
+	tried, sent bool
+}
+
+func (s *headerStream) flush() {
+	if !s.tried {
+		s.tried = true
+		s.sent = s.ServerStream.SetHeader(s.md) == nil
+	}
+}
+
+// SendHeader implements grpc.ServerStream.
+func (s *headerStream) SendHeader(md metadata.MD) error {
+	s.flush()
+	return s.ServerStream.SendHeader(md)
+}
+
+// SendMsg implements grpc.ServerStream.
+func (s *headerStream) SendMsg(m any) error {
+	s.flush()
+	return s.ServerStream.SendMsg(m)
+}
+
+// trailerSetter sets a refused call's trailer metadata: a
+// grpc.ServerStream, or unaryCall for a unary call's context.
+type trailerSetter interface {
 	SetTrailer(metadata.MD)
 }
 
 type unaryCall struct{ ctx context.Context }
 
-func (u unaryCall) SetHeader(md metadata.MD) error { return grpc.SetHeader(u.ctx, md) }
-func (u unaryCall) SetTrailer(md metadata.MD)      { _ = grpc.SetTrailer(u.ctx, md) }
+func (u unaryCall) SetTrailer(md metadata.MD) { _ = grpc.SetTrailer(u.ctx, md) }
 
 // Response metadata keys. ratelimit-policy and ratelimit carry the values
 // of the HTTP RateLimit-Policy and RateLimit fields
@@ -94,20 +137,23 @@ const (
 	mdPushback  = "grpc-retry-pushback-ms"
 )
 
-// admitted is an admitted call whose outcome decides whether it stays
-// counted (a group with count:).
+// admitted is an admitted call with work after its handler: response
+// metadata to send, or an outcome that decides whether it stays counted
+// (a group with count:).
 type admitted struct {
-	ctx context.Context
-	m   *method
-	req engine.Request
-	dec engine.Decision
+	ctx  context.Context
+	m    *method
+	req  engine.Request
+	dec  engine.Decision
+	give bool        // given back unless its code is listed in count:
+	md   metadata.MD // the rate-limit metadata; nil for none
 }
 
 // admit decides a call of m. It returns a non-nil *admitted when the
-// handler must run and the call may be given back afterwards; nil and nil
-// when the handler must run and nothing follows; nil and a status error
-// when the call is refused.
-func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req any, out metadataSetter) (*admitted, error) {
+// handler must run with work after it; nil and nil when the handler must
+// run and nothing follows; nil and a status error when the call is
+// refused, whose metadata it has set.
+func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req any, out trailerSetter) (*admitted, error) {
 	id, _ := role.FromContext(ctx)
 	res := l.policy.Resolve(m.group, id)
 	p := m.planFor(res)
@@ -185,7 +231,7 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 	}
 	var next *admitted
 	if dec.Allowed && m.counted != 0 {
-		next = &admitted{ctx: ctx, m: m, req: r, dec: dec}
+		next = &admitted{ctx: ctx, m: m, req: r, dec: dec, give: true}
 	}
 	switch {
 	case shadow:
@@ -197,7 +243,12 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 		l.emit(ev)
 		return next, nil
 	case dec.Allowed:
-		_ = out.SetHeader(fields(p.PolicyField(), values))
+		if md := fields(p.PolicyField(), values); len(md) > 0 {
+			if next == nil {
+				next = &admitted{}
+			}
+			next.md = md
+		}
 		l.emit(ev)
 		return next, nil
 	}
@@ -267,7 +318,7 @@ func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *midd
 // status is listed. A handler that panics leaves the call counted: its
 // outcome is unknown, and counting it errs on the side of denying.
 func (l *Limiter) after(c *admitted, err error, panicked bool) {
-	if panicked || c.m.counted.has(status.Code(err)) {
+	if !c.give || panicked || c.m.counted.has(status.Code(err)) {
 		return
 	}
 	ctx := context.WithoutCancel(c.ctx)

@@ -7,9 +7,11 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -151,4 +153,59 @@ func TestHookEvents(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestHandlerErrorsStayRetryable: the rate-limit metadata of an admitted
+// call rides on the response headers only when the handler sends them; a
+// call failing without them keeps a Trailers-Only response (metadata in
+// the trailers), which a client's retry policy may still retry.
+func TestHandlerErrorsStayRetryable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, setup{methods: map[string]string{ping: "ip:100/min", chat: "ip:100/min"}})
+	retrying := f.dial(t, "127.0.0.1", grpc.WithDefaultServiceConfig(`{"methodConfig": [{
+		"name": [{"service": "test.Svc", "method": "Ping"}],
+		"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.01s",
+			"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`))
+	c := invoke(t, retrying, ping, "want-code", "14")
+	if c.code() != codes.Unavailable {
+		t.Fatalf("%v, want the handler's Unavailable", c.err)
+	}
+	if n := f.handled.Load(); n != 3 {
+		t.Errorf("the handler ran %d times, want 3: the client's retry policy retried", n)
+	}
+	if len(c.header) != 0 || !strings.HasPrefix(strings.Join(c.trailer.Get("ratelimit"), ""), `"ip-1min";r=`) {
+		t.Errorf("failed call: header %v, trailer %v; want the metadata in the trailer", c.header, c.trailer)
+	}
+
+	policy := `"ip-1min";q=100;w=60`
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "want-code", "5")
+	cs, err := f.conn.NewStream(ctx, &chatDesc, chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.CloseSend()
+	if err := cs.RecvMsg(new(emptypb.Empty)); status.Code(err) != codes.NotFound {
+		t.Fatalf("stream failing before any message: %v", err)
+	}
+	if got := strings.Join(cs.Trailer().Get("ratelimit-policy"), ""); got != policy {
+		t.Errorf("stream failing before any message: trailer ratelimit-policy %q, want %q", got, policy)
+	}
+	cs, err = f.conn.NewStream(t.Context(), &chatDesc, chat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RecvMsg(new(emptypb.Empty)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := cs.Header()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(h.Get("ratelimit-policy"), ""); got != policy {
+		t.Errorf("stream sending messages: header ratelimit-policy %q, want %q", got, policy)
+	}
+	_ = cs.CloseSend()
 }
