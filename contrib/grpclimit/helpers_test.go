@@ -352,7 +352,7 @@ func redisServer(t testing.TB) string {
 // contact Redis.
 func offlineEngine(t testing.TB) *engine.Engine {
 	t.Helper()
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rc.Close() })
 	eng, err := engine.New(rc)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
 )
 
 // TestScopes: methods under the default have windows of their own (the
@@ -208,4 +209,34 @@ func TestHandlerErrorsStayRetryable(t *testing.T) {
 		t.Errorf("stream sending messages: header ratelimit-policy %q, want %q", got, policy)
 	}
 	_ = cs.CloseSend()
+}
+
+// TestRolesAndPolicy: a role's override replaces the defaults, and a role
+// of WithPolicy's ByIP counts its user limiters by client IP.
+func TestRolesAndPolicy(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, setup{
+		methods: map[string]string{ping: "user:1/min; role(premium)=user:3/min"},
+		opts:    []grpclimit.Option{grpclimit.WithPolicy(role.Policy{ByIP: []role.Role{"shared"}})},
+	})
+	local2 := f.dial(t, "127.0.0.2")
+	steps := []struct {
+		name string
+		conn *grpc.ClientConn
+		kv   []string
+		want codes.Code
+	}{
+		{"premium 1", f.conn, []string{"x-user", "p", "x-roles", "premium"}, codes.OK},
+		{"premium 2", f.conn, []string{"x-user", "p", "x-roles", "premium"}, codes.OK},
+		{"premium 3", f.conn, []string{"x-user", "p", "x-roles", "premium"}, codes.OK},
+		{"premium 4", f.conn, []string{"x-user", "p", "x-roles", "premium"}, codes.ResourceExhausted},
+		{"shared account, first person", f.conn, []string{"x-user", "admin", "x-roles", "shared"}, codes.OK},
+		{"shared account, same IP", f.conn, []string{"x-user", "admin", "x-roles", "shared"}, codes.ResourceExhausted},
+		{"shared account, another IP", local2, []string{"x-user", "admin", "x-roles", "shared"}, codes.OK},
+	}
+	for _, s := range steps {
+		if c := invoke(t, s.conn, ping, s.kv...); c.code() != s.want {
+			t.Errorf("%s: %v, want %v", s.name, c.err, s.want)
+		}
+	}
 }
