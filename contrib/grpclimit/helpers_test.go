@@ -145,6 +145,7 @@ type fixture struct {
 	handled atomic.Int64 // calls that reached a handler
 	addr    string
 	conn    *grpc.ClientConn
+	eng     *engine.Engine
 
 	mu  sync.Mutex
 	evs []middleware.Event
@@ -193,6 +194,7 @@ func newFixture(t testing.TB, s setup) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { eng.Close() })
+	f.eng = eng
 	// Every event is kept; a backend error the test did not provoke fails
 	// it, so that no assertion passes on a fail-mode decision by accident.
 	opts := append([]grpclimit.Option{grpclimit.WithHook(f.record)}, s.opts...)

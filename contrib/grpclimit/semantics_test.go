@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // TestScopes: methods under the default have windows of their own (the
@@ -238,5 +241,43 @@ func TestRolesAndPolicy(t *testing.T) {
 		if c := invoke(t, s.conn, ping, s.kv...); c.code() != s.want {
 			t.Errorf("%s: %v, want %v", s.name, c.err, s.want)
 		}
+	}
+}
+
+// TestSharedWithHTTP: a gRPC method and an HTTP route with the same scope:
+// count a client in the same windows, because both transports build
+// subjects with the same code.
+func TestSharedWithHTTP(t *testing.T) {
+	t.Parallel()
+	const text = "ip:3/min; user:10/min; scope:orders"
+	f := newFixture(t, setup{methods: map[string]string{ping: text}})
+	mw, err := middleware.New(rules.MustParse(text), f.eng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	get := func(user string) int {
+		r := httptest.NewRequest("GET", "/orders", nil)
+		r.RemoteAddr = "127.0.0.1:4711"
+		r = r.WithContext(role.NewContext(r.Context(), role.Identity{User: user}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if c := invoke(t, f.conn, ping, "x-user", "alice"); c.err != nil {
+		t.Fatal(c.err)
+	}
+	if code := get("bob"); code != http.StatusOK {
+		t.Fatalf("HTTP: %d", code)
+	}
+	if c := invoke(t, f.conn, ping, "x-user", "carol"); c.err != nil {
+		t.Fatal(c.err)
+	}
+	// 127.0.0.1 has made 3 calls over both transports.
+	if code := get("dave"); code != http.StatusTooManyRequests {
+		t.Errorf("HTTP after 3 calls from the IP: %d, want 429", code)
+	}
+	if c := invoke(t, f.conn, ping, "x-user", "erin"); c.code() != codes.ResourceExhausted {
+		t.Errorf("gRPC after 3 calls from the IP: %v, want ResourceExhausted", c.err)
 	}
 }
