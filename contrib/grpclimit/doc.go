@@ -92,7 +92,7 @@
 //
 //	count     = "count" ":" code { "," code } .
 //	code      = "OK" | "CANCELLED" | "UNKNOWN" | "INVALID_ARGUMENT" | ... | "UNAUTHENTICATED"
-//	          | "OK" | "Canceled" | "Unknown" | "InvalidArgument" | ... | "Unauthenticated" .
+//	          | "Canceled" | "Unknown" | "InvalidArgument" | ... | "Unauthenticated" .
 //
 // so that
 //
