@@ -1,6 +1,8 @@
 package slidelimit
 
 import (
+	"time"
+
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
 )
@@ -19,6 +21,18 @@ type Option func(*config)
 type config struct {
 	engine     []engine.Option
 	middleware []middleware.Option
+	rulesCheck time.Duration
+}
+
+// WithRulesCheck sets how often the Limiter reads the version of the rule
+// overrides in Redis (see Limiter.SetRules), to catch a change whose
+// pub/sub message it missed; the default is DefaultRulesCheck (1 s). It is
+// one GET per interval per process, off the request path. d <= 0 turns
+// overrides off: the Limiter neither reads nor follows them and enforces
+// the groups of its code only, and SetRules, ClearRules and Rules fail
+// with ErrOverridesOff.
+func WithRulesCheck(d time.Duration) Option {
+	return func(c *config) { c.rulesCheck = d }
 }
 
 // WithEngineOptions passes opts to [engine.New], which creates the

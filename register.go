@@ -108,16 +108,25 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 }
 
 // route wraps h for group g served under pattern. The zero group, from a
-// field without a limit tag, leaves h as it is.
+// field without a limit tag, leaves h as it is, until a rule override of
+// the pattern gives it one.
 func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Handler, error) {
-	if isZero(g) {
-		return h, nil
+	wrapped := h
+	if !isZero(g) {
+		mw, err := l.wrapper(g, middleware.WithScope(pattern))
+		if err != nil {
+			return nil, err
+		}
+		wrapped = mw(h)
 	}
-	mw, err := l.wrapper(g, middleware.WithScope(pattern))
-	if err != nil {
-		return nil, err
+	if l.ov == nil {
+		return wrapped, nil
 	}
-	return mw(h), nil
+	scope := g.Scope
+	if scope == "" {
+		scope = pattern
+	}
+	return l.follow(scope, wrapped, h, []middleware.Option{middleware.WithScope(pattern)}), nil
 }
 
 func isZero(g rules.Group) bool {
