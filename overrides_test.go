@@ -200,15 +200,19 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	}
 }
 
+// noSubscribe hides the Subscribe method of a client, so that the
+// Limiter cannot hear of changes on the channel.
+type noSubscribe struct{ engine.Client }
+
 // TestOverridesLostMessage checks that the periodic version check applies
 // a change whose pub/sub message never came: one written to Redis
-// directly, without publishing, as a message lost with its connection.
+// directly, without publishing, to a process that cannot subscribe.
 func TestOverridesLostMessage(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	prefix := randomPrefix(t)
-	p := newProcess(t, rdb, prefix, slidelimit.WithRulesCheck(200*time.Millisecond))
+	p := newProcess(t, noSubscribe{rdb}, prefix, slidelimit.WithRulesCheck(200*time.Millisecond))
 	ctx := context.Background()
 	if err := rdb.HSet(ctx, prefix+"{rules}", "GET /search", "ip:1/min").Err(); err != nil {
 		t.Fatal(err)
@@ -233,7 +237,7 @@ func TestOverridesRedisDown(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	p := newProcess(t, client, prefix, slidelimit.WithRulesCheck(50*time.Millisecond),
-		slidelimit.WithEngineOptions(engine.WithFailMode(rules.FailLocal)))
+		slidelimit.WithEngineOptions(engine.WithFailMode(rules.FailLocal), engine.WithTimeout(100*time.Millisecond)))
 	if err := p.lim.SetRules(context.Background(), "GET /search", "ip:2/min"); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +254,7 @@ func TestOverridesRedisDown(t *testing.T) {
 	// A process that never reached Redis enforces its code's rules.
 	dead := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { dead.Close() })
-	q := newProcess(t, dead, prefix, slidelimit.WithEngineOptions(engine.WithFailMode(rules.FailLocal)))
+	q := newProcess(t, dead, prefix, slidelimit.WithEngineOptions(engine.WithFailMode(rules.FailLocal), engine.WithTimeout(100*time.Millisecond)))
 	if got := q.gets("192.0.2.9", 3); got != "200 200 200" {
 		t.Errorf("new process with redis down: %s, want the code's ip:100/min", got)
 	}
