@@ -59,19 +59,19 @@ var (
 type Override struct {
 	// Scope is a route pattern given to Register or Handle ("GET
 	// /files/{id}"), or a group's scope: name.
-	Scope string
+	Scope string `json:"scope"`
 	// Rules is the group's canonical text (rules.Group.String), without
 	// a scope: statement.
-	Rules string
+	Rules string `json:"rules"`
 }
 
 // Overrides lists the rule overrides in force, as of Version.
 type Overrides struct {
 	// Version counts the changes made to the overrides since they were
 	// first stored under the prefix; 0 when none was ever made.
-	Version int64
+	Version int64 `json:"version"`
 	// Overrides are the overrides, in scope order.
-	Overrides []Override
+	Overrides []Override `json:"overrides"`
 }
 
 // Redis scripts of the overrides (KEYS: the hash, the version). A change
