@@ -134,9 +134,12 @@ type overrides struct {
 	log     *slog.Logger
 	every   time.Duration
 
-	mu    sync.Mutex // serializes applying a ruleSet and adding slots
-	slots map[string][]*slot
-	cur   atomic.Pointer[ruleSet]
+	// syncMu serializes loads with their application, so that a load
+	// applies after every load that read Redis before it.
+	syncMu sync.Mutex
+	mu     sync.Mutex // serializes applying a ruleSet and adding slots
+	slots  map[string][]*slot
+	cur    atomic.Pointer[ruleSet]
 
 	down      atomic.Bool // the last Redis call failed; logged once
 	stop      chan struct{}
@@ -225,6 +228,8 @@ func (o *overrides) receive(ps *redis.PubSub, events chan<- bool) {
 // sync loads the overrides from Redis and applies them; with check it
 // first reads the version and loads only when it changed.
 func (o *overrides) sync(check bool) {
+	o.syncMu.Lock()
+	defer o.syncMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), rulesTimeout)
 	defer cancel()
 	if check {
@@ -296,10 +301,9 @@ func parseRuleSet(res []any) (*ruleSet, error) {
 func (o *overrides) apply(set *ruleSet) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// A version below the last one applied means the store was reset (a
+	// FLUSHALL, a restart without persistence): what it holds now rules.
 	old := o.cur.Load()
-	if set.version < old.version {
-		return // an older load finished late
-	}
 	scopes := slices.Sorted(maps.Keys(set.texts))
 	for s := range old.texts {
 		if _, ok := set.texts[s]; !ok {
