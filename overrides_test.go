@@ -273,3 +273,50 @@ func TestOverridesOff(t *testing.T) {
 		t.Errorf("%s", got)
 	}
 }
+
+// TestOverridesNamedScope checks an override of a scope: name shared by
+// two routes, one registered with Handle and one built with Middleware:
+// both follow it, in the scope's own windows, and Peek sees its windows.
+func TestOverridesNamedScope(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	p := newProcess(t, srv.Client(), randomPrefix(t))
+	if err := p.lim.Handle(p.mux, "GET /a", ok, "ip:100/min; scope:shared"); err != nil {
+		t.Fatal(err)
+	}
+	mw, err := p.lim.Middleware("ip:100/min; scope:shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := mw(ok)
+	get := func(h http.Handler, path string) int {
+		r := httptest.NewRequest("GET", path, nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	ctx := context.Background()
+	if err := p.lim.SetRules(ctx, "shared", "ip:3/min; scope:shared"); err != nil {
+		t.Fatal(err)
+	}
+	got := []int{get(p.mux, "/a"), get(b, "/b"), get(p.mux, "/a"), get(b, "/b")}
+	if fmt.Sprint(got) != "[200 200 200 429]" {
+		t.Errorf("two handlers of scope shared under ip:3/min: %v", got)
+	}
+	d, err := p.lim.Peek(ctx, "shared", "ip", "192.0.2.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var windows []string
+	for _, ws := range d.Windows {
+		windows = append(windows, fmt.Sprintf("%v used %d", ws.Window, ws.Used))
+	}
+	if fmt.Sprint(windows) != "[3/min used 3 100/min used 3]" {
+		t.Errorf("Peek windows: %v", windows)
+	}
+	// The search route, in another scope, is untouched.
+	if got := p.gets("192.0.2.1", 1); got != "200" {
+		t.Errorf("GET /search: %s", got)
+	}
+}
