@@ -21,7 +21,12 @@ import (
 //		Health http.HandlerFunc `route:"GET /healthz"`
 //	}
 //
-// A field without a limit tag is registered unwrapped.
+// A field without a limit tag is registered unwrapped, unless a rule
+// override of its pattern gives it rules (see SetRules).
+//
+// Every handler follows the rule overrides of its scope (SetRules): it
+// serves through one atomic load of the current middleware, which an
+// override replaces while it serves.
 //
 // Register reports every problem at once, joined with errors.Join: the tag
 // errors of rules.Routes (*rules.Error), and per route whose tags are
