@@ -164,7 +164,9 @@ func (o *overrides) start() {
 	if s, ok := o.client.(interface {
 		Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	}); ok {
-		ps = s.Subscribe(context.Background())
+		// Subscribed before the load, so that a change after the load is
+		// heard of.
+		ps = s.Subscribe(context.Background(), o.hash)
 	}
 	o.sync(false)
 	go o.follow(ps)
@@ -194,12 +196,11 @@ func (o *overrides) follow(ps *redis.PubSub) {
 }
 
 // receive reads the subscription. A message is a new version; a
-// (re)subscription may have missed some, so it asks for a version check.
+// resubscription (after a reconnect) may have missed some, so it asks for
+// a version check. The first subscription came before New's load.
 func (o *overrides) receive(ps *redis.PubSub, events chan<- bool) {
 	ctx := context.Background()
-	if err := ps.Subscribe(ctx, o.hash); err != nil {
-		return // closed
-	}
+	first := true
 	for {
 		msg, err := ps.Receive(ctx)
 		if err != nil {
@@ -212,11 +213,19 @@ func (o *overrides) receive(ps *redis.PubSub, events chan<- bool) {
 			continue
 		}
 		check := true
-		if m, ok := msg.(*redis.Message); ok {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if first {
+				first = false
+				continue
+			}
+		case *redis.Message:
 			if v, err := strconv.ParseInt(m.Payload, 10, 64); err == nil && v == o.cur.Load().version {
 				continue
 			}
 			check = false
+		default:
+			continue // a pong
 		}
 		select {
 		case events <- check:
