@@ -502,6 +502,20 @@ func (o *overrides) write(ctx context.Context, scope, text string) error {
 // next wrapped in middleware for the override's group, built with the
 // Limiter's options and then opts.
 func (l *Limiter) follow(scope string, code, next http.Handler, opts []middleware.Option) http.Handler {
+	s := l.newSlot(scope, code, next, opts)
+	l.ov.add(s)
+	return s
+}
+
+// join makes h, when route made it a slot, follow its scope's overrides.
+func (l *Limiter) join(h http.Handler) {
+	if s, ok := h.(*slot); ok {
+		l.ov.add(s)
+	}
+}
+
+// newSlot returns the slot of follow, not yet following.
+func (l *Limiter) newSlot(scope string, code, next http.Handler, opts []middleware.Option) *slot {
 	s := &slot{scope: scope, code: code}
 	s.set(code)
 	named := scope // a scope: name, or "" for a route pattern, which opts give
@@ -516,7 +530,6 @@ func (l *Limiter) follow(scope string, code, next http.Handler, opts []middlewar
 		}
 		return mw(next), nil
 	}
-	l.ov.add(s)
 	return s
 }
 

@@ -69,6 +69,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 			continue
 		}
 		l.rememberRoute(r.Pattern, r.Group)
+		l.join(wrapped[i])
 	}
 	return errors.Join(errs...)
 }
@@ -109,6 +110,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 		return fail(err)
 	}
 	l.rememberRoute(pattern, g)
+	l.join(h)
 	return nil
 }
 
@@ -131,7 +133,9 @@ func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Han
 	if scope == "" {
 		scope = pattern
 	}
-	return l.follow(scope, wrapped, h, []middleware.Option{middleware.WithScope(pattern)}), nil
+	// Joined to the scope's overrides once registered (join), so that a
+	// route that fails to register never takes part.
+	return l.newSlot(scope, wrapped, h, []middleware.Option{middleware.WithScope(pattern)}), nil
 }
 
 func isZero(g rules.Group) bool {
