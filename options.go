@@ -7,10 +7,10 @@ import (
 	"github.com/slidelimit/slidelimit/middleware"
 )
 
-// Option configures New. The Limiter has no settings of its own: it passes
-// engine options to [engine.New] and middleware options to every
-// [middleware.New] it calls, so each setting is configured one way, with
-// the option of the package that owns it:
+// Option configures New. The Limiter passes engine options to [engine.New]
+// and middleware options to every [middleware.New] it calls, so each
+// setting is configured one way, with the option of the package that owns
+// it; its only setting of its own is WithRulesCheck:
 //
 //	lim, err := slidelimit.New(rdb,
 //		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
