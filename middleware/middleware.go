@@ -57,8 +57,9 @@ type limiter struct {
 // group g, deciding with d. It fails, listing every problem at once, when g
 // is not valid (see rules.Group.Validate), an option is invalid, a
 // key(name) limiter of g (including its overrides) has no function
-// registered with WithKeyFunc, or a limiter's cost names no function
-// registered with WithCostFunc.
+// registered with WithKeyFunc, a limiter's cost names no function
+// registered with WithCostFunc, or a window's limit ($name) names no
+// function registered with WithLimitFunc.
 //
 // For each request the middleware:
 //
