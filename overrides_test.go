@@ -320,3 +320,42 @@ func TestOverridesNamedScope(t *testing.T) {
 		t.Errorf("GET /search: %s", got)
 	}
 }
+
+// TestOverridesStore checks that a process whose store was emptied
+// (FLUSHALL, a restart without persistence) goes back to its code's rules
+// at its version check, and that a closed Limiter follows no change.
+func TestOverridesStore(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	rdb := srv.Client()
+	prefix := randomPrefix(t)
+	ctx := context.Background()
+	p := newProcess(t, rdb, prefix, slidelimit.WithRulesCheck(100*time.Millisecond))
+	closed := newProcess(t, rdb, prefix)
+	if err := p.lim.SetRules(ctx, "GET /search", "ip:1/min"); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the other process applies the override", func() bool {
+		return closed.get("192.0.2.8") == http.StatusTooManyRequests
+	})
+	closed.lim.Close()
+	if err := p.lim.SetRules(ctx, "GET /search", "ip:5/min"); err != nil {
+		t.Fatal(err)
+	}
+	// Flushed by hand: the next version check finds version 0 and no
+	// overrides.
+	if err := rdb.Del(ctx, prefix+"{rules}", prefix+"{rules}version").Err(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the code's rules after the store was emptied", func() bool {
+		return p.gets("192.0.2.7", 6) == "200 200 200 200 200 200"
+	})
+	if l := p.logs.String(); !strings.Contains(l, "rule override cleared") {
+		t.Errorf("no log of the cleared override:\n%s", l)
+	}
+	// The closed process kept what it had (ip:1/min) and heard of nothing.
+	time.Sleep(300 * time.Millisecond)
+	if l := closed.logs.String(); strings.Count(l, "rule override") != 1 {
+		t.Errorf("a closed Limiter applied a change:\n%s", l)
+	}
+}
