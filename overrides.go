@@ -108,7 +108,7 @@ func eval(ctx context.Context, c engine.Client, script string, args ...string) *
 type ruleSet struct {
 	version int64
 	texts   map[string]string      // scope → canonical text
-	groups  map[string]rules.Group // scope → parsed group, scope set
+	groups  map[string]rules.Group // scope → parsed group (its scope: as written)
 }
 
 // slot is a handler whose rule group may be replaced while it serves: the
@@ -427,7 +427,8 @@ func overrideGroup(scope, text string) (rules.Group, error) {
 // must be registered); when it fails nothing is stored or changed. A
 // process whose handlers cannot take it (a function registered only here)
 // keeps its rules and logs an error. SetRules returns once Redis has
-// stored the override and this process applies it.
+// stored the override and, unless Redis fails in between, this process
+// applies it.
 func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	if l.ov == nil {
 		return ErrOverridesOff
