@@ -50,14 +50,16 @@ type limiter struct {
 	byRole   map[string]*plan
 	keys     map[string]KeyFunc
 	costs    map[string]CostFunc
+	limits   map[string]LimitFunc
 }
 
 // New returns middleware that limits the requests of the next handler by
 // group g, deciding with d. It fails, listing every problem at once, when g
 // is not valid (see rules.Group.Validate), an option is invalid, a
 // key(name) limiter of g (including its overrides) has no function
-// registered with WithKeyFunc, or a limiter's cost names no function
-// registered with WithCostFunc.
+// registered with WithKeyFunc, a limiter's cost names no function
+// registered with WithCostFunc, or a window's limit ($name) names no
+// function registered with WithLimitFunc.
 //
 // For each request the middleware:
 //
@@ -121,6 +123,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		byRole:  make(map[string]*plan, len(g.Overrides)),
 		keys:    c.keys,
 		costs:   c.costs,
+		limits:  c.limits,
 	}
 	if l.scope == "" {
 		l.scope = c.scope
@@ -135,7 +138,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		if _, dup := l.byRole[role]; dup && role != "" {
 			continue // Resolve picks the first override of a role
 		}
-		p, err := newPlan(role, ls, c.keys, c.costs)
+		p, err := newPlan(role, ls, c.keys, c.costs, c.limits)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -165,7 +168,7 @@ func (l *limiter) planFor(res role.Resolution) *plan {
 	}
 	// Unreachable with role.Policy, which only returns roles of the group's
 	// overrides; an ad hoc plan keeps serving correct if that changes.
-	p, err := newPlan(string(res.Role), res.Limiters, l.keys, l.costs)
+	p, err := newPlan(string(res.Role), res.Limiters, l.keys, l.costs, l.limits)
 	if err != nil {
 		return l.defaults
 	}
@@ -191,9 +194,10 @@ func (l *limiter) scopeOf(r *http.Request) string {
 // pol's window: no later moment would admit it, so it gets a 429 without
 // Retry-After, and the engine is not asked. In shadow mode the handler
 // answers, uncounted.
-func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, p *plan, pol *policy, ev Event) {
+func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, c *call, pol *policy, win rules.Window, ev Event) {
+	p := c.p
 	lim := p.limiters[pol.check]
-	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.name, pol.window
+	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.name, win
 	l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: request costs more than a whole quota",
 		slog.String("scope", ev.Scope), slog.String("policy", pol.name))
 	if ev.Shadow {
@@ -202,13 +206,13 @@ func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next h
 		next.ServeHTTP(w, r)
 		return
 	}
-	if p.field != "" {
-		w.Header().Add(headerPolicy, p.field)
+	if c.field != "" {
+		w.Header().Add(headerPolicy, c.field)
 	}
 	ev.Status = http.StatusTooManyRequests
 	l.emit(ev)
 	l.denied(w, r, Denial{Status: http.StatusTooManyRequests, Never: true, Scope: ev.Scope,
-		Policy: pol.name, Limiter: ev.Limiter, Window: pol.window, Cost: lim.Cost})
+		Policy: pol.name, Limiter: ev.Limiter, Window: win, Cost: lim.Cost})
 }
 
 // checks builds the engine checks of a request.
@@ -248,16 +252,17 @@ func (s *subjects) ip() string {
 	return s.addr
 }
 
-// setFields adds the RateLimit-Policy field and a RateLimit member for each
+// setFields adds the RateLimit-Policy field (the plan's, or its resolved
+// limits' for a plan with limit functions) and a RateLimit member for each
 // of items, indexes in dec.Windows (see plan.constrained), and sets legacy
 // fields for the first if enabled. maxT caps the effective window at the
 // Retry-After value. The RateLimit fields are added, not set, so that
 // nested middlewares (a router-wide limit around a route's own) each
 // contribute their list members, as the draft allows a list to span field
 // lines.
-func (l *limiter) setFields(h http.Header, p *plan, dec *engine.Decision, items []int, maxT int64) {
-	if p.field != "" {
-		h.Add(headerPolicy, p.field)
+func (l *limiter) setFields(h http.Header, field string, p *plan, dec *engine.Decision, items []int, maxT int64) {
+	if field != "" {
+		h.Add(headerPolicy, field)
 	}
 	for k, i := range items {
 		ws := dec.Windows[i]

@@ -164,7 +164,9 @@ func NewPlan(role string, ls []rules.Limiter) (*Plan, error) {
 			costs[l.Cost] = func(*http.Request) (int64, error) { return 1, nil }
 		}
 	}
-	p, err := newPlan(role, ls, keys, costs)
+	// Limit functions ($name) read an *http.Request: other transports have
+	// none to give, so newPlan refuses them as unknown.
+	p, err := newPlan(role, ls, keys, costs, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +224,7 @@ func (p *Plan) Policy(ws engine.WindowState) (qp QuotaPolicy, ok bool) {
 // would admit that request, so the middleware refuses it without asking
 // the engine and without a retry delay. ok is false when every cost fits.
 func (p *Plan) Oversized(cs []engine.Check) (qp QuotaPolicy, ok bool) {
-	if pol := p.p.oversized(cs); pol != nil {
+	if pol, _ := p.p.oversized(cs); pol != nil {
 		return p.quota(pol), true
 	}
 	return QuotaPolicy{}, false
