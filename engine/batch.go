@@ -118,6 +118,7 @@ type call struct {
 	status     int64
 	suffix     int64
 	res        []int64 // per merged window: used, reset, wait
+	bleft      []int64 // per key when the plan has blocks: µs until its block ends, 0 when none
 	err        error   // Redis did not decide: the fail mode must
 	warn       error   // Redis decided, but something went wrong after (a rollback)
 
@@ -184,6 +185,10 @@ func (c *call) prepare() {
 		c.res = make([]int64, n)
 	}
 	c.res = c.res[:n]
+	c.bleft = c.bleft[:0]
+	if c.plan.nblock > 0 {
+		c.bleft = append(c.bleft, make([]int64, len(c.plan.keys))...)
+	}
 	c.all = c.all[:0]
 	for i := range c.plan.keys {
 		c.all = append(c.all, int32(i))
