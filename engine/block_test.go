@@ -99,10 +99,19 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 }
 
-// TestBlock runs blockScenario on real Redis, miniredis, a 3-master
-// cluster and the fallback limiter, with and without cached denials.
-func TestBlock(t *testing.T) {
-	t.Parallel()
+// backend is a Redis, or a Redis that refuses connections with FailLocal,
+// for tests that run on each.
+type backend struct {
+	name string
+	c    Client
+	opts []Option
+	ttl  func(t *testing.T, prefix string) // checks TTLs at the test's end, or nil
+}
+
+// testBackends starts real Redis, miniredis, a 3-master cluster and a
+// refusing server (the fallback limiter) for t.
+func testBackends(t *testing.T) []backend {
+	t.Helper()
 	_, rc := startRedis(t)
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -117,25 +126,25 @@ func TestBlock(t *testing.T) {
 	l.Close() // nothing listens: every call is refused
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
-	for _, b := range []struct {
-		name string
-		c    Client
-		opts []Option
-	}{
-		{"redis", rc, nil},
-		{"miniredis", mc, nil},
-		{"cluster", cc, nil},
-		{"local", dc, []Option{WithFailMode(rules.FailLocal)}},
-	} {
+	return []backend{
+		{"redis", rc, nil, func(t *testing.T, prefix string) { afterTTLs(t, rc, prefix) }},
+		{"miniredis", mc, nil, nil},
+		{"cluster", cc, nil, func(t *testing.T, prefix string) { afterClusterTTLs(t, cl, prefix) }},
+		{"local", dc, []Option{WithFailMode(rules.FailLocal)}, nil},
+	}
+}
+
+// TestBlock runs blockScenario on real Redis, miniredis, a 3-master
+// cluster and the fallback limiter, with and without cached denials.
+func TestBlock(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
 		for _, cached := range []bool{false, true} {
 			t.Run(b.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
 				prefix := testPrefix(t)
-				switch b.name {
-				case "redis":
-					afterTTLs(t, rc, prefix)
-				case "cluster":
-					afterClusterTTLs(t, cl, prefix)
+				if b.ttl != nil {
+					b.ttl(t, prefix)
 				}
 				clk := newFakeClock()
 				opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)

@@ -41,6 +41,11 @@ type undo struct {
 	suffix int64 // the script's suffix, or -1 when unknown: remove all
 	until  int64 // local time in µs after which the entry counts no more
 	cost   int64 // the request's cost in a weighted key; 0 in a count key
+	// A settlement (see Settle) of a weighted key: the change of the
+	// request's cost and the mode of give_back.lua ('s' or 'g'); mode 0
+	// removes the request.
+	delta int64
+	mode  byte
 }
 
 // undoOf returns the undo of member (with suffix, or -1) in key k of p,
@@ -94,7 +99,11 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		}
 		// A weighted member carries its running total, which the
 		// engine does not know: the script finds it (see give_back.lua).
-		cmds[i] = redis.NewIntCmd(ctx, append([]any{"evalsha", giveBack.Hash(), 1, u.key, u.cost}, u.members()...)...)
+		delta, mode := -u.cost, "r"
+		if u.mode != 0 {
+			delta, mode = u.delta, string(u.mode)
+		}
+		cmds[i] = redis.NewIntCmd(ctx, append([]any{"evalsha", giveBack.Hash(), 1, u.key, delta, mode}, u.members()...)...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	// On one server, commands of one pipeline run in order, so the
