@@ -45,6 +45,7 @@ type config struct {
 	policy      role.Policy
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
+	settle      map[string]Settlement
 	logger      *slog.Logger
 	hooks       []func(Event)
 	legacy      bool
