@@ -1,14 +1,14 @@
 package slidelimit_test
 
 import (
-	"sync/atomic"
-	"time"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
