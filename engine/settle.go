@@ -35,13 +35,18 @@ import (
 // fail-closed decision) has nothing to settle, and Settle returns nil. A
 // decision of the fallback limiter (FromLocal) is settled there.
 //
-// With grains, a request whose entry was merged into a later one (see the
-// package documentation) is not found: a refund is then not made, and a
-// debt is charged to the key's newest entry; both err on the side of
-// denying, until that entry leaves the windows (at most one grain after
-// the request's own would have). A key with more than 64 entries after the
-// request's is not rewritten: a refund is not made and a debt is charged
-// to its newest entry (see lua/give_back.lua).
+// With grains, a request whose entry was merged into the next one (see
+// the package documentation) is settled in that entry, which carries its
+// cost: the first entry scored at or after d.Time in the same grain (the
+// key's coarsest). Such an entry stands for other requests too, so it is
+// not marked settled: settle a request once. On a cluster whose node
+// clocks differ, d.Time (the latest of the nodes' times) may pick a later
+// entry of the same grain, so the change takes effect up to one grain late.
+// When no such entry is found a refund is not made and a debt is charged
+// to the key's newest entry; both err on the side of denying. A key with
+// more than 64 entries after the request's is not rewritten: a refund is
+// not made and a debt is charged to its newest entry (see
+// lua/give_back.lua).
 //
 // When Redis fails, or is considered down, the settlement is queued like
 // the undo of a failed call (best effort, retried before later script
@@ -100,8 +105,10 @@ func (e *Engine) Settle(ctx context.Context, req Request, d Decision, actual []i
 		}
 		u := undoOf(p, k, member, r.suffixOf(k), now)
 		u.delta, u.mode = delta, 's'
-		if slices.ContainsFunc(p.wins[p.kstart[k]:p.kstart[k+1]], func(w window) bool { return w.grain > 0 }) {
-			u.mode = 'g'
+		for _, w := range p.wins[p.kstart[k]:p.kstart[k+1]] {
+			if w.grain > u.grain {
+				u.mode, u.grain, u.at = 'g', w.grain, d.Time.UnixMicro()
+			}
 		}
 		us = append(us, u)
 	}

@@ -111,8 +111,8 @@ func TestSettle(t *testing.T) {
 }
 
 // TestSettleGrains settles in a key with a grained window: the newest
-// entry settles exactly, and a debt of a request merged into a later
-// entry is charged to the newest one.
+// entry settles exactly, and a request merged into the next entry (same
+// grain) settles there, a debt as a refund.
 func TestSettleGrains(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
@@ -137,6 +137,22 @@ func TestSettleGrains(t *testing.T) {
 	}
 	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 350 {
 		t.Fatalf("after a debt of 200: used %d, want 350", d.Windows[0].Used)
+	}
+	// A refund of a request merged into the next one is made there.
+	clk.Set(2 * time.Second)
+	d3 := mustAllow(t, e, r(100), true)
+	clk.Set(2010 * ms)
+	mustAllow(t, e, r(100), true)
+	if err := e.Settle(ctx, r(100), d3, []int64{30}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 350+130 {
+		t.Fatalf("after refunding 70 of a merged request: used %d, want %d", d.Windows[0].Used, 350+130)
+	}
+	// The merged entries leave with their grain's last request.
+	clk.Set(time.Minute + 15*ms)
+	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 130 {
+		t.Fatalf("a minute later: used %d, want 130", d.Windows[0].Used)
 	}
 }
 

@@ -46,6 +46,8 @@ type undo struct {
 	// removes the request.
 	delta int64
 	mode  byte
+	at    int64 // mode 'g': the request's decision time (µs since 1970)
+	grain int64 // mode 'g': the key's coarsest grain (µs)
 }
 
 // undoOf returns the undo of member (with suffix, or -1) in key k of p,
@@ -99,11 +101,15 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		}
 		// A weighted member carries its running total, which the
 		// engine does not know: the script finds it (see give_back.lua).
-		delta, mode := -u.cost, "r"
-		if u.mode != 0 {
-			delta, mode = u.delta, string(u.mode)
+		args := []any{"evalsha", giveBack.Hash(), 1, u.key, -u.cost, "r"}
+		switch u.mode {
+		case 's':
+			args[4], args[5] = u.delta, "s"
+		case 'g':
+			args[4], args[5] = u.delta, "g"
+			args = append(args, u.at, u.grain)
 		}
-		cmds[i] = redis.NewIntCmd(ctx, append([]any{"evalsha", giveBack.Hash(), 1, u.key, delta, mode}, u.members()...)...)
+		cmds[i] = redis.NewIntCmd(ctx, append(args, u.members()...)...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	// On one server, commands of one pipeline run in order, so the
