@@ -117,9 +117,11 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	// trip; elsewhere it is sent once they are done.
 	var pub *redis.IntCmd
 	if e.group == groupAll {
-		keys := make([]string, len(us))
-		for i, u := range us {
-			keys[i] = u.key
+		keys := make([]string, 0, len(us))
+		for _, u := range us {
+			if u.mode == 0 {
+				keys = append(keys, u.key)
+			}
 		}
 		if pub = e.publishCmd(ctx, invalRemoved, keys...); pub != nil {
 			_ = pipe.Process(ctx, pub)
@@ -141,7 +143,9 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			if first == nil {
 				first = err
 			}
-		} else if cmd.Val() > 0 {
+		} else if cmd.Val() > 0 && us[i].mode == 0 {
+			// A settlement (mode 's' or 'g') changes weighted keys
+			// only, which make no cached denials: nothing to announce.
 			done = append(done, us[i].key)
 		}
 	}
