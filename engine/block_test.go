@@ -89,6 +89,23 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	if d := allow2(6 * time.Second); !d.Allowed || d.Blocked {
 		t.Fatalf("after Reset: allowed %v blocked %v, want admitted", d.Allowed, d.Blocked)
 	}
+	// A window that waits longer than the block says so: RetryAfter is
+	// never early.
+	r3 := req(blocked(ip("7.7.7.7", win(1, time.Hour)), time.Minute))
+	for i, at := range []time.Duration{10 * time.Second, 11 * time.Second, 11500 * ms} {
+		clk.Set(at)
+		d, err := e.Allow(ctx, r3)
+		if err != nil && d.Source != FromLocal {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			continue
+		}
+		if d.Allowed || !d.Blocked || d.RetryAfter != time.Hour+10*time.Second-at {
+			t.Fatalf("at %v: allowed %v blocked %v retry %v source %v; want blocked, retry %v (the hour window's wait)",
+				at, d.Allowed, d.Blocked, d.RetryAfter, d.Source, time.Hour+10*time.Second-at)
+		}
+	}
 	// A peek never starts a block.
 	clk.Set(7 * time.Second)
 	if d, err := e.Peek(ctx, r2); err != nil && d.Source != FromLocal || d.Allowed || d.Blocked {

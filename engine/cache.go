@@ -74,8 +74,9 @@ type knownKey struct {
 
 	// The key's block (Check.Block), from the last answer that read it:
 	// bsent, brecv and bwall are sent, recv and wall of that answer, bat
-	// its Redis time and bleft the µs its block had left (0: none).
-	bsent, brecv, bwall, bat, bleft int64
+	// its Redis time, bleft the µs its block had left (0: none) and bwait
+	// the longest wait of the key's windows, the block's included.
+	bsent, brecv, bwall, bat, bleft, bwait int64
 }
 
 // knownWin is one window of a known key, just after the answer.
@@ -189,7 +190,10 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 		if kk := sh.m[key]; kk != nil && kk.bleft > 0 && kk.bsent >= since && now >= kk.bsent &&
 			now-kk.bsent < maxAge && now < kk.bsent+kk.bleft {
 			found = true
+			// bleft holds the block's time left, res's wait of the
+			// key's windows what it will be once set below.
 			c.bleft[i] = kk.brecv + kk.bleft - now
+			c.res[3*p.kstart[i]+2] = kk.brecv + kk.bwait - now
 			at = max(at, kk.bat+now-kk.brecv)
 		}
 		sh.mu.Unlock()
@@ -199,14 +203,27 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 	}
 	for i, key := range p.keys {
 		kn, ok := k.get(key)
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-			var used, reset int64
-			if kw := kn.find(p.wins[j]); ok && kw != nil && kw.used > 0 && now < kn.sent+kw.reset {
-				used, reset = kw.used, kn.recv+kw.reset-now
-			}
-			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, 0
+		left, wait := c.bleft[i], int64(0)
+		if left > 0 {
+			wait = c.res[3*p.kstart[i]+2]
 		}
-		c.blockedFor(i, c.bleft[i])
+		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+			var used, reset, w int64
+			if kw := kn.find(p.wins[j]); ok && kw != nil {
+				if kw.used > 0 && now < kn.sent+kw.reset {
+					used, reset = kw.used, kn.recv+kw.reset-now
+				}
+				// A full window's wait ends with its edge entry's
+				// departure, which only a removal (an invalidation)
+				// brings forward.
+				if kw.wait > 0 {
+					w = max(0, kn.recv+kw.wait-now)
+				}
+			}
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, w
+		}
+		c.blockedFor(i, wait)
+		c.bleft[i] = left
 	}
 	c.status, c.suffix = statusDenied, 0
 	c.sec, c.usec = at/1e6, at%1e6
@@ -217,6 +234,11 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 // shard locked.
 func (kk *knownKey) storeBlock(c *call, i int, sent, recv, wall, at int64) {
 	kk.bsent, kk.brecv, kk.bwall, kk.bat, kk.bleft = sent, recv, wall, at, c.bleft[i]
+	p := &c.plan
+	kk.bwait = 0
+	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+		kk.bwait = max(kk.bwait, c.res[3*j+2])
+	}
 }
 
 // find returns the known window with w's period and limit, or nil.
