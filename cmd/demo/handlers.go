@@ -21,10 +21,10 @@ type api struct {
 	// super-admins unlimited, and the shared admin account counted by IP.
 	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d; user[bytes]:1Gi/d~15min; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
 	Upload   http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
-	// Login protection: 5 wrong passwords per account a day (and 50
+	// Login protection: 5 wrong passwords per account a minute (and 50
 	// attempts per IP an hour); successful logins are given back, and an
-	// account that reached its limit is blocked for 15 minutes.
-	Login http.HandlerFunc `route:"POST /login" limit:"key(account):5/d; ip:50/h; count:401; block:15m"`
+	// account (or IP) that reached its limit is blocked for 15 minutes.
+	Login http.HandlerFunc `route:"POST /login" limit:"key(account):5/min; ip:50/h; count:401; block:15m"`
 	// Only admins may delete users; they share one account, so count by IP.
 	DeleteUser http.HandlerFunc `route:"DELETE /users/{id}" limit:"role(admin)=ip:5/min; exempt:superadmin"`
 	// Super-admins inspect and reset windows; the limit only slows down

@@ -524,7 +524,7 @@ func TestCluster(t *testing.T) {
 var testTimeout = slidelimit.WithEngineOptions(engine.WithTimeout(5 * time.Second))
 
 // TestLogin checks login protection: successful logins are never limited,
-// wrong passwords are stopped after five per account a day.
+// wrong passwords are stopped after five per account a minute.
 func TestLogin(t *testing.T) {
 	t.Parallel()
 	td := newTestDemo(t, "")
