@@ -239,3 +239,43 @@ func TestBlockCached(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockConcurrent decides many concurrent requests of one subject, so
+// that batches share its key: exactly the limit is admitted, and once the
+// first denial started the block, no later request is admitted.
+func TestBlockConcurrent(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	afterTTLs(t, rc, prefix)
+	e := newEngine(t, rc, WithPrefix(prefix))
+	r := req(blocked(ip("6.6.6.6", win(5, time.Hour)), time.Hour), user("u", win(1000, time.Hour)))
+	const n = 200
+	results := make(chan Decision, n)
+	for range n {
+		go func() {
+			d, err := e.Allow(context.Background(), r)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- d
+		}()
+	}
+	admitted, blockedN := 0, 0
+	for range n {
+		d := <-results
+		if d.Allowed {
+			admitted++
+		}
+		if d.Blocked {
+			blockedN++
+		}
+	}
+	if admitted != 5 || blockedN != n-5 {
+		t.Fatalf("%d admitted and %d blocked of %d, want 5 and %d", admitted, blockedN, n, n-5)
+	}
+	d, err := e.Peek(context.Background(), r)
+	if err != nil || !d.Blocked || d.Windows[1].Used != 5 {
+		t.Fatalf("peek: blocked %v, user used %d, err %v; want blocked, 5", d.Blocked, d.Windows[1].Used, err)
+	}
+}
