@@ -66,8 +66,8 @@ func TestSettleSteps(t *testing.T) {
 		{"/?body=hello", []int64{-1, 5, -1}},
 		{"/?copy=1&body=abc", []int64{-1, 73, -1}},
 		{"/?copy=1&body=" + strings.Repeat("y", 200), []int64{-1, 150, -1}}, // a debt of 170 capped at 50
-		{"/?tokens=1", []int64{-1, 0, 100}},                                // NoDebt: 999 reported, 100 kept
-		{"/?fail=1&body=abc", nil},                                         // given back by count:
+		{"/?tokens=1", []int64{-1, 0, 100}},                                 // NoDebt: 999 reported, 100 kept
+		{"/?fail=1&body=abc", nil},                                          // given back by count:
 	} {
 		d.actual = nil
 		w := httptest.NewRecorder()
