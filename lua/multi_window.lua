@@ -121,7 +121,7 @@
 -- the engine rounds each tier's grain down to a multiple of the next
 -- shorter one's so that grains nest (engine/plan.go, nestGrains). The trim
 -- keeps the newest entry it could remove, whose total is the base of every
--- window. lua/give_back.lua removes a request from a weighted key.
+-- window. lua/give_back.lua removes or settles a request in a weighted key.
 --
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
 -- itself, and turning a number into a string or back about 0.2 µs, which
