@@ -32,9 +32,11 @@ type Settlement struct {
 	// response body its handler wrote to the client: what Write and
 	// ReadFrom of the middleware's ResponseWriter accepted, so a download
 	// the client abandoned counts what was sent before the connection
-	// broke (within the server's and the kernel's buffers, a few hundred
-	// KiB at most), a HEAD request or a 304 counts 0. Wrappers outside the
-	// middleware (compression) are not seen.
+	// broke, plus what the server's and the kernel's socket buffers took
+	// and never delivered (on loopback, 1 to 5 MiB beyond the 1 MiB a
+	// client read in TestSettleAbortedDownload); a HEAD request or a 304
+	// counts 0. Wrappers outside the middleware (compression) are not
+	// seen.
 	Written bool
 	// MaxDebt caps what a request may be charged beyond its estimate (the
 	// cost function's result): 0 charges the whole excess, a positive
