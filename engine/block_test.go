@@ -125,8 +125,8 @@ type backend struct {
 	ttl  func(t *testing.T, prefix string) // checks TTLs at the test's end, or nil
 }
 
-// testBackends starts real Redis, miniredis, a 3-master cluster and a
-// refusing server (the fallback limiter) for t.
+// testBackends starts real Redis, miniredis, a 3-master cluster, a Ring of
+// two servers and a refusing server (the fallback limiter) for t.
 func testBackends(t *testing.T) []backend {
 	t.Helper()
 	_, rc := startRedis(t)
@@ -143,7 +143,12 @@ func testBackends(t *testing.T) []backend {
 	l.Close() // nothing listens: every call is refused
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
+	s1, c1 := startRedis(t)
+	s2, c2 := startRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
+	t.Cleanup(func() { ring.Close() })
 	return []backend{
+		{"ring", ring, nil, func(t *testing.T, prefix string) { afterTTLs(t, c1, prefix); afterTTLs(t, c2, prefix) }},
 		{"redis", rc, nil, func(t *testing.T, prefix string) { afterTTLs(t, rc, prefix) }},
 		{"miniredis", mc, nil, nil},
 		{"cluster", cc, nil, func(t *testing.T, prefix string) { afterClusterTTLs(t, cl, prefix) }},
