@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -187,7 +188,8 @@ func (c *call) prepare() {
 	c.res = c.res[:n]
 	c.bleft = c.bleft[:0]
 	if c.plan.nblock > 0 {
-		c.bleft = append(c.bleft, make([]int64, len(c.plan.keys))...)
+		c.bleft = slices.Grow(c.bleft, len(c.plan.keys))[:len(c.plan.keys)]
+		clear(c.bleft)
 	}
 	c.all = c.all[:0]
 	for i := range c.plan.keys {
