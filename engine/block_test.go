@@ -223,6 +223,10 @@ func TestBlockCached(t *testing.T) {
 			if got := hook.Count() - before; got != 0 {
 				t.Errorf("%d Redis commands for %d attempts of a blocked subject, want 0", got, n)
 			}
+			// Another process sees the block in Redis.
+			if d, err := admin.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked || d.Source != FromRedis {
+				t.Fatalf("another engine: allowed %v blocked %v source %v err %v; want blocked by Redis", d.Allowed, d.Blocked, d.Source, err)
+			}
 			if err := admin.Reset(ctx, "s", r.Checks[0].Limiter, "9.9.9.9"); err != nil {
 				t.Fatal(err)
 			}
