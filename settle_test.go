@@ -17,6 +17,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
 )
 
 // backends returns a real Redis, miniredis and a 3-master Redis Cluster.
@@ -225,7 +226,7 @@ func TestBlockHeaders(t *testing.T) {
 			}
 			t.Cleanup(func() { lim.Close() })
 			mux := http.NewServeMux()
-			if err := lim.Handle(mux, "POST /login", ok, "ip:3/min,100/d; block:15m"); err != nil {
+			if err := lim.Handle(mux, "POST /login", ok, "ip:3/min,100/d; block:15m; exempt:superadmin"); err != nil {
 				t.Fatal(err)
 			}
 			for i := range 5 {
@@ -246,6 +247,14 @@ func TestBlockHeaders(t *testing.T) {
 				if ra < 899 || ra > 900 || r != 0 || tt != int64(ra) {
 					t.Errorf("request %d: Retry-After %d, RateLimit %q; want 900 (15m), r=0 and t=900", i, ra, w.Header().Get("RateLimit"))
 				}
+			}
+			// An exempt role from the blocked address is never blocked.
+			req := httptest.NewRequest("POST", "/login", nil)
+			req = req.WithContext(role.NewContext(req.Context(), role.Identity{User: "root", Roles: []role.Role{"superadmin"}}))
+			w := httptest.NewRecorder()
+			mux.ServeHTTP(w, req)
+			if w.Code != 200 {
+				t.Errorf("superadmin from the blocked address: %d, want 200", w.Code)
 			}
 		})
 	}
