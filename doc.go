@@ -35,10 +35,17 @@
 // that /files/1 and /files/2 share windows; Middleware serves other routers.
 // Peek and Reset show and clear the windows one subject ("alice",
 // "192.0.2.7") has in one scope, for admin tools, mapping the subject as
-// the middleware does. SetRules, ClearRules and Rules change the rule
-// group of a scope at run time in every process sharing the Redis and key
-// prefix (rule overrides), and limit functions ($quota in a window,
+// the middleware does; Reset also lifts the subject's block (a block:
+// statement). SetRules, ClearRules and Rules change the rule group of a
+// scope at run time in every process sharing the Redis and key prefix
+// (rule overrides), and limit functions ($quota in a window,
 // middleware.WithLimitFunc) give each request its own limit.
+//
+// A cost limiter can settle after the handler to what a request really
+// consumed: middleware.WithSettle with middleware.Settlement{Written: true}
+// counts the bytes a download actually sent, and middleware.ReportCost lets
+// a handler report an application cost such as tokens (see
+// engine.Engine.Settle for the semantics).
 //
 // # Configuration
 //
@@ -46,8 +53,8 @@
 // that package's option, passed through New: engine settings (Redis key
 // prefix, timeout, default fail mode, cached denials) with
 // WithEngineOptions, and middleware settings (trusted proxies, key and cost
-// functions, the service-wide role policy, hooks, the denied handler) with
-// WithMiddlewareOptions. Both packages log, each with its own WithLogger.
+// functions, settlements, the service-wide role policy, hooks, the denied
+// handler) with WithMiddlewareOptions. Both packages log, each with its own WithLogger.
 //
 //	lim, err := slidelimit.New(rdb,
 //		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -87,6 +88,10 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 // differ. A window longer than any enforced on the key so far sees only
 // the requests the key still retains, which is what it would see if it
 // were enforced now.
+//
+// A subject blocked by a group's block: statement is reported as such:
+// Decision.Blocked, Allowed false, Remaining 0 and RetryAfter at least the
+// block's time left. Reset lifts the block.
 //
 // Windows[i].Check is 0, unless groups of the scope were given different
 // middleware.WithIPv6Prefix options and an IPv6 subject therefore maps to
@@ -191,6 +196,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 	}
 
 	req := engine.Request{Scope: scope}
+	var block time.Duration // the longest block of the groups with the limiter
 	for _, g := range inScope {
 		var subject string
 		for _, ls := range g.group.LimiterLists() {
@@ -206,8 +212,13 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 					subject = s
 				}
 				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
+				block = max(block, g.group.Block)
 			}
 		}
+	}
+	for i := range req.Checks {
+		// Peek reads the subject's block (a Peek never starts one).
+		req.Checks[i].Block = block
 	}
 	if len(req.Checks) == 0 {
 		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownLimiter, limiterID, scope)

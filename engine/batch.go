@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 )
@@ -118,6 +119,7 @@ type call struct {
 	status     int64
 	suffix     int64
 	res        []int64 // per merged window: used, reset, wait
+	bleft      []int64 // per key when the plan has blocks: µs until its block ends, 0 when none
 	err        error   // Redis did not decide: the fail mode must
 	warn       error   // Redis decided, but something went wrong after (a rollback)
 
@@ -184,6 +186,11 @@ func (c *call) prepare() {
 		c.res = make([]int64, n)
 	}
 	c.res = c.res[:n]
+	c.bleft = c.bleft[:0]
+	if c.plan.nblock > 0 {
+		c.bleft = slices.Grow(c.bleft, len(c.plan.keys))[:len(c.plan.keys)]
+		clear(c.bleft)
+	}
 	c.all = c.all[:0]
 	for i := range c.plan.keys {
 		c.all = append(c.all, int32(i))

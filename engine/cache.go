@@ -71,6 +71,12 @@ type knownKey struct {
 	inval int64 // e.mono of the last invalidation: older answers are not kept
 	wins  []knownWin
 	buf   [2]knownWin // wins of a key with at most two windows
+
+	// The key's block (Check.Block), from the last answer that read it:
+	// bsent, brecv and bwall are sent, recv and wall of that answer, bat
+	// its Redis time, bleft the µs its block had left (0: none) and bwait
+	// the longest wait of the key's windows, the block's included.
+	bsent, brecv, bwall, bat, bleft, bwait int64
 }
 
 // knownWin is one window of a known key, just after the answer.
@@ -113,6 +119,11 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		return false
 	}
 	p := &c.plan
+	if p.nblock > 0 {
+		// A denial of a key with a block must reach Redis, where it
+		// starts the block; once started, the block denies from here.
+		return k.blocked(c, now, since)
+	}
 	full := false
 	var at int64
 	for i, key := range p.keys {
@@ -157,6 +168,79 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	return true
 }
 
+// blocked decides c from the cache at now (e.mono) when a key of c is
+// known to be blocked (Check.Block) by an answer received since the
+// subscription was confirmed (since), at most maxAge old, whose block
+// cannot have ended yet: deadlines start when that answer's batch was
+// sent, so the cache never denies after the block ended in Redis, and the
+// time left is counted from its arrival, so RetryAfter is never early. The
+// windows report their last known state (zero for keys not known), as a
+// blocked request counts nowhere. It fills c's outcome and returns true,
+// or changes nothing that matters and returns false.
+func (k *knownCache) blocked(c *call, now, since int64) bool {
+	p := &c.plan
+	var at int64
+	found := false
+	for i, key := range p.keys {
+		if p.blockOf(i) == 0 {
+			continue
+		}
+		sh := k.shard(key)
+		sh.mu.Lock()
+		if kk := sh.m[key]; kk != nil && kk.bleft > 0 && kk.bsent >= since && now >= kk.bsent &&
+			now-kk.bsent < maxAge && now < kk.bsent+kk.bleft {
+			found = true
+			// bleft holds the block's time left, res's wait of the
+			// key's windows what it will be once set below.
+			c.bleft[i] = kk.brecv + kk.bleft - now
+			c.res[3*p.kstart[i]+2] = kk.brecv + kk.bwait - now
+			at = max(at, kk.bat+now-kk.brecv)
+		}
+		sh.mu.Unlock()
+	}
+	if !found {
+		return false
+	}
+	for i, key := range p.keys {
+		kn, ok := k.get(key)
+		left, wait := c.bleft[i], int64(0)
+		if left > 0 {
+			wait = c.res[3*p.kstart[i]+2]
+		}
+		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+			var used, reset, w int64
+			if kw := kn.find(p.wins[j]); ok && kw != nil {
+				if kw.used > 0 && now < kn.sent+kw.reset {
+					used, reset = kw.used, kn.recv+kw.reset-now
+				}
+				// A full window's wait ends with its edge entry's
+				// departure, which only a removal (an invalidation)
+				// brings forward.
+				if kw.wait > 0 {
+					w = max(0, kn.recv+kw.wait-now)
+				}
+			}
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, w
+		}
+		c.blockedFor(i, wait)
+		c.bleft[i] = left
+	}
+	c.status, c.suffix = statusDenied, 0
+	c.sec, c.usec = at/1e6, at%1e6
+	return true
+}
+
+// storeBlock keeps key i's block as answered to c. Called with the key's
+// shard locked.
+func (kk *knownKey) storeBlock(c *call, i int, sent, recv, wall, at int64) {
+	kk.bsent, kk.brecv, kk.bwall, kk.bat, kk.bleft = sent, recv, wall, at, c.bleft[i]
+	p := &c.plan
+	kk.bwait = 0
+	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+		kk.bwait = max(kk.bwait, c.res[3*j+2])
+	}
+}
+
 // find returns the known window with w's period and limit, or nil.
 func (kk *knownKey) find(w window) *knownWin {
 	for i := range kk.wins {
@@ -175,7 +259,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	counted := c.status == statusAdmitted && c.mode == opAllow
 	at := c.sec*1e6 + c.usec
 	for i, key := range p.keys {
-		if p.kw[i] {
+		if p.kw[i] && p.blockOf(i) == 0 {
 			// A weighted key's fullness depends on each request's cost,
 			// and its counts on merged entries: it makes no cached denial
 			// and seeds nothing (the fallback starts it from nothing).
@@ -184,9 +268,12 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		sh := k.shard(key)
 		sh.mu.Lock()
 		kk := sh.entry(key, k.perShard, recv)
+		if p.blockOf(i) > 0 && sent >= kk.inval && sent >= kk.bsent {
+			kk.storeBlock(c, i, sent, recv, wall, at)
+		}
 		// An answer sent before an invalidation (or before a newer answer)
 		// may describe entries that are gone.
-		if sent < kk.inval || sent < kk.sent {
+		if p.kw[i] || sent < kk.inval || sent < kk.sent {
 			sh.mu.Unlock()
 			continue
 		}
@@ -219,7 +306,7 @@ func (k *knownCache) get(key string) (knownKey, bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	kk := sh.m[key]
-	if kk == nil || len(kk.wins) == 0 {
+	if kk == nil || len(kk.wins) == 0 && kk.bleft == 0 {
 		return knownKey{}, false
 	}
 	cp := *kk
@@ -236,6 +323,7 @@ func (k *knownCache) invalidate(key string, now int64) {
 	kk := sh.entry(key, k.perShard, now)
 	kk.inval = max(kk.inval, now)
 	kk.wins = kk.wins[:0]
+	kk.bleft = 0
 	sh.mu.Unlock()
 }
 
@@ -264,6 +352,7 @@ func (sh *knownShard) evict(now int64) {
 		for _, w := range kk.wins {
 			longest = max(longest, w.reset, w.wait)
 		}
+		longest = max(longest, kk.bleft)
 		if now-max(kk.sent+longest, kk.inval+maxTombstone) > 0 {
 			delete(sh.m, key)
 		}

@@ -116,9 +116,9 @@ func (e *Engine) runParts(batch []*call) {
 			first := fa.begin(t)
 			fa.op(c, keys, false)
 			args := make([]any, 0, 3+len(keys)+len(fa.ends)-first)
-			args = append(args, "evalsha", e.shaArg, len(keys))
+			args = append(args, "evalsha", e.shaArg, c.plan.nargs(keys))
 			for _, k := range keys {
-				args = append(args, &c.plan.args[k])
+				args = c.plan.appendKeyArgs(args, int(k))
 			}
 			args = fa.appendFrom(args, first)
 			cmd := redis.NewIntSliceCmd(ctx, args...)

@@ -61,6 +61,10 @@ type WindowState struct {
 	Remaining int64
 	// Reset is the time until the oldest request in the window leaves it,
 	// freeing one unit; zero when the window is empty.
+	//
+	// While the check's subject is blocked (Check.Block), Remaining is 0
+	// and Reset at least the time until the block ends: nothing is free
+	// before then.
 	Reset time.Duration
 }
 
@@ -87,6 +91,10 @@ type Decision struct {
 	// Windows holds the state of every window of every check, in check
 	// order then window order.
 	Windows []WindowState
+	// Blocked reports that a check's subject is blocked (Check.Block):
+	// the request was denied by a block in force, or its denial started
+	// one. RetryAfter is then at least the time until the block ends.
+	Blocked bool
 
 	// receipt names the entries an admitted Allow added, for GiveBack.
 	receipt receipt
@@ -137,6 +145,9 @@ func (c *call) decision(req *Request, src Source) Decision {
 			ws := &d.Windows[j]
 			ws.Check, ws.Window, ws.Used = i, w, used
 			ws.Remaining = max(w.Limit-used, 0)
+			if len(c.bleft) > 0 && c.bleft[p.keyOf[i]] > 0 {
+				d.Blocked, ws.Remaining, reset = true, 0, max(reset, c.bleft[p.keyOf[i]])
+			}
 			ws.Reset = time.Duration(reset) * time.Microsecond
 			// A merged window reports the wait for its smallest limit; the
 			// check that set that limit is the one that denies.

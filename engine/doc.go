@@ -5,8 +5,9 @@
 // (a *redis.Client, *redis.ClusterClient, *redis.Ring or any [Client]) and
 // is safe for concurrent use. [Engine.Allow] decides a [Request] and counts
 // it; [Engine.Peek] reports what Allow would decide without counting;
-// [Engine.GiveBack] uncounts an admitted request; [Engine.Reset] forgets a
-// subject. Allow and Peek return a usable [Decision] whatever fails.
+// [Engine.GiveBack] uncounts an admitted request; [Engine.Settle] changes
+// an admitted request's cost to what it really consumed; [Engine.Reset]
+// forgets a subject and lifts its blocks. Allow and Peek return a usable [Decision] whatever fails.
 //
 // # Semantics
 //
@@ -48,6 +49,40 @@
 // user:200/10s,5000/h~2m,20000/d~30m held 82 members (4,168 bytes) after
 // 20,000 admissions spread over a day, against 2.4 MB for the exact group.
 // Keys shared by groups with different grains err by the coarsest one.
+//
+// # Blocks
+//
+// A check with a Block (Check.Block, the rule language's block:) blocks
+// its subject on its limiter for that long from the first time one of the
+// limiter's windows denies it. The block is a key beside the limiter's key
+// (the key and ":block", in its Redis Cluster hash tag, so in its slot),
+// holding the block's end and expiring with it; the script reads it before
+// admitting and sets it in the same atomic call as the denial that starts
+// it (lua/multi_window.lua, Blocks). While it lasts, every Allow of the
+// subject with that check is denied, counts in no window of any check, and
+// leaves the block as it is, so attempts never extend it; a Peek reports
+// it but never starts one. [Decision.Blocked] is set, the check's windows
+// report Remaining 0 and a Reset of at least the time left, and
+// RetryAfter is at least the time left (more when a window itself waits
+// longer). Reset deletes the block key with the limiter's key. A block in
+// this process's cache denies without a Redis call, like a full window
+// (see Cached denials); a denial that would start a block always goes to
+// Redis, so that the block is set there. The FailLocal fallback knows the
+// blocks Redis reported and starts its own.
+//
+// # Settlement
+//
+// A request is admitted against its cost (Check.Cost), usually an
+// estimate made before the handler runs. [Engine.Settle] changes it to the
+// actual cost afterwards, in limiters with a cost: less gives the
+// difference back, exactly, never below zero; more is a debt charged at
+// the request's own admission time (the window may then exceed its limit
+// by that excess, and later requests wait for it to leave). A weighted
+// key's entries carry running totals, so the request's entry and every
+// later one are rewritten (lua/give_back.lua): O(entries after it), at
+// most 64, beyond which the change errs on the side of denying. With
+// grains, a request merged into the next entry is settled in that entry;
+// the middleware's WithSettle and ReportCost settle after the handler.
 //
 // # Time
 //

@@ -232,8 +232,10 @@ func answeredErr(err error) bool {
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
-// Reset forgets every request counted for subject by limiter l in scope:
-// it deletes the key, in Redis and in the fallback limiter.
+// Reset forgets every request counted for subject by limiter l in scope
+// and lifts the subject's block there (Check.Block): it deletes the key and
+// its block key, in Redis and in the fallback limiter, and tells every
+// engine's cache.
 func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
 	key := string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))
 	e.local.forget(key)
@@ -242,7 +244,8 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", key)); err != nil {
+	// One slot: the block key shares the key's hash tag.
+	if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", key, blockKey(key))); err != nil {
 		return &BackendError{Op: "reset", Err: err}
 	}
 	e.publish(ctx, invalReset, key)

@@ -133,3 +133,56 @@ func ExampleEngine_GiveBack() {
 	// wrong denied
 	// right denied
 }
+
+// A completion is admitted against the 500 tokens it may use and settled
+// to the 120 it used: the window then holds 120.
+func ExampleEngine_Settle() {
+	rdb, done := newRedis()
+	defer done()
+	eng, err := engine.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+
+	ctx := context.Background()
+	tokens := rules.Limiter{Kind: rules.User, Cost: "tokens", Windows: []rules.Window{{Limit: 1000, Period: time.Minute}}}
+	req := engine.Request{Scope: "complete", Checks: []engine.Check{{Limiter: tokens, Subject: "42", Cost: 500}}}
+	d, _ := eng.Allow(ctx, req)
+	fmt.Println(d.Allowed, d.Windows[0].Used)
+	if err := eng.Settle(ctx, req, d, []int64{120}); err != nil {
+		log.Fatal(err)
+	}
+	p, _ := eng.Peek(ctx, req)
+	fmt.Println(p.Windows[0].Used)
+
+	// Output:
+	// true 500
+	// 120
+}
+
+// Once a window denies user 42, the user is blocked for an hour, though
+// the minute's window has room again after a minute.
+func ExampleCheck_block() {
+	rdb, done := newRedis()
+	defer done()
+	eng, err := engine.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer eng.Close()
+
+	ctx := context.Background()
+	req := engine.One("login", rules.User, "42", rules.Window{Limit: 2, Period: time.Minute})
+	req.Checks[0].Block = time.Hour
+	for range 4 {
+		d, _ := eng.Allow(ctx, req)
+		fmt.Println(d.Allowed, d.Blocked, d.RetryAfter.Round(time.Minute))
+	}
+
+	// Output:
+	// true false 0s
+	// true false 0s
+	// false true 1h0m0s
+	// false true 1h0m0s
+}

@@ -29,14 +29,16 @@ type localKey struct {
 	costs []int64 // the cost of each time (1 in count keys and for seeds)
 	ret   int64   // retention in µs: the longest window seen
 	seed  int64   // wall time (µs) of the Redis answer the seeds stand for
+	block int64   // wall time (µs) its block ends (Check.Block); 0: none
 }
 
 // seedID marks entries that stand for what Redis last said (see seed).
 const seedID = -1
 
-// expired reports whether every entry of k has left its retention at t.
+// expired reports whether every entry of k has left its retention at t,
+// and its block has ended.
 func (k *localKey) expired(t int64) bool {
-	return len(k.times) == 0 || k.times[len(k.times)-1] <= t-k.ret
+	return (len(k.times) == 0 || k.times[len(k.times)-1] <= t-k.ret) && k.block <= t
 }
 
 func newLocalLimiter(maxKeys int) *localLimiter {
@@ -59,8 +61,13 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			delete(l.keys, key)
 			k = nil
 		}
-		if kn, found := known.get(key); found && (k == nil || kn.wall > k.seed) {
+		kn, found := known.get(key)
+		if found && (k == nil || kn.wall > k.seed) {
 			k = l.seed(key, k, &kn, t)
+		}
+		if found && kn.bleft > 0 && k != nil {
+			// A block Redis reported holds here too.
+			k.block = max(k.block, kn.bwall+kn.bleft)
 		}
 		if k != nil {
 			times, costs = k.times, k.costs
@@ -92,9 +99,16 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			}
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
+		if p.blockOf(i) > 0 && k != nil && k.block > t {
+			ok = false
+			c.blockedFor(i, k.block-t)
+		}
 	}
 	c.status = statusDenied
 	if !ok {
+		if c.mode == opAllow && p.nblock > 0 {
+			l.startBlocks(c, t)
+		}
 		return
 	}
 	c.status = statusAdmitted
@@ -115,6 +129,27 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 		k.times = slices.Insert(k.times, at, t)
 		k.ids = slices.Insert(k.ids, at, c.id)
 		k.costs = slices.Insert(k.costs, at, p.kcost[i])
+	}
+}
+
+// startBlocks starts the block of every key of c (a denied allow) that has
+// a block, is not blocked yet and had no room in a window, as the script
+// does. Called with l.mu held.
+func (l *localLimiter) startBlocks(c *call, t int64) {
+	p := &c.plan
+	for i, key := range p.keys {
+		b := p.blockOf(i)
+		if b == 0 || c.bleft[i] > 0 {
+			continue
+		}
+		full := false
+		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+			full = full || c.res[3*j+2] > 0
+		}
+		if full {
+			l.add(key, t).block = t + b
+			c.blockedFor(i, b)
+		}
 	}
 }
 

@@ -56,6 +56,14 @@ type plan struct {
 	origin []int32 // per window of the request, in check then window order: index in wins
 	kcost  []int64 // per key: what the request counts in it (1 in count keys)
 	kw     []bool  // per key: weighted (entries carry running totals, see lua/multi_window.lua)
+
+	// Blocks (Check.Block): per key, the block in µs (0: none), and for
+	// keys with one the block key as an argument (see blockKey). nblock
+	// counts the keys with a block; without any, the slices stay empty.
+	kblock []int64
+	bbuf   []byte
+	bargs  []keyArg
+	nblock int
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -69,6 +77,11 @@ func (p *plan) build(k *keyer, req *Request) error {
 	p.kcost, p.kw = p.kcost[:0], p.kw[:0]
 	clear(p.args) // drop the previous request's key string
 	p.args = p.args[:0]
+	if p.nblock > 0 || len(p.kblock) > 0 {
+		p.kblock, p.bbuf, p.nblock = p.kblock[:0], p.bbuf[:0], 0
+		clear(p.bargs)
+		p.bargs = p.bargs[:0]
+	}
 	switch req.Fail {
 	case rules.FailDefault, rules.FailOpen, rules.FailClosed, rules.FailLocal:
 	default:
@@ -132,6 +145,11 @@ func (p *plan) build(k *keyer, req *Request) error {
 		} else if p.kcost[idx] != cost {
 			return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 		}
+		if c.Block != 0 {
+			if err := p.block(i, int(idx), c.Block); err != nil {
+				return err
+			}
+		}
 		p.keyOf = append(p.keyOf, idx)
 	}
 	if len(p.ends) == 0 {
@@ -146,6 +164,9 @@ func (p *plan) build(k *keyer, req *Request) error {
 		p.keys = append(p.keys, s[prev:end])
 		p.args = append(p.args, keyArg{b: p.buf[prev:end:end], s: s[prev:end]})
 		prev = end
+	}
+	if p.nblock > 0 {
+		p.blockKeys()
 	}
 
 	// Windows of one key: the union over its checks, the smaller limit
@@ -197,6 +218,88 @@ func (p *plan) build(k *keyer, req *Request) error {
 		}
 	}
 	return nil
+}
+
+// block records check i's block d on key idx: the longest block of the
+// checks sharing the key.
+func (p *plan) block(i, idx int, d time.Duration) error {
+	if d < 0 || d > rules.MaxPeriod {
+		return &RequestError{Check: i, Window: -1, Reason: "block outside 0..rules.MaxPeriod"}
+	}
+	for len(p.kblock) <= idx {
+		p.kblock = append(p.kblock, 0)
+	}
+	ms := (periodMicros(d) + 999) / 1000 * 1000 // whole ms: the block key's PX
+	if p.kblock[idx] == 0 {
+		p.nblock++
+	}
+	p.kblock[idx] = max(p.kblock[idx], ms)
+	return nil
+}
+
+// blockSuffix ends a block key: the limiter key it guards, then this
+// suffix, which keeps it in the key's hash tag (its cluster slot) and
+// apart from every limiter key (those end with '}').
+const blockSuffix = ":block"
+
+// blockKey returns the key of key's block (see Check.Block).
+func blockKey(key string) string { return key + blockSuffix }
+
+// blockKeys builds the block keys of the keys with a block, once every key
+// is known.
+func (p *plan) blockKeys() {
+	for len(p.kblock) < len(p.keys) {
+		p.kblock = append(p.kblock, 0)
+	}
+	for i, key := range p.keys {
+		if p.kblock[i] > 0 {
+			p.bbuf = append(p.bbuf, key...)
+			p.bbuf = append(p.bbuf, blockSuffix...)
+		}
+	}
+	s := unsafe.String(unsafe.SliceData(p.bbuf), len(p.bbuf))
+	end := 0
+	for i, key := range p.keys {
+		var a keyArg
+		if p.kblock[i] > 0 {
+			start := end
+			end += len(key) + len(blockSuffix)
+			a = keyArg{b: p.bbuf[start:end:end], s: s[start:end]}
+		}
+		p.bargs = append(p.bargs, a)
+	}
+}
+
+// blockOf returns key i's block in µs, 0 for none.
+func (p *plan) blockOf(i int) int64 {
+	if p.nblock == 0 || i >= len(p.kblock) {
+		return 0
+	}
+	return p.kblock[i]
+}
+
+// nargs returns the number of script KEYS of keys (indices into p.keys):
+// one per key, and one more per block key.
+func (p *plan) nargs(keys []int32) int {
+	n := len(keys)
+	if p.nblock > 0 {
+		for _, k := range keys {
+			if p.blockOf(int(k)) > 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// appendKeyArgs appends the script's KEYS for key k of p: the key, then
+// its block key if it has a block.
+func (p *plan) appendKeyArgs(args []any, k int) []any {
+	args = append(args, &p.args[k])
+	if p.blockOf(k) > 0 {
+		args = append(args, &p.bargs[k])
+	}
+	return args
 }
 
 // keyCost returns the cost segment of l's key: l.Cost for a limiter with a

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/slidelimit/slidelimit/rules"
+import (
+	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
 
 // Check is one limiter applied to one subject: the windows of Limiter count
 // the requests of Subject (an IP, a user id, a header value, ...) within a
@@ -13,6 +17,14 @@ type Check struct {
 	Subject string
 	// Cost is what the request counts in this check's windows; 0 counts 1.
 	Cost int64
+	// Block, when positive, blocks Subject on this limiter (in this
+	// scope) for that long from the first time one of its windows denies
+	// it: until then every request of Subject with this check is denied,
+	// counts nowhere, and does not extend the block (see the package
+	// documentation, Blocks). It is rounded up to whole milliseconds.
+	// Checks sharing a key block for the longest of their Blocks. Zero
+	// blocks nothing.
+	Block time.Duration
 }
 
 // Request is one rate-limit decision: every window of every check must have

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Bounds of the decision time, in microseconds since 1970: the script's
@@ -84,9 +86,9 @@ func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) [
 	for ci, c := range batch {
 		fa.op(c, c.all, shared != nil && shared[ci])
 		for i := range c.plan.keys {
-			args = append(args, &c.plan.args[i])
+			args = c.plan.appendKeyArgs(args, i)
 		}
-		nkeys += len(c.plan.keys)
+		nkeys += len(c.plan.keys) + c.plan.nblock
 	}
 	args[2] = nkeys
 	args = fa.appendTo(args)
@@ -189,8 +191,24 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 			}
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
+		if p.blockOf(int(k)) > 0 {
+			c.blockedFor(int(k), r.int(int64(rules.MaxPeriod/time.Microsecond)))
+		}
 	}
 	return status, suffix
+}
+
+// blockedFor records that key k of c is blocked for left µs more (none
+// when left is 0): every window of the key then waits at least that long.
+func (c *call) blockedFor(k int, left int64) {
+	c.bleft[k] = left
+	if left == 0 {
+		return
+	}
+	p := &c.plan
+	for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
+		c.res[3*j+2] = max(c.res[3*j+2], left)
+	}
 }
 
 // The script's arguments and reply (its wire format) are specified once,
@@ -254,12 +272,12 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 		f.buf = append(f.buf, c.member...)
 	}
 	f.ends = append(f.ends, int32(len(f.buf)))
-	if shared {
-		f.int(-int64(len(keys)))
-	} else {
-		f.int(int64(len(keys)))
-	}
 	p := &c.plan
+	nkeys := int64(p.nargs(keys))
+	if shared {
+		nkeys = -nkeys
+	}
+	f.int(nkeys)
 	for _, k := range keys {
 		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
 		if !p.kw[k] {
@@ -269,6 +287,7 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 				f.int(w.period)
 				f.int(w.limit)
 			}
+			f.block(p, k)
 			continue
 		}
 		f.int(-int64(len(ws)))
@@ -279,6 +298,17 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 			f.int(w.limit)
 			f.int(w.grain)
 		}
+		f.block(p, k)
+	}
+}
+
+// block appends the fields of key k's block key, if it has a block.
+func (f *flatArgs) block(p *plan, k int32) {
+	if b := p.blockOf(int(k)); b > 0 {
+		f.int(0)
+		f.buf = append(f.buf, 'B')
+		f.ends = append(f.ends, int32(len(f.buf)))
+		f.int(b)
 	}
 }
 

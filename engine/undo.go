@@ -41,6 +41,13 @@ type undo struct {
 	suffix int64 // the script's suffix, or -1 when unknown: remove all
 	until  int64 // local time in µs after which the entry counts no more
 	cost   int64 // the request's cost in a weighted key; 0 in a count key
+	// A settlement (see Settle) of a weighted key: the change of the
+	// request's cost and the mode of give_back.lua ('s' or 'g'); mode 0
+	// removes the request.
+	delta int64
+	mode  byte
+	at    int64 // mode 'g': the request's decision time (µs since 1970)
+	grain int64 // mode 'g': the key's coarsest grain (µs)
 }
 
 // undoOf returns the undo of member (with suffix, or -1) in key k of p,
@@ -94,7 +101,15 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		}
 		// A weighted member carries its running total, which the
 		// engine does not know: the script finds it (see give_back.lua).
-		cmds[i] = redis.NewIntCmd(ctx, append([]any{"evalsha", giveBack.Hash(), 1, u.key, u.cost}, u.members()...)...)
+		args := []any{"evalsha", giveBack.Hash(), 1, u.key, -u.cost, "r"}
+		switch u.mode {
+		case 's':
+			args[4], args[5] = u.delta, "s"
+		case 'g':
+			args[4], args[5] = u.delta, "g"
+			args = append(args, u.at, u.grain)
+		}
+		cmds[i] = redis.NewIntCmd(ctx, append(args, u.members()...)...)
 		_ = pipe.Process(ctx, cmds[i])
 	}
 	// On one server, commands of one pipeline run in order, so the
@@ -102,9 +117,11 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	// trip; elsewhere it is sent once they are done.
 	var pub *redis.IntCmd
 	if e.group == groupAll {
-		keys := make([]string, len(us))
-		for i, u := range us {
-			keys[i] = u.key
+		keys := make([]string, 0, len(us))
+		for _, u := range us {
+			if u.mode == 0 {
+				keys = append(keys, u.key)
+			}
 		}
 		if pub = e.publishCmd(ctx, invalRemoved, keys...); pub != nil {
 			_ = pipe.Process(ctx, pub)
@@ -126,7 +143,9 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			if first == nil {
 				first = err
 			}
-		} else if cmd.Val() > 0 {
+		} else if cmd.Val() > 0 && us[i].mode == 0 {
+			// A settlement (mode 's' or 'g') changes weighted keys
+			// only, which make no cached denials: nothing to announce.
 			done = append(done, us[i].key)
 		}
 	}

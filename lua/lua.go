@@ -17,7 +17,9 @@ var MultiWindow string
 
 // GiveBack is the source of the script that removes one request's entry
 // from a weighted key (a key of a limiter with a cost or a grain), for
-// rollbacks, undos and give-backs. See the engine package documentation.
+// rollbacks, undos and give-backs, or changes its cost by a signed delta,
+// for settlements. Its header specifies its arguments; see the engine
+// package documentation.
 //
 //go:embed give_back.lua
 var GiveBack string

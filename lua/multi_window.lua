@@ -26,6 +26,10 @@
 --       nwin, busy, then nwin times: period, limit
 --     or a weighted key (a limiter with a cost or a grain):
 --       -nwin, busy, cost, then nwin times: period, limit, grain
+--     or a special key, whose first field is 0 and second a one-letter
+--     kind:
+--       0, 'B', block   the block key of the key just before it (see
+--                       Blocks below); block is the block's length.
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact).
@@ -52,6 +56,19 @@
 -- the entry at rank used-limit, 0-based, from the window's oldest;
 -- weighted key: the window's oldest entry whose running total reaches
 -- the newest total + cost - limit).
+--
+-- A block key's reply is one integer, left: the time until its block
+-- ends (0: not blocked).
+--
+-- Blocks. A block key holds the time its block ends (t + block, %d) and
+-- expires with it (PX, block rounded up to ms; the value, not the expiry,
+-- says whether a block is in force, so a test clock works too). An op
+-- whose block key holds an end after t is blocked: it is denied (status
+-- 0) whatever its windows say, adds nothing anywhere and leaves the block
+-- as it is, so attempts during a block never extend it (left is the time
+-- to its end). Otherwise, when the key just before had no room in a
+-- window, an allow (not a peek) sets the block key to t + block (left =
+-- block): the first denial starts the block.
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness.
@@ -104,7 +121,7 @@
 -- the engine rounds each tier's grain down to a multiple of the next
 -- shorter one's so that grains nest (engine/plan.go, nestGrains). The trim
 -- keeps the newest entry it could remove, whose total is the base of every
--- window. lua/give_back.lua removes a request from a weighted key.
+-- window. lua/give_back.lua removes or settles a request in a weighted key.
 --
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
 -- itself, and turning a number into a string or back about 0.2 µs, which
@@ -557,6 +574,7 @@ while p <= #args do
   n = n + 1
   local code = n
   local fits = true
+  local key_fits = true -- whether the previous key had room (see Blocks)
   local q = p + 2
   for k = 1, nkeys do
     local key = KEYS[used_keys + k]
@@ -568,7 +586,7 @@ while p <= #args do
     end
     if nwin > 0 then
       local m = remember and memo[key]
-      local key_fits, longest_used, longest, added_at
+      local longest_used, longest, added_at
       if m then
         -- See memo.
         local added = m % 2
@@ -586,14 +604,31 @@ while p <= #args do
         -- marker at t; if this op's marker is the same, there is none left.
         key_memo[2 * k] = (added_at >= BUSY) == busy
       end
-    else
+    elseif nwin < 0 then
       if not weigh then
         weighted_functions()
       end
-      local key_fits, state
+      local state
       q, key_fits, state = weigh(key, q + 2, -nwin)
       fits = fits and key_fits
       key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
+    else
+      -- A special key: key_state[at] true keeps it out of the admission.
+      key_state[at - 2], key_state[at - 1], key_state[at] = 0, false, true
+      if args[q + 1] == 'B' then
+        -- See Blocks.
+        local left, ends = 0, call('GET', key)
+        ends = ends and num(ends)
+        if ends and ends > t then
+          left, fits = ends - t, false
+        elseif not key_fits and member ~= '' then
+          left = num(args[q + 2])
+          call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
+        end
+        n = n + 1
+        reply[n] = left
+        q = q + 3
+      end
     end
   end
 
@@ -611,7 +646,7 @@ while p <= #args do
       -- they are added once the member's suffix is known.
       for k = 1, nkeys do
         local state = key_state[4 * k]
-        if state then
+        if state and state ~= true then
           local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
             return err
@@ -620,7 +655,7 @@ while p <= #args do
       end
       for k = 1, nkeys do
         local at = 4 * k
-        if not (remember and key_memo[2 * k]) then
+        if not (remember and key_memo[2 * k]) and key_state[at] ~= true then
           bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
         end
       end

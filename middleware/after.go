@@ -27,9 +27,12 @@ func (l *limiter) serveAdmitted(w http.ResponseWriter, next http.Handler, c *cal
 		next.ServeHTTP(w, c.r)
 		return
 	}
+	if l.settles(c) {
+		l.prepareSettle(c)
+	}
 	sw := &statusWriter{ResponseWriter: w}
 	panicked := true
-	defer func() { l.afterHandler(c, sw.outcome(panicked)) }()
+	defer func() { l.afterHandler(c, sw.outcome(panicked), sw.written) }()
 	next.ServeHTTP(sw, c.r)
 	panicked = false
 }
@@ -37,14 +40,15 @@ func (l *limiter) serveAdmitted(w http.ResponseWriter, next http.Handler, c *cal
 // hasAfter reports whether a step after the handler has work for c, so
 // that a request without any runs next unwrapped.
 func (l *limiter) hasAfter(c *call) bool {
-	return c.dec.Allowed && l.needsGiveBack()
+	return c.dec.Allowed && (l.needsGiveBack() || l.settles(c))
 }
 
 // afterHandler runs the steps after the handler, in order. The client may
 // be gone; the work must be done all the same.
-func (l *limiter) afterHandler(c *call, o outcome) {
+func (l *limiter) afterHandler(c *call, o outcome, written int64) {
 	ctx := context.WithoutCancel(c.r.Context())
 	l.giveBackUncounted(ctx, c, o)
+	l.settleCost(ctx, c, o, written)
 }
 
 // outcome returns what w saw of the handler's run.

@@ -170,7 +170,29 @@
 // listed. A handler that panics or hijacks the connection stays counted:
 // its outcome is unknown. The rate-limit fields sent before the handler
 // runs describe the windows with the request counted. Groups without
-// count: are served without the wrapper.
+// count: (or a settled limiter, see Settlement) are served without the
+// wrapper.
+//
+// # Settlement
+//
+// WithSettle(name, s) makes the limiters whose cost function is name settle
+// after the handler (Settler, implemented by *engine.Engine): the request
+// is admitted against the cost function's estimate, then counts its actual
+// cost instead, the one the handler reported with ReportCost(ctx, name, n)
+// or, with s.Written, the bytes of body written (an aborted download
+// counts what was sent). Less than the estimate is given back; more is a
+// debt charged at the request's admission time, capped by s.MaxDebt (NoDebt
+// refuses it). A request given back by count:, or whose handler panicked
+// or hijacked the connection, keeps its estimate. Only requests of groups
+// with a settled limiter get the wrapper and a context to report to.
+//
+// # Blocks
+//
+// A group's block: statement (see package rules) reaches the engine as
+// engine.Check.Block on every check. A blocked request is denied like any
+// other, with RateLimit r=0 and t, and Retry-After, the time the block has
+// left (or longer when a window waits longer); Event.Decision.Blocked says
+// so. Exempt roles never reach the engine, so they are never blocked.
 //
 // # Other transports
 //

@@ -37,6 +37,7 @@ type limiter struct {
 	group    rules.Group
 	decider  Decider
 	giver    GiveBacker // d as a GiveBacker, for a group with count:
+	settler  Settler    // d as a Settler, with WithSettle
 	policy   role.Policy
 	ip       clientIP
 	v6bits   int
@@ -107,10 +108,18 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 			errs = append(errs, ErrNoGiveBack)
 		}
 	}
+	var settler Settler
+	if d != nil && len(c.settle) > 0 {
+		var ok bool
+		if settler, ok = d.(Settler); !ok {
+			errs = append(errs, ErrNoSettle)
+		}
+	}
 	l := &limiter{
 		group:   g,
 		decider: d,
 		giver:   giver,
+		settler: settler,
 		policy:  c.policy,
 		ip:      clientIP{header: c.proxyHeader},
 		v6bits:  c.ipv6Prefix,
@@ -139,6 +148,9 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 			continue // Resolve picks the first override of a role
 		}
 		p, err := newPlan(role, ls, c.keys, c.costs, c.limits)
+		if err == nil {
+			p.settleWith(c.settle)
+		}
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -221,6 +233,7 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 	cs := make([]engine.Check, len(p.limiters))
 	for i, lim := range p.limiters {
 		cs[i].Limiter = lim // Cost is set by price
+		cs[i].Block = l.group.Block
 		var v string
 		switch lim.Kind {
 		case rules.Header:

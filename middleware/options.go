@@ -46,6 +46,7 @@ type config struct {
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
 	limits      map[string]LimitFunc
+	settle      map[string]Settlement
 	logger      *slog.Logger
 	hooks       []func(Event)
 	legacy      bool

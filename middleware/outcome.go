@@ -28,13 +28,19 @@ func (l *limiter) needsGiveBack() bool { return l.giver != nil }
 // connection leaves the request counted: its outcome is unknown, and
 // counting it errs on the side of denying.
 func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) {
-	if !l.needsGiveBack() || o.panicked || o.hijacked || l.group.Counts(o.status) {
+	if !l.givesBack(o) {
 		return
 	}
 	if err := l.giver.GiveBack(ctx, c.req, c.dec); err != nil {
 		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
 			slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err))
 	}
+}
+
+// givesBack reports whether the request that had outcome o is given back
+// (see giveBackUncounted).
+func (l *limiter) givesBack(o outcome) bool {
+	return l.needsGiveBack() && !o.panicked && !o.hijacked && !l.group.Counts(o.status)
 }
 
 // statusWriter records the status a handler answers with. It keeps the
@@ -45,6 +51,7 @@ type statusWriter struct {
 	http.ResponseWriter
 	status   int // the final status written; 0 until then
 	hijacked bool
+	written  int64 // bytes of body the wrapped writer accepted (Settlement.Written)
 }
 
 var (
@@ -66,7 +73,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	return w.ResponseWriter.Write(b)
+	n, err := w.ResponseWriter.Write(b)
+	w.written += int64(n)
+	return n, err
 }
 
 // ReadFrom keeps the wrapped writer's io.ReaderFrom (sendfile for an
@@ -75,10 +84,15 @@ func (w *statusWriter) ReadFrom(src io.Reader) (int64, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	var n int64
+	var err error
 	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
-		return rf.ReadFrom(src)
+		n, err = rf.ReadFrom(src)
+	} else {
+		n, err = io.Copy(writerOnly{w.ResponseWriter}, src)
 	}
-	return io.Copy(writerOnly{w.ResponseWriter}, src)
+	w.written += n
+	return n, err
 }
 
 // Flush flushes the wrapped writer, when it can; like net/http's own

@@ -48,13 +48,15 @@ type cost struct {
 type plan struct {
 	role     string
 	limiters []rules.Limiter
-	keys     []KeyFunc  // keys[i] is the function of limiters[i] when it is a key(name)
-	costs    []cost     // costs[i] is the cost of limiters[i]
-	priced   bool       // some limiter has a cost function
-	policies []policy   // in check order then window order, as Decision.Windows
-	index    [][]int    // index[check][window] is the position in policies
-	field    string     // the RateLimit-Policy value; per request for a plan with limits
-	limits   *limitPlan // the windows with limit functions; nil when there are none
+	keys     []KeyFunc     // keys[i] is the function of limiters[i] when it is a key(name)
+	costs    []cost        // costs[i] is the cost of limiters[i]
+	priced   bool          // some limiter has a cost function
+	policies []policy      // in check order then window order, as Decision.Windows
+	index    [][]int       // index[check][window] is the position in policies
+	field    string        // the RateLimit-Policy value; per request for a plan with limits
+	limits   *limitPlan    // the windows with limit functions; nil when there are none
+	settle   []*Settlement // settle[i] is how limiters[i] settles (WithSettle), nil if not; nil when none does
+	settled  bool          // some limiter settles
 }
 
 // newPlan prepares ls; it fails when a limiter needs a key or cost function

@@ -15,7 +15,7 @@
 // In the EBNF of the Go specification, with the lexical rules below:
 //
 //	group     = statement { ";" statement } [ ";" ] .
-//	statement = limiter | override | exempt | scope | count | mode | fail .
+//	statement = limiter | override | exempt | scope | count | mode | fail | block .
 //
 //	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
@@ -33,6 +33,7 @@
 //	status    = digit digit digit | digit "xx" .
 //	mode      = "mode" ":" ( "enforce" | "shadow" ) .
 //	fail      = "fail" ":" ( "open" | "closed" | "local" ) .
+//	block     = "block" ":" [ count ] unit .
 //
 //	decimal   = digit { digit } .
 //	name      = namechar { namechar } .
@@ -108,9 +109,9 @@
 // period into whole grains, and splits it into at most MaxGrains grains.
 // A window without a grain is exact, as before.
 //
-// # Scope, count, mode, fail
+// # Scope, count, mode, fail, block
 //
-// Within one group scope, count, mode and fail may each appear once; exempt may
+// Within one group scope, count, mode, fail and block may each appear once; exempt may
 // appear more than once and its roles are concatenated. Mode enforce is the
 // zero Mode and so is not printed back.
 //
@@ -138,6 +139,25 @@
 // Other transports read the language through a Dialect, which may refuse
 // limiters they cannot serve and read count: items of their own, such as
 // gRPC status code names (contrib/grpclimit).
+//
+// # Blocking
+//
+// A block: statement makes a denial last: once a limiter of the group
+// denies a subject, that subject is blocked on that limiter for the block's
+// duration from that first denial, whatever room its windows get back:
+//
+//	key(account):5/d; count:401; block:15m
+//	ip:100/min; block:1h
+//
+// Every request the subject makes on that limiter meanwhile is denied,
+// with a Retry-After of the time left, and counts in no window; attempts
+// during a block do not extend it (a subject that keeps trying is free
+// again at the end, and a window's limit is not to be confused with the
+// block's duration). Other subjects, and other limiters of the same
+// subject, are not blocked. Exempt roles are never blocked. The duration is
+// a whole number of milliseconds between MinPeriod and MaxPeriod, written
+// like a period; Group.Block holds it (zero: no block). Engine.Reset of
+// the limiter and subject lifts the block.
 //
 // # Names
 //
@@ -182,7 +202,7 @@
 // # Canonical form
 //
 // Group.String prints a group canonically: limiters, overrides, exempt,
-// count, scope, mode and fail, in that order, joined by "; ", with each window's
+// count, scope, mode, fail and block, in that order, joined by "; ", with each window's
 // period and grain in the largest unit among ms, s, min, h and d that
 // divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
 // "20000/d~15min"), limits as plain numbers and costs without leading

@@ -26,6 +26,8 @@ var fuzzSeeds = []string{
 	"\t ip : 5 / 30 s , 10 / min ; role ( a ) = ip : 1 / s & header ( x ) : 2 / s ; exempt : b ; scope : d ; ",
 	"ip:100000/30d,1/1ms",
 	"ip:007/0010s",
+	"key(account):5/d; count:401; block:15m",
+	"ip:100/min; block:1h",
 	// Rejected.
 	"",
 	";",
@@ -48,6 +50,8 @@ var fuzzSeeds = []string{
 	"role(a)=",
 	"mode:loud",
 	"fail:maybe",
+	"ip:1/s; block:0s",
+	"ip:1/s; block:1s; block:1h",
 	"scope:a; scope:b",
 	"exempt:a; role(a)=ip:1/s",
 	"header(a:5/s",

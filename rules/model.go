@@ -168,6 +168,13 @@ type Group struct {
 	Mode Mode `validate:"omitempty,oneof=shadow"`
 	// Fail is the behaviour when Redis is unreachable.
 	Fail FailMode `validate:"omitempty,oneof=open closed local"`
+	// Block, when not zero, blocks a subject on a limiter for that long
+	// from the first time the limiter denies it: every request the subject
+	// makes there is denied until then, without counting in any window,
+	// and attempts meanwhile do not extend the block (statement
+	// block:15m). It is a whole number of milliseconds from MinPeriod to
+	// MaxPeriod (the tag repeats them, see Window). Zero blocks nothing.
+	Block time.Duration `validate:"omitempty,min=1ms,max=720h,wholems"`
 }
 
 // LimiterLists yields the group's limiter lists: the defaults, with role

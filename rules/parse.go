@@ -116,7 +116,7 @@ type parser struct {
 	pos map[string]int // validator namespace → offset in s
 	g   Group
 
-	seenScope, seenMode, seenFail, seenCount bool
+	seenScope, seenMode, seenFail, seenCount, seenBlock bool
 }
 
 func (p *parser) eof() bool { return p.i >= len(p.s) }
@@ -261,6 +261,8 @@ func (p *parser) statement() (follow string, err *Error) {
 		return `";"`, p.mode(start)
 	case "fail":
 		return `";"`, p.fail(start)
+	case "block":
+		return `";"`, p.block(start)
 	}
 	k, ok := kinds[word]
 	if !ok {
@@ -652,5 +654,31 @@ func (p *parser) fail(start int) *Error {
 		return syntaxErr(p.s, at, "unknown fail mode %q; want open, closed or local", word)
 	}
 	p.pos["Fail"] = at
+	return nil
+}
+
+func (p *parser) block(start int) *Error {
+	if p.seenBlock {
+		return invalidErr(p.s, start, "duplicate block statement")
+	}
+	p.seenBlock = true
+	if err := p.expect(':', `"block"`); err != nil {
+		return err
+	}
+	p.space()
+	at := p.i
+	d, err := p.duration("block", MinPeriod, func(count, unit string) string {
+		return fmt.Sprintf("block %s%s is above %s", count, unit, FormatPeriod(MaxPeriod))
+	})
+	if err != nil {
+		return err
+	}
+	if d == 0 {
+		// The zero Block means no block; a written block of 0 is a
+		// mistake, not a way to say "none".
+		return invalidErr(p.s, at, "block 0s is below %s", FormatPeriod(MinPeriod))
+	}
+	p.g.Block = d
+	p.pos["Block"] = at
 	return nil
 }

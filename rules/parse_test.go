@@ -90,6 +90,8 @@ func TestParse(t *testing.T) {
 		{"ip:5/s; fail:open", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Fail: FailOpen}},
 		{"ip:5/s; fail:closed", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Fail: FailClosed}},
 		{"ip:5/s; fail:local", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Fail: FailLocal}},
+		{"ip:100/min; block:1h", Group{Limiters: []Limiter{lim(IP, "", win(100, mn))}, Block: hr}},
+		{"key(account):5/d; count:401; block : 15 m", Group{Limiters: []Limiter{lim(Key, "account", win(5, 24*hr))}, Count: []string{"401"}, Block: 15 * mn}},
 		{"ip:5/s;", Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}}},
 		{"\t ip : 5 / 30 s , 10 / min ; role ( a ) = ip : 1 / s & header ( x ) : 2 / s ; exempt : b , c ; scope : d ; mode : shadow ; fail : open ; \t", Group{
 			Limiters:  []Limiter{lim(IP, "", win(5, 30*sec), win(10, mn))},
@@ -347,6 +349,11 @@ func TestParseErrors(t *testing.T) {
 		{"ip:1/s; fail:maybe", ErrSyntax, `rules: "ip:1/s; fail:maybe": unknown fail mode "maybe"; want open, closed or local at offset 13`},
 		{"ip:1/s; fail:", ErrSyntax, `rules: "ip:1/s; fail:": expected a fail mode after "fail:", found end of input at offset 13`},
 		{"ip:1/s; fail:open; fail:closed", ErrInvalid, `rules: "ip:1/s; fail:open; fail:closed": duplicate fail statement at offset 19`},
+		{"ip:1/s; block:0s", ErrInvalid, `rules: "ip:1/s; block:0s": block 0s is below 1ms at offset 14`},
+		{"ip:1/s; block:31d", ErrInvalid, `rules: "ip:1/s; block:31d": block 31d is above 30d at offset 14`},
+		{"ip:1/s; block:500us", ErrInvalid, `rules: "ip:1/s; block:500us": block 500us is below 1ms at offset 14`},
+		{"ip:1/s; block:", ErrSyntax, `rules: "ip:1/s; block:": expected a unit, found end of input at offset 14`},
+		{"ip:1/s; block:1s; block:2s", ErrInvalid, `rules: "ip:1/s; block:1s; block:2s": duplicate block statement at offset 18`},
 		{"ip:1/s; fail:open x", ErrSyntax, `rules: "ip:1/s; fail:open x": expected ";", found "x" at offset 18`},
 	}
 	for _, tt := range tests {

@@ -122,7 +122,7 @@ func (o Override) String() string {
 }
 
 // String returns the group in canonical form: limiters, overrides, exempt,
-// scope, mode and fail statements in that order, joined by "; ". For every
+// scope, mode, fail and block statements in that order, joined by "; ". For every
 // group g returned by Parse, Parse(g.String()) returns a group equal to g.
 func (g Group) String() string {
 	var p printer
@@ -265,5 +265,11 @@ func (p *printer) group(g Group) {
 		p.b.WriteString("fail:")
 		p.mark("Fail")
 		p.b.WriteString(string(g.Fail))
+	}
+	if g.Block != 0 {
+		sep()
+		p.b.WriteString("block:")
+		p.mark("Block")
+		p.b.WriteString(periodText(g.Block))
 	}
 }

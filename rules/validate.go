@@ -401,6 +401,12 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("period %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
 	case "Period " + tagWholeMS:
 		return fmt.Sprintf("period %s is not a whole number of milliseconds", durValue(val))
+	case "Block min":
+		return fmt.Sprintf("block %s is below %s", durValue(val), FormatPeriod(MinPeriod))
+	case "Block max":
+		return fmt.Sprintf("block %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
+	case "Block " + tagWholeMS:
+		return fmt.Sprintf("block %s is not a whole number of milliseconds", durValue(val))
 	case "Kind required":
 		return "missing limiter kind"
 	case "Kind oneof":

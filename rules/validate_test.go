@@ -38,6 +38,7 @@ func TestValidate(t *testing.T) {
 		{"empty exempt role", Group{Exempt: []string{""}}, `rules: "exempt:": invalid role name ""; want letters, digits, "_", "-" or "." at offset 7`},
 		{"bad mode", Group{Exempt: []string{"a"}, Mode: "enforce"}, `rules: "exempt:a; mode:enforce": unknown mode "enforce"; want Enforce ("") or Shadow at offset 15`},
 		{"bad fail", Group{Exempt: []string{"a"}, Fail: "x"}, `rules: "exempt:a; fail:x": unknown fail mode "x"; want FailDefault (""), FailOpen, FailClosed or FailLocal at offset 15`},
+		{"bad block", Group{Exempt: []string{"a"}, Block: 1500 * time.Microsecond}, `rules: "exempt:a; block:1.5ms": block 1.5ms is not a whole number of milliseconds at offset 16`},
 		{"bad scope", Group{Exempt: []string{"a"}, Scope: "a b"}, `rules: "exempt:a; scope:a b": invalid scope name "a b"; want letters, digits, "_", "-" or "." at offset 16`},
 		{"count", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"401", "5xx"}}, ""},
 		{"bad count", Group{Limiters: []Limiter{ip(one...)}, Count: []string{"401", "abc"}}, `rules: "ip:1/s; count:401,abc": invalid status "abc" in count; want a code 100..599 or a class 1xx..5xx at offset 18`},

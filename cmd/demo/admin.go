@@ -55,7 +55,10 @@ type peekView struct {
 	// Allowed says whether one more request would fit in every window
 	// listed, which may be stricter than a given caller's limits when the
 	// defaults and role overrides declare different windows.
-	Allowed bool         `json:"allowed"`
+	Allowed bool `json:"allowed"`
+	// Blocked, when not zero, is the time in seconds the subject stays
+	// blocked (a block: statement).
+	Blocked float64      `json:"blocked,omitempty"`
 	Windows []windowView `json:"windows"`
 }
 
@@ -82,6 +85,9 @@ func (a *admin) peek(w http.ResponseWriter, r *http.Request) {
 		lim = g.Limiters[0]
 	}
 	v := peekView{target: t, Allowed: d.Allowed, Windows: make([]windowView, 0, len(d.Windows))}
+	if d.Blocked {
+		v.Blocked = seconds(d.RetryAfter)
+	}
 	for _, ws := range d.Windows {
 		v.Windows = append(v.Windows, windowView{
 			Policy:    middleware.PolicyName(lim, ws.Window),

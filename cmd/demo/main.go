@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), usage)
 		// The routes come from the tags, so the text cannot go stale.
 		if routes, err := rules.Routes(newAPI(nil, nil)); err == nil {
-			for _, r := range routes {
+			for _, r := range append(routes, streamRoute) {
 				fmt.Fprintf(fs.Output(), "  %-22s %s\n", r.Pattern, limitText(r.Group))
 			}
 		}

@@ -50,6 +50,16 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 		lim.Close()
 		return nil, err
 	}
+	// Streamed downloads settle their byte quota to what was sent, so
+	// their middleware has an option of its own.
+	stream, err := lim.Middleware(streamRoute.Group.String(),
+		middleware.WithSettle("bytes", middleware.Settlement{Written: true}))
+	if err != nil {
+		lim.Close()
+		return nil, err
+	}
+	mux.Handle(streamRoute.Pattern, stream(http.HandlerFunc(streamObject)))
+	routes = append(routes, streamRoute)
 	return &demo{handler: authenticate(mux), lim: lim, routes: routes}, nil
 }
 

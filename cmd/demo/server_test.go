@@ -524,7 +524,7 @@ func TestCluster(t *testing.T) {
 var testTimeout = slidelimit.WithEngineOptions(engine.WithTimeout(5 * time.Second))
 
 // TestLogin checks login protection: successful logins are never limited,
-// wrong passwords are stopped after five per account a day.
+// wrong passwords are stopped after five per account a minute.
 func TestLogin(t *testing.T) {
 	t.Parallel()
 	td := newTestDemo(t, "")
@@ -548,4 +548,58 @@ func TestLogin(t *testing.T) {
 	}
 	wantCodes(t, "wrong passwords for bob", wrong, repeat(401, 5, 429, 429))
 	wantCodes(t, "alice after bob's failures", []int{login("alice", "alice-pw")}, []int{200})
+}
+
+// TestStreamSettles aborts a streamed download of the 700 MiB video after
+// 1 MiB through a real HTTP server: alice's byte quota then holds what the
+// server sent, not the video's size.
+func TestStreamSettles(t *testing.T) {
+	t.Parallel()
+	td := newTestDemo(t, "")
+	done := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		td.d.handler.ServeHTTP(w, r) // settles before it returns
+		done <- struct{}{}
+	}))
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest("GET", srv.URL+"/stream/video", nil)
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.ContentLength != 700<<20 {
+		t.Fatalf("stream: %d, length %d", resp.StatusCode, resp.ContentLength)
+	}
+	if n, err := io.CopyN(io.Discard, resp.Body, 1<<20); n != 1<<20 {
+		t.Fatalf("read %d: %v", n, err)
+	}
+	resp.Body.Close()
+	<-done
+	_, p := td.peek("root", "/admin/limits?scope=streams&kind=user%5Bbytes%5D&subject=alice")
+	if len(p.Windows) != 1 {
+		t.Fatalf("byte window of alice: %+v", p)
+	}
+	if u := p.Windows[0].Used; u < 1<<20 || u > 64<<20 {
+		t.Errorf("after an aborted 700 MiB stream: %d bytes counted, want about 1 MiB (plus socket buffers)", u)
+	}
+}
+
+// TestLoginBlock checks that an account that reached its limit of wrong
+// passwords is blocked for 15 minutes: Retry-After says so.
+func TestLoginBlock(t *testing.T) {
+	t.Parallel()
+	td := newTestDemo(t, "")
+	var last *httptest.ResponseRecorder
+	for range 7 {
+		form := url.Values{"account": {"bob"}, "password": {"guess"}}
+		r := httptest.NewRequest("POST", "/login", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.RemoteAddr = peer
+		last = httptest.NewRecorder()
+		td.d.handler.ServeHTTP(last, r)
+	}
+	if last.Code != 429 || last.Header().Get("Retry-After") != "900" {
+		t.Fatalf("7th wrong password: %d, Retry-After %q; want 429 for 900 s (block:15m)", last.Code, last.Header().Get("Retry-After"))
+	}
 }

@@ -47,6 +47,9 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 	}
 	ev := middleware.Event{Scope: scope, Role: res.Role, Shadow: shadow}
 	checks := p.Checks(id, res, &source{ctx: ctx, l: l})
+	for i := range checks {
+		checks[i].Block = m.group.Block // a block: statement, as the HTTP middleware applies it
+	}
 	if err := l.price(ctx, fullMethod, req, p, checks); err != nil {
 		code, msg, level, httpStatus := codes.Internal, "internal error", slog.LevelError, 500
 		if errors.Is(err, middleware.ErrCostBadRequest) {
