@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,7 +65,7 @@ type Engine struct {
 // other command: the script is loaded by the first call that needs it. The
 // Engine does not own client; Close leaves it open.
 func New(client Client, opts ...Option) (*Engine, error) {
-	if client == nil {
+	if isNil(client) {
 		return nil, &OptionError{Option: "client", Reason: "nil client"}
 	}
 	cfg := defaultConfig()
@@ -339,6 +340,21 @@ func groupingOf(c Client) grouping {
 	default:
 		return groupKey
 	}
+}
+
+// isNil reports whether c is nil or a nil pointer in a non-nil interface
+// (a typed nil such as (*redis.Client)(nil)), which would otherwise panic
+// at its first use.
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
 }
 
 // contextTimeouts reports whether the client applies context deadlines to
