@@ -148,11 +148,17 @@
 //
 // A server that does not answer (a timeout, a refused or broken
 // connection) is considered down: the engine itself on a single server, a
-// cluster master, a Ring shard. While it is down one call at a time probes
-// it and the other calls that need it use the fail mode at once (with
+// cluster master, a Ring shard. While it is down, every call that needs it
+// uses the fail mode at once, without touching the network (with
 // [ErrUnavailable]); calls whose keys live on other servers are not
-// affected. Every call asks Redis again, so decisions come from Redis again
-// by themselves once it answers.
+// affected. One goroutine per down server sends it PING in the
+// background, at once, then every 250 ms backing off to 1 s, and decisions
+// come from Redis again as soon as a PING is answered. Only the call whose
+// batch meets the failure waits, for at most the timeout (go-redis retries
+// a refused dial until then unless the client has MaxRetries -1). The
+// engine logs one warning when a server goes down, then at most one every
+// 10 s with the number of fail-mode decisions since the last line, and
+// one line when it answers again; hooks see every decision.
 //
 // A script call that fails may have counted its requests anyway (it may
 // have run, or run once Redis reads it). A request decided by its fail

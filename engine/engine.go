@@ -48,7 +48,8 @@ type Engine struct {
 	shaArg  any       // script.Hash(), boxed once
 	srcArg  any       // lua.MultiWindow, boxed once
 
-	doms   domains // failure domains: which servers timed out
+	doms   domains    // failure domains: which servers timed out
+	bg     background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
 	// The invalidation subscription of cached denials (see invalidate.go).
@@ -96,7 +97,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		local:   newLocalLimiter(cfg.localKeys),
 		known:   newKnownCache(cfg.localKeys),
 		base:    time.Now(),
-		doms:    domains{one: &domain{}, m: map[string]*domain{}},
+		doms:    domains{one: newDomain(addrOf(client), client), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
@@ -165,7 +166,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		op = "peek"
 	}
 	e.route(c)
-	if !e.acquire(c) {
+	if needsDown(c) {
+		// A server the call needs did not answer: decide at once, without
+		// the network; a background probe finds out when it answers.
+		countFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
 	}
 	c.id, c.member = 0, c.member[:0]
@@ -173,19 +177,9 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		c.id = e.newID()
 		c.member = strconv.AppendInt(c.member, c.id, 10)
 	}
-	if len(c.probes) > 0 {
-		// A probe asks a server that did not answer, and may wait for the
-		// timeout again: it goes alone, so that no batch of calls for
-		// servers that answer waits with it. Deferred: a probe that
-		// panics must not keep every later call on the fail mode.
-		defer e.release(c)
-		c.lead = append(c.lead[:0], c)
-		e.run(c.lead)
-		c.lead = c.lead[:0]
-	} else {
-		e.join(c)
-	}
+	e.join(c)
 	if c.err != nil {
+		countFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
@@ -198,16 +192,16 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 
 // run decides a batch. On a single server, a timeout marks it down before
 // the batch's leader hands the queue on, and while it is down a batch
-// without its probe fails at once: its calls queued behind a call that
-// timed out and would otherwise each wait for one more timeout. (The
-// cluster path does the same per server, see runParts.)
+// fails at once: its calls queued behind a call that timed out and would
+// otherwise each wait for one more timeout. (The cluster path does the
+// same per server, see runParts.)
 func (e *Engine) run(batch []*call) {
 	if e.group != groupAll {
 		e.runParts(batch)
 		return
 	}
 	d := e.doms.one
-	if d.down.Load() && !probed(batch, d) {
+	if d.down.Load() {
 		failAll(batch, ErrUnavailable)
 		return
 	}
@@ -263,6 +257,7 @@ func (e *Engine) Close() error {
 			_ = e.pubsub.Close()
 			<-e.listenDone
 		}
+		e.bg.stop()
 	})
 	return nil
 }
@@ -355,6 +350,14 @@ func isNil(c Client) bool {
 		return v.IsNil()
 	}
 	return false
+}
+
+// addrOf returns the address of a single-server client, for log lines.
+func addrOf(c Client) string {
+	if c, ok := c.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return ""
 }
 
 // contextTimeouts reports whether the client applies context deadlines to
