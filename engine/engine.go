@@ -97,7 +97,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		local:   newLocalLimiter(cfg.localKeys),
 		known:   newKnownCache(cfg.localKeys),
 		base:    time.Now(),
-		doms:    domains{one: newDomain(addrOf(client), client), m: map[string]*domain{}},
+		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
@@ -106,6 +106,10 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
+	}
+	if err := e.startGuard(&cfg); err != nil {
+		e.Close()
+		return nil, err
 	}
 	if cfg.denials {
 		if s, ok := client.(subscriber); ok {
@@ -169,7 +173,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if needsDown(c) {
 		// A server the call needs did not answer: decide at once, without
 		// the network; a background probe finds out when it answers.
-		countFailed(c)
+		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
 	}
 	c.id, c.member = 0, c.member[:0]
@@ -179,7 +183,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	e.join(c)
 	if c.err != nil {
-		countFailed(c)
+		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)

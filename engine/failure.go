@@ -37,13 +37,13 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 // servers are not affected.
 type domain struct {
 	addr    string
-	node    Client // what the background probe pings: the server's own client
 	down    atomic.Bool
 	probing atomic.Bool  // a probe goroutine runs for it
 	failed  atomic.Int64 // fail-mode decisions that needed it since the last log line
 	since   atomic.Int64 // when it went down, Unix ns
 
 	warn   logthrottle.Throttle // of its outage lines
+	oom    logthrottle.Throttle // of its out-of-memory lines
 	warned atomic.Bool          // the current outage's line was written: log its end
 }
 
@@ -56,14 +56,14 @@ type domains struct {
 	m   map[string]*domain
 }
 
-func newDomain(addr string, node Client) *domain {
+func newDomain(addr string) *domain {
 	if addr == "" {
 		addr = "redis"
 	}
-	return &domain{addr: addr, node: node, warn: logthrottle.Throttle{Every: warnEvery}}
+	return &domain{addr: addr, warn: logthrottle.Throttle{Every: warnEvery}, oom: logthrottle.Throttle{Every: warnEvery}}
 }
 
-func (ds *domains) get(addr string, node Client) *domain {
+func (ds *domains) get(addr string) *domain {
 	ds.mu.RLock()
 	d := ds.m[addr]
 	ds.mu.RUnlock()
@@ -73,7 +73,7 @@ func (ds *domains) get(addr string, node Client) *domain {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if d = ds.m[addr]; d == nil {
-		d = newDomain(addr, node)
+		d = newDomain(addr)
 		ds.m[addr] = d
 	}
 	return d
@@ -95,7 +95,7 @@ func (e *Engine) domainOf(key string) *domain {
 	if err != nil {
 		return e.doms.one
 	}
-	return e.doms.get(node.Options().Addr, node)
+	return e.doms.get(node.Options().Addr)
 }
 
 // route finds the domains c needs: one for a single server; otherwise c's
@@ -137,13 +137,17 @@ func needsDown(c *call) bool {
 	return false
 }
 
-// countFailed counts a fail-mode decision of c against every down domain
-// it needed, for the outage's next log line.
-func countFailed(c *call) {
+// noteFailed counts a fail-mode decision of c against every down domain
+// it needed, for the outage's next log line, and logs (throttled) a server
+// out of memory.
+func (e *Engine) noteFailed(c *call) {
 	for _, d := range c.doms {
 		if d.down.Load() {
 			d.failed.Add(1)
 		}
+	}
+	if c.err != nil && len(c.doms) > 0 && outOfMemory(c.err) {
+		e.logOOM(c.doms[0], c.err)
 	}
 }
 

@@ -212,3 +212,17 @@ func (e *Engine) nodeOf(d *domain) (Client, error) {
 }
 
 var errTopology = errors.New("engine: cannot read the cluster's masters")
+
+// outOfMemory reports whether err is Redis's OOM error reply: maxmemory is
+// reached and the policy is noeviction, so the script cannot write.
+func outOfMemory(err error) bool { return redis.HasErrorPrefix(err, "OOM") }
+
+// logOOM logs, at most once per warnEvery per server, that d is out of
+// memory, with the number of such failures not logged since the last line.
+func (e *Engine) logOOM(d *domain, err error) {
+	if ok, held := d.oom.Allow(time.Now()); ok {
+		e.log.Warn("engine: redis is out of memory (maxmemory reached with maxmemory-policy noeviction), "+
+			"so the script cannot count requests; decisions follow the fail mode until memory is freed",
+			"server", d.addr, "failures_not_logged", held, "err", err)
+	}
+}
