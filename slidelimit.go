@@ -22,8 +22,10 @@ type Limiter struct {
 }
 
 // New returns a Limiter deciding with client, which may be a *redis.Client,
-// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It does
-// not contact Redis. It fails when an engine option is invalid; middleware
+// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It reads
+// each server's memory settings once (see engine.New). It fails when client
+// is nil (also a typed nil) or an engine option is invalid, or with
+// engine.WithRequireNoEviction when a server may evict its keys; middleware
 // options are checked when a handler is wrapped, where errors can name the
 // route.
 //

@@ -44,7 +44,7 @@
 // and denies at most one grain earlier than an exact window would. Windows
 // without a grain stay exact, also in a key with grained windows. A key
 // then holds about the entries of its exact windows plus W/g per grained
-// window, whatever the limits: seed 001's group
+// window, whatever the limits: in a measurement, the group
 // user:200/10s,5000/h~2m,20000/d~30m held 82 members (4,168 bytes) after
 // 20,000 admissions spread over a day, against 2.4 MB for the exact group.
 // Keys shared by groups with different grains err by the coarsest one.

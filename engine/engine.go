@@ -59,12 +59,19 @@ type Engine struct {
 	closeOnce  sync.Once
 }
 
-// New returns an Engine deciding with client. With cached denials on (the
-// default, see WithCachedDenials) it subscribes to the invalidation
+// New returns an Engine deciding with client. It reads INFO memory and
+// stats of every server the engine uses (every master of a cluster),
+// waiting at most the timeout or a second, and logs a warning when a
+// server's maxmemory-policy can evict the engine's keys (see
+// WithRequireNoEviction); it repeats this check every
+// DefaultEvictionCheck in a goroutine of its own. With cached denials on
+// (the default, see WithCachedDenials) it subscribes to the invalidation
 // channel and waits for the subscription (at most a second, or the
-// timeout if longer; at once when Redis refuses connections); it sends no
+// timeout if longer; at once when Redis refuses connections). It sends no
 // other command: the script is loaded by the first call that needs it. The
-// Engine does not own client; Close leaves it open.
+// Engine does not own client; Close leaves it open. New fails with an
+// *OptionError when client is nil (also a typed nil such as
+// (*redis.Client)(nil)) or an option is invalid.
 func New(client Client, opts ...Option) (*Engine, error) {
 	if isNil(client) {
 		return nil, &OptionError{Option: "client", Reason: "nil client"}
@@ -249,10 +256,10 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 }
 
 // Close makes later calls fail with ErrClosed (Allow and Peek then follow
-// the fail mode). Calls in flight complete. Close stops the engine's one
-// goroutine (the subscription to invalidations of cached denials) and
-// waits for it; the client stays open. Close is idempotent and always
-// returns nil.
+// the fail mode). Calls in flight complete. Close stops the engine's
+// goroutines (the subscription to invalidations of cached denials, the
+// eviction guard, the probes of servers that are down) and waits for
+// them; the client stays open. Close is idempotent and always returns nil.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
