@@ -167,7 +167,7 @@ func (e *Engine) startGuard(cfg *config) error {
 func (e *Engine) guard(g *evictionGuard, ms []serverMemory, err error) {
 	if err != nil {
 		if !g.failed {
-			e.log.Warn("engine: cannot read INFO memory of redis; eviction of rate-limit keys is not watched until it can", "err", err)
+			e.log.Warn("engine: cannot read INFO memory of redis (INFO disabled, or not Redis); eviction of rate-limit keys is not watched until it can", "err", err)
 		}
 		g.failed = true
 	} else if g.failed {
@@ -204,18 +204,21 @@ func (e *Engine) guard(g *evictionGuard, ms []serverMemory, err error) {
 	}
 }
 
-// memoryInfo reads INFO memory and stats of every server the engine uses:
+// memoryInfo reads INFO memory and INFO stats of every server the engine uses:
 // every master of a cluster, every shard of a Ring, the one server
 // otherwise. It returns what it could read and the first error.
 func (e *Engine) memoryInfo(ctx context.Context) ([]serverMemory, error) {
 	var mu sync.Mutex
 	var ms []serverMemory
 	read := func(ctx context.Context, c Client, addr string) error {
-		cmd := redis.NewStringCmd(ctx, "info", "memory", "stats")
-		if err := c.Process(ctx, cmd); err != nil {
-			return fmt.Errorf("%s: %w", addr, err)
+		// Two commands: INFO takes one section before Redis 7.
+		mem, stats := redis.NewStringCmd(ctx, "info", "memory"), redis.NewStringCmd(ctx, "info", "stats")
+		for _, cmd := range []*redis.StringCmd{mem, stats} {
+			if err := c.Process(ctx, cmd); err != nil {
+				return fmt.Errorf("%s: %w", addr, err)
+			}
 		}
-		m := parseMemory(cmd.Val())
+		m := parseMemory(mem.Val() + stats.Val())
 		m.addr = addr
 		mu.Lock()
 		ms = append(ms, m)
