@@ -160,6 +160,16 @@
 // 10 s with the number of fail-mode decisions since the last line, and
 // one line when it answers again; hooks see every decision.
 //
+// Windows are only as durable as Redis keeps them. New reads INFO memory
+// and INFO stats of every server it uses (every master of a cluster), and
+// repeats it every [DefaultEvictionCheck] in the background: a server with
+// maxmemory set and any policy but noeviction can evict windows (every
+// engine key has a TTL, so volatile-* policies evict them too), which New
+// logs once, or refuses with [WithRequireNoEviction]; evicted keys are
+// logged and reported to [WithEvictionHook]. With noeviction and memory
+// full, the script's OOM error reply sends decisions to the fail mode,
+// logged at most once per 10 s per server.
+//
 // A script call that fails may have counted its requests anyway (it may
 // have run, or run once Redis reads it). A request decided by its fail
 // mode must not stay counted, so the engine removes it from the failed
@@ -171,10 +181,14 @@
 // a request twice, never zero times.
 //
 // Redis replicates asynchronously: a failover can lose the admissions its
-// master had not yet sent to the promoted replica (none in the
-// measurements in bench/failover, where a failover took 2 to 3 s), and a
-// window then holds fewer entries than were admitted. The README's Redis
-// Cluster section says how to configure the client so that the engine
-// follows a failover as soon as the cluster has recovered (back on Redis
-// about 0.1 s after cluster_state:ok in TestClusterFailover).
+// master had not yet sent to the promoted replica (none in our
+// measurements of a master killed under load, where a failover took 2 to
+// 3 s), and a window then holds fewer entries than were admitted. The
+// README's Redis Cluster section says how to configure the client so that
+// the engine follows a failover as soon as the cluster has recovered (back
+// on Redis about 0.1 s after the cluster reported cluster_state:ok again,
+// in those measurements). Its Redis configuration section says what a
+// restart without persistence forgets (every window) and which memory
+// policies let Redis evict windows (every one but noeviction, when
+// maxmemory is set).
 package engine
