@@ -190,3 +190,38 @@ func TestOutageDecidesAtOnce(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 }
+
+// TestCloseStopsProbe checks that Close stops the probe of a server that
+// is still down, and the eviction guard: no goroutine is left. It is not
+// parallel: it counts goroutines.
+func TestCloseStopsProbe(t *testing.T) {
+	s := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	rc.Ping(context.Background())
+	before := runtime.NumGoroutine()
+	e, err := New(rc, WithPrefix(testPrefix(t)), withEvictionCheck(10*ms))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Kill()
+	if d, err := e.Allow(context.Background(), req(user("u", win(10, time.Minute)))); d.Source != FromLocal || err == nil {
+		t.Fatalf("after the kill: %v %v", d.Source, err)
+	}
+	if !e.doms.one.down.Load() || !e.doms.one.probing.Load() {
+		t.Fatal("no probe running for the stopped server")
+	}
+	time.Sleep(50 * ms) // a few guard checks and probes fail meanwhile
+	e.Close()
+	if e.doms.one.probing.Load() {
+		t.Error("probe still running after Close")
+	}
+	for range 200 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		time.Sleep(10 * ms)
+	}
+	buf := make([]byte, 1<<16)
+	t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+}
