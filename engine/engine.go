@@ -163,6 +163,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	c.mode = mode
 	c.prepare()
+	c.id, c.member = 0, c.member[:0] // a pooled call's id is another request's
 	if e.closed.Load() {
 		return e.fallback(c, req, ErrClosed)
 	}
@@ -176,17 +177,13 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if mode == opPeek {
 		op = "peek"
 	}
+	e.setID(c)
 	e.route(c)
 	if needsDown(c) {
 		// A server the call needs did not answer: decide at once, without
 		// the network; a background probe finds out when it answers.
 		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
-	}
-	c.id, c.member = 0, c.member[:0]
-	if mode == opAllow {
-		c.id = e.newID()
-		c.member = strconv.AppendInt(c.member, c.id, 10)
 	}
 	e.join(c)
 	if c.err != nil {
@@ -199,6 +196,16 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		return d, c.warn
 	}
 	return d, nil
+}
+
+// setID gives an Allow its snowflake id and member, which Redis stores,
+// and the local fallback too: GiveBack of a local decision finds the entry
+// by it.
+func (e *Engine) setID(c *call) {
+	if c.mode == opAllow && c.id == 0 {
+		c.id = e.newID()
+		c.member = strconv.AppendInt(c.member[:0], c.id, 10)
+	}
 }
 
 // run decides a batch. On a single server, a timeout marks it down before

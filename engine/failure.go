@@ -23,6 +23,7 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	case rules.FailClosed:
 		return Decision{Source: FromFailClosed, Time: e.now()}, cause
 	}
+	e.setID(c) // a call that failed before it had one (closed, ctx done)
 	t := e.now()
 	e.local.decide(c, t.UnixMicro(), e.known)
 	return c.decision(req, FromLocal), cause
