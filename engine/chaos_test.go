@@ -25,8 +25,10 @@ const chaosDuration = 30 * time.Second
 
 // chaosRec is one decision of TestChaosSoak.
 type chaosRec struct {
+	at   time.Duration // start, since the load began
 	dur  time.Duration
 	down bool // decided without the network: the server was known down
+	src  Source
 }
 
 // TestChaosSoak runs two engines (one client each, as two processes) under
@@ -81,17 +83,23 @@ func TestChaosSoak(t *testing.T) {
 	}
 
 	// The faults, one every 2 s, the schedule repeating every 10 s.
-	var faults []string
+	type faultRec struct {
+		name string
+		at   time.Duration
+	}
+	var faults []faultRec
+	began := time.Now()
 	stop := make(chan struct{})
 	var fwg sync.WaitGroup
 	fwg.Add(1)
 	go func() {
 		defer fwg.Done()
 		fault := func(name string, f func() error) {
+			at := time.Since(began)
 			if err := f(); err != nil {
 				t.Errorf("fault %s: %v", name, err)
 			}
-			faults = append(faults, name)
+			faults = append(faults, faultRec{name, at})
 		}
 		for i := 0; ; i++ {
 			select {
@@ -125,10 +133,15 @@ func TestChaosSoak(t *testing.T) {
 		}
 	}()
 
-	var mu sync.Mutex
-	var recs []chaosRec
+	// One slice per caller: a shared one's lock and growth would stall
+	// the callers more than the faults do.
+	recsOf := make([][]chaosRec, 2*callers)
 	var bySource [FromCache + 1]atomic.Int64
 	hammerLoop(t, engines, callers, chaosDuration, func(e *Engine, g, i int) error {
+		slot := g
+		if e == engines[1] {
+			slot += callers
+		}
 		r := reqs[(i*7+g)%subjects]
 		start := time.Now()
 		d, err := e.Allow(ctx, r)
@@ -146,11 +159,11 @@ func TestChaosSoak(t *testing.T) {
 		if !ok {
 			return fmt.Errorf("decision from %v (allowed %v) with error %v: not what FailLocal allows", d.Source, d.Allowed, err)
 		}
-		mu.Lock()
-		recs = append(recs, chaosRec{dur: dur, down: errors.Is(err, ErrUnavailable)})
-		mu.Unlock()
+		recsOf[slot] = append(recsOf[slot], chaosRec{at: start.Sub(began), dur: dur, down: errors.Is(err, ErrUnavailable), src: d.Source})
 		return nil
 	})
+	recs := slices.Concat(recsOf...)
+	recsOf = nil
 	close(stop)
 	fwg.Wait()
 	t.Logf("faults: %v", faults)
@@ -169,16 +182,32 @@ func TestChaosSoak(t *testing.T) {
 		if r.down {
 			down = append(down, r.dur)
 		}
-		if r.dur > timeout+20*ms {
+		if r.dur > timeout+50*ms {
 			over++
 		}
 	}
-	t.Logf("all %d decisions: p50 %v p99 %v max %v; %d took longer than the timeout + 20 ms",
+	// The slowest decisions, with the fault before them, for diagnosis.
+	slices.SortFunc(recs, func(a, b chaosRec) int { return int(b.dur - a.dur) })
+	for _, r := range recs[:min(5, len(recs))] {
+		last := faultRec{name: "no fault"}
+		for _, f := range faults {
+			if f.at <= r.at {
+				last = f
+			}
+		}
+		t.Logf("slow decision: %v from %v (known down %v), started %v after %s", r.dur, r.src, r.down, r.at-last.at, last.name)
+	}
+	t.Logf("all %d decisions: p50 %v p99 %v max %v; %d took longer than the timeout + 50 ms",
 		len(all), quantile(all, 0.5), quantile(all, 0.99), quantile(all, 1), over)
 	t.Logf("%d decisions while known down: p50 %v p99 %v max %v",
 		len(down), quantile(down, 0.5), quantile(down, 0.99), quantile(down, 1))
-	if m := quantile(all, 1); m > 2*timeout+100*ms {
-		t.Errorf("a decision took %v with a %v timeout", m, timeout)
+	// Counts, not a maximum: under -race on a loaded machine a caller can
+	// be descheduled for hundreds of milliseconds anywhere. A decision
+	// waits beyond the timeout only when it queued behind a batch that
+	// timed out (DEBUG SLEEP); every decision of an outage waiting for the
+	// timeout would be thousands.
+	if limit := len(all) / 200; over > limit {
+		t.Errorf("%d of %d decisions took longer than the timeout + 50 ms, want at most %d", over, len(all), limit)
 	}
 	if len(down) == 0 {
 		t.Error("no decision was made while the server was known down")

@@ -152,10 +152,11 @@
 // uses the fail mode at once, without touching the network (with
 // [ErrUnavailable]); calls whose keys live on other servers are not
 // affected. One goroutine per down server sends it PING in the
-// background, at once, then every 250 ms backing off to 1 s, and decisions
-// come from Redis again as soon as a PING is answered. Only the call whose
-// batch meets the failure waits, for at most the timeout (go-redis retries
-// a refused dial until then unless the client has MaxRetries -1). The
+// background, at once, then after 50 ms, doubling the pause up to 1 s,
+// and decisions come from Redis again as soon as a PING is answered. Only
+// the calls whose batch meets the failure wait, for at most the timeout
+// (go-redis retries a refused dial until then unless the client has
+// DialerRetries 1 and MaxRetries -1). The
 // engine logs one warning when a server goes down, then at most one every
 // 10 s with the number of fail-mode decisions since the last line, and
 // one line when it answers again; hooks see every decision.

@@ -13,8 +13,11 @@ import (
 // Timing of the down state (see domain).
 const (
 	// probeEvery is the first pause between two probes of a server that is
-	// down; each failed probe doubles it, up to probeMaxEvery.
-	probeEvery    = 250 * time.Millisecond
+	// down; each failed probe doubles it, up to probeMaxEvery. It is short
+	// so that a lone timeout (a loaded machine, a pause of the server)
+	// sends little traffic to the fail mode; a server that stays down is
+	// asked once a second from the second second on.
+	probeEvery    = 50 * time.Millisecond
 	probeMaxEvery = time.Second
 	// warnEvery is the least time between two outage lines of one server.
 	warnEvery = 10 * time.Second
@@ -112,7 +115,7 @@ func (e *Engine) startProbe(d *domain) {
 	}
 }
 
-// probe asks d at once, then every probeEvery, backing off to
+// probe asks d at once, then after probeEvery, doubling the pause up to
 // probeMaxEvery, until it answers or the engine is closed. Every warnEvery
 // of the outage it logs one line with the number of fail-mode decisions
 // since the last.
