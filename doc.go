@@ -35,7 +35,10 @@
 // that /files/1 and /files/2 share windows; Middleware serves other routers.
 // Peek and Reset show and clear the windows one subject ("alice",
 // "192.0.2.7") has in one scope, for admin tools, mapping the subject as
-// the middleware does.
+// the middleware does. SetRules, ClearRules and Rules change the rule
+// group of a scope at run time in every process sharing the Redis and key
+// prefix (rule overrides), and limit functions ($quota in a window,
+// middleware.WithLimitFunc) give each request its own limit.
 //
 // # Configuration
 //

@@ -92,6 +92,11 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 // middleware.WithIPv6Prefix options and an IPv6 subject therefore maps to
 // several stored subjects: each is then a check, in registration order.
 //
+// A window whose limit comes from a limit function ($quota/min) has a limit
+// only for a request; Peek reports it with the largest limit it may have
+// (rules.Limiter.LimitCap), so its Used is exact and its Remaining is
+// against that cap.
+//
 // A group built by Middleware without a scope: statement gets its scope
 // from the request (middleware.WithScope, WithScopeFunc or the router's
 // pattern), which the Limiter cannot see, so it is taken to be in every
@@ -163,6 +168,12 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 			inScope = append(inScope, g)
 		}
 	}
+	if l.ov != nil {
+		// An override in force counts in the scope's keys too.
+		if g, ok := l.ov.cur.Load().groups[scope]; ok {
+			inScope = append(inScope, &registered{scope: scope, group: g, opts: l.opts})
+		}
+	}
 	if scope == "" || len(inScope) == 0 {
 		return engine.Request{}, fmt.Errorf("%w %q", ErrUnknownScope, scope)
 	}
@@ -219,6 +230,10 @@ func addWindows(checks []engine.Check, id rules.Limiter, subject string, ws []ru
 		i = len(checks) - 1
 	}
 	for _, w := range ws {
+		if w.LimitFunc != "" {
+			// No request, no limit: the largest one the window may have.
+			w.Limit = id.LimitCap(w)
+		}
 		if !slices.Contains(checks[i].Windows, w) {
 			checks[i].Windows = append(checks[i].Windows, w)
 		}

@@ -1,14 +1,16 @@
 package slidelimit
 
 import (
+	"time"
+
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
 )
 
-// Option configures New. The Limiter has no settings of its own: it passes
-// engine options to [engine.New] and middleware options to every
-// [middleware.New] it calls, so each setting is configured one way, with
-// the option of the package that owns it:
+// Option configures New. The Limiter passes engine options to [engine.New]
+// and middleware options to every [middleware.New] it calls, so each
+// setting is configured one way, with the option of the package that owns
+// it; its only setting of its own is WithRulesCheck:
 //
 //	lim, err := slidelimit.New(rdb,
 //		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
@@ -19,6 +21,18 @@ type Option func(*config)
 type config struct {
 	engine     []engine.Option
 	middleware []middleware.Option
+	rulesCheck time.Duration
+}
+
+// WithRulesCheck sets how often the Limiter reads the version of the rule
+// overrides in Redis (see Limiter.SetRules), to catch a change whose
+// pub/sub message it missed; the default is DefaultRulesCheck (1 s). It is
+// one GET per interval per process, off the request path. d <= 0 turns
+// overrides off: the Limiter neither reads nor follows them and enforces
+// the groups of its code only, and SetRules, ClearRules and Rules fail
+// with ErrOverridesOff.
+func WithRulesCheck(d time.Duration) Option {
+	return func(c *config) { c.rulesCheck = d }
 }
 
 // WithEngineOptions passes opts to [engine.New], which creates the

@@ -21,7 +21,12 @@ import (
 //		Health http.HandlerFunc `route:"GET /healthz"`
 //	}
 //
-// A field without a limit tag is registered unwrapped.
+// A field without a limit tag is registered unwrapped, unless a rule
+// override of its pattern gives it rules (see SetRules).
+//
+// Every handler follows the rule overrides of its scope (SetRules): it
+// serves through one atomic load of the current middleware, which an
+// override replaces while it serves.
 //
 // Register reports every problem at once, joined with errors.Join: the tag
 // errors of rules.Routes (*rules.Error), and per route whose tags are
@@ -64,6 +69,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 			continue
 		}
 		l.rememberRoute(r.Pattern, r.Group)
+		l.join(wrapped[i])
 	}
 	return errors.Join(errs...)
 }
@@ -104,20 +110,32 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 		return fail(err)
 	}
 	l.rememberRoute(pattern, g)
+	l.join(h)
 	return nil
 }
 
 // route wraps h for group g served under pattern. The zero group, from a
-// field without a limit tag, leaves h as it is.
+// field without a limit tag, leaves h as it is, until a rule override of
+// the pattern gives it one.
 func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Handler, error) {
-	if isZero(g) {
-		return h, nil
+	wrapped := h
+	if !isZero(g) {
+		mw, err := l.wrapper(g, middleware.WithScope(pattern))
+		if err != nil {
+			return nil, err
+		}
+		wrapped = mw(h)
 	}
-	mw, err := l.wrapper(g, middleware.WithScope(pattern))
-	if err != nil {
-		return nil, err
+	if l.ov == nil {
+		return wrapped, nil
 	}
-	return mw(h), nil
+	scope := g.Scope
+	if scope == "" {
+		scope = pattern
+	}
+	// Joined to the scope's overrides once registered (join), so that a
+	// route that fails to register never takes part.
+	return l.newSlot(scope, wrapped, h, []middleware.Option{middleware.WithScope(pattern)}), nil
 }
 
 func isZero(g rules.Group) bool {

@@ -16,6 +16,7 @@ import (
 type Limiter struct {
 	engine *engine.Engine
 	opts   []middleware.Option
+	ov     *overrides // nil with WithRulesCheck(0)
 
 	mu     sync.RWMutex
 	groups []registered // what Peek and Reset search, in registration order
@@ -23,15 +24,18 @@ type Limiter struct {
 
 // New returns a Limiter deciding with client, which may be a *redis.Client,
 // *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It reads
-// each server's memory settings once (see engine.New). It fails when client
-// is nil (also a typed nil) or an engine option is invalid, or with
-// engine.WithRequireNoEviction when a server may evict its keys; middleware
-// options are checked when a handler is wrapped, where errors can name the
-// route.
+// each server's memory settings (see engine.New) and the rule overrides in
+// force (see SetRules) from Redis, waiting at most a second, and starts
+// following their changes (see WithRulesCheck); a Redis that does not
+// answer leaves the code's rules in force until it does. It fails when
+// client is nil (also a typed nil) or an engine option is invalid, or with
+// engine.WithRequireNoEviction when a server may evict its keys;
+// middleware options are checked when a handler is wrapped, where errors
+// can name the route.
 //
 // The Limiter does not own client: Close leaves it open.
 func New(client engine.Client, opts ...Option) (*Limiter, error) {
-	var c config
+	c := config{rulesCheck: DefaultRulesCheck}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -41,7 +45,12 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{engine: e, opts: c.middleware}, nil
+	l := &Limiter{engine: e, opts: c.middleware}
+	if c.rulesCheck > 0 {
+		l.ov = newOverrides(client, e.Prefix(), c.rulesCheck, e.Logger())
+		l.ov.start()
+	}
+	return l, nil
 }
 
 // Engine returns the Limiter's engine, for decisions outside HTTP handlers
@@ -50,9 +59,14 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 func (l *Limiter) Engine() *engine.Engine { return l.engine }
 
 // Close makes later decisions follow their fail mode, as if Redis were down;
-// requests in flight complete. It does not close the Redis client. Close is
-// idempotent.
-func (l *Limiter) Close() error { return l.engine.Close() }
+// requests in flight complete. It stops following rule overrides (the ones
+// in force stay). It does not close the Redis client. Close is idempotent.
+func (l *Limiter) Close() error {
+	if l.ov != nil {
+		l.ov.close()
+	}
+	return l.engine.Close()
+}
 
 // Middleware returns middleware enforcing the rule group text, for routers
 // other than http.ServeMux (chi, gorilla/mux, or the adapters of gin and
@@ -85,7 +99,13 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	// WithScopeFunc and the router's pattern are hidden in opts or decided
 	// per request, so "" records the group as possibly in any scope.
 	l.remember(g.Scope, g, opts)
-	return mw, nil
+	if g.Scope == "" || l.ov == nil {
+		return mw, nil
+	}
+	// With a scope: statement the handlers follow the scope's overrides.
+	return func(next http.Handler) http.Handler {
+		return l.follow(g.Scope, mw(next), next, opts)
+	}, nil
 }
 
 // wrapper builds middleware for g with the Limiter's options and then opts.

@@ -79,6 +79,13 @@
 // request, a snowflake id (unique per process node, see [WithNode]); the
 // members, markers and scores are specified in lua/multi_window.lua.
 //
+// Keys name no limit, so a check may carry different limits from one
+// request to the next (limit functions, rule overrides in package
+// slidelimit): a new limit applies at once to the entries recorded, a
+// lower one denying until enough of them leave, a higher one admitting at
+// once. Cached denials match a window by its period and limit, so a
+// changed limit is asked of Redis.
+//
 // Keys expire on their own once every entry has left every window; a busy
 // key keeps stale entries for at most an eighth of its longest window, a
 // quiet one up to one window. Keys can be shared by groups whose longest

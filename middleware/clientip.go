@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -80,24 +79,33 @@ func (c *clientIP) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// addr returns the client address of r. The peer (r.RemoteAddr) is the
-// client unless it is a trusted proxy; then the proxy header is read from
-// the right, skipping trusted proxies, and the first other address is the
-// client's. Reading from the right matters: every entry left of the last
-// one a trusted proxy wrote may have been sent by the client.
+// HeaderValues is what the client-address logic reads of a request's
+// header: every value of the named field. http.Header implements it; a
+// transport with other metadata (gRPC's metadata.MD) adapts it.
+type HeaderValues interface {
+	Values(name string) []string
+}
+
+// addr returns the client address of a request from peer (for net/http,
+// r.RemoteAddr) with header h. The peer is the client unless it is a
+// trusted proxy; then the proxy header is read from the right, skipping
+// trusted proxies, and the first other address is the client's. Reading
+// from the right matters: every entry left of the last one a trusted proxy
+// wrote may have been sent by the client. h is read only for a trusted
+// peer.
 //
-// ok is false when r.RemoteAddr is not an IP address (a Unix socket, or a
-// handler test that left it empty); raw then holds it for a subject of
+// ok is false when peer is not an IP address (a Unix socket, or a handler
+// test that left r.RemoteAddr empty); raw then holds it for a subject of
 // last resort.
-func (c *clientIP) addr(r *http.Request) (a netip.Addr, raw string, ok bool) {
-	peer, ok := parseHostPort(r.RemoteAddr)
+func (c *clientIP) addr(peerAddr string, h HeaderValues) (a netip.Addr, raw string, ok bool) {
+	peer, ok := parseHostPort(peerAddr)
 	if !ok {
-		return netip.Addr{}, r.RemoteAddr, false
+		return netip.Addr{}, peerAddr, false
 	}
 	if len(c.trusted) == 0 || !c.isTrusted(peer) {
 		return peer, "", true
 	}
-	hops := r.Header.Values(c.header.String())
+	hops := h.Values(c.header.String())
 	// last is the nearest trusted hop seen so far: if the chain runs out or
 	// holds something that is not an address, it is the best we know and it
 	// cannot be chosen by the client.

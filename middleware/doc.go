@@ -58,6 +58,23 @@
 // logger (a *CostError naming the function and limiter) and to hooks, never
 // to the client. In shadow mode the request is served, uncounted.
 //
+// # Limit functions
+//
+// A window whose limit names a limit function, as in key(tenant):$quota/min
+// (see package rules), has the limit that the LimitFunc registered with
+// WithLimitFunc("quota", fn) returns for the request: the figure of the
+// calling tenant's plan, say. The middleware calls each limit function the
+// applicable limiters name once per request, after the cost functions,
+// and passes the windows with their limits in the engine.Check. A function
+// that returns an error, a limit below 1 or above the window's cap
+// (rules.Limiter.LimitCap) is answered as a failing cost function is: 400
+// when the error wraps ErrLimitBadRequest, else 500, nothing counted, the
+// *LimitError logged and passed to hooks, never to the client. The
+// RateLimit-Policy field advertises the resolved limits; it is rendered
+// per request only for plans with a limit function (three allocations),
+// other plans keep their precomputed field. Events and denials carry the
+// resolved window (Limit set, LimitFunc still naming the function).
+//
 // # Scope
 //
 // Windows belong to a scope, in order of precedence: the group's scope:
@@ -154,6 +171,15 @@
 // its outcome is unknown. The rate-limit fields sent before the handler
 // runs describe the windows with the request counted. Groups without
 // count: are served without the wrapper.
+//
+// # Other transports
+//
+// Plan, ClientIP, SubjectSource and RetryAfterSeconds export what does not
+// depend on net/http — a request's checks and subjects, the client address
+// behind trusted proxies, the RateLimit-Policy and RateLimit values, the
+// never-early retry delay — so that other transports (the gRPC
+// interceptors of contrib/grpclimit) answer exactly as the middleware does
+// from the same code.
 //
 // # Observability
 //

@@ -76,3 +76,36 @@ func ExampleWithKeyFunc() {
 	// <nil>
 	// middleware: key(tenant): no key function registered (use WithKeyFunc)
 }
+
+func ExampleWithLimitFunc() {
+	// $quota takes each tenant's limit from its plan; the RateLimit-Policy
+	// field says every caller its own.
+	plans := map[string]int64{"acme": 7500, "tiny": 60}
+	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+	mw, err := middleware.New(rules.MustParse("key(tenant):$quota/min"), allowAll{},
+		middleware.WithKeyFunc("tenant", tenant),
+		middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {
+			n, ok := plans[tenant(r)]
+			if !ok {
+				return 0, fmt.Errorf("no plan for tenant %q: %w", tenant(r), middleware.ErrLimitBadRequest)
+			}
+			return n, nil
+		}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, t := range []string{"acme", "tiny", "unknown"} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Tenant", t)
+		r.Pattern = "GET /"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(t, w.Code, w.Header().Get("RateLimit-Policy"))
+	}
+	// Output:
+	// acme 200 "key(tenant)-1min";q=7500;w=60
+	// tiny 200 "key(tenant)-1min";q=60;w=60
+	// unknown 400
+}

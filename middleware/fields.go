@@ -80,23 +80,30 @@ func appendSFString(b []byte, s string) []byte {
 // are left out (see unitNone).
 func policyField(ps []policy) string {
 	var b []byte
-	for _, p := range ps {
-		if p.unit == unitNone {
-			continue
-		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = appendSFString(b, p.name)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, p.window.Limit/p.per, 10)
-		if p.unit == unitBytes {
-			b = append(b, `;qu="content-bytes"`...)
-		}
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, windowSeconds(p.window.Period), 10)
+	for i := range ps {
+		b = appendPolicy(b, &ps[i], ps[i].window.Limit)
 	}
 	return string(b)
+}
+
+// appendPolicy appends the List member of p with the limit limit (its
+// window's, or what a limit function gave for a request) to the
+// RateLimit-Policy value b; windows that are not advertised add nothing.
+func appendPolicy(b []byte, p *policy, limit int64) []byte {
+	if p.unit == unitNone {
+		return b
+	}
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	b = appendSFString(b, p.name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, limit/p.per, 10)
+	if p.unit == unitBytes {
+		b = append(b, `;qu="content-bytes"`...)
+	}
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, windowSeconds(p.window.Period), 10)
 }
 
 // effectiveWindow is the effective window of a window state in the sense of

@@ -52,6 +52,7 @@ type limiter struct {
 	byRole   map[string]*plan
 	keys     map[string]KeyFunc
 	costs    map[string]CostFunc
+	limits   map[string]LimitFunc
 
 	// backendLog keeps backend errors, which come with every request of an
 	// outage, to one warning per backendLogEvery.
@@ -66,8 +67,9 @@ const backendLogEvery = 10 * time.Second
 // group g, deciding with d. It fails, listing every problem at once, when g
 // is not valid (see rules.Group.Validate), an option is invalid, a
 // key(name) limiter of g (including its overrides) has no function
-// registered with WithKeyFunc, or a limiter's cost names no function
-// registered with WithCostFunc.
+// registered with WithKeyFunc, a limiter's cost names no function
+// registered with WithCostFunc, or a window's limit ($name) names no
+// function registered with WithLimitFunc.
 //
 // For each request the middleware:
 //
@@ -129,10 +131,11 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		legacy:  c.legacy,
 		denied:  c.denied,
 		byRole:  make(map[string]*plan, len(g.Overrides)),
+		keys:    c.keys,
+		costs:   c.costs,
+		limits:  c.limits,
 
 		backendLog: logthrottle.Throttle{Every: backendLogEvery},
-		keys:       c.keys,
-		costs:      c.costs,
 	}
 	if l.scope == "" {
 		l.scope = c.scope
@@ -140,19 +143,14 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	if l.denied == nil {
 		l.denied = WriteProblem
 	}
-	for _, s := range c.trusted {
-		p, err := parseTrusted(s)
-		if err != nil {
-			errs = append(errs, &ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
-			continue
-		}
-		l.ip.trusted = append(l.ip.trusted, p)
-	}
+	var terrs []error
+	l.ip.trusted, terrs = c.trustedPrefixes()
+	errs = append(errs, terrs...)
 	for role, ls := range g.LimiterLists() {
 		if _, dup := l.byRole[role]; dup && role != "" {
 			continue // Resolve picks the first override of a role
 		}
-		p, err := newPlan(role, ls, c.keys, c.costs)
+		p, err := newPlan(role, ls, c.keys, c.costs, c.limits)
 		switch {
 		case err != nil:
 			errs = append(errs, err)
@@ -182,7 +180,7 @@ func (l *limiter) planFor(res role.Resolution) *plan {
 	}
 	// Unreachable with role.Policy, which only returns roles of the group's
 	// overrides; an ad hoc plan keeps serving correct if that changes.
-	p, err := newPlan(string(res.Role), res.Limiters, l.keys, l.costs)
+	p, err := newPlan(string(res.Role), res.Limiters, l.keys, l.costs, l.limits)
 	if err != nil {
 		return l.defaults
 	}
@@ -208,9 +206,10 @@ func (l *limiter) scopeOf(r *http.Request) string {
 // pol's window: no later moment would admit it, so it gets a 429 without
 // Retry-After, and the engine is not asked. In shadow mode the handler
 // answers, uncounted.
-func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, p *plan, pol *policy, ev Event) {
+func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, c *call, pol *policy, win rules.Window, ev Event) {
+	p := c.p
 	lim := p.limiters[pol.check]
-	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.name, pol.window
+	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.name, win
 	l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: request costs more than a whole quota",
 		slog.String("scope", ev.Scope), slog.String("policy", pol.name))
 	if ev.Shadow {
@@ -219,13 +218,13 @@ func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next h
 		next.ServeHTTP(w, r)
 		return
 	}
-	if p.field != "" {
-		w.Header().Add(headerPolicy, p.field)
+	if c.field != "" {
+		w.Header().Add(headerPolicy, c.field)
 	}
 	ev.Status = http.StatusTooManyRequests
 	l.emit(ev)
 	l.denied(w, r, Denial{Status: http.StatusTooManyRequests, Never: true, Scope: ev.Scope,
-		Policy: pol.name, Limiter: ev.Limiter, Window: pol.window, Cost: lim.Cost})
+		Policy: pol.name, Limiter: ev.Limiter, Window: win, Cost: lim.Cost})
 }
 
 // checks builds the engine checks of a request.
@@ -234,23 +233,17 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 	cs := make([]engine.Check, len(p.limiters))
 	for i, lim := range p.limiters {
 		cs[i].Limiter = lim // Cost is set by price
+		var v string
 		switch lim.Kind {
-		case rules.IP:
-			cs[i].Subject = sub.ip()
-		case rules.User:
-			if res.ByIP {
-				cs[i].Subject = sub.ip()
-			} else {
-				cs[i].Subject = sub.orIP(rules.User, id.User)
-			}
-		case rules.Global:
-			cs[i].Subject = subjectOf(rules.Global, "")
 		case rules.Header:
-			cs[i].Subject = sub.orIP(rules.Header, r.Header.Get(lim.Name))
+			v = r.Header.Get(lim.Name)
 		case rules.Param:
-			cs[i].Subject = sub.orIP(rules.Param, r.PathValue(lim.Name))
+			v = r.PathValue(lim.Name)
 		case rules.Key:
-			cs[i].Subject = sub.orIP(rules.Key, p.keys[i](r))
+			v = p.keys[i](r)
+		}
+		if cs[i].Subject = subjectFor(lim.Kind, id.User, res.ByIP, v); cs[i].Subject == "" {
+			cs[i].Subject = sub.ip()
 		}
 	}
 	return cs
@@ -266,34 +259,22 @@ type subjects struct {
 
 func (s *subjects) ip() string {
 	if s.addr == "" {
-		if a, raw, ok := s.l.ip.addr(s.r); ok {
-			s.addr = subjectOf(rules.IP, CanonicalizeIP(a, s.l.v6bits))
-		} else {
-			s.addr = subjectPeer + raw
-		}
+		s.addr = s.l.ip.subject(s.r.RemoteAddr, s.r.Header, s.l.v6bits)
 	}
 	return s.addr
 }
 
-// orIP returns the subject of value v for a limiter of kind, or the client
-// address when v is empty.
-func (s *subjects) orIP(kind rules.Kind, v string) string {
-	if sub := subjectOf(kind, v); sub != "" {
-		return sub
-	}
-	return s.ip()
-}
-
-// setFields adds the RateLimit-Policy field and a RateLimit member for each
+// setFields adds the RateLimit-Policy field (the plan's, or its resolved
+// limits' for a plan with limit functions) and a RateLimit member for each
 // of items, indexes in dec.Windows (see plan.constrained), and sets legacy
 // fields for the first if enabled. maxT caps the effective window at the
 // Retry-After value. The RateLimit fields are added, not set, so that
 // nested middlewares (a router-wide limit around a route's own) each
 // contribute their list members, as the draft allows a list to span field
 // lines.
-func (l *limiter) setFields(h http.Header, p *plan, dec *engine.Decision, items []int, maxT int64) {
-	if p.field != "" {
-		h.Add(headerPolicy, p.field)
+func (l *limiter) setFields(h http.Header, field string, p *plan, dec *engine.Decision, items []int, maxT int64) {
+	if field != "" {
+		h.Add(headerPolicy, field)
 	}
 	for k, i := range items {
 		ws := dec.Windows[i]

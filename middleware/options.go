@@ -45,6 +45,7 @@ type config struct {
 	policy      role.Policy
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
+	limits      map[string]LimitFunc
 	logger      *slog.Logger
 	hooks       []func(Event)
 	legacy      bool

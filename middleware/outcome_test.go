@@ -25,7 +25,9 @@ func countServer(t *testing.T, text string, h http.HandlerFunc) (*httptest.Serve
 	m := miniredis.RunT(t)
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rc.Close() })
-	e, err := engine.New(rc)
+	// A generous timeout: under -race on a loaded machine a miniredis call
+	// can outlast the default 100 ms, and the fail mode would then decide.
+	e, err := engine.New(rc, engine.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

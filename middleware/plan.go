@@ -48,17 +48,18 @@ type cost struct {
 type plan struct {
 	role     string
 	limiters []rules.Limiter
-	keys     []KeyFunc // keys[i] is the function of limiters[i] when it is a key(name)
-	costs    []cost    // costs[i] is the cost of limiters[i]
-	priced   bool      // some limiter has a cost function
-	policies []policy  // in check order then window order, as Decision.Windows
-	index    [][]int   // index[check][window] is the position in policies
-	field    string    // the RateLimit-Policy value
+	keys     []KeyFunc  // keys[i] is the function of limiters[i] when it is a key(name)
+	costs    []cost     // costs[i] is the cost of limiters[i]
+	priced   bool       // some limiter has a cost function
+	policies []policy   // in check order then window order, as Decision.Windows
+	index    [][]int    // index[check][window] is the position in policies
+	field    string     // the RateLimit-Policy value; per request for a plan with limits
+	limits   *limitPlan // the windows with limit functions; nil when there are none
 }
 
 // newPlan prepares ls; it fails when a limiter needs a key or cost function
 // that is not registered or has a kind this package does not know.
-func newPlan(role string, ls []rules.Limiter, keys map[string]KeyFunc, costs map[string]CostFunc) (*plan, error) {
+func newPlan(role string, ls []rules.Limiter, keys map[string]KeyFunc, costs map[string]CostFunc, limits map[string]LimitFunc) (*plan, error) {
 	p := &plan{role: role, limiters: ls, keys: make([]KeyFunc, len(ls)), costs: make([]cost, len(ls)), index: make([][]int, len(ls))}
 	var errs []error
 	for i, l := range ls {
@@ -101,6 +102,10 @@ func newPlan(role string, ls []rules.Limiter, keys map[string]KeyFunc, costs map
 			p.policies = append(p.policies, policy{name: PolicyName(l, w), check: i, window: w, unit: unit, per: per})
 		}
 	}
+	var err error
+	if p.limits, err = newLimitPlan(role, ls, limits); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -121,19 +126,20 @@ func isDecimal(s string) bool {
 // lookup returns the policy of window w of check c, or nil when the decision
 // names a check or window the plan does not have.
 // oversized returns the policy of a window whose limit is below the cost
-// of its check, or nil: such a request can never be admitted.
-func (p *plan) oversized(cs []engine.Check) *policy {
+// of its check, and the window with its limit for this request, or nil:
+// such a request can never be admitted.
+func (p *plan) oversized(cs []engine.Check) (*policy, rules.Window) {
 	for i := range cs {
 		if cs[i].Cost <= 1 {
 			continue
 		}
-		for _, w := range p.limiters[i].Windows {
+		for _, w := range cs[i].Windows {
 			if cs[i].Cost > w.Limit {
-				return p.lookup(i, w)
+				return p.lookup(i, w), w
 			}
 		}
 	}
-	return nil
+	return nil, rules.Window{}
 }
 
 func (p *plan) lookup(c int, w rules.Window) *policy {
@@ -141,7 +147,9 @@ func (p *plan) lookup(c int, w rules.Window) *policy {
 		return nil
 	}
 	for j, pw := range p.limiters[c].Windows {
-		if pw == w {
+		// A window with a limit function comes back with the limit of
+		// the request.
+		if pw == w || pw.LimitFunc != "" && pw.LimitFunc == w.LimitFunc && pw.Period == w.Period && pw.Grain == w.Grain {
 			return &p.policies[p.index[c][j]]
 		}
 	}

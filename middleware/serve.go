@@ -22,6 +22,7 @@ type call struct {
 	scope  string
 	shadow bool
 	checks []engine.Check
+	field  string // the RateLimit-Policy value, with the request's limits
 
 	req     engine.Request
 	dec     engine.Decision
@@ -84,19 +85,28 @@ func (l *limiter) resolve(w http.ResponseWriter, next http.Handler, c *call) boo
 	return false
 }
 
-// price builds the request's checks and their costs. A cost function that
-// fails is answered 400 or 500; a request costing more than a whole quota
-// is refused (see refuseOversized). Shadow mode passes both on, uncounted.
+// price builds the request's checks, their costs and the limits of limit
+// functions. A cost or limit function that fails is answered 400 or 500; a
+// request costing more than a whole quota is refused (see
+// refuseOversized). Shadow mode passes both on, uncounted.
 func (l *limiter) price(w http.ResponseWriter, next http.Handler, c *call) bool {
 	r := c.r
 	c.checks = l.checks(r, c.id, c.res, c.p)
-	if err := l.priceChecks(r, c.p, c.checks); err != nil {
+	err := l.priceChecks(r, c.p, c.checks)
+	if err == nil {
+		c.field, err = l.resolveLimits(r, c.p, c.checks)
+	}
+	if err != nil {
 		status := http.StatusInternalServerError
 		level := slog.LevelError
-		if errors.Is(err, ErrCostBadRequest) {
+		if errors.Is(err, ErrCostBadRequest) || errors.Is(err, ErrLimitBadRequest) {
 			status, level = http.StatusBadRequest, slog.LevelInfo
 		}
-		l.logger.LogAttrs(r.Context(), level, "slidelimit: cost function failed; request not counted",
+		msg := "slidelimit: cost function failed; request not counted"
+		if errors.Is(err, ErrLimit) {
+			msg = "slidelimit: limit function failed; request not counted"
+		}
+		l.logger.LogAttrs(r.Context(), level, msg,
 			slog.String("scope", c.scope), slog.Int("status", status), slog.Any("error", err))
 		ev := Event{Request: r, Scope: c.scope, Role: c.res.Role, Shadow: c.shadow, Err: err}
 		if c.shadow {
@@ -109,8 +119,8 @@ func (l *limiter) price(w http.ResponseWriter, next http.Handler, c *call) bool 
 		writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(status), Status: status})
 		return false
 	}
-	if pol := c.p.oversized(c.checks); pol != nil {
-		l.refuseOversized(w, r, next, c.p, pol, Event{Request: r, Scope: c.scope, Role: c.res.Role, Shadow: c.shadow})
+	if pol, win := c.p.oversized(c.checks); pol != nil {
+		l.refuseOversized(w, r, next, c, pol, win, Event{Request: r, Scope: c.scope, Role: c.res.Role, Shadow: c.shadow})
 		return false
 	}
 	return true
@@ -135,7 +145,7 @@ func (l *limiter) decide(w http.ResponseWriter, c *call) bool {
 	if c.primary >= 0 {
 		ws := &dec.Windows[c.primary]
 		if c.pol = c.p.lookup(ws.Check, ws.Window); c.pol != nil {
-			c.ev.Limiter, c.ev.Policy, c.ev.Window = c.p.limiters[c.pol.check].ID(), c.pol.name, c.pol.window
+			c.ev.Limiter, c.ev.Policy, c.ev.Window = c.p.limiters[c.pol.check].ID(), c.pol.name, ws.Window
 		}
 	}
 	if err == nil {
@@ -174,7 +184,7 @@ func (l *limiter) respond(w http.ResponseWriter, c *call) bool {
 		l.emit(c.ev)
 		return true
 	case dec.Allowed:
-		l.setFields(w.Header(), p, dec, c.items, 0)
+		l.setFields(w.Header(), c.field, p, dec, c.items, 0)
 		l.emit(c.ev)
 		return true
 	}
@@ -184,13 +194,13 @@ func (l *limiter) respond(w http.ResponseWriter, c *call) bool {
 	h := w.Header()
 	if dec.Source == engine.FromFailClosed {
 		d.Status = http.StatusServiceUnavailable
-		if p.field != "" {
-			h.Add(headerPolicy, p.field)
+		if c.field != "" {
+			h.Add(headerPolicy, c.field)
 		}
 	} else {
-		l.setFields(h, p, dec, c.items, retry)
+		l.setFields(h, c.field, p, dec, c.items, retry)
 		if c.pol != nil {
-			d.Policy, d.Limiter, d.Window = c.pol.name, c.ev.Limiter, c.pol.window
+			d.Policy, d.Limiter, d.Window = c.pol.name, c.ev.Limiter, c.ev.Window
 			d.Cost = p.limiters[c.pol.check].Cost
 		}
 	}

@@ -21,7 +21,7 @@
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
 //	cost      = decimal | costname .
 //	window    = limit "/" [ count ] unit [ "~" [ count ] unit ] .
-//	limit     = decimal [ suffix ] .
+//	limit     = decimal [ suffix ] | "$" costname .
 //	suffix    = "k" | "M" | "G" | "T" | "Ki" | "Mi" | "Gi" | "Ti" .
 //	count     = decimal .
 //	unit      = "ms" | "s" | "sec" | "m" | "min" | "h" | "hour" | "d" | "day" .
@@ -39,7 +39,8 @@
 //	costname  = letter { namechar } .
 //
 // Spaces and tabs may appear between any two tokens, where a token is a
-// keyword, a number, a unit, a name or one of ; : , ( ) [ ] = & / ~; so
+// keyword, a number, a unit, a name, a limit function ($name, with no
+// space after the $) or one of ; : , ( ) [ ] = & / ~; so
 // "ip : 5 / 30 s" is "ip:5/30s". No other white space is allowed. Keywords
 // and units are lower case. A single trailing semicolon is allowed, so
 // groups can be built by concatenation; any other empty statement, and an
@@ -73,6 +74,27 @@
 // constant cost larger than the limit of one of its windows could never be
 // admitted and is rejected; leading zeros are dropped ("ip[05]" is
 // "ip[5]"). Cost 0 is rejected.
+//
+// # Limit functions
+//
+// A window's limit may name a limit function instead of a number, with a
+// dollar sign and a name spelled like a cost function's:
+//
+//	key(tenant):$quota/min; ip:100/min
+//
+// allows each tenant what the function registered as quota returns for
+// the request (middleware.WithLimitFunc), such as the figure of the
+// tenant's contract, in any minute. The window is then Window{Period:
+// time.Minute, LimitFunc: "quota"} with Limit 0 until the middleware
+// resolves it per request (Limiter.Resolve); a window has a limit or a limit
+// function, never both. Everything else about the window is as written:
+// grains ($quota/d~15min), costs (user[bytes]:$bytes/d) and static windows
+// beside it (key(tenant):10/s,$quota/min). The value a function returns is
+// held to the caps of a written limit (at least 1, at most
+// Limiter.LimitCap). Because a sliding log stores requests rather than
+// limits, a new value applies at once to the requests already counted:
+// lowering a limit below what a subject used denies until enough of them
+// leave the window, raising it admits at once.
 //
 // # Grains
 //
@@ -112,6 +134,10 @@
 // would let all ten pass. The cost is on the side of denying: a request
 // whose outcome will not count still takes room while its handler runs,
 // and a handler that panics stays counted.
+//
+// Other transports read the language through a Dialect, which may refuse
+// limiters they cannot serve and read count: items of their own, such as
+// gRPC status code names (contrib/grpclimit).
 //
 // # Names
 //

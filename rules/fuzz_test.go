@@ -80,6 +80,16 @@ var fuzzSeeds = []string{
 	"ip:1/d~99999999999999999999d",
 	"ip:2Gi/d",
 	"20000/d~15m",
+	// Limit functions.
+	"key(tenant):$quota/min",
+	"ip:5/s,$quota/min; user[bytes]:$bytes.day/d~1h; role(a)=ip:$a-b_c/h",
+	" ip : $ q / 30 s",
+	"ip:$/s",
+	"ip:$1q/s",
+	"ip:$q",
+	"ip:$q$r/s",
+	"ip:$q/s,$r/s",
+	"ip[5]:$q/min",
 }
 
 func FuzzParse(f *testing.F) {

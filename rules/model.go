@@ -76,6 +76,10 @@ const (
 // any span of Period. A request at time t is admitted iff fewer than Limit
 // requests were admitted in (t-Period, t].
 //
+// LimitFunc, when not empty, names a limit function ($name in rule text)
+// that gives the limit per request, such as a customer's quota; Limit is
+// then 0 until the middleware resolves it (see Window.Resolve).
+//
 // Grain, when not zero, lets the engine merge the requests of each span of
 // Grain into one entry that leaves the window at the end of its grain: the
 // window never admits more than Limit in any span of Period, may deny at most
@@ -87,10 +91,12 @@ type Window struct {
 	// The bounds repeat MinPeriod and MaxPeriod because tags cannot name
 	// constants; a test keeps them in step. The caps of Limit, MaxLimit and
 	// MaxBoundedLimit, are a struct-level rule of Limiter, because they
-	// depend on the limiter's cost.
-	Limit  int64         `validate:"min=1"`
-	Period time.Duration `validate:"min=1ms,max=720h,wholems"`
-	Grain  time.Duration // checked against Period by a struct-level rule
+	// depend on the limiter's cost. A Limit of 0 is checked against
+	// LimitFunc by a struct-level rule of Window.
+	Limit     int64         `validate:"omitempty,min=1"`
+	Period    time.Duration `validate:"min=1ms,max=720h,wholems"`
+	Grain     time.Duration // checked against Period by a struct-level rule
+	LimitFunc string        // checked by a struct-level rule
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only

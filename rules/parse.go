@@ -179,6 +179,9 @@ const parenStop = "();:,="
 // costStop does the same for a cost in brackets.
 const costStop = "[]();:,="
 
+// limitStop ends the name of a limit function, as in $quota/min.
+const limitStop = "/~[]();:,=&"
+
 // canonicalCost drops the leading zeros of a constant cost, so that ip[05]
 // and ip[5] are one limiter; a cost of only zeros becomes "0", which
 // validation rejects. Names are returned unchanged.
@@ -345,6 +348,9 @@ var limitSuffixes = map[string]int64{
 // limiter has a cost, which decides the cap the message names.
 func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	start := p.i
+	if p.peek() == '$' {
+		return p.dynamicWindow(ns, start)
+	}
 	digits := p.run(isDigit)
 	if digits == "" {
 		return Window{}, syntaxErr(p.s, p.i, "expected a limit, found %s", p.found())
@@ -358,6 +364,36 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	limit, err := strconv.ParseInt(digits, 10, 64)
 	overflow := err != nil || limit > math.MaxInt64/mult
 	limit *= mult
+	w, perr := p.windowSpan(ns, start)
+	if perr != nil {
+		return Window{}, perr
+	}
+	w.Limit = limit
+	if overflow {
+		return Window{}, invalidErr(p.s, start, "%s", limitAbove(digits+suffix, w.Grain == 0 && !costed))
+	}
+	return w, nil
+}
+
+// dynamicWindow parses $NAME/[COUNT]UNIT[~[COUNT]UNIT], a window whose
+// limit comes from a limit function; the validator checks the name.
+func (p *parser) dynamicWindow(ns string, start int) (Window, *Error) {
+	p.i++ // '$'
+	name := p.name(limitStop)
+	if name == "" {
+		return Window{}, syntaxErr(p.s, p.i, "expected a limit function name after \"$\", found %s", p.found())
+	}
+	w, err := p.windowSpan(ns, start)
+	if err != nil {
+		return Window{}, err
+	}
+	w.LimitFunc = name
+	return w, nil
+}
+
+// windowSpan parses the rest of a window after its limit, at start:
+// /[COUNT]UNIT[~[COUNT]UNIT].
+func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 	if err := p.expect('/', "the limit"); err != nil {
 		return Window{}, err
 	}
@@ -369,9 +405,10 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	if perr != nil {
 		return Window{}, perr
 	}
-	w := Window{Limit: limit, Period: period}
+	w := Window{Period: period}
 	p.pos[ns] = start
 	p.pos[join(ns, "Limit")] = start
+	p.pos[join(ns, "LimitFunc")] = start
 	p.pos[join(ns, "Period")] = periodAt
 	p.pos[join(ns, "Grain")] = periodAt
 	p.space()
@@ -392,9 +429,6 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", FormatPeriod(MinGrain))
 		}
 		w.Grain = grain
-	}
-	if overflow {
-		return Window{}, invalidErr(p.s, start, "%s", limitAbove(digits+suffix, w.Grain == 0 && !costed))
 	}
 	return w, nil
 }

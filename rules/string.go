@@ -147,7 +147,13 @@ func (p *printer) mark(key string) {
 func (p *printer) window(ns string, w Window) {
 	p.mark(ns)
 	p.mark(join(ns, "Limit"))
-	p.b.WriteString(strconv.FormatInt(w.Limit, 10))
+	p.mark(join(ns, "LimitFunc"))
+	if w.LimitFunc != "" {
+		p.b.WriteByte('$')
+		p.b.WriteString(w.LimitFunc)
+	} else {
+		p.b.WriteString(strconv.FormatInt(w.Limit, 10))
+	}
 	p.b.WriteByte('/')
 	p.mark(join(ns, "Period"))
 	p.mark(join(ns, "Grain"))

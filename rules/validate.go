@@ -46,6 +46,9 @@ const (
 	tagGrainPeriod    = "grainper"   // grain shorter than the period
 	tagGrainDivides   = "graindiv"   // grain divides the period
 	tagGrainCount     = "graincount" // at most MaxGrains grains per period
+	tagLimitMin       = "min"        // a written limit of at least 1, as the field's tag words it
+	tagLimitFunc      = "limitfunc"  // a limit function name
+	tagLimitBoth      = "limitboth"  // a limit or a limit function, not both
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -141,7 +144,7 @@ func limiterLevel(sl validator.StructLevel) {
 		}
 		seen[w.Period] = true
 		switch {
-		case l.Cost == "" && w.Grain == 0 && w.Limit > MaxLimit:
+		case w.Limit > l.LimitCap(w) && l.LimitCap(w) == MaxLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagExactMax, "")
 		case w.Limit > MaxBoundedLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagBoundedMax, "")
@@ -186,7 +189,18 @@ func validCostName(s string) bool {
 
 func windowLevel(sl validator.StructLevel) {
 	w, ok := sl.Current().Interface().(Window)
-	if !ok || w.Grain == 0 {
+	if !ok {
+		return
+	}
+	switch {
+	case w.LimitFunc == "" && w.Limit == 0:
+		sl.ReportError(w.Limit, "Limit", "Limit", tagLimitMin, "")
+	case w.LimitFunc != "" && !validCostName(w.LimitFunc):
+		sl.ReportError(w.LimitFunc, "LimitFunc", "LimitFunc", tagLimitFunc, "")
+	case w.LimitFunc != "" && w.Limit != 0:
+		sl.ReportError(w.LimitFunc, "LimitFunc", "LimitFunc", tagLimitBoth, strconv.FormatInt(w.Limit, 10))
+	}
+	if w.Grain == 0 {
 		return
 	}
 	period := FormatPeriod(w.Period)
@@ -356,6 +370,10 @@ func reason(fe validator.FieldError, ns string) string {
 		return limitAbove(fmt.Sprint(val), true)
 	case "Limit " + tagBoundedMax:
 		return limitAbove(fmt.Sprint(val), false)
+	case "LimitFunc " + tagLimitFunc:
+		return fmt.Sprintf("invalid limit function name %q; want a letter, then %s", fmt.Sprint(val), nameChars)
+	case "LimitFunc " + tagLimitBoth:
+		return fmt.Sprintf("window has both limit %s and limit function $%v; want one", fe.Param(), val)
 	case "Cost " + tagCost:
 		c := fmt.Sprint(val)
 		if _, constant, _ := parseCost(c); constant {

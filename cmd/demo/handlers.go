@@ -28,6 +28,11 @@ type api struct {
 	// others probing the endpoint, who get 403 anyway.
 	Limits      http.HandlerFunc `route:"GET /admin/limits" limit:"ip:60/min; exempt:superadmin"`
 	ResetLimits http.HandlerFunc `route:"DELETE /admin/limits" limit:"ip:60/min; exempt:superadmin"`
+	// Super-admins replace a route's rules in every demo process sharing
+	// the Redis, and restore them (see rules.go).
+	Rules      http.HandlerFunc `route:"GET /admin/rules" limit:"ip:60/min; exempt:superadmin"`
+	SetRules   http.HandlerFunc `route:"PUT /admin/rules" limit:"ip:60/min; exempt:superadmin"`
+	ClearRules http.HandlerFunc `route:"DELETE /admin/rules" limit:"ip:60/min; exempt:superadmin"`
 }
 
 // newAPI returns the demo's handlers; the admin ones inspect windows
@@ -65,6 +70,9 @@ func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
 		},
 		Limits:      adm.peek,
 		ResetLimits: adm.reset,
+		Rules:       adm.rules,
+		SetRules:    adm.setRules,
+		ClearRules:  adm.clearRules,
 	}
 }
 

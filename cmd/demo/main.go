@@ -42,6 +42,10 @@ Admin endpoint (superadmin only; GET never counts, DELETE resets):
         (ip, user, global, header(X-Api-Key)), V the raw value (alice,
         127.0.0.1); ip=ADDR instead of subject=V shows what a user limiter
         counted by client address (anonymous callers, the admin role).
+  /admin/rules[?scope=S]
+        GET lists the rule overrides in force; PUT with the rule text as
+        body replaces the rules of S ("GET /health") in every process
+        sharing the Redis, within a second; DELETE restores the code's.
 
 Routes and their rules:
 `

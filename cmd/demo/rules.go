@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// maxRulesBody bounds the rule text a PUT /admin/rules may send.
+const maxRulesBody = 4 << 10
+
+// rules serves GET /admin/rules: the rule overrides in force.
+//
+//	GET    /admin/rules
+//	PUT    /admin/rules?scope=GET /health     body: ip:1/s
+//	DELETE /admin/rules?scope=GET /health
+func (a *admin) rules(w http.ResponseWriter, r *http.Request) {
+	if !requireRole(w, r, roleSuperadmin) {
+		return
+	}
+	o, err := a.lim.Rules(r.Context())
+	if err != nil {
+		a.storeFailed(w, r, "", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// setRules serves PUT /admin/rules?scope=S: the body replaces the rules of
+// scope S in every demo process that shares the Redis.
+func (a *admin) setRules(w http.ResponseWriter, r *http.Request) {
+	scope, ok := a.rulesScope(w, r)
+	if !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRulesBody))
+	if err != nil {
+		badRequest(w, "rule text too long or unreadable")
+		return
+	}
+	text := string(body)
+	if err := a.lim.SetRules(r.Context(), scope, text); err != nil {
+		if errors.Is(err, rules.ErrSyntax) || errors.Is(err, rules.ErrInvalid) || errors.Is(err, slidelimit.ErrOverrideScope) ||
+			errors.Is(err, middleware.ErrUnknownKey) || errors.Is(err, middleware.ErrUnknownCost) || errors.Is(err, middleware.ErrUnknownLimit) {
+			// The caller's own text: its error names the position.
+			badRequest(w, err.Error())
+			return
+		}
+		a.storeFailed(w, r, scope, err)
+		return
+	}
+	a.logger.LogAttrs(r.Context(), slog.LevelInfo, "rules overridden", slog.String("by", caller(r)),
+		slog.String("scope", scope), slog.String("rules", text))
+	writeJSON(w, http.StatusOK, map[string]string{"scope": scope, "rules": text})
+}
+
+// clearRules serves DELETE /admin/rules?scope=S: the code's rules apply
+// to S again everywhere.
+func (a *admin) clearRules(w http.ResponseWriter, r *http.Request) {
+	scope, ok := a.rulesScope(w, r)
+	if !ok {
+		return
+	}
+	if err := a.lim.ClearRules(r.Context(), scope); err != nil {
+		a.storeFailed(w, r, scope, err)
+		return
+	}
+	a.logger.LogAttrs(r.Context(), slog.LevelInfo, "rules restored", slog.String("by", caller(r)), slog.String("scope", scope))
+	writeJSON(w, http.StatusOK, map[string]any{"scope": scope, "cleared": true})
+}
+
+func (a *admin) rulesScope(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if !requireRole(w, r, roleSuperadmin) {
+		return "", false
+	}
+	scope := r.URL.Query().Get("scope")
+	if scope == "" {
+		badRequest(w, `scope is required, as in ?scope=GET /health`)
+		return "", false
+	}
+	return scope, true
+}
+
+// storeFailed answers a Redis failure with 503; the error goes to the log.
+func (a *admin) storeFailed(w http.ResponseWriter, r *http.Request, scope string, err error) {
+	a.logger.LogAttrs(r.Context(), slog.LevelError, "admin rules: rule store failed", slog.String("scope", scope), slog.Any("error", err))
+	writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "rule store unavailable, try again"})
+}

@@ -1,0 +1,119 @@
+// Package grpclimit enforces slidelimit rule groups on gRPC methods: unary
+// and stream server interceptors that make one atomic decision per call
+// across every window of every limiter that applies to the caller, with
+// the status and details gRPC clients understand.
+//
+//	lim, err := grpclimit.New(eng, map[string]string{
+//		"/shop.Orders/Create": "user:5/s,100/min; ip:50/min; exempt:admin",
+//		"/shop.Auth/Login":    "key(account):5/d; count:UNAUTHENTICATED",
+//	}, grpclimit.WithDefault("ip:100/s"), grpclimit.WithExempt("/grpc.health.v1.Health/"))
+//	srv := grpc.NewServer(
+//		grpc.ChainUnaryInterceptor(auth, lim.UnaryServerInterceptor()),
+//		grpc.ChainStreamInterceptor(authStream, lim.StreamServerInterceptor()))
+//
+// # Methods
+//
+// Each method is named by its full method name, "/pkg.Service/Method", and
+// limited by its rule group in the language of package rules. Methods not
+// listed get the WithDefault group, if any; WithExempt exempts methods or
+// whole services (health checks) from both, and their calls never reach
+// Redis. A stream is one call at its start: it is decided and counted
+// once, before the handler runs, whatever the number of its messages.
+//
+// # Subjects and scope
+//
+// As in the HTTP middleware (see package middleware), and with the same
+// subjects, so an HTTP route and a gRPC method sharing a scope: share
+// their windows:
+//
+//   - user and roles come only from the context, where the service's
+//     authentication interceptor put them with role.NewContext; an exempt
+//     role is passed on without a Redis call.
+//   - ip is the peer address (peer.FromContext), unless trusted proxies
+//     are configured (WithTrustedProxies) and the peer is one: then the
+//     x-forwarded-for (or forwarded, WithProxyHeader) metadata is read from
+//     the right exactly as the HTTP middleware reads the header. IPv6
+//     clients are grouped by /64 (WithIPv6Prefix).
+//   - header(Name) is the first value of the incoming metadata key name
+//     (metadata keys are case-insensitive); key(name) is what the
+//     WithKeyFunc function returns for the call's context; global is one
+//     subject for every call. An empty value counts the call by client IP.
+//   - param(name) has no meaning for gRPC: New rejects it, at its offset.
+//
+// The scope is the full method name, so every method has its own windows,
+// unless the group's scope: statement names a scope several methods (or
+// HTTP routes) share.
+//
+// # Responses
+//
+// A limited call's response metadata carries ratelimit-policy and
+// ratelimit with the values of the HTTP RateLimit-Policy and RateLimit
+// fields (draft-ietf-httpapi-ratelimit-headers), for example
+//
+//	ratelimit-policy: "user-1s";q=5;w=1, "user-1min";q=100;w=60
+//	ratelimit: "user-1s";r=0;t=1
+//
+// They ride on the response headers when the call sends headers (a unary
+// call that succeeds, a stream that sends a message or its header), and in
+// the trailers otherwise (read them with grpc.Trailer): a refusal, or a
+// handler failing before it sent anything, keeps a Trailers-Only response.
+// Response headers would commit the call, and gRPC clients never retry a
+// committed call (gRFC A6), so sending them with every call would disable
+// the clients' retry policies.
+//
+// A denied call fails with codes.ResourceExhausted whose details hold a
+// google.rpc.RetryInfo — the engine's wait rounded up to whole seconds, at
+// least 1, as the HTTP Retry-After, so a client that waits it is never
+// early — and a google.rpc.QuotaFailure with a violation per window the
+// call does not fit in, the denying one first: its subject is the policy
+// name ("user-1s") and its description the limit. The trailer
+// grpc-retry-pushback-ms carries the same delay in milliseconds, which is
+// what grpc-go's retry policy (a service config retryPolicy with
+// RESOURCE_EXHAUSTED in retryableStatusCodes) waits before its next
+// attempt. A call whose own cost is above a whole quota could never be
+// admitted: it fails with codes.ResourceExhausted and a QuotaFailure but
+// no RetryInfo, and a pushback of -1, which tells grpc-go not to retry.
+//
+// When Redis fails, the group's fail mode decides (fail:open, closed,
+// local, or the engine's default): fail:closed answers codes.Unavailable
+// with a RetryInfo of 1 s. A call the engine cannot evaluate is
+// codes.Internal. Errors are logged (WithLogger; backend errors at most
+// once a second), never sent to clients. In shadow mode (mode:shadow)
+// calls are counted but never denied and carry no rate-limit metadata.
+//
+// # Counting by status code
+//
+// A count: statement lists the status codes whose calls stay counted; an
+// admitted call that ends with another code is given back
+// (middleware.GiveBacker, implemented by *engine.Engine) once its handler
+// returns. For gRPC its items are status code names as gRPC spells them,
+// either as the specification and service configs do or as grpc-go's
+// codes.Code.String does, exactly so spelled:
+//
+//	count     = "count" ":" code { "," code } .
+//	code      = "OK" | "CANCELLED" | "UNKNOWN" | "INVALID_ARGUMENT" | ... | "UNAUTHENTICATED"
+//	          | "Canceled" | "Unknown" | "InvalidArgument" | ... | "Unauthenticated" .
+//
+// so that
+//
+//	key(account):5/d; ip:50/h; count:UNAUTHENTICATED
+//
+// allows at most 5 failed logins per account a day, however many succeed.
+// Numbers, HTTP statuses and classes ("401", "4xx") are not items. A call
+// is counted while its handler runs, so at most the limit of calls whose
+// outcome counts are in flight or recorded, exactly as for HTTP (see
+// package rules). A handler that panics stays counted. A stream's status
+// is the one its handler returns.
+//
+// # Observability
+//
+// WithHook receives the HTTP middleware's middleware.Event for every call
+// of a limited method (Request nil, Status the HTTP status of the same
+// answer), so the Hook of contrib/promlimit or contrib/otellimit counts
+// gRPC calls as it counts HTTP requests.
+//
+// # Not yet
+//
+// In-flight limits (a slot held until a stream ends) are not supported:
+// the core has no in-flight windows yet.
+package grpclimit

@@ -1,0 +1,283 @@
+package grpclimit
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// ErrNoGiveBack is reported by New when a group has a count: statement and
+// the Decider cannot give admitted calls back (is not a
+// middleware.GiveBacker, as *engine.Engine is).
+var ErrNoGiveBack = errors.New("grpclimit: count: needs a decider that can give calls back (middleware.GiveBacker)")
+
+// ErrNilDecider is reported by New when its Decider is nil.
+var ErrNilDecider = errors.New("grpclimit: nil decider")
+
+// MethodError is a problem with one method of New: its name, or its rule
+// text. Err is a *rules.Error, which locates the problem in the text (an
+// offset), for problems of the text.
+type MethodError struct {
+	// Method is the full method name, "" for the WithDefault group.
+	Method string
+	Err    error
+}
+
+// Error implements the error interface.
+func (e *MethodError) Error() string {
+	if e.Method == "" {
+		return "grpclimit: default rules: " + e.Err.Error()
+	}
+	return "grpclimit: method " + strconv.Quote(e.Method) + ": " + e.Err.Error()
+}
+
+// Unwrap returns Err.
+func (e *MethodError) Unwrap() error { return e.Err }
+
+// Limiter holds the interceptors' configuration: a compiled rule group per
+// method. It is immutable after New and safe for concurrent use.
+type Limiter struct {
+	decider   middleware.Decider
+	giver     middleware.GiveBacker
+	methods   map[string]*method
+	defaults  *method // nil: methods not listed are not limited
+	exempt    map[string]bool
+	exemptSvc []string
+	policy    role.Policy
+	cip       *middleware.ClientIP
+	keys      map[string]KeyFunc
+	costs     map[string]CostFunc
+	logger    *slog.Logger
+	hooks     []func(middleware.Event)
+	nextLog   atomic.Int64 // unix nanoseconds before which backend errors are not logged
+}
+
+// method is the compiled rule group of one method, or of the default.
+type method struct {
+	name     string // "" for the default
+	group    rules.Group
+	defaults *middleware.Plan
+	byRole   map[string]*middleware.Plan
+	counted  codeSet // 0: every outcome counts
+}
+
+// New returns a Limiter for the methods of methods, a map from full method
+// name ("/pkg.Service/Method", as grpc.UnaryServerInfo.FullMethod spells
+// it) to the rule text of its group, deciding with d (normally
+// *engine.Engine, as slidelimit.Limiter.Engine returns). Methods not in
+// the map are limited by the WithDefault group, if any, unless WithExempt
+// exempts them.
+//
+// The rule language is the one of package rules, with these differences
+// for gRPC: param(name) has no meaning (there is no path; use key(name)
+// with WithKeyFunc), header(name) reads the incoming metadata, and the
+// items of count: are gRPC status code names (see the package
+// documentation). New fails, listing every problem at once, with a
+// *MethodError per method whose name or text is wrong (naming the method
+// and the offset in its text), when an option is invalid, when a key or
+// cost function a group names is not registered, and with ErrNoGiveBack
+// when a group has a count: statement and d cannot give calls back.
+func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
+	c := config{logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	errs := c.errs
+	cip, err := middleware.NewClientIP(c.ipOpts...)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	l := &Limiter{
+		decider: d,
+		methods: make(map[string]*method, len(methods)),
+		exempt:  make(map[string]bool, len(c.exempt)),
+		policy:  c.policy,
+		cip:     cip,
+		keys:    c.keys,
+		costs:   c.costs,
+		logger:  c.logger,
+		hooks:   c.hooks,
+	}
+	if d == nil {
+		errs = append(errs, ErrNilDecider)
+	} else {
+		l.giver, _ = d.(middleware.GiveBacker)
+	}
+	for _, e := range c.exempt {
+		svc := strings.HasSuffix(e, "/")
+		if err := checkMethodName(strings.TrimSuffix(e, "/"), svc); err != nil {
+			errs = append(errs, &MethodError{Method: e, Err: fmt.Errorf("in WithExempt: %w", err)})
+			continue
+		}
+		if svc {
+			l.exemptSvc = append(l.exemptSvc, e)
+		} else {
+			l.exempt[e] = true
+		}
+	}
+	names := make([]string, 0, len(methods))
+	for name := range methods {
+		names = append(names, name)
+	}
+	slices.Sort(names) // errors in a stable order
+	for _, name := range names {
+		if err := checkMethodName(name, false); err != nil {
+			errs = append(errs, &MethodError{Method: name, Err: err})
+			continue
+		}
+		if l.isExempt(name) {
+			errs = append(errs, &MethodError{Method: name, Err: errors.New("both limited and exempt (WithExempt)")})
+			continue
+		}
+		m, err := l.compile(name, methods[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		l.methods[name] = m
+	}
+	if c.hasDefaults {
+		m, err := l.compile("", c.defaults)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		l.defaults = m
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return l, nil
+}
+
+// checkMethodName reports whether name is a full method name,
+// "/service/method", or with svc a service, "/service".
+func checkMethodName(name string, svc bool) error {
+	want := `a full method name such as "/pkg.Service/Method"`
+	if svc {
+		want = `a service such as "/pkg.Service/"`
+	}
+	rest, ok := strings.CutPrefix(name, "/")
+	if !ok {
+		return fmt.Errorf("not %s: no leading slash", want)
+	}
+	service, meth, found := strings.Cut(rest, "/")
+	switch {
+	case service == "":
+		return fmt.Errorf("not %s: empty service", want)
+	case svc && found:
+		return fmt.Errorf("not %s: too many slashes", want)
+	case svc:
+		return nil
+	case !found || meth == "":
+		return fmt.Errorf("not %s: no method", want)
+	case strings.Contains(meth, "/"):
+		return fmt.Errorf("not %s: too many slashes", want)
+	case strings.ContainsAny(name, " \t\r\n"):
+		return fmt.Errorf("not %s: white space", want)
+	}
+	return nil
+}
+
+// compile parses and prepares the rule text of method name ("" for the
+// default).
+func (l *Limiter) compile(name, text string) (*method, error) {
+	g, err := l.dialect().Parse(text)
+	if err != nil {
+		return nil, &MethodError{Method: name, Err: err}
+	}
+	m := &method{name: name, group: g, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count)}
+	var errs []error
+	for r, ls := range g.LimiterLists() {
+		if _, dup := m.byRole[r]; dup && r != "" {
+			continue // role.Policy.Resolve picks the first override of a role
+		}
+		p, err := middleware.NewPlan(r, ls)
+		switch {
+		case err != nil:
+			errs = append(errs, &MethodError{Method: name, Err: err})
+		case r == "":
+			m.defaults = p
+		default:
+			m.byRole[r] = p
+		}
+	}
+	if len(g.Count) > 0 && l.giver == nil && l.decider != nil {
+		errs = append(errs, &MethodError{Method: name, Err: ErrNoGiveBack})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return m, nil
+}
+
+// dialect is the rule language for gRPC: no param, key and cost functions
+// registered, count: items as gRPC code names.
+func (l *Limiter) dialect() rules.Dialect {
+	return rules.Dialect{
+		Limiter: func(lim rules.Limiter) error {
+			switch {
+			case lim.Kind == rules.Param:
+				return fmt.Errorf("%s has no meaning for gRPC, whose calls have no path values; use key(name) with WithKeyFunc", lim.ID())
+			case lim.Kind == rules.Key && l.keys[lim.Name] == nil:
+				return fmt.Errorf("%s has no key function; register one with WithKeyFunc(%q, fn)", lim.ID(), lim.Name)
+			case lim.Cost != "" && !isDecimal(lim.Cost) && l.costs[lim.Cost] == nil:
+				return fmt.Errorf("%s names cost function %q, which is not registered; register one with WithCostFunc(%q, fn)", lim.ID(), lim.Cost, lim.Cost)
+			}
+			return nil
+		},
+		CountItem: countItem,
+	}
+}
+
+func isDecimal(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// isExempt reports whether WithExempt exempts fullMethod.
+func (l *Limiter) isExempt(fullMethod string) bool {
+	if l.exempt[fullMethod] {
+		return true
+	}
+	for _, s := range l.exemptSvc {
+		if strings.HasPrefix(fullMethod, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup returns the compiled group that limits fullMethod, or nil.
+func (l *Limiter) lookup(fullMethod string) *method {
+	if m, ok := l.methods[fullMethod]; ok {
+		return m
+	}
+	if l.defaults == nil || l.isExempt(fullMethod) {
+		return nil
+	}
+	return l.defaults
+}
+
+// planFor returns the plan of a resolution.
+func (m *method) planFor(res role.Resolution) *middleware.Plan {
+	if res.Role != "" {
+		if p, ok := m.byRole[string(res.Role)]; ok {
+			return p
+		}
+	}
+	return m.defaults
+}
