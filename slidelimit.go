@@ -24,11 +24,14 @@ type Limiter struct {
 
 // New returns a Limiter deciding with client, which may be a *redis.Client,
 // *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It reads
-// the rule overrides in force (see SetRules) from Redis, waiting at most a
-// second, and starts following their changes (see WithRulesCheck); a Redis
-// that does not answer leaves the code's rules in force until it does. It
-// fails when an engine option is invalid; middleware options are checked
-// when a handler is wrapped, where errors can name the route.
+// each server's memory settings (see engine.New) and the rule overrides in
+// force (see SetRules) from Redis, waiting at most a second, and starts
+// following their changes (see WithRulesCheck); a Redis that does not
+// answer leaves the code's rules in force until it does. It fails when
+// client is nil (also a typed nil) or an engine option is invalid, or with
+// engine.WithRequireNoEviction when a server may evict its keys;
+// middleware options are checked when a handler is wrapped, where errors
+// can name the route.
 //
 // The Limiter does not own client: Close leaves it open.
 func New(client engine.Client, opts ...Option) (*Limiter, error) {

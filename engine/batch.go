@@ -132,10 +132,8 @@ type call struct {
 	ctx    batchCtx         // the context of the script calls it leads (single server)
 	flat   flatArgs
 
-	// Failure domains: those the call needs, and those it probes (it is
-	// the one call asking them while they are considered down).
-	doms   []*domain
-	probes []*domain
+	// Failure domains: the servers the call needs.
+	doms []*domain
 
 	// Slot mode: the call's keys grouped by script call.
 	parts []int32 // key indices, part by part

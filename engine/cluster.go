@@ -62,7 +62,7 @@ type partCmd struct {
 // domainPipe is the pipeline of one domain's script calls in a batch.
 type domainPipe struct {
 	d      *domain
-	pipe   redis.Pipeliner // nil when the domain is down and not probed
+	pipe   redis.Pipeliner // nil when the domain is down
 	err    error           // the first error of its calls
 	answer bool            // one of its calls was answered
 }
@@ -72,7 +72,7 @@ type domainPipe struct {
 // sent concurrently and each waited for on its own, so that a server that
 // fails or hangs fails only the calls that need it (go-redis would fail
 // every command of one cross-server pipeline on a timeout). A server that
-// is down is not asked unless a call of the batch probes it. Each part
+// is down is not asked. Each part
 // reserves the request in its keys (check and add); when a part denies or
 // fails, the parts that admitted are rolled back before any caller sees
 // the decision, so the request is counted everywhere or nowhere and
@@ -100,7 +100,7 @@ func (e *Engine) runParts(batch []*call) {
 			if pi < 0 {
 				pi = len(pipes)
 				dp := domainPipe{d: d}
-				if !d.down.Load() || probed(batch, d) {
+				if !d.down.Load() {
 					dp.pipe = e.client.Pipeline()
 				}
 				pipes = append(pipes, dp)

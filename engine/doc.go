@@ -45,7 +45,7 @@
 // and denies at most one grain earlier than an exact window would. Windows
 // without a grain stay exact, also in a key with grained windows. A key
 // then holds about the entries of its exact windows plus W/g per grained
-// window, whatever the limits: seed 001's group
+// window, whatever the limits: in a measurement, the group
 // user:200/10s,5000/h~2m,20000/d~30m held 82 members (4,168 bytes) after
 // 20,000 admissions spread over a day, against 2.4 MB for the exact group.
 // Keys shared by groups with different grains err by the coarsest one.
@@ -190,11 +190,28 @@
 //
 // A server that does not answer (a timeout, a refused or broken
 // connection) is considered down: the engine itself on a single server, a
-// cluster master, a Ring shard. While it is down one call at a time probes
-// it and the other calls that need it use the fail mode at once (with
+// cluster master, a Ring shard. While it is down, every call that needs it
+// uses the fail mode at once, without touching the network (with
 // [ErrUnavailable]); calls whose keys live on other servers are not
-// affected. Every call asks Redis again, so decisions come from Redis again
-// by themselves once it answers.
+// affected. One goroutine per down server sends it PING in the
+// background, at once, then after 50 ms, doubling the pause up to 1 s,
+// and decisions come from Redis again as soon as a PING is answered. Only
+// the calls whose batch meets the failure wait, for at most the timeout
+// (go-redis retries a refused dial until then unless the client has
+// DialerRetries 1 and MaxRetries -1). The
+// engine logs one warning when a server goes down, then at most one every
+// 10 s with the number of fail-mode decisions since the last line, and
+// one line when it answers again; hooks see every decision.
+//
+// Windows are only as durable as Redis keeps them. New reads INFO memory
+// and INFO stats of every server it uses (every master of a cluster), and
+// repeats it every [DefaultEvictionCheck] in the background: a server with
+// maxmemory set and any policy but noeviction can evict windows (every
+// engine key has a TTL, so volatile-* policies evict them too), which New
+// logs once, or refuses with [WithRequireNoEviction]; evicted keys are
+// logged and reported to [WithEvictionHook]. With noeviction and memory
+// full, the script's OOM error reply sends decisions to the fail mode,
+// logged at most once per 10 s per server.
 //
 // A script call that fails may have counted its requests anyway (it may
 // have run, or run once Redis reads it). A request decided by its fail
@@ -207,10 +224,14 @@
 // a request twice, never zero times.
 //
 // Redis replicates asynchronously: a failover can lose the admissions its
-// master had not yet sent to the promoted replica (none in the
-// measurements in bench/failover, where a failover took 2 to 3 s), and a
-// window then holds fewer entries than were admitted. The README's Redis
-// Cluster section says how to configure the client so that the engine
-// follows a failover as soon as the cluster has recovered (back on Redis
-// about 0.1 s after cluster_state:ok in TestClusterFailover).
+// master had not yet sent to the promoted replica (none in our
+// measurements of a master killed under load, where a failover took 2 to
+// 3 s), and a window then holds fewer entries than were admitted. The
+// README's Redis Cluster section says how to configure the client so that
+// the engine follows a failover as soon as the cluster has recovered (back
+// on Redis about 0.1 s after the cluster reported cluster_state:ok again,
+// in those measurements). Its Redis configuration section says what a
+// restart without persistence forgets (every window) and which memory
+// policies let Redis evict windows (every one but noeviction, when
+// maxmemory is set).
 package engine

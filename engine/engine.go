@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -47,7 +48,8 @@ type Engine struct {
 	shaArg  any       // script.Hash(), boxed once
 	srcArg  any       // lua.MultiWindow, boxed once
 
-	doms   domains // failure domains: which servers timed out
+	doms   domains    // failure domains: which servers timed out
+	bg     background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
 	// The invalidation subscription of cached denials (see invalidate.go).
@@ -57,14 +59,21 @@ type Engine struct {
 	closeOnce  sync.Once
 }
 
-// New returns an Engine deciding with client. With cached denials on (the
-// default, see WithCachedDenials) it subscribes to the invalidation
+// New returns an Engine deciding with client. It reads INFO memory and
+// stats of every server the engine uses (every master of a cluster),
+// waiting at most the timeout or a second, and logs a warning when a
+// server's maxmemory-policy can evict the engine's keys (see
+// WithRequireNoEviction); it repeats this check every
+// DefaultEvictionCheck in a goroutine of its own. With cached denials on
+// (the default, see WithCachedDenials) it subscribes to the invalidation
 // channel and waits for the subscription (at most a second, or the
-// timeout if longer; at once when Redis refuses connections); it sends no
+// timeout if longer; at once when Redis refuses connections). It sends no
 // other command: the script is loaded by the first call that needs it. The
-// Engine does not own client; Close leaves it open.
+// Engine does not own client; Close leaves it open. New fails with an
+// *OptionError when client is nil (also a typed nil such as
+// (*redis.Client)(nil)) or an option is invalid.
 func New(client Client, opts ...Option) (*Engine, error) {
-	if client == nil {
+	if isNil(client) {
 		return nil, &OptionError{Option: "client", Reason: "nil client"}
 	}
 	cfg := defaultConfig()
@@ -95,7 +104,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		local:   newLocalLimiter(cfg.localKeys),
 		known:   newKnownCache(cfg.localKeys),
 		base:    time.Now(),
-		doms:    domains{one: &domain{}, m: map[string]*domain{}},
+		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
@@ -104,6 +113,10 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
+	}
+	if err := e.startGuard(&cfg); err != nil {
+		e.Close()
+		return nil, err
 	}
 	if cfg.denials {
 		if s, ok := client.(subscriber); ok {
@@ -150,6 +163,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	c.mode = mode
 	c.prepare()
+	c.id, c.member = 0, c.member[:0] // a pooled call's id is another request's
 	if e.closed.Load() {
 		return e.fallback(c, req, ErrClosed)
 	}
@@ -163,28 +177,17 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if mode == opPeek {
 		op = "peek"
 	}
+	e.setID(c)
 	e.route(c)
-	if !e.acquire(c) {
+	if needsDown(c) {
+		// A server the call needs did not answer: decide at once, without
+		// the network; a background probe finds out when it answers.
+		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
 	}
-	c.id, c.member = 0, c.member[:0]
-	if mode == opAllow {
-		c.id = e.newID()
-		c.member = strconv.AppendInt(c.member, c.id, 10)
-	}
-	if len(c.probes) > 0 {
-		// A probe asks a server that did not answer, and may wait for the
-		// timeout again: it goes alone, so that no batch of calls for
-		// servers that answer waits with it. Deferred: a probe that
-		// panics must not keep every later call on the fail mode.
-		defer e.release(c)
-		c.lead = append(c.lead[:0], c)
-		e.run(c.lead)
-		c.lead = c.lead[:0]
-	} else {
-		e.join(c)
-	}
+	e.join(c)
 	if c.err != nil {
+		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
@@ -195,18 +198,28 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	return d, nil
 }
 
+// setID gives an Allow its snowflake id and member, which Redis stores,
+// and the local fallback too: GiveBack of a local decision finds the entry
+// by it.
+func (e *Engine) setID(c *call) {
+	if c.mode == opAllow && c.id == 0 {
+		c.id = e.newID()
+		c.member = strconv.AppendInt(c.member[:0], c.id, 10)
+	}
+}
+
 // run decides a batch. On a single server, a timeout marks it down before
 // the batch's leader hands the queue on, and while it is down a batch
-// without its probe fails at once: its calls queued behind a call that
-// timed out and would otherwise each wait for one more timeout. (The
-// cluster path does the same per server, see runParts.)
+// fails at once: its calls queued behind a call that timed out and would
+// otherwise each wait for one more timeout. (The cluster path does the
+// same per server, see runParts.)
 func (e *Engine) run(batch []*call) {
 	if e.group != groupAll {
 		e.runParts(batch)
 		return
 	}
 	d := e.doms.one
-	if d.down.Load() && !probed(batch, d) {
+	if d.down.Load() {
 		failAll(batch, ErrUnavailable)
 		return
 	}
@@ -253,10 +266,10 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 }
 
 // Close makes later calls fail with ErrClosed (Allow and Peek then follow
-// the fail mode). Calls in flight complete. Close stops the engine's one
-// goroutine (the subscription to invalidations of cached denials) and
-// waits for it; the client stays open. Close is idempotent and always
-// returns nil.
+// the fail mode). Calls in flight complete. Close stops the engine's
+// goroutines (the subscription to invalidations of cached denials, the
+// eviction guard, the probes of servers that are down) and waits for
+// them; the client stays open. Close is idempotent and always returns nil.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
@@ -265,6 +278,7 @@ func (e *Engine) Close() error {
 			_ = e.pubsub.Close()
 			<-e.listenDone
 		}
+		e.bg.stop()
 	})
 	return nil
 }
@@ -342,6 +356,29 @@ func groupingOf(c Client) grouping {
 	default:
 		return groupKey
 	}
+}
+
+// isNil reports whether c is nil or a nil pointer in a non-nil interface
+// (a typed nil such as (*redis.Client)(nil)), which would otherwise panic
+// at its first use.
+func isNil(c Client) bool {
+	if c == nil {
+		return true
+	}
+	v := reflect.ValueOf(c)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+// addrOf returns the address of a single-server client, for log lines.
+func addrOf(c Client) string {
+	if c, ok := c.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return ""
 }
 
 // contextTimeouts reports whether the client applies context deadlines to

@@ -28,6 +28,17 @@ func TestOptions(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("nil client: %v", err)
 	}
+	for name, c := range map[string]Client{
+		"*redis.Client":         (*redis.Client)(nil),
+		"*redis.ClusterClient":  (*redis.ClusterClient)(nil),
+		"*redis.Ring":           (*redis.Ring)(nil),
+		"redis.UniversalClient": redis.UniversalClient((*redis.Client)(nil)),
+	} {
+		var oe *OptionError
+		if e, err := New(c); e != nil || !errors.As(err, &oe) || oe.Option != "client" {
+			t.Errorf("typed nil %s: %v %v, want an OptionError for the client", name, e, err)
+		}
+	}
 	e, err := New(rc, WithPrefix("x:"), WithNode(1023), WithTimeout(time.Second), WithFailMode(rules.FailOpen),
 		WithHashSubjects([]byte("k")), WithClock(time.Now), WithLocalKeys(5), nil)
 	if err != nil {

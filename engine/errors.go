@@ -14,9 +14,9 @@ var (
 	// request's fail mode.
 	ErrBackend = errors.New("engine: redis failed")
 	// ErrUnavailable is wrapped by the BackendError of a call that did not
-	// ask Redis because an earlier call timed out and another call is
-	// already checking whether Redis answers again.
-	ErrUnavailable = errors.New("engine: redis unavailable, probe in flight")
+	// ask Redis because a server it needs did not answer an earlier call
+	// and has not answered the engine's background probe since.
+	ErrUnavailable = errors.New("engine: redis considered down, not asked")
 	// ErrInvalid is matched by a RequestError or an OptionError.
 	ErrInvalid = errors.New("engine: invalid argument")
 	// ErrClosed is returned by calls made after Close.

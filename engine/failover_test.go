@@ -32,7 +32,7 @@ type failoverRec struct {
 // Kinds of errors of TestClusterFailover's decisions.
 const (
 	errNone        = iota
-	errUnavailable // the server is down and another call probes it: no Redis call
+	errUnavailable // the server is known down: no Redis call
 	errTimeout
 	errOther
 	numErrKinds
@@ -362,7 +362,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 
 	// A dead master costs the calls that need only healthy masters no
-	// timeout: it is down after its first failure, probed alone.
+	// timeout: it is down after its first failure, probed in the background.
 	if us := time.Duration(healthyP99) * time.Microsecond; us > DefaultTimeout {
 		t.Errorf("healthy masters' subjects between the kill and cluster_state:ok: latency p99 %v, want <= the timeout %v", us, DefaultTimeout)
 	}

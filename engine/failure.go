@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -22,6 +23,7 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	case rules.FailClosed:
 		return Decision{Source: FromFailClosed, Time: e.now()}, cause
 	}
+	e.setID(c) // a call that failed before it had one (closed, ctx done)
 	t := e.now()
 	e.local.decide(c, t.UnixMicro(), e.known)
 	return c.decision(req, FromLocal), cause
@@ -30,14 +32,20 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 // A domain is one failure domain: the server a key lives on (the one
 // server of a *redis.Client, a cluster master, a Ring shard). A server that
 // did not answer (a timeout, a refused or broken connection) is considered
-// down: while it is, one call at a time (its
-// probe) asks it again, and the other calls that need it decide by their
-// fail mode at once instead of each waiting for a timeout. Calls whose
-// keys all live on other servers are not affected.
+// down: while it is, every call that needs it decides by its fail mode at
+// once, without touching the network, and one goroutine in the background
+// asks it again (see health.go). Calls whose keys all live on other
+// servers are not affected.
 type domain struct {
 	addr    string
 	down    atomic.Bool
-	probing atomic.Bool
+	probing atomic.Bool  // a probe goroutine runs for it
+	failed  atomic.Int64 // fail-mode decisions that needed it since the last log line
+	since   atomic.Int64 // when it went down, Unix ns
+
+	warn   logthrottle.Throttle // of its outage lines
+	oom    logthrottle.Throttle // of its out-of-memory lines
+	warned atomic.Bool          // the current outage's line was written: log its end
 }
 
 // domains maps server addresses to their domains. one is the domain of
@@ -47,6 +55,13 @@ type domains struct {
 	one *domain
 	mu  sync.RWMutex
 	m   map[string]*domain
+}
+
+func newDomain(addr string) *domain {
+	if addr == "" {
+		addr = "redis"
+	}
+	return &domain{addr: addr, warn: logthrottle.Throttle{Every: warnEvery}, oom: logthrottle.Throttle{Every: warnEvery}}
 }
 
 func (ds *domains) get(addr string) *domain {
@@ -59,7 +74,7 @@ func (ds *domains) get(addr string) *domain {
 	ds.mu.Lock()
 	defer ds.mu.Unlock()
 	if d = ds.m[addr]; d == nil {
-		d = &domain{addr: addr}
+		d = newDomain(addr)
 		ds.m[addr] = d
 	}
 	return d
@@ -112,38 +127,29 @@ func containsDomain(ds []*domain, d *domain) bool {
 	return false
 }
 
-// acquire makes c the probe of every down domain it needs, and reports
-// false (holding nothing) when another call already probes one of them.
-func (e *Engine) acquire(c *call) bool {
+// needsDown reports whether a domain c needs is down: then c must not ask
+// Redis.
+func needsDown(c *call) bool {
 	for _, d := range c.doms {
-		if !d.down.Load() {
-			continue
-		}
-		if !d.probing.CompareAndSwap(false, true) {
-			e.release(c)
-			return false
-		}
-		c.probes = append(c.probes, d)
-	}
-	return true
-}
-
-// release ends c's probes.
-func (e *Engine) release(c *call) {
-	for _, d := range c.probes {
-		d.probing.Store(false)
-	}
-	c.probes = c.probes[:0]
-}
-
-// probed reports whether a call of batch probes d.
-func probed(batch []*call, d *domain) bool {
-	for _, c := range batch {
-		if containsDomain(c.probes, d) {
+		if d.down.Load() {
 			return true
 		}
 	}
 	return false
+}
+
+// noteFailed counts a fail-mode decision of c against every down domain
+// it needed, for the outage's next log line, and logs (throttled) a server
+// out of memory.
+func (e *Engine) noteFailed(c *call) {
+	for _, d := range c.doms {
+		if d.down.Load() {
+			d.failed.Add(1)
+		}
+	}
+	if c.err != nil && len(c.doms) > 0 && outOfMemory(c.err) {
+		e.logOOM(c.doms[0], c.err)
+	}
 }
 
 // observe records how d answered: an answer (also an error reply) makes it
@@ -151,16 +157,14 @@ func probed(batch []*call, d *domain) bool {
 func (e *Engine) observe(d *domain, answered bool, err error) {
 	switch {
 	case answered:
-		if d.down.Load() && d.down.Swap(false) {
-			e.log.Info("engine: redis answers again", "server", d.addr)
+		if d.down.Load() {
+			e.markUp(d)
 		}
 	case err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errClock):
 		// A timeout, a refused or broken connection: asking again would
 		// cost each call up to a timeout (go-redis retries dials and
 		// redirects until the context expires).
-		if !d.down.Swap(true) {
-			e.log.Warn("engine: redis does not answer; deciding by fail mode until it does", "server", d.addr, "err", err)
-		}
+		e.markDown(d, err)
 	}
 	if err != nil {
 		// The slot map may be stale (a failover): let go-redis reload it,

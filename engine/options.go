@@ -28,6 +28,11 @@ type config struct {
 	clock     func() time.Time
 	localKeys int
 	denials   bool
+
+	requireNoEviction bool
+	evictionHook      func(EvictionEvent)
+	evictionEvery     time.Duration
+	evictionEverySet  bool
 }
 
 func defaultConfig() config {

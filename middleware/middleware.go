@@ -5,8 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -52,7 +54,15 @@ type limiter struct {
 	keys     map[string]KeyFunc
 	costs    map[string]CostFunc
 	limits   map[string]LimitFunc
+
+	// backendLog keeps backend errors, which come with every request of an
+	// outage, to one warning per backendLogEvery.
+	backendLog logthrottle.Throttle
 }
+
+// backendLogEvery is the least time between two warnings about backend
+// errors of one handler's middleware.
+const backendLogEvery = 10 * time.Second
 
 // New returns middleware that limits the requests of the next handler by
 // group g, deciding with d. It fails, listing every problem at once, when g
@@ -133,6 +143,8 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		keys:    c.keys,
 		costs:   c.costs,
 		limits:  c.limits,
+
+		backendLog: logthrottle.Throttle{Every: backendLogEvery},
 	}
 	if l.scope == "" {
 		l.scope = c.scope
@@ -323,13 +335,24 @@ func (l *limiter) emit(ev Event) {
 	}
 }
 
+// logBackend logs a backend error: at most one warning per
+// backendLogEvery, carrying the number of errors held back since the last
+// one (hooks see every request's error in its Event). An error of a request
+// whose client went away is logged at debug level, not throttled.
 func (l *limiter) logBackend(r *http.Request, scope string, dec engine.Decision, err error) {
-	level := slog.LevelWarn
 	if r.Context().Err() != nil {
 		// The client went away; the backend error is a consequence.
-		level = slog.LevelDebug
+		l.logger.LogAttrs(r.Context(), slog.LevelDebug, "slidelimit: rate-limit backend error",
+			slog.String("scope", scope), slog.String("source", dec.Source.String()),
+			slog.Bool("allowed", dec.Allowed), slog.Any("error", err))
+		return
 	}
-	l.logger.LogAttrs(r.Context(), level, "slidelimit: rate-limit backend error",
+	ok, held := l.backendLog.Allow(time.Now())
+	if !ok {
+		return
+	}
+	l.logger.LogAttrs(r.Context(), slog.LevelWarn, "slidelimit: rate-limit backend error",
 		slog.String("scope", scope), slog.String("source", dec.Source.String()),
-		slog.Bool("allowed", dec.Allowed), slog.Any("error", err))
+		slog.Bool("allowed", dec.Allowed), slog.Any("error", err),
+		slog.Int64("errors_not_logged", held))
 }

@@ -720,6 +720,28 @@ func TestFailOpen(t *testing.T) {
 	}
 }
 
+// TestBackendErrorsLogQuietly checks that an outage does not log a line
+// per request: one warning per 10 s, while the hooks see every error.
+func TestBackendErrorsLogQuietly(t *testing.T) {
+	t.Parallel()
+	mem := newMem()
+	mem.fail = errBackend
+	buf := &testutil.LogBuffer{}
+	logger := slog.New(slog.NewTextHandler(buf, nil))
+	var rec testutil.Events
+	mux := routed(t, "GET /", "ip:1000/s", mem, middleware.WithLogger(logger), middleware.WithHook(rec.Hook))
+	const n = 200
+	for range n {
+		do(mux, request("GET", "/", "192.0.2.1:1", nil))
+	}
+	if lines := strings.Count(buf.String(), "\n"); lines != 1 {
+		t.Errorf("%d log lines for %d backend errors, want 1: %q", lines, n, buf)
+	}
+	if ev := rec.All(); len(ev) != n {
+		t.Errorf("%d events, want %d", len(ev), n)
+	}
+}
+
 // TestCanceledRequestLogsQuietly checks that a backend error caused by the
 // client going away is not logged as a warning.
 func TestCanceledRequestLogsQuietly(t *testing.T) {

@@ -171,10 +171,12 @@ func validCostName(s string) bool {
 
 func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// WithLogger sets the logger that receives backend errors (Warn), would-be
-// denials in shadow mode (Info) and configuration errors found while serving
-// (Error). The default discards everything. Errors are never written to
-// clients.
+// WithLogger sets the logger that receives backend errors (Warn; at most
+// one line per 10 s per wrapped handler, carrying the number of errors not
+// logged since, so that an outage does not log a line per request; hooks
+// see every error), would-be denials in shadow mode (Info) and
+// configuration errors found while serving (Error). The default discards
+// everything. Errors are never written to clients.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 )
@@ -32,8 +33,12 @@ func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) {
 		return
 	}
 	if err := l.giver.GiveBack(ctx, c.req, c.dec); err != nil {
-		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
-			slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err))
+		// Backend trouble, as in logBackend: one line per backendLogEvery.
+		if ok, held := l.backendLog.Allow(time.Now()); ok {
+			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
+				slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err),
+				slog.Int64("errors_not_logged", held))
+		}
 	}
 }
 

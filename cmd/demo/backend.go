@@ -47,7 +47,10 @@ func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error
 			// go-redis's message may quote the URL, password included.
 			return nil, errors.New("demo: -redis: not a redis:// or rediss:// URL")
 		}
-		opt.ContextTimeoutEnabled = true
+		// As the README recommends: the engine's timeout reaches the
+		// socket, and a refused connection fails at once, so the engine
+		// knows Redis is down without waiting for the timeout.
+		opt.ContextTimeoutEnabled, opt.DialerRetries, opt.MaxRetries = true, 1, -1
 		c := redis.NewClient(opt)
 		return ping(ctx, &backend{client: c, desc: "Redis " + opt.Addr, close: func() { c.Close() }})
 	default:

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -86,6 +87,18 @@ func Start(tb testing.TB) *Server {
 	tb.Helper()
 	binaries(tb, "redis-server")
 	s := newServer(tb, false)
+	s.start()
+	return s
+}
+
+// StartWith starts a single redis-server with extra command-line
+// arguments, which override the defaults (for example "--appendonly",
+// "yes" or "--maxmemory", "3mb"), and stops it when the test ends. Restart
+// starts it again with the same arguments and data directory.
+func StartWith(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	binaries(tb, "redis-server")
+	s := newServer(tb, false, extra...)
 	s.start()
 	return s
 }
@@ -198,8 +211,27 @@ func (s *Server) Pid() int {
 	return s.cmd.Process.Pid
 }
 
-// Restart starts the server again on the same port after Kill. Its data is
-// gone (persistence is off).
+// Stop stops the server gracefully, as SHUTDOWN does (SIGTERM): it fsyncs
+// an append-only file and exits. It waits for the process to exit and the
+// port to be free. It is safe to call more than once and after Kill.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+	}
+	s.Kill() // reaps, or kills a server that did not exit
+}
+
+// Restart starts the server again on the same port after Kill or Stop,
+// with the same arguments and data directory: its data is gone unless
+// persistence is on (see StartWith).
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Kill()

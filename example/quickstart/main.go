@@ -1,0 +1,56 @@
+// Command quickstart is the README's first example: a file server whose
+// downloads are rate-limited per client IP and per user, in Redis.
+package main
+
+import (
+	"log"
+	"log/slog"
+	"net/http"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// API declares each route and its rule group in struct tags.
+type API struct {
+	Files http.HandlerFunc `route:"GET /files/{id}" limit:"ip:5/s,100/min; user:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
+}
+
+func main() {
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		ContextTimeoutEnabled: true, // the engine's timeout (100 ms) reaches the socket
+		DialerRetries:         1,    // a refused connection fails at once...
+		MaxRetries:            -1,   // ...instead of being retried until the timeout
+	})
+	defer rdb.Close()
+
+	lim, err := slidelimit.New(rdb, slidelimit.WithEngineOptions(engine.WithLogger(slog.Default())))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close()
+
+	mux := http.NewServeMux()
+	files := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("file " + r.PathValue("id") + "\n")) }
+	if err := lim.Register(mux, &API{Files: files}); err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(http.ListenAndServe("localhost:8080", authenticate(mux)))
+}
+
+// authenticate puts the caller's identity into the request context, the
+// only place the limiter reads it from. Use your own authentication; this
+// one trusts a made-up header and is for trying the example only.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user := r.Header.Get("X-Demo-User"); user != "" {
+			id := role.Identity{User: user, Roles: []role.Role{"user"}}
+			r = r.WithContext(role.NewContext(r.Context(), id))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
