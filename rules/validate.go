@@ -22,7 +22,7 @@ var validate, validateSetupErr = newValidator()
 // never written in a struct tag.
 const (
 	tagRuleName       = "rulename"   // role and scope names
-	tagWholeMS        = "wholems"    // periods the grammar can express
+	tagWholeMS        = "wholems"    // periods the grammar can express (struct level)
 	tagNameRequired   = "namereq"    // header, param, key need a name
 	tagNameForbidden  = "namenone"   // ip, user, global take none
 	tagHeaderName     = "headername" // RFC 9110 token
@@ -46,6 +46,13 @@ const (
 	tagGrainPeriod    = "grainper"   // grain shorter than the period
 	tagGrainDivides   = "graindiv"   // grain divides the period
 	tagGrainCount     = "graincount" // at most MaxGrains grains per period
+	tagConcPeriod     = "concperiod" // an in-flight window has no period
+	tagConcGrain      = "concgrain"  // nor a grain
+	tagConcOne        = "uconc"      // at most one in-flight window per limiter
+	tagConcCost       = "conccost"   // none in a limiter with a cost
+	tagConcMax        = "concmax"    // at most MaxLimit slots
+	tagPeriodMin      = "min"        // reported as the period's own tag would be
+	tagPeriodMax      = "max"
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -53,10 +60,6 @@ func newValidator() (*validator.Validate, error) {
 	err := errors.Join(
 		v.RegisterValidation(tagRuleName, func(fl validator.FieldLevel) bool {
 			return validName(fl.Field().String())
-		}),
-		v.RegisterValidation(tagWholeMS, func(fl validator.FieldLevel) bool {
-			f := fl.Field()
-			return f.CanInt() && f.Int()%int64(time.Millisecond) == 0
 		}),
 		v.RegisterValidation(tagStatus, func(fl validator.FieldLevel) bool {
 			return validStatus(fl.Field().String())
@@ -134,8 +137,21 @@ func limiterLevel(sl validator.StructLevel) {
 		sl.ReportError(l.Cost, "Cost", "Cost", tagCost, "")
 	}
 	seen := make(map[time.Duration]bool, len(l.Windows))
+	concurrent := false
 	for i, w := range l.Windows {
 		name := "Windows[" + strconv.Itoa(i) + "]"
+		if w.Concurrent {
+			switch {
+			case l.Cost != "":
+				sl.ReportError(w.Limit, name, name, tagConcCost, l.ID())
+			case concurrent:
+				sl.ReportError(w.Limit, name, name, tagConcOne, l.ID())
+			case w.Limit > MaxLimit:
+				sl.ReportError(w.Limit, name+".Limit", "Limit", tagConcMax, "")
+			}
+			concurrent = true
+			continue
+		}
 		if seen[w.Period] {
 			sl.ReportError(w.Period, name, name, tagUniquePeriod, l.ID())
 		}
@@ -186,7 +202,27 @@ func validCostName(s string) bool {
 
 func windowLevel(sl validator.StructLevel) {
 	w, ok := sl.Current().Interface().(Window)
-	if !ok || w.Grain == 0 {
+	if !ok {
+		return
+	}
+	if w.Concurrent {
+		switch {
+		case w.Period != 0:
+			sl.ReportError(w.Period, "Period", "Period", tagConcPeriod, "")
+		case w.Grain != 0:
+			sl.ReportError(w.Grain, "Grain", "Grain", tagConcGrain, "")
+		}
+		return
+	}
+	switch {
+	case w.Period < MinPeriod:
+		sl.ReportError(w.Period, "Period", "Period", tagPeriodMin, "")
+	case w.Period > MaxPeriod:
+		sl.ReportError(w.Period, "Period", "Period", tagPeriodMax, "")
+	case w.Period%time.Millisecond != 0:
+		sl.ReportError(w.Period, "Period", "Period", tagWholeMS, "")
+	}
+	if w.Grain == 0 {
 		return
 	}
 	period := FormatPeriod(w.Period)
@@ -196,7 +232,7 @@ func windowLevel(sl validator.StructLevel) {
 	case w.Grain%time.Millisecond != 0:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMS, "")
 	case w.Period <= 0:
-		// reported by the period's own tag; nothing to compare with
+		// reported above; nothing to compare with
 	case w.Grain >= w.Period:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainPeriod, period)
 	case w.Period%w.Grain != 0:
@@ -354,6 +390,8 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("limit %v is below 1", val)
 	case "Limit " + tagExactMax:
 		return limitAbove(fmt.Sprint(val), true)
+	case "Limit " + tagConcMax:
+		return concurrentAbove(fmt.Sprint(val))
 	case "Limit " + tagBoundedMax:
 		return limitAbove(fmt.Sprint(val), false)
 	case "Cost " + tagCost:
@@ -379,6 +417,14 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), MaxGrains)
 	case "Period min":
 		return fmt.Sprintf("period %s is below %s", durValue(val), FormatPeriod(MinPeriod))
+	case "Period " + tagConcPeriod:
+		return fmt.Sprintf("an in-flight window (N concurrent) has no period, found %s", durValue(val))
+	case "Grain " + tagConcGrain:
+		return fmt.Sprintf("an in-flight window (N concurrent) takes no grain, found %s", durValue(val))
+	case "Windows " + tagConcOne:
+		return fmt.Sprintf("a second in-flight window in limiter %s; a limiter has at most one N concurrent", fe.Param())
+	case "Windows " + tagConcCost:
+		return fmt.Sprintf("limiter %s counts units of cost, not requests, so it takes no in-flight window; put N concurrent in a limiter without a cost", fe.Param())
 	case "Period max":
 		return fmt.Sprintf("period %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
 	case "Period " + tagWholeMS:
