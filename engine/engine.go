@@ -50,6 +50,9 @@ type Engine struct {
 	doms   domains // failure domains: which servers timed out
 	closed atomic.Bool
 
+	slots    slotHolder // slots of in-flight windows held by running requests
+	slotLost func(SlotLost)
+
 	// The invalidation subscription of cached denials (see invalidate.go).
 	pubsub     *redis.PubSub
 	listenDone chan struct{}
@@ -99,6 +102,8 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
+
+		slotLost: cfg.slotLost,
 	}
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	if enabled, known := contextTimeouts(client); known && !enabled {
@@ -189,6 +194,9 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
+	if c.plan.slots > 0 && d.receipt.id != 0 {
+		e.hold(&c.plan, &d.receipt)
+	}
 	if c.warn != nil {
 		return d, c.warn
 	}
@@ -233,19 +241,42 @@ func answeredErr(err error) bool {
 }
 
 // Reset forgets every request counted for subject by limiter l in scope:
-// it deletes the key, in Redis and in the fallback limiter.
+// it deletes the key, in Redis and in the fallback limiter. When l has an
+// in-flight window, its slots are freed too: requests running still hold
+// no slot (their renewals report them lost, see WithSlotLost), so up to
+// the limit more may be admitted while they run.
 func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
-	key := string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))
-	e.local.forget(key)
+	keys := []string{string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))}
+	for _, w := range l.Windows {
+		if w.Concurrent {
+			keys = append(keys, string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, "", subject))+slotSuffix)
+			break
+		}
+	}
+	for _, key := range keys {
+		e.local.forget(key)
+	}
 	if e.closed.Load() {
 		return ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", key)); err != nil {
-		return &BackendError{Op: "reset", Err: err}
+	if len(keys) == 1 {
+		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0])); err != nil {
+			return &BackendError{Op: "reset", Err: err}
+		}
+	} else {
+		// Apart: with a grained window the two keys may have different
+		// hash tags, and so live in different cluster slots.
+		pipe := e.client.Pipeline()
+		for _, key := range keys {
+			pipe.Del(ctx, key)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return &BackendError{Op: "reset", Err: err}
+		}
 	}
-	e.publish(ctx, invalReset, key)
+	e.publish(ctx, invalReset, keys...)
 	return nil
 }
 
@@ -261,6 +292,12 @@ func (e *Engine) Close() error {
 		if e.pubsub != nil {
 			_ = e.pubsub.Close()
 			<-e.listenDone
+		}
+		e.slots.mu.Lock()
+		done := e.slots.done
+		e.slots.mu.Unlock()
+		if done != nil {
+			<-done
 		}
 	})
 	return nil

@@ -235,6 +235,9 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 // in every window, so at most Limit requests whose outcome counts are ever
 // in flight or recorded in a window.
 //
+// A request that holds slots of in-flight windows releases them too (see
+// Release).
+//
 // GiveBack is idempotent and never removes another request's entry: it
 // removes the request's own member, a unique id. A Decision that counted
 // nothing (a denial, a Peek, a fail-open or fail-closed decision, or an
@@ -247,21 +250,45 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 // timeout.
 // After Close, GiveBack returns ErrClosed. It is safe for concurrent use.
 func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
+	return e.giveBack(ctx, &req, &d, false)
+}
+
+// giveBack is GiveBack, or with slots Release: the removal of d's member
+// from every key of req, or from its slot keys only.
+func (e *Engine) giveBack(ctx context.Context, req *Request, d *Decision, slots bool) error {
 	r := &d.receipt
 	if !d.Allowed || r.id == 0 {
 		return nil
 	}
 	c := getCall()
 	defer putCall(c)
-	if err := c.plan.build(e.keyer, &req); err != nil {
+	if err := c.plan.build(e.keyer, req); err != nil {
 		return err
 	}
 	if r.suffix < 0 && len(r.suffixes) != len(c.plan.keys) {
 		return &RequestError{Check: -1, Window: -1, Reason: "request does not match the decision given back"}
 	}
-	if d.Source == FromLocal {
-		e.local.giveBack(&c.plan, r.id)
+	if slots && c.plan.slots == 0 {
 		return nil
+	}
+	if d.Source == FromLocal {
+		e.local.giveBack(&c.plan, r.id, slots)
+		return nil
+	}
+	op := "giveback"
+	if slots {
+		op = "release"
+	}
+	member := strconv.FormatInt(r.id, 10)
+	now := time.Now().UnixMicro()
+	us := make([]undo, 0, len(c.plan.keys))
+	for i := range c.plan.keys {
+		if !slots || c.plan.ks[i] {
+			us = append(us, undoOf(&c.plan, i, member, r.suffixOf(i), now))
+		}
+	}
+	if c.plan.slots > 0 {
+		e.unhold(us)
 	}
 	if e.closed.Load() {
 		return ErrClosed
@@ -269,18 +296,12 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	member := strconv.FormatInt(r.id, 10)
-	now := time.Now().UnixMicro()
-	us := make([]undo, len(c.plan.keys))
-	for i := range c.plan.keys {
-		us[i] = undoOf(&c.plan, i, member, r.suffixOf(i), now)
-	}
 	if e.anyDown(&c.plan) {
 		// Redis timed out and has not answered since: queue the removal
 		// for the batch that finds it back, instead of making the caller
 		// (a handler that has answered) wait for another timeout.
 		e.undos.push(e, us...)
-		return &BackendError{Op: "giveback", Err: ErrUnavailable}
+		return &BackendError{Op: op, Err: ErrUnavailable}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
@@ -288,9 +309,9 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	if len(failed) == 0 {
 		return nil
 	}
-	e.log.Warn("engine: give-back failed; retried before the next script call", "member", member, "err", err)
+	e.log.Warn("engine: "+op+" failed; retried before the next script call", "member", member, "err", err)
 	for _, i := range failed {
 		e.undos.push(e, us[i])
 	}
-	return &BackendError{Op: "giveback", Err: err}
+	return &BackendError{Op: op, Err: err}
 }

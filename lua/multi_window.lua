@@ -26,9 +26,14 @@
 --       nwin, busy, then nwin times: period, limit
 --     or a weighted key (a limiter with a cost or a grain):
 --       -nwin, busy, cost, then nwin times: period, limit, grain
+--     or a special key, whose first field is 0 and second a one-letter
+--     kind:
+--       0, 'S', limit, lease     a slot key (in-flight window, see Slots)
+--       0, 'B', ...              reserved for the block key (issue #23)
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
---     epoch marker. grain is the tier's merge grain (0: exact).
+--     epoch marker. grain is the tier's merge grain (0: exact). lease is
+--     how long an admitted request holds its slot unless renewed (µs).
 --   EVAL's numkeys is the sum of the ops' |nkeys|. Example: allow request
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
@@ -38,6 +43,8 @@
 --   sec, usec  the decision time (t, or the server's TIME)
 --   then per op: code, then per key and window, in argument order:
 --     used [oldest [edge]]
+--   except for a slot key, which replies its live slots before the op:
+--     used
 -- code is status + 4*suffix. status is 1 when the op admitted (a peek:
 -- would admit), 0 when a window had no room, and 2 when no unique member
 -- was found within max_suffix retries (nothing written, suffix 0). suffix
@@ -54,7 +61,20 @@
 -- the newest total + cost - limit).
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
--- weighted key's running total would lose exactness.
+-- weighted key's running total would lose exactness; 'ERR slidelimit:
+-- unknown key kind <kind>' for a special key of another kind.
+--
+-- Slots. A slot key (engine: the limiter's key followed by ':slots', same
+-- hash tag) holds one member per running request, the request's member
+-- (as in the other keys of the op, suffix included), scored by its lease
+-- deadline t + lease. Live slots are those scored >= t: an op fits only if
+-- fewer than limit are live (ZCOUNT; a denial or a peek writes nothing).
+-- An admission adds the member scored t + lease with ZADD NX (a clash is
+-- a collision, as in count keys), removes the expired members (scores
+-- below t), so a key holds at most limit members after an admission, and
+-- sets the key's expiry to the lease (PEXPIRE GT, or NX for a key without
+-- one), so it never outlives its longest lease. lua/renew.lua extends the
+-- leases of running requests; a release is a ZREM of the member.
 --
 -- Stored state. A count key's entry is the member scored t. A weighted
 -- key's entry is its running total of cost (%016d), ':' and the member,
@@ -442,8 +462,8 @@ local function weighted_functions()
   end
 end
 
--- add_member adds member to the count keys among KEYS[first+1 ..
--- first+nkeys] (see key_state). A member already
+-- add_member adds member to the count and slot keys among KEYS[first+1
+-- .. first+nkeys] (see key_state). A member already
 -- present (two processes sharing a snowflake node) must not make the
 -- request count less than once: the keys added so far are undone and a
 -- suffixed member is tried. It returns the suffix and the member added,
@@ -454,8 +474,14 @@ local function add_member(first, nkeys, key_state, member)
   while true do
     local clash = 0
     for k = 1, nkeys do
-      if not key_state[4 * k] and call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
-        clash = k
+      local state = key_state[4 * k]
+      if not state then
+        if call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
+          clash = k
+          break
+        end
+      elseif key_state[4 * k - 2] == 0 and call('ZADD', KEYS[first + k], 'NX', state, m) == 0 then
+        clash = k -- a slot key: state is the lease deadline
         break
       end
     end
@@ -463,7 +489,7 @@ local function add_member(first, nkeys, key_state, member)
       return suffix, m
     end
     for k = 1, clash - 1 do
-      if not key_state[4 * k] then
+      if not key_state[4 * k] or key_state[4 * k - 2] == 0 then
         call('ZREM', KEYS[first + k], m)
       end
     end
@@ -535,7 +561,8 @@ end
 
 -- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
 -- fields start, its longest period, whether it is busy, and false for a
--- count key or the state of a weighted one (see weigh): one table rather
+-- count key or the state of a weighted one (see weigh); for a slot key:
+-- where its fields start, 0, its lease and its members' score (a string): one table rather
 -- than four, as each costs about 1,000 instructions per call, made with
 -- room for one key. In ops the engine marked (see memo), key_memo[2k-1 ..
 -- 2k] holds the reply index of its first window and whether its
@@ -586,6 +613,20 @@ while p <= #args do
         -- marker at t; if this op's marker is the same, there is none left.
         key_memo[2 * k] = (added_at >= BUSY) == busy
       end
+    elseif nwin == 0 then
+      -- A special key (see the header's Arguments).
+      local kind = args[q + 1]
+      if kind ~= 'S' then
+        return redis.error_reply('ERR slidelimit: unknown key kind ' .. kind)
+      end
+      t_arg = t_arg or fmt('%d', t)
+      local used = call('ZCOUNT', key, t_arg, '+inf')
+      n = n + 1
+      reply[n] = used
+      fits = fits and used < num(args[q + 2])
+      local lease = num(args[q + 3])
+      key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
+      q = q + 4
     else
       if not weigh then
         weighted_functions()
@@ -611,7 +652,7 @@ while p <= #args do
       -- they are added once the member's suffix is known.
       for k = 1, nkeys do
         local state = key_state[4 * k]
-        if state then
+        if state and key_state[4 * k - 2] ~= 0 then
           local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
             return err
@@ -620,7 +661,15 @@ while p <= #args do
       end
       for k = 1, nkeys do
         local at = 4 * k
-        if not (remember and key_memo[2 * k]) then
+        if key_state[at - 2] == 0 then
+          -- A slot key: drop the expired slots, live for the lease.
+          local key = KEYS[used_keys + k]
+          call('ZREMRANGEBYSCORE', key, '-inf', '(' .. t_arg)
+          local ttl = fmt('%d', ceil(key_state[at - 1] / 1000) + 1)
+          if call('PEXPIRE', key, ttl, 'GT') == 0 then
+            call('PEXPIRE', key, ttl, 'NX')
+          end
+        elseif not (remember and key_memo[2 * k]) then
           bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
         end
       end
