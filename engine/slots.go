@@ -206,14 +206,25 @@ func (e *Engine) renew() {
 		calls = append(calls, sent{cmd: cmd, refs: refs})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
+	// A server without the script (the first renewal, a restart) gets the
+	// calls that failed again with its source, in one more pipeline.
+	var retry redis.Pipeliner
+	for i := range calls {
+		if noScript(calls[i].cmd.Err()) {
+			if retry == nil {
+				retry = e.client.Pipeline()
+			}
+			calls[i].cmd = redis.NewIntSliceCmd(ctx, asEval(calls[i].cmd.Args(), lua.Renew)...)
+			_ = retry.Process(ctx, calls[i].cmd)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
 	var lost []SlotLost
 	failed := 0
 	var firstErr error
 	for _, s := range calls {
-		if noScript(s.cmd.Err()) {
-			s.cmd = redis.NewIntSliceCmd(ctx, asEval(s.cmd.Args(), lua.Renew)...)
-			_ = e.client.Process(ctx, s.cmd)
-		}
 		v, err := s.cmd.Result()
 		if err == nil && len(v) != len(s.refs) {
 			err = newReplyError("renewal reply of the wrong length", "")
