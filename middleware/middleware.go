@@ -34,22 +34,24 @@ const (
 // limiter is one configured middleware; it is immutable after New and safe
 // for concurrent use.
 type limiter struct {
-	group    rules.Group
-	decider  Decider
-	giver    GiveBacker // d as a GiveBacker, for a group with count:
-	policy   role.Policy
-	ip       clientIP
-	v6bits   int
-	scope    string
-	scopeFn  ScopeFunc
-	logger   *slog.Logger
-	hooks    []func(Event)
-	legacy   bool
-	denied   DeniedHandler
-	defaults *plan
-	byRole   map[string]*plan
-	keys     map[string]KeyFunc
-	costs    map[string]CostFunc
+	group      rules.Group
+	decider    Decider
+	giver      GiveBacker  // d as a GiveBacker, for a group with count:
+	releaser   Releaser    // d as a Releaser, for a group with an in-flight window
+	releaseLog everySecond // failed releases are logged at most once a second
+	policy     role.Policy
+	ip         clientIP
+	v6bits     int
+	scope      string
+	scopeFn    ScopeFunc
+	logger     *slog.Logger
+	hooks      []func(Event)
+	legacy     bool
+	denied     DeniedHandler
+	defaults   *plan
+	byRole     map[string]*plan
+	keys       map[string]KeyFunc
+	costs      map[string]CostFunc
 }
 
 // New returns middleware that limits the requests of the next handler by
@@ -105,22 +107,30 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 			errs = append(errs, ErrNoGiveBack)
 		}
 	}
+	var releaser Releaser
+	if d != nil && hasConcurrent(g) {
+		var ok bool
+		if releaser, ok = d.(Releaser); !ok {
+			errs = append(errs, ErrNoRelease)
+		}
+	}
 	l := &limiter{
-		group:   g,
-		decider: d,
-		giver:   giver,
-		policy:  c.policy,
-		ip:      clientIP{header: c.proxyHeader},
-		v6bits:  c.ipv6Prefix,
-		scope:   g.Scope,
-		scopeFn: c.scopeFunc,
-		logger:  c.logger,
-		hooks:   c.hooks,
-		legacy:  c.legacy,
-		denied:  c.denied,
-		byRole:  make(map[string]*plan, len(g.Overrides)),
-		keys:    c.keys,
-		costs:   c.costs,
+		group:    g,
+		decider:  d,
+		giver:    giver,
+		releaser: releaser,
+		policy:   c.policy,
+		ip:       clientIP{header: c.proxyHeader},
+		v6bits:   c.ipv6Prefix,
+		scope:    g.Scope,
+		scopeFn:  c.scopeFunc,
+		logger:   c.logger,
+		hooks:    c.hooks,
+		legacy:   c.legacy,
+		denied:   c.denied,
+		byRole:   make(map[string]*plan, len(g.Overrides)),
+		keys:     c.keys,
+		costs:    c.costs,
 	}
 	if l.scope == "" {
 		l.scope = c.scope

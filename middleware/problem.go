@@ -61,6 +61,10 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 			p.Detail = "This request alone exceeds the quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) +
 				" per " + rules.FormatPeriod(d.Window.Period) + "); it can never be admitted."
 			p.ViolatedPolicies = []string{d.Policy}
+		case d.Policy != "" && d.Window.Concurrent:
+			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + strconv.FormatInt(d.Window.Limit, 10) +
+				" concurrent requests) exceeded: as many requests are running; retry after " + retry + "."
+			p.ViolatedPolicies = []string{d.Policy}
 		case d.Policy != "":
 			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) + " per " +
 				rules.FormatPeriod(d.Window.Period) + ") exceeded; retry after " + retry + "."
