@@ -99,9 +99,10 @@ func (p *plan) build(k *keyer, req *Request) error {
 		rate, conc := len(c.Windows), -1 // the check's rate windows, and its in-flight one
 		for j, w := range c.Windows {
 			if w.Concurrent {
+				// Several in-flight windows of one check (groups sharing a
+				// scope, merged by Limiter.Peek) share its slot key: the
+				// smallest limit holds, as for equal periods.
 				switch {
-				case conc >= 0:
-					return &RequestError{Check: i, Window: j, Reason: "more than one in-flight window in a check"}
 				case c.Limiter.Cost != "" || c.Cost > 1:
 					return &RequestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
 				case w.Limit < 1 || w.Limit > MaxCountLimit:

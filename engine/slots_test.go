@@ -455,7 +455,6 @@ func TestSlotsRequestErrors(t *testing.T) {
 		name string
 		c    Check
 	}{
-		{"two", Check{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(1), conc(2)}}}},
 		{"cost", Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{conc(1)}}, Cost: 5}},
 		{"period", Check{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Concurrent: true, Period: time.Second}}}}},
 		{"limit", Check{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(0)}}}},
@@ -554,4 +553,28 @@ func slotChild(spec string) int {
 	}
 	fmt.Println("held 3")
 	select {}
+}
+
+// TestSlotsMerged: in-flight windows of one subject in several checks (or
+// one check) share one slot key, the smallest limit holding.
+func TestSlotsMerged(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	prefix := testPrefix(t)
+	e := newEngine(t, c, WithPrefix(prefix))
+	ctx := context.Background()
+	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(3), conc(2)}}
+	req := Request{Scope: "m", Checks: []Check{{Limiter: l, Subject: "u"}, {Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(5)}}, Subject: "u"}}}
+	for i := range 3 {
+		d, err := e.Allow(ctx, req)
+		if err != nil || d.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		if i == 2 && (d.Denied.Check != 0 || d.Denied.Window != conc(2)) {
+			t.Errorf("denied by %+v; want the 2 concurrent window", d.Denied)
+		}
+	}
+	if keys := scanKeys(t, c, prefix); len(keys) != 1 || !strings.HasSuffix(keys[0], "}:slots") {
+		t.Errorf("keys %q; want one slot key", keys)
+	}
 }
