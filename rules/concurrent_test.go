@@ -20,6 +20,8 @@ func TestConcurrentParse(t *testing.T) {
 		{"user : 3concurrent , 1/s", "user:3 concurrent,1/s",
 			[]Limiter{{Kind: User, Windows: []Window{conc(3), win(1, time.Second)}}}},
 		{"ip:1k concurrent", "ip:1000 concurrent", []Limiter{{Kind: IP, Windows: []Window{conc(1000)}}}},
+		{"user:1 concurrent; user:20/h", "user:1 concurrent; user:20/h",
+			[]Limiter{{Kind: User, Windows: []Window{conc(1)}}, {Kind: User, Windows: []Window{win(20, time.Hour)}}}},
 		{"user:1 concurrent; user[bytes]:2Gi/d", "user:1 concurrent; user[bytes]:2147483648/d",
 			[]Limiter{{Kind: User, Windows: []Window{conc(1)}}, {Kind: User, Cost: "bytes", Windows: []Window{win(2<<30, 24*time.Hour)}}}},
 	}
@@ -58,6 +60,9 @@ func TestConcurrentInvalid(t *testing.T) {
 		{"user:3 concurrent/s", `rules: "user:3 concurrent/s": an in-flight window (N concurrent) has no period at offset 17`},
 		{"user:100001 concurrent", `rules: "user:100001 concurrent": limit 100001 is above 100000, the most slots an in-flight window may hold at offset 5`},
 		{"user:99999999999999999999 concurrent", `rules: "user:99999999999999999999 concurrent": limit 99999999999999999999 is above 100000, the most slots an in-flight window may hold at offset 5`},
+		{"user:1 concurrent; user:2 concurrent", `rules: "user:1 concurrent; user:2 concurrent": duplicate limiter user; put all its windows in one limiter at offset 19`},
+		{"user:1 concurrent; user:2/s,1 concurrent", `rules: "user:1 concurrent; user:2/s,1 concurrent": duplicate limiter user; put all its windows in one limiter at offset 19`},
+		{"user:1/s; user:2/s,1 concurrent", `rules: "user:1/s; user:2/s,1 concurrent": duplicate limiter user; put all its windows in one limiter at offset 10`},
 		{"user:3 concurren", `rules: "user:3 concurren": expected "/" after the limit, found "c" at offset 7`},
 	}
 	for _, tt := range tests {

@@ -165,7 +165,9 @@
 //   - A limiter has at least one window and no two with the same period.
 //   - A list of limiters (the defaults, or one override's) has no two with
 //     the same ID (see Limiter.ID); write one limiter with several windows
-//     instead.
+//     instead. A limiter of only in-flight windows may share its ID with
+//     one of only rate windows ("user:1 concurrent; user:20/h"), which
+//     count apart.
 //   - A role has at most one override, is exempt at most once, and is not
 //     both exempt and overridden: an exemption would make its override dead
 //     text, which is more likely a mistake than intent.

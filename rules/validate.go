@@ -244,16 +244,27 @@ func windowLevel(sl validator.StructLevel) {
 
 // uniqueLimiters reports every limiter whose ID repeats an earlier one in
 // the list: the engine keys windows by ID, so two would count one subject
-// twice against different limits.
+// twice against different limits. Rate windows and in-flight windows are
+// counted apart (a log and a slot key), so a limiter of only the one may
+// repeat the ID of a limiter of only the other, as in
+// "user:1 concurrent; user:20/h".
 func uniqueLimiters(sl validator.StructLevel, prefix string, ls []Limiter) {
 	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
 		id := l.ID()
-		if seen[id] {
+		rate, conc := false, false
+		for _, w := range l.Windows {
+			rate, conc = rate || !w.Concurrent, conc || w.Concurrent
+		}
+		if !rate && !conc {
+			rate = true // no windows: reported elsewhere, still an ID
+		}
+		if rate && seen[id] || conc && seen[id+" concurrent"] {
 			name := prefix + "[" + strconv.Itoa(i) + "]"
 			sl.ReportError(id, name, name, tagUniqueLimiter, id)
 		}
-		seen[id] = true
+		seen[id] = seen[id] || rate
+		seen[id+" concurrent"] = seen[id+" concurrent"] || conc
 	}
 }
 
