@@ -23,7 +23,7 @@ type api struct {
 	// A costly report (a few seconds of work): one running per user at a
 	// time, 20 an hour.
 	Report http.HandlerFunc `route:"GET /reports/{id}" limit:"user:1 concurrent; user:20/h; exempt:superadmin"`
-	Upload   http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
+	Upload http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
 	// Login protection: 5 wrong passwords per account a day (and 50
 	// attempts per IP an hour); successful logins are given back.
 	Login http.HandlerFunc `route:"POST /login" limit:"key(account):5/d; ip:50/h; count:401"`
