@@ -100,7 +100,7 @@ func TestInflightFields(t *testing.T) {
 		Violated []string `json:"violated-policies"`
 	}
 	if err := json.Unmarshal(body, &p); err != nil || len(p.Violated) != 1 || p.Violated[0] != "ip-concurrent" ||
-		!strings.Contains(p.Detail, "1 concurrent requests") {
+		!strings.Contains(p.Detail, "(1 request at a time) exceeded; retry after 1s.") {
 		t.Errorf("problem body %s (%v)", body, err)
 	}
 	close(finish)
