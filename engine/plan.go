@@ -9,6 +9,7 @@ import (
 	"hash"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -230,6 +231,10 @@ func (p *plan) build(k *keyer, req *Request) error {
 // slotSuffix ends the name of a slot key: after the hash tag, so that a
 // subject's slots live in the slot of its count key.
 const slotSuffix = ":slots"
+
+// isSlotKey reports whether key is a slot key: other keys end with the
+// brace that closes their hash tag.
+func isSlotKey(key string) bool { return strings.HasSuffix(key, slotSuffix) }
 
 // key records the key appended to p.buf at start, or finds an equal one
 // recorded before (and drops the copy), and returns its index. A new key

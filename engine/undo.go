@@ -85,6 +85,15 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	if len(us) == 0 {
 		return nil, nil
 	}
+	if len(us) == 1 && isSlotKey(us[0].key) {
+		// A release: one ZREM, and no invalidation, since slot keys make
+		// no cached denials.
+		cmd := redis.NewIntCmd(ctx, append([]any{"zrem", us[0].key}, us[0].members()...)...)
+		if err := e.client.Process(ctx, cmd); err != nil {
+			return []int{0}, err
+		}
+		return nil, nil
+	}
 	pipe := e.client.Pipeline()
 	cmds := make([]*redis.IntCmd, len(us))
 	for i, u := range us {
@@ -102,9 +111,11 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	// trip; elsewhere it is sent once they are done.
 	var pub *redis.IntCmd
 	if e.group == groupAll {
-		keys := make([]string, len(us))
-		for i, u := range us {
-			keys[i] = u.key
+		keys := make([]string, 0, len(us))
+		for _, u := range us {
+			if !isSlotKey(u.key) {
+				keys = append(keys, u.key)
+			}
 		}
 		if pub = e.publishCmd(ctx, invalRemoved, keys...); pub != nil {
 			_ = pipe.Process(ctx, pub)
@@ -126,7 +137,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			if first == nil {
 				first = err
 			}
-		} else if cmd.Val() > 0 {
+		} else if cmd.Val() > 0 && !isSlotKey(us[i].key) {
 			done = append(done, us[i].key)
 		}
 	}
