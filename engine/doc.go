@@ -5,8 +5,9 @@
 // (a *redis.Client, *redis.ClusterClient, *redis.Ring or any [Client]) and
 // is safe for concurrent use. [Engine.Allow] decides a [Request] and counts
 // it; [Engine.Peek] reports what Allow would decide without counting;
-// [Engine.GiveBack] uncounts an admitted request; [Engine.Reset] forgets a
-// subject. Allow and Peek return a usable [Decision] whatever fails.
+// [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
+// the slots of in-flight windows an admitted request holds; [Engine.Reset]
+// forgets a subject. Allow and Peek return a usable [Decision] whatever fails.
 //
 // # Semantics
 //

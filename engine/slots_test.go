@@ -578,3 +578,57 @@ func TestSlotsMerged(t *testing.T) {
 		t.Errorf("keys %q; want one slot key", keys)
 	}
 }
+
+// TestSlotsGrained: an in-flight window beside a grained window (whose
+// log is a weighted key with another hash tag) admits and releases as
+// beside an exact one.
+func TestSlotsGrained(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	e := newEngine(t, c, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	req := One("g", rules.User, "u", rules.Window{Limit: 100, Period: time.Minute, Grain: time.Second}, conc(2))
+	var first Decision
+	for i := range 3 {
+		d, err := e.Allow(ctx, req)
+		if err != nil || d.Allowed != (i < 2) {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		if i == 0 {
+			first = d
+		}
+	}
+	if err := e.Release(ctx, req, first); err != nil {
+		t.Fatal(err)
+	}
+	d, err := e.Allow(ctx, req)
+	if err != nil || !d.Allowed || d.Windows[0].Used != 3 || d.Windows[1].Used != 2 {
+		t.Fatalf("after release: %+v, %v; want admitted, 3 in the minute, 2 slots", d, err)
+	}
+}
+
+// TestSlotsClose: Close stops the renewal goroutine, and Release after
+// Close reports ErrClosed.
+func TestSlotsClose(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithLease(60*time.Millisecond))
+	ctx := context.Background()
+	req := One("c", rules.User, "u", conc(1))
+	d, err := e.Allow(ctx, req)
+	if err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	e.slots.mu.Lock()
+	done := e.slots.done
+	e.slots.mu.Unlock()
+	e.Close()
+	select {
+	case <-done:
+	default:
+		t.Fatal("renewal goroutine still running after Close")
+	}
+	if err := e.Release(ctx, req, d); !errors.Is(err, ErrClosed) {
+		t.Errorf("Release after Close: %v, want ErrClosed", err)
+	}
+}
