@@ -75,6 +75,9 @@
 // and calls the [WithSlotLost] hook: that request no longer occupies a
 // slot, so one more may be admitted while it runs.
 //
+// A fail-open admission holds no slot (nothing was written), and Release
+// of it does nothing.
+//
 // In-flight windows make no cached denials (a slot frees at any moment, in
 // any process): a request with one always asks Redis. The FailLocal
 // fallback counts slots in process, released by Release or after one lease
