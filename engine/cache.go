@@ -259,10 +259,12 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	counted := c.status == statusAdmitted && c.mode == opAllow
 	at := c.sec*1e6 + c.usec
 	for i, key := range p.keys {
-		if p.kw[i] && p.blockOf(i) == 0 {
+		if p.ks[i] || p.kw[i] && p.blockOf(i) == 0 {
 			// A weighted key's fullness depends on each request's cost,
 			// and its counts on merged entries: it makes no cached denial
-			// and seeds nothing (the fallback starts it from nothing).
+			// and seeds nothing (the fallback starts it from nothing). A
+			// slot key neither: a slot frees whenever a request ends, in
+			// any process, so no answer says how long a key stays full.
 			continue
 		}
 		sh := k.shard(key)

@@ -135,8 +135,17 @@ func (c *call) decision(req *Request, src Source) Decision {
 		for _, w := range req.Checks[i].Windows {
 			m := p.origin[j]
 			mw := p.wins[m]
-			used, reset := c.res[3*m], c.res[3*m+1]
-			if counted {
+			used, reset, wait1 := c.res[3*m], c.res[3*m+1], c.res[3*m+2]
+			if w.Concurrent {
+				// A slot frees when a request ends: there is no time at
+				// which it must (see slotRetry).
+				reset, wait1 = 0, 0
+				if counted {
+					used++
+				} else if !admitted && used >= mw.limit {
+					wait1 = int64(slotRetry / time.Microsecond)
+				}
+			} else if counted {
 				if used == 0 {
 					reset = mw.period // the request itself is the oldest
 				}
@@ -151,8 +160,8 @@ func (c *call) decision(req *Request, src Source) Decision {
 			ws.Reset = time.Duration(reset) * time.Microsecond
 			// A merged window reports the wait for its smallest limit; the
 			// check that set that limit is the one that denies.
-			if !admitted && w.Limit == mw.limit && c.res[3*m+2] > wait {
-				wait, denied = c.res[3*m+2], j
+			if !admitted && w.Limit == mw.limit && wait1 > wait {
+				wait, denied = wait1, j
 			}
 			j++
 		}

@@ -5,9 +5,11 @@
 // (a *redis.Client, *redis.ClusterClient, *redis.Ring or any [Client]) and
 // is safe for concurrent use. [Engine.Allow] decides a [Request] and counts
 // it; [Engine.Peek] reports what Allow would decide without counting;
-// [Engine.GiveBack] uncounts an admitted request; [Engine.Settle] changes
-// an admitted request's cost to what it really consumed; [Engine.Reset]
-// forgets a subject and lifts its blocks. Allow and Peek return a usable [Decision] whatever fails.
+// [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
+// the slots of in-flight windows an admitted request holds; [Engine.Settle]
+// changes an admitted request's cost to what it really consumed;
+// [Engine.Reset] forgets a subject and lifts its blocks. Allow and Peek
+// return a usable [Decision] whatever fails.
 //
 // # Semantics
 //
@@ -68,7 +70,9 @@
 // this process's cache denies without a Redis call, like a full window
 // (see Cached denials); a denial that would start a block always goes to
 // Redis, so that the block is set there. The FailLocal fallback knows the
-// blocks Redis reported and starts its own.
+// blocks Redis reported and starts its own. An in-flight window's denial
+// starts no block: a slot frees whenever a running request ends, and a
+// block punishes going over a rate.
 //
 // # Settlement
 //
@@ -83,6 +87,41 @@
 // most 64, beyond which the change errs on the side of denying. With
 // grains, a request merged into the next entry is settled in that entry;
 // the middleware's WithSettle and ReportCost settle after the handler.
+//
+// # In-flight windows
+//
+// A window with Concurrent set (rule text "N concurrent") bounds how many
+// requests of its subject run at once. A request is admitted only if every
+// window has room and each of its in-flight windows has fewer than N slots
+// held, in the same atomic call as the other windows; it then holds one
+// slot per in-flight window until [Engine.Release] (or [Engine.GiveBack])
+// with its Decision. Release removes the request's own member only: it is
+// idempotent and cannot free another request's slot. For such a window,
+// WindowState.Used is the slots held (including the request's own when it
+// was admitted), Remaining the free ones, and Reset is zero. A denial by
+// it has a RetryAfter of one second: a slot frees whenever a running
+// request ends, so no wait is exact, and one second is the shortest a
+// Retry-After header can say (a rate window of the same request that waits
+// longer sets the RetryAfter instead).
+//
+// A slot has a lease ([WithLease], 30 s by default). The engine renews the
+// slots of every request it admitted every lease/3, in one pipelined call
+// per server (per master on a cluster), in one goroutine that Close stops;
+// a process that dies stops renewing, and its slots free at most one lease
+// after their last renewal. A renewal that finds a slot gone (a Reset, a
+// flush) leaves its request running, logs once per renewal with the count
+// and calls the [WithSlotLost] hook: that request no longer occupies a
+// slot, so one more may be admitted while it runs.
+//
+// A fail-open admission holds no slot (nothing was written), and Release
+// of it does nothing.
+//
+// In-flight windows make no cached denials (a slot frees at any moment, in
+// any process): a request with one always asks Redis. The FailLocal
+// fallback counts slots in process, released by Release or after one lease
+// (it does not renew): during an outage each of n processes admits up to
+// N at once, up to n·N together, without regard to those held in Redis
+// when it began.
 //
 // # Time
 //
@@ -112,7 +151,12 @@
 // [WithHashSubjects]) is stored as '#' and the unpadded base64url SHA-256
 // (HMAC-SHA-256 with a secret) of its bytes. A member is one admitted
 // request, a snowflake id (unique per process node, see [WithNode]); the
-// members, markers and scores are specified in lua/multi_window.lua.
+// members, markers and scores are specified in lua/multi_window.lua. The
+// slots of an in-flight window live in the subject's count key name
+// followed by ":slots" (slidelimit:{GET%20/reports|user|42}:slots, the
+// same hash tag): a sorted set of running requests' members scored by
+// their lease deadlines, at most N after an admission, which expires one
+// lease after its last admission or renewal.
 //
 // Keys name no limit, so a check may carry different limits from one
 // request to the next (limit functions, rule overrides in package

@@ -52,6 +52,9 @@ type Engine struct {
 	bg     background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
+	slots    slotHolder // slots of in-flight windows held by running requests
+	slotLost func(SlotLost)
+
 	// The invalidation subscription of cached denials (see invalidate.go).
 	pubsub     *redis.PubSub
 	listenDone chan struct{}
@@ -108,6 +111,8 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  lua.MultiWindow,
+
+		slotLost: cfg.slotLost,
 	}
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	if enabled, known := contextTimeouts(client); known && !enabled {
@@ -192,6 +197,9 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
+	if c.plan.slots > 0 && d.receipt.id != 0 {
+		e.hold(&c.plan, &d.receipt)
+	}
 	if c.warn != nil {
 		return d, c.warn
 	}
@@ -248,20 +256,43 @@ func answeredErr(err error) bool {
 // Reset forgets every request counted for subject by limiter l in scope
 // and lifts the subject's block there (Check.Block): it deletes the key and
 // its block key, in Redis and in the fallback limiter, and tells every
-// engine's cache.
+// engine's cache. When l has an in-flight window, its slots are freed too:
+// requests running still hold no slot (their renewals report them lost,
+// see WithSlotLost), so up to the limit more may be admitted while they
+// run.
 func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
-	key := string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))
-	e.local.forget(key)
+	keys := []string{string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))}
+	for _, w := range l.Windows {
+		if w.Concurrent {
+			keys = append(keys, string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, "", subject))+slotSuffix)
+			break
+		}
+	}
+	for _, key := range keys {
+		e.local.forget(key)
+	}
 	if e.closed.Load() {
 		return ErrClosed
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	// One slot: the block key shares the key's hash tag.
-	if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", key, blockKey(key))); err != nil {
-		return &BackendError{Op: "reset", Err: err}
+	// The block key shares the key's hash tag (one slot); the slot key
+	// may not: with a grained window the key's hash tag differs.
+	if len(keys) == 1 {
+		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], blockKey(keys[0]))); err != nil {
+			return &BackendError{Op: "reset", Err: err}
+		}
+	} else {
+		pipe := e.client.Pipeline()
+		pipe.Del(ctx, keys[0], blockKey(keys[0]))
+		for _, key := range keys[1:] {
+			pipe.Del(ctx, key)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return &BackendError{Op: "reset", Err: err}
+		}
 	}
-	e.publish(ctx, invalReset, key)
+	e.publish(ctx, invalReset, keys...)
 	return nil
 }
 
@@ -279,6 +310,12 @@ func (e *Engine) Close() error {
 			<-e.listenDone
 		}
 		e.bg.stop()
+		e.slots.mu.Lock()
+		done := e.slots.done
+		e.slots.mu.Unlock()
+		if done != nil {
+			<-done
+		}
 	})
 	return nil
 }

@@ -8,7 +8,9 @@ import (
 
 // localLimiter is the in-process fallback of rules.FailLocal: the same
 // keys, windows and semantics as the script, in memory, counting only this
-// process's requests. It is safe for concurrent use (one mutex: it only
+// process's requests. A slot key is a key whose one window is the lease:
+// a slot is an entry that leaves at Release, or one lease after its
+// admission (the fallback does not renew). It is safe for concurrent use (one mutex: it only
 // runs while Redis fails).
 //
 // Memory is bounded: at most maxKeys keys, each holding the admission
@@ -211,11 +213,15 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 	return k
 }
 
-// giveBack removes the entries of request id from the keys of p.
-func (l *localLimiter) giveBack(p *plan, id int64) {
+// giveBack removes the entries of request id from the keys of p, or from
+// its slot keys only.
+func (l *localLimiter) giveBack(p *plan, id int64, slots bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, key := range p.keys {
+	for i, key := range p.keys {
+		if slots && !p.ks[i] {
+			continue
+		}
 		k := l.keys[key]
 		if k == nil {
 			continue

@@ -33,6 +33,9 @@ type config struct {
 	evictionHook      func(EvictionEvent)
 	evictionEvery     time.Duration
 	evictionEverySet  bool
+
+	lease    time.Duration
+	slotLost func(SlotLost)
 }
 
 func defaultConfig() config {
@@ -43,6 +46,7 @@ func defaultConfig() config {
 		logger:    slog.New(slog.DiscardHandler),
 		localKeys: DefaultLocalKeys,
 		denials:   true,
+		lease:     DefaultLease,
 	}
 }
 
@@ -55,6 +59,9 @@ const (
 	// DefaultLocalKeys is the number of keys the in-process fallback
 	// limiter keeps at most.
 	DefaultLocalKeys = 100_000
+	// DefaultLease is how long a request holds a slot of an in-flight
+	// window without renewal (see WithLease).
+	DefaultLease = 30 * time.Second
 )
 
 // WithPrefix sets the string every Redis key starts with; the default is

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -64,6 +65,10 @@ type plan struct {
 	bbuf   []byte
 	bargs  []keyArg
 	nblock int
+
+	ks     []bool  // per key: a slot key (in-flight window), whose one window's period is the lease
+	slotOf []int32 // per check: index in keys of its slot key, -1 for none
+	slots  int     // number of slot keys
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -74,7 +79,7 @@ func periodMicros(d time.Duration) int64 {
 func (p *plan) build(k *keyer, req *Request) error {
 	p.buf, p.ends, p.keyOf = p.buf[:0], p.ends[:0], p.keyOf[:0]
 	p.keys, p.kstart, p.wins, p.origin = p.keys[:0], p.kstart[:0], p.wins[:0], p.origin[:0]
-	p.kcost, p.kw = p.kcost[:0], p.kw[:0]
+	p.kcost, p.kw, p.ks, p.slotOf, p.slots = p.kcost[:0], p.kw[:0], p.ks[:0], p.slotOf[:0], 0
 	clear(p.args) // drop the previous request's key string
 	p.args = p.args[:0]
 	if p.nblock > 0 || len(p.kblock) > 0 {
@@ -106,7 +111,23 @@ func (p *plan) build(k *keyer, req *Request) error {
 		if kc != "" {
 			maxLimit = rules.MaxBoundedLimit
 		}
+		rate, conc := len(c.Windows), -1 // the check's rate windows, and its in-flight one
 		for j, w := range c.Windows {
+			if w.Concurrent {
+				// Several in-flight windows of one check (groups sharing a
+				// scope, merged by Limiter.Peek) share its slot key: the
+				// smallest limit holds, as for equal periods.
+				switch {
+				case c.Limiter.Cost != "" || c.Cost > 1:
+					return &RequestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
+				case w.Limit < 1 || w.Limit > MaxCountLimit:
+					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+				case w.Period != 0 || w.Grain != 0:
+					return &RequestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
+				}
+				conc, rate = j, rate-1
+				continue
+			}
 			switch {
 			case w.Limit < 1 || w.Limit > maxLimit:
 				if kc == "" {
@@ -122,27 +143,23 @@ func (p *plan) build(k *keyer, req *Request) error {
 					" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
 			}
 		}
-		if len(c.Windows) == 0 {
+		slot := int32(-1)
+		if conc >= 0 {
+			// The slot key of the subject: its count key's name and hash
+			// tag (whatever the limiter's grains) and a suffix.
+			start := len(p.buf)
+			p.buf = append(k.appendKey(p.buf, req.Scope, c.Kind, c.Name, "", c.Subject), slotSuffix...)
+			slot = p.key(start, 1, false, true)
+		}
+		p.slotOf = append(p.slotOf, slot)
+		if rate == 0 {
 			p.keyOf = append(p.keyOf, -1)
 			continue
 		}
 		start := len(p.buf)
 		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
-		idx := int32(len(p.ends))
-		prev := 0
-		for j, end := range p.ends {
-			if bytes.Equal(p.buf[prev:end], p.buf[start:]) {
-				idx = int32(j)
-				p.buf = p.buf[:start]
-				break
-			}
-			prev = end
-		}
-		if int(idx) == len(p.ends) {
-			p.ends = append(p.ends, len(p.buf))
-			p.kcost = append(p.kcost, cost)
-			p.kw = append(p.kw, kc != "")
-		} else if p.kcost[idx] != cost {
+		idx := p.key(start, cost, kc != "", false)
+		if p.kcost[idx] != cost {
 			return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 		}
 		if c.Block != 0 {
@@ -175,11 +192,20 @@ func (p *plan) build(k *keyer, req *Request) error {
 		first := int32(len(p.wins))
 		p.kstart = append(p.kstart, first)
 		for i := range req.Checks {
+			if p.ks[key] {
+				if p.slotOf[i] == int32(key) {
+					p.mergeSlot(first, k.lease, req.Checks[i].Windows)
+				}
+				continue
+			}
 			if p.keyOf[i] != int32(key) {
 				continue
 			}
 		merge:
 			for _, w := range req.Checks[i].Windows {
+				if w.Concurrent {
+					continue
+				}
 				// A grain is rounded down to whole µs: a finer grain only
 				// makes the window more exact.
 				mw := window{period: periodMicros(w.Period), limit: w.Limit, grain: int64(w.Grain / time.Microsecond)}
@@ -204,10 +230,14 @@ func (p *plan) build(k *keyer, req *Request) error {
 
 	for i := range req.Checks {
 		key := p.keyOf[i]
-		if key < 0 {
+		if key < 0 && p.slotOf[i] < 0 {
 			continue
 		}
 		for _, w := range req.Checks[i].Windows {
+			if w.Concurrent {
+				p.origin = append(p.origin, p.kstart[p.slotOf[i]])
+				continue
+			}
 			per := periodMicros(w.Period)
 			for j := p.kstart[key]; j < p.kstart[key+1]; j++ {
 				if p.wins[j].period == per {
@@ -300,6 +330,53 @@ func (p *plan) appendKeyArgs(args []any, k int) []any {
 		args = append(args, &p.bargs[k])
 	}
 	return args
+}
+
+// slotSuffix ends the name of a slot key: after the hash tag, so that a
+// subject's slots live in the slot of its count key.
+const slotSuffix = ":slots"
+
+// isSlotKey reports whether key is a slot key: other keys end with the
+// brace that closes their hash tag.
+func isSlotKey(key string) bool { return strings.HasSuffix(key, slotSuffix) }
+
+// key records the key appended to p.buf at start, or finds an equal one
+// recorded before (and drops the copy), and returns its index. A new key
+// counts cost, and is weighted or a slot key as told.
+func (p *plan) key(start int, cost int64, weighted, slot bool) int32 {
+	idx := int32(len(p.ends))
+	prev := 0
+	for j, end := range p.ends {
+		if bytes.Equal(p.buf[prev:end], p.buf[start:]) {
+			p.buf = p.buf[:start]
+			return int32(j)
+		}
+		prev = end
+	}
+	p.ends = append(p.ends, len(p.buf))
+	p.kcost = append(p.kcost, cost)
+	p.kw = append(p.kw, weighted)
+	p.ks = append(p.ks, slot)
+	if slot {
+		p.slots++
+	}
+	return idx
+}
+
+// mergeSlot merges the in-flight window among ws into the one window of
+// the slot key whose windows start at first: the smaller limit, and the
+// lease (µs) as its period, which is how long the slot lives unrenewed.
+func (p *plan) mergeSlot(first int32, lease int64, ws []rules.Window) {
+	for _, w := range ws {
+		if !w.Concurrent {
+			continue
+		}
+		if int(first) == len(p.wins) {
+			p.wins = append(p.wins, window{period: lease, limit: w.Limit})
+		} else {
+			p.wins[first].limit = min(p.wins[first].limit, w.Limit)
+		}
+	}
 }
 
 // keyCost returns the cost segment of l's key: l.Cost for a limiter with a
@@ -429,13 +506,14 @@ func appendEscaped(b []byte, s string) []byte {
 
 // keyer builds Redis keys. It is safe for concurrent use.
 type keyer struct {
+	lease   int64 // the slot lease in µs (WithLease), the period of a slot key's window
 	prefix  string
 	hashAll bool
 	macs    *sync.Pool // of hash.Hash (HMAC-SHA-256); nil without a secret
 }
 
 func newKeyer(c *config) *keyer {
-	k := &keyer{prefix: c.prefix, hashAll: c.hashAll}
+	k := &keyer{prefix: c.prefix, hashAll: c.hashAll, lease: periodMicros(c.lease)}
 	if c.hashAll && len(c.secret) > 0 {
 		secret := c.secret
 		k.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}

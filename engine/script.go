@@ -178,6 +178,12 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 	}
 	p := &c.plan
 	for _, k := range keys {
+		if p.ks[k] {
+			// A slot key replies its live slots only.
+			j := p.kstart[k]
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = r.int(MaxCountLimit), 0, 0
+			continue
+		}
 		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 			w := p.wins[j]
@@ -280,6 +286,14 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 	f.int(nkeys)
 	for _, k := range keys {
 		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
+		if p.ks[k] {
+			f.int(0)
+			f.buf = append(f.buf, 'S')
+			f.ends = append(f.ends, int32(len(f.buf)))
+			f.int(ws[0].limit)
+			f.int(ws[0].period) // the lease
+			continue
+		}
 		if !p.kw[k] {
 			f.int(int64(len(ws)))
 			f.int((ws[0].period + 7) / 8)

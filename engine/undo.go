@@ -92,6 +92,15 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	if len(us) == 0 {
 		return nil, nil
 	}
+	if len(us) == 1 && isSlotKey(us[0].key) {
+		// A release: one ZREM, and no invalidation, since slot keys make
+		// no cached denials.
+		cmd := redis.NewIntCmd(ctx, append([]any{"zrem", us[0].key}, us[0].members()...)...)
+		if err := e.client.Process(ctx, cmd); err != nil {
+			return []int{0}, err
+		}
+		return nil, nil
+	}
 	pipe := e.client.Pipeline()
 	cmds := make([]*redis.IntCmd, len(us))
 	for i, u := range us {
@@ -119,7 +128,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	if e.group == groupAll {
 		keys := make([]string, 0, len(us))
 		for _, u := range us {
-			if u.mode == 0 {
+			if u.mode == 0 && !isSlotKey(u.key) {
 				keys = append(keys, u.key)
 			}
 		}
@@ -143,9 +152,10 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			if first == nil {
 				first = err
 			}
-		} else if cmd.Val() > 0 && us[i].mode == 0 {
+		} else if cmd.Val() > 0 && us[i].mode == 0 && !isSlotKey(us[i].key) {
 			// A settlement (mode 's' or 'g') changes weighted keys
-			// only, which make no cached denials: nothing to announce.
+			// only, and a release slot keys, which make no cached
+			// denials: nothing to announce.
 			done = append(done, us[i].key)
 		}
 	}
@@ -254,6 +264,9 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 // in every window, so at most Limit requests whose outcome counts are ever
 // in flight or recorded in a window.
 //
+// A request that holds slots of in-flight windows releases them too (see
+// Release).
+//
 // GiveBack is idempotent and never removes another request's entry: it
 // removes the request's own member, a unique id. A Decision that counted
 // nothing (a denial, a Peek, a fail-open or fail-closed decision, or an
@@ -266,21 +279,45 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 // timeout.
 // After Close, GiveBack returns ErrClosed. It is safe for concurrent use.
 func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
+	return e.giveBack(ctx, &req, &d, false)
+}
+
+// giveBack is GiveBack, or with slots Release: the removal of d's member
+// from every key of req, or from its slot keys only.
+func (e *Engine) giveBack(ctx context.Context, req *Request, d *Decision, slots bool) error {
 	r := &d.receipt
 	if !d.Allowed || r.id == 0 {
 		return nil
 	}
 	c := getCall()
 	defer putCall(c)
-	if err := c.plan.build(e.keyer, &req); err != nil {
+	if err := c.plan.build(e.keyer, req); err != nil {
 		return err
 	}
 	if r.suffix < 0 && len(r.suffixes) != len(c.plan.keys) {
 		return &RequestError{Check: -1, Window: -1, Reason: "request does not match the decision given back"}
 	}
-	if d.Source == FromLocal {
-		e.local.giveBack(&c.plan, r.id)
+	if slots && c.plan.slots == 0 {
 		return nil
+	}
+	if d.Source == FromLocal {
+		e.local.giveBack(&c.plan, r.id, slots)
+		return nil
+	}
+	op := "giveback"
+	if slots {
+		op = "release"
+	}
+	member := strconv.FormatInt(r.id, 10)
+	now := time.Now().UnixMicro()
+	us := make([]undo, 0, len(c.plan.keys))
+	for i := range c.plan.keys {
+		if !slots || c.plan.ks[i] {
+			us = append(us, undoOf(&c.plan, i, member, r.suffixOf(i), now))
+		}
+	}
+	if c.plan.slots > 0 {
+		e.unhold(us)
 	}
 	if e.closed.Load() {
 		return ErrClosed
@@ -288,18 +325,12 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	member := strconv.FormatInt(r.id, 10)
-	now := time.Now().UnixMicro()
-	us := make([]undo, len(c.plan.keys))
-	for i := range c.plan.keys {
-		us[i] = undoOf(&c.plan, i, member, r.suffixOf(i), now)
-	}
 	if e.anyDown(&c.plan) {
 		// Redis timed out and has not answered since: queue the removal
 		// for the batch that finds it back, instead of making the caller
 		// (a handler that has answered) wait for another timeout.
 		e.undos.push(e, us...)
-		return &BackendError{Op: "giveback", Err: ErrUnavailable}
+		return &BackendError{Op: op, Err: ErrUnavailable}
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
@@ -307,9 +338,9 @@ func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
 	if len(failed) == 0 {
 		return nil
 	}
-	e.log.Warn("engine: give-back failed; retried before the next script call", "member", member, "err", err)
+	e.log.Warn("engine: "+op+" failed; retried before the next script call", "member", member, "err", err)
 	for _, i := range failed {
 		e.undos.push(e, us[i])
 	}
-	return &BackendError{Op: "giveback", Err: err}
+	return &BackendError{Op: op, Err: err}
 }

@@ -23,3 +23,10 @@ var MultiWindow string
 //
 //go:embed give_back.lua
 var GiveBack string
+
+// Renew is the source of the script that extends the leases of running
+// requests' slots (in-flight windows). Its header specifies its arguments
+// and reply; slot keys are specified in multi_window.lua.
+//
+//go:embed renew.lua
+var Renew string

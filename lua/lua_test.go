@@ -16,3 +16,9 @@ func TestEmbeddedGiveBack(t *testing.T) {
 		t.Fatalf("GiveBack does not hold the script: %.60q", GiveBack)
 	}
 }
+
+func TestEmbeddedRenew(t *testing.T) {
+	if !strings.HasPrefix(Renew, "-- renew.lua") || !strings.Contains(Renew, "return reply") {
+		t.Fatalf("Renew does not hold the script: %.60q", Renew)
+	}
+}

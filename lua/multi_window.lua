@@ -28,11 +28,13 @@
 --       -nwin, busy, cost, then nwin times: period, limit, grain
 --     or a special key, whose first field is 0 and second a one-letter
 --     kind:
---       0, 'B', block   the block key of the key just before it (see
---                       Blocks below); block is the block's length.
+--       0, 'S', limit, lease     a slot key (in-flight window, see Slots)
+--       0, 'B', block            the block key of the key just before it
+--                                (see Blocks below); block is its length.
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
---     epoch marker. grain is the tier's merge grain (0: exact).
+--     epoch marker. grain is the tier's merge grain (0: exact). lease is
+--     how long an admitted request holds its slot unless renewed (µs).
 --   EVAL's numkeys is the sum of the ops' |nkeys|. Example: allow request
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
@@ -42,6 +44,8 @@
 --   sec, usec  the decision time (t, or the server's TIME)
 --   then per op: code, then per key and window, in argument order:
 --     used [oldest [edge]]
+--   except for a slot key, which replies its live slots before the op:
+--     used
 -- code is status + 4*suffix. status is 1 when the op admitted (a peek:
 -- would admit), 0 when a window had no room, and 2 when no unique member
 -- was found within max_suffix retries (nothing written, suffix 0). suffix
@@ -68,10 +72,25 @@
 -- as it is, so attempts during a block never extend it (left is the time
 -- to its end). Otherwise, when the key just before had no room in a
 -- window, an allow (not a peek) sets the block key to t + block (left =
--- block): the first denial starts the block.
+-- block): the first denial starts the block. A slot key has no block
+-- key: an in-flight window's denial starts no block (a slot frees as soon
+-- as a running request ends; a block punishes going over a rate).
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
--- weighted key's running total would lose exactness.
+-- weighted key's running total would lose exactness; 'ERR slidelimit:
+-- unknown key kind <kind>' for a special key of another kind.
+--
+-- Slots. A slot key (engine: the limiter's key followed by ':slots', same
+-- hash tag) holds one member per running request, the request's member
+-- (as in the other keys of the op, suffix included), scored by its lease
+-- deadline t + lease. Live slots are those scored >= t: an op fits only if
+-- fewer than limit are live (ZCOUNT; a denial or a peek writes nothing).
+-- An admission adds the member scored t + lease with ZADD NX (a clash is
+-- a collision, as in count keys), removes the expired members (scores
+-- below t), so a key holds at most limit members after an admission, and
+-- sets the key's expiry to the lease (PEXPIRE GT, or NX for a key without
+-- one), so it never outlives its longest lease. lua/renew.lua extends the
+-- leases of running requests; a release is a ZREM of the member.
 --
 -- Stored state. A count key's entry is the member scored t. A weighted
 -- key's entry is its running total of cost (%016d), ':' and the member,
@@ -459,8 +478,8 @@ local function weighted_functions()
   end
 end
 
--- add_member adds member to the count keys among KEYS[first+1 ..
--- first+nkeys] (see key_state). A member already
+-- add_member adds member to the count and slot keys among KEYS[first+1
+-- .. first+nkeys] (see key_state). A member already
 -- present (two processes sharing a snowflake node) must not make the
 -- request count less than once: the keys added so far are undone and a
 -- suffixed member is tried. It returns the suffix and the member added,
@@ -471,8 +490,14 @@ local function add_member(first, nkeys, key_state, member)
   while true do
     local clash = 0
     for k = 1, nkeys do
-      if not key_state[4 * k] and call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
-        clash = k
+      local state = key_state[4 * k]
+      if not state then
+        if call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
+          clash = k
+          break
+        end
+      elseif key_state[4 * k - 2] == 0 and call('ZADD', KEYS[first + k], 'NX', state, m) == 0 then
+        clash = k -- a slot key: state is the lease deadline
         break
       end
     end
@@ -480,7 +505,7 @@ local function add_member(first, nkeys, key_state, member)
       return suffix, m
     end
     for k = 1, clash - 1 do
-      if not key_state[4 * k] then
+      if not key_state[4 * k] or key_state[4 * k - 2] == 0 then
         call('ZREM', KEYS[first + k], m)
       end
     end
@@ -552,11 +577,13 @@ end
 
 -- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
 -- fields start, its longest period, whether it is busy, and false for a
--- count key or the state of a weighted one (see weigh): one table rather
--- than four, as each costs about 1,000 instructions per call, made with
--- room for one key. In ops the engine marked (see memo), key_memo[2k-1 ..
--- 2k] holds the reply index of its first window and whether its
--- bookkeeping already ran at t.
+-- count key or the state of a weighted one (see weigh); for a slot key:
+-- where its fields start, 0, its lease and its members' score (a
+-- string); for a block key: where its fields start, -1, false and true.
+-- One table rather than four, as each costs about 1,000 instructions per
+-- call, made with room for one key. In ops the engine marked (see memo),
+-- key_memo[2k-1 .. 2k] holds the reply index of its first window and
+-- whether its bookkeeping already ran at t.
 local key_state = {0, 0, 0, 0}
 local key_memo
 
@@ -612,23 +639,35 @@ while p <= #args do
       q, key_fits, state = weigh(key, q + 2, -nwin)
       fits = fits and key_fits
       key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
+    elseif args[q + 1] == 'S' then
+      -- A slot key (see Slots).
+      t_arg = t_arg or fmt('%d', t)
+      local used = call('ZCOUNT', key, t_arg, '+inf')
+      n = n + 1
+      reply[n] = used
+      fits = fits and used < num(args[q + 2])
+      local lease = num(args[q + 3])
+      key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
+      q = q + 4
     else
-      -- A special key: key_state[at] true keeps it out of the admission.
-      key_state[at - 2], key_state[at - 1], key_state[at] = 0, false, true
-      if args[q + 1] == 'B' then
-        -- See Blocks.
-        local left, ends = 0, call('GET', key)
-        ends = ends and num(ends)
-        if ends and ends > t then
-          left, fits = ends - t, false
-        elseif not key_fits and member ~= '' then
-          left = num(args[q + 2])
-          call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
-        end
-        n = n + 1
-        reply[n] = left
-        q = q + 3
+      -- A block key: key_state[at] true (and no longest period) keeps it
+      -- out of the admission and the bookkeeping.
+      if args[q + 1] ~= 'B' then
+        return redis.error_reply('ERR slidelimit: unknown key kind ' .. args[q + 1])
       end
+      key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
+      -- See Blocks.
+      local left, ends = 0, call('GET', key)
+      ends = ends and num(ends)
+      if ends and ends > t then
+        left, fits = ends - t, false
+      elseif not key_fits and member ~= '' then
+        left = num(args[q + 2])
+        call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
+      end
+      n = n + 1
+      reply[n] = left
+      q = q + 3
     end
   end
 
@@ -646,7 +685,7 @@ while p <= #args do
       -- they are added once the member's suffix is known.
       for k = 1, nkeys do
         local state = key_state[4 * k]
-        if state and state ~= true then
+        if state and key_state[4 * k - 2] > 0 then
           local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
             return err
@@ -655,7 +694,15 @@ while p <= #args do
       end
       for k = 1, nkeys do
         local at = 4 * k
-        if not (remember and key_memo[2 * k]) and key_state[at] ~= true then
+        if key_state[at - 2] == 0 then
+          -- A slot key: drop the expired slots, live for the lease.
+          local key = KEYS[used_keys + k]
+          call('ZREMRANGEBYSCORE', key, '-inf', '(' .. t_arg)
+          local ttl = fmt('%d', ceil(key_state[at - 1] / 1000) + 1)
+          if call('PEXPIRE', key, ttl, 'GT') == 0 then
+            call('PEXPIRE', key, ttl, 'NX')
+          end
+        elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
           bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
         end
       end

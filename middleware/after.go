@@ -40,7 +40,7 @@ func (l *limiter) serveAdmitted(w http.ResponseWriter, next http.Handler, c *cal
 // hasAfter reports whether a step after the handler has work for c, so
 // that a request without any runs next unwrapped.
 func (l *limiter) hasAfter(c *call) bool {
-	return c.dec.Allowed && (l.needsGiveBack() || l.settles(c))
+	return c.dec.Allowed && (l.needsGiveBack() || l.needsRelease(c) || l.settles(c))
 }
 
 // afterHandler runs the steps after the handler, in order. The client may
@@ -48,6 +48,7 @@ func (l *limiter) hasAfter(c *call) bool {
 func (l *limiter) afterHandler(c *call, o outcome, written int64) {
 	ctx := context.WithoutCancel(c.r.Context())
 	l.giveBackUncounted(ctx, c, o)
+	l.releaseSlots(ctx, c)
 	l.settleCost(ctx, c, o, written)
 }
 

@@ -142,6 +142,21 @@
 // of each advertised unit, requests first; a denial names only the denying
 // window.
 //
+// In-flight windows (N concurrent, see package rules) are advertised in
+// the draft's concurrent-requests unit, with q the slots and no w (the
+// quota is of requests at once, not per time); RateLimit reports the free
+// slots as r, without t (a slot frees whenever a running request ends):
+//
+//	RateLimit-Policy: "user-1h";q=20;w=3600, "user-concurrent";q=1;qu="concurrent-requests"
+//	RateLimit: "user-1h";r=19;t=3600, "user-concurrent";r=0
+//
+// A request refused because its subject already runs N requests gets 429,
+// a problem body naming the in-flight policy, and Retry-After: 1. No wait
+// is exact (a running request may end at any moment), and one second, the
+// shortest wait Retry-After can say, lets a client retry soon without
+// hammering; a lease deadline would only be a bound for crashed holders.
+// When a rate window of the request waits longer, its wait is sent.
+//
 // Nested middlewares, such as a service-wide limit in front of a route's
 // own, each add their members to RateLimit-Policy and RateLimit (a
 // Structured Field List may span several field lines); give their
@@ -202,6 +217,17 @@
 // never-early retry delay — so that other transports (the gRPC
 // interceptors of contrib/grpclimit) answer exactly as the middleware does
 // from the same code.
+//
+// # In-flight requests
+//
+// A request admitted by a group with an in-flight window holds one slot
+// per such limiter while its handler runs. A step after the handler
+// releases them (Releaser, implemented by *engine.Engine) however the
+// handler ends: normally, by panic, by hijack, or after the client hung
+// up. The engine renews the slots of long requests (engine.WithLease).
+// New fails with ErrNoRelease for such a group if its Decider is not a
+// Releaser. A release that fails is logged at most once a second; the
+// slot is then freed by the engine's retry or when its lease ends.
 //
 // # Observability
 //

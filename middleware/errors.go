@@ -37,6 +37,9 @@ var (
 	// is not a GiveBacker, so requests whose outcome does not count could
 	// never be given back.
 	ErrNoGiveBack = errors.New("middleware: count: needs a decider that can give requests back (a GiveBacker)")
+	// ErrNoRelease means a group has an in-flight window (N concurrent)
+	// but its Decider is not a Releaser, so slots would never be freed.
+	ErrNoRelease = errors.New("middleware: an in-flight window (N concurrent) needs a decider that can release slots (a Releaser)")
 	// ErrSubject means Subject was given a value that a limiter of its kind
 	// never counts, such as an IP limiter's value that is not an address.
 	ErrSubject = errors.New("middleware: invalid subject")

@@ -22,8 +22,13 @@ const (
 // PolicyName returns the name under which window w of limiter l is
 // advertised in the RateLimit-Policy and RateLimit fields: the limiter's ID,
 // a hyphen and the period with its count, as in "ip-1s", "user-1min",
-// "header(X-Api-Key)-30s" or "global-500ms".
+// "header(X-Api-Key)-30s" or "global-500ms"; an in-flight window (N
+// concurrent) is named by the limiter's ID and "-concurrent", as in
+// "user-concurrent".
 func PolicyName(l rules.Limiter, w rules.Window) string {
+	if w.Concurrent {
+		return l.ID() + "-concurrent"
+	}
 	return l.ID() + "-" + rules.FormatPeriod(w.Period)
 }
 
@@ -77,7 +82,8 @@ func appendSFString(b []byte, s string) []byte {
 // "user[bytes]-1d";q=2147483648;qu="content-bytes";w=86400`. A window of a
 // constant cost is advertised in requests, q being the limit divided by the
 // cost (how many requests fit); windows of cost functions other than bytes
-// are left out (see unitNone).
+// are left out (see unitNone). An in-flight window is advertised as
+// `"user-concurrent";q=3;qu="concurrent-requests"`, without w.
 func policyField(ps []policy) string {
 	var b []byte
 	for i := range ps {
@@ -99,6 +105,10 @@ func appendPolicy(b []byte, p *policy, limit int64) []byte {
 	b = appendSFString(b, p.name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, limit/p.per, 10)
+	if p.unit == unitConcurrent {
+		// No w: the quota is of requests at once, not per time.
+		return append(b, `;qu="concurrent-requests"`...)
+	}
 	if p.unit == unitBytes {
 		b = append(b, `;qu="content-bytes"`...)
 	}
@@ -142,10 +152,16 @@ func effectiveSeconds(ws engine.WindowState, maxT int64) int64 {
 // `"ip-1s";r=0;t=1`, with r in the policy's unit (the remaining units
 // divided by a constant cost per, which is how many requests fit) and t
 // from effectiveSeconds.
+//
+// The item of an in-flight window has r, its free slots, and no t: a slot
+// frees whenever a running request ends, at no time the server knows.
 func rateLimitField(name string, ws engine.WindowState, per, maxT int64) string {
 	b := appendSFString(make([]byte, 0, len(name)+24), name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, max(0, ws.Remaining)/per, 10)
+	if ws.Window.Concurrent {
+		return string(b)
+	}
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, effectiveSeconds(ws, maxT), 10)
 	return string(b)
@@ -197,7 +213,7 @@ func mostConstrained(d *engine.Decision) int {
 //
 // For a denial that is the denying window, named when its unit is
 // advertised. Otherwise it is, per advertised quota unit — requests first,
-// then content-bytes — the window with the fewest remaining in that unit
+// then content-bytes, then concurrent-requests — the window with the fewest remaining in that unit
 // (remaining requests and remaining bytes cannot be compared), ties going
 // to the longer effective window; the primary window is the first of them,
 // or the most constrained of all when none is advertised.
@@ -209,7 +225,7 @@ func (p *plan) constrained(d *engine.Decision) (items []int, primary int) {
 		}
 		return items, i
 	}
-	best := [unitNone]int{-1, -1}
+	best := [unitNone]int{-1, -1, -1}
 	var bestR [unitNone]int64
 	for i, ws := range d.Windows {
 		pol := p.lookup(ws.Check, ws.Window)

@@ -40,6 +40,7 @@ type limiter struct {
 	decider  Decider
 	giver    GiveBacker // d as a GiveBacker, for a group with count:
 	settler  Settler    // d as a Settler, with WithSettle
+	releaser Releaser   // d as a Releaser, for a group with an in-flight window
 	policy   role.Policy
 	ip       clientIP
 	v6bits   int
@@ -58,6 +59,8 @@ type limiter struct {
 	// backendLog keeps backend errors, which come with every request of an
 	// outage, to one warning per backendLogEvery.
 	backendLog logthrottle.Throttle
+	// releaseLog keeps failed releases to one warning a second.
+	releaseLog logthrottle.Throttle
 }
 
 // backendLogEvery is the least time between two warnings about backend
@@ -118,6 +121,13 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 			errs = append(errs, ErrNoGiveBack)
 		}
 	}
+	var releaser Releaser
+	if d != nil && hasConcurrent(g) {
+		var ok bool
+		if releaser, ok = d.(Releaser); !ok {
+			errs = append(errs, ErrNoRelease)
+		}
+	}
 	var settler Settler
 	if d != nil && len(c.settle) > 0 {
 		var ok bool
@@ -126,25 +136,27 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		}
 	}
 	l := &limiter{
-		group:   g,
-		decider: d,
-		giver:   giver,
-		settler: settler,
-		policy:  c.policy,
-		ip:      clientIP{header: c.proxyHeader},
-		v6bits:  c.ipv6Prefix,
-		scope:   g.Scope,
-		scopeFn: c.scopeFunc,
-		logger:  c.logger,
-		hooks:   c.hooks,
-		legacy:  c.legacy,
-		denied:  c.denied,
-		byRole:  make(map[string]*plan, len(g.Overrides)),
-		keys:    c.keys,
-		costs:   c.costs,
-		limits:  c.limits,
+		group:    g,
+		decider:  d,
+		giver:    giver,
+		settler:  settler,
+		releaser: releaser,
+		policy:   c.policy,
+		ip:       clientIP{header: c.proxyHeader},
+		v6bits:   c.ipv6Prefix,
+		scope:    g.Scope,
+		scopeFn:  c.scopeFunc,
+		logger:   c.logger,
+		hooks:    c.hooks,
+		legacy:   c.legacy,
+		denied:   c.denied,
+		byRole:   make(map[string]*plan, len(g.Overrides)),
+		keys:     c.keys,
+		costs:    c.costs,
+		limits:   c.limits,
 
 		backendLog: logthrottle.Throttle{Every: backendLogEvery},
+		releaseLog: logthrottle.Throttle{Every: time.Second},
 	}
 	if l.scope == "" {
 		l.scope = c.scope

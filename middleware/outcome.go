@@ -19,6 +19,14 @@ type GiveBacker interface {
 	GiveBack(ctx context.Context, req engine.Request, d engine.Decision) error
 }
 
+// A Releaser frees the slots of in-flight windows (N concurrent) that an
+// admitted request holds; *engine.Engine implements it. The middleware of
+// a group with an in-flight window needs a Decider that is also a
+// Releaser.
+type Releaser interface {
+	Release(ctx context.Context, req engine.Request, d engine.Decision) error
+}
+
 // needsGiveBack reports whether admitted requests may be given back
 // after the handler: the group has a count: statement.
 func (l *limiter) needsGiveBack() bool { return l.giver != nil }

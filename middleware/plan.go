@@ -19,6 +19,9 @@ const (
 	// unitBytes is "content-bytes", the unit of a cost function named
 	// bytes.
 	unitBytes
+	// unitConcurrent is "concurrent-requests", the unit of in-flight
+	// windows (N concurrent): requests running at once.
+	unitConcurrent
 	// unitNone marks windows of other cost functions: their unit is not in
 	// the draft's registry, and an item without qu would claim requests, so
 	// they are not advertised.
@@ -57,6 +60,7 @@ type plan struct {
 	limits   *limitPlan    // the windows with limit functions; nil when there are none
 	settle   []*Settlement // settle[i] is how limiters[i] settles (WithSettle), nil if not; nil when none does
 	settled  bool          // some limiter settles
+	slots    bool          // some limiter has an in-flight window: admitted requests are released
 }
 
 // newPlan prepares ls; it fails when a limiter needs a key or cost function
@@ -101,7 +105,11 @@ func newPlan(role string, ls []rules.Limiter, keys map[string]KeyFunc, costs map
 		p.index[i] = make([]int, len(l.Windows))
 		for j, w := range l.Windows {
 			p.index[i][j] = len(p.policies)
-			p.policies = append(p.policies, policy{name: PolicyName(l, w), check: i, window: w, unit: unit, per: per})
+			u := unit
+			if w.Concurrent {
+				u, p.slots = unitConcurrent, true
+			}
+			p.policies = append(p.policies, policy{name: PolicyName(l, w), check: i, window: w, unit: u, per: per})
 		}
 	}
 	var err error

@@ -61,6 +61,10 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 			p.Detail = "This request alone exceeds the quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) +
 				" per " + rules.FormatPeriod(d.Window.Period) + "); it can never be admitted."
 			p.ViolatedPolicies = []string{d.Policy}
+		case d.Policy != "" && d.Window.Concurrent:
+			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + atATime(d.Window.Limit) +
+				") exceeded; retry after " + retry + "."
+			p.ViolatedPolicies = []string{d.Policy}
 		case d.Policy != "":
 			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) + " per " +
 				rules.FormatPeriod(d.Window.Period) + ") exceeded; retry after " + retry + "."
@@ -110,4 +114,13 @@ func writeProblem(w http.ResponseWriter, p problem) {
 func writeInternalError(w http.ResponseWriter) {
 	writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(http.StatusInternalServerError),
 		Status: http.StatusInternalServerError})
+}
+
+// atATime words the limit of an in-flight window: "1 request at a time",
+// "3 requests at a time".
+func atATime(n int64) string {
+	if n == 1 {
+		return "1 request at a time"
+	}
+	return strconv.FormatInt(n, 10) + " requests at a time"
 }

@@ -20,8 +20,9 @@
 //	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
 //	cost      = decimal | costname .
-//	window    = limit "/" [ count ] unit [ "~" [ count ] unit ] .
+//	window    = limit "/" [ count ] unit [ "~" [ count ] unit ] | slots "concurrent" .
 //	limit     = decimal [ suffix ] | "$" costname .
+//	slots     = decimal [ suffix ] .
 //	suffix    = "k" | "M" | "G" | "T" | "Ki" | "Mi" | "Gi" | "Ti" .
 //	count     = decimal .
 //	unit      = "ms" | "s" | "sec" | "m" | "min" | "h" | "hour" | "d" | "day" .
@@ -109,6 +110,23 @@
 // period into whole grains, and splits it into at most MaxGrains grains.
 // A window without a grain is exact, as before.
 //
+// # In-flight windows
+//
+// A window "N concurrent" bounds how many requests of a subject run at
+// once, not how many start in a span of time:
+//
+//	user:3 concurrent; user:10/min,2 concurrent
+//
+// lets each user run at most 3 requests at the same time (in the second
+// group, also at most 10 a minute, and only 2 at once). A request is
+// admitted only if every window of every limiter has room and it finds a
+// free slot in every in-flight window; it then holds one slot per such
+// limiter until its handler ends, however it ends (see the middleware and
+// engine packages). Its Window has Concurrent set and no period. A limiter
+// has at most one in-flight window, it takes no grain, its limit is at
+// most MaxLimit, and a limiter with a cost has none: user[bytes] counts
+// units of cost, while slots count requests.
+//
 // # Scope, count, mode, fail, block
 //
 // Within one group scope, count, mode, fail and block may each appear once; exempt may
@@ -188,11 +206,15 @@
 //   - A constant cost is at most the limit of each window of its limiter.
 //   - A grain obeys the rules of the Grains section.
 //   - A period is between MinPeriod and MaxPeriod and a whole number of
-//     milliseconds.
+//     milliseconds; an in-flight window has none.
+//   - A limiter has at most one in-flight window (N concurrent), with at
+//     most MaxLimit slots, and none when it has a cost.
 //   - A limiter has at least one window and no two with the same period.
 //   - A list of limiters (the defaults, or one override's) has no two with
 //     the same ID (see Limiter.ID); write one limiter with several windows
-//     instead.
+//     instead. A limiter of only in-flight windows may share its ID with
+//     one of only rate windows ("user:1 concurrent; user:20/h"), which
+//     count apart.
 //   - A role has at most one override, is exempt at most once, and is not
 //     both exempt and overridden: an exemption would make its override dead
 //     text, which is more likely a mistake than intent.
@@ -205,7 +227,7 @@
 // count, scope, mode, fail and block, in that order, joined by "; ", with each window's
 // period and grain in the largest unit among ms, s, min, h and d that
 // divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
-// "20000/d~15min"), limits as plain numbers and costs without leading
+// "20000/d~15min"), in-flight windows as "3 concurrent", limits as plain numbers and costs without leading
 // zeros ("user[bytes]:2147483648/d"). For every group
 // g returned by Parse, Parse(g.String()) returns a group equal to g
 // (reflect.DeepEqual), and g.String() is a fixpoint.

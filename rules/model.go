@@ -87,16 +87,25 @@ const (
 // Period/Grain entries per subject whatever the limit. A grain is at least
 // MinGrain, a whole number of milliseconds, shorter than the period, divides
 // it, and splits it into at most MaxGrains grains.
+//
+// Concurrent makes the window an in-flight window, written "N concurrent":
+// at most Limit requests of the subject running at once, across every
+// process, instead of a count over time. Its Period and Grain are zero. A
+// request holds one slot of each in-flight window from its admission until
+// it ends (see the engine package: Engine.Release). A limiter has at most
+// one in-flight window, and a limiter with a cost none: a cost counts
+// units, an in-flight window counts requests.
 type Window struct {
-	// The bounds repeat MinPeriod and MaxPeriod because tags cannot name
-	// constants; a test keeps them in step. The caps of Limit, MaxLimit and
-	// MaxBoundedLimit, are a struct-level rule of Limiter, because they
-	// depend on the limiter's cost. A Limit of 0 is checked against
-	// LimitFunc by a struct-level rule of Window.
-	Limit     int64         `validate:"omitempty,min=1"`
-	Period    time.Duration `validate:"min=1ms,max=720h,wholems"`
-	Grain     time.Duration // checked against Period by a struct-level rule
-	LimitFunc string        // checked by a struct-level rule
+	// The bounds of Period (MinPeriod, MaxPeriod, whole milliseconds) and
+	// the caps of Limit, MaxLimit and MaxBoundedLimit, are struct-level
+	// rules: the period's depend on Concurrent, the limit's on the
+	// limiter's cost. A Limit of 0 is checked against LimitFunc by a
+	// struct-level rule of Window.
+	Limit      int64 `validate:"omitempty,min=1"`
+	Period     time.Duration
+	Grain      time.Duration // checked against Period by a struct-level rule
+	LimitFunc  string        // checked by a struct-level rule
+	Concurrent bool
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only

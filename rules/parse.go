@@ -361,11 +361,24 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	suffix := p.run(isLetter)
 	mult, ok := limitSuffixes[suffix]
 	if !ok {
-		return Window{}, syntaxErr(p.s, suffixAt, "unknown limit suffix %q; want k, M, G, T (×1000) or Ki, Mi, Gi, Ti (×1024)", suffix)
+		mult = 1 // maybe "3concurrent"; reported below otherwise
 	}
 	limit, err := strconv.ParseInt(digits, 10, 64)
 	overflow := err != nil || limit > math.MaxInt64/mult
 	limit *= mult
+	if w, found, err := p.concurrent(ns, start, suffix, suffixAt); found || err != nil {
+		if err != nil {
+			return Window{}, err
+		}
+		if overflow {
+			return Window{}, invalidErr(p.s, start, "%s", concurrentAbove(digits+suffix))
+		}
+		w.Limit = limit
+		return w, nil
+	}
+	if !ok {
+		return Window{}, syntaxErr(p.s, suffixAt, "unknown limit suffix %q; want k, M, G, T (×1000) or Ki, Mi, Gi, Ti (×1024)", suffix)
+	}
 	w, perr := p.windowSpan(ns, start)
 	if perr != nil {
 		return Window{}, perr
@@ -433,6 +446,47 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		w.Grain = grain
 	}
 	return w, nil
+}
+
+// concurrentWord is the window item of an in-flight window, "N concurrent".
+const concurrentWord = "concurrent"
+
+// concurrent reads the word of an in-flight window after its limit (which
+// starts at start; suffix is what followed its digits, at suffixAt, and
+// may be the word itself, as in "3concurrent"), recording the window's
+// offsets under ns. It reports found false, and reads nothing, when no
+// such word follows.
+func (p *parser) concurrent(ns string, start int, suffix string, suffixAt int) (w Window, found bool, err *Error) {
+	wordAt := suffixAt
+	if suffix != concurrentWord {
+		if _, ok := limitSuffixes[suffix]; !ok {
+			return Window{}, false, nil
+		}
+		i := p.i
+		p.space()
+		wordAt = p.i
+		if p.run(isLetter) != concurrentWord {
+			p.i = i
+			return Window{}, false, nil
+		}
+	}
+	p.pos[ns] = start
+	p.pos[join(ns, "Limit")] = start
+	p.pos[join(ns, "Period")] = wordAt
+	p.pos[join(ns, "Grain")] = wordAt
+	p.space()
+	switch p.peek() {
+	case '~':
+		return Window{}, false, invalidErr(p.s, p.i, "an in-flight window (N concurrent) takes no grain")
+	case '/':
+		return Window{}, false, invalidErr(p.s, p.i, "an in-flight window (N concurrent) has no period")
+	}
+	return Window{Concurrent: true}, true, nil
+}
+
+// concurrentAbove words the limit of an in-flight window above its cap.
+func concurrentAbove(limit string) string {
+	return fmt.Sprintf("limit %s is above %d, the most slots an in-flight window may hold", limit, MaxLimit)
 }
 
 // duration parses [COUNT]UNIT, the period or grain of a window, named by

@@ -62,7 +62,7 @@ func splitPeriod(p time.Duration) (n int64, unit string, ok bool) {
 }
 
 // String returns the window in canonical form, such as "5/s", "10/30s",
-// "1/90min" or "20000/d~15min".
+// "1/90min", "20000/d~15min" or, for an in-flight window, "3 concurrent".
 func (w Window) String() string {
 	var p printer
 	p.window("", w)
@@ -153,6 +153,13 @@ func (p *printer) window(ns string, w Window) {
 		p.b.WriteString(w.LimitFunc)
 	} else {
 		p.b.WriteString(strconv.FormatInt(w.Limit, 10))
+	}
+	if w.Concurrent {
+		p.b.WriteByte(' ')
+		p.mark(join(ns, "Period"))
+		p.mark(join(ns, "Grain"))
+		p.b.WriteString(concurrentWord)
+		return
 	}
 	p.b.WriteByte('/')
 	p.mark(join(ns, "Period"))

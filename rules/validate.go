@@ -22,7 +22,7 @@ var validate, validateSetupErr = newValidator()
 // never written in a struct tag.
 const (
 	tagRuleName       = "rulename"   // role and scope names
-	tagWholeMS        = "wholems"    // periods the grammar can express
+	tagWholeMS        = "wholems"    // periods the grammar can express (struct level)
 	tagNameRequired   = "namereq"    // header, param, key need a name
 	tagNameForbidden  = "namenone"   // ip, user, global take none
 	tagHeaderName     = "headername" // RFC 9110 token
@@ -49,6 +49,14 @@ const (
 	tagLimitMin       = "min"        // a written limit of at least 1, as the field's tag words it
 	tagLimitFunc      = "limitfunc"  // a limit function name
 	tagLimitBoth      = "limitboth"  // a limit or a limit function, not both
+	tagConcPeriod     = "concperiod" // an in-flight window has no period
+	tagConcGrain      = "concgrain"  // nor a grain
+	tagConcOne        = "uconc"      // at most one in-flight window per limiter
+	tagConcCost       = "conccost"   // none in a limiter with a cost
+	tagConcMax        = "concmax"    // at most MaxLimit slots
+	tagPeriodMin      = "min"        // reported as the period's own tag would be
+	tagPeriodMax      = "max"
+	tagConcFunc       = "concfunc"   // nor a limit function
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -137,8 +145,21 @@ func limiterLevel(sl validator.StructLevel) {
 		sl.ReportError(l.Cost, "Cost", "Cost", tagCost, "")
 	}
 	seen := make(map[time.Duration]bool, len(l.Windows))
+	concurrent := false
 	for i, w := range l.Windows {
 		name := "Windows[" + strconv.Itoa(i) + "]"
+		if w.Concurrent {
+			switch {
+			case l.Cost != "":
+				sl.ReportError(w.Limit, name, name, tagConcCost, l.ID())
+			case concurrent:
+				sl.ReportError(w.Limit, name, name, tagConcOne, l.ID())
+			case w.Limit > MaxLimit:
+				sl.ReportError(w.Limit, name+".Limit", "Limit", tagConcMax, "")
+			}
+			concurrent = true
+			continue
+		}
 		if seen[w.Period] {
 			sl.ReportError(w.Period, name, name, tagUniquePeriod, l.ID())
 		}
@@ -200,6 +221,25 @@ func windowLevel(sl validator.StructLevel) {
 	case w.LimitFunc != "" && w.Limit != 0:
 		sl.ReportError(w.LimitFunc, "LimitFunc", "LimitFunc", tagLimitBoth, strconv.FormatInt(w.Limit, 10))
 	}
+	if w.Concurrent {
+		switch {
+		case w.LimitFunc != "":
+			sl.ReportError(w.LimitFunc, "LimitFunc", "LimitFunc", tagConcFunc, "")
+		case w.Period != 0:
+			sl.ReportError(w.Period, "Period", "Period", tagConcPeriod, "")
+		case w.Grain != 0:
+			sl.ReportError(w.Grain, "Grain", "Grain", tagConcGrain, "")
+		}
+		return
+	}
+	switch {
+	case w.Period < MinPeriod:
+		sl.ReportError(w.Period, "Period", "Period", tagPeriodMin, "")
+	case w.Period > MaxPeriod:
+		sl.ReportError(w.Period, "Period", "Period", tagPeriodMax, "")
+	case w.Period%time.Millisecond != 0:
+		sl.ReportError(w.Period, "Period", "Period", tagWholeMS, "")
+	}
 	if w.Grain == 0 {
 		return
 	}
@@ -210,7 +250,7 @@ func windowLevel(sl validator.StructLevel) {
 	case w.Grain%time.Millisecond != 0:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMS, "")
 	case w.Period <= 0:
-		// reported by the period's own tag; nothing to compare with
+		// reported above; nothing to compare with
 	case w.Grain >= w.Period:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainPeriod, period)
 	case w.Period%w.Grain != 0:
@@ -222,16 +262,27 @@ func windowLevel(sl validator.StructLevel) {
 
 // uniqueLimiters reports every limiter whose ID repeats an earlier one in
 // the list: the engine keys windows by ID, so two would count one subject
-// twice against different limits.
+// twice against different limits. Rate windows and in-flight windows are
+// counted apart (a log and a slot key), so a limiter of only the one may
+// repeat the ID of a limiter of only the other, as in
+// "user:1 concurrent; user:20/h".
 func uniqueLimiters(sl validator.StructLevel, prefix string, ls []Limiter) {
 	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
 		id := l.ID()
-		if seen[id] {
+		rate, conc := false, false
+		for _, w := range l.Windows {
+			rate, conc = rate || !w.Concurrent, conc || w.Concurrent
+		}
+		if !rate && !conc {
+			rate = true // no windows: reported elsewhere, still an ID
+		}
+		if rate && seen[id] || conc && seen[id+" concurrent"] {
 			name := prefix + "[" + strconv.Itoa(i) + "]"
 			sl.ReportError(id, name, name, tagUniqueLimiter, id)
 		}
-		seen[id] = true
+		seen[id] = seen[id] || rate
+		seen[id+" concurrent"] = seen[id+" concurrent"] || conc
 	}
 }
 
@@ -368,6 +419,8 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("limit %v is below 1", val)
 	case "Limit " + tagExactMax:
 		return limitAbove(fmt.Sprint(val), true)
+	case "Limit " + tagConcMax:
+		return concurrentAbove(fmt.Sprint(val))
 	case "Limit " + tagBoundedMax:
 		return limitAbove(fmt.Sprint(val), false)
 	case "LimitFunc " + tagLimitFunc:
@@ -397,6 +450,16 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), MaxGrains)
 	case "Period min":
 		return fmt.Sprintf("period %s is below %s", durValue(val), FormatPeriod(MinPeriod))
+	case "Period " + tagConcPeriod:
+		return fmt.Sprintf("an in-flight window (N concurrent) has no period, found %s", durValue(val))
+	case "LimitFunc " + tagConcFunc:
+		return fmt.Sprintf("an in-flight window (N concurrent) has a number of slots, not a limit function $%v", val)
+	case "Grain " + tagConcGrain:
+		return fmt.Sprintf("an in-flight window (N concurrent) takes no grain, found %s", durValue(val))
+	case "Windows " + tagConcOne:
+		return fmt.Sprintf("a second in-flight window in limiter %s; a limiter has at most one N concurrent", fe.Param())
+	case "Windows " + tagConcCost:
+		return fmt.Sprintf("limiter %s counts units of cost, not requests, so it takes no in-flight window; put N concurrent in a limiter without a cost", fe.Param())
 	case "Period max":
 		return fmt.Sprintf("period %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
 	case "Period " + tagWholeMS:

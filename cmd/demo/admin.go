@@ -44,7 +44,7 @@ type target struct {
 type windowView struct {
 	Policy    string  `json:"policy"`
 	Limit     int64   `json:"limit"`
-	Period    float64 `json:"period"`
+	Period    float64 `json:"period,omitempty"` // none for an in-flight window
 	Used      int64   `json:"used"`
 	Remaining int64   `json:"remaining"`
 	Reset     float64 `json:"reset"`

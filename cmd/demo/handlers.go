@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/role"
@@ -18,9 +19,13 @@ type api struct {
 	Health http.HandlerFunc `route:"GET /health" limit:"ip:5/s,100/min"`
 	// Paid object-storage downloads: per user and per IP, a global budget,
 	// 1 GiB a day per user (bytes is the object's size, see objectSize),
-	// super-admins unlimited, and the shared admin account counted by IP.
-	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d; user[bytes]:1Gi/d~15min; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
-	Upload   http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
+	// at most 2 downloads of a user at once, super-admins unlimited, and
+	// the shared admin account counted by IP.
+	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d,2 concurrent; user[bytes]:1Gi/d~15min; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
+	// A costly report (a few seconds of work): one running per user at a
+	// time, 20 an hour.
+	Report http.HandlerFunc `route:"GET /reports/{id}" limit:"user:1 concurrent; user:20/h; exempt:superadmin"`
+	Upload http.HandlerFunc `route:"POST /pictures" limit:"user:20/min; exempt:superadmin"`
 	// Login protection: 5 wrong passwords per account a minute (and 50
 	// attempts per IP an hour); successful logins are given back, and an
 	// account (or IP) that reached its limit is blocked for 15 minutes.
@@ -50,6 +55,14 @@ func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
 			id := r.PathValue("id")
 			writeJSON(w, http.StatusOK, map[string]any{"file": id, "bytes": sizeOf(id), "caller": caller(r)})
 		},
+		Report: func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-time.After(reportWork):
+			case <-r.Context().Done():
+				return // the client left: the work stops, and the slot is released all the same
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"report": r.PathValue("id"), "caller": caller(r)})
+		},
 		Upload: func(w http.ResponseWriter, r *http.Request) {
 			if _, ok := role.FromContext(r.Context()); !ok {
 				http.Error(w, "sign in to upload", http.StatusUnauthorized)
@@ -78,6 +91,9 @@ func newAPI(lim *slidelimit.Limiter, logger *slog.Logger) *api {
 		ClearRules:  adm.clearRules,
 	}
 }
+
+// reportWork is how long a report takes to compute.
+const reportWork = 3 * time.Second
 
 // objects are the demo's stored objects with a size of their own; every
 // other id is a 10 MiB file.

@@ -262,10 +262,10 @@ func checkAdminLimits(t *testing.T, td *testDemo) {
 	if code != 200 {
 		t.Fatalf("peek: %d %+v", code, p1)
 	}
-	if got, want := used(p1), []string{"user-1min=3/10", "user-1d=3/200"}; !slices.Equal(got, want) {
+	if got, want := used(p1), []string{"user-concurrent=0/2", "user-1min=3/10", "user-1d=3/200"}; !slices.Equal(got, want) {
 		t.Errorf("alice's windows = %q, want %q", got, want)
 	}
-	w := p1.Windows[0]
+	w := p1.Windows[1]
 	if w.Period != 60 || w.Remaining != 7 || w.Reset <= 0 || w.Reset > 60 || !p1.Allowed || p1.Subject != "alice" {
 		t.Errorf("peek = %+v", p1)
 	}
@@ -275,13 +275,13 @@ func checkAdminLimits(t *testing.T, td *testDemo) {
 	}
 
 	wantCodes(t, "alice up to her limit", td.codes(8, "GET", path("/files/8"), "alice", peer), repeat(200, 7, 429))
-	if _, p := td.peek("root", aliceURL); p.Allowed || !slices.Equal(used(p), []string{"user-1min=10/10", "user-1d=10/200"}) {
+	if _, p := td.peek("root", aliceURL); p.Allowed || !slices.Equal(used(p), []string{"user-concurrent=0/2", "user-1min=10/10", "user-1d=10/200"}) {
 		t.Errorf("full: %+v", p)
 	}
 	if w := td.do("DELETE", aliceURL, "root", peer); w.Code != 200 || !strings.Contains(w.Body.String(), `"reset":true`) {
 		t.Fatalf("reset: %d %s", w.Code, w.Body)
 	}
-	if _, p := td.peek("root", aliceURL); !slices.Equal(used(p), []string{"user-1min=0/10", "user-1d=0/200"}) {
+	if _, p := td.peek("root", aliceURL); !slices.Equal(used(p), []string{"user-concurrent=0/2", "user-1min=0/10", "user-1d=0/200"}) {
 		t.Errorf("after reset: %q", used(p))
 	}
 	wantCodes(t, "alice after reset", td.codes(1, "GET", path("/files/9"), "alice", peer), []int{200})
@@ -295,14 +295,14 @@ func checkAdminLimits(t *testing.T, td *testDemo) {
 		t.Errorf("ip windows: %+v", p)
 	}
 	td.do("GET", "/files/1", "", "192.0.2.50:1")
-	if _, p := td.peek("root", limitsURL(files, "user", "ip", "192.0.2.50")); !slices.Equal(used(p), []string{"user-1min=1/10", "user-1d=1/200"}) || p.IP != "192.0.2.50" {
+	if _, p := td.peek("root", limitsURL(files, "user", "ip", "192.0.2.50")); !slices.Equal(used(p), []string{"user-concurrent=0/2", "user-1min=1/10", "user-1d=1/200"}) || p.IP != "192.0.2.50" {
 		t.Errorf("user windows by IP: %+v", p)
 	}
 	byIP := limitsURL(files, "user", "ip", "192.0.2.50")
 	if w := td.do("DELETE", byIP, "root", peer); w.Code != 200 {
 		t.Errorf("reset by IP: %d %s", w.Code, w.Body)
 	}
-	if _, p := td.peek("root", byIP); !slices.Equal(used(p), []string{"user-1min=0/10", "user-1d=0/200"}) {
+	if _, p := td.peek("root", byIP); !slices.Equal(used(p), []string{"user-concurrent=0/2", "user-1min=0/10", "user-1d=0/200"}) {
 		t.Errorf("user windows by IP after reset: %+v", p)
 	}
 	if !strings.Contains(td.log.String(), `kind=user ip=192.0.2.50`) {
@@ -407,7 +407,7 @@ func TestUsage(t *testing.T) {
 		code int
 		want []string
 	}{
-		{[]string{"-h"}, 0, []string{"demo load [-url U]", "GET /files/{id}        user:10/min,200/d; user[bytes]:1073741824/d~15min; ip:30/min", "-cluster string", "-redis string", "-addr string"}},
+		{[]string{"-h"}, 0, []string{"demo load [-url U]", "GET /files/{id}        user:10/min,200/d,2 concurrent; user[bytes]:1073741824/d~15min; ip:30/min", "-cluster string", "-redis string", "-addr string"}},
 		{[]string{"load", "-h"}, 0, []string{"Usage: demo load [flags]", "-rps int", "-token string"}},
 		{[]string{"-bogus"}, 2, []string{"flag provided but not defined: -bogus", "Usage:"}},
 		{[]string{"serve"}, 2, []string{`demo: unknown argument "serve"`}},
@@ -470,7 +470,7 @@ func TestServeShutsDown(t *testing.T) {
 	}
 	for _, want := range []string{
 		`msg=backend redis="embedded miniredis`,
-		`msg=route pattern="GET /files/{id}" limit="user:10/min,200/d; user[bytes]:1073741824/d~15min; ip:30/min; global:1000/h; role(admin)=ip:30/min; exempt:superadmin"`,
+		`msg=route pattern="GET /files/{id}" limit="user:10/min,200/d,2 concurrent; user[bytes]:1073741824/d~15min; ip:30/min; global:1000/h; role(admin)=ip:30/min; exempt:superadmin"`,
 		`msg="shutting down"`, `msg=stopped`,
 	} {
 		if !strings.Contains(log.String(), want) {
@@ -601,5 +601,72 @@ func TestLoginBlock(t *testing.T) {
 	}
 	if last.Code != 429 || last.Header().Get("Retry-After") != "900" {
 		t.Fatalf("7th wrong password: %d, Retry-After %q; want 429 for 900 s (block:15m)", last.Code, last.Header().Get("Retry-After"))
+	}
+}
+
+// TestReports: a user runs one report at a time: while alice's first runs
+// (its slot visible to the admin endpoint), her second is refused 429 with
+// the in-flight policy and Retry-After 1, bob's runs, and once hers ends
+// she may run another; root is exempt.
+func TestReports(t *testing.T) {
+	t.Parallel()
+	td := newTestDemo(t, "")
+	start := func(token string) (func() int, context.CancelFunc) {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest("GET", "/reports/q3", nil).WithContext(ctx)
+		r.RemoteAddr = peer
+		r.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() { td.d.handler.ServeHTTP(w, r); close(done) }()
+		return func() int { <-done; return w.Code }, cancel
+	}
+	aliceURL := limitsURL("GET /reports/{id}", "user", "subject", "alice")
+	first, stop := start("alice")
+	defer stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, p := td.peek("root", aliceURL); slices.Contains(used(p), "user-concurrent=1/1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice's first report holds no slot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w := td.do("GET", "/reports/q4", "alice", peer)
+	if w.Code != 429 || w.Header().Get("Retry-After") != "1" ||
+		!strings.Contains(w.Header().Get("RateLimit-Policy"), `"user-concurrent";q=1;qu="concurrent-requests"`) ||
+		!strings.Contains(w.Body.String(), `"violated-policies":["user-concurrent"]`) {
+		t.Errorf("alice's second report: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	bob, stopBob := start("bob")
+	root, stopRoot := start("root")
+	root2, stopRoot2 := start("root")
+	stop() // alice leaves: the work stops and her slot is released
+	if code := first(); code != 200 {
+		t.Errorf("alice's first report: %d", code)
+	}
+	again, stopAgain := start("alice")
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, p := td.peek("root", aliceURL); slices.Contains(used(p), "user-concurrent=1/1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alice's next report holds no slot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopBob()
+	stopRoot()
+	stopRoot2()
+	stopAgain()
+	for name, code := range map[string]int{"bob": bob(), "root": root(), "root again": root2(), "alice again": again()} {
+		if code != 200 {
+			t.Errorf("%s's report: %d, want 200", name, code)
+		}
+	}
+	if _, p := td.peek("root", aliceURL); !slices.Equal(used(p), []string{"user-concurrent=0/1", "user-1h=2/20"}) {
+		t.Errorf("alice's report windows at the end: %v", used(p))
 	}
 }

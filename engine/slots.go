@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/lua"
+)
+
+// slotRetry is the RetryAfter of a request denied by an in-flight window:
+// a slot frees when a running request ends, which may be at any moment, so
+// no wait is exact. One second is the shortest wait a Retry-After header
+// can say; the lease deadline would be a bound for crashed holders only,
+// and far too long for the usual case.
+const slotRetry = time.Second
+
+// minLease is the shortest lease WithLease accepts: renewals run every
+// lease/3, and a shorter one would renew faster than a round trip.
+const minLease = 30 * time.Millisecond
+
+// WithLease sets how long a request holds a slot of an in-flight window
+// (rules.Window.Concurrent) unless renewed; the default is DefaultLease.
+// While a request runs, the engine renews the slots it holds every
+// lease/3, all of them in one pipelined call per server, so a request may
+// run far longer than its lease. A process that dies stops renewing: its
+// slots free at most one lease after their last renewal. A shorter lease
+// frees a crashed process's slots sooner at the cost of more renewals. The
+// lease is at least 30 ms. Engines sharing a Redis may use different
+// leases: each slot keeps its own deadline.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d < minLease || d > time.Duration(maxTime/2)*time.Microsecond {
+			return &OptionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// SlotLost describes a slot of an in-flight window that a renewal found
+// gone from Redis while its request still runs: a Reset, a FLUSHALL, a
+// failover that lost it, or a lease that ran out (a process paused for
+// longer than two thirds of a lease) and was then removed by an admission.
+type SlotLost struct {
+	// Key is the slot key, Member the request's member in it.
+	Key, Member string
+}
+
+// WithSlotLost sets a function called, from the engine's renewal
+// goroutine, for every slot a renewal finds gone. The request keeps
+// running (a renewal never ends healthy work) but no longer occupies a
+// slot, so one more request of its subject may be admitted while it runs:
+// the in-flight window may then have one request more running than its
+// limit per lost slot, until such requests end. Whatever the hook, lost
+// slots are logged (WithLogger) once per renewal period with their count,
+// never once per request. The default hook does nothing. f must not block
+// for long: the next renewal waits for it.
+func WithSlotLost(f func(SlotLost)) Option {
+	return func(c *config) error {
+		if f == nil {
+			return &OptionError{Option: "WithSlotLost", Reason: "nil function"}
+		}
+		c.slotLost = f
+		return nil
+	}
+}
+
+// renewScript extends the leases of running requests; its SHA1 is
+// computed once.
+var renewScript = redis.NewScript(lua.Renew)
+
+// slotRef names one held slot: a slot key and the request's member in it.
+type slotRef struct{ key, member string }
+
+// slotHolder is the registry of the slots this engine's admitted requests
+// hold, which its renewal goroutine renews every lease/3. The goroutine
+// starts with the first slot and stops at Close. It is safe for
+// concurrent use.
+type slotHolder struct {
+	mu      sync.Mutex
+	held    map[slotRef]struct{}
+	started bool
+	done    chan struct{} // closed when the renewal goroutine has returned
+}
+
+// hold registers the slots that d's receipt names in the slot keys of p.
+func (e *Engine) hold(p *plan, r *receipt) {
+	h := &e.slots
+	member := strconv.FormatInt(r.id, 10)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e.closed.Load() {
+		return
+	}
+	if h.held == nil {
+		h.held = make(map[slotRef]struct{})
+	}
+	for i, key := range p.keys {
+		if p.ks[i] {
+			h.held[slotRef{key: string([]byte(key)), member: memberText(member, r.suffixOf(i))}] = struct{}{}
+		}
+	}
+	if !h.started {
+		h.started = true
+		h.done = make(chan struct{})
+		go e.renewLoop(h.done)
+	}
+}
+
+// unhold forgets the slots of us (removals of slot keys), which their
+// request released.
+func (e *Engine) unhold(us []undo) {
+	h := &e.slots
+	h.mu.Lock()
+	for _, u := range us {
+		delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+	}
+	h.mu.Unlock()
+}
+
+// holding reports whether ref is still registered.
+func (h *slotHolder) holding(ref slotRef) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.held[ref]
+	return ok
+}
+
+// renewLoop renews every held slot each lease/3 until Close.
+func (e *Engine) renewLoop(done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(time.Duration(e.keyer.lease) * time.Microsecond / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-tick.C:
+			e.renew()
+		}
+	}
+}
+
+// renew extends the lease of every held slot: one script call per server
+// on a single server, per hash slot on a cluster (one pipeline per master,
+// which go-redis sends concurrently), per key on other clients, all in one
+// pipeline. Slots found gone are reported (see WithSlotLost); a call that
+// fails is logged and its slots are renewed at the next period, which
+// comes well before their leases end.
+func (e *Engine) renew() {
+	h := &e.slots
+	h.mu.Lock()
+	// group → key → members; a group is one script call.
+	groups := make(map[string]map[string][]string)
+	for ref := range h.held {
+		var g string
+		switch e.group {
+		case groupSlot:
+			g = strconv.Itoa(int(slot(ref.key)))
+		case groupKey:
+			g = ref.key
+		}
+		if groups[g] == nil {
+			groups[g] = make(map[string][]string)
+		}
+		groups[g][ref.key] = append(groups[g][ref.key], ref.member)
+	}
+	h.mu.Unlock()
+	if len(groups) == 0 {
+		return
+	}
+	t, err := e.argTime()
+	if err != nil {
+		e.log.Error("engine: slot renewal", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	type sent struct {
+		cmd  *redis.IntSliceCmd
+		refs []slotRef
+	}
+	calls := make([]sent, 0, len(groups))
+	pipe := e.client.Pipeline()
+	for _, keys := range groups {
+		args := []any{"evalsha", renewScript.Hash(), len(keys)}
+		var refs []slotRef
+		for key := range keys {
+			args = append(args, key)
+		}
+		args = append(args, t, e.keyer.lease)
+		for _, a := range args[3 : 3+len(keys)] {
+			key := a.(string)
+			ms := keys[key]
+			args = append(args, len(ms))
+			for _, m := range ms {
+				args = append(args, m)
+				refs = append(refs, slotRef{key: key, member: m})
+			}
+		}
+		cmd := redis.NewIntSliceCmd(ctx, args...)
+		_ = pipe.Process(ctx, cmd)
+		calls = append(calls, sent{cmd: cmd, refs: refs})
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	// A server without the script (the first renewal, a restart) gets the
+	// calls that failed again with its source, in one more pipeline.
+	var retry redis.Pipeliner
+	for i := range calls {
+		if noScript(calls[i].cmd.Err()) {
+			if retry == nil {
+				retry = e.client.Pipeline()
+			}
+			calls[i].cmd = redis.NewIntSliceCmd(ctx, asEval(calls[i].cmd.Args(), lua.Renew)...)
+			_ = retry.Process(ctx, calls[i].cmd)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	var lost []SlotLost
+	failed := 0
+	var firstErr error
+	for _, s := range calls {
+		v, err := s.cmd.Result()
+		if err == nil && len(v) != len(s.refs) {
+			err = newReplyError("renewal reply of the wrong length", "")
+		}
+		if err != nil {
+			failed += len(s.refs)
+			firstErr = err
+			continue
+		}
+		for i, ok := range v {
+			// A slot released while its renewal was on its way is gone
+			// for a good reason.
+			if ok == 0 && h.holding(s.refs[i]) {
+				h.mu.Lock()
+				delete(h.held, s.refs[i])
+				h.mu.Unlock()
+				lost = append(lost, SlotLost{Key: s.refs[i].key, Member: s.refs[i].member})
+			}
+		}
+	}
+	if failed > 0 {
+		e.log.Warn("engine: slot renewal failed; retried at the next period", "slots", failed, "err", firstErr)
+	}
+	if len(lost) > 0 {
+		e.log.Warn("engine: running requests lost their slots (reset, flushed or expired); they keep running", "slots", len(lost))
+		if e.slotLost != nil {
+			for _, l := range lost {
+				e.slotLost(l)
+			}
+		}
+	}
+}
+
+// Release frees the slots that d holds in the in-flight windows of req: d
+// must be the Decision of the Allow call for req. An admitted request
+// holds one slot per in-flight window (rules.Window.Concurrent) from its
+// admission until Release (or GiveBack, which also releases); call it
+// once the request's work is over, however it ended. The engine renews
+// held slots until then (see WithLease).
+//
+// Release removes only the request's own slot, its unique member, so it
+// is idempotent (a second Release frees nothing) and never frees another
+// request's slot. A Decision that holds no slot (a denial, a Peek, a
+// fail-open or fail-closed decision, a request without in-flight windows)
+// has nothing to release, and Release returns nil. A decision of the local
+// fallback limiter (FromLocal) is released there. When Redis fails, the
+// removal is queued and retried like GiveBack's, and the error matches
+// ErrBackend; the slot frees at the latest when its lease runs out, since
+// it is no longer renewed. After Close, Release returns ErrClosed. It is
+// safe for concurrent use.
+func (e *Engine) Release(ctx context.Context, req Request, d Decision) error {
+	return e.giveBack(ctx, &req, &d, true)
+}
