@@ -56,7 +56,7 @@ const (
 	tagConcMax        = "concmax"    // at most MaxLimit slots
 	tagPeriodMin      = "min"        // reported as the period's own tag would be
 	tagPeriodMax      = "max"
-	tagConcFunc       = "concfunc"   // nor a limit function
+	tagConcFunc       = "concfunc" // nor a limit function
 )
 
 func newValidator() (*validator.Validate, error) {
