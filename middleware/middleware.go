@@ -122,7 +122,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		}
 	}
 	var releaser Releaser
-	if d != nil && hasConcurrent(g) {
+	if d != nil && g.Concurrent() {
 		var ok bool
 		if releaser, ok = d.(Releaser); !ok {
 			errs = append(errs, ErrNoRelease)

@@ -5,23 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/slidelimit/slidelimit/rules"
 )
-
-// hasConcurrent reports whether some limiter of g, default or override,
-// has an in-flight window.
-func hasConcurrent(g rules.Group) bool {
-	for _, ls := range g.LimiterLists() {
-		for _, l := range ls {
-			for _, w := range l.Windows {
-				if w.Concurrent {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
 
 // needsRelease reports whether c holds slots of in-flight windows, which
 // the step after the handler frees.

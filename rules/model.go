@@ -200,3 +200,19 @@ func (g *Group) LimiterLists() iter.Seq2[string, []Limiter] {
 		}
 	}
 }
+
+// Concurrent reports whether some limiter of g, default or override, has
+// an in-flight window: admitted requests then hold slots that the
+// transport must release when they end.
+func (g *Group) Concurrent() bool {
+	for _, ls := range g.LimiterLists() {
+		for _, l := range ls {
+			for _, w := range l.Windows {
+				if w.Concurrent {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

@@ -25,6 +25,7 @@ type admitted struct {
 	req  engine.Request
 	dec  engine.Decision
 	give bool        // given back unless its code is listed in count:
+	free bool        // holds slots of in-flight windows, released when the call ends
 	md   metadata.MD // the rate-limit metadata; nil for none
 }
 
@@ -114,8 +115,8 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 		l.logBackend(ctx, scope, dec, err)
 	}
 	var next *admitted
-	if dec.Allowed && m.counted != 0 {
-		next = &admitted{ctx: ctx, m: m, req: r, dec: dec, give: true}
+	if dec.Allowed && (m.counted != 0 || m.slots) {
+		next = &admitted{ctx: ctx, m: m, req: r, dec: dec, give: m.counted != 0, free: m.slots}
 	}
 	switch {
 	case shadow:
@@ -200,14 +201,24 @@ func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *midd
 	return nil
 }
 
-// after gives an admitted call of a group with count: back unless its
-// status is listed. A handler that panics leaves the call counted: its
-// outcome is unknown, and counting it errs on the side of denying.
+// after runs when an admitted call ends, however it ends: it releases the
+// call's in-flight slots (a stream holds them until its handler returns),
+// then gives a call of a group with count: back unless its status is
+// listed. A handler that panics leaves the call counted: its outcome is
+// unknown, and counting it errs on the side of denying.
 func (l *Limiter) after(c *admitted, err error, panicked bool) {
+	if !c.free && !c.give {
+		return // only metadata to send
+	}
+	ctx := context.WithoutCancel(c.ctx)
+	if c.free {
+		if rerr := l.releaser.Release(ctx, c.req, c.dec); rerr != nil {
+			l.logBackend(ctx, c.req.Scope, c.dec, rerr)
+		}
+	}
 	if !c.give || panicked || c.m.counted.has(status.Code(err)) {
 		return
 	}
-	ctx := context.WithoutCancel(c.ctx)
 	if gerr := l.giver.GiveBack(ctx, c.req, c.dec); gerr != nil {
 		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the call stays counted until retried",
 			slog.String("scope", c.req.Scope), slog.String("code", status.Code(err).String()), slog.Any("error", gerr))

@@ -112,8 +112,11 @@
 // answer), so the Hook of contrib/promlimit or contrib/otellimit counts
 // gRPC calls as it counts HTTP requests.
 //
-// # Not yet
+// # In-flight windows
 //
-// In-flight limits (a slot held until a stream ends) are not supported:
-// the core has no in-flight windows yet.
+// A window "N concurrent" (ip:2 concurrent) bounds the calls of a subject
+// that run at once: an admitted call holds a slot until its handler
+// returns, a stream until it ends, however it ends (an error, a panic, a
+// client that went away). A refusal by an in-flight window carries a
+// RetryInfo of one second, as the HTTP middleware's Retry-After does.
 package grpclimit

@@ -47,6 +47,7 @@ func (e *MethodError) Unwrap() error { return e.Err }
 type Limiter struct {
 	decider   middleware.Decider
 	giver     middleware.GiveBacker
+	releaser  middleware.Releaser
 	methods   map[string]*method
 	defaults  *method // nil: methods not listed are not limited
 	exempt    map[string]bool
@@ -67,6 +68,7 @@ type method struct {
 	defaults *middleware.Plan
 	byRole   map[string]*middleware.Plan
 	counted  codeSet // 0: every outcome counts
+	slots    bool    // the group has an in-flight window: admitted calls are released
 }
 
 // New returns a Limiter for the methods of methods, a map from full method
@@ -112,6 +114,7 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 		errs = append(errs, ErrNilDecider)
 	} else {
 		l.giver, _ = d.(middleware.GiveBacker)
+		l.releaser, _ = d.(middleware.Releaser)
 	}
 	for _, e := range c.exempt {
 		svc := strings.HasSuffix(e, "/")
@@ -195,7 +198,7 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	if err != nil {
 		return nil, &MethodError{Method: name, Err: err}
 	}
-	m := &method{name: name, group: g, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count)}
+	m := &method{name: name, group: g, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: g.Concurrent()}
 	var errs []error
 	for r, ls := range g.LimiterLists() {
 		if _, dup := m.byRole[r]; dup && r != "" {
@@ -213,6 +216,9 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	}
 	if len(g.Count) > 0 && l.giver == nil && l.decider != nil {
 		errs = append(errs, &MethodError{Method: name, Err: ErrNoGiveBack})
+	}
+	if m.slots && l.releaser == nil && l.decider != nil {
+		errs = append(errs, &MethodError{Method: name, Err: middleware.ErrNoRelease})
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)

@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -432,6 +434,47 @@ func TestNewErrors(t *testing.T) {
 		var re *rules.Error
 		if !errors.As(err, &me) || me.Method != ping || !errors.As(err, &re) || re.Offset != 8 || !errors.Is(err, rules.ErrInvalid) {
 			t.Errorf("error %#v is not a MethodError for %s wrapping a *rules.Error at offset 8", err, ping)
+		}
+	})
+}
+
+// TestStreamHoldsSlot: a stream holds its in-flight slot until it ends:
+// while alice's first stream runs her second is refused with a RetryInfo
+// of one second, bob's runs, and once hers ended she may open another.
+func TestStreamHoldsSlot(t *testing.T) {
+	t.Parallel()
+	backends(t, func(t *testing.T, redisAddr string) {
+		f := newFixture(t, setup{methods: map[string]string{chat: "user:1 concurrent"}, redisAddr: redisAddr})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cs, err := f.conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-user", "alice"), &chatDesc, chat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One echo: the stream was admitted and its handler runs.
+		if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.RecvMsg(new(emptypb.Empty)); err != nil {
+			t.Fatalf("first stream: %v", err)
+		}
+		err, _ = stream(t, f.conn, 1, "x-user", "alice")
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("second stream while the first runs: %v, want ResourceExhausted", err)
+		}
+		if ri, qf := details(t, err); ri == nil || ri.RetryDelay.AsDuration() != time.Second || qf == nil || qf.Violations[0].Subject != "user-concurrent" {
+			t.Errorf("second stream's details: %v, %v", ri, qf)
+		}
+		if err, _ := stream(t, f.conn, 1, "x-user", "bob"); err != nil {
+			t.Errorf("bob's stream: %v", err)
+		}
+		_ = cs.CloseSend()
+		if err := cs.RecvMsg(new(emptypb.Empty)); !errors.Is(err, io.EOF) {
+			t.Fatalf("end of the first stream: %v", err)
+		}
+		// The slot is released before the stream's status is sent.
+		if err, got := stream(t, f.conn, 1, "x-user", "alice"); err != nil || got != 1 {
+			t.Errorf("alice's stream after the first ended: %v (%d echoed)", err, got)
 		}
 	})
 }
