@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
 )
 
 // needsRelease reports whether c holds slots of in-flight windows, which
