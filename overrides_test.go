@@ -242,7 +242,12 @@ func TestOverridesRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Kill()
-	time.Sleep(200 * time.Millisecond) // a few failed checks
+	// Wait for a failed check (every 50 ms; later than that on a loaded
+	// machine), then a few more.
+	until(t, "a failed version check", func() bool {
+		return strings.Contains(p.logs.String(), "cannot read rule overrides")
+	})
+	time.Sleep(200 * time.Millisecond)
 	// The fallback limiter decides with the override: 2 a minute.
 	if got := p.gets("192.0.2.9", 3); got != "200 200 429" {
 		t.Errorf("with redis down: %s, want the override kept", got)
