@@ -50,20 +50,7 @@ var (
 // then letters, digits, '_', '-' or '.'. Registering a name again replaces
 // the function.
 func WithLimitFunc(name string, fn LimitFunc) Option {
-	return func(c *config) {
-		switch {
-		case fn == nil:
-			c.fail("WithLimitFunc", name, "nil limit function")
-			return
-		case !validCostName(name):
-			c.fail("WithLimitFunc", name, `invalid limit function name; want a letter, then letters, digits, "_", "-" or "."`)
-			return
-		}
-		if c.limits == nil {
-			c.limits = make(map[string]LimitFunc)
-		}
-		c.limits[name] = fn
-	}
+	return func(c *config) { registerFunc(c, &c.limits, "WithLimitFunc", "limit", name, fn, fn == nil) }
 }
 
 // UnknownLimitError reports a window whose limit names no registered

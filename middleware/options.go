@@ -138,20 +138,24 @@ func WithKeyFunc(name string, fn KeyFunc) Option {
 // such as ip[5] is a constant and needs no function). Registering a name
 // again replaces the function.
 func WithCostFunc(name string, fn CostFunc) Option {
-	return func(c *config) {
-		switch {
-		case fn == nil:
-			c.fail("WithCostFunc", name, "nil cost function")
-			return
-		case !validCostName(name):
-			c.fail("WithCostFunc", name, `invalid cost function name; want a letter, then letters, digits, "_", "-" or "."`)
-			return
-		}
-		if c.costs == nil {
-			c.costs = make(map[string]CostFunc)
-		}
-		c.costs[name] = fn
+	return func(c *config) { registerFunc(c, &c.costs, "WithCostFunc", "cost", name, fn, fn == nil) }
+}
+
+// registerFunc adds fn, a function the rule text names (a cost or limit
+// function), under name to *m for option opt; isNil says whether fn is nil.
+func registerFunc[F any](c *config, m *map[string]F, opt, kind, name string, fn F, isNil bool) {
+	switch {
+	case isNil:
+		c.fail(opt, name, "nil "+kind+" function")
+		return
+	case !validCostName(name):
+		c.fail(opt, name, "invalid "+kind+` function name; want a letter, then letters, digits, "_", "-" or "."`)
+		return
 	}
+	if *m == nil {
+		*m = make(map[string]F)
+	}
+	(*m)[name] = fn
 }
 
 // validCostName reports whether s is a cost function name as package rules
