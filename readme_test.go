@@ -7,14 +7,14 @@ import (
 )
 
 // TestREADMEQuickstart checks that the README's first example is the
-// program in example/quickstart, which the build compiles and vets.
+// program in cmd/quickstart, which the build compiles and vets.
 func TestREADMEQuickstart(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := os.ReadFile("example/quickstart/main.go")
+	prog, err := os.ReadFile("cmd/quickstart/main.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,6 +24,6 @@ func TestREADMEQuickstart(t *testing.T) {
 		t.Fatal("README has no go code block")
 	}
 	if block != string(prog) {
-		t.Errorf("README's first go block differs from example/quickstart/main.go:\n%s", block)
+		t.Errorf("README's first go block differs from cmd/quickstart/main.go:\n%s", block)
 	}
 }
