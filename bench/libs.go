@@ -36,10 +36,20 @@ type library struct {
 	Setup func(ctx context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error)
 }
 
+// Names of the peers slidelimit's rows are divided by (see ratioPeers).
+const (
+	redisRate   = "redis_rate/v10"
+	ulule       = "ulule/limiter/v3"
+	redisRate2W = "redis_rate/v10 2-window"
+	ulule2W     = "ulule/limiter/v3 2-window"
+)
+
 // peerLibraries are the libraries slidelimit is compared with.
 var peerLibraries = []library{
-	{Name: "redis_rate/v10", Setup: setupRedisRate},
-	{Name: "ulule/limiter/v3", Setup: setupUlule},
+	{Name: redisRate, Setup: setupRedisRate},
+	{Name: ulule, Setup: setupUlule},
+	{Name: redisRate2W, Setup: setupRedisRate2W},
+	{Name: ulule2W, Setup: setupUlule2W},
 	{Name: "httprate-redis", Setup: setupHTTPRate},
 	{Name: "httprate-redis counter", Setup: setupHTTPRateCounter},
 }

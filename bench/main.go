@@ -522,8 +522,10 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 	}
 }
 
-// Peers slidelimit's rows are compared with, by library name prefix.
-var ratioPeers = []string{"redis_rate", "ulule"}
+// Peers slidelimit's rows are compared with, by library name: each peer
+// doing one window (like-for-like with slidelimit's 1-window group) and
+// doing the 2-window job its own way (samejob.go).
+var ratioPeers = []string{redisRate, ulule, redisRate2W, ulule2W}
 
 // printRatios prints, for every slidelimit row (and floor row, with
 // -floor), its decisions/s divided by each peer's in the same case, number
@@ -536,7 +538,7 @@ func printRatios(w io.Writer, results []result) {
 	peers := map[rowKey]map[string]float64{}
 	for _, r := range results {
 		for _, p := range ratioPeers {
-			if strings.HasPrefix(r.Lib, p) && r.rate() > 0 {
+			if r.Lib == p && r.rate() > 0 {
 				k := rowKey{r.Case, r.Callers}
 				if peers[k] == nil {
 					peers[k] = map[string]float64{}
