@@ -288,3 +288,38 @@ func TestBlockConcurrent(t *testing.T) {
 		t.Fatalf("peek: blocked %v, user used %d, err %v; want blocked, 5", d.Blocked, d.Windows[1].Used, err)
 	}
 }
+
+// TestBlockBesideSlots runs a block beside a check of only an in-flight
+// window (user:1 concurrent; ip:2/h; block:1h): the IP's denial blocks the
+// IP, the blocked answer reports the user's slot window without a block,
+// and the slot the first request holds is not touched by the block.
+func TestBlockBesideSlots(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	e := newEngine(t, rc, WithPrefix(prefix))
+	ctx := context.Background()
+	slot := rules.Window{Limit: 1, Concurrent: true}
+	r := req(user("u", slot), blocked(ip("7.7.7.7", win(2, time.Hour)), time.Hour))
+	first, err := e.Allow(ctx, r)
+	if err != nil || !first.Allowed {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	if err := e.Release(ctx, r, first); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
+		t.Fatalf("second: %+v, %v", d, err)
+	} else if err := e.Release(ctx, r, d); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 { // the third request starts the block; the others meet it
+		d, err := e.Allow(ctx, r)
+		if err != nil || d.Allowed || !d.Blocked || d.RetryAfter != time.Hour && i == 0 {
+			t.Fatalf("request %d after the IP's limit: %+v, %v; want blocked", i+3, d, err)
+		}
+		if d.Windows[0].Used != 0 || d.Windows[0].Remaining != 1 {
+			t.Errorf("request %d: slot window %+v, want 0 used, 1 free", i+3, d.Windows[0])
+		}
+	}
+}

@@ -132,7 +132,8 @@ func (c *call) decision(req *Request, src Source) Decision {
 	denied := -1
 	j := 0
 	for i := range req.Checks {
-		for _, w := range req.Checks[i].Windows {
+		for n := range req.Checks[i].Windows {
+			w := &req.Checks[i].Windows[n] // a pointer: a Window is 48 bytes
 			m := p.origin[j]
 			mw := p.wins[m]
 			used, reset, wait1 := c.res[3*m], c.res[3*m+1], c.res[3*m+2]
@@ -152,10 +153,12 @@ func (c *call) decision(req *Request, src Source) Decision {
 				used += p.kcost[p.keyOf[i]]
 			}
 			ws := &d.Windows[j]
-			ws.Check, ws.Window, ws.Used = i, w, used
+			ws.Check, ws.Window, ws.Used = i, *w, used
 			ws.Remaining = max(w.Limit-used, 0)
-			if len(c.bleft) > 0 && c.bleft[p.keyOf[i]] > 0 {
-				d.Blocked, ws.Remaining, reset = true, 0, max(reset, c.bleft[p.keyOf[i]])
+			// A check of in-flight windows only has no key of its own
+			// (keyOf -1), and so no block.
+			if k := p.keyOf[i]; len(c.bleft) > 0 && k >= 0 && c.bleft[k] > 0 {
+				d.Blocked, ws.Remaining, reset = true, 0, max(reset, c.bleft[k])
 			}
 			ws.Reset = time.Duration(reset) * time.Microsecond
 			// A merged window reports the wait for its smallest limit; the

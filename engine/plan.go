@@ -112,7 +112,8 @@ func (p *plan) build(k *keyer, req *Request) error {
 			maxLimit = rules.MaxBoundedLimit
 		}
 		rate, conc := len(c.Windows), -1 // the check's rate windows, and its in-flight one
-		for j, w := range c.Windows {
+		for j := range c.Windows {
+			w := &c.Windows[j] // a pointer: a Window is 48 bytes
 			if w.Concurrent {
 				// Several in-flight windows of one check (groups sharing a
 				// scope, merged by Limiter.Peek) share its slot key: the
@@ -201,18 +202,20 @@ func (p *plan) build(k *keyer, req *Request) error {
 			if p.keyOf[i] != int32(key) {
 				continue
 			}
+			ws := req.Checks[i].Windows
 		merge:
-			for _, w := range req.Checks[i].Windows {
+			for j := range ws {
+				w := &ws[j]
 				if w.Concurrent {
 					continue
 				}
 				// A grain is rounded down to whole µs: a finer grain only
 				// makes the window more exact.
 				mw := window{period: periodMicros(w.Period), limit: w.Limit, grain: int64(w.Grain / time.Microsecond)}
-				for j := first; j < int32(len(p.wins)); j++ {
-					if p.wins[j].period == mw.period {
-						p.wins[j].limit = min(p.wins[j].limit, mw.limit)
-						p.wins[j].grain = minGrain(p.wins[j].grain, mw.grain)
+				for m := first; m < int32(len(p.wins)); m++ {
+					if p.wins[m].period == mw.period {
+						p.wins[m].limit = min(p.wins[m].limit, mw.limit)
+						p.wins[m].grain = minGrain(p.wins[m].grain, mw.grain)
 						continue merge
 					}
 				}
@@ -233,15 +236,16 @@ func (p *plan) build(k *keyer, req *Request) error {
 		if key < 0 && p.slotOf[i] < 0 {
 			continue
 		}
-		for _, w := range req.Checks[i].Windows {
-			if w.Concurrent {
+		ws := req.Checks[i].Windows
+		for j := range ws {
+			if ws[j].Concurrent {
 				p.origin = append(p.origin, p.kstart[p.slotOf[i]])
 				continue
 			}
-			per := periodMicros(w.Period)
-			for j := p.kstart[key]; j < p.kstart[key+1]; j++ {
-				if p.wins[j].period == per {
-					p.origin = append(p.origin, j)
+			per := periodMicros(ws[j].Period)
+			for m := p.kstart[key]; m < p.kstart[key+1]; m++ {
+				if p.wins[m].period == per {
+					p.origin = append(p.origin, m)
 					break
 				}
 			}
