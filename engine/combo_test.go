@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Tests of features combined: in-flight windows beside blocks, settlement,
+// cached denials, the fail modes and Peek.
+
+// slotState returns the in-flight window's state in d.
+func slotState(t *testing.T, d Decision) WindowState {
+	t.Helper()
+	for _, ws := range d.Windows {
+		if ws.Window.Concurrent {
+			return ws
+		}
+	}
+	t.Fatalf("no in-flight window in %+v", d)
+	return WindowState{}
+}
+
+// localOK accepts nil, and a backend error from an engine whose fail mode
+// is local (its Redis is refused).
+func localOK(t *testing.T, e *Engine, err error) {
+	t.Helper()
+	var be *BackendError
+	if err != nil && !(errors.As(err, &be) && e.fail == rules.FailLocal) {
+		t.Fatal(err)
+	}
+}
+
+// comboBlockSlots runs user:2/min,1 concurrent; block:1h: an in-flight
+// denial starts no block, a rate denial does and then denies whatever the
+// slots say, Peek reports the block and the slots without writing, a
+// Release during the block frees the slot, and Reset lifts the block and
+// frees the slots.
+func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window) {
+	t.Helper()
+	ctx := context.Background()
+	c := blocked(user("u", rate, conc(1)), time.Hour)
+	r := req(c)
+	allow := func(at time.Duration) Decision {
+		t.Helper()
+		clk.Set(at)
+		d, err := e.Allow(ctx, r)
+		localOK(t, e, err)
+		return d
+	}
+	peek := func(at time.Duration) Decision {
+		t.Helper()
+		clk.Set(at)
+		d, err := e.Peek(ctx, r)
+		localOK(t, e, err)
+		return d
+	}
+
+	a := allow(0)
+	if !a.Allowed || slotState(t, a).Used != 1 {
+		t.Fatalf("first: %+v", a)
+	}
+	b := allow(time.Second) // the slot is held: denied by it, no block
+	if b.Allowed || b.Blocked || !b.Denied.Window.Concurrent || b.RetryAfter != time.Second {
+		t.Fatalf("second while the first runs: %+v; want an in-flight denial without a block", b)
+	}
+	localOK(t, e, e.Release(ctx, r, a))
+	c2 := allow(2 * time.Second) // rate 2/2, holds the slot
+	if !c2.Allowed {
+		t.Fatalf("third after the release: %+v; the slot denial must not have blocked", c2)
+	}
+	localOK(t, e, e.Release(ctx, r, c2))
+	d := allow(3 * time.Second) // the rate window is full: the block starts
+	if d.Allowed || !d.Blocked || d.Denied.Window.Concurrent || d.RetryAfter < time.Hour-time.Second {
+		t.Fatalf("after the rate: %+v; want a rate denial that blocks for 1h", d)
+	}
+	if ws := slotState(t, d); ws.Used != 0 {
+		t.Fatalf("rate denial: slot window %+v, want none used", ws)
+	}
+	for _, at := range []time.Duration{2 * time.Minute, 30 * time.Minute} { // the rate has room again
+		if d := allow(at); d.Allowed || !d.Blocked || d.RetryAfter != time.Hour+3*time.Second-at {
+			t.Fatalf("at %v during the block: %+v; want blocked until 1h3s", at, d)
+		}
+	}
+	p := peek(31 * time.Minute)
+	if p.Allowed || !p.Blocked || slotState(t, p).Used != 0 {
+		t.Fatalf("peek during the block: %+v", p)
+	}
+	if err := e.Reset(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
+		t.Fatal(err)
+	}
+	x := allow(32 * time.Minute)
+	if !x.Allowed || x.Blocked || slotState(t, x).Used != 1 {
+		t.Fatalf("after Reset: %+v; want admitted, unblocked, one slot", x)
+	}
+	if p := peek(32 * time.Minute); p.Allowed || slotState(t, p).Used != 1 {
+		t.Fatalf("peek with the slot held: %+v", p)
+	}
+	// A Reset while x runs frees its slot (x then holds none).
+	if err := e.Reset(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
+		t.Fatal(err)
+	}
+	y := allow(33 * time.Minute)
+	if !y.Allowed {
+		t.Fatalf("after a Reset while a request runs: %+v; want admitted", y)
+	}
+	localOK(t, e, e.Release(ctx, r, x)) // x's slot is gone: frees nothing
+	if z := allow(33*time.Minute + time.Second); z.Allowed || z.Blocked || !z.Denied.Window.Concurrent {
+		t.Fatalf("a Release of a reset slot freed y's: %+v", z)
+	}
+	localOK(t, e, e.Release(ctx, r, y))
+	// The second Reset forgot x in the rate window too: y and one more fit.
+	w := allow(33*time.Minute + 2*time.Second)
+	if !w.Allowed || w.Windows[0].Used != 2 {
+		t.Fatalf("second in a minute after Reset: %+v; want admitted", w)
+	}
+	localOK(t, e, e.Release(ctx, r, w))
+	if d := allow(33*time.Minute + 3*time.Second); d.Allowed || !d.Blocked {
+		t.Fatalf("third in a minute after Reset: %+v; want blocked", d)
+	}
+}
+
+// TestComboBlockSlots runs comboBlockSlots on real Redis, miniredis, the
+// 3-master cluster, a Ring and the fallback limiter, with and without
+// cached denials, with an exact and a grained rate window.
+func TestComboBlockSlots(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
+		for _, cached := range []bool{false, true} {
+			for _, grain := range []time.Duration{0, time.Second} {
+				name := b.name + cacheName(cached)
+				if grain > 0 {
+					name += " grained" // the rate key's hash tag is not the slot key's
+				}
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					prefix := testPrefix(t)
+					if b.ttl != nil {
+						b.ttl(t, prefix)
+					}
+					clk := newFakeClock()
+					opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
+					rate := win(2, time.Minute)
+					rate.Grain = grain
+					comboBlockSlots(t, newEngine(t, b.c, opts...), clk, rate)
+				})
+			}
+		}
+	}
+}
