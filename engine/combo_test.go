@@ -151,3 +151,82 @@ func TestComboBlockSlots(t *testing.T) {
 		}
 	}
 }
+
+// comboSettleSlots settles requests that also hold a slot (bytes:1000/min
+// beside user:1 concurrent) in every order with Release and GiveBack: each
+// frees the slot once and changes the cost once.
+func comboSettleSlots(t *testing.T, e *Engine, clk *fakeClock) {
+	t.Helper()
+	ctx := context.Background()
+	steps := []struct {
+		name  string
+		ops   []string // "settle" (to 10), "release", "giveback"
+		bytes int64    // bytes used afterwards
+	}{
+		{"settle release", []string{"settle", "release"}, 10},
+		{"release settle", []string{"release", "settle"}, 10},
+		{"giveback settle", []string{"giveback", "settle"}, 0},
+		{"settle giveback", []string{"settle", "giveback"}, 10}, // a settled entry is not given back
+		{"settle release settle giveback release", []string{"settle", "release", "settle", "giveback", "release"}, 10},
+	}
+	for i, s := range steps {
+		subject := string(rune('a' + i))
+		r := req(bytesOf(subject, 100, win(1000, time.Minute)), user(subject, conc(1)))
+		clk.Set(time.Duration(i) * time.Hour)
+		d, err := e.Allow(ctx, r)
+		localOK(t, e, err)
+		if !d.Allowed || slotState(t, d).Used != 1 || d.Windows[0].Used != 100 {
+			t.Fatalf("%s: admission %+v", s.name, d)
+		}
+		den, err := e.Allow(ctx, r)
+		localOK(t, e, err)
+		if den.Allowed || !den.Denied.Window.Concurrent {
+			t.Fatalf("%s: second while the first runs: %+v", s.name, den)
+		}
+		for _, op := range s.ops {
+			switch op {
+			case "settle":
+				localOK(t, e, e.Settle(ctx, r, d, []int64{10, -1}))
+			case "release":
+				localOK(t, e, e.Release(ctx, r, d))
+			case "giveback":
+				localOK(t, e, e.GiveBack(ctx, r, d))
+			}
+		}
+		p, err := e.Peek(ctx, r)
+		localOK(t, e, err)
+		if !p.Allowed || p.Windows[0].Used != s.bytes || slotState(t, p).Used != 0 {
+			t.Fatalf("%s: afterwards %+v; want %d bytes and no slot used", s.name, p, s.bytes)
+		}
+		// One slot is free, not two.
+		n, err := e.Allow(ctx, r)
+		localOK(t, e, err)
+		if !n.Allowed || n.Windows[0].Used != s.bytes+100 {
+			t.Fatalf("%s: next request %+v", s.name, n)
+		}
+		den, err = e.Allow(ctx, r)
+		localOK(t, e, err)
+		if den.Allowed {
+			t.Fatalf("%s: a second next request was admitted: %+v", s.name, den)
+		}
+		localOK(t, e, e.Release(ctx, r, n))
+	}
+}
+
+// TestComboSettleSlots runs comboSettleSlots on every backend, the
+// fallback limiter (Source FromLocal) included.
+func TestComboSettleSlots(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			if b.ttl != nil {
+				b.ttl(t, prefix)
+			}
+			clk := newFakeClock()
+			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
+			comboSettleSlots(t, newEngine(t, b.c, opts...), clk)
+		})
+	}
+}
