@@ -230,3 +230,92 @@ func TestComboSettleSlots(t *testing.T) {
 		})
 	}
 }
+
+// TestComboCachedBlockSlots: a request with an in-flight window is never
+// denied from the cache by its slots, but a block known to the cache
+// denies it there (the block denies whatever the slots say, and only time
+// or a Reset, which invalidates, ends it), reporting the windows as Redis
+// does; another engine's Release meanwhile changes nothing, and a Reset
+// elsewhere lifts the block at once.
+func TestComboCachedBlockSlots(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	e := newEngine(t, rc, WithPrefix(prefix))
+	other := newEngine(t, rc, WithPrefix(prefix))
+	waitTrusted(t, e)
+	ctx := context.Background()
+	c := blocked(user("u", win(3, time.Hour), conc(1)), time.Hour)
+	r := req(c)
+	held, err := other.Allow(ctx, r)
+	if err != nil || !held.Allowed {
+		t.Fatalf("first: %+v, %v", held, err)
+	}
+	for i := range 3 { // the slot denies, from Redis every time, and blocks nothing
+		d, err := e.Allow(ctx, r)
+		if err != nil || d.Allowed || d.Blocked || d.Source != FromRedis || !d.Denied.Window.Concurrent {
+			t.Fatalf("slot denial %d: %+v, %v; want an unblocked denial from redis", i, d, err)
+		}
+	}
+	if err := other.Release(ctx, r, held); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // 3/h with the first: two more, the second keeps its slot
+		d, err := e.Allow(ctx, r)
+		if err != nil || !d.Allowed {
+			t.Fatalf("admission %d: %+v, %v", i, d, err)
+		}
+		if i == 0 {
+			if err := e.Release(ctx, r, d); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			held = d
+		}
+	}
+	// The rate is full and the slot held: the rate denial blocks.
+	first, err := e.Allow(ctx, r)
+	if err != nil || first.Allowed || !first.Blocked || first.Source != FromRedis {
+		t.Fatalf("over the rate with the slot held: %+v, %v; want a block set by redis", first, err)
+	}
+	peek, err := e.Peek(ctx, r)
+	if err != nil || !peek.Blocked || peek.Windows[1].Used != 1 {
+		t.Fatalf("peek during the block: %+v, %v; want blocked, one slot used", peek, err)
+	}
+	for i := range 3 {
+		d, err := e.Allow(ctx, r)
+		if err != nil || d.Allowed || !d.Blocked || d.Source != FromCache {
+			t.Fatalf("attempt %d during the block: %+v, %v; want a cached block", i, d, err)
+		}
+		if d.RetryAfter > time.Hour || d.RetryAfter < 59*time.Minute {
+			t.Fatalf("attempt %d: retry %v, want about 1h", i, d.RetryAfter)
+		}
+		if len(d.Windows) != 2 || d.Windows[0] != first.Windows[0] && d.Windows[0].Used != 3 {
+			t.Fatalf("attempt %d: windows %+v; want the rate window's 3", i, d.Windows)
+		}
+		// The cache never knows slots (they free at any moment, in any
+		// process): a cached block reports none used, and none free.
+		if d.Windows[1].Used != 0 || d.Windows[1].Remaining != 0 || d.Windows[1].Reset < 59*time.Minute {
+			t.Errorf("attempt %d: cached slot window %+v, want 0 used, 0 free until the block ends (redis said %+v)", i, d.Windows[1], peek.Windows[1])
+		}
+	}
+	if err := e.Release(ctx, r, held); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked {
+		t.Fatalf("after the release during the block: %+v, %v; want still blocked", d, err)
+	}
+	if err := other.Reset(ctx, "s", c.Limiter, "u"); err != nil {
+		t.Fatal(err)
+	}
+	var d Decision
+	for range 200 { // the invalidation reaches e
+		if d, err = e.Allow(ctx, r); err == nil && d.Allowed {
+			break
+		}
+		time.Sleep(5 * ms)
+	}
+	if err != nil || !d.Allowed || d.Blocked {
+		t.Fatalf("after Reset elsewhere: %+v, %v; want admitted", d, err)
+	}
+}

@@ -117,11 +117,14 @@
 // of it does nothing.
 //
 // In-flight windows make no cached denials (a slot frees at any moment, in
-// any process): a request with one always asks Redis. The FailLocal
-// fallback counts slots in process, released by Release or after one lease
-// (it does not renew): during an outage each of n processes admits up to
-// N at once, up to n·N together, without regard to those held in Redis
-// when it began.
+// any process): a request with one asks Redis, unless a block known to the
+// cache denies it (a block denies whatever the slots say, and only time or
+// a Reset, which invalidates, ends it); such a cached denial reports its
+// in-flight windows with no slot used, which the cache never knows. The
+// FailLocal fallback counts slots in process, released by Release or after
+// one lease (it does not renew): during an outage each of n processes
+// admits up to N at once, up to n·N together, without regard to those held
+// in Redis when it began.
 //
 // # Time
 //
