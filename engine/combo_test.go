@@ -3,9 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -317,5 +321,79 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	}
 	if err != nil || !d.Allowed || d.Blocked {
 		t.Fatalf("after Reset elsewhere: %+v, %v; want admitted", d, err)
+	}
+}
+
+// TestComboOutageSlots: while Redis is down, the FailLocal fallback holds
+// slots in process (released by Release), the Release of a slot held in
+// Redis is queued, and the renewal of slots held in Redis neither spins
+// nor logs a line per period; Close stops the renewal goroutine.
+func TestComboOutageSlots(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	h := &recordHandler{}
+	const lease = 90 * ms // renewed every 30 ms
+	lost := make(chan SlotLost, 10)
+	e, err := New(rc, WithPrefix(testPrefix(t)), WithTimeout(time.Second), WithFailMode(rules.FailLocal),
+		WithLease(lease), WithLogger(slog.New(h)), WithSlotLost(func(l SlotLost) { lost <- l }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	r := req(user("u", win(100, time.Minute), conc(2)))
+	held, err := e.Allow(ctx, r)
+	if err != nil || !held.Allowed || held.Source != FromRedis {
+		t.Fatalf("before the outage: %+v, %v", held, err)
+	}
+	s.Kill()
+	var local []Decision
+	for i := range 3 { // the fallback knows nothing of the slot held in Redis
+		d, err := e.Allow(ctx, r)
+		if d.Source != FromLocal || !errors.Is(err, ErrBackend) || d.Allowed != (i < 2) {
+			t.Fatalf("request %d while down: %+v, %v", i, d, err)
+		}
+		local = append(local, d)
+	}
+	if !local[2].Denied.Window.Concurrent {
+		t.Fatalf("third while down: %+v; want denied by the in-flight window", local[2])
+	}
+	if err := e.Release(ctx, r, local[0]); err != nil {
+		t.Fatalf("Release of a local decision: %v", err)
+	}
+	if d, _ := e.Allow(ctx, r); !d.Allowed || d.Source != FromLocal {
+		t.Fatalf("after a local release: %+v", d)
+	}
+	if d, _ := e.Allow(ctx, r); d.Allowed {
+		t.Fatalf("a local release freed two slots: %+v", d)
+	}
+	time.Sleep(20 * lease / 3) // 20 renewal periods of held's slot
+	if n := len(h.matching("renewal")); n > 2 {
+		t.Errorf("%d renewal lines in 20 renewal periods of an outage, want at most 2", n)
+	}
+	if err := e.Release(ctx, r, local[1]); err != nil {
+		t.Fatal(err)
+	}
+	// Renewal resumes once the server answers: the restarted server (no
+	// persistence) lost held's slot, which the renewal reports.
+	s.Restart()
+	select {
+	case l := <-lost:
+		if !isSlotKey(l.Key) {
+			t.Errorf("lost slot %+v", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal reported the slot the restart lost")
+	}
+	if err := e.Release(ctx, r, held); err != nil {
+		t.Fatalf("Release of a lost slot: %v", err)
+	}
+	e.Close()
+	select {
+	case <-e.slots.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the renewal goroutine outlived Close")
 	}
 }

@@ -111,7 +111,11 @@
 // after their last renewal. A renewal that finds a slot gone (a Reset, a
 // flush) leaves its request running, logs once per renewal with the count
 // and calls the [WithSlotLost] hook: that request no longer occupies a
-// slot, so one more may be admitted while it runs.
+// slot, so one more may be admitted while it runs. The slots on a server
+// that is down (see Failures) are not renewed until it answers again, and
+// a failed renewal logs at most one line per 10 s: an outage longer than
+// two thirds of a lease loses them, which the first renewal after it
+// reports.
 //
 // A fail-open admission holds no slot (nothing was written), and Release
 // of it does nothing.

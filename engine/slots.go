@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/lua"
 )
 
@@ -83,7 +84,8 @@ type slotHolder struct {
 	mu      sync.Mutex
 	held    map[slotRef]struct{}
 	started bool
-	done    chan struct{} // closed when the renewal goroutine has returned
+	done    chan struct{}        // closed when the renewal goroutine has returned
+	warn    logthrottle.Throttle // of failed renewals' lines
 }
 
 // hold registers the slots that d's receipt names in the slot keys of p.
@@ -105,6 +107,7 @@ func (e *Engine) hold(p *plan, r *receipt) {
 	}
 	if !h.started {
 		h.started = true
+		h.warn.Every = warnEvery
 		h.done = make(chan struct{})
 		go e.renewLoop(h.done)
 	}
@@ -169,6 +172,16 @@ func (e *Engine) renew() {
 		groups[g][ref.key] = append(groups[g][ref.key], ref.member)
 	}
 	h.mu.Unlock()
+	// A server that is down is not asked (its probe finds out when it
+	// answers again); its slots are renewed at the first period after.
+	for g, keys := range groups {
+		for key := range keys {
+			if e.domainOf(key).down.Load() {
+				delete(groups, g)
+			}
+			break // a group's keys share a server
+		}
+	}
 	if len(groups) == 0 {
 		return
 	}
@@ -246,7 +259,9 @@ func (e *Engine) renew() {
 		}
 	}
 	if failed > 0 {
-		e.log.Warn("engine: slot renewal failed; retried at the next period", "slots", failed, "err", firstErr)
+		if ok, n := h.warn.Allow(time.Now()); ok {
+			e.log.Warn("engine: slot renewal failed; retried at the next period", "slots", failed, "err", firstErr, "suppressed", n)
+		}
 	}
 	if len(lost) > 0 {
 		e.log.Warn("engine: running requests lost their slots (reset, flushed or expired); they keep running", "slots", len(lost))
