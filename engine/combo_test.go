@@ -397,3 +397,74 @@ func TestComboOutageSlots(t *testing.T) {
 		t.Fatal("the renewal goroutine outlived Close")
 	}
 }
+
+// comboPeekBlockSlots: Peek of user:1/min,1 concurrent; block:1h reports
+// the slots used and a block in force, and never writes: it takes no slot
+// and starts no block where Allow would.
+func comboPeekBlockSlots(t *testing.T, e *Engine, clk *fakeClock) {
+	t.Helper()
+	ctx := context.Background()
+	r := req(blocked(user("u", win(1, time.Minute), conc(1)), time.Hour))
+	at := func(d time.Duration, peek bool) Decision {
+		t.Helper()
+		clk.Set(d)
+		f := e.Allow
+		if peek {
+			f = e.Peek
+		}
+		dec, err := f(ctx, r)
+		localOK(t, e, err)
+		return dec
+	}
+	if p := at(0, true); !p.Allowed || slotState(t, p).Used != 0 {
+		t.Fatalf("peek of nothing: %+v", p)
+	}
+	x := at(0, false)
+	if !x.Allowed {
+		t.Fatalf("first: %+v", x)
+	}
+	for range 2 { // rate and slot full: a peek starts no block
+		if p := at(time.Second, true); p.Allowed || p.Blocked || slotState(t, p).Used != 1 || p.Windows[0].Used != 1 {
+			t.Fatalf("peek with both full: %+v", p)
+		}
+	}
+	localOK(t, e, e.Release(ctx, r, x))
+	if p := at(2*time.Second, true); p.Allowed || p.Blocked || slotState(t, p).Used != 0 {
+		t.Fatalf("peek after the release: %+v", p)
+	}
+	y := at(time.Minute, false) // no block was started: admitted once x left
+	if !y.Allowed {
+		t.Fatalf("after the peeks, once the rate has room: %+v; a peek blocked", y)
+	}
+	if d := at(time.Minute+time.Second, false); d.Allowed || !d.Blocked {
+		t.Fatalf("over the rate: %+v; want blocked", d)
+	}
+	p := at(time.Minute+2*time.Second, true)
+	if p.Allowed || !p.Blocked || slotState(t, p).Used != 1 || slotState(t, p).Remaining != 0 || p.RetryAfter != time.Hour-time.Second {
+		t.Fatalf("peek during the block with y running: %+v", p)
+	}
+	localOK(t, e, e.Release(ctx, r, y))
+	if p := at(2*time.Hour, true); !p.Allowed || p.Blocked || slotState(t, p).Used != 0 {
+		t.Fatalf("peek after the block: %+v", p)
+	}
+	if d := at(2*time.Hour, false); !d.Allowed || slotState(t, d).Used != 1 {
+		t.Fatalf("after the block: %+v; want admitted (peeks took no slot)", d)
+	}
+}
+
+// TestComboPeekBlockSlots runs comboPeekBlockSlots on every backend.
+func TestComboPeekBlockSlots(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			if b.ttl != nil {
+				b.ttl(t, prefix)
+			}
+			clk := newFakeClock()
+			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
+			comboPeekBlockSlots(t, newEngine(t, b.c, opts...), clk)
+		})
+	}
+}
