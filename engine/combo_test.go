@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -467,4 +468,56 @@ func TestComboPeekBlockSlots(t *testing.T) {
 			comboPeekBlockSlots(t, newEngine(t, b.c, opts...), clk)
 		})
 	}
+}
+
+// TestComboClusterMasterDownSlots: on a 3-master cluster with one master
+// stopped, the slots held on the other masters are still renewed, those on
+// the stopped one are not asked for, and the outage logs no renewal line
+// per period.
+func TestComboClusterMasterDownSlots(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartClusterConfig(t, redistest.ClusterConfig{})
+	ctx := context.Background()
+	cc := cl.ClientWith(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1,
+		ClusterStateReloadInterval: 200 * time.Millisecond})
+	prefix := testPrefix(t)
+	h := &recordHandler{}
+	lost := make(chan SlotLost, 10)
+	const lease = 600 * ms // renewed every 200 ms, well above the timeout
+	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(100*ms), WithLease(lease), WithLogger(slog.New(h)),
+		WithSlotLost(func(l SlotLost) { lost <- l }))
+	var a, b Request
+	var ma, mb *redistest.Server
+	for i := 0; mb == nil; i++ {
+		r := req(user("s"+strconv.Itoa(i), conc(1)))
+		m := cl.MasterOf(t, e.keyOf("s", r.Checks[0])+slotSuffix)
+		switch {
+		case ma == nil:
+			a, ma = r, m
+		case m != ma:
+			b, mb = r, m
+		}
+	}
+	da, db := mustAllow(t, e, a, true), mustAllow(t, e, b, true)
+	ma.Kill()
+	if d, err := e.Allow(ctx, a); d.Source == FromRedis || !errors.Is(err, ErrBackend) {
+		t.Fatalf("a on the stopped master: %+v, %v", d, err)
+	}
+	time.Sleep(3 * lease) // 9 renewal periods, 3 leases
+	select {
+	case l := <-lost:
+		t.Fatalf("slot lost while its master runs: %+v", l)
+	default:
+	}
+	if d, err := e.Allow(ctx, b); err != nil || d.Allowed || d.Source != FromRedis || !d.Denied.Window.Concurrent {
+		t.Fatalf("b after 3 leases: %+v, %v; want its slot still held", d, err)
+	}
+	if n := len(h.matching("renewal")); n > 2 {
+		t.Errorf("%d renewal lines in 9 renewal periods, want at most 2", n)
+	}
+	if err := e.Release(ctx, b, db); err != nil {
+		t.Fatal(err)
+	}
+	mustAllow(t, e, b, true)
+	_ = e.Release(ctx, a, da) // queued: its master is down
 }
