@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -520,4 +521,43 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	}
 	mustAllow(t, e, b, true)
 	_ = e.Release(ctx, a, da) // queued: its master is down
+}
+
+// TestComboReleaseHungServer: Releases, GiveBacks and Settles that meet a
+// server that stopped answering (before any Allow found it down) each fail
+// with ErrBackend, but log at most one line together, not one per request.
+func TestComboReleaseHungServer(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	h := &recordHandler{}
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(50*ms), WithLogger(slog.New(h)))
+	ctx := context.Background()
+	r := req(bytesOf("u", 10, win(1000, time.Minute)), user("u", conc(6)))
+	var ds []Decision
+	for range 6 {
+		ds = append(ds, mustAllow(t, e, r, true))
+	}
+	if err := syscall.Kill(s.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(s.Pid(), syscall.SIGCONT) })
+	for i, d := range ds {
+		var err error
+		switch i % 3 {
+		case 0:
+			err = e.Release(ctx, r, d)
+		case 1:
+			err = e.GiveBack(ctx, r, d)
+		case 2:
+			err = e.Settle(ctx, r, d, []int64{1, -1})
+		}
+		if !errors.Is(err, ErrBackend) {
+			t.Fatalf("call %d on a hung server: %v, want ErrBackend", i, err)
+		}
+	}
+	if n := len(h.matching("failed; retried")); n > 1 {
+		t.Errorf("%d lines for 6 failed removals, want at most 1", n)
+	}
 }

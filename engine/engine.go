@@ -115,6 +115,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		slotLost: cfg.slotLost,
 	}
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
+	e.undos.warn.Every = warnEvery
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")

@@ -125,7 +125,7 @@ func (e *Engine) Settle(ctx context.Context, req Request, d Decision, actual []i
 	if len(failed) == 0 {
 		return nil
 	}
-	e.log.Warn("engine: settlement failed; retried before the next script call", "member", member, "err", err)
+	e.warnFailed("settlement", member, err)
 	for _, i := range failed {
 		e.undos.push(e, us[i])
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/lua"
 )
 
@@ -173,9 +174,19 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 var giveBack = redis.NewScript(lua.GiveBack)
 
 type undoQueue struct {
-	n  atomic.Int32 // len(q), read without the lock on the fast path
-	mu sync.Mutex
-	q  []undo
+	n    atomic.Int32 // len(q), read without the lock on the fast path
+	mu   sync.Mutex
+	q    []undo
+	warn logthrottle.Throttle // of failed GiveBacks, Releases and Settles
+}
+
+// warnFailed logs that op (a GiveBack, Release or settlement) of member
+// failed and was queued, at most once per warnEvery with the number of
+// lines held back: an outage must not cost a line per request.
+func (e *Engine) warnFailed(op, member string, err error) {
+	if ok, n := e.undos.warn.Allow(time.Now()); ok {
+		e.log.Warn("engine: "+op+" failed; retried before the next script call", "member", member, "err", err, "suppressed", n)
+	}
 }
 
 func (u *undoQueue) push(e *Engine, us ...undo) {
@@ -338,7 +349,7 @@ func (e *Engine) giveBack(ctx context.Context, req *Request, d *Decision, slots 
 	if len(failed) == 0 {
 		return nil
 	}
-	e.log.Warn("engine: "+op+" failed; retried before the next script call", "member", member, "err", err)
+	e.warnFailed(op, member, err)
 	for _, i := range failed {
 		e.undos.push(e, us[i])
 	}
