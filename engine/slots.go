@@ -29,7 +29,10 @@ const minLease = 30 * time.Millisecond
 // run far longer than its lease. A process that dies stops renewing: its
 // slots free at most one lease after their last renewal. A shorter lease
 // frees a crashed process's slots sooner at the cost of more renewals. The
-// lease is at least 30 ms. Engines sharing a Redis may use different
+// lease is at least 30 ms; keep it well above three timeouts (WithTimeout):
+// a renewal that meets a server that has just stopped answering waits up
+// to a timeout, and the renewals of the other servers' slots, in the same
+// pipeline, wait with it. Engines sharing a Redis may use different
 // leases: each slot keeps its own deadline.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
