@@ -1,0 +1,195 @@
+package middleware_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// comboServer serves h behind middleware for group text (scope "s") on a
+// real HTTP server, deciding with an engine on a real redis-server. peek
+// reports the windows of the loopback client's subjects without counting.
+func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middleware.Option) (srv *httptest.Server, peek func() engine.Decision) {
+	t.Helper()
+	s := redistest.Start(t)
+	e, err := engine.New(s.Client(), engine.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	g := rules.MustParse(text)
+	mw, err := middleware.New(g, e, append([]middleware.Option{middleware.WithScope("s")}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = httptest.NewServer(mw(h))
+	t.Cleanup(srv.Close)
+	peek = func() engine.Decision {
+		t.Helper()
+		var cs []engine.Check
+		for _, l := range g.Limiters {
+			sub, err := middleware.Subject(l.Kind, "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, engine.Check{Limiter: l, Subject: sub, Block: g.Block})
+		}
+		d, err := e.Peek(context.Background(), engine.Request{Scope: "s", Checks: cs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return srv, peek
+}
+
+// used returns what window w (as written, "1min" or "concurrent") of the
+// first limiter with that window has used in d, or -1.
+func used(d engine.Decision, w string) int64 {
+	for _, ws := range d.Windows {
+		if ws.Window.Concurrent && w == "concurrent" || !ws.Window.Concurrent && rules.FormatPeriod(ws.Window.Period) == w {
+			return ws.Used
+		}
+	}
+	return -1
+}
+
+// eventually polls cond for a few seconds: the steps after a handler run
+// after the client has its response.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not so after 5s: %s", what)
+		}
+	}
+}
+
+// fetch gets url and returns the response with its body read and parsed as
+// a problem when it is one.
+func fetch(t *testing.T, url string) (*http.Response, problemBody) {
+	t.Helper()
+	res, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	var p problemBody
+	if res.Header.Get("Content-Type") == "application/problem+json" {
+		if err := json.Unmarshal(body, &p); err != nil {
+			t.Fatalf("problem body %q: %v", body, err)
+		}
+	}
+	return res, p
+}
+
+// TestComboSlotAndBlock: a group with a rate window, an in-flight window
+// and a block. A slot denial names the in-flight policy with Retry-After 1
+// and starts no block; a rate denial starts the block, whose denials say
+// r=0, t and Retry-After of the block's time left and name the rate
+// policy.
+func TestComboSlotAndBlock(t *testing.T) {
+	t.Parallel()
+	entered, finish := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	srv, peek := comboServer(t, "ip:2/min,1 concurrent; block:5m", func(w http.ResponseWriter, r *http.Request) {
+		if first.CompareAndSwap(false, true) {
+			close(entered)
+			<-finish
+		}
+		w.Write([]byte("ok"))
+	})
+	done := make(chan int, 1)
+	go func() {
+		res, err := http.Get(srv.URL)
+		if err != nil {
+			t.Error(err)
+			done <- 0
+			return
+		}
+		res.Body.Close()
+		done <- res.StatusCode
+	}()
+	<-entered
+	const policy = `"ip-1min";q=2;w=60, "ip-concurrent";q=1;qu="concurrent-requests"`
+	res, p := fetch(t, srv.URL)
+	if res.StatusCode != 429 || res.Header.Get("Retry-After") != "1" || res.Header.Get("RateLimit-Policy") != policy ||
+		res.Header.Get("RateLimit") != `"ip-concurrent";r=0` || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "ip-concurrent" {
+		t.Errorf("slot denial: %d, %v, %+v", res.StatusCode, res.Header, p)
+	}
+	close(finish)
+	if code := <-done; code != 200 {
+		t.Fatalf("first request: %d", code)
+	}
+	eventually(t, "slot released", func() bool { return used(peek(), "concurrent") == 0 })
+	if d := peek(); d.Blocked || used(d, "1min") != 1 {
+		t.Fatalf("after a slot denial: blocked %v, used %d of the minute, want no block and 1", d.Blocked, used(d, "1min"))
+	}
+	if res, _ := fetch(t, srv.URL); res.StatusCode != 200 {
+		t.Fatalf("second admission: %d", res.StatusCode)
+	}
+	eventually(t, "slot released", func() bool { return used(peek(), "concurrent") == 0 })
+	// The third request in the minute is denied by the rate window and
+	// starts the block; so is every later one, with the block's time left.
+	for i := 0; i < 2; i++ {
+		res, p := fetch(t, srv.URL)
+		retry, _ := strconv.Atoi(res.Header.Get("Retry-After"))
+		if res.StatusCode != 429 || retry < 290 || retry > 300 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "ip-1min" ||
+			res.Header.Get("RateLimit") != `"ip-1min";r=0;t=`+res.Header.Get("Retry-After") ||
+			res.Header.Get("RateLimit-Policy") != policy {
+			t.Errorf("denial %d in the block: %d, %v, %+v", i, res.StatusCode, res.Header, p)
+		}
+	}
+	if d := peek(); !d.Blocked || used(d, "concurrent") != 0 {
+		t.Errorf("after the block: blocked %v, slots used %d; want blocked, no slot", d.Blocked, used(d, "concurrent"))
+	}
+}
+
+// TestComboPanicCountSlot: a handler that panics in a group with count:
+// and an in-flight window stays counted (its outcome is unknown) and
+// releases its slot; a non-counted status is given back and releases its
+// slot once.
+func TestComboPanicCountSlot(t *testing.T) {
+	t.Parallel()
+	srv, peek := comboServer(t, "ip:10/min,1 concurrent; count:2xx", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("do") {
+		case "panic":
+			panic(http.ErrAbortHandler)
+		case "fail":
+			w.WriteHeader(500)
+		}
+	})
+	if res, err := http.Get(srv.URL + "?do=panic"); err == nil {
+		res.Body.Close()
+		t.Fatalf("panicking handler answered %d", res.StatusCode)
+	}
+	eventually(t, "slot released after panic", func() bool { return used(peek(), "concurrent") == 0 })
+	if n := used(peek(), "1min"); n != 1 {
+		t.Errorf("after panic: minute used %d, want 1 (stays counted)", n)
+	}
+	res, _ := fetch(t, srv.URL+"?do=fail")
+	if res.StatusCode != 500 {
+		t.Fatalf("failing handler: %d", res.StatusCode)
+	}
+	eventually(t, "500 given back and released", func() bool {
+		d := peek()
+		return used(d, "concurrent") == 0 && used(d, "1min") == 1
+	})
+	res, _ = fetch(t, srv.URL)
+	if res.StatusCode != 200 || res.Header.Values("RateLimit")[0] != `"ip-1min";r=8;t=60` {
+		t.Errorf("after panic and 500: %d, RateLimit %q", res.StatusCode, res.Header.Values("RateLimit"))
+	}
+	eventually(t, "all released", func() bool { d := peek(); return used(d, "concurrent") == 0 && used(d, "1min") == 2 })
+}
