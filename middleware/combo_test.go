@@ -193,3 +193,72 @@ func TestComboPanicCountSlot(t *testing.T) {
 	}
 	eventually(t, "all released", func() bool { d := peek(); return used(d, "concurrent") == 0 && used(d, "1min") == 2 })
 }
+
+// TestComboSettleSlotCount: one route with a settled bytes limiter, an
+// in-flight window and count:2xx. A download the client abandons releases
+// its slot and counts what was written instead of the estimate; a 500 is
+// given back whole (slot and estimate), not settled.
+func TestComboSettleSlotCount(t *testing.T) {
+	t.Parallel()
+	const estimate, sent = 512 << 10, 100 << 10
+	wrote := make(chan struct{}, 1)
+	srv, peek := comboServer(t, "ip[bytes]:1Mi/min; ip:1 concurrent; count:2xx", func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("do") {
+		case "abort":
+			w.Write(make([]byte, sent))
+			w.(http.Flusher).Flush()
+			wrote <- struct{}{}
+			<-r.Context().Done() // until the client hangs up
+		case "fail":
+			w.WriteHeader(500)
+			w.Write(make([]byte, 10))
+		}
+	},
+		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return estimate, nil }),
+		middleware.WithSettle("bytes", middleware.Settlement{Written: true}))
+	bytesUsed := func() int64 { return used(peek(), "1min") }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"?do=abort", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-wrote
+	if n := used(peek(), "concurrent"); n != 1 || bytesUsed() != estimate {
+		t.Errorf("while downloading: slots %d, bytes %d; want 1, %d", n, bytesUsed(), estimate)
+	}
+	cancel()
+	res.Body.Close()
+	eventually(t, "abandoned download settled and released", func() bool {
+		d := peek()
+		return used(d, "concurrent") == 0 && used(d, "1min") == sent
+	})
+
+	res, _ = fetch(t, srv.URL+"?do=fail")
+	if res.StatusCode != 500 {
+		t.Fatalf("failing handler: %d", res.StatusCode)
+	}
+	eventually(t, "500 given back and released", func() bool {
+		d := peek()
+		return used(d, "concurrent") == 0 && used(d, "1min") == sent
+	})
+	// Settled to 0 bytes: a 2xx with an empty body.
+	res, _ = fetch(t, srv.URL)
+	if want := `"ip[bytes]-1min";r=` + strconv.Itoa(1<<20-sent-estimate) + `;t=60`; res.StatusCode != 200 || !contains(res.Header.Values("RateLimit"), want) {
+		t.Errorf("after: %d, RateLimit %q, want an item %s", res.StatusCode, res.Header.Values("RateLimit"), want)
+	}
+	eventually(t, "empty body settled to 0", func() bool {
+		d := peek()
+		return used(d, "concurrent") == 0 && used(d, "1min") == sent
+	})
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
