@@ -14,12 +14,14 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // comboServer serves h behind middleware for group text (scope "s") on a
 // real HTTP server, deciding with an engine on a real redis-server. peek
 // reports the windows of the loopback client's subjects without counting.
+// A request's X-Test-Role header is its caller's role.
 func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middleware.Option) (srv *httptest.Server, peek func() engine.Decision) {
 	t.Helper()
 	s := redistest.Start(t)
@@ -33,7 +35,14 @@ func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middlewa
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv = httptest.NewServer(mw(h))
+	inner := mw(h)
+	// The test's authentication: the role a request names in X-Test-Role.
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ro := r.Header.Get("X-Test-Role"); ro != "" {
+			r = r.WithContext(role.NewContext(r.Context(), role.Identity{Roles: []role.Role{role.Role(ro)}}))
+		}
+		inner.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
 	peek = func() engine.Decision {
 		t.Helper()
@@ -261,4 +270,146 @@ func contains(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestComboShadowSlotBlock: a shadow group with an in-flight window and a
+// block never refuses and sends no rate-limit fields; requests over the
+// slot run without holding one, and once every handler has ended no slot
+// is held.
+func TestComboShadowSlotBlock(t *testing.T) {
+	t.Parallel()
+	const n = 4
+	entered, finish := make(chan struct{}, n), make(chan struct{})
+	var admitted atomic.Int64
+	srv, peek := comboServer(t, "ip:2/min,1 concurrent; block:1m; mode:shadow", func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-finish
+		w.Write([]byte("ok"))
+	}, middleware.WithHook(func(ev middleware.Event) {
+		if ev.Allowed {
+			admitted.Add(1)
+		}
+	}))
+	codes := make(chan *http.Response, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			res, err := http.Get(srv.URL)
+			if err != nil {
+				t.Error(err)
+				codes <- nil
+				return
+			}
+			res.Body.Close()
+			codes <- res
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-entered
+	}
+	if d := peek(); used(d, "concurrent") != 1 {
+		t.Errorf("%d shadow requests running: %d slots held, want 1 (the one admitted)", n, used(d, "concurrent"))
+	}
+	close(finish)
+	for i := 0; i < n; i++ {
+		res := <-codes
+		if res == nil {
+			continue
+		}
+		if res.StatusCode != 200 || res.Header.Get("RateLimit") != "" || res.Header.Get("RateLimit-Policy") != "" || res.Header.Get("Retry-After") != "" {
+			t.Errorf("shadow response: %d, %v", res.StatusCode, res.Header)
+		}
+	}
+	if a := admitted.Load(); a != 1 {
+		t.Errorf("the engine admitted %d of %d concurrent shadow requests, want 1", a, n)
+	}
+	eventually(t, "no slot held once every handler ended", func() bool { return used(peek(), "concurrent") == 0 })
+	// Over the rate window: served all the same, though the block starts.
+	for i := 0; i < 3; i++ {
+		if res, _ := fetch(t, srv.URL); res.StatusCode != 200 {
+			t.Errorf("shadow request over the limit: %d", res.StatusCode)
+		}
+	}
+	eventually(t, "no slot held", func() bool { return used(peek(), "concurrent") == 0 })
+}
+
+// TestComboExempt: an exempt role takes no slot, is not blocked, is not
+// settled and gets no settlement context, while the group's other callers
+// are limited, blocked and settled.
+func TestComboExempt(t *testing.T) {
+	t.Parallel()
+	const n = 3
+	entered, finish := make(chan struct{}, n), make(chan struct{})
+	var reported atomic.Int64
+	srv, peek := comboServer(t, "ip[bytes]:1Ki/min; ip:1/min,1 concurrent; block:1m; count:2xx; exempt:admin", func(w http.ResponseWriter, r *http.Request) {
+		if middleware.ReportCost(r.Context(), "bytes", 7) {
+			reported.Add(1)
+		}
+		if r.URL.Query().Get("hold") != "" {
+			entered <- struct{}{}
+			<-finish
+		}
+		w.Write([]byte("ok"))
+	},
+		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 100, nil }),
+		middleware.WithSettle("bytes", middleware.Settlement{Written: true}))
+	get := func(target, ro string) *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL+target, nil)
+		if ro != "" {
+			req.Header.Set("X-Test-Role", ro)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res
+	}
+	// Admins running at once hold no slot.
+	codes := make(chan int, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			if res := get("?hold=1", "admin"); res != nil {
+				codes <- res.StatusCode
+				return
+			}
+			codes <- 0
+		}()
+	}
+	for i := 0; i < n; i++ {
+		<-entered
+	}
+	if d := peek(); used(d, "concurrent") != 0 || used(d, "1min") != 0 {
+		t.Errorf("%d admins running: slots %d, bytes %d; want none", n, used(d, "concurrent"), used(d, "1min"))
+	}
+	close(finish)
+	for i := 0; i < n; i++ {
+		if c := <-codes; c != 200 {
+			t.Errorf("admin: %d", c)
+		}
+	}
+	if r := reported.Load(); r != 0 {
+		t.Errorf("ReportCost accepted in %d exempt requests, want 0", r)
+	}
+	// The same address without the role: admitted (and settled), then
+	// denied, which blocks the address.
+	if res := get("", ""); res == nil || res.StatusCode != 200 {
+		t.Fatal("first user request not admitted")
+	}
+	for i := 0; i < 2; i++ {
+		if res := get("", ""); res != nil && res.StatusCode != 429 {
+			t.Errorf("user request over the limit: %d", res.StatusCode)
+		}
+	}
+	eventually(t, "user blocked, settled to 7 bytes, no slot", func() bool {
+		d := peek()
+		return d.Blocked && used(d, "concurrent") == 0 && used(d, "1min") == 7
+	})
+	if res := get("", "admin"); res == nil || res.StatusCode != 200 || res.Header.Get("RateLimit") != "" {
+		t.Errorf("admin from a blocked address: %v", res)
+	}
+	if d := peek(); used(d, "1min") != 7 || used(d, "concurrent") != 0 {
+		t.Errorf("after an admin request: bytes %d, slots %d; want 7, 0", used(d, "1min"), used(d, "concurrent"))
+	}
 }
