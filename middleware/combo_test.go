@@ -131,7 +131,7 @@ func TestComboSlotAndBlock(t *testing.T) {
 		res.Body.Close()
 		done <- res.StatusCode
 	}()
-	<-entered
+	waitEntered(t, entered)
 	const policy = `"ip-1min";q=2;w=60, "ip-concurrent";q=1;qu="concurrent-requests"`
 	res, p := fetch(t, srv.URL)
 	if res.StatusCode != 429 || res.Header.Get("Retry-After") != "1" || res.Header.Get("RateLimit-Policy") != policy ||
@@ -304,7 +304,7 @@ func TestComboShadowSlotBlock(t *testing.T) {
 		}()
 	}
 	for i := 0; i < n; i++ {
-		<-entered
+		waitEntered(t, entered)
 	}
 	if d := peek(); used(d, "concurrent") != 1 {
 		t.Errorf("%d shadow requests running: %d slots held, want 1 (the one admitted)", n, used(d, "concurrent"))
@@ -378,7 +378,7 @@ func TestComboExempt(t *testing.T) {
 		}()
 	}
 	for i := 0; i < n; i++ {
-		<-entered
+		waitEntered(t, entered)
 	}
 	if d := peek(); used(d, "concurrent") != 0 || used(d, "1min") != 0 {
 		t.Errorf("%d admins running: slots %d, bytes %d; want none", n, used(d, "concurrent"), used(d, "1min"))
@@ -411,5 +411,16 @@ func TestComboExempt(t *testing.T) {
 	}
 	if d := peek(); used(d, "1min") != 7 || used(d, "concurrent") != 0 {
 		t.Errorf("after an admin request: bytes %d, slots %d; want 7, 0", used(d, "1min"), used(d, "concurrent"))
+	}
+}
+
+// waitEntered waits for a handler to signal on entered, failing the test
+// rather than hanging when none does.
+func waitEntered(t *testing.T, entered <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no handler entered within 10s")
 	}
 }
