@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -422,5 +424,83 @@ func waitEntered(t *testing.T, entered <-chan struct{}) {
 	case <-entered:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no handler entered within 10s")
+	}
+}
+
+// TestComboGiveBackReleases: a request of a group with count: and an
+// in-flight window whose status is not counted is given back, which frees
+// its slot too, in one Redis round trip after the decision; a counted one
+// is released in one.
+func TestComboGiveBackReleases(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	client := s.Client()
+	hook := &tripCounter{}
+	client.AddHook(hook)
+	e, err := engine.New(client, engine.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	mw, err := middleware.New(rules.MustParse("ip:10/min,1 concurrent; count:2xx"), e, middleware.WithScope("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("do") == "fail" {
+			w.WriteHeader(500)
+		}
+	}))
+	// The steps after the handler run before inner returns: the count is
+	// exact.
+	cmds := make(chan int64, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c0 := hook.Count()
+		inner.ServeHTTP(w, r)
+		cmds <- hook.Count() - c0
+	}))
+	t.Cleanup(srv.Close)
+	for _, warm := range []string{"/", "/?do=fail"} { // loads the scripts
+		fetch(t, srv.URL+warm)
+		<-cmds
+	}
+	for _, tc := range []struct {
+		target string
+		status int
+	}{{"/", 200}, {"/?do=fail", 500}, {"/", 200}} {
+		if res, _ := fetch(t, srv.URL+tc.target); res.StatusCode != tc.status {
+			t.Fatalf("%s: %d, want %d", tc.target, res.StatusCode, tc.status)
+		}
+		// The decision, then the release or the give-back.
+		if n := <-cmds; n != 2 {
+			t.Errorf("%s: %d Redis round trips, want 2", tc.target, n)
+		}
+	}
+	d, err := e.Peek(context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{
+		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}})
+	if err != nil || used(d, "concurrent") != 0 || used(d, "1min") != 3 {
+		t.Errorf("after: slots %d, minute %d (%v); want 0, 3 (3 of 5 counted)", used(d, "concurrent"), used(d, "1min"), err)
+	}
+}
+
+// tripCounter is a go-redis hook counting round trips: a command, or a
+// whole pipeline.
+type tripCounter struct{ n atomic.Int64 }
+
+func (c *tripCounter) Count() int64 { return c.n.Load() }
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
 	}
 }
