@@ -47,8 +47,10 @@ func (l *limiter) hasAfter(c *call) bool {
 // be gone; the work must be done all the same.
 func (l *limiter) afterHandler(c *call, o outcome, written int64) {
 	ctx := context.WithoutCancel(c.r.Context())
-	l.giveBackUncounted(ctx, c, o)
-	l.releaseSlots(ctx, c)
+	if !l.giveBackUncounted(ctx, c, o) {
+		// A request given back holds no slot any more.
+		l.releaseSlots(ctx, c)
+	}
 	l.settleCost(ctx, c, o, written)
 }
 

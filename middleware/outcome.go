@@ -13,7 +13,8 @@ import (
 )
 
 // A GiveBacker takes an admitted request out of every window it was
-// counted in; *engine.Engine implements it. The middleware of a group with
+// counted in, the slots of in-flight windows included (the middleware
+// does not release a request given back); *engine.Engine implements it. The middleware of a group with
 // a count: statement needs a Decider that is also a GiveBacker.
 type GiveBacker interface {
 	GiveBack(ctx context.Context, req engine.Request, d engine.Decision) error
@@ -35,12 +36,14 @@ func (l *limiter) needsGiveBack() bool { return l.giver != nil }
 // count: statement: it gives the request back unless its response status
 // is one the group counts. A handler that panics or hijacks the
 // connection leaves the request counted: its outcome is unknown, and
-// counting it errs on the side of denying.
-func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) {
+// counting it errs on the side of denying. It reports whether the request
+// was given back: GiveBack removes it from every key, slots included.
+func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) bool {
 	if !l.givesBack(o) {
-		return
+		return false
 	}
-	if err := l.giver.GiveBack(ctx, c.req, c.dec); err != nil {
+	err := l.giver.GiveBack(ctx, c.req, c.dec)
+	if err != nil {
 		// Backend trouble, as in logBackend: one line per backendLogEvery.
 		if ok, held := l.backendLog.Allow(time.Now()); ok {
 			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
@@ -48,6 +51,7 @@ func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) {
 				slog.Int64("errors_not_logged", held))
 		}
 	}
+	return err == nil
 }
 
 // givesBack reports whether the request that had outcome o is given back
