@@ -325,11 +325,15 @@ func TestComboShadowSlotBlock(t *testing.T) {
 		t.Errorf("the engine admitted %d of %d concurrent shadow requests, want 1", a, n)
 	}
 	eventually(t, "no slot held once every handler ended", func() bool { return used(peek(), "concurrent") == 0 })
-	// Over the rate window: served all the same, though the block starts.
+	// Over the rate window: served all the same, and no block starts (it
+	// would refuse the client at once were the group switched to enforce).
 	for i := 0; i < 3; i++ {
 		if res, _ := fetch(t, srv.URL); res.StatusCode != 200 {
 			t.Errorf("shadow request over the limit: %d", res.StatusCode)
 		}
+	}
+	if d := peek(); d.Blocked {
+		t.Errorf("shadow mode started a block: %+v", d)
 	}
 	eventually(t, "no slot held", func() bool { return used(peek(), "concurrent") == 0 })
 }

@@ -257,7 +257,7 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 	cs := make([]engine.Check, len(p.limiters))
 	for i, lim := range p.limiters {
 		cs[i].Limiter = lim // Cost is set by price
-		cs[i].Block = l.group.Block
+		cs[i].Block = l.group.ActiveBlock()
 		var v string
 		switch lim.Kind {
 		case rules.Header:

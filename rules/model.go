@@ -216,3 +216,14 @@ func (g *Group) Concurrent() bool {
 	}
 	return false
 }
+
+// ActiveBlock returns the block a denial by one of g's limiters starts:
+// Block, or zero in shadow mode. A shadow group never refuses a request,
+// and a block it started would refuse the subject at once, for the rest of
+// the block, when the group is switched to enforce.
+func (g *Group) ActiveBlock() time.Duration {
+	if g.Mode == Shadow {
+		return 0
+	}
+	return g.Block
+}

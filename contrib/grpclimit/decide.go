@@ -49,7 +49,7 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 	ev := middleware.Event{Scope: scope, Role: res.Role, Shadow: shadow}
 	checks := p.Checks(id, res, &source{ctx: ctx, l: l})
 	for i := range checks {
-		checks[i].Block = m.group.Block // a block: statement, as the HTTP middleware applies it
+		checks[i].Block = m.group.ActiveBlock() // as the HTTP middleware applies it
 	}
 	if err := l.price(ctx, fullMethod, req, p, checks); err != nil {
 		code, msg, level, httpStatus := codes.Internal, "internal error", slog.LevelError, 500
@@ -201,27 +201,28 @@ func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *midd
 	return nil
 }
 
-// after runs when an admitted call ends, however it ends: it releases the
-// call's in-flight slots (a stream holds them until its handler returns),
-// then gives a call of a group with count: back unless its status is
-// listed. A handler that panics leaves the call counted: its outcome is
-// unknown, and counting it errs on the side of denying.
+// after runs when an admitted call ends, however it ends: it gives a call
+// of a group with count: back unless its status is listed (which frees its
+// in-flight slots too), else releases the slots it holds (a stream holds
+// them until its handler returns). A handler that panics leaves the call
+// counted: its outcome is unknown, and counting it errs on the side of
+// denying.
 func (l *Limiter) after(c *admitted, err error, panicked bool) {
 	if !c.free && !c.give {
 		return // only metadata to send
 	}
 	ctx := context.WithoutCancel(c.ctx)
+	if c.give && !panicked && !c.m.counted.has(status.Code(err)) {
+		gerr := l.giver.GiveBack(ctx, c.req, c.dec)
+		if gerr == nil {
+			return // the give-back removed the call from every key, slots included
+		}
+		l.logBackend(ctx, c.req.Scope, c.dec, gerr) // at most once a second: not a line per call
+	}
 	if c.free {
 		if rerr := l.releaser.Release(ctx, c.req, c.dec); rerr != nil {
 			l.logBackend(ctx, c.req.Scope, c.dec, rerr)
 		}
-	}
-	if !c.give || panicked || c.m.counted.has(status.Code(err)) {
-		return
-	}
-	if gerr := l.giver.GiveBack(ctx, c.req, c.dec); gerr != nil {
-		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the call stays counted until retried",
-			slog.String("scope", c.req.Scope), slog.String("code", status.Code(err).String()), slog.Any("error", gerr))
 	}
 }
 
