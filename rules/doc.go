@@ -15,12 +15,15 @@
 // In the EBNF of the Go specification, with the lexical rules below:
 //
 //	group     = statement { ";" statement } [ ";" ] .
-//	statement = limiter | override | exempt | scope | count | mode | fail | block .
+//	statement = limiter | override | exempt | scope | count | mode | fail | block
+//	          | calendar | distinct .
 //
 //	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
 //	cost      = decimal | costname .
-//	window    = limit "/" [ count ] unit [ "~" [ count ] unit ] | slots "concurrent" .
+//	window    = limit "/" [ count ] unit [ "~" [ count ] unit ]
+//	          | limit "/" "calendar" calunit | slots "concurrent" .
+//	calunit   = "day" | "week" | "month" .
 //	limit     = decimal [ suffix ] | "$" costname .
 //	slots     = decimal [ suffix ] .
 //	suffix    = "k" | "M" | "G" | "T" | "Ki" | "Mi" | "Gi" | "Ti" .
@@ -35,10 +38,14 @@
 //	mode      = "mode" ":" ( "enforce" | "shadow" ) .
 //	fail      = "fail" ":" ( "open" | "closed" | "local" ) .
 //	block     = "block" ":" [ count ] unit .
+//	calendar  = "calendar" ":" zone .
+//	distinct  = "distinct" ":" name .
+//	zone      = zonechar { zonechar } .
 //
 //	decimal   = digit { digit } .
 //	name      = namechar { namechar } .
 //	costname  = letter { namechar } .
+//	zonechar  = namechar | "/" | "+" .
 //
 // Spaces and tabs may appear between any two tokens, where a token is a
 // keyword, a number, a unit, a name, a limit function ($name, with no
@@ -127,9 +134,50 @@
 // most MaxLimit, and a limiter with a cost has none: user[bytes] counts
 // units of cost, while slots count requests.
 //
-// # Scope, count, mode, fail, block
+// # Calendar windows
 //
-// Within one group scope, count, mode, fail and block may each appear once; exempt may
+// A window LIMIT/calendar UNIT counts everything admitted since the start
+// of the current calendar period, in the group's time zone: local
+// midnight (day), Monday's local midnight (week, ISO 8601) or the 1st's
+// (month). At the boundary the window is empty again:
+//
+//	user[bytes]:1Gi/d~15min,100Gi/calendar month; calendar:Asia/Shanghai
+//	key(tenant):$quota/calendar month
+//
+// The statement calendar:ZONE names an IANA time zone for every calendar
+// window of the group; without it they follow UTC, never the process's
+// local zone. Boundaries follow the zone's wall clock (Calendar.Bounds),
+// so a day on which the clocks change lasts 23 or 25 hours. A calendar
+// window is checked with every other window of the request, all or
+// nothing, and stores one counter per subject and period whatever its
+// limit, so its limit may go up to MaxBoundedLimit; it takes no grain, is
+// not an in-flight window, and a limiter has at most one per unit. Its
+// Window has Calendar set and no Period. A zone name that time.LoadLocation
+// cannot load (or "Local") is an error naming the zone; loading the zone
+// database is the application's concern (import time/tzdata to embed it
+// where the system has none), see LoadZone.
+//
+// # Distinct values
+//
+// The statement distinct:NAME makes every limiter of the group that counts
+// requests (no cost, and not in-flight windows) count distinct values
+// instead: NAME is path (the request's URL path) or a key function
+// registered with the middleware's WithKeyFunc:
+//
+//	user:10/min,200/d; user[bytes]:1Gi/d; distinct:path
+//
+// lets each user fetch 10 different files a minute and 200 a day, however
+// many range requests each takes, while the byte quota counts every
+// request. A request whose value a window already counts is admitted
+// there without counting again; cost limiters count every request and
+// in-flight windows every running request; a request refused anywhere
+// counts nowhere. See the engine package (Check.Distinct) for how values
+// age out.
+//
+// # Scope, count, mode, fail, block, calendar, distinct
+//
+// Within one group scope, count, mode, fail, block, calendar and distinct
+// may each appear once; exempt may
 // appear more than once and its roles are concatenated. Mode enforce is the
 // zero Mode and so is not printed back.
 //
@@ -226,10 +274,10 @@
 // # Canonical form
 //
 // Group.String prints a group canonically: limiters, overrides, exempt,
-// count, scope, mode, fail and block, in that order, joined by "; ", with each window's
+// count, scope, mode, fail, block, calendar and distinct, in that order, joined by "; ", with each window's
 // period and grain in the largest unit among ms, s, min, h and d that
 // divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
-// "20000/d~15min"), in-flight windows as "3 concurrent", limits as plain numbers and costs without leading
+// "20000/d~15min"), calendar windows as "5/calendar month", in-flight windows as "3 concurrent", limits as plain numbers and costs without leading
 // zeros ("user[bytes]:2147483648/d"). For every group
 // g returned by Parse, Parse(g.String()) returns a group equal to g
 // (reflect.DeepEqual), and g.String() is a fixpoint.

@@ -17,11 +17,12 @@ func (l Limiter) Dynamic() bool {
 }
 
 // LimitCap returns the largest limit window w of l may have: MaxLimit for
-// an exact window of a limiter without a cost, MaxBoundedLimit otherwise
+// an exact sliding window of a limiter without a cost, MaxBoundedLimit
+// otherwise (a calendar window is one counter whatever its limit)
 // (see the package documentation's Rules). Validation holds written limits
 // to it, and Resolve the values of limit functions.
 func (l Limiter) LimitCap(w Window) int64 {
-	if l.Cost == "" && w.Grain == 0 {
+	if l.Cost == "" && w.Grain == 0 && w.Calendar == "" {
 		return MaxLimit
 	}
 	return MaxBoundedLimit

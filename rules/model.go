@@ -106,6 +106,13 @@ type Window struct {
 	Grain      time.Duration // checked against Period by a struct-level rule
 	LimitFunc  string        // checked by a struct-level rule
 	Concurrent bool
+	// Calendar, when not empty, makes the window a calendar window
+	// (LIMIT/calendar day|week|month): at most Limit requests (or units of
+	// cost) since the start of the current calendar period in the group's
+	// zone (Group.Calendar), counted in one counter per subject and
+	// period. Its Period and Grain are zero. Checked by a struct-level
+	// rule.
+	Calendar Calendar
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only
@@ -184,6 +191,17 @@ type Group struct {
 	// block:15m). It is a whole number of milliseconds from MinPeriod to
 	// MaxPeriod (the tag repeats them, see Window). Zero blocks nothing.
 	Block time.Duration `validate:"omitempty,min=1ms,max=720h,wholems"`
+	// Calendar is the IANA time zone of the group's calendar windows
+	// (statement calendar:Asia/Shanghai); empty means UTC, never the
+	// process's local zone. Validation loads it (see LoadZone).
+	Calendar string `validate:"omitempty,zone"`
+	// Distinct, when set, makes every limiter of the group that counts
+	// requests (no cost; not in-flight windows) count distinct values
+	// instead of requests (statement distinct:path): DistinctPath for the
+	// request's URL path, or the name of a key function. A request whose
+	// value a window already counts is admitted there without counting
+	// again.
+	Distinct string `validate:"omitempty,rulename"`
 }
 
 // LimiterLists yields the group's limiter lists: the defaults, with role

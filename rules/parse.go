@@ -117,6 +117,7 @@ type parser struct {
 	g   Group
 
 	seenScope, seenMode, seenFail, seenCount, seenBlock bool
+	seenCalendar, seenDistinct                          bool
 }
 
 func (p *parser) eof() bool { return p.i >= len(p.s) }
@@ -263,6 +264,10 @@ func (p *parser) statement() (follow string, err *Error) {
 		return `";"`, p.fail(start)
 	case "block":
 		return `";"`, p.block(start)
+	case calendarWord:
+		return `";"`, p.calendarStatement(start)
+	case "distinct":
+		return `";"`, p.distinctStatement(start)
 	}
 	k, ok := kinds[word]
 	if !ok {
@@ -385,7 +390,7 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	}
 	w.Limit = limit
 	if overflow {
-		return Window{}, invalidErr(p.s, start, "%s", limitAbove(digits+suffix, w.Grain == 0 && !costed))
+		return Window{}, invalidErr(p.s, start, "%s", limitAbove(digits+suffix, w.Grain == 0 && w.Calendar == "" && !costed))
 	}
 	return w, nil
 }
@@ -414,6 +419,10 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 	}
 	p.space()
 	periodAt := p.i
+	if strings.HasPrefix(p.s[p.i:], calendarWord) && (len(p.s) == p.i+len(calendarWord) || !isUnit(p.s[p.i+len(calendarWord)])) {
+		p.i += len(calendarWord)
+		return p.calendarSpan(ns, start, periodAt)
+	}
 	period, perr := p.duration("period", MinPeriod, func(count, unit string) string {
 		return fmt.Sprintf("period %s%s is above %s", count, unit, FormatPeriod(MaxPeriod))
 	})
@@ -479,6 +488,9 @@ func (p *parser) concurrent(ns string, start int, suffix string, suffixAt int) (
 	case '~':
 		return Window{}, false, invalidErr(p.s, p.i, "an in-flight window (N concurrent) takes no grain")
 	case '/':
+		if rest := strings.TrimLeft(p.s[p.i+1:], " \t"); strings.HasPrefix(rest, calendarWord) {
+			return Window{}, false, invalidErr(p.s, p.i, "an in-flight window (N concurrent) has no calendar period: it counts running requests")
+		}
 		return Window{}, false, invalidErr(p.s, p.i, "an in-flight window (N concurrent) has no period")
 	}
 	return Window{Concurrent: true}, true, nil

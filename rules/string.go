@@ -122,7 +122,8 @@ func (o Override) String() string {
 }
 
 // String returns the group in canonical form: limiters, overrides, exempt,
-// scope, mode, fail and block statements in that order, joined by "; ". For every
+// scope, mode, fail, block, calendar and distinct statements in that order,
+// joined by "; ". For every
 // group g returned by Parse, Parse(g.String()) returns a group equal to g.
 func (g Group) String() string {
 	var p printer
@@ -153,6 +154,15 @@ func (p *printer) window(ns string, w Window) {
 		p.b.WriteString(w.LimitFunc)
 	} else {
 		p.b.WriteString(strconv.FormatInt(w.Limit, 10))
+	}
+	if w.Calendar != "" && !w.Concurrent {
+		p.b.WriteByte('/')
+		p.mark(join(ns, "Period"))
+		p.mark(join(ns, "Grain"))
+		p.b.WriteString(calendarWord + " ")
+		p.mark(join(ns, "Calendar"))
+		p.b.WriteString(string(w.Calendar))
+		return
 	}
 	if w.Concurrent {
 		p.b.WriteByte(' ')
@@ -278,5 +288,17 @@ func (p *printer) group(g Group) {
 		p.b.WriteString("block:")
 		p.mark("Block")
 		p.b.WriteString(periodText(g.Block))
+	}
+	if g.Calendar != "" {
+		sep()
+		p.b.WriteString(calendarWord + ":")
+		p.mark("Calendar")
+		p.b.WriteString(g.Calendar)
+	}
+	if g.Distinct != "" {
+		sep()
+		p.b.WriteString("distinct:")
+		p.mark("Distinct")
+		p.b.WriteString(g.Distinct)
 	}
 }

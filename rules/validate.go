@@ -57,6 +57,12 @@ const (
 	tagPeriodMin      = "min"        // reported as the period's own tag would be
 	tagPeriodMax      = "max"
 	tagConcFunc       = "concfunc" // nor a limit function
+	tagZone           = "zone"     // an IANA time zone LoadZone loads
+	tagCalUnit        = "calunit"  // day, week or month
+	tagCalConc        = "calconc"  // no in-flight window with a calendar period
+	tagCalPeriod      = "calper"   // a calendar window has no period
+	tagCalGrain       = "calgrain" // nor a grain
+	tagUniqueCalendar = "ucal"     // one calendar window per unit
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -71,6 +77,10 @@ func newValidator() (*validator.Validate, error) {
 		}),
 		v.RegisterValidation(tagStatus, func(fl validator.FieldLevel) bool {
 			return validStatus(fl.Field().String())
+		}),
+		v.RegisterValidation(tagZone, func(fl validator.FieldLevel) bool {
+			_, err := LoadZone(fl.Field().String())
+			return err == nil
 		}),
 	)
 	v.RegisterStructValidation(windowLevel, Window{})
@@ -145,6 +155,7 @@ func limiterLevel(sl validator.StructLevel) {
 		sl.ReportError(l.Cost, "Cost", "Cost", tagCost, "")
 	}
 	seen := make(map[time.Duration]bool, len(l.Windows))
+	seenCal := map[Calendar]bool{}
 	concurrent := false
 	for i, w := range l.Windows {
 		name := "Windows[" + strconv.Itoa(i) + "]"
@@ -160,10 +171,17 @@ func limiterLevel(sl validator.StructLevel) {
 			concurrent = true
 			continue
 		}
-		if seen[w.Period] {
-			sl.ReportError(w.Period, name, name, tagUniquePeriod, l.ID())
+		if w.Calendar != "" {
+			if seenCal[w.Calendar] {
+				sl.ReportError(w.Calendar, name, name, tagUniqueCalendar, l.ID())
+			}
+			seenCal[w.Calendar] = true
+		} else {
+			if seen[w.Period] {
+				sl.ReportError(w.Period, name, name, tagUniquePeriod, l.ID())
+			}
+			seen[w.Period] = true
 		}
-		seen[w.Period] = true
 		switch {
 		case w.Limit > l.LimitCap(w) && l.LimitCap(w) == MaxLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagExactMax, "")
@@ -221,6 +239,10 @@ func windowLevel(sl validator.StructLevel) {
 	case w.LimitFunc != "" && w.Limit != 0:
 		sl.ReportError(w.LimitFunc, "LimitFunc", "LimitFunc", tagLimitBoth, strconv.FormatInt(w.Limit, 10))
 	}
+	if w.Calendar != "" {
+		calendarLevel(sl, w)
+		return
+	}
 	if w.Concurrent {
 		switch {
 		case w.LimitFunc != "":
@@ -257,6 +279,20 @@ func windowLevel(sl validator.StructLevel) {
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainDivides, period)
 	case w.Period/w.Grain > MaxGrains:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainCount, period+" into "+strconv.FormatInt(int64(w.Period/w.Grain), 10))
+	}
+}
+
+// calendarLevel checks the fields of calendar window w.
+func calendarLevel(sl validator.StructLevel, w Window) {
+	switch {
+	case !w.Calendar.valid():
+		sl.ReportError(w.Calendar, "Calendar", "Calendar", tagCalUnit, "")
+	case w.Concurrent:
+		sl.ReportError(w.Calendar, "Calendar", "Calendar", tagCalConc, "")
+	case w.Period != 0:
+		sl.ReportError(w.Period, "Period", "Period", tagCalPeriod, "")
+	case w.Grain != 0:
+		sl.ReportError(w.Grain, "Grain", "Grain", tagCalGrain, "")
 	}
 }
 
@@ -470,6 +506,21 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("block %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
 	case "Block " + tagWholeMS:
 		return fmt.Sprintf("block %s is not a whole number of milliseconds", durValue(val))
+	case "Calendar " + tagCalUnit:
+		return fmt.Sprintf("unknown calendar unit %q; want day, week or month", fmt.Sprint(val))
+	case "Calendar " + tagCalConc:
+		return "an in-flight window (N concurrent) has no calendar period: it counts running requests"
+	case "Period " + tagCalPeriod:
+		return fmt.Sprintf("a calendar window has no period, found %s", durValue(val))
+	case "Grain " + tagCalGrain:
+		return fmt.Sprintf("a calendar window takes no grain: it counts in one counter per period, found %s", durValue(val))
+	case "Windows " + tagUniqueCalendar:
+		return fmt.Sprintf("duplicate calendar %v in limiter %s", val, fe.Param())
+	case "Calendar " + tagZone:
+		_, err := LoadZone(fmt.Sprint(val))
+		return strings.TrimPrefix(fmt.Sprint(err), "rules: ")
+	case "Distinct " + tagRuleName:
+		return fmt.Sprintf("invalid distinct name %q; want path or a key function name: %s", fmt.Sprint(val), nameChars)
 	case "Kind required":
 		return "missing limiter kind"
 	case "Kind oneof":
