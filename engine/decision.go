@@ -137,6 +137,10 @@ func (c *call) decision(req *Request, src Source) Decision {
 			m := p.origin[j]
 			mw := p.wins[m]
 			used, reset, wait1 := c.res[3*m], c.res[3*m+1], c.res[3*m+2]
+			key := p.keyOf[i]
+			if w.Calendar != "" {
+				key = p.calKeyOf(m) // a calendar window has a key of its own
+			}
 			if w.Concurrent {
 				// A slot frees when a request ends: there is no time at
 				// which it must (see slotRetry).
@@ -147,17 +151,17 @@ func (c *call) decision(req *Request, src Source) Decision {
 					wait1 = int64(slotRetry / time.Microsecond)
 				}
 			} else if counted {
-				if used == 0 {
+				if used == 0 && reset == 0 {
 					reset = mw.period // the request itself is the oldest
 				}
-				used += p.kcost[p.keyOf[i]]
+				used += p.kcost[key]
 			}
 			ws := &d.Windows[j]
 			ws.Check, ws.Window, ws.Used = i, *w, used
 			ws.Remaining = max(w.Limit-used, 0)
 			// A check of in-flight windows only has no key of its own
 			// (keyOf -1), and so no block.
-			if k := p.keyOf[i]; len(c.bleft) > 0 && k >= 0 && c.bleft[k] > 0 {
+			if k := key; len(c.bleft) > 0 && k >= 0 && c.bleft[k] > 0 {
 				d.Blocked, ws.Remaining, reset = true, 0, max(reset, c.bleft[k])
 			}
 			ws.Reset = time.Duration(reset) * time.Microsecond

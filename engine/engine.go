@@ -269,6 +269,7 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 			break
 		}
 	}
+	keys = append(keys, e.keyer.calResetKeys(scope, &l, subject)...)
 	for _, key := range keys {
 		e.local.forget(key)
 	}

@@ -79,7 +79,11 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			w := p.wins[j]
 			// Entries after t (the clock went back) count, as in the
 			// script. Grains are treated as exact.
-			lo, _ := slices.BinarySearch(times, t-w.period+1)
+			from, end := t-w.period+1, int64(0)
+			if p.isCal(i) {
+				from, end = p.calSpan(i, t) // the period, not a span of time
+			}
+			lo, _ := slices.BinarySearch(times, from)
 			var used int64
 			for _, c := range costs[lo:] {
 				used += c
@@ -97,6 +101,12 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 						left -= costs[e]
 					}
 					wait = times[e] + w.period - t
+				}
+			}
+			if end > 0 {
+				reset = end - t
+				if wait > 0 {
+					wait = end - t
 				}
 			}
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait

@@ -69,6 +69,15 @@ type plan struct {
 	ks     []bool  // per key: a slot key (in-flight window), whose one window's period is the lease
 	slotOf []int32 // per check: index in keys of its slot key, -1 for none
 	slots  int     // number of slot keys
+
+	// Calendar windows (see calendar.go): per key, its calendar (empty:
+	// not a calendar key) and the decision time of its period (µs, 0 when
+	// unknown); the calendar windows of the checks; the request's zone.
+	// Without calendar windows, the slices stay empty.
+	kcal   []rules.Calendar
+	kcalAt []int64
+	calw   []calRef
+	zone   *time.Location
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -86,6 +95,10 @@ func (p *plan) build(k *keyer, req *Request) error {
 		p.kblock, p.bbuf, p.nblock = p.kblock[:0], p.bbuf[:0], 0
 		clear(p.bargs)
 		p.bargs = p.bargs[:0]
+	}
+	p.zone = req.Zone
+	if len(p.kcal) > 0 || len(p.calw) > 0 {
+		p.kcal, p.kcalAt, p.calw = p.kcal[:0], p.kcalAt[:0], p.calw[:0]
 	}
 	switch req.Fail {
 	case rules.FailDefault, rules.FailOpen, rules.FailClosed, rules.FailLocal:
@@ -114,6 +127,20 @@ func (p *plan) build(k *keyer, req *Request) error {
 		rate, conc := len(c.Windows), -1 // the check's rate windows, and its in-flight one
 		for j := range c.Windows {
 			w := &c.Windows[j] // a pointer: a Window is 48 bytes
+			if w.Calendar != "" {
+				switch {
+				case w.Limit < 1 || w.Limit > rules.MaxBoundedLimit:
+					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
+				case cost > w.Limit:
+					return &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
+						" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
+				}
+				if err := p.calendar(k, req, i, j, kc, cost); err != nil {
+					return err
+				}
+				rate--
+				continue
+			}
 			if w.Concurrent {
 				// Several in-flight windows of one check (groups sharing a
 				// scope, merged by Limiter.Peek) share its slot key: the
@@ -189,9 +216,19 @@ func (p *plan) build(k *keyer, req *Request) error {
 
 	// Windows of one key: the union over its checks, the smaller limit
 	// where periods are equal.
+	for len(p.kcal) > 0 && len(p.kcal) < len(p.keys) {
+		p.kcal = append(p.kcal, "")
+	}
+	if len(p.kcal) > 0 {
+		p.kcalAt = append(p.kcalAt[:0], make([]int64, len(p.keys))...)
+	}
 	for key := range p.keys {
 		first := int32(len(p.wins))
 		p.kstart = append(p.kstart, first)
+		if p.isCal(key) {
+			p.calWindows(req, int32(key))
+			continue
+		}
 		for i := range req.Checks {
 			if p.ks[key] {
 				if p.slotOf[i] == int32(key) {
@@ -206,7 +243,7 @@ func (p *plan) build(k *keyer, req *Request) error {
 		merge:
 			for j := range ws {
 				w := &ws[j]
-				if w.Concurrent {
+				if w.Concurrent || w.Calendar != "" {
 					continue
 				}
 				// A grain is rounded down to whole µs: a finer grain only
@@ -233,11 +270,15 @@ func (p *plan) build(k *keyer, req *Request) error {
 
 	for i := range req.Checks {
 		key := p.keyOf[i]
-		if key < 0 && p.slotOf[i] < 0 {
+		if key < 0 && p.slotOf[i] < 0 && len(p.calw) == 0 {
 			continue
 		}
 		ws := req.Checks[i].Windows
 		for j := range ws {
+			if ws[j].Calendar != "" {
+				p.origin = append(p.origin, p.calOrigin(i, j))
+				continue
+			}
 			if ws[j].Concurrent {
 				p.origin = append(p.origin, p.kstart[p.slotOf[i]])
 				continue

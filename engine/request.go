@@ -39,6 +39,10 @@ type Request struct {
 	// Fail is the behaviour when Redis fails; FailDefault uses the
 	// engine's default (see WithFailMode).
 	Fail rules.FailMode
+	// Zone is the time zone of the request's calendar windows
+	// (rules.Window.Calendar): their periods start at its local midnight.
+	// Nil is UTC, never the process's local zone (see rules.LoadZone).
+	Zone *time.Location
 }
 
 // One returns a Request with a single check: subject, counted by a limiter

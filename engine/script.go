@@ -184,6 +184,13 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = r.int(MaxCountLimit), 0, 0
 			continue
 		}
+		if p.isCal(int(k)) {
+			readCal(r, c, k, t)
+			if p.blockOf(int(k)) > 0 {
+				c.blockedFor(int(k), r.int(int64(rules.MaxPeriod/time.Microsecond)))
+			}
+			continue
+		}
 		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 			w := p.wins[j]
@@ -241,6 +248,7 @@ type flatArgs struct {
 	buf  []byte
 	ends []int32
 	args []bufArg
+	now  int64 // the engine's time of the call being built (µs since 1970), for calendar keys
 }
 
 func (f *flatArgs) reset(t int64) {
@@ -261,6 +269,7 @@ func (f *flatArgs) begin(t int64) int {
 	first := len(f.ends)
 	f.int(t)
 	f.int(maxSuffix)
+	f.now = t
 	return first
 }
 
@@ -286,6 +295,14 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 	f.int(nkeys)
 	for _, k := range keys {
 		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
+		if p.isCal(int(k)) {
+			if f.now == 0 {
+				f.now = time.Now().UnixMicro()
+			}
+			f.calArgs(p, k, f.now)
+			f.block(p, k)
+			continue
+		}
 		if p.ks[k] {
 			f.int(0)
 			f.buf = append(f.buf, 'S')

@@ -86,6 +86,10 @@ func (e *Engine) Settle(ctx context.Context, req Request, d Decision, actual []i
 		}
 		deltas[k], set[k] = delta, true
 	}
+	if err := p.calDeltas(&req, actual, deltas, set); err != nil {
+		return err
+	}
+	p.setCalendarAt(d.Time.UnixMicro())
 	if d.Source == FromLocal {
 		e.local.settle(p, r.id, deltas)
 		return nil
@@ -104,6 +108,11 @@ func (e *Engine) Settle(ctx context.Context, req Request, d Decision, actual []i
 			continue
 		}
 		u := undoOf(p, k, member, r.suffixOf(k), now)
+		if p.isCal(k) {
+			u.delta = delta // a calendar counter (mode 'c')
+			us = append(us, u)
+			continue
+		}
 		u.delta, u.mode = delta, 's'
 		for _, w := range p.wins[p.kstart[k]:p.kstart[k+1]] {
 			if w.grain > u.grain {

@@ -49,6 +49,9 @@ type undo struct {
 	mode  byte
 	at    int64 // mode 'g': the request's decision time (µs since 1970)
 	grain int64 // mode 'g': the key's coarsest grain (µs)
+	// mode 'c': a calendar key's counter changes by delta in the period
+	// starting at cal (µs since 1970, as text); empty changes nothing.
+	cal string
 }
 
 // undoOf returns the undo of member (with suffix, or -1) in key k of p,
@@ -57,6 +60,9 @@ func undoOf(p *plan, k int, member string, suffix, now int64) undo {
 	u := undo{key: strings.Clone(p.keys[k]), member: member, suffix: suffix, until: now + p.longest(k)}
 	if p.kw[k] {
 		u.cost = p.kcost[k]
+	}
+	if p.isCal(k) {
+		p.calUndo(&u, k)
 	}
 	return u
 }
@@ -104,7 +110,12 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	}
 	pipe := e.client.Pipeline()
 	cmds := make([]*redis.IntCmd, len(us))
+	var cals calAdjusts
 	for i, u := range us {
+		if u.mode == 'c' {
+			cmds[i] = cals.add(ctx, pipe, i, e.calAdjustArgs(&u))
+			continue
+		}
 		if u.cost == 0 {
 			cmds[i] = pipe.ZRem(ctx, u.key, u.members()...)
 			continue
@@ -129,7 +140,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	if e.group == groupAll {
 		keys := make([]string, 0, len(us))
 		for _, u := range us {
-			if u.mode == 0 && !isSlotKey(u.key) {
+			if (u.mode == 0 || u.mode == 'c') && !isSlotKey(u.key) {
 				keys = append(keys, u.key)
 			}
 		}
@@ -138,7 +149,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		}
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	retried := false
+	retried := cals.finish(ctx, e, cmds)
 	for i, cmd := range cmds {
 		if noScript(cmd.Err()) {
 			cmds[i] = redis.NewIntCmd(ctx, asEval(cmd.Args(), lua.GiveBack)...)
@@ -153,7 +164,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			if first == nil {
 				first = err
 			}
-		} else if cmd.Val() > 0 && us[i].mode == 0 && !isSlotKey(us[i].key) {
+		} else if cmd.Val() > 0 && (us[i].mode == 0 || us[i].mode == 'c') && !isSlotKey(us[i].key) {
 			// A settlement (mode 's' or 'g') changes weighted keys
 			// only, and a release slot keys, which make no cached
 			// denials: nothing to announce.
@@ -308,6 +319,7 @@ func (e *Engine) giveBack(ctx context.Context, req *Request, d *Decision, slots 
 	if r.suffix < 0 && len(r.suffixes) != len(c.plan.keys) {
 		return &RequestError{Check: -1, Window: -1, Reason: "request does not match the decision given back"}
 	}
+	c.plan.setCalendarAt(d.Time.UnixMicro())
 	if slots && c.plan.slots == 0 {
 		return nil
 	}

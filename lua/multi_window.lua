@@ -31,6 +31,12 @@
 --       0, 'S', limit, lease     a slot key (in-flight window, see Slots)
 --       0, 'B', block            the block key of the key just before it
 --                                (see Blocks below); block is its length.
+--       0, 'C', cost, limit, b1, b2, b3, b4
+--                                a calendar key (see Calendars below):
+--                                b1 < b2 < b3 < b4 bound three
+--                                consecutive calendar periods.
+--       0, 'A', start, delta     a calendar adjustment (see Calendars), in
+--                                an op of its own whose member is empty.
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact). lease is
@@ -45,6 +51,11 @@
 --   then per op: code, then per key and window, in argument order:
 --     used [oldest [edge]]
 --   except for a slot key, which replies its live slots before the op:
+--     used
+--   a calendar key, what its period held before the op and the time to
+--   the period's end:
+--     used left
+--   and a calendar adjustment the count after it:
 --     used
 -- code is status + 4*suffix. status is 1 when the op admitted (a peek:
 -- would admit), 0 when a window had no room, and 2 when no unique member
@@ -75,6 +86,30 @@
 -- block): the first denial starts the block. A slot key has no block
 -- key: an in-flight window's denial starts no block (a slot frees as soon
 -- as a running request ends; a block punishes going over a rate).
+--
+-- Calendars. A calendar key (engine: the limiter's key followed by
+-- ':cal:' and the unit, same hash tag; engine/calendar.go) counts a
+-- calendar window (a day, an ISO week or a month in a time zone) in one
+-- string, START ':' COUNT (%d): the start of the period it counts, in µs,
+-- written as in ARGV, and what was admitted in it. The engine computes
+-- period boundaries in the zone (wall-clock midnights, so a DST day lasts
+-- 23 or 25 hours) around its own clock and sends four, bounding three
+-- periods: the op counts in the period [b_i, b_(i+1)) that holds t,
+-- whatever clock t comes from (TIME or the engine's test clock), and
+-- fails with 'ERR slidelimit: time outside the calendar boundaries of
+-- <key>' when none does (a clock more than a period away from the
+-- engine's). A counter of another period counts 0. The key has room when
+-- used + cost <= limit; a denial's wait is left, the time to the period's
+-- end, where the window is empty. An admission sets the counter to
+-- START:(used + cost) with an expiry (PX) of left rounded up to ms plus
+-- CAL_MARGIN: relative to t, so it never ends before the period does, and
+-- a test clock works too (a counter read after its period counts 0
+-- whatever its expiry). Memory is one small string per subject and
+-- period, whatever the limit. An adjustment (a give-back, a settlement, a
+-- rollback) adds delta (negative: a refund) to the counter of the period
+-- starting at start, never below 0, keeping its expiry (SET KEEPTTL); a
+-- counter of another period is left as it is: the period the request
+-- counted in is over.
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness; 'ERR slidelimit:
@@ -575,6 +610,34 @@ local function bookkeep(key, q, longest, busy, weighted)
   end
 end
 
+-- CAL_BOUNDS is the number of period boundaries of a calendar key;
+-- CAL_MARGIN (ms) keeps its counter alive that long past its period.
+local CAL_BOUNDS, CAL_MARGIN = 4, 1000
+
+-- calendar_period returns the start (as its argument) and the end of the
+-- period that holds t among the boundaries at args[q ..], or nothing.
+local function calendar_period(q)
+  for j = q, q + CAL_BOUNDS - 2 do
+    if t >= num(args[j]) and t < num(args[j + 1]) then
+      return args[j], num(args[j + 1])
+    end
+  end
+end
+
+-- calendar_count returns what calendar key key counts in the period that
+-- starts at start (a string): 0 for a counter of another period.
+local function calendar_count(key, start)
+  local v = call('GET', key)
+  if not v then
+    return 0
+  end
+  local colon = string.find(v, ':', 1, true)
+  if not colon or string.sub(v, 1, colon - 1) ~= start then
+    return 0
+  end
+  return num(string.sub(v, colon + 1))
+end
+
 -- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
 -- fields start, its longest period, whether it is busy, and false for a
 -- count key or the state of a weighted one (see weigh); for a slot key:
@@ -649,6 +712,39 @@ while p <= #args do
       local lease = num(args[q + 3])
       key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
       q = q + 4
+    elseif args[q + 1] == 'C' then
+      -- A calendar key (see Calendars): key_state[at] true keeps it out
+      -- of add_member and the bookkeeping; -2 marks it for the write.
+      local start, stop = calendar_period(q + 4)
+      if not start then
+        return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
+      end
+      local used = calendar_count(key, start)
+      local cost = num(args[q + 2])
+      key_fits = used + cost <= num(args[q + 3])
+      fits = fits and key_fits
+      n = n + 1
+      reply[n] = used
+      n = n + 1
+      reply[n] = stop - t
+      key_state[at - 3] = fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
+      key_state[at - 2], key_state[at - 1], key_state[at] = -2, start .. ':' .. fmt('%d', used + cost), true
+      q = q + 4 + CAL_BOUNDS
+    elseif args[q + 1] == 'A' then
+      -- A calendar adjustment (see Calendars).
+      local start = args[q + 2]
+      local used = calendar_count(key, start)
+      if used > 0 then
+        used = used + num(args[q + 3])
+        if used < 0 then
+          used = 0
+        end
+        call('SET', key, start .. ':' .. fmt('%d', used), 'KEEPTTL')
+      end
+      n = n + 1
+      reply[n] = used
+      key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
+      q = q + 4
     else
       -- A block key: key_state[at] true (and no longest period) keeps it
       -- out of the admission and the bookkeeping.
@@ -694,7 +790,10 @@ while p <= #args do
       end
       for k = 1, nkeys do
         local at = 4 * k
-        if key_state[at - 2] == 0 then
+        if key_state[at - 2] == -2 then
+          -- A calendar key: the period's new count, kept past its end.
+          call('SET', KEYS[used_keys + k], key_state[at - 1], 'PX', key_state[at - 3])
+        elseif key_state[at - 2] == 0 then
           -- A slot key: drop the expired slots, live for the lease.
           local key = KEYS[used_keys + k]
           call('ZREMRANGEBYSCORE', key, '-inf', '(' .. t_arg)

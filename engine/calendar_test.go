@@ -1,0 +1,338 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// calWin is a calendar window of limit per c.
+func calWin(limit int64, c rules.Calendar) rules.Window {
+	return rules.Window{Limit: limit, Calendar: c}
+}
+
+// zone loads a time zone or fails the test.
+func zone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := rules.LoadZone(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
+
+// calStep is one step of a calendar scenario: at a wall time in the
+// scenario's zone, an Allow (or a Peek) that must be admitted or denied
+// with a Retry-After; used, when >= 0, is what the calendar window
+// reports (the first calendar window of the request).
+type calStep struct {
+	at    time.Time
+	peek  bool
+	allow bool
+	retry time.Duration
+	used  int64
+}
+
+// runCal runs steps of r on e at the times of clk.
+func runCal(t *testing.T, e *Engine, clk *fakeClock, r Request, steps []calStep) []Decision {
+	t.Helper()
+	ctx := context.Background()
+	var ds []Decision
+	for i, s := range steps {
+		clk.us.Store(s.at.UnixMicro())
+		var d Decision
+		var err error
+		if s.peek {
+			d, err = e.Peek(ctx, r)
+		} else {
+			d, err = e.Allow(ctx, r)
+		}
+		localOK(t, e, err)
+		if d.Allowed != s.allow || d.RetryAfter != s.retry {
+			t.Fatalf("step %d at %v: allowed %v retry %v, want %v %v (%+v)", i, s.at, d.Allowed, d.RetryAfter, s.allow, s.retry, d)
+		}
+		if s.used >= 0 {
+			if ws := calState(t, d); ws.Used != s.used {
+				t.Fatalf("step %d at %v: calendar window used %d, want %d", i, s.at, ws.Used, s.used)
+			}
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// calState returns the state of the first calendar window of d.
+func calState(t *testing.T, d Decision) WindowState {
+	t.Helper()
+	for _, ws := range d.Windows {
+		if ws.Window.Calendar != "" {
+			return ws
+		}
+	}
+	t.Fatalf("no calendar window in %+v", d)
+	return WindowState{}
+}
+
+// TestCalendar runs the calendar scenarios on real Redis, miniredis, a
+// 3-master cluster, a Ring and the fallback limiter, with and without
+// cached denials, under the engine's test clock.
+func TestCalendar(t *testing.T) {
+	t.Parallel()
+	scenarios := []struct {
+		name string
+		run  func(t *testing.T, e *Engine, clk *fakeClock)
+	}{
+		{"shanghai month", calShanghai},
+		{"february", calFebruary},
+		{"new york dst", calNewYork},
+		{"all or nothing", calAllOrNothing},
+		{"settle and give back", calSettle},
+	}
+	for _, b := range testBackends(t) {
+		for _, cached := range []bool{false, true} {
+			for _, sc := range scenarios {
+				t.Run(b.name+cacheName(cached)+"/"+sc.name, func(t *testing.T) {
+					t.Parallel()
+					prefix := testPrefix(t)
+					if b.ttl != nil {
+						b.ttl(t, prefix)
+					}
+					clk := newFakeClock()
+					opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
+					sc.run(t, newEngine(t, b.c, opts...), clk)
+				})
+			}
+		}
+	}
+}
+
+// calShanghai: 3/calendar month in Asia/Shanghai. The 4th request at
+// 23:59:50 on the month's last day is refused with Retry-After 10; at
+// local midnight on the 1st three are admitted again.
+func calShanghai(t *testing.T, e *Engine, clk *fakeClock) {
+	sh := zone(t, "Asia/Shanghai")
+	r := req(user("u", calWin(3, rules.CalendarMonth)))
+	r.Zone = sh
+	last := time.Date(2030, 1, 31, 23, 59, 50, 0, sh)
+	feb := time.Date(2030, 2, 1, 0, 0, 0, 0, sh)
+	runCal(t, e, clk, r, []calStep{
+		{at: time.Date(2030, 1, 1, 0, 0, 0, 0, sh), allow: true, used: 1},
+		{at: time.Date(2030, 1, 15, 12, 0, 0, 0, sh), allow: true, used: 2},
+		{at: time.Date(2030, 1, 31, 23, 0, 0, 0, sh), allow: true, used: 3},
+		{at: last, retry: 10 * time.Second, used: 3},
+		{at: last.Add(9 * time.Second), retry: time.Second, used: 3},
+		{at: feb, allow: true, used: 1},
+		{at: feb, allow: true, used: 2},
+		{at: feb.Add(time.Second), allow: true, used: 3},
+		{at: feb.Add(2 * time.Second), retry: 28*24*time.Hour - 2*time.Second, used: 3},
+	})
+}
+
+// calFebruary: a leap February lasts 29 days, in UTC (the default zone).
+func calFebruary(t *testing.T, e *Engine, clk *fakeClock) {
+	r := req(user("u", calWin(1, rules.CalendarMonth)))
+	feb := time.Date(2032, 2, 1, 0, 0, 0, 0, time.UTC)
+	runCal(t, e, clk, r, []calStep{
+		{at: feb, allow: true, used: 1},
+		{at: feb.Add(time.Second), retry: 29*24*time.Hour - time.Second, used: 1},
+		{at: time.Date(2032, 2, 29, 12, 0, 0, 0, time.UTC), retry: 12 * time.Hour, used: 1},
+		{at: time.Date(2032, 3, 1, 0, 0, 0, 0, time.UTC), allow: true, used: 1},
+	})
+}
+
+// calNewYork: 2/calendar day in America/New_York across both changes of
+// 2030: March 10 lasts 23 hours, November 3 25 hours.
+func calNewYork(t *testing.T, e *Engine, clk *fakeClock) {
+	ny := zone(t, "America/New_York")
+	r := req(user("u", calWin(2, rules.CalendarDay)))
+	r.Zone = ny
+	spring := time.Date(2030, 3, 10, 0, 0, 0, 0, ny)
+	fall := time.Date(2030, 11, 3, 0, 0, 0, 0, ny)
+	runCal(t, e, clk, r, []calStep{
+		{at: spring, allow: true, used: 1},
+		{at: spring.Add(time.Hour), allow: true, used: 2},
+		{at: spring.Add(2 * time.Hour), retry: 21 * time.Hour, used: 2},
+		{at: spring.Add(23*time.Hour - time.Second), retry: time.Second, used: 2},
+		{at: spring.Add(23 * time.Hour), allow: true, used: 1}, // March 11, 00:00
+		{at: fall, allow: true, used: 1},
+		{at: fall.Add(time.Hour), allow: true, used: 2},
+		{at: fall.Add(2 * time.Hour), retry: 23 * time.Hour, used: 2},
+		{at: fall.Add(24 * time.Hour), retry: time.Hour, used: 2}, // 23:00 local
+		{at: fall.Add(25 * time.Hour), allow: true, used: 1},      // November 4, 00:00
+	})
+}
+
+// calAllOrNothing: a denial by the calendar window counts nothing in the
+// sliding windows of the group, and a denial by a sliding window nothing
+// in the calendar window, whether they share a limiter or not (an ip
+// limiter, in another cluster slot).
+func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
+	ctx := context.Background()
+	day := time.Date(2030, 6, 3, 0, 0, 0, 0, time.UTC)
+	shared := req(user("u", win(2, time.Minute), calWin(3, rules.CalendarDay)))
+	apart := req(user("v", win(2, time.Minute)), ip("1.2.3.4", calWin(3, rules.CalendarDay)))
+	for _, r := range []Request{shared, apart} {
+		runCal(t, e, clk, r, []calStep{
+			{at: day, allow: true, used: 1},
+			{at: day.Add(time.Second), allow: true, used: 2},
+			// The minute's window is full: the calendar counts nothing.
+			{at: day.Add(2 * time.Second), retry: 58 * time.Second, used: 2},
+			{at: day.Add(3 * time.Second), peek: true, retry: 57 * time.Second, used: 2},
+			{at: day.Add(time.Minute), allow: true, used: 3},
+			// The day is full: the minute's window counts nothing.
+			{at: day.Add(2 * time.Minute), retry: 24*time.Hour - 2*time.Minute, used: 3},
+		})
+		clk.us.Store(day.Add(2*time.Minute + time.Second).UnixMicro())
+		d, err := e.Peek(ctx, r)
+		localOK(t, e, err)
+		if d.Windows[0].Used != 0 {
+			t.Fatalf("sliding window after the calendar's denial: used %d, want 0 (%+v)", d.Windows[0].Used, d)
+		}
+		day = day.Add(24 * time.Hour)
+	}
+}
+
+// calSettle: settlement and give-back take from the calendar window's
+// counter of the request's own period, never below zero.
+func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
+	ctx := context.Background()
+	day := time.Date(2030, 6, 3, 10, 0, 0, 0, time.UTC)
+	r := func(cost int64) Request {
+		return req(bytesOf("u", cost, calWin(100, rules.CalendarDay)))
+	}
+	used := func(at time.Time) int64 {
+		t.Helper()
+		clk.us.Store(at.UnixMicro())
+		d, err := e.Peek(ctx, r(1))
+		localOK(t, e, err)
+		return calState(t, d).Used
+	}
+	ds := runCal(t, e, clk, r(60), []calStep{{at: day, allow: true, used: 60}})
+	a := ds[0]
+	ds = runCal(t, e, clk, r(30), []calStep{{at: day.Add(time.Second), allow: true, used: 90}})
+	b := ds[0]
+	// Settling a to 10 gives 50 back.
+	if err := e.Settle(ctx, r(60), a, []int64{10}); err != nil {
+		localOK(t, e, err)
+	}
+	if u := used(day.Add(2 * time.Second)); u != 40 {
+		t.Fatalf("after settling 60 to 10: used %d, want 40", u)
+	}
+	// Giving b back takes its 30 out.
+	localOK(t, e, e.GiveBack(ctx, r(30), b))
+	if u := used(day.Add(3 * time.Second)); u != 10 {
+		t.Fatalf("after giving 30 back: used %d, want 10", u)
+	}
+	// A request of the previous day given back leaves today's counter.
+	next := day.Add(24 * time.Hour)
+	ds = runCal(t, e, clk, r(20), []calStep{{at: next, allow: true, used: 20}})
+	localOK(t, e, e.GiveBack(ctx, r(60), a))
+	if u := used(next.Add(time.Second)); u != 20 {
+		t.Fatalf("after giving back yesterday's request: used %d, want 20", u)
+	}
+	if e.fail == rules.FailLocal {
+		return // Reset of the fallback forgets the local entries: nothing to give back below
+	}
+	// A reset empties the counter; giving back a request counted before
+	// it refunds no one else's cost and goes no lower than zero.
+	localOK(t, e, e.Reset(ctx, "s", r(1).Checks[0].Limiter, "u"))
+	runCal(t, e, clk, r(5), []calStep{{at: next.Add(2 * time.Second), allow: true, used: 5}})
+	localOK(t, e, e.GiveBack(ctx, r(20), ds[0]))
+	if u := used(next.Add(3 * time.Second)); u != 0 {
+		t.Fatalf("after a refund of 20 from 5: used %d, want 0", u)
+	}
+	runCal(t, e, clk, r(100), []calStep{{at: next.Add(4 * time.Second), allow: true, used: 100}})
+}
+
+// TestCalendarTTL checks on real Redis that a calendar key expires after
+// its period ends, relative to the script's (test) time, and holds one
+// small string.
+func TestCalendarTTL(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	prefix := testPrefix(t)
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	ctx := context.Background()
+	sh := zone(t, "Asia/Shanghai")
+	at := time.Date(2030, 1, 31, 20, 0, 0, 0, sh)
+	clk.us.Store(at.UnixMicro())
+	r := req(user("u", win(5, time.Minute), calWin(3, rules.CalendarMonth)))
+	r.Zone = sh
+	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
+		t.Fatalf("allow: %+v, %v", d, err)
+	}
+	var cal string
+	for _, k := range scanKeys(t, rc, prefix) {
+		if strings.Contains(k, calSuffix) {
+			cal = k
+		}
+	}
+	if cal == "" {
+		t.Fatal("no calendar key")
+	}
+	left := 4 * time.Hour // to Shanghai's February
+	ttl, err := rc.PTTL(ctx, cal).Result()
+	if err != nil || ttl <= left || ttl > left+2*time.Second {
+		t.Fatalf("PTTL %v, %v; want just over %v", ttl, err, left)
+	}
+	v, _ := rc.Get(ctx, cal).Result()
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, sh).UnixMicro()
+	if v != strconv.FormatInt(start, 10)+":1" {
+		t.Fatalf("counter %q, want START:1", v)
+	}
+}
+
+// TestCalendarMemory proves on real Redis that a calendar window takes
+// O(1) memory: 3,000 admissions of one subject grow used_memory by less
+// than 32 KiB.
+func TestCalendarMemory(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+	ctx := context.Background()
+	r := req(user("u", calWin(100_000, rules.CalendarMonth)))
+	// A first admission loads the script and makes the key.
+	if _, err := e.Allow(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	before := usedMemory(t, rc)
+	for i := range 3000 {
+		clk.Set(time.Duration(i) * time.Second)
+		if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
+			t.Fatalf("admission %d: %+v, %v", i, d, err)
+		}
+	}
+	after := usedMemory(t, rc)
+	t.Logf("used_memory %d -> %d (%+d bytes) for 3,000 admissions", before, after, after-before)
+	if after-before >= 32<<10 {
+		t.Fatalf("used_memory grew by %d bytes, want < 32 KiB", after-before)
+	}
+}
+
+// usedMemory returns the server's used_memory.
+func usedMemory(t *testing.T, rc *redis.Client) int64 {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO")
+	return 0
+}
