@@ -154,7 +154,9 @@ func (c *call) decision(req *Request, src Source) Decision {
 				if used == 0 && reset == 0 {
 					reset = mw.period // the request itself is the oldest
 				}
-				used += p.kcost[key]
+				if src != FromRedis || !p.heldAt(m) {
+					used += p.kcost[key]
+				}
 			}
 			ws := &d.Windows[j]
 			ws.Check, ws.Window, ws.Used = i, *w, used

@@ -176,7 +176,7 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	if err := ctx.Err(); err != nil {
 		return e.fallback(c, req, err)
 	}
-	if mode == opAllow && e.denials && e.known.deny(c, e.mono(), e.elapsed()) {
+	if mode == opAllow && e.denials && c.plan.nd == 0 && e.known.deny(c, e.mono(), e.elapsed()) {
 		return c.decision(req, FromCache), nil
 	}
 	op := "allow"
@@ -196,7 +196,11 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
-	e.known.store(c, c.sent, c.recv, c.wall)
+	if c.plan.nd == 0 {
+		// A distinct request's windows may be full yet admit the values
+		// they hold: they make no cached denial.
+		e.known.store(c, c.sent, c.recv, c.wall)
+	}
 	d := c.decision(req, FromRedis)
 	if c.plan.slots > 0 && d.receipt.id != 0 {
 		e.hold(&c.plan, &d.receipt)

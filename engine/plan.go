@@ -78,6 +78,14 @@ type plan struct {
 	kcalAt []int64
 	calw   []calRef
 	zone   *time.Location
+
+	// Distinct values (see distinct.go): per key, the member of the value
+	// it counts (empty: the request's id), their bytes, the number of such
+	// keys, and per window whether it held the value before the decision.
+	kd   []string
+	dbuf []byte
+	nd   int
+	held []bool
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -97,6 +105,9 @@ func (p *plan) build(k *keyer, req *Request) error {
 		p.bargs = p.bargs[:0]
 	}
 	p.zone = req.Zone
+	if p.nd > 0 || len(p.kd) > 0 {
+		p.kd, p.dbuf, p.nd, p.held = p.kd[:0], p.dbuf[:0], 0, p.held[:0]
+	}
 	if len(p.kcal) > 0 || len(p.calw) > 0 {
 		p.kcal, p.kcalAt, p.calw = p.kcal[:0], p.kcalAt[:0], p.calw[:0]
 	}
@@ -192,6 +203,14 @@ func (p *plan) build(k *keyer, req *Request) error {
 		}
 		if c.Block != 0 {
 			if err := p.block(i, int(idx), c.Block); err != nil {
+				return err
+			}
+		}
+		if c.Distinct != "" {
+			if kc != "" || rate > maxDistinctWindows {
+				return &RequestError{Check: i, Window: -1, Reason: "a distinct value counts in a limiter without a cost or a grain, with at most 30 windows"}
+			}
+			if err := p.distinct(k, i, idx, c.Distinct); err != nil {
 				return err
 			}
 		}

@@ -25,6 +25,18 @@ type Check struct {
 	// Checks sharing a key block for the longest of their Blocks. Zero
 	// blocks nothing.
 	Block time.Duration
+	// Distinct, when not empty, is the value the request counts in the
+	// check's windows instead of itself (the rule statement distinct:NAME,
+	// such as the URL path): a value that a window holds is admitted there
+	// without counting again. The limiter must have no cost and no grain.
+	// A value counts at its first request, and counts again in every window
+	// at a request that finds it older than the shortest window; each window
+	// holds the values whose last count lies inside it. It is stored as a
+	// member derived from the value, hashed when subjects are
+	// (WithHashSubjects). A give-back or a rollback leaves a value counted
+	// (others' requests may share it), erring on the side of denying; so
+	// does the local fallback, which counts requests.
+	Distinct string
 }
 
 // Request is one rate-limit decision: every window of every check must have

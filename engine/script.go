@@ -191,6 +191,9 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 			}
 			continue
 		}
+		if p.isDistinct(int(k)) {
+			readHeld(r, p, k)
+		}
 		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 			w := p.wins[j]
@@ -309,6 +312,11 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 			f.ends = append(f.ends, int32(len(f.buf)))
 			f.int(ws[0].limit)
 			f.int(ws[0].period) // the lease
+			continue
+		}
+		if p.isDistinct(int(k)) {
+			f.distinctArgs(p, k)
+			f.block(p, k)
 			continue
 		}
 		if !p.kw[k] {

@@ -37,6 +37,10 @@
 --                                consecutive calendar periods.
 --       0, 'A', start, delta     a calendar adjustment (see Calendars), in
 --                                an op of its own whose member is empty.
+--       0, 'D', value, nwin, busy, then nwin times: period, limit
+--                                a count key whose op counts the member
+--                                value instead of the op's (see
+--                                Distinct).
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact). lease is
@@ -57,6 +61,9 @@
 --     used left
 --   and a calendar adjustment the count after it:
 --     used
+--   and a distinct key, before its windows, the mask of the windows that
+--   held its value before the op (bit w-1 for window w):
+--     held used [oldest [edge]] ...
 -- code is status + 4*suffix. status is 1 when the op admitted (a peek:
 -- would admit), 0 when a window had no room, and 2 when no unique member
 -- was found within max_suffix retries (nothing written, suffix 0). suffix
@@ -86,6 +93,21 @@
 -- block): the first denial starts the block. A slot key has no block
 -- key: an in-flight window's denial starts no block (a slot frees as soon
 -- as a running request ends; a block punishes going over a rate).
+--
+-- Distinct. A distinct key is a count key (same entries, markers and
+-- bookkeeping) whose op counts a value, such as a URL path, instead of
+-- the request: the engine sends the value's member ('v:' and the value,
+-- escaped or hashed like subjects, so it never equals an id or a marker),
+-- and the op adds no member of its own there. The value's entry is scored
+-- by the time it last counted. A window holds the value when that score
+-- lies inside it, and then has room whatever its count (the value counts
+-- once there); a window that does not hold it needs used < limit, as for
+-- any request. An admitted op re-scores the value to t (ZADD, so it
+-- counts again) only when it is absent or older than the shortest
+-- window: a value requested again inside the shortest window counts
+-- nowhere anew. Each window thus holds the values whose last count lies
+-- inside it. edge is sent when used >= limit, as in count keys, even if
+-- the value fits.
 --
 -- Calendars. A calendar key (engine: the limiter's key followed by
 -- ':cal:' and the unit, same hash tag; engine/calendar.go) counts a
@@ -616,6 +638,62 @@ local function bookkeep(key, q, longest, busy, weighted)
   end
 end
 
+-- distinct_windows reads the nwin windows of count key key, whose fields
+-- start at args[q] (the first period), for an op that counts value member
+-- v (see Distinct), into the reply: the mask of the windows that hold v,
+-- then each window as count_windows does. A window that holds v has room
+-- whatever its count. It returns the index of the next field, whether
+-- every window has room, the entries in the longest window and whether v
+-- counts again (it is older than the shortest window, or absent).
+local function distinct_windows(key, q, nwin, v)
+  local s = call('ZSCORE', key, v)
+  s = s and (num(s) or sci(s))
+  local mask_at = n + 1
+  n = n + 1
+  local mask, bit = 0, 1
+  local fits, longest_used = true, nil
+  for w = 0, nwin - 1 do
+    local lo = t - num(args[q + 2 * w]) + 1
+    local limit = num(args[q + 2 * w + 1])
+    local held = s and s >= lo
+    if held then
+      mask = mask + bit
+    end
+    bit = bit * 2
+    local used, oldest, edge = call('ZCOUNT', key, fmt('%d', lo), '+inf'), nil, nil
+    if used > 0 then
+      local rank = fmt('%d', -used)
+      local score = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+      oldest = num(score) or sci(score)
+      if used >= limit then
+        if not held then
+          fits = false
+        end
+        edge = oldest
+        if used > limit then
+          rank = fmt('%d', -limit)
+          score = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+          edge = num(score) or sci(score)
+        end
+      end
+    end
+    n = n + 1
+    reply[n] = used
+    if oldest then
+      n = n + 1
+      reply[n] = oldest
+      if edge then
+        n = n + 1
+        reply[n] = edge
+      end
+    end
+    longest_used = longest_used or used
+  end
+  reply[mask_at] = mask
+  local shortest = num(args[q + 2 * nwin - 2])
+  return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
+end
+
 -- CAL_BOUNDS is the number of period boundaries of a calendar key;
 -- CAL_MARGIN (ms) keeps its counter alive that long past its period.
 local CAL_BOUNDS, CAL_MARGIN = 4, 1000
@@ -718,6 +796,18 @@ while p <= #args do
       local lease = num(args[q + 3])
       key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
       q = q + 4
+    elseif args[q + 1] == 'D' then
+      -- A distinct key (see Distinct): a count key whose op counts a
+      -- value; key_state[at] 'D' (count it) or 'd' (held by every window)
+      -- keeps it out of add_member, [at - 3] points at its nwin for the
+      -- bookkeeping.
+      local dnwin = num(args[q + 3])
+      local again, longest_used
+      q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
+      fits = fits and key_fits
+      key_state[at - 3] = key_state[at - 3] + 3
+      key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
+      key_state[at] = again and 'D' or 'd'
     elseif args[q + 1] == 'C' then
       -- A calendar key (see Calendars): key_state[at] true keeps it out
       -- of add_member and the bookkeeping; -2 marks it for the write.
@@ -787,7 +877,7 @@ while p <= #args do
       -- they are added once the member's suffix is known.
       for k = 1, nkeys do
         local state = key_state[4 * k]
-        if state and key_state[4 * k - 2] > 0 then
+        if type(state) == 'table' then
           local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
             return err
@@ -796,7 +886,14 @@ while p <= #args do
       end
       for k = 1, nkeys do
         local at = 4 * k
-        if key_state[at - 2] == -2 then
+        if key_state[at] == 'D' or key_state[at] == 'd' then
+          -- A distinct key: the value counts (again) at t.
+          local key = KEYS[used_keys + k]
+          if key_state[at] == 'D' then
+            call('ZADD', key, t_arg, args[key_state[at - 3] - 1])
+          end
+          bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
+        elseif key_state[at - 2] == -2 then
           -- A calendar key: the period's new count, kept past its end.
           call('SET', KEYS[used_keys + k], key_state[at - 1], 'PX', key_state[at - 3])
         elseif key_state[at - 2] == 0 then
