@@ -213,6 +213,9 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 				}
 				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
 				block = max(block, g.group.Block)
+				if loc, err := g.group.Zone(); err == nil && g.group.HasCalendar() {
+					req.Zone = loc // scopes that share calendar windows share a zone
+				}
 			}
 		}
 	}

@@ -24,10 +24,14 @@ const (
 // a hyphen and the period with its count, as in "ip-1s", "user-1min",
 // "header(X-Api-Key)-30s" or "global-500ms"; an in-flight window (N
 // concurrent) is named by the limiter's ID and "-concurrent", as in
-// "user-concurrent".
+// "user-concurrent", and a calendar window by the ID, "-calendar-" and its
+// unit, as in "user[bytes]-calendar-month".
 func PolicyName(l rules.Limiter, w rules.Window) string {
 	if w.Concurrent {
 		return l.ID() + "-concurrent"
+	}
+	if w.Calendar != "" {
+		return calendarName(l, w)
 	}
 	return l.ID() + "-" + rules.FormatPeriod(w.Period)
 }
@@ -113,7 +117,7 @@ func appendPolicy(b []byte, p *policy, limit int64) []byte {
 		b = append(b, `;qu="content-bytes"`...)
 	}
 	b = append(b, ";w="...)
-	return strconv.AppendInt(b, windowSeconds(p.window.Period), 10)
+	return strconv.AppendInt(b, policySeconds(p.window), 10)
 }
 
 // effectiveWindow is the effective window of a window state in the sense of

@@ -55,6 +55,8 @@ type limiter struct {
 	keys     map[string]KeyFunc
 	costs    map[string]CostFunc
 	limits   map[string]LimitFunc
+	zone     *time.Location // of calendar windows (calendar:ZONE), UTC by default
+	distinct KeyFunc        // the value of distinct:NAME; nil without
 
 	// backendLog keeps backend errors, which come with every request of an
 	// outage, to one warning per backendLogEvery.
@@ -167,6 +169,10 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	if l.denied == nil {
 		l.denied = WriteProblem
 	}
+	var zerr, derr error
+	l.zone, zerr = loadZone(&g)
+	l.distinct, derr = distinctFunc(&g, c.keys)
+	errs = append(errs, zerr, derr)
 	var terrs []error
 	l.ip.trusted, terrs = c.trustedPrefixes()
 	errs = append(errs, terrs...)
@@ -187,8 +193,8 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 			l.byRole[role] = p
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -272,6 +278,9 @@ func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution,
 		}
 		if cs[i].Subject = subjectFor(lim.Kind, id.User, res.ByIP, v); cs[i].Subject == "" {
 			cs[i].Subject = sub.ip()
+		}
+		if l.distinct != nil && countsDistinct(lim) {
+			cs[i].Distinct = l.distinct(r) // empty: the request counts itself
 		}
 	}
 	return cs

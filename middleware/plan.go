@@ -159,7 +159,7 @@ func (p *plan) lookup(c int, w rules.Window) *policy {
 	for j, pw := range p.limiters[c].Windows {
 		// A window with a limit function comes back with the limit of
 		// the request.
-		if pw == w || pw.LimitFunc != "" && pw.LimitFunc == w.LimitFunc && pw.Period == w.Period && pw.Grain == w.Grain {
+		if pw == w || pw.LimitFunc != "" && pw.LimitFunc == w.LimitFunc && pw.Period == w.Period && pw.Grain == w.Grain && pw.Calendar == w.Calendar {
 			return &p.policies[p.index[c][j]]
 		}
 	}

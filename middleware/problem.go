@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-
-	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Problem types (RFC 9457) used in response bodies.
@@ -59,7 +57,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 		switch {
 		case d.Never:
 			p.Detail = "This request alone exceeds the quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) +
-				" per " + rules.FormatPeriod(d.Window.Period) + "); it can never be admitted."
+				" per " + periodPhrase(d.Window) + "); it can never be admitted."
 			p.ViolatedPolicies = []string{d.Policy}
 		case d.Policy != "" && d.Window.Concurrent:
 			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + atATime(d.Window.Limit) +
@@ -67,7 +65,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 			p.ViolatedPolicies = []string{d.Policy}
 		case d.Policy != "":
 			p.Detail = "Quota of policy " + strconv.Quote(d.Policy) + " (" + quotaText(d) + " per " +
-				rules.FormatPeriod(d.Window.Period) + ") exceeded; retry after " + retry + "."
+				periodPhrase(d.Window) + ") exceeded; retry after " + retry + "."
 			p.ViolatedPolicies = []string{d.Policy}
 		default:
 			p.Detail = "Too many requests; retry after " + retry + "."

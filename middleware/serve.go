@@ -132,7 +132,7 @@ func (l *limiter) price(w http.ResponseWriter, next http.Handler, c *call) bool 
 // trouble is logged and the decision's source says how it was handled.
 func (l *limiter) decide(w http.ResponseWriter, c *call) bool {
 	r := c.r
-	c.req = engine.Request{Scope: c.scope, Checks: c.checks, Fail: l.group.Fail}
+	c.req = engine.Request{Scope: c.scope, Checks: c.checks, Fail: l.group.Fail, Zone: l.zone}
 	start := time.Now()
 	c.dec, c.err = l.decider.Allow(r.Context(), c.req)
 	took := time.Since(start)

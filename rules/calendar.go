@@ -2,9 +2,12 @@ package rules
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-playground/validator/v10"
 )
 
 // Calendar is the period of a calendar window (LIMIT/calendar UNIT): a day,
@@ -175,3 +178,30 @@ func (p *parser) distinctStatement(start int) *Error {
 
 // calendarText is a calendar window's period as written: "calendar month".
 func calendarText(c Calendar) string { return calendarWord + " " + string(c) }
+
+// distinctLevel reports, in a group with a distinct: statement, every
+// window of a limiter counting requests (no cost) that cannot count
+// distinct values: one with a grain (its entries merge) or a calendar
+// period (a counter).
+func distinctLevel(sl validator.StructLevel, g Group) {
+	if g.Distinct == "" {
+		return
+	}
+	check := func(ns string, ls []Limiter) {
+		for i, l := range ls {
+			if l.Cost != "" {
+				continue
+			}
+			for j, w := range l.Windows {
+				if w.Grain != 0 || w.Calendar != "" {
+					name := ns + "[" + strconv.Itoa(i) + "].Windows[" + strconv.Itoa(j) + "]"
+					sl.ReportError(w.String(), name, name, tagDistinctWin, l.ID())
+				}
+			}
+		}
+	}
+	check("Limiters", g.Limiters)
+	for i, o := range g.Overrides {
+		check("Overrides["+strconv.Itoa(i)+"].Limiters", o.Limiters)
+	}
+}

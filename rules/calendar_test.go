@@ -54,7 +54,7 @@ func TestCalendarParse(t *testing.T) {
 
 func TestCalendarStatements(t *testing.T) {
 	t.Parallel()
-	g := MustParse("ip:5/calendar day; calendar:Asia/Shanghai; distinct:files")
+	g := MustParse("ip:5/min; ip[bytes]:5Gi/calendar day; calendar:Asia/Shanghai; distinct:files")
 	if g.Calendar != "Asia/Shanghai" || g.Distinct != "files" {
 		t.Fatalf("got %q, %q", g.Calendar, g.Distinct)
 	}
@@ -90,6 +90,8 @@ func TestCalendarErrors(t *testing.T) {
 		{"ip:5/min; distinct:path; distinct:ua", 25, ErrInvalid, "duplicate distinct statement"},
 		{"ip:5/min; distinct:a/b", 19, ErrInvalid, `invalid distinct name "a/b"`},
 		{"ip:5/min; distinct:", 19, ErrSyntax, "expected path or a key function"},
+		{"ip:5/min,100/d~1h; distinct:path", 9, ErrInvalid, "counts distinct values"},
+		{"ip[bytes]:5/min,100/d~1h; ip:3/calendar day; distinct:path", 29, ErrInvalid, "counts distinct values"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -63,6 +63,7 @@ const (
 	tagCalPeriod      = "calper"   // a calendar window has no period
 	tagCalGrain       = "calgrain" // nor a grain
 	tagUniqueCalendar = "ucal"     // one calendar window per unit
+	tagDistinctWin    = "dwin"     // distinct: counts in exact sliding windows
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -334,6 +335,7 @@ func groupLevel(sl validator.StructLevel) {
 		return
 	}
 	uniqueLimiters(sl, "Limiters", g.Limiters)
+	distinctLevel(sl, g)
 	overridden := make(map[string]bool, len(g.Overrides))
 	for i, o := range g.Overrides {
 		if overridden[o.Role] {
@@ -519,6 +521,8 @@ func reason(fe validator.FieldError, ns string) string {
 	case "Calendar " + tagZone:
 		_, err := LoadZone(fmt.Sprint(val))
 		return strings.TrimPrefix(fmt.Sprint(err), "rules: ")
+	case "Windows " + tagDistinctWin:
+		return fmt.Sprintf("limiter %s counts distinct values (distinct:), which only exact sliding windows can do; window %v has a grain or a calendar period (give it its own limiter with a cost, or drop the grain)", fe.Param(), val)
 	case "Distinct " + tagRuleName:
 		return fmt.Sprintf("invalid distinct name %q; want path or a key function name: %s", fmt.Sprint(val), nameChars)
 	case "Kind required":
