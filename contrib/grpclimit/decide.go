@@ -85,7 +85,7 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 		return nil, neverStatus(pol, checks)
 	}
 
-	r := engine.Request{Scope: scope, Checks: checks, Fail: m.group.Fail}
+	r := engine.Request{Scope: scope, Checks: checks, Fail: m.group.Fail, Zone: m.zone}
 	begin := time.Now()
 	dec, err := l.decider.Allow(ctx, r)
 	ev.Latency = time.Since(begin)

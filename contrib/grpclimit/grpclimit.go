@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
@@ -67,8 +68,9 @@ type method struct {
 	group    rules.Group
 	defaults *middleware.Plan
 	byRole   map[string]*middleware.Plan
-	counted  codeSet // 0: every outcome counts
-	slots    bool    // the group has an in-flight window: admitted calls are released
+	counted  codeSet        // 0: every outcome counts
+	slots    bool           // the group has an in-flight window: admitted calls are released
+	zone     *time.Location // of the group's calendar windows (calendar:ZONE), UTC by default
 }
 
 // New returns a Limiter for the methods of methods, a map from full method
@@ -198,10 +200,14 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	if err == nil {
 		err = l.policy.Check(g) // roles that WithPolicy does not declare
 	}
+	if err == nil && g.Distinct != "" {
+		err = errDistinct
+	}
 	if err != nil {
 		return nil, &MethodError{Method: name, Err: err}
 	}
-	m := &method{name: name, group: g, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: g.Concurrent()}
+	zone, _ := g.Zone() // validated by Parse
+	m := &method{name: name, group: g, zone: zone, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: g.Concurrent()}
 	var errs []error
 	for r, ls := range g.LimiterLists() {
 		if _, dup := m.byRole[r]; dup && r != "" {
@@ -228,6 +234,11 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	}
 	return m, nil
 }
+
+// errDistinct refuses distinct: statements: a call's values (its full
+// method name is the only path it has) would count each method once, which
+// is what the method's own group already does.
+var errDistinct = errors.New("grpclimit: distinct: is not supported for gRPC: a call has no URL path, and its method is already the scope")
 
 // dialect is the rule language for gRPC: no param, key and cost functions
 // registered, count: items as gRPC code names.
