@@ -208,10 +208,10 @@ type calAdjusts struct {
 }
 
 // add queues the adjustment of undo i with args on pipe, and returns the
-// IntCmd that finish fills in; args with an empty period change nothing.
-func (a *calAdjusts) add(ctx context.Context, pipe redis.Pipeliner, i int, args []any) *redis.IntCmd {
+// IntCmd that finish fills in; skip changes nothing.
+func (a *calAdjusts) add(ctx context.Context, pipe redis.Pipeliner, i int, args []any, skip bool) *redis.IntCmd {
 	done := redis.NewIntCmd(ctx)
-	if args[10] == "" {
+	if skip {
 		done.SetVal(0)
 		return done
 	}

@@ -64,16 +64,38 @@ func (f *flatArgs) distinctArgs(p *plan, k int32) {
 }
 
 // readHeld reads the mask of the windows of distinct key k that held its
-// value before the op: an admitted request adds nothing to them.
-func readHeld(r *ireader, p *plan, k int32) {
+// value before the op (an admitted request adds nothing to them) and what
+// undoing the op decided at t would restore.
+func readHeld(r *ireader, p *plan, k int32, t int64) {
 	n := p.kstart[k+1] - p.kstart[k]
 	mask := r.int(1<<n - 1)
+	for len(p.dprev) < len(p.keys) {
+		p.dprev, p.dat = append(p.dprev, 0), append(p.dat, 0)
+	}
+	p.dprev[k], p.dat[k] = r.int(maxTime), t
 	for len(p.held) < len(p.wins) {
 		p.held = append(p.held, false)
 	}
 	for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 		p.held[j] = mask&(1<<(j-p.kstart[k])) != 0
 	}
+}
+
+// distinctUndo turns u, the undo of distinct key k of p, into the restore
+// of its value (mode 'v'): nothing when the op did not count the value anew
+// or its reply was not read (a failed call, a GiveBack: the value stays
+// counted, erring on the side of denying).
+func (p *plan) distinctUndo(u *undo, k int) {
+	u.mode, u.member, u.cost = 'v', "", 0
+	if k < len(p.dprev) && p.dprev[k] > 0 {
+		u.member, u.at, u.prev = p.kd[k], p.dat[k], p.dprev[k]
+	}
+}
+
+// restoreArgs returns the arguments of the script call that restores the
+// distinct value of u (see lua/multi_window.lua, key kind 'R').
+func (e *Engine) restoreArgs(u *undo) []any {
+	return []any{"evalsha", e.shaArg, 1, u.key, 0, maxSuffix, "", 1, 0, "R", u.member, u.at, u.prev}
 }
 
 // heldAt reports whether window m held the request's distinct value

@@ -15,9 +15,14 @@ import (
 // distinctReq is user:3/min; user[bytes]:100k/min; distinct:path for a
 // request of path costing 10,000 bytes.
 func distinctReq(path string) Request {
+	return distinctCost(path, 10_000)
+}
+
+// distinctCost is distinctReq for a request costing cost bytes.
+func distinctCost(path string, cost int64) Request {
 	u := user("u", win(3, time.Minute))
 	u.Distinct = path
-	return req(u, bytesOf("u", 10_000, win(100_000, time.Minute)))
+	return req(u, bytesOf("u", cost, win(100_000, time.Minute)))
 }
 
 // TestDistinct runs the distinct scenario on real Redis, miniredis, a
@@ -79,6 +84,34 @@ func distinctScenario(t *testing.T, e *Engine, clk *fakeClock) {
 		if d.Allowed != s.allow || d.Windows[0].Used != s.paths || d.Windows[1].Used != s.byts || d.RetryAfter != s.retry {
 			t.Fatalf("step %d (%s at %v): allowed %v, paths %d, bytes %d, retry %v; want %v %d %d %v",
 				i, s.path, s.at, d.Allowed, d.Windows[0].Used, d.Windows[1].Used, d.RetryAfter, s.allow, s.paths, s.byts, s.retry)
+		}
+	}
+	// A request the byte quota refuses counts its path nowhere, though
+	// its path key (in another cluster slot, or Ring shard) admitted it
+	// first: the rollback restores the path key.
+	clk.Set(200 * time.Second)
+	if d, err := e.Allow(ctx, distinctCost("/y", 10_000)); err != nil || !d.Allowed {
+		t.Fatalf("/y: %+v, %v", d, err)
+	}
+	if d, err := e.Allow(ctx, distinctCost("/z", 95_000)); err != nil || d.Allowed || d.Windows[0].Used != 1 {
+		t.Fatalf("/z over the byte quota: %+v, %v; want denied with one path counted", d, err)
+	}
+	clk.Set(201 * time.Second)
+	if d, err := e.Allow(ctx, distinctCost("/y", 1)); err != nil || !d.Allowed || d.Windows[0].Used != 1 {
+		t.Fatalf("/y again: %+v, %v; want one path counted: /z refused counts nowhere", d, err)
+	}
+	// An aged-out path counted anew, then refused, gets its old score
+	// back: it still counts in no window, and counts again when admitted.
+	clk.Set(261 * time.Second) // /y (200 s) left the minute
+	if d, err := e.Allow(ctx, distinctCost("/w", 10_000)); err != nil || !d.Allowed {
+		t.Fatalf("/w: %+v, %v", d, err)
+	}
+	if d, err := e.Allow(ctx, distinctCost("/y", 95_000)); err != nil || d.Allowed {
+		t.Fatalf("/y over the byte quota: %+v, %v; want denied", d, err)
+	}
+	for _, p := range []string{"/p", "/q"} {
+		if d, err := e.Allow(ctx, distinctCost(p, 1)); err != nil || !d.Allowed {
+			t.Fatalf("%s after the refusal: %+v, %v; want admitted: /y counts nowhere", p, d, err)
 		}
 	}
 }

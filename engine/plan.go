@@ -82,10 +82,12 @@ type plan struct {
 	// Distinct values (see distinct.go): per key, the member of the value
 	// it counts (empty: the request's id), their bytes, the number of such
 	// keys, and per window whether it held the value before the decision.
-	kd   []string
-	dbuf []byte
-	nd   int
-	held []bool
+	kd    []string
+	dbuf  []byte
+	nd    int
+	held  []bool
+	dprev []int64 // per key: what a rollback restores (see readHeld)
+	dat   []int64 // per key: the time the script decided at
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -106,7 +108,7 @@ func (p *plan) build(k *keyer, req *Request) error {
 	}
 	p.zone = req.Zone
 	if p.nd > 0 || len(p.kd) > 0 {
-		p.kd, p.dbuf, p.nd, p.held = p.kd[:0], p.dbuf[:0], 0, p.held[:0]
+		p.kd, p.dbuf, p.nd, p.held, p.dprev, p.dat = p.kd[:0], p.dbuf[:0], 0, p.held[:0], p.dprev[:0], p.dat[:0]
 	}
 	if len(p.kcal) > 0 || len(p.calw) > 0 {
 		p.kcal, p.kcalAt, p.calw = p.kcal[:0], p.kcalAt[:0], p.calw[:0]

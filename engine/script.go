@@ -192,7 +192,7 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 			continue
 		}
 		if p.isDistinct(int(k)) {
-			readHeld(r, p, k)
+			readHeld(r, p, k, t)
 		}
 		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {

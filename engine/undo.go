@@ -52,6 +52,9 @@ type undo struct {
 	// mode 'c': a calendar key's counter changes by delta in the period
 	// starting at cal (µs since 1970, as text); empty changes nothing.
 	cal string
+	// mode 'v': a distinct key's value (member) scored at is given back
+	// its old score prev (1: removed); an empty member changes nothing.
+	prev int64
 }
 
 // undoOf returns the undo of member (with suffix, or -1) in key k of p,
@@ -63,6 +66,9 @@ func undoOf(p *plan, k int, member string, suffix, now int64) undo {
 	}
 	if p.isCal(k) {
 		p.calUndo(&u, k)
+	}
+	if p.isDistinct(k) {
+		p.distinctUndo(&u, k)
 	}
 	return u
 }
@@ -112,8 +118,12 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	cmds := make([]*redis.IntCmd, len(us))
 	var cals calAdjusts
 	for i, u := range us {
-		if u.mode == 'c' {
-			cmds[i] = cals.add(ctx, pipe, i, e.calAdjustArgs(&u))
+		switch u.mode {
+		case 'c':
+			cmds[i] = cals.add(ctx, pipe, i, e.calAdjustArgs(&u), u.cal == "")
+			continue
+		case 'v':
+			cmds[i] = cals.add(ctx, pipe, i, e.restoreArgs(&u), u.member == "")
 			continue
 		}
 		if u.cost == 0 {
@@ -140,7 +150,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	if e.group == groupAll {
 		keys := make([]string, 0, len(us))
 		for _, u := range us {
-			if (u.mode == 0 || u.mode == 'c') && !isSlotKey(u.key) {
+			if (u.mode == 0 || u.mode == 'c' || u.mode == 'v') && !isSlotKey(u.key) {
 				keys = append(keys, u.key)
 			}
 		}
@@ -164,7 +174,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			if first == nil {
 				first = err
 			}
-		} else if cmd.Val() > 0 && (us[i].mode == 0 || us[i].mode == 'c') && !isSlotKey(us[i].key) {
+		} else if cmd.Val() > 0 && (us[i].mode == 0 || us[i].mode == 'c' || us[i].mode == 'v') && !isSlotKey(us[i].key) {
 			// A settlement (mode 's' or 'g') changes weighted keys
 			// only, and a release slot keys, which make no cached
 			// denials: nothing to announce.

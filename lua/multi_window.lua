@@ -41,6 +41,8 @@
 --                                a count key whose op counts the member
 --                                value instead of the op's (see
 --                                Distinct).
+--       0, 'R', value, at, prev  a distinct restore (see Distinct), in an
+--                                op of its own whose member is empty.
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact). lease is
@@ -62,8 +64,13 @@
 --   and a calendar adjustment the count after it:
 --     used
 --   and a distinct key, before its windows, the mask of the windows that
---   held its value before the op (bit w-1 for window w):
---     held used [oldest [edge]] ...
+--   held its value before the op (bit w-1 for window w) and what undoing
+--   the op restores (0: nothing, the value does not count anew; 1: the
+--   value was absent; else its old score):
+--     held prev used [oldest [edge]] ...
+--   and a distinct restore 1 when it restored, 0 when the value had
+--   counted again since:
+--     done
 -- code is status + 4*suffix. status is 1 when the op admitted (a peek:
 -- would admit), 0 when a window had no room, and 2 when no unique member
 -- was found within max_suffix retries (nothing written, suffix 0). suffix
@@ -107,7 +114,11 @@
 -- window: a value requested again inside the shortest window counts
 -- nowhere anew. Each window thus holds the values whose last count lies
 -- inside it. edge is sent when used >= limit, as in count keys, even if
--- the value fits.
+-- the value fits. A restore undoes an admission that counted the value
+-- anew at time at (a rollback of a request that another key denied): if
+-- the value's score is still at, it is removed (prev 1) or given back its
+-- old score prev; otherwise a later request counted it again and it
+-- stays.
 --
 -- Calendars. A calendar key (engine: the limiter's key followed by
 -- ':cal:' and the unit, same hash tag; engine/calendar.go) counts a
@@ -649,7 +660,15 @@ local function distinct_windows(key, q, nwin, v)
   local s = call('ZSCORE', key, v)
   s = s and (num(s) or sci(s))
   local mask_at = n + 1
-  n = n + 1
+  n = n + 2
+  -- what a rollback restores (see Distinct): 0 nothing, 1 absent, or the
+  -- old score
+  reply[n] = 0
+  if not s then
+    reply[n] = 1
+  elseif s <= t - num(args[q + 2 * nwin - 2]) then
+    reply[n] = s
+  end
   local mask, bit = 0, 1
   local fits, longest_used = true, nil
   for w = 0, nwin - 1 do
@@ -808,6 +827,21 @@ while p <= #args do
       key_state[at - 3] = key_state[at - 3] + 3
       key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
       key_state[at] = again and 'D' or 'd'
+    elseif args[q + 1] == 'R' then
+      -- A distinct restore (see Distinct).
+      local s, done = call('ZSCORE', key, args[q + 2]), 0
+      if s and (num(s) or sci(s)) == num(args[q + 3]) then
+        if args[q + 4] == '1' then
+          call('ZREM', key, args[q + 2])
+        else
+          call('ZADD', key, args[q + 4], args[q + 2])
+        end
+        done = 1
+      end
+      n = n + 1
+      reply[n] = done
+      key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
+      q = q + 5
     elseif args[q + 1] == 'C' then
       -- A calendar key (see Calendars): key_state[at] true keeps it out
       -- of add_member and the bookkeeping; -2 marks it for the write.

@@ -18,10 +18,14 @@ import (
 type api struct {
 	Health http.HandlerFunc `route:"GET /health" limit:"ip:5/s,100/min"`
 	// Paid object-storage downloads: per user and per IP, a global budget,
-	// 1 GiB a day per user (bytes is the object's size, see objectSize),
-	// at most 2 downloads of a user at once, super-admins unlimited, and
-	// the shared admin account counted by IP.
-	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d,2 concurrent; user[bytes]:1Gi/d~15min; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min"`
+	// 1 GiB a day and 100 GiB a calendar month (as billed, in Shanghai's
+	// time) per user (bytes is the object's size, see objectSize), at most
+	// 2 downloads of a user at once, super-admins unlimited, and the shared
+	// admin account counted by IP. The request limiters count distinct
+	// files (distinct:path): a download manager fetching one file in many
+	// range requests uses one of the minute's 10, while the byte quotas
+	// count every request.
+	Download http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min,200/d,2 concurrent; user[bytes]:1Gi/d~15min,100Gi/calendar month; ip:30/min; global:1000/h; exempt:superadmin; role(admin)=ip:30/min; calendar:Asia/Shanghai; distinct:path"`
 	// A costly report (a few seconds of work): one running per user at a
 	// time, 20 an hour.
 	Report http.HandlerFunc `route:"GET /reports/{id}" limit:"user:1 concurrent; user:20/h; exempt:superadmin"`

@@ -23,6 +23,10 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	// The downloads' calendar month is Shanghai's (calendar:Asia/Shanghai):
+	// the zone database is embedded, so the demo starts on systems
+	// without one.
+	_ "time/tzdata"
 
 	"github.com/slidelimit/slidelimit/rules"
 )

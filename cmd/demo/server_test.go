@@ -75,6 +75,12 @@ func (td *testDemo) codes(n int, method string, target func(i int) string, token
 
 func path(p string) func(int) string { return func(int) string { return p } }
 
+// distinctFiles names a different file per request, /files/NAME0,
+// /files/NAME1, ...: downloads count distinct files (distinct:path).
+func distinctFiles(name string) func(int) string {
+	return func(i int) string { return fmt.Sprintf("/files/%s%d", name, i) }
+}
+
 // repeat returns n copies of code followed by the codes in then.
 func repeat(code, n int, then ...int) []int {
 	return append(slices.Repeat([]int{code}, n), then...)
@@ -189,8 +195,8 @@ func TestAdminCountedByIP(t *testing.T) {
 	td := newTestDemo(t, "")
 	a, b := "192.0.2.10:1000", "192.0.2.11:1000"
 	wantCodes(t, "admin from A", td.codes(31, "GET", func(i int) string { return fmt.Sprintf("/files/%d", i) }, "admin", a), repeat(200, 30, 429))
-	wantCodes(t, "admin from B", td.codes(30, "GET", path("/files/1"), "admin", b), repeat(200, 30))
-	wantCodes(t, "admin from A again, another port", td.codes(1, "GET", path("/files/2"), "admin", "192.0.2.10:2000"), []int{429})
+	wantCodes(t, "admin from B", td.codes(30, "GET", distinctFiles("b"), "admin", b), repeat(200, 30))
+	wantCodes(t, "admin from A again, another port", td.codes(1, "GET", path("/files/new"), "admin", "192.0.2.10:2000"), []int{429})
 	// The admin account is not counted as a user: bob, from another IP, is
 	// unaffected.
 	wantCodes(t, "bob", td.codes(1, "GET", path("/files/1"), "bob", "192.0.2.12:1"), []int{200})
@@ -256,7 +262,7 @@ func TestAdminLimits(t *testing.T) {
 func checkAdminLimits(t *testing.T, td *testDemo) {
 	t.Helper()
 	aliceURL := limitsURL(files, "user", "subject", "alice")
-	wantCodes(t, "alice downloads 3", td.codes(3, "GET", path("/files/7"), "alice", peer), repeat(200, 3))
+	wantCodes(t, "alice downloads 3", td.codes(3, "GET", distinctFiles("a"), "alice", peer), repeat(200, 3))
 
 	code, p1 := td.peek("root", aliceURL)
 	if code != 200 {
@@ -274,7 +280,7 @@ func checkAdminLimits(t *testing.T, td *testDemo) {
 		t.Errorf("peeking counted: %q then %q", used(p1), used(p2))
 	}
 
-	wantCodes(t, "alice up to her limit", td.codes(8, "GET", path("/files/8"), "alice", peer), repeat(200, 7, 429))
+	wantCodes(t, "alice up to her limit", td.codes(8, "GET", distinctFiles("b"), "alice", peer), repeat(200, 7, 429))
 	if _, p := td.peek("root", aliceURL); p.Allowed || !slices.Equal(used(p), []string{"user-concurrent=0/2", "user-1min=10/10", "user-1d=10/200"}) {
 		t.Errorf("full: %+v", p)
 	}
