@@ -413,7 +413,7 @@ func TestUsage(t *testing.T) {
 		code int
 		want []string
 	}{
-		{[]string{"-h"}, 0, []string{"demo load [-url U]", "GET /files/{id}        user:10/min,200/d,2 concurrent; user[bytes]:1073741824/d~15min; ip:30/min", "-cluster string", "-redis string", "-addr string"}},
+		{[]string{"-h"}, 0, []string{"demo load [-url U]", "GET /files/{id}        user:10/min,200/d,2 concurrent; user[bytes]:1073741824/d~15min,107374182400/calendar month; ip:30/min", "-cluster string", "-redis string", "-addr string"}},
 		{[]string{"load", "-h"}, 0, []string{"Usage: demo load [flags]", "-rps int", "-token string"}},
 		{[]string{"-bogus"}, 2, []string{"flag provided but not defined: -bogus", "Usage:"}},
 		{[]string{"serve"}, 2, []string{`demo: unknown argument "serve"`}},
@@ -476,7 +476,7 @@ func TestServeShutsDown(t *testing.T) {
 	}
 	for _, want := range []string{
 		`msg=backend redis="embedded miniredis`,
-		`msg=route pattern="GET /files/{id}" limit="user:10/min,200/d,2 concurrent; user[bytes]:1073741824/d~15min; ip:30/min; global:1000/h; role(admin)=ip:30/min; exempt:superadmin"`,
+		`msg=route pattern="GET /files/{id}" limit="user:10/min,200/d,2 concurrent; user[bytes]:1073741824/d~15min,107374182400/calendar month; ip:30/min; global:1000/h; role(admin)=ip:30/min; exempt:superadmin; calendar:Asia/Shanghai; distinct:path"`,
 		`msg="shutting down"`, `msg=stopped`,
 	} {
 		if !strings.Contains(log.String(), want) {
