@@ -3,8 +3,10 @@ package middleware
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -90,4 +92,24 @@ func periodPhrase(w rules.Window) string {
 		return "calendar " + string(w.Calendar)
 	}
 	return rules.FormatPeriod(w.Period)
+}
+
+// calendarItems appends to items every advertised calendar window of an
+// admitted request's decision that items lacks: a calendar quota empties
+// at its boundary, not gradually, so its t (the time to the boundary) says
+// something no sliding window's does, and a client billed per month wants
+// it in every response.
+func (p *plan) calendarItems(d *engine.Decision, items []int) []int {
+	if !p.calendar {
+		return items
+	}
+	for i, ws := range d.Windows {
+		if ws.Window.Calendar == "" || slices.Contains(items, i) {
+			continue
+		}
+		if pol := p.lookup(ws.Check, ws.Window); pol != nil && pol.unit != unitNone {
+			items = append(items, i)
+		}
+	}
+	return items
 }

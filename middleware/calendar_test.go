@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -134,5 +135,30 @@ func TestDistinctStartup(t *testing.T) {
 	bad := rules.Group{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Calendar: rules.CalendarDay}}}}, Calendar: "Mars/Olympus"}
 	if _, err := middleware.New(bad, newMem()); err == nil || !strings.Contains(err.Error(), "Mars/Olympus") {
 		t.Fatalf("New with an unknown zone: %v; want an error naming it", err)
+	}
+}
+
+// TestCalendarItem: an admitted request's RateLimit lists the calendar
+// window with its t beside the tightest window of each unit.
+func TestCalendarItem(t *testing.T) {
+	t.Parallel()
+	srv, now, _ := clockServer(t, "user:10/min; user[bytes]:1Gi/d,100Gi/calendar month; calendar:Asia/Shanghai",
+		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1 << 20, nil }))
+	sh, err := rules.LoadZone("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now.Store(time.Date(2030, 1, 31, 23, 0, 0, 0, sh).UnixMicro())
+	resp, err := http.Get(srv.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := []string{`"user-1min";r=9;t=60`, `"user[bytes]-1d";r=1072693248;t=86400`, `"user[bytes]-calendar-month";r=107373133824;t=3600`}
+	if got := resp.Header.Values("RateLimit"); !slices.Equal(got, want) {
+		t.Errorf("RateLimit %q, want %q", got, want)
+	}
+	if p := resp.Header.Get("RateLimit-Policy"); !strings.Contains(p, `"user[bytes]-calendar-month";q=107374182400;qu="content-bytes";w=2682000`) {
+		t.Errorf("RateLimit-Policy %q lacks the calendar window", p)
 	}
 }

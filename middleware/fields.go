@@ -220,7 +220,8 @@ func mostConstrained(d *engine.Decision) int {
 // then content-bytes, then concurrent-requests — the window with the fewest remaining in that unit
 // (remaining requests and remaining bytes cannot be compared), ties going
 // to the longer effective window; the primary window is the first of them,
-// or the most constrained of all when none is advertised.
+// or the most constrained of all when none is advertised. Every advertised
+// calendar window follows them (see calendarItems).
 func (p *plan) constrained(d *engine.Decision) (items []int, primary int) {
 	if i := deniedIndex(d); i >= 0 {
 		ws := d.Windows[i]
@@ -246,6 +247,7 @@ func (p *plan) constrained(d *engine.Decision) (items []int, primary int) {
 			items = append(items, b)
 		}
 	}
+	items = p.calendarItems(d, items)
 	if len(items) > 0 {
 		return items, items[0]
 	}

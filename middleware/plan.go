@@ -61,6 +61,7 @@ type plan struct {
 	settle   []*Settlement // settle[i] is how limiters[i] settles (WithSettle), nil if not; nil when none does
 	settled  bool          // some limiter settles
 	slots    bool          // some limiter has an in-flight window: admitted requests are released
+	calendar bool          // some limiter has a calendar window (see calendarItems)
 }
 
 // newPlan prepares ls; it fails when a limiter needs a key or cost function
@@ -109,6 +110,7 @@ func newPlan(role string, ls []rules.Limiter, keys map[string]KeyFunc, costs map
 			if w.Concurrent {
 				u, p.slots = unitConcurrent, true
 			}
+			p.calendar = p.calendar || w.Calendar != ""
 			p.policies = append(p.policies, policy{name: PolicyName(l, w), check: i, window: w, unit: u, per: per})
 		}
 	}
