@@ -91,10 +91,9 @@ type slotHolder struct {
 	warn    logthrottle.Throttle // of failed renewals' lines
 }
 
-// hold registers the slots that d's receipt names in the slot keys of p.
-func (e *Engine) hold(p *plan, r *receipt) {
+// hold registers the slots that t holds.
+func (e *Engine) hold(t *taken) {
 	h := &e.slots
-	member := strconv.FormatInt(r.id, 10)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e.closed.Load() {
@@ -103,9 +102,9 @@ func (e *Engine) hold(p *plan, r *receipt) {
 	if h.held == nil {
 		h.held = make(map[slotRef]struct{})
 	}
-	for i, key := range p.keys {
-		if p.ks[i] {
-			h.held[slotRef{key: string([]byte(key)), member: memberText(member, r.suffixOf(i))}] = struct{}{}
+	for i, k := range t.keys {
+		if k.kind == kindSlot {
+			h.held[slotRef{key: t.key(i), member: memberText(t.member, k.suffix)}] = struct{}{}
 		}
 	}
 	if !h.started {
@@ -116,13 +115,14 @@ func (e *Engine) hold(p *plan, r *receipt) {
 	}
 }
 
-// unhold forgets the slots of us (removals of slot keys), which their
-// request released.
-func (e *Engine) unhold(us []undo) {
+// unhold forgets the slots that t releases in fin.
+func (e *Engine) unhold(t *taken, fin []undo) {
 	h := &e.slots
 	h.mu.Lock()
-	for _, u := range us {
-		delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+	for _, u := range fin {
+		if u.kind == kindSlot {
+			delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+		}
 	}
 	h.mu.Unlock()
 }
@@ -276,12 +276,13 @@ func (e *Engine) renew() {
 	}
 }
 
-// Release frees the slots that d holds in the in-flight windows of req: d
-// must be the Decision of the Allow call for req. An admitted request
-// holds one slot per in-flight window (rules.Window.Concurrent) from its
-// admission until Release (or GiveBack, which also releases); call it
-// once the request's work is over, however it ended. The engine renews
-// held slots until then (see WithLease).
+// Release frees the slots that d holds in the in-flight windows of its
+// request: it is Finish(ctx, d, Outcome{}), at the same cost. An admitted
+// request holds one slot per in-flight window (rules.Window.Concurrent)
+// from its admission until Release (or GiveBack, which also releases, or
+// Finish); call it once the request's work is over, however it ended. The
+// engine renews held slots until then (see WithLease). req is not needed
+// (d knows its keys); it is kept for compatibility.
 //
 // Release removes only the request's own slot, its unique member, so it
 // is idempotent (a second Release frees nothing) and never frees another
@@ -293,6 +294,6 @@ func (e *Engine) renew() {
 // ErrBackend; the slot frees at the latest when its lease runs out, since
 // it is no longer renewed. After Close, Release returns ErrClosed. It is
 // safe for concurrent use.
-func (e *Engine) Release(ctx context.Context, req Request, d Decision) error {
-	return e.giveBack(ctx, &req, &d, true)
+func (e *Engine) Release(ctx context.Context, _ Request, d Decision) error {
+	return e.finish(ctx, &d, &Outcome{}, false)
 }

@@ -450,7 +450,7 @@ func TestCostsDifferential(t *testing.T) {
 			t.Fatalf("step %d at %v, cost %d: redis %v %v %+v, local %v %v %+v", i, at, r.Checks[0].Cost,
 				rd.Allowed, rd.RetryAfter, rd.Windows, ld.Allowed, ld.RetryAfter, ld.Windows)
 		}
-		if rd.Allowed && rd.receipt.id != 0 {
+		if rd.Allowed && rd.taken != nil {
 			admitted = append(admitted, pair{r, rd, ld})
 		}
 	}

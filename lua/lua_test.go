@@ -11,12 +11,6 @@ func TestEmbedded(t *testing.T) {
 	}
 }
 
-func TestEmbeddedGiveBack(t *testing.T) {
-	if !strings.HasPrefix(GiveBack, "-- give_back.lua") || !strings.Contains(GiveBack, "return 0") {
-		t.Fatalf("GiveBack does not hold the script: %.60q", GiveBack)
-	}
-}
-
 func TestEmbeddedRenew(t *testing.T) {
 	if !strings.HasPrefix(Renew, "-- renew.lua") || !strings.Contains(Renew, "return reply") {
 		t.Fatalf("Renew does not hold the script: %.60q", Renew)
