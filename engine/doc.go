@@ -148,12 +148,15 @@
 //	prefix{scope|kind|subject}   or, for named kinds,   prefix{scope|kind:name|subject}
 //
 // for example slidelimit:{GET%20/files/%7Bid%7D|user|42}; a limiter with a
-// cost or a grained window adds a fourth segment, the cost
-// (slidelimit:{GET%20/files/%7Bid%7D|user|42|bytes}, "1" for a grained
-// count limiter). Scope, kind, name and subject are percent-encoded ('%',
-// the separators '|' and ':', the braces, '#', space and control bytes), so
-// distinct triples never share a key and no client-supplied byte can end or
-// open the braces, which make the whole triple the Redis Cluster hash tag.
+// cost or a grained window adds a fourth segment, the cost, after the hash
+// tag (slidelimit:{GET%20/files/%7Bid%7D|user|42}|bytes, "1" for a grained
+// count limiter). Scope, kind, name, subject and cost are percent-encoded
+// ('%', the separators '|' and ':', the braces, '#', space and control
+// bytes), so distinct triples never share a key and no client-supplied byte
+// can end or open the braces, which make the whole triple the Redis Cluster
+// hash tag: every key of one subject and limiter kind (its count key, its
+// cost keys, its slot and block keys) lives in one cluster slot, and one
+// script call admits or finishes a request's checks of that subject.
 // A subject longer than 128 bytes (or every subject, with
 // [WithHashSubjects]) is stored as '#' and the unpadded base64url SHA-256
 // (HMAC-SHA-256 with a secret) of its bytes. A member is one admitted

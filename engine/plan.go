@@ -9,7 +9,6 @@ import (
 	"hash"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -273,7 +272,8 @@ func (p *plan) block(i, idx int, d time.Duration) error {
 
 // blockSuffix ends a block key: the limiter key it guards, then this
 // suffix, which keeps it in the key's hash tag (its cluster slot) and
-// apart from every limiter key (those end with '}').
+// apart from every limiter key (those end with '}' or a cost, in which ':'
+// is escaped).
 const blockSuffix = ":block"
 
 // blockKey returns the key of key's block (see Check.Block).
@@ -340,9 +340,6 @@ func (p *plan) appendKeyArgs(args []any, k int) []any {
 // subject's slots live in the slot of its count key.
 const slotSuffix = ":slots"
 
-// isSlotKey reports whether key is a slot key: other keys end with the
-// brace that closes their hash tag.
-func isSlotKey(key string) bool { return strings.HasSuffix(key, slotSuffix) }
 
 // key records the key appended to p.buf at start, or finds an equal one
 // recorded before (and drops the copy), and returns its index. A new key
@@ -526,8 +523,9 @@ func newKeyer(c *config) *keyer {
 }
 
 // appendKey appends the key of (scope, limiter, subject) to b. cost is the
-// limiter's key cost (see keyCost): "" for a count key, whose name has three
-// segments; a weighted key has a fourth, the cost.
+// limiter's key cost (see keyCost): "" for a count key, whose name is its
+// hash tag of three segments; a weighted key has a fourth, the cost, after
+// the hash tag.
 func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, subject string) []byte {
 	b = append(b, k.prefix...)
 	b = append(b, '{')
@@ -544,11 +542,15 @@ func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, s
 	} else {
 		b = appendEscaped(b, subject)
 	}
+	b = append(b, '}')
 	if cost != "" {
+		// After the hash tag: every key of a subject (its count, slot and
+		// cost keys) lives in one cluster slot, so that one script call
+		// decides or finishes a request of a subject.
 		b = append(b, '|')
 		b = appendEscaped(b, cost)
 	}
-	return append(b, '}')
+	return b
 }
 
 func (k *keyer) appendHashed(b []byte, subject string) []byte {

@@ -129,7 +129,7 @@ func TestCostErrors(t *testing.T) {
 	}
 	c = plannedCall(t, req(user("u", win(5, time.Second), gwin(100, time.Hour, time.Minute))))
 	c1 := plannedCall(t, req(Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "1", Windows: []rules.Window{win(5, time.Second)}}, Subject: "u"}))
-	if c.plan.keys[0] != "p:{s|user|u|1}" || c.plan.keys[0] != c1.plan.keys[0] {
+	if c.plan.keys[0] != "p:{s|user|u}|1" || c.plan.keys[0] != c1.plan.keys[0] {
 		t.Errorf("grained key %q, cost-1 key %q", c.plan.keys[0], c1.plan.keys[0])
 	}
 	if c := plannedCall(t, req(user("u", win(5, time.Second)))); c.plan.keys[0] != "p:{s|user|u}" || c.plan.kw[0] {
