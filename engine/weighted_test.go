@@ -124,7 +124,7 @@ func TestCostErrors(t *testing.T) {
 	// count limiter shares the key of the cost 1.
 	r := req(Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
 	c := plannedCall(t, r)
-	if c.plan.kcost[0] != 5 || !c.plan.kw[0] || c.plan.keys[0] != "p:{s|ip|i|5}" {
+	if c.plan.kcost[0] != 5 || !c.plan.kw[0] || c.plan.keys[0] != "p:{s|ip|i}|5" {
 		t.Errorf("constant cost: cost %d weighted %v key %q", c.plan.kcost[0], c.plan.kw[0], c.plan.keys[0])
 	}
 	c = plannedCall(t, req(user("u", win(5, time.Second), gwin(100, time.Hour, time.Minute))))
