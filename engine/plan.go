@@ -340,7 +340,6 @@ func (p *plan) appendKeyArgs(args []any, k int) []any {
 // subject's slots live in the slot of its count key.
 const slotSuffix = ":slots"
 
-
 // key records the key appended to p.buf at start, or finds an equal one
 // recorded before (and drops the copy), and returns its index. A new key
 // counts cost, and is weighted or a slot key as told.
