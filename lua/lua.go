@@ -13,12 +13,25 @@ import _ "embed"
 // multi_window.lua specifies its wire format, the engine package
 // documentation its semantics.
 //
+// It is number.lua followed by multi_window.lua.
+var MultiWindow = number + multiWindow
+
 //go:embed multi_window.lua
-var MultiWindow string
+var multiWindow string
 
 // Renew is the source of the script that extends the leases of running
 // requests' slots (in-flight windows). Its header specifies its arguments
 // and reply; slot keys are specified in multi_window.lua.
 //
+// It is number.lua followed by renew.lua.
+var Renew = number + renew
+
 //go:embed renew.lua
-var Renew string
+var renew string
+
+// number is the source of the function that the scripts read numbers
+// from Redis with (see number.lua): it precedes each script that reads
+// scores or stored values.
+//
+//go:embed number.lua
+var number string

@@ -1,5 +1,6 @@
 -- renew.lua: extends the leases of running requests' slots (see Slots in
--- the header of multi_window.lua, which specifies slot keys).
+-- the header of multi_window.lua, which specifies slot keys). It reads
+-- scores as num(s) or sci(s) (lua/number.lua precedes it).
 --
 -- Arguments (decimal strings, times in microseconds since 1970):
 --   ARGV[1]  t: the time, or 0 to use the server's TIME
@@ -35,7 +36,7 @@ for k = 1, #KEYS do
     i = i + 1
     local m = ARGV[i]
     local s = call('ZSCORE', key, m)
-    if s and num(s) >= t then
+    if s and (num(s) or sci(s)) >= t then
       call('ZADD', key, 'XX', score, m)
       reply[#reply + 1] = 1
       renewed = true
