@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"context"
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -124,11 +122,11 @@ func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds
 	return [calBounds]int64{prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), next.UnixMicro()}
 }
 
-// calArgs appends the fields of calendar key k of p: 0, 'C', cost, limit,
+// calArgs appends the fields of calendar key k of p: 0, 'P', cost, limit,
 // then the boundaries around now (µs since 1970).
 func (f *flatArgs) calArgs(p *plan, k int32, now int64) {
 	f.int(0)
-	f.buf = append(f.buf, 'C')
+	f.buf = append(f.buf, 'P')
 	f.ends = append(f.ends, int32(len(f.buf)))
 	f.int(p.kcost[k])
 	f.int(p.wins[p.kstart[k]].limit)
@@ -156,34 +154,22 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 	p.kcalAt[k] = t
 }
 
-// setCalendarAt records t (µs since 1970) as the decision time of every
-// calendar key of p: the period a give-back, settlement or rollback
-// adjusts.
-func (p *plan) setCalendarAt(t int64) {
-	for k := range p.kcal {
-		if p.kcal[k] != "" {
-			p.kcalAt[k] = t
-		}
-	}
-}
-
-// calUndo turns u, the undo of key k of p, into the adjustment of a
-// calendar counter by -cost in the period p decided in (mode 'c'); a key
-// whose decision time is unknown (the script call failed: it may not have
-// counted) gets no adjustment (cal empty), erring on the side of denying.
+// calUndo makes u, the undo of calendar key k of p, the adjustment of its
+// counter by -cost in the period p decided in; a key whose decision time
+// is unknown (the script call failed: it may not have counted) gets none
+// (cal empty), erring on the side of denying.
 func (p *plan) calUndo(u *undo, k int) {
-	u.mode, u.delta, u.cost = 'c', -p.kcost[k], 0
+	u.kind, u.delta = kindCal, -p.kcost[k]
 	if at := p.kcalAt[k]; at > 0 {
-		start, end := p.kcal[k].Bounds(time.UnixMicro(at), p.zoneOf())
-		u.cal = strconv.FormatInt(start.UnixMicro(), 10)
-		u.until = max(u.until, time.Now().UnixMicro()+(end.UnixMicro()-at))
+		u.cal = p.calStart(k, at)
 	}
 }
 
-// calAdjustArgs returns the arguments of the script call that adjusts the
-// calendar counter of u (see lua/multi_window.lua, key kind 'A').
-func (e *Engine) calAdjustArgs(u *undo) []any {
-	return []any{"evalsha", e.shaArg, 1, u.key, 0, maxSuffix, "", 1, 0, "A", u.cal, u.delta}
+// calStart returns the start of the period of calendar key k that holds
+// at (µs since 1970), as the script's argument.
+func (p *plan) calStart(k int, at int64) string {
+	start, _ := p.kcal[k].Bounds(time.UnixMicro(at), p.zoneOf())
+	return strconv.FormatInt(start.UnixMicro(), 10)
 }
 
 // calResetKeys returns the calendar keys of l's calendar windows for
@@ -199,46 +185,6 @@ func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string) []s
 	return keys
 }
 
-// calAdjusts runs the calendar adjustments of a removal pipeline (see
-// Engine.remove), whose replies are the script's arrays, and reports each
-// as an IntCmd of the pipeline's: 1 when sent and answered.
-type calAdjusts struct {
-	idx  []int
-	cmds []*redis.IntSliceCmd
-}
-
-// add queues the adjustment of undo i with args on pipe, and returns the
-// IntCmd that finish fills in; skip changes nothing.
-func (a *calAdjusts) add(ctx context.Context, pipe redis.Pipeliner, i int, args []any, skip bool) *redis.IntCmd {
-	done := redis.NewIntCmd(ctx)
-	if skip {
-		done.SetVal(0)
-		return done
-	}
-	c := redis.NewIntSliceCmd(ctx, args...)
-	_ = pipe.Process(ctx, c)
-	a.idx, a.cmds = append(a.idx, i), append(a.cmds, c)
-	return done
-}
-
-// finish copies the adjustments' outcomes into cmds, sending those Redis
-// had no script for again with its source; it reports whether it did.
-func (a *calAdjusts) finish(ctx context.Context, e *Engine, cmds []*redis.IntCmd) (retried bool) {
-	for n, c := range a.cmds {
-		if noScript(c.Err()) {
-			c = redis.NewIntSliceCmd(ctx, asEval(c.Args(), e.srcArg)...)
-			_ = e.client.Process(ctx, c)
-			retried = true
-		}
-		if err := c.Err(); err != nil {
-			cmds[a.idx[n]].SetErr(err)
-		} else {
-			cmds[a.idx[n]].SetVal(1)
-		}
-	}
-	return retried
-}
-
 // calSpan returns the start and end (µs since 1970) of the period of
 // calendar key k that holds t, for the local fallback.
 func (p *plan) calSpan(k int, t int64) (start, end int64) {
@@ -246,26 +192,6 @@ func (p *plan) calSpan(k int, t int64) (start, end int64) {
 	return s.UnixMicro(), e.UnixMicro()
 }
 
-// calDeltas sets the change of cost of every calendar key of p when req's
-// checks settle to actual (-1: unchanged), as Settle does for the other
-// keys.
-func (p *plan) calDeltas(req *Request, actual, deltas []int64, set []bool) error {
-	for _, r := range p.calw {
-		a, k := actual[r.check], r.key
-		if a < 0 {
-			continue
-		}
-		delta := a - p.kcost[k]
-		switch {
-		case delta != 0 && req.Checks[r.check].Limiter.Cost == "":
-			return &RequestError{Check: int(r.check), Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
-		case set[k] && deltas[k] != delta:
-			return &RequestError{Check: int(r.check), Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
-		}
-		deltas[k], set[k] = delta, true
-	}
-	return nil
-}
 
 // calKeyOf returns the calendar key whose window is p.wins[m].
 func (p *plan) calKeyOf(m int32) int32 {
@@ -275,4 +201,111 @@ func (p *plan) calKeyOf(m int32) int32 {
 		}
 	}
 	return -1
+}
+
+// validCalendar checks calendar window j of check i, w, which counts cost.
+func validCalendar(i, j int, w *rules.Window, cost int64) error {
+	switch {
+	case w.Limit < 1 || w.Limit > rules.MaxBoundedLimit:
+		return &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
+	case cost > w.Limit:
+		return &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
+			" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
+	}
+	return nil
+}
+
+// calendars registers the calendar windows of check i with their keys.
+func (p *plan) calendars(k *keyer, req *Request, i int, kc string, cost int64) error {
+	for j := range req.Checks[i].Windows {
+		if req.Checks[i].Windows[j].Calendar != "" {
+			if err := p.calendar(k, req, i, j, kc, cost); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sizeCalendars sizes the per-key calendar slices to the plan's keys,
+// once every key is known.
+func (p *plan) sizeCalendars() {
+	if len(p.kcal) == 0 {
+		return
+	}
+	for len(p.kcal) < len(p.keys) {
+		p.kcal = append(p.kcal, "")
+	}
+	p.kcalAt = append(p.kcalAt[:0], make([]int64, len(p.keys))...)
+}
+
+// takenExtra is what Finish needs of a calendar or distinct key a request
+// took, beside its takenKey.
+type takenExtra struct {
+	check int32  // kindCal: the check whose calendar window it counts
+	cal   string // kindCal: the start of the period it counted in
+	at    int64  // kindDistinct: the time the value counted anew
+	prev  int64  // kindDistinct: what a restore gives back (0: nothing)
+	value string // kindDistinct: the value's member
+}
+
+// takeExtra records the calendar and distinct keys of p in t.
+func (t *taken) takeExtra(p *plan) {
+	t.extra = make([]takenExtra, len(t.keys))
+	for _, r := range p.calw {
+		k := r.key
+		t.keys[k].kind, t.keys[k].cost = kindCal, p.kcost[k]
+		t.extra[k] = takenExtra{check: r.check, cal: p.calStart(int(k), t.at)}
+	}
+	for k := range t.keys {
+		if p.isDistinct(k) {
+			t.keys[k].kind = kindDistinct
+			x := &t.extra[k]
+			x.value = p.kd[k]
+			if k < len(p.dprev) {
+				x.at, x.prev = p.dat[k], p.dprev[k]
+			}
+		}
+	}
+}
+
+// extraUndo makes u the finish of calendar or distinct key i of t: a
+// calendar key's counter changes by delta in the request's period; a
+// distinct key's value is restored (delta unused). It reports false when
+// there is nothing to do.
+func (t *taken) extraUndo(i int, u *undo, delta int64) bool {
+	x := &t.extra[i]
+	if u.kind == kindCal {
+		u.cal, u.delta, u.mode = x.cal, delta, 's'
+		if delta < 0 && delta == -t.keys[i].cost {
+			u.mode = 'r' // the local fallback removes the entry
+		}
+		return true
+	}
+	u.value, u.at, u.prev = x.value, x.at, x.prev
+	return x.prev > 0 || t.src == FromLocal // the fallback removes the request's entry
+}
+
+// calDeltas sets in d the change of every calendar key of t when its checks
+// settle to actual (-1: unchanged), as deltas does for the rate keys.
+func (t *taken) calDeltas(actual, d []int64) error {
+	for k := range t.keys {
+		if t.keys[k].kind != kindCal {
+			continue
+		}
+		c := t.extra[k].check
+		a := actual[c]
+		if a < 0 {
+			continue
+		}
+		delta := a - t.keys[k].cost
+		switch {
+		case delta != 0 && !t.checks[c].priced:
+			return &RequestError{Check: int(c), Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
+		case d[k] != 0 && d[k] != delta:
+			return &RequestError{Check: int(c), Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
+		}
+		d[k] = delta
+	}
+	return nil
 }

@@ -81,21 +81,15 @@ func readHeld(r *ireader, p *plan, k int32, t int64) {
 	}
 }
 
-// distinctUndo turns u, the undo of distinct key k of p, into the restore
-// of its value (mode 'v'): nothing when the op did not count the value anew
-// or its reply was not read (a failed call, a GiveBack: the value stays
-// counted, erring on the side of denying).
+// distinctUndo makes u, the undo of distinct key k of p, the restore of
+// its value: nothing (prev 0) when the op did not count the value anew or
+// its reply was not read (a failed call: the value stays counted, erring
+// on the side of denying).
 func (p *plan) distinctUndo(u *undo, k int) {
-	u.mode, u.member, u.cost = 'v', "", 0
+	u.kind = kindDistinct
 	if k < len(p.dprev) && p.dprev[k] > 0 {
-		u.member, u.at, u.prev = p.kd[k], p.dat[k], p.dprev[k]
+		u.value, u.at, u.prev = p.kd[k], p.dat[k], p.dprev[k]
 	}
-}
-
-// restoreArgs returns the arguments of the script call that restores the
-// distinct value of u (see lua/multi_window.lua, key kind 'R').
-func (e *Engine) restoreArgs(u *undo) []any {
-	return []any{"evalsha", e.shaArg, 1, u.key, 0, maxSuffix, "", 1, 0, "R", u.member, u.at, u.prev}
 }
 
 // heldAt reports whether window m held the request's distinct value
