@@ -229,6 +229,11 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	if u := used(day.Add(3 * time.Second)); u != 10 {
 		t.Fatalf("after giving 30 back: used %d, want 10", u)
 	}
+	// a was settled: it is not given back as well.
+	localOK(t, e, e.GiveBack(ctx, r(60), a))
+	if u := used(day.Add(3 * time.Second)); u != 10 {
+		t.Fatalf("after giving back a settled request: used %d, want 10", u)
+	}
 	// A request of the previous day given back leaves today's counter.
 	next := day.Add(24 * time.Hour)
 	ds = runCal(t, e, clk, r(20), []calStep{{at: next, allow: true, used: 20}})
