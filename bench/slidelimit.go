@@ -98,6 +98,9 @@ func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64
 	var desc []string
 	for _, w := range windows {
 		d := fmt.Sprintf("%d/%v", w.Limit, w.Period)
+		if w.Calendar != "" {
+			d = fmt.Sprintf("%d/calendar %s", w.Limit, w.Calendar)
+		}
 		if w.Grain != 0 {
 			d += "~" + w.Grain.String()
 		}

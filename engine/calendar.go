@@ -123,16 +123,44 @@ func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds
 }
 
 // calArgs appends the fields of calendar key k of p: 0, 'P', cost, limit,
-// then the boundaries around now (µs since 1970).
+// then the boundaries around now (µs since 1970), which p keeps for
+// readCal.
 func (f *flatArgs) calArgs(p *plan, k int32, now int64) {
 	f.int(0)
 	f.buf = append(f.buf, 'P')
 	f.ends = append(f.ends, int32(len(f.buf)))
 	f.int(p.kcost[k])
 	f.int(p.wins[p.kstart[k]].limit)
-	for _, b := range calBoundsAround(p.kcal[k], now, p.zoneOf()) {
-		f.int(b)
+	b := f.bounds(p.kcal[k], p.zoneOf(), now)
+	p.kbounds[k] = b
+	for _, x := range b {
+		f.int(x)
 	}
+}
+
+// calCached is the boundaries of the periods around a time, for one
+// calendar and zone.
+type calCached struct {
+	cal rules.Calendar
+	loc *time.Location
+	b   [calBounds]int64
+}
+
+// bounds returns calBoundsAround(c, now, loc), from f's cache while now
+// lies in the cached current period: computing them takes a dozen
+// time.Date calls, a period lasts a day or more.
+func (f *flatArgs) bounds(c rules.Calendar, loc *time.Location, now int64) [calBounds]int64 {
+	for i := range f.cals {
+		if x := &f.cals[i]; x.cal == c && x.loc == loc && now >= x.b[1] && now < x.b[2] {
+			return x.b
+		}
+	}
+	b := calBoundsAround(c, now, loc)
+	if len(f.cals) >= 4 {
+		f.cals = f.cals[:0]
+	}
+	f.cals = append(f.cals, calCached{cal: c, loc: loc, b: b})
+	return b
 }
 
 // readCal reads the reply of calendar key k of c decided at t (µs): what
@@ -151,25 +179,30 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 		wait = left
 	}
 	c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, left, wait
-	p.kcalAt[k] = t
-}
-
-// calUndo makes u, the undo of calendar key k of p, the adjustment of its
-// counter by -cost in the period p decided in; a key whose decision time
-// is unknown (the script call failed: it may not have counted) gets none
-// (cal empty), erring on the side of denying.
-func (p *plan) calUndo(u *undo, k int) {
-	u.kind, u.delta = kindCal, -p.kcost[k]
-	if at := p.kcalAt[k]; at > 0 {
-		u.cal = p.calStart(k, at)
+	b := &p.kbounds[k]
+	for i := 1; i < calBounds; i++ {
+		if b[i] == t+left {
+			p.kcalStart[k] = b[i-1] // the period the script counted in
+		}
 	}
 }
 
-// calStart returns the start of the period of calendar key k that holds
-// at (µs since 1970), as the script's argument.
-func (p *plan) calStart(k int, at int64) string {
+// calUndo makes u, the undo of calendar key k of p, the adjustment of its
+// counter by -cost in the period the script counted in; a key whose
+// period is unknown (the script call failed: it may not have counted)
+// gets none (cal 0), erring on the side of denying.
+func (p *plan) calUndo(u *undo, k int) {
+	u.kind, u.delta, u.cal = kindCal, -p.kcost[k], p.kcalStart[k]
+}
+
+// calStartAt returns the start (µs since 1970) of the period of calendar
+// key k that the script counted in, or else the one that holds at.
+func (p *plan) calStartAt(k int, at int64) int64 {
+	if s := p.kcalStart[k]; s > 0 {
+		return s
+	}
 	start, _ := p.kcal[k].Bounds(time.UnixMicro(at), p.zoneOf())
-	return strconv.FormatInt(start.UnixMicro(), 10)
+	return start.UnixMicro()
 }
 
 // calResetKeys returns the calendar keys of l's calendar windows for
@@ -191,7 +224,6 @@ func (p *plan) calSpan(k int, t int64) (start, end int64) {
 	s, e := p.kcal[k].Bounds(time.UnixMicro(t), p.zoneOf())
 	return s.UnixMicro(), e.UnixMicro()
 }
-
 
 // calKeyOf returns the calendar key whose window is p.wins[m].
 func (p *plan) calKeyOf(m int32) int32 {
@@ -236,14 +268,15 @@ func (p *plan) sizeCalendars() {
 	for len(p.kcal) < len(p.keys) {
 		p.kcal = append(p.kcal, "")
 	}
-	p.kcalAt = append(p.kcalAt[:0], make([]int64, len(p.keys))...)
+	p.kcalStart = append(p.kcalStart[:0], make([]int64, len(p.keys))...)
+	p.kbounds = append(p.kbounds[:0], make([][calBounds]int64, len(p.keys))...)
 }
 
 // takenExtra is what Finish needs of a calendar or distinct key a request
 // took, beside its takenKey.
 type takenExtra struct {
 	check int32  // kindCal: the check whose calendar window it counts
-	cal   string // kindCal: the start of the period it counted in
+	cal   int64  // kindCal: the start of the period it counted in (µs since 1970)
 	at    int64  // kindDistinct: the time the value counted anew
 	prev  int64  // kindDistinct: what a restore gives back (0: nothing)
 	value string // kindDistinct: the value's member
@@ -255,7 +288,7 @@ func (t *taken) takeExtra(p *plan) {
 	for _, r := range p.calw {
 		k := r.key
 		t.keys[k].kind, t.keys[k].cost = kindCal, p.kcost[k]
-		t.extra[k] = takenExtra{check: r.check, cal: p.calStart(int(k), t.at)}
+		t.extra[k] = takenExtra{check: r.check, cal: p.calStartAt(int(k), t.at)}
 	}
 	for k := range t.keys {
 		if p.isDistinct(k) {

@@ -70,13 +70,15 @@ type plan struct {
 	slots  int     // number of slot keys
 
 	// Calendar windows (see calendar.go): per key, its calendar (empty:
-	// not a calendar key) and the decision time of its period (µs, 0 when
-	// unknown); the calendar windows of the checks; the request's zone.
-	// Without calendar windows, the slices stay empty.
-	kcal   []rules.Calendar
-	kcalAt []int64
-	calw   []calRef
-	zone   *time.Location
+	// not a calendar key), the boundaries sent to the script and the start
+	// of the period it counted in (µs, 0 when unknown); the calendar
+	// windows of the checks; the request's zone. Without calendar windows,
+	// the slices stay empty.
+	kcal      []rules.Calendar
+	kbounds   [][calBounds]int64
+	kcalStart []int64
+	calw      []calRef
+	zone      *time.Location
 
 	// Distinct values (see distinct.go): per key, the member of the value
 	// it counts (empty: the request's id), their bytes, the number of such
@@ -142,7 +144,7 @@ func (p *plan) reset() {
 		p.kd, p.dbuf, p.nd, p.held, p.dprev, p.dat = p.kd[:0], p.dbuf[:0], 0, p.held[:0], p.dprev[:0], p.dat[:0]
 	}
 	if len(p.kcal) > 0 || len(p.calw) > 0 {
-		p.kcal, p.kcalAt, p.calw = p.kcal[:0], p.kcalAt[:0], p.calw[:0]
+		p.kcal, p.kbounds, p.kcalStart, p.calw = p.kcal[:0], p.kbounds[:0], p.kcalStart[:0], p.calw[:0]
 	}
 }
 

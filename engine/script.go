@@ -259,7 +259,8 @@ type flatArgs struct {
 	buf  []byte
 	ends []int32
 	args []bufArg
-	now  int64 // the engine's time of the call being built (µs since 1970), for calendar keys
+	now  int64       // the engine's time of the call being built (µs since 1970), for calendar keys
+	cals []calCached // calendar boundaries computed before (see bounds)
 }
 
 func (f *flatArgs) reset(t int64) {
@@ -372,7 +373,11 @@ func (f *flatArgs) finish(member string, fin []undo, keys []int32, channel strin
 		f.str("")
 		switch u.kind {
 		case kindCal:
-			f.str(u.cal)
+			if u.cal == 0 {
+				f.str("")
+			} else {
+				f.int(u.cal)
+			}
 			f.int(u.delta)
 			continue
 		case kindDistinct:

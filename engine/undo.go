@@ -52,9 +52,9 @@ type undo struct {
 	mode  byte
 	at    int64 // mode 'g': the request's decision time (µs since 1970)
 	grain int64 // mode 'g': the key's coarsest grain (µs)
-	// kindCal: the counter of the period starting at cal (µs since 1970,
-	// as text; empty: unknown, nothing changes) changes by delta.
-	cal string
+	// kindCal: the counter of the period starting at cal (µs since 1970;
+	// 0: unknown, nothing changes) changes by delta.
+	cal int64
 	// kindDistinct: the value's member scored at gets its old score prev
 	// back (1: removed); prev 0 changes nothing.
 	value string

@@ -173,10 +173,11 @@
 -- engine's). A counter of another period counts 0. The key has room when
 -- used + cost <= limit; a denial's wait is left, the time to the period's
 -- end, where the window is empty. An admission sets the counter to
--- START:(used + cost) with an expiry (PX) of left rounded up to ms plus
--- CAL_MARGIN: relative to t, so it never ends before the period does, and
--- a test clock works too (a counter read after its period counts 0
--- whatever its expiry). Memory is one small string per subject and
+-- START:(used + cost); the period's first admission (used 0) sets its
+-- expiry (PX) to left rounded up to ms plus CAL_MARGIN: relative to t,
+-- so it never ends before the period does, and a test clock works too (a
+-- counter read after its period counts 0 whatever its expiry); later
+-- admissions keep it (KEEPTTL). Memory is one small string per subject and
 -- period, whatever the limit. A finish op's 'A' key (a give-back, a
 -- settlement, a rollback) adds delta (negative: a refund) to the counter of the period
 -- starting at start, never below 0, keeping its expiry (SET KEEPTTL); a
@@ -875,9 +876,15 @@ local CAL_BOUNDS, CAL_MARGIN = 4, 1000
 -- calendar_period returns the start (as its argument) and the end of the
 -- period that holds t among the boundaries at args[q ..], or nothing.
 local function calendar_period(q)
-  for j = q, q + CAL_BOUNDS - 2 do
-    if t >= num(args[j]) and t < num(args[j + 1]) then
-      return args[j], num(args[j + 1])
+  -- The current period first: [b2, b3).
+  local lo, hi = num(args[q + 1]), num(args[q + 2])
+  if t >= lo and t < hi then
+    return args[q + 1], hi
+  end
+  for j = q, q + CAL_BOUNDS - 2, 2 do
+    lo, hi = num(args[j]), num(args[j + 1])
+    if t >= lo and t < hi then
+      return args[j], hi
     end
   end
 end
@@ -1103,7 +1110,8 @@ while p <= #args do
       reply[n] = used
       n = n + 1
       reply[n] = stop - t
-      key_state[at - 3] = fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
+      -- The period's first admission sets the expiry; later ones keep it.
+      key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
       key_state[at - 2], key_state[at - 1], key_state[at] = -2, start .. ':' .. fmt('%d', used + cost), true
       q = q + 4 + CAL_BOUNDS
     else
@@ -1160,7 +1168,11 @@ while p <= #args do
           bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
         elseif key_state[at - 2] == -2 then
           -- A calendar key: the period's new count, kept past its end.
-          call('SET', KEYS[used_keys + k], key_state[at - 1], 'PX', key_state[at - 3])
+          if key_state[at - 3] then
+            call('SET', KEYS[used_keys + k], key_state[at - 1], 'PX', key_state[at - 3])
+          else
+            call('SET', KEYS[used_keys + k], key_state[at - 1], 'KEEPTTL')
+          end
         elseif key_state[at - 2] == 0 then
           -- A slot key: its bookkeeping once per epoch of one lease (see
           -- Slots).
