@@ -4,6 +4,8 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,4 +342,44 @@ func usedMemory(t *testing.T, rc *redis.Client) int64 {
 	}
 	t.Fatal("no used_memory in INFO")
 	return 0
+}
+
+// TestCalendarConcurrent: concurrent requests batched into shared script
+// calls admit exactly the calendar window's limit, on real Redis,
+// miniredis and a cluster, and the counter holds what was admitted.
+func TestCalendarConcurrent(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
+		if b.name == "local" || b.name == "ring" {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEngine(t, b.c, WithPrefix(testPrefix(t)))
+			r := req(user("u", win(1000, time.Minute), calWin(50, rules.CalendarDay)))
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 200 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					d, err := e.Allow(context.Background(), r)
+					if err != nil {
+						t.Error(err)
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			d, err := e.Peek(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if admitted.Load() != 50 || calState(t, d).Used != 50 || d.Windows[0].Used != 50 {
+				t.Fatalf("admitted %d, calendar used %d, minute used %d; want 50 each", admitted.Load(), calState(t, d).Used, d.Windows[0].Used)
+			}
+		})
+	}
 }

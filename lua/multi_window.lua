@@ -177,7 +177,9 @@
 -- expiry (PX) to left rounded up to ms plus CAL_MARGIN: relative to t,
 -- so it never ends before the period does, and a test clock works too (a
 -- counter read after its period counts 0 whatever its expiry); later
--- admissions keep it (KEEPTTL). Memory is one small string per subject and
+-- admissions keep it (KEEPTTL). The ops of one call on a key count on
+-- from each other and the counter is written once, at the end of the call
+-- (see cal_memo). Memory is one small string per subject and
 -- period, whatever the limit. A finish op's 'A' key (a give-back, a
 -- settlement, a rollback) adds delta (negative: a refund) to the counter of the period
 -- starting at start, never below 0, keeping its expiry (SET KEEPTTL); a
@@ -903,12 +905,42 @@ local function calendar_count(key, start)
   return num(string.sub(v, colon + 1))
 end
 
+-- cal_memo maps a calendar key that an op of the call admitted into to
+-- {start, count, ttl}: its period's start (as in ARGV), its count after
+-- the call's last admission there and, when one of them was the period's
+-- first, the expiry to set (else false: the key keeps its own). Later ops
+-- on the key read the count there, and flush_cal writes each key once,
+-- at the end of the call (or before an error reply, or before a finish
+-- op adjusts the key): a batch of decisions on a hot subject costs one
+-- GET and one SET, not one of each per decision.
+local cal_memo
+
+-- flush_cal writes the counters of cal_memo, or only key's when key is
+-- given, and forgets them.
+local function flush_cal(key)
+  if not cal_memo then
+    return
+  end
+  for k, m in pairs(cal_memo) do
+    if not key or k == key then
+      local v = m[1] .. ':' .. fmt('%d', m[2])
+      if m[3] then
+        call('SET', k, v, 'PX', m[3])
+      else
+        call('SET', k, v, 'KEEPTTL')
+      end
+      cal_memo[k] = nil
+    end
+  end
+end
+
 -- finish_special runs a finish op's calendar adjustment ('A') or
 -- distinct restore ('R') whose fields start at args[q] (see Calendars and
 -- Distinct), and returns 1 when it changed the key, 0 when not, and the
 -- index of the next key's fields.
 local function finish_special(key, q)
   if args[q] == 'A' then
+    flush_cal(key)
     local start = args[q + 1]
     if start == '' then
       return 0, q + 3
@@ -1096,13 +1128,21 @@ while p <= #args do
       key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
       key_state[at] = again and 'D' or 'd'
     elseif args[q + 1] == 'P' then
-      -- A calendar key (see Calendars): key_state[at] true keeps it out
-      -- of add_member and the bookkeeping; -2 marks it for the write.
+      -- A calendar key (see Calendars): key_state[at], the period's start,
+      -- keeps it out of add_member and the bookkeeping; -2 marks it for
+      -- the write of key_state[at - 1], its count after an admission.
       local start, stop = calendar_period(q + 4)
       if not start then
+        flush_cal()
         return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
       end
-      local used = calendar_count(key, start)
+      local m = cal_memo and cal_memo[key]
+      local used
+      if m and m[1] == start then
+        used = m[2]
+      else
+        used = calendar_count(key, start)
+      end
       local cost = num(args[q + 2])
       key_fits = used + cost <= num(args[q + 3])
       fits = fits and key_fits
@@ -1112,12 +1152,13 @@ while p <= #args do
       reply[n] = stop - t
       -- The period's first admission sets the expiry; later ones keep it.
       key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
-      key_state[at - 2], key_state[at - 1], key_state[at] = -2, start .. ':' .. fmt('%d', used + cost), true
+      key_state[at - 2], key_state[at - 1], key_state[at] = -2, used + cost, start
       q = q + 4 + CAL_BOUNDS
     else
       -- A block key: key_state[at] true (and no longest period) keeps it
       -- out of the admission and the bookkeeping.
       if args[q + 1] ~= 'B' then
+        flush_cal()
         return redis.error_reply('ERR slidelimit: unknown key kind ' .. args[q + 1])
       end
       key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
@@ -1153,6 +1194,7 @@ while p <= #args do
         if type(state) == 'table' then
           local err = admit_weighted(KEYS[used_keys + k], state, m)
           if err then
+            flush_cal()
             return err
           end
         end
@@ -1167,11 +1209,15 @@ while p <= #args do
           end
           bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
         elseif key_state[at - 2] == -2 then
-          -- A calendar key: the period's new count, kept past its end.
-          if key_state[at - 3] then
-            call('SET', KEYS[used_keys + k], key_state[at - 1], 'PX', key_state[at - 3])
+          -- A calendar key: the period's new count, written at the end
+          -- of the call (see cal_memo).
+          local key = KEYS[used_keys + k]
+          cal_memo = cal_memo or {}
+          local m = cal_memo[key]
+          if m and m[1] == key_state[at] then
+            m[2], m[3] = key_state[at - 1], m[3] or key_state[at - 3]
           else
-            call('SET', KEYS[used_keys + k], key_state[at - 1], 'KEEPTTL')
+            cal_memo[key] = {key_state[at], key_state[at - 1], key_state[at - 3]}
           end
         elseif key_state[at - 2] == 0 then
           -- A slot key: its bookkeeping once per epoch of one lease (see
@@ -1211,5 +1257,6 @@ while p <= #args do
   used_keys = used_keys + nkeys
 end
 
+flush_cal()
 reply[n + 1] = nil
 return reply
