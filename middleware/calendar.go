@@ -3,7 +3,6 @@ package middleware
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -22,27 +21,6 @@ import (
 // is the time to the end of the current period (Decision.Windows' Reset),
 // rounded up, and a denial's Retry-After is that time rounded up: the window
 // is empty at the boundary.
-
-// calendarSeconds is the w parameter of each calendar period.
-var calendarSeconds = map[rules.Calendar]int64{
-	rules.CalendarDay:   int64(25 * time.Hour / time.Second),
-	rules.CalendarWeek:  int64((7*24 + 1) * time.Hour / time.Second),
-	rules.CalendarMonth: int64((31*24 + 1) * time.Hour / time.Second),
-}
-
-// calendarName is the policy name of calendar window w of l.
-func calendarName(l rules.Limiter, w rules.Window) string {
-	return l.ID() + "-calendar-" + string(w.Calendar)
-}
-
-// policySeconds is the w parameter of window w: its period, or for a
-// calendar window the longest its period can last.
-func policySeconds(w rules.Window) int64 {
-	if w.Calendar != "" {
-		return calendarSeconds[w.Calendar]
-	}
-	return windowSeconds(w.Period)
-}
 
 // loadZone returns the zone of g's calendar windows, UTC by default. A zone
 // that cannot be loaded fails New.
@@ -71,6 +49,16 @@ func distinctFunc(g *rules.Group, keys map[string]KeyFunc) (KeyFunc, error) {
 	return fn, nil
 }
 
+// setDistinct gives the checks of limiters that count requests the
+// request's distinct value (empty: the request counts itself).
+func setDistinct(cs []engine.Check, v string) {
+	for i := range cs {
+		if countsDistinct(cs[i].Limiter) {
+			cs[i].Distinct = v
+		}
+	}
+}
+
 // countsDistinct reports whether limiter l counts the group's distinct
 // values: a limiter without a cost with a window that is not in-flight.
 func countsDistinct(l rules.Limiter) bool {
@@ -94,22 +82,3 @@ func periodPhrase(w rules.Window) string {
 	return rules.FormatPeriod(w.Period)
 }
 
-// calendarItems appends to items every advertised calendar window of an
-// admitted request's decision that items lacks: a calendar quota empties
-// at its boundary, not gradually, so its t (the time to the boundary) says
-// something no sliding window's does, and a client billed per month wants
-// it in every response.
-func (p *plan) calendarItems(d *engine.Decision, items []int) []int {
-	if !p.calendar {
-		return items
-	}
-	for i, ws := range d.Windows {
-		if ws.Window.Calendar == "" || slices.Contains(items, i) {
-			continue
-		}
-		if pol := p.lookup(ws.Check, ws.Window); pol != nil && pol.unit != unitNone {
-			items = append(items, i)
-		}
-	}
-	return items
-}

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"errors"
 	"fmt"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -54,7 +55,7 @@ type Limiter struct {
 	exempt    map[string]bool
 	exemptSvc []string
 	policy    role.Policy
-	cip       *middleware.ClientIP
+	cip       lifecycle.ClientIP
 	keys      map[string]KeyFunc
 	costs     map[string]CostFunc
 	logger    *slog.Logger
@@ -66,8 +67,8 @@ type Limiter struct {
 type method struct {
 	name     string // "" for the default
 	group    rules.Group
-	defaults *middleware.Plan
-	byRole   map[string]*middleware.Plan
+	defaults *lifecycle.Plan
+	byRole   map[string]*lifecycle.Plan
 	counted  codeSet        // 0: every outcome counts
 	slots    bool           // the group has an in-flight window: admitted calls are released
 	zone     *time.Location // of the group's calendar windows (calendar:ZONE), UTC by default
@@ -90,14 +91,14 @@ type method struct {
 // cost function a group names is not registered, and with ErrNoGiveBack
 // when a group has a count: statement and d cannot give calls back.
 func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
-	c := config{logger: slog.New(slog.DiscardHandler)}
+	c := config{logger: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
 	errs := c.errs
-	cip, err := middleware.NewClientIP(c.ipOpts...)
+	cip, err := clientIP(&c)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -207,16 +208,14 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 		return nil, &MethodError{Method: name, Err: err}
 	}
 	zone, _ := g.Zone() // validated by Parse
-	m := &method{name: name, group: g, zone: zone, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: g.Concurrent()}
+	m := &method{name: name, group: g, zone: zone, byRole: make(map[string]*lifecycle.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: lifecycle.HoldsSlots(&g)}
 	var errs []error
 	for r, ls := range g.LimiterLists() {
 		if _, dup := m.byRole[r]; dup && r != "" {
 			continue // role.Policy.Resolve picks the first override of a role
 		}
-		p, err := middleware.NewPlan(r, ls)
+		p := lifecycle.NewPlan(ls)
 		switch {
-		case err != nil:
-			errs = append(errs, &MethodError{Method: name, Err: err})
 		case r == "":
 			m.defaults = p
 		default:
@@ -235,9 +234,9 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	return m, nil
 }
 
-// errDistinct refuses distinct: statements: a call's values (its full
-// method name is the only path it has) would count each method once, which
-// is what the method's own group already does.
+// errDistinct refuses distinct: statements: a call has no URL path, and a
+// value per full method name would count each method once, which its own
+// group already does.
 var errDistinct = errors.New("grpclimit: distinct: is not supported for gRPC: a call has no URL path, and its method is already the scope")
 
 // dialect is the rule language for gRPC: no param, key and cost functions
@@ -259,14 +258,7 @@ func (l *Limiter) dialect() rules.Dialect {
 	}
 }
 
-func isDecimal(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
+func isDecimal(s string) bool { return lifecycle.IsDecimal(s) }
 
 // isExempt reports whether WithExempt exempts fullMethod.
 func (l *Limiter) isExempt(fullMethod string) bool {
@@ -293,7 +285,7 @@ func (l *Limiter) lookup(fullMethod string) *method {
 }
 
 // planFor returns the plan of a resolution.
-func (m *method) planFor(res role.Resolution) *middleware.Plan {
+func (m *method) planFor(res role.Resolution) *lifecycle.Plan {
 	if res.Role != "" {
 		if p, ok := m.byRole[string(res.Role)]; ok {
 			return p
