@@ -81,4 +81,3 @@ func periodPhrase(w rules.Window) string {
 	}
 	return rules.FormatPeriod(w.Period)
 }
-
