@@ -158,6 +158,39 @@
 // window counts every entry from t-W+1 on, including those scored after t,
 // which errs on the side of denying until the clock has caught up.
 //
+// # Calendar windows
+//
+// A window with rules.Window.Calendar set (day, ISO week or month) counts
+// everything admitted since the start of the current period in
+// Request.Zone (nil: UTC), local midnight by the zone's wall clock, so a
+// day lasts 23 or 25 hours when the clocks change. It is checked with the
+// request's other windows in the same script call, all or nothing, and
+// stored as one counter per subject and period in a key of its own: the
+// limiter's key followed by ":cal:" and the unit (same hash slot), whose
+// value is the period's start and its count and which expires after the
+// period ends, relative to the script's time. The script may decide at
+// Redis's TIME, which the engine does not know beforehand, so the engine
+// sends the boundaries of the periods around its own clock and the script
+// counts in the one that holds its time. A denial's RetryAfter, and the
+// window's Reset, are the time to the period's end. Finish gives back or
+// settles in the counter of the request's own period, never below zero (a
+// settled request is not given back as well); a rollback on a cluster
+// does the same; the undo of a failed script call leaves the counter,
+// erring on the side of denying. Reset deletes the counters of the
+// limiter's calendar windows. See lua/multi_window.lua, Calendars.
+//
+// # Distinct values
+//
+// A check with Check.Distinct set counts that value (a URL path, say) in
+// its count key instead of the request: the key holds the value's member,
+// scored by the time it last counted, and a window that holds it admits
+// the request without counting again (its WindowState.Used does not grow).
+// A value counts again once it is older than the check's shortest window.
+// The limiter must have no cost and no grain. Distinct requests make no
+// cached denials (a full window still admits the values it holds). A
+// rollback restores the value's member; a give-back leaves it counted. See
+// lua/multi_window.lua, Distinct.
+//
 // # Storage
 //
 // Each (scope, limiter kind and name, subject) is one sorted set, keyed
