@@ -140,44 +140,15 @@ func (p *parser) calendarSpan(ns string, start, wordAt int) (Window, *Error) {
 
 // calendarStatement parses the zone of a calendar: statement.
 func (p *parser) calendarStatement(start int) *Error {
-	if p.seenCalendar {
-		return invalidErr(p.s, start, "duplicate calendar statement")
-	}
-	p.seenCalendar = true
-	if err := p.expect(':', `"calendar"`); err != nil {
-		return err
-	}
-	p.space()
-	at := p.i
-	p.g.Calendar = p.name(";")
-	if p.g.Calendar == "" {
-		return syntaxErr(p.s, p.i, "expected an IANA time zone name such as Asia/Shanghai, found %s", p.found())
-	}
-	p.pos["Calendar"] = at
-	return nil
+	return p.nameStatement(start, calendarWord, "Calendar", "an IANA time zone name such as Asia/Shanghai", "", &p.seenCalendar, &p.g.Calendar)
 }
 
 // distinctStatement parses the name of a distinct: statement.
 func (p *parser) distinctStatement(start int) *Error {
-	if p.seenDistinct {
-		return invalidErr(p.s, start, "duplicate distinct statement; a group counts distinct values of one thing")
-	}
-	p.seenDistinct = true
-	if err := p.expect(':', `"distinct"`); err != nil {
-		return err
-	}
-	p.space()
-	at := p.i
-	p.g.Distinct = p.name(";")
-	if p.g.Distinct == "" {
-		return syntaxErr(p.s, p.i, "expected path or a key function name after \"distinct:\", found %s", p.found())
-	}
-	p.pos["Distinct"] = at
-	return nil
+	return p.nameStatement(start, "distinct", "Distinct", `path or a key function name after "distinct:"`,
+		"; a group counts distinct values of one thing", &p.seenDistinct, &p.g.Distinct)
 }
 
-// calendarText is a calendar window's period as written: "calendar month".
-func calendarText(c Calendar) string { return calendarWord + " " + string(c) }
 
 // distinctLevel reports, in a group with a distinct: statement, every
 // window of a limiter counting requests (no cost) that cannot count

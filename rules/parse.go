@@ -651,20 +651,28 @@ func (p *parser) count(start int) *Error {
 }
 
 func (p *parser) scope(start int) *Error {
-	if p.seenScope {
-		return invalidErr(p.s, start, "duplicate scope statement")
+	return p.nameStatement(start, "scope", "Scope", "a scope name", "", &p.seenScope, &p.g.Scope)
+}
+
+// nameStatement parses the rest of a statement kw:NAME whose keyword is at
+// start (scope, calendar, distinct) into *dst, recording NAME's offset
+// under field; what names NAME in a syntax error, dup adds to the error of
+// a second statement, which seen detects.
+func (p *parser) nameStatement(start int, kw, field, what, dup string, seen *bool, dst *string) *Error {
+	if *seen {
+		return invalidErr(p.s, start, "duplicate %s statement%s", kw, dup)
 	}
-	p.seenScope = true
-	if err := p.expect(':', `"scope"`); err != nil {
+	*seen = true
+	if err := p.expect(':', strconv.Quote(kw)); err != nil {
 		return err
 	}
 	p.space()
 	at := p.i
-	p.g.Scope = p.name(";")
-	if p.g.Scope == "" {
-		return syntaxErr(p.s, p.i, "expected a scope name, found %s", p.found())
+	*dst = p.name(";")
+	if *dst == "" {
+		return syntaxErr(p.s, p.i, "expected %s, found %s", what, p.found())
 	}
-	p.pos["Scope"] = at
+	p.pos[field] = at
 	return nil
 }
 
