@@ -149,7 +149,6 @@ func (p *parser) distinctStatement(start int) *Error {
 		"; a group counts distinct values of one thing", &p.seenDistinct, &p.g.Distinct)
 }
 
-
 // distinctLevel reports, in a group with a distinct: statement, every
 // window of a limiter counting requests (no cost) that cannot count
 // distinct values: one with a grain (its entries merge) or a calendar
