@@ -114,7 +114,7 @@ type tallyShard struct {
 	idx    map[tallyKey]int
 	keys   []tallyKey
 	counts []int64
-	last   int // the index of the entry counted last
+	last   int      // the index of the entry counted last
 	_      [56]byte // a shard per 128 bytes: no two on one cache line pair
 }
 
