@@ -255,20 +255,28 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 	if len(keys) == 0 {
 		return
 	}
+	defer clear(keys) // drop the references to the requests' strings
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	if e.group == groupAll && e.doms.one.down.Load() {
+		// Known down (see health.go): no dial, no wait, as for decisions.
+		e.tallyFailed(total, ErrUnavailable)
+		return
+	}
 	now := e.now()
 	fine := string(e.tallyKey(nil, fineBucket, now))
 	coarse := string(e.tallyKey(nil, coarseBucket, now))
-	ctx, cancel := context.WithTimeout(context.Background(), max(e.timeout, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	pipe := e.client.Pipeline()
 	var member []byte
-	var total int64
 	for i, k := range keys {
 		member = e.tallyMember(member[:0], k)
 		m := string(member)
 		pipe.ZIncrBy(ctx, fine, float64(counts[i]), m)
 		pipe.ZIncrBy(ctx, coarse, float64(counts[i]), m)
-		total += counts[i]
 	}
 	for _, key := range []string{fine, coarse} {
 		pipe.ZRemRangeByRank(ctx, key, 0, -TallyTop-1)
@@ -276,19 +284,24 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 	pipe.PExpire(ctx, fine, fineSpan+2*fineBucket)
 	pipe.PExpire(ctx, coarse, TallyKeep+2*coarseBucket)
 	_, err := pipe.Exec(ctx)
-	clear(keys)
 	if err != nil {
-		n := e.tally.failed.Add(total)
-		if !e.tally.failing {
-			e.tally.failing = true
-			e.log.Warn("engine: denial tallies cannot be written to Redis; dropping them until it answers",
-				"error", err, "dropped", n)
-		}
+		e.tallyFailed(total, err)
 		return
 	}
 	if e.tally.failing {
 		e.tally.failing = false
 		e.log.Info("engine: denial tallies are written again", "dropped", e.tally.failed.Load())
+	}
+}
+
+// tallyFailed counts n denials whose write failed with err, and logs the
+// first failure after a success.
+func (e *Engine) tallyFailed(n int64, err error) {
+	failed := e.tally.failed.Add(n)
+	if !e.tally.failing {
+		e.tally.failing = true
+		e.log.Warn("engine: denial tallies cannot be written to Redis; dropping them until it answers",
+			"error", err, "dropped", failed)
 	}
 }
 
