@@ -23,7 +23,9 @@ type fake struct {
 	err error
 }
 
-func (f *fake) TopDenied(context.Context, time.Duration, int) ([]engine.Denials, error) { return f.top, f.err }
+func (f *fake) TopDenied(context.Context, time.Duration, int) ([]engine.Denials, error) {
+	return f.top, f.err
+}
 func (f *fake) Routes() []admin.Route {
 	return []admin.Route{{Scope: "GET /x", Limiters: []string{"user", "ip", "global"}}}
 }
