@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -383,7 +384,7 @@ func TestComboOutageSlots(t *testing.T) {
 	s.Restart()
 	select {
 	case l := <-lost:
-		if !isSlotKey(l.Key) {
+		if !strings.HasSuffix(l.Key, slotSuffix) {
 			t.Errorf("lost slot %+v", l)
 		}
 	case <-time.After(10 * time.Second):

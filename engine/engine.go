@@ -32,22 +32,23 @@ const (
 // concurrent use by multiple goroutines; concurrent calls share Redis round
 // trips. The zero value is not usable: create Engines with New.
 type Engine struct {
-	client  Client
-	group   grouping
-	keyer   *keyer
-	newID   func() int64 // snowflake ids; replaced by tests that force collisions
-	timeout time.Duration
-	fail    rules.FailMode
-	log     *slog.Logger
-	clock   func() time.Time
-	local   *localLimiter
-	known   *knownCache // what Redis last said per key
-	denials bool        // cached denials (WithCachedDenials)
-	base    time.Time   // origin of mono
-	batch   batcher
-	undos   undoQueue // of failed calls, run before the next script call
-	shaArg  any       // script.Hash(), boxed once
-	srcArg  any       // lua.MultiWindow, boxed once
+	client   Client
+	group    grouping
+	keyer    *keyer
+	newID    func() int64 // snowflake ids; replaced by tests that force collisions
+	timeout  time.Duration
+	fail     rules.FailMode
+	log      *slog.Logger
+	clock    func() time.Time
+	local    *localLimiter
+	known    *knownCache // what Redis last said per key
+	denials  bool        // cached denials (WithCachedDenials)
+	base     time.Time   // origin of mono
+	batch    batcher
+	undos    undoQueue // of failed calls, run before the next script call
+	shaArg   any       // script.Hash(), boxed once
+	srcArg   any       // lua.MultiWindow, boxed once
+	chanName string    // the invalidation channel (see channel)
 
 	doms   domains    // failure domains: which servers timed out
 	bg     background // goroutines stopped by Close (probes, eviction guard)
@@ -117,6 +118,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 
 		slotLost: cfg.slotLost,
 	}
+	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.warn.Every = warnEvery
 	if enabled, known := contextTimeouts(client); known && !enabled {
@@ -209,8 +211,8 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
-	if c.plan.slots > 0 && d.receipt.id != 0 {
-		e.hold(&c.plan, &d.receipt)
+	if c.plan.slots > 0 && d.taken != nil {
+		e.hold(d.taken)
 	}
 	if c.warn != nil {
 		return d, c.warn

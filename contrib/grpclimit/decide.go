@@ -212,7 +212,15 @@ func (l *Limiter) after(c *admitted, err error, panicked bool) {
 		return // only metadata to send
 	}
 	ctx := context.WithoutCancel(c.ctx)
-	if c.give && !panicked && !c.m.counted.has(status.Code(err)) {
+	give := c.give && !panicked && !c.m.counted.has(status.Code(err))
+	if f, ok := l.decider.(finisher); ok {
+		// One call, one round trip: give back or not, release the slots.
+		if ferr := f.Finish(ctx, c.dec, engine.Outcome{GiveBack: give}); ferr != nil {
+			l.logBackend(ctx, c.req.Scope, c.dec, ferr)
+		}
+		return
+	}
+	if give {
 		gerr := l.giver.GiveBack(ctx, c.req, c.dec)
 		if gerr == nil {
 			return // the give-back removed the call from every key, slots included
@@ -224,6 +232,13 @@ func (l *Limiter) after(c *admitted, err error, panicked bool) {
 			l.logBackend(ctx, c.req.Scope, c.dec, rerr)
 		}
 	}
+}
+
+// finisher finishes an admitted call in one call; *engine.Engine
+// implements it (see engine.Engine.Finish). A Decider that is not one
+// finishes with its GiveBack and Release methods instead.
+type finisher interface {
+	Finish(ctx context.Context, d engine.Decision, o engine.Outcome) error
 }
 
 // logBackend logs a backend error at most once a second: an outage must
