@@ -24,7 +24,11 @@ import (
 //	mux.Handle("/admin/ui/", http.StripPrefix("/admin/ui", lim.AdminHandler("superadmin")))
 //
 // Resets are logged to the engine's logger (engine.WithLogger) with who
-// made them.
+// made them. The routes it knows are those registered with Register and
+// Handle, the groups of Middleware with a scope: statement, and the scopes
+// of rule overrides; a group of Middleware without one gets its scope per
+// request, so its denials are listed but a subject search does not visit
+// it.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
 	return admin.New(adminSource{l}, l.engine.Logger(), roles...)
 }

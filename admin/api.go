@@ -296,7 +296,8 @@ func cmpOr(a, b error) error {
 }
 
 // ResetRequest is the body of POST /api/reset: a form
-// (application/x-www-form-urlencoded or multipart) or a JSON object.
+// (application/x-www-form-urlencoded, or the same fields in the query) or
+// a JSON object.
 type ResetRequest struct {
 	Scope   string `json:"scope"`
 	Limiter string `json:"limiter"`
@@ -327,8 +328,10 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusBadRequest, "the body is not a form")
 			return
 		}
-		req = ResetRequest{Scope: r.PostForm.Get("scope"), Limiter: r.PostForm.Get("limiter"),
-			Subject: r.PostForm.Get("subject"), IP: r.PostForm.Get("ip")}
+		// The body's fields, or the query's (r.Form holds both, the body's
+		// first).
+		req = ResetRequest{Scope: r.Form.Get("scope"), Limiter: r.Form.Get("limiter"),
+			Subject: r.Form.Get("subject"), IP: r.Form.Get("ip")}
 		fromPage = r.PostForm.Get("page") != ""
 	}
 	if req.Scope == "" || req.Limiter == "" || req.Subject != "" && req.IP != "" {

@@ -123,7 +123,7 @@ type tallies struct {
 	shards   [tallyShards]tallyShard
 	overflow atomic.Int64
 	failed   atomic.Int64
-	failing  bool // the last write failed; only the flushing goroutine uses it
+	failing  atomic.Bool // the last write failed
 
 	namesMu sync.Mutex
 	names   map[string]string // stored hash -> raw subject
@@ -288,8 +288,7 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 		e.tallyFailed(total, err)
 		return
 	}
-	if e.tally.failing {
-		e.tally.failing = false
+	if e.tally.failing.Swap(false) {
 		e.log.Info("engine: denial tallies are written again", "dropped", e.tally.failed.Load())
 	}
 }
@@ -298,8 +297,7 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 // first failure after a success.
 func (e *Engine) tallyFailed(n int64, err error) {
 	failed := e.tally.failed.Add(n)
-	if !e.tally.failing {
-		e.tally.failing = true
+	if !e.tally.failing.Swap(true) {
 		e.log.Warn("engine: denial tallies cannot be written to Redis; dropping them until it answers",
 			"error", err, "dropped", failed)
 	}
