@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -322,26 +320,6 @@ func TestCalendarMemory(t *testing.T) {
 	if after-before >= 32<<10 {
 		t.Fatalf("used_memory grew by %d bytes, want < 32 KiB", after-before)
 	}
-}
-
-// usedMemory returns the server's used_memory.
-func usedMemory(t *testing.T, rc *redis.Client) int64 {
-	t.Helper()
-	info, err := rc.Info(context.Background(), "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no used_memory in INFO")
-	return 0
 }
 
 // TestCalendarConcurrent: concurrent requests batched into shared script
