@@ -373,4 +373,3 @@ func (p *Plan) Lookup(c int, w rules.Window) *Policy {
 	}
 	return nil
 }
-
