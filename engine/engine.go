@@ -20,7 +20,7 @@ import (
 // script is the multi-window script; its SHA1 is computed once.
 var script = redis.NewScript(lua.MultiWindow)
 
-// Batching defaults, measured on two cores (see engine_bench_test.go):
+// Batching defaults, measured on two cores (see bench_test.go):
 // two batches in flight keep Redis busy while the next batch is built.
 const (
 	defaultInflight = 2
@@ -56,7 +56,7 @@ type Engine struct {
 	slots    slotHolder // slots of in-flight windows held by running requests
 	slotLost func(SlotLost)
 
-	// The invalidation subscription of cached denials (see invalidate.go).
+	// The invalidation subscription of cached denials (see cache.go).
 	pubsub     *redis.PubSub
 	listenDone chan struct{}
 	stop       chan struct{}

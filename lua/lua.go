@@ -35,3 +35,16 @@ var renew string
 //
 //go:embed number.lua
 var number string
+
+// SetRules is the source of the script that stores or removes one rule
+// override and increments the overrides' version in the same call. Its
+// header specifies its arguments and reply.
+//
+//go:embed set_rules.lua
+var SetRules string
+
+// LoadRules is the source of the script that reads the rule overrides
+// with their version. Its header specifies its arguments and reply.
+//
+//go:embed load_rules.lua
+var LoadRules string

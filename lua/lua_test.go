@@ -24,3 +24,11 @@ func TestNumberPrecedesScripts(t *testing.T) {
 		}
 	}
 }
+
+func TestEmbeddedRules(t *testing.T) {
+	for name, src := range map[string]string{"SetRules": SetRules, "LoadRules": LoadRules} {
+		if !strings.HasPrefix(src, "-- ") || !strings.Contains(src, "KEYS[2]") {
+			t.Errorf("%s does not hold its script: %.60q", name, src)
+		}
+	}
+}

@@ -62,7 +62,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		ipv6Prefix: DefaultIPv6Prefix,
-		logger:     slog.New(slog.DiscardHandler),
+		logger:     slog.Default(),
 	}
 }
 
@@ -182,8 +182,9 @@ func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <
 // one line per 10 s per wrapped handler, carrying the number of errors not
 // logged since, so that an outage does not log a line per request; hooks
 // see every error), would-be denials in shadow mode (Info) and
-// configuration errors found while serving (Error). The default discards
-// everything. Errors are never written to clients.
+// configuration errors found while serving (Error). The default is
+// slog.Default() as it is when New runs. Errors are never written to
+// clients.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {

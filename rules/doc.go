@@ -15,7 +15,7 @@
 // In the EBNF of the Go specification, with the lexical rules below:
 //
 //	group     = statement { ";" statement } [ ";" ] .
-//	statement = limiter | override | exempt | scope | count | mode | fail | block .
+//	statement = limiter | override | exempt | scope | outcomes | mode | fail | block .
 //
 //	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
@@ -30,7 +30,7 @@
 //	override  = "role" "(" name ")" "=" limiter { "&" limiter } .
 //	exempt    = "exempt" ":" name { "," name } .
 //	scope     = "scope" ":" name .
-//	count     = "count" ":" status { "," status } .
+//	outcomes  = "count" ":" status { "," status } .
 //	status    = digit digit digit | digit "xx" .
 //	mode      = "mode" ":" ( "enforce" | "shadow" ) .
 //	fail      = "fail" ":" ( "open" | "closed" | "local" ) .

@@ -89,7 +89,7 @@ type method struct {
 // cost function a group names is not registered, and with ErrNoGiveBack
 // when a group has a count: statement and d cannot give calls back.
 func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
-	c := config{logger: slog.New(slog.DiscardHandler)}
+	c := config{logger: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)

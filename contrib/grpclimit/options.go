@@ -147,8 +147,8 @@ func WithCostFunc(name string, fn CostFunc) Option {
 
 // WithLogger sets the logger that receives backend errors (Warn, at most
 // one line a second whatever the number of calls), would-be denials in
-// shadow mode (Info) and failing cost functions. The default discards
-// everything. Errors are never sent to clients.
+// shadow mode (Info) and failing cost functions. The default is
+// slog.Default() as it is when New runs. Errors are never sent to clients.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
