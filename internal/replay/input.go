@@ -140,10 +140,10 @@ func (b *badLines) add(name string, line int, err error) {
 // equal times.
 type recHeap []Record
 
-func (h recHeap) Len() int { return len(h) }
+func (h recHeap) Len() int           { return len(h) }
 func (h recHeap) Less(i, j int) bool { return less(&h[i], &h[j]) }
-func (h recHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *recHeap) Push(x any)   { *h = append(*h, x.(Record)) }
+func (h recHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *recHeap) Push(x any)        { *h = append(*h, x.(Record)) }
 func (h *recHeap) Pop() any {
 	old := *h
 	r := old[len(old)-1]

@@ -56,6 +56,9 @@ type Config struct {
 	// ProgressEvery (default 1 s) on long logs.
 	Progress      io.Writer
 	ProgressEvery time.Duration
+	// OnDecision, when not nil, is called with every replayed request and
+	// whether it was admitted, in replay order.
+	OnDecision func(rec Record, allowed bool)
 }
 
 // ErrEmpty is returned by Run when the logs have no parseable line.
@@ -259,6 +262,9 @@ func (r *run) one(rec *Record) error {
 		}
 	}
 	r.account(rt, rec)
+	if r.cfg.OnDecision != nil {
+		r.cfg.OnDecision(*rec, r.v.allowed)
+	}
 	return nil
 }
 

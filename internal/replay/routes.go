@@ -69,8 +69,8 @@ type route struct {
 	pattern string
 	scope   string // the engine scope: the group's Scope, else the pattern
 	group   rules.Group
-	params  bool  // some limiter is a param(name): the path values are needed
-	grains  bool  // some window has a grain: only the script replays it
+	params  bool // some limiter is a param(name): the path values are needed
+	grains  bool // some window has a grain: only the script replays it
 	stats   []*policyStats
 	index   [][]int // index[check][window] in stats
 	blockAt []int   // blockAt[check] in stats: the limiter's block, or -1
@@ -148,7 +148,7 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 	for i, l := range g.Limiters {
 		for _, w := range l.Windows {
 			rt.index[i] = append(rt.index[i], len(rt.stats))
-			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, middleware.PolicyName(l, w), l.ID(), rules.FormatPeriod(w.Period), w.Limit))
+			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, middleware.PolicyName(l, w), l.ID(), w.String(), w.Limit))
 		}
 		rt.blockAt[i] = -1
 		if g.Block > 0 {
