@@ -95,15 +95,24 @@ func (s *script) decide(scope string, req *engine.Request, counted bool, t int64
 		}
 	}
 	if d.Blocked {
+		// A blocked check reports every window with nothing remaining,
+		// though its counts leave room; a check with a full window started
+		// its block (or was already blocked: the decision does not say).
 		for i, c := range req.Checks {
 			if c.Block <= 0 {
 				continue
 			}
 			if anyTrue(v.checks[i].full) {
 				v.checks[i].started = true
-			} else {
-				v.checks[i].blocked = true
+				continue
 			}
+			forced := false
+			for _, ws := range d.Windows {
+				if ws.Check == i && ws.Remaining == 0 {
+					forced = true
+				}
+			}
+			v.checks[i].blocked = forced
 		}
 	}
 	return nil
