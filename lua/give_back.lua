@@ -136,7 +136,7 @@ for i = 1, #es, 2 do
 end
 if mode == 'g' then
   for i = 1, #es, 2 do
-    local score = tonumber(es[i + 1])
+    local score = tonumber(es[i + 1]) or sci(es[i + 1])
     if score >= at then
       if math.floor(score / grain) == math.floor(at / grain) then
         return change(i, nil)

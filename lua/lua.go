@@ -12,8 +12,11 @@ import _ "embed"
 // multi_window.lua specifies its wire format, the engine package
 // documentation its semantics.
 //
+// It is number.lua followed by multi_window.lua.
+var MultiWindow = number + multiWindow
+
 //go:embed multi_window.lua
-var MultiWindow string
+var multiWindow string
 
 // GiveBack is the source of the script that removes one request's entry
 // from a weighted key (a key of a limiter with a cost or a grain), for
@@ -21,8 +24,11 @@ var MultiWindow string
 // for settlements. Its header specifies its arguments; see the engine
 // package documentation.
 //
+// It is number.lua followed by give_back.lua.
+var GiveBack = number + giveBack
+
 //go:embed give_back.lua
-var GiveBack string
+var giveBack string
 
 // Renew is the source of the script that extends the leases of running
 // requests' slots (in-flight windows). Its header specifies its arguments
@@ -30,3 +36,10 @@ var GiveBack string
 //
 //go:embed renew.lua
 var Renew string
+
+// number is the source of the function that the scripts read numbers
+// from Redis with (see number.lua): it precedes each script that reads
+// scores or stored values.
+//
+//go:embed number.lua
+var number string

@@ -6,13 +6,13 @@ import (
 )
 
 func TestEmbedded(t *testing.T) {
-	if !strings.HasPrefix(MultiWindow, "-- multi_window.lua") || !strings.Contains(MultiWindow, "\nreturn reply\n") {
+	if !strings.Contains(MultiWindow, "\n-- multi_window.lua") || !strings.Contains(MultiWindow, "\nreturn reply\n") {
 		t.Fatalf("MultiWindow does not hold the script: %.60q", MultiWindow)
 	}
 }
 
 func TestEmbeddedGiveBack(t *testing.T) {
-	if !strings.HasPrefix(GiveBack, "-- give_back.lua") || !strings.Contains(GiveBack, "return 0") {
+	if !strings.Contains(GiveBack, "\n-- give_back.lua") || !strings.Contains(GiveBack, "return 0") {
 		t.Fatalf("GiveBack does not hold the script: %.60q", GiveBack)
 	}
 }
@@ -20,5 +20,13 @@ func TestEmbeddedGiveBack(t *testing.T) {
 func TestEmbeddedRenew(t *testing.T) {
 	if !strings.HasPrefix(Renew, "-- renew.lua") || !strings.Contains(Renew, "return reply") {
 		t.Fatalf("Renew does not hold the script: %.60q", Renew)
+	}
+}
+
+func TestNumberPrecedesScripts(t *testing.T) {
+	for name, src := range map[string]string{"MultiWindow": MultiWindow, "GiveBack": GiveBack} {
+		if !strings.HasPrefix(src, "-- number.lua") {
+			t.Errorf("%s does not start with number.lua: %.60q", name, src)
+		}
 	}
 }

@@ -171,6 +171,8 @@
 local call = redis.call
 local fmt = string.format
 local num = tonumber
+-- Numbers read back from Redis (scores, stored values) are read as
+-- num(s) or sci(s): see lua/number.lua, which precedes this script.
 local floor = math.floor
 local ceil = math.ceil
 
@@ -285,7 +287,8 @@ local function count_windows(key, q, nwin, q0, r, added)
         used = call('ZCOUNT', key, fmt('%d', lo), '+inf')
         if used > 0 then
           local rank = fmt('%d', -used)
-          oldest = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+          local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+          oldest = num(s) or sci(s)
         end
       end
       if used > 0 then
@@ -297,7 +300,8 @@ local function count_windows(key, q, nwin, q0, r, added)
             -- The request fits once the entries up to rank used-limit
             -- (from the oldest) have left the window.
             local rank = fmt('%d', -limit)
-            edge = num(call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+            local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+            edge = num(s) or sci(s)
           end
         end
       end
@@ -355,7 +359,7 @@ local function weighted_functions()
     -- last rank is its newest entry unless it holds only markers.
     local top = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     if top[1] and byte(top[2]) ~= MINUS then
-      newest_total, newest_score = total(top[1]), num(top[2])
+      newest_total, newest_score = total(top[1]), num(top[2]) or sci(top[2])
     end
     for _ = 1, nwin do
       local used, oldest, edge = 0, nil, nil
@@ -383,7 +387,7 @@ local function weighted_functions()
           used = newest_total - total(before)
         end
         if used > 0 then
-          oldest = num(first_score)
+          oldest = num(first_score) or sci(first_score)
           local limit = num(args[q + 1])
           if used + cost > limit then
             fits = false
@@ -408,7 +412,7 @@ local function weighted_functions()
                 lo_rank = mid + 1
               end
             end
-            edge = num(edge_score)
+            edge = num(edge_score) or sci(edge_score)
           end
         end
       end
@@ -464,7 +468,8 @@ local function weighted_functions()
         local entries = call('ZRANGE', key, hi, fmt('%d', lo), 'BYSCORE', 'REV', 'LIMIT', '0', MERGE_SCAN, 'WITHSCORES')
         local merged = {}
         for i = 3, #entries, 2 do
-          if floor(num(entries[i + 1]) / grain) == floor(num(entries[i - 1]) / grain) then
+          local a, b = entries[i + 1], entries[i - 1]
+          if floor((num(a) or sci(a)) / grain) == floor((num(b) or sci(b)) / grain) then
             merged[#merged + 1] = entries[i]
           end
         end
@@ -540,8 +545,9 @@ local function bookkeep(key, q, longest, busy, weighted)
   -- seen, kept in 'r'.
   local kept = call('ZSCORE', key, 'r')
   local retention = longest
-  if kept and -num(kept) >= retention then
-    retention = -num(kept)
+  kept = kept and (num(kept) or sci(kept))
+  if kept and -kept >= retention then
+    retention = -kept
   else
     call('ZADD', key, fmt('%d', -retention), 'r')
     if kept then
@@ -658,7 +664,7 @@ while p <= #args do
       key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
       -- See Blocks.
       local left, ends = 0, call('GET', key)
-      ends = ends and num(ends)
+      ends = ends and (num(ends) or sci(ends))
       if ends and ends > t then
         left, fits = ends - t, false
       elseif not key_fits and member ~= '' then
