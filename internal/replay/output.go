@@ -109,6 +109,11 @@ type htmlData struct {
 	Chart template.HTML
 }
 
+// Top is the 20 subjects denied most, for the page.
+func (d htmlData) Top() []SubjectStats {
+	return d.Subjects[:min(len(d.Subjects), 20)]
+}
+
 // chart draws stacked bars per minute: admitted below, denied above.
 func (rep *Report) chart(width, height int) template.HTML {
 	const left, bottom, top = 60, 40, 20
@@ -171,6 +176,10 @@ td:first-child,th:first-child{text-align:left}h2{margin-top:1.5em}
 <h1>slidelimit replay</h1>
 <p>{{.Requests}} requests from {{stamp .First}} to {{stamp .Last}} UTC; <strong>{{.Denied}} would be denied ({{pct .Denied .Requests}})</strong>. Decided {{.Decider}}.</p>
 {{.Chart}}
+<h2>Top subjects</h2>
+<table><tr><th>subject</th><th>requests</th><th>denied</th></tr>
+{{range .Top}}<tr><td>{{.Subject}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td></tr>
+{{end}}</table>
 <h2>Policies</h2>
 <table><tr><th>route</th><th>policy</th><th>window</th><th>requests</th><th>denied</th><th>subjects affected</th><th>blocks started</th></tr>
 {{range .Policies}}<tr><td>{{.Route}}</td><td>{{.Policy}}</td><td>{{.Window}}{{if .Limit}} ({{.Limit}}){{end}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
