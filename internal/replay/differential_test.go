@@ -4,10 +4,12 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // TestDifferentialRedis replays random out-of-order traffic twice, in
@@ -56,5 +58,38 @@ func TestDifferentialRedis(t *testing.T) {
 			t.Errorf("%s: subjects differ:\n in process %v\n script     %v", text, lrep.Subjects, srep.Subjects)
 		}
 		t.Logf("%s: %d requests, %d denied, identical", text, lrep.Requests, lrep.Denied)
+	}
+}
+
+// TestScriptEmbedded replays through the engine's script on the embedded
+// miniredis (windows of minutes, issue 33's exponent-form scores
+// included) and requires the brute-force reference's denials; a window
+// with a grain is replayed by the script automatically.
+func TestScriptEmbedded(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 5))
+	rs := traffic(rng, 1200, 20*time.Minute, time.Second)
+	slices.SortStableFunc(rs, func(a, b req) int { return a.t.Compare(b.t) })
+	logged := shuffleNear(rng, rs, 20*time.Second)
+	p := writeLog(t, "access.log", logged, req.clf)
+	text := "ip:5/s,20/5min,40/10min; user[bytes]:20000/100s; block:30s; count:2xx,404"
+	want, _ := reference(rules.MustParse(text), logged)
+	rep, err := Run(context.Background(), Config{Routes: []RouteRules{{Text: text}}, Inputs: []Input{{Name: p}}, Decider: Script})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mapsEqual(subjectsOf(rep), want) {
+		t.Errorf("subjects %v, want %v", subjectsOf(rep), want)
+	}
+	// A grain: decided by the script without being asked to, and noted.
+	rep, err = Run(context.Background(), Config{Routes: []RouteRules{{Text: "ip:50/10min~1min"}}, Inputs: []Input{{Name: p}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Decider, "script") || rep.Denied == 0 || rep.Denied == rep.Requests {
+		t.Errorf("grain: decided %s, %d of %d denied", rep.Decider, rep.Denied, rep.Requests)
+	}
+	if _, err := Run(context.Background(), Config{Routes: []RouteRules{{Text: "ip:50/10min~1min"}}, Inputs: []Input{{Name: p}}, Decider: InProcess}); err == nil {
+		t.Error("in process with a grain: no error")
 	}
 }

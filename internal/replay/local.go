@@ -26,10 +26,18 @@ type checkVerdict struct {
 
 func (v *verdict) reset(req *engine.Request) {
 	v.allowed = false
-	v.checks = v.checks[:0]
-	for _, c := range req.Checks {
-		cv := checkVerdict{full: make([]bool, len(c.Windows))}
-		v.checks = append(v.checks, cv)
+	n := len(req.Checks)
+	if cap(v.checks) < n {
+		v.checks = make([]checkVerdict, n)
+	}
+	v.checks = v.checks[:n]
+	for i, c := range req.Checks {
+		cv := &v.checks[i]
+		full := cv.full[:0]
+		for range c.Windows {
+			full = append(full, false)
+		}
+		*cv = checkVerdict{full: full}
 	}
 }
 
@@ -48,6 +56,7 @@ type local struct {
 	keys  map[string]*lkey
 	n     int
 	buf   []byte
+	ks    []*lkey // the keys of the request being decided
 	swept int64 // time of the last sweep
 }
 
@@ -89,7 +98,7 @@ func (l *local) key(scope string, c *engine.Check) string {
 
 func (l *local) decide(scope string, req *engine.Request, counted bool, t int64, v *verdict) error {
 	v.reset(req)
-	ks := make([]*lkey, len(req.Checks))
+	ks := l.ks[:0]
 	ok := true
 	for i := range req.Checks {
 		c := &req.Checks[i]
@@ -99,7 +108,7 @@ func (l *local) decide(scope string, req *engine.Request, counted bool, t int64,
 			k = &lkey{}
 			l.keys[name] = k
 		}
-		ks[i] = k
+		ks = append(ks, k)
 		cost := max(c.Cost, 1)
 		for j, w := range c.Windows {
 			p := w.Period.Microseconds()
@@ -129,6 +138,7 @@ func (l *local) decide(scope string, req *engine.Request, counted bool, t int64,
 			}
 		}
 	}
+	l.ks = ks
 	if l.n++; l.n%sweepEvery == 0 {
 		l.sweep(t)
 	}
