@@ -67,6 +67,7 @@ func replayCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	reorder := fs.Duration("reorder", replay.DefaultReorder, "how far out of order a log's lines may be (a log is written as requests end)")
 	decider := fs.String("engine", "", "who decides: inprocess (default; fast) or script (the engine's script for every request)")
 	redisURL := fs.String("redis", "", "decide with the engine's script on this Redis (redis://HOST:PORT/DB) instead of in process")
+	v6 := fs.Int("ipv6-prefix", 64, "group IPv6 clients by this prefix length, as the middleware's WithIPv6Prefix (128: single addresses)")
 	quiet := fs.Bool("q", false, "no progress on standard error")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: slidelimit replay -rules TEXT [-route PATTERN] | -rules-file FILE [flags] FILE...
@@ -82,7 +83,7 @@ denials per policy and subject.
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	cfg := replay.Config{Reorder: *reorder, Decider: *decider, Redis: *redisURL}
+	cfg := replay.Config{Reorder: *reorder, Decider: *decider, Redis: *redisURL, IPv6Prefix: *v6}
 	if !*quiet {
 		cfg.Progress = stderr
 	}

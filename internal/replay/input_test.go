@@ -3,6 +3,7 @@ package replay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -255,5 +256,38 @@ func TestGzipFileByMagic(t *testing.T) {
 	rep, err := runText(t, Config{Routes: []RouteRules{{Text: "ip:5/s"}}, Inputs: []Input{{Name: q}}})
 	if err != nil || rep.Requests != 1 {
 		t.Fatalf("rep %+v err %v", rep, err)
+	}
+}
+
+// TestProgressAndPrefix prints progress lines on a long enough log, and
+// groups IPv6 clients by the prefix given.
+func TestProgressAndPrefix(t *testing.T) {
+	t.Parallel()
+	var b, progress strings.Builder
+	for i := range 5000 {
+		b.WriteString(req{t: t0.Add(time.Duration(i) * time.Second), ip: fmt.Sprintf("2001:db8:0:%x::1", i%2), path: "/", status: 200}.clf())
+	}
+	log := b.String()
+	rep, err := runText(t, Config{Routes: []RouteRules{{Text: "ip:5/s"}}, Inputs: []Input{{Name: "-", R: strings.NewReader(log)}},
+		IPv6Prefix: 48, Progress: &progress, ProgressEvery: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Subjects) != 1 || rep.Subjects[0].Subject != "ip:2001:db8::/48" {
+		t.Errorf("subjects %v, want one /48", rep.Subjects)
+	}
+	if !strings.Contains(progress.String(), "lines/s") {
+		t.Errorf("no progress line: %q", progress.String())
+	}
+	// From a file, progress says how much of the input was read.
+	progress.Reset()
+	p := filepath.Join(t.TempDir(), "a.log")
+	os.WriteFile(p, []byte(log), 0o600)
+	if _, err := runText(t, Config{Routes: []RouteRules{{Text: "ip:5/s"}}, Inputs: []Input{{Name: p}},
+		Progress: &progress, ProgressEvery: time.Nanosecond}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "% of the input") {
+		t.Errorf("no share of the input in %q", progress.String())
 	}
 }

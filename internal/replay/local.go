@@ -57,7 +57,7 @@ type local struct {
 	n     int
 	buf   []byte
 	ks    []*lkey // the keys of the request being decided
-	swept int64 // time of the last sweep
+	swept int64   // time of the last sweep
 }
 
 type lkey struct {

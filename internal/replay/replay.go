@@ -56,6 +56,9 @@ type Config struct {
 	// ProgressEvery (default 1 s) on long logs.
 	Progress      io.Writer
 	ProgressEvery time.Duration
+	// IPv6Prefix groups IPv6 clients by this prefix length, as the
+	// middleware's WithIPv6Prefix; 0 means middleware.DefaultIPv6Prefix.
+	IPv6Prefix int
 	// OnDecision, when not nil, is called with every replayed request and
 	// whether it was admitted, in replay order.
 	OnDecision func(rec Record, allowed bool)
@@ -97,6 +100,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer dec.Close()
 	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}}
+	if cfg.IPv6Prefix != 0 {
+		r.v6 = middleware.WithIPv6Prefix(cfg.IPv6Prefix)
+		if _, err := middleware.Subject(rules.IP, "::1", r.v6); err != nil {
+			return nil, fmt.Errorf("replay: -ipv6-prefix: %w", err)
+		}
+	}
 	if err := r.inputs(); err != nil {
 		return nil, err
 	}
@@ -162,6 +171,7 @@ type run struct {
 	req      engine.Request
 	v        verdict
 	seen     []string // subjects of the current request
+	v6       middleware.Option
 }
 
 func (r *run) inputs() error {
@@ -291,7 +301,7 @@ func (r *run) checks(rt *route, rec *Record, hreq *http.Request) {
 		}
 		if c.Subject == "" {
 			if ip == "" {
-				ip = ipSubject(rec.IP)
+				ip = r.ipSubject(rec.IP)
 			}
 			c.Subject = ip
 		}
@@ -309,8 +319,8 @@ func (r *run) checks(rt *route, rec *Record, hreq *http.Request) {
 // ipSubject is the subject of a client address field, as the middleware
 // names it: "ip:" and the canonical address, or "peer:" and the field when
 // it is not an address (a host name logged with HostnameLookups).
-func ipSubject(host string) string {
-	s, err := middleware.Subject(rules.IP, host)
+func (r *run) ipSubject(host string) string {
+	s, err := middleware.Subject(rules.IP, host, r.v6)
 	if err != nil {
 		return "peer:" + host
 	}
