@@ -32,7 +32,9 @@ func (r *run) account(rt *route, rec *Record) {
 		for j := range c.Windows {
 			p := rt.stats[rt.index[i][j]]
 			p.Requests++
-			if cv.full[j] {
+			// A request a block in force refused is the block's denial,
+			// whatever the windows say.
+			if cv.full[j] && !cv.blocked {
 				refused = true
 				p.deny(c.Subject, rec.Time)
 				if cv.started {

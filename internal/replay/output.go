@@ -52,17 +52,13 @@ func (rep *Report) WriteText(w io.Writer) error {
 			affected++
 		}
 	}
-	fmt.Fprintf(&b, "%d subjects, %d of them denied at least once\n", len(rep.Subjects), affected)
+	fmt.Fprintf(&b, "subjects: %d, denied at least once: %d\n", len(rep.Subjects), affected)
 	for _, p := range rep.Policies {
 		route := p.Route
 		if route == "" {
 			route = "every request"
 		}
-		fmt.Fprintf(&b, "\n%s  %s %s", route, p.Policy, p.Window)
-		if p.Limit > 0 {
-			fmt.Fprintf(&b, " (limit %d)", p.Limit)
-		}
-		fmt.Fprintf(&b, ": %d requests, %d denied (%s), %d subjects affected, %d blocks started\n",
+		fmt.Fprintf(&b, "\n%s  %s %s: %d requests, %d denied (%s), subjects affected: %d, blocks started: %d\n", route, p.Policy, p.Window,
 			p.Requests, p.Denied, pct(p.Denied, p.Requests), p.Subjects, p.Blocks)
 		for _, t := range p.Top {
 			fmt.Fprintf(&b, "    %-40s %8d denied  first %s  last %s\n", t.Subject, t.Denied, t.First.Format(stamp), t.Last.Format(stamp))
@@ -182,7 +178,7 @@ td:first-child,th:first-child{text-align:left}h2{margin-top:1.5em}
 {{end}}</table>
 <h2>Policies</h2>
 <table><tr><th>route</th><th>policy</th><th>window</th><th>requests</th><th>denied</th><th>subjects affected</th><th>blocks started</th></tr>
-{{range .Policies}}<tr><td>{{.Route}}</td><td>{{.Policy}}</td><td>{{.Window}}{{if .Limit}} ({{.Limit}}){{end}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
+{{range .Policies}}<tr><td>{{.Route}}</td><td>{{.Policy}}</td><td>{{.Window}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
 {{end}}</table>
 {{range .Policies}}{{if .Top}}<h3>{{.Route}} {{.Policy}} {{.Window}}: top subjects</h3>
 <table><tr><th>subject</th><th>denied</th><th>first denial</th><th>last denial</th></tr>

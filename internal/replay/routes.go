@@ -115,6 +115,9 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 			refuse(l.ID(), "key functions run in the server; a log has only their requests")
 		case rules.Param:
 			rt.params = true
+			if rr.Pattern == "" {
+				refuse(l.ID(), "a path value needs the route whose wildcard names it (-route)")
+			}
 		}
 		if l.Cost != "" && l.Cost != "bytes" && !isDecimal(l.Cost) {
 			refuse(l.ID(), "cost functions other than bytes (the logged size) run in the server")
