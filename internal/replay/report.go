@@ -51,9 +51,10 @@ type SubjectStats struct {
 }
 
 // PolicyStats is one window of one limiter of a route (Policy is its
-// middleware policy name, as in "ip-1s"), or a limiter's block (Policy
-// "ip-block", Window "block:15m"; Denied then counts the requests a block
-// in force denied).
+// middleware policy name, as in "ip-1s"; Denied counts the requests it had
+// no room for, but for those a block in force refused), or a limiter's
+// block (Policy "ip-block", Window "block:15m"; Denied counts the requests
+// a block in force refused). A request two windows refused counts in both.
 type PolicyStats struct {
 	Route    string `json:"route"`
 	Policy   string `json:"policy"`
