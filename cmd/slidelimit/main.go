@@ -129,7 +129,8 @@ denials per policy and subject.
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "slidelimit: %v\n", err)
-		if errors.Is(err, replay.ErrEmpty) || rep == nil {
+		var ce *replay.ConfigError
+		if errors.Is(err, replay.ErrEmpty) || errors.As(err, &ce) {
 			return 2
 		}
 		return 1

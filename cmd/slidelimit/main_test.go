@@ -85,6 +85,9 @@ func TestReplayExitCodes(t *testing.T) {
 	if code, _, errs := cmd(t, sampleLog, "replay", "-rules", "ip:5/q", "-"); code != 2 || !strings.Contains(errs, "-rules") {
 		t.Errorf("bad rules: exit %d %s", code, errs)
 	}
+	if code, _, errs := cmd(t, "", "replay", "-rules", "ip:5/s", "/nonexistent/access.log"); code != 1 || !strings.Contains(errs, "no such file") {
+		t.Errorf("missing file: exit %d %s", code, errs)
+	}
 	if code, _, errs := cmd(t, sampleLog, "replay", "-rules", "header(X-Key):5/s", "-"); code != 2 || !strings.Contains(errs, "cannot be replayed") {
 		t.Errorf("header: exit %d %s", code, errs)
 	}

@@ -67,6 +67,15 @@ type Config struct {
 // ErrEmpty is returned by Run when the logs have no parseable line.
 var ErrEmpty = errors.New("replay: no parseable log line")
 
+// ConfigError is returned by Run for a Config it cannot replay with: bad
+// rules (Err then matches the rules package's errors, positions
+// included), statements a log cannot express (*Refused), conflicting
+// routes or bad options. Nothing was read.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
 // Run replays cfg's logs in time order through their routes' rules and
 // reports what the rules would have denied.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
@@ -85,27 +94,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		routes = append(routes, r)
 	}
 	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, &ConfigError{errors.Join(errs...)}
 	}
 	if len(routes) == 0 {
-		return nil, errors.New("replay: no rules (give -rules or -rules-file)")
+		return nil, &ConfigError{errors.New("replay: no rules (give -rules or -rules-file)")}
 	}
 	rt, err := newRouter(routes)
 	if err != nil {
-		return nil, err
+		return nil, &ConfigError{err}
+	}
+	var v6 middleware.Option
+	if cfg.IPv6Prefix != 0 {
+		v6 = middleware.WithIPv6Prefix(cfg.IPv6Prefix)
+		if _, err := middleware.Subject(rules.IP, "::1", v6); err != nil {
+			return nil, &ConfigError{fmt.Errorf("replay: -ipv6-prefix: %w", err)}
+		}
 	}
 	dec, err := newDecider(&cfg, grains, rep)
 	if err != nil {
 		return nil, err
 	}
 	defer dec.Close()
-	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}}
-	if cfg.IPv6Prefix != 0 {
-		r.v6 = middleware.WithIPv6Prefix(cfg.IPv6Prefix)
-		if _, err := middleware.Subject(rules.IP, "::1", r.v6); err != nil {
-			return nil, fmt.Errorf("replay: -ipv6-prefix: %w", err)
-		}
-	}
+	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}, v6: v6}
 	if err := r.inputs(); err != nil {
 		return nil, err
 	}
@@ -125,7 +135,7 @@ func newDecider(cfg *Config, grains bool, rep *Report) (decider, error) {
 	switch cfg.Decider {
 	case InProcess:
 		if grains {
-			return nil, errors.New("replay: windows with a grain are replayed by the script only (-engine script)")
+			return nil, &ConfigError{errors.New("replay: windows with a grain are replayed by the script only (-engine script)")}
 		}
 	case Script:
 	case Auto:
@@ -136,7 +146,7 @@ func newDecider(cfg *Config, grains bool, rep *Report) (decider, error) {
 			rep.Notes = append(rep.Notes, "windows with a grain: every request goes through the engine's script (slower)")
 		}
 	default:
-		return nil, fmt.Errorf("replay: unknown decider %q (want %s or %s)", cfg.Decider, InProcess, Script)
+		return nil, &ConfigError{fmt.Errorf("replay: unknown decider %q (want %s or %s)", cfg.Decider, InProcess, Script)}
 	}
 	if cfg.Decider == Script || grains || cfg.Redis != "" {
 		s, err := newScript(cfg.Redis)
@@ -184,7 +194,7 @@ func (r *run) inputs() error {
 		horizon = DefaultReorder
 	}
 	if len(r.cfg.Inputs) == 0 {
-		return errors.New("replay: no log file (give FILE..., or - for standard input)")
+		return &ConfigError{errors.New("replay: no log file (give FILE..., or - for standard input)")}
 	}
 	known := true
 	for i, in := range r.cfg.Inputs {
