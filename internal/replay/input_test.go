@@ -59,7 +59,7 @@ func TestUnixTimes(t *testing.T) {
 	log := `{"t": 1764151200, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
 {"t": 1764151200500, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
 {"t": "1764151200.9", "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
-{"t": 1764151201, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
+{"t": 1764151201, "ip": "192.0.2.1:5123", "request": "GET / HTTP/1.1", "status": 200}
 `
 	f, _ := ParseFields("time=t")
 	var times []int64
@@ -69,7 +69,7 @@ func TestUnixTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []int64{1764151200_000000, 1764151200_500000, 1764151200_900000, 1764151201_000000}
-	if !slices.Equal(times, want) || rep.Denied != 1 {
+	if !slices.Equal(times, want) || rep.Denied != 1 || len(rep.Subjects) != 1 {
 		t.Errorf("times %v denied %d, want %v and 1", times, rep.Denied, want)
 	}
 }

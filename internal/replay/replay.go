@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -328,13 +329,21 @@ func (r *run) checks(rt *route, rec *Record, hreq *http.Request) {
 
 // ipSubject is the subject of a client address field, as the middleware
 // names it: "ip:" and the canonical address, or "peer:" and the field when
-// it is not an address (a host name logged with HostnameLookups).
+// it is not an address (a host name logged with HostnameLookups). An
+// address with a port ("192.0.2.1:5123", "[2001:db8::1]:443") counts by
+// its address.
 func (r *run) ipSubject(host string) string {
 	s, err := middleware.Subject(rules.IP, host, r.v6)
-	if err != nil {
-		return "peer:" + host
+	if err == nil {
+		return s
 	}
-	return s
+	// An address with its port, as Go's Request.RemoteAddr is logged.
+	if h, _, perr := net.SplitHostPort(host); perr == nil {
+		if s, err := middleware.Subject(rules.IP, h, r.v6); err == nil {
+			return s
+		}
+	}
+	return "peer:" + host
 }
 
 // oversized decides, as the middleware does without asking the engine, a
