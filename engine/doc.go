@@ -278,7 +278,7 @@
 // master had not yet sent to the promoted replica (none in our
 // measurements of a master killed under load, where a failover took 2 to
 // 3 s), and a window then holds fewer entries than were admitted. The
-// README's Redis Cluster section says how to configure the client so that
+// Redis Cluster section of docs/engine.md says how to configure the client so that
 // the engine follows a failover as soon as the cluster has recovered (back
 // on Redis about 0.1 s after the cluster reported cluster_state:ok again,
 // in those measurements). Its Redis configuration section says what a

@@ -80,7 +80,7 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 func TestOutageDecidesAtOnce(t *testing.T) {
 	const timeout = 2 * time.Second
 	s := redistest.Start(t)
-	// The client options the README recommends: without DialerRetries 1
+	// The client options docs/engine.md recommends: without DialerRetries 1
 	// and MaxRetries -1, go-redis retries a refused dial for about 1.7 s
 	// (bounded by the timeout), in the first call and in each probe.
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})

@@ -72,8 +72,9 @@ const backendLogEvery = 10 * time.Second
 // is not valid (see rules.Group.Validate), an option is invalid, a
 // key(name) limiter of g (including its overrides) has no function
 // registered with WithKeyFunc, a limiter's cost names no function
-// registered with WithCostFunc, or a window's limit ($name) names no
-// function registered with WithLimitFunc.
+// registered with WithCostFunc, a window's limit ($name) names no
+// function registered with WithLimitFunc, or g names a role that the
+// WithPolicy policy does not declare (role.Policy.Roles).
 //
 // For each request the middleware:
 //
@@ -111,6 +112,8 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	// here so that a bad window fails New rather than every request.
 	if err := g.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if err := c.policy.Check(g); err != nil {
+		errs = append(errs, err) // a role WithPolicy does not declare
 	}
 	var giver GiveBacker
 	if d == nil {

@@ -66,7 +66,8 @@ func FromContext(ctx context.Context) (Identity, bool) {
 }
 
 // Policy holds the service-wide role rules that complement each route's
-// group. The zero value adds nothing to the groups. A Policy must not be
+// group. The zero value adds nothing to the groups and checks no role
+// names. A Policy must not be
 // modified while Resolve runs.
 type Policy struct {
 	// ByIP lists roles whose accounts are shared by several people, such as
@@ -75,6 +76,28 @@ type Policy struct {
 	// bursts do not lock out the others. A route's own role(...)= override
 	// for the role takes precedence.
 	ByIP []Role
+	// Roles declares the roles that exist. When it is not empty, a group
+	// that names any other role in exempt: or role(...)= is an error (see
+	// Check), reported by every transport when it builds the group: struct
+	// tags, Handle, Middleware, SetRules and grpclimit. When it is empty,
+	// role names are not checked, and a misspelt one is a role nobody
+	// holds: exempt:superadmn exempts no one.
+	Roles []Role
+}
+
+// Check returns an error when p declares Roles and g names a role that is
+// not among them; the error is a *rules.Error at the role's offset in
+// g.String(), naming the role and listing the declared ones. It returns
+// nil when p declares no roles.
+func (p Policy) Check(g rules.Group) error {
+	if len(p.Roles) == 0 {
+		return nil
+	}
+	declared := make([]string, len(p.Roles))
+	for i, r := range p.Roles {
+		declared[i] = string(r)
+	}
+	return g.CheckRoles(declared)
 }
 
 // Resolution is the outcome of Policy.Resolve for one request.

@@ -3,6 +3,7 @@ package role_test
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,21 @@ func TestResolveDoesNotAllocate(t *testing.T) {
 	id := role.Identity{User: "a", Roles: []role.Role{"user", "admin"}}
 	if n := testing.AllocsPerRun(100, func() { p.Resolve(files, id) }); n != 0 {
 		t.Fatalf("Resolve allocates %v times per call", n)
+	}
+}
+
+func TestPolicyCheck(t *testing.T) {
+	t.Parallel()
+	g := rules.MustParse("ip:5/s; exempt:superadmn; role(admin)=ip:30/min")
+	if err := (role.Policy{}).Check(g); err != nil {
+		t.Errorf("a policy without declared roles checked names: %v", err)
+	}
+	p := role.Policy{Roles: []role.Role{"admin", "superadmin"}}
+	err := p.Check(g)
+	if err == nil || !strings.Contains(err.Error(), `role "superadmn" is not declared (declared roles: admin, superadmin)`) {
+		t.Errorf("got %v", err)
+	}
+	if err := p.Check(rules.MustParse("ip:5/s; exempt:superadmin; role(admin)=ip:30/min")); err != nil {
+		t.Errorf("declared roles refused: %v", err)
 	}
 }

@@ -47,7 +47,7 @@ func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error
 			// go-redis's message may quote the URL, password included.
 			return nil, errors.New("demo: -redis: not a redis:// or rediss:// URL")
 		}
-		// As the README recommends: the engine's timeout reaches the
+		// As docs/engine.md recommends: the engine's timeout reaches the
 		// socket, and a refused connection fails at once, so the engine
 		// knows Redis is down without waiting for the timeout.
 		opt.ContextTimeoutEnabled, opt.DialerRetries, opt.MaxRetries = true, 1, -1

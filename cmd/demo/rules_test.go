@@ -12,7 +12,7 @@ import (
 	"github.com/slidelimit/slidelimit/internal/testutil"
 )
 
-// TestAdminRules runs the README's tour step: two demo processes on one
+// TestAdminRules runs the tour step (docs/tour.md): two demo processes on one
 // Redis; the super-admin tightens GET /health on one and the other
 // enforces it; bad text is refused with its position; DELETE restores.
 func TestAdminRules(t *testing.T) {

@@ -29,8 +29,12 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 			middleware.WithLogger(logger),
 			// The admin account is shared by several people: count its
 			// user limiters (POST /pictures) by IP, as its route overrides
-			// do.
-			middleware.WithPolicy(role.Policy{ByIP: []role.Role{roleAdmin}}),
+			// do. Declaring the roles makes a misspelt one in a tag an
+			// error at start-up.
+			middleware.WithPolicy(role.Policy{
+				ByIP:  []role.Role{roleAdmin},
+				Roles: []role.Role{roleUser, roleAdmin, roleSuperadmin},
+			}),
 			middleware.WithKeyFunc("account", loginAccount),
 			middleware.WithCostFunc("bytes", objectSize),
 		),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -28,7 +29,11 @@ func main() {
 	})
 	defer rdb.Close()
 
-	lim, err := slidelimit.New(rdb, slidelimit.WithEngineOptions(engine.WithLogger(slog.Default())))
+	lim, err := slidelimit.New(rdb,
+		slidelimit.WithEngineOptions(engine.WithLogger(slog.Default())),
+		// Declared roles: a misspelt role in a tag fails Register.
+		slidelimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{Roles: []role.Role{"user", "admin", "superadmin"}})),
+	)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -195,6 +195,9 @@ func checkMethodName(name string, svc bool) error {
 // default).
 func (l *Limiter) compile(name, text string) (*method, error) {
 	g, err := l.dialect().Parse(text)
+	if err == nil {
+		err = l.policy.Check(g) // roles that WithPolicy does not declare
+	}
 	if err != nil {
 		return nil, &MethodError{Method: name, Err: err}
 	}

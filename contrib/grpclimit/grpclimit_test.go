@@ -18,6 +18,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -403,6 +404,9 @@ func TestNewErrors(t *testing.T) {
 			[]string{`"test": in WithExempt: not a full method name`}},
 		{"bad proxy", nil, []grpclimit.Option{grpclimit.WithTrustedProxies("10.0.0.0/33")},
 			[]string{"WithTrustedProxies"}},
+		{"undeclared role", map[string]string{ping: "ip:5/s; exempt:superadmn"},
+			[]grpclimit.Option{grpclimit.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}})},
+			[]string{`role "superadmn" is not declared (declared roles: admin, superadmin)`, "at offset 15"}},
 		{"every problem", map[string]string{ping: "param(a):1/s", other: "ip:5/s; count:4xx"}, nil,
 			[]string{"param(a) has no meaning", "4xx is an HTTP status"}},
 	}
