@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -289,5 +290,23 @@ func TestProgressAndPrefix(t *testing.T) {
 	}
 	if !strings.Contains(progress.String(), "% of the input") {
 		t.Errorf("no share of the input in %q", progress.String())
+	}
+}
+
+// TestUnknownStatements finds set fields of the rule model that the
+// in-process decider does not model, so that statements the rule
+// language gains send their routes to the engine's script.
+func TestUnknownStatements(t *testing.T) {
+	t.Parallel()
+	g := rules.MustParse("ip:5/s,100/10min~1min; user[bytes]:1000/h; block:1m; count:2xx; scope:s; mode:shadow")
+	if u := unknownStatements(&g); len(u) != 0 {
+		t.Errorf("known statements reported unknown: %v", u)
+	}
+	type window struct {
+		rules.Window
+		Calendar string
+	}
+	if u := unknownFields(reflect.ValueOf(window{Calendar: "month"}), "Window", knownWindow); !slices.Equal(u, []string{"Window.Calendar"}) {
+		t.Errorf("unknown fields %v, want Window.Calendar", u)
 	}
 }

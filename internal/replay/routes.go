@@ -137,6 +137,10 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 		return nil, errors.Join(errs...)
 	}
 	where := rr.Origin
+	if u := unknownStatements(&g); len(u) > 0 {
+		rt.grains = true // the script decides it
+		*notes = append(*notes, where+": "+strings.Join(u, ", ")+": statements the in-process decider does not model; every request goes through the engine's script (slower)")
+	}
 	if len(g.Overrides) > 0 || len(g.Exempt) > 0 {
 		*notes = append(*notes, where+": role overrides and exempt roles ignored: a log carries no roles, so every request is replayed with the default limiters")
 	}
