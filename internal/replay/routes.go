@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -133,13 +134,17 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 			}
 		}
 	}
+	refused, windows := unknownStatements(&g)
+	for _, f := range refused {
+		refuse(f, "a statement the replay does not know yet")
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	where := rr.Origin
-	if u := unknownStatements(&g); len(u) > 0 {
+	if len(windows) > 0 {
 		rt.grains = true // the script decides it
-		*notes = append(*notes, where+": "+strings.Join(u, ", ")+": statements the in-process decider does not model; every request goes through the engine's script (slower)")
+		*notes = append(*notes, where+": "+strings.Join(slices.Compact(windows), ", ")+": windows the in-process decider does not model; every request goes through the engine's script (slower)")
 	}
 	if len(g.Overrides) > 0 || len(g.Exempt) > 0 {
 		*notes = append(*notes, where+": role overrides and exempt roles ignored: a log carries no roles, so every request is replayed with the default limiters")
