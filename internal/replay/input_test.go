@@ -310,3 +310,33 @@ func TestUnknownStatements(t *testing.T) {
 		t.Errorf("unknown fields %v, want Window.Calendar", u)
 	}
 }
+
+// TestServeMuxChoices: HEAD goes to a GET pattern, the most specific
+// pattern wins, and a request ServeMux would redirect is not counted.
+func TestServeMuxChoices(t *testing.T) {
+	t.Parallel()
+	line := func(method, target string) string {
+		return "192.0.2.1 - - [25/Nov/2026:10:00:00 +0000] \"" + method + " " + target + " HTTP/1.1\" 200 5\n"
+	}
+	log := line("HEAD", "/files/1") + line("GET", "/files/special") + line("GET", "/dir") + line("POST", "/files/1") + line("GET", "/dir/x")
+	rr, err := ParseRulesFile("r", strings.NewReader("GET /files/{id} ip:100/s\nGET /files/special ip:100/s\n/dir/ ip:100/s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	rep, err := runText(t, Config{Routes: rr, Inputs: []Input{{Name: "-", R: strings.NewReader(log)}},
+		OnDecision: func(r Record, _ bool) { routes = append(routes, r.Method+" "+r.Target) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Unmatched != 2 || !slices.Equal(routes, []string{"HEAD /files/1", "GET /files/special", "GET /dir/x"}) {
+		t.Errorf("unmatched %d, replayed %v", rep.Unmatched, routes)
+	}
+	perRoute := map[string]int64{}
+	for _, p := range rep.Policies {
+		perRoute[p.Route] = p.Requests
+	}
+	if perRoute["GET /files/{id}"] != 1 || perRoute["GET /files/special"] != 1 || perRoute["/dir/"] != 1 {
+		t.Errorf("requests per route %v", perRoute)
+	}
+}

@@ -218,9 +218,9 @@ func newRouter(rs []*route) (*router, error) {
 	return rt, nil
 }
 
-// match returns the route of rec and, when the route has param limiters,
-// the request with its path values; a nil route when none matches, or when
-// ServeMux would redirect the request (no limited handler runs then).
+// match returns the route of rec and the request with its path values; a
+// nil route when none matches, or when ServeMux would redirect the request
+// (no limited handler runs then).
 func (rt *router) match(rec *Record) (*route, *http.Request) {
 	if rt.all != nil {
 		return rt.all, nil
@@ -230,17 +230,14 @@ func (rt *router) match(rec *Record) (*route, *http.Request) {
 		return nil, nil
 	}
 	req := &http.Request{Method: rec.Method, URL: u, Host: u.Host, RequestURI: rec.Target, Header: http.Header{}}
-	_, pattern := rt.mux.Handler(req)
-	r := rt.routes[pattern]
-	if r == nil || !r.params {
-		return r, nil
-	}
+	// ServeHTTP, not Handler: Handler names the pattern a redirect leads
+	// to, and only ServeHTTP sets the path values.
 	rt.got = nil
-	rt.mux.ServeHTTP(discard{}, req) // path values are set by ServeHTTP only
+	rt.mux.ServeHTTP(discard{}, req)
 	if rt.got == nil {
-		return nil, nil
+		return nil, nil // not found, or redirected: no limited handler runs
 	}
-	return r, rt.got
+	return rt.routes[rt.got.Pattern], rt.got
 }
 
 // discard is a ResponseWriter that writes nowhere.
