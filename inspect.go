@@ -175,7 +175,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 	}
 	if l.ov != nil {
 		// An override in force counts in the scope's keys too.
-		if g, ok := l.ov.cur.Load().groups[scope]; ok {
+		if g, ok := l.ov.InForce(scope); ok {
 			inScope = append(inScope, &registered{scope: scope, group: g, opts: l.opts})
 		}
 	}

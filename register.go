@@ -135,7 +135,7 @@ func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Han
 	}
 	// Joined to the scope's overrides once registered (join), so that a
 	// route that fails to register never takes part.
-	return l.newSlot(scope, wrapped, h, []middleware.Option{middleware.WithScope(pattern)}), nil
+	return l.newSwitch(scope, wrapped, h, []middleware.Option{middleware.WithScope(pattern)}), nil
 }
 
 func isZero(g rules.Group) bool {

@@ -6,6 +6,8 @@ import (
 	"sync"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -16,7 +18,7 @@ import (
 type Limiter struct {
 	engine *engine.Engine
 	opts   []middleware.Option
-	ov     *overrides // nil with WithRulesCheck(0)
+	ov     *overrides.Store // nil with WithRulesCheck(0)
 
 	mu     sync.RWMutex
 	groups []registered // what Peek and Reset search, in registration order
@@ -47,8 +49,8 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{engine: e, opts: c.middleware}
 	if c.rulesCheck > 0 {
-		l.ov = newOverrides(client, e.Prefix(), c.rulesCheck, e.Logger())
-		l.ov.start()
+		l.ov = overrides.New(client, access.EnginePrefix(e), c.rulesCheck, access.EngineLogger(e))
+		l.ov.Start()
 	}
 	return l, nil
 }
@@ -63,7 +65,7 @@ func (l *Limiter) Engine() *engine.Engine { return l.engine }
 // in force stay). It does not close the Redis client. Close is idempotent.
 func (l *Limiter) Close() error {
 	if l.ov != nil {
-		l.ov.close()
+		l.ov.Close()
 	}
 	return l.engine.Close()
 }

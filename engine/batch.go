@@ -135,6 +135,10 @@ type call struct {
 	// Failure domains: the servers the call needs.
 	doms []*domain
 
+	// Finish (opFinish): the work per key, and the invalidation channel.
+	fin []undo
+	pub string
+
 	// Slot mode: the call's keys grouped by script call.
 	parts []int32 // key indices, part by part
 	pends []int32 // end of part i in parts
@@ -149,6 +153,8 @@ func getCall() *call { return callPool.Get().(*call) }
 
 func putCall(c *call) {
 	c.err, c.warn = nil, nil
+	clear(c.fin)
+	c.fin = c.fin[:0]
 	clear(c.plan.keys) // drop the key string
 	c.plan.keys = c.plan.keys[:0]
 	callPool.Put(c)
@@ -166,6 +172,9 @@ func (c *call) sharing(batch []*call) []bool {
 	}
 	c.shared = append(c.shared[:0], make([]bool, len(batch))...)
 	for i, o := range batch {
+		if o.mode == opFinish {
+			continue // its op reads no window (see Finish)
+		}
 		for _, k := range o.plan.keys {
 			if j, ok := c.seen[k]; ok {
 				c.shared[j], c.shared[i] = true, true

@@ -87,7 +87,29 @@ func (e *Engine) runParts(batch []*call) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
+	cmds, pipes := e.queueParts(ctx, batch, t)
+	sent := e.mono()
+	e.execPipes(ctx, pipes, cmds)
+	e.stamp(batch, sent)
+	e.readParts(cmds, pipes)
+	for i := range pipes {
+		if dp := &pipes[i]; dp.pipe != nil {
+			e.observe(dp.d, dp.answer, dp.err)
+		}
+	}
+	for _, c := range batch {
+		c.suffix = commonSuffix(c.psuf)
+	}
+	e.rollback(batch)
+	if e.undos.n.Load() > 0 {
+		e.runUndos(ctx, servedBy(e, pipes))
+	}
+}
 
+// queueParts queues the script call of every part of every call of batch
+// at time t in the pipeline of its server; a part whose server is down
+// fails at once.
+func (e *Engine) queueParts(ctx context.Context, batch []*call, t int64) ([]partCmd, []domainPipe) {
 	var cmds []partCmd
 	var pipes []domainPipe
 	fa := &batch[0].flat // every part's arguments; kept until the pipelines ran
@@ -126,7 +148,12 @@ func (e *Engine) runParts(batch []*call) {
 			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd, pipe: pi})
 		}
 	}
-	sent := e.mono()
+	return cmds, pipes
+}
+
+// execPipes sends the servers' pipelines concurrently and waits for them,
+// then sends the calls that met NOSCRIPT again with the script's source.
+func (e *Engine) execPipes(ctx context.Context, pipes []domainPipe, cmds []partCmd) {
 	var wg sync.WaitGroup
 	for i := range pipes {
 		if p := pipes[i].pipe; p != nil {
@@ -135,7 +162,6 @@ func (e *Engine) runParts(batch []*call) {
 		}
 	}
 	wg.Wait()
-
 	var retry redis.Pipeliner
 	for i := range cmds {
 		pc := &cmds[i]
@@ -151,8 +177,12 @@ func (e *Engine) runParts(batch []*call) {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
-	e.stamp(batch, sent)
+}
 
+// readParts reads the replies of cmds into their calls and parts, and
+// notes per server whether it answered and its first error. A part that
+// failed may have run (a timeout, a lost reply): its undo is queued.
+func (e *Engine) readParts(cmds []partCmd, pipes []domainPipe) {
 	for i := range cmds {
 		pc := &cmds[i]
 		c := pc.c
@@ -166,24 +196,13 @@ func (e *Engine) runParts(batch []*call) {
 		}
 		var st, suf int64
 		if err == nil {
-			r := ireader{v: v}
-			sec, usec := r.int(maxTime/1e6), r.int(999_999)
-			st, suf = readFlatOp(&r, c, c.part(pc.part), sec*1e6+usec)
-			if rerr := r.end(); rerr != nil {
-				err = rerr
-			} else if sec > c.sec || sec == c.sec && usec > c.usec {
-				// Each key always lives on the same server and uses its
-				// clock, so windows stay exact; the decision reports the
-				// latest time.
-				c.sec, c.usec = sec, usec
-			}
+			st, suf, err = c.readPart(v, pc.part)
 		}
 		if err != nil {
 			c.pstat[pc.part] = -1
 			if c.err == nil {
 				c.err = err
 			}
-			// The script may have run (a timeout, a lost reply).
 			e.queueUndo(c, c.part(pc.part), -1)
 			continue
 		}
@@ -197,18 +216,22 @@ func (e *Engine) runParts(batch []*call) {
 			}
 		}
 	}
-	for i := range pipes {
-		if dp := &pipes[i]; dp.pipe != nil {
-			e.observe(dp.d, dp.answer, dp.err)
-		}
+}
+
+// readPart reads the reply v of c's part i, and returns its status and
+// suffix. Each key always lives on the same server and uses its clock, so
+// windows stay exact; the decision reports the latest time.
+func (c *call) readPart(v []int64, i int) (st, suf int64, err error) {
+	r := ireader{v: v}
+	sec, usec := r.int(maxTime/1e6), r.int(999_999)
+	st, suf = readFlatOp(&r, c, c.part(i), sec*1e6+usec)
+	if rerr := r.end(); rerr != nil {
+		return 0, 0, rerr
 	}
-	for _, c := range batch {
-		c.suffix = commonSuffix(c.psuf)
+	if sec > c.sec || sec == c.sec && usec > c.usec {
+		c.sec, c.usec = sec, usec
 	}
-	e.rollback(batch)
-	if e.undos.n.Load() > 0 {
-		e.runUndos(ctx, servedBy(e, pipes))
-	}
+	return st, suf, nil
 }
 
 // commonSuffix returns the suffix shared by every part, or -1 when parts

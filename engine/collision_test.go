@@ -152,8 +152,8 @@ func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
 	mustAllow(t, a, req(u), true) // 1001 in u
 	r := req(u, ip1)
 	d := mustAllow(t, b, r, true) // 1001.1 in u, 1001 in ip1
-	if d.receipt.suffix != -1 {
-		t.Fatalf("receipt suffix %d, want -1 (slots differ)", d.receipt.suffix)
+	if ks := d.taken.keys; len(ks) != 2 || ks[0].suffix == ks[1].suffix {
+		t.Fatalf("taken keys %+v, want two with different suffixes (slots differ)", ks)
 	}
 	if err := b.GiveBack(context.Background(), r, d); err != nil {
 		t.Fatal(err)

@@ -96,24 +96,9 @@ type Decision struct {
 	// one. RetryAfter is then at least the time until the block ends.
 	Blocked bool
 
-	// receipt names the entries an admitted Allow added, for GiveBack.
-	receipt receipt
-}
-
-// receipt names the entries of one admitted request: its member in every
-// key of its Request's plan.
-type receipt struct {
-	id       int64   // the request's snowflake id; 0 when nothing was counted
-	suffix   int64   // the member's suffix in every key, or -1: see suffixes
-	suffixes []int64 // per key of the plan, when the suffixes differ
-}
-
-// suffixOf returns the member suffix in key i.
-func (r *receipt) suffixOf(i int) int64 {
-	if r.suffix >= 0 {
-		return r.suffix
-	}
-	return r.suffixes[i]
+	// taken is what an admitted Allow took, for Finish; nil when it
+	// counted nothing.
+	taken *taken
 }
 
 // decision builds the Decision of c from its outcome (c.status, c.res and
@@ -174,28 +159,7 @@ func (c *call) decision(req *Request, src Source) Decision {
 		d.Denied = d.Windows[denied]
 	}
 	if counted && (src == FromRedis || src == FromLocal) {
-		d.receipt = c.receipt(src)
+		d.taken = c.take(req, src)
 	}
 	return d
-}
-
-// receipt names the entries c added. The local limiter uses no suffixes;
-// in Redis every key of one script call got the same one, which on a
-// cluster may differ between calls (c.suffix is then -1).
-func (c *call) receipt(src Source) receipt {
-	r := receipt{id: c.id}
-	switch {
-	case src == FromLocal:
-	case c.suffix >= 0:
-		r.suffix = c.suffix
-	default:
-		r.suffix = -1
-		r.suffixes = make([]int64, len(c.plan.keys))
-		for i := range c.pends {
-			for _, k := range c.part(i) {
-				r.suffixes[k] = c.psuf[i]
-			}
-		}
-	}
-	return r
 }

@@ -20,7 +20,7 @@ import (
 // script is the multi-window script; its SHA1 is computed once.
 var script = redis.NewScript(lua.MultiWindow)
 
-// Batching defaults, measured on two cores (see engine_bench_test.go):
+// Batching defaults, measured on two cores (see bench_test.go):
 // two batches in flight keep Redis busy while the next batch is built.
 const (
 	defaultInflight = 2
@@ -31,22 +31,23 @@ const (
 // concurrent use by multiple goroutines; concurrent calls share Redis round
 // trips. The zero value is not usable: create Engines with New.
 type Engine struct {
-	client  Client
-	group   grouping
-	keyer   *keyer
-	newID   func() int64 // snowflake ids; replaced by tests that force collisions
-	timeout time.Duration
-	fail    rules.FailMode
-	log     *slog.Logger
-	clock   func() time.Time
-	local   *localLimiter
-	known   *knownCache // what Redis last said per key
-	denials bool        // cached denials (WithCachedDenials)
-	base    time.Time   // origin of mono
-	batch   batcher
-	undos   undoQueue // of failed calls, run before the next script call
-	shaArg  any       // script.Hash(), boxed once
-	srcArg  any       // lua.MultiWindow, boxed once
+	client   Client
+	group    grouping
+	keyer    *keyer
+	newID    func() int64 // snowflake ids; replaced by tests that force collisions
+	timeout  time.Duration
+	fail     rules.FailMode
+	log      *slog.Logger
+	clock    func() time.Time
+	local    *localLimiter
+	known    *knownCache // what Redis last said per key
+	denials  bool        // cached denials (WithCachedDenials)
+	base     time.Time   // origin of mono
+	batch    batcher
+	undos    undoQueue // of failed calls, run before the next script call
+	shaArg   any       // script.Hash(), boxed once
+	srcArg   any       // lua.MultiWindow, boxed once
+	chanName string    // the invalidation channel (see channel)
 
 	doms   domains    // failure domains: which servers timed out
 	bg     background // goroutines stopped by Close (probes, eviction guard)
@@ -55,7 +56,7 @@ type Engine struct {
 	slots    slotHolder // slots of in-flight windows held by running requests
 	slotLost func(SlotLost)
 
-	// The invalidation subscription of cached denials (see invalidate.go).
+	// The invalidation subscription of cached denials (see cache.go).
 	pubsub     *redis.PubSub
 	listenDone chan struct{}
 	stop       chan struct{}
@@ -114,6 +115,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 
 		slotLost: cfg.slotLost,
 	}
+	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.warn.Every = warnEvery
 	if enabled, known := contextTimeouts(client); known && !enabled {
@@ -198,8 +200,8 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 	}
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
-	if c.plan.slots > 0 && d.receipt.id != 0 {
-		e.hold(&c.plan, &d.receipt)
+	if c.plan.slots > 0 && d.taken != nil {
+		e.hold(d.taken)
 	}
 	if c.warn != nil {
 		return d, c.warn

@@ -165,14 +165,13 @@ func (e *Engine) startGuard(cfg *config) error {
 
 // guard logs what one check found and reports evictions.
 func (e *Engine) guard(g *evictionGuard, ms []serverMemory, err error) {
-	if err != nil {
-		if !g.failed {
-			e.log.Warn("engine: cannot read INFO memory of redis (INFO disabled, or not Redis); eviction of rate-limit keys is not watched until it can", "err", err)
-		}
-		g.failed = true
-	} else if g.failed {
-		g.failed = false
+	switch {
+	case err != nil && !g.failed && !answered(err):
+		e.log.Warn("engine: redis is down (it does not answer); eviction of rate-limit keys is checked again once it answers", "err", err)
+	case err != nil && !g.failed:
+		e.log.Warn("engine: cannot read INFO memory of redis (INFO disabled, or not Redis); eviction of rate-limit keys is not watched until it can", "err", err)
 	}
+	g.failed = err != nil
 	for i := range ms {
 		m := &ms[i]
 		s := g.servers[m.addr]
@@ -214,7 +213,7 @@ func (e *Engine) memoryInfo(ctx context.Context) ([]serverMemory, error) {
 		// Two commands: INFO takes one section before Redis 7.
 		mem, stats := redis.NewStringCmd(ctx, "info", "memory"), redis.NewStringCmd(ctx, "info", "stats")
 		for _, cmd := range []*redis.StringCmd{mem, stats} {
-			if err := c.Process(ctx, cmd); err != nil {
+			if err := c.Process(ctx, cmd); err != nil && !noMemorySection(cmd, err) {
 				return fmt.Errorf("%s: %w", addr, err)
 			}
 		}
@@ -256,4 +255,14 @@ func parseMemory(info string) serverMemory {
 		}
 	}
 	return m
+}
+
+// noMemorySection reports whether err is the reply of a server that keeps
+// no memory limit and so cannot evict: the embedded miniredis answers INFO
+// memory with "section (memory) is not supported". Such a server reads as
+// one without maxmemory, which no check warns about.
+func noMemorySection(cmd *redis.StringCmd, err error) bool {
+	var re redis.Error
+	return len(cmd.Args()) == 2 && cmd.Args()[1] == "memory" &&
+		errors.As(err, &re) && strings.Contains(re.Error(), "section (memory) is not supported")
 }

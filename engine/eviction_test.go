@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -79,6 +80,46 @@ func TestRequireNoEvictionUnreadable(t *testing.T) {
 	if _, err := New(rc, WithEvictionHook(nil)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("nil eviction hook: %v", err)
 	}
+}
+
+// TestEvictionGuardLines checks what the guard says at New about servers
+// whose memory policy it cannot read: nothing about the embedded
+// miniredis, which cannot evict (and which WithRequireNoEviction accepts),
+// and, about a server that does not answer, that it is down.
+func TestEvictionGuardLines(t *testing.T) {
+	t.Parallel()
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		mr := miniredis.RunT(t)
+		rc := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rc.Close() })
+		h := &recordHandler{}
+		e, err := New(rc, WithLogger(slog.New(h)), WithRequireNoEviction())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		if all := h.all(); len(all) > 0 {
+			t.Errorf("lines about miniredis, which cannot evict: %+v", all)
+		}
+	})
+	t.Run("down", func(t *testing.T) {
+		t.Parallel()
+		rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { rc.Close() })
+		h := &recordHandler{}
+		e, err := New(rc, WithLogger(slog.New(h)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		if down := h.matching("redis is down"); len(down) != 1 || down[0].level != slog.LevelWarn {
+			t.Errorf("lines %+v, want one warning that redis is down", h.all())
+		}
+		if wrong := h.matching("INFO disabled"); len(wrong) > 0 {
+			t.Errorf("a down server's line names another cause: %+v", wrong)
+		}
+	})
 }
 
 // TestEvictionDetected fills a server with maxmemory 3mb and allkeys-lru,

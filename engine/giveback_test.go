@@ -28,8 +28,8 @@ func TestGiveBackFails(t *testing.T) {
 		t.Fatalf("queued %d undos, want 2: %+v", len(q), q)
 	}
 	for _, u := range q {
-		if u.member != strconv.FormatInt(d.receipt.id, 10) || u.suffix != 0 {
-			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.receipt.id)
+		if u.member != strconv.FormatInt(d.taken.id, 10) || u.suffix != 0 {
+			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.taken.id)
 		}
 	}
 }
@@ -67,8 +67,9 @@ func TestGiveBackErrors(t *testing.T) {
 	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
-	if err := e.GiveBack(context.Background(), Request{Scope: "s", Checks: []Check{{Subject: "u"}}, Fail: "x"}, d); !errors.Is(err, ErrInvalid) {
-		t.Errorf("GiveBack with an invalid request: %v, want ErrInvalid", err)
+	// The Decision knows its keys: Finish checks what it is given.
+	if err := e.Finish(context.Background(), d, Outcome{Actual: []int64{1, 2}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Finish with two actual costs for one check: %v, want ErrInvalid", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -213,24 +213,31 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 	return k
 }
 
-// giveBack removes the entries of request id from the keys of p, or from
-// its slot keys only.
-func (l *localLimiter) giveBack(p *plan, id int64, slots bool) {
+// finish does the work of fin (see Finish) for request id, as the script
+// does in Redis: a removal deletes its entry, a settlement changes its
+// cost, never below zero, a debt at the request's own time, once.
+func (l *localLimiter) finish(t *taken, fin []undo) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i, key := range p.keys {
-		if slots && !p.ks[i] {
-			continue
-		}
-		k := l.keys[key]
+	for _, u := range fin {
+		k := l.keys[u.key]
 		if k == nil {
 			continue
 		}
-		if i := slices.Index(k.ids, id); i >= 0 {
-			k.times, k.ids, k.costs = slices.Delete(k.times, i, i+1), slices.Delete(k.ids, i, i+1), slices.Delete(k.costs, i, i+1)
+		j := slices.Index(k.ids, t.id)
+		switch {
+		case j < 0:
+		case u.mode == 's' || u.mode == 'g':
+			k.costs[j] = max(0, k.costs[j]+u.delta)
+			k.ids[j] = settledID // settled once
+		default:
+			k.times, k.ids, k.costs = slices.Delete(k.times, j, j+1), slices.Delete(k.ids, j, j+1), slices.Delete(k.costs, j, j+1)
 		}
 	}
 }
+
+// settledID marks a local entry that was settled.
+const settledID = -2
 
 // evict makes room for one key: expired keys first, then arbitrary ones
 // (map order is random) down to 90% of the cap.

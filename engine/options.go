@@ -43,7 +43,7 @@ func defaultConfig() config {
 		prefix:    DefaultPrefix,
 		timeout:   DefaultTimeout,
 		fail:      rules.FailLocal,
-		logger:    slog.New(slog.DiscardHandler),
+		logger:    slog.Default(),
 		localKeys: DefaultLocalKeys,
 		denials:   true,
 		lease:     DefaultLease,
@@ -151,8 +151,12 @@ func WithHashSubjects(secret []byte) Option {
 	}
 }
 
-// WithLogger sets the logger for backend trouble and rollbacks; the default
-// discards everything. Logging happens off the fast path only.
+// WithLogger sets the logger for backend trouble (Warn: a server down, its
+// memory policy, evictions, a client that ignores context deadlines;
+// Info: a server answering again) and rollbacks. The default is
+// slog.Default() as it is when New runs; pass a logger with a
+// slog.DiscardHandler to silence the engine. Logging happens off the fast
+// path only, and an outage logs a line per 10 s, never one per request.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

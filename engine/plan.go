@@ -9,7 +9,6 @@ import (
 	"hash"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -77,6 +76,37 @@ func periodMicros(d time.Duration) int64 {
 }
 
 func (p *plan) build(k *keyer, req *Request) error {
+	p.reset()
+	if err := checkRequest(req); err != nil {
+		return err
+	}
+	total := 0
+	for i := range req.Checks {
+		total += len(req.Checks[i].Windows)
+		if total > MaxWindows {
+			return &RequestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
+		}
+		if err := p.addCheck(k, req, i); err != nil {
+			return err
+		}
+	}
+	if len(p.ends) == 0 {
+		return nil
+	}
+	p.viewKeys()
+	if p.nblock > 0 {
+		p.blockKeys()
+	}
+	for key := range p.keys {
+		p.mergeWindows(k, req, key)
+	}
+	p.kstart = append(p.kstart, int32(len(p.wins)))
+	p.mapOrigins(req)
+	return nil
+}
+
+// reset empties p for another request, keeping its buffers.
+func (p *plan) reset() {
 	p.buf, p.ends, p.keyOf = p.buf[:0], p.ends[:0], p.keyOf[:0]
 	p.keys, p.kstart, p.wins, p.origin = p.keys[:0], p.kstart[:0], p.wins[:0], p.origin[:0]
 	p.kcost, p.kw, p.ks, p.slotOf, p.slots = p.kcost[:0], p.kw[:0], p.ks[:0], p.slotOf[:0], 0
@@ -87,6 +117,10 @@ func (p *plan) build(k *keyer, req *Request) error {
 		clear(p.bargs)
 		p.bargs = p.bargs[:0]
 	}
+}
+
+// checkRequest checks what of req does not depend on its checks.
+func checkRequest(req *Request) error {
 	switch req.Fail {
 	case rules.FailDefault, rules.FailOpen, rules.FailClosed, rules.FailLocal:
 	default:
@@ -95,87 +129,98 @@ func (p *plan) build(k *keyer, req *Request) error {
 	if len(req.Checks) > MaxChecks {
 		return &RequestError{Check: -1, Window: -1, Reason: "more than MaxChecks checks"}
 	}
-	total := 0
-	for i := range req.Checks {
-		c := &req.Checks[i]
-		total += len(c.Windows)
-		if total > MaxWindows {
-			return &RequestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
-		}
-		kc := keyCost(&c.Limiter)
-		cost, err := checkCost(i, c, kc)
-		if err != nil {
-			return err
-		}
-		maxLimit := int64(MaxCountLimit)
-		if kc != "" {
-			maxLimit = rules.MaxBoundedLimit
-		}
-		rate, conc := len(c.Windows), -1 // the check's rate windows, and its in-flight one
-		for j := range c.Windows {
-			w := &c.Windows[j] // a pointer: a Window is 48 bytes
-			if w.Concurrent {
-				// Several in-flight windows of one check (groups sharing a
-				// scope, merged by Limiter.Peek) share its slot key: the
-				// smallest limit holds, as for equal periods.
-				switch {
-				case c.Limiter.Cost != "" || c.Cost > 1:
-					return &RequestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
-				case w.Limit < 1 || w.Limit > MaxCountLimit:
-					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
-				case w.Period != 0 || w.Grain != 0:
-					return &RequestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
-				}
-				conc, rate = j, rate-1
-				continue
-			}
-			switch {
-			case w.Limit < 1 || w.Limit > maxLimit:
-				if kc == "" {
-					return &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
-				}
-				return &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
-			case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:
-				return &RequestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
-			case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
-				return &RequestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
-			case cost > w.Limit:
-				return &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
-					" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
-			}
-		}
-		slot := int32(-1)
-		if conc >= 0 {
-			// The slot key of the subject: its count key's name and hash
-			// tag (whatever the limiter's grains) and a suffix.
-			start := len(p.buf)
-			p.buf = append(k.appendKey(p.buf, req.Scope, c.Kind, c.Name, "", c.Subject), slotSuffix...)
-			slot = p.key(start, 1, false, true)
-		}
-		p.slotOf = append(p.slotOf, slot)
-		if rate == 0 {
-			p.keyOf = append(p.keyOf, -1)
-			continue
-		}
-		start := len(p.buf)
-		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
-		idx := p.key(start, cost, kc != "", false)
-		if p.kcost[idx] != cost {
-			return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
-		}
-		if c.Block != 0 {
-			if err := p.block(i, int(idx), c.Block); err != nil {
-				return err
-			}
-		}
-		p.keyOf = append(p.keyOf, idx)
+	return nil
+}
+
+// addCheck checks check i of req and records its keys: its slot key if it
+// has an in-flight window, its rate key if it has rate windows.
+func (p *plan) addCheck(k *keyer, req *Request, i int) error {
+	c := &req.Checks[i]
+	kc := keyCost(&c.Limiter)
+	cost, err := checkCost(i, c, kc)
+	if err != nil {
+		return err
 	}
-	if len(p.ends) == 0 {
+	rate, conc, err := validWindows(i, c, kc, cost)
+	if err != nil {
+		return err
+	}
+	slot := int32(-1)
+	if conc >= 0 {
+		// The slot key of the subject: its count key's name and hash
+		// tag (whatever the limiter's grains) and a suffix.
+		start := len(p.buf)
+		p.buf = append(k.appendKey(p.buf, req.Scope, c.Kind, c.Name, "", c.Subject), slotSuffix...)
+		slot = p.key(start, 1, false, true)
+	}
+	p.slotOf = append(p.slotOf, slot)
+	if rate == 0 {
+		p.keyOf = append(p.keyOf, -1)
 		return nil
 	}
-	// The keys are views of p.buf, which the next request reuses: who
-	// keeps a key beyond the call (the caches' map keys, undo records)
-	// clones it. This saves an allocation per decision.
+	start := len(p.buf)
+	p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
+	idx := p.key(start, cost, kc != "", false)
+	if p.kcost[idx] != cost {
+		return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
+	}
+	if c.Block != 0 {
+		if err := p.block(i, int(idx), c.Block); err != nil {
+			return err
+		}
+	}
+	p.keyOf = append(p.keyOf, idx)
+	return nil
+}
+
+// validWindows checks the windows of check i, c, whose key cost is kc and
+// which counts cost, and returns its number of rate windows and the index
+// of its in-flight window (-1 for none).
+func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err error) {
+	maxLimit := int64(MaxCountLimit)
+	if kc != "" {
+		maxLimit = rules.MaxBoundedLimit
+	}
+	rate, conc = len(c.Windows), -1
+	for j := range c.Windows {
+		w := &c.Windows[j] // a pointer: a Window is 48 bytes
+		if w.Concurrent {
+			// Several in-flight windows of one check (groups sharing a
+			// scope, merged by Limiter.Peek) share its slot key: the
+			// smallest limit holds, as for equal periods.
+			switch {
+			case c.Limiter.Cost != "" || c.Cost > 1:
+				return 0, 0, &RequestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
+			case w.Limit < 1 || w.Limit > MaxCountLimit:
+				return 0, 0, &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+			case w.Period != 0 || w.Grain != 0:
+				return 0, 0, &RequestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
+			}
+			conc, rate = j, rate-1
+			continue
+		}
+		switch {
+		case w.Limit < 1 || w.Limit > maxLimit:
+			if kc == "" {
+				return 0, 0, &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+			}
+			return 0, 0, &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
+		case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:
+			return 0, 0, &RequestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
+		case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
+			return 0, 0, &RequestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
+		case cost > w.Limit:
+			return 0, 0, &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
+				" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
+		}
+	}
+	return rate, conc, nil
+}
+
+// viewKeys makes p.keys and p.args views of p.buf. The next request
+// reuses p.buf: who keeps a key beyond the call (the caches' map keys,
+// undo records) clones it. This saves an allocation per decision.
+func (p *plan) viewKeys() {
 	s := unsafe.String(unsafe.SliceData(p.buf), len(p.buf))
 	prev := 0
 	for _, end := range p.ends {
@@ -183,54 +228,58 @@ func (p *plan) build(k *keyer, req *Request) error {
 		p.args = append(p.args, keyArg{b: p.buf[prev:end:end], s: s[prev:end]})
 		prev = end
 	}
-	if p.nblock > 0 {
-		p.blockKeys()
-	}
+}
 
-	// Windows of one key: the union over its checks, the smaller limit
-	// where periods are equal.
-	for key := range p.keys {
-		first := int32(len(p.wins))
-		p.kstart = append(p.kstart, first)
-		for i := range req.Checks {
-			if p.ks[key] {
-				if p.slotOf[i] == int32(key) {
-					p.mergeSlot(first, k.lease, req.Checks[i].Windows)
-				}
-				continue
+// mergeWindows records the windows of key: the union over its checks, the
+// smaller limit where periods are equal, longest first.
+func (p *plan) mergeWindows(k *keyer, req *Request, key int) {
+	first := int32(len(p.wins))
+	p.kstart = append(p.kstart, first)
+	for i := range req.Checks {
+		if p.ks[key] {
+			if p.slotOf[i] == int32(key) {
+				p.mergeSlot(first, k.lease, req.Checks[i].Windows)
 			}
-			if p.keyOf[i] != int32(key) {
-				continue
-			}
-			ws := req.Checks[i].Windows
-		merge:
-			for j := range ws {
-				w := &ws[j]
-				if w.Concurrent {
-					continue
-				}
-				// A grain is rounded down to whole µs: a finer grain only
-				// makes the window more exact.
-				mw := window{period: periodMicros(w.Period), limit: w.Limit, grain: int64(w.Grain / time.Microsecond)}
-				for m := first; m < int32(len(p.wins)); m++ {
-					if p.wins[m].period == mw.period {
-						p.wins[m].limit = min(p.wins[m].limit, mw.limit)
-						p.wins[m].grain = minGrain(p.wins[m].grain, mw.grain)
-						continue merge
-					}
-				}
-				p.wins = append(p.wins, mw)
-			}
+			continue
 		}
-		// Longest first: the script derives shorter windows from longer
-		// ones where it can, and takes the first as the key's longest.
-		slices.SortFunc(p.wins[first:], func(a, b window) int { return cmp.Compare(b.period, a.period) })
-		if p.kw[key] {
-			nestGrains(p.wins[first:])
+		if p.keyOf[i] == int32(key) {
+			p.mergeRate(first, req.Checks[i].Windows)
 		}
 	}
-	p.kstart = append(p.kstart, int32(len(p.wins)))
+	// Longest first: the script derives shorter windows from longer
+	// ones where it can, and takes the first as the key's longest.
+	slices.SortFunc(p.wins[first:], func(a, b window) int { return cmp.Compare(b.period, a.period) })
+	if p.kw[key] {
+		nestGrains(p.wins[first:])
+	}
+}
 
+// mergeRate merges the rate windows of ws into the windows of the key
+// whose windows start at first.
+func (p *plan) mergeRate(first int32, ws []rules.Window) {
+merge:
+	for j := range ws {
+		w := &ws[j]
+		if w.Concurrent {
+			continue
+		}
+		// A grain is rounded down to whole µs: a finer grain only
+		// makes the window more exact.
+		mw := window{period: periodMicros(w.Period), limit: w.Limit, grain: int64(w.Grain / time.Microsecond)}
+		for m := first; m < int32(len(p.wins)); m++ {
+			if p.wins[m].period == mw.period {
+				p.wins[m].limit = min(p.wins[m].limit, mw.limit)
+				p.wins[m].grain = minGrain(p.wins[m].grain, mw.grain)
+				continue merge
+			}
+		}
+		p.wins = append(p.wins, mw)
+	}
+}
+
+// mapOrigins maps every window of req, in check then window order, to its
+// merged window.
+func (p *plan) mapOrigins(req *Request) {
 	for i := range req.Checks {
 		key := p.keyOf[i]
 		if key < 0 && p.slotOf[i] < 0 {
@@ -251,7 +300,6 @@ func (p *plan) build(k *keyer, req *Request) error {
 			}
 		}
 	}
-	return nil
 }
 
 // block records check i's block d on key idx: the longest block of the
@@ -273,7 +321,8 @@ func (p *plan) block(i, idx int, d time.Duration) error {
 
 // blockSuffix ends a block key: the limiter key it guards, then this
 // suffix, which keeps it in the key's hash tag (its cluster slot) and
-// apart from every limiter key (those end with '}').
+// apart from every limiter key (those end with '}' or a cost, in which ':'
+// is escaped).
 const blockSuffix = ":block"
 
 // blockKey returns the key of key's block (see Check.Block).
@@ -339,10 +388,6 @@ func (p *plan) appendKeyArgs(args []any, k int) []any {
 // slotSuffix ends the name of a slot key: after the hash tag, so that a
 // subject's slots live in the slot of its count key.
 const slotSuffix = ":slots"
-
-// isSlotKey reports whether key is a slot key: other keys end with the
-// brace that closes their hash tag.
-func isSlotKey(key string) bool { return strings.HasSuffix(key, slotSuffix) }
 
 // key records the key appended to p.buf at start, or finds an equal one
 // recorded before (and drops the copy), and returns its index. A new key
@@ -526,8 +571,9 @@ func newKeyer(c *config) *keyer {
 }
 
 // appendKey appends the key of (scope, limiter, subject) to b. cost is the
-// limiter's key cost (see keyCost): "" for a count key, whose name has three
-// segments; a weighted key has a fourth, the cost.
+// limiter's key cost (see keyCost): "" for a count key, whose name is its
+// hash tag of three segments; a weighted key has a fourth, the cost, after
+// the hash tag.
 func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, subject string) []byte {
 	b = append(b, k.prefix...)
 	b = append(b, '{')
@@ -544,11 +590,15 @@ func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, s
 	} else {
 		b = appendEscaped(b, subject)
 	}
+	b = append(b, '}')
 	if cost != "" {
+		// After the hash tag: every key of a subject (its count, slot and
+		// cost keys) lives in one cluster slot, so that one script call
+		// decides or finishes a request of a subject.
 		b = append(b, '|')
 		b = appendEscaped(b, cost)
 	}
-	return append(b, '}')
+	return b
 }
 
 func (k *keyer) appendHashed(b []byte, subject string) []byte {

@@ -1,12 +1,15 @@
 package engine
 
-import "log/slog"
+import (
+	"log/slog"
 
-// Prefix returns the string every Redis key and channel of the engine
-// starts with (WithPrefix). Processes that share a Redis and a prefix share
-// their windows; slidelimit keeps its rule overrides under it too.
-func (e *Engine) Prefix() string { return e.keyer.prefix }
+	"github.com/slidelimit/slidelimit/internal/access"
+)
 
-// Logger returns the logger of the engine (WithLogger); slidelimit logs
-// the rule overrides it applies with it.
-func (e *Engine) Logger() *slog.Logger { return e.log }
+// The root package keeps its rule overrides under the engine's prefix and
+// logs them with the engine's logger; it reads both through package
+// access, so that they are no part of the engine's API.
+func init() {
+	access.EnginePrefix = func(e any) string { return e.(*Engine).keyer.prefix }
+	access.EngineLogger = func(e any) *slog.Logger { return e.(*Engine).log }
+}

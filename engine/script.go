@@ -151,8 +151,9 @@ func asEval(args []any, src any) []any {
 
 // Op modes of the script.
 const (
-	opAllow = 1
-	opPeek  = 2
+	opAllow  = 1
+	opPeek   = 2
+	opFinish = 3 // see Finish
 )
 
 // Op statuses of the script.
@@ -171,6 +172,13 @@ const (
 // its status and suffix. t is the decision time in µs: the reply holds
 // scores, from which the waits follow.
 func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int64) {
+	if c.mode == opFinish {
+		readFinish(r, c.res[:0:0])
+		for _, k := range keys {
+			c.res[k] = r.int(2)
+		}
+		return statusAdmitted, 0
+	}
 	code := r.int(statusCollision + 4*maxSuffix)
 	status, suffix = code%4, code/4
 	if status > statusCollision {
@@ -274,6 +282,10 @@ func (f *flatArgs) int(v int64) {
 // the script call: the script then derives the later op's windows from
 // the earlier's instead of reading them again.
 func (f *flatArgs) op(c *call, keys []int32, shared bool) {
+	if c.mode == opFinish {
+		f.finish(c.fin[0].member, c.fin, keys, c.pub)
+		return
+	}
 	if c.mode == opAllow {
 		f.buf = append(f.buf, c.member...)
 	}
@@ -313,6 +325,51 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 			f.int(w.grain)
 		}
 		f.block(p, k)
+	}
+}
+
+// finish appends the finish op of member over fin[k] for each k in keys
+// (see lua/multi_window.lua), which publishes its removals on channel.
+func (f *flatArgs) finish(member string, fin []undo, keys []int32, channel string) {
+	f.buf = append(f.buf, '-')
+	f.str(member)
+	f.int(int64(len(keys)))
+	pub := ""
+	for _, k := range keys {
+		if fin[k].publishes() {
+			pub = channel
+		}
+	}
+	f.str(pub)
+	for _, k := range keys {
+		u := &fin[k]
+		f.buf = append(f.buf, u.kind)
+		f.str("")
+		f.int(u.suffix)
+		if u.kind == kindWeighted {
+			f.int(u.delta)
+			f.buf = append(f.buf, u.mode)
+			f.str("")
+			f.int(u.at)
+			f.int(u.grain)
+		}
+	}
+}
+
+// str appends s as the rest of the current field, and ends it.
+func (f *flatArgs) str(s string) {
+	f.buf = append(f.buf, s...)
+	f.ends = append(f.ends, int32(len(f.buf)))
+}
+
+// readFinish reads a finish op's code and its per-key flags into flags
+// (0: unchanged, 1: changed, 2: refused, see lua/multi_window.lua).
+func readFinish(r *ireader, flags []int64) {
+	if r.int(1) != 1 && r.err == nil {
+		r.fail("bad finish code")
+	}
+	for i := range flags {
+		flags[i] = r.int(2)
 	}
 }
 

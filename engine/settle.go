@@ -2,9 +2,7 @@ package engine
 
 import (
 	"context"
-	"slices"
 	"strconv"
-	"time"
 )
 
 // Settle changes what the request that d admitted counts in the windows of
@@ -52,103 +50,17 @@ import (
 // the undo of a failed call (best effort, retried before later script
 // calls) and the error matches ErrBackend; Settle waits for at most one
 // timeout. After Close it returns ErrClosed. It is safe for concurrent use.
+//
+// Settle is Finish(ctx, d, Outcome{Actual: actual}), at the same cost,
+// except that it leaves the request's slots held: the request may still
+// run. req is only used to check the length of actual.
 func (e *Engine) Settle(ctx context.Context, req Request, d Decision, actual []int64) error {
 	if len(actual) != len(req.Checks) {
 		return &RequestError{Check: -1, Window: -1, Reason: "Settle needs one actual cost per check, got " +
 			strconv.Itoa(len(actual)) + " for " + strconv.Itoa(len(req.Checks))}
 	}
-	r := &d.receipt
-	if !d.Allowed || r.id == 0 {
-		return nil
+	if actual == nil {
+		actual = []int64{} // a request without checks: nothing to settle, but not a release
 	}
-	c := getCall()
-	defer putCall(c)
-	p := &c.plan
-	if err := p.build(e.keyer, &req); err != nil {
-		return err
-	}
-	if r.suffix < 0 && len(r.suffixes) != len(p.keys) {
-		return &RequestError{Check: -1, Window: -1, Reason: "request does not match the decision settled"}
-	}
-	deltas := make([]int64, len(p.keys))
-	set := make([]bool, len(p.keys))
-	for i, a := range actual {
-		k := p.keyOf[i]
-		if a < 0 || k < 0 {
-			continue
-		}
-		delta := a - p.kcost[k]
-		switch {
-		case delta != 0 && req.Checks[i].Limiter.Cost == "":
-			return &RequestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
-		case set[k] && deltas[k] != delta:
-			return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
-		}
-		deltas[k], set[k] = delta, true
-	}
-	if d.Source == FromLocal {
-		e.local.settle(p, r.id, deltas)
-		return nil
-	}
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	member := strconv.FormatInt(r.id, 10)
-	now := time.Now().UnixMicro()
-	var us []undo
-	for k, delta := range deltas {
-		if delta == 0 {
-			continue
-		}
-		u := undoOf(p, k, member, r.suffixOf(k), now)
-		u.delta, u.mode = delta, 's'
-		for _, w := range p.wins[p.kstart[k]:p.kstart[k+1]] {
-			if w.grain > u.grain {
-				u.mode, u.grain, u.at = 'g', w.grain, d.Time.UnixMicro()
-			}
-		}
-		us = append(us, u)
-	}
-	if len(us) == 0 {
-		return nil
-	}
-	if e.anyDown(p) {
-		e.undos.push(e, us...)
-		return &BackendError{Op: "settle", Err: ErrUnavailable}
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	failed, err := e.remove(ctx, us)
-	if len(failed) == 0 {
-		return nil
-	}
-	e.warnFailed("settlement", member, err)
-	for _, i := range failed {
-		e.undos.push(e, us[i])
-	}
-	return &BackendError{Op: "settle", Err: err}
+	return e.finish(ctx, &d, &Outcome{Actual: actual}, true)
 }
-
-// settle changes the cost of request id in the keys of p by deltas (per
-// key), as Settle does in Redis: never below zero, a debt at the request's
-// own time.
-func (l *localLimiter) settle(p *plan, id int64, deltas []int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, key := range p.keys {
-		k := l.keys[key]
-		if k == nil || deltas[i] == 0 {
-			continue
-		}
-		if j := slices.Index(k.ids, id); j >= 0 {
-			k.costs[j] = max(0, k.costs[j]+deltas[i])
-			k.ids[j] = settledID // settled once
-		}
-	}
-}
-
-// settledID marks a local entry that was settled.
-const settledID = -2

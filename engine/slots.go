@@ -91,10 +91,9 @@ type slotHolder struct {
 	warn    logthrottle.Throttle // of failed renewals' lines
 }
 
-// hold registers the slots that d's receipt names in the slot keys of p.
-func (e *Engine) hold(p *plan, r *receipt) {
+// hold registers the slots that t holds.
+func (e *Engine) hold(t *taken) {
 	h := &e.slots
-	member := strconv.FormatInt(r.id, 10)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if e.closed.Load() {
@@ -103,9 +102,9 @@ func (e *Engine) hold(p *plan, r *receipt) {
 	if h.held == nil {
 		h.held = make(map[slotRef]struct{})
 	}
-	for i, key := range p.keys {
-		if p.ks[i] {
-			h.held[slotRef{key: string([]byte(key)), member: memberText(member, r.suffixOf(i))}] = struct{}{}
+	for i, k := range t.keys {
+		if k.kind == kindSlot {
+			h.held[slotRef{key: t.key(i), member: memberText(t.member, k.suffix)}] = struct{}{}
 		}
 	}
 	if !h.started {
@@ -116,13 +115,14 @@ func (e *Engine) hold(p *plan, r *receipt) {
 	}
 }
 
-// unhold forgets the slots of us (removals of slot keys), which their
-// request released.
-func (e *Engine) unhold(us []undo) {
+// unhold forgets the slots that t releases in fin.
+func (e *Engine) unhold(t *taken, fin []undo) {
 	h := &e.slots
 	h.mu.Lock()
-	for _, u := range us {
-		delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+	for _, u := range fin {
+		if u.kind == kindSlot {
+			delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+		}
 	}
 	h.mu.Unlock()
 }
@@ -157,9 +157,27 @@ func (e *Engine) renewLoop(done chan struct{}) {
 // fails is logged and its slots are renewed at the next period, which
 // comes well before their leases end.
 func (e *Engine) renew() {
+	groups := e.renewGroups()
+	if len(groups) == 0 {
+		return
+	}
+	t, err := e.argTime()
+	if err != nil {
+		e.log.Error("engine: slot renewal", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	e.renewed(e.sendRenewals(ctx, groups, t))
+}
+
+// renewGroups returns the held slots by script call (group → key →
+// members), leaving out those of servers that are down: their probe finds
+// out when they answer again, and their slots are renewed at the first
+// period after.
+func (e *Engine) renewGroups() map[string]map[string][]string {
 	h := &e.slots
 	h.mu.Lock()
-	// group → key → members; a group is one script call.
 	groups := make(map[string]map[string][]string)
 	for ref := range h.held {
 		var g string
@@ -175,8 +193,6 @@ func (e *Engine) renew() {
 		groups[g][ref.key] = append(groups[g][ref.key], ref.member)
 	}
 	h.mu.Unlock()
-	// A server that is down is not asked (its probe finds out when it
-	// answers again); its slots are renewed at the first period after.
 	for g, keys := range groups {
 		for key := range keys {
 			if e.domainOf(key).down.Load() {
@@ -185,21 +201,20 @@ func (e *Engine) renew() {
 			break // a group's keys share a server
 		}
 	}
-	if len(groups) == 0 {
-		return
-	}
-	t, err := e.argTime()
-	if err != nil {
-		e.log.Error("engine: slot renewal", "err", err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
-	defer cancel()
-	type sent struct {
-		cmd  *redis.IntSliceCmd
-		refs []slotRef
-	}
-	calls := make([]sent, 0, len(groups))
+	return groups
+}
+
+// renewal is one renewal script call and the slots it renews, in order.
+type renewal struct {
+	cmd  *redis.IntSliceCmd
+	refs []slotRef
+}
+
+// sendRenewals renews groups at time t, one script call per group in one
+// pipeline; a server without the script (the first renewal, a restart)
+// gets its calls again with the source, in one more pipeline.
+func (e *Engine) sendRenewals(ctx context.Context, groups map[string]map[string][]string, t int64) []renewal {
+	calls := make([]renewal, 0, len(groups))
 	pipe := e.client.Pipeline()
 	for _, keys := range groups {
 		args := []any{"evalsha", renewScript.Hash(), len(keys)}
@@ -219,11 +234,9 @@ func (e *Engine) renew() {
 		}
 		cmd := redis.NewIntSliceCmd(ctx, args...)
 		_ = pipe.Process(ctx, cmd)
-		calls = append(calls, sent{cmd: cmd, refs: refs})
+		calls = append(calls, renewal{cmd: cmd, refs: refs})
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	// A server without the script (the first renewal, a restart) gets the
-	// calls that failed again with its source, in one more pipeline.
 	var retry redis.Pipeliner
 	for i := range calls {
 		if noScript(calls[i].cmd.Err()) {
@@ -237,6 +250,13 @@ func (e *Engine) renew() {
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
+	return calls
+}
+
+// renewed reads the renewals' replies: slots found gone are forgotten and
+// reported (see WithSlotLost), failures logged at most once per warnEvery.
+func (e *Engine) renewed(calls []renewal) {
+	h := &e.slots
 	var lost []SlotLost
 	failed := 0
 	var firstErr error
@@ -276,12 +296,13 @@ func (e *Engine) renew() {
 	}
 }
 
-// Release frees the slots that d holds in the in-flight windows of req: d
-// must be the Decision of the Allow call for req. An admitted request
-// holds one slot per in-flight window (rules.Window.Concurrent) from its
-// admission until Release (or GiveBack, which also releases); call it
-// once the request's work is over, however it ended. The engine renews
-// held slots until then (see WithLease).
+// Release frees the slots that d holds in the in-flight windows of its
+// request: it is Finish(ctx, d, Outcome{}), at the same cost. An admitted
+// request holds one slot per in-flight window (rules.Window.Concurrent)
+// from its admission until Release (or GiveBack, which also releases, or
+// Finish); call it once the request's work is over, however it ended. The
+// engine renews held slots until then (see WithLease). req is not needed
+// (d knows its keys); it is kept for compatibility.
 //
 // Release removes only the request's own slot, its unique member, so it
 // is idempotent (a second Release frees nothing) and never frees another
@@ -293,6 +314,6 @@ func (e *Engine) renew() {
 // ErrBackend; the slot frees at the latest when its lease runs out, since
 // it is no longer renewed. After Close, Release returns ErrClosed. It is
 // safe for concurrent use.
-func (e *Engine) Release(ctx context.Context, req Request, d Decision) error {
-	return e.giveBack(ctx, &req, &d, true)
+func (e *Engine) Release(ctx context.Context, _ Request, d Decision) error {
+	return e.finish(ctx, &d, &Outcome{}, false)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
-	"github.com/slidelimit/slidelimit/lua"
 )
 
 // A script call that fails (a timeout, a lost connection, a reply the
@@ -35,43 +35,42 @@ import (
 // its windows, erring on the side of denying.
 const maxUndos = 4096
 
-// undo removes a request's member from one key.
+// undo is the finish of a request in one key (see the finish ops of
+// lua/multi_window.lua): a removal of its member, or a change of its cost
+// in a weighted key. The undos of failed calls and rollbacks remove; a
+// Finish that fails queues its own.
 type undo struct {
 	key    string
 	member string
 	suffix int64 // the script's suffix, or -1 when unknown: remove all
 	until  int64 // local time in µs after which the entry counts no more
-	cost   int64 // the request's cost in a weighted key; 0 in a count key
-	// A settlement (see Settle) of a weighted key: the change of the
-	// request's cost and the mode of give_back.lua ('s' or 'g'); mode 0
-	// removes the request.
+	kind   byte  // kindCount, kindSlot or kindWeighted
+	cost   int64 // the request's cost in a weighted key; 0 in others
+	// A weighted key's change: the change of the request's cost and the
+	// mode ('r' removal, 's' settlement, 'g' settlement with grains).
 	delta int64
 	mode  byte
 	at    int64 // mode 'g': the request's decision time (µs since 1970)
 	grain int64 // mode 'g': the key's coarsest grain (µs)
 }
 
-// undoOf returns the undo of member (with suffix, or -1) in key k of p,
-// at now (µs).
+// undoOf returns the removal of member (with suffix, or -1) from key k of
+// p, at now (µs).
 func undoOf(p *plan, k int, member string, suffix, now int64) undo {
-	u := undo{key: strings.Clone(p.keys[k]), member: member, suffix: suffix, until: now + p.longest(k)}
-	if p.kw[k] {
-		u.cost = p.kcost[k]
+	u := undo{key: strings.Clone(p.keys[k]), member: member, suffix: suffix, until: now + p.longest(k), kind: kindCount}
+	switch {
+	case p.ks[k]:
+		u.kind = kindSlot
+	case p.kw[k]:
+		u.kind, u.cost, u.delta, u.mode = kindWeighted, p.kcost[k], -p.kcost[k], 'r'
 	}
 	return u
 }
 
-// members returns the members u removes: the exact one when the suffix is
-// known, otherwise the member with every suffix the script may have used.
-func (u undo) members() []any {
-	if u.suffix >= 0 {
-		return []any{memberText(u.member, u.suffix)}
-	}
-	ms := make([]any, 0, maxSuffix+1)
-	for s := range int64(maxSuffix + 1) {
-		ms = append(ms, memberText(u.member, s))
-	}
-	return ms
+// publishes reports whether u removes an entry that cached denials may
+// rely on: slot keys make none, and a settlement changes no count.
+func (u *undo) publishes() bool {
+	return u.kind == kindCount || u.kind == kindWeighted && u.mode == 'r'
 }
 
 // memberText is the member the script adds for id after suffix collisions.
@@ -82,96 +81,104 @@ func memberText(id string, suffix int64) string {
 	return id + "." + strconv.FormatInt(suffix, 10)
 }
 
-// remove runs us, one ZREM each, in one pipeline within ctx, and returns
-// the indices of those that failed, with the first error. It is the one
-// way the engine takes an entry out of Redis: rollbacks, undos of failed
-// calls and give-backs all come here. Removing a given member is
-// idempotent, and members are unique per request, so a removal never takes
-// another request's entry. Keys that lost an entry are then published as
-// invalidated, for cached denials in every process.
+// remove runs us within ctx, as finish ops of the script (one script
+// call on a single server, one per undo elsewhere, in one pipeline), and
+// returns the indices of those that failed, with the first error. It is
+// how the engine takes entries out of Redis outside the batches:
+// rollbacks and the undos of failed calls and finishes. Removing a given
+// member is idempotent, and members are unique per request, so a removal
+// never takes another request's entry. The script publishes the keys that
+// lost an entry, for cached denials in every process.
 func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first error) {
 	if len(us) == 0 {
 		return nil, nil
 	}
-	if len(us) == 1 && isSlotKey(us[0].key) {
-		// A release: one ZREM, and no invalidation, since slot keys make
-		// no cached denials.
-		cmd := redis.NewIntCmd(ctx, append([]any{"zrem", us[0].key}, us[0].members()...)...)
-		if err := e.client.Process(ctx, cmd); err != nil {
-			return []int{0}, err
+	t, err := e.argTime()
+	if err != nil {
+		t = 0 // finish ops do not read the time
+	}
+	var fa flatArgs
+	var groups [][]int32 // per script call: indices into us
+	if e.group == groupAll {
+		all := make([]int32, len(us))
+		for i := range all {
+			all[i] = int32(i)
 		}
-		return nil, nil
+		groups = [][]int32{all}
+	} else {
+		for i := range us {
+			groups = append(groups, []int32{int32(i)})
+		}
 	}
 	pipe := e.client.Pipeline()
-	cmds := make([]*redis.IntCmd, len(us))
-	for i, u := range us {
-		if u.cost == 0 {
-			cmds[i] = pipe.ZRem(ctx, u.key, u.members()...)
-			continue
+	cmds := make([]*redis.IntSliceCmd, len(groups))
+	for g, idx := range groups {
+		args := []any{"evalsha", e.shaArg, len(idx)}
+		for _, i := range idx {
+			args = append(args, us[i].key)
 		}
-		// A weighted member carries its running total, which the
-		// engine does not know: the script finds it (see give_back.lua).
-		args := []any{"evalsha", giveBack.Hash(), 1, u.key, -u.cost, "r"}
-		switch u.mode {
-		case 's':
-			args[4], args[5] = u.delta, "s"
-		case 'g':
-			args[4], args[5] = u.delta, "g"
-			args = append(args, u.at, u.grain)
+		first := fa.begin(t)
+		for _, i := range idx {
+			fa.finish(us[i].member, us[i:i+1], []int32{0}, e.chanName)
 		}
-		cmds[i] = redis.NewIntCmd(ctx, append(args, u.members()...)...)
-		_ = pipe.Process(ctx, cmds[i])
-	}
-	// On one server, commands of one pipeline run in order, so the
-	// invalidation rides with the removals, after them, at no extra round
-	// trip; elsewhere it is sent once they are done.
-	var pub *redis.IntCmd
-	if e.group == groupAll {
-		keys := make([]string, 0, len(us))
-		for _, u := range us {
-			if u.mode == 0 && !isSlotKey(u.key) {
-				keys = append(keys, u.key)
-			}
-		}
-		if pub = e.publishCmd(ctx, invalRemoved, keys...); pub != nil {
-			_ = pipe.Process(ctx, pub)
-		}
+		cmds[g] = redis.NewIntSliceCmd(ctx, fa.appendFrom(args, first)...)
+		_ = pipe.Process(ctx, cmds[g])
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	retried := false
-	for i, cmd := range cmds {
-		if noScript(cmd.Err()) {
-			cmds[i] = redis.NewIntCmd(ctx, asEval(cmd.Args(), lua.GiveBack)...)
-			_ = e.client.Process(ctx, cmds[i])
-			retried = true
+	e.retryNoScript(ctx, cmds)
+	var gone []string
+	for g, cmd := range cmds {
+		flags, err := cmd.Result()
+		if err == nil {
+			flags, err = readFinishes(flags, len(groups[g]))
 		}
-	}
-	var done []string
-	for i, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			failed = append(failed, i)
-			if first == nil {
-				first = err
+		for j, i := range groups[g] {
+			switch {
+			case err != nil:
+				failed = append(failed, int(i))
+				first = cmp.Or(first, err)
+			case flags[j] == 1 && us[i].publishes():
+				gone = append(gone, us[i].key)
 			}
-		} else if cmd.Val() > 0 && us[i].mode == 0 && !isSlotKey(us[i].key) {
-			// A settlement (mode 's' or 'g') changes weighted keys
-			// only, and a release slot keys, which make no cached
-			// denials: nothing to announce.
-			done = append(done, us[i].key)
 		}
 	}
-	// Cached denials elsewhere may rely on the removed entries.
-	if pub == nil || retried || pub.Err() != nil {
-		e.publish(ctx, invalRemoved, done...)
-	} else {
-		e.forgetKnown(done)
-	}
+	e.forgetKnown(gone)
 	return failed, first
 }
 
-// giveBack is the removal script of weighted keys; its SHA1 is computed
-// once.
-var giveBack = redis.NewScript(lua.GiveBack)
+// retryNoScript sends the script calls among cmds that met NOSCRIPT again
+// with the script's source, in one pipeline.
+func (e *Engine) retryNoScript(ctx context.Context, cmds []*redis.IntSliceCmd) {
+	var retry redis.Pipeliner
+	for i, cmd := range cmds {
+		if noScript(cmd.Err()) {
+			if retry == nil {
+				retry = e.client.Pipeline()
+			}
+			cmds[i] = redis.NewIntSliceCmd(ctx, asEval(cmd.Args(), e.srcArg)...)
+			_ = retry.Process(ctx, cmds[i])
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+}
+
+// readFinishes reads the reply of a script call of n finish ops of one
+// key each and returns each op's flag (see readFinish).
+func readFinishes(v []int64, n int) ([]int64, error) {
+	r := ireader{v: v}
+	r.int(maxTime / 1e6)
+	r.int(999_999)
+	flags := make([]int64, n)
+	for i := range flags {
+		readFinish(&r, flags[i:i+1])
+	}
+	if err := r.end(); err != nil {
+		return nil, err
+	}
+	return flags, nil
+}
 
 type undoQueue struct {
 	n    atomic.Int32 // len(q), read without the lock on the fast path
@@ -263,95 +270,4 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 	if len(again) > 0 {
 		e.undos.push(e, again...)
 	}
-}
-
-// GiveBack takes the request that d admitted out of every window it was
-// counted in, as if it had never been made: a login that succeeded, where
-// only failures should count. req must be the Request of the Allow call
-// that returned d; its keys are computed again from it.
-//
-// Admitting then giving back keeps a limit exact where checking after the
-// fact would not: while its outcome is unknown, the request holds its place
-// in every window, so at most Limit requests whose outcome counts are ever
-// in flight or recorded in a window.
-//
-// A request that holds slots of in-flight windows releases them too (see
-// Release).
-//
-// GiveBack is idempotent and never removes another request's entry: it
-// removes the request's own member, a unique id. A Decision that counted
-// nothing (a denial, a Peek, a fail-open or fail-closed decision, or an
-// Allow without windows) has nothing to give back, and GiveBack returns
-// nil. A decision of the local fallback limiter (FromLocal) is given back
-// there. When Redis fails, or is considered down after a timeout, the
-// removal is queued like the undo of a failed call (see the package
-// documentation: best effort, retried before later script calls), and the
-// returned error matches ErrBackend; GiveBack thus waits for at most one
-// timeout.
-// After Close, GiveBack returns ErrClosed. It is safe for concurrent use.
-func (e *Engine) GiveBack(ctx context.Context, req Request, d Decision) error {
-	return e.giveBack(ctx, &req, &d, false)
-}
-
-// giveBack is GiveBack, or with slots Release: the removal of d's member
-// from every key of req, or from its slot keys only.
-func (e *Engine) giveBack(ctx context.Context, req *Request, d *Decision, slots bool) error {
-	r := &d.receipt
-	if !d.Allowed || r.id == 0 {
-		return nil
-	}
-	c := getCall()
-	defer putCall(c)
-	if err := c.plan.build(e.keyer, req); err != nil {
-		return err
-	}
-	if r.suffix < 0 && len(r.suffixes) != len(c.plan.keys) {
-		return &RequestError{Check: -1, Window: -1, Reason: "request does not match the decision given back"}
-	}
-	if slots && c.plan.slots == 0 {
-		return nil
-	}
-	if d.Source == FromLocal {
-		e.local.giveBack(&c.plan, r.id, slots)
-		return nil
-	}
-	op := "giveback"
-	if slots {
-		op = "release"
-	}
-	member := strconv.FormatInt(r.id, 10)
-	now := time.Now().UnixMicro()
-	us := make([]undo, 0, len(c.plan.keys))
-	for i := range c.plan.keys {
-		if !slots || c.plan.ks[i] {
-			us = append(us, undoOf(&c.plan, i, member, r.suffixOf(i), now))
-		}
-	}
-	if c.plan.slots > 0 {
-		e.unhold(us)
-	}
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if e.anyDown(&c.plan) {
-		// Redis timed out and has not answered since: queue the removal
-		// for the batch that finds it back, instead of making the caller
-		// (a handler that has answered) wait for another timeout.
-		e.undos.push(e, us...)
-		return &BackendError{Op: op, Err: ErrUnavailable}
-	}
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	failed, err := e.remove(ctx, us)
-	if len(failed) == 0 {
-		return nil
-	}
-	e.warnFailed(op, member, err)
-	for _, i := range failed {
-		e.undos.push(e, us[i])
-	}
-	return &BackendError{Op: op, Err: err}
 }

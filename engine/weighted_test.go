@@ -124,12 +124,12 @@ func TestCostErrors(t *testing.T) {
 	// count limiter shares the key of the cost 1.
 	r := req(Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
 	c := plannedCall(t, r)
-	if c.plan.kcost[0] != 5 || !c.plan.kw[0] || c.plan.keys[0] != "p:{s|ip|i|5}" {
+	if c.plan.kcost[0] != 5 || !c.plan.kw[0] || c.plan.keys[0] != "p:{s|ip|i}|5" {
 		t.Errorf("constant cost: cost %d weighted %v key %q", c.plan.kcost[0], c.plan.kw[0], c.plan.keys[0])
 	}
 	c = plannedCall(t, req(user("u", win(5, time.Second), gwin(100, time.Hour, time.Minute))))
 	c1 := plannedCall(t, req(Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "1", Windows: []rules.Window{win(5, time.Second)}}, Subject: "u"}))
-	if c.plan.keys[0] != "p:{s|user|u|1}" || c.plan.keys[0] != c1.plan.keys[0] {
+	if c.plan.keys[0] != "p:{s|user|u}|1" || c.plan.keys[0] != c1.plan.keys[0] {
 		t.Errorf("grained key %q, cost-1 key %q", c.plan.keys[0], c1.plan.keys[0])
 	}
 	if c := plannedCall(t, req(user("u", win(5, time.Second)))); c.plan.keys[0] != "p:{s|user|u}" || c.plan.kw[0] {
@@ -450,7 +450,7 @@ func TestCostsDifferential(t *testing.T) {
 			t.Fatalf("step %d at %v, cost %d: redis %v %v %+v, local %v %v %+v", i, at, r.Checks[0].Cost,
 				rd.Allowed, rd.RetryAfter, rd.Windows, ld.Allowed, ld.RetryAfter, ld.Windows)
 		}
-		if rd.Allowed && rd.receipt.id != 0 {
+		if rd.Allowed && rd.taken != nil {
 			admitted = append(admitted, pair{r, rd, ld})
 		}
 	}

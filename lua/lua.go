@@ -7,8 +7,9 @@ package lua
 import _ "embed"
 
 // MultiWindow is the source of the multi-window sliding-log script: it
-// checks, admits, peeks at and rolls back batches of rate-limit requests
-// against sorted sets, each request atomically. The header of
+// checks, admits and peeks at batches of rate-limit requests against
+// sorted sets, each request atomically, and finishes admitted ones (gives
+// them back, releases their slots, settles their costs). The header of
 // multi_window.lua specifies its wire format, the engine package
 // documentation its semantics.
 //
@@ -18,24 +19,15 @@ var MultiWindow = number + multiWindow
 //go:embed multi_window.lua
 var multiWindow string
 
-// GiveBack is the source of the script that removes one request's entry
-// from a weighted key (a key of a limiter with a cost or a grain), for
-// rollbacks, undos and give-backs, or changes its cost by a signed delta,
-// for settlements. Its header specifies its arguments; see the engine
-// package documentation.
-//
-// It is number.lua followed by give_back.lua.
-var GiveBack = number + giveBack
-
-//go:embed give_back.lua
-var giveBack string
-
 // Renew is the source of the script that extends the leases of running
 // requests' slots (in-flight windows). Its header specifies its arguments
 // and reply; slot keys are specified in multi_window.lua.
 //
+// It is number.lua followed by renew.lua.
+var Renew = number + renew
+
 //go:embed renew.lua
-var Renew string
+var renew string
 
 // number is the source of the function that the scripts read numbers
 // from Redis with (see number.lua): it precedes each script that reads
@@ -43,3 +35,16 @@ var Renew string
 //
 //go:embed number.lua
 var number string
+
+// SetRules is the source of the script that stores or removes one rule
+// override and increments the overrides' version in the same call. Its
+// header specifies its arguments and reply.
+//
+//go:embed set_rules.lua
+var SetRules string
+
+// LoadRules is the source of the script that reads the rule overrides
+// with their version. Its header specifies its arguments and reply.
+//
+//go:embed load_rules.lua
+var LoadRules string

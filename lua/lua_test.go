@@ -11,22 +11,24 @@ func TestEmbedded(t *testing.T) {
 	}
 }
 
-func TestEmbeddedGiveBack(t *testing.T) {
-	if !strings.Contains(GiveBack, "\n-- give_back.lua") || !strings.Contains(GiveBack, "return 0") {
-		t.Fatalf("GiveBack does not hold the script: %.60q", GiveBack)
-	}
-}
-
 func TestEmbeddedRenew(t *testing.T) {
-	if !strings.HasPrefix(Renew, "-- renew.lua") || !strings.Contains(Renew, "return reply") {
+	if !strings.Contains(Renew, "\n-- renew.lua") || !strings.Contains(Renew, "return reply") {
 		t.Fatalf("Renew does not hold the script: %.60q", Renew)
 	}
 }
 
 func TestNumberPrecedesScripts(t *testing.T) {
-	for name, src := range map[string]string{"MultiWindow": MultiWindow, "GiveBack": GiveBack} {
+	for name, src := range map[string]string{"MultiWindow": MultiWindow, "Renew": Renew} {
 		if !strings.HasPrefix(src, "-- number.lua") {
 			t.Errorf("%s does not start with number.lua: %.60q", name, src)
+		}
+	}
+}
+
+func TestEmbeddedRules(t *testing.T) {
+	for name, src := range map[string]string{"SetRules": SetRules, "LoadRules": LoadRules} {
+		if !strings.HasPrefix(src, "-- ") || !strings.Contains(src, "KEYS[2]") {
+			t.Errorf("%s does not hold its script: %.60q", name, src)
 		}
 	}
 }

@@ -35,6 +35,19 @@
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact). lease is
 --     how long an admitted request holds its slot unless renewed (µs).
+--   A finish op (Engine.Finish, and the removals of rollbacks and undos)
+--   ends an admitted request in the keys it names; its member starts
+--   with '-':
+--     '-'..member, nkeys, channel, then per key, either
+--       'C', suffix      a count key: remove the member
+--       'S', suffix      a slot key: remove the member (release)
+--       'W', suffix, delta, mode, at, grain
+--                        a weighted key: change the request's cost by
+--                        delta (see Weighted changes below)
+--     suffix is the member's suffix in the key, or -1 when unknown: every
+--     suffix 0..max_suffix is removed. channel, when not empty, receives
+--     one PUBLISH of 'E' and the count and weighted keys the op removed an
+--     entry from, space-separated (the engine's cache invalidation).
 --   EVAL's numkeys is the sum of the ops' |nkeys|. Example: allow request
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
@@ -61,6 +74,33 @@
 -- weighted key: the window's oldest entry whose running total reaches
 -- the newest total + cost - limit).
 --
+-- A finish op's code is 1, followed per key by 1 when an entry was
+-- removed or changed, 0 when none was (already gone, already settled), 2
+-- when a weighted change was refused because a total would exceed 2^53.
+--
+-- Weighted changes. mode is 'r' for a removal (delta = -cost), 's' for a
+-- settlement (Engine.Settle: delta is the actual cost minus the charged
+-- one), 'g' for a settlement in a key with grained windows, where at is
+-- the request's decision time and grain the key's coarsest grain (both 0
+-- in the other modes). The entry's total and the totals of every later
+-- entry change by the delta, which changes exactly the request's weight in
+-- every window it is in, at its own admission time. A negative delta
+-- lowers the entry's weight by at most that weight: never below zero,
+-- never a credit. An entry left without weight is deleted. An entry that
+-- keeps a weight is renamed, so that a second removal or settlement finds
+-- nothing: '-' after a removal (it stands for merged requests), the member
+-- and '!' after a settlement (a settled request is neither settled again
+-- nor given back). With more than 64 later entries, rewriting them all is
+-- too costly: a removal then only deletes the entry (its weight counts
+-- with the next entry, which leaves the windows later), a refund is not
+-- made, and a debt is added to the newest entry; each errs on the side of
+-- denying. A request whose entry is not found changes nothing, except in
+-- mode 'g': its entry may have been merged into the next one, which then
+-- carries its cost: the first entry scored at or after at, if it lies in
+-- the same grain, is settled instead (not renamed: it stands for other
+-- requests too), else a debt goes to the newest entry. A change reads the
+-- whole key (O(entries)); this path is rare.
+--
 -- A block key's reply is one integer, left: the time until its block
 -- ends (0: not blocked).
 --
@@ -86,11 +126,17 @@
 -- deadline t + lease. Live slots are those scored >= t: an op fits only if
 -- fewer than limit are live (ZCOUNT; a denial or a peek writes nothing).
 -- An admission adds the member scored t + lease with ZADD NX (a clash is
--- a collision, as in count keys), removes the expired members (scores
--- below t), so a key holds at most limit members after an admission, and
--- sets the key's expiry to the lease (PEXPIRE GT, or NX for a key without
--- one), so it never outlives its longest lease. lua/renew.lua extends the
--- leases of running requests; a release is a ZREM of the member.
+-- a collision, as in count keys). Like a count key's, the rest of the
+-- bookkeeping runs once per epoch, of one lease: ZADD CH of the marker
+-- 'e' scored -(EPOCH + floor(t / lease)) reports the epoch's first
+-- admission, which removes the expired members (scores below t) and sets
+-- the key's expiry to two leases (PEXPIRE GT, or NX for a key without
+-- one): every slot added in the epoch ends before its start + two leases,
+-- so the key never dies under a live slot. Expired members left until the
+-- next epoch are never counted (ZCOUNT from t), and lua/renew.lua renews
+-- only live slots, so a slot whose lease ran out never comes back: at
+-- most limit run at once, and a dead process's slots free one lease after
+-- their last renewal. A release is a finish op's 'S' key.
 --
 -- Stored state. A count key's entry is the member scored t. A weighted
 -- key's entry is its running total of cost (%016d), ':' and the member,
@@ -140,7 +186,8 @@
 -- the engine rounds each tier's grain down to a multiple of the next
 -- shorter one's so that grains nest (engine/plan.go, nestGrains). The trim
 -- keeps the newest entry it could remove, whose total is the base of every
--- window. lua/give_back.lua removes or settles a request in a weighted key.
+-- window. A finish op removes or settles a request in a weighted key (see
+-- Weighted changes).
 --
 -- Cost: each redis.call costs about 1 µs of Redis CPU beyond the command
 -- itself, and turning a number into a string or back about 0.2 µs, which
@@ -581,6 +628,165 @@ local function bookkeep(key, q, longest, busy, weighted)
   end
 end
 
+-- Finish ops (see Finish ops in the header) change weighted keys with
+-- change_weight, which weight_functions creates at the first weighted key
+-- of a finish op: it is the rare path, and a closure costs every call.
+local change_weight
+
+local function weight_functions()
+  -- MOVE bounds the later entries a change rewrites; TOTAL as in
+  -- weighted_functions.
+  local MOVE = 64
+  local TOTAL = 9007199254740991
+
+  local function total(m)
+    return num(string.sub(m, 1, 16))
+  end
+  local function name(v, rest)
+    return fmt('%016d', v) .. rest
+  end
+
+  -- change_weight changes the request whose member is among ms in weighted
+  -- key kk by delta, in mode 'r' (a removal), 's' (a settlement) or 'g' (a
+  -- settlement in a key with grained windows, at the decision time at in
+  -- the coarsest grain grain). It returns 1 when an entry changed, 0 when
+  -- none did, 2 when a debt would take a total above 2^53 (nothing
+  -- changed).
+  change_weight = function(kk, delta, mode, at, grain, ms)
+    local want, settled = {}, {}
+    for _, m in ipairs(ms) do
+      want[m] = true
+      settled[m .. '!'] = true
+    end
+    local es = call('ZRANGE', kk, '0', '+inf', 'BYSCORE', 'WITHSCORES')
+    -- charge_newest adds a debt to the key's newest entry.
+    local function charge_newest()
+      local m = es[#es - 1]
+      if total(m) + delta > TOTAL then
+        return 2
+      end
+      call('ZREM', kk, m)
+      call('ZADD', kk, es[#es], name(total(m) + delta, string.sub(m, 17)))
+      return 1
+    end
+    -- change changes the weight of the entry at index i of es by delta,
+    -- renaming it with tag (nil: keep its name).
+    local function change(i, tag)
+      local m = es[i]
+      local prev = 0
+      if i > 1 then
+        prev = total(es[i - 2])
+      end
+      local xt = total(m)
+      -- c: the change of the request's weight, never below minus that weight.
+      local c = math.max(delta, prev - xt)
+      tag = tag or string.sub(m, 17)
+      if (#es - i - 1) / 2 > MOVE then
+        if mode == 'r' then
+          call('ZREM', kk, m)
+          return 1
+        end
+        if c > 0 and charge_newest() == 2 then
+          return 2
+        end
+        call('ZREM', kk, m)
+        call('ZADD', kk, es[i + 1], name(xt, tag))
+        return 1
+      end
+      if c > 0 and total(es[#es - 1]) + c > TOTAL then
+        return 2
+      end
+      call('ZREM', kk, m)
+      if xt + c > prev then
+        call('ZADD', kk, es[i + 1], name(xt + c, tag))
+      end
+      for j = i + 2, #es, 2 do
+        local mj = es[j]
+        call('ZREM', kk, mj)
+        call('ZADD', kk, es[j + 1], name(total(mj) + c, string.sub(mj, 17)))
+      end
+      return 1
+    end
+    for i = 1, #es, 2 do
+      local rest = string.sub(es[i], 18)
+      if settled[rest] then
+        return 0
+      end
+      if want[rest] then
+        if mode == 'r' then
+          return change(i, ':-')
+        end
+        return change(i, ':' .. rest .. '!')
+      end
+    end
+    if mode == 'g' then
+      for i = 1, #es, 2 do
+        local score = num(es[i + 1]) or sci(es[i + 1])
+        if score >= at then
+          if floor(score / grain) == floor(at / grain) then
+            return change(i, nil)
+          end
+          break
+        end
+      end
+      if delta > 0 and #es > 0 then
+        return charge_newest()
+      end
+    end
+    return 0
+  end
+end
+
+-- finish_op runs the finish op whose fields start at args[p], on the KEYS
+-- after the first used, into the reply, and returns the index of the next
+-- op's first field and the number of KEYS used.
+local function finish_op(p, used)
+  local member, nkeys, channel = string.sub(args[p], 2), num(args[p + 1]), args[p + 2]
+  n = n + 1
+  reply[n] = ADMITTED
+  local q = p + 3
+  local pub
+  for k = 1, nkeys do
+    local key = KEYS[used + k]
+    local kind, suffix = args[q], num(args[q + 1])
+    local ms = {member}
+    if suffix > 0 then
+      ms[1] = member .. '.' .. suffix
+    elseif suffix < 0 then
+      for s = 1, num(args[2]) do
+        ms[s + 1] = member .. '.' .. s
+      end
+    end
+    local changed, removal = 0, kind == 'C'
+    if kind == 'W' then
+      if not change_weight then
+        weight_functions()
+      end
+      removal = args[q + 3] == 'r'
+      changed = change_weight(key, num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 5]), ms)
+      q = q + 6
+    else
+      if call('ZREM', key, unpack(ms)) > 0 then
+        changed = 1
+      end
+      q = q + 2
+    end
+    if memo then
+      memo[key] = nil -- its windows changed: a later op reads them again
+    end
+    if changed == 1 and removal then
+      pub = pub or {}
+      pub[#pub + 1] = key
+    end
+    n = n + 1
+    reply[n] = changed
+  end
+  if pub and channel ~= '' then
+    call('PUBLISH', channel, 'E' .. table.concat(pub, ' '))
+  end
+  return q, used + nkeys
+end
+
 -- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
 -- fields start, its longest period, whether it is busy, and false for a
 -- count key or the state of a weighted one (see weigh); for a slot key:
@@ -596,6 +802,13 @@ local key_memo
 local p = 3 -- the current op's first field
 local used_keys = 0 -- KEYS used by the previous ops
 while p <= #args do
+  -- Finish ops (member starting with '-') may come anywhere among the others.
+  while p <= #args and string.byte(args[p]) == 45 do
+    p, used_keys = finish_op(p, used_keys)
+  end
+  if p > #args then
+    break
+  end
   local member, nkeys = args[p], num(args[p + 1])
   local remember = nkeys < 0
   if remember then
@@ -701,12 +914,15 @@ while p <= #args do
       for k = 1, nkeys do
         local at = 4 * k
         if key_state[at - 2] == 0 then
-          -- A slot key: drop the expired slots, live for the lease.
-          local key = KEYS[used_keys + k]
-          call('ZREMRANGEBYSCORE', key, '-inf', '(' .. t_arg)
-          local ttl = fmt('%d', ceil(key_state[at - 1] / 1000) + 1)
-          if call('PEXPIRE', key, ttl, 'GT') == 0 then
-            call('PEXPIRE', key, ttl, 'NX')
+          -- A slot key: its bookkeeping once per epoch of one lease (see
+          -- Slots).
+          local key, lease = KEYS[used_keys + k], key_state[at - 1]
+          if call('ZADD', key, 'CH', fmt('%d', -(EPOCH + floor(t / lease))), 'e') == 1 then
+            call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
+            local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
+            if call('PEXPIRE', key, ttl, 'GT') == 0 then
+              call('PEXPIRE', key, ttl, 'NX')
+            end
           end
         elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
           bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])

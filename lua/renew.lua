@@ -1,5 +1,6 @@
 -- renew.lua: extends the leases of running requests' slots (see Slots in
--- the header of multi_window.lua, which specifies slot keys).
+-- the header of multi_window.lua, which specifies slot keys). It reads
+-- scores as num(s) or sci(s) (lua/number.lua precedes it).
 --
 -- Arguments (decimal strings, times in microseconds since 1970):
 --   ARGV[1]  t: the time, or 0 to use the server's TIME
@@ -8,13 +9,13 @@
 --   members (each a running request's member in that key).
 -- Reply: an array of integers, per member in argument order: 1 when its
 -- slot was there and is renewed, 0 when it is gone (a Reset, a flush, an
--- expired lease that an admission removed). A renewed key's expiry is
+-- expired lease). A renewed key's expiry is
 -- extended to the lease (PEXPIRE GT, or NX for a key without one).
 --
--- A member still present after its lease ran out is renewed: it was not
--- removed, so no admission happened since it expired (an admission removes
--- expired slots), and every slot that is live now was live with it then,
--- when they numbered at most the limit.
+-- A member whose lease ran out (scored below t) is not renewed: admissions
+-- since may have counted without it (expired slots are removed once per
+-- epoch only), so reviving it could make more than the limit run at once.
+-- It is removed and reported gone.
 local call = redis.call
 local num = tonumber
 local fmt = string.format
@@ -34,11 +35,15 @@ for k = 1, #KEYS do
   for _ = 1, num(ARGV[i]) do
     i = i + 1
     local m = ARGV[i]
-    if call('ZSCORE', key, m) then
+    local s = call('ZSCORE', key, m)
+    if s and (num(s) or sci(s)) >= t then
       call('ZADD', key, 'XX', score, m)
       reply[#reply + 1] = 1
       renewed = true
     else
+      if s then
+        call('ZREM', key, m)
+      end
       reply[#reply + 1] = 0
     end
   end

@@ -2,7 +2,12 @@ package middleware
 
 import (
 	"context"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"log/slog"
 	"net/http"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
 )
 
 // outcome is what the steps after the handler learn of its run.
@@ -43,15 +48,21 @@ func (l *limiter) hasAfter(c *call) bool {
 	return c.dec.Allowed && (l.needsGiveBack() || l.needsRelease(c) || l.settles(c))
 }
 
-// afterHandler runs the steps after the handler, in order. The client may
-// be gone; the work must be done all the same.
+// afterHandler finishes the request once its handler has run: it gives
+// it back (count:), settles its costs (WithSettle) and releases its slots,
+// with one Finish, one Redis round trip shared with concurrent requests.
+// The client may be gone; the work must be done all the same.
 func (l *limiter) afterHandler(c *call, o outcome, written int64) {
 	ctx := context.WithoutCancel(c.r.Context())
-	if !l.giveBackUncounted(ctx, c, o) {
-		// A request given back holds no slot any more.
-		l.releaseSlots(ctx, c)
+	out := engine.Outcome{GiveBack: l.givesBack(o), Actual: l.actualCosts(c, o, written)}
+	if err := lifecycle.Finish(ctx, l.decider, &c.req, &c.dec, out); err != nil {
+		// Backend trouble, as in logBackend: one line per backendLogEvery.
+		if ok, held := l.backendLog.Allow(time.Now()); ok {
+			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: finishing the request failed (give-back, settlement or release of its slots); retried, and its slots free when their lease ends",
+				slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err),
+				slog.Int64("errors_not_logged", held))
+		}
 	}
-	l.settleCost(ctx, c, o, written)
 }
 
 // outcome returns what w saw of the handler's run.

@@ -1,6 +1,9 @@
 package middleware
 
 import (
+	"net/netip"
+
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -59,7 +62,7 @@ type config struct {
 func defaultConfig() config {
 	return config{
 		ipv6Prefix: DefaultIPv6Prefix,
-		logger:     slog.New(slog.DiscardHandler),
+		logger:     slog.Default(),
 	}
 }
 
@@ -179,8 +182,9 @@ func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <
 // one line per 10 s per wrapped handler, carrying the number of errors not
 // logged since, so that an outage does not log a line per request; hooks
 // see every error), would-be denials in shadow mode (Info) and
-// configuration errors found while serving (Error). The default discards
-// everything. Errors are never written to clients.
+// configuration errors found while serving (Error). The default is
+// slog.Default() as it is when New runs. Errors are never written to
+// clients.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
@@ -235,4 +239,19 @@ func WithScope(scope string) Option {
 // group nor WithScope sets a scope; when it returns "", r.Pattern is used.
 func WithScopeFunc(fn ScopeFunc) Option {
 	return func(c *config) { c.scopeFunc = fn }
+}
+
+// trustedPrefixes parses the WithTrustedProxies entries of c.
+func (c *config) trustedPrefixes() ([]netip.Prefix, []error) {
+	var ps []netip.Prefix
+	var errs []error
+	for _, s := range c.trusted {
+		p, err := lifecycle.ParseTrusted(s)
+		if err != nil {
+			errs = append(errs, &ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
+			continue
+		}
+		ps = append(ps, p)
+	}
+	return ps, errs
 }

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 )
@@ -32,30 +30,11 @@ type Releaser interface {
 // after the handler: the group has a count: statement.
 func (l *limiter) needsGiveBack() bool { return l.giver != nil }
 
-// giveBackUncounted is the step after the handler of a group with a
-// count: statement: it gives the request back unless its response status
-// is one the group counts. A handler that panics or hijacks the
-// connection leaves the request counted: its outcome is unknown, and
-// counting it errs on the side of denying. It reports whether the request
-// was given back: GiveBack removes it from every key, slots included.
-func (l *limiter) giveBackUncounted(ctx context.Context, c *call, o outcome) bool {
-	if !l.givesBack(o) {
-		return false
-	}
-	err := l.giver.GiveBack(ctx, c.req, c.dec)
-	if err != nil {
-		// Backend trouble, as in logBackend: one line per backendLogEvery.
-		if ok, held := l.backendLog.Allow(time.Now()); ok {
-			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
-				slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err),
-				slog.Int64("errors_not_logged", held))
-		}
-	}
-	return err == nil
-}
-
-// givesBack reports whether the request that had outcome o is given back
-// (see giveBackUncounted).
+// givesBack reports whether the request that had outcome o is given back:
+// the group has a count: statement that does not list its status. A
+// handler that panics or hijacks the connection leaves the request
+// counted: its outcome is unknown, and counting it errs on the side of
+// denying.
 func (l *limiter) givesBack(o outcome) bool {
 	return l.needsGiveBack() && !o.panicked && !o.hijacked && !l.group.Counts(o.status)
 }

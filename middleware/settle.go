@@ -3,7 +3,6 @@ package middleware
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -135,13 +134,14 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// settleCost is the step after the handler of a group with settled costs:
-// it settles each settled limiter to the cost the handler reported, or the
-// bytes written (see WithSettle). A request given back, or whose handler
-// panicked or hijacked the connection, keeps its estimate.
-func (l *limiter) settleCost(ctx context.Context, c *call, o outcome, written int64) {
+// actualCosts returns the actual costs of a request of a group with
+// settled costs, for engine.Outcome.Actual: each settled limiter's cost as
+// the handler reported it, or the bytes written (see WithSettle), -1 for
+// the others; nil when nothing settles. A request given back, or whose
+// handler panicked or hijacked the connection, keeps its estimate.
+func (l *limiter) actualCosts(c *call, o outcome, written int64) []int64 {
 	if !l.settles(c) || !c.dec.Allowed || o.panicked || o.hijacked || l.givesBack(o) {
-		return
+		return nil
 	}
 	actual := make([]int64, len(c.checks))
 	some := false
@@ -169,12 +169,9 @@ func (l *limiter) settleCost(ctx context.Context, c *call, o outcome, written in
 		actual[i], some = n, true
 	}
 	if !some {
-		return
+		return nil
 	}
-	if err := l.settler.Settle(ctx, c.req, c.dec, actual); err != nil {
-		l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: settlement failed; the request keeps its estimate until retried",
-			slog.String("scope", c.req.Scope), slog.Any("error", err))
-	}
+	return actual
 }
 
 // get returns the cost reported for name, if any.
@@ -195,7 +192,7 @@ func (p *plan) settleWith(settle map[string]Settlement) {
 	if len(settle) == 0 {
 		return
 	}
-	p.settle = make([]*Settlement, len(p.limiters))
+	p.settle = make([]*Settlement, len(p.Limiters))
 	for i, c := range p.costs {
 		if s, ok := settle[c.name]; ok && c.fn != nil {
 			p.settle[i], p.settled = &s, true

@@ -15,7 +15,7 @@
 // In the EBNF of the Go specification, with the lexical rules below:
 //
 //	group     = statement { ";" statement } [ ";" ] .
-//	statement = limiter | override | exempt | scope | count | mode | fail | block .
+//	statement = limiter | override | exempt | scope | outcomes | mode | fail | block .
 //
 //	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
@@ -30,7 +30,7 @@
 //	override  = "role" "(" name ")" "=" limiter { "&" limiter } .
 //	exempt    = "exempt" ":" name { "," name } .
 //	scope     = "scope" ":" name .
-//	count     = "count" ":" status { "," status } .
+//	outcomes  = "count" ":" status { "," status } .
 //	status    = digit digit digit | digit "xx" .
 //	mode      = "mode" ":" ( "enforce" | "shadow" ) .
 //	fail      = "fail" ":" ( "open" | "closed" | "local" ) .
@@ -176,8 +176,9 @@
 // a whole number of milliseconds between MinPeriod and MaxPeriod, written
 // like a period; Group.Block holds it (zero: no block). Engine.Reset of
 // the limiter and subject lifts the block. A group in shadow mode starts
-// no block (Group.ActiveBlock): it never refuses, and a block it started
-// would refuse the subject the moment the group is switched to enforce.
+// no block (the transports apply Block only when the group enforces): it
+// never refuses, and a block it started would refuse the subject the
+// moment the group is switched to enforce.
 //
 // # Names
 //

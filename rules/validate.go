@@ -407,14 +407,27 @@ const nameChars = `letters, digits, "_", "-" or "."`
 
 // reason words a validator failure. It keys on the field (the last element
 // of the namespace, without index) and the failed tag, so the wording lives
-// in one place for parsed and hand-built groups alike.
+// in one place for parsed and hand-built groups alike: the windows' words
+// in windowReason, the other statements' in statementReason.
 func reason(fe validator.FieldError, ns string) string {
 	field := ns[strings.LastIndexByte(ns, '.')+1:]
 	if i := strings.IndexByte(field, '['); i >= 0 {
 		field = field[:i]
 	}
-	val := fe.Value()
-	switch field + " " + fe.Tag() {
+	key := field + " " + fe.Tag()
+	if r := windowReason(key, fe, fe.Value()); r != "" {
+		return r
+	}
+	if r := statementReason(key, fe, fe.Value()); r != "" {
+		return r
+	}
+	return fmt.Sprintf("%s fails rule %q", ns, fe.Tag())
+}
+
+// windowReason words the failures of windows, limits, costs and grains,
+// or returns "".
+func windowReason(key string, fe validator.FieldError, val any) string {
+	switch key {
 	case "Limit min":
 		return fmt.Sprintf("limit %v is below 1", val)
 	case "Limit " + tagExactMax:
@@ -460,6 +473,14 @@ func reason(fe validator.FieldError, ns string) string {
 		return fmt.Sprintf("a second in-flight window in limiter %s; a limiter has at most one N concurrent", fe.Param())
 	case "Windows " + tagConcCost:
 		return fmt.Sprintf("limiter %s counts units of cost, not requests, so it takes no in-flight window; put N concurrent in a limiter without a cost", fe.Param())
+	}
+	return ""
+}
+
+// statementReason words the failures of periods, blocks, kinds, names,
+// roles, scopes, modes and count: items, or returns "".
+func statementReason(key string, fe validator.FieldError, val any) string {
+	switch key {
 	case "Period max":
 		return fmt.Sprintf("period %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
 	case "Period " + tagWholeMS:
@@ -519,7 +540,7 @@ func reason(fe validator.FieldError, ns string) string {
 	case "Limiters " + tagNoLimiters:
 		return "rule group has no limiters"
 	}
-	return fmt.Sprintf("%s fails rule %q", ns, fe.Tag())
+	return ""
 }
 
 func durValue(v any) string {

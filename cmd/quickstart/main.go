@@ -4,13 +4,11 @@ package main
 
 import (
 	"log"
-	"log/slog"
 	"net/http"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -29,11 +27,11 @@ func main() {
 	})
 	defer rdb.Close()
 
-	lim, err := slidelimit.New(rdb,
-		slidelimit.WithEngineOptions(engine.WithLogger(slog.Default())),
-		// Declared roles: a misspelt role in a tag fails Register.
-		slidelimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{Roles: []role.Role{"user", "admin", "superadmin"}})),
-	)
+	// Declared roles: a misspelt role in a tag fails Register. Warnings
+	// (Redis down, a memory policy that may evict) go to slog.Default().
+	lim, err := slidelimit.New(rdb, slidelimit.WithMiddlewareOptions(
+		middleware.WithPolicy(role.Policy{Roles: []role.Role{"user", "admin", "superadmin"}}),
+	))
 	if err != nil {
 		log.Fatal(err)
 	}

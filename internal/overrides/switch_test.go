@@ -1,4 +1,4 @@
-package slidelimit
+package overrides
 
 import (
 	"net/http"
@@ -6,12 +6,11 @@ import (
 	"testing"
 )
 
-// TestSlotServesWithoutAllocating checks that the request path of a
+// TestSwitchServesWithoutAllocating checks that the request path of a
 // handler that follows rule overrides adds no allocation: one atomic load.
-func TestSlotServesWithoutAllocating(t *testing.T) {
-	s := &slot{}
+func TestSwitchServesWithoutAllocating(t *testing.T) {
 	var n int
-	s.set(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n++ }))
+	s := NewSwitch("GET /", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n++ }), nil)
 	w, r := httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)
 	if a := testing.AllocsPerRun(1000, func() { s.ServeHTTP(w, r) }); a != 0 {
 		t.Errorf("%v allocations per request", a)
@@ -21,9 +20,9 @@ func TestSlotServesWithoutAllocating(t *testing.T) {
 	}
 }
 
-// BenchmarkSlot measures what following rule overrides adds to a request:
-// the slot's atomic load and call, against calling the handler directly.
-func BenchmarkSlot(b *testing.B) {
+// BenchmarkSwitch measures what following rule overrides adds to a request:
+// the Switch's atomic load and call, against calling the handler directly.
+func BenchmarkSwitch(b *testing.B) {
 	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 	w, r := httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)
 	b.Run("direct", func(b *testing.B) {
@@ -32,9 +31,8 @@ func BenchmarkSlot(b *testing.B) {
 			hh.ServeHTTP(w, r)
 		}
 	})
-	b.Run("slot", func(b *testing.B) {
-		s := &slot{}
-		s.set(h)
+	b.Run("switch", func(b *testing.B) {
+		s := NewSwitch("GET /", h, nil)
 		b.ReportAllocs()
 		for b.Loop() {
 			s.ServeHTTP(w, r)

@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"time"
+)
+
+// Outcome is how an admitted request ended, for Finish. The zero Outcome
+// only releases the request's slots: it stays counted at its cost.
+type Outcome struct {
+	// GiveBack takes the request out of every window it was counted in, as
+	// if it had never been made (a count: statement's uncounted outcome).
+	GiveBack bool
+	// Actual, when non-nil, settles the request: Actual[i] is the actual
+	// cost of check i of its Request, or -1 to keep what the check was
+	// charged (see Settle). It must have one element per check. A request
+	// given back is not settled.
+	Actual []int64
+}
+
+// Finish ends the request that d admitted, in one Redis round trip shared
+// with concurrent calls (the engine's batches, see Round trips in the
+// package documentation): it gives the request back when o.GiveBack, settles
+// its costs when o.Actual is non-nil, and always releases the slots it holds
+// in in-flight windows. d carries every key the request was counted in, so
+// Finish needs neither the Request nor a plan.
+//
+// Finish is idempotent: what an earlier Finish of d (or a copy of d) did is
+// not done again, and a request is given back, released and settled at most
+// once. It does nothing and returns nil for a Decision that counted nothing:
+// a denial, a Peek, a fail-open or fail-closed decision, or an Allow without
+// windows. A decision of the local fallback limiter (FromLocal) is finished
+// there. o.Actual with the wrong length, or settling a limiter without a
+// cost to another cost, returns a *RequestError and changes nothing.
+//
+// When Redis fails, or is considered down, the work is queued like the
+// undo of a failed call (best effort, retried before later script calls)
+// and the error matches ErrBackend; Finish waits for at most one timeout. A
+// slot that could not be released frees at the latest one lease later, as
+// it is no longer renewed. After Close, Finish returns ErrClosed. It is
+// safe for concurrent use.
+func (e *Engine) Finish(ctx context.Context, d Decision, o Outcome) error {
+	return e.finish(ctx, &d, &o, false)
+}
+
+// finish is Finish; keepSlots leaves the slots held (Settle).
+func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots bool) error {
+	t := d.taken
+	if t == nil || !d.Allowed {
+		return nil
+	}
+	c := getCall()
+	defer putCall(c)
+	deltas, err := c.deltas(t, o.Actual)
+	if err != nil {
+		return err
+	}
+	if t.src == FromLocal {
+		c.finishing(t, o, deltas, keepSlots)
+		e.local.finish(t, c.fin)
+		return nil
+	}
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.finishing(t, o, deltas, keepSlots)
+	if len(c.fin) == 0 {
+		return nil
+	}
+	e.unhold(t, c.fin)
+	c.pub = e.chanName
+	return e.finishRemote(c, c.finishName(o))
+}
+
+// finishRemote sends c's finish op through the batcher; what fails is
+// queued as an undo.
+func (e *Engine) finishRemote(c *call, op string) error {
+	e.route(c)
+	if needsDown(c) {
+		// Redis timed out and has not answered since: queue the work for
+		// the batch that finds it back, instead of making the caller (a
+		// handler that has answered) wait for another timeout.
+		e.undos.push(e, c.fin...)
+		return &BackendError{Op: op, Err: ErrUnavailable}
+	}
+	e.join(c)
+	if c.err != nil {
+		e.requeueFinish(c)
+		e.warnFailed(op, c.fin[0].member, c.err)
+		return &BackendError{Op: op, Err: c.err}
+	}
+	var gone []string
+	for i := range c.fin {
+		switch c.res[i] {
+		case 1:
+			if u := &c.fin[i]; u.publishes() {
+				gone = append(gone, u.key)
+			}
+		case 2:
+			return &BackendError{Op: op, Err: newReplyError("running total above 2^53", c.fin[i].key)}
+		}
+	}
+	// The script published the removals; this process forgets them now.
+	e.forgetKnown(gone)
+	return nil
+}
+
+// requeueFinish queues the work of c's failed script calls: all of it on
+// a single server, the failed parts' elsewhere.
+func (e *Engine) requeueFinish(c *call) {
+	if e.group == groupAll {
+		e.undos.push(e, c.fin...)
+		return
+	}
+	for i, st := range c.pstat {
+		if st < 0 {
+			for _, k := range c.part(i) {
+				e.undos.push(e, c.fin[k])
+			}
+		}
+	}
+}
+
+// finishName names the operation of o in errors and logs.
+func (c *call) finishName(o *Outcome) string {
+	switch {
+	case o.GiveBack:
+		return "giveback"
+	case o.Actual != nil:
+		return "settle"
+	}
+	return "release"
+}
+
+// finishing makes c the finish op of t for o, settling by deltas (per key
+// of t, nil for none): the work not done yet, one undo per key, claimed in
+// t's state.
+func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
+	c.mode, c.id = opFinish, t.id
+	c.fin = c.fin[:0]
+	want := uint32(0)
+	if !keepSlots {
+		want |= doneRelease
+	}
+	if o.GiveBack {
+		want |= doneGiveBack | doneRelease
+	}
+	if deltas != nil {
+		want |= doneSettle
+	}
+	before := t.claim(want)
+	now := time.Now().UnixMicro()
+	for i := range t.keys {
+		k := &t.keys[i]
+		u := undo{key: t.key(i), member: t.member, suffix: k.suffix, until: now + k.longest, kind: k.kind}
+		switch {
+		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
+			if k.kind == kindSlot && before&doneRelease != 0 {
+				continue
+			}
+			if k.kind == kindWeighted {
+				u.cost, u.delta, u.mode = k.cost, -k.cost, 'r'
+			}
+		case k.kind == kindSlot && want&doneRelease != 0 && before&(doneRelease|doneGiveBack) == 0:
+		case k.kind == kindWeighted && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
+			u.cost, u.delta, u.mode = k.cost, deltas[i], 's'
+			if k.grain > 0 {
+				u.mode, u.at, u.grain = 'g', t.at, k.grain
+			}
+		default:
+			continue
+		}
+		c.fin = append(c.fin, u)
+	}
+	c.plan.finishKeys(c.fin)
+	c.res, c.all = c.res[:0], c.all[:0]
+	for i := range c.fin {
+		c.res, c.all = append(c.res, 0), append(c.all, int32(i))
+	}
+}
+
+// deltas returns, per key of t, the change of its cost that actual asks
+// for (nil for no settlement), in c's scratch space.
+func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
+	if actual == nil {
+		return nil, nil
+	}
+	if len(actual) != len(t.checks) {
+		return nil, &RequestError{Check: -1, Window: -1, Reason: "Finish needs one actual cost per check, got " +
+			strconv.Itoa(len(actual)) + " for " + strconv.Itoa(len(t.checks))}
+	}
+	d := c.bleft[:0]
+	for range t.keys {
+		d = append(d, 0)
+	}
+	c.bleft = d
+	var set [2 * MaxChecks]bool // a check has at most a rate key and a slot key
+	for i, a := range actual {
+		k := t.checks[i].key
+		if a < 0 || k < 0 {
+			continue
+		}
+		delta := a - t.keys[k].cost
+		if t.keys[k].kind != kindWeighted {
+			delta = a - 1
+		}
+		switch {
+		case delta != 0 && !t.checks[i].priced:
+			return nil, &RequestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
+		case set[k] && d[k] != delta:
+			return nil, &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
+		}
+		d[k], set[k] = delta, true
+	}
+	for _, x := range d {
+		if x != 0 {
+			return d, nil
+		}
+	}
+	return nil, nil // nothing to settle
+}
+
+// claim marks want done and returns what was done before.
+func (t *taken) claim(want uint32) uint32 {
+	for {
+		old := t.state.Load()
+		if t.state.CompareAndSwap(old, old|want) {
+			return old
+		}
+	}
+}
+
+// finishKeys makes the keys of p those of fin, for routing and the
+// script's KEYS.
+func (p *plan) finishKeys(fin []undo) {
+	clear(p.args)
+	p.keys, p.args, p.nblock = p.keys[:0], p.args[:0], 0
+	for i := range fin {
+		k := fin[i].key
+		p.keys = append(p.keys, k)
+		p.args = append(p.args, keyArg{b: stringBytes(k), s: k})
+	}
+}
+
+// GiveBack takes the request that d admitted out of every window it was
+// counted in, as if it had never been made: a login that succeeded, where
+// only failures should count. It is Finish(ctx, d, Outcome{GiveBack:
+// true}), at the same cost; req is not needed (d knows its keys) and is
+// kept for compatibility.
+//
+// Admitting then giving back keeps a limit exact where checking after the
+// fact would not: while its outcome is unknown, the request holds its place
+// in every window, so at most Limit requests whose outcome counts are ever
+// in flight or recorded in a window.
+//
+// A request that holds slots of in-flight windows releases them too (see
+// Release).
+//
+// GiveBack is idempotent and never removes another request's entry: it
+// removes the request's own member, a unique id. A Decision that counted
+// nothing (a denial, a Peek, a fail-open or fail-closed decision, or an
+// Allow without windows) has nothing to give back, and GiveBack returns
+// nil. A decision of the local fallback limiter (FromLocal) is given back
+// there. When Redis fails, or is considered down after a timeout, the
+// removal is queued like the undo of a failed call (see the package
+// documentation: best effort, retried before later script calls), and the
+// returned error matches ErrBackend; GiveBack thus waits for at most one
+// timeout. After Close, GiveBack returns ErrClosed. It is safe for
+// concurrent use.
+func (e *Engine) GiveBack(ctx context.Context, _ Request, d Decision) error {
+	return e.finish(ctx, &d, &Outcome{GiveBack: true}, false)
+}

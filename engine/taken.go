@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"strconv"
+	"sync/atomic"
+	"unsafe"
+)
+
+// taken is what an admitted request took, recorded when it was admitted so
+// that finishing it (Finish, and its shorthands Release, GiveBack and
+// Settle) re-plans nothing: its member in each key it was counted in, what
+// it counts there, the slots it holds, and which key each check counts in.
+// Every copy of the Decision shares it; its state makes Finish idempotent.
+// It is immutable but for state, and safe for concurrent use.
+type taken struct {
+	id     int64
+	member string // id in decimal
+	src    Source // FromRedis or FromLocal
+	at     int64  // the decision time, µs since 1970 (settlement of grained keys)
+	text   string // every key, back to back
+	keys   []takenKey
+	checks []takenCheck
+	state  atomic.Uint32 // done* bits: what was finished already
+
+	// Room for the usual request, so that it costs two allocations.
+	inKeys   [3]takenKey
+	inChecks [3]takenCheck
+}
+
+// Kinds of the keys a request took, as finish ops name them (see
+// lua/multi_window.lua).
+const (
+	kindCount    = 'C'
+	kindSlot     = 'S'
+	kindWeighted = 'W'
+)
+
+// takenKey is one key a request was counted in.
+type takenKey struct {
+	end     int32 // end of the key in text
+	kind    byte  // kindCount, kindSlot or kindWeighted
+	suffix  int64 // the member's suffix in the key
+	cost    int64 // what the request counts there (a weighted key)
+	longest int64 // the key's longest period in µs: how long its entry counts
+	grain   int64 // a weighted key's coarsest grain in µs; 0 when exact
+}
+
+// takenCheck is one check of the request.
+type takenCheck struct {
+	key    int32 // index in keys of its rate key; -1 for a check without one
+	priced bool  // its limiter has a cost (Limiter.Cost): it settles
+}
+
+// What a request's Finish calls have done (taken.state).
+const (
+	doneGiveBack = 1 << iota // removed from every key
+	doneRelease              // its slots freed
+	doneSettle               // its costs settled
+)
+
+// key returns key i.
+func (t *taken) key(i int) string {
+	start := int32(0)
+	if i > 0 {
+		start = t.keys[i-1].end
+	}
+	return t.text[start:t.keys[i].end]
+}
+
+// take records what c, admitted by src, took; req is its Request.
+func (c *call) take(req *Request, src Source) *taken {
+	p := &c.plan
+	t := &taken{id: c.id, member: strconv.FormatInt(c.id, 10), src: src, at: c.sec*1e6 + c.usec}
+	t.keys, t.checks = t.inKeys[:0], t.inChecks[:0]
+	t.text = string(p.buf[:p.ends[len(p.ends)-1]])
+	for i := range p.keys {
+		k := takenKey{end: int32(p.ends[i]), kind: kindCount, suffix: c.suffixOf(i, src), longest: p.longest(i)}
+		switch {
+		case p.ks[i]:
+			k.kind = kindSlot
+		case p.kw[i]:
+			k.kind, k.cost = kindWeighted, p.kcost[i]
+			for _, w := range p.wins[p.kstart[i]:p.kstart[i+1]] {
+				k.grain = max(k.grain, w.grain)
+			}
+		}
+		t.keys = append(t.keys, k)
+	}
+	for i := range req.Checks {
+		t.checks = append(t.checks, takenCheck{key: p.keyOf[i], priced: req.Checks[i].Limiter.Cost != ""})
+	}
+	return t
+}
+
+// suffixOf returns the suffix of c's member in key i. The local limiter
+// uses none; in Redis every key of one script call got the same one, which
+// on a cluster may differ between calls (c.suffix is then -1).
+func (c *call) suffixOf(i int, src Source) int64 {
+	switch {
+	case src == FromLocal:
+		return 0
+	case c.suffix >= 0:
+		return c.suffix
+	}
+	for j := range c.pends {
+		for _, k := range c.part(j) {
+			if int(k) == i {
+				return c.psuf[j]
+			}
+		}
+	}
+	return -1
+}
+
+// stringBytes returns the bytes of s without copying; they must not be
+// changed.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
