@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -104,19 +104,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
-	var v6 middleware.Option
+	client := lifecycle.ClientIP{V6Bits: middleware.DefaultIPv6Prefix}
 	if cfg.IPv6Prefix != 0 {
-		v6 = middleware.WithIPv6Prefix(cfg.IPv6Prefix)
-		if _, err := middleware.Subject(rules.IP, "::1", v6); err != nil {
+		if _, err := middleware.Subject(rules.IP, "::1", middleware.WithIPv6Prefix(cfg.IPv6Prefix)); err != nil {
 			return nil, &ConfigError{fmt.Errorf("replay: -ipv6-prefix: %w", err)}
 		}
+		client.V6Bits = cfg.IPv6Prefix
 	}
 	dec, err := newDecider(&cfg, grains, rep)
 	if err != nil {
 		return nil, err
 	}
 	defer dec.Close()
-	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}, v6: v6}
+	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}, client: client}
 	if err := r.inputs(); err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ type run struct {
 	req      engine.Request
 	v        verdict
 	seen     []string // subjects of the current request
-	v6       middleware.Option
+	client   lifecycle.ClientIP
 }
 
 func (r *run) inputs() error {
@@ -289,30 +289,27 @@ func (r *run) one(rec *Record) error {
 	return nil
 }
 
-// checks builds the engine checks of rec as the middleware does: subjects
-// from the client address and authuser (anonymous is counted by IP), the
-// group's block, and costs (bytes is the logged size, at least 1).
+// checks builds the engine checks of rec as every transport does
+// (lifecycle.SubjectFor, lifecycle.ClientIP): subjects from the client
+// address and authuser (anonymous is counted by IP), the group's block, and
+// costs (bytes is the logged size, at least 1).
 func (r *run) checks(rt *route, rec *Record, hreq *http.Request) {
 	ls := rt.group.Limiters
 	cs := r.req.Checks[:0]
 	var ip string
 	for _, l := range ls {
 		c := engine.Check{Limiter: l, Block: rt.group.Block}
-		switch l.Kind {
-		case rules.User:
-			if rec.User != "" {
-				c.Subject, _ = middleware.Subject(rules.User, rec.User)
-			}
-		case rules.Param:
-			if v := hreq.PathValue(l.Name); v != "" {
-				c.Subject, _ = middleware.Subject(rules.Param, v)
-			}
-		case rules.Global:
-			c.Subject, _ = middleware.Subject(rules.Global, "")
+		var v string
+		if l.Kind == rules.Param {
+			v = hreq.PathValue(l.Name)
 		}
-		if c.Subject == "" {
+		if c.Subject = lifecycle.SubjectFor(l.Kind, rec.User, false, v); c.Subject == "" {
 			if ip == "" {
-				ip = r.ipSubject(rec.IP)
+				// The logged address is the peer's: no proxy header is
+				// read. An address with a port ("192.0.2.1:5123") counts
+				// by its address, a host name (Apache's HostnameLookups)
+				// as "peer:" and the name.
+				ip = r.client.Subject(rec.IP, nil)
 			}
 			c.Subject = ip
 		}
@@ -325,25 +322,6 @@ func (r *run) checks(rt *route, rec *Record, hreq *http.Request) {
 		cs = append(cs, c)
 	}
 	r.req.Checks = cs
-}
-
-// ipSubject is the subject of a client address field, as the middleware
-// names it: "ip:" and the canonical address, or "peer:" and the field when
-// it is not an address (a host name logged with HostnameLookups). An
-// address with a port ("192.0.2.1:5123", "[2001:db8::1]:443") counts by
-// its address.
-func (r *run) ipSubject(host string) string {
-	s, err := middleware.Subject(rules.IP, host, r.v6)
-	if err == nil {
-		return s
-	}
-	// An address with its port, as Go's Request.RemoteAddr is logged.
-	if h, _, perr := net.SplitHostPort(host); perr == nil {
-		if s, err := middleware.Subject(rules.IP, h, r.v6); err == nil {
-			return s
-		}
-	}
-	return "peer:" + host
 }
 
 // oversized decides, as the middleware does without asking the engine, a

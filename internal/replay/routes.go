@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -120,7 +121,7 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 				refuse(l.ID(), "a path value needs the route whose wildcard names it (-route)")
 			}
 		}
-		if l.Cost != "" && l.Cost != "bytes" && !isDecimal(l.Cost) {
+		if l.Cost != "" && l.Cost != "bytes" && !lifecycle.IsDecimal(l.Cost) {
 			refuse(l.ID(), "cost functions other than bytes (the logged size) run in the server")
 		}
 		for _, w := range l.Windows {
@@ -169,15 +170,6 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 		}
 	}
 	return rt, nil
-}
-
-func isDecimal(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
 }
 
 // router picks each record's route as net/http's ServeMux would. It is
