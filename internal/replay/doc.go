@@ -13,7 +13,7 @@
 //
 // Decisions are made in process by default: the script's semantics for
 // windows without a grain (every window read, blocks, all-or-nothing
-// admission), 3 to 8 µs a line on two cores, which TestDifferentialRedis holds to the
+// admission), 2.5 to 8 µs a line on two cores, which TestDifferentialRedis holds to the
 // engine's script on a real Redis request by request. Windows with a grain,
 // Config.Decider Script, or Config.Redis send every request through the
 // engine itself (engine.WithClock at the log's time) on an embedded
