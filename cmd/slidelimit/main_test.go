@@ -53,7 +53,7 @@ func TestReplayJSON(t *testing.T) {
 	if len(rep.Subjects) != 2 || !equal(rep.Subjects[0], want[0]) || !equal(rep.Subjects[1], want[1]) {
 		t.Errorf("subjects %v, want %v", rep.Subjects, want)
 	}
-	for _, s := range []string{"1 requests matched no route", "1 unparseable lines", "-:5:"} {
+	for _, s := range []string{"1 requests matched no route", "1 unparseable lines", "stdin:5: replay: unparseable line"} {
 		if !strings.Contains(errs, s) {
 			t.Errorf("stderr lacks %q:\n%s", s, errs)
 		}

@@ -78,7 +78,11 @@ func open(in Input, file int, read *atomic.Int64) (*source, error) {
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	return &source{name: in.Name, file: file, closer: closer, sc: sc}, nil
+	name := in.Name
+	if name == "-" {
+		name = "stdin"
+	}
+	return &source{name: name, file: file, closer: closer, sc: sc}, nil
 }
 
 // next reads the next parseable record into r; it returns false at the

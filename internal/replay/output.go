@@ -77,13 +77,13 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "replay: %d requests matched no route: not counted\n", rep.Unmatched)
 	}
 	if rep.Bad > 0 {
-		fmt.Fprintf(w, "replay: %d unparseable lines, not replayed; the first:\n", rep.Bad)
+		fmt.Fprintf(w, "replay: %d unparseable lines, not replayed; the first (file:line):\n", rep.Bad)
 		for _, l := range rep.BadFirst {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
 	}
 	if rep.Late > 0 {
-		fmt.Fprintf(w, "replay: %d lines too far out of order, not replayed; the first:\n", rep.Late)
+		fmt.Fprintf(w, "replay: %d lines too far out of order, not replayed; the first (file:line):\n", rep.Late)
 		for _, l := range rep.LateFirst {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
