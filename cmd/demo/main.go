@@ -46,6 +46,11 @@ Admin endpoint (superadmin only; GET never counts, DELETE resets):
         GET lists the rule overrides in force; PUT with the rule text as
         body replaces the rules of S ("GET /health") in every process
         sharing the Redis, within a second; DELETE restores the code's.
+  /admin/ui/
+        the operator's page: the most denied subjects in the last 1m, 5m
+        and 1h, active blocks with a button to lift them, the overrides
+        in force, one subject's usage; JSON under /admin/ui/api/ (top,
+        subject, blocks, reset).
 
 Routes and their rules:
 `
