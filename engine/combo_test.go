@@ -224,18 +224,7 @@ func comboSettleSlots(t *testing.T, e *Engine, clk *fakeClock) {
 // fallback limiter (Source FromLocal) included.
 func TestComboSettleSlots(t *testing.T) {
 	t.Parallel()
-	for _, b := range testBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			prefix := testPrefix(t)
-			if b.ttl != nil {
-				b.ttl(t, prefix)
-			}
-			clk := newFakeClock()
-			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
-			comboSettleSlots(t, newEngine(t, b.c, opts...), clk)
-		})
-	}
+	onEveryBackend(t, comboSettleSlots)
 }
 
 // TestComboCachedBlockSlots: a request with an in-flight window is never

@@ -60,6 +60,12 @@ func finishSteps(t *testing.T, e *Engine, clk *fakeClock) {
 // included.
 func TestFinish(t *testing.T) {
 	t.Parallel()
+	onEveryBackend(t, finishSteps)
+}
+
+// onEveryBackend runs scenario on every backend of testBackends, each
+// with a random prefix and a fake clock.
+func onEveryBackend(t *testing.T, scenario func(*testing.T, *Engine, *fakeClock)) {
 	for _, b := range testBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
@@ -69,7 +75,7 @@ func TestFinish(t *testing.T) {
 			}
 			clk := newFakeClock()
 			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
-			finishSteps(t, newEngine(t, b.c, opts...), clk)
+			scenario(t, newEngine(t, b.c, opts...), clk)
 		})
 	}
 }

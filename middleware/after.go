@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"time"
@@ -54,39 +55,12 @@ func (l *limiter) hasAfter(c *call) bool {
 func (l *limiter) afterHandler(c *call, o outcome, written int64) {
 	ctx := context.WithoutCancel(c.r.Context())
 	out := engine.Outcome{GiveBack: l.givesBack(o), Actual: l.actualCosts(c, o, written)}
-	f, ok := l.decider.(finisher)
-	if !ok {
-		l.finishEach(ctx, c, out)
-		return
-	}
-	if err := f.Finish(ctx, c.dec, out); err != nil {
+	if err := lifecycle.Finish(ctx, l.decider, &c.req, &c.dec, out); err != nil {
 		// Backend trouble, as in logBackend: one line per backendLogEvery.
 		if ok, held := l.backendLog.Allow(time.Now()); ok {
 			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: finishing the request failed (give-back, settlement or release of its slots); retried, and its slots free when their lease ends",
 				slog.String("scope", c.req.Scope), slog.Int("status", o.status), slog.Any("error", err),
 				slog.Int64("errors_not_logged", held))
-		}
-	}
-}
-
-// finisher finishes an admitted request in one call; *engine.Engine
-// implements it (see engine.Engine.Finish). A Decider that is not one
-// finishes with its GiveBack, Release and Settle methods instead.
-type finisher interface {
-	Finish(ctx context.Context, d engine.Decision, o engine.Outcome) error
-}
-
-// finishEach finishes c with the Decider's GiveBack, Release and Settle,
-// for a Decider that cannot Finish.
-func (l *limiter) finishEach(ctx context.Context, c *call, out engine.Outcome) {
-	if !out.GiveBack || !l.giveBackUncounted(ctx, c) {
-		// A request given back holds no slot any more.
-		l.releaseSlots(ctx, c)
-	}
-	if out.Actual != nil && !out.GiveBack {
-		if err := l.settler.Settle(ctx, c.req, c.dec, out.Actual); err != nil {
-			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: settlement failed; the request keeps its estimate until retried",
-				slog.String("scope", c.req.Scope), slog.Any("error", err))
 		}
 	}
 }

@@ -209,14 +209,19 @@
 // left (or longer when a window waits longer); Event.Decision.Blocked says
 // so. Exempt roles never reach the engine, so they are never blocked.
 //
-// # Other transports
+// # After the handler
 //
-// Plan, ClientIP, SubjectSource and RetryAfterSeconds export what does not
-// depend on net/http — a request's checks and subjects, the client address
-// behind trusted proxies, the RateLimit-Policy and RateLimit values, the
-// never-early retry delay — so that other transports (the gRPC
-// interceptors of contrib/grpclimit) answer exactly as the middleware does
-// from the same code.
+// However the handler ends (normally, by panic, by hijack, or after the
+// client hung up), the request is finished with one engine.Engine.Finish:
+// given back (count:), settled (WithSettle) and its slots released, in one
+// Redis round trip shared with concurrent requests. A Decider that is not
+// an *engine.Engine but a GiveBacker, Releaser or Settler is asked for
+// those steps instead. A finish that fails is logged at most once per 10 s;
+// the engine retries it, and a slot frees at the latest when its lease
+// ends. The steps of a request's life that do not depend on net/http
+// (policies and their field values, subjects, client addresses, checks,
+// the finish step) are written once, in the module's internal lifecycle
+// package, which the gRPC interceptors of contrib/grpclimit use too.
 //
 // # In-flight requests
 //
@@ -226,8 +231,7 @@
 // handler ends: normally, by panic, by hijack, or after the client hung
 // up. The engine renews the slots of long requests (engine.WithLease).
 // New fails with ErrNoRelease for such a group if its Decider is not a
-// Releaser. A release that fails is logged at most once a second; the
-// slot is then freed by the engine's retry or when its lease ends.
+// Releaser (see After the handler).
 //
 // # Observability
 //

@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"net/http"
 	"strconv"
 
@@ -156,12 +157,12 @@ func (lp *limitPlan) nameIndex(name string) int {
 // resolveLimits gives the dynamic windows of a request's checks the limits
 // of their functions, calling each function once, and returns the
 // RateLimit-Policy field with those limits. The resolved windows share one
-// slice; a static plan's field is p.field and costs nothing here. It fails
+// slice; a static plan's field is p.Field and costs nothing here. It fails
 // with a *LimitError.
 func (l *limiter) resolveLimits(r *http.Request, p *plan, cs []engine.Check) (string, error) {
 	lp := p.limits
 	if lp == nil {
-		return p.field, nil
+		return p.Field, nil
 	}
 	var buf [4]int64 // the values of the functions, by index in names; 0 = not called yet
 	vals := buf[:0]
@@ -173,7 +174,7 @@ func (l *limiter) resolveLimits(r *http.Request, p *plan, cs []engine.Check) (st
 	ws := make([]rules.Window, len(lp.fnOf))
 	at := 0
 	for _, i := range lp.checks {
-		lim := &p.limiters[i]
+		lim := &p.Limiters[i]
 		dst := ws[at : at+len(lim.Windows) : at+len(lim.Windows)]
 		for j, w := range lim.Windows {
 			k := lp.fnOf[at+j]
@@ -202,10 +203,10 @@ func (l *limiter) resolveLimits(r *http.Request, p *plan, cs []engine.Check) (st
 	}
 	// The static field, whose dynamic windows say q=0, plus room for
 	// their digits: one allocation for the text, one for the string.
-	b := make([]byte, 0, len(p.field)+20*len(lp.fnOf))
+	b := make([]byte, 0, len(p.Field)+20*len(lp.fnOf))
 	for i := range cs {
 		for j, w := range cs[i].Windows {
-			b = appendPolicy(b, &p.policies[p.index[i][j]], w.Limit)
+			b = lifecycle.AppendPolicy(b, &p.Policies[p.Index[i][j]], w.Limit)
 		}
 	}
 	return string(b), nil

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"time"
@@ -20,19 +21,6 @@ type Decider interface {
 	Allow(ctx context.Context, req engine.Request) (engine.Decision, error)
 }
 
-// Subject prefixes. Every subject starts with one, so that a user id can
-// never be counted together with an IP address, or a header value with
-// either, even when a user limiter falls back to the client IP.
-const (
-	subjectIP     = "ip:"
-	subjectPeer   = "peer:" // a peer that is not an IP address (a Unix socket)
-	subjectUser   = "user:"
-	subjectHeader = "header:"
-	subjectParam  = "param:"
-	subjectKey    = "key:"
-	subjectGlobal = "global"
-)
-
 // limiter is one configured middleware; it is immutable after New and safe
 // for concurrent use.
 type limiter struct {
@@ -42,8 +30,7 @@ type limiter struct {
 	settler  Settler    // d as a Settler, with WithSettle
 	releaser Releaser   // d as a Releaser, for a group with an in-flight window
 	policy   role.Policy
-	ip       clientIP
-	v6bits   int
+	ip       lifecycle.ClientIP
 	scope    string
 	scopeFn  ScopeFunc
 	logger   *slog.Logger
@@ -59,8 +46,6 @@ type limiter struct {
 	// backendLog keeps backend errors, which come with every request of an
 	// outage, to one warning per backendLogEvery.
 	backendLog logthrottle.Throttle
-	// releaseLog keeps failed releases to one warning a second.
-	releaseLog logthrottle.Throttle
 }
 
 // backendLogEvery is the least time between two warnings about backend
@@ -125,7 +110,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		}
 	}
 	var releaser Releaser
-	if d != nil && g.Concurrent() {
+	if d != nil && lifecycle.HoldsSlots(&g) {
 		var ok bool
 		if releaser, ok = d.(Releaser); !ok {
 			errs = append(errs, ErrNoRelease)
@@ -145,8 +130,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		settler:  settler,
 		releaser: releaser,
 		policy:   c.policy,
-		ip:       clientIP{header: c.proxyHeader},
-		v6bits:   c.ipv6Prefix,
+		ip:       lifecycle.ClientIP{Header: c.proxyHeader, V6Bits: c.ipv6Prefix},
 		scope:    g.Scope,
 		scopeFn:  c.scopeFunc,
 		logger:   c.logger,
@@ -159,7 +143,6 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		limits:   c.limits,
 
 		backendLog: logthrottle.Throttle{Every: backendLogEvery},
-		releaseLog: logthrottle.Throttle{Every: time.Second},
 	}
 	if l.scope == "" {
 		l.scope = c.scope
@@ -168,7 +151,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		l.denied = WriteProblem
 	}
 	var terrs []error
-	l.ip.trusted, terrs = c.trustedPrefixes()
+	l.ip.Trusted, terrs = c.trustedPrefixes()
 	errs = append(errs, terrs...)
 	for role, ls := range g.LimiterLists() {
 		if _, dup := l.byRole[role]; dup && role != "" {
@@ -233,12 +216,12 @@ func (l *limiter) scopeOf(r *http.Request) string {
 // pol's window: no later moment would admit it, so it gets a 429 without
 // Retry-After, and the engine is not asked. In shadow mode the handler
 // answers, uncounted.
-func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, c *call, pol *policy, win rules.Window, ev Event) {
+func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next http.Handler, c *call, pol *lifecycle.Policy, win rules.Window, ev Event) {
 	p := c.p
-	lim := p.limiters[pol.check]
-	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.name, win
+	lim := p.Limiters[pol.Check]
+	ev.Limiter, ev.Policy, ev.Window = lim.ID(), pol.Name, win
 	l.logger.LogAttrs(r.Context(), slog.LevelInfo, "slidelimit: request costs more than a whole quota",
-		slog.String("scope", ev.Scope), slog.String("policy", pol.name))
+		slog.String("scope", ev.Scope), slog.String("policy", pol.Name))
 	if ev.Shadow {
 		ev.Allowed = true
 		l.emit(ev)
@@ -251,45 +234,45 @@ func (l *limiter) refuseOversized(w http.ResponseWriter, r *http.Request, next h
 	ev.Status = http.StatusTooManyRequests
 	l.emit(ev)
 	l.denied(w, r, Denial{Status: http.StatusTooManyRequests, Never: true, Scope: ev.Scope,
-		Policy: pol.name, Limiter: ev.Limiter, Window: win, Cost: lim.Cost})
+		Policy: pol.Name, Limiter: ev.Limiter, Window: win, Cost: lim.Cost})
 }
 
-// checks builds the engine checks of a request.
+// checks builds the engine checks of a request, as every transport does
+// (lifecycle.Plan.Checks): subjects from the caller, the client address,
+// headers, path values and key functions; constant costs; the group's
+// block.
 func (l *limiter) checks(r *http.Request, id role.Identity, res role.Resolution, p *plan) []engine.Check {
-	sub := subjects{l: l, r: r}
-	cs := make([]engine.Check, len(p.limiters))
-	for i, lim := range p.limiters {
-		cs[i].Limiter = lim // Cost is set by price
-		cs[i].Block = l.group.ActiveBlock()
-		var v string
-		switch lim.Kind {
-		case rules.Header:
-			v = r.Header.Get(lim.Name)
-		case rules.Param:
-			v = r.PathValue(lim.Name)
-		case rules.Key:
-			v = p.keys[i](r)
-		}
-		if cs[i].Subject = subjectFor(lim.Kind, id.User, res.ByIP, v); cs[i].Subject == "" {
-			cs[i].Subject = sub.ip()
-		}
-	}
-	return cs
+	return p.Checks(&l.group, id, res, &subjects{l: l, r: r, p: p})
 }
 
-// subjects finds the client address of a request at most once, and only
-// when a limiter needs it.
+// subjects is the lifecycle.SubjectSource of an HTTP request: it finds
+// the client address at most once, and only when a limiter needs it.
 type subjects struct {
 	l    *limiter
 	r    *http.Request
+	p    *plan
 	addr string
 }
 
-func (s *subjects) ip() string {
+// ClientIP implements lifecycle.SubjectSource.
+func (s *subjects) ClientIP() string {
 	if s.addr == "" {
-		s.addr = s.l.ip.subject(s.r.RemoteAddr, s.r.Header, s.l.v6bits)
+		s.addr = s.l.ip.Subject(s.r.RemoteAddr, s.r.Header)
 	}
 	return s.addr
+}
+
+// Value implements lifecycle.SubjectSource.
+func (s *subjects) Value(i int, lim rules.Limiter) string {
+	switch lim.Kind {
+	case rules.Header:
+		return s.r.Header.Get(lim.Name)
+	case rules.Param:
+		return s.r.PathValue(lim.Name)
+	case rules.Key:
+		return s.p.keys[i](s.r)
+	}
+	return ""
 }
 
 // setFields adds the RateLimit-Policy field (the plan's, or its resolved
@@ -306,10 +289,10 @@ func (l *limiter) setFields(h http.Header, field string, p *plan, dec *engine.De
 	}
 	for k, i := range items {
 		ws := dec.Windows[i]
-		pol := p.lookup(ws.Check, ws.Window)
-		h.Add(headerRateLimit, rateLimitField(pol.name, ws, pol.per, maxT))
+		pol := p.Lookup(ws.Check, ws.Window)
+		h.Add(headerRateLimit, lifecycle.RateLimitField(pol.Name, ws, pol.Per, maxT))
 		if k == 0 && l.legacy {
-			setLegacy(h, ws, pol.per)
+			setLegacy(h, ws, pol.Per)
 		}
 	}
 }
@@ -332,7 +315,7 @@ func (l *limiter) priceChecks(r *http.Request, p *plan, cs []engine.Check) error
 			var err error
 			n, err = c.fn(r)
 			if err != nil || n < 1 {
-				return &CostError{Name: c.name, Limiter: p.limiters[i].ID(), Cost: n, Err: err}
+				return &CostError{Name: c.name, Limiter: p.Limiters[i].ID(), Cost: n, Err: err}
 			}
 			if called == nil {
 				called = make(map[string]int64, 1)

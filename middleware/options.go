@@ -1,6 +1,9 @@
 package middleware
 
 import (
+	"net/netip"
+
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -236,4 +239,19 @@ func WithScope(scope string) Option {
 // group nor WithScope sets a scope; when it returns "", r.Pattern is used.
 func WithScopeFunc(fn ScopeFunc) Option {
 	return func(c *config) { c.scopeFunc = fn }
+}
+
+// trustedPrefixes parses the WithTrustedProxies entries of c.
+func (c *config) trustedPrefixes() ([]netip.Prefix, []error) {
+	var ps []netip.Prefix
+	var errs []error
+	for _, s := range c.trusted {
+		p, err := lifecycle.ParseTrusted(s)
+		if err != nil {
+			errs = append(errs, &ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
+			continue
+		}
+		ps = append(ps, p)
+	}
+	return ps, errs
 }

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 )
@@ -31,23 +29,6 @@ type Releaser interface {
 // needsGiveBack reports whether admitted requests may be given back
 // after the handler: the group has a count: statement.
 func (l *limiter) needsGiveBack() bool { return l.giver != nil }
-
-// giveBackUncounted gives back a request whose outcome the group's count:
-// statement does not count (see givesBack), for a Decider that cannot
-// Finish. It reports whether the request was given back: GiveBack removes
-// it from every key, slots included.
-func (l *limiter) giveBackUncounted(ctx context.Context, c *call) bool {
-	err := l.giver.GiveBack(ctx, c.req, c.dec)
-	if err != nil {
-		// Backend trouble, as in logBackend: one line per backendLogEvery.
-		if ok, held := l.backendLog.Allow(time.Now()); ok {
-			l.logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: give-back failed; the request stays counted until retried",
-				slog.String("scope", c.req.Scope), slog.Any("error", err),
-				slog.Int64("errors_not_logged", held))
-		}
-	}
-	return err == nil
-}
 
 // givesBack reports whether the request that had outcome o is given back:
 // the group has a count: statement that does not list its status. A

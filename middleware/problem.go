@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"encoding/json"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"net/http"
 	"strconv"
 
@@ -51,7 +52,7 @@ type problem struct {
 // about the failure itself.
 func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 	p := problem{Type: ProblemBlank, Title: http.StatusText(d.Status), Status: d.Status}
-	retry := strconv.FormatInt(ceilSeconds(d.RetryAfter), 10) + "s"
+	retry := strconv.FormatInt(lifecycle.CeilSeconds(d.RetryAfter), 10) + "s"
 	switch {
 	case d.Status == http.StatusTooManyRequests:
 		p.Type = ProblemQuotaExceeded

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"errors"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -28,8 +29,8 @@ type call struct {
 	dec     engine.Decision
 	err     error
 	ev      Event
-	pol     *policy // the deciding window's policy, when advertised
-	items   []int   // the windows advertised in RateLimit (plan.constrained)
+	pol     *lifecycle.Policy // the deciding window's policy, when advertised
+	items   []int             // the windows advertised in RateLimit (plan.constrained)
 	primary int
 	report  *costReport // what the handler reports (ReportCost), for a settled request
 }
@@ -64,7 +65,7 @@ func (l *limiter) resolve(w http.ResponseWriter, next http.Handler, c *call) boo
 	c.id, _ = role.FromContext(r.Context())
 	c.res = l.policy.Resolve(l.group, c.id)
 	c.p = l.planFor(c.res)
-	if c.res.Exempt || len(c.p.limiters) == 0 {
+	if c.res.Exempt || len(c.p.Limiters) == 0 {
 		l.passUncounted(w, next, c, Event{Request: r, Role: c.res.Role, Exempt: true})
 		return false
 	}
@@ -120,7 +121,7 @@ func (l *limiter) price(w http.ResponseWriter, next http.Handler, c *call) bool 
 		writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(status), Status: status})
 		return false
 	}
-	if pol, win := c.p.oversized(c.checks); pol != nil {
+	if pol, win := c.p.Oversized(c.checks); pol != nil {
 		l.refuseOversized(w, r, next, c, pol, win, Event{Request: r, Scope: c.scope, Role: c.res.Role, Shadow: c.shadow})
 		return false
 	}
@@ -142,11 +143,11 @@ func (l *limiter) decide(w http.ResponseWriter, c *call) bool {
 		Request: r, Scope: c.scope, Role: c.res.Role, Allowed: dec.Allowed, Shadow: c.shadow,
 		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: *dec, Latency: took,
 	}
-	c.items, c.primary = c.p.constrained(dec)
+	c.items, c.primary = c.p.Constrained(dec)
 	if c.primary >= 0 {
 		ws := &dec.Windows[c.primary]
-		if c.pol = c.p.lookup(ws.Check, ws.Window); c.pol != nil {
-			c.ev.Limiter, c.ev.Policy, c.ev.Window = c.p.limiters[c.pol.check].ID(), c.pol.name, ws.Window
+		if c.pol = c.p.Lookup(ws.Check, ws.Window); c.pol != nil {
+			c.ev.Limiter, c.ev.Policy, c.ev.Window = c.p.Limiters[c.pol.Check].ID(), c.pol.Name, ws.Window
 		}
 	}
 	if err == nil {
@@ -190,7 +191,7 @@ func (l *limiter) respond(w http.ResponseWriter, c *call) bool {
 		return true
 	}
 
-	retry := retryAfterSeconds(dec.RetryAfter)
+	retry := lifecycle.RetryAfterSeconds(dec.RetryAfter)
 	d := Denial{Status: http.StatusTooManyRequests, RetryAfter: secondsDuration(retry), Scope: c.scope, Decision: *dec}
 	h := w.Header()
 	if dec.Source == engine.FromFailClosed {
@@ -201,8 +202,8 @@ func (l *limiter) respond(w http.ResponseWriter, c *call) bool {
 	} else {
 		l.setFields(h, c.field, p, dec, c.items, retry)
 		if c.pol != nil {
-			d.Policy, d.Limiter, d.Window = c.pol.name, c.ev.Limiter, c.ev.Window
-			d.Cost = p.limiters[c.pol.check].Cost
+			d.Policy, d.Limiter, d.Window = c.pol.Name, c.ev.Limiter, c.ev.Window
+			d.Cost = p.Limiters[c.pol.Check].Cost
 		}
 	}
 	h.Set(headerRetryAfter, strconv.FormatInt(retry, 10))

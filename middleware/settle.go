@@ -192,7 +192,7 @@ func (p *plan) settleWith(settle map[string]Settlement) {
 	if len(settle) == 0 {
 		return
 	}
-	p.settle = make([]*Settlement, len(p.limiters))
+	p.settle = make([]*Settlement, len(p.Limiters))
 	for i, c := range p.costs {
 		if s, ok := settle[c.name]; ok && c.fn != nil {
 			p.settle[i], p.settled = &s, true

@@ -3,6 +3,7 @@ package middleware
 import (
 	"errors"
 	"fmt"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"net/netip"
 	"strconv"
 
@@ -46,42 +47,16 @@ func Subject(kind rules.Kind, value string, opts ...Option) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return subjectOf(rules.IP, canon), nil
+		return lifecycle.SubjectOf(rules.IP, canon), nil
 	case rules.Global:
-		return subjectOf(rules.Global, ""), nil
+		return lifecycle.SubjectOf(rules.Global, ""), nil
 	case rules.User, rules.Header, rules.Param, rules.Key:
 		if value == "" {
 			return "", fmt.Errorf("%w: empty %s value (the middleware counts it by client IP; ask for the IP's subject)", ErrSubject, kind)
 		}
-		return subjectOf(kind, value), nil
+		return lifecycle.SubjectOf(kind, value), nil
 	}
 	return "", fmt.Errorf("%w: unknown limiter kind %q", ErrSubject, string(kind))
-}
-
-// subjectOf is the one mapping from a limiter kind and value to a subject,
-// used by the middleware for every request and by Subject. For rules.IP, v
-// must already be canonical (CanonicalizeIP). It returns "" when v is empty
-// and the kind needs a value: the request is then counted by client IP.
-func subjectOf(kind rules.Kind, v string) string {
-	if kind == rules.Global {
-		return subjectGlobal
-	}
-	if v == "" {
-		return ""
-	}
-	switch kind {
-	case rules.IP:
-		return subjectIP + v
-	case rules.User:
-		return subjectUser + v
-	case rules.Header:
-		return subjectHeader + v
-	case rules.Param:
-		return subjectParam + v
-	case rules.Key:
-		return subjectKey + v
-	}
-	return ""
 }
 
 // canonicalIPText parses an address, or an IPv6 network of the configured

@@ -176,8 +176,9 @@
 // a whole number of milliseconds between MinPeriod and MaxPeriod, written
 // like a period; Group.Block holds it (zero: no block). Engine.Reset of
 // the limiter and subject lifts the block. A group in shadow mode starts
-// no block (Group.ActiveBlock): it never refuses, and a block it started
-// would refuse the subject the moment the group is switched to enforce.
+// no block (the transports apply Block only when the group enforces): it
+// never refuses, and a block it started would refuse the subject the
+// moment the group is switched to enforce.
 //
 // # Names
 //

@@ -200,30 +200,3 @@ func (g *Group) LimiterLists() iter.Seq2[string, []Limiter] {
 		}
 	}
 }
-
-// Concurrent reports whether some limiter of g, default or override, has
-// an in-flight window: admitted requests then hold slots that the
-// transport must release when they end.
-func (g *Group) Concurrent() bool {
-	for _, ls := range g.LimiterLists() {
-		for _, l := range ls {
-			for _, w := range l.Windows {
-				if w.Concurrent {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
-// ActiveBlock returns the block a denial by one of g's limiters starts:
-// Block, or zero in shadow mode. A shadow group never refuses a request,
-// and a block it started would refuse the subject at once, for the rest of
-// the block, when the group is switched to enforce.
-func (g *Group) ActiveBlock() time.Duration {
-	if g.Mode == Shadow {
-		return 0
-	}
-	return g.Block
-}

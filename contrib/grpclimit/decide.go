@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"time"
 
@@ -29,132 +30,189 @@ type admitted struct {
 	md   metadata.MD // the rate-limit metadata; nil for none
 }
 
-// admit decides a call of m. It returns a non-nil *admitted when the
+// admit decides a call of m, as named steps: resolve the caller, price
+// the call, decide, respond. It returns a non-nil *admitted when the
 // handler must run with work after it; nil and nil when the handler must
 // run and nothing follows; nil and a status error when the call is
 // refused, whose metadata it has set.
 func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req any, out trailerSetter) (*admitted, error) {
-	id, _ := role.FromContext(ctx)
-	res := l.policy.Resolve(m.group, id)
-	p := m.planFor(res)
-	if res.Exempt || p == nil || len(p.Limiters()) == 0 {
-		l.emit(middleware.Event{Role: res.Role, Exempt: true, Allowed: true})
+	c := &gcall{ctx: ctx, m: m}
+	if !l.resolve(c, fullMethod) {
 		return nil, nil
 	}
-	shadow := m.group.Mode == rules.Shadow
-	scope := m.group.Scope
+	if pass, err := l.priceCall(c, fullMethod, req, out); !pass || err != nil {
+		return nil, err
+	}
+	if pass, err := l.decide(c); !pass || err != nil {
+		return nil, err
+	}
+	return l.respond(c, out)
+}
+
+// gcall is one call's way through admit: each step fills in what the
+// later ones need.
+type gcall struct {
+	ctx    context.Context
+	m      *method
+	p      *lifecycle.Plan
+	shadow bool
+	checks []engine.Check
+	ev     middleware.Event
+	req    engine.Request
+	dec    engine.Decision
+	retry  int64 // the advertised wait of a refusal, which caps t
+	values []string
+	prim   int
+}
+
+// resolve finds the caller's role, plan and scope; an exempt caller (or
+// one no limiter applies to) is passed on.
+func (l *Limiter) resolve(c *gcall, fullMethod string) bool {
+	id, _ := role.FromContext(c.ctx)
+	res := l.policy.Resolve(c.m.group, id)
+	c.p = c.m.planFor(res)
+	if res.Exempt || c.p == nil || len(c.p.Limiters) == 0 {
+		l.emit(middleware.Event{Role: res.Role, Exempt: true, Allowed: true})
+		return false
+	}
+	c.shadow = c.m.group.Mode == rules.Shadow
+	scope := c.m.group.Scope
 	if scope == "" {
 		scope = fullMethod
 	}
-	ev := middleware.Event{Scope: scope, Role: res.Role, Shadow: shadow}
-	checks := p.Checks(id, res, &source{ctx: ctx, l: l})
-	for i := range checks {
-		checks[i].Block = m.group.ActiveBlock() // as the HTTP middleware applies it
-	}
-	if err := l.price(ctx, fullMethod, req, p, checks); err != nil {
+	c.ev = middleware.Event{Scope: scope, Role: res.Role, Shadow: c.shadow}
+	c.checks = c.p.Checks(&c.m.group, id, res, &source{ctx: c.ctx, l: l})
+	return true
+}
+
+// priceCall sets the costs of cost functions, and refuses a call that
+// cannot be costed or costs more than a whole quota (shadow mode passes
+// both on, uncounted).
+func (l *Limiter) priceCall(c *gcall, fullMethod string, req any, out trailerSetter) (bool, error) {
+	ctx, ev := c.ctx, &c.ev
+	if err := l.price(ctx, fullMethod, req, c.p, c.checks); err != nil {
 		code, msg, level, httpStatus := codes.Internal, "internal error", slog.LevelError, 500
 		if errors.Is(err, middleware.ErrCostBadRequest) {
 			code, msg, level, httpStatus = codes.InvalidArgument, "request cannot be costed", slog.LevelInfo, 400
 		}
 		l.logger.LogAttrs(ctx, level, "slidelimit: cost function failed; call not counted",
-			slog.String("scope", scope), slog.Any("error", err))
+			slog.String("scope", ev.Scope), slog.Any("error", err))
 		ev.Err = err
-		if shadow {
-			ev.Allowed = true
-			l.emit(ev)
-			return nil, nil
-		}
-		ev.Status = httpStatus
-		l.emit(ev)
-		return nil, status.Error(code, msg)
+		return false, l.refuse(c, httpStatus, status.Error(code, msg))
 	}
-	if pol, ok := p.Oversized(checks); ok {
-		l.logger.LogAttrs(ctx, slog.LevelInfo, "slidelimit: call costs more than a whole quota",
-			slog.String("scope", scope), slog.String("policy", pol.Name))
-		ev.Limiter, ev.Policy, ev.Window = pol.Limiter.ID(), pol.Name, pol.Window
-		if shadow {
-			ev.Allowed = true
-			l.emit(ev)
-			return nil, nil
-		}
-		ev.Status = 429
-		l.emit(ev)
-		md := fields(p.PolicyField(), nil)
+	pol, win := c.p.Oversized(c.checks)
+	if pol == nil {
+		return true, nil
+	}
+	q := quotaOf(c.p, pol, win)
+	l.logger.LogAttrs(ctx, slog.LevelInfo, "slidelimit: call costs more than a whole quota",
+		slog.String("scope", ev.Scope), slog.String("policy", q.Name))
+	ev.Limiter, ev.Policy, ev.Window = q.Limiter.ID(), q.Name, q.Window
+	if !c.shadow {
+		md := fields(c.p.Field, nil)
 		md[mdPushback] = []string{"-1"} // gRFC A6: do not retry
 		out.SetTrailer(md)
-		return nil, neverStatus(pol, checks)
 	}
+	return false, l.refuse(c, 429, neverStatus(q, c.checks))
+}
 
-	r := engine.Request{Scope: scope, Checks: checks, Fail: m.group.Fail}
+// refuse emits the event of a call refused with st (HTTP status
+// httpStatus) and returns st, or passes the call on in shadow mode.
+func (l *Limiter) refuse(c *gcall, httpStatus int, st error) error {
+	if c.shadow {
+		c.ev.Allowed = true
+		l.emit(c.ev)
+		return nil
+	}
+	c.ev.Status = httpStatus
+	l.emit(c.ev)
+	return st
+}
+
+// decide asks the Decider and works out the deciding window. A call the
+// engine could not evaluate is refused with codes.Internal (outside
+// shadow mode); backend trouble is logged.
+func (l *Limiter) decide(c *gcall) (bool, error) {
+	ctx, ev := c.ctx, &c.ev
+	c.req = engine.Request{Scope: ev.Scope, Checks: c.checks, Fail: c.m.group.Fail}
 	begin := time.Now()
-	dec, err := l.decider.Allow(ctx, r)
+	dec, err := l.decider.Allow(ctx, c.req)
 	ev.Latency = time.Since(begin)
+	c.dec = dec
 	ev.Allowed, ev.RetryAfter, ev.Source, ev.Err, ev.Decision = dec.Allowed, dec.RetryAfter, dec.Source, err, dec
-	var retry int64 // the advertised wait of a refusal, which caps t
-	if !dec.Allowed && !shadow {
-		retry = middleware.RetryAfterSeconds(dec.RetryAfter)
+	if !dec.Allowed && !c.shadow {
+		c.retry = lifecycle.RetryAfterSeconds(dec.RetryAfter)
 	}
-	values, primary := p.RateLimit(&dec, retry)
-	if primary >= 0 {
-		if pol, ok := p.Policy(dec.Windows[primary]); ok {
-			ev.Limiter, ev.Policy, ev.Window = pol.Limiter.ID(), pol.Name, pol.Window
+	c.values, c.prim = c.p.RateLimit(&c.dec, c.retry)
+	if c.prim >= 0 {
+		ws := dec.Windows[c.prim]
+		if pol := c.p.Lookup(ws.Check, ws.Window); pol != nil {
+			ev.Limiter, ev.Policy, ev.Window = c.p.Limiters[pol.Check].ID(), pol.Name, pol.Window
 		}
 	}
-	if err != nil {
-		if errors.Is(err, engine.ErrInvalid) {
-			l.logger.LogAttrs(ctx, slog.LevelError, "slidelimit: engine rejected request",
-				slog.String("scope", scope), slog.Any("error", err))
-			if shadow {
-				l.emit(ev)
-				return nil, nil
-			}
-			ev.Status = 500
-			l.emit(ev)
-			return nil, status.Error(codes.Internal, "internal error")
-		}
-		l.logBackend(ctx, scope, dec, err)
+	if err == nil {
+		return true, nil
 	}
+	if !errors.Is(err, engine.ErrInvalid) {
+		l.logBackend(ctx, ev.Scope, dec, err)
+		return true, nil
+	}
+	l.logger.LogAttrs(ctx, slog.LevelError, "slidelimit: engine rejected request",
+		slog.String("scope", ev.Scope), slog.Any("error", err))
+	if c.shadow {
+		l.emit(c.ev)
+		return false, nil
+	}
+	ev.Status = 500
+	l.emit(c.ev)
+	return false, status.Error(codes.Internal, "internal error")
+}
+
+// respond answers a decided call: an admitted one (or any in shadow mode)
+// goes on with its metadata and its work after the handler; a denial's
+// metadata goes in the trailers, leaving the response Trailers-Only:
+// response headers would commit the call, and a gRPC client never retries
+// a committed call (gRFC A6).
+func (l *Limiter) respond(c *gcall, out trailerSetter) (*admitted, error) {
+	ctx, ev, dec, m := c.ctx, &c.ev, &c.dec, c.m
 	var next *admitted
 	if dec.Allowed && (m.counted != 0 || m.slots) {
-		next = &admitted{ctx: ctx, m: m, req: r, dec: dec, give: m.counted != 0, free: m.slots}
+		next = &admitted{ctx: ctx, m: m, req: c.req, dec: c.dec, give: m.counted != 0, free: m.slots}
 	}
 	switch {
-	case shadow:
+	case c.shadow:
 		if !dec.Allowed {
 			l.logger.LogAttrs(ctx, slog.LevelInfo, "slidelimit: shadow mode would deny call",
-				slog.String("scope", scope), slog.String("policy", ev.Policy),
+				slog.String("scope", ev.Scope), slog.String("policy", ev.Policy),
 				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", dec.Source.String()))
 		}
-		l.emit(ev)
+		l.emit(c.ev)
 		return next, nil
 	case dec.Allowed:
-		if md := fields(p.PolicyField(), values); len(md) > 0 {
+		if md := fields(c.p.Field, c.values); len(md) > 0 {
 			if next == nil {
 				next = &admitted{}
 			}
 			next.md = md
 		}
-		l.emit(ev)
+		l.emit(c.ev)
 		return next, nil
 	}
-	// A refusal's metadata goes in the trailers, leaving the response
-	// Trailers-Only: response headers would commit the call, and a gRPC
-	// client never retries a committed call (gRFC A6).
-	pushback := formatInt(retry * 1000)
+	pushback := formatInt(c.retry * 1000)
 	if dec.Source == engine.FromFailClosed {
 		ev.Status = 503
-		l.emit(ev)
-		md := fields(p.PolicyField(), nil)
+		l.emit(c.ev)
+		md := fields(c.p.Field, nil)
 		md[mdPushback] = []string{pushback}
 		out.SetTrailer(md)
-		return nil, unavailableStatus(retry)
+		return nil, unavailableStatus(c.retry)
 	}
 	ev.Status = 429
-	l.emit(ev)
-	md := fields(p.PolicyField(), values)
+	l.emit(c.ev)
+	md := fields(c.p.Field, c.values)
 	md[mdPushback] = []string{pushback}
 	out.SetTrailer(md)
-	return nil, deniedStatus(p, &dec, checks, primary, retry)
+	return nil, deniedStatus(c.p, dec, c.checks, c.prim, c.retry)
 }
 
 // emit gives ev to the hooks.
@@ -178,9 +236,9 @@ func fields(policy string, values []string) metadata.MD {
 
 // price sets the cost of every check whose limiter names a cost function,
 // calling each function once.
-func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *middleware.Plan, cs []engine.Check) error {
+func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *lifecycle.Plan, cs []engine.Check) error {
 	var called map[string]int64
-	for i, lim := range p.Limiters() {
+	for i, lim := range p.Limiters {
 		if lim.Cost == "" || isDecimal(lim.Cost) {
 			continue
 		}
@@ -213,32 +271,10 @@ func (l *Limiter) after(c *admitted, err error, panicked bool) {
 	}
 	ctx := context.WithoutCancel(c.ctx)
 	give := c.give && !panicked && !c.m.counted.has(status.Code(err))
-	if f, ok := l.decider.(finisher); ok {
-		// One call, one round trip: give back or not, release the slots.
-		if ferr := f.Finish(ctx, c.dec, engine.Outcome{GiveBack: give}); ferr != nil {
-			l.logBackend(ctx, c.req.Scope, c.dec, ferr)
-		}
-		return
+	// One call: give back or not, release the slots.
+	if ferr := lifecycle.Finish(ctx, l.decider, &c.req, &c.dec, engine.Outcome{GiveBack: give}); ferr != nil {
+		l.logBackend(ctx, c.req.Scope, c.dec, ferr) // at most once a second: not a line per call
 	}
-	if give {
-		gerr := l.giver.GiveBack(ctx, c.req, c.dec)
-		if gerr == nil {
-			return // the give-back removed the call from every key, slots included
-		}
-		l.logBackend(ctx, c.req.Scope, c.dec, gerr) // at most once a second: not a line per call
-	}
-	if c.free {
-		if rerr := l.releaser.Release(ctx, c.req, c.dec); rerr != nil {
-			l.logBackend(ctx, c.req.Scope, c.dec, rerr)
-		}
-	}
-}
-
-// finisher finishes an admitted call in one call; *engine.Engine
-// implements it (see engine.Engine.Finish). A Decider that is not one
-// finishes with its GiveBack and Release methods instead.
-type finisher interface {
-	Finish(ctx context.Context, d engine.Decision, o engine.Outcome) error
 }
 
 // logBackend logs a backend error at most once a second: an outage must

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"errors"
 	"fmt"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -53,7 +54,7 @@ type Limiter struct {
 	exempt    map[string]bool
 	exemptSvc []string
 	policy    role.Policy
-	cip       *middleware.ClientIP
+	cip       lifecycle.ClientIP
 	keys      map[string]KeyFunc
 	costs     map[string]CostFunc
 	logger    *slog.Logger
@@ -65,8 +66,8 @@ type Limiter struct {
 type method struct {
 	name     string // "" for the default
 	group    rules.Group
-	defaults *middleware.Plan
-	byRole   map[string]*middleware.Plan
+	defaults *lifecycle.Plan
+	byRole   map[string]*lifecycle.Plan
 	counted  codeSet // 0: every outcome counts
 	slots    bool    // the group has an in-flight window: admitted calls are released
 }
@@ -95,7 +96,7 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 		}
 	}
 	errs := c.errs
-	cip, err := middleware.NewClientIP(c.ipOpts...)
+	cip, err := clientIP(&c)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -201,16 +202,14 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	if err != nil {
 		return nil, &MethodError{Method: name, Err: err}
 	}
-	m := &method{name: name, group: g, byRole: make(map[string]*middleware.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: g.Concurrent()}
+	m := &method{name: name, group: g, byRole: make(map[string]*lifecycle.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: lifecycle.HoldsSlots(&g)}
 	var errs []error
 	for r, ls := range g.LimiterLists() {
 		if _, dup := m.byRole[r]; dup && r != "" {
 			continue // role.Policy.Resolve picks the first override of a role
 		}
-		p, err := middleware.NewPlan(r, ls)
+		p := lifecycle.NewPlan(ls)
 		switch {
-		case err != nil:
-			errs = append(errs, &MethodError{Method: name, Err: err})
 		case r == "":
 			m.defaults = p
 		default:
@@ -248,14 +247,7 @@ func (l *Limiter) dialect() rules.Dialect {
 	}
 }
 
-func isDecimal(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}
+func isDecimal(s string) bool { return lifecycle.IsDecimal(s) }
 
 // isExempt reports whether WithExempt exempts fullMethod.
 func (l *Limiter) isExempt(fullMethod string) bool {
@@ -282,7 +274,7 @@ func (l *Limiter) lookup(fullMethod string) *method {
 }
 
 // planFor returns the plan of a resolution.
-func (m *method) planFor(res role.Resolution) *middleware.Plan {
+func (m *method) planFor(res role.Resolution) *lifecycle.Plan {
 	if res.Role != "" {
 		if p, ok := m.byRole[string(res.Role)]; ok {
 			return p

@@ -1,8 +1,12 @@
 package grpclimit
 
 import (
+	"errors"
+
 	"context"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/slidelimit/slidelimit/middleware"
@@ -34,7 +38,9 @@ type config struct {
 	hasDefaults bool
 	exempt      []string
 	policy      role.Policy
-	ipOpts      []middleware.Option
+	trusted     []string
+	proxyHeader middleware.ProxyHeader
+	v6bits      int
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
 	logger      *slog.Logger
@@ -75,21 +81,33 @@ func WithPolicy(p role.Policy) Option {
 // By default no proxy is trusted and the client is always the peer
 // (peer.FromContext). An unparsable entry makes New fail.
 func WithTrustedProxies(cidrs ...string) Option {
-	return func(c *config) { c.ipOpts = append(c.ipOpts, middleware.WithTrustedProxies(cidrs...)) }
+	return func(c *config) { c.trusted = append(c.trusted, cidrs...) }
 }
 
 // WithProxyHeader sets the metadata key that trusted proxies write the
 // client address to, as middleware.WithProxyHeader does: XForwardedFor
 // ("x-forwarded-for", the default) or Forwarded ("forwarded", RFC 7239).
 func WithProxyHeader(h middleware.ProxyHeader) Option {
-	return func(c *config) { c.ipOpts = append(c.ipOpts, middleware.WithProxyHeader(h)) }
+	return func(c *config) {
+		if h != middleware.XForwardedFor && h != middleware.Forwarded {
+			c.errs = append(c.errs, &middleware.ConfigError{Option: "WithProxyHeader", Value: strconv.Itoa(int(h)), Reason: "unknown proxy header"})
+			return
+		}
+		c.proxyHeader = h
+	}
 }
 
 // WithIPv6Prefix sets the prefix length by which IPv6 clients are grouped,
 // as middleware.WithIPv6Prefix does; the default is
 // middleware.DefaultIPv6Prefix (64).
 func WithIPv6Prefix(bits int) Option {
-	return func(c *config) { c.ipOpts = append(c.ipOpts, middleware.WithIPv6Prefix(bits)) }
+	return func(c *config) {
+		if bits < 1 || bits > 128 {
+			c.errs = append(c.errs, &middleware.ConfigError{Option: "WithIPv6Prefix", Value: strconv.Itoa(bits), Reason: "prefix length must be 1 to 128"})
+			return
+		}
+		c.v6bits = bits
+	}
 }
 
 // WithKeyFunc registers fn as the subject of key(name) limiters. Every
@@ -166,4 +184,24 @@ func WithHook(fn func(middleware.Event)) Option {
 			c.hooks = append(c.hooks, fn)
 		}
 	}
+}
+
+// clientIP returns the client-address logic of c (the HTTP middleware's,
+// see lifecycle.ClientIP), failing for a trusted proxy that is not an
+// address or prefix.
+func clientIP(c *config) (lifecycle.ClientIP, error) {
+	cip := lifecycle.ClientIP{Header: c.proxyHeader, V6Bits: c.v6bits}
+	if cip.V6Bits == 0 {
+		cip.V6Bits = middleware.DefaultIPv6Prefix
+	}
+	var errs []error
+	for _, s := range c.trusted {
+		p, err := lifecycle.ParseTrusted(s)
+		if err != nil {
+			errs = append(errs, &middleware.ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
+			continue
+		}
+		cip.Trusted = append(cip.Trusted, p)
+	}
+	return cip, errors.Join(errs...)
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -20,12 +20,25 @@ func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
 
 // violation describes one window a call does not fit in, for QuotaFailure:
 // its subject is the policy name of the RateLimit fields ("ip-1s").
-func violation(pol middleware.QuotaPolicy, cost int64) *errdetails.QuotaFailure_Violation {
+func violation(pol quota, cost int64) *errdetails.QuotaFailure_Violation {
 	desc := fmt.Sprintf("at most %d per %s by %s", pol.Window.Limit, rules.FormatPeriod(pol.Window.Period), pol.Limiter.ID())
 	if pol.Limiter.Cost != "" {
 		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", pol.Window.Limit, rules.FormatPeriod(pol.Window.Period), pol.Limiter.ID(), cost)
 	}
 	return &errdetails.QuotaFailure_Violation{Subject: pol.Name, Description: desc}
+}
+
+// quota is an advertised window: window Window (with its limit for the
+// call) of limiter Limiter, named Name in the rate-limit metadata.
+type quota struct {
+	Name    string
+	Limiter rules.Limiter
+	Window  rules.Window
+}
+
+// quotaOf returns the quota of pol, a policy of p, with window w.
+func quotaOf(p *lifecycle.Plan, pol *lifecycle.Policy, w rules.Window) quota {
+	return quota{Name: pol.Name, Limiter: p.Limiters[pol.Check], Window: w}
 }
 
 // costOf is what check c counts.
@@ -35,12 +48,12 @@ func costOf(c engine.Check) int64 { return max(1, c.Cost) }
 // with RetryInfo, the wait rounded up to whole seconds as the HTTP
 // Retry-After (retry), and QuotaFailure naming every window the call does
 // not fit in, the denying one first.
-func deniedStatus(p *middleware.Plan, dec *engine.Decision, cs []engine.Check, primary int, retry int64) error {
+func deniedStatus(p *lifecycle.Plan, dec *engine.Decision, cs []engine.Check, primary int, retry int64) error {
 	var vs []*errdetails.QuotaFailure_Violation
 	name := ""
 	add := func(ws engine.WindowState) {
-		if pol, ok := p.Policy(ws); ok && ws.Check < len(cs) {
-			vs = append(vs, violation(pol, costOf(cs[ws.Check])))
+		if pol := p.Lookup(ws.Check, ws.Window); pol != nil && ws.Check < len(cs) {
+			vs = append(vs, violation(quotaOf(p, pol, pol.Window), costOf(cs[ws.Check])))
 			if name == "" {
 				name = pol.Name
 			}
@@ -66,7 +79,7 @@ func deniedStatus(p *middleware.Plan, dec *engine.Decision, cs []engine.Check, p
 
 // neverStatus is the status of a call that costs more than a whole quota:
 // ResourceExhausted without RetryInfo, since no wait would admit it.
-func neverStatus(pol middleware.QuotaPolicy, cs []engine.Check) error {
+func neverStatus(pol quota, cs []engine.Check) error {
 	var cost int64 = 1
 	for _, c := range cs {
 		if c.Limiter.ID() == pol.Limiter.ID() {

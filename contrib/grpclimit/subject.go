@@ -9,7 +9,7 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// source is the middleware.SubjectSource of a call: the peer address and
+// source is the lifecycle.SubjectSource of a call: the peer address and
 // proxy metadata for ip, incoming metadata for header(name), the key
 // functions for key(name).
 type source struct {
@@ -28,7 +28,7 @@ func (s *source) metadata() metadata.MD {
 	return s.md
 }
 
-// ClientIP implements middleware.SubjectSource.
+// ClientIP implements lifecycle.SubjectSource.
 func (s *source) ClientIP() string {
 	if s.ip == "" {
 		var addr string
@@ -40,7 +40,7 @@ func (s *source) ClientIP() string {
 	return s.ip
 }
 
-// Value implements middleware.SubjectSource.
+// Value implements lifecycle.SubjectSource.
 func (s *source) Value(_ int, lim rules.Limiter) string {
 	switch lim.Kind {
 	case rules.Header:
@@ -53,7 +53,7 @@ func (s *source) Value(_ int, lim rules.Limiter) string {
 	return ""
 }
 
-// mdHeader gives middleware.ClientIP the values of incoming metadata,
+// mdHeader gives lifecycle.ClientIP the values of incoming metadata,
 // whose keys are lower case.
 type mdHeader metadata.MD
 

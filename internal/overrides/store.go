@@ -366,6 +366,10 @@ func (o *Store) InForce(scope string) (rules.Group, bool) {
 	return g, ok
 }
 
+// InForceAll returns the group of every override this process applies, by
+// scope. The map is the Store's own: read it, never change it.
+func (o *Store) InForceAll() map[string]rules.Group { return o.cur.Load().groups }
+
 // Scopes returns the scopes of set, sorted.
 func (set *Set) Scopes() []string { return slices.Sorted(maps.Keys(set.Texts)) }
 

@@ -1,0 +1,137 @@
+// Package lifecycle is a request's life under a rule group, written once
+// for every transport: resolve the caller → price → decide → respond → run
+// → finish. The net/http middleware and contrib/grpclimit are adapters that
+// translate their requests into subjects, costs and limits, their
+// handlers' outcomes into an engine.Outcome, and decisions into headers,
+// trailers and status codes; what does not depend on the transport lives
+// here: the advertised policies and their field values (Plan), subjects
+// and client addresses (ClientIP), a request's engine checks (Checks),
+// what a group applies (Block, HoldsSlots) and the finish step (Finish).
+package lifecycle
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Block returns the block a denial by one of g's limiters starts: g.Block,
+// or zero in shadow mode. A shadow group never refuses a request, and a
+// block it started would refuse the subject at once, for the rest of the
+// block, when the group is switched to enforce.
+func Block(g *rules.Group) time.Duration {
+	if g.Mode == rules.Shadow {
+		return 0
+	}
+	return g.Block
+}
+
+// HoldsSlots reports whether some limiter of g, default or override, has
+// an in-flight window: admitted requests then hold slots that the
+// transport must release (Finish) when they end.
+func HoldsSlots(g *rules.Group) bool {
+	for _, ls := range g.LimiterLists() {
+		for _, l := range ls {
+			for _, w := range l.Windows {
+				if w.Concurrent {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// SubjectSource gives Checks what the limiters of one request count by. A
+// transport implements it over its own request.
+type SubjectSource interface {
+	// ClientIP returns the subject of the request's client address, as
+	// ClientIP.Subject does. It is called for ip limiters and for each
+	// limiter that counts the request by its address instead; a source
+	// should find the address once.
+	ClientIP() string
+	// Value returns the value that limiter i, l, of kind header, param or
+	// key counts by; "" counts the request by its client address.
+	Value(i int, l rules.Limiter) string
+}
+
+// Checks returns the engine checks of a request by id, resolved as res
+// (role.Policy.Resolve) to p's limiters under group g: one check per
+// limiter, in order, with its subject, its constant cost (Cost 0 for a
+// cost of 1; a cost function's is the transport's to set) and g's block.
+func (p *Plan) Checks(g *rules.Group, id role.Identity, res role.Resolution, src SubjectSource) []engine.Check {
+	cs := make([]engine.Check, len(p.Limiters))
+	block := Block(g)
+	for i, lim := range p.Limiters {
+		cs[i].Limiter, cs[i].Block = lim, block
+		var v string
+		if lim.Kind.Named() {
+			v = src.Value(i, lim)
+		}
+		if cs[i].Subject = SubjectFor(lim.Kind, id.User, res.ByIP, v); cs[i].Subject == "" {
+			cs[i].Subject = src.ClientIP()
+		}
+		if IsDecimal(lim.Cost) {
+			if n, err := strconv.ParseInt(lim.Cost, 10, 64); err == nil && n > 1 {
+				cs[i].Cost = n
+			}
+		}
+	}
+	return cs
+}
+
+// Finisher ends admitted requests; *engine.Engine implements it.
+type Finisher interface {
+	Finish(ctx context.Context, d engine.Decision, o engine.Outcome) error
+}
+
+// The steps a Decider that is not a Finisher may offer instead; *engine.Engine
+// implements them too (as shorthands of Finish).
+type (
+	giver interface {
+		GiveBack(ctx context.Context, req engine.Request, d engine.Decision) error
+	}
+	releaser interface {
+		Release(ctx context.Context, req engine.Request, d engine.Decision) error
+	}
+	settler interface {
+		Settle(ctx context.Context, req engine.Request, d engine.Decision, actual []int64) error
+	}
+)
+
+// Finish is the step after the handler, for every transport: it ends the
+// request that req and d admitted with outcome o (give back, settle,
+// release its slots) in one call of a Finisher, or with the GiveBack,
+// Release and Settle that decider offers otherwise. It is called however
+// the handler ended (normally, by panic, after the client hung up), with a
+// context that outlives the request's. It returns the first error; the
+// engine has queued what failed.
+func Finish(ctx context.Context, decider any, req *engine.Request, d *engine.Decision, o engine.Outcome) error {
+	if !d.Allowed {
+		return nil
+	}
+	if f, ok := decider.(Finisher); ok {
+		return f.Finish(ctx, *d, o)
+	}
+	var err error
+	given := false
+	if g, ok := decider.(giver); ok && o.GiveBack {
+		err = g.GiveBack(ctx, *req, *d)
+		given = err == nil // a request given back holds no slot any more
+	}
+	if r, ok := decider.(releaser); ok && !given {
+		if rerr := r.Release(ctx, *req, *d); err == nil {
+			err = rerr
+		}
+	}
+	if s, ok := decider.(settler); ok && o.Actual != nil && !o.GiveBack {
+		if serr := s.Settle(ctx, *req, *d, o.Actual); err == nil {
+			err = serr
+		}
+	}
+	return err
+}
