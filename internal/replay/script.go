@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -22,8 +23,8 @@ type script struct {
 	eng    *engine.Engine
 	client *redis.Client
 	mini   *miniredis.Miniredis // nil on a real Redis
-	now    time.Time
-	miniAt int64 // the log time miniredis's clock was last moved to, µs
+	now    atomic.Int64         // the log time of the request deciding, µs: the engine's clock
+	miniAt int64                // the log time miniredis's clock was last moved to, µs
 }
 
 // newScript connects to the Redis at url, or embeds a miniredis when url is
@@ -47,7 +48,10 @@ func newScript(url string) (*script, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	e, err := engine.New(s.client,
-		engine.WithClock(func() time.Time { return s.now }),
+		// The engine reads its clock from background goroutines too.
+		engine.WithClock(func() time.Time { return time.UnixMicro(s.now.Load()) }),
+		// Denial tallies are for operators of a live service.
+		engine.WithTallies(false),
 		engine.WithPrefix("slidelimit-replay:"+hex.EncodeToString(b[:])+":"),
 		// A cached denial is timed by the wall clock, not the log's.
 		engine.WithCachedDenials(false),
@@ -62,7 +66,7 @@ func newScript(url string) (*script, error) {
 
 func (s *script) decide(scope string, req *engine.Request, counted bool, t int64, v *verdict) error {
 	v.reset(req)
-	s.now = time.UnixMicro(t)
+	s.now.Store(t)
 	if s.mini != nil && t-s.miniAt >= int64(time.Second/time.Microsecond) {
 		// Let miniredis expire keys as the log's time passes, so that its
 		// memory is the live windows'.
