@@ -40,6 +40,9 @@
 // scope at run time in every process sharing the Redis and key prefix
 // (rule overrides), and limit functions ($quota in a window,
 // middleware.WithLimitFunc) give each request its own limit.
+// AdminHandler serves the operator's view (package admin): the most denied
+// subjects fleet-wide, active blocks, one subject across routes, and a
+// reset, from denial tallies the engine keeps (see engine, Denial tallies).
 //
 // A cost limiter can settle after the handler to what a request really
 // consumed: middleware.WithSettle with middleware.Settlement{Written: true}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -55,6 +56,8 @@ type Engine struct {
 
 	slots    slotHolder // slots of in-flight windows held by running requests
 	slotLost func(SlotLost)
+
+	tally *tallies // denial tallies (tally.go); nil with WithTallies(false)
 
 	// The invalidation subscription of cached denials (see cache.go).
 	pubsub     *redis.PubSub
@@ -126,6 +129,10 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		e.Close()
 		return nil, err
 	}
+	if !cfg.tallyOff {
+		e.tally = newTallies()
+		e.startTallies(cmp.Or(cfg.tallyFlush, DefaultTallyFlush))
+	}
 	if cfg.denials {
 		if s, ok := client.(subscriber); ok {
 			e.denials = true
@@ -149,7 +156,11 @@ func New(client Client, opts ...Option) (*Engine, error) {
 // ctx is only checked on entry, because the Redis round trip is shared
 // with concurrent calls.
 func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
-	return e.decide(ctx, &req, opAllow)
+	d, err := e.decide(ctx, &req, opAllow)
+	if !d.Allowed {
+		e.noteDenial(&req, &d)
+	}
+	return d, err
 }
 
 // Peek reports what Allow would decide for req now, without counting it or

@@ -145,6 +145,15 @@
 -- -retention, and per epoch length I a member 'e'..I scored -(EPOCH +
 -- floor(t / I)) (I written as in ARGV: the longest period or busy).
 --
+-- Denial tallies (engine/tally.go; not this script's, listed here so that
+-- every key the engine writes has one spec). prefix{tally}:10s:<n> and
+-- prefix{tally}:1m:<n> (n = Unix time / 10 s or / 1 min; one hash tag, so
+-- one cluster slot) are sorted sets: member = escaped scope '|' escaped
+-- limiter ID '|' escaped subject (the subject as the keys store it:
+-- hashed there, hashed here), score = denials counted in the bucket. Each
+-- process writes once a period (ZINCRBY per entry, ZREMRANGEBYRANK to the
+-- 256 highest, PEXPIRE 5 min 20 s or 62 min) in one pipeline.
+--
 -- Design. An op counts every window of every key first (ZCOUNT of
 -- [t-period+1, +inf), or derived from the longer window: none when it
 -- holds none, all when its oldest entry is inside the shorter one); if a

@@ -2,7 +2,7 @@
 // load against it.
 //
 //	demo [-addr ADDR] [-redis URL | -cluster ADDR,ADDR,...]
-//	demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C]
+//	demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
 //
 // Without -redis or -cluster the demo limits against an embedded
 // miniredis. Callers authenticate with "Authorization: Bearer NAME", NAME
@@ -30,7 +30,7 @@ import (
 const usage = `Usage:
   demo [-addr ADDR] [-redis URL | -cluster ADDR,ADDR,...]
         serve the demo API, rate-limited by slidelimit
-  demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C]
+  demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
         send requests at a fixed rate and count the answers per second
 
 Accounts (Authorization: Bearer NAME): alice, bob (user), admin (admin),
@@ -46,6 +46,11 @@ Admin endpoint (superadmin only; GET never counts, DELETE resets):
         GET lists the rule overrides in force; PUT with the rule text as
         body replaces the rules of S ("GET /health") in every process
         sharing the Redis, within a second; DELETE restores the code's.
+  /admin/ui/
+        the operator's page: the most denied subjects in the last 1m, 5m
+        and 1h, active blocks with a button to lift them, the overrides
+        in force, one subject's usage; JSON under /admin/ui/api/ (top,
+        subject, blocks, reset).
 
 Routes and their rules:
 `

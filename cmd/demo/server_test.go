@@ -670,3 +670,34 @@ func TestReports(t *testing.T) {
 		t.Errorf("alice's report windows at the end: %v", used(p))
 	}
 }
+
+// TestAdminUI: the operator's page is for super-admins only, and names
+// the user the demo just limited once the tallies are written.
+func TestAdminUI(t *testing.T) {
+	t.Parallel()
+	td := newTestDemo(t, "")
+	if c := td.do("GET", "/admin/ui/", "", peer).Code; c != 401 {
+		t.Errorf("anonymous: %d, want 401", c)
+	}
+	if c := td.do("GET", "/admin/ui/", "admin", peer).Code; c != 403 {
+		t.Errorf("admin: %d, want 403", c)
+	}
+	td.codes(12, "GET", path("/files/1"), "alice", peer)
+	var body string
+	for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(100 * time.Millisecond) {
+		w := td.do("GET", "/admin/ui/api/top?since=1m", "root", peer)
+		if w.Code != 200 {
+			t.Fatalf("top: %d %s", w.Code, w.Body)
+		}
+		if body = w.Body.String(); strings.Contains(body, `"subject":"alice","denied":2`) {
+			break
+		}
+	}
+	if !strings.Contains(body, `{"scope":"GET /files/{id}","limiter":"user","subject":"alice","denied":2}`) {
+		t.Fatalf("top: %s", body)
+	}
+	w := td.do("GET", "/admin/ui/?subject=alice", "root", peer)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), "alice") || !strings.Contains(w.Body.String(), "GET /files/{id}") {
+		t.Errorf("page: %d %s", w.Code, w.Body)
+	}
+}

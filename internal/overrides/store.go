@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/reach"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -190,6 +191,9 @@ func (o *Store) receive(ps *redis.PubSub, events chan<- bool) {
 func (o *Store) sync(check bool) {
 	o.syncMu.Lock()
 	defer o.syncMu.Unlock()
+	if o.down.Load() && reach.Dial(o.client, Timeout) != nil {
+		return // still down: the client's pool is not asked (see package reach)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	if check {
@@ -361,6 +365,10 @@ func (o *Store) InForce(scope string) (rules.Group, bool) {
 	g, ok := o.cur.Load().groups[scope]
 	return g, ok
 }
+
+// InForceAll returns the group of every override this process applies, by
+// scope. The map is the Store's own: read it, never change it.
+func (o *Store) InForceAll() map[string]rules.Group { return o.cur.Load().groups }
 
 // Scopes returns the scopes of set, sorted.
 func (set *Set) Scopes() []string { return slices.Sorted(maps.Keys(set.Texts)) }

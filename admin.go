@@ -1,0 +1,127 @@
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/slidelimit/slidelimit/admin"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// AdminHandler returns the operator's view of the Limiter (package admin):
+// a page and a JSON API of the most denied subjects fleet-wide, the active
+// blocks, the rule overrides in force and one subject's usage across
+// routes, and a POST that lifts a block. It serves only callers whose
+// identity (role.NewContext) holds one of roles: 401 without an identity,
+// 403 without a role (with no roles, it serves no one). Mount it under any
+// prefix:
+//
+//	mux.Handle("/admin/ui/", http.StripPrefix("/admin/ui", lim.AdminHandler("superadmin")))
+//
+// Resets are logged to the engine's logger (engine.WithLogger) with who
+// made them. The routes it knows are those registered with Register and
+// Handle, the groups of Middleware with a scope: statement, and the scopes
+// of rule overrides; a group of Middleware without one gets its scope per
+// request, so its denials are listed but a subject search does not visit
+// it.
+func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
+	return admin.New(adminSource{l}, access.EngineLogger(l.engine), roles...)
+}
+
+// adminSource is the Limiter as package admin reads it.
+type adminSource struct{ l *Limiter }
+
+var _ admin.Source = adminSource{}
+
+func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]engine.Denials, error) {
+	return s.l.engine.TopDenied(ctx, since, n)
+}
+
+// Routes lists the scopes registered with a known scope, and an override's
+// scope, with the IDs of their limiters in first-seen order.
+func (s adminSource) Routes() []admin.Route {
+	s.l.mu.RLock()
+	groups := slices.Clone(s.l.groups)
+	s.l.mu.RUnlock()
+	if s.l.ov != nil {
+		for scope, g := range s.l.ov.InForceAll() {
+			groups = append(groups, registered{scope: scope, group: g})
+		}
+	}
+	var out []admin.Route
+	for _, g := range groups {
+		if g.scope == "" {
+			continue
+		}
+		i := slices.IndexFunc(out, func(r admin.Route) bool { return r.Scope == g.scope })
+		if i < 0 {
+			out = append(out, admin.Route{Scope: g.scope})
+			i = len(out) - 1
+		}
+		for _, ls := range g.group.LimiterLists() {
+			for _, lim := range ls {
+				if id := lim.ID(); !slices.Contains(out[i].Limiters, id) {
+					out[i].Limiters = append(out[i].Limiters, id)
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b admin.Route) int {
+		switch {
+		case a.Scope < b.Scope:
+			return -1
+		case a.Scope > b.Scope:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (s adminSource) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
+	d, err := s.l.Peek(ctx, scope, limiterID, subject)
+	return d, badInput(err)
+}
+
+func (s adminSource) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
+	d, err := s.l.PeekByIP(ctx, scope, limiterID, addr)
+	return d, badInput(err)
+}
+
+func (s adminSource) Reset(ctx context.Context, scope, limiterID, subject string) error {
+	return badInput(s.l.Reset(ctx, scope, limiterID, subject))
+}
+
+func (s adminSource) ResetByIP(ctx context.Context, scope, limiterID, addr string) error {
+	return badInput(s.l.ResetByIP(ctx, scope, limiterID, addr))
+}
+
+func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {
+	o, err := s.l.Rules(ctx)
+	if errors.Is(err, ErrOverridesOff) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]admin.Override, 0, len(o.Overrides))
+	for _, ov := range o.Overrides {
+		out = append(out, admin.Override{Scope: ov.Scope, Rules: ov.Rules})
+	}
+	return out, nil
+}
+
+// badInput marks the errors of input that names no windows for the admin
+// handler, which answers them 400.
+func badInput(err error) error {
+	if errors.Is(err, ErrUnknownScope) || errors.Is(err, ErrUnknownLimiter) || errors.Is(err, middleware.ErrSubject) {
+		return &admin.BadInputError{Err: err}
+	}
+	return err
+}

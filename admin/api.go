@@ -1,0 +1,363 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+var errorsAs = errors.As
+
+// Denied is one entry of GET /api/top.
+type Denied struct {
+	Scope   string `json:"scope"`
+	Limiter string `json:"limiter"`
+	// Subject is the value the limiter counts: a user id, a canonical IP
+	// address, a header, path or key value; "" for a global limiter.
+	Subject string `json:"subject"`
+	Denied  int64  `json:"denied"`
+	// ByIP marks a subject counted by client address by a limiter of
+	// another kind (a user limiter's anonymous callers).
+	ByIP bool `json:"by_ip,omitempty"`
+	// Hashed marks a subject stored hashed whose value no process of
+	// this handler saw lately: Subject is then the stored hash.
+	Hashed bool `json:"hashed,omitempty"`
+}
+
+// TopAnswer is the answer of GET /api/top.
+type TopAnswer struct {
+	Since string   `json:"since"`
+	Top   []Denied `json:"top"`
+}
+
+// since parses a view name.
+func since(s string) (time.Duration, bool) {
+	if !slices.Contains(Views, s) {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	return d, err == nil
+}
+
+func (h *handler) top(w http.ResponseWriter, r *http.Request) {
+	view := r.URL.Query().Get("since")
+	if view == "" {
+		view = "1h"
+	}
+	d, ok := since(view)
+	if !ok {
+		problem(w, http.StatusBadRequest, "since must be 1m, 5m or 1h")
+		return
+	}
+	top, err := h.topOf(r.Context(), d)
+	if err != nil {
+		h.fail(w, r, "top", err)
+		return
+	}
+	writeJSON(w, TopAnswer{Since: view, Top: top})
+}
+
+// topOf reads the TopN most denied of the last d.
+func (h *handler) topOf(ctx context.Context, d time.Duration) ([]Denied, error) {
+	top, err := h.src.TopDenied(ctx, d, TopN)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Denied, 0, len(top))
+	for _, t := range top {
+		out = append(out, denied(t))
+	}
+	return out, nil
+}
+
+// denied turns a tally entry into what the application knows.
+func denied(t engine.Denials) Denied {
+	d := Denied{Scope: t.Scope, Limiter: t.Limiter, Subject: t.Subject, Denied: t.Denied, Hashed: t.Hashed}
+	if t.Hashed {
+		return d
+	}
+	if kind, v, ok := lifecycle.SubjectValue(t.Subject); ok {
+		d.Subject = v
+		d.ByIP = kind == rules.IP && limiterKind(t.Limiter) != rules.IP
+	}
+	return d
+}
+
+// limiterKind is the kind of a limiter ID.
+func limiterKind(id string) rules.Kind {
+	if i := strings.IndexAny(id, "(["); i >= 0 {
+		id = id[:i]
+	}
+	return rules.Kind(id)
+}
+
+// Window is one window of a subject's usage. Times are in seconds.
+type Window struct {
+	Limit int64 `json:"limit"`
+	// Period is the window's length; 0 for an in-flight window.
+	Period    float64 `json:"period"`
+	InFlight  bool    `json:"in_flight,omitempty"`
+	Used      int64   `json:"used"`
+	Remaining int64   `json:"remaining"`
+	Reset     float64 `json:"reset"`
+}
+
+// Usage is a subject's windows under one limiter of one route.
+type Usage struct {
+	Scope   string `json:"scope"`
+	Limiter string `json:"limiter"`
+	Subject string `json:"subject"`
+	ByIP    bool   `json:"by_ip,omitempty"`
+	Allowed bool   `json:"allowed"`
+	// Blocked is, for a blocked subject, the time in seconds until it may
+	// be admitted again (the block's time left, or longer when a window is
+	// still full after it); 0 when not blocked.
+	Blocked float64  `json:"blocked"`
+	Windows []Window `json:"windows"`
+}
+
+// SubjectAnswer is the answer of GET /api/subject.
+type SubjectAnswer struct {
+	Subject string  `json:"subject,omitempty"`
+	IP      string  `json:"ip,omitempty"`
+	Usage   []Usage `json:"usage"`
+}
+
+func (h *handler) subject(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s, ip := q.Get("subject"), q.Get("ip")
+	if (s == "") == (ip == "") {
+		problem(w, http.StatusBadRequest, "give subject or ip, one of them")
+		return
+	}
+	u, err := h.usage(r.Context(), s, ip)
+	if err != nil {
+		h.fail(w, r, "subject", err)
+		return
+	}
+	writeJSON(w, SubjectAnswer{Subject: s, IP: ip, Usage: u})
+}
+
+// usage peeks at subject (or what was counted by address ip) under every
+// limiter of every route but global ones, which count no one in
+// particular.
+func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error) {
+	out := []Usage{}
+	for _, rt := range h.src.Routes() {
+		for _, id := range rt.Limiters {
+			kind := limiterKind(id)
+			if kind == rules.Global {
+				continue
+			}
+			var d engine.Decision
+			var err error
+			if ip != "" {
+				d, err = h.src.PeekByIP(ctx, rt.Scope, id, ip)
+			} else {
+				d, err = h.src.Peek(ctx, rt.Scope, id, subject)
+			}
+			var bad *BadInputError
+			if errors.As(err, &bad) {
+				continue // not a subject of this limiter (an ip limiter and a user id)
+			}
+			if err != nil {
+				return nil, err
+			}
+			u := Usage{Scope: rt.Scope, Limiter: id, Subject: subject + ip, ByIP: ip != "" && kind != rules.IP,
+				Allowed: d.Allowed, Windows: windows(d)}
+			if d.Blocked {
+				u.Blocked = d.RetryAfter.Seconds()
+			}
+			out = append(out, u)
+		}
+	}
+	return out, nil
+}
+
+func windows(d engine.Decision) []Window {
+	out := make([]Window, 0, len(d.Windows))
+	for _, ws := range d.Windows {
+		w := Window{Limit: ws.Window.Limit, InFlight: ws.Window.Concurrent, Used: ws.Used, Remaining: ws.Remaining,
+			Reset: ws.Reset.Seconds()}
+		if !ws.Window.Concurrent {
+			w.Period = ws.Window.Period.Seconds()
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// Block is an active block.
+type Block struct {
+	Scope   string `json:"scope"`
+	Limiter string `json:"limiter"`
+	Subject string `json:"subject"`
+	ByIP    bool   `json:"by_ip,omitempty"`
+	// Left is the time in seconds until the subject may be admitted
+	// again: the block's time left, or longer when a window is still full
+	// after it.
+	Left float64 `json:"left"`
+}
+
+// BlocksAnswer is the answer of GET /api/blocks.
+type BlocksAnswer struct {
+	Blocks []Block `json:"blocks"`
+}
+
+// blockCandidates is how many of the last hour's most denied subjects are
+// looked at for blocks: a blocked subject that keeps knocking is denied,
+// so it is among them; one blocked that stays away is not listed.
+const blockCandidates = 200
+
+func (h *handler) blocks(w http.ResponseWriter, r *http.Request) {
+	b, err := h.activeBlocks(r.Context())
+	if err != nil {
+		h.fail(w, r, "blocks", err)
+		return
+	}
+	writeJSON(w, BlocksAnswer{Blocks: b})
+}
+
+// activeBlocks peeks at the last hour's most denied subjects, a few at a
+// time, and returns the blocked ones, longest time left first.
+func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
+	top, err := h.src.TopDenied(ctx, time.Hour, blockCandidates)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu    sync.Mutex
+		out   = []Block{}
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 8)
+	)
+	for _, t := range top {
+		d := denied(t)
+		if d.Hashed {
+			continue // no value to peek with
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var dec engine.Decision
+			var err error
+			if d.ByIP {
+				dec, err = h.src.PeekByIP(ctx, d.Scope, d.Limiter, d.Subject)
+			} else {
+				dec, err = h.src.Peek(ctx, d.Scope, d.Limiter, d.Subject)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var bad *BadInputError
+			switch {
+			case errors.As(err, &bad): // a route gone since (an override removed)
+			case err != nil:
+				first = cmpOr(first, err)
+			case dec.Blocked:
+				out = append(out, Block{Scope: d.Scope, Limiter: d.Limiter, Subject: d.Subject, ByIP: d.ByIP,
+					Left: dec.RetryAfter.Seconds()})
+			}
+		}()
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	slices.SortFunc(out, func(a, b Block) int {
+		switch {
+		case a.Left > b.Left:
+			return -1
+		case a.Left < b.Left:
+			return 1
+		}
+		return strings.Compare(a.Scope+a.Limiter+a.Subject, b.Scope+b.Limiter+b.Subject)
+	})
+	return out, nil
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// ResetRequest is the body of POST /api/reset: a form
+// (application/x-www-form-urlencoded, or the same fields in the query) or
+// a JSON object.
+type ResetRequest struct {
+	Scope   string `json:"scope"`
+	Limiter string `json:"limiter"`
+	// Subject is the limiter's value; IP instead resets what the limiter
+	// counted by client address.
+	Subject string `json:"subject,omitempty"`
+	IP      string `json:"ip,omitempty"`
+}
+
+// ResetAnswer is the answer of POST /api/reset.
+type ResetAnswer struct {
+	ResetRequest
+	Reset bool `json:"reset"`
+}
+
+func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
+	var req ResetRequest
+	fromPage := false
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct == "application/json" {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+			problem(w, http.StatusBadRequest, "the body is not a JSON object with scope, limiter and subject or ip")
+			return
+		}
+	} else {
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<16)
+		if err := r.ParseForm(); err != nil {
+			problem(w, http.StatusBadRequest, "the body is not a form")
+			return
+		}
+		// The body's fields, or the query's (r.Form holds both, the body's
+		// first).
+		req = ResetRequest{Scope: r.Form.Get("scope"), Limiter: r.Form.Get("limiter"),
+			Subject: r.Form.Get("subject"), IP: r.Form.Get("ip")}
+		fromPage = r.PostForm.Get("page") != ""
+	}
+	if req.Scope == "" || req.Limiter == "" || req.Subject != "" && req.IP != "" {
+		problem(w, http.StatusBadRequest, "give scope, limiter and subject or ip (not both)")
+		return
+	}
+	var err error
+	if req.IP != "" {
+		err = h.src.ResetByIP(r.Context(), req.Scope, req.Limiter, req.IP)
+	} else {
+		err = h.src.Reset(r.Context(), req.Scope, req.Limiter, req.Subject)
+	}
+	if err != nil {
+		h.fail(w, r, "reset", err)
+		return
+	}
+	id, _ := role.FromContext(r.Context())
+	h.log.Info("admin: reset", "by", id.User, "roles", id.Roles, "scope", req.Scope, "limiter", req.Limiter,
+		"subject", req.Subject, "ip", req.IP, "remote", r.RemoteAddr)
+	if fromPage {
+		// Back to the page, at the prefix's root whatever it is: a relative
+		// Location, resolved by the browser against the request's own URL
+		// (http.Redirect would resolve it against the stripped path).
+		w.Header().Set("Location", "../")
+		w.WriteHeader(http.StatusSeeOther)
+		return
+	}
+	writeJSON(w, ResetAnswer{ResetRequest: req, Reset: true})
+}

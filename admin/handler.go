@@ -1,0 +1,153 @@
+// Package admin serves the operator's view of a slidelimit Limiter: who is
+// denied most, fleet-wide, in the last minute, five minutes and hour; who
+// is blocked and for how long; the rule overrides in force; one subject's
+// usage in every window of every registered route; and a way to lift a
+// block. Applications get the handler from slidelimit.Limiter.AdminHandler
+// and mount it under any prefix with http.StripPrefix:
+//
+//	mux.Handle("/admin/ui/", http.StripPrefix("/admin/ui", lim.AdminHandler("superadmin")))
+//
+// Routes, relative to the prefix:
+//
+//	GET  /                         the page (html/template, no script, no external asset)
+//	GET  /api/top?since=1m|5m|1h   {"since":"1h","top":[{"scope","limiter","subject","denied"}, ...]}
+//	GET  /api/subject?subject=S    S's usage across routes (or ?ip=A: what was counted by address A)
+//	GET  /api/blocks               the active blocks
+//	POST /api/reset                scope, limiter, subject (or ip): lifts the block, clears the windows
+//
+// The caller's identity comes from role.NewContext: none is answered 401,
+// an identity with none of the handler's roles 403 (with no roles, the
+// handler serves no one). Bad input is answered 400 with an RFC 9457
+// problem body; a Redis failure 503, without its details, which are logged.
+// POST /api/reset refuses cross-origin browser requests
+// (http.CrossOriginProtection), so the page's forms cannot be submitted
+// from another site, and logs every reset with who made it.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/role"
+)
+
+// Source is what the handler reads and resets; slidelimit.Limiter
+// provides it. Its methods must be safe for concurrent use.
+type Source interface {
+	// TopDenied is engine.Engine.TopDenied.
+	TopDenied(ctx context.Context, since time.Duration, n int) ([]engine.Denials, error)
+	// Routes lists the registered scopes and their limiter IDs.
+	Routes() []Route
+	// Peek and PeekByIP are slidelimit.Limiter.Peek and PeekByIP.
+	Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error)
+	PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error)
+	// Reset and ResetByIP are slidelimit.Limiter.Reset and ResetByIP.
+	Reset(ctx context.Context, scope, limiterID, subject string) error
+	ResetByIP(ctx context.Context, scope, limiterID, addr string) error
+	// Overrides lists the rule overrides in force.
+	Overrides(ctx context.Context) ([]Override, error)
+}
+
+// Route is a registered scope and the IDs of its limiters.
+type Route struct {
+	Scope    string   `json:"scope"`
+	Limiters []string `json:"limiters"`
+}
+
+// Override is a rule override in force.
+type Override struct {
+	Scope string `json:"scope"`
+	Rules string `json:"rules"`
+}
+
+// BadInputError is returned by a Source for input that names nothing it
+// knows (an unknown scope or limiter, a value that is no subject); the
+// handler answers it with 400. Sources wrap it around their own errors.
+type BadInputError struct{ Err error }
+
+func (e *BadInputError) Error() string { return e.Err.Error() }
+func (e *BadInputError) Unwrap() error { return e.Err }
+
+// Views are the periods of GET /api/top and of the page.
+var Views = []string{"1m", "5m", "1h"}
+
+// TopN is the number of entries of each view.
+const TopN = 50
+
+// handler is the admin handler. It is safe for concurrent use.
+type handler struct {
+	src   Source
+	log   *slog.Logger
+	roles []role.Role
+	mux   *http.ServeMux
+}
+
+// New returns the admin handler of src for callers with one of roles; log
+// receives the resets and the errors (nil discards them).
+func New(src Source, log *slog.Logger, roles ...role.Role) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{src: src, log: log, roles: slices.Clone(roles), mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /{$}", h.page)
+	h.mux.HandleFunc("GET /api/top", h.top)
+	h.mux.HandleFunc("GET /api/subject", h.subject)
+	h.mux.HandleFunc("GET /api/blocks", h.blocks)
+	h.mux.Handle("POST /api/reset", http.NewCrossOriginProtection().Handler(http.HandlerFunc(h.reset)))
+	return h
+}
+
+// ServeHTTP checks the caller, then serves the route.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, ok := role.FromContext(r.Context())
+	if !ok || id.User == "" && len(id.Roles) == 0 {
+		problem(w, http.StatusUnauthorized, "authentication required")
+		return
+	}
+	if !slices.ContainsFunc(h.roles, id.Has) {
+		problem(w, http.StatusForbidden, "this page needs an operator role")
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(w, r)
+}
+
+// problemBody is an RFC 9457 problem details object.
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// problem writes status with an application/problem+json body.
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problemBody{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+// writeJSON writes v as the 200 answer.
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// fail answers err: 400 with its text for bad input, otherwise 503 with
+// nothing of it (it is logged).
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, op string, err error) {
+	var bad *BadInputError
+	if errorsAs(err, &bad) {
+		problem(w, http.StatusBadRequest, bad.Error())
+		return
+	}
+	h.log.Warn("admin: "+op+" failed", "error", err, "path", r.URL.Path)
+	problem(w, http.StatusServiceUnavailable, "the rate limiter's store did not answer; try again")
+}

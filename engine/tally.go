@@ -1,0 +1,447 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Denial tallies: every denial of Allow (from Redis, from the cache of
+// denials, or from the fallback limiter) adds one to its (scope, limiter,
+// subject) in process; a background goroutine writes what was added to
+// Redis about once a second, in one pipeline, so that every process's
+// denials add up in the same keys and a request pays no round trip for
+// them. See the package documentation, Denial tallies.
+const (
+	// DefaultTallyFlush is how often the denial tallies are written to
+	// Redis (WithTallyFlush).
+	DefaultTallyFlush = time.Second
+	// TallyTop is the number of (scope, limiter, subject) entries a tally
+	// bucket keeps in Redis: the most denied ones; the others are dropped
+	// at every write.
+	TallyTop = 256
+	// TallyPending is the number of entries the process gathers between
+	// two writes; beyond it, a new entry replaces the least denied one,
+	// whose count is dropped.
+	TallyPending = tallyShards * tallyShardCap
+	// TallyKeep is how long the tallies cover: the longest view TopDenied
+	// answers.
+	TallyKeep = time.Hour
+
+	tallyShards   = 16
+	tallyShardCap = 64
+	tallyNames    = 4096 // hashed subjects whose raw value the process remembers
+
+	fineBucket   = 10 * time.Second // the buckets of views up to fineSpan
+	fineSpan     = 5 * time.Minute
+	coarseBucket = time.Minute // the buckets of longer views
+)
+
+// WithTallies turns the denial tallies on or off (on by default). Off,
+// denials are not counted and TopDenied reports nothing new.
+func WithTallies(on bool) Option {
+	return func(c *config) error {
+		c.tallyOff = !on
+		return nil
+	}
+}
+
+// WithTallyFlush sets how often the denial tallies are written to Redis
+// (default DefaultTallyFlush); it must be between 10 ms and 10 s.
+func WithTallyFlush(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 10*time.Millisecond || d > 10*time.Second {
+			return &OptionError{Option: "WithTallyFlush", Reason: "the period must be between 10ms and 10s"}
+		}
+		c.tallyFlush = d
+		return nil
+	}
+}
+
+// Denials is how many times a subject was denied by one limiter of one
+// scope, fleet-wide, in the period asked of TopDenied.
+type Denials struct {
+	// Scope is the request's scope (a route pattern or a scope: name).
+	Scope string
+	// Limiter is the limiter's ID (rules.Limiter.ID): "ip", "user",
+	// "header(X-Api-Key)", "user[bytes]".
+	Limiter string
+	// Subject is the check's subject as the engine was given it
+	// (Check.Subject); for a subject stored hashed (WithHashSubjects, or
+	// longer than 128 bytes) it is the raw subject when this process
+	// denied it lately, and otherwise the stored hash ("#" and base64url),
+	// with Hashed set.
+	Subject string
+	// Hashed reports that Subject is the stored hash, not the subject.
+	Hashed bool
+	// Denied is the number of denials counted in the period.
+	Denied int64
+}
+
+// TallyStats reports what the tallies lost, since the engine started.
+type TallyStats struct {
+	// Overflow is the number of denials dropped in process because more
+	// than TallyPending entries were denied between two writes.
+	Overflow int64
+	// Failed is the number of denials dropped because their write to
+	// Redis failed.
+	Failed int64
+}
+
+// tallyKey is what one denial counts for; its strings are the request's.
+type tallyKey struct {
+	scope   string
+	kind    rules.Kind
+	name    string
+	cost    string
+	subject string
+}
+
+// tallyShard gathers denials between two writes: at most tallyShardCap
+// entries, the least denied one making room for a new one.
+type tallyShard struct {
+	mu     sync.Mutex
+	idx    map[tallyKey]int
+	keys   []tallyKey
+	counts []int64
+	last   int      // the index of the entry counted last
+	_      [56]byte // a shard per 128 bytes: no two on one cache line pair
+}
+
+// tallies is an engine's denial tallies. note is safe for concurrent use.
+type tallies struct {
+	shards   [tallyShards]tallyShard
+	overflow atomic.Int64
+	failed   atomic.Int64
+	failing  atomic.Bool // the last write failed
+
+	namesMu sync.Mutex
+	names   map[string]string // stored hash -> raw subject
+}
+
+func newTallies() *tallies {
+	t := &tallies{names: map[string]string{}}
+	for i := range t.shards {
+		t.shards[i].idx = make(map[tallyKey]int, tallyShardCap)
+	}
+	return t
+}
+
+// noteDenial counts d, a denial of req by Allow, in the tallies.
+func (e *Engine) noteDenial(req *Request, d *Decision) {
+	t := e.tally
+	if t == nil || d.Allowed || d.Denied.Window.Limit == 0 || d.Denied.Check >= len(req.Checks) {
+		return // allowed, or denied by no window (fail-closed)
+	}
+	c := &req.Checks[d.Denied.Check]
+	k := tallyKey{scope: req.Scope, kind: c.Kind, name: c.Name, cost: c.Limiter.Cost, subject: c.Subject}
+	// A random shard, not one per subject: the denials of one hot subject
+	// by many goroutines then spread over the shards' locks. The write
+	// merges the entries of one subject in several shards.
+	s := &t.shards[rand.Uint32()%tallyShards]
+	s.mu.Lock()
+	// The last entry counted first: under a flood, most denials are of
+	// the same few subjects, and comparing strings costs less than
+	// hashing them.
+	if i := s.last; i < len(s.keys) && s.keys[i] == k {
+		s.counts[i]++
+		s.mu.Unlock()
+		return
+	}
+	if i, ok := s.idx[k]; ok {
+		s.counts[i]++
+		s.last = i
+		s.mu.Unlock()
+		return
+	}
+	if len(s.keys) < tallyShardCap {
+		s.idx[k] = len(s.keys)
+		s.keys = append(s.keys, k)
+		s.counts = append(s.counts, 1)
+		s.mu.Unlock()
+		return
+	}
+	// Full: the least denied entry makes room (its count is lost), so
+	// that a subject denied again and again keeps its place in a flood
+	// of subjects denied once.
+	m := 0
+	for i, n := range s.counts {
+		if n < s.counts[m] {
+			m = i
+		}
+	}
+	lost := s.counts[m]
+	delete(s.idx, s.keys[m])
+	s.keys[m], s.counts[m] = k, 1
+	s.idx[k] = m
+	s.mu.Unlock()
+	t.overflow.Add(lost)
+}
+
+// take empties the shards into a list of distinct entries and their
+// counts.
+func (t *tallies) take(keys []tallyKey, counts []int64) ([]tallyKey, []int64) {
+	at := make(map[tallyKey]int, len(keys))
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for j, k := range s.keys {
+			if n, ok := at[k]; ok {
+				counts[n] += s.counts[j]
+				continue
+			}
+			at[k] = len(keys)
+			keys = append(keys, k)
+			counts = append(counts, s.counts[j])
+		}
+		clear(s.keys) // drop the references to the requests' strings
+		s.keys, s.counts = s.keys[:0], s.counts[:0]
+		clear(s.idx)
+		s.mu.Unlock()
+	}
+	return keys, counts
+}
+
+// startTallies runs the goroutine that writes the tallies every period,
+// and once more when the engine closes.
+func (e *Engine) startTallies(every time.Duration) {
+	e.bg.start(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		var keys []tallyKey
+		var counts []int64
+		for {
+			select {
+			case <-e.stop:
+				keys, counts = e.tally.take(keys[:0], counts[:0])
+				e.flushTallies(keys, counts)
+				return
+			case <-tick.C:
+				keys, counts = e.tally.take(keys[:0], counts[:0])
+				e.flushTallies(keys, counts)
+			}
+		}
+	})
+}
+
+// tallyKeys returns the fine and coarse bucket keys at time now.
+func (e *Engine) tallyKey(b []byte, span time.Duration, at time.Time) []byte {
+	b = append(b, e.keyer.prefix...)
+	b = append(b, "{tally}:"...)
+	if span == fineBucket {
+		b = append(b, "10s:"...)
+	} else {
+		b = append(b, "1m:"...)
+	}
+	return strconv.AppendInt(b, at.UnixNano()/int64(span), 10)
+}
+
+// flushTallies writes one period's entries to the current buckets in one
+// pipeline: ZINCRBY each, then trim each bucket to its TallyTop most
+// denied entries and set its expiry. A failed write is dropped (and
+// counted); the first failure after a success is logged, and so is the
+// success that ends a run of failures.
+func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
+	if len(keys) == 0 {
+		return
+	}
+	defer clear(keys) // drop the references to the requests' strings
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	if e.group == groupAll && e.doms.one.down.Load() {
+		// Known down (see health.go): no dial, no wait, as for decisions.
+		e.tallyFailed(total, ErrUnavailable)
+		return
+	}
+	now := e.now()
+	fine := string(e.tallyKey(nil, fineBucket, now))
+	coarse := string(e.tallyKey(nil, coarseBucket, now))
+	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
+	defer cancel()
+	pipe := e.client.Pipeline()
+	var member []byte
+	for i, k := range keys {
+		member = e.tallyMember(member[:0], k)
+		m := string(member)
+		pipe.ZIncrBy(ctx, fine, float64(counts[i]), m)
+		pipe.ZIncrBy(ctx, coarse, float64(counts[i]), m)
+	}
+	for _, key := range []string{fine, coarse} {
+		pipe.ZRemRangeByRank(ctx, key, 0, -TallyTop-1)
+	}
+	pipe.PExpire(ctx, fine, fineSpan+2*fineBucket)
+	pipe.PExpire(ctx, coarse, TallyKeep+2*coarseBucket)
+	_, err := pipe.Exec(ctx)
+	if err != nil {
+		e.tallyFailed(total, err)
+		return
+	}
+	if e.tally.failing.Swap(false) {
+		e.log.Info("engine: denial tallies are written again", "dropped", e.tally.failed.Load())
+	}
+}
+
+// tallyFailed counts n denials whose write failed with err, and logs the
+// first failure after a success.
+func (e *Engine) tallyFailed(n int64, err error) {
+	failed := e.tally.failed.Add(n)
+	if !e.tally.failing.Swap(true) {
+		e.log.Warn("engine: denial tallies cannot be written to Redis; dropping them until it answers",
+			"error", err, "dropped", failed)
+	}
+}
+
+// tallyMember appends the member of k in a bucket: the escaped scope,
+// limiter ID and subject, separated by '|' (which escaping removes from
+// each). A subject the keys store hashed is stored hashed here too, and the
+// process remembers its raw value for TopDenied.
+func (e *Engine) tallyMember(b []byte, k tallyKey) []byte {
+	b = appendEscaped(b, k.scope)
+	b = append(b, '|')
+	b = appendEscaped(b, rules.Limiter{Kind: k.kind, Name: k.name, Cost: k.cost}.ID())
+	b = append(b, '|')
+	if !e.keyer.hashAll && len(k.subject) <= maxRawSubject {
+		return appendEscaped(b, k.subject)
+	}
+	n := len(b)
+	b = e.keyer.appendHashed(b, k.subject)
+	t := e.tally
+	t.namesMu.Lock()
+	if len(t.names) >= tallyNames {
+		clear(t.names) // forget the oldest by forgetting all: bounded, and rare
+	}
+	t.names[string(b[n:])] = k.subject
+	t.namesMu.Unlock()
+	return b
+}
+
+// TallyStats returns the denials the tallies dropped so far.
+func (e *Engine) TallyStats() TallyStats {
+	if e.tally == nil {
+		return TallyStats{}
+	}
+	return TallyStats{Overflow: e.tally.overflow.Load(), Failed: e.tally.failed.Load()}
+}
+
+// TopDenied returns the n (scope, limiter, subject) entries denied most in
+// the last since, fleet-wide, most denied first (then by scope, limiter and
+// subject). since must be between 1 s and TallyKeep; it is rounded up to
+// whole buckets of 10 s (up to 5 min) or 1 min (beyond), and the bucket in
+// progress is included, so a 1 min view covers 60 to 70 s. Denials of the
+// last period of WithTallyFlush are not written yet. n <= 0 returns every
+// entry kept. TopDenied reads Redis with one pipeline; it fails with an
+// error matching ErrInvalid for a bad since and ErrBackend when Redis does.
+func (e *Engine) TopDenied(ctx context.Context, since time.Duration, n int) ([]Denials, error) {
+	if since < time.Second || since > TallyKeep {
+		return nil, fmt.Errorf("%w: tally period %s is not between 1s and %s", ErrInvalid, since, TallyKeep)
+	}
+	span := coarseBucket
+	if since <= fineSpan {
+		span = fineBucket
+	}
+	buckets := int((since + span - 1) / span)
+	now := e.now()
+	ctx, cancel := context.WithTimeout(ctx, max(e.timeout, time.Second))
+	defer cancel()
+	pipe := e.client.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, 0, buckets+1)
+	for i := 0; i <= buckets; i++ {
+		key := string(e.tallyKey(nil, span, now.Add(-time.Duration(i)*span)))
+		cmds = append(cmds, pipe.ZRangeWithScores(ctx, key, 0, -1))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, &BackendError{Op: "tally", Err: err}
+	}
+	sums := map[string]int64{}
+	for _, c := range cmds {
+		for _, z := range c.Val() {
+			if m, ok := z.Member.(string); ok {
+				sums[m] += int64(z.Score)
+			}
+		}
+	}
+	out := make([]Denials, 0, len(sums))
+	for m, sum := range sums {
+		if d, ok := e.parseTallyMember(m); ok && sum > 0 {
+			d.Denied = sum
+			out = append(out, d)
+		}
+	}
+	slices.SortFunc(out, func(a, b Denials) int {
+		if a.Denied != b.Denied {
+			if a.Denied > b.Denied {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Scope+"\x00"+a.Limiter+"\x00"+a.Subject, b.Scope+"\x00"+b.Limiter+"\x00"+b.Subject)
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out, nil
+}
+
+// parseTallyMember reads a member written by tallyMember.
+func (e *Engine) parseTallyMember(m string) (Denials, bool) {
+	parts := strings.Split(m, "|")
+	if len(parts) != 3 {
+		return Denials{}, false
+	}
+	var d Denials
+	var ok1, ok2, ok3 bool
+	d.Scope, ok1 = unescape(parts[0])
+	d.Limiter, ok2 = unescape(parts[1])
+	d.Subject, ok3 = unescape(parts[2])
+	if !ok1 || !ok2 || !ok3 {
+		return Denials{}, false
+	}
+	if strings.HasPrefix(parts[2], "#") { // '#' is escaped in raw subjects
+		d.Hashed = true
+		if e.tally != nil {
+			e.tally.namesMu.Lock()
+			raw, ok := e.tally.names[parts[2]]
+			e.tally.namesMu.Unlock()
+			if ok {
+				d.Subject, d.Hashed = raw, false
+			}
+		}
+	}
+	return d, true
+}
+
+// unescape reverses appendEscaped.
+func unescape(s string) (string, bool) {
+	if !strings.Contains(s, "%") {
+		return s, true
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b = append(b, s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		b = append(b, byte(v))
+		i += 2
+	}
+	return string(b), true
+}
