@@ -364,3 +364,24 @@ func TestOverridesStore(t *testing.T) {
 		t.Errorf("a closed Limiter applied a change:\n%s", l)
 	}
 }
+
+// TestOverridesOutageLeavesPool checks that the version checks of a Limiter
+// whose Redis is down do not go through the client's pool: go-redis's pool
+// stops dialing after PoolSize failed dials in a row and then dials once
+// a second only, which kept a Limiter behind a restarted Redis. Here many
+// more checks than PoolSize fail, and the pool dials the restarted server
+// at once.
+func TestOverridesOutageLeavesPool(t *testing.T) {
+	t.Parallel()
+	s := redistest.Start(t)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, PoolSize: 4})
+	t.Cleanup(func() { rc.Close() })
+	p := newProcess(t, rc, randomPrefix(t), slidelimit.WithRulesCheck(10*time.Millisecond))
+	s.Kill()
+	time.Sleep(300 * time.Millisecond) // about 30 version checks
+	s.Restart()
+	if err := rc.Ping(context.Background()).Err(); err != nil {
+		t.Errorf("the client's pool does not dial a restarted server: %v", err)
+	}
+	until(t, "overrides readable again", func() bool { return strings.Contains(p.logs.String(), "rule overrides readable again") })
+}

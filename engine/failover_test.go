@@ -202,7 +202,7 @@ func TestClusterFailover(t *testing.T) {
 					}
 					if d.Source == FromRedis && d.Allowed {
 						admits[k] = append(admits[k], failoverAdmit{subj: uint8(i),
-							member: memberText(d.taken.member, d.taken.keys[0].suffix)})
+							member: memberText(d.taken.member(), d.taken.keys[0].suffix)})
 					}
 					if r.errKind == errOther {
 						errMu.Lock()

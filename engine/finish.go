@@ -154,9 +154,10 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 	}
 	before := t.claim(want)
 	now := time.Now().UnixMicro()
+	member := t.member()
 	for i := range t.keys {
 		k := &t.keys[i]
-		u := undo{key: t.key(i), member: t.member, suffix: k.suffix, until: now + k.longest, kind: k.kind}
+		u := undo{key: t.key(i), member: member, suffix: k.suffix, until: now + k.longest, kind: k.kind}
 		switch {
 		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
 			if k.kind == kindSlot && before&doneRelease != 0 {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/reach"
 )
 
 // Timing of the down state (see domain).
@@ -177,40 +179,17 @@ func ping(c Client, timeout time.Duration) error {
 	return c.Process(ctx, redis.NewStatusCmd(ctx, "ping"))
 }
 
-// probePing sends PING to c's server, waiting at most timeout. For a
-// *redis.Client (the engine's client, or a master or shard of a cluster
-// or Ring) it dials a connection of its own, through a client closed
-// after: go-redis's pool stops dialing after PoolSize failed dials in a
-// row and then dials once a second only, in the background. Probing
-// through the pool, an outage longer than PoolSize probes (about 15 s on
-// 2 cores) left the engine up to that second behind a restarted server on
-// top of the probe interval: back on Redis 1.5-1.6 s after a restart that
-// followed a 35 s outage, against under 0.5 s after a short one. The
-// pool itself is then dialed only by calls, once the probe found the
-// server up. The probe dials first on its own, so that a server refusing
-// connections costs no log line of go-redis's per probe.
+// probePing sends PING to c's server, waiting at most timeout, once the
+// server accepts connections (reach.Dial): probes through go-redis's pool
+// alone made it stop dialing after PoolSize failed probes (about 15 s of
+// outage on 2 cores), and then dial once a second only, so the engine came
+// back 1.5-1.6 s after a restart that followed a 35 s outage, against under
+// 0.5 s after a short one.
 func probePing(c Client, timeout time.Duration) error {
-	rc, ok := c.(*redis.Client)
-	if !ok {
-		return ping(c, timeout)
+	if err := reach.Dial(c, timeout); err != nil {
+		return err
 	}
-	o := *rc.Options()
-	if o.Dialer != nil {
-		// A refused dial is not logged by go-redis this way: an outage
-		// costs no line of go-redis's per probe.
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		conn, err := o.Dialer(ctx, o.Network, o.Addr)
-		cancel()
-		if err != nil {
-			return err
-		}
-		conn.Close()
-	}
-	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxActiveConns = 1, 0, 0, 0
-	o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
-	once := redis.NewClient(&o)
-	defer once.Close()
-	return ping(once, timeout)
+	return ping(c, timeout)
 }
 
 // nodeOf returns the client of d's server: the engine's client for its

@@ -96,18 +96,7 @@ func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
 // cluster and the fallback limiter.
 func TestSettle(t *testing.T) {
 	t.Parallel()
-	for _, b := range testBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			prefix := testPrefix(t)
-			if b.ttl != nil {
-				b.ttl(t, prefix)
-			}
-			clk := newFakeClock()
-			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
-			settleScenario(t, newEngine(t, b.c, opts...), clk)
-		})
-	}
+	onEveryBackend(t, settleScenario)
 }
 
 // TestSettleGrains settles in a key with a grained window: the newest

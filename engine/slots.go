@@ -102,9 +102,12 @@ func (e *Engine) hold(t *taken) {
 	if h.held == nil {
 		h.held = make(map[slotRef]struct{})
 	}
+	member := t.member()
 	for i, k := range t.keys {
 		if k.kind == kindSlot {
-			h.held[slotRef{key: t.key(i), member: memberText(t.member, k.suffix)}] = struct{}{}
+			// t.key(i) is a view of t.text: the registry keeps t alive
+			// while the slot is held, and no more.
+			h.held[slotRef{key: t.key(i), member: memberText(member, k.suffix)}] = struct{}{}
 		}
 	}
 	if !h.started {

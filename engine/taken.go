@@ -14,7 +14,6 @@ import (
 // It is immutable but for state, and safe for concurrent use.
 type taken struct {
 	id     int64
-	member string // id in decimal
 	src    Source // FromRedis or FromLocal
 	at     int64  // the decision time, µs since 1970 (settlement of grained keys)
 	text   string // every key, back to back
@@ -23,9 +22,10 @@ type taken struct {
 	extra  []takenExtra  // per key, for calendar and distinct keys; nil without them
 	state  atomic.Uint32 // done* bits: what was finished already
 
-	// Room for the usual request, so that it costs two allocations.
+	// Room for the usual request, so that it costs one allocation.
 	inKeys   [3]takenKey
 	inChecks [3]takenCheck
+	inText   [160]byte
 }
 
 // Kinds of the keys a request took, as finish ops name them (see
@@ -61,6 +61,9 @@ const (
 	doneSettle               // its costs settled
 )
 
+// member returns the request's member, its id in decimal.
+func (t *taken) member() string { return strconv.FormatInt(t.id, 10) }
+
 // key returns key i.
 func (t *taken) key(i int) string {
 	start := int32(0)
@@ -73,9 +76,14 @@ func (t *taken) key(i int) string {
 // take records what c, admitted by src, took; req is its Request.
 func (c *call) take(req *Request, src Source) *taken {
 	p := &c.plan
-	t := &taken{id: c.id, member: strconv.FormatInt(c.id, 10), src: src, at: c.sec*1e6 + c.usec}
+	t := &taken{id: c.id, src: src, at: c.sec*1e6 + c.usec}
 	t.keys, t.checks = t.inKeys[:0], t.inChecks[:0]
-	t.text = string(p.buf[:p.ends[len(p.ends)-1]])
+	if text := p.buf[:p.ends[len(p.ends)-1]]; len(text) <= len(t.inText) {
+		n := copy(t.inText[:], text)
+		t.text = unsafe.String(&t.inText[0], n) // t.inText never changes again
+	} else {
+		t.text = string(text)
+	}
 	for i := range p.keys {
 		k := takenKey{end: int32(p.ends[i]), kind: kindCount, suffix: c.suffixOf(i, src), longest: p.longest(i)}
 		switch {

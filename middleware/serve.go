@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/role"
@@ -134,26 +133,21 @@ func (l *limiter) price(w http.ResponseWriter, next http.Handler, c *call) bool 
 func (l *limiter) decide(w http.ResponseWriter, c *call) bool {
 	r := c.r
 	c.req = engine.Request{Scope: c.scope, Checks: c.checks, Fail: l.group.Fail, Zone: l.zone}
-	start := time.Now()
-	c.dec, c.err = l.decider.Allow(r.Context(), c.req)
-	took := time.Since(start)
-
+	d := c.p.Decide(r.Context(), l.decider, c.req, c.shadow)
+	c.dec, c.err = d.Decision, d.Err
 	dec, err := &c.dec, c.err
 	c.ev = Event{
 		Request: r, Scope: c.scope, Role: c.res.Role, Allowed: dec.Allowed, Shadow: c.shadow,
-		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: *dec, Latency: took,
+		RetryAfter: dec.RetryAfter, Source: dec.Source, Err: err, Decision: *dec, Latency: d.Latency,
 	}
-	c.items, c.primary = c.p.Constrained(dec)
-	if c.primary >= 0 {
-		ws := &dec.Windows[c.primary]
-		if c.pol = c.p.Lookup(ws.Check, ws.Window); c.pol != nil {
-			c.ev.Limiter, c.ev.Policy, c.ev.Window = c.p.Limiters[c.pol.Check].ID(), c.pol.Name, ws.Window
-		}
+	c.items, c.primary = d.Items, d.Primary
+	if c.pol = d.Policy; c.pol != nil {
+		c.ev.Limiter, c.ev.Policy, c.ev.Window = c.p.Limiters[c.pol.Check].ID(), c.pol.Name, dec.Windows[c.primary].Window
 	}
 	if err == nil {
 		return true
 	}
-	if !errors.Is(err, engine.ErrInvalid) {
+	if !d.Invalid {
 		l.logBackend(r, c.scope, *dec, err)
 		return true
 	}

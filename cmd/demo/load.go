@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -21,6 +22,7 @@ type loadConfig struct {
 	rps         int
 	duration    time.Duration
 	concurrency int
+	log         string // append a Combined Log Format line per answer to this file
 }
 
 func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
@@ -45,6 +47,7 @@ Flags:
 	fs.IntVar(&c.rps, "rps", 10, "requests per second")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to send")
 	fs.IntVar(&c.concurrency, "concurrency", 4, "requests in flight at most")
+	fs.StringVar(&c.log, "log", "", "append each answered request to this file in Combined Log Format (for slidelimit replay)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -129,6 +132,15 @@ func runLoad(ctx context.Context, c loadConfig, client *http.Client, out io.Writ
 		fmt.Fprintf(out, "%4d %6d %6d %6d %6d  %s\n", sec, row.sent, row.ok, row.limited, row.other, row.retry())
 	}
 
+	var alog *accessLog
+	if c.log != "" {
+		f, err := os.OpenFile(c.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return fmt.Errorf("load: %w", err)
+		}
+		defer f.Close()
+		alog = &accessLog{w: f}
+	}
 	jobs := make(chan struct{})
 	var wg sync.WaitGroup
 	for range c.concurrency {
@@ -136,9 +148,13 @@ func runLoad(ctx context.Context, c loadConfig, client *http.Client, out io.Writ
 		go func() {
 			defer wg.Done()
 			for range jobs {
-				code, retry := send(ctx, client, c)
+				start := time.Now()
+				code, retry, size := send(ctx, client, c)
 				if code == 0 && ctx.Err() != nil {
 					continue // cut off by the end of the run, not an answer
+				}
+				if code != 0 {
+					alog.write(start, c.token, c.method, c.path, code, size)
 				}
 				record(code, retry)
 			}
@@ -175,21 +191,21 @@ loop:
 	return nil
 }
 
-// send makes one request and returns its status (0 on a transport error)
-// and its Retry-After header.
-func send(ctx context.Context, client *http.Client, c loadConfig) (int, string) {
+// send makes one request and returns its status (0 on a transport error),
+// its Retry-After header and the size of its body.
+func send(ctx context.Context, client *http.Client, c loadConfig) (int, string, int64) {
 	req, err := http.NewRequestWithContext(ctx, c.method, c.url+c.path, nil)
 	if err != nil {
-		return 0, ""
+		return 0, "", 0
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, ""
+		return 0, "", 0
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body)
-	return resp.StatusCode, resp.Header.Get("Retry-After")
+	n, _ := io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), n
 }

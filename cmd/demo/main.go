@@ -2,7 +2,7 @@
 // load against it.
 //
 //	demo [-addr ADDR] [-redis URL | -cluster ADDR,ADDR,...]
-//	demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C]
+//	demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
 //
 // Without -redis or -cluster the demo limits against an embedded
 // miniredis. Callers authenticate with "Authorization: Bearer NAME", NAME
@@ -34,7 +34,7 @@ import (
 const usage = `Usage:
   demo [-addr ADDR] [-redis URL | -cluster ADDR,ADDR,...]
         serve the demo API, rate-limited by slidelimit
-  demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C]
+  demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
         send requests at a fixed rate and count the answers per second
 
 Accounts (Authorization: Bearer NAME): alice, bob (user), admin (admin),

@@ -135,25 +135,19 @@ func (l *Limiter) refuse(c *gcall, httpStatus int, st error) error {
 func (l *Limiter) decide(c *gcall) (bool, error) {
 	ctx, ev := c.ctx, &c.ev
 	c.req = engine.Request{Scope: ev.Scope, Checks: c.checks, Fail: c.m.group.Fail, Zone: c.m.zone}
-	begin := time.Now()
-	dec, err := l.decider.Allow(ctx, c.req)
-	ev.Latency = time.Since(begin)
-	c.dec = dec
+	d := c.p.Decide(ctx, l.decider, c.req, c.shadow)
+	dec, err := d.Decision, d.Err
+	c.dec, c.retry, c.prim = dec, d.Retry, d.Primary
+	c.values = c.p.Values(&d, c.retry)
+	ev.Latency = d.Latency
 	ev.Allowed, ev.RetryAfter, ev.Source, ev.Err, ev.Decision = dec.Allowed, dec.RetryAfter, dec.Source, err, dec
-	if !dec.Allowed && !c.shadow {
-		c.retry = lifecycle.RetryAfterSeconds(dec.RetryAfter)
-	}
-	c.values, c.prim = c.p.RateLimit(&c.dec, c.retry)
-	if c.prim >= 0 {
-		ws := dec.Windows[c.prim]
-		if pol := c.p.Lookup(ws.Check, ws.Window); pol != nil {
-			ev.Limiter, ev.Policy, ev.Window = c.p.Limiters[pol.Check].ID(), pol.Name, pol.Window
-		}
+	if pol := d.Policy; pol != nil {
+		ev.Limiter, ev.Policy, ev.Window = c.p.Limiters[pol.Check].ID(), pol.Name, pol.Window
 	}
 	if err == nil {
 		return true, nil
 	}
-	if !errors.Is(err, engine.ErrInvalid) {
+	if !d.Invalid {
 		l.logBackend(ctx, ev.Scope, dec, err)
 		return true, nil
 	}

@@ -11,6 +11,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -134,4 +135,61 @@ func Finish(ctx context.Context, decider any, req *engine.Request, d *engine.Dec
 		}
 	}
 	return err
+}
+
+// Decider makes rate-limit decisions; *engine.Engine implements it.
+type Decider interface {
+	Allow(ctx context.Context, req engine.Request) (engine.Decision, error)
+}
+
+// Decided is what the decide step learnt: the decision and what every
+// transport derives from it.
+type Decided struct {
+	Decision engine.Decision
+	Err      error         // returned with the decision
+	Latency  time.Duration // of the Allow call
+	// Retry is the wait a refusal advertises, in whole seconds
+	// (RetryAfterSeconds); 0 for an admission and in shadow mode.
+	Retry int64
+	// Items are the windows the RateLimit values name, and Primary the
+	// deciding one (see Plan.Constrained), indexes in Decision.Windows.
+	Items   []int
+	Primary int
+	// Policy is the deciding window's policy; nil when it has none.
+	Policy *Policy
+	// Invalid reports that the engine could not evaluate the request
+	// (engine.ErrInvalid): a server error, not a client over its limit.
+	Invalid bool
+}
+
+// Decide is the decide step, for every transport: it asks d to admit req,
+// a request of p's checks, and works out the deciding window and the
+// advertised wait (none in shadow mode, which never refuses).
+func (p *Plan) Decide(ctx context.Context, d Decider, req engine.Request, shadow bool) Decided {
+	start := time.Now()
+	dec, err := d.Allow(ctx, req)
+	r := Decided{Decision: dec, Err: err, Latency: time.Since(start)}
+	r.Items, r.Primary = p.Constrained(&r.Decision)
+	if r.Primary >= 0 {
+		ws := &dec.Windows[r.Primary]
+		r.Policy = p.Lookup(ws.Check, ws.Window)
+	}
+	if !dec.Allowed && !shadow {
+		r.Retry = RetryAfterSeconds(dec.RetryAfter)
+	}
+	r.Invalid = err != nil && errors.Is(err, engine.ErrInvalid)
+	return r
+}
+
+// Values returns the RateLimit field values of r's items, the effective
+// window capped at maxT seconds when positive.
+func (p *Plan) Values(r *Decided, maxT int64) []string {
+	var values []string
+	for _, i := range r.Items {
+		ws := r.Decision.Windows[i]
+		if pol := p.Lookup(ws.Check, ws.Window); pol != nil {
+			values = append(values, RateLimitField(pol.Name, ws, pol.Per, maxT))
+		}
+	}
+	return values
 }

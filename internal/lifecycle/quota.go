@@ -381,20 +381,3 @@ func (p *Plan) Lookup(c int, w rules.Window) *Policy {
 	}
 	return nil
 }
-
-// RateLimit returns the RateLimit field values of dec, a decision on this
-// plan's checks, one List member per advertised quota unit, such as
-// `"ip-1s";r=0;t=1`, with the effective window t capped at maxT seconds
-// when maxT is positive (a denial's RetryAfterSeconds), and the index in
-// dec.Windows of the primary window (see Constrained); -1 when dec has no
-// windows.
-func (p *Plan) RateLimit(dec *engine.Decision, maxT int64) (values []string, primary int) {
-	items, primary := p.Constrained(dec)
-	for _, i := range items {
-		ws := dec.Windows[i]
-		if pol := p.Lookup(ws.Check, ws.Window); pol != nil {
-			values = append(values, RateLimitField(pol.Name, ws, pol.Per, maxT))
-		}
-	}
-	return values, primary
-}

@@ -38,6 +38,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/reach"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -190,6 +191,9 @@ func (o *Store) receive(ps *redis.PubSub, events chan<- bool) {
 func (o *Store) sync(check bool) {
 	o.syncMu.Lock()
 	defer o.syncMu.Unlock()
+	if o.down.Load() && reach.Dial(o.client, Timeout) != nil {
+		return // still down: the client's pool is not asked (see package reach)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	if check {

@@ -447,18 +447,7 @@ func comboPeekBlockSlots(t *testing.T, e *Engine, clk *fakeClock) {
 // TestComboPeekBlockSlots runs comboPeekBlockSlots on every backend.
 func TestComboPeekBlockSlots(t *testing.T) {
 	t.Parallel()
-	for _, b := range testBackends(t) {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			prefix := testPrefix(t)
-			if b.ttl != nil {
-				b.ttl(t, prefix)
-			}
-			clk := newFakeClock()
-			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
-			comboPeekBlockSlots(t, newEngine(t, b.c, opts...), clk)
-		})
-	}
+	onEveryBackend(t, comboPeekBlockSlots)
 }
 
 // TestComboClusterMasterDownSlots: on a 3-master cluster with one master

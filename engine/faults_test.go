@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -21,7 +22,14 @@ import (
 // not leave every later call on the fail mode.
 func TestLeaderPanic(t *testing.T) {
 	t.Parallel()
-	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	// A server that accepts connections, so that the probe, which dials
+	// before it asks (see probePing), reaches the client's hook.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	rc := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	release := make(chan struct{})
 	entered := make(chan struct{}, 1)
@@ -37,7 +45,8 @@ func TestLeaderPanic(t *testing.T) {
 			return errors.New("no redis")
 		}
 	}))
-	e := newEngine(t, rc, WithFailMode(rules.FailClosed), withEvictionCheck(0)) // its INFO would take the panic
+	// Its INFO and its subscription would take the panic.
+	e := newEngine(t, rc, WithFailMode(rules.FailClosed), withEvictionCheck(0), WithCachedDenials(false))
 	e.batch.maxInflight = 1
 	r := req(user("u", win(10, time.Minute)))
 
