@@ -43,8 +43,8 @@ import (
 // When no such entry is found a refund is not made and a debt is charged
 // to the key's newest entry; both err on the side of denying. A key with
 // more than 64 entries after the request's is not rewritten: a refund is
-// not made and a debt is charged to its newest entry (see
-// lua/give_back.lua).
+// not made and a debt is charged to its newest entry (see Weighted changes
+// in lua/multi_window.lua).
 //
 // When Redis fails, or is considered down, the settlement is queued like
 // the undo of a failed call (best effort, retried before later script
