@@ -164,7 +164,7 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 				continue
 			}
 			if k.kind == kindWeighted {
-				u.cost, u.delta, u.mode = k.cost, -k.cost, 'r'
+				u.cost, u.delta, u.mode, u.at = k.cost, -k.cost, 'r', t.at
 			}
 			if k.kind == kindCal && before&doneSettle != 0 {
 				continue // a settled request is not given back, as in weighted keys
@@ -174,9 +174,9 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 			}
 		case k.kind == kindSlot && want&doneRelease != 0 && before&(doneRelease|doneGiveBack) == 0:
 		case k.kind == kindWeighted && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
-			u.cost, u.delta, u.mode = k.cost, deltas[i], 's'
+			u.cost, u.delta, u.mode, u.at = k.cost, deltas[i], 's', t.at
 			if k.grain > 0 {
-				u.mode, u.at, u.grain = 'g', t.at, k.grain
+				u.mode, u.grain = 'g', k.grain
 			}
 		case k.kind == kindCal && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
 			t.extraUndo(i, &u, deltas[i])

@@ -167,3 +167,65 @@ func TestSettleErrors(t *testing.T) {
 		t.Errorf("after settling: used %d and %d, want 1 and 5", got.Windows[0].Used, got.Windows[1].Used)
 	}
 }
+
+// TestSettleManyLater settles and gives back requests of one subject's
+// byte quota with 0 to 149 later entries: a change rewrites at most 64
+// later entries (see Weighted changes in lua/multi_window.lua), and it
+// reads the key from the request's decision time on, so the entries read
+// may be cut (132 at most) before the key's newest. Beyond 64 later
+// entries a refund is not made, a removal leaves the request's weight to
+// the next entry, and a debt is charged to the newest entry.
+func TestSettleManyLater(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
+		if b.name == "local" || b.name == "ring" {
+			continue // the fallback limiter settles exactly; a ring is a single server's case
+		}
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newFakeClock()
+			e := newEngine(t, b.c, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+			ctx := context.Background()
+			r := req(bytesOf("m", 10, win(1_000_000, time.Hour)))
+			ds := make([]Decision, 150)
+			for i := range ds {
+				clk.Set(time.Duration(i) * 10 * time.Millisecond)
+				ds[i] = mustAllow(t, e, r, true)
+			}
+			steps := []struct {
+				k      int   // the request, of 150; 149-k entries are later
+				actual int64 // -2: give back
+				change int64 // of the window's sum
+			}{
+				{149, 3, -7},   // no later entry
+				{100, 3, -7},   // 49 later
+				{85, 3, -7},    // 64 later: rewritten
+				{84, 3, 0},     // 65 later: no refund
+				{120, -2, -10}, // 29 later: removed
+				{10, -2, 0},    // 138 later (read cut at 132): left to the next entry
+				{5, 25, 15},    // 144 later: a debt, charged to the newest
+			}
+			want := int64(1500)
+			for _, s := range steps {
+				var err error
+				if s.actual == -2 {
+					err = e.GiveBack(ctx, r, ds[s.k])
+				} else {
+					err = e.Settle(ctx, r, ds[s.k], []int64{s.actual})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				want += s.change
+				clk.Set(2 * time.Second)
+				p, err := e.Peek(ctx, r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := p.Windows[0].Used; got != want {
+					t.Fatalf("after request %d's change to %d: used %d, want %d", s.k, s.actual, got, want)
+				}
+			}
+		})
+	}
+}

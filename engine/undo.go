@@ -50,7 +50,7 @@ type undo struct {
 	// mode ('r' removal, 's' settlement, 'g' settlement with grains).
 	delta int64
 	mode  byte
-	at    int64 // mode 'g': the request's decision time (µs since 1970)
+	at    int64 // the request's decision time (µs since 1970); 0 when unknown
 	grain int64 // mode 'g': the key's coarsest grain (µs)
 	// kindCal: the counter of the period starting at cal (µs since 1970;
 	// 0: unknown, nothing changes) changes by delta.

@@ -104,9 +104,12 @@
 --
 -- Weighted changes. mode is 'r' for a removal (delta = -cost), 's' for a
 -- settlement (Engine.Settle: delta is the actual cost minus the charged
--- one), 'g' for a settlement in a key with grained windows, where at is
--- the request's decision time and grain the key's coarsest grain (both 0
--- in the other modes). The entry's total and the totals of every later
+-- one), 'g' for a settlement in a key with grained windows, where grain
+-- is the key's coarsest grain (0 in the other modes). at is the request's
+-- decision time (mode 'g' needs it; 0 when unknown, as in rollbacks and
+-- undos): the change then reads only the entries from at on and the one
+-- before, not the whole key, unless the entry is not among them. The
+-- entry's total and the totals of every later
 -- entry change by the delta, which changes exactly the request's weight in
 -- every window it is in, at its own admission time. A negative delta
 -- lowers the entry's weight by at most that weight: never below zero,
@@ -781,6 +784,10 @@ local function weight_functions()
   -- weighted_functions.
   local MOVE = 64
   local TOTAL = 9007199254740991
+  -- READ bounds the entries a change reads from its decision time on:
+  -- found among them with more than MOVE after it, a request is changed
+  -- as with more than MOVE (see change).
+  local READ = fmt('%d', 2 * MOVE + 4)
 
   local function total(m)
     return num(string.sub(m, 1, 16))
@@ -801,19 +808,30 @@ local function weight_functions()
       want[m] = true
       settled[m .. '!'] = true
     end
-    local es = call('ZRANGE', kk, '0', '+inf', 'BYSCORE', 'WITHSCORES')
+    -- es: the key's entries (member, score, ...) from first on, or only
+    -- those from the entry before at on (see READ); cut: more follow.
+    local es, first, cut
+    -- newest returns the key's newest entry and its score.
+    local function newest()
+      if not cut then
+        return es[#es - 1], es[#es]
+      end
+      local top = call('ZRANGE', kk, '-1', '-1', 'WITHSCORES')
+      return top[1], top[2]
+    end
     -- charge_newest adds a debt to the key's newest entry.
     local function charge_newest()
-      local m = es[#es - 1]
+      local m, score = newest()
       if total(m) + delta > TOTAL then
         return 2
       end
       call('ZREM', kk, m)
-      call('ZADD', kk, es[#es], name(total(m) + delta, string.sub(m, 17)))
+      call('ZADD', kk, score, name(total(m) + delta, string.sub(m, 17)))
       return 1
     end
     -- change changes the weight of the entry at index i of es by delta,
-    -- renaming it with tag (nil: keep its name).
+    -- renaming it with tag (nil: keep its name). es holds every later
+    -- entry, or more than MOVE of them (cut).
     local function change(i, tag)
       local m = es[i]
       local prev = 0
@@ -850,17 +868,55 @@ local function weight_functions()
       end
       return 1
     end
-    for i = 1, #es, 2 do
-      local rest = string.sub(es[i], 18)
-      if settled[rest] then
-        return 0
-      end
-      if want[rest] then
-        if mode == 'r' then
-          return change(i, ':-')
+    -- find changes the request's entry if es holds it and returns what
+    -- change returns, 0 when it was settled already, nil when es does not
+    -- say (not there, or cut too close to it).
+    local function find()
+      for i = first, #es, 2 do
+        local rest = string.sub(es[i], 18)
+        if settled[rest] then
+          return 0
         end
-        return change(i, ':' .. rest .. '!')
+        if want[rest] then
+          if cut and (#es - i - 1) / 2 <= MOVE then
+            return nil
+          end
+          if mode == 'r' then
+            return change(i, ':-')
+          end
+          return change(i, ':' .. rest .. '!')
+        end
       end
+      return nil
+    end
+    if at > 0 then
+      -- The request's entry is scored at its decision time at, or later:
+      -- read only the entries from at on, and the one before (its total
+      -- is the base of the request's weight), not the whole key, which
+      -- holds every request of the longest window (a hot subject's
+      -- thousands). At most READ entries: more than MOVE after the
+      -- request's are not rewritten anyway. Not found there (on a cluster
+      -- whose node clocks differ it may be scored a little earlier), the
+      -- whole key is read, as without at.
+      local a = fmt('%d', at)
+      es = call('ZRANGE', kk, a, '+inf', 'BYSCORE', 'LIMIT', '0', READ, 'WITHSCORES')
+      cut = #es == 2 * num(READ)
+      first = 1
+      local before = call('ZRANGE', kk, '(' .. a, '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+      if before[1] then
+        table.insert(es, 1, before[2])
+        table.insert(es, 1, before[1])
+        first = 3
+      end
+      local r = find()
+      if r then
+        return r
+      end
+    end
+    es, first, cut = call('ZRANGE', kk, '0', '+inf', 'BYSCORE', 'WITHSCORES'), 1, false
+    local r = find()
+    if r then
+      return r
     end
     if mode == 'g' then
       for i = 1, #es, 2 do
