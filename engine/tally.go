@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -118,8 +119,50 @@ type tallyShard struct {
 	_      [56]byte // a shard per 128 bytes: no two on one cache line pair
 }
 
+// hotTally counts, without a lock, the denials of one subject denied again
+// and again (a flood): see tallies.hot.
+type hotTally struct {
+	key tallyKey
+	// n counts the denials since the last write, in stripes (one per cache
+	// line, picked at random) so that the cores do not fight over one;
+	// closedTally once a write read it for the last time (it was
+	// replaced), after which a denial that still found it counts in a
+	// shard instead.
+	n [hotStripes]struct {
+		atomic.Int64
+		_ [56]byte
+	}
+}
+
+// hotStripes is the number of counters of a hotTally.
+const hotStripes = 4
+
+// add counts c denials in a stripe and reports whether h was still open.
+func (h *hotTally) add(c int64) bool { return h.n[rand.Uint32()%hotStripes].Add(c) > 0 }
+
+// read returns the denials counted since the last read and sets the
+// counters to to: 0, or closedTally for the last read.
+func (h *hotTally) read(to int64) int64 {
+	var c int64
+	for i := range h.n {
+		c += h.n[i].Swap(to)
+	}
+	return c
+}
+
+// closedTally marks a hotTally read for the last time: adding to it stays
+// negative.
+const closedTally = math.MinInt64
+
 // tallies is an engine's denial tallies. note is safe for concurrent use.
 type tallies struct {
+	// hot is the subject a shard saw denied twice in a row last, promoted
+	// at most once per write: its denials skip the shards' locks. The next
+	// write reads the ones it replaced for the last time.
+	hot      atomic.Pointer[hotTally]
+	promoted atomic.Bool // a subject was promoted since the last write
+	hotMu    sync.Mutex  // guards retired
+	retired  []*hotTally
 	shards   [tallyShards]tallyShard
 	overflow atomic.Int64
 	failed   atomic.Int64
@@ -145,6 +188,9 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 	}
 	c := &req.Checks[d.Denied.Check]
 	k := tallyKey{scope: req.Scope, kind: c.Kind, name: c.Name, cost: c.Limiter.Cost, subject: c.Subject}
+	if h := t.hot.Load(); h != nil && h.key == k && h.add(1) {
+		return
+	}
 	// A random shard, not one per subject: the denials of one hot subject
 	// by many goroutines then spread over the shards' locks. The write
 	// merges the entries of one subject in several shards.
@@ -156,6 +202,7 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 	if i := s.last; i < len(s.keys) && s.keys[i] == k {
 		s.counts[i]++
 		s.mu.Unlock()
+		t.promote(k)
 		return
 	}
 	if i, ok := s.idx[k]; ok {
@@ -181,6 +228,11 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 		}
 	}
 	lost := s.counts[m]
+	if h := t.hot.Load(); h != nil && h.key == s.keys[m] && h.add(lost) {
+		// The hot subject's few denials counted here before it was
+		// promoted go with the rest of its denials.
+		lost = 0
+	}
 	delete(s.idx, s.keys[m])
 	s.keys[m], s.counts[m] = k, 1
 	s.idx[k] = m
@@ -188,10 +240,53 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 	t.overflow.Add(lost)
 }
 
+// promote makes k the hot subject, unless one was promoted since the last
+// write.
+func (t *tallies) promote(k tallyKey) {
+	if t.promoted.Load() || !t.promoted.CompareAndSwap(false, true) {
+		return
+	}
+	t.hotMu.Lock()
+	if old := t.hot.Swap(&hotTally{key: k}); old != nil {
+		t.retired = append(t.retired, old)
+	}
+	t.hotMu.Unlock()
+}
+
+// takeHot adds the hot subject's denials, and those of the ones it
+// replaced, to keys and counts (at indexes them).
+func (t *tallies) takeHot(at map[tallyKey]int, keys []tallyKey, counts []int64) ([]tallyKey, []int64) {
+	t.hotMu.Lock()
+	retired, cur := t.retired, t.hot.Load()
+	t.retired = nil
+	t.hotMu.Unlock()
+	t.promoted.Store(false)
+	add := func(k tallyKey, c int64) {
+		if c <= 0 {
+			return
+		}
+		if n, ok := at[k]; ok {
+			counts[n] += c
+			return
+		}
+		at[k] = len(keys)
+		keys = append(keys, k)
+		counts = append(counts, c)
+	}
+	for _, h := range retired {
+		add(h.key, h.read(closedTally))
+	}
+	if cur != nil {
+		add(cur.key, cur.read(0))
+	}
+	return keys, counts
+}
+
 // take empties the shards into a list of distinct entries and their
 // counts.
 func (t *tallies) take(keys []tallyKey, counts []int64) ([]tallyKey, []int64) {
 	at := make(map[tallyKey]int, len(keys))
+	keys, counts = t.takeHot(at, keys, counts)
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,5 +174,55 @@ func TestTallyOutage(t *testing.T) {
 	}
 	if n := len(h.matching("denial tallies cannot be written")); n != 1 {
 		t.Errorf("%d warnings, want 1", n)
+	}
+}
+
+// TestTallyHotExact notes denials of a few subjects, one of them denied
+// again and again (the hot one, counted without a lock), from several
+// goroutines while writes take the tallies: every denial is counted once.
+func TestTallyHotExact(t *testing.T) {
+	t.Parallel()
+	e := &Engine{tally: newTallies()}
+	pattern := []string{"a", "a", "a", "b", "a", "a", "c", "b"}
+	const workers, each = 8, 20000
+	want := map[string]int64{}
+	for i := range each {
+		want[pattern[i%len(pattern)]] += workers
+	}
+	got := map[string]int64{}
+	take := func() {
+		keys, counts := e.tally.take(nil, nil)
+		for i, k := range keys {
+			got[k.subject] += counts[i]
+		}
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				r := Request{Scope: "s", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.User}, Subject: pattern[i%len(pattern)]}}}
+				d := Decision{Denied: WindowState{Window: rules.Window{Limit: 1, Period: time.Second}}}
+				e.noteDenial(&r, &d)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for writing := true; writing; {
+		select {
+		case <-done:
+			writing = false
+		default:
+			take()
+		}
+	}
+	take()
+	take() // the hot entries replaced last are read a second time
+	for s, n := range want {
+		if got[s] != n {
+			t.Errorf("subject %s: %d denials tallied, want %d", s, got[s], n)
+		}
 	}
 }
