@@ -105,9 +105,12 @@ func limiterKind(id string) rules.Kind {
 // Window is one window of a subject's usage. Times are in seconds.
 type Window struct {
 	Limit int64 `json:"limit"`
-	// Period is the window's length; 0 for an in-flight window.
-	Period    float64 `json:"period"`
-	InFlight  bool    `json:"in_flight,omitempty"`
+	// Period is the window's length; 0 for an in-flight window and a
+	// calendar window.
+	Period   float64 `json:"period"`
+	InFlight bool    `json:"in_flight,omitempty"`
+	// Calendar is a calendar window's period: "day", "week" or "month".
+	Calendar  string  `json:"calendar,omitempty"`
 	Used      int64   `json:"used"`
 	Remaining int64   `json:"remaining"`
 	Reset     float64 `json:"reset"`
@@ -188,8 +191,8 @@ func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error
 func windows(d engine.Decision) []Window {
 	out := make([]Window, 0, len(d.Windows))
 	for _, ws := range d.Windows {
-		w := Window{Limit: ws.Window.Limit, InFlight: ws.Window.Concurrent, Used: ws.Used, Remaining: ws.Remaining,
-			Reset: ws.Reset.Seconds()}
+		w := Window{Limit: ws.Window.Limit, InFlight: ws.Window.Concurrent, Calendar: string(ws.Window.Calendar),
+			Used: ws.Used, Remaining: ws.Remaining, Reset: ws.Reset.Seconds()}
 		if !ws.Window.Concurrent {
 			w.Period = ws.Window.Period.Seconds()
 		}

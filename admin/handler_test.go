@@ -34,7 +34,8 @@ func (f *fake) Peek(_ context.Context, scope, id, s string) (engine.Decision, er
 		return engine.Decision{}, &admin.BadInputError{Err: errors.New("not an address")}
 	}
 	return engine.Decision{Blocked: s == "alice", RetryAfter: 90 * time.Second,
-		Windows: []engine.WindowState{{Window: rules.Window{Limit: 5, Period: time.Minute}, Used: 5, Reset: time.Second}}}, f.err
+		Windows: []engine.WindowState{{Window: rules.Window{Limit: 5, Period: time.Minute}, Used: 5, Reset: time.Second},
+			{Window: rules.Window{Limit: 100, Calendar: rules.CalendarMonth}, Used: 7, Remaining: 93, Reset: time.Hour}}}, f.err
 }
 func (f *fake) PeekByIP(ctx context.Context, scope, id, a string) (engine.Decision, error) {
 	return engine.Decision{Blocked: true, RetryAfter: time.Minute}, f.err
@@ -73,7 +74,8 @@ func TestAPI(t *testing.T) {
 		{"/api/blocks", `{"blocks":[{"scope":"GET /x","limiter":"user","subject":"alice","left":90},` +
 			`{"scope":"GET /x","limiter":"user","subject":"192.0.2.1","by_ip":true,"left":60}]}`},
 		{"/api/subject?subject=alice", `{"subject":"alice","usage":[{"scope":"GET /x","limiter":"user","subject":"alice","allowed":false,"blocked":90,` +
-			`"windows":[{"limit":5,"period":60,"used":5,"remaining":0,"reset":1}]}]}`},
+			`"windows":[{"limit":5,"period":60,"used":5,"remaining":0,"reset":1},` +
+			`{"limit":100,"period":0,"calendar":"month","used":7,"remaining":93,"reset":3600}]}]}`},
 	} {
 		w := serve(h, "GET", tc.target)
 		if w.Code != 200 || !strings.HasPrefix(w.Body.String(), tc.want) {
@@ -99,5 +101,14 @@ func TestBackendErrorNotEchoed(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "secret detail") {
 		t.Error("the error was not logged")
+	}
+}
+
+// TestPageCalendar: the page names a calendar window by its period.
+func TestPageCalendar(t *testing.T) {
+	t.Parallel()
+	w := serve(admin.New(&fake{}, nil, "ops"), "GET", "/?subject=bob")
+	if w.Code != 200 || !strings.Contains(w.Body.String(), "calendar month") {
+		t.Errorf("page: %d, no \"calendar month\" in\n%s", w.Code, w.Body)
 	}
 }
