@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -439,7 +437,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	client := s.Client()
-	hook := &tripCounter{}
+	hook := &redistest.RoundTripCounter{}
 	client.AddHook(hook)
 	e, err := engine.New(client, engine.WithTimeout(5*time.Second))
 	if err != nil {
@@ -484,27 +482,5 @@ func TestComboGiveBackReleases(t *testing.T) {
 		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}})
 	if err != nil || used(d, "concurrent") != 0 || used(d, "1min") != 3 {
 		t.Errorf("after: slots %d, minute %d (%v); want 0, 3 (3 of 5 counted)", used(d, "concurrent"), used(d, "1min"), err)
-	}
-}
-
-// tripCounter is a go-redis hook counting round trips: a command, or a
-// whole pipeline.
-type tripCounter struct{ n atomic.Int64 }
-
-func (c *tripCounter) Count() int64 { return c.n.Load() }
-
-func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmds)
 	}
 }

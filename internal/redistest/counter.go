@@ -10,31 +10,7 @@ import (
 // CommandCounter is a go-redis hook (redis.Hook) that counts the commands a
 // client sends, pipelined ones included. Add it with AddHook; it is safe
 // for concurrent use, and its zero value counts from 0.
-type CommandCounter struct{ n atomic.Int64 }
-
-var _ redis.Hook = (*CommandCounter)(nil)
-
-// Count returns the number of commands sent so far.
-func (c *CommandCounter) Count() int64 { return c.n.Load() }
-
-// DialHook passes dials through.
-func (c *CommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook counts one command.
-func (c *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-// ProcessPipelineHook counts every command of a pipeline.
-func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
+type CommandCounter struct{ counter }
 
 // RoundTripCounter is a go-redis hook (redis.Hook) that counts round
 // trips: each command sent alone and each pipeline (MULTI/EXEC included)
@@ -42,28 +18,44 @@ func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // to each node's client (see ClusterRoundTrips), since a cluster client
 // sends a pipeline per node. It is safe for concurrent use, and its zero
 // value counts from 0.
-type RoundTripCounter struct{ n atomic.Int64 }
+type RoundTripCounter struct{ counter }
 
-var _ redis.Hook = (*RoundTripCounter)(nil)
+var (
+	_ redis.Hook = (*CommandCounter)(nil)
+	_ redis.Hook = (*RoundTripCounter)(nil)
+)
 
-// Count returns the number of round trips so far.
-func (c *RoundTripCounter) Count() int64 { return c.n.Load() }
+// ProcessPipelineHook counts every command of a pipeline.
+func (c *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return c.pipeline(next, func(cmds []redis.Cmder) int64 { return int64(len(cmds)) })
+}
+
+// ProcessPipelineHook counts one round trip for the whole pipeline.
+func (c *RoundTripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return c.pipeline(next, func([]redis.Cmder) int64 { return 1 })
+}
+
+// counter is what both counters share: a command sent alone counts one.
+type counter struct{ n atomic.Int64 }
+
+// Count returns the count so far.
+func (c *counter) Count() int64 { return c.n.Load() }
 
 // DialHook passes dials through.
-func (c *RoundTripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// ProcessHook counts one round trip.
-func (c *RoundTripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// ProcessHook counts one command.
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
 		return next(ctx, cmd)
 	}
 }
 
-// ProcessPipelineHook counts one round trip for the whole pipeline.
-func (c *RoundTripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+// pipeline counts what weight says of each pipeline.
+func (c *counter) pipeline(next redis.ProcessPipelineHook, weight func([]redis.Cmder) int64) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(1)
+		c.n.Add(weight(cmds))
 		return next(ctx, cmds)
 	}
 }
