@@ -7,14 +7,14 @@ import (
 	"slices"
 	"time"
 
-	"github.com/slidelimit/slidelimit/admin"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
 
-// AdminHandler returns the operator's view of the Limiter (package admin):
+// AdminHandler returns the operator's view of the Limiter (internal/admin):
 // a page and a JSON API of the most denied subjects fleet-wide, the active
 // blocks, the rule overrides in force and one subject's usage across
 // routes, and a POST that lifts a block. It serves only callers whose
@@ -34,7 +34,7 @@ func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
 	return admin.New(adminSource{l}, access.EngineLogger(l.engine), roles...)
 }
 
-// adminSource is the Limiter as package admin reads it.
+// adminSource is the Limiter as internal/admin reads it.
 type adminSource struct{ l *Limiter }
 
 var _ admin.Source = adminSource{}

@@ -40,7 +40,7 @@
 // scope at run time in every process sharing the Redis and key prefix
 // (rule overrides), and limit functions ($quota in a window,
 // middleware.WithLimitFunc) give each request its own limit.
-// AdminHandler serves the operator's view (package admin): the most denied
+// AdminHandler serves the operator's view (internal/admin): the most denied
 // subjects fleet-wide, active blocks, one subject across routes, and a
 // reset, from denial tallies the engine keeps (see engine, Denial tallies).
 //

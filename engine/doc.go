@@ -283,15 +283,15 @@
 // denying check); a goroutine writes what was added every
 // [DefaultTallyFlush] ([WithTallyFlush]) in one pipeline, so that the
 // tallies of every engine sharing the Redis and prefix add up and a request
-// pays no round trip for them. A process gathers at most [TallyPending]
-// entries between writes (a new one replaces the least denied, whose count
-// is lost) and each bucket in Redis keeps its [TallyTop] most denied:
-// 10 s buckets for views up to 5 min, 1 min buckets up to [TallyKeep], all
+// pays no round trip for them. A process gathers at most 1,024 entries
+// between writes (a new one replaces the least denied, whose count
+// is lost) and each bucket in Redis keeps its 256 most denied:
+// 10 s buckets for views up to 5 min, 1 min buckets up to an hour, all
 // under the hash tag {tally} (one cluster slot; the key format is in the
 // header of lua/multi_window.lua). A failed write is dropped and counted
 // ([Engine.TallyStats]), and logged once until writes succeed again.
-// [Engine.TopDenied] reads them; package admin shows them. See
-// [WithTallies].
+// [Engine.TopDenied] reads them; the operator's page (Limiter.AdminHandler
+// in the root package) shows them. See [WithTallies].
 //
 // # Failures
 //

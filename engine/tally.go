@@ -27,17 +27,17 @@ const (
 	// DefaultTallyFlush is how often the denial tallies are written to
 	// Redis (WithTallyFlush).
 	DefaultTallyFlush = time.Second
-	// TallyTop is the number of (scope, limiter, subject) entries a tally
+	// tallyTop is the number of (scope, limiter, subject) entries a tally
 	// bucket keeps in Redis: the most denied ones; the others are dropped
 	// at every write.
-	TallyTop = 256
-	// TallyPending is the number of entries the process gathers between
+	tallyTop = 256
+	// tallyPending is the number of entries the process gathers between
 	// two writes; beyond it, a new entry replaces the least denied one,
 	// whose count is dropped.
-	TallyPending = tallyShards * tallyShardCap
-	// TallyKeep is how long the tallies cover: the longest view TopDenied
+	tallyPending = tallyShards * tallyShardCap
+	// tallyKeep is how long the tallies cover: the longest view TopDenied
 	// answers.
-	TallyKeep = time.Hour
+	tallyKeep = time.Hour
 
 	tallyShards   = 16
 	tallyShardCap = 64
@@ -92,7 +92,7 @@ type Denials struct {
 // TallyStats reports what the tallies lost, since the engine started.
 type TallyStats struct {
 	// Overflow is the number of denials dropped in process because more
-	// than TallyPending entries were denied between two writes.
+	// than tallyPending entries were denied between two writes.
 	Overflow int64
 	// Failed is the number of denials dropped because their write to
 	// Redis failed.
@@ -342,7 +342,7 @@ func (e *Engine) tallyKey(b []byte, span time.Duration, at time.Time) []byte {
 }
 
 // flushTallies writes one period's entries to the current buckets in one
-// pipeline: ZINCRBY each, then trim each bucket to its TallyTop most
+// pipeline: ZINCRBY each, then trim each bucket to its tallyTop most
 // denied entries and set its expiry. A failed write is dropped (and
 // counted); the first failure after a success is logged, and so is the
 // success that ends a run of failures.
@@ -374,10 +374,10 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 		pipe.ZIncrBy(ctx, coarse, float64(counts[i]), m)
 	}
 	for _, key := range []string{fine, coarse} {
-		pipe.ZRemRangeByRank(ctx, key, 0, -TallyTop-1)
+		pipe.ZRemRangeByRank(ctx, key, 0, -tallyTop-1)
 	}
 	pipe.PExpire(ctx, fine, fineSpan+2*fineBucket)
-	pipe.PExpire(ctx, coarse, TallyKeep+2*coarseBucket)
+	pipe.PExpire(ctx, coarse, tallyKeep+2*coarseBucket)
 	_, err := pipe.Exec(ctx)
 	if err != nil {
 		e.tallyFailed(total, err)
@@ -432,15 +432,15 @@ func (e *Engine) TallyStats() TallyStats {
 
 // TopDenied returns the n (scope, limiter, subject) entries denied most in
 // the last since, fleet-wide, most denied first (then by scope, limiter and
-// subject). since must be between 1 s and TallyKeep; it is rounded up to
+// subject). since must be between 1 s and tallyKeep; it is rounded up to
 // whole buckets of 10 s (up to 5 min) or 1 min (beyond), and the bucket in
 // progress is included, so a 1 min view covers 60 to 70 s. Denials of the
 // last period of WithTallyFlush are not written yet. n <= 0 returns every
 // entry kept. TopDenied reads Redis with one pipeline; it fails with an
 // error matching ErrInvalid for a bad since and ErrBackend when Redis does.
 func (e *Engine) TopDenied(ctx context.Context, since time.Duration, n int) ([]Denials, error) {
-	if since < time.Second || since > TallyKeep {
-		return nil, fmt.Errorf("%w: tally period %s is not between 1s and %s", ErrInvalid, since, TallyKeep)
+	if since < time.Second || since > tallyKeep {
+		return nil, fmt.Errorf("%w: tally period %s is not between 1s and %s", ErrInvalid, since, tallyKeep)
 	}
 	span := coarseBucket
 	if since <= fineSpan {

@@ -17,7 +17,7 @@ import (
 // TestTallyFloodBounded floods the tallies with 1M distinct denied
 // subjects (and one subject denied in every period) over 66 minutes of
 // the engine's clock, written to a real Redis, and measures what the
-// tallies keep: in Redis, every bucket holds at most TallyTop entries and
+// tallies keep: in Redis, every bucket holds at most tallyTop entries and
 // the buckets alive (those whose expiry has not passed on the engine's
 // clock; the others are deleted, as their expiry would have done) take
 // less than 10 MiB; in process, the heap does not grow with the subjects.
@@ -67,7 +67,7 @@ func TestTallyFloodBounded(t *testing.T) {
 		span, rest := fineBucket, strings.TrimPrefix(key, prefix+"{tally}:10s:")
 		ttl := fineSpan + 2*fineBucket
 		if rest == key {
-			span, rest, ttl = coarseBucket, strings.TrimPrefix(key, prefix+"{tally}:1m:"), TallyKeep+2*coarseBucket
+			span, rest, ttl = coarseBucket, strings.TrimPrefix(key, prefix+"{tally}:1m:"), tallyKeep+2*coarseBucket
 		}
 		n, err := strconv.ParseInt(rest, 10, 64)
 		if err != nil {
@@ -79,8 +79,8 @@ func TestTallyFloodBounded(t *testing.T) {
 		}
 		alive++
 		card := c.ZCard(ctx, key).Val()
-		if card > TallyTop {
-			t.Errorf("%s holds %d entries, more than %d", key, card, TallyTop)
+		if card > tallyTop {
+			t.Errorf("%s holds %d entries, more than %d", key, card, tallyTop)
 		}
 		members += card
 		bytes += c.MemoryUsage(ctx, key).Val()

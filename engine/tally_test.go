@@ -129,8 +129,8 @@ func TestTallyOverflow(t *testing.T) {
 		deny(fmt.Sprint("once-", i))
 	}
 	keys, counts := m.take(nil, nil)
-	if len(keys) > TallyPending {
-		t.Fatalf("%d entries pending, more than %d", len(keys), TallyPending)
+	if len(keys) > tallyPending {
+		t.Fatalf("%d entries pending, more than %d", len(keys), tallyPending)
 	}
 	var total int64
 	for i, k := range keys {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/admin"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
