@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -154,6 +155,7 @@ func main() {
 		o        options
 		callers  = flag.String("callers", "1,8,64", "comma-separated numbers of concurrent caller goroutines")
 		casesExp = flag.String("cases", "", "run only the runs whose \"library:case\" matches this regular expression (e.g. 'slidelimit.*:allow-hot', ':deny')")
+		cpuProf  = flag.String("cpuprofile", "", "write a CPU profile of this process (not of redis-server) to this file")
 	)
 	flag.DurationVar(&o.duration, "duration", 3*time.Second, "measured time per run (one library, case and number of callers)")
 	flag.DurationVar(&o.warmup, "warmup", time.Second, "unmeasured warm-up before each run")
@@ -182,6 +184,17 @@ func main() {
 	var err error
 	if o.filter, err = regexp.Compile(*casesExp); err != nil {
 		fatalf("bad -cases: %v", err)
+	}
+
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatalf("%v", err)
+		}
+		atCleanup(func() { pprof.StopCPUProfile(); f.Close() })
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
