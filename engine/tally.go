@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit/rules"
@@ -123,22 +124,29 @@ type tallyShard struct {
 // and again (a flood): see tallies.hot.
 type hotTally struct {
 	key tallyKey
-	// n counts the denials since the last write, in stripes (one per cache
-	// line, picked at random) so that the cores do not fight over one;
-	// closedTally once a write read it for the last time (it was
-	// replaced), after which a denial that still found it counts in a
-	// shard instead.
+	// n counts the denials since the last write, in stripes (see add) so
+	// that the cores do not fight over one line; closedTally once a write
+	// read it for the last time (it was replaced), after which a denial
+	// that still found it counts in a shard instead.
 	n [hotStripes]struct {
 		atomic.Int64
-		_ [56]byte
+		_ [120]byte // one per cache line pair (adjacent-line prefetch)
 	}
 }
 
 // hotStripes is the number of counters of a hotTally.
-const hotStripes = 4
+const hotStripes = 16
 
 // add counts c denials in a stripe and reports whether h was still open.
-func (h *hotTally) add(c int64) bool { return h.n[rand.Uint32()%hotStripes].Add(c) > 0 }
+// The stripe is the calling goroutine's (from its stack's address): a
+// goroutine stays on one core for many denials, so each core mostly adds
+// to lines it already holds, where a random stripe would move a line
+// between the cores at every other denial.
+func (h *hotTally) add(c int64) bool {
+	var here byte
+	s := uintptr(unsafe.Pointer(&here)) >> 12
+	return h.n[(s^s>>6)%hotStripes].Add(c) > 0
+}
 
 // read returns the denials counted since the last read and sets the
 // counters to to: 0, or closedTally for the last read.
