@@ -10,10 +10,10 @@ import (
 // Calendar windows (rules.Window.Calendar) count in a calendar key of
 // their own per check and unit: the limiter's key (with its hash tag, so
 // the same cluster slot) followed by calSuffix and the unit, as in
-// "{scope|user|42}:cal:month". Its value is one counter, "START:COUNT",
-// the start of the period it counts (µs since 1970) and what was admitted
-// since; a counter of another period reads as 0. See lua/multi_window.lua
-// (key kinds 'C' and 'A') for the wire format.
+// "{scope|user|42}:cal:month". It is a hash of one field: the start of the
+// period it counts (µs since 1970), holding what was admitted since; a
+// period without a field counts 0. See lua/multi_window.lua (Calendars,
+// key kinds 'P' and 'A') for the wire format.
 //
 // The script decides at its own time t, which is Redis's TIME unless the
 // engine has a test clock (WithClock). The engine cannot know t beforehand,

@@ -171,13 +171,16 @@ func calNewYork(t *testing.T, e *Engine, clk *fakeClock) {
 // calAllOrNothing: a denial by the calendar window counts nothing in the
 // sliding windows of the group, and a denial by a sliding window nothing
 // in the calendar window, whether they share a limiter or not (an ip
-// limiter, in another cluster slot).
+// limiter, in another cluster slot), before or after it.
 func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
 	ctx := context.Background()
 	day := time.Date(2030, 6, 3, 0, 0, 0, 0, time.UTC)
 	shared := req(user("u", win(2, time.Minute), calWin(3, rules.CalendarDay)))
 	apart := req(user("v", win(2, time.Minute)), ip("1.2.3.4", calWin(3, rules.CalendarDay)))
-	for _, r := range []Request{shared, apart} {
+	// The calendar key first: it counts at once, and takes the count back
+	// when a later key denies.
+	before := req(ip("5.6.7.8", calWin(3, rules.CalendarDay)), user("w", win(2, time.Minute)))
+	for _, r := range []Request{shared, apart, before} {
 		runCal(t, e, clk, r, []calStep{
 			{at: day, allow: true, used: 1},
 			{at: day.Add(time.Second), allow: true, used: 2},
@@ -191,8 +194,10 @@ func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
 		clk.us.Store(day.Add(2*time.Minute + time.Second).UnixMicro())
 		d, err := e.Peek(ctx, r)
 		localOK(t, e, err)
-		if d.Windows[0].Used != 0 {
-			t.Fatalf("sliding window after the calendar's denial: used %d, want 0 (%+v)", d.Windows[0].Used, d)
+		for _, ws := range d.Windows {
+			if ws.Window.Calendar == "" && ws.Used != 0 {
+				t.Fatalf("sliding window after the calendar's denial: used %d, want 0 (%+v)", ws.Used, d)
+			}
 		}
 		day = day.Add(24 * time.Hour)
 	}
@@ -257,7 +262,7 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 
 // TestCalendarTTL checks on real Redis that a calendar key expires after
 // its period ends, relative to the script's (test) time, and holds one
-// small string.
+// field: the current period's count.
 func TestCalendarTTL(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
@@ -287,10 +292,33 @@ func TestCalendarTTL(t *testing.T) {
 	if err != nil || ttl <= left || ttl > left+2*time.Second {
 		t.Fatalf("PTTL %v, %v; want just over %v", ttl, err, left)
 	}
-	v, _ := rc.Get(ctx, cal).Result()
-	start := time.Date(2030, 1, 1, 0, 0, 0, 0, sh).UnixMicro()
-	if v != strconv.FormatInt(start, 10)+":1" {
-		t.Fatalf("counter %q, want START:1", v)
+	v, err := rc.HGetAll(ctx, cal).Result()
+	start := strconv.FormatInt(time.Date(2030, 1, 1, 0, 0, 0, 0, sh).UnixMicro(), 10)
+	if err != nil || len(v) != 1 || v[start] != "1" {
+		t.Fatalf("counter %v, %v; want {START: 1}", v, err)
+	}
+	// A denial by another window (the minute's 5) counts nothing in the
+	// period, and leaves the expiry as it was.
+	r30 := req(user("u", win(5, time.Minute), calWin(30, rules.CalendarMonth)))
+	r30.Zone = sh
+	for range 4 {
+		if d, err := e.Allow(ctx, r30); err != nil || !d.Allowed {
+			t.Fatalf("allow: %+v, %v", d, err)
+		}
+	}
+	if d, _ := e.Allow(ctx, r30); d.Allowed {
+		t.Fatalf("the minute's sixth request admitted: %+v", d)
+	}
+	if v, _ := rc.HGet(ctx, cal, start).Result(); v != "5" {
+		t.Fatalf("count %q after a denial by the minute, want 5", v)
+	}
+	// The next period's first admission drops the old period's field.
+	clk.us.Store(time.Date(2030, 2, 1, 0, 0, 1, 0, sh).UnixMicro())
+	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
+		t.Fatalf("allow in February: %+v, %v", d, err)
+	}
+	if v, _ := rc.HGetAll(ctx, cal).Result(); len(v) != 1 || v[start] != "" {
+		t.Fatalf("fields %v in February, want only February's", v)
 	}
 }
 

@@ -166,9 +166,9 @@
 // day lasts 23 or 25 hours when the clocks change. It is checked with the
 // request's other windows in the same script call, all or nothing, and
 // stored as one counter per subject and period in a key of its own: the
-// limiter's key followed by ":cal:" and the unit (same hash slot), whose
-// value is the period's start and its count and which expires after the
-// period ends, relative to the script's time. The script may decide at
+// limiter's key followed by ":cal:" and the unit (same hash slot), a hash
+// whose one field, the period's start, holds its count, and which expires
+// after the period ends, relative to the script's time. The script may decide at
 // Redis's TIME, which the engine does not know beforehand, so the engine
 // sends the boundaries of the periods around its own clock and the script
 // counts in the one that holds its time. A denial's RetryAfter, and the

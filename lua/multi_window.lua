@@ -164,30 +164,35 @@
 --
 -- Calendars. A calendar key (engine: the limiter's key followed by
 -- ':cal:' and the unit, same hash tag; engine/calendar.go) counts a
--- calendar window (a day, an ISO week or a month in a time zone) in one
--- string, START ':' COUNT (%d): the start of the period it counts, in µs,
--- written as in ARGV, and what was admitted in it. The engine computes
--- period boundaries in the zone (wall-clock midnights, so a DST day lasts
--- 23 or 25 hours) around its own clock and sends four, bounding three
--- periods: the op counts in the period [b_i, b_(i+1)) that holds t,
--- whatever clock t comes from (TIME or the engine's test clock), and
--- fails with 'ERR slidelimit: time outside the calendar boundaries of
+-- calendar window (a day, an ISO week or a month in a time zone) in a
+-- hash of one field: START, the start of the period it counts, in µs,
+-- written as in ARGV, holding COUNT (%d), what was admitted in it. The
+-- engine computes period boundaries in the zone (wall-clock midnights, so
+-- a DST day lasts 23 or 25 hours) around its own clock and sends four,
+-- bounding three periods: the op counts in the period [b_i, b_(i+1)) that
+-- holds t, whatever clock t comes from (TIME or the engine's test clock),
+-- and fails with 'ERR slidelimit: time outside the calendar boundaries of
 -- <key>' when none does (a clock more than a period away from the
--- engine's). A counter of another period counts 0. The key has room when
+-- engine's). A period without a field counts 0. The key has room when
 -- used + cost <= limit; a denial's wait is left, the time to the period's
--- end, where the window is empty. An admission sets the counter to
--- START:(used + cost); the period's first admission (used 0) sets its
--- expiry (PX) to left rounded up to ms plus CAL_MARGIN: relative to t,
--- so it never ends before the period does, and a test clock works too (a
--- counter read after its period counts 0 whatever its expiry); later
--- admissions keep it (KEEPTTL). The ops of one call on a key count on
--- from each other and the counter is written once, at the end of the call
--- (see cal_memo). Memory is one small string per subject and
--- period, whatever the limit. A finish op's 'A' key (a give-back, a
--- settlement, a rollback) adds delta (negative: a refund) to the counter of the period
--- starting at start, never below 0, keeping its expiry (SET KEEPTTL); a
--- counter of another period is left as it is: the period the request
--- counted in is over.
+-- end, where the window is empty. An allow that fits in the keys before
+-- adds its cost at once (HINCRBY, which also reads used: one call), and
+-- takes it back at the end of the call when the op is not admitted (a
+-- period left at 0 loses its field, an empty hash is gone: a denial
+-- leaves nothing); a peek, or an allow already denied, reads the field
+-- (HGET). After the period's first admission (used 0) the key's expiry
+-- is set (PEXPIRE) to left rounded up to ms plus CAL_MARGIN: relative to
+-- t, so it never ends before the period does, and a test clock works too
+-- (a field of another period counts 0 whatever the expiry); the fields
+-- of other periods are then deleted; later admissions keep the expiry.
+-- The ops of one call on a key count on from each other and what they
+-- add after the first is written once, at the end of the call (see
+-- cal_memo). Memory is one small hash per subject and period, whatever
+-- the limit. A finish op's 'A' key (a give-back, a settlement, a
+-- rollback) adds delta (negative: a refund) to the count of the period
+-- starting at start, never below 0 (at 0 the field is deleted), keeping
+-- the expiry; a period without a field is left as it is: the period the
+-- request counted in is over.
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness; 'ERR slidelimit:
@@ -940,12 +945,24 @@ end
 -- CAL_MARGIN (ms) keeps its counter alive that long past its period.
 local CAL_BOUNDS, CAL_MARGIN = 4, 1000
 
+-- cal_spans maps the end of the engine's current period among a calendar
+-- key's boundaries (b3, args[q + 2] in calendar_period) to {b2, start,
+-- stop} when that period holds t: the ops of a call mostly send the same
+-- boundaries, which are then parsed once.
+local cal_spans
+
 -- calendar_period returns the start (as its argument) and the end of the
 -- period that holds t among the boundaries at args[q ..], or nothing.
 local function calendar_period(q)
+  local s = cal_spans and cal_spans[args[q + 2]]
+  if s and s[1] == args[q + 1] then
+    return s[2], s[3]
+  end
   -- The current period first: [b2, b3).
   local lo, hi = num(args[q + 1]), num(args[q + 2])
   if t >= lo and t < hi then
+    cal_spans = cal_spans or {}
+    cal_spans[args[q + 2]] = {args[q + 1], args[q + 1], hi}
     return args[q + 1], hi
   end
   for j = q, q + CAL_BOUNDS - 2, 2 do
@@ -957,28 +974,84 @@ local function calendar_period(q)
 end
 
 -- calendar_count returns what calendar key key counts in the period that
--- starts at start (a string): 0 for a counter of another period.
+-- starts at start (a string): 0 for a period it holds no count of.
 local function calendar_count(key, start)
-  local v = call('GET', key)
-  if not v then
-    return 0
-  end
-  local colon = string.find(v, ':', 1, true)
-  if not colon or string.sub(v, 1, colon - 1) ~= start then
-    return 0
-  end
-  return num(string.sub(v, colon + 1))
+  local v = call('HGET', key, start)
+  return v and num(v) or 0
 end
 
--- cal_memo maps a calendar key that an op of the call admitted into to
--- {start, count, ttl}: its period's start (as in ARGV), its count after
--- the call's last admission there and, when one of them was the period's
--- first, the expiry to set (else false: the key keeps its own). Later ops
--- on the key read the count there, and flush_cal writes each key once,
--- at the end of the call (or before an error reply, or before a finish
--- op adjusts the key): a batch of decisions on a hot subject costs one
--- GET and one SET, not one of each per decision.
+-- cal_memo maps a calendar key that an op of the call read to {start,
+-- count, ahead, ttl}: its period's start (as in ARGV), the period's count
+-- after the call's admissions so far, what Redis holds beyond count (a
+-- tentative increment not admitted, to be taken back; negative: admissions
+-- not written yet),
+-- and, when one of the call's admissions was the period's first, the
+-- expiry to set (else false). Later ops on the key read the count there;
+-- flush_cal writes what is pending once, at the end of the call (or
+-- before an error reply, or before a finish op adjusts the key): a batch
+-- of decisions on a hot subject costs one HINCRBY and one flush, not one
+-- of each per decision.
 local cal_memo
+
+-- flush_cal_key writes memo entry m of calendar key k: what Redis lacks
+-- or holds beyond the count (a period left at 0 is deleted), and after a
+-- period's first admission the key's expiry, dropping the counts of other
+-- periods.
+local function flush_cal_key(k, m)
+  local start, pending = m[1], -m[3]
+  if pending ~= 0 then
+    if m[2] == 0 then
+      call('HDEL', k, start)
+    else
+      call('HINCRBY', k, start, pending)
+    end
+  end
+  if m[4] and m[2] > 0 then
+    call('PEXPIRE', k, m[4])
+    if call('HLEN', k) > 1 then
+      for _, f in ipairs(call('HKEYS', k)) do
+        if f ~= start then
+          call('HDEL', k, f)
+        end
+      end
+    end
+  end
+  m[3] = 0
+end
+
+-- cal_read returns what calendar key key holds in the period that starts
+-- at start, from cal_memo or else from Redis, and its memo entry. An
+-- allow that fits so far (tentative) adds cost at once (HINCRBY: one call
+-- where a read and a write would take two); the memo then marks it
+-- pending until the op is admitted (cal_admit), or taken back by
+-- flush_cal.
+local function cal_read(key, start, cost, tentative)
+  cal_memo = cal_memo or {}
+  local m = cal_memo[key]
+  if m and m[1] == start then
+    return m[2], m
+  end
+  if m then
+    flush_cal_key(key, m)
+  end
+  local used
+  if tentative then
+    used = call('HINCRBY', key, start, cost) - cost
+    m = {start, used, cost, false}
+  else
+    used = calendar_count(key, start)
+    m = {start, used, 0, false}
+  end
+  cal_memo[key] = m
+  return used, m
+end
+
+-- cal_admit counts cost in memo entry m of an admitted op, ttl its expiry
+-- when it was the period's first admission (else false).
+local function cal_admit(m, cost, ttl)
+  m[2], m[3] = m[2] + cost, m[3] - cost
+  m[4] = m[4] or ttl
+end
 
 -- flush_cal writes the counters of cal_memo, or only key's when key is
 -- given, and forgets them.
@@ -988,12 +1061,7 @@ local function flush_cal(key)
   end
   for k, m in pairs(cal_memo) do
     if not key or k == key then
-      local v = m[1] .. ':' .. fmt('%d', m[2])
-      if m[3] then
-        call('SET', k, v, 'PX', m[3])
-      else
-        call('SET', k, v, 'KEEPTTL')
-      end
+      flush_cal_key(k, m)
       cal_memo[k] = nil
     end
   end
@@ -1014,11 +1082,12 @@ local function finish_special(key, q)
     if used == 0 then
       return 0, q + 3
     end
-    used = used + num(args[q + 2])
-    if used < 0 then
-      used = 0
+    local delta = math.max(num(args[q + 2]), -used)
+    if used + delta == 0 then
+      call('HDEL', key, start)
+    else
+      call('HINCRBY', key, start, delta)
     end
-    call('SET', key, start .. ':' .. fmt('%d', used), 'KEEPTTL')
     return 1, q + 3
   end
   local s = call('ZSCORE', key, args[q + 1])
@@ -1195,20 +1264,14 @@ while p <= #args do
     elseif args[q + 1] == 'P' then
       -- A calendar key (see Calendars): key_state[at], the period's start,
       -- keeps it out of add_member and the bookkeeping; -2 marks it for
-      -- the write of key_state[at - 1], its count after an admission.
+      -- cal_admit of key_state[at - 1], the op's cost.
       local start, stop = calendar_period(q + 4)
       if not start then
         flush_cal()
         return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
       end
-      local m = cal_memo and cal_memo[key]
-      local used
-      if m and m[1] == start then
-        used = m[2]
-      else
-        used = calendar_count(key, start)
-      end
       local cost = num(args[q + 2])
+      local used = cal_read(key, start, cost, fits and member ~= '')
       key_fits = used + cost <= num(args[q + 3])
       fits = fits and key_fits
       n = n + 1
@@ -1217,7 +1280,7 @@ while p <= #args do
       reply[n] = stop - t
       -- The period's first admission sets the expiry; later ones keep it.
       key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
-      key_state[at - 2], key_state[at - 1], key_state[at] = -2, used + cost, start
+      key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
       q = q + 4 + CAL_BOUNDS
     else
       -- A block key: key_state[at] true (and no longest period) keeps it
@@ -1276,14 +1339,7 @@ while p <= #args do
         elseif key_state[at - 2] == -2 then
           -- A calendar key: the period's new count, written at the end
           -- of the call (see cal_memo).
-          local key = KEYS[used_keys + k]
-          cal_memo = cal_memo or {}
-          local m = cal_memo[key]
-          if m and m[1] == key_state[at] then
-            m[2], m[3] = key_state[at - 1], m[3] or key_state[at - 3]
-          else
-            cal_memo[key] = {key_state[at], key_state[at - 1], key_state[at - 3]}
-          end
+          cal_admit(cal_memo[KEYS[used_keys + k]], key_state[at - 1], key_state[at - 3])
         elseif key_state[at - 2] == 0 then
           -- A slot key: its bookkeeping once per epoch of one lease (see
           -- Slots).
