@@ -69,6 +69,17 @@ func (p *Plan) SettleWith(settle map[string]Settle) {
 // Settles reports whether some limiter of p settles (SettleWith).
 func (p *Plan) Settles() bool { return p.Settle != nil }
 
+// SettlesWritten reports whether some limiter of p settles to the bytes
+// written (Settle.Written): the transport must count them.
+func (p *Plan) SettlesWritten() bool {
+	for _, s := range p.Settle {
+		if s != nil && s.Written {
+			return true
+		}
+	}
+	return false
+}
+
 // Reporting returns ctx carrying a CostReport for p's settled cost
 // functions, which the handler fills with Report, and that report. The
 // handler must run with the returned context.
