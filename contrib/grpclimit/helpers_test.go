@@ -168,7 +168,8 @@ type setup struct {
 	methods       map[string]string
 	opts          []grpclimit.Option
 	engine        []engine.Option
-	redisAddr     string // a real redis-server; miniredis when empty
+	redisAddr     string            // a real redis-server; miniredis when empty
+	service       *grpc.ServiceDesc // registered beside test.Svc when not nil
 }
 
 func newFixture(t testing.TB, s setup) *fixture {
@@ -220,6 +221,9 @@ func newFixture(t testing.TB, s setup) *fixture {
 		}, lim.StreamServerInterceptor()),
 	)
 	srv.RegisterService(svcDesc(&f.handled), nil)
+	if s.service != nil {
+		srv.RegisterService(s.service, nil)
+	}
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
