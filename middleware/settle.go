@@ -59,14 +59,9 @@ type Settlement struct {
 // Settlement. contrib/grpclimit's WithSettle is the same for gRPC calls.
 func WithSettle(name string, s Settlement) Option {
 	return func(c *config) {
-		if reason := lifecycle.SettleProblem(name, lifecycle.Settle(s)); reason != "" {
+		if reason := lifecycle.PutSettle(&c.settle, name, lifecycle.Settle(s)); reason != "" {
 			c.fail("WithSettle", name, reason)
-			return
 		}
-		if c.settle == nil {
-			c.settle = make(map[string]lifecycle.Settle)
-		}
-		c.settle[name] = lifecycle.Settle(s)
 	}
 }
 

@@ -306,6 +306,28 @@ func stream(t testing.TB, conn *grpc.ClientConn, n int, kv ...string) (error, in
 	}
 }
 
+// readStream opens a server stream of method on conn, sends one Empty,
+// and reads the stream to its end into messages of newMsg; it returns nil
+// when the stream ended with OK.
+func readStream(ctx context.Context, conn *grpc.ClientConn, method string, newMsg func() any) error {
+	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
+		return err
+	}
+	_ = cs.CloseSend()
+	for {
+		if err := cs.RecvMsg(newMsg()); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
 // redisServer starts a redis-server of its own on a free loopback port
 // and returns its address. Without redis-server on the PATH the test is
 // skipped, or fails when SLIDELIMIT_REQUIRE_REDIS is set (as CI sets it).

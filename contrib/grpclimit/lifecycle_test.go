@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -397,23 +396,9 @@ func (a *grpcAdapter) call(t *testing.T, s step) string {
 
 // stream opens a server stream and reads it to its end.
 func (a *grpcAdapter) stream(ctx context.Context) error {
-	cs, err := a.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, lifeStream)
-	if err != nil {
-		return err
+	err := readStream(ctx, a.conn, lifeStream, func() any { return new(emptypb.Empty) })
+	if errors.Is(err, context.Canceled) {
+		return nil
 	}
-	if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
-		return err
-	}
-	_ = cs.CloseSend()
-	for {
-		if err := cs.RecvMsg(new(emptypb.Empty)); err != nil {
-			if strings.Contains(err.Error(), "EOF") || errors.Is(err, context.Canceled) {
-				return nil
-			}
-			if status.Code(err) == codes.OK {
-				return nil
-			}
-			return err
-		}
-	}
+	return err
 }

@@ -163,14 +163,9 @@ func WithCostFunc(name string, fn CostFunc) Option {
 // replaces its Settlement; a name no group's limiter names settles nothing.
 func WithSettle(name string, s middleware.Settlement) Option {
 	return func(c *config) {
-		if reason := lifecycle.SettleProblem(name, lifecycle.Settle(s)); reason != "" {
+		if reason := lifecycle.PutSettle(&c.settle, name, lifecycle.Settle(s)); reason != "" {
 			c.errs = append(c.errs, &middleware.ConfigError{Option: "WithSettle", Value: name, Reason: reason})
-			return
 		}
-		if c.settle == nil {
-			c.settle = make(map[string]lifecycle.Settle)
-		}
-		c.settle[name] = lifecycle.Settle(s)
 	}
 }
 

@@ -3,7 +3,6 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -129,22 +128,7 @@ func download(t *testing.T, f *fixture, kv ...string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, append([]string{"x-user", "alice"}, kv...)...)
-	cs, err := f.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, sDownload)
-	if err != nil {
-		return err
-	}
-	if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
-		return err
-	}
-	_ = cs.CloseSend()
-	for {
-		if err := cs.RecvMsg(new(wrapperspb.BytesValue)); err != nil {
-			if errors.Is(err, io.EOF) { // the stream ended with OK
-				return nil
-			}
-			return err
-		}
-	}
+	return readStream(ctx, f.conn, sDownload, func() any { return new(wrapperspb.BytesValue) })
 }
 
 // A settle step is one call and what the next call's admission must

@@ -30,6 +30,20 @@ func SettleProblem(name string, s Settle) string {
 	return ""
 }
 
+// PutSettle sets (*m)[name] to s, making the map when needed, and returns
+// "" — or, changing nothing, why name and s cannot settle (SettleProblem).
+// It is the body of every transport's WithSettle option.
+func PutSettle(m *map[string]Settle, name string, s Settle) string {
+	if reason := SettleProblem(name, s); reason != "" {
+		return reason
+	}
+	if *m == nil {
+		*m = make(map[string]Settle)
+	}
+	(*m)[name] = s
+	return ""
+}
+
 // ValidCostName reports whether s is a cost function name as package rules
 // accepts it: a letter, then letters, digits, '_', '-' or '.'.
 func ValidCostName(s string) bool {
