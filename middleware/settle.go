@@ -21,7 +21,10 @@ type Settler interface {
 var ErrNoSettle = errors.New("middleware: WithSettle needs a decider that can settle requests (a Settler)")
 
 // NoDebt is the Settlement.MaxDebt that refuses any debt.
-const NoDebt = lifecycle.NoDebt
+const NoDebt = -1
+
+// A Settlement converts to lifecycle.Settle as it is: NoDebt must be its.
+var _ = [1]struct{}{}[NoDebt-lifecycle.NoDebt]
 
 // Settlement says how the limiters whose cost is one cost function settle
 // after the handler (see WithSettle). The zero Settlement settles only to

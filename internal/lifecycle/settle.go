@@ -15,7 +15,7 @@ type Settle struct {
 	MaxDebt int64 // 0 no cap, > 0 at most that much above the estimate, NoDebt none
 }
 
-// NoDebt is the Settle.MaxDebt that refuses any debt.
+// NoDebt is the Settle.MaxDebt that refuses any debt, middleware.NoDebt.
 const NoDebt = -1
 
 // SettleProblem returns why name and s cannot settle (for a
