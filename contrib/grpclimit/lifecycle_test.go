@@ -82,13 +82,15 @@ var lifecycleCases = []struct {
 	{name: "stream end", http: "user:1 concurrent", grpc: "user:1 concurrent", steps: []step{
 		{user: "a", do: "stream", want: "ok"}, {user: "a", do: "stream", want: "ok"}, {user: "a", do: "hold"},
 		{user: "a", do: "stream", want: "denied"}, {do: "release"}, {user: "a", do: "stream", want: "ok"}}},
-	// 25 bytes a minute admit two calls at their estimate of 10. Settled to
-	// 1, three are admitted and more remain; calls that report nothing keep
-	// their estimate, so 1+1+1+10+10 = 23 leaves no room for a sixth.
-	{name: "settlement", http: "user[bytes]:25/min", grpc: "user[bytes]:25/min", steps: []step{
+	// 35 bytes a minute admit three calls at their estimate of 10. Settled
+	// to 1, three leave room for more; a call whose handler panicked (after
+	// reporting) or that reports nothing keeps its estimate: 1+1+1+10+10+10
+	// = 33 leaves no room for the seventh.
+	{name: "settlement", http: "user[bytes]:35/min", grpc: "user[bytes]:35/min", steps: []step{
 		{user: "a", do: "ok", report: 1, want: "ok"}, {user: "a", do: "ok", report: 1, want: "ok"},
-		{user: "a", do: "stream", report: 1, want: "ok"}, {user: "a", do: "ok", want: "ok"},
-		{user: "a", do: "stream", want: "ok"}, {user: "a", do: "ok", report: 1, want: "denied"}}},
+		{user: "a", do: "stream", report: 1, want: "ok"}, {user: "a", do: "panic", report: 1, want: "broken"},
+		{user: "a", do: "ok", want: "ok"}, {user: "a", do: "stream", want: "ok"},
+		{user: "a", do: "ok", report: 1, want: "denied"}}},
 	{name: "fail open", http: "user:1/min; fail:open", grpc: "user:1/min; fail:open", down: true, steps: []step{
 		{user: "a", do: "ok", want: "ok"}, {user: "a", do: "ok", want: "ok"}}},
 	{name: "fail closed", http: "user:1/min; fail:closed", grpc: "user:1/min; fail:closed", down: true, steps: []step{
