@@ -200,6 +200,8 @@
 // refuses it). A request given back by count:, or whose handler panicked
 // or hijacked the connection, keeps its estimate. Only requests of groups
 // with a settled limiter get the wrapper and a context to report to.
+// contrib/grpclimit's WithSettle settles gRPC calls the same way, and its
+// handlers report with the same ReportCost.
 //
 // # Blocks
 //

@@ -165,7 +165,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		}
 		p, err := newPlan(role, ls, c.keys, c.costs, c.limits)
 		if err == nil {
-			p.settleWith(c.settle)
+			p.SettleWith(c.settle)
 		}
 		switch {
 		case err != nil:

@@ -49,7 +49,7 @@ type config struct {
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
 	limits      map[string]LimitFunc
-	settle      map[string]Settlement
+	settle      map[string]lifecycle.Settle
 	logger      *slog.Logger
 	hooks       []func(Event)
 	legacy      bool
@@ -151,7 +151,7 @@ func registerFunc[F any](c *config, m *map[string]F, opt, kind, name string, fn 
 	case isNil:
 		c.fail(opt, name, "nil "+kind+" function")
 		return
-	case !validCostName(name):
+	case !lifecycle.ValidCostName(name):
 		c.fail(opt, name, "invalid "+kind+` function name; want a letter, then letters, digits, "_", "-" or "."`)
 		return
 	}
@@ -160,23 +160,6 @@ func registerFunc[F any](c *config, m *map[string]F, opt, kind, name string, fn 
 	}
 	(*m)[name] = fn
 }
-
-// validCostName reports whether s is a cost function name as package rules
-// accepts it.
-func validCostName(s string) bool {
-	if s == "" || !isASCIILetter(s[0]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isASCIILetter(c) && !('0' <= c && c <= '9') && c != '_' && c != '-' && c != '.' {
-			return false
-		}
-	}
-	return true
-}
-
-func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 // WithLogger sets the logger that receives backend errors (Warn; at most
 // one line per 10 s per wrapped handler, carrying the number of errors not

@@ -23,12 +23,10 @@ type cost struct {
 type plan struct {
 	*lifecycle.Plan // the advertised policies, and what the lifecycle needs
 	role            string
-	keys            []KeyFunc     // keys[i] is the function of Limiters[i] when it is a key(name)
-	costs           []cost        // costs[i] is the cost of Limiters[i]
-	priced          bool          // some limiter has a cost function
-	limits          *limitPlan    // the windows with limit functions; nil when there are none
-	settle          []*Settlement // settle[i] is how Limiters[i] settles (WithSettle), nil if not; nil when none does
-	settled         bool          // some limiter settles
+	keys            []KeyFunc  // keys[i] is the function of Limiters[i] when it is a key(name)
+	costs           []cost     // costs[i] is the cost of Limiters[i]
+	priced          bool       // some limiter has a cost function
+	limits          *limitPlan // the windows with limit functions; nil when there are none
 }
 
 // newPlan prepares ls; it fails when a limiter needs a key or cost function

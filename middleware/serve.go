@@ -31,7 +31,7 @@ type call struct {
 	pol     *lifecycle.Policy // the deciding window's policy, when advertised
 	items   []int             // the windows advertised in RateLimit (plan.constrained)
 	primary int
-	report  *costReport // what the handler reports (ReportCost), for a settled request
+	report  *lifecycle.CostReport // what the handler reports (ReportCost), for a settled request
 }
 
 // serve is a request's life in the middleware, as named steps: resolve the

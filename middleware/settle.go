@@ -3,9 +3,9 @@ package middleware
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
 // A Settler changes what an admitted request counts in its cost limiters
@@ -22,6 +22,9 @@ var ErrNoSettle = errors.New("middleware: WithSettle needs a decider that can se
 
 // NoDebt is the Settlement.MaxDebt that refuses any debt.
 const NoDebt = -1
+
+// A Settlement converts to lifecycle.Settle as it is: NoDebt must be its.
+var _ = [1]struct{}{}[NoDebt-lifecycle.NoDebt]
 
 // Settlement says how the limiters whose cost is one cost function settle
 // after the handler (see WithSettle). The zero Settlement settles only to
@@ -56,21 +59,12 @@ type Settlement struct {
 // erring on the side of denying. A request that a count: statement gives
 // back is not settled. The Decider must be a Settler (New fails with
 // ErrNoSettle otherwise). Registering a name again replaces its
-// Settlement.
+// Settlement. contrib/grpclimit's WithSettle is the same for gRPC calls.
 func WithSettle(name string, s Settlement) Option {
 	return func(c *config) {
-		switch {
-		case !validCostName(name):
-			c.fail("WithSettle", name, `invalid cost function name; want a letter, then letters, digits, "_", "-" or "."`)
-			return
-		case s.MaxDebt < NoDebt:
-			c.fail("WithSettle", name, "MaxDebt below NoDebt")
-			return
+		if reason := lifecycle.PutSettle(&c.settle, name, lifecycle.Settle(s)); reason != "" {
+			c.fail("WithSettle", name, reason)
 		}
-		if c.settle == nil {
-			c.settle = make(map[string]Settlement)
-		}
-		c.settle[name] = s
 	}
 }
 
@@ -82,120 +76,30 @@ func WithSettle(name string, s Settlement) Option {
 // one. It returns false, and does nothing, when no settlement of name
 // awaits the request (no limiter of its group settles name, the request
 // was not admitted, or ctx is not the request's) or n is negative. It is
-// safe for concurrent use.
+// safe for concurrent use. It serves gRPC handlers under
+// contrib/grpclimit's WithSettle too (grpclimit.ReportCost is the same
+// function).
 func ReportCost(ctx context.Context, name string, n int64) bool {
-	rep, _ := ctx.Value(reportKey{}).(*costReport)
-	if rep == nil || n < 0 {
-		return false
-	}
-	rep.mu.Lock()
-	defer rep.mu.Unlock()
-	for i, nm := range rep.names {
-		if nm == name {
-			rep.costs[i], rep.set[i] = n, true
-			return true
-		}
-	}
-	return false
-}
-
-type reportKey struct{}
-
-// costReport holds what the handler reported, per settled cost name.
-type costReport struct {
-	mu    sync.Mutex
-	names []string
-	costs []int64
-	set   []bool
+	return lifecycle.Report(ctx, name, n)
 }
 
 // settles reports whether the steps after the handler settle c.
-func (l *limiter) settles(c *call) bool { return l.settler != nil && c.p.settled }
+func (l *limiter) settles(c *call) bool { return l.settler != nil && c.p.Settles() }
 
 // prepareSettle gives the handler of c a context to report costs to.
 func (l *limiter) prepareSettle(c *call) {
-	rep := &costReport{}
-	for i, s := range c.p.settle {
-		if s != nil && !contains(rep.names, c.p.costs[i].name) {
-			rep.names = append(rep.names, c.p.costs[i].name)
-		}
-	}
-	rep.costs, rep.set = make([]int64, len(rep.names)), make([]bool, len(rep.names))
-	c.report = rep
-	c.r = c.r.WithContext(context.WithValue(c.r.Context(), reportKey{}, rep))
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
+	var ctx context.Context
+	ctx, c.report = c.p.Reporting(c.r.Context())
+	c.r = c.r.WithContext(ctx)
 }
 
 // actualCosts returns the actual costs of a request of a group with
-// settled costs, for engine.Outcome.Actual: each settled limiter's cost as
-// the handler reported it, or the bytes written (see WithSettle), -1 for
-// the others; nil when nothing settles. A request given back, or whose
-// handler panicked or hijacked the connection, keeps its estimate.
+// settled costs, for engine.Outcome.Actual (see lifecycle.Plan.Actual),
+// nil when nothing settles. A request given back, or whose handler
+// panicked or hijacked the connection, keeps its estimate.
 func (l *limiter) actualCosts(c *call, o outcome, written int64) []int64 {
 	if !l.settles(c) || !c.dec.Allowed || o.panicked || o.hijacked || l.givesBack(o) {
 		return nil
 	}
-	actual := make([]int64, len(c.checks))
-	some := false
-	for i := range actual {
-		actual[i] = -1
-		s := c.p.settle[i]
-		if s == nil {
-			continue
-		}
-		n, ok := c.report.get(c.p.costs[i].name)
-		if !ok && s.Written {
-			n, ok = written, true
-		}
-		if !ok {
-			continue
-		}
-		if est := c.checks[i].Cost; n > est {
-			switch {
-			case s.MaxDebt == NoDebt:
-				n = est
-			case s.MaxDebt > 0:
-				n = min(n, est+s.MaxDebt)
-			}
-		}
-		actual[i], some = n, true
-	}
-	if !some {
-		return nil
-	}
-	return actual
-}
-
-// get returns the cost reported for name, if any.
-func (rep *costReport) get(name string) (int64, bool) {
-	rep.mu.Lock()
-	defer rep.mu.Unlock()
-	for i, nm := range rep.names {
-		if nm == name {
-			return rep.costs[i], rep.set[i]
-		}
-	}
-	return 0, false
-}
-
-// settleWith marks the limiters of p whose cost function settles (see
-// WithSettle).
-func (p *plan) settleWith(settle map[string]Settlement) {
-	if len(settle) == 0 {
-		return
-	}
-	p.settle = make([]*Settlement, len(p.Limiters))
-	for i, c := range p.costs {
-		if s, ok := settle[c.name]; ok && c.fn != nil {
-			p.settle[i], p.settled = &s, true
-		}
-	}
+	return c.p.Actual(c.checks, c.report, written)
 }

@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"context"
 	"errors"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"time"
 
@@ -12,23 +11,40 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // admitted is an admitted call with work after its handler: response
-// metadata to send, or an outcome that decides whether it stays counted
-// (a group with count:).
+// metadata to send, an outcome that decides whether it stays counted (a
+// group with count:), slots to release or costs to settle.
 type admitted struct {
-	ctx  context.Context
-	m    *method
-	req  engine.Request
-	dec  engine.Decision
-	give bool        // given back unless its code is listed in count:
-	free bool        // holds slots of in-flight windows, released when the call ends
-	md   metadata.MD // the rate-limit metadata; nil for none
+	ctx    context.Context // the handler's: with report, the one ReportCost reads
+	m      *method
+	p      *lifecycle.Plan
+	checks []engine.Check
+	req    engine.Request
+	dec    engine.Decision
+	give   bool                  // given back unless its code is listed in count:
+	free   bool                  // holds slots of in-flight windows, released when the call ends
+	report *lifecycle.CostReport // what the handler reports (ReportCost); nil when nothing settles
+	md     metadata.MD           // the rate-limit metadata; nil for none
 }
+
+// handlerContext returns the context the handler of c runs with: ctx, or
+// the one that carries c's cost report.
+func (c *admitted) handlerContext(ctx context.Context) context.Context {
+	if c.report != nil {
+		return c.ctx
+	}
+	return ctx
+}
+
+// counts reports whether the response messages of c are measured for a
+// Settlement.Written.
+func (c *admitted) counts() bool { return c.report != nil && c.p.SettlesWritten() }
 
 // admit decides a call of m, as named steps: resolve the caller, price
 // the call, decide, respond. It returns a non-nil *admitted when the
@@ -170,8 +186,11 @@ func (l *Limiter) decide(c *gcall) (bool, error) {
 func (l *Limiter) respond(c *gcall, out trailerSetter) (*admitted, error) {
 	ctx, ev, dec, m := c.ctx, &c.ev, &c.dec, c.m
 	var next *admitted
-	if dec.Allowed && (m.counted != 0 || m.slots) {
-		next = &admitted{ctx: ctx, m: m, req: c.req, dec: c.dec, give: m.counted != 0, free: m.slots}
+	if dec.Allowed && (m.counted != 0 || m.slots || c.p.Settles()) {
+		next = &admitted{ctx: ctx, m: m, p: c.p, checks: c.checks, req: c.req, dec: c.dec, give: m.counted != 0, free: m.slots}
+		if c.p.Settles() {
+			next.ctx, next.report = c.p.Reporting(ctx)
+		}
 	}
 	switch {
 	case c.shadow:
@@ -255,18 +274,22 @@ func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *life
 
 // after runs when an admitted call ends, however it ends: it gives a call
 // of a group with count: back unless its status is listed (which frees its
-// in-flight slots too), else releases the slots it holds (a stream holds
-// them until its handler returns). A handler that panics leaves the call
-// counted: its outcome is unknown, and counting it errs on the side of
-// denying.
-func (l *Limiter) after(c *admitted, err error, panicked bool) {
-	if !c.free && !c.give {
+// in-flight slots too), else settles its costs (WithSettle) to what the
+// handler reported or, for Settlement.Written, the bytes of response
+// messages written (negative: unknown), and releases the slots it holds (a
+// stream holds them until its handler returns), in one Finish. A handler
+// that panics leaves the call counted at its estimate: its outcome is
+// unknown, and counting it errs on the side of denying.
+func (l *Limiter) after(c *admitted, err error, panicked bool, written int64) {
+	if !c.free && !c.give && c.report == nil {
 		return // only metadata to send
 	}
 	ctx := context.WithoutCancel(c.ctx)
-	give := c.give && !panicked && !c.m.counted.has(status.Code(err))
-	// One call: give back or not, release the slots.
-	if ferr := lifecycle.Finish(ctx, l.decider, &c.req, &c.dec, engine.Outcome{GiveBack: give}); ferr != nil {
+	out := engine.Outcome{GiveBack: c.give && !panicked && !c.m.counted.has(status.Code(err))}
+	if c.report != nil && !out.GiveBack && !panicked {
+		out.Actual = c.p.Actual(c.checks, c.report, written)
+	}
+	if ferr := lifecycle.Finish(ctx, l.decider, &c.req, &c.dec, out); ferr != nil {
 		l.logBackend(ctx, c.req.Scope, c.dec, ferr) // at most once a second: not a line per call
 	}
 }

@@ -119,4 +119,18 @@
 // returns, a stream until it ends, however it ends (an error, a panic, a
 // client that went away). A refusal by an in-flight window carries a
 // RetryInfo of one second, as the HTTP middleware's Retry-After does.
+//
+// # Settlement
+//
+// WithSettle(name, s) makes the limiters whose cost function is name
+// settle after the handler, as middleware.WithSettle does for HTTP: a call
+// is admitted against its estimate (the WithCostFunc result) and then
+// counts the cost its handler reported with ReportCost(ctx, name, n) on
+// its context (a stream's Context), the same report as
+// middleware.ReportCost. With s.Written, a call that reported nothing
+// counts the serialized size (proto.Size) of the response messages its
+// handler sent. A call whose actual cost is unknown keeps its estimate, a
+// call that count: gives back is not settled, and s.MaxDebt caps what a
+// call is charged beyond its estimate. The settlement rides the call's one
+// Finish after the handler, unary or stream.
 package grpclimit

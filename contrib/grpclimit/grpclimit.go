@@ -50,6 +50,8 @@ type Limiter struct {
 	decider   middleware.Decider
 	giver     middleware.GiveBacker
 	releaser  middleware.Releaser
+	settler   middleware.Settler          // d as a Settler, with WithSettle
+	settle    map[string]lifecycle.Settle // WithSettle's, applied to the plans by compile
 	methods   map[string]*method
 	defaults  *method // nil: methods not listed are not limited
 	exempt    map[string]bool
@@ -71,6 +73,7 @@ type method struct {
 	byRole   map[string]*lifecycle.Plan
 	counted  codeSet        // 0: every outcome counts
 	slots    bool           // the group has an in-flight window: admitted calls are released
+	settles  bool           // some plan settles a cost (WithSettle)
 	zone     *time.Location // of the group's calendar windows (calendar:ZONE), UTC by default
 }
 
@@ -88,8 +91,11 @@ type method struct {
 // documentation). New fails, listing every problem at once, with a
 // *MethodError per method whose name or text is wrong (naming the method
 // and the offset in its text), when an option is invalid, when a key or
-// cost function a group names is not registered, and with ErrNoGiveBack
-// when a group has a count: statement and d cannot give calls back.
+// cost function a group names is not registered, with ErrNoGiveBack
+// when a group has a count: statement and d cannot give calls back, with
+// middleware.ErrNoRelease when a group has an in-flight window and d cannot
+// release calls, and with middleware.ErrNoSettle when WithSettle is given
+// and d cannot settle calls.
 func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
 	c := config{logger: slog.Default()}
 	for _, o := range opts {
@@ -110,6 +116,7 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 		cip:     cip,
 		keys:    c.keys,
 		costs:   c.costs,
+		settle:  c.settle,
 		logger:  c.logger,
 		hooks:   c.hooks,
 	}
@@ -118,6 +125,12 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 	} else {
 		l.giver, _ = d.(middleware.GiveBacker)
 		l.releaser, _ = d.(middleware.Releaser)
+		if len(c.settle) > 0 {
+			var ok bool
+			if l.settler, ok = d.(middleware.Settler); !ok {
+				errs = append(errs, middleware.ErrNoSettle)
+			}
+		}
 	}
 	for _, e := range c.exempt {
 		svc := strings.HasSuffix(e, "/")
@@ -215,6 +228,10 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 			continue // role.Policy.Resolve picks the first override of a role
 		}
 		p := lifecycle.NewPlan(ls)
+		if l.settler != nil {
+			p.SettleWith(l.settle)
+			m.settles = m.settles || p.Settles()
+		}
 		switch {
 		case r == "":
 			m.defaults = p

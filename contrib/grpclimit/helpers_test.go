@@ -168,7 +168,8 @@ type setup struct {
 	methods       map[string]string
 	opts          []grpclimit.Option
 	engine        []engine.Option
-	redisAddr     string // a real redis-server; miniredis when empty
+	redisAddr     string            // a real redis-server; miniredis when empty
+	service       *grpc.ServiceDesc // registered beside test.Svc when not nil
 }
 
 func newFixture(t testing.TB, s setup) *fixture {
@@ -220,6 +221,9 @@ func newFixture(t testing.TB, s setup) *fixture {
 		}, lim.StreamServerInterceptor()),
 	)
 	srv.RegisterService(svcDesc(&f.handled), nil)
+	if s.service != nil {
+		srv.RegisterService(s.service, nil)
+	}
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -299,6 +303,28 @@ func stream(t testing.TB, conn *grpc.ClientConn, n int, kv ...string) (error, in
 			return err, got
 		}
 		got++
+	}
+}
+
+// readStream opens a server stream of method on conn, sends one Empty,
+// and reads the stream to its end into messages of newMsg; it returns nil
+// when the stream ended with OK.
+func readStream(ctx context.Context, conn *grpc.ClientConn, method string, newMsg func() any) error {
+	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
+		return err
+	}
+	_ = cs.CloseSend()
+	for {
+		if err := cs.RecvMsg(newMsg()); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
 	}
 }
 

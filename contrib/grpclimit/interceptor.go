@@ -5,6 +5,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 )
 
 // UnaryServerInterceptor returns the interceptor that limits unary calls.
@@ -25,10 +27,14 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if c == nil {
 			return handler(ctx, req)
 		}
+		var written int64 // of the response, for Settlement.Written
 		panicked := true
-		defer func() { l.after(c, err, panicked) }()
-		resp, err = handler(ctx, req)
+		defer func() { l.after(c, err, panicked, written) }()
+		resp, err = handler(c.handlerContext(ctx), req)
 		panicked = false
+		if err == nil && c.counts() {
+			written = messageSize(resp)
+		}
 		// The response headers go out with the response message; a call
 		// that fails has none, and its metadata goes in the trailers.
 		if c.md != nil && (err != nil || grpc.SetHeader(ctx, c.md) != nil) {
@@ -58,23 +64,74 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if c == nil {
 			return handler(srv, ss)
 		}
+		stream := ss
 		var hs *headerStream
 		if c.md != nil {
 			hs = &headerStream{ServerStream: ss, md: c.md}
+			stream = hs
+		}
+		var cs *settleStream
+		if c.report != nil {
+			cs = &settleStream{ServerStream: stream, ctx: c.ctx, count: c.counts()}
+			stream = cs
 		}
 		panicked := true
-		defer func() { l.after(c, err, panicked) }()
-		if hs != nil {
-			err = handler(srv, hs)
-			if !hs.sent {
-				ss.SetTrailer(c.md)
+		defer func() {
+			var written int64
+			if cs != nil {
+				written = cs.written
 			}
-		} else {
-			err = handler(srv, ss)
+			l.after(c, err, panicked, written)
+		}()
+		err = handler(srv, stream)
+		if hs != nil && !hs.sent {
+			ss.SetTrailer(c.md)
 		}
 		panicked = false
 		return err
 	}
+}
+
+// settleStream gives a settled stream's handler the context ReportCost
+// reads and, for Settlement.Written, counts the bytes of the messages it
+// sends. Like any grpc.ServerStream, it is used by one goroutine at a time.
+type settleStream struct {
+	grpc.ServerStream
+	ctx     context.Context
+	count   bool  // measure the messages sent
+	written int64 // their size; negative once one cannot be measured
+}
+
+// Context implements grpc.ServerStream.
+func (s *settleStream) Context() context.Context { return s.ctx }
+
+// SendMsg implements grpc.ServerStream.
+func (s *settleStream) SendMsg(m any) error {
+	err := s.ServerStream.SendMsg(m)
+	if err == nil && s.count && s.written >= 0 {
+		if n := messageSize(m); n >= 0 {
+			s.written += n
+		} else {
+			s.written = -1
+		}
+	}
+	return err
+}
+
+// messageSize returns the serialized size of m, a response message, as
+// grpc's proto codec encodes it; -1 when m is not a protobuf message (a
+// service with another codec), whose size is unknown.
+func messageSize(m any) int64 {
+	var pm proto.Message
+	switch v := m.(type) {
+	case protoadapt.MessageV1:
+		pm = protoadapt.MessageV2Of(v)
+	case proto.Message:
+		pm = v
+	default:
+		return -1
+	}
+	return int64(proto.Size(pm))
 }
 
 // headerStream adds the rate-limit metadata to a stream's response

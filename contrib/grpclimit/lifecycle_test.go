@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -34,14 +34,22 @@ import (
 // result is what the client saw: ok, denied (429 / ResourceExhausted),
 // unavailable (503 / Unavailable), fail (500 / Internal, the handler's own
 // failure) or broken (the handler panicked).
+//
+// Both adapters register the cost function bytes, which estimates 10 per
+// call, and settle it (WithSettle): a group that names it counts 10 at
+// admission, then what the handler reported (a step's report).
 
 // A step is one call, or the release of a held one.
 type step struct {
-	user string // "" for none (counted by IP)
-	role string
-	do   string // ok, fail, panic, hold (until a release step), hangup (the client leaves while held), stream, release
-	want string // the result; empty for hold, hangup and release
+	user   string // "" for none (counted by IP)
+	role   string
+	do     string // ok, fail, panic, hold (until a release step), hangup (the client leaves while held), stream, release
+	report int64  // the actual bytes cost the handler reports (ReportCost); 0 reports nothing
+	want   string // the result; empty for hold, hangup and release
 }
+
+// lifeEstimate is what the cost function bytes estimates for every call.
+const lifeEstimate = 10
 
 var lifecycleCases = []struct {
 	name       string
@@ -74,6 +82,15 @@ var lifecycleCases = []struct {
 	{name: "stream end", http: "user:1 concurrent", grpc: "user:1 concurrent", steps: []step{
 		{user: "a", do: "stream", want: "ok"}, {user: "a", do: "stream", want: "ok"}, {user: "a", do: "hold"},
 		{user: "a", do: "stream", want: "denied"}, {do: "release"}, {user: "a", do: "stream", want: "ok"}}},
+	// 35 bytes a minute admit three calls at their estimate of 10. Settled
+	// to 1, three leave room for more; a call whose handler panicked (after
+	// reporting) or that reports nothing keeps its estimate: 1+1+1+10+10+10
+	// = 33 leaves no room for the seventh.
+	{name: "settlement", http: "user[bytes]:35/min", grpc: "user[bytes]:35/min", steps: []step{
+		{user: "a", do: "ok", report: 1, want: "ok"}, {user: "a", do: "ok", report: 1, want: "ok"},
+		{user: "a", do: "stream", report: 1, want: "ok"}, {user: "a", do: "panic", report: 1, want: "broken"},
+		{user: "a", do: "ok", want: "ok"}, {user: "a", do: "stream", want: "ok"},
+		{user: "a", do: "ok", report: 1, want: "denied"}}},
 	{name: "fail open", http: "user:1/min; fail:open", grpc: "user:1/min; fail:open", down: true, steps: []step{
 		{user: "a", do: "ok", want: "ok"}, {user: "a", do: "ok", want: "ok"}}},
 	{name: "fail closed", http: "user:1/min; fail:closed", grpc: "user:1/min; fail:closed", down: true, steps: []step{
@@ -166,11 +183,19 @@ func lifecycleEngine(t *testing.T, down bool) *engine.Engine {
 type httpAdapter struct{ srv *httptest.Server }
 
 func newHTTPAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *httpAdapter {
-	mw, err := middleware.New(rules.MustParse(text), eng, middleware.WithScope("s"))
+	mw, err := middleware.New(rules.MustParse(text), eng, middleware.WithScope("s"),
+		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return lifeEstimate, nil }),
+		middleware.WithSettle("bytes", middleware.Settlement{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	handler := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if v := r.Header.Get("X-Report"); v != "" {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if !middleware.ReportCost(r.Context(), "bytes", n) {
+				t.Errorf("ReportCost(%d) found no settlement to report to", n)
+			}
+		}
 		switch r.Header.Get("X-Do") {
 		case "fail":
 			w.WriteHeader(http.StatusInternalServerError)
@@ -212,6 +237,9 @@ func (a *httpAdapter) call(t *testing.T, s step) string {
 	r.Header.Set("X-Do", s.do)
 	r.Header.Set("X-User", s.user)
 	r.Header.Set("X-Role", s.role)
+	if s.report > 0 {
+		r.Header.Set("X-Report", strconv.FormatInt(s.report, 10))
+	}
 	resp, err := http.DefaultClient.Do(r)
 	if err != nil {
 		return "broken"
@@ -235,11 +263,23 @@ type grpcAdapter struct{ conn *grpc.ClientConn }
 const lifeUnary, lifeStream = "/life.Svc/Call", "/life.Svc/Stream"
 
 func newGRPCAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *grpcAdapter {
-	lim, err := grpclimit.New(eng, map[string]string{lifeUnary: text + "; scope:s", lifeStream: text + "; scope:s"})
+	lim, err := grpclimit.New(eng, map[string]string{lifeUnary: text + "; scope:s", lifeStream: text + "; scope:s"},
+		grpclimit.WithCostFunc("bytes", func(context.Context, string, any) (int64, error) { return lifeEstimate, nil }),
+		grpclimit.WithSettle("bytes", middleware.Settlement{}))
 	if err != nil {
 		t.Fatal(err)
 	}
+	report := func(ctx context.Context) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := first(md.Get("x-report")); v != "" {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			if !grpclimit.ReportCost(ctx, "bytes", n) {
+				t.Errorf("ReportCost(%d) found no settlement to report to", n)
+			}
+		}
+	}
 	do := func(ctx context.Context) error {
+		report(ctx)
 		md, _ := metadata.FromIncomingContext(ctx)
 		switch first(md.Get("x-do")) {
 		case "fail":
@@ -279,6 +319,7 @@ func newGRPCAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *grp
 			if err := ss.RecvMsg(new(emptypb.Empty)); err != nil {
 				return err
 			}
+			report(ss.Context())
 			for range 3 {
 				if err := ss.SendMsg(&emptypb.Empty{}); err != nil {
 					return err
@@ -331,6 +372,9 @@ func (a *grpcAdapter) call(t *testing.T, s step) string {
 		time.AfterFunc(100*time.Millisecond, c2)
 	}
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-do", s.do, "x-user", s.user, "x-role", s.role)
+	if s.report > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, "x-report", strconv.FormatInt(s.report, 10))
+	}
 	var err error
 	if s.do == "stream" {
 		err = a.stream(ctx)
@@ -354,23 +398,9 @@ func (a *grpcAdapter) call(t *testing.T, s step) string {
 
 // stream opens a server stream and reads it to its end.
 func (a *grpcAdapter) stream(ctx context.Context) error {
-	cs, err := a.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, lifeStream)
-	if err != nil {
-		return err
+	err := readStream(ctx, a.conn, lifeStream, func() any { return new(emptypb.Empty) })
+	if errors.Is(err, context.Canceled) {
+		return nil
 	}
-	if err := cs.SendMsg(&emptypb.Empty{}); err != nil {
-		return err
-	}
-	_ = cs.CloseSend()
-	for {
-		if err := cs.RecvMsg(new(emptypb.Empty)); err != nil {
-			if strings.Contains(err.Error(), "EOF") || errors.Is(err, context.Canceled) {
-				return nil
-			}
-			if status.Code(err) == codes.OK {
-				return nil
-			}
-			return err
-		}
-	}
+	return err
 }

@@ -1,14 +1,13 @@
 package grpclimit
 
 import (
-	"errors"
-
 	"context"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -43,6 +42,7 @@ type config struct {
 	v6bits      int
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
+	settle      map[string]lifecycle.Settle
 	logger      *slog.Logger
 	hooks       []func(middleware.Event)
 	errs        []error
@@ -143,6 +143,44 @@ func WithCostFunc(name string, fn CostFunc) Option {
 		}
 		c.costs[name] = fn
 	}
+}
+
+// WithSettle makes the limiters whose cost is the cost function name (as
+// in user[bytes]:2Gi/d) settle once the handler has run, as
+// middleware.WithSettle does for HTTP requests: a call is admitted against
+// its estimate, the cost function's result; afterwards it counts its
+// actual cost instead, the one the handler reported with ReportCost or,
+// with s.Written, the bytes of the response messages the handler sent:
+// their serialized size (proto.Size, uncompressed, without gRPC's 5-byte
+// message prefix) — a unary call's response when it succeeds (0 when it
+// fails), each message a stream's SendMsg accepted. A call whose actual
+// cost is unknown (none reported and not Written, a response that is not
+// a protobuf message, a handler that panicked) keeps its estimate, erring
+// on the side of denying; so does a call that a count: statement gives
+// back. s.MaxDebt caps what a call may be charged beyond its estimate, as
+// in middleware.Settlement. The Decider must be a middleware.Settler (New
+// fails with middleware.ErrNoSettle otherwise). Registering a name again
+// replaces its Settlement; a name no group's limiter names settles nothing.
+func WithSettle(name string, s middleware.Settlement) Option {
+	return func(c *config) {
+		if reason := lifecycle.PutSettle(&c.settle, name, lifecycle.Settle(s)); reason != "" {
+			c.errs = append(c.errs, &middleware.ConfigError{Option: "WithSettle", Value: name, Reason: reason})
+		}
+	}
+}
+
+// ReportCost reports n, the actual cost of the call whose context is ctx
+// for the cost function name, to the interceptors, which settle the call's
+// limiters with that cost once the handler returns (see WithSettle): a
+// handler calls it when it knows what the call consumed, such as the rows
+// of a query. A later report replaces an earlier one. It returns false,
+// and does nothing, when no settlement of name awaits the call (no limiter
+// of its group settles name, the call was not admitted, or ctx is not the
+// handler's, or derived from it) or n is negative. It is
+// middleware.ReportCost: a handler shared by both transports may call
+// either. It is safe for concurrent use.
+func ReportCost(ctx context.Context, name string, n int64) bool {
+	return middleware.ReportCost(ctx, name, n)
 }
 
 // WithLogger sets the logger that receives backend errors (Warn, at most

@@ -6,7 +6,8 @@
 // trailers and status codes; what does not depend on the transport lives
 // here: the advertised policies and their field values (Plan), subjects
 // and client addresses (ClientIP), a request's engine checks (Checks),
-// what a group applies (Block, HoldsSlots) and the finish step (Finish).
+// what a group applies (Block, HoldsSlots), settlement (Plan.SettleWith,
+// the handler's Report, Plan.Actual) and the finish step (Finish).
 package lifecycle
 
 import (

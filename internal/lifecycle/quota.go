@@ -47,6 +47,10 @@ type Plan struct {
 	Field    string   // the RateLimit-Policy value (per request for windows with limit functions)
 	Slots    bool     // some limiter has an in-flight window: admitted requests hold slots
 	Calendar bool     // some limiter has a calendar window (see calendarItems)
+	// Settle[i] is how Limiters[i] settles after the handler, nil if it
+	// does not; Settle is nil when no limiter settles (see SettleWith).
+	Settle  []*Settle
+	settled []string // the settled cost function names, once each
 }
 
 // NewPlan returns the plan of ls. A limiter's cost names its unit: none
