@@ -124,35 +124,48 @@ func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds
 
 // calArgs appends the fields of calendar key k of p: 0, 'P', cost, limit,
 // then the boundaries around now (µs since 1970), which p keeps for
-// readCal.
+// readCal; or, when an earlier key of the same script call sent those
+// boundaries, 0, 'Q', cost, limit and the index in ARGV of the first.
 func (f *flatArgs) calArgs(p *plan, k int32, now int64) {
+	x := f.bounds(p.kcal[k], p.zoneOf(), now)
+	p.kbounds[k] = x.b
 	f.int(0)
-	f.buf = append(f.buf, 'P')
+	kind := byte('P')
+	if x.call == f.call {
+		kind = 'Q'
+	}
+	f.buf = append(f.buf, kind)
 	f.ends = append(f.ends, int32(len(f.buf)))
 	f.int(p.kcost[k])
 	f.int(p.wins[p.kstart[k]].limit)
-	b := f.bounds(p.kcal[k], p.zoneOf(), now)
-	p.kbounds[k] = b
-	for _, x := range b {
-		f.int(x)
+	if kind == 'Q' {
+		f.int(int64(x.at - f.first + 1))
+		return
+	}
+	x.call, x.at = f.call, len(f.ends)
+	for _, b := range x.b {
+		f.int(b)
 	}
 }
 
 // calCached is the boundaries of the periods around a time, for one
-// calendar and zone.
+// calendar and zone, and where the script call being built holds them.
 type calCached struct {
-	cal rules.Calendar
-	loc *time.Location
-	b   [calBounds]int64
+	cal  rules.Calendar
+	loc  *time.Location
+	b    [calBounds]int64
+	call uint64 // flatArgs.call of the script call that sent them; 0: none
+	at   int    // the index of their first field in flatArgs.ends
 }
 
-// bounds returns calBoundsAround(c, now, loc), from f's cache while now
-// lies in the cached current period: computing them takes a dozen
-// time.Date calls, a period lasts a day or more.
-func (f *flatArgs) bounds(c rules.Calendar, loc *time.Location, now int64) [calBounds]int64 {
+// bounds returns the entry of calBoundsAround(c, now, loc), from f's cache
+// while now lies in the cached current period: computing them takes a
+// dozen time.Date calls, a period lasts a day or more. The entry is valid
+// until the next call of bounds.
+func (f *flatArgs) bounds(c rules.Calendar, loc *time.Location, now int64) *calCached {
 	for i := range f.cals {
 		if x := &f.cals[i]; x.cal == c && x.loc == loc && now >= x.b[1] && now < x.b[2] {
-			return x.b
+			return x
 		}
 	}
 	b := calBoundsAround(c, now, loc)
@@ -160,7 +173,7 @@ func (f *flatArgs) bounds(c rules.Calendar, loc *time.Location, now int64) [calB
 		f.cals = f.cals[:0]
 	}
 	f.cals = append(f.cals, calCached{cal: c, loc: loc, b: b})
-	return b
+	return &f.cals[len(f.cals)-1]
 }
 
 // readCal reads the reply of calendar key k of c decided at t (µs): what
@@ -272,24 +285,27 @@ func (p *plan) sizeCalendars() {
 	p.kbounds = append(p.kbounds[:0], make([][calBounds]int64, len(p.keys))...)
 }
 
-// takenExtra is what Finish needs of a calendar or distinct key a request
-// took, beside its takenKey.
+// takenExtra is what Finish needs of a distinct key a request took,
+// beside its takenKey.
 type takenExtra struct {
-	check int32  // kindCal: the check whose calendar window it counts
-	cal   int64  // kindCal: the start of the period it counted in (µs since 1970)
-	at    int64  // kindDistinct: the time the value counted anew
-	prev  int64  // kindDistinct: what a restore gives back (0: nothing)
-	value string // kindDistinct: the value's member
+	at    int64  // the time the value counted anew
+	prev  int64  // what a restore gives back (0: nothing)
+	value string // the value's member
 }
 
-// takeExtra records the calendar and distinct keys of p in t.
+// takeCalendars records the calendar keys of p in t: no allocation, they
+// fit in takenKey.
+func (t *taken) takeCalendars(p *plan) {
+	for _, r := range p.calw {
+		k := &t.keys[r.key]
+		k.kind, k.cost, k.check = kindCal, p.kcost[r.key], int8(r.check)
+		k.cal = p.calStartAt(int(r.key), t.at)
+	}
+}
+
+// takeExtra records the distinct keys of p in t.
 func (t *taken) takeExtra(p *plan) {
 	t.extra = make([]takenExtra, len(t.keys))
-	for _, r := range p.calw {
-		k := r.key
-		t.keys[k].kind, t.keys[k].cost = kindCal, p.kcost[k]
-		t.extra[k] = takenExtra{check: r.check, cal: p.calStartAt(int(k), t.at)}
-	}
 	for k := range t.keys {
 		if p.isDistinct(k) {
 			t.keys[k].kind = kindDistinct
@@ -307,14 +323,14 @@ func (t *taken) takeExtra(p *plan) {
 // distinct key's value is restored (delta unused). It reports false when
 // there is nothing to do.
 func (t *taken) extraUndo(i int, u *undo, delta int64) bool {
-	x := &t.extra[i]
 	if u.kind == kindCal {
-		u.cal, u.delta, u.mode = x.cal, delta, 's'
+		u.cal, u.delta, u.mode = t.keys[i].cal, delta, 's'
 		if delta < 0 && delta == -t.keys[i].cost {
 			u.mode = 'r' // the local fallback removes the entry
 		}
 		return true
 	}
+	x := &t.extra[i]
 	u.value, u.at, u.prev = x.value, x.at, x.prev
 	return x.prev > 0 || t.src == FromLocal // the fallback removes the request's entry
 }
@@ -326,7 +342,7 @@ func (t *taken) calDeltas(actual, d []int64) error {
 		if t.keys[k].kind != kindCal {
 			continue
 		}
-		c := t.extra[k].check
+		c := t.keys[k].check
 		a := actual[c]
 		if a < 0 {
 			continue

@@ -225,10 +225,8 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 		}
 		d[k], set[k] = delta, true
 	}
-	if t.extra != nil {
-		if err := t.calDeltas(actual, d); err != nil {
-			return nil, err
-		}
+	if err := t.calDeltas(actual, d); err != nil {
+		return nil, err
 	}
 	for _, x := range d {
 		if x != 0 {

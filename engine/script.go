@@ -261,6 +261,10 @@ type flatArgs struct {
 	args []bufArg
 	now  int64       // the engine's time of the call being built (µs since 1970), for calendar keys
 	cals []calCached // calendar boundaries computed before (see bounds)
+	// first is the index in ends of the first field of the script call
+	// being built, and call numbers it among all calls f built (from 1).
+	first int
+	call  uint64
 }
 
 func (f *flatArgs) reset(t int64) {
@@ -278,11 +282,12 @@ func (f *flatArgs) clear() {
 // appendFrom. The script takes maxSuffix from its arguments, so that the
 // limit is defined here only.
 func (f *flatArgs) begin(t int64) int {
-	first := len(f.ends)
+	f.first = len(f.ends)
+	f.call++
 	f.int(t)
 	f.int(maxSuffix)
 	f.now = t
-	return first
+	return f.first
 }
 
 func (f *flatArgs) int(v int64) {

@@ -19,7 +19,7 @@ type taken struct {
 	text   string // every key, back to back
 	keys   []takenKey
 	checks []takenCheck
-	extra  []takenExtra  // per key, for calendar and distinct keys; nil without them
+	extra  []takenExtra  // per key, for distinct keys; nil without them
 	state  atomic.Uint32 // done* bits: what was finished already
 
 	// Room for the usual request, so that it costs one allocation.
@@ -41,11 +41,13 @@ const (
 // takenKey is one key a request was counted in.
 type takenKey struct {
 	end     int32 // end of the key in text
-	kind    byte  // kindCount, kindSlot or kindWeighted
+	kind    byte  // kindCount, kindSlot, kindWeighted, kindCal or kindDistinct
+	check   int8  // kindCal: the check whose calendar window it counts (< MaxChecks)
 	suffix  int64 // the member's suffix in the key
 	cost    int64 // what the request counts there (a weighted key)
 	longest int64 // the key's longest period in µs: how long its entry counts
 	grain   int64 // a weighted key's coarsest grain in µs; 0 when exact
+	cal     int64 // kindCal: the start of the period it counted in (µs since 1970)
 }
 
 // takenCheck is one check of the request.
@@ -100,7 +102,10 @@ func (c *call) take(req *Request, src Source) *taken {
 	for i := range req.Checks {
 		t.checks = append(t.checks, takenCheck{key: p.keyOf[i], priced: req.Checks[i].Limiter.Cost != ""})
 	}
-	if len(p.kcal) > 0 || p.nd > 0 {
+	if len(p.kcal) > 0 {
+		t.takeCalendars(p)
+	}
+	if p.nd > 0 {
 		t.takeExtra(p)
 	}
 	return t

@@ -35,6 +35,10 @@
 --                                a calendar key (see Calendars below):
 --                                b1 < b2 < b3 < b4 bound three
 --                                consecutive calendar periods.
+--       0, 'Q', cost, limit, i   a calendar key whose boundaries are
+--                                ARGV[i .. i+3], those of an earlier
+--                                'P' key of the call (the ops of a batch
+--                                mostly count in the same periods).
 --       0, 'D', value, nwin, busy, then nwin times: period, limit
 --                                a count key whose op counts the member
 --                                value instead of the op's (see
@@ -1261,11 +1265,15 @@ while p <= #args do
       key_state[at - 3] = key_state[at - 3] + 3
       key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
       key_state[at] = again and 'D' or 'd'
-    elseif args[q + 1] == 'P' then
+    elseif args[q + 1] == 'P' or args[q + 1] == 'Q' then
       -- A calendar key (see Calendars): key_state[at], the period's start,
       -- keeps it out of add_member and the bookkeeping; -2 marks it for
       -- cal_admit of key_state[at - 1], the op's cost.
-      local start, stop = calendar_period(q + 4)
+      local bounds, next_q = q + 4, q + 4 + CAL_BOUNDS
+      if args[q + 1] == 'Q' then
+        bounds, next_q = num(args[q + 4]), q + 5
+      end
+      local start, stop = calendar_period(bounds)
       if not start then
         flush_cal()
         return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
@@ -1281,7 +1289,7 @@ while p <= #args do
       -- The period's first admission sets the expiry; later ones keep it.
       key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
       key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
-      q = q + 4 + CAL_BOUNDS
+      q = next_q
     else
       -- A block key: key_state[at] true (and no longest period) keeps it
       -- out of the admission and the bookkeeping.
