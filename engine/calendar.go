@@ -31,12 +31,19 @@ const calSuffix = ":cal:"
 // carry.
 const calBounds = 4
 
-// nominal periods of calendar windows in µs: the longest a period can
-// last, which is how long the local fallback and the cache remember one.
-var calNominal = map[rules.Calendar]int64{
-	rules.CalendarDay:   int64(25 * time.Hour / time.Microsecond),
-	rules.CalendarWeek:  int64((7*24 + 1) * time.Hour / time.Microsecond),
-	rules.CalendarMonth: int64((31*24 + 1) * time.Hour / time.Microsecond),
+// calNominal returns the nominal period of calendar c in µs, the longest
+// one of its periods can last, which is how long the local fallback and
+// the cache remember one; 0 for an unknown calendar.
+func calNominal(c rules.Calendar) int64 {
+	switch c {
+	case rules.CalendarDay:
+		return int64(25 * time.Hour / time.Microsecond)
+	case rules.CalendarWeek:
+		return int64((7*24 + 1) * time.Hour / time.Microsecond)
+	case rules.CalendarMonth:
+		return int64((31*24 + 1) * time.Hour / time.Microsecond)
+	}
+	return 0
 }
 
 // calRef ties the calendar window win of check check to its key.
@@ -45,18 +52,24 @@ type calRef struct {
 }
 
 // calendar registers window j of check i, a calendar window, with its own
-// calendar key; kc is the limiter's key cost and cost what the check counts.
-func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64) error {
+// calendar key; kc is the limiter's key cost, cost what the check counts
+// and rate the index of its rate key, which the calendar key extends (-1:
+// none, the key is built).
+func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64, rate int32) error {
 	c := &req.Checks[i]
 	w := &c.Windows[j]
-	if _, ok := calNominal[w.Calendar]; !ok {
+	if calNominal(w.Calendar) == 0 {
 		return &RequestError{Check: i, Window: j, Reason: "unknown calendar " + string(w.Calendar)}
 	}
 	if w.Period != 0 || w.Grain != 0 || w.Concurrent {
 		return &RequestError{Check: i, Window: j, Reason: "calendar window with a period, a grain or slots"}
 	}
 	start := len(p.buf)
-	p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
+	if rate >= 0 {
+		p.buf = append(p.buf, p.keyBytes(rate)...)
+	} else {
+		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
+	}
 	p.buf = append(append(p.buf, calSuffix...), w.Calendar...)
 	idx := p.key(start, cost, false, false)
 	if p.kcost[idx] != cost {
@@ -86,7 +99,7 @@ func (p *plan) calWindows(req *Request, key int32) {
 		}
 		w := &req.Checks[r.check].Windows[r.win]
 		if len(p.wins) == first {
-			p.wins = append(p.wins, window{period: calNominal[w.Calendar], limit: w.Limit})
+			p.wins = append(p.wins, window{period: calNominal(w.Calendar), limit: w.Limit})
 		} else {
 			p.wins[first].limit = min(p.wins[first].limit, w.Limit)
 		}
@@ -183,7 +196,7 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 	p := &c.plan
 	j := p.kstart[k]
 	used := r.int(1 << 53)
-	left := r.int(calNominal[rules.CalendarMonth])
+	left := r.int(calNominal(rules.CalendarMonth))
 	if r.err == nil && left < 1 {
 		r.fail("calendar period ended")
 	}
@@ -260,11 +273,12 @@ func validCalendar(i, j int, w *rules.Window, cost int64) error {
 	return nil
 }
 
-// calendars registers the calendar windows of check i with their keys.
-func (p *plan) calendars(k *keyer, req *Request, i int, kc string, cost int64) error {
+// calendars registers the calendar windows of check i with their keys;
+// rate is the index of the check's rate key, or -1.
+func (p *plan) calendars(k *keyer, req *Request, i int, kc string, cost int64, rate int32) error {
 	for j := range req.Checks[i].Windows {
 		if req.Checks[i].Windows[j].Calendar != "" {
-			if err := p.calendar(k, req, i, j, kc, cost); err != nil {
+			if err := p.calendar(k, req, i, j, kc, cost, rate); err != nil {
 				return err
 			}
 		}

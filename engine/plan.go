@@ -174,9 +174,6 @@ func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 	if err != nil {
 		return err
 	}
-	if err := p.calendars(k, req, i, kc, cost); err != nil {
-		return err
-	}
 	slot := int32(-1)
 	if conc >= 0 {
 		// The slot key of the subject: its count key's name and hash
@@ -186,31 +183,53 @@ func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 		slot = p.key(start, 1, false, true)
 	}
 	p.slotOf = append(p.slotOf, slot)
-	if rate == 0 {
-		p.keyOf = append(p.keyOf, -1)
-		return nil
-	}
-	start := len(p.buf)
-	p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
-	idx := p.key(start, cost, kc != "", false)
-	if p.kcost[idx] != cost {
-		return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
-	}
-	if c.Block != 0 {
-		if err := p.block(i, int(idx), c.Block); err != nil {
-			return err
-		}
-	}
-	if c.Distinct != "" {
-		if kc != "" || rate > maxDistinctWindows {
-			return &RequestError{Check: i, Window: -1, Reason: "a distinct value counts in a limiter without a cost or a grain, with at most 30 windows"}
-		}
-		if err := p.distinct(k, i, idx, c.Distinct); err != nil {
+	idx := int32(-1)
+	if rate > 0 {
+		if idx, err = p.rateKey(k, req, i, kc, cost, rate); err != nil {
 			return err
 		}
 	}
 	p.keyOf = append(p.keyOf, idx)
-	return nil
+	// The calendar keys last: they extend the rate key's name, and the
+	// script adds to a calendar counter at once when the keys before it
+	// have room (less to take back).
+	return p.calendars(k, req, i, kc, cost, idx)
+}
+
+// rateKey registers the rate key of check i, with its block and distinct
+// value, and returns its index; kc is its key cost, cost what the check
+// counts and rate its number of rate windows.
+func (p *plan) rateKey(k *keyer, req *Request, i int, kc string, cost int64, rate int) (int32, error) {
+	c := &req.Checks[i]
+	start := len(p.buf)
+	p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
+	idx := p.key(start, cost, kc != "", false)
+	if p.kcost[idx] != cost {
+		return -1, &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
+	}
+	if c.Block != 0 {
+		if err := p.block(i, int(idx), c.Block); err != nil {
+			return -1, err
+		}
+	}
+	if c.Distinct != "" {
+		if kc != "" || rate > maxDistinctWindows {
+			return -1, &RequestError{Check: i, Window: -1, Reason: "a distinct value counts in a limiter without a cost or a grain, with at most 30 windows"}
+		}
+		if err := p.distinct(k, i, idx, c.Distinct); err != nil {
+			return -1, err
+		}
+	}
+	return idx, nil
+}
+
+// keyBytes returns the name of key i, in p.buf.
+func (p *plan) keyBytes(i int32) []byte {
+	start := 0
+	if i > 0 {
+		start = p.ends[i-1]
+	}
+	return p.buf[start:p.ends[i]]
 }
 
 // validWindows checks the windows of check i, c, whose key cost is kc and

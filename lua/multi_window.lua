@@ -949,25 +949,24 @@ end
 -- CAL_MARGIN (ms) keeps its counter alive that long past its period.
 local CAL_BOUNDS, CAL_MARGIN = 4, 1000
 
--- cal_spans maps the end of the engine's current period among a calendar
--- key's boundaries (b3, args[q + 2] in calendar_period) to {b2, start,
--- stop} when that period holds t: the ops of a call mostly send the same
--- boundaries, which are then parsed once.
-local cal_spans
+-- span_end, span_start and span_stop: the end of the engine's current
+-- period among the last calendar key's boundaries that held t (b3,
+-- args[q + 2] in calendar_period), its start (b2, args[q + 1]) and its
+-- end as a number: the ops of a call mostly send the same boundaries,
+-- which are then parsed once.
+local span_end, span_start, span_stop
 
 -- calendar_period returns the start (as its argument) and the end of the
 -- period that holds t among the boundaries at args[q ..], or nothing.
 local function calendar_period(q)
-  local s = cal_spans and cal_spans[args[q + 2]]
-  if s and s[1] == args[q + 1] then
-    return s[2], s[3]
+  if span_end == args[q + 2] and span_start == args[q + 1] then
+    return span_start, span_stop
   end
   -- The current period first: [b2, b3).
   local lo, hi = num(args[q + 1]), num(args[q + 2])
   if t >= lo and t < hi then
-    cal_spans = cal_spans or {}
-    cal_spans[args[q + 2]] = {args[q + 1], args[q + 1], hi}
-    return args[q + 1], hi
+    span_end, span_start, span_stop = args[q + 2], args[q + 1], hi
+    return span_start, hi
   end
   for j = q, q + CAL_BOUNDS - 2, 2 do
     lo, hi = num(args[j]), num(args[j + 1])
@@ -1007,7 +1006,7 @@ local function flush_cal_key(k, m)
     if m[2] == 0 then
       call('HDEL', k, start)
     else
-      call('HINCRBY', k, start, pending)
+      call('HINCRBY', k, start, fmt('%d', pending))
     end
   end
   if m[4] and m[2] > 0 then
@@ -1029,7 +1028,7 @@ end
 -- where a read and a write would take two); the memo then marks it
 -- pending until the op is admitted (cal_admit), or taken back by
 -- flush_cal.
-local function cal_read(key, start, cost, tentative)
+local function cal_read(key, start, cost, cost_arg, tentative)
   cal_memo = cal_memo or {}
   local m = cal_memo[key]
   if m and m[1] == start then
@@ -1040,7 +1039,8 @@ local function cal_read(key, start, cost, tentative)
   end
   local used
   if tentative then
-    used = call('HINCRBY', key, start, cost) - cost
+    -- cost_arg, the string: redis.call formats a number with %.17g.
+    used = call('HINCRBY', key, start, cost_arg) - cost
     m = {start, used, cost, false}
   else
     used = calendar_count(key, start)
@@ -1090,7 +1090,7 @@ local function finish_special(key, q)
     if used + delta == 0 then
       call('HDEL', key, start)
     else
-      call('HINCRBY', key, start, delta)
+      call('HINCRBY', key, start, fmt('%d', delta))
     end
     return 1, q + 3
   end
@@ -1279,7 +1279,7 @@ while p <= #args do
         return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
       end
       local cost = num(args[q + 2])
-      local used = cal_read(key, start, cost, fits and member ~= '')
+      local used = cal_read(key, start, cost, args[q + 2], fits and member ~= '')
       key_fits = used + cost <= num(args[q + 3])
       fits = fits and key_fits
       n = n + 1
