@@ -398,6 +398,7 @@ func (f *flatArgs) finish(member string, fin []undo, keys []int32, channel strin
 			f.str("")
 			f.int(u.at)
 			f.int(u.grain)
+			f.int(u.cost)
 		}
 	}
 }

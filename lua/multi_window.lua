@@ -53,9 +53,9 @@
 --     '-'..member, nkeys, channel, then per key, either
 --       'C', suffix      a count key: remove the member
 --       'S', suffix      a slot key: remove the member (release)
---       'W', suffix, delta, mode, at, grain
---                        a weighted key: change the request's cost by
---                        delta (see Weighted changes below)
+--       'W', suffix, delta, mode, at, grain, cost
+--                        a weighted key: change the request's cost, cost,
+--                        by delta (see Weighted changes below)
 --       'A', start, delta
 --                        a calendar key: add delta to the count of the
 --                        period starting at start (see Calendars)
@@ -112,7 +112,13 @@
 -- is the key's coarsest grain (0 in the other modes). at is the request's
 -- decision time (mode 'g' needs it; 0 when unknown, as in rollbacks and
 -- undos): the change then reads only the entries from at on and the one
--- before, not the whole key, unless the entry is not among them. The
+-- before, not the whole key, unless the entry is not among them; the one
+-- before only when delta <= -cost. An entry's weight never falls below
+-- the cost its request was charged (admissions charge it exactly, merges
+-- and debts only add), so a delta above -cost leaves it a weight and
+-- changes it by exactly delta, and the entry before (whose total is the
+-- base of the weight) is needed only to tell whether a weight falls to
+-- zero. The
 -- entry's total and the totals of every later
 -- entry change by the delta, which changes exactly the request's weight in
 -- every window it is in, at its own admission time. A negative delta
@@ -805,98 +811,114 @@ local function weight_functions()
     return fmt('%016d', v) .. rest
   end
 
-  -- change_weight changes the request whose member is among ms in weighted
-  -- key kk by delta, in mode 'r' (a removal), 's' (a settlement) or 'g' (a
-  -- settlement in a key with grained windows, at the decision time at in
-  -- the coarsest grain grain). It returns 1 when an entry changed, 0 when
-  -- none did, 2 when a debt would take a total above 2^53 (nothing
-  -- changed).
-  change_weight = function(kk, delta, mode, at, grain, ms)
-    local want, settled = {}, {}
-    for _, m in ipairs(ms) do
-      want[m] = true
-      settled[m .. '!'] = true
+  -- The state of the change being made (see change_weight), in upvalues
+  -- of the functions below, which are made once per script call: kk,
+  -- delta and mode as given; the request's member want1 and its settled
+  -- name settled1, or sets want and settled of its possible members (an
+  -- unknown suffix); es: the key's entries (member, score, ...) from
+  -- first on, or only those from the entry before at on (see READ); cut:
+  -- more follow; no_before: es starts at at, without the entry before
+  -- (delta > -cost: see Weighted changes).
+  local kk, delta, mode, want1, settled1, want, settled, es, first, cut, no_before
+
+  -- newest returns the key's newest entry and its score.
+  local function newest()
+    if not cut then
+      return es[#es - 1], es[#es]
     end
-    -- es: the key's entries (member, score, ...) from first on, or only
-    -- those from the entry before at on (see READ); cut: more follow.
-    local es, first, cut
-    -- newest returns the key's newest entry and its score.
-    local function newest()
-      if not cut then
-        return es[#es - 1], es[#es]
-      end
-      local top = call('ZRANGE', kk, '-1', '-1', 'WITHSCORES')
-      return top[1], top[2]
+    local top = call('ZRANGE', kk, '-1', '-1', 'WITHSCORES')
+    return top[1], top[2]
+  end
+  -- charge_newest adds a debt to the key's newest entry.
+  local function charge_newest()
+    local m, score = newest()
+    if total(m) + delta > TOTAL then
+      return 2
     end
-    -- charge_newest adds a debt to the key's newest entry.
-    local function charge_newest()
-      local m, score = newest()
-      if total(m) + delta > TOTAL then
-        return 2
-      end
-      call('ZREM', kk, m)
-      call('ZADD', kk, score, name(total(m) + delta, string.sub(m, 17)))
-      return 1
+    call('ZREM', kk, m)
+    call('ZADD', kk, score, name(total(m) + delta, string.sub(m, 17)))
+    return 1
+  end
+  -- change changes the weight of the entry at index i of es by delta,
+  -- renaming it with tag (nil: keep its name). es holds every later
+  -- entry, or more than MOVE of them (cut).
+  local function change(i, tag)
+    local m = es[i]
+    local prev = 0
+    if i > 1 then
+      prev = total(es[i - 2])
     end
-    -- change changes the weight of the entry at index i of es by delta,
-    -- renaming it with tag (nil: keep its name). es holds every later
-    -- entry, or more than MOVE of them (cut).
-    local function change(i, tag)
-      local m = es[i]
-      local prev = 0
-      if i > 1 then
-        prev = total(es[i - 2])
-      end
-      local xt = total(m)
-      -- c: the change of the request's weight, never below minus that weight.
-      local c = math.max(delta, prev - xt)
-      tag = tag or string.sub(m, 17)
-      if (#es - i - 1) / 2 > MOVE then
-        if mode == 'r' then
-          call('ZREM', kk, m)
-          return 1
-        end
-        if c > 0 and charge_newest() == 2 then
-          return 2
-        end
+    local xt = total(m)
+    -- c: the change of the request's weight, never below minus that weight.
+    local c = math.max(delta, prev - xt)
+    if i == 1 and no_before then
+      -- The weight is at least cost, and delta > -cost.
+      prev, c = -1, delta
+    end
+    tag = tag or string.sub(m, 17)
+    if (#es - i - 1) / 2 > MOVE then
+      if mode == 'r' then
         call('ZREM', kk, m)
-        call('ZADD', kk, es[i + 1], name(xt, tag))
         return 1
       end
-      if c > 0 and total(es[#es - 1]) + c > TOTAL then
+      if c > 0 and charge_newest() == 2 then
         return 2
       end
       call('ZREM', kk, m)
-      if xt + c > prev then
-        call('ZADD', kk, es[i + 1], name(xt + c, tag))
-      end
-      for j = i + 2, #es, 2 do
-        local mj = es[j]
-        call('ZREM', kk, mj)
-        call('ZADD', kk, es[j + 1], name(total(mj) + c, string.sub(mj, 17)))
-      end
+      call('ZADD', kk, es[i + 1], name(xt, tag))
       return 1
     end
-    -- find changes the request's entry if es holds it and returns what
-    -- change returns, 0 when it was settled already, nil when es does not
-    -- say (not there, or cut too close to it).
-    local function find()
-      for i = first, #es, 2 do
-        local rest = string.sub(es[i], 18)
-        if settled[rest] then
-          return 0
-        end
-        if want[rest] then
-          if cut and (#es - i - 1) / 2 <= MOVE then
-            return nil
-          end
-          if mode == 'r' then
-            return change(i, ':-')
-          end
-          return change(i, ':' .. rest .. '!')
-        end
+    if c > 0 and total(es[#es - 1]) + c > TOTAL then
+      return 2
+    end
+    call('ZREM', kk, m)
+    if xt + c > prev then
+      call('ZADD', kk, es[i + 1], name(xt + c, tag))
+    end
+    for j = i + 2, #es, 2 do
+      local mj = es[j]
+      call('ZREM', kk, mj)
+      call('ZADD', kk, es[j + 1], name(total(mj) + c, string.sub(mj, 17)))
+    end
+    return 1
+  end
+  -- find changes the request's entry if es holds it and returns what
+  -- change returns, 0 when it was settled already, nil when es does not
+  -- say (not there, or cut too close to it).
+  local function find()
+    for i = first, #es, 2 do
+      local rest = string.sub(es[i], 18)
+      if rest == settled1 or settled and settled[rest] then
+        return 0
       end
-      return nil
+      if rest == want1 or want and want[rest] then
+        if cut and (#es - i - 1) / 2 <= MOVE then
+          return nil
+        end
+        if mode == 'r' then
+          return change(i, ':-')
+        end
+        return change(i, ':' .. rest .. '!')
+      end
+    end
+    return nil
+  end
+  -- change_weight changes the request whose member is ms (or among ms, a
+  -- list) in weighted key key by d, in mode md: 'r' (a removal), 's' (a
+  -- settlement) or 'g' (a settlement in a key with grained windows, at
+  -- the decision time at in the coarsest grain grain), whose request was
+  -- charged cost. It returns 1 when an entry changed, 0 when none did, 2
+  -- when a debt would take a total above 2^53 (nothing changed).
+  change_weight = function(key, d, md, at, grain, ms, cost)
+    kk, delta, mode = key, d, md
+    if type(ms) == 'string' then
+      want1, settled1, want, settled = ms, ms .. '!', nil, nil
+    else
+      want1, settled1, want, settled = nil, nil, {}, {}
+      for _, m in ipairs(ms) do
+        want[m] = true
+        settled[m .. '!'] = true
+      end
     end
     if at > 0 then
       -- The request's entry is scored at its decision time at, or later:
@@ -910,19 +932,21 @@ local function weight_functions()
       local a = fmt('%d', at)
       es = call('ZRANGE', kk, a, '+inf', 'BYSCORE', 'LIMIT', '0', READ, 'WITHSCORES')
       cut = #es == 2 * num(READ)
-      first = 1
-      local before = call('ZRANGE', kk, '(' .. a, '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
-      if before[1] then
-        table.insert(es, 1, before[2])
-        table.insert(es, 1, before[1])
-        first = 3
+      first, no_before = 1, delta > -cost and mode ~= 'g'
+      if not no_before then
+        local before = call('ZRANGE', kk, '(' .. a, '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
+        if before[1] then
+          table.insert(es, 1, before[2])
+          table.insert(es, 1, before[1])
+          first = 3
+        end
       end
       local r = find()
       if r then
         return r
       end
     end
-    es, first, cut = call('ZRANGE', kk, '0', '+inf', 'BYSCORE', 'WITHSCORES'), 1, false
+    es, first, cut, no_before = call('ZRANGE', kk, '0', '+inf', 'BYSCORE', 'WITHSCORES'), 1, false, false
     local r = find()
     if r then
       return r
@@ -1112,10 +1136,13 @@ end
 -- removes a request, and the index of the next key's fields.
 local function finish_entry(key, q, member)
   local kind, suffix = args[q], num(args[q + 1])
-  local ms = {member}
+  -- ms: the member as stored, or when its suffix is unknown the list of
+  -- what it may be.
+  local ms = member
   if suffix > 0 then
-    ms[1] = member .. '.' .. suffix
+    ms = member .. '.' .. suffix
   elseif suffix < 0 then
+    ms = {member}
     for s = 1, num(args[2]) do
       ms[s + 1] = member .. '.' .. s
     end
@@ -1126,10 +1153,16 @@ local function finish_entry(key, q, member)
       weight_functions()
     end
     removal = args[q + 3] == 'r'
-    changed = change_weight(key, num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 5]), ms)
-    q = q + 6
+    changed = change_weight(key, num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 5]), ms, num(args[q + 6]))
+    q = q + 7
   else
-    if call('ZREM', key, unpack(ms)) > 0 then
+    local gone
+    if suffix >= 0 then
+      gone = call('ZREM', key, ms)
+    else
+      gone = call('ZREM', key, unpack(ms))
+    end
+    if gone > 0 then
       changed = 1
     end
     q = q + 2
