@@ -61,6 +61,22 @@ func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
 		t.Fatalf("after a minute: used %d, want 0", u)
 	}
 
+	// A request between two others settles in its own entry only: each
+	// leaves the window at its own time with its own weight.
+	c0 := 4 * time.Minute
+	allow(c0, "c", 100)
+	dc := allow(c0+sec, "c", 200)
+	allow(c0+2*sec, "c", 300)
+	settle("c", 200, dc, 50)
+	for _, w := range []struct {
+		at   time.Duration
+		used int64
+	}{{c0 + 3*sec, 450}, {c0 + time.Minute + sec/2, 350}, {c0 + time.Minute + 3*sec/2, 300}, {c0 + time.Minute + 5*sec/2, 0}} {
+		if u := used(w.at, "c"); u != w.used {
+			t.Fatalf("after settling the middle of three: used %d at %v, want %d", u, w.at-c0, w.used)
+		}
+	}
+
 	// A debt is charged at the request's own admission time: the window
 	// exceeds its limit by the excess, and the next request waits until
 	// the request leaves.
