@@ -193,7 +193,10 @@ func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 	// The calendar keys last: they extend the rate key's name, and the
 	// script adds to a calendar counter at once when the keys before it
 	// have room (less to take back).
-	return p.calendars(k, req, i, kc, cost, idx)
+	if slots := min(conc+1, 1); rate+slots < len(c.Windows) {
+		return p.calendars(k, req, i, kc, cost, idx)
+	}
+	return nil
 }
 
 // rateKey registers the rate key of check i, with its block and distinct
