@@ -10,18 +10,35 @@ import (
 )
 
 // BenchmarkCachedDenial measures a denial made from the cache (no Redis
-// call): a 2-window group whose minute window the first call fills. An
-// answer older than a second is asked again, so a few calls go to Redis.
+// call): a 2-window group whose minute window the first call fills, and a
+// minute and a calendar month whose month the first call fills. An answer
+// older than a second is asked again, so a few calls go to Redis.
 //
 //	go test -run XXX -bench CachedDenial -benchmem ./engine
 func BenchmarkCachedDenial(b *testing.B) {
 	s := redistest.Start(b)
-	e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)))
-	req := Request{
-		Scope:  "bench",
-		Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1, time.Minute), win(10, time.Hour)}}, Subject: "hot"}},
-		Fail:   rules.FailClosed,
+	for _, g := range []struct {
+		name string
+		ws   []rules.Window
+	}{
+		{"2-window", []rules.Window{win(1, time.Minute), win(10, time.Hour)}},
+		{"calendar", []rules.Window{win(10, time.Minute), calWin(1, rules.CalendarMonth)}},
+	} {
+		b.Run(g.name, func(b *testing.B) {
+			e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)))
+			req := Request{
+				Scope:  "bench",
+				Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
+				Fail:   rules.FailClosed,
+			}
+			benchCachedDenial(b, e, req)
+		})
 	}
+}
+
+// benchCachedDenial measures cached denials of req, whose first call
+// fills a window.
+func benchCachedDenial(b *testing.B, e *Engine, req Request) {
 	ctx := context.Background()
 	if d, err := e.Allow(ctx, req); err != nil || !d.Allowed {
 		b.Fatalf("first call: %+v, %v", d, err)
