@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -385,6 +388,56 @@ func TestCalendarConcurrent(t *testing.T) {
 			}
 			if admitted.Load() != 50 || calState(t, d).Used != 50 || d.Windows[0].Used != 50 {
 				t.Fatalf("admitted %d, calendar used %d, minute used %d; want 50 each", admitted.Load(), calState(t, d).Used, d.Windows[0].Used)
+			}
+		})
+	}
+}
+
+// TestCalendarUpgrade checks on real Redis and miniredis that a calendar
+// counter of the earlier format (a string "START:COUNT") is read as a
+// hash of the same count and expiry: an upgrade keeps the period's count.
+func TestCalendarUpgrade(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	for name, c := range map[string]*redis.Client{"redis": rc, "miniredis": mc} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			prefix := testPrefix(t)
+			clk := newFakeClock()
+			e := newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now))
+			at := time.Date(2030, 1, 15, 12, 0, 0, 0, time.UTC)
+			clk.us.Store(at.UnixMicro())
+			r := req(user("u", win(100, time.Minute), calWin(3, rules.CalendarMonth)))
+			if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
+				t.Fatalf("allow: %+v, %v", d, err)
+			}
+			var cal string
+			for _, k := range scanKeys(t, c, prefix) {
+				if strings.Contains(k, calSuffix) {
+					cal = k
+				}
+			}
+			start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+			if err := c.Set(ctx, cal, strconv.FormatInt(start, 10)+":2", 10*time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			clk.us.Add(int64(time.Second / time.Microsecond))
+			d, err := e.Allow(ctx, r)
+			if err != nil || !d.Allowed || calState(t, d).Used != 3 {
+				t.Fatalf("allow over an old counter of 2: %+v, %v; want admitted, 3 used", d, err)
+			}
+			if d, _ := e.Allow(ctx, r); d.Allowed {
+				t.Fatalf("fourth request of the month admitted: %+v", d)
+			}
+			if typ, _ := c.Type(ctx, cal).Result(); typ != "hash" {
+				t.Fatalf("calendar key of type %q after the upgrade, want hash", typ)
+			}
+			if ttl, err := c.PTTL(ctx, cal).Result(); err != nil || ttl <= 9*time.Minute || ttl > 10*time.Minute {
+				t.Fatalf("PTTL %v, %v after the upgrade; want the old one (10 min)", ttl, err)
 			}
 		})
 	}

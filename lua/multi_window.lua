@@ -202,7 +202,9 @@
 -- rollback) adds delta (negative: a refund) to the count of the period
 -- starting at start, never below 0 (at 0 the field is deleted), keeping
 -- the expiry; a period without a field is left as it is: the period the
--- request counted in is over.
+-- request counted in is over. A key of the earlier format, a string
+-- START ':' COUNT, becomes the hash of that count and expiry the first time
+-- an op touches it (its HGET or HINCRBY fails with WRONGTYPE).
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness; 'ERR slidelimit:
@@ -1000,10 +1002,48 @@ local function calendar_period(q)
   end
 end
 
+-- cal_migrate turns calendar key key of the earlier format, a string
+-- 'START:COUNT' (slidelimit before the hash), into a hash of one field
+-- with the same count and expiry: an upgrade keeps the period's count.
+local function cal_migrate(key)
+  local v, ttl = call('GET', key), call('PTTL', key)
+  call('DEL', key)
+  local colon = v and string.find(v, ':', 1, true)
+  if colon then
+    call('HSET', key, string.sub(v, 1, colon - 1), string.sub(v, colon + 1))
+    if ttl > 0 then
+      call('PEXPIRE', key, ttl)
+    end
+  end
+end
+
+-- cal_call runs cmd (HGET, or HINCRBY by incr) on field f of calendar key
+-- key, which it first migrates when it is of the earlier format (the
+-- command fails with WRONGTYPE); any other error is raised as it is.
+local function cal_call(cmd, key, f, incr)
+  local r
+  if incr then
+    r = redis.pcall(cmd, key, f, incr)
+  else
+    r = redis.pcall(cmd, key, f)
+  end
+  if type(r) == 'table' and r.err then
+    if not string.find(r.err, 'WRONGTYPE', 1, true) then
+      error(r)
+    end
+    cal_migrate(key)
+    if incr then
+      return call(cmd, key, f, incr)
+    end
+    return call(cmd, key, f)
+  end
+  return r
+end
+
 -- calendar_count returns what calendar key key counts in the period that
 -- starts at start (a string): 0 for a period it holds no count of.
 local function calendar_count(key, start)
-  local v = call('HGET', key, start)
+  local v = cal_call('HGET', key, start)
   return v and num(v) or 0
 end
 
@@ -1064,7 +1104,7 @@ local function cal_read(key, start, cost, cost_arg, tentative)
   local used
   if tentative then
     -- cost_arg, the string: redis.call formats a number with %.17g.
-    used = call('HINCRBY', key, start, cost_arg) - cost
+    used = cal_call('HINCRBY', key, start, cost_arg) - cost
     m = {start, used, cost, false}
   else
     used = calendar_count(key, start)
