@@ -74,41 +74,9 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 		if k != nil {
 			times, costs = k.times, k.costs
 		}
-		cost := p.kcost[i]
 		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-			w := p.wins[j]
-			// Entries after t (the clock went back) count, as in the
-			// script. Grains are treated as exact.
-			from, end := t-w.period+1, int64(0)
-			if p.isCal(i) {
-				from, end = p.calSpan(i, t) // the period, not a span of time
-			}
-			lo, _ := slices.BinarySearch(times, from)
-			var used int64
-			for _, c := range costs[lo:] {
-				used += c
-			}
-			var reset, wait int64
-			if used > 0 {
-				reset = times[lo] + w.period - t
-				if used+cost > w.limit {
-					ok = false
-					// The request fits once the oldest entries whose
-					// costs make up the excess have left.
-					left := used + cost - w.limit
-					e := lo
-					for ; e < len(costs)-1 && left > costs[e]; e++ {
-						left -= costs[e]
-					}
-					wait = times[e] + w.period - t
-				}
-			}
-			if end > 0 {
-				reset = end - t
-				if wait > 0 {
-					wait = end - t
-				}
-			}
+			used, reset, wait := windowState(p, i, p.wins[j], times, costs, t)
+			ok = ok && wait == 0
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
 		if p.blockOf(i) > 0 && k != nil && k.block > t {
@@ -124,9 +92,53 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 		return
 	}
 	c.status = statusAdmitted
-	if c.mode != opAllow {
-		return
+	if c.mode == opAllow {
+		l.record(c, t)
 	}
+}
+
+// windowState returns what window w of key i of p holds at t, given the
+// key's entries (times and costs, oldest first), as the script replies:
+// used, the time to its reset and, when a request of the key's cost does
+// not fit, the wait until it does (0 when it fits).
+func windowState(p *plan, i int, w window, times, costs []int64, t int64) (used, reset, wait int64) {
+	// Entries after t (the clock went back) count, as in the script.
+	// Grains are treated as exact.
+	from, end := t-w.period+1, int64(0)
+	if p.isCal(i) {
+		from, end = p.calSpan(i, t) // the period, not a span of time
+	}
+	lo, _ := slices.BinarySearch(times, from)
+	for _, c := range costs[lo:] {
+		used += c
+	}
+	cost := p.kcost[i]
+	if used > 0 {
+		reset = times[lo] + w.period - t
+		if used+cost > w.limit {
+			// The request fits once the oldest entries whose costs make
+			// up the excess have left.
+			left := used + cost - w.limit
+			e := lo
+			for ; e < len(costs)-1 && left > costs[e]; e++ {
+				left -= costs[e]
+			}
+			wait = times[e] + w.period - t
+		}
+	}
+	if end > 0 {
+		reset = end - t
+		if wait > 0 {
+			wait = end - t
+		}
+	}
+	return used, reset, wait
+}
+
+// record counts the admitted request c at t in every key of its plan,
+// trimming what no window of the key reaches any more.
+func (l *localLimiter) record(c *call, t int64) {
+	p := &c.plan
 	for i, key := range p.keys {
 		k := l.add(key, t)
 		k.ret = max(k.ret, p.longest(i))
