@@ -102,29 +102,12 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	} else if err := c.policy.Check(g); err != nil {
 		errs = append(errs, err) // a role WithPolicy does not declare
 	}
-	var giver GiveBacker
 	if d == nil {
 		errs = append(errs, ErrNilDecider)
-	} else if len(g.Count) > 0 {
-		var ok bool
-		if giver, ok = d.(GiveBacker); !ok {
-			errs = append(errs, ErrNoGiveBack)
-		}
 	}
-	var releaser Releaser
-	if d != nil && lifecycle.HoldsSlots(&g) {
-		var ok bool
-		if releaser, ok = d.(Releaser); !ok {
-			errs = append(errs, ErrNoRelease)
-		}
-	}
-	var settler Settler
-	if d != nil && len(c.settle) > 0 {
-		var ok bool
-		if settler, ok = d.(Settler); !ok {
-			errs = append(errs, ErrNoSettle)
-		}
-	}
+	giver := needs[GiveBacker](d, len(g.Count) > 0, ErrNoGiveBack, &errs)
+	releaser := needs[Releaser](d, lifecycle.HoldsSlots(&g), ErrNoRelease, &errs)
+	settler := needs[Settler](d, len(c.settle) > 0, ErrNoSettle, &errs)
 	l := &limiter{
 		group:    g,
 		decider:  d,
@@ -159,27 +142,49 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	var terrs []error
 	l.ip.Trusted, terrs = c.trustedPrefixes()
 	errs = append(errs, terrs...)
-	for role, ls := range g.LimiterLists() {
+	errs = append(errs, l.addPlans(&c)...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// needs returns d as a T, a step the group needs of its decider (need),
+// adding missing to errs when d cannot take it; the zero T when the group
+// does not need it or d is nil.
+func needs[T any](d Decider, need bool, missing error, errs *[]error) T {
+	var zero T
+	if d == nil || !need {
+		return zero
+	}
+	t, ok := d.(T)
+	if !ok {
+		*errs = append(*errs, missing)
+	}
+	return t
+}
+
+// addPlans makes the plan of the group's default limiters and of each
+// role's override, and returns what failed.
+func (l *limiter) addPlans(c *config) []error {
+	var errs []error
+	for role, ls := range l.group.LimiterLists() {
 		if _, dup := l.byRole[role]; dup && role != "" {
 			continue // Resolve picks the first override of a role
 		}
 		p, err := newPlan(role, ls, c.keys, c.costs, c.limits)
-		if err == nil {
-			p.SettleWith(c.settle)
-		}
 		switch {
 		case err != nil:
 			errs = append(errs, err)
+			continue
 		case role == "":
 			l.defaults = p
 		default:
 			l.byRole[role] = p
 		}
+		p.SettleWith(c.settle)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return l, nil
+	return errs
 }
 
 func (l *limiter) wrap(next http.Handler) http.Handler {
