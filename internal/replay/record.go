@@ -178,26 +178,12 @@ func ParseFields(s string) (Fields, error) {
 		if !ok || v == "" {
 			return f, fmt.Errorf("replay: -fields: %q is not name=key", kv)
 		}
-		switch k {
-		case "time":
-			f.Time = v
-		case "ip":
-			f.IP = v
-		case "user":
-			f.User = v
-		case "status":
-			f.Status = v
-		case "bytes":
-			f.Bytes = v
-		case "method":
-			f.Method = v
-		case "path":
-			f.Path = v
-		case "request":
-			f.Request = v
-		default:
+		dst, known := map[string]*string{"time": &f.Time, "ip": &f.IP, "user": &f.User, "status": &f.Status,
+			"bytes": &f.Bytes, "method": &f.Method, "path": &f.Path, "request": &f.Request}[k]
+		if !known {
 			return f, fmt.Errorf("replay: -fields: unknown name %q (want time, ip, user, status, bytes, method, path or request)", k)
 		}
+		*dst = v
 	}
 	return f, nil
 }
