@@ -125,12 +125,8 @@ func (p *parser) calendarSpan(ns string, start, wordAt int) (Window, *Error) {
 	if !c.valid() {
 		return Window{}, syntaxErr(p.s, unitAt, "unknown calendar unit %q; want day, week or month", unit)
 	}
-	p.pos[ns] = start
-	p.pos[join(ns, "Limit")] = start
-	p.pos[join(ns, "LimitFunc")] = start
-	p.pos[join(ns, "Period")] = wordAt
+	p.windowAt(ns, start, wordAt)
 	p.pos[join(ns, "Calendar")] = unitAt
-	p.pos[join(ns, "Grain")] = wordAt
 	p.space()
 	if p.peek() == '~' {
 		return Window{}, invalidErr(p.s, p.i, "a calendar window takes no grain: it counts in one counter per period")

@@ -282,6 +282,17 @@ func (p *parser) statement() (follow string, err *Error) {
 	return `"," or ";"`, nil
 }
 
+// windowAt records where the fields of window ns are in the text, for
+// errors: the window and its limit at start, its period and grain at
+// periodAt.
+func (p *parser) windowAt(ns string, start, periodAt int) {
+	p.pos[ns] = start
+	p.pos[join(ns, "Limit")] = start
+	p.pos[join(ns, "LimitFunc")] = start
+	p.pos[join(ns, "Period")] = periodAt
+	p.pos[join(ns, "Grain")] = periodAt
+}
+
 // limiter parses the rest of a limiter whose kind word, at start, has been
 // read.
 func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
@@ -430,11 +441,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		return Window{}, perr
 	}
 	w := Window{Period: period}
-	p.pos[ns] = start
-	p.pos[join(ns, "Limit")] = start
-	p.pos[join(ns, "LimitFunc")] = start
-	p.pos[join(ns, "Period")] = periodAt
-	p.pos[join(ns, "Grain")] = periodAt
+	p.windowAt(ns, start, periodAt)
 	p.space()
 	if p.peek() == '~' {
 		p.i++
@@ -479,10 +486,7 @@ func (p *parser) concurrent(ns string, start int, suffix string, suffixAt int) (
 			return Window{}, false, nil
 		}
 	}
-	p.pos[ns] = start
-	p.pos[join(ns, "Limit")] = start
-	p.pos[join(ns, "Period")] = wordAt
-	p.pos[join(ns, "Grain")] = wordAt
+	p.windowAt(ns, start, wordAt)
 	p.space()
 	switch p.peek() {
 	case '~':
