@@ -95,7 +95,13 @@ func newKnownCache(maxKeys int) *knownCache {
 	return k
 }
 
+// shard returns the shard of key, picked by its hash tag: every key of a
+// subject (its count, cost, slot, calendar and block keys) shares one
+// shard, so that deny takes one lock for a request's keys of a subject.
 func (k *knownCache) shard(key string) *knownShard {
+	if i := strings.LastIndexByte(key, '}'); i >= 0 {
+		key = key[:i+1]
+	}
 	return &k.shards[maphash.String(k.seed, key)%cacheShards]
 }
 
@@ -126,9 +132,20 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	}
 	full := false
 	var at int64
+	var sh *knownShard // locked while the next key may share it
+	defer func() {
+		if sh != nil {
+			sh.mu.Unlock()
+		}
+	}()
 	for i, key := range p.keys {
-		sh := k.shard(key)
-		sh.mu.Lock()
+		if s := k.shard(key); s != sh {
+			if sh != nil {
+				sh.mu.Unlock()
+			}
+			sh = s
+			sh.mu.Lock()
+		}
 		kk := sh.m[key]
 		// Known from an answer that cannot have missed an invalidation,
 		// recent enough (keys deleted behind the engine's back, a FLUSHALL,
@@ -152,13 +169,10 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 			}
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = kw.used, reset, wait
 		}
-		if ok {
-			at = max(at, kk.at+now-kk.recv)
-		}
-		sh.mu.Unlock()
 		if !ok {
 			return false
 		}
+		at = max(at, kk.at+now-kk.recv)
 	}
 	if !full {
 		return false
@@ -259,12 +273,14 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	counted := c.status == statusAdmitted && c.mode == opAllow
 	at := c.sec*1e6 + c.usec
 	for i, key := range p.keys {
-		if p.ks[i] || p.kw[i] && p.blockOf(i) == 0 {
+		priced := p.priced(i)
+		if p.ks[i] || priced && p.blockOf(i) == 0 {
 			// A weighted key's fullness depends on each request's cost,
 			// and its counts on merged entries: it makes no cached denial
-			// and seeds nothing (the fallback starts it from nothing). A
-			// slot key neither: a slot frees whenever a request ends, in
-			// any process, so no answer says how long a key stays full.
+			// and seeds nothing (the fallback starts it from nothing); so
+			// does the calendar key of a limiter with a cost. A slot key
+			// neither: a slot frees whenever a request ends, in any
+			// process, so no answer says how long a key stays full.
 			continue
 		}
 		sh := k.shard(key)
@@ -275,7 +291,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		}
 		// An answer sent before an invalidation (or before a newer answer)
 		// may describe entries that are gone.
-		if p.kw[i] || sent < kk.inval || sent < kk.sent {
+		if priced || sent < kk.inval || sent < kk.sent {
 			sh.mu.Unlock()
 			continue
 		}

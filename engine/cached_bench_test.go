@@ -33,6 +33,24 @@ func BenchmarkCachedDenial(b *testing.B) {
 			}
 			benchCachedDenial(b, e, req)
 		})
+		b.Run(g.name+"/parallel", func(b *testing.B) {
+			e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)))
+			req := Request{
+				Scope:  "bench",
+				Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
+				Fail:   rules.FailClosed,
+			}
+			ctx := context.Background()
+			e.Allow(ctx, req)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, _ := e.Allow(ctx, req); d.Allowed {
+						b.Error("admitted")
+					}
+				}
+			})
+		})
 	}
 }
 

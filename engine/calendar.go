@@ -46,6 +46,16 @@ func calNominal(c rules.Calendar) int64 {
 	return 0
 }
 
+// calKey is what a plan knows of one of its keys that is a calendar key
+// (cal is empty for the others).
+type calKey struct {
+	cal    rules.Calendar
+	priced bool  // the limiter has a cost: requests count different amounts
+	parent int32 // the rate key whose name it extends, -1 when not in the plan
+	start  int64 // the start of the period the script counted in (µs, 0: unknown)
+	bounds [calBounds]int64
+}
+
 // calRef ties the calendar window win of check check to its key.
 type calRef struct {
 	check, win, key int32
@@ -75,10 +85,14 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 	if p.kcost[idx] != cost {
 		return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 	}
-	for len(p.kcal) <= int(idx) {
-		p.kcal = append(p.kcal, "")
+	for len(p.kcals) <= int(idx) {
+		p.kcals = append(p.kcals, calKey{parent: -1})
 	}
-	p.kcal[idx] = w.Calendar
+	ck := &p.kcals[idx]
+	ck.cal, ck.priced = w.Calendar, kc != ""
+	if rate >= 0 {
+		ck.parent = rate
+	}
 	p.calw = append(p.calw, calRef{check: int32(i), win: int32(j), key: idx})
 	if c.Block != 0 {
 		return p.block(i, int(idx), c.Block)
@@ -86,8 +100,14 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 	return nil
 }
 
+// priced reports whether requests may count different amounts in key k:
+// a weighted key, or the calendar key of a limiter with a cost.
+func (p *plan) priced(k int) bool {
+	return p.kw[k] || k < len(p.kcals) && p.kcals[k].priced
+}
+
 // isCal reports whether key k is a calendar key.
-func (p *plan) isCal(k int) bool { return k < len(p.kcal) && p.kcal[k] != "" }
+func (p *plan) isCal(k int) bool { return k < len(p.kcals) && p.kcals[k].cal != "" }
 
 // calWindows merges the calendar windows of the checks mapping to calendar
 // key key into p.wins: one window, its nominal period, the smallest limit.
@@ -140,8 +160,8 @@ func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds
 // readCal; or, when an earlier key of the same script call sent those
 // boundaries, 0, 'Q', cost, limit and the index in ARGV of the first.
 func (f *flatArgs) calArgs(p *plan, k int32, now int64) {
-	x := f.bounds(p.kcal[k], p.zoneOf(), now)
-	p.kbounds[k] = x.b
+	x := f.bounds(p.kcals[k].cal, p.zoneOf(), now)
+	p.kcals[k].bounds = x.b
 	f.int(0)
 	kind := byte('P')
 	if x.call == f.call {
@@ -205,10 +225,10 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 		wait = left
 	}
 	c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, left, wait
-	b := &p.kbounds[k]
+	b := &p.kcals[k].bounds
 	for i := 1; i < calBounds; i++ {
 		if b[i] == t+left {
-			p.kcalStart[k] = b[i-1] // the period the script counted in
+			p.kcals[k].start = b[i-1] // the period the script counted in
 		}
 	}
 }
@@ -218,16 +238,16 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 // period is unknown (the script call failed: it may not have counted)
 // gets none (cal 0), erring on the side of denying.
 func (p *plan) calUndo(u *undo, k int) {
-	u.kind, u.delta, u.cal = kindCal, -p.kcost[k], p.kcalStart[k]
+	u.kind, u.delta, u.cal = kindCal, -p.kcost[k], p.kcals[k].start
 }
 
 // calStartAt returns the start (µs since 1970) of the period of calendar
 // key k that the script counted in, or else the one that holds at.
 func (p *plan) calStartAt(k int, at int64) int64 {
-	if s := p.kcalStart[k]; s > 0 {
+	if s := p.kcals[k].start; s > 0 {
 		return s
 	}
-	start, _ := p.kcal[k].Bounds(time.UnixMicro(at), p.zoneOf())
+	start, _ := p.kcals[k].cal.Bounds(time.UnixMicro(at), p.zoneOf())
 	return start.UnixMicro()
 }
 
@@ -247,7 +267,7 @@ func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string) []s
 // calSpan returns the start and end (µs since 1970) of the period of
 // calendar key k that holds t, for the local fallback.
 func (p *plan) calSpan(k int, t int64) (start, end int64) {
-	s, e := p.kcal[k].Bounds(time.UnixMicro(t), p.zoneOf())
+	s, e := p.kcals[k].cal.Bounds(time.UnixMicro(t), p.zoneOf())
 	return s.UnixMicro(), e.UnixMicro()
 }
 
@@ -289,14 +309,12 @@ func (p *plan) calendars(k *keyer, req *Request, i int, kc string, cost int64, r
 // sizeCalendars sizes the per-key calendar slices to the plan's keys,
 // once every key is known.
 func (p *plan) sizeCalendars() {
-	if len(p.kcal) == 0 {
+	if len(p.kcals) == 0 {
 		return
 	}
-	for len(p.kcal) < len(p.keys) {
-		p.kcal = append(p.kcal, "")
+	for len(p.kcals) < len(p.keys) {
+		p.kcals = append(p.kcals, calKey{parent: -1})
 	}
-	p.kcalStart = append(p.kcalStart[:0], make([]int64, len(p.keys))...)
-	p.kbounds = append(p.kbounds[:0], make([][calBounds]int64, len(p.keys))...)
 }
 
 // takenExtra is what Finish needs of a distinct key a request took,

@@ -69,16 +69,13 @@ type plan struct {
 	slotOf []int32 // per check: index in keys of its slot key, -1 for none
 	slots  int     // number of slot keys
 
-	// Calendar windows (see calendar.go): per key, its calendar (empty:
-	// not a calendar key), the boundaries sent to the script and the start
-	// of the period it counted in (µs, 0 when unknown); the calendar
-	// windows of the checks; the request's zone. Without calendar windows,
-	// the slices stay empty.
-	kcal      []rules.Calendar
-	kbounds   [][calBounds]int64
-	kcalStart []int64
-	calw      []calRef
-	zone      *time.Location
+	// Calendar windows (see calendar.go): per key, what a calendar key
+	// needs (its calendar is empty for other keys); the calendar windows
+	// of the checks; the request's zone. Without calendar windows, the
+	// slices stay empty.
+	kcals []calKey
+	calw  []calRef
+	zone  *time.Location
 
 	// Distinct values (see distinct.go): per key, the member of the value
 	// it counts (empty: the request's id), their bytes, the number of such
@@ -143,8 +140,8 @@ func (p *plan) reset() {
 	if p.nd > 0 || len(p.kd) > 0 {
 		p.kd, p.dbuf, p.nd, p.held, p.dprev, p.dat = p.kd[:0], p.dbuf[:0], 0, p.held[:0], p.dprev[:0], p.dat[:0]
 	}
-	if len(p.kcal) > 0 || len(p.calw) > 0 {
-		p.kcal, p.kbounds, p.kcalStart, p.calw = p.kcal[:0], p.kbounds[:0], p.kcalStart[:0], p.calw[:0]
+	if len(p.kcals) > 0 || len(p.calw) > 0 {
+		p.kcals, p.calw = p.kcals[:0], p.calw[:0]
 	}
 }
 

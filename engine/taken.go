@@ -102,7 +102,7 @@ func (c *call) take(req *Request, src Source) *taken {
 	for i := range req.Checks {
 		t.checks = append(t.checks, takenCheck{key: p.keyOf[i], priced: req.Checks[i].Limiter.Cost != ""})
 	}
-	if len(p.kcal) > 0 {
+	if len(p.kcals) > 0 {
 		t.takeCalendars(p)
 	}
 	if p.nd > 0 {
