@@ -301,8 +301,10 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 			w := p.wins[j]
 			used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
 			if counted {
-				if used == 0 {
-					reset = w.period // the request itself is the oldest
+				if used == 0 && reset == 0 {
+					// The request itself is the oldest. (A calendar
+					// window's reset is its period's end, always sent.)
+					reset = w.period
 				}
 				used++
 				// Admitted, so there was room: full now only when this

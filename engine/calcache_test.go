@@ -62,3 +62,37 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 		})
 	}
 }
+
+// TestCachedDenialCalendarBoundary checks under a test clock that a
+// calendar window filled by an admission just before its period ends
+// makes no cached denial after the boundary: the window is empty there.
+func TestCachedDenialCalendarBoundary(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ws   []rules.Window
+	}{
+		{"calendar only", []rules.Window{calWin(1, rules.CalendarDay)}},
+		{"with a sliding window", []rules.Window{win(100, time.Hour), calWin(1, rules.CalendarDay)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, rc := startRedis(t)
+			clk := newFakeClock()
+			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+			waitTrusted(t, e)
+			r := req(user("u", tc.ws...))
+			midnight := t0.Add(24 * time.Hour)
+			clk.us.Store(midnight.Add(-400 * ms).UnixMicro())
+			mustAllow(t, e, r, true)
+			d, err := e.Allow(context.Background(), r)
+			if err != nil || d.Allowed || d.RetryAfter != 400*ms {
+				t.Fatalf("before midnight: allowed %v retry %v err %v; want a denial for 400ms", d.Allowed, d.RetryAfter, err)
+			}
+			clk.us.Store(midnight.UnixMicro())
+			if d, err := e.Allow(context.Background(), r); err != nil || !d.Allowed {
+				t.Errorf("at midnight: allowed %v source %v err %v; want admitted", d.Allowed, d.Source, err)
+			}
+		})
+	}
+}
