@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // knownCache keeps, per key the engine has seen recently, what Redis last
@@ -70,7 +72,7 @@ type knownKey struct {
 	at    int64 // Redis time of the answer (µs since 1970)
 	inval int64 // e.mono of the last invalidation: older answers are not kept
 	wins  []knownWin
-	buf   [2]knownWin // wins of a key with at most two windows
+	buf   [3]knownWin // wins of a key with at most three windows
 
 	// The key's block (Check.Block), from the last answer that read it:
 	// bsent, brecv and bwall are sent, recv and wall of that answer, bat
@@ -133,12 +135,10 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	full := false
 	var at int64
 	var sh *knownShard // locked while the next key may share it
-	defer func() {
-		if sh != nil {
-			sh.mu.Unlock()
-		}
-	}()
 	for i, key := range p.keys {
+		if p.colocated(i) {
+			continue // known in its rate key's entry
+		}
 		if s := k.shard(key); s != sh {
 			if sh != nil {
 				sh.mu.Unlock()
@@ -151,28 +151,21 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		// recent enough (keys deleted behind the engine's back, a FLUSHALL,
 		// are seen again within maxAge), and not from the future (a test
 		// clock that went back).
-		ok := kk != nil && kk.sent >= since && len(kk.wins) > 0 && now >= kk.sent && now-kk.sent < maxAge
-		for j := p.kstart[i]; ok && j < p.kstart[i+1]; j++ {
-			kw := kk.find(p.wins[j])
-			if kw == nil || kw.used > 0 && now >= kk.sent+kw.reset {
-				ok = false
-				break
+		ok := kk != nil && kk.sent >= since && len(kk.wins) > 0 && now >= kk.sent && now-kk.sent < maxAge &&
+			kk.fill(c, i, 1, now, &full)
+		for ci := range p.kcals {
+			if ok && p.kcals[ci].parent == int32(i) && p.colocated(ci) {
+				ok = kk.fill(c, ci, -1, now, &full)
 			}
-			var reset, wait int64
-			if kw.used > 0 {
-				reset = kk.recv + kw.reset - now
-			}
-			if kw.wait > 0 {
-				// now < sent+reset <= sent+wait: still full.
-				full = true
-				wait = kk.recv + kw.wait - now
-			}
-			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = kw.used, reset, wait
 		}
 		if !ok {
+			sh.mu.Unlock()
 			return false
 		}
 		at = max(at, kk.at+now-kk.recv)
+	}
+	if sh != nil {
+		sh.mu.Unlock()
 	}
 	if !full {
 		return false
@@ -180,6 +173,55 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	c.status, c.suffix = statusDenied, 0
 	c.sec, c.usec = at/1e6, at%1e6
 	return true
+}
+
+// fill fills c's state of the windows of key i of c's plan from kk at now
+// (e.mono), and sets *full when one is full; it reports false when one is
+// not known or may have lost its oldest entry since the answer. sign is
+// -1 for a calendar key known in its rate key's entry (see colocated).
+func (kk *knownKey) fill(c *call, i int, sign, now int64, full *bool) bool {
+	p := &c.plan
+	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+		kw := kk.find(window{period: sign * p.wins[j].period, limit: p.wins[j].limit})
+		if kw == nil || kw.used > 0 && now >= kk.sent+kw.reset {
+			return false
+		}
+		var reset, wait int64
+		if kw.used > 0 {
+			reset = kk.recv + kw.reset - now
+		}
+		if kw.wait > 0 {
+			// now < sent+reset <= sent+wait: still full.
+			*full = true
+			wait = kk.recv + kw.wait - now
+		}
+		c.res[3*j], c.res[3*j+1], c.res[3*j+2] = kw.used, reset, wait
+	}
+	return true
+}
+
+// colocated reports whether calendar key k of p is known in the cache
+// entry of its rate key, which p also holds, instead of an entry of its
+// own: both come from the same answers, and a cached denial then looks up
+// one entry for the two. Its windows are kept there with their periods
+// negated, apart from the rate windows. Keys with a cost or a block keep
+// their own entries (see store and blocked).
+func (p *plan) colocated(k int) bool {
+	if k >= len(p.kcals) || p.nblock > 0 {
+		return false
+	}
+	ck := &p.kcals[k]
+	return ck.cal != "" && ck.parent >= 0 && !ck.priced
+}
+
+// calParent returns the rate key that calendar key key (or its block key)
+// extends, or "" when key is not one: it invalidates its rate key's entry
+// too (see colocated).
+func calParent(key string) string {
+	if i := strings.LastIndex(key, calSuffix); i > strings.LastIndexByte(key, '}') {
+		return key[:i]
+	}
+	return ""
 }
 
 // blocked decides c from the cache at now (e.mono) when a key of c is
@@ -274,13 +316,14 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	at := c.sec*1e6 + c.usec
 	for i, key := range p.keys {
 		priced := p.priced(i)
-		if p.ks[i] || priced && p.blockOf(i) == 0 {
+		if p.ks[i] || priced && p.blockOf(i) == 0 || p.colocated(i) {
 			// A weighted key's fullness depends on each request's cost,
 			// and its counts on merged entries: it makes no cached denial
 			// and seeds nothing (the fallback starts it from nothing); so
 			// does the calendar key of a limiter with a cost. A slot key
 			// neither: a slot frees whenever a request ends, in any
-			// process, so no answer says how long a key stays full.
+			// process, so no answer says how long a key stays full. A
+			// colocated calendar key is stored with its rate key.
 			continue
 		}
 		sh := k.shard(key)
@@ -297,40 +340,72 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		}
 		kk.sent, kk.recv, kk.wall, kk.at = sent, recv, wall, at
 		kk.wins = kk.buf[:0]
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-			w := p.wins[j]
-			used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
-			if counted {
-				if used == 0 && reset == 0 {
-					// The request itself is the oldest. (A calendar
-					// window's reset is its period's end, always sent.)
-					reset = w.period
-				}
-				used++
-				// Admitted, so there was room: full now only when this
-				// request filled it, until its oldest entry leaves.
-				wait = 0
-				if used >= w.limit {
-					wait = reset
-				}
+		kk.keep(c, i, 1, counted)
+		for ci := range p.kcals {
+			if p.kcals[ci].parent == int32(i) && p.colocated(ci) {
+				kk.keep(c, ci, -1, counted)
 			}
-			kk.wins = append(kk.wins, knownWin{period: w.period, limit: w.limit, used: used, reset: reset, wait: wait})
 		}
 		sh.mu.Unlock()
 	}
 }
 
-// get returns a copy of key's known state, if any.
+// keep appends to kk's windows those of key i of c's plan just after the
+// answer to c (counted: c was admitted and counted), with their periods
+// times sign (see colocated).
+func (kk *knownKey) keep(c *call, i int, sign int64, counted bool) {
+	p := &c.plan
+	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+		w := p.wins[j]
+		used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
+		if counted {
+			if used == 0 && reset == 0 {
+				// The request itself is the oldest. (A calendar
+				// window's reset is its period's end, always sent.)
+				reset = w.period
+			}
+			used++
+			// Admitted, so there was room: full now only when this
+			// request filled it, until its oldest entry leaves.
+			wait = 0
+			if used >= w.limit {
+				wait = reset
+			}
+		}
+		kk.wins = append(kk.wins, knownWin{period: sign * w.period, limit: w.limit, used: used, reset: reset, wait: wait})
+	}
+}
+
+// get returns a copy of key's known state, if any: its own entry's, or
+// for a calendar key known in its rate key's entry (see colocated), that
+// entry's with the calendar key's windows only.
 func (k *knownCache) get(key string) (knownKey, bool) {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	kk := sh.m[key]
 	if kk == nil || len(kk.wins) == 0 && kk.bleft == 0 {
-		return knownKey{}, false
+		parent := calParent(key)
+		if kk = sh.m[parent]; parent == "" || kk == nil || len(kk.wins) == 0 {
+			return knownKey{}, false
+		}
+		nominal := calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
+		cp := knownKey{sent: kk.sent, recv: kk.recv, wall: kk.wall, at: kk.at}
+		for _, w := range kk.wins {
+			if w.period == -nominal {
+				w.period = nominal
+				cp.wins = append(cp.wins, w)
+			}
+		}
+		return cp, len(cp.wins) > 0
 	}
 	cp := *kk
-	cp.wins = append([]knownWin(nil), kk.wins...)
+	cp.wins = nil
+	for _, w := range kk.wins {
+		if w.period > 0 { // not a calendar key's (see colocated)
+			cp.wins = append(cp.wins, w)
+		}
+	}
 	return cp, true
 }
 
@@ -340,11 +415,20 @@ func (k *knownCache) get(key string) (knownKey, bool) {
 func (k *knownCache) invalidate(key string, now int64) {
 	sh := k.shard(key)
 	sh.mu.Lock()
-	kk := sh.entry(key, k.perShard, now)
+	sh.invalidate(key, k.perShard, now)
+	if parent := calParent(key); parent != "" {
+		sh.invalidate(parent, k.perShard, now) // it may hold key's windows
+	}
+	sh.mu.Unlock()
+}
+
+// invalidate does knownCache.invalidate's work in sh, which holds key.
+// Called with sh.mu held.
+func (sh *knownShard) invalidate(key string, most int, now int64) {
+	kk := sh.entry(key, most, now)
 	kk.inval = max(kk.inval, now)
 	kk.wins = kk.wins[:0]
 	kk.bleft = 0
-	sh.mu.Unlock()
 }
 
 // entry returns key's state, creating it (and making room, at most most

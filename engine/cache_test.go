@@ -127,13 +127,28 @@ func TestCachedDenialDeadline(t *testing.T) {
 // another process reaches this process's cache within a second.
 func TestCachedDenialInvalidation(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ws   []rules.Window
+	}{
+		{"sliding", []rules.Window{win(2, time.Hour)}},
+		// The calendar key is known in its rate key's cache entry.
+		{"calendar", []rules.Window{win(100, time.Hour), {Limit: 2, Calendar: rules.CalendarMonth}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testCachedDenialInvalidation(t, rules.Limiter{Kind: rules.User, Windows: tc.ws})
+		})
+	}
+}
+
+func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	a := newEngine(t, rc, WithPrefix(prefix))
 	b := newEngine(t, rc, WithPrefix(prefix))
 	waitTrusted(t, a)
-	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(2, time.Hour)}}
 	r := Request{Scope: "s", Checks: []Check{{Limiter: l, Subject: "u"}}}
 	fill := func() Decision {
 		t.Helper()

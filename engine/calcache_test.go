@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,42 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 				t.Errorf("at midnight: allowed %v source %v err %v; want admitted", d.Allowed, d.Source, err)
 			}
 		})
+	}
+}
+
+// TestCachedCalendarColocated checks that a calendar key known in its
+// rate key's cache entry reads as a key of its own (what the fallback
+// seeds from), that the rate key reads without it, and that an
+// invalidation of the calendar key forgets both.
+func TestCachedCalendarColocated(t *testing.T) {
+	t.Parallel()
+	e := &Engine{keyer: &keyer{prefix: "p:"}, known: newKnownCache(100)}
+	r := req(user("u", win(100, time.Hour), calWin(5, rules.CalendarMonth)))
+	c := getCall()
+	defer putCall(c)
+	if err := c.plan.build(e.keyer, &r); err != nil {
+		t.Fatal(err)
+	}
+	c.prepare()
+	if len(c.plan.keys) != 2 || !c.plan.colocated(1) || c.plan.colocated(0) {
+		t.Fatalf("keys %q: want a rate key and its colocated calendar key", c.plan.keys)
+	}
+	rate, cal := strings.Clone(c.plan.keys[0]), strings.Clone(c.plan.keys[1])
+	c.status, c.mode = statusDenied, opPeek
+	c.res = []int64{7, 3_000_000_000, 0, 5, 86_400_000_000, 86_400_000_000}
+	e.known.store(c, 10, 20, 30)
+	if got, ok := e.known.get(rate); !ok || len(got.wins) != 1 || got.wins[0].period != 3_600_000_000 || got.wins[0].used != 7 {
+		t.Errorf("rate key: %+v %v, want its hour window only", got.wins, ok)
+	}
+	got, ok := e.known.get(cal)
+	if want := (knownWin{period: calNominal(rules.CalendarMonth), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
+		t.Errorf("calendar key: %+v %v, want %+v from the same answer", got, ok, want)
+	}
+	e.known.invalidate(cal, 40)
+	if _, ok := e.known.get(rate); ok {
+		t.Error("the rate key's entry outlived an invalidation of its calendar key")
+	}
+	if _, ok := e.known.get(cal); ok {
+		t.Error("the calendar key outlived its invalidation")
 	}
 }

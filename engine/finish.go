@@ -252,9 +252,7 @@ func (p *plan) finishKeys(fin []undo) {
 	clear(p.args)
 	p.keys, p.args, p.nblock = p.keys[:0], p.args[:0], 0
 	for i := range fin {
-		k := fin[i].key
-		p.keys = append(p.keys, k)
-		p.args = append(p.args, keyArg{b: stringBytes(k), s: k})
+		p.keys = append(p.keys, fin[i].key)
 	}
 }
 

@@ -283,16 +283,23 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 	return rate, conc, nil
 }
 
-// viewKeys makes p.keys and p.args views of p.buf. The next request
-// reuses p.buf: who keeps a key beyond the call (the caches' map keys,
-// undo records) clones it. This saves an allocation per decision.
+// viewKeys makes p.keys views of p.buf. The next request reuses p.buf:
+// who keeps a key beyond the call (the caches' map keys, undo records)
+// clones it. This saves an allocation per decision.
 func (p *plan) viewKeys() {
 	s := unsafe.String(unsafe.SliceData(p.buf), len(p.buf))
 	prev := 0
 	for _, end := range p.ends {
 		p.keys = append(p.keys, s[prev:end])
-		p.args = append(p.args, keyArg{b: p.buf[prev:end:end], s: s[prev:end]})
 		prev = end
+	}
+}
+
+// keyArgs makes p.args, the keys as command arguments, once a script call
+// needs them (a cached denial does not).
+func (p *plan) keyArgs() {
+	for _, k := range p.keys[len(p.args):] {
+		p.args = append(p.args, keyArg{b: stringBytes(k), s: k})
 	}
 }
 
@@ -452,6 +459,9 @@ func (p *plan) nargs(keys []int32) int {
 // appendKeyArgs appends the script's KEYS for key k of p: the key, then
 // its block key if it has a block.
 func (p *plan) appendKeyArgs(args []any, k int) []any {
+	if len(p.args) < len(p.keys) {
+		p.keyArgs()
+	}
 	args = append(args, &p.args[k])
 	if p.blockOf(k) > 0 {
 		args = append(args, &p.bargs[k])

@@ -98,6 +98,7 @@ func TestRequestValidation(t *testing.T) {
 func TestKeyArgPrints(t *testing.T) {
 	t.Parallel()
 	c := plannedCall(t, req(user("u", win(1, time.Second))))
+	c.plan.keyArgs()
 	cmd := redis.NewCmd(context.Background(), "evalsha", "sha", 1, &c.plan.args[0], "[]")
 	if got, want := cmd.String(), "evalsha sha 1 p:{s|user|u} []"; got != want {
 		t.Errorf("cmd.String() = %q, want %q", got, want)
