@@ -60,7 +60,7 @@ const (
 )
 
 type knownShard struct {
-	mu sync.Mutex
+	mu sync.RWMutex // written by answers and invalidations, read by cached denials
 	m  map[string]*knownKey
 }
 
@@ -141,10 +141,10 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		}
 		if s := k.shard(key); s != sh {
 			if sh != nil {
-				sh.mu.Unlock()
+				sh.mu.RUnlock()
 			}
 			sh = s
-			sh.mu.Lock()
+			sh.mu.RLock()
 		}
 		kk := sh.m[key]
 		// Known from an answer that cannot have missed an invalidation,
@@ -159,13 +159,13 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 			}
 		}
 		if !ok {
-			sh.mu.Unlock()
+			sh.mu.RUnlock()
 			return false
 		}
 		at = max(at, kk.at+now-kk.recv)
 	}
 	if sh != nil {
-		sh.mu.Unlock()
+		sh.mu.RUnlock()
 	}
 	if !full {
 		return false
@@ -242,7 +242,7 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 			continue
 		}
 		sh := k.shard(key)
-		sh.mu.Lock()
+		sh.mu.RLock()
 		if kk := sh.m[key]; kk != nil && kk.bleft > 0 && kk.bsent >= since && now >= kk.bsent &&
 			now-kk.bsent < maxAge && now < kk.bsent+kk.bleft {
 			found = true
@@ -252,7 +252,7 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 			c.res[3*p.kstart[i]+2] = kk.brecv + kk.bwait - now
 			at = max(at, kk.bat+now-kk.brecv)
 		}
-		sh.mu.Unlock()
+		sh.mu.RUnlock()
 	}
 	if !found {
 		return false
@@ -381,8 +381,8 @@ func (kk *knownKey) keep(c *call, i int, sign int64, counted bool) {
 // entry's with the calendar key's windows only.
 func (k *knownCache) get(key string) (knownKey, bool) {
 	sh := k.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
 	kk := sh.m[key]
 	if kk == nil || len(kk.wins) == 0 && kk.bleft == 0 {
 		parent := calParent(key)
