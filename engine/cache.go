@@ -211,7 +211,7 @@ func (p *plan) colocated(k int) bool {
 		return false
 	}
 	ck := &p.kcals[k]
-	return ck.cal != "" && ck.parent >= 0 && !ck.priced
+	return ck.unit != 0 && ck.parent >= 0 && !ck.priced
 }
 
 // calParent returns the rate key that calendar key key (or its block key)

@@ -49,12 +49,31 @@ func calNominal(c rules.Calendar) int64 {
 // calKey is what a plan knows of one of its keys that is a calendar key
 // (cal is empty for the others).
 type calKey struct {
-	cal    rules.Calendar
+	unit   uint8 // index in calUnits (0: not a calendar key); no pointer makes it cheap to append
 	priced bool  // the limiter has a cost: requests count different amounts
 	parent int32 // the rate key whose name it extends, -1 when not in the plan
 	start  int64 // the start of the period the script counted in (µs, 0: unknown)
 	bounds [calBounds]int64
 }
+
+// calUnits are the calendars of calKey.unit.
+var calUnits = [...]rules.Calendar{"", rules.CalendarDay, rules.CalendarWeek, rules.CalendarMonth}
+
+// calUnit returns the index of c in calUnits, 0 for an unknown calendar.
+func calUnit(c rules.Calendar) uint8 {
+	switch c {
+	case rules.CalendarDay:
+		return 1
+	case rules.CalendarWeek:
+		return 2
+	case rules.CalendarMonth:
+		return 3
+	}
+	return 0
+}
+
+// cal returns the calendar of key k, a calendar key.
+func (p *plan) cal(k int) rules.Calendar { return calUnits[p.kcals[k].unit] }
 
 // calRef ties the calendar window win of check check to its key.
 type calRef struct {
@@ -68,7 +87,8 @@ type calRef struct {
 func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64, rate int32) error {
 	c := &req.Checks[i]
 	w := &c.Windows[j]
-	if calNominal(w.Calendar) == 0 {
+	unit := calUnit(w.Calendar)
+	if unit == 0 {
 		return &RequestError{Check: i, Window: j, Reason: "unknown calendar " + string(w.Calendar)}
 	}
 	if w.Period != 0 || w.Grain != 0 || w.Concurrent {
@@ -89,7 +109,7 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 		p.kcals = append(p.kcals, calKey{parent: -1})
 	}
 	ck := &p.kcals[idx]
-	ck.cal, ck.priced = w.Calendar, kc != ""
+	ck.unit, ck.priced = unit, kc != ""
 	if rate >= 0 {
 		ck.parent = rate
 	}
@@ -107,7 +127,7 @@ func (p *plan) priced(k int) bool {
 }
 
 // isCal reports whether key k is a calendar key.
-func (p *plan) isCal(k int) bool { return k < len(p.kcals) && p.kcals[k].cal != "" }
+func (p *plan) isCal(k int) bool { return k < len(p.kcals) && p.kcals[k].unit != 0 }
 
 // calWindows merges the calendar windows of the checks mapping to calendar
 // key key into p.wins: one window, its nominal period, the smallest limit.
@@ -160,7 +180,7 @@ func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds
 // readCal; or, when an earlier key of the same script call sent those
 // boundaries, 0, 'Q', cost, limit and the index in ARGV of the first.
 func (f *flatArgs) calArgs(p *plan, k int32, now int64) {
-	x := f.bounds(p.kcals[k].cal, p.zoneOf(), now)
+	x := f.bounds(p.cal(int(k)), p.zoneOf(), now)
 	p.kcals[k].bounds = x.b
 	f.int(0)
 	kind := byte('P')
@@ -247,7 +267,7 @@ func (p *plan) calStartAt(k int, at int64) int64 {
 	if s := p.kcals[k].start; s > 0 {
 		return s
 	}
-	start, _ := p.kcals[k].cal.Bounds(time.UnixMicro(at), p.zoneOf())
+	start, _ := p.cal(k).Bounds(time.UnixMicro(at), p.zoneOf())
 	return start.UnixMicro()
 }
 
@@ -267,7 +287,7 @@ func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string) []s
 // calSpan returns the start and end (µs since 1970) of the period of
 // calendar key k that holds t, for the local fallback.
 func (p *plan) calSpan(k int, t int64) (start, end int64) {
-	s, e := p.kcals[k].cal.Bounds(time.UnixMicro(t), p.zoneOf())
+	s, e := p.cal(k).Bounds(time.UnixMicro(t), p.zoneOf())
 	return s.UnixMicro(), e.UnixMicro()
 }
 
