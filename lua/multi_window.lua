@@ -1053,12 +1053,14 @@ local function calendar_count(key, start)
 end
 
 -- cal_memo maps a calendar key that an op of the call read to {start,
--- count, ahead, ttl}: its period's start (as in ARGV), the period's count
--- after the call's admissions so far, what Redis holds beyond count (a
--- tentative increment not admitted, to be taken back; negative: admissions
--- not written yet),
--- and, when one of the call's admissions was the period's first, the
--- expiry to set (else false). Later ops on the key read the count there;
+-- count, ahead, ttl, ...}: its period's start (as in ARGV), the period's
+-- count after the call's admissions so far, what Redis holds beyond count
+-- (a tentative increment not admitted, to be taken back; negative:
+-- admissions not written yet), and, when one of the call's admissions was
+-- the period's first, the expiry to set (else false); then the last op's
+-- cost, limit and fourth field as sent, and its cost, limit and period's
+-- end as numbers, which a 'Q' op sending the same fields reuses instead
+-- of parsing them again. Later ops on the key read the count there;
 -- flush_cal writes what is pending once, at the end of the call (or
 -- before an error reply, or before a finish op adjusts the key): a batch
 -- of decisions on a hot subject costs one HINCRBY and one flush, not one
@@ -1095,8 +1097,8 @@ end
 -- at start, from cal_memo or else from Redis, and its memo entry. An
 -- allow that fits so far (tentative) adds cost at once (HINCRBY: one call
 -- where a read and a write would take two); the memo then marks it
--- pending until the op is admitted (cal_admit), or taken back by
--- flush_cal.
+-- pending until the op is admitted (the admission counts it in the memo
+-- entry), or taken back by flush_cal.
 local function cal_read(key, start, cost, cost_arg, tentative)
   cal_memo = cal_memo or {}
   local m = cal_memo[key]
@@ -1117,13 +1119,6 @@ local function cal_read(key, start, cost, cost_arg, tentative)
   end
   cal_memo[key] = m
   return used, m
-end
-
--- cal_admit counts cost in memo entry m of an admitted op, ttl its expiry
--- when it was the period's first admission (else false).
-local function cal_admit(m, cost, ttl)
-  m[2], m[3] = m[2] + cost, m[3] - cost
-  m[4] = m[4] or ttl
 end
 
 -- flush_cal writes the counters of cal_memo, or only key's when key is
@@ -1345,20 +1340,32 @@ while p <= #args do
       key_state[at] = again and 'D' or 'd'
     elseif args[q + 1] == 'P' or args[q + 1] == 'Q' then
       -- A calendar key (see Calendars): key_state[at], the period's start,
-      -- keeps it out of add_member and the bookkeeping; -2 marks it for
-      -- cal_admit of key_state[at - 1], the op's cost.
-      local bounds, next_q = q + 4, q + 4 + CAL_BOUNDS
-      if args[q + 1] == 'Q' then
-        bounds, next_q = num(args[q + 4]), q + 5
+      -- keeps it out of add_member and the bookkeeping; -2 marks it for the
+      -- admission to count key_state[at - 1], the op's cost, in its memo
+      -- entry, and key_state[at - 3] is the expiry a period's first
+      -- admission sets.
+      local m = cal_memo and cal_memo[key]
+      local cost, limit, start, stop, used, next_q
+      if args[q + 1] == 'Q' and m and m[7] == args[q + 4] and m[5] == args[q + 2] and m[6] == args[q + 3] then
+        -- The call's previous op on key sent the same fields (a batch on
+        -- a hot subject): their values are in its memo entry.
+        cost, limit, start, stop, used, next_q = m[8], m[9], m[1], m[10], m[2], q + 5
+      else
+        local bounds
+        bounds, next_q = q + 4, q + 4 + CAL_BOUNDS
+        if args[q + 1] == 'Q' then
+          bounds, next_q = num(args[q + 4]), q + 5
+        end
+        start, stop = calendar_period(bounds)
+        if not start then
+          flush_cal()
+          return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
+        end
+        cost, limit = num(args[q + 2]), num(args[q + 3])
+        used, m = cal_read(key, start, cost, args[q + 2], fits and member ~= '')
+        m[5], m[6], m[7], m[8], m[9], m[10] = args[q + 2], args[q + 3], args[q + 4], cost, limit, stop
       end
-      local start, stop = calendar_period(bounds)
-      if not start then
-        flush_cal()
-        return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
-      end
-      local cost = num(args[q + 2])
-      local used = cal_read(key, start, cost, args[q + 2], fits and member ~= '')
-      key_fits = used + cost <= num(args[q + 3])
+      key_fits = used + cost <= limit
       fits = fits and key_fits
       n = n + 1
       reply[n] = used
@@ -1425,7 +1432,9 @@ while p <= #args do
         elseif key_state[at - 2] == -2 then
           -- A calendar key: the period's new count, written at the end
           -- of the call (see cal_memo).
-          cal_admit(cal_memo[KEYS[used_keys + k]], key_state[at - 1], key_state[at - 3])
+          local m, cost = cal_memo[KEYS[used_keys + k]], key_state[at - 1]
+          m[2], m[3] = m[2] + cost, m[3] - cost
+          m[4] = m[4] or key_state[at - 3]
         elseif key_state[at - 2] == 0 then
           -- A slot key: its bookkeeping once per epoch of one lease (see
           -- Slots).
