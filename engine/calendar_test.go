@@ -442,3 +442,54 @@ func TestCalendarUpgrade(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarBatchMixed checks that the ops of one script call on a
+// calendar key count on from each other when their fields differ (limits
+// and costs of several requests): the period's count is what the admitted
+// requests counted, never above a limit they were admitted under.
+func TestCalendarBatchMixed(t *testing.T) {
+	t.Parallel()
+	for _, b := range testBackends(t) {
+		if b.name == "local" || b.name == "ring" {
+			continue
+		}
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEngine(t, b.c, WithPrefix(testPrefix(t)))
+			lim := func(limit int64) rules.Limiter {
+				return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, rules.CalendarDay)}}
+			}
+			var sum, over atomic.Int64
+			var wg sync.WaitGroup
+			for i := range 300 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					limit, cost := int64(500), int64(3+4*(i%2)) // 3 or 7
+					if i%3 == 0 {
+						limit = 300
+					}
+					r := Request{Scope: "s", Checks: []Check{{Limiter: lim(limit), Subject: "u", Cost: cost}}, Fail: rules.FailClosed}
+					d, err := e.Allow(context.Background(), r)
+					if err != nil {
+						t.Error(err)
+					}
+					if d.Allowed {
+						sum.Add(cost)
+						if calState(t, d).Used > limit {
+							over.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			d, err := e.Peek(context.Background(), Request{Scope: "s", Checks: []Check{{Limiter: lim(500), Subject: "u", Cost: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used := calState(t, d).Used; used != sum.Load() || used > 500 || used < 500-7 || over.Load() > 0 {
+				t.Fatalf("calendar used %d, admitted costs %d, %d admitted above their limit; want equal, in 493..500, none", used, sum.Load(), over.Load())
+			}
+		})
+	}
+}
