@@ -134,3 +134,35 @@ func TestCachedCalendarColocated(t *testing.T) {
 		t.Error("the calendar key outlived its invalidation")
 	}
 }
+
+// TestCalArgsKinds checks the form of a calendar key's fields in one
+// script call: 'P' first, 'q' for the same key with the same fields right
+// after, 'Q' when the limit differs or another calendar key came between,
+// and 'P' again in the next call.
+func TestCalArgsKinds(t *testing.T) {
+	t.Parallel()
+	mk := func(subject string, limit int64) *call {
+		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, rules.CalendarMonth))))
+	}
+	var f flatArgs
+	now := t0.UnixMicro()
+	kind := func(c *call) string {
+		f.calArgs(&c.plan, 1, now)
+		for i := len(f.ends) - 1; i > 0; i-- {
+			if v := string(f.buf[f.ends[i-1]:f.ends[i]]); v == "P" || v == "Q" || v == "q" {
+				return v
+			}
+		}
+		return ""
+	}
+	f.reset(now)
+	var got []string
+	for _, c := range []*call{mk("u", 5), mk("u", 5), mk("u", 6), mk("u", 6), mk("v", 6), mk("u", 6)} {
+		got = append(got, kind(c))
+	}
+	f.begin(now)
+	got = append(got, kind(mk("u", 6)))
+	if want := "P q Q q Q Q P"; strings.Join(got, " ") != want {
+		t.Errorf("kinds %q, want %q", strings.Join(got, " "), want)
+	}
+}

@@ -178,27 +178,48 @@ func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds
 // calArgs appends the fields of calendar key k of p: 0, 'P', cost, limit,
 // then the boundaries around now (µs since 1970), which p keeps for
 // readCal; or, when an earlier key of the same script call sent those
-// boundaries, 0, 'Q', cost, limit and the index in ARGV of the first.
+// boundaries, 0, 'Q', cost, limit and the index in ARGV of the first; or,
+// when the previous calendar key of the call was the same key with the
+// same fields (a batch on a hot subject), 0 and 'q'.
 func (f *flatArgs) calArgs(p *plan, k int32, now int64) {
 	x := f.bounds(p.cal(int(k)), p.zoneOf(), now)
 	p.kcals[k].bounds = x.b
+	cost, limit := p.kcost[k], p.wins[p.kstart[k]].limit
 	f.int(0)
 	kind := byte('P')
 	if x.call == f.call {
 		kind = 'Q'
+		if l := &f.lastCal; l.call == f.call && l.at == x.at && l.cost == cost && l.limit == limit && l.key == p.keys[k] {
+			kind = 'q'
+		}
 	}
 	f.buf = append(f.buf, kind)
 	f.ends = append(f.ends, int32(len(f.buf)))
-	f.int(p.kcost[k])
-	f.int(p.wins[p.kstart[k]].limit)
-	if kind == 'Q' {
-		f.int(int64(x.at - f.first + 1))
+	if kind == 'q' {
 		return
 	}
-	x.call, x.at = f.call, len(f.ends)
-	for _, b := range x.b {
-		f.int(b)
+	f.int(cost)
+	f.int(limit)
+	if kind == 'P' {
+		x.call, x.at = f.call, len(f.ends)
+		for _, b := range x.b {
+			f.int(b)
+		}
+	} else {
+		f.int(int64(x.at - f.first + 1))
 	}
+	// The key is a view of a plan reused after the batch: it is compared
+	// while the batch's arguments are built only (call says which).
+	f.lastCal = calLast{key: p.keys[k], cost: cost, limit: limit, at: x.at, call: f.call}
+}
+
+// calLast is the last calendar key a script call being built sent with
+// its fields, which the next may repeat as 'q' (see calArgs).
+type calLast struct {
+	key         string
+	cost, limit int64
+	at          int    // calCached.at of its boundaries
+	call        uint64 // flatArgs.call of the script call; 0: none
 }
 
 // calCached is the boundaries of the periods around a time, for one

@@ -261,6 +261,8 @@ type flatArgs struct {
 	args []bufArg
 	now  int64       // the engine's time of the call being built (µs since 1970), for calendar keys
 	cals []calCached // calendar boundaries computed before (see bounds)
+	// lastCal is the call's last calendar key (see calArgs).
+	lastCal calLast
 	// first is the index in ends of the first field of the script call
 	// being built, and call numbers it among all calls f built (from 1).
 	first int

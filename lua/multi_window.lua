@@ -39,6 +39,9 @@
 --                                ARGV[i .. i+3], those of an earlier
 --                                'P' key of the call (the ops of a batch
 --                                mostly count in the same periods).
+--       0, 'q'                   a calendar key with the fields of the
+--                                call's previous calendar key, which was
+--                                the same key (a batch on a hot subject).
 --       0, 'D', value, nwin, busy, then nwin times: period, limit
 --                                a count key whose op counts the member
 --                                value instead of the op's (see
@@ -1053,19 +1056,24 @@ local function calendar_count(key, start)
 end
 
 -- cal_memo maps a calendar key that an op of the call read to {start,
--- count, ahead, ttl, ...}: its period's start (as in ARGV), the period's
--- count after the call's admissions so far, what Redis holds beyond count
--- (a tentative increment not admitted, to be taken back; negative:
--- admissions not written yet), and, when one of the call's admissions was
--- the period's first, the expiry to set (else false); then the last op's
--- cost, limit and fourth field as sent, and its cost, limit and period's
--- end as numbers, which a 'Q' op sending the same fields reuses instead
--- of parsing them again. Later ops on the key read the count there;
+-- count, ahead, ttl}: its period's start (as in ARGV), the period's count
+-- after the call's admissions so far, what Redis holds beyond count (a
+-- tentative increment not admitted, to be taken back; negative: admissions
+-- not written yet), and, when one of the call's admissions was the
+-- period's first, the expiry to set (else false). Later ops on the key
+-- read the count there;
 -- flush_cal writes what is pending once, at the end of the call (or
 -- before an error reply, or before a finish op adjusts the key): a batch
 -- of decisions on a hot subject costs one HINCRBY and one flush, not one
 -- of each per decision.
 local cal_memo
+
+-- cal_fields maps a calendar key to the fields the call's last op on it
+-- sent: {start, stop, cost, limit} as numbers (start as in ARGV), then
+-- cost, limit and the fourth field as sent. An op sending the same
+-- fields, or 'q', reuses them instead of parsing them again (the ops of a
+-- batch on a hot subject).
+local cal_fields
 
 -- flush_cal_key writes memo entry m of calendar key k: what Redis lacks
 -- or holds beyond the count (a period left at 0 is deleted), and after a
@@ -1338,34 +1346,41 @@ while p <= #args do
       key_state[at - 3] = key_state[at - 3] + 3
       key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
       key_state[at] = again and 'D' or 'd'
-    elseif args[q + 1] == 'P' or args[q + 1] == 'Q' then
+    elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
       -- A calendar key (see Calendars): key_state[at], the period's start,
       -- keeps it out of add_member and the bookkeeping; -2 marks it for the
       -- admission to count key_state[at - 1], the op's cost, in its memo
       -- entry, and key_state[at - 3] is the expiry a period's first
       -- admission sets.
-      local m = cal_memo and cal_memo[key]
-      local cost, limit, start, stop, used, next_q
-      if args[q + 1] == 'Q' and m and m[7] == args[q + 4] and m[5] == args[q + 2] and m[6] == args[q + 3] then
-        -- The call's previous op on key sent the same fields (a batch on
-        -- a hot subject): their values are in its memo entry.
-        cost, limit, start, stop, used, next_q = m[8], m[9], m[1], m[10], m[2], q + 5
-      else
-        local bounds
-        bounds, next_q = q + 4, q + 4 + CAL_BOUNDS
-        if args[q + 1] == 'Q' then
-          bounds, next_q = num(args[q + 4]), q + 5
+      cal_fields = cal_fields or {}
+      local f = cal_fields[key]
+      local next_q = q + 2
+      if args[q + 1] ~= 'q' then
+        next_q = q + 5
+        if args[q + 1] == 'P' then
+          next_q = q + 4 + CAL_BOUNDS
         end
-        start, stop = calendar_period(bounds)
-        if not start then
-          flush_cal()
-          return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
+        -- A 'Q' field i names the boundaries; a 'P' key sends its own.
+        if not (args[q + 1] == 'Q' and f and f[7] == args[q + 4] and f[5] == args[q + 2] and f[6] == args[q + 3]) then
+          local bounds = q + 4
+          if args[q + 1] == 'Q' then
+            bounds = num(args[q + 4])
+          end
+          local start, stop = calendar_period(bounds)
+          if not start then
+            flush_cal()
+            return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
+          end
+          f = {start, stop, num(args[q + 2]), num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
+          cal_fields[key] = f
         end
-        cost, limit = num(args[q + 2]), num(args[q + 3])
-        used, m = cal_read(key, start, cost, args[q + 2], fits and member ~= '')
-        m[5], m[6], m[7], m[8], m[9], m[10] = args[q + 2], args[q + 3], args[q + 4], cost, limit, stop
+      elseif not f then
+        flush_cal()
+        return redis.error_reply('ERR slidelimit: calendar key without fields ' .. key)
       end
-      key_fits = used + cost <= limit
+      local start, stop, cost = f[1], f[2], f[3]
+      local used = cal_read(key, start, cost, f[5], fits and member ~= '')
+      key_fits = used + cost <= f[4]
       fits = fits and key_fits
       n = n + 1
       reply[n] = used
