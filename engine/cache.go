@@ -386,7 +386,10 @@ func (k *knownCache) get(key string) (knownKey, bool) {
 	kk := sh.m[key]
 	if kk == nil || len(kk.wins) == 0 && kk.bleft == 0 {
 		parent := calParent(key)
-		if kk = sh.m[parent]; parent == "" || kk == nil || len(kk.wins) == 0 {
+		if parent == "" {
+			return knownKey{}, false
+		}
+		if kk = sh.m[parent]; kk == nil || len(kk.wins) == 0 {
 			return knownKey{}, false
 		}
 		nominal := calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))

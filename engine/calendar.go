@@ -34,20 +34,18 @@ const calBounds = 4
 // calNominal returns the nominal period of calendar c in µs, the longest
 // one of its periods can last, which is how long the local fallback and
 // the cache remember one; 0 for an unknown calendar.
-func calNominal(c rules.Calendar) int64 {
-	switch c {
-	case rules.CalendarDay:
-		return int64(25 * time.Hour / time.Microsecond)
-	case rules.CalendarWeek:
-		return int64((7*24 + 1) * time.Hour / time.Microsecond)
-	case rules.CalendarMonth:
-		return int64((31*24 + 1) * time.Hour / time.Microsecond)
-	}
-	return 0
+func calNominal(c rules.Calendar) int64 { return calNominals[calUnit(c)] }
+
+// calNominals are the nominal periods of calUnits, in µs.
+var calNominals = [...]int64{
+	0,
+	int64(25 * time.Hour / time.Microsecond),
+	int64((7*24 + 1) * time.Hour / time.Microsecond),
+	int64((31*24 + 1) * time.Hour / time.Microsecond),
 }
 
 // calKey is what a plan knows of one of its keys that is a calendar key
-// (cal is empty for the others).
+// (unit is 0 for the others).
 type calKey struct {
 	unit   uint8 // index in calUnits (0: not a calendar key); no pointer makes it cheap to append
 	priced bool  // the limiter has a cost: requests count different amounts
@@ -105,9 +103,7 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 	if p.kcost[idx] != cost {
 		return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 	}
-	for len(p.kcals) <= int(idx) {
-		p.kcals = append(p.kcals, calKey{parent: -1})
-	}
+	p.growCals(int(idx) + 1)
 	ck := &p.kcals[idx]
 	ck.unit, ck.priced = unit, kc != ""
 	if rate >= 0 {
@@ -350,10 +346,14 @@ func (p *plan) calendars(k *keyer, req *Request, i int, kc string, cost int64, r
 // sizeCalendars sizes the per-key calendar slices to the plan's keys,
 // once every key is known.
 func (p *plan) sizeCalendars() {
-	if len(p.kcals) == 0 {
-		return
+	if len(p.kcals) > 0 {
+		p.growCals(len(p.keys))
 	}
-	for len(p.kcals) < len(p.keys) {
+}
+
+// growCals gives p.kcals an entry for each of the first n keys.
+func (p *plan) growCals(n int) {
+	for len(p.kcals) < n {
 		p.kcals = append(p.kcals, calKey{parent: -1})
 	}
 }

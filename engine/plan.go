@@ -70,7 +70,7 @@ type plan struct {
 	slots  int     // number of slot keys
 
 	// Calendar windows (see calendar.go): per key, what a calendar key
-	// needs (its calendar is empty for other keys); the calendar windows
+	// needs (unit 0 for other keys); the calendar windows
 	// of the checks; the request's zone. Without calendar windows, the
 	// slices stay empty.
 	kcals []calKey
