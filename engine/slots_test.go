@@ -274,17 +274,21 @@ func TestSlotsRenewal(t *testing.T) {
 	_, c := startRedis(t)
 	ctx := context.Background()
 	prefix := testPrefix(t)
-	// Long enough for renewals every 100 ms to keep up on a loaded machine.
-	lease := 300 * time.Millisecond
+	// Renewals every 333 ms, each allowed a quarter lease: a loaded CI
+	// machine (race detector, parallel tests spawning servers) stalls a
+	// renewal for longer than the 100 ms default timeout, and two failed
+	// renewals in a row would end a 300 ms lease.
+	lease := time.Second
 	var lost atomic.Int64
-	holder := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithSlotLost(func(SlotLost) { lost.Add(1) }))
-	other := newEngine(t, c, WithPrefix(prefix), WithLease(lease))
+	holder := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4),
+		WithSlotLost(func(SlotLost) { lost.Add(1) }))
+	other := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4))
 	req := One("r", rules.User, "u", conc(1))
 	d, err := holder.Allow(ctx, req)
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	end := time.Now().Add(4 * lease)
+	end := time.Now().Add(3*lease + lease/2)
 	for time.Now().Before(end) {
 		if o, err := other.Allow(ctx, req); err != nil || o.Allowed {
 			t.Fatalf("other engine at %v: %+v, %v; want denied while the slot is held", time.Until(end), o, err)
