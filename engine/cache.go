@@ -19,12 +19,14 @@ import (
 // when its oldest entry leaves and, when it is full, when it has room
 // again. Two things use it:
 //
-//   - cached denials: a request whose keys are all known, with one window
-//     still full and none whose oldest entry may have left since, is
+//   - cached denials: a request whose keys are all known and count every
+//     request alike, with one window still full and none whose oldest
+//     entry may have left since, is
 //     denied without a Redis call, with exactly the state a Redis denial
 //     would report (see deny);
 //   - the FailLocal fallback, which starts each key from the known state
-//     instead of from nothing (see localLimiter.seed).
+//     instead of from nothing (see localLimiter.seed), keys counted in
+//     units (bytes) included.
 //
 // Times are of two clocks and never mixed: the answer's deadlines are
 // offsets from the answer, placed on the local monotonic clock (e.mono)
@@ -138,6 +140,14 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	for i, key := range p.keys {
 		if p.colocated(i) {
 			continue // known in its rate key's entry
+		}
+		if p.priced(i) {
+			// Its fullness depends on each request's cost: known for
+			// the fallback only (see store).
+			if sh != nil {
+				sh.mu.RUnlock()
+			}
+			return false
 		}
 		if s := k.shard(key); s != sh {
 			if sh != nil {
@@ -315,15 +325,14 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	counted := c.status == statusAdmitted && c.mode == opAllow
 	at := c.sec*1e6 + c.usec
 	for i, key := range p.keys {
-		priced := p.priced(i)
-		if p.ks[i] || priced && p.blockOf(i) == 0 || p.colocated(i) {
-			// A weighted key's fullness depends on each request's cost,
-			// and its counts on merged entries: it makes no cached denial
-			// and seeds nothing (the fallback starts it from nothing); so
-			// does the calendar key of a limiter with a cost. A slot key
-			// neither: a slot frees whenever a request ends, in any
-			// process, so no answer says how long a key stays full. A
-			// colocated calendar key is stored with its rate key.
+		if p.ks[i] || p.colocated(i) {
+			// A slot frees whenever a request ends, in any process, so
+			// no answer says how long a slot key stays full: it is not
+			// kept. A colocated calendar key is stored with its rate
+			// key. A priced key (a weighted key, or the calendar key of
+			// a limiter with a cost) is kept, but its fullness depends
+			// on each request's cost: it makes no cached denial (see
+			// deny), and its counts, in units, seed the fallback.
 			continue
 		}
 		sh := k.shard(key)
@@ -334,7 +343,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		}
 		// An answer sent before an invalidation (or before a newer answer)
 		// may describe entries that are gone.
-		if priced || sent < kk.inval || sent < kk.sent {
+		if sent < kk.inval || sent < kk.sent {
 			sh.mu.Unlock()
 			continue
 		}
@@ -364,7 +373,7 @@ func (kk *knownKey) keep(c *call, i int, sign int64, counted bool) {
 				// window's reset is its period's end, always sent.)
 				reset = w.period
 			}
-			used++
+			used += p.kcost[i]
 			// Admitted, so there was room: full now only when this
 			// request filled it, until its oldest entry leaves.
 			wait = 0

@@ -335,3 +335,84 @@ func TestFallbackBoundProcesses(t *testing.T) {
 	}
 	t.Logf("%d engines admitted %d beyond the %d Redis counted, bound n(L-k) = %d", n, total, used, n*(limit-used))
 }
+
+// TestFallbackSeedCost kills Redis and checks that FailLocal starts keys
+// counted in units from what Redis last said, as it does count keys: a
+// byte quota with 700 of 1000 bytes used admits 300 more bytes, not 1000,
+// in a sliding window and in a calendar month; of two windows, the bytes
+// only the long one still counts stay out of the short one; a grained
+// window with 7 of 10 used admits 3.
+func TestFallbackSeedCost(t *testing.T) {
+	t.Parallel()
+	type step struct {
+		at    time.Duration
+		cost  int64
+		allow bool
+	}
+	bytes := func(ws ...rules.Window) rules.Limiter {
+		return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: ws}
+	}
+	ones := func(n int, at time.Duration, allow bool) []step {
+		var s []step
+		for range n {
+			s = append(s, step{at, 1, allow})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name         string
+		lim          rules.Limiter
+		before, down []step
+	}{
+		{"bytes per hour", bytes(win(1000, time.Hour)),
+			[]step{{0, 400, true}, {ms, 300, true}},
+			[]step{{time.Second, 301, false}, {time.Second, 300, true}, {time.Second, 1, false}}},
+		{"bytes per calendar month", bytes(win(1_000_000, time.Hour), calWin(1000, rules.CalendarMonth)),
+			[]step{{0, 400, true}, {ms, 300, true}},
+			[]step{{time.Second, 301, false}, {time.Second, 300, true}, {time.Second, 1, false}}},
+		// At 2 min the minute holds 300 of the hour's 700: the other 400
+		// are seeded one minute before the answer, out of the minute.
+		{"bytes per minute and hour", bytes(win(500, time.Minute), win(1000, time.Hour)),
+			[]step{{0, 400, true}, {2 * time.Minute, 300, true}},
+			[]step{
+				{2*time.Minute + time.Second, 201, false}, // the minute's 300 + 201 > 500
+				{2*time.Minute + time.Second, 200, true},
+				{3*time.Minute + 2*time.Second, 101, false}, // the hour's 900 + 101 > 1000
+				{3*time.Minute + 2*time.Second, 100, true},
+			}},
+		{"grained count", rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 10, Period: time.Minute, Grain: 10 * time.Second}}},
+			ones(7, 0, true), append(ones(3, time.Second, true), ones(1, time.Second, false)...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := redistest.Start(t)
+			rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+			t.Cleanup(func() { rc.Close() })
+			clk := newFakeClock()
+			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(200*ms),
+				WithFailMode(rules.FailLocal))
+			r := func(cost int64) Request {
+				return Request{Scope: "s", Checks: []Check{{Limiter: tc.lim, Subject: "alice", Cost: cost}}}
+			}
+			for i, st := range append(tc.before, tc.down...) {
+				if i == len(tc.before) {
+					s.Kill()
+				}
+				clk.Set(st.at)
+				d, err := e.Allow(context.Background(), r(st.cost))
+				if i < len(tc.before) {
+					if err != nil || !d.Allowed || d.Source != FromRedis {
+						t.Fatalf("step %d (cost %d) before the outage: %+v, %v", i, st.cost, d, err)
+					}
+					continue
+				}
+				if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+					t.Fatalf("step %d (cost %d) with Redis down: %+v, %v; want a local decision", i, st.cost, d, err)
+				}
+				if d.Allowed != st.allow {
+					t.Errorf("step %d (cost %d at %v) with Redis down: allowed %v, want %v", i, st.cost, st.at, d.Allowed, st.allow)
+				}
+			}
+		})
+	}
+}

@@ -54,11 +54,12 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 					t.Fatalf("step %d (cost %d, source %v): calendar used %d, want %d", i, s.cost, d.Source, u, s.used)
 				}
 			}
-			// Nor does it seed the fallback, which would store a unit of
-			// cost per entry: a month of bytes.
+			// The cache keeps the month's bytes for the fallback, which
+			// seeds them as one entry (TestFallbackSeedCost).
 			key := string(e.keyer.appendKey(nil, "s", rules.User, "", "bytes", "alice")) + calSuffix + string(rules.CalendarMonth)
-			if _, ok := e.known.get(key); ok {
-				t.Errorf("the cache keeps %s", key)
+			kn, ok := e.known.get(key)
+			if kw := kn.find(window{period: calNominal(rules.CalendarMonth), limit: 1000}); !ok || kw == nil || kw.used != 1000 {
+				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.wins, ok)
 			}
 		})
 	}

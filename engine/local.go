@@ -28,7 +28,7 @@ type localLimiter struct {
 type localKey struct {
 	times []int64 // admission times in µs, ascending
 	ids   []int64 // the request id of each time, for GiveBack; seedID for seeds
-	costs []int64 // the cost of each time (1 in count keys and for seeds)
+	costs []int64 // the cost of each time (1 in count keys; a seed's, the units it stands for)
 	ret   int64   // retention in µs: the longest window seen
 	seed  int64   // wall time (µs) of the Redis answer the seeds stand for
 	block int64   // wall time (µs) its block ends (Check.Block); 0: none
@@ -191,13 +191,13 @@ func (l *localLimiter) add(key string, t int64) *localKey {
 }
 
 // seed makes key (whose entry is k, or nil) start from kn, what Redis last
-// said about it: the counts Redis reported are entered as if admitted at
-// the time the answer arrived, so none leaves a window earlier than the
-// real entries it stands for (those were admitted before the answer). With
-// windows W1 > W2 > ... of counts u1 >= u2 >= ..., u_n entries go at that
-// time and u_i - u_(i+1) just outside window i+1, at the time minus
-// W_(i+1): counted in window i and the longer ones, not in the shorter
-// ones. A subject that was full stays denied until its entries would have
+// said about it: the counts Redis reported (in units for a key with a
+// cost) are entered as if admitted at the time the answer arrived, so none
+// leaves a window earlier than the real entries it stands for (those were
+// admitted before the answer). With windows W1 > W2 > ... of counts
+// u1 >= u2 >= ..., an entry of u_n goes at that time and one of
+// u_i - u_(i+1) just outside window i+1, at the time minus W_(i+1):
+// counted in window i and the longer ones, not in the shorter ones. A subject that was full stays denied until its entries would have
 // left; one with k of L used gets at most L-k more. Seeds of an older
 // answer are replaced; entries this limiter admitted itself stay (Redis
 // never saw them). Called with l.mu held.
@@ -227,10 +227,12 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 		if n <= 0 {
 			continue
 		}
+		// One entry carrying the n units: a byte quota's gigabytes
+		// take no more memory than a count.
 		pos, _ := slices.BinarySearch(k.times, at+1)
-		k.times = slices.Insert(k.times, pos, slices.Repeat([]int64{at}, int(n))...)
-		k.ids = slices.Insert(k.ids, pos, slices.Repeat([]int64{seedID}, int(n))...)
-		k.costs = slices.Insert(k.costs, pos, slices.Repeat([]int64{1}, int(n))...)
+		k.times = slices.Insert(k.times, pos, at)
+		k.ids = slices.Insert(k.ids, pos, seedID)
+		k.costs = slices.Insert(k.costs, pos, n)
 	}
 	return k
 }
