@@ -125,7 +125,7 @@ func StartClusterConfig(tb testing.TB, cfg ClusterConfig) *Cluster {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, s := range c.Nodes {
-		wg.Go(func() { errs[i] = s.startErr() })
+		wg.Go(func() { errs[i] = s.first() })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

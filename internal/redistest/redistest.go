@@ -2,7 +2,9 @@
 // server, a 3-master Redis Cluster, or a 3-master + 3-replica cluster whose
 // masters can be killed to test a failover, each on free loopback ports, in
 // a temporary directory, stopped (SIGKILL, and reaped) when the test ends. It
-// never connects to a server it did not start.
+// never connects to a server it did not start: a server is up once the
+// process it started answers (its process_id), and one whose port was
+// taken before it could bind it starts again on another.
 //
 // When redis-server is not installed the tests that need it are skipped,
 // unless SLIDELIMIT_REQUIRE_REDIS=1, in which case they fail: CI sets it so
@@ -10,13 +12,16 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -33,9 +38,12 @@ const RequireEnv = "SLIDELIMIT_REQUIRE_REDIS"
 type Server struct {
 	Addr string // host:port on 127.0.0.1
 
-	tb   testing.TB
-	dir  string
-	args []string
+	tb      testing.TB
+	dir     string
+	args    []string
+	cluster bool
+	extra   []string
+	log     string // the log file of the last start
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -56,17 +64,16 @@ func binaries(tb testing.TB, names ...string) {
 
 // freePort returns a loopback TCP port that is free now; for cluster nodes
 // the bus port (port+10000) must be free as well.
-func freePort(tb testing.TB, cluster bool) int {
-	tb.Helper()
+func freePort(cluster bool) (int, error) {
 	for range 100 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			tb.Fatalf("redistest: listen: %v", err)
+			return 0, fmt.Errorf("redistest: listen: %v", err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
 		if !cluster {
-			return port
+			return port, nil
 		}
 		if port > 55000 {
 			continue
@@ -76,10 +83,9 @@ func freePort(tb testing.TB, cluster bool) int {
 			continue
 		}
 		bus.Close()
-		return port
+		return port, nil
 	}
-	tb.Fatal("redistest: no free port")
-	return 0
+	return 0, errors.New("redistest: no free port")
 }
 
 // Start starts a single redis-server and stops it when the test ends.
@@ -87,7 +93,9 @@ func Start(tb testing.TB) *Server {
 	tb.Helper()
 	binaries(tb, "redis-server")
 	s := newServer(tb, false)
-	s.start()
+	if err := s.first(); err != nil {
+		tb.Fatalf("%v", err)
+	}
 	return s
 }
 
@@ -99,28 +107,84 @@ func StartWith(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	binaries(tb, "redis-server")
 	s := newServer(tb, false, extra...)
-	s.start()
+	if err := s.first(); err != nil {
+		tb.Fatalf("%v", err)
+	}
 	return s
 }
 
 func newServer(tb testing.TB, cluster bool, extra ...string) *Server {
 	tb.Helper()
-	port := freePort(tb, cluster)
-	dir := tb.TempDir()
-	args := []string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir,
-		"--protected-mode", "no", "--loglevel", "warning",
+	s := &Server{tb: tb, cluster: cluster, extra: extra}
+	if err := s.pick(tb.TempDir()); err != nil {
+		tb.Fatalf("%v", err)
 	}
-	if cluster {
-		args = append(args, "--cluster-enabled", "yes",
-			"--cluster-config-file", filepath.Join(dir, "nodes.conf"),
-			"--cluster-node-timeout", "1000")
-	}
-	args = append(args, extra...)
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), tb: tb, dir: dir, args: args}
 	tb.Cleanup(s.Kill)
 	return s
+}
+
+// pick gives s a free port, and dir as its directory. It does not call
+// the testing.TB, so it may run on any goroutine.
+func (s *Server) pick(dir string) error {
+	port, err := freePort(s.cluster)
+	if err != nil {
+		return err
+	}
+	s.dir = dir
+	s.args = []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir,
+		"--protected-mode", "no", "--loglevel", "warning",
+	}
+	if s.cluster {
+		s.args = append(s.args, "--cluster-enabled", "yes",
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+			"--cluster-node-timeout", "1000")
+	}
+	s.args = append(s.args, s.extra...)
+	s.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	return nil
+}
+
+// first starts s for the first time. A port found free can be taken by
+// another process (a parallel test's server, a client's ephemeral port,
+// a cluster bus port) before redis-server binds it: then s starts again
+// on another port, in a new directory inside the first, up to four times.
+// It does not call the testing.TB, so it may run on any goroutine.
+func (s *Server) first() error {
+	for range 4 {
+		err := s.startErr()
+		if err == nil || !s.portTaken() {
+			return err
+		}
+		dir, err := os.MkdirTemp(s.dir, "again")
+		if err != nil {
+			return fmt.Errorf("redistest: %v", err)
+		}
+		if err := s.pick(dir); err != nil {
+			return err
+		}
+	}
+	return s.startErr()
+}
+
+// answers reports an error unless the server c reaches is process pid.
+func (s *Server) answers(ctx context.Context, c *redis.Client, pid int) error {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	want := "process_id:" + strconv.Itoa(pid) + "\r\n"
+	if !strings.Contains(info, want) {
+		return fmt.Errorf("another redis-server answers on %s", s.Addr)
+	}
+	return nil
+}
+
+// portTaken reports whether the last start failed to bind its port.
+func (s *Server) portTaken() bool {
+	b, err := os.ReadFile(s.log)
+	return err == nil && (bytes.Contains(b, []byte("Address already in use")) || bytes.Contains(b, []byte("Failed listening on port")))
 }
 
 func (s *Server) start() {
@@ -136,7 +200,8 @@ func (s *Server) startErr() error {
 	s.mu.Lock()
 	cmd := exec.Command("redis-server", s.args...)
 	cmd.Dir = s.dir
-	log, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano())))
+	s.log = filepath.Join(s.dir, fmt.Sprintf("redis-%d.log", time.Now().UnixNano()))
+	log, err := os.Create(s.log)
 	if err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("redistest: %v", err)
@@ -152,12 +217,18 @@ func (s *Server) startErr() error {
 	s.mu.Unlock()
 	go func() { cmd.Wait(); log.Close(); close(done) }()
 
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true,
+		DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
+		if err == nil {
+			// The server that answers may be another test's, on a port
+			// taken after it was found free: it must be this process.
+			err = s.answers(ctx, c, cmd.Process.Pid)
+		}
 		cancel()
 		if err == nil {
 			return nil
