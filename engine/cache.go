@@ -21,9 +21,8 @@ import (
 //
 //   - cached denials: a request whose keys are all known and count every
 //     request alike, with one window still full and none whose oldest
-//     entry may have left since, is
-//     denied without a Redis call, with exactly the state a Redis denial
-//     would report (see deny);
+//     entry may have left since, is denied without a Redis call, with
+//     exactly the state a Redis denial would report (see deny);
 //   - the FailLocal fallback, which starts each key from the known state
 //     instead of from nothing (see localLimiter.seed), keys counted in
 //     units (bytes) included.

@@ -197,10 +197,11 @@ func (l *localLimiter) add(key string, t int64) *localKey {
 // admitted before the answer). With windows W1 > W2 > ... of counts
 // u1 >= u2 >= ..., an entry of u_n goes at that time and one of
 // u_i - u_(i+1) just outside window i+1, at the time minus W_(i+1):
-// counted in window i and the longer ones, not in the shorter ones. A subject that was full stays denied until its entries would have
-// left; one with k of L used gets at most L-k more. Seeds of an older
-// answer are replaced; entries this limiter admitted itself stay (Redis
-// never saw them). Called with l.mu held.
+// counted in window i and the longer ones, not in the shorter ones. A
+// subject that was full stays denied until its entries would have left;
+// one with k of L used gets at most L-k more. Seeds of an older answer
+// are replaced; entries this limiter admitted itself stay (Redis never saw
+// them). Called with l.mu held.
 func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *localKey {
 	if k == nil {
 		k = l.add(key, t)
