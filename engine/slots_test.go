@@ -269,9 +269,11 @@ func TestSlotsRelease(t *testing.T) {
 
 // TestSlotsRenewal: a request running for more than three leases keeps its
 // slot, renewed by its engine, while another engine is denied throughout.
+// On a failure it reports when each renewal was sent, how long it took and
+// what it returned.
 func TestSlotsRenewal(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
+	s, c := startRedis(t)
 	ctx := context.Background()
 	prefix := testPrefix(t)
 	// Renewals every 333 ms, each allowed a quarter lease: a loaded CI
@@ -280,7 +282,10 @@ func TestSlotsRenewal(t *testing.T) {
 	// renewals in a row would end a 300 ms lease.
 	lease := time.Second
 	var lost atomic.Int64
-	holder := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4),
+	log := renewalLog{start: time.Now()}
+	hc := s.Client()
+	hc.AddHook(&log)
+	holder := newEngine(t, hc, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4),
 		WithSlotLost(func(SlotLost) { lost.Add(1) }))
 	other := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4))
 	req := One("r", rules.User, "u", conc(1))
@@ -288,15 +293,17 @@ func TestSlotsRenewal(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	end := time.Now().Add(3*lease + lease/2)
+	admitted := time.Now()
+	end := admitted.Add(3*lease + lease/2)
 	for time.Now().Before(end) {
 		if o, err := other.Allow(ctx, req); err != nil || o.Allowed {
-			t.Fatalf("other engine at %v: %+v, %v; want denied while the slot is held", time.Until(end), o, err)
+			t.Fatalf("other engine %v after the admission (%v after the start): %+v, %v; want denied while the slot is held; %d lost; renewals since the start:\n%s",
+				time.Since(admitted), time.Since(log.start), o, err, lost.Load(), log.String())
 		}
 		time.Sleep(lease / 10)
 	}
 	if lost.Load() != 0 {
-		t.Errorf("%d slots lost", lost.Load())
+		t.Errorf("%d slots lost; renewals:\n%s", lost.Load(), log.String())
 	}
 	if err := holder.Release(ctx, req, d); err != nil {
 		t.Fatal(err)
@@ -304,6 +311,51 @@ func TestSlotsRenewal(t *testing.T) {
 	if o, err := other.Allow(ctx, req); err != nil || !o.Allowed {
 		t.Fatalf("after release: %+v, %v", o, err)
 	}
+}
+
+// renewalLog records the renewal script calls of a client: when each was
+// sent (since start), how long it took and what it returned.
+type renewalLog struct {
+	start time.Time // set before the client is used
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *renewalLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *renewalLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return l.record(cmd.Name(), []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+func (l *renewalLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return l.record("pipeline", cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+func (l *renewalLog) record(name string, cmds []redis.Cmder, send func() error) error {
+	sent := time.Now()
+	err := send()
+	for _, cmd := range cmds {
+		if isRenew(cmd) {
+			l.mu.Lock()
+			var got any = cmd.Err()
+			if ic, ok := cmd.(*redis.IntSliceCmd); ok && ic.Err() == nil {
+				got = ic.Val()
+			}
+			l.lines = append(l.lines, fmt.Sprintf("%v: %s (%s of %d) took %v: %v", sent.Sub(l.start).Round(time.Millisecond),
+				cmd.Name(), name, len(cmds), time.Since(sent).Round(time.Millisecond), got))
+			l.mu.Unlock()
+			break
+		}
+	}
+	return err
+}
+
+func (l *renewalLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }
 
 // batchCounter counts renewal script calls and the pipelines that carry
