@@ -535,7 +535,7 @@ func TestSlotsKilledHolder(t *testing.T) {
 	s := redistest.Start(t)
 	c := s.Client()
 	prefix := testPrefix(t)
-	lease := 500 * time.Millisecond
+	lease := 2 * time.Second // the child may stall on a loaded machine: a lapse needs 2 s without a renewal
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), slotChildEnv+"="+s.Addr+"|"+prefix+"|"+lease.String())
 	out, err := cmd.StdoutPipe()
@@ -551,7 +551,7 @@ func TestSlotsKilledHolder(t *testing.T) {
 	if err != nil || strings.TrimSpace(line) != "held 3" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
-	e := newEngine(t, c, WithPrefix(prefix), WithLease(lease))
+	e := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(time.Second))
 	req := slotChildRequest()
 	ctx := context.Background()
 	end := time.Now().Add(3 * lease)
