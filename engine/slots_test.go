@@ -276,11 +276,12 @@ func TestSlotsRenewal(t *testing.T) {
 	s, c := startRedis(t)
 	ctx := context.Background()
 	prefix := testPrefix(t)
-	// Renewals every second, each allowed a quarter lease. A loaded CI
-	// machine (race detector, parallel tests and builds, servers starting)
-	// ended shorter leases: a 300 ms one when two renewals in a row timed
-	// out at the 100 ms default, and a 1 s one, renewed every 333 ms, once.
-	// A slot lapses only when its process renews nothing for a lease.
+	// Renewals every second, each allowed a quarter lease (a lease well
+	// above three timeouts, as WithLease asks). A loaded CI machine (race
+	// detector, parallel tests and builds, servers starting) ended shorter
+	// leases: a 300 ms one renewed every 100 ms, and a 1 s one renewed
+	// every 333 ms, once each. A slot lapses only when its process renews
+	// nothing for a lease.
 	lease := 3 * time.Second
 	var lost atomic.Int64
 	log := renewalLog{start: time.Now()}
@@ -288,7 +289,7 @@ func TestSlotsRenewal(t *testing.T) {
 	hc.AddHook(&log)
 	holder := newEngine(t, hc, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4),
 		WithSlotLost(func(SlotLost) { lost.Add(1) }))
-	other := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4))
+	other := newEngine(t, c, WithPrefix(prefix), WithLease(lease))
 	req := One("r", rules.User, "u", conc(1))
 	d, err := holder.Allow(ctx, req)
 	if err != nil || !d.Allowed {
@@ -551,7 +552,7 @@ func TestSlotsKilledHolder(t *testing.T) {
 	if err != nil || strings.TrimSpace(line) != "held 3" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
-	e := newEngine(t, c, WithPrefix(prefix), WithLease(lease), WithTimeout(time.Second))
+	e := newEngine(t, c, WithPrefix(prefix), WithLease(lease))
 	req := slotChildRequest()
 	ctx := context.Background()
 	end := time.Now().Add(3 * lease)
