@@ -57,15 +57,20 @@ func (h *handler) denied(t engine.Denials) entry {
 	if t.Hash != "" {
 		e.stored, e.hashed = t.Hash, true
 	}
-	if t.Hashed {
-		e.Hashed, e.Ref = true, t.Hash
-		return e
+	var kind rules.Kind
+	var v string
+	ok := false
+	if !t.Hashed {
+		kind, v, ok = lifecycle.SubjectValue(t.Subject)
 	}
-	kind, v, ok := lifecycle.SubjectValue(t.Subject)
-	if !ok {
-		return e
+	if ok {
+		e.ByIP = kind == rules.IP && limiterKind(t.Limiter) != rules.IP
+	} else {
+		// A value no process of this handler knows (or not the
+		// middleware's): masked by its limiter's kind, so that every
+		// process shows a masked subject alike.
+		kind = limiterKind(t.Limiter)
 	}
-	e.ByIP = kind == rules.IP && limiterKind(t.Limiter) != rules.IP
 	switch {
 	case h.masks(kind):
 		e.Subject, e.Masked = fingerprint(e.stored), true
@@ -73,6 +78,9 @@ func (h *handler) denied(t engine.Denials) entry {
 		if e.hashed {
 			e.Ref = e.stored // found without the tallies
 		}
+	case t.Hashed:
+		e.Hashed, e.Ref = true, t.Hash
+	case !ok:
 	case t.Truncated:
 		e.Subject, e.Truncated, e.Ref = v+"…", true, t.Hash
 	default:
