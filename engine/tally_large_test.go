@@ -202,3 +202,44 @@ func TestTallyLargeFlood(t *testing.T) {
 		t.Fatalf("second: %+v; want a flood subject denied once, truncated, with its hash", top[1])
 	}
 }
+
+// TestStoredHash: the stored hash the tallies read from a plan is the one
+// the keyer makes, for a check with a rate key, a cost key, a slot key
+// only, and with every subject hashed; a check stored as is, or with
+// calendar windows only, has none (the tallies hash it themselves).
+func TestStoredHash(t *testing.T) {
+	t.Parallel()
+	long := largeSubject("user:", 300)
+	check := func(cost string, subject string, ws ...rules.Window) Check {
+		c := Check{Limiter: rules.Limiter{Kind: rules.User, Name: "n|}", Cost: cost, Windows: ws}, Subject: subject}
+		if cost != "" {
+			c.Cost = 5
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		hashAll bool
+		check   Check
+		want    bool
+	}{
+		{"rate", false, check("", long, win(1, time.Minute)), true},
+		{"cost", false, check("bytes", long, win(100, time.Minute)), true},
+		{"slot", false, check("", long, rules.Window{Limit: 1, Concurrent: true}), true},
+		{"hash all", true, check("", "user:alice", win(1, time.Minute)), true},
+		{"short", false, check("", "user:alice", win(1, time.Minute)), false},
+		{"calendar", false, check("", long, rules.Window{Limit: 2, Calendar: rules.CalendarMonth}), false},
+	} {
+		k := newKeyer(&config{prefix: "p}{:", hashAll: tc.hashAll})
+		check := tc.check
+		req := Request{Scope: "s}|#", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{win(1, time.Hour)}}, Subject: "ip:1"}, check}}
+		var p plan
+		if err := p.build(k, &req); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := p.storedHash(k, 1)
+		if want := string(k.appendHashed(nil, check.Subject)); tc.want && got != want || !tc.want && got != "" {
+			t.Errorf("%s: stored hash %q, want %q (%v)", tc.name, got, want, tc.want)
+		}
+	}
+}
