@@ -258,10 +258,9 @@ func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan) {
 		if len(c.Subject) > maxRawSubject {
 			k.shown, k.cut = preview(c.Subject), true
 		}
+		k.subject = ""
 		if p != nil {
 			k.subject = p.storedHash(e.keyer, d.Denied.Check)
-		} else {
-			k.subject = ""
 		}
 		if k.subject == "" {
 			k.subject = string(e.keyer.appendHashed(nil, c.Subject))
