@@ -25,13 +25,14 @@ import (
 //	mux.Handle("/admin/ui/", http.StripPrefix("/admin/ui", lim.AdminHandler("superadmin")))
 //
 // Resets are logged to the engine's logger (engine.WithLogger) with who
-// made them. The routes it knows are those registered with Register and
+// made them. The subjects of the kinds of WithMaskedSubjects (header
+// values by default) are shown, sent and logged by their fingerprint only. The routes it knows are those registered with Register and
 // Handle, the groups of Middleware with a scope: statement, and the scopes
 // of rule overrides; a group of Middleware without one gets its scope per
 // request, so its denials are listed but a subject search does not visit
 // it.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
-	return admin.New(adminSource{l}, access.EngineLogger(l.engine), roles...)
+	return admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...)
 }
 
 // adminSource is the Limiter as internal/admin reads it.
@@ -100,6 +101,22 @@ func (s adminSource) Reset(ctx context.Context, scope, limiterID, subject string
 
 func (s adminSource) ResetByIP(ctx context.Context, scope, limiterID, addr string) error {
 	return badInput(s.l.ResetByIP(ctx, scope, limiterID, addr))
+}
+
+func (s adminSource) PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error) {
+	req, err := s.l.inspectStored(scope, limiterID, stored, hashed)
+	if err != nil {
+		return engine.Decision{}, badInput(err)
+	}
+	return s.l.engine.Peek(ctx, req)
+}
+
+func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error {
+	req, err := s.l.inspectStored(scope, limiterID, stored, hashed)
+	if err != nil {
+		return badInput(err)
+	}
+	return s.l.resetChecks(ctx, req)
 }
 
 func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {

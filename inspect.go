@@ -152,9 +152,20 @@ func (l *Limiter) reset(ctx context.Context, scope, limiterID, value string, byI
 	if err != nil {
 		return err
 	}
+	return l.resetChecks(ctx, req)
+}
+
+// resetChecks resets the subject of each check of req.
+func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	var errs []error
 	for _, c := range req.Checks {
-		if err := l.engine.Reset(ctx, scope, c.Limiter, c.Subject); err != nil {
+		var err error
+		if c.Hashed {
+			err = l.engine.ResetHashed(ctx, req.Scope, c.Limiter, c.Subject)
+		} else {
+			err = l.engine.Reset(ctx, req.Scope, c.Limiter, c.Subject)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -165,6 +176,37 @@ func (l *Limiter) reset(ctx context.Context, scope, limiterID, value string, byI
 // subject, one check with the union of the windows of every limiter with
 // the ID in the scope.
 func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Request, error) {
+	if byIP {
+		if id, ok := parseLimiterID(limiterID); ok && id.Kind == rules.Global {
+			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", middleware.ErrSubject)
+		}
+	}
+	return l.inspectWith(scope, limiterID, func(kind rules.Kind, g *registered) (string, error) {
+		if byIP {
+			kind = rules.IP
+		}
+		return middleware.Subject(kind, value, g.opts...)
+	})
+}
+
+// inspectStored is inspect for a subject as the engine stores it, as the
+// denial tallies report it (engine.Denials): the middleware's encoding of
+// a value, or its stored hash (hashed). It makes one check, for that
+// subject whatever the groups' options.
+func (l *Limiter) inspectStored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
+	if hashed && !engine.IsStoredHash(stored) {
+		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", middleware.ErrSubject, stored)
+	}
+	req, err := l.inspectWith(scope, limiterID, func(rules.Kind, *registered) (string, error) { return stored, nil })
+	for i := range req.Checks {
+		req.Checks[i].Hashed = hashed
+	}
+	return req, err
+}
+
+// inspectWith is inspect with subject, which maps the value to the stored
+// subject of a group's limiter of kind.
+func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind, *registered) (string, error)) (engine.Request, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	var inScope []*registered
@@ -187,13 +229,6 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 	if !ok {
 		return engine.Request{}, fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", ErrUnknownLimiter, limiterID)
 	}
-	subjectKind := kind
-	if byIP {
-		if kind == rules.Global {
-			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", middleware.ErrSubject)
-		}
-		subjectKind = rules.IP
-	}
 
 	req := engine.Request{Scope: scope}
 	var block time.Duration // the longest block of the groups with the limiter
@@ -205,7 +240,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 					continue
 				}
 				if subject == "" {
-					s, err := middleware.Subject(subjectKind, value, g.opts...)
+					s, err := subjectOf(kind, g)
 					if err != nil {
 						return engine.Request{}, fmt.Errorf("slidelimit: limiter %s: %w", limiterID, err)
 					}

@@ -5,12 +5,14 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Option configures New. The Limiter passes engine options to [engine.New]
 // and middleware options to every [middleware.New] it calls, so each
 // setting is configured one way, with the option of the package that owns
-// it; its only setting of its own is WithRulesCheck:
+// it; its only settings of its own are WithRulesCheck and
+// WithMaskedSubjects:
 //
 //	lim, err := slidelimit.New(rdb,
 //		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
@@ -22,6 +24,28 @@ type config struct {
 	engine     []engine.Option
 	middleware []middleware.Option
 	rulesCheck time.Duration
+	masked     []rules.Kind
+	maskSet    bool
+}
+
+// WithMaskedSubjects sets the kinds of limiters whose subjects the
+// operator's page (AdminHandler) masks: it never shows, sends or logs
+// them, on the page, in its forms, in its JSON API or in its reset log
+// line, but by a fingerprint ("~" and 12 characters of a SHA-256 of the
+// stored subject, the same in every process), and it lifts a block or
+// resets such a subject by that fingerprint. The default masks rules.Header
+// (header(X-Api-Key) values are API keys); WithMaskedSubjects() with no
+// kind shows every subject, and WithMaskedSubjects(rules.Header,
+// rules.Key) masks key(name) values too. The kinds are rules.IP,
+// rules.User, rules.Header, rules.Param and rules.Key; New fails for
+// another. A subject stored hashed (engine.WithHashSubjects, or longer
+// than 128 bytes) stays masked: the page never shows the value a process
+// remembers of it either. A subject the operator searches for by value is
+// echoed in the search box, as typed.
+func WithMaskedSubjects(kinds ...rules.Kind) Option {
+	return func(c *config) {
+		c.masked, c.maskSet = append([]rules.Kind(nil), kinds...), true
+	}
 }
 
 // WithRulesCheck sets how often the Limiter reads the version of the rule

@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ type Limiter struct {
 	engine *engine.Engine
 	opts   []middleware.Option
 	ov     *overrides.Store // nil with WithRulesCheck(0)
+	masked []rules.Kind     // WithMaskedSubjects
 
 	mu     sync.RWMutex
 	groups []registered // what Peek and Reset search, in registration order
@@ -43,11 +45,22 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 			o(&c)
 		}
 	}
+	masked := []rules.Kind{rules.Header}
+	if c.maskSet {
+		masked = c.masked
+	}
+	for _, k := range masked {
+		switch k {
+		case rules.IP, rules.User, rules.Header, rules.Param, rules.Key:
+		default:
+			return nil, fmt.Errorf("slidelimit: WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k))
+		}
+	}
 	e, err := engine.New(client, c.engine...)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{engine: e, opts: c.middleware}
+	l := &Limiter{engine: e, opts: c.middleware, masked: masked}
 	if c.rulesCheck > 0 {
 		l.ov = overrides.New(client, access.EnginePrefix(e), c.rulesCheck, access.EngineLogger(e))
 		l.ov.Start()

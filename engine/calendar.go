@@ -96,7 +96,7 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 	if rate >= 0 {
 		p.buf = append(p.buf, p.keyBytes(rate)...)
 	} else {
-		p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
+		p.buf = k.appendKeyOf(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject, c.Hashed)
 	}
 	p.buf = append(append(p.buf, calSuffix...), w.Calendar...)
 	idx := p.key(start, cost, false, false)
@@ -290,11 +290,11 @@ func (p *plan) calStartAt(k int, at int64) int64 {
 
 // calResetKeys returns the calendar keys of l's calendar windows for
 // subject in scope and their block keys, for Reset.
-func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string) []string {
+func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string, hashed bool) []string {
 	var keys []string
 	for _, w := range l.Windows {
 		if w.Calendar != "" {
-			key := string(k.appendKey(nil, scope, l.Kind, l.Name, keyCost(l), subject)) + calSuffix + string(w.Calendar)
+			key := string(k.appendKeyOf(nil, scope, l.Kind, l.Name, keyCost(l), subject, hashed)) + calSuffix + string(w.Calendar)
 			keys = append(keys, key, blockKey(key))
 		}
 	}

@@ -288,7 +288,11 @@
 // is lost) and each bucket in Redis keeps its 256 most denied:
 // 10 s buckets for views up to 5 min, 1 min buckets up to an hour, all
 // under the hash tag {tally} (one cluster slot; the key format is in the
-// header of lua/multi_window.lua). A failed write is dropped and counted
+// header of lua/multi_window.lua). A subject stored hashed (over 128 bytes,
+// or any with [WithHashSubjects]) is entered by its stored hash at denial
+// time, with at most its first 48 bytes to show: the tallies never hold a
+// long subject, and a write only sends, its deadline ([WithTimeout])
+// covering the Redis call alone. A failed write is dropped and counted
 // ([Engine.TallyStats]), and logged once until writes succeed again.
 // [Engine.TopDenied] reads them; the operator's page (Limiter.AdminHandler
 // in the root package) shows them. See [WithTallies].

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"reflect"
@@ -156,9 +157,13 @@ func New(client Client, opts ...Option) (*Engine, error) {
 // ctx is only checked on entry, because the Redis round trip is shared
 // with concurrent calls.
 func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
-	d, err := e.decide(ctx, &req, opAllow)
+	c := getCall()
+	defer putCall(c)
+	d, err := e.decideWith(ctx, c, &req, opAllow)
 	if !d.Allowed {
-		e.noteDenial(&req, &d)
+		// While the call's plan holds the keys: a hashed subject's hash
+		// is read from its key, not computed again.
+		e.noteDenialOf(&req, &d, &c.plan)
 	}
 	return d, err
 }
@@ -174,6 +179,11 @@ func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
 func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision, error) {
 	c := getCall()
 	defer putCall(c)
+	return e.decideWith(ctx, c, req, mode)
+}
+
+// decideWith is decide with a call from getCall, which the caller returns.
+func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uint8) (Decision, error) {
 	if err := c.plan.build(e.keyer, req); err != nil {
 		return Decision{Source: FromFailClosed, Time: e.now()}, err
 	}
@@ -279,14 +289,29 @@ func answeredErr(err error) bool {
 // see WithSlotLost), so up to the limit more may be admitted while they
 // run.
 func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
-	keys := []string{string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, keyCost(&l), subject))}
+	return e.reset(ctx, scope, l, subject, false)
+}
+
+// ResetHashed is Reset for a subject known by its stored hash only, as
+// Denials.Hash reports it (see Check.Hashed): a subject longer than 128
+// bytes, or any subject with WithHashSubjects. It fails with an error
+// matching ErrInvalid when hash is not a stored hash.
+func (e *Engine) ResetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
+	if !IsStoredHash(hash) {
+		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, hash)
+	}
+	return e.reset(ctx, scope, l, hash, true)
+}
+
+func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
+	keys := []string{string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, keyCost(&l), subject, hashed))}
 	for _, w := range l.Windows {
 		if w.Concurrent {
-			keys = append(keys, string(e.keyer.appendKey(nil, scope, l.Kind, l.Name, "", subject))+slotSuffix)
+			keys = append(keys, string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, "", subject, hashed))+slotSuffix)
 			break
 		}
 	}
-	keys = append(keys, e.keyer.calResetKeys(scope, &l, subject)...)
+	keys = append(keys, e.keyer.calResetKeys(scope, &l, subject, hashed)...)
 	for _, key := range keys {
 		e.local.forget(key)
 	}

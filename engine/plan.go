@@ -9,6 +9,7 @@ import (
 	"hash"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -162,6 +163,9 @@ func checkRequest(req *Request) error {
 // has an in-flight window, its rate key if it has rate windows.
 func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 	c := &req.Checks[i]
+	if c.Hashed && !IsStoredHash(c.Subject) {
+		return &RequestError{Check: i, Window: -1, Reason: "a Hashed check's subject is not a stored hash"}
+	}
 	kc := keyCost(&c.Limiter)
 	cost, err := checkCost(i, c, kc)
 	if err != nil {
@@ -176,7 +180,7 @@ func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 		// The slot key of the subject: its count key's name and hash
 		// tag (whatever the limiter's grains) and a suffix.
 		start := len(p.buf)
-		p.buf = append(k.appendKey(p.buf, req.Scope, c.Kind, c.Name, "", c.Subject), slotSuffix...)
+		p.buf = append(k.appendKeyOf(p.buf, req.Scope, c.Kind, c.Name, "", c.Subject, c.Hashed), slotSuffix...)
 		slot = p.key(start, 1, false, true)
 	}
 	p.slotOf = append(p.slotOf, slot)
@@ -202,7 +206,7 @@ func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 func (p *plan) rateKey(k *keyer, req *Request, i int, kc string, cost int64, rate int) (int32, error) {
 	c := &req.Checks[i]
 	start := len(p.buf)
-	p.buf = k.appendKey(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject)
+	p.buf = k.appendKeyOf(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject, c.Hashed)
 	idx := p.key(start, cost, kc != "", false)
 	if p.kcost[idx] != cost {
 		return -1, &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
@@ -659,6 +663,12 @@ func newKeyer(c *config) *keyer {
 // hash tag of three segments; a weighted key has a fourth, the cost, after
 // the hash tag.
 func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, subject string) []byte {
+	return k.appendKeyOf(b, scope, kind, name, cost, subject, false)
+}
+
+// appendKeyOf is appendKey; hashed says that subject is already a stored
+// hash (Check.Hashed), written as is.
+func (k *keyer) appendKeyOf(b []byte, scope string, kind rules.Kind, name, cost, subject string, hashed bool) []byte {
 	b = append(b, k.prefix...)
 	b = append(b, '{')
 	b = appendEscaped(b, scope)
@@ -669,9 +679,12 @@ func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, s
 		b = appendEscaped(b, name)
 	}
 	b = append(b, '|')
-	if k.hashAll || len(subject) > maxRawSubject {
+	switch {
+	case hashed:
+		b = append(b, subject...)
+	case k.hashAll || len(subject) > maxRawSubject:
 		b = k.appendHashed(b, subject)
-	} else {
+	default:
 		b = appendEscaped(b, subject)
 	}
 	b = append(b, '}')
@@ -683,6 +696,60 @@ func (k *keyer) appendKey(b []byte, scope string, kind rules.Kind, name, cost, s
 		b = appendEscaped(b, cost)
 	}
 	return b
+}
+
+// storedHashLen is the length of a stored hash: "#" and the base64url of
+// a SHA-256.
+const storedHashLen = 1 + 43
+
+// IsStoredHash reports whether s has the form of a stored hash ("#" and
+// 43 base64url characters), as Denials.Hash reports it and Check.Hashed
+// and Engine.ResetHashed take it.
+func IsStoredHash(s string) bool {
+	if len(s) != storedHashLen || s[0] != '#' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// storedHash returns the stored hash in the key of check i (see
+// appendKey), a view of p.buf valid until the next build, or "" when the
+// check's subject is stored as is or has no rate or slot key: the
+// denial tallies take a hashed subject from its key rather than hash it
+// again.
+func (p *plan) storedHash(k *keyer, i int) string {
+	if i >= len(p.keyOf) || i >= len(p.slotOf) {
+		return "" // the build stopped before check i
+	}
+	ki := p.keyOf[i]
+	if ki < 0 {
+		ki = p.slotOf[i]
+	}
+	if ki < 0 || int(ki) >= len(p.keys) {
+		return ""
+	}
+	// The subject ends the hash tag, and nothing before it holds a '}'
+	// (the scope and the limiter's name are escaped).
+	key := p.keys[ki]
+	if len(key) < len(k.prefix) {
+		return ""
+	}
+	end := strings.IndexByte(key[len(k.prefix):], '}')
+	if end < storedHashLen+1 {
+		return ""
+	}
+	end += len(k.prefix)
+	// '#' is escaped in a subject stored as is.
+	if h := key[end-storedHashLen : end]; h[0] == '#' && key[end-storedHashLen-1] == '|' {
+		return h
+	}
+	return ""
 }
 
 func (k *keyer) appendHashed(b []byte, subject string) []byte {

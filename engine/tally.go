@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
@@ -42,7 +43,10 @@ const (
 
 	tallyShards   = 16
 	tallyShardCap = 64
-	tallyNames    = 4096 // hashed subjects whose raw value the process remembers
+	tallyNames    = 4096 // hashed subjects whose value (or start) the process remembers
+	// tallyPreview is how much of a subject longer than maxRawSubject
+	// the tallies keep to show it: its first bytes, never the whole.
+	tallyPreview = 48
 
 	fineBucket   = 10 * time.Second // the buckets of views up to fineSpan
 	fineSpan     = 5 * time.Minute
@@ -79,13 +83,21 @@ type Denials struct {
 	// "header(X-Api-Key)", "user[bytes]".
 	Limiter string
 	// Subject is the check's subject as the engine was given it
-	// (Check.Subject); for a subject stored hashed (WithHashSubjects, or
-	// longer than 128 bytes) it is the raw subject when this process
-	// denied it lately, and otherwise the stored hash ("#" and base64url),
-	// with Hashed set.
+	// (Check.Subject). For a subject stored hashed (WithHashSubjects, or
+	// longer than 128 bytes) it is, when this process denied it lately,
+	// the subject, or only its first bytes for one longer than 128 bytes
+	// (Truncated: the process never keeps a long subject whole); otherwise
+	// it is the stored hash ("#" and base64url), with Hashed set.
 	Subject string
 	// Hashed reports that Subject is the stored hash, not the subject.
 	Hashed bool
+	// Truncated reports that Subject is the first bytes (at most 48, cut
+	// at a UTF-8 character) of a subject longer than 128 bytes.
+	Truncated bool
+	// Hash is the stored hash of a subject stored hashed, "" for one
+	// stored as is: what Check.Hashed and Engine.ResetHashed take to peek
+	// at or reset the subject without its value.
+	Hash string
 	// Denied is the number of denials counted in the period.
 	Denied int64
 }
@@ -100,13 +112,48 @@ type TallyStats struct {
 	Failed int64
 }
 
-// tallyKey is what one denial counts for; its strings are the request's.
+// tallyKey is what one denial counts for. subject is the stored subject:
+// the check's subject when stored as is (at most maxRawSubject bytes), or
+// its stored hash (hashed), made once, at denial time, so that no pending
+// entry holds a long subject and a write only sends. shown is then what
+// TopDenied may show of a hashed subject: the subject when short, its
+// first tallyPreview bytes when long (cut), "" when unknown (a check
+// given by its hash). Its strings may be views of the request's until
+// owned.
 type tallyKey struct {
 	scope   string
 	kind    rules.Kind
 	name    string
 	cost    string
 	subject string
+	shown   string
+	hashed  bool
+	cut     bool
+}
+
+// owned returns k with copies of its subject strings, which may be views
+// of a request's (a long subject's start, a key buffer): an entry kept
+// past the denial must not pin them.
+func (k tallyKey) owned() tallyKey {
+	k.subject = strings.Clone(k.subject)
+	k.shown = strings.Clone(k.shown)
+	return k
+}
+
+// tallyName is what the process remembers of a hashed subject it denied.
+type tallyName struct {
+	shown string
+	cut   bool
+}
+
+// preview returns the first tallyPreview bytes of s, cut at the start of
+// a UTF-8 character.
+func preview(s string) string {
+	n := min(len(s), tallyPreview)
+	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // tallyShard gathers denials between two writes: at most tallyShardCap
@@ -177,11 +224,11 @@ type tallies struct {
 	failing  atomic.Bool // the last write failed
 
 	namesMu sync.Mutex
-	names   map[string]string // stored hash -> raw subject
+	names   map[string]tallyName // stored hash -> what to show of the subject
 }
 
 func newTallies() *tallies {
-	t := &tallies{names: map[string]string{}}
+	t := &tallies{names: map[string]tallyName{}}
 	for i := range t.shards {
 		t.shards[i].idx = make(map[tallyKey]int, tallyShardCap)
 	}
@@ -190,12 +237,35 @@ func newTallies() *tallies {
 
 // noteDenial counts d, a denial of req by Allow, in the tallies.
 func (e *Engine) noteDenial(req *Request, d *Decision) {
+	e.noteDenialOf(req, d, nil)
+}
+
+// noteDenialOf is noteDenial with the plan of the decision, whose keys
+// hold the stored hash of a hashed subject; without a plan (nil), the
+// subject is hashed here.
+func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan) {
 	t := e.tally
 	if t == nil || d.Allowed || d.Denied.Window.Limit == 0 || d.Denied.Check >= len(req.Checks) {
 		return // allowed, or denied by no window (fail-closed)
 	}
 	c := &req.Checks[d.Denied.Check]
 	k := tallyKey{scope: req.Scope, kind: c.Kind, name: c.Name, cost: c.Limiter.Cost, subject: c.Subject}
+	switch {
+	case c.Hashed:
+		k.hashed = true
+	case e.keyer.hashAll || len(c.Subject) > maxRawSubject:
+		k.hashed, k.shown = true, c.Subject
+		if len(c.Subject) > maxRawSubject {
+			k.shown, k.cut = preview(c.Subject), true
+		}
+		k.subject = ""
+		if p != nil {
+			k.subject = p.storedHash(e.keyer, d.Denied.Check)
+		}
+		if k.subject == "" {
+			k.subject = string(e.keyer.appendHashed(nil, c.Subject))
+		}
+	}
 	if h := t.hot.Load(); h != nil && h.key == k && h.add(1) {
 		return
 	}
@@ -209,6 +279,7 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 	// hashing them.
 	if i := s.last; i < len(s.keys) && s.keys[i] == k {
 		s.counts[i]++
+		k = s.keys[i] // owned
 		s.mu.Unlock()
 		t.promote(k)
 		return
@@ -219,6 +290,7 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 		s.mu.Unlock()
 		return
 	}
+	k = k.owned()
 	if len(s.keys) < tallyShardCap {
 		s.idx[k] = len(s.keys)
 		s.keys = append(s.keys, k)
@@ -307,7 +379,7 @@ func (t *tallies) take(keys []tallyKey, counts []int64) ([]tallyKey, []int64) {
 			keys = append(keys, k)
 			counts = append(counts, s.counts[j])
 		}
-		clear(s.keys) // drop the references to the requests' strings
+		clear(s.keys) // drop the entries' strings
 		s.keys, s.counts = s.keys[:0], s.counts[:0]
 		clear(s.idx)
 		s.mu.Unlock()
@@ -358,7 +430,7 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 	if len(keys) == 0 {
 		return
 	}
-	defer clear(keys) // drop the references to the requests' strings
+	defer clear(keys) // drop the entries' strings
 	var total int64
 	for _, n := range counts {
 		total += n
@@ -368,16 +440,22 @@ func (e *Engine) flushTallies(keys []tallyKey, counts []int64) {
 		e.tallyFailed(total, ErrUnavailable)
 		return
 	}
+	e.tally.remember(keys)
 	now := e.now()
 	fine := string(e.tallyKey(nil, fineBucket, now))
 	coarse := string(e.tallyKey(nil, coarseBucket, now))
+	members := make([]string, len(keys))
+	var member []byte
+	for i, k := range keys {
+		member = tallyMember(member[:0], k)
+		members[i] = string(member)
+	}
+	// The deadline covers the Redis call only: what comes before takes
+	// time that grows with the entries, never with their subjects' size.
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
 	pipe := e.client.Pipeline()
-	var member []byte
-	for i, k := range keys {
-		member = e.tallyMember(member[:0], k)
-		m := string(member)
+	for i, m := range members {
 		pipe.ZIncrBy(ctx, fine, float64(counts[i]), m)
 		pipe.ZIncrBy(ctx, coarse, float64(counts[i]), m)
 	}
@@ -408,26 +486,33 @@ func (e *Engine) tallyFailed(n int64, err error) {
 
 // tallyMember appends the member of k in a bucket: the escaped scope,
 // limiter ID and subject, separated by '|' (which escaping removes from
-// each). A subject the keys store hashed is stored hashed here too, and the
-// process remembers its raw value for TopDenied.
-func (e *Engine) tallyMember(b []byte, k tallyKey) []byte {
+// each). A subject the keys store hashed is stored hashed here too (its
+// '#' marks it: escaping removes it from subjects stored as is).
+func tallyMember(b []byte, k tallyKey) []byte {
 	b = appendEscaped(b, k.scope)
 	b = append(b, '|')
 	b = appendEscaped(b, rules.Limiter{Kind: k.kind, Name: k.name, Cost: k.cost}.ID())
 	b = append(b, '|')
-	if !e.keyer.hashAll && len(k.subject) <= maxRawSubject {
-		return appendEscaped(b, k.subject)
+	if k.hashed {
+		return append(b, k.subject...)
 	}
-	n := len(b)
-	b = e.keyer.appendHashed(b, k.subject)
-	t := e.tally
+	return appendEscaped(b, k.subject)
+}
+
+// remember records what to show of the hashed subjects of keys, for
+// TopDenied: at most tallyNames of them, each at most maxRawSubject bytes.
+func (t *tallies) remember(keys []tallyKey) {
 	t.namesMu.Lock()
-	if len(t.names) >= tallyNames {
-		clear(t.names) // forget the oldest by forgetting all: bounded, and rare
+	defer t.namesMu.Unlock()
+	for _, k := range keys {
+		if !k.hashed || k.shown == "" {
+			continue
+		}
+		if _, ok := t.names[k.subject]; !ok && len(t.names) >= tallyNames {
+			clear(t.names) // forget the oldest by forgetting all: bounded, and rare
+		}
+		t.names[k.subject] = tallyName{shown: k.shown, cut: k.cut}
 	}
-	t.names[string(b[n:])] = k.subject
-	t.namesMu.Unlock()
-	return b
 }
 
 // TallyStats returns the denials the tallies dropped so far.
@@ -512,13 +597,13 @@ func (e *Engine) parseTallyMember(m string) (Denials, bool) {
 		return Denials{}, false
 	}
 	if strings.HasPrefix(parts[2], "#") { // '#' is escaped in raw subjects
-		d.Hashed = true
+		d.Hashed, d.Hash = true, d.Subject
 		if e.tally != nil {
 			e.tally.namesMu.Lock()
-			raw, ok := e.tally.names[parts[2]]
+			n, ok := e.tally.names[parts[2]]
 			e.tally.namesMu.Unlock()
 			if ok {
-				d.Subject, d.Hashed = raw, false
+				d.Subject, d.Hashed, d.Truncated = n.shown, false, n.cut
 			}
 		}
 	}

@@ -50,7 +50,7 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 
 // BenchmarkTallyNote measures noteDenial alone on one hot subject.
 func BenchmarkTallyNote(b *testing.B) {
-	e := &Engine{tally: newTallies()}
+	e := &Engine{tally: newTallies(), keyer: &keyer{}}
 	req := One("s", rules.User, "hot", win(1, time.Minute))
 	d := Decision{Denied: WindowState{Window: win(1, time.Minute)}}
 	b.RunParallel(func(pb *testing.PB) {
@@ -62,7 +62,7 @@ func BenchmarkTallyNote(b *testing.B) {
 
 // BenchmarkTallyNoteSerial is BenchmarkTallyNote from one goroutine.
 func BenchmarkTallyNoteSerial(b *testing.B) {
-	e := &Engine{tally: newTallies()}
+	e := &Engine{tally: newTallies(), keyer: &keyer{}}
 	req := One("s", rules.User, "hot", win(1, time.Minute))
 	d := Decision{Denied: WindowState{Window: win(1, time.Minute)}}
 	for b.Loop() {

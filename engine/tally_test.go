@@ -118,7 +118,7 @@ func TestTallyHashed(t *testing.T) {
 func TestTallyOverflow(t *testing.T) {
 	t.Parallel()
 	m := newTallies()
-	e := &Engine{tally: m}
+	e := &Engine{tally: m, keyer: &keyer{}}
 	deny := func(subject string) {
 		req := One("s", rules.User, subject, win(1, time.Minute))
 		d := Decision{Denied: WindowState{Window: win(1, time.Minute)}}
@@ -182,7 +182,7 @@ func TestTallyOutage(t *testing.T) {
 // goroutines while writes take the tallies: every denial is counted once.
 func TestTallyHotExact(t *testing.T) {
 	t.Parallel()
-	e := &Engine{tally: newTallies()}
+	e := &Engine{tally: newTallies(), keyer: &keyer{}}
 	pattern := []string{"a", "a", "a", "b", "a", "a", "c", "b"}
 	const workers, each = 8, 20000
 	want := map[string]int64{}

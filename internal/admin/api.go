@@ -12,19 +12,24 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 var errorsAs = errors.As
 
+var (
+	errBadRef     = errors.New("admin: ref is neither a stored hash (#...) nor a fingerprint (~...)")
+	errUnknownRef = errors.New("admin: no subject of that limiter and route denied in the last hour has that ref")
+)
+
 // Denied is one entry of GET /api/top.
 type Denied struct {
 	Scope   string `json:"scope"`
 	Limiter string `json:"limiter"`
 	// Subject is the value the limiter counts: a user id, a canonical IP
-	// address, a header, path or key value; "" for a global limiter.
+	// address, a header, path or key value; "" for a global limiter. For
+	// a subject of a masked kind it is the subject's fingerprint.
 	Subject string `json:"subject"`
 	Denied  int64  `json:"denied"`
 	// ByIP marks a subject counted by client address by a limiter of
@@ -33,6 +38,16 @@ type Denied struct {
 	// Hashed marks a subject stored hashed whose value no process of
 	// this handler saw lately: Subject is then the stored hash.
 	Hashed bool `json:"hashed,omitempty"`
+	// Truncated marks a value longer than 128 bytes: Subject is its
+	// first bytes and "…".
+	Truncated bool `json:"truncated,omitempty"`
+	// Masked marks a subject of a masked kind (Config.Masked): Subject is
+	// its fingerprint, "~" and 12 characters.
+	Masked bool `json:"masked,omitempty"`
+	// Ref, set when Subject is not the whole value, names the subject
+	// for POST /api/reset: a stored hash, or a masked subject's
+	// fingerprint.
+	Ref string `json:"ref,omitempty"`
 }
 
 // TopAnswer is the answer of GET /api/top.
@@ -76,22 +91,9 @@ func (h *handler) topOf(ctx context.Context, d time.Duration) ([]Denied, error) 
 	}
 	out := make([]Denied, 0, len(top))
 	for _, t := range top {
-		out = append(out, denied(t))
+		out = append(out, h.denied(t).Denied)
 	}
 	return out, nil
-}
-
-// denied turns a tally entry into what the application knows.
-func denied(t engine.Denials) Denied {
-	d := Denied{Scope: t.Scope, Limiter: t.Limiter, Subject: t.Subject, Denied: t.Denied, Hashed: t.Hashed}
-	if t.Hashed {
-		return d
-	}
-	if kind, v, ok := lifecycle.SubjectValue(t.Subject); ok {
-		d.Subject = v
-		d.ByIP = kind == rules.IP && limiterKind(t.Limiter) != rules.IP
-	}
-	return d
 }
 
 // limiterKind is the kind of a limiter ID.
@@ -120,8 +122,11 @@ type Window struct {
 type Usage struct {
 	Scope   string `json:"scope"`
 	Limiter string `json:"limiter"`
+	// Subject is the subject asked for, or its fingerprint (Masked) under
+	// a limiter whose subjects are masked.
 	Subject string `json:"subject"`
 	ByIP    bool   `json:"by_ip,omitempty"`
+	Masked  bool   `json:"masked,omitempty"`
 	Allowed bool   `json:"allowed"`
 	// Blocked is, for a blocked subject, the time in seconds until it may
 	// be admitted again (the block's time left, or longer when a window is
@@ -179,6 +184,9 @@ func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error
 			}
 			u := Usage{Scope: rt.Scope, Limiter: id, Subject: subject + ip, ByIP: ip != "" && kind != rules.IP,
 				Allowed: d.Allowed, Windows: windows(d)}
+			if shown := h.shownValue(id, u.Subject, ip != ""); shown != u.Subject {
+				u.Subject, u.Masked = shown, true
+			}
 			if d.Blocked {
 				u.Blocked = d.RetryAfter.Seconds()
 			}
@@ -205,8 +213,13 @@ func windows(d engine.Decision) []Window {
 type Block struct {
 	Scope   string `json:"scope"`
 	Limiter string `json:"limiter"`
-	Subject string `json:"subject"`
-	ByIP    bool   `json:"by_ip,omitempty"`
+	// Subject, ByIP, Hashed, Truncated, Masked and Ref are as in Denied.
+	Subject   string `json:"subject"`
+	ByIP      bool   `json:"by_ip,omitempty"`
+	Hashed    bool   `json:"hashed,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+	Masked    bool   `json:"masked,omitempty"`
+	Ref       string `json:"ref,omitempty"`
 	// Left is the time in seconds until the subject may be admitted
 	// again: the block's time left, or longer when a window is still full
 	// after it.
@@ -247,21 +260,14 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 		sem   = make(chan struct{}, 8)
 	)
 	for _, t := range top {
-		d := denied(t)
-		if d.Hashed {
-			continue // no value to peek with
-		}
+		d := h.denied(t)
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var dec engine.Decision
-			var err error
-			if d.ByIP {
-				dec, err = h.src.PeekByIP(ctx, d.Scope, d.Limiter, d.Subject)
-			} else {
-				dec, err = h.src.Peek(ctx, d.Scope, d.Limiter, d.Subject)
-			}
+			// By the stored subject: the very key, whatever its value
+			// (hashed, long or masked).
+			dec, err := h.src.PeekStored(ctx, d.Scope, d.Limiter, d.stored, d.hashed)
 			mu.Lock()
 			defer mu.Unlock()
 			var bad *BadInputError
@@ -271,7 +277,7 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 				first = cmpOr(first, err)
 			case dec.Blocked:
 				out = append(out, Block{Scope: d.Scope, Limiter: d.Limiter, Subject: d.Subject, ByIP: d.ByIP,
-					Left: dec.RetryAfter.Seconds()})
+					Hashed: d.Hashed, Truncated: d.Truncated, Masked: d.Masked, Ref: d.Ref, Left: dec.RetryAfter.Seconds()})
 			}
 		}()
 	}
@@ -305,9 +311,12 @@ type ResetRequest struct {
 	Scope   string `json:"scope"`
 	Limiter string `json:"limiter"`
 	// Subject is the limiter's value; IP instead resets what the limiter
-	// counted by client address.
+	// counted by client address; Ref instead names a subject by the ref
+	// of an entry of /api/top or /api/blocks (a stored hash, or a masked
+	// subject's fingerprint).
 	Subject string `json:"subject,omitempty"`
 	IP      string `json:"ip,omitempty"`
+	Ref     string `json:"ref,omitempty"`
 }
 
 // ResetAnswer is the answer of POST /api/reset.
@@ -334,26 +343,43 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 		// The body's fields, or the query's (r.Form holds both, the body's
 		// first).
 		req = ResetRequest{Scope: r.Form.Get("scope"), Limiter: r.Form.Get("limiter"),
-			Subject: r.Form.Get("subject"), IP: r.Form.Get("ip")}
+			Subject: r.Form.Get("subject"), IP: r.Form.Get("ip"), Ref: r.Form.Get("ref")}
 		fromPage = r.PostForm.Get("page") != ""
 	}
-	if req.Scope == "" || req.Limiter == "" || req.Subject != "" && req.IP != "" {
-		problem(w, http.StatusBadRequest, "give scope, limiter and subject or ip (not both)")
+	given := 0
+	for _, s := range []string{req.Subject, req.IP, req.Ref} {
+		if s != "" {
+			given++
+		}
+	}
+	if req.Scope == "" || req.Limiter == "" || given > 1 {
+		problem(w, http.StatusBadRequest, "give scope, limiter and one of subject, ip or ref")
 		return
 	}
 	var err error
-	if req.IP != "" {
+	switch {
+	case req.Ref != "":
+		var stored string
+		var hashed bool
+		if stored, hashed, err = h.resolve(r.Context(), req.Scope, req.Limiter, req.Ref); err == nil {
+			err = h.src.ResetStored(r.Context(), req.Scope, req.Limiter, stored, hashed)
+		}
+	case req.IP != "":
 		err = h.src.ResetByIP(r.Context(), req.Scope, req.Limiter, req.IP)
-	} else {
+	default:
 		err = h.src.Reset(r.Context(), req.Scope, req.Limiter, req.Subject)
 	}
 	if err != nil {
 		h.fail(w, r, "reset", err)
 		return
 	}
+	// A masked subject given by value is logged and answered by its
+	// fingerprint.
+	req.Subject = h.shownValue(req.Limiter, req.Subject, false)
+	req.IP = h.shownValue(req.Limiter, req.IP, true)
 	id, _ := role.FromContext(r.Context())
 	h.log.Info("admin: reset", "by", id.User, "roles", id.Roles, "scope", req.Scope, "limiter", req.Limiter,
-		"subject", req.Subject, "ip", req.IP, "remote", r.RemoteAddr)
+		"subject", req.Subject, "ip", req.IP, "ref", req.Ref, "remote", r.RemoteAddr)
 	if fromPage {
 		// Back to the page, at the prefix's root whatever it is: a relative
 		// Location, resolved by the browser against the request's own URL

@@ -13,7 +13,11 @@
 //	GET  /api/top?since=1m|5m|1h   {"since":"1h","top":[{"scope","limiter","subject","denied"}, ...]}
 //	GET  /api/subject?subject=S    S's usage across routes (or ?ip=A: what was counted by address A)
 //	GET  /api/blocks               the active blocks
-//	POST /api/reset                scope, limiter, subject (or ip): lifts the block, clears the windows
+//	POST /api/reset                scope, limiter, subject (or ip, or ref): lifts the block, clears the windows
+//
+// The subjects of the kinds in Config.Masked (header values, by default of
+// slidelimit.Limiter: API keys) are shown, sent and logged by their
+// fingerprint only, and reset by ref (see mask.go).
 //
 // The caller's identity comes from role.NewContext: none is answered 401,
 // an identity with none of the handler's roles 403 (with no roles, the
@@ -34,6 +38,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/role"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Source is what the handler reads and resets; slidelimit.Limiter
@@ -49,6 +54,12 @@ type Source interface {
 	// Reset and ResetByIP are slidelimit.Limiter.Reset and ResetByIP.
 	Reset(ctx context.Context, scope, limiterID, subject string) error
 	ResetByIP(ctx context.Context, scope, limiterID, addr string) error
+	// PeekStored and ResetStored are Peek and Reset of a subject as the
+	// engine stores it (engine.Denials): the middleware's encoding of a
+	// value ("header:k", "ip:192.0.2.7" for a request counted by address),
+	// or, hashed, its stored hash (engine.Check.Hashed).
+	PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error)
+	ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error
 	// Overrides lists the rule overrides in force.
 	Overrides(ctx context.Context) ([]Override, error)
 }
@@ -79,21 +90,31 @@ var Views = []string{"1m", "5m", "1h"}
 // TopN is the number of entries of each view.
 const TopN = 50
 
-// handler is the admin handler. It is safe for concurrent use.
-type handler struct {
-	src   Source
-	log   *slog.Logger
-	roles []role.Role
-	mux   *http.ServeMux
+// Config is what New needs besides its Source.
+type Config struct {
+	// Log receives the resets and the errors (nil discards them).
+	Log *slog.Logger
+	// Masked lists the kinds whose subjects the handler never shows,
+	// sends or logs but by their fingerprint.
+	Masked []rules.Kind
 }
 
-// New returns the admin handler of src for callers with one of roles; log
-// receives the resets and the errors (nil discards them).
-func New(src Source, log *slog.Logger, roles ...role.Role) http.Handler {
+// handler is the admin handler. It is safe for concurrent use.
+type handler struct {
+	src    Source
+	log    *slog.Logger
+	masked []rules.Kind
+	roles  []role.Role
+	mux    *http.ServeMux
+}
+
+// New returns the admin handler of src for callers with one of roles.
+func New(src Source, cfg Config, roles ...role.Role) http.Handler {
+	log := cfg.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{src: src, log: log, roles: slices.Clone(roles), mux: http.NewServeMux()}
+	h := &handler{src: src, log: log, masked: slices.Clone(cfg.Masked), roles: slices.Clone(roles), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /api/top", h.top)
 	h.mux.HandleFunc("GET /api/subject", h.subject)

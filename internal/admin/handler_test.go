@@ -40,8 +40,18 @@ func (f *fake) Peek(_ context.Context, scope, id, s string) (engine.Decision, er
 func (f *fake) PeekByIP(ctx context.Context, scope, id, a string) (engine.Decision, error) {
 	return engine.Decision{Blocked: true, RetryAfter: time.Minute}, f.err
 }
-func (f *fake) Reset(context.Context, string, string, string) error     { return f.err }
-func (f *fake) ResetByIP(context.Context, string, string, string) error { return f.err }
+func (f *fake) PeekStored(ctx context.Context, scope, id, stored string, hashed bool) (engine.Decision, error) {
+	if strings.HasPrefix(stored, "ip:") {
+		return f.PeekByIP(ctx, scope, id, strings.TrimPrefix(stored, "ip:"))
+	}
+	if _, v, ok := strings.Cut(stored, ":"); ok && !hashed {
+		stored = v
+	}
+	return f.Peek(ctx, scope, id, stored)
+}
+func (f *fake) ResetStored(context.Context, string, string, string, bool) error { return f.err }
+func (f *fake) Reset(context.Context, string, string, string) error             { return f.err }
+func (f *fake) ResetByIP(context.Context, string, string, string) error         { return f.err }
 func (f *fake) Overrides(context.Context) ([]admin.Override, error) {
 	return []admin.Override{{Scope: "GET /x", Rules: "user:1/s"}}, f.err
 }
@@ -64,12 +74,12 @@ func TestAPI(t *testing.T) {
 		{Scope: "GET /x", Limiter: "global", Subject: "global", Denied: 3},
 		{Scope: "GET /x", Limiter: "key(k)", Subject: "#abc", Hashed: true, Denied: 2},
 	}}
-	h := admin.New(f, nil, "ops")
+	h := admin.New(f, admin.Config{}, "ops")
 	for _, tc := range []struct{ target, want string }{
 		{"/api/top?since=5m", `{"since":"5m","top":[{"scope":"GET /x","limiter":"user","subject":"alice","denied":9},` +
 			`{"scope":"GET /x","limiter":"user","subject":"192.0.2.1","denied":4,"by_ip":true},` +
 			`{"scope":"GET /x","limiter":"global","subject":"","denied":3},` +
-			`{"scope":"GET /x","limiter":"key(k)","subject":"#abc","denied":2,"hashed":true}]}`},
+			`{"scope":"GET /x","limiter":"key(k)","subject":"#abc","denied":2,"hashed":true,"ref":"#abc"}]}`},
 		{"/api/top", `{"since":"1h",`},
 		{"/api/blocks", `{"blocks":[{"scope":"GET /x","limiter":"user","subject":"alice","left":90},` +
 			`{"scope":"GET /x","limiter":"user","subject":"192.0.2.1","by_ip":true,"left":60}]}`},
@@ -89,7 +99,7 @@ func TestAPI(t *testing.T) {
 func TestBackendErrorNotEchoed(t *testing.T) {
 	t.Parallel()
 	var logs strings.Builder
-	h := admin.New(&fake{err: errors.New("dial tcp 10.1.2.3:6379: secret detail")}, slog.New(slog.NewTextHandler(&logs, nil)), "ops")
+	h := admin.New(&fake{err: errors.New("dial tcp 10.1.2.3:6379: secret detail")}, admin.Config{Log: slog.New(slog.NewTextHandler(&logs, nil))}, "ops")
 	for _, target := range []string{"/api/top", "/api/blocks", "/api/subject?subject=a", "/"} {
 		w := serve(h, "GET", target)
 		if strings.Contains(w.Body.String(), "secret") || strings.Contains(w.Body.String(), "10.1.2.3") {
@@ -107,7 +117,7 @@ func TestBackendErrorNotEchoed(t *testing.T) {
 // TestPageCalendar: the page names a calendar window by its period.
 func TestPageCalendar(t *testing.T) {
 	t.Parallel()
-	w := serve(admin.New(&fake{}, nil, "ops"), "GET", "/?subject=bob")
+	w := serve(admin.New(&fake{}, admin.Config{}, "ops"), "GET", "/?subject=bob")
 	if w.Code != 200 || !strings.Contains(w.Body.String(), "calendar month") {
 		t.Errorf("page: %d, no \"calendar month\" in\n%s", w.Code, w.Body)
 	}
