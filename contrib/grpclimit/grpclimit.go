@@ -213,6 +213,9 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	g, err := l.dialect().Parse(text)
 	if err == nil {
 		err = l.policy.Check(g) // roles that WithPolicy does not declare
+		if re, ok := err.(*rules.Error); ok {
+			err = re.Relocate(text)
+		}
 	}
 	if err == nil && g.Distinct != "" {
 		err = errDistinct
