@@ -54,7 +54,8 @@ Admin endpoint (superadmin only; GET never counts, DELETE resets):
         the operator's page: the most denied subjects in the last 1m, 5m
         and 1h, active blocks with a button to lift them, the overrides
         in force, one subject's usage; JSON under /admin/ui/api/ (top,
-        subject, blocks, reset).
+        subject, blocks, reset). A browser signs in with basic
+        authentication: root, password root-pw.
 
 Routes and their rules:
 `
