@@ -3,6 +3,7 @@
 //
 //	demo [-addr ADDR] [-redis URL | -cluster ADDR,ADDR,...]
 //	demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
+//	demo ports [N]
 //
 // Without -redis or -cluster the demo limits against an embedded
 // miniredis. Callers authenticate with "Authorization: Bearer NAME", NAME
@@ -36,6 +37,8 @@ const usage = `Usage:
         serve the demo API, rate-limited by slidelimit
   demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
         send requests at a fixed rate and count the answers per second
+  demo ports [N]
+        print N free loopback ports (default 1), for a Redis and demos
 
 Accounts (Authorization: Bearer NAME): alice, bob (user), admin (admin),
 root (superadmin).
@@ -72,6 +75,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "load" {
 		return runLoadCommand(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "ports" {
+		return runPorts(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -30,9 +30,9 @@ const tourPage = "../../docs/tour.md"
 // its reason: starting the demo (TestTour serves its handler itself), the
 // load generator (its counts depend on timing) and the operator page's
 // top list (it counts the load generator's denials), the rule-override
-// block with its own Redis and two demo processes (TestAdminRules runs
-// that step in-process), the screenshot (it needs Chromium), and pauses.
-var notRun = regexp.MustCompile(`^go run \./cmd/demo( |$)|api/top\?|16399|1808[12]|^kill %|^cd contrib && go run \./internal/screenshot|^sleep [0-9.]+ `)
+// block with its own Redis and two demo processes (TestTourTwoProcesses
+// runs it as a whole), the screenshot (it needs Chromium), and pauses.
+var notRun = regexp.MustCompile(`^go run \./cmd/demo( |$)|api/top\?|\$RP|\$P[12]|^read RP|^kill %|^cd contrib && go run \./internal/screenshot|^sleep [0-9.]+ `)
 
 // TestTour runs every command of docs/tour.md against the demo's handler,
 // served in-process on a fresh embedded miniredis, in the page's order (the
