@@ -14,6 +14,7 @@ import (
 
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )

@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
 	// The downloads' calendar month is Shanghai's (calendar:Asia/Shanghai):
 	// the zone database is embedded, so the demo starts on systems
 	// without one.

@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"errors"
 	"fmt"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
