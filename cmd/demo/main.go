@@ -8,7 +8,8 @@
 // Without -redis or -cluster the demo limits against an embedded
 // miniredis. Callers authenticate with "Authorization: Bearer NAME", NAME
 // being alice or bob (role user), admin (role admin) or root (role
-// superadmin).
+// superadmin), or with HTTP basic authentication and the account's
+// password (NAME-pw), as a browser does on the operator's page.
 package main
 
 import (
