@@ -89,7 +89,7 @@ func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	// cannot serve is refused before anything is stored.
 	for _, s := range l.ov.Switches(scope) {
 		if _, err := s.Build(g); err != nil {
-			return err
+			return written(err, rulesText)
 		}
 	}
 	g.Scope = ""

@@ -51,7 +51,9 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	scratch := http.NewServeMux()
 	for i, r := range routes {
 		h, err := l.route(r.Pattern, r.Group, r.Handler)
-		if err == nil {
+		if err != nil {
+			err = written(err, limitTag(handlers, r.Pattern))
+		} else {
 			err = handle(scratch, r.Pattern, h)
 		}
 		if err != nil {
@@ -104,7 +106,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	}
 	h, err := l.route(pattern, g, handler)
 	if err != nil {
-		return fail(err)
+		return fail(written(err, rulesText))
 	}
 	if err := handle(mux, pattern, h); err != nil {
 		return fail(err)

@@ -108,7 +108,7 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	}
 	mw, err := l.wrapper(g, opts...)
 	if err != nil {
-		return nil, err
+		return nil, written(err, rulesText)
 	}
 	// The scope is known here only from a scope: statement; WithScope,
 	// WithScopeFunc and the router's pattern are hidden in opts or decided

@@ -15,12 +15,17 @@ import (
 
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// script is the multi-window script; its SHA1 is computed once.
-var script = redis.NewScript(lua.MultiWindow)
+// multiWindowSrc is the multi-window script, read once: EVAL sends this
+// text and EVALSHA the SHA1 script computed from it.
+var (
+	multiWindowSrc = lua.MultiWindow()
+	script         = redis.NewScript(multiWindowSrc)
+)
 
 // Batching defaults, measured on two cores (see bench_test.go):
 // two batches in flight keep Redis busy while the next batch is built.
@@ -48,7 +53,7 @@ type Engine struct {
 	batch    batcher
 	undos    undoQueue // of failed calls, run before the next script call
 	shaArg   any       // script.Hash(), boxed once
-	srcArg   any       // lua.MultiWindow, boxed once
+	srcArg   any       // multiWindowSrc, boxed once
 	chanName string    // the invalidation channel (see channel)
 
 	doms   domains    // failure domains: which servers timed out
@@ -115,7 +120,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
-		srcArg:  lua.MultiWindow,
+		srcArg:  multiWindowSrc,
 
 		slotLost: cfg.slotLost,
 	}

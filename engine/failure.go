@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/rules"
 )

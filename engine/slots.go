@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/lua"
 )
@@ -72,9 +73,12 @@ func WithSlotLost(f func(SlotLost)) Option {
 	}
 }
 
-// renewScript extends the leases of running requests; its SHA1 is
-// computed once.
-var renewScript = redis.NewScript(lua.Renew)
+// renewScript extends the leases of running requests; renewSrc is its
+// text, read once, from which its SHA1 is computed.
+var (
+	renewSrc    = lua.Renew()
+	renewScript = redis.NewScript(renewSrc)
+)
 
 // slotRef names one held slot: a slot key and the request's member in it.
 type slotRef struct{ key, member string }
@@ -246,7 +250,7 @@ func (e *Engine) sendRenewals(ctx context.Context, groups map[string]map[string]
 			if retry == nil {
 				retry = e.client.Pipeline()
 			}
-			calls[i].cmd = redis.NewIntSliceCmd(ctx, asEval(calls[i].cmd.Args(), lua.Renew)...)
+			calls[i].cmd = redis.NewIntSliceCmd(ctx, asEval(calls[i].cmd.Args(), renewSrc)...)
 			_ = retry.Process(ctx, calls[i].cmd)
 		}
 	}

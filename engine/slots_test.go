@@ -394,7 +394,7 @@ func (b *batchCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func isRenew(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == renewScript.Hash() || a[1] == lua.Renew)
+	return len(a) > 1 && (a[1] == renewScript.Hash() || a[1] == lua.Renew())
 }
 
 // TestSlotsRenewalBatched: the renewals of 40 running requests on 40

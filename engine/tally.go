@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/rules"
 )
 

@@ -2,12 +2,12 @@ package middleware
 
 import (
 	"context"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
 // outcome is what the steps after the handler learn of its run.

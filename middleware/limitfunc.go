@@ -3,11 +3,11 @@ package middleware
 import (
 	"errors"
 	"fmt"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"net/http"
 	"strconv"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 

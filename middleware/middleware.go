@@ -3,12 +3,12 @@ package middleware
 import (
 	"context"
 	"errors"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"

@@ -3,11 +3,11 @@ package middleware
 import (
 	"net/netip"
 
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"strconv"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/role"
 )
 

@@ -2,9 +2,10 @@ package middleware
 
 import (
 	"encoding/json"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"net/http"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
 // Problem types (RFC 9457) used in response bodies.

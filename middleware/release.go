@@ -1,7 +1,5 @@
 package middleware
 
-import ()
-
 // needsRelease reports whether c holds slots of in-flight windows, which
 // the step after the handler frees.
 func (l *limiter) needsRelease(c *call) bool { return l.releaser != nil && c.p.Slots }

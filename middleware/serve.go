@@ -2,12 +2,12 @@ package middleware
 
 import (
 	"errors"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )

@@ -3,10 +3,10 @@ package middleware
 import (
 	"errors"
 	"fmt"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"net/netip"
 	"strconv"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 

@@ -87,8 +87,9 @@ type Policy struct {
 
 // Check returns an error when p declares Roles and g names a role that is
 // not among them; the error is a *rules.Error at the role's offset in
-// g.String(), naming the role and listing the declared ones. It returns
-// nil when p declares no roles.
+// g.String() (rules.Error.Relocate points it into the text as written),
+// naming the role and listing the declared ones. It returns nil when p
+// declares no roles.
 func (p Policy) Check(g rules.Group) error {
 	if len(p.Roles) == 0 {
 		return nil

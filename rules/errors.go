@@ -55,6 +55,33 @@ type Error struct {
 	// cat is ErrSyntax or ErrInvalid; unexported so the category cannot
 	// disagree with where the error was made.
 	cat error
+	// ns and token, set when Input is a group's canonical form, name the
+	// offending element (its validator namespace) and its text, so that
+	// Relocate can find it in the group as written.
+	ns, token string
+}
+
+// Relocate returns e pointing into text, the rule group as the user wrote
+// it, when e points into the canonical form of that group instead, as the
+// errors of Group.CheckRoles (and so of role.Policy.Check) do: statements
+// may be written in any order, so an offset in the canonical form is not
+// one in text. Otherwise it returns e.
+func (e *Error) Relocate(text string) *Error {
+	if e == nil || e.ns == "" {
+		return e
+	}
+	// Syntax only: a dialect's count items need not be HTTP statuses.
+	p := parser{s: text, pos: map[string]int{"": 0}}
+	if p.group() != nil {
+		return e
+	}
+	at, ok := p.pos[e.ns]
+	if !ok || !strings.HasPrefix(text[at:], e.token) {
+		return e // text is not a spelling of e's group
+	}
+	c := *e
+	c.Input, c.Offset, c.ns, c.token = text, at, "", ""
+	return &c
 }
 
 // Error implements the error interface.

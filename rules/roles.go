@@ -10,8 +10,9 @@ import (
 // and role(...)= statements. An empty declared declares nothing and
 // checks nothing: without a declaration, role names are not checked, and
 // a misspelt one is a role nobody holds. The returned *Error, for the
-// first undeclared role in text order, points into g.String(), names the
-// role and lists the declared ones, and wraps ErrInvalid.
+// first undeclared role in g.String(), points into g.String() (its
+// Relocate points it into the text as written), names the role and lists
+// the declared ones, and wraps ErrInvalid.
 func (g Group) CheckRoles(declared []string) error {
 	if len(declared) == 0 {
 		return nil
@@ -41,5 +42,7 @@ func (g Group) CheckRoles(declared []string) error {
 	p.group(g)
 	list := slices.Clone(declared)
 	slices.Sort(list)
-	return invalidErr(p.b.String(), p.pos[ns], "role %q is not declared (declared roles: %s)", bad, strings.Join(list, ", "))
+	e := invalidErr(p.b.String(), p.pos[ns], "role %q is not declared (declared roles: %s)", bad, strings.Join(list, ", "))
+	e.ns, e.token = ns, bad
+	return e
 }

@@ -44,3 +44,39 @@ func TestCheckRoles(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckRolesRelocate: Relocate points CheckRoles's error into the text
+// as written, and leaves an error of another text, or one already located
+// in its text, as it is.
+func TestCheckRolesRelocate(t *testing.T) {
+	t.Parallel()
+	declared := []string{"admin"}
+	tests := []struct {
+		text   string
+		offset int // in text
+	}{
+		{"ip:5/min; count:401; exempt:admn", 28},
+		{"exempt:admn; ip:5/min", 7},
+		{"ip:5/min;exempt:admin , admn;count:4xx", 24},
+		{"count:401; role(admn)=ip:1/s; ip:5/min", 16},
+	}
+	for _, tt := range tests {
+		t.Run(tt.text, func(t *testing.T) {
+			t.Parallel()
+			var e *rules.Error
+			if !errors.As(rules.MustParse(tt.text).CheckRoles(declared), &e) {
+				t.Fatal("no *rules.Error")
+			}
+			r := e.Relocate(tt.text)
+			if r.Input != tt.text || r.Offset != tt.offset || r.Reason != e.Reason || !errors.Is(r, rules.ErrInvalid) {
+				t.Errorf("relocated to %d of %q (%v), want %d of %q", r.Offset, r.Input, r, tt.offset, tt.text)
+			}
+			if r.Relocate("ip:1/s; exempt:admin") != r {
+				t.Error("a located error moved")
+			}
+			if e.Relocate("ip:1/s; exempt:other") != e {
+				t.Error("an error moved into a text without its role")
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/subtle"
 	"net/http"
 	"strings"
 
@@ -24,8 +25,9 @@ var accounts = map[string]role.Identity{
 	"root":  {User: "root", Roles: []role.Role{roleSuperadmin}},
 }
 
-// passwords are the demo accounts' passwords for POST /login, which only
-// shows login protection: the demo's other routes take a Bearer name.
+// passwords are the demo accounts' passwords, for POST /login, which shows
+// login protection, and for HTTP basic authentication, with which a browser
+// opens the operator's page.
 var passwords = map[string]string{
 	"alice": "alice-pw",
 	"bob":   "bob-pw",
@@ -37,16 +39,47 @@ var passwords = map[string]string{
 // named in the form, so failures count per account whoever sends them.
 func loginAccount(r *http.Request) string { return r.PostFormValue("account") }
 
-// authenticate is the demo's authentication: "Authorization: Bearer <name>"
-// with a built-in account name; anything else is anonymous. It runs before
-// the rate limiter so that the limiter sees who is calling.
+// authenticate is the demo's authentication, and the only source of
+// identity: "Authorization: Bearer <name>" with a built-in account name, or
+// HTTP basic authentication with an account's name and password; anything
+// else is anonymous. It runs before the rate limiter so that the limiter
+// sees who is calling.
 func authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if id, known := accounts[strings.TrimSpace(name)]; ok && known {
+		if id, ok := identify(r); ok {
 			r = r.WithContext(role.NewContext(r.Context(), id))
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// identify returns the account r authenticates as.
+func identify(r *http.Request) (role.Identity, bool) {
+	if name, pw, ok := r.BasicAuth(); ok {
+		want, known := passwords[name]
+		if !known || subtle.ConstantTimeCompare([]byte(pw), []byte(want)) != 1 {
+			return role.Identity{}, false
+		}
+		id, ok := accounts[name]
+		return id, ok
+	}
+	name, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return role.Identity{}, false
+	}
+	id, ok := accounts[strings.TrimSpace(name)]
+	return id, ok
+}
+
+// askLogin lets a browser open h: an anonymous request gets, with h's 401,
+// a basic-authentication challenge, so the browser asks for an account's
+// name and password and sends them with every request to h.
+func askLogin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := role.FromContext(r.Context()); !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="slidelimit demo", charset="UTF-8"`)
+		}
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -3,11 +3,13 @@
 //
 //	demo [-addr ADDR] [-redis URL | -cluster ADDR,ADDR,...]
 //	demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
+//	demo ports [N]
 //
 // Without -redis or -cluster the demo limits against an embedded
 // miniredis. Callers authenticate with "Authorization: Bearer NAME", NAME
 // being alice or bob (role user), admin (role admin) or root (role
-// superadmin).
+// superadmin), or with HTTP basic authentication and the account's
+// password (NAME-pw), as a browser does on the operator's page.
 package main
 
 import (
@@ -23,6 +25,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
 	// The downloads' calendar month is Shanghai's (calendar:Asia/Shanghai):
 	// the zone database is embedded, so the demo starts on systems
 	// without one.
@@ -36,6 +39,8 @@ const usage = `Usage:
         serve the demo API, rate-limited by slidelimit
   demo load [-url U] [-path P] [-method M] [-token NAME] [-rps N] [-duration D] [-concurrency C] [-log FILE]
         send requests at a fixed rate and count the answers per second
+  demo ports [N]
+        print N free loopback ports (default 1), for a Redis and demos
 
 Accounts (Authorization: Bearer NAME): alice, bob (user), admin (admin),
 root (superadmin).
@@ -54,7 +59,8 @@ Admin endpoint (superadmin only; GET never counts, DELETE resets):
         the operator's page: the most denied subjects in the last 1m, 5m
         and 1h, active blocks with a button to lift them, the overrides
         in force, one subject's usage; JSON under /admin/ui/api/ (top,
-        subject, blocks, reset).
+        subject, blocks, reset). A browser signs in with basic
+        authentication: root, password root-pw.
 
 Routes and their rules:
 `
@@ -71,6 +77,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "load" {
 		return runLoadCommand(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "ports" {
+		return runPorts(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -64,8 +64,9 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 	}
 	mux.Handle(streamRoute.Pattern, stream(http.HandlerFunc(streamObject)))
 	routes = append(routes, streamRoute)
-	// The operator's page and API: who is limited, fleet-wide.
-	mux.Handle("/admin/ui/", http.StripPrefix("/admin/ui", lim.AdminHandler(roleSuperadmin)))
+	// The operator's page and API: who is limited, fleet-wide. A browser
+	// opens it with a super-admin's name and password.
+	mux.Handle("/admin/ui/", askLogin(http.StripPrefix("/admin/ui", lim.AdminHandler(roleSuperadmin))))
 	return &demo{handler: authenticate(mux), lim: lim, routes: routes}, nil
 }
 

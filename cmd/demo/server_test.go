@@ -688,6 +688,39 @@ func TestAdminUI(t *testing.T) {
 	if c := td.do("GET", "/admin/ui/", "admin", peer).Code; c != 403 {
 		t.Errorf("admin: %d, want 403", c)
 	}
+	// A browser: challenged when anonymous or the password is wrong, let
+	// in with a super-admin's name and password.
+	basic := func(user, pw string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/admin/ui/", nil)
+		r.RemoteAddr = peer
+		if user != "" {
+			r.SetBasicAuth(user, pw)
+		}
+		w := httptest.NewRecorder()
+		td.d.handler.ServeHTTP(w, r)
+		return w
+	}
+	for _, c := range []struct {
+		user, pw  string
+		code      int
+		challenge bool
+	}{
+		{"", "", 401, true},
+		{"root", "root-pw", 200, false},
+		{"root", "wrong", 401, true},
+		{"root", "", 401, true},
+		{"nobody", "root-pw", 401, true},
+		{"alice", "alice-pw", 403, false},
+	} {
+		w := basic(c.user, c.pw)
+		got := w.Header().Get("WWW-Authenticate")
+		if w.Code != c.code || (got != "") != c.challenge || c.challenge && !strings.HasPrefix(got, "Basic realm=") {
+			t.Errorf("basic %s:%s: %d, WWW-Authenticate %q; want %d, challenge %v", c.user, c.pw, w.Code, got, c.code, c.challenge)
+		}
+	}
+	if w := td.do("GET", "/admin/ui/", "root", peer); w.Code != 200 || w.Header().Get("WWW-Authenticate") != "" {
+		t.Errorf("bearer root: %d %v, want 200 without a challenge", w.Code, w.Header())
+	}
 	td.codes(12, "GET", distinctFiles("ui"), "alice", peer) // distinct files: one file counts once
 	var body string
 	for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(100 * time.Millisecond) {

@@ -3,7 +3,6 @@ package grpclimit
 import (
 	"errors"
 	"fmt"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -213,6 +213,9 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	g, err := l.dialect().Parse(text)
 	if err == nil {
 		err = l.policy.Check(g) // roles that WithPolicy does not declare
+		if re, ok := err.(*rules.Error); ok {
+			err = re.Relocate(text)
+		}
 	}
 	if err == nil && g.Distinct != "" {
 		err = errDistinct

@@ -407,6 +407,9 @@ func TestNewErrors(t *testing.T) {
 		{"undeclared role", map[string]string{ping: "ip:5/s; exempt:superadmn"},
 			[]grpclimit.Option{grpclimit.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}})},
 			[]string{`role "superadmn" is not declared (declared roles: admin, superadmin)`, "at offset 15"}},
+		{"undeclared role after count", map[string]string{ping: "ip:5/s; count:UNAUTHENTICATED; exempt:superadmn"},
+			[]grpclimit.Option{grpclimit.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}})},
+			[]string{`"ip:5/s; count:UNAUTHENTICATED; exempt:superadmn": role "superadmn" is not declared`, "at offset 38"}},
 		{"every problem", map[string]string{ping: "param(a):1/s", other: "ip:5/s; count:4xx"}, nil,
 			[]string{"param(a) has no meaning", "4xx is an HTTP status"}},
 	}

@@ -202,7 +202,7 @@ func (o *Store) sync(check bool) {
 			return
 		}
 	}
-	res, err := eval(ctx, o.client, lua.LoadRules, o.hash, o.version).Slice()
+	res, err := eval(ctx, o.client, lua.LoadRules(), o.hash, o.version).Slice()
 	if o.failed(err) {
 		return
 	}
@@ -345,7 +345,7 @@ func (o *Store) Close() {
 // Load reads the overrides stored in Redis now (not as this process last
 // applied them).
 func (o *Store) Load(ctx context.Context) (*Set, error) {
-	res, err := eval(ctx, o.client, lua.LoadRules, o.hash, o.version).Slice()
+	res, err := eval(ctx, o.client, lua.LoadRules(), o.hash, o.version).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("slidelimit: rule overrides: %w", err)
 	}
@@ -395,7 +395,7 @@ func Group(scope, text string) (rules.Group, error) {
 // and applies the overrides here, so that the change is in force in this
 // process when SetRules returns.
 func (o *Store) Write(ctx context.Context, scope, text string) error {
-	if _, err := eval(ctx, o.client, lua.SetRules, o.hash, o.version, scope, text).Int64(); err != nil {
+	if _, err := eval(ctx, o.client, lua.SetRules(), o.hash, o.version, scope, text).Int64(); err != nil {
 		return fmt.Errorf("slidelimit: rule overrides: %w", err)
 	}
 	o.sync(false)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
 	"github.com/slidelimit/slidelimit/contrib/internal/browser"
 )
 

@@ -1,0 +1,154 @@
+// Command exports prints how many identifiers the public packages of
+// slidelimit export, per package and in total, as issue 41 counts them:
+// exported top-level names (functions, types, variables, constants),
+// exported methods of exported types, and the exported methods of
+// exported interfaces. Test files are not counted. Run it from the
+// repository root:
+//
+//	go run ./internal/cmd/exports
+package main
+
+import (
+	"flag"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// packages are the public packages, by directory from the repository
+// root; "." is the root package.
+var packages = []string{".", "middleware", "engine", "rules", "role", "contrib/grpclimit"}
+
+// counts is what one package exports.
+type counts struct {
+	TopLevel   int // functions, types, variables and constants
+	Methods    int // methods of exported types
+	Interfaces int // methods of exported interface types
+}
+
+func (c counts) total() int { return c.TopLevel + c.Methods + c.Interfaces }
+
+func main() {
+	root := flag.String("root", ".", "the repository root")
+	flag.Parse()
+	if err := run(*root, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(root string, w io.Writer) error {
+	total := 0
+	fmt.Fprintf(w, "%-18s %5s %9s %7s %10s\n", "package", "total", "top-level", "methods", "interfaces")
+	for _, p := range packages {
+		c, err := count(filepath.Join(root, p))
+		if err != nil {
+			return err
+		}
+		name := p
+		if p == "." {
+			name = "root"
+		}
+		fmt.Fprintf(w, "%-18s %5d %9d %7d %10d\n", name, c.total(), c.TopLevel, c.Methods, c.Interfaces)
+		total += c.total()
+	}
+	fmt.Fprintf(w, "%-18s %5d\n", "total", total)
+	return nil
+}
+
+// count counts the exports of the package in dir, leaving out test files
+// and files of other packages (a directory holds one package and its
+// external tests).
+func count(dir string) (counts, error) {
+	fset := token.NewFileSet()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return counts{}, fmt.Errorf("exports: %w", err)
+	}
+	var c counts
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.SkipObjectResolution)
+		if err != nil {
+			return counts{}, fmt.Errorf("exports: %w", err)
+		}
+		if f.Name.Name == "main" || strings.HasSuffix(f.Name.Name, "_test") {
+			continue
+		}
+		add(&c, f)
+	}
+	return c, nil
+}
+
+// add counts the exports of file f into c.
+func add(c *counts, f *ast.File) {
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if !d.Name.IsExported() {
+				continue
+			}
+			if d.Recv == nil {
+				c.TopLevel++
+			} else if receiver(d.Recv).IsExported() {
+				c.Methods++
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				switch s := s.(type) {
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if n.IsExported() {
+							c.TopLevel++
+						}
+					}
+				case *ast.TypeSpec:
+					if !s.Name.IsExported() {
+						continue
+					}
+					c.TopLevel++
+					if it, ok := s.Type.(*ast.InterfaceType); ok {
+						for _, m := range it.Methods.List {
+							// Embedded interfaces have no names.
+							for _, n := range m.Names {
+								if n.IsExported() {
+									c.Interfaces++
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// receiver returns the name of a method's receiver type, without pointer
+// or type parameters.
+func receiver(fl *ast.FieldList) *ast.Ident {
+	t := fl.List[0].Type
+	for {
+		switch x := t.(type) {
+		case *ast.StarExpr:
+			t = x.X
+		case *ast.IndexExpr:
+			t = x.X
+		case *ast.IndexListExpr:
+			t = x.X
+		case *ast.ParenExpr:
+			t = x.X
+		case *ast.Ident:
+			return x
+		default:
+			return ast.NewIdent("")
+		}
+	}
+}

@@ -1,0 +1,3 @@
+package p_test
+
+func Exported() {}
