@@ -18,11 +18,13 @@ import (
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
-	// MaxChecks is the largest number of checks in a Request.
-	MaxChecks = 64
+	// MaxChecks is the largest number of checks in a Request: the rule
+	// language's [rules.MaxLimiters], so that a group that parses never
+	// makes a request the engine refuses.
+	MaxChecks = rules.MaxLimiters
 	// MaxWindows is the largest number of windows in a Request, over all
-	// its checks.
-	MaxWindows = 256
+	// its checks: the rule language's [rules.MaxWindows].
+	MaxWindows = rules.MaxWindows
 	// MaxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
