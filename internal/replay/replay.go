@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer dec.Close()
-	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}, client: client}
+	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, client: client}
 	if err := r.inputs(); err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ type run struct {
 	read     atomic.Int64 // bytes read from the inputs
 	size     int64        // their total size; 0 when unknown
 	subjects map[string]*SubjectStats
-	minutes  map[int64]*Minute
+	minutes  timeline
 	req      engine.Request
 	v        verdict
 	seen     []string // subjects of the current request
