@@ -273,7 +273,7 @@ func parseTime(s string) (int64, error) {
 }
 
 // The times a line may have, in µs since 1970: from 2000-01-01 to
-// 2250-01-01 UTC excluded, years the engine decides in (engine.WithClock
+// 2250-01-01 UTC excluded, the engine's own bounds (engine.WithClock
 // refuses times outside them), so that both deciders replay the same lines
 // and a line of another era (a year 9999, a clock at 0) is a bad line,
 // not a span of centuries between the first line and the last.
