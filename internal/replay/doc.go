@@ -26,8 +26,8 @@
 // MaxLine is skipped without being held. The report's per-subject counts
 // grow with the number of distinct subjects; its time series has at most
 // maxBuckets buckets, coarser for a log spanning more than a week. Lines
-// dated outside the years the engine decides in (2000 to 2249) are bad
-// lines.
+// dated outside 1970 to 2249 (2000 to 2249 through the engine's script,
+// whose clock starts in 2000) are bad lines.
 //
 // Run is not safe for concurrent use of one Config's readers; separate
 // runs are independent.

@@ -43,6 +43,7 @@ type source struct {
 	format Format
 	fields *Fields
 	line   int
+	from   int64 // the earliest time replayed (minTime, or minScriptTime for the script)
 	bad    *badLines
 	lines  *int64 // lines read, every input together
 }
@@ -151,6 +152,9 @@ func (s *source) next(r *Record) (bool, error) {
 			err = parseJSON(b, s.fields, r)
 		} else {
 			err = parseCLF(b, r)
+		}
+		if err == nil && r.Time < s.from {
+			err = errEarly
 		}
 		if err != nil {
 			s.bad.add(s.name, s.line, err)

@@ -272,22 +272,26 @@ func parseTime(s string) (int64, error) {
 	return int64(f), nil
 }
 
-// The times a line may have, in µs since 1970: from 2000-01-01 to
-// 2250-01-01 UTC excluded, the engine's own bounds (engine.WithClock
-// refuses times outside them), so that both deciders replay the same lines
-// and a line of another era (a year 9999, a clock at 0) is a bad line,
-// not a span of centuries between the first line and the last.
-// TestTimeRange replays both ends through the engine.
+// The times a line may have, in µs since 1970: from 1970-01-01 (2000-01-01
+// through the engine's script, see source.from) to 2250-01-01 UTC excluded,
+// the engine's own upper bound (engine.WithClock refuses times outside
+// 2000..2250), so that a line of another era (a year 9999, a clock before
+// 1970) is a bad line, not a span of centuries between the first line and
+// the last. TestTimeRange replays both ends through the engine.
 const (
-	minTime = 946_684_800_000_000   // 2000-01-01
-	maxTime = 8_835_955_200_000_000 // 2250-01-01
+	minTime       = 0                     // 1970-01-01
+	minScriptTime = 946_684_800_000_000   // 2000-01-01
+	maxTime       = 8_835_955_200_000_000 // 2250-01-01
 )
 
 // checkTime fails when t, in µs, is outside minTime..maxTime; s is the
 // time as written, for the error.
 func checkTime(t float64, s string) error {
 	if t < minTime || t >= maxTime {
-		return fmt.Errorf("%w: time %q outside the years 2000 to 2249, which the replay decides in", errLine, s)
+		return fmt.Errorf("%w: time %q outside the years 1970 to 2249, which the replay decides in", errLine, s)
 	}
 	return nil
 }
+
+// errEarly is the error of a line the engine's script cannot decide.
+var errEarly = fmt.Errorf("%w: time before 2000, which the engine's script does not decide (the in-process decider takes times from 1970)", errLine)

@@ -205,6 +205,9 @@ func (r *run) inputs() error {
 			return err
 		}
 		s.fields, s.bad, s.lines = &fields, &r.bad, &r.lines
+		if _, ok := r.dec.(*script); ok {
+			s.from = minScriptTime
+		}
 		r.srcs = append(r.srcs, s)
 		r.m.ins = append(r.m.ins, &sorted{src: s, horizon: horizon.Microseconds(), late: &r.late})
 		if fi, err := os.Stat(in.Name); in.R == nil && in.Name != "-" && err == nil {

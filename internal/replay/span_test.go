@@ -32,7 +32,7 @@ func allocated(f func()) uint64 {
 // first line and the last: 84 s and 3.4 GB for 55 years, out of memory
 // for the year 9999. Not parallel: it measures allocations.
 func TestLongSpan(t *testing.T) {
-	start := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tt := range []struct {
 		name       string
 		log        string
@@ -42,7 +42,7 @@ func TestLongSpan(t *testing.T) {
 	}{
 		{"55 years", clfAt(start) + clfAt(start.Add(time.Second)) + clfAt(start.AddDate(55, 0, 0)), 3, 0, 2 * 24 * time.Hour},
 		{"the year 9999", clfAt(t0) + clfAt(time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)) + clfAt(t0.Add(2*time.Minute)), 2, 1, time.Minute},
-		{"250 years", clfAt(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) + clfAt(time.Date(2249, 12, 31, 23, 59, 59, 0, time.UTC)), 2, 0, 16 * 24 * time.Hour},
+		{"280 years", clfAt(start) + clfAt(time.Date(2249, 12, 31, 23, 59, 59, 0, time.UTC)), 2, 0, 16 * 24 * time.Hour},
 	} {
 		var rep *Report
 		var err error
@@ -128,26 +128,40 @@ func TestTimelineBounded(t *testing.T) {
 	}
 }
 
-// TestTimeRange checks that lines outside the years the engine decides in
-// are bad lines, in both formats, and that the bounds are the engine's:
-// the script decider (engine.WithClock) replays a line at either end of
-// the range.
+// TestTimeRange checks that lines outside the years the replay decides in
+// are bad lines, in both formats: from 1970 in process, from 2000 through
+// the engine's script, to 2250 for both; and that the bounds are within
+// the engine's: the script decider (engine.WithClock) replays a line at
+// either end of its range.
 func TestTimeRange(t *testing.T) {
 	t.Parallel()
-	first, last := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2249, 12, 31, 23, 59, 59, 0, time.UTC)
-	log := clfAt(first) + clfAt(first.Add(-time.Second)) + clfAt(last) + clfAt(last.Add(time.Second)) +
-		clfAt(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))
-	for _, d := range []string{InProcess, Script} {
-		rep, err := Run(context.Background(), Config{Routes: []RouteRules{{Text: "ip:1/s"}}, Decider: d,
+	y1970, y2000 := time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	last := time.Date(2249, 12, 31, 23, 59, 59, 0, time.UTC)
+	log := clfAt(y1970.Add(-time.Second)) + clfAt(y1970) + clfAt(y2000.Add(-time.Second)) + clfAt(y2000) +
+		clfAt(last) + clfAt(last.Add(time.Second)) + clfAt(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, tt := range []struct {
+		decider     string
+		requests    int64
+		first       time.Time
+		bad         []string // line: reason
+		badRequests int64
+	}{
+		{InProcess, 4, y1970, []string{"1:", "outside the years 1970 to 2249", "6:", "outside", "7:", "outside"}, 3},
+		{Script, 2, y2000, []string{"1:", "outside", "2:", "before 2000", "3:", "before 2000", "6:", "outside", "7:", "outside"}, 5},
+	} {
+		rep, err := Run(context.Background(), Config{Routes: []RouteRules{{Text: "ip:1/s"}}, Decider: tt.decider,
 			Inputs: []Input{{Name: "x.log", R: strings.NewReader(log)}}})
 		if err != nil {
-			t.Fatalf("%s: %v", d, err)
+			t.Fatalf("%s: %v", tt.decider, err)
 		}
-		if rep.Requests != 2 || rep.Bad != 3 || !rep.First.Equal(first) || !rep.Last.Equal(last) {
-			t.Errorf("%s: %d requests from %v to %v, %d bad %q", d, rep.Requests, rep.First, rep.Last, rep.Bad, rep.BadFirst)
+		if rep.Requests != tt.requests || rep.Bad != tt.badRequests || !rep.First.Equal(tt.first) || !rep.Last.Equal(last) {
+			t.Errorf("%s: %d requests from %v to %v, %d bad %q", tt.decider, rep.Requests, rep.First, rep.Last, rep.Bad, rep.BadFirst)
+			continue
 		}
-		if len(rep.BadFirst) == 3 && !strings.Contains(rep.BadFirst[0], "x.log:2:") || !strings.Contains(rep.BadFirst[0], "outside the years 2000 to 2249") {
-			t.Errorf("%s: bad lines %q", d, rep.BadFirst)
+		for i := 0; i < len(tt.bad); i += 2 {
+			if l := rep.BadFirst[i/2]; !strings.HasPrefix(l, "x.log:"+tt.bad[i]) || !strings.Contains(l, tt.bad[i+1]) {
+				t.Errorf("%s: bad line %q, want line %s%s", tt.decider, l, tt.bad[i], tt.bad[i+1])
+			}
 		}
 	}
 	// JSON lines: RFC 3339, seconds and milliseconds, and numbers past
@@ -157,7 +171,7 @@ func TestTimeRange(t *testing.T) {
 {"time": 99999999999, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
 {"time": 1e20, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
 {"time": 1e300, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
-{"time": 900000000, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
+{"time": "1969-12-31T23:59:59Z", "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
 {"time": ` + fmt.Sprint(t0.Add(time.Second).UnixMilli()) + `, "ip": "192.0.2.1", "request": "GET / HTTP/1.1", "status": 200}
 `
 	rep, err := runText(t, Config{Routes: []RouteRules{{Text: "ip:1/s"}}, Inputs: []Input{{Name: "x.jsonl", R: strings.NewReader(js)}}})
