@@ -87,32 +87,68 @@ func TestRuleSizeRefused(t *testing.T) {
 	}
 }
 
-// TestRuleSizeAtBound checks that groups at the bounds are served: the
-// rule language's bounds are the engine's, not stricter.
+// TestRuleSizeAtBound checks that groups at the bounds are served, and
+// exactly, on a real Redis, on miniredis and on a 3-master Cluster: the
+// rule language's bounds are the engine's, not stricter. A request of 64
+// limiters with an in-flight and a rate window each has 128 keys; on a
+// Cluster, keys past the 64th were sent twice (a bitmask of 64 bits),
+// counting the request twice.
 func TestRuleSizeAtBound(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
-	lim, err := slidelimit.New(srv.Client())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lim.Close() })
-	mux := http.NewServeMux()
-	for path, text := range map[string]string{
-		"/windows":  "ip:1 concurrent," + windowList(rules.MaxWindows-1),
-		"/limiters": headerLimiters(rules.MaxLimiters, rules.MaxWindows/rules.MaxLimiters),
-		"/distinct": "user:1 concurrent," + windowList(rules.MaxDistinctWindows) + "; distinct:path",
-		"/override": "ip:1/s; role(admin)=user:" + windowList(rules.MaxWindows),
-	} {
-		if err := lim.Handle(mux, "GET "+path, ok, text); err != nil {
-			t.Fatalf("Handle(%s): %.300v", path, err)
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		lim, err := slidelimit.New(srv.Client())
+		if err != nil {
+			t.Fatal(err)
 		}
-		r := httptest.NewRequest("GET", path, nil)
-		r.RemoteAddr = "192.0.2.1:1"
-		w := httptest.NewRecorder()
-		mux.ServeHTTP(w, r)
-		if w.Code != http.StatusOK {
-			t.Errorf("GET %s: %d %s", path, w.Code, w.Body)
+		t.Cleanup(func() { lim.Close() })
+		serveAtBound(t, lim)
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		serveAtBound(t, onMiniredis(t))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t)
+		lim, err := slidelimit.New(cl.Client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		serveAtBound(t, lim)
+	})
+}
+
+func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
+	keys := make([]string, rules.MaxLimiters)
+	for i := range keys {
+		keys[i] = "header(X-H" + strconv.Itoa(i) + "):1 concurrent,2/min"
+	}
+	mux := http.NewServeMux()
+	for _, tt := range []struct {
+		path, text, want string
+	}{
+		{"/windows", "ip:1 concurrent," + windowList(rules.MaxWindows-1), "200"},
+		{"/limiters", headerLimiters(rules.MaxLimiters, rules.MaxWindows/rules.MaxLimiters), "200"},
+		{"/distinct", "user:1 concurrent," + windowList(rules.MaxDistinctWindows) + "; distinct:path", "200"},
+		{"/override", "ip:1/s; role(admin)=user:" + windowList(rules.MaxWindows), "200"},
+		{"/keys", strings.Join(keys, "; "), "200 200 429"},
+	} {
+		if err := lim.Handle(mux, "GET "+tt.path, ok, tt.text); err != nil {
+			t.Fatalf("Handle(%s): %.300v", tt.path, err)
+		}
+		var got []string
+		for range strings.Count(tt.want, " ") + 1 {
+			r := httptest.NewRequest("GET", tt.path, nil)
+			r.RemoteAddr = "192.0.2.1:1"
+			w := httptest.NewRecorder()
+			mux.ServeHTTP(w, r)
+			got = append(got, strconv.Itoa(w.Code))
+		}
+		if g := strings.Join(got, " "); g != tt.want {
+			t.Errorf("GET %s: %s, want %s", tt.path, g, tt.want)
 		}
 	}
 }
