@@ -37,6 +37,10 @@ const (
 	MaxCountLimit = 1_000_000_000
 )
 
+// A taken key keeps its check's index in an int8 (taken.go): a MaxChecks
+// above 128 must not compile.
+const _ int8 = MaxChecks - 1
+
 // window is a merged window in the engine's units.
 type window struct {
 	period int64 // microseconds
