@@ -72,9 +72,12 @@ type Overrides struct {
 // rulesText is validated as a limit tag is (rules.Parse: errors are
 // *rules.Error with the offset) and, in this process, by building the
 // middleware of every handler of the scope (key, cost and limit functions
-// must be registered); when it fails nothing is stored or changed. A
-// process whose handlers cannot take it (a function registered only here)
-// keeps its rules and logs an error. SetRules returns once Redis has
+// must be registered); when it fails nothing is stored or changed: a
+// group too large for one request (rules.MaxLimiters, rules.MaxWindows)
+// fails here with the bound and the count. A process whose handlers
+// cannot take it (a function registered only here), or that reads from
+// Redis a text it cannot parse or validate (written by hand, or by another
+// version of the library), keeps the rules it enforced and logs an error. SetRules returns once Redis has
 // stored the override and, unless Redis fails in between, this process
 // applies it.
 func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {

@@ -16,15 +16,18 @@ func (c *call) split(g grouping) {
 	c.parts, c.pends = c.parts[:0], c.pends[:0]
 	n := len(c.plan.keys)
 	if g == groupSlot {
-		var done uint64 // n <= MaxChecks = 64
+		// Every key holds one of the request's windows at least, so
+		// n <= MaxWindows. (A uint64 here, for MaxChecks keys, sent the
+		// keys past the 64th twice.)
+		var done [MaxWindows]bool
 		for i := range n {
-			if done&(1<<i) != 0 {
+			if done[i] {
 				continue
 			}
 			s := slot(c.plan.keys[i])
 			for j := i; j < n; j++ {
-				if done&(1<<j) == 0 && (j == i || slot(c.plan.keys[j]) == s) {
-					done |= 1 << j
+				if !done[j] && (j == i || slot(c.plan.keys[j]) == s) {
+					done[j] = true
 					c.parts = append(c.parts, int32(j))
 				}
 			}

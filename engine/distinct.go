@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/slidelimit/slidelimit/rules"
+
 // Distinct values (Check.Distinct, the rule statement distinct:NAME): a
 // check that names a value counts the value in its count key instead of the
 // request. The key's member is then the value's member (distinctMember),
@@ -97,5 +99,5 @@ func (p *plan) distinctUndo(u *undo, k int) {
 func (p *plan) heldAt(m int32) bool { return p.nd > 0 && int(m) < len(p.held) && p.held[m] }
 
 // maxDistinctWindows bounds the windows of a distinct key, whose reply
-// holds one bit per window.
-const maxDistinctWindows = 30
+// holds one bit per window: the rule language's bound.
+const maxDistinctWindows = rules.MaxDistinctWindows

@@ -207,7 +207,10 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 		d = append(d, 0)
 	}
 	c.bleft = d
-	var set [2 * MaxChecks]bool // a check has at most a rate key and a slot key
+	// Indexed by key: every key holds one of the request's windows at
+	// least, so there are at most MaxWindows. (A check has at most a rate
+	// and a slot key, but calendar keys come between them.)
+	var set [MaxWindows]bool
 	for i, a := range actual {
 		k := t.checks[i].key
 		if a < 0 || k < 0 {

@@ -19,11 +19,13 @@ import (
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
-	// MaxChecks is the largest number of checks in a Request.
-	MaxChecks = 64
+	// MaxChecks is the largest number of checks in a Request: the rule
+	// language's [rules.MaxLimiters], so that a group that parses never
+	// makes a request the engine refuses.
+	MaxChecks = rules.MaxLimiters
 	// MaxWindows is the largest number of windows in a Request, over all
-	// its checks.
-	MaxWindows = 256
+	// its checks: the rule language's [rules.MaxWindows].
+	MaxWindows = rules.MaxWindows
 	// MaxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
@@ -35,6 +37,10 @@ const (
 	// [rules.MaxBoundedLimit], as in rule text.
 	MaxCountLimit = 1_000_000_000
 )
+
+// A taken key keeps its check's index in an int8 (taken.go): a MaxChecks
+// above 128 must not compile.
+const _ int8 = MaxChecks - 1
 
 // window is a merged window in the engine's units.
 type window struct {

@@ -16,7 +16,7 @@ import (
 // -retention, is never counted) and t < 2^53 (exact in Lua's doubles).
 const (
 	minTime = 946_684_800_000_000   // 2000-01-01
-	maxTime = 8_835_984_000_000_000 // 2250-01-01
+	maxTime = 8_835_955_200_000_000 // 2250-01-01 UTC
 )
 
 var errClock = errors.New("engine: WithClock time outside 2000..2250")

@@ -158,6 +158,7 @@ func distinctLevel(sl validator.StructLevel, g Group) {
 			if l.Cost != "" {
 				continue
 			}
+			distinctSize(sl, ns+"["+strconv.Itoa(i)+"]", l)
 			for j, w := range l.Windows {
 				if w.Grain != 0 || w.Calendar != "" {
 					name := ns + "[" + strconv.Itoa(i) + "].Windows[" + strconv.Itoa(j) + "]"

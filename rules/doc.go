@@ -266,6 +266,11 @@
 //     instead. A limiter of only in-flight windows may share its ID with
 //     one of only rate windows ("user:1 concurrent; user:20/h"), which
 //     count apart.
+//   - A list of limiters has at most MaxLimiters (64) limiters and
+//     MaxWindows (256) windows over all of them: a request is decided in
+//     one Redis call over its list, and the engine refuses larger ones. In a
+//     group with distinct:, a limiter without a cost has at most
+//     MaxDistinctWindows (30) windows besides its in-flight one.
 //   - A role has at most one override, is exempt at most once, and is not
 //     both exempt and overridden: an exemption would make its override dead
 //     text, which is more likely a mistake than intent.

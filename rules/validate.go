@@ -326,6 +326,7 @@ func uniqueLimiters(sl validator.StructLevel, prefix string, ls []Limiter) {
 func overrideLevel(sl validator.StructLevel) {
 	if o, ok := sl.Current().Interface().(Override); ok {
 		uniqueLimiters(sl, "Limiters", o.Limiters)
+		sizeLevel(sl, "Limiters", "override role("+o.Role+")=", o.Limiters)
 	}
 }
 
@@ -335,6 +336,7 @@ func groupLevel(sl validator.StructLevel) {
 		return
 	}
 	uniqueLimiters(sl, "Limiters", g.Limiters)
+	sizeLevel(sl, "Limiters", "group", g.Limiters)
 	distinctLevel(sl, g)
 	overridden := make(map[string]bool, len(g.Overrides))
 	for i, o := range g.Overrides {
@@ -457,6 +459,9 @@ func reason(fe validator.FieldError, ns string) string {
 		return r
 	}
 	if r := statementReason(key, fe, fe.Value()); r != "" {
+		return r
+	}
+	if r := sizeReason(key, fe, fe.Value()); r != "" {
 		return r
 	}
 	return fmt.Sprintf("%s fails rule %q", ns, fe.Tag())

@@ -71,8 +71,9 @@ type Set struct {
 	// stored under the prefix; 0 when none was ever made.
 	Version int64
 	// Texts maps each scope with an override to its canonical text.
-	Texts  map[string]string
-	groups map[string]rules.Group // scope → parsed group (its scope: as written)
+	Texts    map[string]string
+	groups   map[string]rules.Group // scope → parsed group (its scope: as written)
+	rejected map[string]string      // scope → the text in Redis that apply refused
 }
 
 // Store is a process's view of the rule overrides in Redis. Its methods
@@ -238,8 +239,9 @@ func (o *Store) failed(err error) bool {
 	return false
 }
 
-// parseSet reads the reply of lua.LoadRules. Texts that no longer
-// parse (a newer library's syntax) are skipped with a log line by apply.
+// parseSet reads the reply of lua.LoadRules. Texts that are not valid
+// rule groups (a newer library's syntax) are refused with a log line by
+// apply.
 func parseSet(res []any) (*Set, error) {
 	if len(res) != 2 {
 		return nil, fmt.Errorf("slidelimit: rule overrides: unexpected reply %v", res)
@@ -279,12 +281,10 @@ func (o *Store) apply(set *Set) {
 		if ok {
 			g, err := Group(scope, text)
 			if err != nil {
-				o.log.Error("slidelimit: rule override not applied: it does not parse", "scope", scope, "rules", text, "version", set.Version, "error", err)
-				delete(set.Texts, scope)
-				ok = false
-			} else {
-				set.groups[scope] = g
+				o.reject(old, set, scope, text, err)
+				continue
 			}
+			set.groups[scope] = g
 		}
 		if oldText, had := old.Texts[scope]; had == ok && oldText == text {
 			continue
@@ -299,6 +299,26 @@ func (o *Store) apply(set *Set) {
 		o.install(scope, set.groups[scope], text, set.Version)
 	}
 	o.cur.Store(set)
+}
+
+// reject keeps, for scope, the rules this process enforced before set: an
+// override text that is not a valid rule group (written by a newer
+// library, or by hand into Redis) must never replace them, since the
+// handlers could then only fail. It logs the rejection once per text, not
+// at every later change of other scopes.
+func (o *Store) reject(old, set *Set, scope, text string, err error) {
+	if old.rejected[scope] != text {
+		o.log.Error("slidelimit: rule override not applied: the rules are not valid; the rules in force stay", "scope", scope, "rules", text, "version", set.Version, "error", err)
+	}
+	if set.rejected == nil {
+		set.rejected = map[string]string{}
+	}
+	set.rejected[scope] = text
+	if oldText, had := old.Texts[scope]; had {
+		set.Texts[scope], set.groups[scope] = oldText, old.groups[scope]
+	} else {
+		delete(set.Texts, scope)
+	}
 }
 
 // install gives every Switch of scope the middleware for g, logging the

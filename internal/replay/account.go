@@ -1,26 +1,13 @@
 package replay
 
-import (
-	"slices"
-	"time"
-)
+import "slices"
 
 // account adds the decision in r.v on rec to the statistics.
 func (r *run) account(rt *route, rec *Record) {
 	if !r.v.allowed {
 		r.rep.Denied++
 	}
-	min := rec.Time / 60e6
-	m := r.minutes[min]
-	if m == nil {
-		m = &Minute{Start: time.UnixMicro(min * 60e6).UTC()}
-		r.minutes[min] = m
-	}
-	if r.v.allowed {
-		m.Admitted++
-	} else {
-		m.Denied++
-	}
+	r.minutes.add(rec.Time, r.v.allowed)
 	// A subject is counted once per request, even when two limiters count
 	// it (ip and an anonymous user's ip); it is denied when one of its own
 	// windows or blocks refused.
@@ -88,18 +75,5 @@ func (r *run) finish(routes []*route) {
 			rep.Policies = append(rep.Policies, p.final())
 		}
 	}
-	if len(r.minutes) > 0 {
-		keys := make([]int64, 0, len(r.minutes))
-		for k := range r.minutes {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for k := keys[0]; k <= keys[len(keys)-1]; k++ {
-			if m := r.minutes[k]; m != nil {
-				rep.Minutes = append(rep.Minutes, *m)
-			} else {
-				rep.Minutes = append(rep.Minutes, Minute{Start: time.UnixMicro(k * 60e6).UTC()})
-			}
-		}
-	}
+	rep.Minutes, rep.Bucket = r.minutes.series()
 }

@@ -20,11 +20,14 @@
 // miniredis or a Redis server, about 300 µs a request on miniredis.
 //
 // Memory is bounded by the live windows and the reorder horizon, not by
-// the log's length: keys whose entries have left their longest window are
-// swept, a key keeps only its longest window's entries, and each file's
-// reorder buffer holds one horizon of lines. The report's per-subject
-// counts grow with the number of distinct subjects, and its per-minute
-// counts with the log's span.
+// the log's length or span: keys whose entries have left their longest
+// window are swept, a key keeps only its longest window's entries, each
+// file's reorder buffer holds one horizon of lines, and a line over
+// MaxLine is skipped without being held. The report's per-subject counts
+// grow with the number of distinct subjects; its time series has at most
+// maxBuckets buckets, coarser for a log spanning more than a week. Lines
+// dated outside 1970 to 2249 (2000 to 2249 through the engine's script,
+// whose clock starts in 2000) are bad lines.
 //
 // Run is not safe for concurrent use of one Config's readers; separate
 // runs are independent.

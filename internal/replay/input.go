@@ -38,10 +38,12 @@ type source struct {
 	name   string
 	file   int
 	closer io.Closer
-	sc     *bufio.Scanner
+	br     *bufio.Reader
+	buf    []byte // the line being read, when it spans the reader's buffer
 	format Format
 	fields *Fields
 	line   int
+	from   int64 // the earliest time replayed (minTime, or minScriptTime for the script)
 	bad    *badLines
 	lines  *int64 // lines read, every input together
 }
@@ -72,26 +74,73 @@ func open(in Input, file int, read *atomic.Int64) (*source, error) {
 			}
 			return nil, fmt.Errorf("replay: %s: %w", in.Name, err)
 		}
-		r = z
-	} else {
-		r = br
+		br = bufio.NewReaderSize(z, 1<<16)
 	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	name := in.Name
 	if name == "-" {
 		name = "stdin"
 	}
-	return &source{name: name, file: file, closer: closer, sc: sc}, nil
+	return &source{name: name, file: file, closer: closer, br: br}, nil
+}
+
+// MaxLine is the longest line read, newline excluded: a longer one is a
+// bad line, skipped without being held in memory.
+const MaxLine = 1 << 20
+
+var errLong = fmt.Errorf("%w: longer than %d bytes", errLine, MaxLine)
+
+// readLine returns the next line without its line ending ("\n" or
+// "\r\n"), valid until the next call; long reports a line over MaxLine,
+// whose bytes were skipped, not held. It returns io.EOF after the last
+// line.
+func (s *source) readLine() ([]byte, bool, error) {
+	s.buf = s.buf[:0]
+	var line []byte
+	n := 0 // bytes of the line read so far
+	for {
+		frag, err := s.br.ReadSlice('\n')
+		if err == nil && n == 0 {
+			line = frag // the whole line is in the reader's buffer: no copy
+		} else {
+			if n+len(frag) <= MaxLine+2 {
+				s.buf = append(s.buf, frag...)
+			}
+			line = s.buf
+		}
+		n += len(frag)
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF && n == 0:
+			return nil, false, io.EOF
+		case err != nil && err != io.EOF:
+			return nil, false, err
+		}
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+		if n > MaxLine+2 || len(line) > MaxLine {
+			return nil, true, nil
+		}
+		return line, false, nil
+	}
 }
 
 // next reads the next parseable record into r; it returns false at the
 // end of the input. Unparseable lines are counted in s.bad.
 func (s *source) next(r *Record) (bool, error) {
-	for s.sc.Scan() {
+	for {
+		b, long, err := s.readLine()
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("replay: %s: line %d: %w", s.name, s.line+1, err)
+		}
 		s.line++
 		*s.lines++
-		b := s.sc.Bytes()
+		if long {
+			s.bad.add(s.name, s.line, errLong)
+			continue
+		}
 		if len(bytes.TrimSpace(b)) == 0 {
 			continue
 		}
@@ -99,11 +148,13 @@ func (s *source) next(r *Record) (bool, error) {
 			s.format = detect(b)
 		}
 		*r = Record{}
-		var err error
 		if s.format == JSONLines {
 			err = parseJSON(b, s.fields, r)
 		} else {
 			err = parseCLF(b, r)
+		}
+		if err == nil && r.Time < s.from {
+			err = errEarly
 		}
 		if err != nil {
 			s.bad.add(s.name, s.line, err)
@@ -112,10 +163,6 @@ func (s *source) next(r *Record) (bool, error) {
 		r.File, r.Line = s.file, s.line
 		return true, nil
 	}
-	if err := s.sc.Err(); err != nil {
-		return false, fmt.Errorf("replay: %s: line %d: %w", s.name, s.line+1, err)
-	}
-	return false, nil
 }
 
 func (s *source) close() {

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // jsonReport is the -json shape, exactly
@@ -116,6 +118,7 @@ func (rep *Report) chart(width, height int) template.HTML {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" role="img" aria-label="admitted and denied requests per minute">`, width, height)
 	n := len(rep.Minutes)
+	layout, per := bucketLabels(rep.Bucket)
 	var peak int64 = 1
 	for _, m := range rep.Minutes {
 		peak = max(peak, m.Admitted+m.Denied)
@@ -136,7 +139,7 @@ func (rep *Report) chart(width, height int) template.HTML {
 			x := float64(left) + bw*float64(i)
 			ha := plotH * float64(m.Admitted) / float64(peak)
 			hd := plotH * float64(m.Denied) / float64(peak)
-			title := fmt.Sprintf("%s: %d admitted, %d denied", m.Start.Format("15:04"), m.Admitted, m.Denied)
+			title := fmt.Sprintf("%s: %d admitted, %d denied", m.Start.Format(layout), m.Admitted, m.Denied)
 			fmt.Fprintf(&b, `<g><title>%s</title><rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="#3a7d44"/>`,
 				template.HTMLEscapeString(title), x, y0-ha, max(bw-1, 0.5), ha)
 			fmt.Fprintf(&b, `<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="#c0392b"/></g>`, x, y0-ha-hd, max(bw-1, 0.5), hd)
@@ -144,14 +147,27 @@ func (rep *Report) chart(width, height int) template.HTML {
 		step := max(1, n/8)
 		for i := 0; i < n; i += step {
 			x := float64(left) + bw*(float64(i)+0.5)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle">%s</text>`, x, y0+16, rep.Minutes[i].Start.Format("15:04"))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle">%s</text>`, x, y0+16, rep.Minutes[i].Start.Format(layout))
 		}
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12">requests per minute (UTC)</text>`, left, height-6)
+	fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12">requests per %s (UTC)</text>`, left, height-6, per)
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="#3a7d44"/><text x="%d" y="%d" font-size="12">admitted</text>`, width-190, height-16, width-176, height-6)
 	fmt.Fprintf(&b, `<rect x="%d" y="%d" width="10" height="10" fill="#c0392b"/><text x="%d" y="%d" font-size="12">denied</text>`, width-100, height-16, width-86, height-6)
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) // built from numbers, times and escaped text only
+}
+
+// bucketLabels returns how the chart writes the start of a bucket of
+// width d, and the caption's unit: a log of up to a week has a bar per
+// minute, a longer one coarser bars (see maxBuckets).
+func bucketLabels(d time.Duration) (layout, per string) {
+	switch {
+	case d <= time.Minute:
+		return "15:04", "minute"
+	case d < 24*time.Hour:
+		return "01-02 15:04", rules.FormatPeriod(d)
+	}
+	return "2006-01-02", rules.FormatPeriod(d)
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{

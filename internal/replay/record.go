@@ -91,6 +91,9 @@ func parseCLF(line []byte, r *Record) error {
 	if err != nil {
 		return fmt.Errorf("%w: time %q", errLine, ts)
 	}
+	if err := checkTime(float64(t.UnixMicro()), ts); err != nil {
+		return err
+	}
 	if !strings.HasPrefix(s, `"`) {
 		return fmt.Errorf("%w: no \"request\" field", errLine)
 	}
@@ -250,14 +253,45 @@ func parseJSON(line []byte, f *Fields, r *Record) error {
 // size: below 10^11 is seconds, which is the year 5138) into microseconds.
 func parseTime(s string) (int64, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UnixMicro(), nil
+		return t.UnixMicro(), checkTime(float64(t.UnixMicro()), s)
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f <= 0 {
 		return 0, fmt.Errorf("%w: time %q is neither RFC 3339 nor Unix seconds or milliseconds", errLine, s)
 	}
 	if f < 1e11 {
-		return int64(f * 1e6), nil
+		f *= 1e6
+	} else {
+		f *= 1e3
 	}
-	return int64(f * 1e3), nil
+	// Checked as a float: a number beyond int64's range must not wrap
+	// into the range.
+	if err := checkTime(f, s); err != nil {
+		return 0, err
+	}
+	return int64(f), nil
 }
+
+// The times a line may have, in µs since 1970: from 1970-01-01 (2000-01-01
+// through the engine's script, see source.from) to 2250-01-01 UTC excluded,
+// the engine's own upper bound (engine.WithClock refuses times outside
+// 2000..2250), so that a line of another era (a year 9999, a clock before
+// 1970) is a bad line, not a span of centuries between the first line and
+// the last. TestTimeRange replays both ends through the engine.
+const (
+	minTime       = 0                     // 1970-01-01
+	minScriptTime = 946_684_800_000_000   // 2000-01-01
+	maxTime       = 8_835_955_200_000_000 // 2250-01-01
+)
+
+// checkTime fails when t, in µs, is outside minTime..maxTime; s is the
+// time as written, for the error.
+func checkTime(t float64, s string) error {
+	if t < minTime || t >= maxTime {
+		return fmt.Errorf("%w: time %q outside the years 1970 to 2249, which the replay decides in", errLine, s)
+	}
+	return nil
+}
+
+// errEarly is the error of a line the engine's script cannot decide.
+var errEarly = fmt.Errorf("%w: time before 2000, which the engine's script does not decide (the in-process decider takes times from 1970)", errLine)

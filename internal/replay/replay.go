@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer dec.Close()
-	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, minutes: map[int64]*Minute{}, client: client}
+	r := &run{cfg: &cfg, rep: rep, rt: rt, dec: dec, subjects: map[string]*SubjectStats{}, client: client}
 	if err := r.inputs(); err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ type run struct {
 	read     atomic.Int64 // bytes read from the inputs
 	size     int64        // their total size; 0 when unknown
 	subjects map[string]*SubjectStats
-	minutes  map[int64]*Minute
+	minutes  timeline
 	req      engine.Request
 	v        verdict
 	seen     []string // subjects of the current request
@@ -205,6 +205,9 @@ func (r *run) inputs() error {
 			return err
 		}
 		s.fields, s.bad, s.lines = &fields, &r.bad, &r.lines
+		if _, ok := r.dec.(*script); ok {
+			s.from = minScriptTime
+		}
 		r.srcs = append(r.srcs, s)
 		r.m.ins = append(r.m.ins, &sorted{src: s, horizon: horizon.Microseconds(), late: &r.late})
 		if fi, err := os.Stat(in.Name); in.R == nil && in.Name != "-" && err == nil {

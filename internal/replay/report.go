@@ -27,9 +27,12 @@ type Report struct {
 	// Policies lists, per route, every window of every limiter and each
 	// limiter's block, in rule order.
 	Policies []PolicyStats
-	// Minutes holds admitted and denied requests per minute of the log,
-	// from its first minute to its last.
+	// Minutes holds admitted and denied requests per Bucket of the log,
+	// from its first bucket to its last, at most maxBuckets of them.
 	Minutes []Minute
+	// Bucket is the time each of Minutes covers: a minute for a log
+	// spanning up to a week, coarser for a longer one.
+	Bucket time.Duration
 	// Notes name the statements ignored and how the replay decided.
 	Notes []string
 	// Decider says who decided: "in-process" or "script on ...".
@@ -79,7 +82,8 @@ type TopSubject struct {
 	Last    time.Time `json:"last"`
 }
 
-// Minute is one minute of the log.
+// Minute is one bucket of the log's time series (Report.Bucket, one
+// minute unless the log spans more than a week), starting at Start.
 type Minute struct {
 	Start            time.Time
 	Admitted, Denied int64
