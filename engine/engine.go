@@ -209,11 +209,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
-	if c.plan.nd == 0 {
-		// A distinct request's windows may be full yet admit the values
-		// they hold: they make no cached denial.
-		e.known.store(c, c.sent, c.recv, c.wall)
-	}
+	// A distinct request's answer is kept too: its counts seed the
+	// fallback (a distinct request makes no cached denial, see above: its
+	// windows may be full yet admit the values they hold).
+	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
 	if c.plan.slots > 0 && d.taken != nil {
 		e.hold(d.taken)
