@@ -74,8 +74,12 @@ type Engine struct {
 // DefaultEvictionCheck in a goroutine of its own. With cached denials on
 // (the default, see WithCachedDenials) it subscribes to the invalidation
 // channel and waits for the subscription (at most a second, or the
-// timeout if longer; at once when Redis refuses connections). It sends no
-// other command: the script is loaded by the first call that needs it. The
+// timeout if longer; at once when Redis refuses connections). When the
+// client's server listens in this process, it asks INFO server (waiting at
+// most a second, or the timeout if longer): an embedded miniredis cannot be
+// down, so calls to it wait up to 5 s (or the timeout if longer) before
+// the fail mode decides, whatever the timeout. It sends no other command:
+// the script is loaded by the first call that needs it. The
 // Engine does not own client; Close leaves it open. New fails with an
 // *OptionError when client is nil (also a typed nil such as
 // (*redis.Client)(nil)) or an option is invalid.
@@ -124,6 +128,9 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
+	}
+	if embedded(client, max(cfg.timeout, embeddedProbe)) {
+		e.timeout = max(e.timeout, embeddedTimeout)
 	}
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
