@@ -91,3 +91,50 @@ func TestFallbackSeedDistinct(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackSeedDistinctCluster is TestFallbackSeedDistinct's full case
+// on a 3-master cluster whose master of the subject's key is SIGKILLed:
+// the demo's /files (distinct:path) admitted 20 against 10 there, with two
+// processes. Both engines counted values, then heard from Redis that the
+// subject is full, and admit no new value with the master down.
+func TestFallbackSeedDistinctCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	opts := &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1}
+	prefix := testPrefix(t)
+	var engines []*Engine
+	for node := range int64(2) {
+		engines = append(engines, newEngine(t, cl.ClientWith(t, opts), WithPrefix(prefix), WithNode(node+1),
+			WithFailMode(rules.FailLocal)))
+	}
+	value := 0
+	r := func() Request {
+		value++
+		u := user("alice", win(10, time.Minute))
+		u.Distinct = fmt.Sprintf("/files/%d", value)
+		return req(u)
+	}
+	ctx := context.Background()
+	for i := range 10 {
+		mustAllow(t, engines[i%2], r(), true)
+	}
+	for _, e := range engines {
+		mustAllow(t, e, r(), false) // each hears from Redis that it is full
+	}
+	cl.KillMasterOf(t, engines[0].keyOf("s", r().Checks[0]))
+	for ei, e := range engines {
+		allowed := 0
+		for range 10 {
+			d, err := e.Allow(ctx, r())
+			if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+				t.Fatalf("engine %d with the master killed: %+v, %v; want a local decision", ei, d, err)
+			}
+			if d.Allowed {
+				allowed++
+			}
+		}
+		if allowed > 0 {
+			t.Errorf("engine %d: %d new values admitted with the master killed, want 0 (10 of 10 held)", ei, allowed)
+		}
+	}
+}
