@@ -75,8 +75,8 @@ type Engine struct {
 // (the default, see WithCachedDenials) it subscribes to the invalidation
 // channel and waits for the subscription (at most a second, or the
 // timeout if longer; at once when Redis refuses connections). When the
-// client's server listens in this process, it asks INFO server (waiting at
-// most a second, or the timeout if longer): an embedded miniredis cannot be
+// client's server listens in this process, it asks INFO server on a
+// connection of its own (waiting at most a second): an embedded miniredis cannot be
 // down, so calls to it wait up to 5 s (or the timeout if longer) before
 // the fail mode decides, whatever the timeout. It sends no other command:
 // the script is loaded by the first call that needs it. The
@@ -129,7 +129,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
 	}
-	if embedded(client, max(cfg.timeout, embeddedProbe)) {
+	if embedded(client, embeddedProbe) {
 		e.timeout = max(e.timeout, embeddedTimeout)
 	}
 	if err := e.startGuard(&cfg); err != nil {

@@ -25,9 +25,10 @@ import (
 // still goes to the fail mode at once.
 const embeddedTimeout = 5 * time.Second
 
-// embeddedProbe bounds the INFO call that recognizes miniredis at New: a
-// store in this process that is slow to answer it (a loaded machine) must
-// still be recognized.
+// embeddedProbe bounds the INFO call that recognizes miniredis at New,
+// whatever the timeout: a store in this process that is slow to answer it
+// (a loaded machine) must still be recognized, and a server of this
+// process that never answers (a test's fake) costs New no more.
 const embeddedProbe = time.Second
 
 // embedded reports whether c is a *redis.Client of a miniredis listening
@@ -56,9 +57,16 @@ func embedded(c Client, wait time.Duration) bool {
 	if !here {
 		return false
 	}
+	// A client of its own (the same options, one connection): the
+	// application's hooks on rc see no command of New's, and a hook that
+	// blocks cannot hold New.
+	o := *opt
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 1, -1
+	own := redis.NewClient(&o)
+	defer own.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	err = rc.Info(ctx, "server").Err()
+	err = own.Info(ctx, "server").Err()
 	var re redis.Error
 	return errors.As(err, &re) && strings.Contains(re.Error(), "section (server) is not supported")
 }
