@@ -25,7 +25,9 @@ import (
 //     exactly the state a Redis denial would report (see deny);
 //   - the FailLocal fallback, which starts each key from the known state
 //     instead of from nothing (see localLimiter.seed), keys counted in
-//     units (bytes) included.
+//     units (bytes) and keys counting distinct values included (the
+//     latter seed with their number of values: the fallback counts
+//     requests there, see Check.Distinct).
 //
 // Times are of two clocks and never mixed: the answer's deadlines are
 // offsets from the answer, placed on the local monotonic clock (e.mono)
@@ -372,7 +374,11 @@ func (kk *knownKey) keep(c *call, i int, sign int64, counted bool) {
 				// window's reset is its period's end, always sent.)
 				reset = w.period
 			}
-			used += p.kcost[i]
+			if !p.heldAt(j) {
+				// A distinct value a window held counts nothing anew
+				// there (see distinct.go).
+				used += p.kcost[i]
+			}
 			// Admitted, so there was room: full now only when this
 			// request filled it, until its oldest entry leaves.
 			wait = 0

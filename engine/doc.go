@@ -312,7 +312,13 @@
 // processes an outage therefore admits at most n·(L-k) beyond the limit
 // per window (k as of each process's last answer), and nothing for a
 // subject that was full. Keys this process never asked Redis about start
-// from nothing (at most L per process).
+// from nothing (at most L per process). Keys counting distinct values
+// ([Check.Distinct]) start from the number of values Redis held; the
+// limiter counts requests there, so a window with k of L values admits at
+// most L-k requests per process, whatever their values.
+//
+// An embedded miniredis, running in this process, is not down when it is
+// slow: New recognizes it and gives its calls a timeout of at least 5 s.
 //
 // A server that does not answer (a timeout, a refused or broken
 // connection) is considered down: the engine itself on a single server, a

@@ -80,8 +80,12 @@ type Engine struct {
 // DefaultEvictionCheck in a goroutine of its own. With cached denials on
 // (the default, see WithCachedDenials) it subscribes to the invalidation
 // channel and waits for the subscription (at most a second, or the
-// timeout if longer; at once when Redis refuses connections). It sends no
-// other command: the script is loaded by the first call that needs it. The
+// timeout if longer; at once when Redis refuses connections). When the
+// client's server listens in this process, it asks INFO server on a
+// connection of its own (waiting at most a second): an embedded miniredis cannot be
+// down, so calls to it wait up to 5 s (or the timeout if longer) before
+// the fail mode decides, whatever the timeout. It sends no other command:
+// the script is loaded by the first call that needs it. The
 // Engine does not own client; Close leaves it open. New fails with an
 // *OptionError when client is nil (also a typed nil such as
 // (*redis.Client)(nil)) or an option is invalid.
@@ -130,6 +134,9 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
+	}
+	if embedded(client, embeddedProbe) {
+		e.timeout = max(e.timeout, embeddedTimeout)
 	}
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
@@ -224,11 +231,10 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 		e.noteFailed(c)
 		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
 	}
-	if c.plan.nd == 0 {
-		// A distinct request's windows may be full yet admit the values
-		// they hold: they make no cached denial.
-		e.known.store(c, c.sent, c.recv, c.wall)
-	}
+	// A distinct request's answer is kept too: its counts seed the
+	// fallback (a distinct request makes no cached denial, see above: its
+	// windows may be full yet admit the values they hold).
+	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, FromRedis)
 	if c.plan.slots > 0 && d.taken != nil {
 		e.hold(d.taken)

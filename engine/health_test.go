@@ -23,7 +23,10 @@ func TestProbeBesidePool(t *testing.T) {
 	s := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, PoolSize: 4})
 	t.Cleanup(func() { rc.Close() })
-	e, err := New(rc, WithPrefix(testPrefix(t)), WithFailMode(rules.FailLocal),
+	// A killed server refuses connections at once: the test needs no
+	// short timeout, and the default 100 ms timed out the first Allow on
+	// a loaded machine.
+	e, err := New(rc, WithPrefix(testPrefix(t)), WithFailMode(rules.FailLocal), WithTimeout(5*time.Second),
 		WithLogger(slog.New(slog.DiscardHandler)), withEvictionCheck(0))
 	if err != nil {
 		t.Fatal(err)

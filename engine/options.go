@@ -104,7 +104,8 @@ func WithNode(node int64) Option {
 
 // WithTimeout bounds each Redis call (one batch of concurrent requests);
 // the default is DefaultTimeout. When it passes, the request's fail mode
-// decides. The deadline reaches the socket only when the go-redis client
+// decides. A miniredis running in this process (see New) is given at least
+// 5 s: it cannot be down, only slow. The deadline reaches the socket only when the go-redis client
 // has ContextTimeoutEnabled set; otherwise the client's own ReadTimeout and
 // WriteTimeout apply, and New logs a warning.
 func WithTimeout(d time.Duration) Option {

@@ -42,7 +42,8 @@ type Check struct {
 	// member derived from the value, hashed when subjects are
 	// (WithHashSubjects). A give-back or a rollback leaves a value counted
 	// (others' requests may share it), erring on the side of denying; so
-	// does the local fallback, which counts requests.
+	// does the local fallback, which counts requests, starting from the
+	// number of values Redis last reported.
 	Distinct string
 }
 

@@ -463,8 +463,11 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	prefix := testPrefix(t)
 	h := &recordHandler{}
 	lost := make(chan SlotLost, 10)
-	const lease = 600 * ms // renewed every 200 ms, well above the timeout
-	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(100*ms), WithLease(lease), WithLogger(slog.New(h)),
+	// A stopped master refuses connections at once, so the test needs no
+	// short timeout; 100 ms timed out the first Allow on a loaded machine.
+	// The lease stays above three timeouts (see WithLease).
+	const timeout, lease = 400 * ms, 1500 * ms // renewed every 500 ms
+	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(timeout), WithLease(lease), WithLogger(slog.New(h)),
 		WithSlotLost(func(l SlotLost) { lost <- l }))
 	var a, b Request
 	var ma, mb *redistest.Server
@@ -521,7 +524,9 @@ func TestComboReleaseHungServer(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	h := &recordHandler{}
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(50*ms), WithLogger(slog.New(h)))
+	// Each call on the hung server waits for the timeout; 50 ms timed out
+	// the Allows before the hang on a loaded machine.
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(500*ms), WithLogger(slog.New(h)))
 	ctx := context.Background()
 	r := req(bytesOf("u", 10, win(1000, time.Minute)), user("u", conc(6)))
 	var ds []Decision

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An embedded store (miniredis started by this process: the demo's default,
+// quick tests, replays) cannot be down while the process runs: a call to it
+// that takes long only waited for this process's own CPU. Taking the fail
+// mode then would decide without the store for no reason (a sixth failed
+// login admitted by fail:local because miniredis missed 100 ms under load).
+// New therefore gives an engine whose client talks to an embedded store a
+// timeout of at least embeddedTimeout: a call waits for the store's answer
+// unless it stalls that long. A closed store refuses connections, which
+// still goes to the fail mode at once.
+const embeddedTimeout = 5 * time.Second
+
+// embeddedProbe bounds the INFO call that recognizes miniredis at New,
+// whatever the timeout: a store in this process that is slow to answer it
+// (a loaded machine) must still be recognized, and a server of this
+// process that never answers (a test's fake) costs New no more.
+const embeddedProbe = time.Second
+
+// embedded reports whether c is a *redis.Client of a miniredis listening
+// in this process. The listener is looked up in /proc (Linux): a loopback
+// address stands in for it where /proc cannot be read. Only then is the
+// server asked INFO server, which miniredis refuses with "section (server)
+// is not supported" (a real Redis answers it, and a fake server of a test
+// that never answers is not recognized: its timeouts stay as configured).
+func embedded(c Client, wait time.Duration) bool {
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		return false
+	}
+	opt := rc.Options()
+	if opt.Network != "" && opt.Network != "tcp" {
+		return false
+	}
+	host, port, err := net.SplitHostPort(opt.Addr)
+	if err != nil {
+		return false
+	}
+	here, err := listensHere(port)
+	if err != nil {
+		here = isLoopback(host)
+	}
+	if !here {
+		return false
+	}
+	// A client of its own (the same options, one connection): the
+	// application's hooks on rc see no command of New's, and a hook that
+	// blocks cannot hold New.
+	o := *opt
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 1, -1
+	own := redis.NewClient(&o)
+	defer own.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err = own.Info(ctx, "server").Err()
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(re.Error(), "section (server) is not supported")
+}
+
+// isLoopback reports whether host names this machine's loopback.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// listensHere reports whether a TCP socket listening on port belongs to
+// this process, from /proc/self/net/tcp{,6} and /proc/self/fd; an error
+// means it cannot tell (no /proc).
+func listensHere(port string) (bool, error) {
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return false, err
+	}
+	want := strings.ToUpper(strconv.FormatUint(p, 16))
+	for len(want) < 4 {
+		want = "0" + want
+	}
+	inodes := map[string]bool{}
+	read := 0
+	for _, f := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		if err := listeners(f, want, inodes); err == nil {
+			read++
+		}
+	}
+	if read == 0 {
+		return false, errors.New("engine: /proc/self/net unreadable")
+	}
+	if len(inodes) == 0 {
+		return false, nil
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(l, "socket:[") && inodes[strings.TrimSuffix(l[len("socket:["):], "]")] {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// listeners adds to inodes the inodes of the sockets of table file (the
+// format of /proc/net/tcp) listening (state 0A) on port want (4 hex
+// digits).
+func listeners(file, want string, inodes map[string]bool) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // the header
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 10 || fs[3] != "0A" {
+			continue
+		}
+		if _, p, ok := strings.Cut(fs[1], ":"); ok && p == want {
+			inodes[fs[9]] = true
+		}
+	}
+	return sc.Err()
+}
