@@ -97,7 +97,7 @@ func (f *fleet) clock(redisTime, start time.Time) {
 
 func (f *fleet) keys(ln *lane) []string {
 	base := f.prefix + "throttle:{" + f.t.name + ":" + ln.id + "}:"
-	return []string{base + "q", base + "l", base + "b"}
+	return []string{base + "q", base + "l", base + "b", base + "v"}
 }
 
 // run calls the turn script; it returns nil when Redis failed, and the
@@ -111,7 +111,7 @@ func (f *fleet) run(ln *lane, op string, score int64, arg int64) []int64 {
 	f.t.stats.calls.Add(1)
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), op, f.member, score,
 		fleetLease.Microseconds(), f.channel, ln.id, arg).Int64Slice()
-	if err != nil || len(res) != 4 {
+	if err != nil || len(res) != 5 {
 		return nil
 	}
 	return res
@@ -137,6 +137,12 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	ln.renewed = time.Now()
+	if res != nil && !ln.fresh(res[4]) {
+		// A message made after this reply was applied already; it told
+		// what this reply would, and more.
+		ln.signalHead()
+		return
+	}
 	if res == nil {
 		// Redis failed: act as if alone, so that waiters are not stuck.
 		ln.joined, ln.onTurn = false, false
@@ -158,7 +164,7 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 // learnBlock reads whether an upstream block holds a lane this process
 // has not used yet.
 func (f *fleet) learnBlock(ln *lane) {
-	if res := f.run(ln, "g", 0, 0); len(res) == 4 && res[3] > 0 {
+	if res := f.run(ln, "g", 0, 0); len(res) == 5 && res[3] > 0 {
 		ln.mu.Lock()
 		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
 		ln.mu.Unlock()
@@ -207,13 +213,13 @@ func (f *fleet) message(ln *lane, parts []string) {
 	defer ln.mu.Unlock()
 	switch parts[0] {
 	case "j":
-		if len(parts) == 4 && parts[2] != f.member {
+		if len(parts) == 5 && parts[2] != f.member && ln.fresh(num(4)) {
 			if s := num(3); s >= 0 && s < ln.othersMin {
 				ln.othersMin = s
 			}
 		}
 	case "t":
-		if len(parts) != 6 {
+		if len(parts) != 7 || !ln.fresh(num(6)) {
 			return
 		}
 		if parts[2] != f.member {
@@ -232,6 +238,9 @@ func (f *fleet) message(ln *lane, parts []string) {
 		ln.wakeAt = time.Now().Add(time.Duration(max(num(3), 0)) * time.Microsecond)
 		ln.signalHead()
 	case "e":
+		if len(parts) != 3 || !ln.fresh(num(2)) {
+			return
+		}
 		ln.othersMin = none
 		ln.signalHead()
 	case "b":

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,8 @@ type lane struct {
 	onTurn    bool      // that entry is the fleet's first
 	othersMin int64     // the earliest arrival of another process's head; none if none
 	renewed   time.Time // the last call of the fleet script (lease renewal)
+	ver       int64     // the version of the fleet's queue last applied
+	verAt     time.Time // when
 }
 
 // A waiter is one caller of Wait.
@@ -92,15 +95,37 @@ func (ln *lane) kick() {
 	ln.mu.Unlock()
 }
 
-// enter queues w and reports whether it may ask Redis at once: nobody
-// waits, here or elsewhere, and no block holds the lane.
+// enter reports whether w may ask Redis at once: nobody waits, here or
+// elsewhere, no block holds the lane and the windows were not found full.
+// Such callers ask concurrently; a refusal queues them (refused). Else
+// enter queues w.
 func (ln *lane) enter(w *waiter) bool {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	now := time.Now()
-	direct := len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt)
-	ln.q = append(ln.q, w)
-	return direct
+	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) {
+		return true
+	}
+	ln.queue(w)
+	return false
+}
+
+// queue puts w in arrival order; ln.mu is held. Callers that asked at
+// once and were refused may have arrived before some that queued.
+func (ln *lane) queue(w *waiter) {
+	i := len(ln.q)
+	for i > 0 && ln.q[i-1].stamp > w.stamp {
+		i--
+	}
+	if i == 0 && len(ln.q) > 0 {
+		i = 1 // the head is asking; it keeps its place
+	}
+	ln.q = append(ln.q, nil)
+	copy(ln.q[i+1:], ln.q[i:])
+	ln.q[i] = w
+	if i == 0 {
+		w.signal()
+	}
 }
 
 // remove takes w out, handing the head's place, and the fleet's turn if
@@ -219,8 +244,20 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		wait = 100 * time.Millisecond
 	}
 	ln.mu.Lock()
+	if !slices.Contains(ln.q, w) {
+		ln.queue(w)
+	}
+	if ln.q[0] != w {
+		// Refused while asking at once, behind callers that queued: the
+		// head learns the time as well from its own refusal.
+		ln.mu.Unlock()
+		return
+	}
 	ln.wakeAt = time.Now().Add(wait)
 	join := !ln.joined
+	// Joined from now: a message giving this process the turn may come
+	// before the reply.
+	ln.joined = true
 	ln.mu.Unlock()
 	if join {
 		ln.t.fleet.join(ln, w.stamp)
@@ -259,4 +296,17 @@ func (ln *lane) holdUntil(at time.Time) {
 	if at.After(ln.blocked) {
 		ln.blocked = at
 	}
+}
+
+// fresh reports whether what the fleet's queue said at version v is newer
+// than what ln applied, and notes v; ln.mu is held. A version is ignored
+// only against one applied within a lease, since the counter restarts
+// when the queue's keys expire.
+func (ln *lane) fresh(v int64) bool {
+	now := time.Now()
+	if v < ln.ver && now.Sub(ln.verAt) < fleetLease {
+		return false
+	}
+	ln.ver, ln.verAt = v, now
+	return true
 }

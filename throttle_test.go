@@ -32,7 +32,7 @@ func throttleLimiter(t *testing.T, client engine.Client, prefix string, opts ...
 
 func miniClient(t *testing.T) *redis.Client {
 	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -69,8 +69,11 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 				return nil, cerr
 			}
 			ln.mu.Lock()
-			ln.q = ln.q[1:] // w is the head: only the head asks
-			ln.handOver(true, nextHint(&req, &d))
+			head := len(ln.q) > 0 && ln.q[0] == w // else it asked at once, unqueued
+			if head {
+				ln.q = ln.q[1:]
+			}
+			ln.handOver(head, nextHint(&req, &d))
 			t.stats.admitted(time.Since(start))
 			return &Permit{t: t, d: d, names: names, lane: ln}, nil
 		}
