@@ -136,14 +136,15 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 || s > int64(maxUpstreamBlock/time.Second) {
-			return min(time.Duration(max(s, 0))*time.Second, maxUpstreamBlock), s > 0
+		if s <= 0 {
+			return 0, false
 		}
-		return time.Duration(s) * time.Second, true
+		return min(time.Duration(min(s, int64(maxUpstreamBlock/time.Second)))*time.Second, maxUpstreamBlock), true
 	}
 	if at, err := http.ParseTime(v); err == nil {
-		d := at.Sub(now)
-		return min(d, maxUpstreamBlock), d > 0
+		if d := at.Sub(now); d > 0 {
+			return min(d, maxUpstreamBlock), true
+		}
 	}
 	return 0, false
 }
