@@ -114,6 +114,8 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 		})
 		l.ov.Add(t.sw)
 	}
+	// Known to Peek, Reset and the operator page like a route's scope.
+	l.remember(name, g, nil)
 	l.addThrottle(t)
 	return t, nil
 }

@@ -42,6 +42,10 @@ func TestThrottleVisible(t *testing.T) {
 	}
 	mu.Unlock()
 
+	if d, err := lim.Peek(ctx, "payments", "global", ""); err != nil || d.Windows[0].Used != 1 {
+		t.Errorf("Peek of the throttle's scope = %+v, %v; want 1 used", d, err)
+	}
+
 	h := lim.AdminHandler("ops")
 	get := func(path string) string {
 		r := httptest.NewRequest(http.MethodGet, path, nil)

@@ -78,7 +78,13 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 // functions; nil for Wait and Allow, whose limit functions get a request
 // carrying only ctx.
 func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (engine.Request, []string, error) {
-	req := engine.Request{Scope: p.scope, Fail: p.g.Fail, Zone: p.zone, Checks: make([]engine.Check, len(p.g.Limiters))}
+	fail := p.g.Fail
+	if fail == rules.FailDefault {
+		// Calls out wait when Redis fails: failing open would send the
+		// whole fleet's calls into the upstream's limits at once.
+		fail = rules.FailClosed
+	}
+	req := engine.Request{Scope: p.scope, Fail: fail, Zone: p.zone, Checks: make([]engine.Check, len(p.g.Limiters))}
 	names := make([]string, len(p.g.Limiters))
 	vals := map[string]int64{}
 	for i, l := range p.g.Limiters {

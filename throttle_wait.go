@@ -22,9 +22,11 @@ import (
 // When ctx ends first, Wait returns ctx.Err() and has counted nothing. A
 // call whose cost is above a whole limit fails at once with an error
 // wrapping ErrNeverFits; a Call without a value the rules need, with one
-// wrapping ErrCall. When Redis fails, the group's fail mode decides: open
-// admits (the Permit counts nothing), closed makes Wait ask again every
-// 100 ms until ctx ends. $name limits call the Limiter's limit functions
+// wrapping ErrCall. When Redis fails (or does not answer within the
+// engine's timeout), the group's fail mode decides, closed unless it has
+// a fail: statement: closed makes Wait ask again every 100 ms until ctx
+// ends; open admits (the Permit counts nothing); local counts in this
+// process only. $name limits call the Limiter's limit functions
 // (middleware.WithLimitFunc in WithMiddlewareOptions) with a request that
 // carries only ctx.
 func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
