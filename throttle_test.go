@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -245,5 +247,30 @@ func TestThrottleOverrides(t *testing.T) {
 	}
 	if _, ok, _ := th.Allow(ctx, slidelimit.Call{}); ok {
 		t.Error("a call admitted after ClearRules brought back 1/min")
+	}
+}
+
+// TestThrottleCancelAtAdmission: a context that ends while Redis admits
+// the call (here: in the decision hook) makes Wait return ctx.Err() with
+// the call taken back out of the windows.
+func TestThrottleCancelAtAdmission(t *testing.T) {
+	var cancelNow atomic.Pointer[context.CancelFunc]
+	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithMiddlewareOptions(middleware.WithHook(func(e middleware.Event) {
+		if c := cancelNow.Load(); c != nil && e.Allowed {
+			(*c)()
+		}
+	})))
+	th, err := lim.Throttle("api", "global:5/min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancelNow.Store(&cancel)
+	if p, err := th.Wait(ctx, slidelimit.Call{}); !errors.Is(err, context.Canceled) || p != nil {
+		t.Fatalf("Wait = %v, %v; want context.Canceled", p, err)
+	}
+	if used := globalUsed(t, lim, "api", rules.Window{Limit: 5, Period: time.Minute}); used != 0 {
+		t.Errorf("the windows hold %d calls after a canceled Wait, want 0", used)
 	}
 }
