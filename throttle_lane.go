@@ -191,8 +191,13 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 		now := time.Now()
 		var until time.Time // zero: wait for a signal only
 		renew := false
+		join := false
 		switch {
 		case ln.q[0] != w:
+		case !ln.joined && ln.othersMin != none:
+			// Other processes wait: take a place in the fleet's order
+			// before asking, or this head would race theirs.
+			ln.joined, join = true, true
 		case ln.joined && !ln.onTurn:
 			// Another process has the turn; renew this entry's lease in
 			// case it died, which also finds out.
@@ -212,7 +217,7 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 		}
 		stamp := w.stamp
 		ln.mu.Unlock()
-		if renew && !now.Before(until) {
+		if join || renew && !now.Before(until) {
 			ln.t.fleet.join(ln, stamp)
 			continue
 		}
