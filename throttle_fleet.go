@@ -144,8 +144,9 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 		return
 	}
 	if res == nil {
-		// Redis failed: act as if alone, so that waiters are not stuck.
-		ln.joined, ln.onTurn = false, false
+		// Redis failed: act as if alone, so that waiters are not stuck
+		// (and do not retry the script at once).
+		ln.joined, ln.onTurn, ln.othersMin = false, false, none
 		ln.signalHead()
 		return
 	}
@@ -161,13 +162,21 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 	ln.signalHead()
 }
 
-// learnBlock reads whether an upstream block holds a lane this process
-// has not used yet.
-func (f *fleet) learnBlock(ln *lane) {
-	if res := f.run(ln, "g", 0, 0); len(res) == 5 && res[3] > 0 {
-		ln.mu.Lock()
+// learn reads, for a lane this process has not used yet, whether an
+// upstream block holds it and whether other processes wait in it: a first
+// caller must then queue behind them instead of asking at once.
+func (f *fleet) learn(ln *lane) {
+	res := f.run(ln, "g", 0, 0)
+	if len(res) != 5 {
+		return
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	if res[3] > 0 {
 		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
-		ln.mu.Unlock()
+	}
+	if res[1] >= 0 && res[1] < ln.othersMin {
+		ln.othersMin = res[1]
 	}
 }
 

@@ -50,7 +50,7 @@ func (w *waiter) signal() {
 }
 
 // lane returns the lane of key, made on first use; a new lane learns from
-// Redis whether an upstream block holds it.
+// Redis whether an upstream block holds it and whether others wait.
 func (t *Throttle) lane(key string) *lane {
 	t.mu.Lock()
 	ln, ok := t.lanes[key]
@@ -62,7 +62,7 @@ func (t *Throttle) lane(key string) *lane {
 	}
 	t.mu.Unlock()
 	if !ok {
-		t.fleet.learnBlock(ln)
+		t.fleet.learn(ln)
 	}
 	return ln
 }
@@ -139,7 +139,8 @@ func (ln *lane) remove(w *waiter) {
 			break
 		}
 	}
-	ln.handOver(head, 0)
+	// The windows free up when they did: the next head asks then.
+	ln.handOver(head, max(time.Until(ln.wakeAt), 0))
 }
 
 // handOver ends the turn of a head that left (admitted, or its context

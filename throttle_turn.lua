@@ -14,14 +14,16 @@
 --          applies a reply and the messages in the order they were made
 --          (a reply may arrive after a later message)
 -- ARGV[1]  op: 'j' join or renew, 'p' pass the turn (ARGV[3] < 0:
---          leave), 'b' block for ARGV[7] ms, 'g' read the block
+--          leave), 'b' block for ARGV[7] ms, 'g' read the block and
+--          the queue (a process's first call for the lane)
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
 --          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b')
 --
 -- Reply: {mine, others, n, block, version}: mine 1 when member is first;
 -- others the lowest score of another member, -1 for none; n the queue's
 -- size; block the block's PTTL (ms, negative for none); version the
--- queue's version after the op (0 for 'b' and 'g').
+-- queue's version after the op (0 for 'b' and 'g'). For 'g', others is
+-- the lowest score of any member, dead ones included.
 --
 -- Messages on ARGV[5], fields separated by '|':
 --   j|lane|member|score|version
@@ -39,7 +41,10 @@ if op == 'b' then
   return {0, -1, 0, tonumber(ARGV[7]), 0}
 end
 if op == 'g' then
-  return {0, -1, 0, redis.call('PTTL', KEYS[3]), 0}
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local first = -1
+  if head[1] then first = tonumber(head[2]) end
+  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
