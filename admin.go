@@ -17,7 +17,8 @@ import (
 // AdminHandler returns the operator's view of the Limiter (internal/admin):
 // a page and a JSON API of the most denied subjects fleet-wide, the active
 // blocks, the rule overrides in force and one subject's usage across
-// routes, and a POST that lifts a block. It serves only callers whose
+// routes, the throttles (Limiter.Throttle) with their waiting callers,
+// wait percentiles and upstream 429s, and a POST that lifts a block. It serves only callers whose
 // identity (role.NewContext) holds one of roles: 401 without an identity,
 // 403 without a role (with no roles, it serves no one). Mount it under any
 // prefix:
@@ -132,6 +133,16 @@ func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {
 		out = append(out, admin.Override{Scope: ov.Scope, Rules: ov.Rules})
 	}
 	return out, nil
+}
+
+// Throttles lists the Limiter's throttles for the page.
+func (s adminSource) Throttles() []admin.Throttle {
+	var out []admin.Throttle
+	for _, t := range s.l.Throttles() {
+		out = append(out, admin.Throttle{Name: t.Name, Rules: t.Rules, Waiting: t.Waiting,
+			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s})
+	}
+	return out
 }
 
 // badInput marks the errors of input that names no windows for the admin

@@ -50,6 +50,12 @@
 // a handler report an application cost such as tokens (see
 // engine.Engine.Settle for the semantics).
 //
+// Throttle points the same engine the other way, at calls out: a fleet
+// of processes stays under another service's limits together, with Wait
+// blocking a call in arrival order across the fleet until every window
+// has room, Permit.Finish settling its cost to what the upstream charged,
+// and Transport doing both for an http.Client (see docs/throttle.md).
+//
 // # Configuration
 //
 // Each setting belongs to the package that uses it and is configured with

@@ -18,12 +18,14 @@ import (
 // wraps. A Limiter is safe for concurrent use.
 type Limiter struct {
 	engine *engine.Engine
+	client engine.Client
 	opts   []middleware.Option
 	ov     *overrides.Store // nil with WithRulesCheck(0)
 	masked []rules.Kind     // WithMaskedSubjects
 
-	mu     sync.RWMutex
-	groups []registered // what Peek and Reset search, in registration order
+	mu        sync.RWMutex
+	groups    []registered // what Peek and Reset search, in registration order
+	throttles []*Throttle  // in creation order
 }
 
 // New returns a Limiter deciding with client, which may be a *redis.Client,
@@ -60,7 +62,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{engine: e, opts: c.middleware, masked: masked}
+	l := &Limiter{engine: e, client: client, opts: c.middleware, masked: masked}
 	if c.rulesCheck > 0 {
 		l.ov = overrides.New(client, access.EnginePrefix(e), c.rulesCheck, access.EngineLogger(e))
 		l.ov.Start()
@@ -80,6 +82,11 @@ func (l *Limiter) Close() error {
 	if l.ov != nil {
 		l.ov.Close()
 	}
+	l.mu.RLock()
+	for _, t := range l.throttles {
+		t.fleet.close()
+	}
+	l.mu.RUnlock()
 	return l.engine.Close()
 }
 

@@ -13,3 +13,8 @@ var (
 	// (engine.WithLogger), which the rule overrides log with.
 	EngineLogger func(engine any) *slog.Logger
 )
+
+// MiddlewareParts returns what a []middleware.Option configures that a
+// root package throttle uses: the hooks ([]func(middleware.Event)) and
+// the limit functions (map[string]middleware.LimitFunc).
+var MiddlewareParts func(opts any) (hooks, limits any)

@@ -13,6 +13,7 @@
 //	GET  /api/top?since=1m|5m|1h   {"since":"1h","top":[{"scope","limiter","subject","denied"}, ...]}
 //	GET  /api/subject?subject=S    S's usage across routes (or ?ip=A: what was counted by address A)
 //	GET  /api/blocks               the active blocks
+//	GET  /api/throttles            {"throttles":[{"name","rules","waiting","wait_p50","wait_p99","admitted","upstream_429s"}, ...]}
 //	POST /api/reset                scope, limiter, subject (or ip, or ref): lifts the block, clears the windows
 //
 // The subjects of the kinds in Config.Masked (header values, by default of
@@ -119,6 +120,7 @@ func New(src Source, cfg Config, roles ...role.Role) http.Handler {
 	h.mux.HandleFunc("GET /api/top", h.top)
 	h.mux.HandleFunc("GET /api/subject", h.subject)
 	h.mux.HandleFunc("GET /api/blocks", h.blocks)
+	h.mux.HandleFunc("GET /api/throttles", h.throttlesAPI)
 	h.mux.Handle("POST /api/reset", http.NewCrossOriginProtection().Handler(http.HandlerFunc(h.reset)))
 	return h
 }

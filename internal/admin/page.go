@@ -17,6 +17,7 @@ var pageText string
 // that work without script.
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"secs": secs,
+	"ms":   ms,
 }).Parse(pageText))
 
 // view is one period of the page's most-denied tables.
@@ -31,6 +32,7 @@ type pageData struct {
 	Views     []view
 	Blocks    []Block
 	Overrides []Override
+	Throttles []Throttle
 	Query     string // the subject searched for
 	QueryIP   string // or the address
 	Usage     []Usage
@@ -66,6 +68,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	if data.Overrides, err = h.overrides(ctx); err != nil {
 		problemOf("overrides", err)
 	}
+	data.Throttles = h.throttles()
 	if data.Query != "" || data.QueryIP != "" {
 		data.Searched = true
 		if data.Query != "" && data.QueryIP != "" {

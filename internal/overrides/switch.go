@@ -32,3 +32,6 @@ func (s *Switch) ServeHTTP(w http.ResponseWriter, r *http.Request) { (*s.cur.Loa
 func (s *Switch) Build(g rules.Group) (http.Handler, error) { return s.build(g) }
 
 func (s *Switch) set(h http.Handler) { s.cur.Store(&h) }
+
+// Current returns the handler s serves now: the code's, or an override's.
+func (s *Switch) Current() http.Handler { return *s.cur.Load() }

@@ -1,0 +1,232 @@
+package slidelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/overrides"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// A Throttle holds the calls a fleet of processes makes to another
+// service (a paid API, a storage provider) under that service's limits:
+// every process sharing the Redis and key prefix of its Limiter counts its
+// calls in the same windows, and Wait blocks a call until every window has
+// room for it. Create Throttles with Limiter.Throttle; a Throttle is safe
+// for concurrent use. See docs/throttle.md.
+type Throttle struct {
+	lim   *Limiter
+	name  string
+	code  *throttlePlan     // the plan of the rules the code declared
+	sw    *overrides.Switch // follows SetRules on the scope; nil with overrides off
+	fleet *fleet            // the fleet-wide order of waiters
+
+	mu    sync.Mutex
+	lanes map[string]*lane
+
+	byID  map[string]*lane // the lanes by id, for the fleet's messages
+	hooks []func(middleware.Event)
+
+	stats throttleStats
+}
+
+// Call is one call through a Throttle: the subjects and estimated costs its
+// limiters count.
+type Call struct {
+	// Keys gives the value of each key(NAME) limiter, by NAME, such as
+	// the API key the call is made with. Every key(NAME) limiter of the
+	// throttle's rules needs a non-empty value.
+	Keys map[string]string
+	// Costs gives the estimated cost of each limiter with a named cost
+	// ([tokens]), by name, such as the tokens a completion may use at
+	// most. Every named cost of the rules needs a value of at least 1;
+	// Permit.Finish settles it to what the call really cost.
+	Costs map[string]int64
+}
+
+// A Permit is a call a Throttle admitted. Finish it when the call has
+// ended, so that its costs are settled and its in-flight slots released.
+type Permit struct {
+	t     *Throttle
+	d     engine.Decision
+	names []string // names[i] is the cost name of check i; "" for none
+	lane  *lane
+	done  atomic.Bool
+}
+
+// Errors of Throttle, Wait and Allow.
+var (
+	// ErrThrottleRules means the rules of a throttle use a statement a
+	// throttle cannot have: roles (role(...) overrides, exempt:), ip,
+	// user, header or param limiters, count:, distinct: or mode:shadow.
+	ErrThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
+	// ErrCall means a Call lacks the value of a key(NAME) limiter or the
+	// estimate of a named cost, or gives a cost below 1.
+	ErrCall = errors.New("slidelimit: call lacks a value the throttle needs")
+	// ErrNeverFits means a call's cost is above the whole limit of a
+	// window: no moment would admit it, so Wait fails at once.
+	ErrNeverFits = errors.New("slidelimit: call can never fit")
+)
+
+// Throttle returns the throttle name enforcing the rule group rulesText,
+// written as for Handle, over the calls of every process that shares the
+// Limiter's Redis and key prefix:
+//
+//	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min; global:10000/calendar day")
+//
+// name is the scope of its windows, spelled like a scope: name, and the
+// scope SetRules changes its rules under at run time. The group may have
+// global and key(NAME) limiters, with constant or named costs, sliding,
+// calendar and in-flight (N concurrent) windows, $name limits (the
+// Limiter's limit functions, see Throttle.Wait), block:, fail: and
+// calendar: statements; a scope: statement may only repeat name. Roles,
+// ip, user, header and param limiters, count:, distinct: and mode:shadow
+// have no meaning for calls out and are refused with an error wrapping
+// ErrThrottleRules that names the statement.
+func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
+	if !validScopeName(name) {
+		return nil, fmt.Errorf("slidelimit: throttle %q: the name must be a valid scope: name", name)
+	}
+	g, err := overrides.Group(name, rulesText)
+	if err != nil {
+		return nil, fmt.Errorf("slidelimit: throttle %q: %w", name, err)
+	}
+	t := &Throttle{lim: l, name: name, lanes: map[string]*lane{}, byID: map[string]*lane{}, hooks: l.hooks()}
+	if t.code, err = t.compile(g); err != nil {
+		return nil, err
+	}
+	t.fleet = newFleet(t)
+	if l.ov != nil {
+		t.sw = overrides.NewSwitch(name, t.code, func(g rules.Group) (http.Handler, error) {
+			p, err := t.compile(g)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		})
+		l.ov.Add(t.sw)
+	}
+	// Known to Peek, Reset and the operator page like a route's scope.
+	l.remember(name, g, nil)
+	l.addThrottle(t)
+	return t, nil
+}
+
+// Name returns the throttle's name, the scope of its windows.
+func (t *Throttle) Name() string { return t.name }
+
+// plan returns the plan in force: the code's, or an override's.
+func (t *Throttle) plan() *throttlePlan {
+	if t.sw != nil {
+		if p, ok := t.sw.Current().(*throttlePlan); ok {
+			return p
+		}
+	}
+	return t.code
+}
+
+// Allow admits c at once if every window has room for it, without
+// waiting and without passing callers that wait for the same subjects.
+// It returns a nil Permit and false when c must wait; errors are those of
+// Wait.
+func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	p := t.plan()
+	req, names, err := p.request(ctx, nil, c)
+	if err != nil {
+		return nil, false, err
+	}
+	ln := t.lane(laneKey(req))
+	if ln.busy() {
+		return nil, false, nil
+	}
+	d, err := t.decide(ctx, &req)
+	if err != nil && !d.Allowed {
+		return nil, false, err
+	}
+	if !d.Allowed {
+		ln.learn(d)
+		return nil, false, nil
+	}
+	return &Permit{t: t, d: d, names: names, lane: ln}, true, nil
+}
+
+// Finish ends the call p admitted: the cost of each limiter named in
+// actual (by cost name, as in Call.Costs) is settled to its value, the
+// others keep their estimate, and in-flight slots are released. It does
+// not block: the work is sent to Redis in the background, within the
+// engine's timeout. Finishing a Permit again, or a nil Permit, does
+// nothing.
+func (p *Permit) Finish(actual map[string]int64) {
+	if p == nil || !p.done.CompareAndSwap(false, true) {
+		return
+	}
+	var o engine.Outcome
+	for i, n := range p.names {
+		if v, ok := actual[n]; ok && n != "" {
+			if o.Actual == nil {
+				o.Actual = make([]int64, len(p.names))
+				for j := range o.Actual {
+					o.Actual[j] = -1
+				}
+			}
+			o.Actual[i] = max(v, 0)
+		}
+	}
+	finishAsync(p.t.lim.engine, p.d, o)
+	// A settlement or a released slot may make room before the time the
+	// waiters were told: let the head of the lane try again now.
+	if p.lane != nil && (o.Actual != nil || p.t.plan().slots) {
+		p.lane.kick()
+	}
+}
+
+// finishAsync runs engine.Finish in the background within a bounded time,
+// so that Permit.Finish never blocks its caller.
+// TODO(merge): replace with e.FinishAsync(d, o) once engine has it.
+func finishAsync(e *engine.Engine, d engine.Decision, o engine.Outcome) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.Finish(ctx, d, o) // what fails is queued by the engine and logged there
+	}()
+}
+
+// Decision returns the engine's decision that admitted the call.
+func (p *Permit) Decision() engine.Decision { return p.d }
+
+// decide asks the engine to admit req and reports the decision to the
+// hooks and statistics.
+func (t *Throttle) decide(ctx context.Context, req *engine.Request) (engine.Decision, error) {
+	start := time.Now()
+	d, err := t.lim.engine.Allow(ctx, *req)
+	t.fleet.clock(d.Time, start)
+	t.stats.calls.Add(1)
+	t.emit(req, d, err, time.Since(start))
+	return d, err
+}
+
+// neverFits reports a check whose cost is above the limit of one of its
+// windows.
+func neverFits(req *engine.Request) error {
+	for _, c := range req.Checks {
+		cost := max(c.Cost, 1)
+		for _, w := range c.Windows {
+			if !w.Concurrent && cost > w.Limit {
+				return fmt.Errorf("%w: cost %s of limiter %s is above the limit of its window %s",
+					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), w.String())
+			}
+		}
+	}
+	return nil
+}
