@@ -45,10 +45,11 @@ type Engine struct {
 	denials  bool        // cached denials (WithCachedDenials)
 	base     time.Time   // origin of mono
 	batch    batcher
-	undos    undoQueue // of failed calls, run before the next script call
-	shaArg   any       // script.Hash(), boxed once
-	srcArg   any       // lua.MultiWindow, boxed once
-	chanName string    // the invalidation channel (see channel)
+	undos    undoQueue  // of failed calls, run before the next script call
+	async    asyncQueue // of FinishAsync, sent with the next script call
+	shaArg   any        // script.Hash(), boxed once
+	srcArg   any        // lua.MultiWindow, boxed once
+	chanName string     // the invalidation channel (see channel)
 
 	doms   domains    // failure domains: which servers timed out
 	bg     background // goroutines stopped by Close (probes, eviction guard)
@@ -121,6 +122,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.warn.Every = warnEvery
+	e.async.bound = AsyncBound
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
@@ -190,7 +192,11 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 		return e.fallback(c, req, err)
 	}
 	if mode == opAllow && e.denials && c.plan.nd == 0 && e.known.deny(c, e.mono(), e.elapsed()) {
-		return c.decision(req, FromCache), nil
+		if !e.async.touches(c) {
+			return c.decision(req, FromCache), nil
+		}
+		// A queued finish may free room: Redis decides, after it.
+		c.prepare()
 	}
 	op := "allow"
 	if mode == opPeek {
@@ -293,6 +299,9 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	// A queued finish sent after the deletion could write to the keys
+	// again (a calendar counter's give-back).
+	e.drainAsync(false)
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	// The block key shares the key's hash tag (one slot); the slot key
@@ -316,13 +325,15 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 }
 
 // Close makes later calls fail with ErrClosed (Allow and Peek then follow
-// the fail mode). Calls in flight complete. Close stops the engine's
+// the fail mode). Calls in flight complete. It sends the finishes that
+// FinishAsync queued and waits for their answers. Close stops the engine's
 // goroutines (the subscription to invalidations of cached denials, the
 // eviction guard, the probes of servers that are down) and waits for
 // them; the client stays open. Close is idempotent and always returns nil.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
+		e.drainAsync(true)
 		close(e.stop)
 		if e.pubsub != nil {
 			_ = e.pubsub.Close()
