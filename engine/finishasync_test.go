@@ -48,7 +48,7 @@ func TestFinishAsyncOrder(t *testing.T) {
 			e := newEngine(t, c, WithPrefix(testPrefix(t)))
 			e.async.bound = time.Hour // only riding script calls carry them
 			ctx := context.Background()
-			const workers, rounds = 8, 150
+			const workers, rounds = 8, 100
 			var wg sync.WaitGroup
 			errs := make(chan error, workers)
 			for w := range workers {
