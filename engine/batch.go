@@ -84,7 +84,7 @@ func (e *Engine) lead(c *call) {
 			c.ride = run[:0]
 		}
 	}
-	e.run(run)
+	e.run(c, run)
 	done = true
 }
 

@@ -240,14 +240,15 @@ func (e *Engine) setID(c *call) {
 	}
 }
 
-// run decides a batch. On a single server, a timeout marks it down before
+// run decides a batch, in the buffers of its leader lead (which the
+// batch holds, though not necessarily first). On a single server, a timeout marks it down before
 // the batch's leader hands the queue on, and while it is down a batch
 // fails at once: its calls queued behind a call that timed out and would
 // otherwise each wait for one more timeout. (The cluster path does the
 // same per server, see runParts.)
-func (e *Engine) run(batch []*call) {
+func (e *Engine) run(lead *call, batch []*call) {
 	if e.group != groupAll {
-		e.runParts(batch)
+		e.runParts(lead, batch)
 		return
 	}
 	d := e.doms.one
@@ -255,7 +256,7 @@ func (e *Engine) run(batch []*call) {
 		failAll(batch, ErrUnavailable)
 		return
 	}
-	e.runAll(batch)
+	e.runAll(lead, batch)
 	err := batch[0].err
 	e.observe(d, answered(err), err)
 }

@@ -286,7 +286,7 @@ func (e *Engine) fly(fl *flight) {
 		}
 		e.land(fl)
 	}()
-	e.run(fl.calls)
+	e.run(fl.calls[0], fl.calls)
 	done = true
 }
 
