@@ -51,6 +51,14 @@ func (e *Engine) join(c *call) {
 	}
 }
 
+// full reports whether every batch slot is in flight: a batch is then
+// led as soon as one returns, by a call queued or made meanwhile.
+func (b *batcher) full() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight >= b.maxInflight
+}
+
 // errPanicked is the outcome of the calls of a batch whose run panicked.
 var errPanicked = errors.New("engine: batch panicked")
 

@@ -7,10 +7,14 @@ import (
 	"time"
 )
 
-// AsyncBound is the longest a FinishAsync's work waits in this process for
-// a script call to ride (the next batch of any Allow, Peek or Finish)
-// before it is sent on its own. Under load the next batch comes sooner,
-// so the work usually leaves within microseconds.
+// AsyncBound is how long a FinishAsync's work waits in this process for a
+// script call to ride (the next batch of any Allow, Peek or Finish) before
+// it is sent on its own. When it runs out while every batch slot of the
+// engine is in flight, the batch led when one returns takes the work
+// instead, and the wait starts again in case none is led: so the work
+// leaves at the latest AsyncBound after FinishAsync or, on a busy engine,
+// one batch round trip later. Under load a batch comes much sooner, and
+// the work usually leaves within microseconds.
 const AsyncBound = time.Millisecond
 
 // FinishAsync is Finish without waiting: it queues the finish of the
@@ -26,9 +30,10 @@ const AsyncBound = time.Millisecond
 // in order, per server elsewhere), and a batch that starts while an
 // earlier batch carrying queued ops of its keys is still on its way waits
 // for that batch's answer before it is sent. Without other traffic the op
-// is sent on its own after at most AsyncBound. Other processes thus see
-// the finish at most AsyncBound plus one round trip after FinishAsync
-// (plus the delay of a retry when Redis fails, below).
+// is sent on its own after AsyncBound. Other processes thus see the finish
+// at most AsyncBound plus one round trip after FinishAsync, plus one more
+// round trip when the engine's batch slots are all in flight then (see
+// AsyncBound), and plus the delay of a retry when Redis fails (below).
 //
 // Close sends what is queued and waits for it. A process that crashes
 // before then loses the queued work: the request's slots free when their
@@ -262,6 +267,18 @@ func (e *Engine) land(fl *flight) {
 // AsyncBound after the first was queued, when no batch took them.
 func (e *Engine) flushAsync() {
 	a := &e.async
+	if e.batch.full() {
+		// Every batch slot is in flight: the batch led when one returns,
+		// by a call queued or made meanwhile (under load, its callers'
+		// next ones), takes the pending finishes without a script call of
+		// their own. The timer runs again in case none comes.
+		a.mu.Lock()
+		if len(a.pending) > 0 && !a.closed {
+			a.timer.Reset(a.bound)
+		}
+		a.mu.Unlock()
+		return
+	}
 	a.mu.Lock()
 	fl := a.takeOff()
 	a.mu.Unlock()
