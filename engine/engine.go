@@ -241,11 +241,12 @@ func (e *Engine) setID(c *call) {
 }
 
 // run decides a batch, in the buffers of its leader lead (which the
-// batch holds, though not necessarily first). On a single server, a timeout marks it down before
-// the batch's leader hands the queue on, and while it is down a batch
-// fails at once: its calls queued behind a call that timed out and would
-// otherwise each wait for one more timeout. (The cluster path does the
-// same per server, see runParts.)
+// batch holds, though not necessarily first: queued finishes ride ahead).
+// On a single server, a timeout marks it down before the batch's leader
+// hands the queue on, and while it is down a batch fails at once: its
+// calls queued behind a call that timed out and would otherwise each wait
+// for one more timeout. (The cluster path does the same per server, see
+// runParts.)
 func (e *Engine) run(lead *call, batch []*call) {
 	if e.group != groupAll {
 		e.runParts(lead, batch)
