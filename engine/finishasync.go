@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,16 +106,15 @@ func (e *Engine) FinishAsyncFailures() uint64 { return e.async.failed.Load() }
 
 // asyncQueue holds the finishes of FinishAsync from their call until
 // Redis answered them: queued (pending) until a batch or the timer takes
-// them, then in the air in a flight until its answer is read. Only keys
-// are counted per state, so that a batch and a cached denial can tell
-// whether they must wait or ask Redis.
+// them, then in the air in a flight until its answer is read. The keys
+// in the air are counted, so that a batch can tell cheaply whether it
+// must wait for a flight.
 type asyncQueue struct {
 	n       atomic.Int32 // calls pending or in the air: 0 lets batches skip the lock
 	failed  atomic.Uint64
 	mu      sync.Mutex
 	pending []*call
 	air     []*flight
-	queued  map[string]int32 // per key: pending calls that touch it
 	flying  map[string]int32 // per key: calls in the air that touch it
 	timer   *time.Timer      // sends pending calls bound after the first
 	bound   time.Duration    // AsyncBound; tests that must see the queue lengthen it
@@ -135,11 +135,8 @@ func (a *asyncQueue) push(e *Engine, c *call) bool {
 	if a.closed {
 		return false
 	}
-	if a.queued == nil {
-		a.queued, a.flying = make(map[string]int32), make(map[string]int32)
-	}
-	for _, k := range c.plan.keys {
-		a.queued[k]++
+	if a.flying == nil {
+		a.flying = make(map[string]int32)
 	}
 	a.pending = append(a.pending, c)
 	a.n.Add(1)
@@ -163,9 +160,6 @@ func (a *asyncQueue) takeOff() *flight {
 	a.pending = nil
 	for _, c := range fl.calls {
 		for _, k := range c.plan.keys {
-			if a.queued[k]--; a.queued[k] <= 0 {
-				delete(a.queued, k)
-			}
 			a.flying[k]++
 		}
 	}
@@ -190,7 +184,9 @@ func (a *asyncQueue) conflicts(batch []*call) bool {
 }
 
 // touches reports whether a queued finish not yet answered uses a key of
-// c: a cached denial of c could then miss what it frees.
+// c: a cached denial of c could then miss what it frees. It is asked only
+// before a cached denial, so the pending calls are scanned rather than
+// indexed.
 func (a *asyncQueue) touches(c *call) bool {
 	if a.n.Load() == 0 {
 		return false
@@ -198,8 +194,13 @@ func (a *asyncQueue) touches(c *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range c.plan.keys {
-		if a.queued[k] > 0 || a.flying[k] > 0 {
+		if a.flying[k] > 0 {
 			return true
+		}
+		for _, q := range a.pending {
+			if slices.Contains(q.plan.keys, k) {
+				return true
+			}
 		}
 	}
 	return false

@@ -211,3 +211,43 @@ func TestFinishAsyncErrors(t *testing.T) {
 		t.Fatal("the failed release was not queued for retry")
 	}
 }
+
+// TestFinishAsyncTouches: a cached denial is not made for a key with a
+// finish queued or in the air (it may free room), and is for other keys.
+func TestFinishAsyncTouches(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	e := newEngine(t, mc)
+	e.async.bound = time.Hour
+	ask := func(key string) *call {
+		c := &call{}
+		c.plan.keys = []string{"other", key}
+		return c
+	}
+	fin := &call{}
+	fin.plan.keys = []string{"k"}
+	if e.async.touches(ask("k")) {
+		t.Fatal("touches with nothing queued")
+	}
+	e.async.push(e, fin)
+	if !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
+		t.Fatal("queued: touches wrong")
+	}
+	e.async.mu.Lock()
+	fl := e.async.takeOff()
+	e.async.mu.Unlock()
+	if fl == nil || !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
+		t.Fatal("in the air: touches wrong")
+	}
+	// Land it by hand: nothing was sent.
+	e.async.mu.Lock()
+	delete(e.async.flying, "k")
+	e.async.air = nil
+	e.async.n.Add(-1)
+	e.async.mu.Unlock()
+	if e.async.touches(ask("k")) {
+		t.Fatal("touches after landing")
+	}
+}
