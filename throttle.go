@@ -164,8 +164,8 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 // Finish ends the call p admitted: the cost of each limiter named in
 // actual (by cost name, as in Call.Costs) is settled to its value, the
 // others keep their estimate, and in-flight slots are released. It does
-// not block: the work is sent to Redis in the background, within the
-// engine's timeout. Finishing a Permit again, or a nil Permit, does
+// not block: the work rides the engine's next script call, or leaves
+// within engine.AsyncBound (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
 // nothing.
 func (p *Permit) Finish(actual map[string]int64) {
 	if p == nil || !p.done.CompareAndSwap(false, true) {
@@ -183,23 +183,13 @@ func (p *Permit) Finish(actual map[string]int64) {
 			o.Actual[i] = max(v, 0)
 		}
 	}
-	finishAsync(p.t.lim.engine, p.d, o)
+	// FinishAsync queues the work; this process's next admission sees it.
+	p.t.lim.engine.FinishAsync(p.d, o)
 	// A settlement or a released slot may make room before the time the
 	// waiters were told: let the head of the lane try again now.
 	if p.lane != nil && (o.Actual != nil || p.t.plan().slots) {
 		p.lane.kick()
 	}
-}
-
-// finishAsync runs engine.Finish in the background within a bounded time,
-// so that Permit.Finish never blocks its caller.
-// TODO(merge): replace with e.FinishAsync(d, o) once engine has it.
-func finishAsync(e *engine.Engine, d engine.Decision, o engine.Outcome) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = e.Finish(ctx, d, o) // what fails is queued by the engine and logged there
-	}()
 }
 
 // Decision returns the engine's decision that admitted the call.

@@ -163,6 +163,9 @@ func main() {
 	flag.DurationVar(&o.waitQuiet, "wait-quiet", 0, "before each run, wait up to this long until other processes take less than 0.2 cores (0: do not wait)")
 	flag.IntVar(&o.keys, "keys", 10_000, "number of distinct keys of the many-keys case")
 	flag.StringVar(&o.redisServer, "redis-server", "redis-server", "redis-server binary to start")
+	latency := flag.Bool("latency", false, "run the latency probe instead (see latency.go): the HTTP middleware's p50 with Redis behind a delaying proxy")
+	latencyDelay := flag.Duration("latency-delay", time.Millisecond, "the latency probe's delay in each direction")
+	latencyN := flag.Int("latency-n", 500, "the latency probe's requests per route")
 	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the Redis work an exact 2-window log cannot skip, not a limiter (see floor.go)")
 	flag.Parse()
 
@@ -207,6 +210,12 @@ func main() {
 	atCleanup(srv.Stop)
 	defer cleanup()
 	fmt.Fprintf(os.Stderr, "bench: redis-server %s on %s\n", srv.Version, srv.Addr)
+	if *latency {
+		if err := latencyProbe(srv.Addr, *latencyDelay, *latencyN); err != nil {
+			fatalf("latency probe: %v", err)
+		}
+		return
+	}
 
 	var results []result
 rounds:

@@ -51,6 +51,14 @@ func (e *Engine) join(c *call) {
 	}
 }
 
+// full reports whether every batch slot is in flight: a batch is then
+// led as soon as one returns, by a call queued or made meanwhile.
+func (b *batcher) full() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight >= b.maxInflight
+}
+
 // errPanicked is the outcome of the calls of a batch whose run panicked.
 var errPanicked = errors.New("engine: batch panicked")
 
@@ -61,16 +69,30 @@ var errPanicked = errors.New("engine: batch panicked")
 // forever and no in-flight slot is lost.
 func (e *Engine) lead(c *call) {
 	batch := c.lead
+	run := batch
+	var fl *flight
 	done := false
 	defer func() {
 		if !done {
-			for _, o := range batch {
+			for _, o := range run {
 				o.err = errPanicked
 			}
 		}
+		if fl != nil {
+			clear(run) // c.ride: drop the pointers to other calls
+			e.land(fl)
+		}
 		e.batch.handOn(c, batch)
 	}()
-	e.run(batch)
+	if e.async.n.Load() > 0 {
+		// Queued finishes (FinishAsync) ride this batch, ahead of its
+		// admissions.
+		run, fl = e.board(batch, c.ride)
+		if fl != nil {
+			c.ride = run[:0]
+		}
+	}
+	e.run(c, run)
 	done = true
 }
 
@@ -135,9 +157,15 @@ type call struct {
 	// Failure domains: the servers the call needs.
 	doms []*domain
 
-	// Finish (opFinish): the work per key, and the invalidation channel.
+	// Finish (opFinish): the work per key, the invalidation channel, and
+	// for FinishAsync the op's name in logs.
 	fin []undo
 	pub string
+	op  string
+
+	// ride holds a batch's calls after the queued finishes it carries
+	// (see board).
+	ride []*call
 
 	// Slot mode: the call's keys grouped by script call.
 	parts []int32 // key indices, part by part

@@ -82,7 +82,7 @@ type domainPipe struct {
 // nothing is ever over-admitted. Until the rollback, the reservation can
 // make a concurrent request see one entry too many: the error is on the
 // side of denying.
-func (e *Engine) runParts(batch []*call) {
+func (e *Engine) runParts(lead *call, batch []*call) {
 	t, err := e.argTime()
 	if err != nil {
 		failAll(batch, err)
@@ -90,7 +90,7 @@ func (e *Engine) runParts(batch []*call) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
-	cmds, pipes := e.queueParts(ctx, batch, t)
+	cmds, pipes := e.queueParts(ctx, lead, batch, t)
 	sent := e.mono()
 	e.execPipes(ctx, pipes, cmds)
 	e.stamp(batch, sent)
@@ -110,12 +110,12 @@ func (e *Engine) runParts(batch []*call) {
 }
 
 // queueParts queues the script call of every part of every call of batch
-// at time t in the pipeline of its server; a part whose server is down
-// fails at once.
-func (e *Engine) queueParts(ctx context.Context, batch []*call, t int64) ([]partCmd, []domainPipe) {
+// at time t in the pipeline of its server, built in lead's buffers; a part
+// whose server is down fails at once.
+func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t int64) ([]partCmd, []domainPipe) {
 	var cmds []partCmd
 	var pipes []domainPipe
-	fa := &batch[0].flat // every part's arguments; kept until the pipelines ran
+	fa := &lead.flat // every part's arguments; kept until the pipelines ran
 	fa.clear()
 	for _, c := range batch {
 		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0

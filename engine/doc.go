@@ -28,6 +28,19 @@
 // byte windows, settled) took 0.12 to 0.19 round trips each on one server
 // and about 0.3 to 0.5 on a 3-master cluster (TestRoundTripsDownload).
 //
+// [Engine.FinishAsync] is Finish without the wait, for a caller that has
+// answered already (the middleware after its handler): it queues the
+// finish op, which rides the engine's next script call to the key's
+// server, ahead of that call's admissions, or is sent on its own after
+// [AsyncBound] (1 ms; on a busy engine, with the batch led next). An Allow
+// or Peek of the same engine made after FinishAsync returns sees the
+// finish applied; other processes see it within AsyncBound and one or two
+// round trips. [Engine.Close] sends what is queued.
+// A crash loses it: the request's slots free when their lease ends, and a
+// request not settled or given back stays charged its estimate until it
+// leaves its windows (erring on the side of denying). Its errors are
+// logged, throttled, and counted ([Engine.FinishAsyncFailures]).
+//
 // # Semantics
 //
 // A window of period W and limit L admits a request at time t iff fewer

@@ -51,10 +51,11 @@ type Engine struct {
 	denials  bool        // cached denials (WithCachedDenials)
 	base     time.Time   // origin of mono
 	batch    batcher
-	undos    undoQueue // of failed calls, run before the next script call
-	shaArg   any       // script.Hash(), boxed once
-	srcArg   any       // multiWindowSrc, boxed once
-	chanName string    // the invalidation channel (see channel)
+	undos    undoQueue  // of failed calls, run before the next script call
+	async    asyncQueue // of FinishAsync, sent with the next script call
+	shaArg   any        // script.Hash(), boxed once
+	srcArg   any        // multiWindowSrc, boxed once
+	chanName string     // the invalidation channel (see channel)
 
 	doms   domains    // failure domains: which servers timed out
 	bg     background // goroutines stopped by Close (probes, eviction guard)
@@ -131,6 +132,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.warn.Every = warnEvery
+	e.async.bound = AsyncBound
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
@@ -212,7 +214,11 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 		return e.fallback(c, req, err)
 	}
 	if mode == opAllow && e.denials && c.plan.nd == 0 && e.known.deny(c, e.mono(), e.elapsed()) {
-		return c.decision(req, FromCache), nil
+		if !e.async.touches(c) {
+			return c.decision(req, FromCache), nil
+		}
+		// A queued finish may free room: Redis decides, after it.
+		c.prepare()
 	}
 	op := "allow"
 	if mode == opPeek {
@@ -255,14 +261,16 @@ func (e *Engine) setID(c *call) {
 	}
 }
 
-// run decides a batch. On a single server, a timeout marks it down before
-// the batch's leader hands the queue on, and while it is down a batch
-// fails at once: its calls queued behind a call that timed out and would
-// otherwise each wait for one more timeout. (The cluster path does the
-// same per server, see runParts.)
-func (e *Engine) run(batch []*call) {
+// run decides a batch, in the buffers of its leader lead (which the
+// batch holds, though not necessarily first: queued finishes ride ahead).
+// On a single server, a timeout marks it down before the batch's leader
+// hands the queue on, and while it is down a batch fails at once: its
+// calls queued behind a call that timed out and would otherwise each wait
+// for one more timeout. (The cluster path does the same per server, see
+// runParts.)
+func (e *Engine) run(lead *call, batch []*call) {
 	if e.group != groupAll {
-		e.runParts(batch)
+		e.runParts(lead, batch)
 		return
 	}
 	d := e.doms.one
@@ -270,7 +278,7 @@ func (e *Engine) run(batch []*call) {
 		failAll(batch, ErrUnavailable)
 		return
 	}
-	e.runAll(batch)
+	e.runAll(lead, batch)
 	err := batch[0].err
 	e.observe(d, answered(err), err)
 }
@@ -329,6 +337,9 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	// A queued finish sent after the deletion could write to the keys
+	// again (a calendar counter's give-back).
+	e.drainAsync(false)
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	// The block key shares the key's hash tag (one slot); the slot key
@@ -352,13 +363,15 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 }
 
 // Close makes later calls fail with ErrClosed (Allow and Peek then follow
-// the fail mode). Calls in flight complete. Close stops the engine's
+// the fail mode). Calls in flight complete. It sends the finishes that
+// FinishAsync queued and waits for their answers. Close stops the engine's
 // goroutines (the subscription to invalidations of cached denials, the
 // eviction guard, the probes of servers that are down) and waits for
 // them; the client stays open. Close is idempotent and always returns nil.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
+		e.drainAsync(true)
 		close(e.stop)
 		if e.pubsub != nil {
 			_ = e.pubsub.Close()

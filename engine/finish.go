@@ -88,6 +88,13 @@ func (e *Engine) finishRemote(c *call, op string) error {
 		return &BackendError{Op: op, Err: ErrUnavailable}
 	}
 	e.join(c)
+	return e.finished(c, op)
+}
+
+// finished reads the outcome of c's finish op, which a batch ran: what
+// failed is queued as an undo, and the keys it removed entries from are
+// forgotten by this process's cache of denials.
+func (e *Engine) finished(c *call, op string) error {
 	if c.err != nil {
 		e.requeueFinish(c)
 		e.warnFailed(op, c.fin[0].member, c.err)

@@ -10,8 +10,8 @@ import (
 
 // BenchmarkFinish measures the download group (downloadGroup) on 10,000
 // subjects, one caller: its admission alone, and its admission then
-// Finish settling to the bytes written and releasing its slot. With
-// -benchmem, allocs/op is per request.
+// Finish (or FinishAsync) settling to the bytes written and releasing its
+// slot. With -benchmem, allocs/op is per request.
 func BenchmarkFinish(b *testing.B) {
 	s := redistest.Start(b)
 	ctx := context.Background()
@@ -21,10 +21,10 @@ func BenchmarkFinish(b *testing.B) {
 		reqs[i].Checks[0].Windows[1].Limit = 1e6 // admissions alone never release
 	}
 	out := Outcome{Actual: []int64{-1, 512 << 10}}
-	for _, finish := range []bool{false, true} {
+	for _, finish := range []string{"", "finish", "finishasync"} {
 		name := "admission"
-		if finish {
-			name = "admission+finish"
+		if finish != "" {
+			name += "+" + finish
 		}
 		b.Run(name, func(b *testing.B) {
 			e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)))
@@ -34,10 +34,13 @@ func BenchmarkFinish(b *testing.B) {
 				if err != nil || !d.Allowed {
 					b.Fatal(d, err)
 				}
-				if finish {
+				switch finish {
+				case "finish":
 					if err := e.Finish(ctx, d, out); err != nil {
 						b.Fatal(err)
 					}
+				case "finishasync":
+					e.FinishAsync(d, out)
 				}
 				i++
 			}

@@ -14,6 +14,13 @@ import (
 // freed exactly once.
 func finishSteps(t *testing.T, e *Engine, clk *fakeClock) {
 	t.Helper()
+	finishStepsBy(t, e, clk, func(d Decision, o Outcome) { localOK(t, e, e.Finish(context.Background(), d, o)) })
+}
+
+// finishStepsBy is finishSteps finishing with finish; the Peek right
+// after it must see its work done.
+func finishStepsBy(t *testing.T, e *Engine, clk *fakeClock, finish func(Decision, Outcome)) {
+	t.Helper()
 	ctx := context.Background()
 	settle10 := []int64{10, -1}
 	steps := []struct {
@@ -39,7 +46,7 @@ func finishSteps(t *testing.T, e *Engine, clk *fakeClock) {
 			t.Fatalf("%s: admission %+v", s.name, d)
 		}
 		for _, o := range s.outs {
-			localOK(t, e, e.Finish(ctx, d, o))
+			finish(d, o)
 		}
 		p, err := e.Peek(ctx, r)
 		localOK(t, e, err)
@@ -52,7 +59,7 @@ func finishSteps(t *testing.T, e *Engine, clk *fakeClock) {
 		if den, err := e.Allow(ctx, r); !n.Allowed || den.Allowed {
 			t.Fatalf("%s: next requests %+v, %+v (%v)", s.name, n, den, err)
 		}
-		localOK(t, e, e.Finish(ctx, n, Outcome{}))
+		finish(n, Outcome{})
 	}
 }
 

@@ -36,8 +36,7 @@ func (e *Engine) argTime() (int64, error) {
 
 // runAll decides a batch on a single Redis server with one script call:
 // every key of every call, one op per call.
-func (e *Engine) runAll(batch []*call) {
-	lead := batch[0]
+func (e *Engine) runAll(lead *call, batch []*call) {
 	t, err := e.argTime()
 	if err != nil {
 		failAll(batch, err)

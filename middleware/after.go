@@ -50,8 +50,9 @@ func (l *limiter) hasAfter(c *call) bool {
 
 // afterHandler finishes the request once its handler has run: it gives
 // it back (count:), settles its costs (WithSettle) and releases its slots,
-// with one Finish, one Redis round trip shared with concurrent requests.
-// The client may be gone; the work must be done all the same.
+// with one finish (lifecycle.Finish: the engine's FinishAsync, which the
+// response does not wait for). The client may be gone; the work must be
+// done all the same.
 func (l *limiter) afterHandler(c *call, o outcome, written int64) {
 	ctx := context.WithoutCancel(c.r.Context())
 	out := engine.Outcome{GiveBack: l.givesBack(o), Actual: l.actualCosts(c, o, written)}

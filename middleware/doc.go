@@ -214,13 +214,18 @@
 // # After the handler
 //
 // However the handler ends (normally, by panic, by hijack, or after the
-// client hung up), the request is finished with one engine.Engine.Finish:
-// given back (count:), settled (WithSettle) and its slots released, in one
-// Redis round trip shared with concurrent requests. A Decider that is not
-// an *engine.Engine but a GiveBacker, Releaser or Settler is asked for
-// those steps instead. A finish that fails is logged at most once per 10 s;
-// the engine retries it, and a slot frees at the latest when its lease
-// ends. The steps of a request's life that do not depend on net/http
+// client hung up), the request is finished with one
+// engine.Engine.FinishAsync: given back (count:), settled (WithSettle) and
+// its slots released by one finish op, which the engine queues and sends
+// with its next script call (or alone within engine.AsyncBound), so the
+// response does not wait for a Redis round trip after its handler. The
+// engine logs (throttled) and counts a finish that fails, retries it, and
+// a slot frees at the latest when its lease ends; a crash loses queued
+// finishes (see engine.Engine.FinishAsync). A Decider that offers Finish
+// but not FinishAsync is finished with Finish, and one that offers neither
+// but is a GiveBacker, Releaser or Settler is asked for those steps, both
+// before the response completes; their errors are logged at most once per
+// 10 s. The steps of a request's life that do not depend on net/http
 // (policies and their field values, subjects, client addresses, checks,
 // the finish step) are written once, in the module's internal lifecycle
 // package, which the gRPC interceptors of contrib/grpclimit use too.

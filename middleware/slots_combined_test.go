@@ -431,8 +431,12 @@ func waitEntered(t *testing.T, entered <-chan struct{}) {
 
 // TestComboGiveBackReleases: a request of a group with count: and an
 // in-flight window whose status is not counted is given back, which frees
-// its slot too, in one Redis round trip after the decision; a counted one
-// is released in one.
+// its slot too, with one finish op after the decision; a counted one is
+// released with one. The finish is queued (engine.Engine.FinishAsync): it
+// rides the next decision's script call, or goes on its own within
+// engine.AsyncBound, so a request's handling holds its decision's round
+// trip and at most a previous request's finish, and the finishes take at
+// most one round trip each in all.
 func TestComboGiveBackReleases(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
@@ -466,6 +470,8 @@ func TestComboGiveBackReleases(t *testing.T) {
 		fetch(t, srv.URL+warm)
 		<-cmds
 	}
+	time.Sleep(10 * engine.AsyncBound) // the warm-ups' finishes are sent
+	start := hook.Count()
 	for _, tc := range []struct {
 		target string
 		status int
@@ -473,14 +479,21 @@ func TestComboGiveBackReleases(t *testing.T) {
 		if res, _ := fetch(t, srv.URL+tc.target); res.StatusCode != tc.status {
 			t.Fatalf("%s: %d, want %d", tc.target, res.StatusCode, tc.status)
 		}
-		// The decision, then the release or the give-back.
-		if n := <-cmds; n != 2 {
-			t.Errorf("%s: %d Redis round trips, want 2", tc.target, n)
+		// The decision, carrying the previous request's finish or after
+		// it was sent on its own (which may happen during this request).
+		if n := <-cmds; n < 1 || n > 2 {
+			t.Errorf("%s: %d Redis round trips, want the decision and at most a finish sent alone", tc.target, n)
 		}
 	}
+	// The Peek carries the last finish if it is still queued.
 	d, err := e.Peek(context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{
 		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}})
 	if err != nil || used(d, "concurrent") != 0 || used(d, "1min") != 3 {
 		t.Errorf("after: slots %d, minute %d (%v); want 0, 3 (3 of 5 counted)", used(d, "concurrent"), used(d, "1min"), err)
+	}
+	// 3 decisions, 3 finishes of one op each (a give-back and a release
+	// apart would take 3 more), and the Peek.
+	if n := hook.Count() - start; n > 7 {
+		t.Errorf("%d Redis round trips in all, want at most 7", n)
 	}
 }

@@ -277,7 +277,8 @@ func (l *Limiter) price(ctx context.Context, fullMethod string, req any, p *life
 // in-flight slots too), else settles its costs (WithSettle) to what the
 // handler reported or, for Settlement.Written, the bytes of response
 // messages written (negative: unknown), and releases the slots it holds (a
-// stream holds them until its handler returns), in one Finish. A handler
+// stream holds them until its handler returns), in one finish (the engine's
+// FinishAsync, which the response does not wait for). A handler
 // that panics leaves the call counted at its estimate: its outcome is
 // unknown, and counting it errs on the side of denying.
 func (l *Limiter) after(c *admitted, err error, panicked bool, written int64) {

@@ -132,5 +132,7 @@
 // handler sent. A call whose actual cost is unknown keeps its estimate, a
 // call that count: gives back is not settled, and s.MaxDebt caps what a
 // call is charged beyond its estimate. The settlement rides the call's one
-// Finish after the handler, unary or stream.
+// finish after the handler, unary or stream: engine.Engine.FinishAsync,
+// which the engine sends with its next script call (or alone within
+// engine.AsyncBound), so the call's response does not wait for Redis.
 package grpclimit

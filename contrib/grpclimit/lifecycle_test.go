@@ -113,9 +113,13 @@ type held struct {
 func newHeld() *held { return &held{entered: make(chan struct{}, 8), release: make(chan struct{})} }
 
 func (h *held) wait(ctx context.Context) {
+	// Read release before telling that the call entered: the test makes
+	// a new one once the held calls' clients returned, which a hang-up's
+	// does before its handler ends.
+	release := h.release
 	h.entered <- struct{}{}
 	select {
-	case <-h.release:
+	case <-release:
 	case <-time.After(10 * time.Second):
 	}
 }

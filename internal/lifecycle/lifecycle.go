@@ -91,6 +91,13 @@ type Finisher interface {
 	Finish(ctx context.Context, d engine.Decision, o engine.Outcome) error
 }
 
+// AsyncFinisher ends admitted requests without making the caller wait for
+// Redis (engine.Engine.FinishAsync); *engine.Engine implements it. Its
+// errors go to the engine's log and counter: the response has gone.
+type AsyncFinisher interface {
+	FinishAsync(d engine.Decision, o engine.Outcome)
+}
+
 // The steps a Decider that is not a Finisher may offer instead; *engine.Engine
 // implements them too (as shorthands of Finish).
 type (
@@ -107,13 +114,21 @@ type (
 
 // Finish is the step after the handler, for every transport: it ends the
 // request that req and d admitted with outcome o (give back, settle,
-// release its slots) in one call of a Finisher, or with the GiveBack,
-// Release and Settle that decider offers otherwise. It is called however
-// the handler ended (normally, by panic, after the client hung up), with a
-// context that outlives the request's. It returns the first error; the
-// engine has queued what failed.
+// release its slots) in one call of an AsyncFinisher, which queues the
+// work and returns at once, so that no response waits for Redis after its
+// handler (the engine sends it with its next script call, within
+// engine.AsyncBound); of a Finisher; or with the GiveBack, Release and
+// Settle that decider offers otherwise, which the response waits for. It
+// is called however the handler ended (normally, by panic, after the
+// client hung up), with a context that outlives the request's. It returns
+// the first error of the waiting forms; the engine has queued what
+// failed.
 func Finish(ctx context.Context, decider any, req *engine.Request, d *engine.Decision, o engine.Outcome) error {
 	if !d.Allowed {
+		return nil
+	}
+	if f, ok := decider.(AsyncFinisher); ok {
+		f.FinishAsync(*d, o)
 		return nil
 	}
 	if f, ok := decider.(Finisher); ok {

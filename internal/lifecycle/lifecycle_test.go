@@ -56,6 +56,33 @@ func (f *finisher) Finish(_ context.Context, _ engine.Decision, o engine.Outcome
 	return nil
 }
 
+// asyncFinisher records the Outcomes it is given, and fails a Finish.
+type asyncFinisher struct{ finisher }
+
+func (f *asyncFinisher) FinishAsync(_ engine.Decision, o engine.Outcome) {
+	f.got = append(f.got, o)
+}
+
+func (f *asyncFinisher) Finish(context.Context, engine.Decision, engine.Outcome) error {
+	return errors.New("the synchronous Finish was called")
+}
+
+// TestFinishAsync: a decider that finishes asynchronously gets one
+// FinishAsync, not a Finish; a denial finishes nothing.
+func TestFinishAsync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var req engine.Request
+	f := &asyncFinisher{}
+	o := engine.Outcome{Actual: []int64{1}}
+	if err := Finish(ctx, f, &req, &engine.Decision{Allowed: true}, o); err != nil || !reflect.DeepEqual(f.got, []engine.Outcome{o}) {
+		t.Errorf("AsyncFinisher: %v, %+v", err, f.got)
+	}
+	if err := Finish(ctx, f, &req, &engine.Decision{}, o); err != nil || len(f.got) != 1 {
+		t.Errorf("a denial: %v, %+v", err, f.got)
+	}
+}
+
 // TestFinish: a Finisher gets one call; a Decider without Finish gets its
 // steps, a request given back is neither released nor settled; a denial
 // finishes nothing.

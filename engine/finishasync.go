@@ -1,0 +1,354 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// AsyncBound is how long a FinishAsync's work waits in this process for a
+// script call to ride (the next batch of any Allow, Peek or Finish) before
+// it is sent on its own. When it runs out while every batch slot of the
+// engine is in flight, the batch led when one returns takes the work
+// instead, and the wait starts again in case none is led: so the work
+// leaves at the latest AsyncBound after FinishAsync or, on a busy engine,
+// one batch round trip later. Under load a batch comes much sooner, and
+// the work usually leaves within microseconds.
+const AsyncBound = time.Millisecond
+
+// FinishAsync is Finish without waiting: it queues the finish of the
+// request that d admitted with outcome o and returns at once, so that a
+// response is not held by a Redis round trip after its handler.
+//
+// What this process sees is updated before FinishAsync returns: the
+// request's slots are no longer renewed, its keys are forgotten by the
+// cache of denials, and an Allow or Peek this engine makes after
+// FinishAsync returns sees the finish applied in Redis. The queued op
+// rides the next script call to its key's server, ahead of that call's
+// admissions (the same script call on a single server; the same pipeline,
+// in order, per server elsewhere), and a batch that starts while an
+// earlier batch carrying queued ops of its keys is still on its way waits
+// for that batch's answer before it is sent. Without other traffic the op
+// is sent on its own after AsyncBound. Other processes thus see the finish
+// at most AsyncBound plus one round trip after FinishAsync, plus one more
+// round trip when the engine's batch slots are all in flight then (see
+// AsyncBound), and plus the delay of a retry when Redis fails (below).
+//
+// Close sends what is queued and waits for it. A process that crashes
+// before then loses the queued work: the request's slots free when their
+// lease runs out (WithLease), as they are no longer renewed, and a request
+// not settled stays charged its estimate, and one not given back stays
+// counted, until it leaves its windows: both err on the side of denying.
+//
+// FinishAsync has no caller to report to. Its errors go to the engine's
+// logger, at most one line per warnEvery (10 s) with the number of lines
+// held back, and are counted (FinishAsyncFailures): a Decision or Outcome
+// that Finish would refuse (a *RequestError; nothing is changed), a call
+// after Close, and Redis failing, in which case the work is queued like
+// the undo of a failed call (see Finish). A decision of the local fallback
+// limiter (FromLocal) is finished in-process before FinishAsync returns,
+// as Finish does. It is safe for concurrent use.
+func (e *Engine) FinishAsync(d Decision, o Outcome) {
+	t := d.taken
+	if t == nil || !d.Allowed {
+		return
+	}
+	c := getCall()
+	op := c.finishName(&o)
+	deltas, err := c.deltas(t, o.Actual)
+	if err != nil {
+		putCall(c)
+		e.asyncFailed(op, t.member(), err)
+		return
+	}
+	if t.src == FromLocal {
+		c.finishing(t, &o, deltas, false)
+		e.local.finish(t, c.fin)
+		putCall(c)
+		return
+	}
+	if e.closed.Load() {
+		putCall(c)
+		e.asyncFailed(op, t.member(), ErrClosed)
+		return
+	}
+	c.finishing(t, &o, deltas, false)
+	if len(c.fin) == 0 {
+		putCall(c)
+		return
+	}
+	e.unhold(t, c.fin)
+	c.pub, c.op = e.chanName, op
+	e.route(c)
+	if needsDown(c) {
+		// As in Finish: the batch that finds the server back runs it.
+		e.undos.push(e, c.fin...)
+		e.async.failed.Add(1)
+		e.warnFailed(op, c.fin[0].member, ErrUnavailable)
+		putCall(c)
+		return
+	}
+	// Answers sent before now may count what the finish removes: this
+	// process's cached denials must not rely on them (see forgetAsync).
+	e.forgetAsync(c)
+	if !e.async.push(e, c) { // from here on, c is the queue's
+		putCall(c)
+		e.asyncFailed(op, t.member(), ErrClosed)
+	}
+}
+
+// FinishAsyncFailures returns how many FinishAsync calls failed so far
+// (see FinishAsync): refused, made after Close, or met a Redis failure
+// and were queued to be retried.
+func (e *Engine) FinishAsyncFailures() uint64 { return e.async.failed.Load() }
+
+// asyncQueue holds the finishes of FinishAsync from their call until
+// Redis answered them: queued (pending) until a batch or the timer takes
+// them, then in the air in a flight until its answer is read. The keys
+// in the air are counted, so that a batch can tell cheaply whether it
+// must wait for a flight.
+type asyncQueue struct {
+	n       atomic.Int32 // calls pending or in the air: 0 lets batches skip the lock
+	failed  atomic.Uint64
+	mu      sync.Mutex
+	pending []*call
+	air     []*flight
+	flying  map[string]int32 // per key: calls in the air that touch it
+	timer   *time.Timer      // sends pending calls bound after the first
+	bound   time.Duration    // AsyncBound; tests that must see the queue lengthen it
+	closed  bool
+}
+
+// A flight is the queued finishes one script call (or pipeline) carries.
+type flight struct {
+	calls []*call
+	done  chan struct{} // closed once they were answered
+}
+
+// push queues c and arms the timer when c is the first pending call. It
+// reports false after Close.
+func (a *asyncQueue) push(e *Engine, c *call) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	if a.flying == nil {
+		a.flying = make(map[string]int32)
+	}
+	a.pending = append(a.pending, c)
+	a.n.Add(1)
+	if len(a.pending) == 1 {
+		if a.timer == nil {
+			a.timer = time.AfterFunc(a.bound, e.flushAsync)
+		} else {
+			a.timer.Reset(a.bound)
+		}
+	}
+	return true
+}
+
+// takeOff makes the pending calls a flight in the air and returns it, or
+// nil when none is pending. Called with a.mu held.
+func (a *asyncQueue) takeOff() *flight {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	fl := &flight{calls: a.pending, done: make(chan struct{})}
+	a.pending = nil
+	for _, c := range fl.calls {
+		for _, k := range c.plan.keys {
+			a.flying[k]++
+		}
+	}
+	a.air = append(a.air, fl)
+	return fl
+}
+
+// conflicts reports whether an Allow or Peek of batch uses a key of a
+// call in the air. Called with a.mu held.
+func (a *asyncQueue) conflicts(batch []*call) bool {
+	for _, c := range batch {
+		if c.mode == opFinish {
+			continue // finishes commute with finishes of other requests
+		}
+		for _, k := range c.plan.keys {
+			if a.flying[k] > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// touches reports whether a queued finish not yet answered uses a key of
+// c: a cached denial of c could then miss what it frees. It is asked only
+// before a cached denial, so the pending calls are scanned rather than
+// indexed.
+func (a *asyncQueue) touches(c *call) bool {
+	if a.n.Load() == 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, k := range c.plan.keys {
+		if a.flying[k] > 0 {
+			return true
+		}
+		for _, q := range a.pending {
+			if slices.Contains(q.plan.keys, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// board returns the calls a batch's script call carries: the pending
+// finishes first, then batch, in buf; and the flight of those finishes
+// (nil for none). Before it returns, the batch waits for the answers of
+// the flights already in the air that carry finishes of its keys: they
+// may have been sent on another connection, which Redis may read later.
+func (e *Engine) board(batch, buf []*call) ([]*call, *flight) {
+	a := &e.async
+	a.mu.Lock()
+	var wait []*flight
+	if len(a.air) > 0 && a.conflicts(batch) {
+		wait = append(wait, a.air...)
+	}
+	fl := a.takeOff()
+	a.mu.Unlock()
+	for _, w := range wait {
+		<-w.done
+	}
+	if fl == nil {
+		return batch, nil
+	}
+	return append(append(buf[:0], fl.calls...), batch...), fl
+}
+
+// land reads the outcome of fl's finishes, which their batch has run,
+// and takes them out of the queue.
+func (e *Engine) land(fl *flight) {
+	for _, c := range fl.calls {
+		if err := e.finished(c, c.op); err != nil {
+			if c.err != nil {
+				e.async.failed.Add(1) // queued, and logged by finished
+			} else {
+				e.asyncFailed(c.op, c.fin[0].member, err)
+			}
+		}
+	}
+	a := &e.async
+	a.mu.Lock()
+	for _, c := range fl.calls {
+		for _, k := range c.plan.keys {
+			if a.flying[k]--; a.flying[k] <= 0 {
+				delete(a.flying, k)
+			}
+		}
+	}
+	for i, f := range a.air {
+		if f == fl {
+			a.air = append(a.air[:i], a.air[i+1:]...)
+			break
+		}
+	}
+	a.n.Add(-int32(len(fl.calls)))
+	a.mu.Unlock()
+	close(fl.done)
+	for _, c := range fl.calls {
+		putCall(c)
+	}
+}
+
+// flushAsync sends the pending finishes on their own: the timer's work,
+// AsyncBound after the first was queued, when no batch took them.
+func (e *Engine) flushAsync() {
+	a := &e.async
+	if e.batch.full() {
+		// Every batch slot is in flight: the batch led when one returns,
+		// by a call queued or made meanwhile (under load, its callers'
+		// next ones), takes the pending finishes without a script call of
+		// their own. The timer runs again in case none comes.
+		a.mu.Lock()
+		if len(a.pending) > 0 && !a.closed {
+			a.timer.Reset(a.bound)
+		}
+		a.mu.Unlock()
+		return
+	}
+	a.mu.Lock()
+	fl := a.takeOff()
+	a.mu.Unlock()
+	if fl != nil {
+		e.fly(fl)
+	}
+}
+
+// fly runs fl's finishes in a script call of their own and lands them. A
+// panic (a panicking client or hook) fails them, so they are queued as
+// undos, and is logged: it must not crash the process from the timer's
+// goroutine.
+func (e *Engine) fly(fl *flight) {
+	done := false
+	defer func() {
+		if !done {
+			p := recover()
+			for _, c := range fl.calls {
+				c.err = errPanicked
+			}
+			e.log.Error("engine: sending queued finishes panicked; retried before the next script call", "panic", fmt.Sprint(p))
+		}
+		e.land(fl)
+	}()
+	e.run(fl.calls[0], fl.calls)
+	done = true
+}
+
+// drainAsync sends the pending finishes and waits until every finish in
+// the air was answered. With closing set, later FinishAsync calls are
+// refused (Close).
+func (e *Engine) drainAsync(closing bool) {
+	a := &e.async
+	a.mu.Lock()
+	if closing {
+		a.closed = true
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+	}
+	fl := a.takeOff()
+	air := append([]*flight(nil), a.air...)
+	a.mu.Unlock()
+	if fl != nil {
+		e.fly(fl)
+	}
+	for _, f := range air {
+		<-f.done
+	}
+}
+
+// forgetAsync forgets, in this process's cache of denials, the keys that
+// c's finish removes entries from: an answer sent before now may still
+// count them. (The script publishes the removals for every process, and
+// land forgets them again once they are done.)
+func (e *Engine) forgetAsync(c *call) {
+	now := e.mono()
+	for i := range c.fin {
+		if c.fin[i].publishes() {
+			e.known.invalidate(c.fin[i].key, now)
+		}
+	}
+}
+
+// asyncFailed counts a failed FinishAsync and logs it, throttled with the
+// other failed finishes.
+func (e *Engine) asyncFailed(op, member string, err error) {
+	e.async.failed.Add(1)
+	if ok, n := e.undos.warn.Allow(time.Now()); ok {
+		e.log.Warn("engine: FinishAsync's "+op+" failed; not retried", "member", member, "err", err, "suppressed", n)
+	}
+}

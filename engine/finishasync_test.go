@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestFinishAsyncSteps runs finishSteps with FinishAsync on every backend:
+// the Peek and Allows that follow each FinishAsync, by the same engine,
+// must see its work done, with no wait. The timer is lengthened, so only
+// the order of script calls can make them see it.
+func TestFinishAsyncSteps(t *testing.T) {
+	t.Parallel()
+	onEveryBackend(t, func(t *testing.T, e *Engine, clk *fakeClock) {
+		e.async.bound = time.Hour
+		finishStepsBy(t, e, clk, e.FinishAsync)
+		if n := e.FinishAsyncFailures(); n != 0 {
+			t.Errorf("FinishAsyncFailures %d, want 0", n)
+		}
+	})
+}
+
+// asyncClients returns a real Redis and a miniredis client.
+func asyncClients(t *testing.T) map[string]*redis.Client {
+	_, rc := startRedis(t)
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	return map[string]*redis.Client{"redis": rc, "miniredis": mc}
+}
+
+// TestFinishAsyncOrder: goroutines, each on its own subject of 1
+// concurrent, admit, finish with FinishAsync and admit again at once, many
+// times: the next admission is never denied, also while the batches of the
+// others carry queued finishes to Redis (a batch then waits for those of
+// its keys still in the air, which another connection carries).
+func TestFinishAsyncOrder(t *testing.T) {
+	t.Parallel()
+	for name, c := range asyncClients(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEngine(t, c, WithPrefix(testPrefix(t)))
+			e.async.bound = time.Hour // only riding script calls carry them
+			ctx := context.Background()
+			const workers, rounds = 8, 100
+			var wg sync.WaitGroup
+			errs := make(chan error, workers)
+			for w := range workers {
+				wg.Go(func() {
+					r := req(user(fmt.Sprint("w", w), conc(1)), bytesOf(fmt.Sprint("w", w), 10, win(1<<40, time.Hour)))
+					for i := range rounds {
+						d, err := e.Allow(ctx, r)
+						if err != nil || !d.Allowed {
+							errs <- fmt.Errorf("worker %d, round %d: admission after FinishAsync: allowed %v, %v", w, i, d.Allowed, err)
+							return
+						}
+						e.FinishAsync(d, Outcome{Actual: []int64{-1, 5}})
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			// Every request was settled to 5 bytes before the next one.
+			for w := range workers {
+				p, err := e.Peek(ctx, req(user(fmt.Sprint("w", w), conc(1)), bytesOf(fmt.Sprint("w", w), 10, win(1<<40, time.Hour))))
+				if err != nil || slotState(t, p).Used != 0 || p.Windows[1].Used != 5*rounds {
+					t.Errorf("worker %d afterwards: %+v, %v; want no slot and %d bytes", w, p.Windows, err, 5*rounds)
+				}
+			}
+			if n := e.FinishAsyncFailures(); n != 0 {
+				t.Errorf("FinishAsyncFailures %d, want 0", n)
+			}
+		})
+	}
+}
+
+// TestFinishAsyncOtherEngine: a slot released by FinishAsync, with no
+// other traffic in its engine, is usable by another engine on the same
+// Redis within AsyncBound and a round trip, long before its lease (30 s)
+// would free it. The measured time is logged; the test allows a second,
+// for a loaded machine.
+func TestFinishAsyncOtherEngine(t *testing.T) {
+	t.Parallel()
+	for name, c := range asyncClients(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			a := newEngine(t, c, WithPrefix(prefix))
+			b := newEngine(t, c, WithPrefix(prefix), WithCachedDenials(false))
+			ctx := context.Background()
+			r := req(user("u", conc(1)))
+			var worst time.Duration
+			for i := range 5 {
+				d, err := a.Allow(ctx, r)
+				if err != nil || !d.Allowed {
+					t.Fatalf("round %d: first admission %+v, %v", i, d, err)
+				}
+				if d, _ := b.Allow(ctx, r); d.Allowed {
+					t.Fatalf("round %d: the other engine got a second slot of 1", i)
+				}
+				start := time.Now()
+				a.FinishAsync(d, Outcome{})
+				for {
+					d, err := b.Allow(ctx, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						worst = max(worst, time.Since(start))
+						b.FinishAsync(d, Outcome{})
+						b.drainAsync(false)
+						break
+					}
+					if time.Since(start) > time.Second {
+						t.Fatalf("round %d: the slot released by FinishAsync is still held after %v", i, time.Since(start))
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+			}
+			t.Logf("slot usable by another engine at most %v after FinishAsync (bound %v + a round trip)", worst, AsyncBound)
+		})
+	}
+}
+
+// TestFinishAsyncClose: Close sends what FinishAsync queued and returns
+// once it is applied. The timer is lengthened so that only Close sends.
+func TestFinishAsyncClose(t *testing.T) {
+	t.Parallel()
+	for name, c := range asyncClients(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			a, err := New(c, WithPrefix(prefix), WithTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.async.bound = time.Hour
+			check := newEngine(t, c, WithPrefix(prefix), WithCachedDenials(false))
+			ctx := context.Background()
+			const n = 20
+			r := func(i int) Request {
+				s := fmt.Sprint("u", i)
+				return req(user(s, conc(1)), bytesOf(s, 10, win(100, time.Hour)))
+			}
+			for i := range n {
+				d, err := a.Allow(ctx, r(i))
+				if err != nil || !d.Allowed {
+					t.Fatalf("admission %d: %+v, %v", i, d, err)
+				}
+				a.FinishAsync(d, Outcome{Actual: []int64{-1, 3}})
+			}
+			// Each admission carried the finish queued before it: the
+			// last finish alone waits.
+			p, err := check.Peek(ctx, r(n-1))
+			if err != nil || slotState(t, p).Used != 1 {
+				t.Fatalf("before Close: %+v, %v; want the last slot still held (queued)", p.Windows, err)
+			}
+			a.Close()
+			for i := range n {
+				p, err := check.Peek(ctx, r(i))
+				if err != nil || slotState(t, p).Used != 0 || p.Windows[1].Used != 3 {
+					t.Fatalf("subject %d after Close: %+v, %v; want the slot free and 3 bytes", i, p.Windows, err)
+				}
+			}
+			// After Close a FinishAsync is refused and counted.
+			a.FinishAsync(Decision{Allowed: true, taken: &taken{src: FromRedis}}, Outcome{})
+			if got := a.FinishAsyncFailures(); got != 1 {
+				t.Errorf("FinishAsyncFailures after Close %d, want 1", got)
+			}
+		})
+	}
+}
+
+// TestFinishAsyncErrors: errors are counted, never returned nor panicking:
+// an Outcome Finish refuses, and Redis that stopped answering (queued like
+// an undo, which the next batch to reach Redis runs).
+func TestFinishAsyncErrors(t *testing.T) {
+	t.Parallel()
+	s, c := startRedis(t)
+	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithTimeout(time.Second))
+	ctx := context.Background()
+	r := req(user("u", conc(1)), bytesOf("u", 10, win(100, time.Hour)))
+	d, err := e.Allow(ctx, r)
+	if err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	e.FinishAsync(d, Outcome{Actual: []int64{1}}) // one cost for two checks
+	if got := e.FinishAsyncFailures(); got != 1 {
+		t.Fatalf("after a refused Outcome: FinishAsyncFailures %d, want 1", got)
+	}
+	e.drainAsync(false)
+	if p, err := e.Peek(ctx, r); err != nil || slotState(t, p).Used != 1 {
+		t.Fatalf("a refused Outcome changed something: %+v, %v", p.Windows, err)
+	}
+	s.Stop()
+	e.FinishAsync(d, Outcome{})
+	e.drainAsync(false) // the timer's work, now
+	if got := e.FinishAsyncFailures(); got != 2 {
+		t.Fatalf("after Redis stopped: FinishAsyncFailures %d, want 2", got)
+	}
+	if e.undos.n.Load() == 0 {
+		t.Fatal("the failed release was not queued for retry")
+	}
+}
+
+// TestFinishAsyncTouches: a cached denial is not made for a key with a
+// finish queued or in the air (it may free room), and is for other keys.
+func TestFinishAsyncTouches(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	e := newEngine(t, mc)
+	e.async.bound = time.Hour
+	ask := func(key string) *call {
+		c := &call{}
+		c.plan.keys = []string{"other", key}
+		return c
+	}
+	fin := &call{}
+	fin.plan.keys = []string{"k"}
+	if e.async.touches(ask("k")) {
+		t.Fatal("touches with nothing queued")
+	}
+	e.async.push(e, fin)
+	if !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
+		t.Fatal("queued: touches wrong")
+	}
+	e.async.mu.Lock()
+	fl := e.async.takeOff()
+	e.async.mu.Unlock()
+	if fl == nil || !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
+		t.Fatal("in the air: touches wrong")
+	}
+	// Land it by hand: nothing was sent.
+	e.async.mu.Lock()
+	delete(e.async.flying, "k")
+	e.async.air = nil
+	e.async.n.Add(-1)
+	e.async.mu.Unlock()
+	if e.async.touches(ask("k")) {
+		t.Fatal("touches after landing")
+	}
+}
