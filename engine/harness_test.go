@@ -1,0 +1,363 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
+
+	"github.com/slidelimit/slidelimit/internal/faults"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// The fault harness (TestFaults): seeded histories of requests from
+// several engines, clock steps, give-backs and faults, run against each
+// backend and checked against the model of internal/faults.
+var (
+	faultsDuration = flag.Duration("faults.duration", 0, "run TestFaults's generated histories for this long per backend instead of its CI budget")
+	faultsSeed     = flag.Uint64("faults.seed", 0, "run TestFaults on this one seed (with its regression seeds skipped)")
+)
+
+// faultsBudget is the number of seeded histories each backend runs in CI.
+var faultsBudget = map[string]int{"miniredis": 40, "redis": 30}
+
+// faultsRegressions holds every seed that ever failed, per backend, run
+// every time before the budget's seeds. Add a failing seed here with a
+// comment saying what it found.
+var faultsRegressions = map[string][]uint64{}
+
+// faultBackend is a store the harness can hurt.
+type faultBackend struct {
+	name    string
+	caps    faults.Caps
+	timeout time.Duration
+	client  func() Client // a new client, as a new process has
+	kill    func(node int)
+	restart func(node int, empty bool)
+	alive   func(node int) bool
+	sleep   func(d time.Duration) (wait func())
+	evict   func() error
+}
+
+// faultRun is one history being run.
+type faultRun struct {
+	t       *testing.T
+	b       *faultBackend
+	p       faults.Plan
+	clk     *fakeClock
+	prefix  string
+	ws      []rules.Window
+	fail    rules.FailMode
+	engines []*Engine
+	procs   []int
+	clients []Client
+	nextPID int
+	hist    faults.History
+	live    []liveAdmission // admissions that can be given back
+	asleep  func()          // waits for a DEBUG SLEEP in progress
+	errs    []string        // what went wrong outside the model (a bug of the run or the engine)
+}
+
+type liveAdmission struct {
+	e   *Engine
+	d   Decision
+	idx int // in hist.Decisions
+}
+
+var discardLog = slog.New(slog.DiscardHandler)
+
+func (r *faultRun) startEngine(i int) {
+	r.nextPID++
+	c := r.b.client()
+	e, err := New(c, WithPrefix(r.prefix), WithNode(int64(r.nextPID)), WithClock(r.clk.Now),
+		WithFailMode(r.fail), WithTimeout(r.b.timeout), WithLogger(discardLog))
+	if err != nil {
+		r.errs = append(r.errs, fmt.Sprintf("New: %v", err))
+		return
+	}
+	r.engines[i], r.procs[i] = e, r.nextPID
+	r.clients = append(r.clients, c)
+}
+
+func (r *faultRun) request(s int) Request {
+	return Request{Scope: "f", Checks: []Check{{
+		Limiter: rules.Limiter{Kind: rules.User, Windows: r.ws},
+		Subject: "s" + strconv.Itoa(s),
+	}}}
+}
+
+func sourceOf(s Source) faults.Source {
+	switch s {
+	case FromCache:
+		return faults.Cache
+	case FromLocal:
+		return faults.Local
+	case FromFailOpen:
+		return faults.FailOpen
+	case FromFailClosed:
+		return faults.FailClosed
+	}
+	return faults.Redis
+}
+
+func (r *faultRun) at() time.Duration { return r.clk.Now().Sub(t0) }
+
+// step runs step i of the plan.
+func (r *faultRun) step(i int, s faults.Step) {
+	ctx := context.Background()
+	switch s.Kind {
+	case faults.Requests:
+		ds := make([]Decision, len(s.Reqs))
+		errs := make([]error, len(s.Reqs))
+		var wg sync.WaitGroup
+		for j, q := range s.Reqs {
+			wg.Go(func() { ds[j], errs[j] = r.engines[q.Engine%len(r.engines)].Allow(ctx, r.request(q.Subject)) })
+		}
+		wg.Wait()
+		for j, q := range s.Reqs {
+			e := r.engines[q.Engine%len(r.engines)]
+			var re *RequestError
+			if errors.As(errs[j], &re) || errors.Is(errs[j], ErrClosed) {
+				r.errs = append(r.errs, fmt.Sprintf("step %d: Allow: %v", i, errs[j]))
+			}
+			d := ds[j]
+			r.hist.Decisions = append(r.hist.Decisions, faults.Decision{
+				Step: i, At: r.at(), Proc: r.procs[q.Engine%len(r.engines)], Subject: "s" + strconv.Itoa(q.Subject),
+				Allowed: d.Allowed, Source: sourceOf(d.Source),
+			})
+			if d.Allowed && (d.Source == FromRedis || d.Source == FromLocal) {
+				r.live = append(r.live, liveAdmission{e, d, len(r.hist.Decisions) - 1})
+			}
+		}
+	case faults.Advance:
+		r.clk.us.Add(s.D.Microseconds())
+	case faults.GiveBack:
+		if len(r.live) == 0 {
+			return
+		}
+		k := s.Pick % len(r.live)
+		a := r.live[k]
+		r.live = append(r.live[:k], r.live[k+1:]...)
+		switch err := a.e.Finish(ctx, a.d, Outcome{GiveBack: true}); {
+		case err == nil:
+			r.hist.Decisions[a.idx].GivenBack = true
+		case errors.Is(err, ErrBackend):
+			// Queued: it may be applied later, or never.
+			r.hist.Decisions[a.idx].GivenBack = true
+			r.hist.Decisions[a.idx].Unsure = true
+		case errors.Is(err, ErrClosed):
+			// Its process is gone: the entry stays.
+		default:
+			r.errs = append(r.errs, fmt.Sprintf("step %d: Finish: %v", i, err))
+		}
+	case faults.Kill:
+		r.settle()
+		if r.b.alive(s.Node) {
+			r.b.kill(s.Node)
+		}
+	case faults.Restart, faults.RestartEmpty:
+		r.settle()
+		if !r.b.alive(s.Node) {
+			empty := s.Kind == faults.RestartEmpty || !r.b.caps.Persist
+			r.b.restart(s.Node, empty)
+			if empty {
+				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "restart empty"})
+			}
+		}
+	case faults.Sleep:
+		r.settle()
+		if r.b.sleep != nil && r.b.alive(0) {
+			r.asleep = r.b.sleep(s.D)
+		}
+	case faults.Evict:
+		r.settle()
+		if r.b.evict != nil && r.b.alive(0) {
+			if err := r.b.evict(); err != nil {
+				r.errs = append(r.errs, fmt.Sprintf("step %d: evict: %v", i, err))
+			}
+			r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "eviction"})
+		}
+	case faults.RestartEngine:
+		j := s.Engine % len(r.engines)
+		r.engines[j].Close()
+		r.startEngine(j)
+	}
+}
+
+// settle waits for a DEBUG SLEEP in progress to end.
+func (r *faultRun) settle() {
+	if r.asleep != nil {
+		r.asleep()
+		r.asleep = nil
+	}
+}
+
+// runPlan runs p on b and returns the history and its violations, model's
+// and the final audit's (what Redis holds against what was admitted).
+func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []string) {
+	r := &faultRun{t: t, b: b, p: p, clk: newFakeClock(), prefix: testPrefix(t),
+		engines: make([]*Engine, p.Engines), procs: make([]int, p.Engines)}
+	for _, w := range p.Windows {
+		r.ws = append(r.ws, win(w.Limit, w.Period))
+		r.hist.Windows = append(r.hist.Windows, w)
+	}
+	r.fail = rules.FailMode(p.Fail)
+	r.hist.Fail = p.Fail
+	for i := range r.engines {
+		r.startEngine(i)
+	}
+	defer func() {
+		for _, e := range r.engines {
+			if e != nil {
+				e.Close()
+			}
+		}
+		for _, c := range r.clients {
+			if cl, ok := c.(interface{ Close() error }); ok {
+				cl.Close()
+			}
+		}
+	}()
+	if len(r.errs) > 0 {
+		return r.hist, r.errs
+	}
+	for i, s := range p.Steps {
+		r.step(i, s)
+		if len(r.errs) > 0 {
+			return r.hist, r.errs
+		}
+	}
+	// Heal: whatever is down restarts, keeping its data.
+	r.settle()
+	for n := range max(b.caps.Nodes, 1) {
+		if !b.alive(n) {
+			b.restart(n, !b.caps.Persist)
+			if !b.caps.Persist {
+				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: len(p.Steps), At: r.at(), Why: "restart empty (heal)"})
+			}
+		}
+	}
+	var out []string
+	for _, v := range faults.Check(r.hist) {
+		out = append(out, v.String())
+	}
+	out = append(out, r.audit()...)
+	return r.hist, out
+}
+
+// audit compares what Redis holds for every subject and window with what
+// the history admitted: an entry no admission accounts for is a denied
+// request's (or a given-back one's) that should not be there.
+func (r *faultRun) audit() []string {
+	c := r.b.client()
+	defer func() {
+		if cl, ok := c.(interface{ Close() error }); ok {
+			cl.Close()
+		}
+	}()
+	e, err := New(c, WithPrefix(r.prefix), WithClock(r.clk.Now), WithFailMode(rules.FailClosed),
+		WithTimeout(2*time.Second), WithLogger(discardLog))
+	if err != nil {
+		return []string{fmt.Sprintf("audit: New: %v", err)}
+	}
+	defer e.Close()
+	var out []string
+	for s := range r.p.Subjects {
+		var d Decision
+		for try := 0; ; try++ {
+			d, err = e.Peek(context.Background(), r.request(s))
+			if err == nil && d.Source == FromRedis {
+				break
+			}
+			if try == 50 {
+				return append(out, fmt.Sprintf("audit: Peek s%d: %v (source %v)", s, err, d.Source))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, ws := range d.Windows {
+			w := faults.Window{Limit: ws.Window.Limit, Period: ws.Window.Period}
+			subject := "s" + strconv.Itoa(s)
+			if held := faults.Held(r.hist, subject, w, r.at()); ws.Used > held {
+				out = append(out, fmt.Sprintf("subject %s, window %v: Redis holds %d entries at %v, admissions account for at most %d",
+					subject, w, ws.Used, r.at(), held))
+			}
+		}
+	}
+	return out
+}
+
+// faultsSeeds returns the seeds a backend runs: its regression seeds and
+// its CI budget, one given seed, or an endless sequence for a duration.
+func faultsSeeds(name string) (seeds []uint64, endless bool) {
+	if *faultsSeed != 0 {
+		return []uint64{*faultsSeed}, false
+	}
+	seeds = append(seeds, faultsRegressions[name]...)
+	for i := range faultsBudget[name] {
+		seeds = append(seeds, uint64(i+1))
+	}
+	return seeds, *faultsDuration > 0
+}
+
+// runFaults runs a backend's seeds, and on the first failure shrinks it and
+// reports the seed, the shrunk plan and its violations.
+func runFaults(t *testing.T, b *faultBackend) {
+	seeds, endless := faultsSeeds(b.name)
+	began := time.Now()
+	var histories, steps, decisions int
+	next := uint64(time.Now().UnixNano())
+	for i := 0; ; i++ {
+		var seed uint64
+		switch {
+		case i < len(seeds):
+			seed = seeds[i]
+		case endless && time.Since(began) < *faultsDuration:
+			next = next*6364136223846793005 + 1442695040888963407
+			seed = next >> 1
+		default:
+			t.Logf("%s: %d histories, %d steps, %d decisions in %v", b.name, histories, steps, decisions, time.Since(began).Round(time.Millisecond))
+			return
+		}
+		p := faults.Generate(seed, b.caps)
+		h, vs := runPlan(t, b, p)
+		histories++
+		steps += len(p.Steps)
+		decisions += len(h.Decisions)
+		if len(vs) == 0 {
+			continue
+		}
+		shrunk := faults.Shrink(p, 40, func(q faults.Plan) bool {
+			_, vs := runPlan(t, b, q)
+			return len(vs) > 0
+		})
+		sh, svs := runPlan(t, b, shrunk)
+		t.Errorf("%s: seed %d failed (replay: go test -run 'TestFaults/%s' ./engine -faults.seed=%d):\n  %s\nplan:\n%vhistory:\n%s\nshrunk plan:\n%vits violations:\n  %s\nits history:\n%s",
+			b.name, seed, b.name, seed, strings.Join(vs, "\n  "), p, h, shrunk, strings.Join(svs, "\n  "), sh)
+		return
+	}
+}
+
+// TestFaults runs the fault harness on every backend: a fixed budget of
+// seeded histories each (see faultsBudget), or -faults.duration of random
+// ones, or the one seed of -faults.seed. See docs/operations.md, "What the
+// fault harness checks".
+func TestFaults(t *testing.T) {
+	// go-redis logs every refused dial of a killed server.
+	logging.Disable()
+	t.Run("miniredis", func(t *testing.T) { runFaults(t, miniredisBackend(t)) })
+	t.Run("redis", func(t *testing.T) { runFaults(t, redisBackend(t)) })
+}
+
+// redisClient returns a client configured as docs/engine.md asks.
+func redisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+}

@@ -1,0 +1,404 @@
+// Package faults is the fault harness's reference: a model of what the
+// windows of a rule group may hold under faults, a generator of seeded
+// histories (requests from several engines, clock steps, outcomes and
+// faults), and a shrinker that reduces a failing history.
+//
+// The model shares no code with the engine. It reads a history of
+// decisions, each tagged with the process that made it and who decided
+// (Redis, the process's cache, its local fallback, or its fail mode),
+// and the moments Redis lost data. From these alone it bounds, for every
+// subject, window and span of that window's period, how many admissions
+// the span may hold, following docs/operations.md (Fail modes) and
+// docs/engine.md (Redis configuration):
+//
+//   - Redis admits at most L in any span of a window while it keeps its
+//     data; a loss (a restart without persistence, an eviction, a failover
+//     that loses writes) starts afresh, so a span that holds k losses may
+//     hold (k+1)·L admissions of Redis.
+//   - A process's local fallback starts each subject from what Redis last
+//     told it: the entries Redis held then count against the fallback in
+//     every span that still holds them, so a full subject gets 0 more, a
+//     subject with k of L used at most L-k more, and a subject the process
+//     never asked Redis about at most L, in every span.
+//   - Fail-open admissions are not bounded; fail-closed admits nothing.
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Window is a sliding window of a rule group: at most Limit admissions in
+// any span of Period.
+type Window struct {
+	Limit  int64
+	Period time.Duration
+}
+
+func (w Window) String() string { return fmt.Sprintf("%d/%v", w.Limit, w.Period) }
+
+// Source says who made a decision.
+type Source uint8
+
+// Sources of a Decision.
+const (
+	Redis      Source = iota // Redis decided
+	Cache                    // the process denied from what Redis last said
+	Local                    // the local fallback decided (fail:local)
+	FailOpen                 // admitted because Redis failed (fail:open)
+	FailClosed               // denied because Redis failed (fail:closed)
+)
+
+var sourceNames = [...]string{"redis", "cache", "local", "fail-open", "fail-closed"}
+
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("source(%d)", s)
+}
+
+// Decision is one decision of the history.
+type Decision struct {
+	// Step orders events: a decision of a later step happened after every
+	// event of an earlier one; decisions of one step ran concurrently.
+	Step int
+	// At is the decision time (the clock's, from the start of the history).
+	At      time.Duration
+	Proc    int // the process (engine incarnation) that decided
+	Subject string
+	Allowed bool
+	Source  Source
+	// GivenBack marks an admission that was given back (or whose give-back
+	// was attempted and may have been applied): it counts nowhere.
+	GivenBack bool
+	// Unsure marks a give-back that failed: Redis may still hold the entry.
+	Unsure bool
+}
+
+// Loss is a moment Redis lost data: every entry stored before it is gone.
+type Loss struct {
+	Step int
+	At   time.Duration
+	Why  string
+}
+
+// History is what a run did to one rule group.
+type History struct {
+	Windows   []Window
+	Fail      string // "local", "open" or "closed"
+	Decisions []Decision
+	Losses    []Loss
+}
+
+// Violation is a span that held more admissions than the model allows,
+// or a decision its source could not have made.
+type Violation struct {
+	Subject string
+	Window  Window
+	From    time.Duration // the span (From, To]
+	To      time.Duration
+	Count   int64
+	Bound   int64
+	Detail  string
+}
+
+func (v Violation) String() string {
+	if v.Window.Limit == 0 {
+		return fmt.Sprintf("subject %s: %s", v.Subject, v.Detail)
+	}
+	return fmt.Sprintf("subject %s, window %v: %d admissions in (%v, %v], bound %d (%s)",
+		v.Subject, v.Window, v.Count, v.From, v.To, v.Bound, v.Detail)
+}
+
+// Check returns every violation of h: decisions their source could not have
+// made, and spans holding more admissions than the model's bound.
+func Check(h History) []Violation {
+	var out []Violation
+	for _, d := range h.Decisions {
+		if why := badSource(h.Fail, d); why != "" {
+			out = append(out, Violation{Subject: d.Subject, Detail: fmt.Sprintf("step %d, proc %d at %v: %s", d.Step, d.Proc, d.At, why)})
+		}
+	}
+	subjects := map[string][]Decision{}
+	var names []string
+	for _, d := range h.Decisions {
+		if subjects[d.Subject] == nil {
+			names = append(names, d.Subject)
+		}
+		subjects[d.Subject] = append(subjects[d.Subject], d)
+	}
+	slices.Sort(names)
+	for _, s := range names {
+		for _, w := range h.Windows {
+			if v, ok := checkWindow(h, subjects[s], w); !ok {
+				v.Subject = s
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// badSource says why a decision could not come from its source under the
+// group's fail mode, or "".
+func badSource(fail string, d Decision) string {
+	switch {
+	case d.Source == Cache && d.Allowed:
+		return "admitted from the cache, which only denies"
+	case d.Source == FailClosed && d.Allowed:
+		return "admitted by fail:closed"
+	case d.Source == FailOpen && !d.Allowed:
+		return "denied by fail:open"
+	case d.Source == Local && fail != "local",
+		d.Source == FailOpen && fail != "open",
+		d.Source == FailClosed && fail != "closed":
+		return fmt.Sprintf("decided by %v under fail:%s", d.Source, fail)
+	}
+	return ""
+}
+
+// counted reports whether an admission counts against the windows: fail-open
+// admissions are unbounded, and given-back ones count nowhere.
+func counted(d Decision) bool {
+	return d.Allowed && !d.GivenBack && (d.Source == Redis || d.Source == Local)
+}
+
+// checkWindow checks every span (t-W, t] of one subject's decisions ds in
+// window w. Counts and bounds change only where a span's end reaches an event
+// (it enters) or passes it by W (it leaves), so those ends are all it checks.
+// Redis's admissions and each fallback episode's are bounded separately
+// (each bound holds whatever the others did), which implies the total the
+// docs state: (losses+1)·L plus the sum of the episodes' allowances.
+func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
+	var ends []time.Duration
+	for _, d := range ds {
+		ends = append(ends, d.At, d.At+w.Period)
+	}
+	for _, l := range h.Losses {
+		ends = append(ends, l.At, l.At+w.Period)
+	}
+	slices.Sort(ends)
+	ends = slices.Compact(ends)
+	for _, t := range ends {
+		in := func(at time.Duration) bool { return at > t-w.Period && at <= t }
+		var count, redis int64
+		for _, d := range ds {
+			if counted(d) && in(d.At) {
+				count++
+				if d.Source == Redis {
+					redis++
+				}
+			}
+		}
+		if count <= w.Limit {
+			continue // every bound is at least L
+		}
+		v := Violation{Window: w, From: t - w.Period, To: t, Count: count}
+		// Redis: at most L per epoch between losses.
+		var epoch int64
+		epochs := int64(1)
+		prev := -1 // the step of the span's previous Redis admission
+		for _, d := range ds {
+			if !counted(d) || d.Source != Redis || !in(d.At) {
+				continue
+			}
+			if prev >= 0 && lostBetween(h, prev, d.Step) {
+				epoch = 0
+				epochs++
+			}
+			prev = d.Step
+			if epoch++; epoch > w.Limit {
+				v.Bound = w.Limit
+				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
+				return v, false
+			}
+		}
+		// The local admissions in the span, by episode: the Redis answer
+		// each process last had about the subject before deciding locally.
+		type episode struct{ used, allowed int64 }
+		eps := map[[2]int]*episode{} // (proc, anchor index or -1)
+		var keys [][2]int
+		for i, d := range ds {
+			if !counted(d) || d.Source != Local || !in(d.At) {
+				continue
+			}
+			// The fallback may also start from an answer of the same step
+			// (a concurrent call of the same process): take the largest.
+			n := int64(-1)
+			for _, a := range anchors(ds, i) {
+				if a < 0 {
+					n = w.Limit
+					continue
+				}
+				var held int64
+				for _, r := range visible(h, ds, a, w) {
+					if in(r.At) {
+						held++
+					}
+				}
+				n = max(n, w.Limit-held)
+			}
+			key := [2]int{d.Proc, anchors(ds, i)[0]}
+			e := eps[key]
+			if e == nil {
+				e = &episode{}
+				eps[key] = e
+				keys = append(keys, key)
+			}
+			e.used++
+			e.allowed = max(e.allowed, n)
+		}
+		var local int64
+		for _, k := range keys {
+			e := eps[k]
+			local += e.allowed
+			if e.used > e.allowed {
+				v.Bound = e.allowed
+				from := "no Redis answer before"
+				if k[1] >= 0 {
+					from = fmt.Sprintf("Redis's answer of step %d", ds[k[1]].Step)
+				}
+				v.Detail = fmt.Sprintf("proc %d's fallback admitted %d of them, starting from %s", k[0], e.used, from)
+				return v, false
+			}
+		}
+		if count > epochs*w.Limit+local {
+			// Implied by the bounds above; kept as the docs' statement.
+			v.Bound = epochs*w.Limit + local
+			v.Detail = fmt.Sprintf("%d Redis epoch(s), local allowance %d", epochs, local)
+			return v, false
+		}
+	}
+	return Violation{}, true
+}
+
+// lostBetween reports whether Redis lost data between two steps.
+func lostBetween(h History, from, to int) bool {
+	for _, l := range h.Losses {
+		if l.Step > from && l.Step < to {
+			return true
+		}
+	}
+	return false
+}
+
+// epochStart returns the step of the last loss before step, or 0.
+func epochStart(h History, step int) int {
+	s := 0
+	for _, l := range h.Losses {
+		if l.Step < step {
+			s = max(s, l.Step)
+		}
+	}
+	return s
+}
+
+// anchors returns the index in ds of the last decision Redis made for the
+// process of ds[i] before ds[i]'s step, or -1, followed by those of ds[i]'s
+// own step: the answers the process's fallback may start from.
+func anchors(ds []Decision, i int) []int {
+	a := -1
+	var same []int
+	for j, d := range ds {
+		if d.Proc != ds[i].Proc || d.Source != Redis {
+			continue
+		}
+		switch {
+		case d.Step < ds[i].Step && (a < 0 || d.Step >= ds[a].Step):
+			a = j
+		case d.Step == ds[i].Step:
+			same = append(same, j)
+		}
+	}
+	return append([]int{a}, same...)
+}
+
+// visible returns the admissions Redis surely held in window w when it
+// answered ds[a]: those of earlier steps (and ds[a] itself) that Redis
+// decided, within the window, not lost since, and never given back.
+// Leaving out what it may also have held (concurrent admissions, given-back
+// ones) only loosens the bound.
+func visible(h History, ds []Decision, a int, w Window) []Decision {
+	at := ds[a]
+	var out []Decision
+	for j, r := range ds {
+		if r.Source != Redis || !r.Allowed || r.GivenBack || (r.Step >= at.Step && j != a) {
+			continue
+		}
+		if r.At <= at.At-w.Period {
+			continue
+		}
+		lost := false
+		for _, l := range h.Losses {
+			if l.Step > r.Step && l.Step < at.Step {
+				lost = true
+			}
+		}
+		if !lost {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Held returns the most entries Redis may hold now (at t, after every step)
+// for subject s in window w: the admissions Redis decided since the last
+// loss, within the window, not surely given back, plus every decision of
+// the window that went elsewhere or whose give-back failed (a call that
+// timed out may have been applied, or be cleaned up later). A window
+// holding more has an entry no admission accounts for: a denied request
+// left one.
+func Held(h History, s string, w Window, t time.Duration) int64 {
+	last := -1
+	for _, l := range h.Losses {
+		last = max(last, l.Step)
+	}
+	var n int64
+	for _, d := range h.Decisions {
+		if d.Subject != s || d.At <= t-w.Period || d.Step < last {
+			continue
+		}
+		switch {
+		case d.Source == Redis && d.Allowed && (!d.GivenBack || d.Unsure):
+			n++
+		case d.Source != Redis && d.Source != Cache:
+			n++
+		}
+	}
+	return n
+}
+
+func (d Decision) String() string {
+	s := fmt.Sprintf("step %3d at %v: proc %d %s: ", d.Step, d.At, d.Proc, d.Subject)
+	if d.Allowed {
+		s += "allowed"
+	} else {
+		s += "denied"
+	}
+	s += " by " + d.Source.String()
+	if d.GivenBack {
+		s += ", given back"
+		if d.Unsure {
+			s += " (failed)"
+		}
+	}
+	return s
+}
+
+func (h History) String() string {
+	var b strings.Builder
+	i := 0
+	for _, d := range h.Decisions {
+		for ; i < len(h.Losses) && h.Losses[i].Step < d.Step; i++ {
+			fmt.Fprintf(&b, "  step %3d at %v: loss: %s\n", h.Losses[i].Step, h.Losses[i].At, h.Losses[i].Why)
+		}
+		fmt.Fprintf(&b, "  %v\n", d)
+	}
+	for ; i < len(h.Losses); i++ {
+		fmt.Fprintf(&b, "  step %3d at %v: loss: %s\n", h.Losses[i].Step, h.Losses[i].At, h.Losses[i].Why)
+	}
+	return b.String()
+}

@@ -1,0 +1,174 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const sec = time.Second
+
+// hist builds a history of one subject "s" in one window 3/10s.
+type hist struct {
+	History
+	step int
+}
+
+func newHist(fail string) *hist {
+	return &hist{History: History{Windows: []Window{{Limit: 3, Period: 10 * sec}}, Fail: fail}}
+}
+
+// add appends n decisions of proc at at, each its own step.
+func (h *hist) add(n int, proc int, at time.Duration, allowed bool, src Source) {
+	for range n {
+		h.step++
+		h.Decisions = append(h.Decisions, Decision{Step: h.step, At: at, Proc: proc, Subject: "s", Allowed: allowed, Source: src})
+	}
+}
+
+func (h *hist) loss(at time.Duration) {
+	h.step++
+	h.Losses = append(h.Losses, Loss{Step: h.step, At: at, Why: "restart empty"})
+}
+
+func wantViolations(t *testing.T, h *hist, want int) {
+	t.Helper()
+	vs := Check(h.History)
+	if len(vs) != want {
+		t.Fatalf("got %d violations, want %d: %v", len(vs), want, vs)
+	}
+}
+
+func TestModelRedis(t *testing.T) {
+	h := newHist("local")
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 2, 5*sec, false, Redis)
+	h.add(3, 2, 11*sec, true, Redis) // the first three left at 11 s
+	wantViolations(t, h, 0)
+	h.add(1, 1, 20*sec, true, Redis) // 4 in (10 s, 20 s]
+	wantViolations(t, h, 1)
+}
+
+func TestModelGivenBack(t *testing.T) {
+	h := newHist("local")
+	h.add(4, 1, 1*sec, true, Redis)
+	wantViolations(t, h, 1)
+	h.Decisions[0].GivenBack = true
+	wantViolations(t, h, 0)
+}
+
+func TestModelLoss(t *testing.T) {
+	h := newHist("local")
+	h.add(3, 1, 1*sec, true, Redis)
+	h.loss(2 * sec)
+	h.add(3, 1, 3*sec, true, Redis)
+	wantViolations(t, h, 0)
+	h.add(1, 1, 4*sec, true, Redis)
+	wantViolations(t, h, 1)
+}
+
+// TestModelFullSeen: a full subject this process has seen gets 0 more
+// while the entries Redis reported are in the window, then L.
+func TestModelFullSeen(t *testing.T) {
+	h := newHist("local")
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 1, 2*sec, false, Redis) // the anchor: full
+	h.add(1, 2, 2*sec, false, Redis) // proc 2 saw it full too
+	wantViolations(t, h, 0)
+	h.add(1, 1, 5*sec, true, Local)
+	wantViolations(t, h, 1)
+
+	h = newHist("local")
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 1, 2*sec, false, Redis)
+	h.add(3, 1, 11*sec, true, Local) // the entries left: L more
+	wantViolations(t, h, 0)
+	h.add(1, 1, 12*sec, true, Local)
+	wantViolations(t, h, 1)
+}
+
+// TestModelPartlyUsed: k of L used gets at most L-k more per process.
+func TestModelPartlyUsed(t *testing.T) {
+	h := newHist("local")
+	h.add(1, 1, 1*sec, true, Redis) // proc 1 saw 1 of 3
+	h.add(1, 2, 1*sec, true, Redis) // proc 2 saw 2 of 3
+	h.add(1, 3, 1*sec, true, Redis) // proc 3 saw 3 of 3
+	h.add(2, 1, 2*sec, true, Local)
+	h.add(1, 2, 2*sec, true, Local)
+	wantViolations(t, h, 0) // 3 + 2 + 1 + 0
+	h.add(1, 3, 2*sec, true, Local)
+	wantViolations(t, h, 1)
+}
+
+// TestModelUnseen: a process that never asked Redis gets L.
+func TestModelUnseen(t *testing.T) {
+	h := newHist("local")
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(3, 2, 2*sec, true, Local)
+	h.add(3, 3, 2*sec, true, Local)
+	wantViolations(t, h, 0)
+	h.add(1, 3, 3*sec, true, Local)
+	wantViolations(t, h, 1)
+}
+
+// TestModelLostAnchor: an anchor's entries lost to a restart still count
+// against the process that saw them, as the engine's seed does.
+func TestModelLostAnchor(t *testing.T) {
+	h := newHist("local")
+	h.add(3, 1, 1*sec, true, Redis)
+	h.loss(2 * sec)
+	h.add(3, 2, 3*sec, true, Redis)
+	h.add(1, 1, 4*sec, true, Local)
+	wantViolations(t, h, 1)
+}
+
+func TestModelSources(t *testing.T) {
+	for _, c := range []struct {
+		fail    string
+		allowed bool
+		src     Source
+		bad     string
+	}{
+		{"local", true, Cache, "cache"},
+		{"closed", true, FailClosed, "fail:closed"},
+		{"open", false, FailOpen, "fail:open"},
+		{"closed", true, Local, "local under fail:closed"},
+		{"local", true, FailOpen, "fail-open under fail:local"},
+		{"open", false, FailClosed, "fail-closed under fail:open"},
+		{"open", true, FailOpen, ""},
+		{"closed", false, FailClosed, ""},
+		{"local", false, Cache, ""},
+	} {
+		h := newHist(c.fail)
+		h.add(1, 1, sec, c.allowed, c.src)
+		vs := Check(h.History)
+		if c.bad == "" && len(vs) != 0 || c.bad != "" && (len(vs) != 1 || !strings.Contains(vs[0].Detail, c.bad)) {
+			t.Errorf("%+v: %v", c, vs)
+		}
+	}
+	// Fail-open admissions are not bounded.
+	h := newHist("open")
+	h.add(10, 1, sec, true, FailOpen)
+	wantViolations(t, h, 0)
+}
+
+func TestModelHeld(t *testing.T) {
+	h := newHist("local")
+	h.add(2, 1, 1*sec, true, Redis)
+	h.loss(2 * sec)
+	h.add(2, 1, 3*sec, true, Redis)
+	h.add(1, 1, 3*sec, false, Redis)
+	h.add(1, 1, 4*sec, false, FailClosed)
+	h.Decisions[3].GivenBack = true
+	w := h.Windows[0]
+	if n := Held(h.History, "s", w, 5*sec); n != 2 {
+		t.Errorf("held %d, want 2 (one admission after the loss, one call that failed)", n)
+	}
+	h.Decisions[3].Unsure = true
+	if n := Held(h.History, "s", w, 5*sec); n != 3 {
+		t.Errorf("held %d, want 3", n)
+	}
+	if n := Held(h.History, "s", w, 14*sec); n != 0 {
+		t.Errorf("held %d at 14 s, want 0", n)
+	}
+}
