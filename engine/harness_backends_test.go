@@ -121,3 +121,38 @@ func evictSome(ctx context.Context, admin *redis.Client) error {
 	}
 	return admin.Del(ctx, keys...).Err()
 }
+
+// clusterBackend is a 3-master Redis Cluster without replicas or
+// persistence: a killed master's subjects go to the fail mode until it
+// restarts, empty, with its hash slots.
+func clusterBackend(t *testing.T) *faultBackend {
+	// The configuration docs/engine.md asks for: the healthy masters keep
+	// answering while one is down.
+	cl := redistest.StartClusterConfig(t, redistest.ClusterConfig{})
+	addrs := cl.Addrs()
+	return &faultBackend{
+		name:    "cluster",
+		caps:    faults.Caps{Nodes: len(cl.Nodes)},
+		timeout: 200 * time.Millisecond,
+		client: func() Client {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
+				MaxRetries: -1, DialerRetries: 1, ClusterStateReloadInterval: 200 * time.Millisecond})
+		},
+		kill: func(n int) { cl.Nodes[n].Kill() },
+		restart: func(n int, _ bool) {
+			cl.Nodes[n].Restart()
+		},
+		alive: func(n int) bool { return cl.Nodes[n].Alive() },
+		serves: func(n int, key string) bool {
+			return cl.MasterOf(t, key) == cl.Nodes[n]
+		},
+		healthy: func() error {
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				err := cl.Healthy()
+				if err == nil || time.Now().After(deadline) {
+					return err
+				}
+			}
+		},
+	}
+}

@@ -28,7 +28,7 @@ var (
 )
 
 // faultsBudget is the number of seeded histories each backend runs in CI.
-var faultsBudget = map[string]int{"miniredis": 40, "redis": 30}
+var faultsBudget = map[string]int{"miniredis": 40, "redis": 12, "cluster": 4}
 
 // faultsRegressions holds every seed that ever failed, per backend, run
 // every time before the budget's seeds. Add a failing seed here with a
@@ -51,6 +51,10 @@ type faultBackend struct {
 	alive   func(node int) bool
 	sleep   func(d time.Duration) (wait func())
 	evict   func() error
+	healthy func() error // waits until a healed backend serves every key; nil: at once
+	// serves reports whether node n serves key (a cluster's master);
+	// nil: every node serves every key.
+	serves func(n int, key string) bool
 }
 
 // faultRun is one history being run.
@@ -67,6 +71,7 @@ type faultRun struct {
 	clients []Client
 	nextPID int
 	hist    faults.History
+	owners  []int           // the node serving each subject (see faultBackend.serves)
 	live    []liveAdmission // admissions that can be given back
 	asleep  func()          // waits for a DEBUG SLEEP in progress
 	errs    []string        // what went wrong outside the model (a bug of the run or the engine)
@@ -175,7 +180,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 			empty := s.Kind == faults.RestartEmpty || !r.b.caps.Persist
 			r.b.restart(s.Node, empty)
 			if empty {
-				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "restart empty"})
+				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "restart empty", Subjects: r.servedBy(s.Node)})
 			}
 		}
 	case faults.Sleep:
@@ -196,6 +201,20 @@ func (r *faultRun) step(i int, s faults.Step) {
 		r.engines[j].Close()
 		r.startEngine(j)
 	}
+}
+
+// servedBy returns the subjects whose keys node n serves, or nil for all.
+func (r *faultRun) servedBy(n int) []string {
+	if r.b.serves == nil {
+		return nil
+	}
+	out := []string{}
+	for s, owner := range r.owners {
+		if owner == n {
+			out = append(out, "s"+strconv.Itoa(s))
+		}
+	}
+	return out
 }
 
 // settle waits for a DEBUG SLEEP in progress to end.
@@ -219,6 +238,19 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 	r.hist.Fail = p.Fail
 	for i := range r.engines {
 		r.startEngine(i)
+	}
+	if b.serves != nil && r.engines[0] != nil {
+		// Masters without replicas keep their slots: who serves a
+		// subject is known before any fault.
+		for s := range p.Subjects {
+			key := r.engines[0].keyOf("f", r.request(s).Checks[0])
+			r.owners = append(r.owners, -1)
+			for n := range b.caps.Nodes {
+				if b.serves(n, key) {
+					r.owners[s] = n
+				}
+			}
+		}
 	}
 	defer func() {
 		for _, e := range r.engines {
@@ -247,11 +279,16 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 		if !b.alive(n) {
 			b.restart(n, !b.caps.Persist)
 			if !b.caps.Persist {
-				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: len(p.Steps), At: r.at(), Why: "restart empty (heal)"})
+				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: len(p.Steps), At: r.at(), Why: "restart empty (heal)", Subjects: r.servedBy(n)})
 			}
 		}
 	}
-	var out []string
+	if b.healthy != nil {
+		if err := b.healthy(); err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("heal: %v", err))
+		}
+	}
+	out := r.errs
 	for _, v := range faults.Check(r.hist) {
 		out = append(out, v.String())
 	}
@@ -360,6 +397,7 @@ func TestFaults(t *testing.T) {
 	logging.Disable()
 	t.Run("miniredis", func(t *testing.T) { runFaults(t, miniredisBackend(t)) })
 	t.Run("redis", func(t *testing.T) { runFaults(t, redisBackend(t)) })
+	t.Run("cluster", func(t *testing.T) { runFaults(t, clusterBackend(t)) })
 }
 
 // redisClient returns a client configured as docs/engine.md asks.

@@ -78,11 +78,28 @@ type Decision struct {
 	Unsure bool
 }
 
-// Loss is a moment Redis lost data: every entry stored before it is gone.
+// Loss is a moment Redis lost data: every entry stored before it is gone,
+// of every subject or, on a cluster, of the subjects of one master.
 type Loss struct {
-	Step int
-	At   time.Duration
-	Why  string
+	Step     int
+	At       time.Duration
+	Why      string
+	Subjects []string // nil: every subject
+}
+
+// hits reports whether the loss took subject s's entries.
+func (l Loss) hits(s string) bool { return l.Subjects == nil || slices.Contains(l.Subjects, s) }
+
+// of returns h with only the losses that hit subject s.
+func (h History) of(s string) History {
+	out := h
+	out.Losses = nil
+	for _, l := range h.Losses {
+		if l.hits(s) {
+			out.Losses = append(out.Losses, l)
+		}
+	}
+	return out
 }
 
 // History is what a run did to one rule group.
@@ -133,7 +150,7 @@ func Check(h History) []Violation {
 	slices.Sort(names)
 	for _, s := range names {
 		for _, w := range h.Windows {
-			if v, ok := checkWindow(h, subjects[s], w); !ok {
+			if v, ok := checkWindow(h.of(s), subjects[s], w); !ok {
 				v.Subject = s
 				out = append(out, v)
 			}
@@ -352,6 +369,7 @@ func visible(h History, ds []Decision, a int, w Window) []Decision {
 // holding more has an entry no admission accounts for: a denied request
 // left one.
 func Held(h History, s string, w Window, t time.Duration) int64 {
+	h = h.of(s)
 	last := -1
 	for _, l := range h.Losses {
 		last = max(last, l.Step)
@@ -393,7 +411,7 @@ func (h History) String() string {
 	i := 0
 	for _, d := range h.Decisions {
 		for ; i < len(h.Losses) && h.Losses[i].Step < d.Step; i++ {
-			fmt.Fprintf(&b, "  step %3d at %v: loss: %s\n", h.Losses[i].Step, h.Losses[i].At, h.Losses[i].Why)
+			fmt.Fprintf(&b, "  %v\n", h.Losses[i])
 		}
 		fmt.Fprintf(&b, "  %v\n", d)
 	}
@@ -401,4 +419,12 @@ func (h History) String() string {
 		fmt.Fprintf(&b, "  step %3d at %v: loss: %s\n", h.Losses[i].Step, h.Losses[i].At, h.Losses[i].Why)
 	}
 	return b.String()
+}
+
+func (l Loss) String() string {
+	s := fmt.Sprintf("step %3d at %v: loss: %s", l.Step, l.At, l.Why)
+	if l.Subjects != nil {
+		s += fmt.Sprintf(" (subjects %v)", l.Subjects)
+	}
+	return s
 }
