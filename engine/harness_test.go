@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,15 +33,11 @@ var (
 // faultsBudget is the number of seeded histories each backend runs in CI.
 var faultsBudget = map[string]int{"miniredis": 40, "redis": 12, "cluster": 4}
 
-// faultsRegressions holds every seed that ever failed, per backend, run
-// every time before the budget's seeds. Add a failing seed here with a
-// comment saying what it found.
-var faultsRegressions = map[string][]uint64{
-	// A process that saw a subject full from Redis at the same clock time
-	// as its previous answer kept seeding its fallback from the older
-	// answer, and admitted it (TestFallbackReseedsSameTime).
-	"redis": {5},
-}
+// faultsRegressions is where every plan that ever failed stays, as
+// <backend>-<seed>.json, run every time before the budget's seeds: the
+// failure message prints the plan to save there. A plan is kept whole
+// rather than as a seed, since a seed's plan changes with the generator.
+const faultsRegressions = "testdata/faults"
 
 // faultBackend is a store the harness can hurt.
 type faultBackend struct {
@@ -179,6 +178,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 		if !r.b.alive(s.Node) {
 			empty := s.Kind == faults.RestartEmpty || !r.b.caps.Persist
 			r.b.restart(s.Node, empty)
+			r.recovered()
 			if empty {
 				r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "restart empty", Subjects: r.servedBy(s.Node)})
 			}
@@ -217,11 +217,44 @@ func (r *faultRun) servedBy(n int) []string {
 	return out
 }
 
+// recovered waits (up to 10 s), when every server runs, until no engine
+// holds one for down,
+// so that the steps after a restart meet Redis rather than the fail mode
+// for however long the probes take: a history then replays the same way.
+func (r *faultRun) recovered() {
+	for n := range max(r.b.caps.Nodes, 1) {
+		if !r.b.alive(n) {
+			return // some keys stay in the fail mode anyway
+		}
+	}
+	if r.b.healthy != nil {
+		if err := r.b.healthy(); err != nil {
+			r.errs = append(r.errs, fmt.Sprintf("restart: %v", err))
+			return
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		down := false
+		for _, e := range r.engines {
+			down = down || e.doms.one.down.Load()
+			e.doms.mu.RLock()
+			for _, d := range e.doms.m {
+				down = down || d.down.Load()
+			}
+			e.doms.mu.RUnlock()
+		}
+		if !down {
+			return
+		}
+	}
+}
+
 // settle waits for a DEBUG SLEEP in progress to end.
 func (r *faultRun) settle() {
 	if r.asleep != nil {
 		r.asleep()
 		r.asleep = nil
+		r.recovered()
 	}
 }
 
@@ -337,39 +370,54 @@ func (r *faultRun) audit() []string {
 	return out
 }
 
-// faultsSeeds returns the seeds a backend runs: its regression seeds and
-// its CI budget, one given seed, or an endless sequence for a duration.
-func faultsSeeds(name string) (seeds []uint64, endless bool) {
+// faultsPlans returns the plans a backend runs first: its regression
+// plans (none when -faults.seed is set), then its budget's seeds, or the
+// one seed of -faults.seed; endless says to go on with random seeds.
+func faultsPlans(t *testing.T, b *faultBackend) (plans []faults.Plan, endless bool) {
 	if *faultsSeed != 0 {
-		return []uint64{*faultsSeed}, false
+		return []faults.Plan{faults.Generate(*faultsSeed, b.caps)}, false
 	}
-	seeds = append(seeds, faultsRegressions[name]...)
-	for i := range faultsBudget[name] {
-		seeds = append(seeds, uint64(i+1))
+	files, err := filepath.Glob(filepath.Join(faultsRegressions, b.name+"-*.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return seeds, *faultsDuration > 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p faults.Plan
+		if err := json.Unmarshal(data, &p); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		plans = append(plans, p)
+	}
+	for i := range faultsBudget[b.name] {
+		plans = append(plans, faults.Generate(uint64(i+1), b.caps))
+	}
+	return plans, *faultsDuration > 0
 }
 
 // runFaults runs a backend's seeds, and on the first failure shrinks it and
 // reports the seed, the shrunk plan and its violations.
 func runFaults(t *testing.T, b *faultBackend) {
-	seeds, endless := faultsSeeds(b.name)
+	plans, endless := faultsPlans(t, b)
 	began := time.Now()
 	var histories, steps, decisions int
 	next := uint64(time.Now().UnixNano())
 	for i := 0; ; i++ {
-		var seed uint64
+		var p faults.Plan
 		switch {
-		case i < len(seeds):
-			seed = seeds[i]
+		case i < len(plans):
+			p = plans[i]
 		case endless && time.Since(began) < *faultsDuration:
 			next = next*6364136223846793005 + 1442695040888963407
-			seed = next >> 1
+			p = faults.Generate(next>>1, b.caps)
 		default:
 			t.Logf("%s: %d histories, %d steps, %d decisions in %v", b.name, histories, steps, decisions, time.Since(began).Round(time.Millisecond))
 			return
 		}
-		p := faults.Generate(seed, b.caps)
+		seed := p.Seed
 		h, vs := runPlan(t, b, p)
 		histories++
 		steps += len(p.Steps)
@@ -382,8 +430,14 @@ func runFaults(t *testing.T, b *faultBackend) {
 			return len(vs) > 0
 		})
 		sh, svs := runPlan(t, b, shrunk)
-		t.Errorf("%s: seed %d failed (replay: go test -run 'TestFaults/%s' ./engine -faults.seed=%d):\n  %s\nplan:\n%vhistory:\n%s\nshrunk plan:\n%vits violations:\n  %s\nits history:\n%s",
-			b.name, seed, b.name, seed, strings.Join(vs, "\n  "), p, h, shrunk, strings.Join(svs, "\n  "), sh)
+		keep := shrunk
+		if len(svs) == 0 {
+			keep = p // the shrunk plan passed this time: keep the whole one
+		}
+		js, _ := json.MarshalIndent(keep, "", "\t")
+		t.Errorf("%s: seed %d failed (replay: go test -run 'TestFaults/%s' ./engine -faults.seed=%d):\n  %s\nplan:\n%vhistory:\n%s\nshrunk plan:\n%vits violations:\n  %s\nits history:\n%s\nkeep it as engine/%s/%s-%d.json:\n%s",
+			b.name, seed, b.name, seed, strings.Join(vs, "\n  "), p, h, shrunk, strings.Join(svs, "\n  "), sh,
+			faultsRegressions, b.name, seed, js)
 		return
 	}
 }

@@ -39,12 +39,12 @@ type Req struct{ Engine, Subject int }
 
 // Step is one step of a plan.
 type Step struct {
-	Kind   Kind
-	Reqs   []Req         // Requests
-	D      time.Duration // Advance, Sleep
-	Pick   int           // GiveBack: which live admission, modulo their number
-	Engine int           // RestartEngine
-	Node   int           // Kill, Restart, RestartEmpty, Evict: which master of a cluster
+	Kind   Kind          `json:",omitempty"`
+	Reqs   []Req         `json:",omitempty"` // Requests
+	D      time.Duration `json:",omitempty"` // Advance, Sleep
+	Pick   int           `json:",omitempty"` // GiveBack: which live admission, modulo their number
+	Engine int           `json:",omitempty"` // RestartEngine
+	Node   int           `json:",omitempty"` // Kill, Restart, RestartEmpty, Evict: which master of a cluster
 }
 
 func (s Step) String() string {
