@@ -67,7 +67,7 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			delete(l.keys, key)
 			k = nil
 		}
-		kn, found := known.get(key)
+		kn, found := known.seedOf(key)
 		// The known cache only ever holds an answer at least as new as
 		// the one the seeds stand for: reseeding from it is idempotent
 		// when it is the same, and takes a newer one sent at the same

@@ -51,3 +51,40 @@ func TestFallbackReseedsSameTime(t *testing.T) {
 	m.Close()
 	allow(false, FromLocal) // this process saw it full: 0 more
 }
+
+// TestFallbackSeedAfterGiveBack: a give-back invalidates what the process
+// knew of the subject (so no cached denial outlives the entry), but its
+// fallback still starts from the last answer: k of L used gets at most
+// L-k more. Found by TestFaults (miniredis, seed 5): after a give-back,
+// an outage gave a subject this process had seen at 2 of 4 its whole
+// limit again.
+func TestFallbackSeedAfterGiveBack(t *testing.T) {
+	t.Parallel()
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	clk := newFakeClock()
+	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
+	r := req(user("u", win(3, 10*time.Second)))
+	ctx := context.Background()
+	mustAllow(t, e, r, true)
+	d := mustAllow(t, e, r, true) // Redis: 2 of 3
+	if err := e.Finish(ctx, d, Outcome{GiveBack: true}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close() // Redis holds 1 of 3: at most 2 more here
+	admitted := 0
+	for range 5 {
+		if d, _ := e.Allow(ctx, r); d.Allowed {
+			if d.Source != FromLocal {
+				t.Fatalf("admitted by %v, want local", d.Source)
+			}
+			admitted++
+		}
+	}
+	if admitted > 2 {
+		t.Fatalf("the fallback admitted %d with 1 of 3 used, want at most 2", admitted)
+	}
+}
