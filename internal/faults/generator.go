@@ -22,10 +22,11 @@ const (
 	Sleep                     // Redis stops answering for D (DEBUG SLEEP)
 	Evict                     // Redis evicts keys under maxmemory
 	RestartEngine             // engine Engine dies (Close, nothing finished) and a new one starts
+	Settle                    // the Pick-th live admission is settled to Actual
 	numKinds
 )
 
-var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine"}
+var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine", "settle"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -34,8 +35,13 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", k)
 }
 
-// Req is one request of a step: engine Engine asks for subject Subject.
-type Req struct{ Engine, Subject int }
+// Req is one request of a step: engine Engine asks for subject Subject,
+// at a cost (a group with costs) or with a distinct: value.
+type Req struct {
+	Engine, Subject int
+	Cost            int64 `json:",omitempty"`
+	Value           int   `json:",omitempty"`
+}
 
 // Step is one step of a plan.
 type Step struct {
@@ -45,6 +51,7 @@ type Step struct {
 	Pick   int           `json:",omitempty"` // GiveBack: which live admission, modulo their number
 	Engine int           `json:",omitempty"` // RestartEngine
 	Node   int           `json:",omitempty"` // Kill, Restart, RestartEmpty, Evict: which master of a cluster
+	Actual int64         `json:",omitempty"` // Settle
 }
 
 func (s Step) String() string {
@@ -56,12 +63,20 @@ func (s Step) String() string {
 				b.WriteString(" ")
 			}
 			fmt.Fprintf(&b, "e%d:s%d", r.Engine, r.Subject)
+			if r.Cost > 0 {
+				fmt.Fprintf(&b, "$%d", r.Cost)
+			}
+			if r.Value > 0 {
+				fmt.Fprintf(&b, "=v%d", r.Value)
+			}
 		}
 		return "requests " + b.String()
 	case Advance, Sleep:
 		return fmt.Sprintf("%v %v", s.Kind, s.D)
 	case GiveBack:
 		return fmt.Sprintf("give back #%d", s.Pick)
+	case Settle:
+		return fmt.Sprintf("settle #%d to %d", s.Pick, s.Actual)
 	case RestartEngine:
 		return fmt.Sprintf("restart engine e%d", s.Engine)
 	case Kill, Restart, RestartEmpty, Evict:
@@ -81,9 +96,12 @@ type Caps struct {
 // Plan is a generated history to run: a rule group, engines standing in for
 // processes, subjects, and the steps.
 type Plan struct {
-	Seed     uint64
-	Windows  []Window
-	Fail     string
+	Seed    uint64
+	Windows []Window
+	Fail    string
+	// Mode is the group's kind: "" counts requests, "cost" units (a
+	// limiter with a cost, settled), "distinct" distinct values.
+	Mode     string `json:",omitempty"`
 	Engines  int
 	Subjects int
 	Steps    []Step
@@ -91,8 +109,8 @@ type Plan struct {
 
 func (p Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: windows %v, fail:%s, %d engines, %d subjects, %d steps\n",
-		p.Seed, p.Windows, p.Fail, p.Engines, p.Subjects, len(p.Steps))
+	fmt.Fprintf(&b, "seed %d: windows %v, fail:%s, mode %q, %d engines, %d subjects, %d steps\n",
+		p.Seed, p.Windows, p.Fail, p.Mode, p.Engines, p.Subjects, len(p.Steps))
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "  %3d %v\n", i, s)
 	}
@@ -111,12 +129,22 @@ func Generate(seed uint64, caps Caps) Plan {
 	// One to three windows of distinct periods, longer ones with limits at
 	// least as large (a longer window with a smaller limit makes the
 	// shorter one moot, which is legal but tests less).
+	switch x := r.IntN(10); {
+	case x < 2:
+		p.Mode = "cost"
+	case x < 4:
+		p.Mode = "distinct"
+	}
+	scale := int64(1)
+	if p.Mode == "cost" {
+		scale = 10
+	}
 	n := 1 + r.IntN(3)
 	perm := r.Perm(len(periods))[:n]
 	limit := int64(0)
 	slices.Sort(perm)
 	for _, i := range perm {
-		limit += 1 + r.Int64N(4)
+		limit += (1 + r.Int64N(4)) * scale
 		p.Windows = append(p.Windows, Window{Limit: limit, Period: periods[i]})
 	}
 	switch x := r.IntN(10); {
@@ -136,7 +164,14 @@ func Generate(seed uint64, caps Caps) Plan {
 		case x < 50:
 			s.Kind = Requests
 			for range 1 + r.IntN(4) {
-				s.Reqs = append(s.Reqs, Req{Engine: r.IntN(p.Engines), Subject: r.IntN(p.Subjects)})
+				q := Req{Engine: r.IntN(p.Engines), Subject: r.IntN(p.Subjects)}
+				switch p.Mode {
+				case "cost":
+					q.Cost = 1 + r.Int64N(p.Windows[0].Limit)
+				case "distinct":
+					q.Value = r.IntN(5)
+				}
+				s.Reqs = append(s.Reqs, q)
 			}
 		case x < 72:
 			s.Kind = Advance
@@ -146,6 +181,10 @@ func Generate(seed uint64, caps Caps) Plan {
 			} else {
 				s.D = time.Duration(r.Int64N(int64(shortest/time.Millisecond))+1) * time.Millisecond
 			}
+		case x < 80 && p.Mode == "cost" && r.IntN(2) == 0:
+			s.Kind = Settle
+			s.Pick = r.IntN(1000)
+			s.Actual = r.Int64N(2 * p.Windows[0].Limit)
 		case x < 80:
 			s.Kind = GiveBack
 			s.Pick = r.IntN(1000)

@@ -74,8 +74,16 @@ type Decision struct {
 	// GivenBack marks an admission that was given back (or whose give-back
 	// was attempted and may have been applied): it counts nowhere.
 	GivenBack bool
-	// Unsure marks a give-back that failed: Redis may still hold the entry.
+	// Unsure marks a give-back or settlement that failed: Redis may still
+	// hold the entry as it was.
 	Unsure bool
+	// Cost is the units the request was admitted for (0 counts 1).
+	Cost int64
+	// Settled marks an admission settled to Actual units.
+	Settled bool
+	Actual  int64
+	// Value is the request's distinct: value, in a group with Distinct.
+	Value string
 }
 
 // Loss is a moment Redis lost data: every entry stored before it is gone,
@@ -104,8 +112,12 @@ func (h History) of(s string) History {
 
 // History is what a run did to one rule group.
 type History struct {
-	Windows   []Window
-	Fail      string // "local", "open" or "closed"
+	Windows []Window
+	Fail    string // "local", "open" or "closed"
+	// Distinct makes the group count distinct values (distinct:): a
+	// value counts at its first admission, and again at one that finds
+	// its last count older than the shortest window.
+	Distinct  bool
 	Decisions []Decision
 	Losses    []Loss
 }
@@ -150,7 +162,8 @@ func Check(h History) []Violation {
 	slices.Sort(names)
 	for _, s := range names {
 		for _, w := range h.Windows {
-			if v, ok := checkWindow(h.of(s), subjects[s], w); !ok {
+			hs := h.of(s)
+			if v, ok := checkWindow(hs, subjects[s], weights(hs, subjects[s]), w); !ok {
 				v.Subject = s
 				out = append(out, v)
 			}
@@ -183,13 +196,65 @@ func counted(d Decision) bool {
 	return d.Allowed && !d.GivenBack && (d.Source == Redis || d.Source == Local)
 }
 
+// units returns what an admission counts: its cost, or what it was settled
+// to when less (a settlement that adds is a debt docs/engine.md lets exceed
+// the limit).
+func units(d Decision) int64 {
+	n := max(d.Cost, 1)
+	if d.Settled {
+		n = min(n, max(d.Actual, 0))
+	}
+	return n
+}
+
+// weights returns what each decision of one subject's ds counts against the
+// bounds: the units of an admission that counts, 0 for the rest. With
+// Distinct, a Redis admission counts 1 when it counts its value (its first
+// since the last loss, or one finding its last count older than the
+// shortest window), given back or not (a give-back leaves the value
+// counted); a local one counts 1, as the fallback counts requests.
+func weights(h History, ds []Decision) []int64 {
+	ws := make([]int64, len(ds))
+	if !h.Distinct {
+		for i, d := range ds {
+			if counted(d) {
+				ws[i] = units(d)
+			}
+		}
+		return ws
+	}
+	shortest := h.Windows[0].Period
+	for _, w := range h.Windows {
+		shortest = min(shortest, w.Period)
+	}
+	type count struct {
+		at   time.Duration
+		step int
+	}
+	last := map[string]count{}
+	for i, d := range ds {
+		switch {
+		case !d.Allowed:
+		case d.Source == Local && !d.GivenBack:
+			ws[i] = 1
+		case d.Source == Redis:
+			c, ok := last[d.Value]
+			if !ok || c.at <= d.At-shortest || lostBetween(h, c.step, d.Step) {
+				ws[i] = 1
+				last[d.Value] = count{d.At, d.Step}
+			}
+		}
+	}
+	return ws
+}
+
 // checkWindow checks every span (t-W, t] of one subject's decisions ds in
 // window w. Counts and bounds change only where a span's end reaches an event
 // (it enters) or passes it by W (it leaves), so those ends are all it checks.
 // Redis's admissions and each fallback episode's are bounded separately
 // (each bound holds whatever the others did), which implies the total the
 // docs state: (losses+1)·L plus the sum of the episodes' allowances.
-func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
+func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, bool) {
 	var ends []time.Duration
 	for _, d := range ds {
 		ends = append(ends, d.At, d.At+w.Period)
@@ -201,13 +266,10 @@ func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
 	ends = slices.Compact(ends)
 	for _, t := range ends {
 		in := func(at time.Duration) bool { return at > t-w.Period && at <= t }
-		var count, redis int64
-		for _, d := range ds {
-			if counted(d) && in(d.At) {
-				count++
-				if d.Source == Redis {
-					redis++
-				}
+		var count int64
+		for i, d := range ds {
+			if in(d.At) {
+				count += ws[i]
 			}
 		}
 		if count <= w.Limit {
@@ -218,8 +280,8 @@ func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
 		var epoch int64
 		epochs := int64(1)
 		prev := -1 // the step of the span's previous Redis admission
-		for _, d := range ds {
-			if !counted(d) || d.Source != Redis || !in(d.At) {
+		for i, d := range ds {
+			if ws[i] == 0 || d.Source != Redis || !in(d.At) {
 				continue
 			}
 			if prev >= 0 && lostBetween(h, prev, d.Step) {
@@ -227,7 +289,7 @@ func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
 				epochs++
 			}
 			prev = d.Step
-			if epoch++; epoch > w.Limit {
+			if epoch += ws[i]; epoch > w.Limit {
 				v.Bound = w.Limit
 				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
 				return v, false
@@ -239,7 +301,7 @@ func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
 		eps := map[[2]int]*episode{} // (proc, anchor index or -1)
 		var keys [][2]int
 		for i, d := range ds {
-			if !counted(d) || d.Source != Local || !in(d.At) {
+			if ws[i] == 0 || d.Source != Local || !in(d.At) {
 				continue
 			}
 			// The fallback may also start from an answer of the same step
@@ -251,9 +313,9 @@ func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
 					continue
 				}
 				var held int64
-				for _, r := range visible(h, ds, a, w) {
-					if in(r.At) {
-						held++
+				for _, r := range visible(h, ds, ws, a, w) {
+					if in(ds[r].At) {
+						held += ws[r]
 					}
 				}
 				n = max(n, w.Limit-held)
@@ -265,7 +327,7 @@ func checkWindow(h History, ds []Decision, w Window) (Violation, bool) {
 				eps[key] = e
 				keys = append(keys, key)
 			}
-			e.used++
+			e.used += ws[i]
 			e.allowed = max(e.allowed, n)
 		}
 		var local int64
@@ -333,41 +395,34 @@ func anchors(ds []Decision, i int) []int {
 	return append([]int{a}, same...)
 }
 
-// visible returns the admissions Redis surely held in window w when it
-// answered ds[a]: those of earlier steps (and ds[a] itself) that Redis
-// decided, within the window, not lost since, and never given back.
-// Leaving out what it may also have held (concurrent admissions, given-back
-// ones) only loosens the bound.
-func visible(h History, ds []Decision, a int, w Window) []Decision {
+// visible returns the indexes in ds of the admissions Redis surely held in
+// window w when it answered ds[a]: those of earlier steps (and ds[a]
+// itself) that Redis decided and that count (see weights), within the
+// window, not lost since. Leaving out what it may also have held
+// (concurrent admissions, given-back ones) only loosens the bound.
+func visible(h History, ds []Decision, ws []int64, a int, w Window) []int {
 	at := ds[a]
-	var out []Decision
+	var out []int
 	for j, r := range ds {
-		if r.Source != Redis || !r.Allowed || r.GivenBack || (r.Step >= at.Step && j != a) {
+		if r.Source != Redis || ws[j] == 0 || (r.Step >= at.Step && j != a) {
 			continue
 		}
-		if r.At <= at.At-w.Period {
+		if r.At <= at.At-w.Period || lostBetween(h, r.Step, at.Step) {
 			continue
 		}
-		lost := false
-		for _, l := range h.Losses {
-			if l.Step > r.Step && l.Step < at.Step {
-				lost = true
-			}
-		}
-		if !lost {
-			out = append(out, r)
-		}
+		out = append(out, j)
 	}
 	return out
 }
 
-// Held returns the most entries Redis may hold now (at t, after every step)
-// for subject s in window w: the admissions Redis decided since the last
-// loss, within the window, not surely given back, plus every decision of
-// the window that went elsewhere or whose give-back failed (a call that
-// timed out may have been applied, or be cleaned up later). A window
-// holding more has an entry no admission accounts for: a denied request
-// left one.
+// Held returns the most Redis may hold now (at t, after every step) for
+// subject s in window w: the admissions Redis decided since the last loss,
+// within the window, not surely given back (each at the larger of its cost
+// and its settlement; with Distinct, given back or not), plus every
+// decision of the window that went elsewhere or whose give-back or
+// settlement failed (a call that timed out may have been applied, or be
+// cleaned up later). A window holding more has an entry no admission
+// accounts for: a denied request left one.
 func Held(h History, s string, w Window, t time.Duration) int64 {
 	h = h.of(s)
 	last := -1
@@ -379,11 +434,15 @@ func Held(h History, s string, w Window, t time.Duration) int64 {
 		if d.Subject != s || d.At <= t-w.Period || d.Step < last {
 			continue
 		}
+		most := max(d.Cost, 1)
+		if d.Settled {
+			most = max(most, d.Actual)
+		}
 		switch {
-		case d.Source == Redis && d.Allowed && (!d.GivenBack || d.Unsure):
-			n++
+		case d.Source == Redis && d.Allowed && (!d.GivenBack || d.Unsure || h.Distinct):
+			n += most
 		case d.Source != Redis && d.Source != Cache:
-			n++
+			n += most
 		}
 	}
 	return n
@@ -397,6 +456,15 @@ func (d Decision) String() string {
 		s += "denied"
 	}
 	s += " by " + d.Source.String()
+	if d.Cost > 1 {
+		s += fmt.Sprintf(", cost %d", d.Cost)
+	}
+	if d.Value != "" {
+		s += ", value " + d.Value
+	}
+	if d.Settled {
+		s += fmt.Sprintf(", settled to %d", d.Actual)
+	}
 	if d.GivenBack {
 		s += ", given back"
 		if d.Unsure {

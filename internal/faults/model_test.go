@@ -172,3 +172,56 @@ func TestModelHeld(t *testing.T) {
 		t.Errorf("held %d at 14 s, want 0", n)
 	}
 }
+
+// TestModelCost: costs count in units, a settlement down counts what it
+// kept, one up is a debt outside the bound; the fallback's allowance is in
+// units too.
+func TestModelCost(t *testing.T) {
+	h := newHist("local")
+	h.Windows = []Window{{Limit: 10, Period: 10 * sec}}
+	h.add(2, 1, sec, true, Redis)
+	h.Decisions[0].Cost, h.Decisions[1].Cost = 4, 6
+	wantViolations(t, h, 0)
+	h.add(1, 1, sec, true, Redis)
+	h.Decisions[2].Cost = 3
+	wantViolations(t, h, 1)
+	h.Decisions[1].Settled, h.Decisions[1].Actual = true, 3 // 4 + 3 + 3
+	wantViolations(t, h, 0)
+	h.Decisions[0].Settled, h.Decisions[0].Actual = true, 9 // a debt
+	wantViolations(t, h, 0)
+	// Proc 1 saw 10 of 10 at its last answer: nothing more locally.
+	h.add(1, 1, 2*sec, true, Local)
+	wantViolations(t, h, 1)
+}
+
+// TestModelDistinct: a value counts once while it is in the shortest
+// window; the fallback counts requests.
+func TestModelDistinct(t *testing.T) {
+	h := newHist("local")
+	h.Distinct = true
+	h.Windows = []Window{{Limit: 2, Period: 10 * sec}, {Limit: 3, Period: 30 * sec}}
+	for _, v := range []string{"a", "a", "b", "a", "b"} {
+		h.add(1, 1, sec, true, Redis)
+		h.Decisions[len(h.Decisions)-1].Value = v
+	}
+	wantViolations(t, h, 0)
+	h.add(1, 1, 2*sec, true, Redis)
+	h.Decisions[len(h.Decisions)-1].Value = "c"
+	wantViolations(t, h, 1)
+	h.Decisions[len(h.Decisions)-1].Value = "a"
+	h.Decisions[len(h.Decisions)-1].At = 12 * sec // a counts again: 3 in 30 s
+	wantViolations(t, h, 0)
+	h.add(1, 1, 12*sec, true, Redis)
+	h.Decisions[len(h.Decisions)-1].Value = "c" // 4 counts in 30 s
+	wantViolations(t, h, 1)
+
+	// Hole 1 of issue 38: a full subject gets 0 more locally.
+	h = newHist("local")
+	h.Distinct = true
+	h.add(3, 1, sec, true, Redis)
+	for i, v := range []string{"a", "b", "c"} {
+		h.Decisions[i].Value = v
+	}
+	h.add(1, 1, 2*sec, true, Local)
+	wantViolations(t, h, 1)
+}
