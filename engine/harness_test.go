@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,7 +91,10 @@ func (r *faultRun) startEngine(i int) {
 	r.nextPID++
 	c := r.b.client()
 	e, err := New(c, WithPrefix(r.prefix), WithNode(int64(r.nextPID)), WithClock(r.clk.Now),
-		WithFailMode(r.fail), WithTimeout(r.b.timeout), WithLogger(discardLog))
+		WithFailMode(r.fail), WithTimeout(r.b.timeout), WithLogger(discardLog),
+		// Slots outlive every history: the clock is the test's, and a
+		// dead holder's slots must stay held (the model counts them).
+		WithLease(time.Hour))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Sprintf("New: %v", err))
 		return
@@ -172,10 +176,12 @@ func (r *faultRun) step(i int, s faults.Step) {
 		switch err := a.e.Finish(ctx, a.d, Outcome{GiveBack: true}); {
 		case err == nil:
 			r.hist.Decisions[a.idx].GivenBack = true
+			r.hist.Decisions[a.idx].Released = cmp.Or(r.hist.Decisions[a.idx].Released, i)
 		case errors.Is(err, ErrBackend):
 			// Queued: it may be applied later, or never.
 			r.hist.Decisions[a.idx].GivenBack = true
 			r.hist.Decisions[a.idx].Unsure = true
+			r.hist.Decisions[a.idx].Released = cmp.Or(r.hist.Decisions[a.idx].Released, i)
 		case errors.Is(err, ErrClosed):
 			// Its process is gone: the entry stays.
 		default:
@@ -195,6 +201,23 @@ func (r *faultRun) step(i int, s faults.Step) {
 			d.Settled, d.Actual = true, s.Actual
 		case errors.Is(err, ErrBackend):
 			d.Settled, d.Actual, d.Unsure = true, s.Actual, true
+		case errors.Is(err, ErrClosed):
+		default:
+			r.errs = append(r.errs, fmt.Sprintf("step %d: Finish: %v", i, err))
+		}
+	case faults.Release:
+		if len(r.live) == 0 {
+			return
+		}
+		a := r.live[s.Pick%len(r.live)]
+		d := &r.hist.Decisions[a.idx]
+		switch err := a.e.Finish(ctx, a.d, Outcome{}); {
+		case err == nil || errors.Is(err, ErrBackend):
+			// A failed release may leave the slot held: released counts
+			// it free, which only loosens the bound.
+			if d.Released == 0 {
+				d.Released = i
+			}
 		case errors.Is(err, ErrClosed):
 		default:
 			r.errs = append(r.errs, fmt.Sprintf("step %d: Finish: %v", i, err))
@@ -295,7 +318,7 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 	r := &faultRun{t: t, b: b, p: p, clk: newFakeClock(), prefix: testPrefix(t),
 		engines: make([]*Engine, p.Engines), procs: make([]int, p.Engines)}
 	for _, w := range p.Windows {
-		r.ws = append(r.ws, win(w.Limit, w.Period))
+		r.ws = append(r.ws, rules.Window{Limit: w.Limit, Period: w.Period, Concurrent: w.Concurrent})
 		r.hist.Windows = append(r.hist.Windows, w)
 	}
 	r.fail = rules.FailMode(p.Fail)
@@ -391,6 +414,9 @@ func (r *faultRun) audit() []string {
 			time.Sleep(100 * time.Millisecond)
 		}
 		for _, ws := range d.Windows {
+			if ws.Window.Concurrent {
+				continue // slots are checked by the model alone
+			}
 			w := faults.Window{Limit: ws.Window.Limit, Period: ws.Window.Period}
 			subject := "s" + strconv.Itoa(s)
 			if held := faults.Held(r.hist, subject, w, r.at()); ws.Used > held {

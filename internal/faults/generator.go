@@ -23,10 +23,11 @@ const (
 	Evict                     // Redis evicts keys under maxmemory
 	RestartEngine             // engine Engine dies (Close, nothing finished) and a new one starts
 	Settle                    // the Pick-th live admission is settled to Actual
+	Release                   // the Pick-th live admission ends: its slots are released
 	numKinds
 )
 
-var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine", "settle"}
+var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine", "settle", "release"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -77,6 +78,8 @@ func (s Step) String() string {
 		return fmt.Sprintf("give back #%d", s.Pick)
 	case Settle:
 		return fmt.Sprintf("settle #%d to %d", s.Pick, s.Actual)
+	case Release:
+		return fmt.Sprintf("release #%d", s.Pick)
 	case RestartEngine:
 		return fmt.Sprintf("restart engine e%d", s.Engine)
 	case Kill, Restart, RestartEmpty, Evict:
@@ -100,7 +103,8 @@ type Plan struct {
 	Windows []Window
 	Fail    string
 	// Mode is the group's kind: "" counts requests, "cost" units (a
-	// limiter with a cost, settled), "distinct" distinct values.
+	// limiter with a cost, settled), "distinct" distinct values,
+	// "concurrent" requests with an in-flight window too.
 	Mode     string `json:",omitempty"`
 	Engines  int
 	Subjects int
@@ -134,6 +138,8 @@ func Generate(seed uint64, caps Caps) Plan {
 		p.Mode = "cost"
 	case x < 4:
 		p.Mode = "distinct"
+	case x < 6:
+		p.Mode = "concurrent"
 	}
 	scale := int64(1)
 	if p.Mode == "cost" {
@@ -146,6 +152,9 @@ func Generate(seed uint64, caps Caps) Plan {
 	for _, i := range perm {
 		limit += (1 + r.Int64N(4)) * scale
 		p.Windows = append(p.Windows, Window{Limit: limit, Period: periods[i]})
+	}
+	if p.Mode == "concurrent" {
+		p.Windows = append(p.Windows, Window{Limit: 1 + r.Int64N(3), Concurrent: true})
 	}
 	switch x := r.IntN(10); {
 	case x < 6:
@@ -177,7 +186,7 @@ func Generate(seed uint64, caps Caps) Plan {
 			s.Kind = Advance
 			// Mostly within the shortest window, sometimes past the longest.
 			if r.IntN(8) == 0 {
-				s.D = p.Windows[len(p.Windows)-1].Period
+				s.D = p.Windows[n-1].Period // the longest sliding window
 			} else {
 				s.D = time.Duration(r.Int64N(int64(shortest/time.Millisecond))+1) * time.Millisecond
 			}
@@ -185,6 +194,9 @@ func Generate(seed uint64, caps Caps) Plan {
 			s.Kind = Settle
 			s.Pick = r.IntN(1000)
 			s.Actual = r.Int64N(2 * p.Windows[0].Limit)
+		case x < 80 && p.Mode == "concurrent" && r.IntN(3) > 0:
+			s.Kind = Release
+			s.Pick = r.IntN(1000)
 		case x < 80:
 			s.Kind = GiveBack
 			s.Pick = r.IntN(1000)

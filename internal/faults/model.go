@@ -35,9 +35,17 @@ import (
 type Window struct {
 	Limit  int64
 	Period time.Duration
+	// Concurrent makes it an in-flight window ("N concurrent"): at most
+	// Limit admissions holding a slot at once, from admission to release.
+	Concurrent bool `json:",omitempty"`
 }
 
-func (w Window) String() string { return fmt.Sprintf("%d/%v", w.Limit, w.Period) }
+func (w Window) String() string {
+	if w.Concurrent {
+		return fmt.Sprintf("%d concurrent", w.Limit)
+	}
+	return fmt.Sprintf("%d/%v", w.Limit, w.Period)
+}
 
 // Source says who made a decision.
 type Source uint8
@@ -84,6 +92,10 @@ type Decision struct {
 	Actual  int64
 	// Value is the request's distinct: value, in a group with Distinct.
 	Value string
+	// Released is the step that released the admission's slots (a
+	// release or a give-back, even one that failed), 0 if none did: a
+	// process that dies holds them until its lease ends.
+	Released int
 }
 
 // Loss is a moment Redis lost data: every entry stored before it is gone,
@@ -163,6 +175,13 @@ func Check(h History) []Violation {
 	for _, s := range names {
 		for _, w := range h.Windows {
 			hs := h.of(s)
+			if w.Concurrent {
+				if v, ok := checkSlots(hs, subjects[s], w); !ok {
+					v.Subject = s
+					out = append(out, v)
+				}
+				continue
+			}
 			if v, ok := checkWindow(hs, subjects[s], weights(hs, subjects[s]), w); !ok {
 				v.Subject = s
 				out = append(out, v)
@@ -223,9 +242,11 @@ func weights(h History, ds []Decision) []int64 {
 		}
 		return ws
 	}
-	shortest := h.Windows[0].Period
+	shortest := time.Duration(1<<63 - 1)
 	for _, w := range h.Windows {
-		shortest = min(shortest, w.Period)
+		if !w.Concurrent {
+			shortest = min(shortest, w.Period)
+		}
 	}
 	type count struct {
 		at   time.Duration
@@ -349,6 +370,44 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 			v.Bound = epochs*w.Limit + local
 			v.Detail = fmt.Sprintf("%d Redis epoch(s), local allowance %d", epochs, local)
 			return v, false
+		}
+	}
+	return Violation{}, true
+}
+
+// checkSlots checks an in-flight window: at every step, the admissions
+// Redis made since the subject's last loss that hold a slot (not released
+// before the step, this step's included) are at most N, and so are each
+// process's local ones. A slot of a process that died is held until its
+// lease ends, which the harness makes longer than a history.
+func checkSlots(h History, ds []Decision, w Window) (Violation, bool) {
+	holds := func(r Decision, step int) bool {
+		return r.Allowed && r.Step <= step && (r.Released == 0 || r.Released > step)
+	}
+	for _, d := range ds {
+		if !d.Allowed || (d.Source != Redis && d.Source != Local) {
+			continue
+		}
+		var n int64
+		for _, r := range ds {
+			if r.Source != d.Source || !holds(r, d.Step) {
+				continue
+			}
+			if d.Source == Redis && lostBetween(h, r.Step, d.Step) {
+				continue
+			}
+			if d.Source == Local && r.Proc != d.Proc {
+				continue
+			}
+			n++
+		}
+		if n > w.Limit {
+			who := "Redis"
+			if d.Source == Local {
+				who = fmt.Sprintf("proc %d's fallback", d.Proc)
+			}
+			return Violation{Window: w, To: d.At, Count: n, Bound: w.Limit,
+				Detail: fmt.Sprintf("%s let %d hold slots at step %d", who, n, d.Step)}, false
 		}
 	}
 	return Violation{}, true

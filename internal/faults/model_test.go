@@ -225,3 +225,24 @@ func TestModelDistinct(t *testing.T) {
 	h.add(1, 1, 2*sec, true, Local)
 	wantViolations(t, h, 1)
 }
+
+// TestModelSlots: an in-flight window holds at most N slots from admission
+// to release; a dead holder's slot stays held; each fallback holds N.
+func TestModelSlots(t *testing.T) {
+	h := newHist("local")
+	h.Windows = []Window{{Limit: 1, Concurrent: true}}
+	h.add(1, 1, sec, true, Redis)
+	h.add(1, 2, sec, true, Redis)
+	wantViolations(t, h, 1)
+	h.Decisions[0].Released = 3 // released after the second one: held at it
+	wantViolations(t, h, 1)
+	h.Decisions[0].Released = 1
+	h.Decisions[1].Step = 3
+	h.step = 3
+	wantViolations(t, h, 0)
+	h.add(1, 1, sec, true, Local)
+	h.add(1, 2, sec, true, Local)
+	wantViolations(t, h, 0) // one each
+	h.add(1, 2, sec, true, Local)
+	wantViolations(t, h, 1)
+}
