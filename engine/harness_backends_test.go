@@ -122,18 +122,25 @@ func evictSome(ctx context.Context, admin *redis.Client) error {
 	return admin.Del(ctx, keys...).Err()
 }
 
-// clusterBackend is a 3-master Redis Cluster without replicas or
-// persistence: a killed master's subjects go to the fail mode until it
-// restarts, empty, with its hash slots.
-func clusterBackend(t *testing.T) *faultBackend {
+// clusterBackend is a 3-master Redis Cluster without persistence. Without
+// replicas a killed master's subjects go to the fail mode until it
+// restarts, empty, with its hash slots; with them (failover) its replica
+// takes over in about 2 s, and the master restarts as a replica.
+func clusterBackend(t *testing.T, failover bool) *faultBackend {
 	// The configuration docs/engine.md asks for: the healthy masters keep
 	// answering while one is down.
-	cl := redistest.StartClusterConfig(t, redistest.ClusterConfig{})
+	cfg := redistest.ClusterConfig{}
+	name := "cluster"
+	if failover {
+		cfg.Replicas, name = 1, "failover"
+	}
+	cl := redistest.StartClusterConfig(t, cfg)
 	addrs := cl.Addrs()
 	return &faultBackend{
-		name:    "cluster",
-		caps:    faults.Caps{Nodes: len(cl.Nodes)},
-		timeout: 200 * time.Millisecond,
+		name:     name,
+		failover: failover,
+		caps:     faults.Caps{Nodes: 3}, // the masters at the start
+		timeout:  200 * time.Millisecond,
 		client: func() Client {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true,
 				MaxRetries: -1, DialerRetries: 1, ClusterStateReloadInterval: 200 * time.Millisecond})

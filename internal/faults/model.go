@@ -105,6 +105,9 @@ type Loss struct {
 	At       time.Duration
 	Why      string
 	Subjects []string // nil: every subject
+	// Maybe marks a loss that may have taken nothing (a failover: the
+	// replica may have every write): a loss for the bounds, none for Held.
+	Maybe bool `json:",omitempty"`
 }
 
 // hits reports whether the loss took subject s's entries.
@@ -486,7 +489,9 @@ func Held(h History, s string, w Window, t time.Duration) int64 {
 	h = h.of(s)
 	last := -1
 	for _, l := range h.Losses {
-		last = max(last, l.Step)
+		if !l.Maybe {
+			last = max(last, l.Step)
+		}
 	}
 	var n int64
 	for _, d := range h.Decisions {
