@@ -255,7 +255,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 			if err := r.b.evict(); err != nil {
 				r.errs = append(r.errs, fmt.Sprintf("step %d: evict: %v", i, err))
 			}
-			r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "eviction"})
+			r.hist.Losses = append(r.hist.Losses, faults.Loss{Step: i, At: r.at(), Why: "eviction", Maybe: true})
 		}
 	case faults.RestartEngine:
 		j := s.Engine % len(r.engines)

@@ -105,8 +105,9 @@ type Loss struct {
 	At       time.Duration
 	Why      string
 	Subjects []string // nil: every subject
-	// Maybe marks a loss that may have taken nothing (a failover: the
-	// replica may have every write): a loss for the bounds, none for Held.
+	// Maybe marks a loss that may have taken some entries or none (an
+	// eviction, a failover whose replica may have every write): a loss
+	// for the bounds, none for Held.
 	Maybe bool `json:",omitempty"`
 }
 
