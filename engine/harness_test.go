@@ -498,7 +498,13 @@ func runFaults(t *testing.T, b *faultBackend) {
 			t.Errorf("%s: seed %d failed too (-faults.seed=%d):\n  %s", b.name, seed, seed, strings.Join(vs, "\n  "))
 			continue
 		}
+		// Shrinking runs the plan again and again: at most 40 times, for
+		// at most 30 s (a cluster's history takes seconds).
+		deadline := time.Now().Add(30 * time.Second)
 		shrunk := faults.Shrink(p, 40, func(q faults.Plan) bool {
+			if time.Now().After(deadline) {
+				return false
+			}
 			_, vs := runPlan(t, b, q)
 			return len(vs) > 0
 		})
