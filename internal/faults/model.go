@@ -291,9 +291,24 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 	ends = slices.Compact(ends)
 	for _, t := range ends {
 		in := func(at time.Duration) bool { return at > t-w.Period && at <= t }
+		// With Distinct, a window holds each value once, whatever the
+		// number of its counts inside it: a value counted again (older
+		// than the shortest window) is still one value in a longer one.
+		once := func(seen map[string]bool, d Decision) bool {
+			if !h.Distinct || d.Source != Redis {
+				return true
+			}
+			k := fmt.Sprint(epochOf(h, d.Step), "/", d.Value)
+			if seen[k] {
+				return false
+			}
+			seen[k] = true
+			return true
+		}
 		var count int64
+		seen := map[string]bool{}
 		for i, d := range ds {
-			if in(d.At) {
+			if in(d.At) && ws[i] > 0 && once(seen, d) {
 				count += ws[i]
 			}
 		}
@@ -305,8 +320,9 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 		var epoch int64
 		epochs := int64(1)
 		prev := -1 // the step of the span's previous Redis admission
+		seen = map[string]bool{}
 		for i, d := range ds {
-			if ws[i] == 0 || d.Source != Redis || !in(d.At) {
+			if ws[i] == 0 || d.Source != Redis || !in(d.At) || !once(seen, d) {
 				continue
 			}
 			if prev >= 0 && lostBetween(h, prev, d.Step) {
@@ -338,8 +354,9 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 					continue
 				}
 				var held int64
+				seen := map[string]bool{}
 				for _, r := range visible(h, ds, ws, a, w) {
-					if in(ds[r].At) {
+					if in(ds[r].At) && once(seen, ds[r]) {
 						held += ws[r]
 					}
 				}
@@ -425,6 +442,17 @@ func lostBetween(h History, from, to int) bool {
 		}
 	}
 	return false
+}
+
+// epochOf returns the number of losses before step.
+func epochOf(h History, step int) int {
+	n := 0
+	for _, l := range h.Losses {
+		if l.Step < step {
+			n++
+		}
+	}
+	return n
 }
 
 // epochStart returns the step of the last loss before step, or 0.

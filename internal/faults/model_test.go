@@ -212,8 +212,11 @@ func TestModelDistinct(t *testing.T) {
 	h.Decisions[len(h.Decisions)-1].At = 12 * sec // a counts again: 3 in 30 s
 	wantViolations(t, h, 0)
 	h.add(1, 1, 12*sec, true, Redis)
-	h.Decisions[len(h.Decisions)-1].Value = "c" // 4 counts in 30 s
-	wantViolations(t, h, 1)
+	h.Decisions[len(h.Decisions)-1].Value = "c" // a, b, c in 30 s: a counted twice is one value
+	wantViolations(t, h, 0)
+	h.add(1, 1, 12*sec, true, Redis)
+	h.Decisions[len(h.Decisions)-1].Value = "d" // a, c, d in 10 s; a, b, c, d in 30 s
+	wantViolations(t, h, 2)
 
 	// Hole 1 of issue 38: a full subject gets 0 more locally.
 	h = newHist("local")
@@ -245,4 +248,25 @@ func TestModelSlots(t *testing.T) {
 	wantViolations(t, h, 0) // one each
 	h.add(1, 2, sec, true, Local)
 	wantViolations(t, h, 1)
+}
+
+// TestModelDistinctAgain: a value counted again once older than the
+// shortest window is still one value in a longer window (found by a long
+// run of TestFaults on Redis, seed 8973027224070157386, where the model
+// was wrong).
+func TestModelDistinctAgain(t *testing.T) {
+	h := newHist("open")
+	h.Distinct = true
+	h.Windows = []Window{{Limit: 2, Period: sec}, {Limit: 3, Period: 2 * sec}}
+	for _, c := range []struct {
+		at time.Duration
+		v  string
+	}{{0, "a"}, {0, "b"}, {1380 * time.Millisecond, "a"}, {1380 * time.Millisecond, "c"}} {
+		h.add(1, 1, c.at, true, Redis)
+		h.Decisions[len(h.Decisions)-1].Value = c.v
+	}
+	wantViolations(t, h, 0) // the 2 s window holds a, b, c
+	h.add(1, 1, 1500*time.Millisecond, true, Redis)
+	h.Decisions[len(h.Decisions)-1].Value = "d" // a, c, d in 1 s; a, b, c, d in 2 s
+	wantViolations(t, h, 2)
 }
