@@ -77,6 +77,13 @@ type knownKey struct {
 	wins  []knownWin
 	buf   [3]knownWin // wins of a key with at most three windows
 
+	// seed holds the windows of the last answer an invalidation cleared,
+	// with its sent and wall, for the local fallback only (see seedOf):
+	// entries were removed, so they may overstate the key, which errs on
+	// denying, where forgetting them gave the key its whole limit again.
+	seed               []knownWin
+	seedSent, seedWall int64
+
 	// The key's block (Check.Block), from the last answer that read it:
 	// bsent, brecv and bwall are sent, recv and wall of that answer, bat
 	// its Redis time, bleft the µs its block had left (0: none) and bwait
@@ -349,7 +356,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 			continue
 		}
 		kk.sent, kk.recv, kk.wall, kk.at = sent, recv, wall, at
-		kk.wins = kk.buf[:0]
+		kk.wins, kk.seed = kk.buf[:0], nil
 		kk.keep(c, i, 1, counted)
 		for ci := range p.kcals {
 			if p.kcals[ci].parent == int32(i) && p.colocated(ci) {
@@ -426,6 +433,31 @@ func (k *knownCache) get(key string) (knownKey, bool) {
 	return cp, true
 }
 
+// seedOf returns what the local fallback starts key from: get's state,
+// or when an invalidation cleared it, the answer it cleared. A give-back,
+// a rollback or a Reset removed entries since, so that answer errs on
+// denying; without it, an outage gave a subject this process had seen
+// its whole limit again (found by TestFaults, miniredis seed 5).
+func (k *knownCache) seedOf(key string) (knownKey, bool) {
+	if kn, ok := k.get(key); ok {
+		return kn, true
+	}
+	sh := k.shard(key)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	kk := sh.m[key]
+	if kk == nil || len(kk.seed) == 0 {
+		return knownKey{}, false
+	}
+	cp := knownKey{sent: kk.seedSent, wall: kk.seedWall}
+	for _, w := range kk.seed {
+		if w.period > 0 {
+			cp.wins = append(cp.wins, w)
+		}
+	}
+	return cp, len(cp.wins) > 0
+}
+
 // invalidate forgets what is known about key at now (e.mono) and keeps
 // answers sent before now from being stored: entries were removed from it
 // (a Reset, a give-back, a rollback), so a full window may have room.
@@ -444,6 +476,10 @@ func (k *knownCache) invalidate(key string, now int64) {
 func (sh *knownShard) invalidate(key string, most int, now int64) {
 	kk := sh.entry(key, most, now)
 	kk.inval = max(kk.inval, now)
+	if len(kk.wins) > 0 {
+		kk.seed = append(kk.seed[:0], kk.wins...)
+		kk.seedSent, kk.seedWall = kk.sent, kk.wall
+	}
 	kk.wins = kk.wins[:0]
 	kk.bleft = 0
 }

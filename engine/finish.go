@@ -176,6 +176,13 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 			if k.kind == kindCal && before&doneSettle != 0 {
 				continue // a settled request is not given back, as in weighted keys
 			}
+			if k.kind == kindDistinct && t.src != FromLocal {
+				// A give-back leaves the value counted (docs/limits.md):
+				// a request admitted since without counting it anew
+				// shares it, and a restore would leave that request's
+				// value uncounted. Only a rollback restores it.
+				continue
+			}
 			if (k.kind == kindCal || k.kind == kindDistinct) && !t.extraUndo(i, &u, -k.cost) {
 				continue
 			}

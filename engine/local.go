@@ -31,7 +31,11 @@ type localKey struct {
 	costs []int64 // the cost of each time (1 in count keys; a seed's, the units it stands for)
 	ret   int64   // retention in µs: the longest window seen
 	seed  int64   // wall time (µs) of the Redis answer the seeds stand for
-	block int64   // wall time (µs) its block ends (Check.Block); 0: none
+	// seedSent is when that answer's call was sent (e.mono): answers are
+	// ordered by it, as in the known cache, never by the wall clock, which
+	// can stand still (a test clock) or step back.
+	seedSent int64
+	block    int64 // wall time (µs) its block ends (Check.Block); 0: none
 }
 
 // seedID marks entries that stand for what Redis last said (see seed).
@@ -63,8 +67,12 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			delete(l.keys, key)
 			k = nil
 		}
-		kn, found := known.get(key)
-		if found && (k == nil || kn.wall > k.seed) {
+		kn, found := known.seedOf(key)
+		// The known cache only ever holds an answer at least as new as
+		// the one the seeds stand for: reseeding from it is idempotent
+		// when it is the same, and takes a newer one sent at the same
+		// instant.
+		if found && (k == nil || kn.sent >= k.seedSent) {
 			k = l.seed(key, k, &kn, t)
 		}
 		if found && kn.bleft > 0 && k != nil {
@@ -215,7 +223,7 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 		}
 		k.times, k.ids, k.costs = k.times[:keep], k.ids[:keep], k.costs[:keep]
 	}
-	k.seed = kn.wall
+	k.seed, k.seedSent = kn.wall, kn.sent
 	ws := slices.Clone(kn.wins)
 	slices.SortFunc(ws, func(a, b knownWin) int { return int(b.period - a.period) })
 	for i, w := range ws {

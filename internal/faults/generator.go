@@ -1,0 +1,225 @@
+package faults
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Kind is what a step of a plan does.
+type Kind uint8
+
+// Kinds of steps.
+const (
+	Requests      Kind = iota // Reqs at once, at the current time
+	Advance                   // the clock moves forward by D
+	GiveBack                  // the Pick-th live admission is given back
+	Kill                      // Redis (or the Node-th master) dies: SIGKILL
+	Restart                   // a dead Redis starts again, keeping what it persisted
+	RestartEmpty              // a dead Redis starts again, empty
+	Sleep                     // Redis stops answering for D (DEBUG SLEEP)
+	Evict                     // Redis evicts keys under maxmemory
+	RestartEngine             // engine Engine dies (Close, nothing finished) and a new one starts
+	Settle                    // the Pick-th live admission is settled to Actual
+	Release                   // the Pick-th live admission ends: its slots are released
+	numKinds
+)
+
+var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine", "settle", "release"}
+
+func (k Kind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// Req is one request of a step: engine Engine asks for subject Subject,
+// at a cost (a group with costs) or with a distinct: value.
+type Req struct {
+	Engine, Subject int
+	Cost            int64 `json:",omitempty"`
+	Value           int   `json:",omitempty"`
+}
+
+// Step is one step of a plan.
+type Step struct {
+	Kind   Kind          `json:",omitempty"`
+	Reqs   []Req         `json:",omitempty"` // Requests
+	D      time.Duration `json:",omitempty"` // Advance, Sleep
+	Pick   int           `json:",omitempty"` // GiveBack: which live admission, modulo their number
+	Engine int           `json:",omitempty"` // RestartEngine
+	Node   int           `json:",omitempty"` // Kill, Restart, RestartEmpty, Evict: which master of a cluster
+	Actual int64         `json:",omitempty"` // Settle
+}
+
+func (s Step) String() string {
+	switch s.Kind {
+	case Requests:
+		var b strings.Builder
+		for i, r := range s.Reqs {
+			if i > 0 {
+				b.WriteString(" ")
+			}
+			fmt.Fprintf(&b, "e%d:s%d", r.Engine, r.Subject)
+			if r.Cost > 0 {
+				fmt.Fprintf(&b, "$%d", r.Cost)
+			}
+			if r.Value > 0 {
+				fmt.Fprintf(&b, "=v%d", r.Value)
+			}
+		}
+		return "requests " + b.String()
+	case Advance, Sleep:
+		return fmt.Sprintf("%v %v", s.Kind, s.D)
+	case GiveBack:
+		return fmt.Sprintf("give back #%d", s.Pick)
+	case Settle:
+		return fmt.Sprintf("settle #%d to %d", s.Pick, s.Actual)
+	case Release:
+		return fmt.Sprintf("release #%d", s.Pick)
+	case RestartEngine:
+		return fmt.Sprintf("restart engine e%d", s.Engine)
+	case Kill, Restart, RestartEmpty, Evict:
+		return fmt.Sprintf("%v node %d", s.Kind, s.Node)
+	}
+	return s.Kind.String()
+}
+
+// Caps says which faults a backend can inject.
+type Caps struct {
+	Sleep   bool // DEBUG SLEEP
+	Evict   bool // maxmemory with an evicting policy
+	Persist bool // a restart can keep the data (AOF, or miniredis's Restart)
+	Nodes   int  // masters: 1 for a single server
+}
+
+// Plan is a generated history to run: a rule group, engines standing in for
+// processes, subjects, and the steps.
+type Plan struct {
+	Seed    uint64
+	Windows []Window
+	Fail    string
+	// Mode is the group's kind: "" counts requests, "cost" units (a
+	// limiter with a cost, settled), "distinct" distinct values,
+	// "concurrent" requests with an in-flight window too.
+	Mode     string `json:",omitempty"`
+	Engines  int
+	Subjects int
+	Steps    []Step
+}
+
+func (p Plan) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: windows %v, fail:%s, mode %q, %d engines, %d subjects, %d steps\n",
+		p.Seed, p.Windows, p.Fail, p.Mode, p.Engines, p.Subjects, len(p.Steps))
+	for i, s := range p.Steps {
+		fmt.Fprintf(&b, "  %3d %v\n", i, s)
+	}
+	return b.String()
+}
+
+// periods are the generator's window periods: short enough for a clock
+// step to cross them, several apart so that groups mix them.
+var periods = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+
+// Generate returns the plan of seed for a backend with caps: the same seed
+// and caps always give the same plan.
+func Generate(seed uint64, caps Caps) Plan {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	p := Plan{Seed: seed, Engines: 2 + r.IntN(2), Subjects: 1 + r.IntN(3)}
+	// One to three windows of distinct periods, longer ones with limits at
+	// least as large (a longer window with a smaller limit makes the
+	// shorter one moot, which is legal but tests less).
+	switch x := r.IntN(10); {
+	case x < 2:
+		p.Mode = "cost"
+	case x < 4:
+		p.Mode = "distinct"
+	case x < 6:
+		p.Mode = "concurrent"
+	}
+	scale := int64(1)
+	if p.Mode == "cost" {
+		scale = 10
+	}
+	n := 1 + r.IntN(3)
+	perm := r.Perm(len(periods))[:n]
+	limit := int64(0)
+	slices.Sort(perm)
+	for _, i := range perm {
+		limit += (1 + r.Int64N(4)) * scale
+		p.Windows = append(p.Windows, Window{Limit: limit, Period: periods[i]})
+	}
+	if p.Mode == "concurrent" {
+		p.Windows = append(p.Windows, Window{Limit: 1 + r.Int64N(3), Concurrent: true})
+	}
+	switch x := r.IntN(10); {
+	case x < 6:
+		p.Fail = "local"
+	case x < 8:
+		p.Fail = "closed"
+	default:
+		p.Fail = "open"
+	}
+	shortest := p.Windows[0].Period
+	steps := 30 + r.IntN(50)
+	down := make([]bool, max(caps.Nodes, 1))
+	for range steps {
+		var s Step
+		switch x := r.IntN(100); {
+		case x < 50:
+			s.Kind = Requests
+			for range 1 + r.IntN(4) {
+				q := Req{Engine: r.IntN(p.Engines), Subject: r.IntN(p.Subjects)}
+				switch p.Mode {
+				case "cost":
+					q.Cost = 1 + r.Int64N(p.Windows[0].Limit)
+				case "distinct":
+					q.Value = r.IntN(5)
+				}
+				s.Reqs = append(s.Reqs, q)
+			}
+		case x < 72:
+			s.Kind = Advance
+			// Mostly within the shortest window, sometimes past the longest.
+			if r.IntN(8) == 0 {
+				s.D = p.Windows[n-1].Period // the longest sliding window
+			} else {
+				s.D = time.Duration(r.Int64N(int64(shortest/time.Millisecond))+1) * time.Millisecond
+			}
+		case x < 80 && p.Mode == "cost" && r.IntN(2) == 0:
+			s.Kind = Settle
+			s.Pick = r.IntN(1000)
+			s.Actual = r.Int64N(2 * p.Windows[0].Limit)
+		case x < 80 && p.Mode == "concurrent" && r.IntN(3) > 0:
+			s.Kind = Release
+			s.Pick = r.IntN(1000)
+		case x < 80:
+			s.Kind = GiveBack
+			s.Pick = r.IntN(1000)
+		case x < 84:
+			s.Kind = RestartEngine
+			s.Engine = r.IntN(p.Engines)
+		default:
+			s.Node = r.IntN(len(down))
+			switch {
+			case down[s.Node] && caps.Persist && r.IntN(2) == 0:
+				s.Kind = Restart
+			case down[s.Node]:
+				s.Kind = RestartEmpty
+			case caps.Sleep && r.IntN(4) == 0:
+				s.Kind, s.D = Sleep, 400*time.Millisecond
+			case caps.Evict && r.IntN(4) == 0:
+				s.Kind = Evict
+			default:
+				s.Kind = Kill
+			}
+			down[s.Node] = s.Kind == Kill
+		}
+		p.Steps = append(p.Steps, s)
+	}
+	return p
+}

@@ -1,0 +1,591 @@
+// Package faults is the fault harness's reference: a model of what the
+// windows of a rule group may hold under faults, a generator of seeded
+// histories (requests from several engines, clock steps, outcomes and
+// faults), and a shrinker that reduces a failing history.
+//
+// The model shares no code with the engine. It reads a history of
+// decisions, each tagged with the process that made it and who decided
+// (Redis, the process's cache, its local fallback, or its fail mode),
+// and the moments Redis lost data. From these alone it bounds, for every
+// subject, window and span of that window's period, how many admissions
+// the span may hold, following docs/operations.md (Fail modes) and
+// docs/engine.md (Redis configuration):
+//
+//   - Redis admits at most L in any span of a window while it keeps its
+//     data; a loss (a restart without persistence, an eviction, a failover
+//     that loses writes) starts afresh, so a span that holds k losses may
+//     hold (k+1)·L admissions of Redis.
+//   - A process's local fallback starts each subject from what Redis last
+//     told it: the entries Redis held then count against the fallback in
+//     every span that still holds them, so a full subject gets 0 more, a
+//     subject with k of L used at most L-k more, and a subject the process
+//     never asked Redis about at most L, in every span.
+//   - Fail-open admissions are not bounded; fail-closed admits nothing.
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Window is a sliding window of a rule group: at most Limit admissions in
+// any span of Period.
+type Window struct {
+	Limit  int64
+	Period time.Duration
+	// Concurrent makes it an in-flight window ("N concurrent"): at most
+	// Limit admissions holding a slot at once, from admission to release.
+	Concurrent bool `json:",omitempty"`
+}
+
+func (w Window) String() string {
+	if w.Concurrent {
+		return fmt.Sprintf("%d concurrent", w.Limit)
+	}
+	return fmt.Sprintf("%d/%v", w.Limit, w.Period)
+}
+
+// Source says who made a decision.
+type Source uint8
+
+// Sources of a Decision.
+const (
+	Redis      Source = iota // Redis decided
+	Cache                    // the process denied from what Redis last said
+	Local                    // the local fallback decided (fail:local)
+	FailOpen                 // admitted because Redis failed (fail:open)
+	FailClosed               // denied because Redis failed (fail:closed)
+)
+
+var sourceNames = [...]string{"redis", "cache", "local", "fail-open", "fail-closed"}
+
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("source(%d)", s)
+}
+
+// Decision is one decision of the history.
+type Decision struct {
+	// Step orders events: a decision of a later step happened after every
+	// event of an earlier one; decisions of one step ran concurrently.
+	Step int
+	// At is the decision time (the clock's, from the start of the history).
+	At      time.Duration
+	Proc    int // the process (engine incarnation) that decided
+	Subject string
+	Allowed bool
+	Source  Source
+	// GivenBack marks an admission that was given back (or whose give-back
+	// was attempted and may have been applied): it counts nowhere.
+	GivenBack bool
+	// Unsure marks a give-back or settlement that failed: Redis may still
+	// hold the entry as it was.
+	Unsure bool
+	// Cost is the units the request was admitted for (0 counts 1).
+	Cost int64
+	// Settled marks an admission settled to Actual units.
+	Settled bool
+	Actual  int64
+	// Value is the request's distinct: value, in a group with Distinct.
+	Value string
+	// Released is the step that released the admission's slots (a
+	// release or a give-back, even one that failed), 0 if none did: a
+	// process that dies holds them until its lease ends.
+	Released int
+}
+
+// Loss is a moment Redis lost data: every entry stored before it is gone,
+// of every subject or, on a cluster, of the subjects of one master.
+type Loss struct {
+	Step     int
+	At       time.Duration
+	Why      string
+	Subjects []string // nil: every subject
+	// Maybe marks a loss that may have taken some entries or none (an
+	// eviction, a failover whose replica may have every write): a loss
+	// for the bounds, none for Held.
+	Maybe bool `json:",omitempty"`
+}
+
+// hits reports whether the loss took subject s's entries.
+func (l Loss) hits(s string) bool { return l.Subjects == nil || slices.Contains(l.Subjects, s) }
+
+// of returns h with only the losses that hit subject s.
+func (h History) of(s string) History {
+	out := h
+	out.Losses = nil
+	for _, l := range h.Losses {
+		if l.hits(s) {
+			out.Losses = append(out.Losses, l)
+		}
+	}
+	return out
+}
+
+// History is what a run did to one rule group.
+type History struct {
+	Windows []Window
+	Fail    string // "local", "open" or "closed"
+	// Distinct makes the group count distinct values (distinct:): a
+	// value counts at its first admission, and again at one that finds
+	// its last count older than the shortest window.
+	Distinct  bool
+	Decisions []Decision
+	Losses    []Loss
+}
+
+// Violation is a span that held more admissions than the model allows,
+// or a decision its source could not have made.
+type Violation struct {
+	Subject string
+	Window  Window
+	From    time.Duration // the span (From, To]
+	To      time.Duration
+	Count   int64
+	Bound   int64
+	Detail  string
+}
+
+func (v Violation) String() string {
+	if v.Window.Limit == 0 {
+		return fmt.Sprintf("subject %s: %s", v.Subject, v.Detail)
+	}
+	return fmt.Sprintf("subject %s, window %v: %d admissions in (%v, %v], bound %d (%s)",
+		v.Subject, v.Window, v.Count, v.From, v.To, v.Bound, v.Detail)
+}
+
+// Check returns every violation of h: decisions their source could not have
+// made, and spans holding more admissions than the model's bound.
+func Check(h History) []Violation {
+	var out []Violation
+	for _, d := range h.Decisions {
+		if why := badSource(h.Fail, d); why != "" {
+			out = append(out, Violation{Subject: d.Subject, Detail: fmt.Sprintf("step %d, proc %d at %v: %s", d.Step, d.Proc, d.At, why)})
+		}
+	}
+	subjects := map[string][]Decision{}
+	var names []string
+	for _, d := range h.Decisions {
+		if subjects[d.Subject] == nil {
+			names = append(names, d.Subject)
+		}
+		subjects[d.Subject] = append(subjects[d.Subject], d)
+	}
+	slices.Sort(names)
+	for _, s := range names {
+		for _, w := range h.Windows {
+			hs := h.of(s)
+			if w.Concurrent {
+				if v, ok := checkSlots(hs, subjects[s], w); !ok {
+					v.Subject = s
+					out = append(out, v)
+				}
+				continue
+			}
+			if v, ok := checkWindow(hs, subjects[s], weights(hs, subjects[s]), w); !ok {
+				v.Subject = s
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// badSource says why a decision could not come from its source under the
+// group's fail mode, or "".
+func badSource(fail string, d Decision) string {
+	switch {
+	case d.Source == Cache && d.Allowed:
+		return "admitted from the cache, which only denies"
+	case d.Source == FailClosed && d.Allowed:
+		return "admitted by fail:closed"
+	case d.Source == FailOpen && !d.Allowed:
+		return "denied by fail:open"
+	case d.Source == Local && fail != "local",
+		d.Source == FailOpen && fail != "open",
+		d.Source == FailClosed && fail != "closed":
+		return fmt.Sprintf("decided by %v under fail:%s", d.Source, fail)
+	}
+	return ""
+}
+
+// counted reports whether an admission counts against the windows: fail-open
+// admissions are unbounded, and given-back ones count nowhere.
+func counted(d Decision) bool {
+	return d.Allowed && !d.GivenBack && (d.Source == Redis || d.Source == Local)
+}
+
+// units returns what an admission counts: its cost, or what it was settled
+// to when less (a settlement that adds is a debt docs/engine.md lets exceed
+// the limit).
+func units(d Decision) int64 {
+	n := max(d.Cost, 1)
+	if d.Settled {
+		n = min(n, max(d.Actual, 0))
+	}
+	return n
+}
+
+// weights returns what each decision of one subject's ds counts against the
+// bounds: the units of an admission that counts, 0 for the rest. With
+// Distinct, a Redis admission counts 1 when it counts its value (its first
+// since the last loss, or one finding its last count older than the
+// shortest window), given back or not (a give-back leaves the value
+// counted); a local one counts 1, as the fallback counts requests.
+func weights(h History, ds []Decision) []int64 {
+	ws := make([]int64, len(ds))
+	if !h.Distinct {
+		for i, d := range ds {
+			if counted(d) {
+				ws[i] = units(d)
+			}
+		}
+		return ws
+	}
+	shortest := time.Duration(1<<63 - 1)
+	for _, w := range h.Windows {
+		if !w.Concurrent {
+			shortest = min(shortest, w.Period)
+		}
+	}
+	type count struct {
+		at   time.Duration
+		step int
+	}
+	last := map[string]count{}
+	for i, d := range ds {
+		switch {
+		case !d.Allowed:
+		case d.Source == Local && !d.GivenBack:
+			ws[i] = 1
+		case d.Source == Redis:
+			c, ok := last[d.Value]
+			if !ok || c.at <= d.At-shortest || lostBetween(h, c.step, d.Step) {
+				ws[i] = 1
+				last[d.Value] = count{d.At, d.Step}
+			}
+		}
+	}
+	return ws
+}
+
+// checkWindow checks every span (t-W, t] of one subject's decisions ds in
+// window w. Counts and bounds change only where a span's end reaches an event
+// (it enters) or passes it by W (it leaves), so those ends are all it checks.
+// Redis's admissions and each fallback episode's are bounded separately
+// (each bound holds whatever the others did), which implies the total the
+// docs state: (losses+1)·L plus the sum of the episodes' allowances.
+func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, bool) {
+	var ends []time.Duration
+	for _, d := range ds {
+		ends = append(ends, d.At, d.At+w.Period)
+	}
+	for _, l := range h.Losses {
+		ends = append(ends, l.At, l.At+w.Period)
+	}
+	slices.Sort(ends)
+	ends = slices.Compact(ends)
+	for _, t := range ends {
+		in := func(at time.Duration) bool { return at > t-w.Period && at <= t }
+		// With Distinct, a window holds each value once, whatever the
+		// number of its counts inside it: a value counted again (older
+		// than the shortest window) is still one value in a longer one.
+		once := func(seen map[string]bool, d Decision) bool {
+			if !h.Distinct || d.Source != Redis {
+				return true
+			}
+			k := fmt.Sprint(epochOf(h, d.Step), "/", d.Value)
+			if seen[k] {
+				return false
+			}
+			seen[k] = true
+			return true
+		}
+		var count int64
+		seen := map[string]bool{}
+		for i, d := range ds {
+			if in(d.At) && ws[i] > 0 && once(seen, d) {
+				count += ws[i]
+			}
+		}
+		if count <= w.Limit {
+			continue // every bound is at least L
+		}
+		v := Violation{Window: w, From: t - w.Period, To: t, Count: count}
+		// Redis: at most L per epoch between losses.
+		var epoch int64
+		epochs := int64(1)
+		prev := -1 // the step of the span's previous Redis admission
+		seen = map[string]bool{}
+		for i, d := range ds {
+			if ws[i] == 0 || d.Source != Redis || !in(d.At) || !once(seen, d) {
+				continue
+			}
+			if prev >= 0 && lostBetween(h, prev, d.Step) {
+				epoch = 0
+				epochs++
+			}
+			prev = d.Step
+			if epoch += ws[i]; epoch > w.Limit {
+				v.Bound = w.Limit
+				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
+				return v, false
+			}
+		}
+		// The local admissions in the span, by episode: the Redis answer
+		// each process last had about the subject before deciding locally.
+		type episode struct{ used, allowed int64 }
+		eps := map[[2]int]*episode{} // (proc, anchor index or -1)
+		var keys [][2]int
+		for i, d := range ds {
+			if ws[i] == 0 || d.Source != Local || !in(d.At) {
+				continue
+			}
+			// The fallback may also start from an answer of the same step
+			// (a concurrent call of the same process): take the largest.
+			n := int64(-1)
+			for _, a := range anchors(ds, i) {
+				if a < 0 {
+					n = w.Limit
+					continue
+				}
+				var held int64
+				seen := map[string]bool{}
+				for _, r := range visible(h, ds, ws, a, w) {
+					if in(ds[r].At) && once(seen, ds[r]) {
+						held += ws[r]
+					}
+				}
+				n = max(n, w.Limit-held)
+			}
+			key := [2]int{d.Proc, anchors(ds, i)[0]}
+			e := eps[key]
+			if e == nil {
+				e = &episode{}
+				eps[key] = e
+				keys = append(keys, key)
+			}
+			e.used += ws[i]
+			e.allowed = max(e.allowed, n)
+		}
+		var local int64
+		for _, k := range keys {
+			e := eps[k]
+			local += e.allowed
+			if e.used > e.allowed {
+				v.Bound = e.allowed
+				from := "no Redis answer before"
+				if k[1] >= 0 {
+					from = fmt.Sprintf("Redis's answer of step %d", ds[k[1]].Step)
+				}
+				v.Detail = fmt.Sprintf("proc %d's fallback admitted %d of them, starting from %s", k[0], e.used, from)
+				return v, false
+			}
+		}
+		if count > epochs*w.Limit+local {
+			// Implied by the bounds above; kept as the docs' statement.
+			v.Bound = epochs*w.Limit + local
+			v.Detail = fmt.Sprintf("%d Redis epoch(s), local allowance %d", epochs, local)
+			return v, false
+		}
+	}
+	return Violation{}, true
+}
+
+// checkSlots checks an in-flight window: at every step, the admissions
+// Redis made since the subject's last loss that hold a slot (not released
+// before the step, this step's included) are at most N, and so are each
+// process's local ones. A slot of a process that died is held until its
+// lease ends, which the harness makes longer than a history.
+func checkSlots(h History, ds []Decision, w Window) (Violation, bool) {
+	holds := func(r Decision, step int) bool {
+		return r.Allowed && r.Step <= step && (r.Released == 0 || r.Released > step)
+	}
+	for _, d := range ds {
+		if !d.Allowed || (d.Source != Redis && d.Source != Local) {
+			continue
+		}
+		var n int64
+		for _, r := range ds {
+			if r.Source != d.Source || !holds(r, d.Step) {
+				continue
+			}
+			if d.Source == Redis && lostBetween(h, r.Step, d.Step) {
+				continue
+			}
+			if d.Source == Local && r.Proc != d.Proc {
+				continue
+			}
+			n++
+		}
+		if n > w.Limit {
+			who := "Redis"
+			if d.Source == Local {
+				who = fmt.Sprintf("proc %d's fallback", d.Proc)
+			}
+			return Violation{Window: w, To: d.At, Count: n, Bound: w.Limit,
+				Detail: fmt.Sprintf("%s let %d hold slots at step %d", who, n, d.Step)}, false
+		}
+	}
+	return Violation{}, true
+}
+
+// lostBetween reports whether Redis lost data between two steps.
+func lostBetween(h History, from, to int) bool {
+	for _, l := range h.Losses {
+		if l.Step > from && l.Step < to {
+			return true
+		}
+	}
+	return false
+}
+
+// epochOf returns the number of losses before step.
+func epochOf(h History, step int) int {
+	n := 0
+	for _, l := range h.Losses {
+		if l.Step < step {
+			n++
+		}
+	}
+	return n
+}
+
+// epochStart returns the step of the last loss before step, or 0.
+func epochStart(h History, step int) int {
+	s := 0
+	for _, l := range h.Losses {
+		if l.Step < step {
+			s = max(s, l.Step)
+		}
+	}
+	return s
+}
+
+// anchors returns the index in ds of the last decision Redis made for the
+// process of ds[i] before ds[i]'s step, or -1, followed by those of ds[i]'s
+// own step: the answers the process's fallback may start from.
+func anchors(ds []Decision, i int) []int {
+	a := -1
+	var same []int
+	for j, d := range ds {
+		if d.Proc != ds[i].Proc || d.Source != Redis {
+			continue
+		}
+		switch {
+		case d.Step < ds[i].Step && (a < 0 || d.Step >= ds[a].Step):
+			a = j
+		case d.Step == ds[i].Step:
+			same = append(same, j)
+		}
+	}
+	return append([]int{a}, same...)
+}
+
+// visible returns the indexes in ds of the admissions Redis surely held in
+// window w when it answered ds[a]: those of earlier steps (and ds[a]
+// itself) that Redis decided and that count (see weights), within the
+// window, not lost since. Leaving out what it may also have held
+// (concurrent admissions, given-back ones) only loosens the bound.
+func visible(h History, ds []Decision, ws []int64, a int, w Window) []int {
+	at := ds[a]
+	var out []int
+	for j, r := range ds {
+		if r.Source != Redis || ws[j] == 0 || (r.Step >= at.Step && j != a) {
+			continue
+		}
+		if r.At <= at.At-w.Period || lostBetween(h, r.Step, at.Step) {
+			continue
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// Held returns the most Redis may hold now (at t, after every step) for
+// subject s in window w: the admissions Redis decided since the last loss,
+// within the window, not surely given back (each at the larger of its cost
+// and its settlement; with Distinct, given back or not), plus every
+// decision of the window that went elsewhere or whose give-back or
+// settlement failed (a call that timed out may have been applied, or be
+// cleaned up later). A window holding more has an entry no admission
+// accounts for: a denied request left one.
+func Held(h History, s string, w Window, t time.Duration) int64 {
+	h = h.of(s)
+	last := -1
+	for _, l := range h.Losses {
+		if !l.Maybe {
+			last = max(last, l.Step)
+		}
+	}
+	var n int64
+	for _, d := range h.Decisions {
+		if d.Subject != s || d.At <= t-w.Period || d.Step < last {
+			continue
+		}
+		most := max(d.Cost, 1)
+		if d.Settled {
+			most = max(most, d.Actual)
+		}
+		switch {
+		case d.Source == Redis && d.Allowed && (!d.GivenBack || d.Unsure || h.Distinct):
+			n += most
+		case d.Source != Redis && d.Source != Cache:
+			n += most
+		}
+	}
+	return n
+}
+
+func (d Decision) String() string {
+	s := fmt.Sprintf("step %3d at %v: proc %d %s: ", d.Step, d.At, d.Proc, d.Subject)
+	if d.Allowed {
+		s += "allowed"
+	} else {
+		s += "denied"
+	}
+	s += " by " + d.Source.String()
+	if d.Cost > 1 {
+		s += fmt.Sprintf(", cost %d", d.Cost)
+	}
+	if d.Value != "" {
+		s += ", value " + d.Value
+	}
+	if d.Settled {
+		s += fmt.Sprintf(", settled to %d", d.Actual)
+	}
+	if d.GivenBack {
+		s += ", given back"
+		if d.Unsure {
+			s += " (failed)"
+		}
+	}
+	return s
+}
+
+func (h History) String() string {
+	var b strings.Builder
+	i := 0
+	for _, d := range h.Decisions {
+		for ; i < len(h.Losses) && h.Losses[i].Step < d.Step; i++ {
+			fmt.Fprintf(&b, "  %v\n", h.Losses[i])
+		}
+		fmt.Fprintf(&b, "  %v\n", d)
+	}
+	for ; i < len(h.Losses); i++ {
+		fmt.Fprintf(&b, "  step %3d at %v: loss: %s\n", h.Losses[i].Step, h.Losses[i].At, h.Losses[i].Why)
+	}
+	return b.String()
+}
+
+func (l Loss) String() string {
+	s := fmt.Sprintf("step %3d at %v: loss: %s", l.Step, l.At, l.Why)
+	if l.Subjects != nil {
+		s += fmt.Sprintf(" (subjects %v)", l.Subjects)
+	}
+	return s
+}

@@ -1,0 +1,49 @@
+package faults
+
+// Shrink returns a plan with as few steps as it can find that still fails:
+// delta debugging over the steps (drop chunks of halving size while fails
+// still reports a failure), then over the requests of each step. fails runs
+// a plan and reports whether it failed; it is called at most budget times,
+// since each call runs a history against a backend.
+func Shrink(p Plan, budget int, fails func(Plan) bool) Plan {
+	calls := 0
+	try := func(q Plan) bool {
+		if calls >= budget {
+			return false
+		}
+		calls++
+		return fails(q)
+	}
+	for chunk := len(p.Steps) / 2; chunk >= 1; {
+		removed := false
+		for i := 0; i+chunk <= len(p.Steps); {
+			q := p
+			q.Steps = append(append([]Step(nil), p.Steps[:i]...), p.Steps[i+chunk:]...)
+			if try(q) {
+				p, removed = q, true
+				continue
+			}
+			i += chunk
+		}
+		if !removed {
+			chunk /= 2
+		}
+		if calls >= budget {
+			break
+		}
+	}
+	for i := range p.Steps {
+		for j := 0; j < len(p.Steps[i].Reqs) && len(p.Steps[i].Reqs) > 1; {
+			q := p
+			q.Steps = append([]Step(nil), p.Steps...)
+			rs := p.Steps[i].Reqs
+			q.Steps[i].Reqs = append(append([]Req(nil), rs[:j]...), rs[j+1:]...)
+			if try(q) {
+				p = q
+				continue
+			}
+			j++
+		}
+	}
+	return p
+}
