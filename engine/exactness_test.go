@@ -168,7 +168,9 @@ func TestAuditSingle(t *testing.T) {
 		t.Fatalf("%d entries, %d admissions counted by the callers (+1 keeper)", len(ts), admitted)
 	}
 	checkWindows(t, "hot", ts, ws)
-	checkDenials(t, "hot", key, &ds, admissionsOf(ts), false)
+	if checkDenials(t, "hot", key, &ds, admissionsOf(ts), false) == 0 {
+		t.Error("no denial by a window; the audit did not saturate them")
+	}
 	checkCapacity(t, ts, ws)
 }
 
@@ -227,7 +229,7 @@ func checkProgress(t *testing.T, name string, admitted int64, ws []rules.Window)
 func admissionsOf(ts []int64) []admission {
 	as := make([]admission, len(ts))
 	for i, at := range ts {
-		as[i] = admission{at, 1}
+		as[i] = admission{at: at, cost: 1}
 	}
 	return as
 }
