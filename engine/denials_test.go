@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -8,16 +9,16 @@ import (
 )
 
 // denial is one denial decided by Redis as the audits record it: the
-// decision time (Redis's, µs), how long its Allow call took (µs, wall
-// clock), the denying window as Redis reported it, the key of the check it
+// decision time (Redis's, µs), when its Allow call started and how long
+// it took (µs, wall clock), the denying window as Redis reported it, the key of the check it
 // belongs to, that check's cost, and the keys of the request's other
 // checks.
 type denial struct {
-	at, lat int64
-	key     string
-	state   WindowState
-	cost    int64
-	others  []string
+	at, start, lat int64
+	key            string
+	state          WindowState
+	cost           int64
+	others         []string
 }
 
 // denials collects the audits' denials from concurrent callers.
@@ -28,11 +29,12 @@ type denials struct {
 
 // record adds dec, which took took, to ds when Redis denied r by a window
 // (not a denial from the cache of Redis's answers, nor a fail-closed one).
-func (ds *denials) record(e *Engine, r Request, dec Decision, took time.Duration) {
+func (ds *denials) record(e *Engine, r Request, dec Decision, start time.Time) {
+	took := time.Since(start)
 	if dec.Allowed || dec.Source != FromRedis || dec.Denied == (WindowState{}) {
 		return
 	}
-	d := denial{at: dec.Time.UnixMicro(), lat: took.Microseconds(), state: dec.Denied,
+	d := denial{at: dec.Time.UnixMicro(), start: start.UnixMicro(), lat: took.Microseconds(), state: dec.Denied,
 		cost: max(r.Checks[dec.Denied.Check].Cost, 1)}
 	for i, c := range r.Checks {
 		if k := e.keyOf(r.Scope, c); i == dec.Denied.Check {
@@ -70,22 +72,34 @@ func (ds *denials) record(e *Engine, r Request, dec Decision, took time.Duration
 // time is its latest part's (each node's clock), or a local clock read
 // before the call reached Redis (WithClock); either is within one Allow
 // call of the time the key's script ran (the nodes share this machine's
-// clock). So with cluster, the second bound also allows, as reservations,
-// the cost of every recorded denial that had a check on key but was denied
-// by another check, and an admission or a reservation counts when its time
-// give or take its own call's duration meets (T-P-G-L, T+L], L being the
-// denial's call's duration. This is weaker (a denial among concurrent
+// clock). So with cluster, an admission counts when its time give or take
+// its own call's duration meets (T-P-G-L, T+L], L being the denial's
+// call's duration; and the second bound also allows, as reservations, the
+// cost of every recorded denial that had a check on key but was denied by
+// another check, from its time (less its call's duration) until the first
+// admission certainly scored after it leaves the window: in a weighted key
+// with more than 64 later entries, a rollback only deletes the entry and
+// its cost stays counted with the next one (lua/multi_window.lua,
+// Weighted changes; it errs on the side of denying). This is weaker (a denial among concurrent
 // rolled-back reservations is excused, and a loaded machine, slowing the
 // calls, widens the margins), so the strict form is what a single server's
 // audit uses. It returns the number of denials checked.
 func checkDenials(t *testing.T, name, key string, dl *denials, as []admission, cluster bool) int {
 	t.Helper()
 	ds := dl.list
-	// The reservations a rolled-back request may have left in key.
+	// The requests that may have left a reservation in key.
+	type span struct{ from, until, cost int64 }
+	var rolled []span
 	if cluster {
 		for _, d := range ds {
 			if d.key != key && slices.Contains(d.others, key) {
-				as = append(as[:len(as):len(as)], admission{at: d.at, cost: -d.cost, lat: d.lat})
+				until := int64(math.MaxInt64)
+				for _, a := range as {
+					if a.at > d.at+d.lat {
+						until = min(until, a.at+a.lat)
+					}
+				}
+				rolled = append(rolled, span{d.at - d.lat, until, d.cost})
 			}
 		}
 	}
@@ -106,13 +120,13 @@ func checkDenials(t *testing.T, name, key string, dl *denials, as []admission, c
 			if cluster {
 				m = a.lat
 			}
-			if a.at+m <= lo || a.at-m > hi {
-				continue
-			}
-			if a.cost < 0 {
-				reserved -= a.cost
-			} else {
+			if a.at+m > lo && a.at-m <= hi {
 				held += a.cost
+			}
+		}
+		for _, r := range rolled {
+			if r.from <= hi && r.until > lo {
+				reserved += r.cost
 			}
 		}
 		if d.state.Used+d.cost <= w.Limit || d.state.Used > held+reserved {

@@ -47,7 +47,7 @@ func hammerRecord(t *testing.T, engines []*Engine, callers int, d time.Duration,
 		start := time.Now()
 		dec, err := e.Allow(context.Background(), r)
 		if err == nil && ds != nil {
-			ds.record(e, r, dec, time.Since(start))
+			ds.record(e, r, dec, start)
 		}
 		// A denial may come from the cache of Redis's answers; nothing
 		// else may come from anywhere but Redis.

@@ -196,7 +196,7 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 		dec, err := e.Allow(context.Background(), r)
 		took := time.Since(start)
 		if err == nil {
-			ds.record(e, r, dec, took)
+			ds.record(e, r, dec, start)
 		}
 		if err == nil && dec.Source != FromRedis {
 			err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
