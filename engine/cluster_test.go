@@ -190,7 +190,7 @@ func auditCluster(t *testing.T, cl *redistest.Cluster) {
 	denied := 0
 	for k := range keys {
 		if slices.ContainsFunc(ds.list, func(d denial) bool { return d.key == k }) {
-			denied += checkDenials(t, k, k, &ds, admissionsOf(sortedTimes(got[k])), true)
+			denied += checkDenials(t, k, k, &ds, admissionsOf(sortedTimes(got[k])), true, false)
 		}
 	}
 	if denied == 0 {

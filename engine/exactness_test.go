@@ -168,7 +168,7 @@ func TestAuditSingle(t *testing.T) {
 		t.Fatalf("%d entries, %d admissions counted by the callers (+1 keeper)", len(ts), admitted)
 	}
 	checkWindows(t, "hot", ts, ws)
-	if checkDenials(t, "hot", key, &ds, admissionsOf(ts), false) == 0 {
+	if checkDenials(t, "hot", key, &ds, admissionsOf(ts), false, false) == 0 {
 		t.Error("no denial by a window; the audit did not saturate them")
 	}
 	checkCapacity(t, ts, ws)
