@@ -134,7 +134,8 @@ func auditCluster(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 
-	admitted := hammer(t, engines, 16, auditDuration, func(i int) Request { return reqs[i%len(reqs)] })
+	var ds denials
+	admitted := hammerRecord(t, engines, 16, auditDuration, func(i int) Request { return reqs[i%len(reqs)] }, &ds)
 
 	got := nodeEntries(t, cl, prefix)
 	if len(got) != len(keys) {
@@ -183,6 +184,17 @@ func auditCluster(t *testing.T, cl *redistest.Cluster) {
 	}
 	for k, ws := range keys {
 		checkWindows(t, k, sortedTimes(got[k]), ws)
+	}
+	// Keys whose windows never bind (ip) see no denial: check the
+	// others'. Rolled-back reservations are in no key's entries.
+	denied := 0
+	for k := range keys {
+		if slices.ContainsFunc(ds.list, func(d denial) bool { return d.key == k }) {
+			denied += checkDenials(t, k, k, &ds, admissionsOf(sortedTimes(got[k])), true, false)
+		}
+	}
+	if denied == 0 {
+		t.Errorf("no denial by a window; the audit did not saturate them")
 	}
 	// The global windows bind: the users' and IPs' allow more.
 	ts := sortedTimes(got[engines[0].keyOf("s", global())])

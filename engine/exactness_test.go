@@ -34,9 +34,21 @@ func auditEngines(t *testing.T, client func() Client, opts ...Option) []*Engine 
 // decision must come from Redis, or be a denial from its cached answers.
 func hammer(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int) Request) int64 {
 	t.Helper()
+	return hammerRecord(t, engines, callers, d, next, nil)
+}
+
+// hammerRecord is hammer, recording in ds (unless nil) the denials that
+// Redis decided.
+func hammerRecord(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int) Request, ds *denials) int64 {
+	t.Helper()
 	var admitted atomic.Int64
 	hammerLoop(t, engines, callers, d, func(e *Engine, _, i int) error {
-		dec, err := e.Allow(context.Background(), next(i))
+		r := next(i)
+		start := time.Now()
+		dec, err := e.Allow(context.Background(), r)
+		if err == nil && ds != nil {
+			ds.record(e, r, dec, start)
+		}
 		// A denial may come from the cache of Redis's answers; nothing
 		// else may come from anywhere but Redis.
 		cachedDenial := dec.Source == FromCache && !dec.Allowed
@@ -148,24 +160,29 @@ func TestAuditSingle(t *testing.T) {
 	// trimmed and every admission can be audited afterwards.
 	mustAllow(t, engines[0], req(user("hot", win(1_000_000, time.Hour))), true)
 
-	admitted := hammer(t, engines, 16, auditDuration, func(int) Request { return hot })
+	var ds denials
+	admitted := hammerRecord(t, engines, 16, auditDuration, func(int) Request { return hot }, &ds)
 
 	ts := entries(t, rc, key)
 	if int64(len(ts)) != admitted+1 {
 		t.Fatalf("%d entries, %d admissions counted by the callers (+1 keeper)", len(ts), admitted)
 	}
 	checkWindows(t, "hot", ts, ws)
+	if checkDenials(t, "hot", key, &ds, admissionsOf(ts), false, false) == 0 {
+		t.Error("no denial by a window; the audit did not saturate them")
+	}
 	checkCapacity(t, ts, ws)
 }
 
-// checkCapacity asserts that the run used at least 90% of the capacity
-// the windows allow: sampled every millisecond from one longest window
-// after the first admission to the last admission, the tightest window
-// (highest used/limit) must have been at least 90% full on average. A
-// limiter that admits late, or wrongly denies, leaves the windows emptier.
-// (Counting admissions against a greedy optimum over the same span is
-// too sensitive to where the span ends: a window's worth of admissions
-// can fit at either edge.)
+// checkCapacity logs how much of the capacity the windows allow the run
+// used: sampled every millisecond from one longest window after the first
+// admission to the last admission, the average fill of the tightest window
+// (highest used/limit). It is informative only: the fill measures
+// throughput, which a loaded machine lowers by starving the callers (89%
+// and less at a load average of 15 on 2 cores), so a wrongly denying
+// limiter is caught by checkDenials instead. It asserts only progress, at
+// least one longest window's limit admitted, which any machine makes in an
+// audit's seconds.
 func checkCapacity(t *testing.T, ts []int64, ws []rules.Window) {
 	t.Helper()
 	var longest int64
@@ -190,7 +207,29 @@ func checkCapacity(t *testing.T, ts []int64, ws []rules.Window) {
 	avg := sum / float64(n)
 	t.Logf("windows %.1f%% full on average over %v (%d admissions, greedy optimum %d)", 100*avg,
 		time.Duration(n)*time.Millisecond, len(ts), greedy(nil, ts[0], ts[len(ts)-1], ws))
-	if avg < 0.9 {
-		t.Errorf("windows only %.1f%% full on average, want >= 90%%", 100*avg)
+	checkProgress(t, "", int64(len(ts)), ws)
+}
+
+// checkProgress asserts that admitted, a count or a cost, reaches the
+// limit of the longest of ws: one full window's worth.
+func checkProgress(t *testing.T, name string, admitted int64, ws []rules.Window) {
+	t.Helper()
+	longest := ws[0]
+	for _, w := range ws {
+		if w.Period > longest.Period {
+			longest = w
+		}
 	}
+	if admitted < longest.Limit {
+		t.Errorf("%s: %d admitted, want at least a %v window's limit %d", name, admitted, longest.Period, longest.Limit)
+	}
+}
+
+// admissionsOf returns the entry times ts as admissions of cost 1.
+func admissionsOf(ts []int64) []admission {
+	as := make([]admission, len(ts))
+	for i, at := range ts {
+		as[i] = admission{at: at, cost: 1}
+	}
+	return as
 }

@@ -531,10 +531,18 @@ func (e *Engine) TallyStats() TallyStats {
 // progress is included, so a 1 min view covers 60 to 70 s. Denials of the
 // last period of WithTallyFlush are not written yet. n <= 0 returns every
 // entry kept. TopDenied reads Redis with one pipeline; it fails with an
-// error matching ErrInvalid for a bad since and ErrBackend when Redis does.
+// error matching ErrInvalid for a bad since and ErrBackend when Redis does,
+// at once (wrapping ErrUnavailable) while the engine considers a single
+// server down.
 func (e *Engine) TopDenied(ctx context.Context, since time.Duration, n int) ([]Denials, error) {
 	if since < time.Second || since > tallyKeep {
 		return nil, fmt.Errorf("%w: tally period %s is not between 1s and %s", ErrInvalid, since, tallyKeep)
+	}
+	if e.group == groupAll && e.doms.one.down.Load() {
+		// Known down (see health.go): through the pool, each operator
+		// page view would wait for its deadline and go-redis would log
+		// a failed dial per retry of the pipeline.
+		return nil, &BackendError{Op: "tally", Err: ErrUnavailable}
 	}
 	span := coarseBucket
 	if since <= fineSpan {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -225,5 +226,27 @@ func TestTallyHotExact(t *testing.T) {
 		if got[s] != n {
 			t.Errorf("subject %s: %d denials tallied, want %d", s, got[s], n)
 		}
+	}
+}
+
+// TestTopDeniedWhileDown checks that TopDenied does not ask a server the
+// engine considers down: through the pool it would wait for its deadline,
+// and go-redis would log a failed dial for each retry (issue 41: the
+// operator page filled an outage's log).
+func TestTopDeniedWhileDown(t *testing.T) {
+	t.Parallel()
+	srv, rc := startRedis(t)
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	srv.Kill()
+	r := req(user("u", win(10, time.Second)))
+	for i := 0; !e.doms.one.down.Load(); i++ {
+		if i == 100 {
+			t.Fatal("the engine never considered the killed server down")
+		}
+		_, _ = e.Allow(context.Background(), r)
+	}
+	_, err := e.TopDenied(context.Background(), time.Minute, 10)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) {
+		t.Fatalf("TopDenied while down: %v, want ErrUnavailable and ErrBackend", err)
 	}
 }
