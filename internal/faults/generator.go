@@ -111,8 +111,10 @@ type Plan struct {
 	// and Start how long after the harness's origin the clock starts: a
 	// plan with a calendar window starts shortly before a local midnight,
 	// so that its steps cross into a new day.
-	Zone     string        `json:",omitempty"`
-	Start    time.Duration `json:",omitempty"`
+	Zone  string        `json:",omitempty"`
+	Start time.Duration `json:",omitempty"`
+	// Block is the group's block:DURATION, 0 for none.
+	Block    time.Duration `json:",omitempty"`
 	Engines  int
 	Subjects int
 	Steps    []Step
@@ -124,6 +126,9 @@ func (p Plan) String() string {
 		p.Seed, p.Windows, p.Fail, p.Mode, p.Engines, p.Subjects, len(p.Steps))
 	if p.Zone != "" || p.Start != 0 {
 		fmt.Fprintf(&b, ", calendar:%s, clock starts at +%v", cmp.Or(p.Zone, "UTC"), p.Start)
+	}
+	if p.Block > 0 {
+		fmt.Fprintf(&b, ", block:%v", p.Block)
 	}
 	b.WriteString("\n")
 	for i, s := range p.Steps {
@@ -187,6 +192,15 @@ func Generate(seed uint64, caps Caps) Plan {
 		}
 		p.Windows = append(p.Windows, Window{Limit: low + rc.Int64N(limit+2*scale-low+1), Calendar: "day"})
 		p.Zone = zones[rc.IntN(len(zones))]
+	}
+	// A block in a third of the groups without an in-flight window (its
+	// denials start none) or a calendar one, from a stream of its own too.
+	// A block key expires by Redis's own clock (PX) while the script reads
+	// the test clock: a block must outlast a history's real run, or Redis
+	// would forget it early.
+	rb := rand.New(rand.NewPCG(seed, 0xb10c))
+	if p.Mode != "concurrent" && !calendar && rb.IntN(3) == 0 {
+		p.Block = []time.Duration{20 * time.Second, 45 * time.Second, 90 * time.Second}[rb.IntN(3)]
 	}
 	if p.Mode == "concurrent" {
 		p.Windows = append(p.Windows, Window{Limit: 1 + r.Int64N(3), Concurrent: true})

@@ -146,6 +146,10 @@ type History struct {
 	Distinct  bool
 	Decisions []Decision
 	Losses    []Loss
+	// Block is the group's block: length (0: none): a denial starts a
+	// block of the subject, during which it is denied (docs/rules.md,
+	// Blocks).
+	Block time.Duration `json:",omitempty"`
 	// Origin is the time a decision's At counts from, and Zone the zone of
 	// the calendar windows (nil: UTC).
 	Origin time.Time
@@ -213,6 +217,12 @@ func Check(h History) []Violation {
 	}
 	slices.Sort(names)
 	for _, s := range names {
+		if h.Block > 0 {
+			if v, ok := checkBlocks(h.of(s), subjects[s]); !ok {
+				v.Subject = s
+				out = append(out, v)
+			}
+		}
 		for _, w := range h.Windows {
 			hs := h.of(s)
 			if w.Concurrent {
@@ -363,7 +373,7 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 		var epoch int64
 		epochs := int64(1)
 		var credits, last int64 // calendar credits: of the epochs before, of this one
-		prev := -1 // the step of the span's previous Redis admission
+		prev := -1              // the step of the span's previous Redis admission
 		seen = map[string]bool{}
 		for i, d := range ds {
 			if ws[i] == 0 || d.Source != Redis || !in(d.At) || !once(seen, d) {
