@@ -21,6 +21,9 @@
 //     subject with k of L used at most L-k more, and a subject the process
 //     never asked Redis about at most L, in every span.
 //   - Fail-open admissions are not bounded; fail-closed admits nothing.
+//   - A calendar window is bounded the same way over each calendar day
+//     (see credit for what a counter without members adds), and a block:
+//     by checkBlocks.
 package faults
 
 import (
