@@ -17,7 +17,8 @@ import (
 //     (an eviction, a failover), a denial before the old block's end may be
 //     that block's, which ends then.
 //   - A process's fallback keeps the blocks it knows: one Redis reported
-//     to it (a Redis denial it received) until that block's end, unless the
+//     to it (a Redis denial it received) until that block's end, unless
+//     Redis admitted a request of it since (no block then) or the
 //     subject's entries changed since (a give-back or settlement, whose
 //     invalidation makes the process forget what Redis said), and those it
 //     started itself (a local denial with no block running locally).
@@ -66,6 +67,9 @@ func checkBlocks(h History, ds []Decision) (Violation, bool) {
 		switch {
 		case d.Source == Redis && !d.Allowed:
 			known[d.Proc], since[d.Proc] = redisEnd[i], d.Step
+		case d.Source == Redis && d.Allowed && since[d.Proc] < d.Step:
+			// Redis told it of no block (a loss took it): it forgets.
+			delete(known, d.Proc)
 		case d.Source == Local && !d.Allowed && d.At >= local[d.Proc] && d.At >= knownEnd(ds, d, known, since):
 			local[d.Proc], localStep[d.Proc] = d.At+h.Block, d.Step
 		case d.Source == Local && d.Allowed:

@@ -88,3 +88,15 @@ func TestModelBlockEvicted(t *testing.T) {
 	h.add(1, 1, 3*sec, true, Redis) // during the new block
 	wantViolations(t, h, 1)
 }
+
+func TestModelBlockForgotten(t *testing.T) {
+	// Redis lost the block and said so to proc 2 (an admission): its
+	// fallback may admit (found by miniredis seed 2220674519971793730).
+	h := newBlockHist()
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 2, 2*sec, false, Redis)
+	h.loss(3 * sec)
+	h.add(1, 2, 4*sec, true, Redis)
+	h.add(1, 2, 5*sec, true, Local)
+	wantViolations(t, h, 0)
+}
