@@ -61,3 +61,20 @@ func TestModelCalendarCredit(t *testing.T) {
 	h.Decisions = h.Decisions[:len(h.Decisions)-1]
 	wantViolations(t, h, 1)
 }
+
+func TestHeldCalendarSettledAfterLoss(t *testing.T) {
+	// A cost of 13 settled to 20 after a loss adds 7 to the new counter
+	// (found by miniredis seed 877942683702998641).
+	h := newCalHist(t)
+	h.Decisions = append(h.Decisions, Decision{Step: 1, At: sec, Proc: 1, Subject: "s", Allowed: true, Source: Redis, Cost: 13})
+	h.Losses = append(h.Losses, Loss{Step: 2, At: sec, Why: "restart empty"})
+	h.Decisions = append(h.Decisions, Decision{Step: 3, At: sec, Proc: 1, Subject: "s", Allowed: true, Source: Redis, Cost: 17})
+	w := h.Windows[0]
+	if n := Held(h.History, "s", w, sec); n != 17 {
+		t.Fatalf("held %d before the settlement, want 17", n)
+	}
+	h.Decisions[0].Settled, h.Decisions[0].Actual, h.Decisions[0].Back = true, 20, 4
+	if n := Held(h.History, "s", w, sec); n != 24 {
+		t.Fatalf("held %d after it, want 24", n)
+	}
+}

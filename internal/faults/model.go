@@ -618,7 +618,17 @@ func Held(h History, s string, w Window, t time.Duration) int64 {
 	}
 	var n int64
 	for _, d := range h.Decisions {
-		if d.Subject != s || !h.within(w, d.At, t) || d.Step < last {
+		if d.Subject != s || !h.within(w, d.At, t) {
+			continue
+		}
+		if d.Step < last {
+			// A settlement that raised a cost, applied to a calendar
+			// counter after a loss, adds to the admissions since (a
+			// counter has no members: see credit; found by miniredis
+			// seed 877942683702998641).
+			if w.Calendar != "" && d.Source == Redis && d.Allowed && d.Settled && (d.Back > last || d.Unsure) {
+				n += max(d.Actual-max(d.Cost, 1), 0)
+			}
 			continue
 		}
 		most := max(d.Cost, 1)
