@@ -346,7 +346,14 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		sh := k.shard(key)
 		sh.mu.Lock()
 		kk := sh.entry(key, k.perShard, recv)
-		if p.blockOf(i) > 0 && sent >= kk.inval && sent >= kk.bsent {
+		// An answer without a block replaces a known block only when its
+		// call was sent after the block's answer came: one sent before
+		// (a concurrent call) may have been decided before the block
+		// started, and would make the fallback forget it (found by
+		// TestFaults, miniredis seed 2220674519971793730). A lifted block
+		// (Reset) invalidates the key anyway.
+		if p.blockOf(i) > 0 && sent >= kk.inval && sent >= kk.bsent &&
+			(c.bleft[i] > 0 || kk.bleft == 0 || sent > kk.brecv) {
 			kk.storeBlock(c, i, sent, recv, wall, at)
 		}
 		// An answer sent before an invalidation (or before a newer answer)

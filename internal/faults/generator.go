@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -105,7 +106,15 @@ type Plan struct {
 	// Mode is the group's kind: "" counts requests, "cost" units (a
 	// limiter with a cost, settled), "distinct" distinct values,
 	// "concurrent" requests with an in-flight window too.
-	Mode     string `json:",omitempty"`
+	Mode string `json:",omitempty"`
+	// Zone is the IANA zone of the group's calendar windows ("" for UTC),
+	// and Start how long after the harness's origin the clock starts: a
+	// plan with a calendar window starts shortly before a local midnight,
+	// so that its steps cross into a new day.
+	Zone  string        `json:",omitempty"`
+	Start time.Duration `json:",omitempty"`
+	// Block is the group's block:DURATION, 0 for none.
+	Block    time.Duration `json:",omitempty"`
 	Engines  int
 	Subjects int
 	Steps    []Step
@@ -113,8 +122,15 @@ type Plan struct {
 
 func (p Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: windows %v, fail:%s, mode %q, %d engines, %d subjects, %d steps\n",
+	fmt.Fprintf(&b, "seed %d: windows %v, fail:%s, mode %q, %d engines, %d subjects, %d steps",
 		p.Seed, p.Windows, p.Fail, p.Mode, p.Engines, p.Subjects, len(p.Steps))
+	if p.Zone != "" || p.Start != 0 {
+		fmt.Fprintf(&b, ", calendar:%s, clock starts at +%v", cmp.Or(p.Zone, "UTC"), p.Start)
+	}
+	if p.Block > 0 {
+		fmt.Fprintf(&b, ", block:%v", p.Block)
+	}
+	b.WriteString("\n")
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "  %3d %v\n", i, s)
 	}
@@ -124,6 +140,14 @@ func (p Plan) String() string {
 // periods are the generator's window periods: short enough for a clock
 // step to cross them, several apart so that groups mix them.
 var periods = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
+
+// Origin is the time a plan's clock counts from (Plan.Start), as the
+// engine's tests' clock does.
+var Origin = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// zones are the generator's calendar zones: UTC, whole and odd offsets on
+// both sides of it.
+var zones = []string{"", "Asia/Kolkata", "America/New_York", "Pacific/Chatham"}
 
 // Generate returns the plan of seed for a backend with caps: the same seed
 // and caps always give the same plan.
@@ -152,6 +176,31 @@ func Generate(seed uint64, caps Caps) Plan {
 	for _, i := range perm {
 		limit += (1 + r.Int64N(4)) * scale
 		p.Windows = append(p.Windows, Window{Limit: limit, Period: periods[i]})
+	}
+	// A calendar day in a third of the groups that may have one (not with
+	// distinct:, docs/rules.md): its limit from below the shortest
+	// window's (a cost's at least its: a cost may be as large) to above
+	// the longest's, so that either may bind.
+	// Its draws come from a stream of their own: the plans without one
+	// stay the plans those seeds gave before calendars were generated.
+	rc := rand.New(rand.NewPCG(seed, 0xca1))
+	calendar := p.Mode != "distinct" && rc.IntN(3) == 0
+	if calendar {
+		low := int64(1)
+		if p.Mode == "cost" {
+			low = p.Windows[0].Limit
+		}
+		p.Windows = append(p.Windows, Window{Limit: low + rc.Int64N(limit+2*scale-low+1), Calendar: "day"})
+		p.Zone = zones[rc.IntN(len(zones))]
+	}
+	// A block in a third of the groups without an in-flight window (its
+	// denials start none) or a calendar one, from a stream of its own too.
+	// A block key expires by Redis's own clock (PX) while the script reads
+	// the test clock: a block must outlast a history's real run, or Redis
+	// would forget it early.
+	rb := rand.New(rand.NewPCG(seed, 0xb10c))
+	if p.Mode != "concurrent" && !calendar && rb.IntN(3) == 0 {
+		p.Block = []time.Duration{20 * time.Second, 45 * time.Second, 90 * time.Second}[rb.IntN(3)]
 	}
 	if p.Mode == "concurrent" {
 		p.Windows = append(p.Windows, Window{Limit: 1 + r.Int64N(3), Concurrent: true})
@@ -220,6 +269,25 @@ func Generate(seed uint64, caps Caps) Plan {
 			down[s.Node] = s.Kind == Kill
 		}
 		p.Steps = append(p.Steps, s)
+	}
+	if calendar {
+		// Start before the first local midnight after Origin by at most
+		// the steps' clock time, so that a new day starts among them.
+		zone, err := time.LoadLocation(p.Zone)
+		if err != nil {
+			zone = time.UTC // the harness fails on the zone itself
+		}
+		var total time.Duration
+		for _, s := range p.Steps {
+			if s.Kind == Advance {
+				total += s.D
+			}
+		}
+		midnight := time.Date(Origin.Year(), Origin.Month(), Origin.Day(), 0, 0, 0, 0, zone)
+		for !midnight.After(Origin) {
+			midnight = midnight.AddDate(0, 0, 1)
+		}
+		p.Start = midnight.Sub(Origin) - time.Duration(rc.Int64N(int64(total)+1))
 	}
 	return p
 }
