@@ -138,7 +138,7 @@ func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {
 // Throttles lists the Limiter's throttles for the page.
 func (s adminSource) Throttles() []admin.Throttle {
 	var out []admin.Throttle
-	for _, t := range s.l.Throttles() {
+	for _, t := range s.l.throttleStats() {
 		out = append(out, admin.Throttle{Name: t.Name, Rules: t.Rules, Waiting: t.Waiting,
 			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s})
 	}

@@ -121,8 +121,9 @@ func (l *Limiter) addThrottle(t *Throttle) {
 	l.mu.Unlock()
 }
 
-// Throttles returns what each throttle of l did, in creation order.
-func (l *Limiter) Throttles() []ThrottleStats {
+// throttleStats returns what each throttle of l did, in creation order,
+// for the operator page (a user reads Throttle.Stats of its own).
+func (l *Limiter) throttleStats() []ThrottleStats {
 	l.mu.RLock()
 	ts := slices.Clone(l.throttles)
 	l.mu.RUnlock()
