@@ -41,6 +41,10 @@ type fleet struct {
 	channel string
 	member  string
 	offset  atomic.Int64 // Redis clock minus local clock, µs
+
+	clockMu sync.Mutex
+	bestRTT time.Duration // the round trip of the sample offset came from
+	bestAt  time.Time     // when it was taken; zero before the first
 	ps      *redis.PubSub
 	done    chan struct{}
 	once    sync.Once
@@ -88,11 +92,32 @@ func (f *fleet) close() {
 // now is the time on the Redis clock, µs, as well as this process knows it.
 func (f *fleet) now() int64 { return time.Now().UnixMicro() + f.offset.Load() }
 
-// clock learns the Redis clock from a decision Redis made after start.
+// clockDrift is how fast an offset learned from Redis is assumed to go
+// stale (100 ppm, well above the drift of real clocks): a sample with a
+// longer round trip replaces an older one once the old one's age has made
+// it as uncertain.
+const clockDrift = 10000
+
+// clock learns the Redis clock from a reply Redis made after start. Redis
+// read its clock somewhere within the round trip, so a sample is taken as
+// read at its middle, and is off by at most half the round trip. Only a
+// sample at least as precise as the one in use (allowing for its age)
+// replaces it: on a loaded machine one slow reply would otherwise move
+// this process's arrival stamps by a whole round trip, ahead of callers
+// that arrived before them in other processes.
 func (f *fleet) clock(redisTime, start time.Time) {
-	if !redisTime.IsZero() {
-		f.offset.Store(redisTime.UnixMicro() - start.UnixMicro())
+	if redisTime.IsZero() {
+		return
 	}
+	now := time.Now()
+	rtt := now.Sub(start)
+	f.clockMu.Lock()
+	defer f.clockMu.Unlock()
+	if !f.bestAt.IsZero() && rtt > f.bestRTT+now.Sub(f.bestAt)/clockDrift*2 {
+		return
+	}
+	f.bestRTT, f.bestAt = rtt, now
+	f.offset.Store(redisTime.UnixMicro() - start.Add(rtt/2).UnixMicro())
 }
 
 func (f *fleet) keys(ln *lane) []string {
@@ -109,11 +134,13 @@ func (f *fleet) run(ln *lane, op string, score int64, arg int64) []int64 {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	f.t.stats.calls.Add(1)
+	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), op, f.member, score,
 		fleetLease.Microseconds(), f.channel, ln.id, arg).Int64Slice()
-	if err != nil || len(res) != 5 {
+	if err != nil || len(res) != 6 {
 		return nil
 	}
+	f.clock(time.UnixMicro(res[5]), start)
 	return res
 }
 
@@ -167,7 +194,7 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 // caller must then queue behind them instead of asking at once.
 func (f *fleet) learn(ln *lane) {
 	res := f.run(ln, "g", 0, 0)
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return
 	}
 	ln.mu.Lock()

@@ -27,3 +27,25 @@ func TestThrottleRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// A slow reply must not move the arrival stamps: Redis may have read its
+// clock anywhere within a long round trip.
+func TestFleetClockKeepsPreciseSample(t *testing.T) {
+	t.Parallel()
+	const skew = 5 * time.Second
+	f := &fleet{}
+	start := time.Now().Add(-2 * time.Millisecond)
+	f.clock(start.Add(time.Millisecond+skew), start)
+	within := func(what string) {
+		t.Helper()
+		if got := time.Duration(f.offset.Load()) * time.Microsecond; got < skew-2*time.Millisecond || got > skew+2*time.Millisecond {
+			t.Fatalf("%s: offset %v, want %v ± 2ms", what, got, skew)
+		}
+	}
+	within("first sample")
+	slow := time.Now().Add(-200 * time.Millisecond)
+	f.clock(slow.Add(190*time.Millisecond+skew), slow)
+	within("after a 200ms sample")
+	f.clock(time.Time{}, time.Now())
+	within("after a reply without a time")
+}

@@ -19,11 +19,13 @@
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
 --          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b')
 --
--- Reply: {mine, others, n, block, version}: mine 1 when member is first;
--- others the lowest score of another member, -1 for none; n the queue's
--- size; block the block's PTTL (ms, negative for none); version the
--- queue's version after the op (0 for 'b' and 'g'). For 'g', others is
--- the lowest score of any member, dead ones included.
+-- Reply: {mine, others, n, block, version, now}: mine 1 when member is
+-- first; others the lowest score of another member, -1 for none; n the
+-- queue's size; block the block's PTTL (ms, negative for none); version
+-- the queue's version after the op (0 for 'b' and 'g'); now the server's
+-- TIME (µs), from which each process learns the clock its arrival stamps
+-- are read on. For 'g', others is the lowest score of any member, dead
+-- ones included.
 --
 -- Messages on ARGV[5], fields separated by '|':
 --   j|lane|member|score|version
@@ -35,19 +37,19 @@
 --   e|lane|version             the queue is empty
 --   b|lane|ms                  an upstream blocked the lane for ms
 local op, me, ch, lane = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if op == 'b' then
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
   redis.call('PUBLISH', ch, 'b|' .. lane .. '|' .. ARGV[7])
-  return {0, -1, 0, tonumber(ARGV[7]), 0}
+  return {0, -1, 0, tonumber(ARGV[7]), 0, now}
 end
 if op == 'g' then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local first = -1
   if head[1] then first = tonumber(head[2]) end
-  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0}
+  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0, now}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local lease = tonumber(ARGV[4])
 local v = redis.call('INCR', KEYS[4])
 local before = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
@@ -93,4 +95,4 @@ if n > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 redis.call('PEXPIRE', KEYS[4], math.floor(lease / 250))
-return {mine, others, n, redis.call('PTTL', KEYS[3]), v}
+return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now}
