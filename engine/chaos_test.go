@@ -174,13 +174,16 @@ func TestChaosSoak(t *testing.T) {
 
 	// Latency: no decision waits much longer than one timeout (a call
 	// queued behind a batch in flight waits for it first), and once the
-	// server is known down, decisions take no network time.
+	// server is known down, decisions wait for no timeout at all.
 	var all, down []time.Duration
-	over := 0
+	over, downOver := 0, 0
 	for _, r := range recs {
 		all = append(all, r.dur)
 		if r.down {
 			down = append(down, r.dur)
+			if r.dur > timeout {
+				downOver++
+			}
 		}
 		if r.dur > timeout+50*ms {
 			over++
@@ -209,10 +212,14 @@ func TestChaosSoak(t *testing.T) {
 	if limit := len(all) / 200; over > limit {
 		t.Errorf("%d of %d decisions took longer than the timeout + 50 ms, want at most %d", over, len(all), limit)
 	}
+	// Known down is also what a call queued behind a batch that timed out
+	// is told (it waited for that batch, counted above), so this too is a
+	// count: a known-down decision that waited for the network itself
+	// would take a whole timeout, and there would be thousands.
 	if len(down) == 0 {
 		t.Error("no decision was made while the server was known down")
-	} else if p := quantile(down, 0.99); p > 50*ms {
-		t.Errorf("decisions while known down: p99 %v, want no network wait", p)
+	} else if limit := len(down) / 200; downOver > limit {
+		t.Errorf("%d of %d decisions while known down took longer than the timeout, want at most %d", downOver, len(down), limit)
 	}
 
 	// Exactness: no stored window ever held more than its limit.
