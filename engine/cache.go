@@ -24,6 +24,7 @@ import (
 //     entry may have left since, is denied without a Redis call, with
 //     exactly the state a Redis denial would report (see deny);
 //   - the FailLocal fallback, which starts each key from the known state
+//     (or a concurrent answer's higher counts: see cachefloor.go)
 //     instead of from nothing (see localLimiter.seed), keys counted in
 //     units (bytes) and keys counting distinct values included (the
 //     latter seed with their number of values: the fallback counts
@@ -77,8 +78,9 @@ type knownKey struct {
 	wins  []knownWin
 	buf   [3]knownWin // wins of a key with at most three windows
 
-	// seed holds the windows of the last answer an invalidation cleared,
-	// with its sent and wall, for the local fallback only (see seedOf):
+	// seed holds the windows of the last answer an invalidation cleared
+	// (raised to the floor's counts), with its sent and wall, for the
+	// local fallback only (see seedOf):
 	// entries were removed, so they may overstate the key, which errs on
 	// denying, where forgetting them gave the key its whole limit again.
 	seed               []knownWin
