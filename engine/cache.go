@@ -24,6 +24,7 @@ import (
 //     entry may have left since, is denied without a Redis call, with
 //     exactly the state a Redis denial would report (see deny);
 //   - the FailLocal fallback, which starts each key from the known state
+//     (or a concurrent answer's higher counts: see cachefloor.go)
 //     instead of from nothing (see localLimiter.seed), keys counted in
 //     units (bytes) and keys counting distinct values included (the
 //     latter seed with their number of values: the fallback counts
@@ -77,12 +78,17 @@ type knownKey struct {
 	wins  []knownWin
 	buf   [3]knownWin // wins of a key with at most three windows
 
-	// seed holds the windows of the last answer an invalidation cleared,
-	// with its sent and wall, for the local fallback only (see seedOf):
+	// seed holds the windows of the last answer an invalidation cleared
+	// (raised to the floor's counts), with its sent and wall, for the
+	// local fallback only (see seedOf):
 	// entries were removed, so they may overstate the key, which errs on
 	// denying, where forgetting them gave the key its whole limit again.
 	seed               []knownWin
 	seedSent, seedWall int64
+
+	// floor holds counts of answers Redis may have decided after the
+	// kept one, for the local fallback only (see cachefloor.go).
+	floor []floorWin
 
 	// The key's block (Check.Block), from the last answer that read it:
 	// bsent, brecv and bwall are sent, recv and wall of that answer, bat
@@ -356,28 +362,50 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 			(c.bleft[i] > 0 || kk.bleft == 0 || sent > kk.brecv) {
 			kk.storeBlock(c, i, sent, recv, wall, at)
 		}
-		// An answer sent before an invalidation (or before a newer answer)
-		// may describe entries that are gone.
-		if sent < kk.inval || sent < kk.sent {
+		// An answer sent before an invalidation may describe entries that
+		// are gone.
+		if sent < kk.inval {
 			sh.mu.Unlock()
 			continue
 		}
-		kk.sent, kk.recv, kk.wall, kk.at = sent, recv, wall, at
-		kk.wins, kk.seed = kk.buf[:0], nil
-		kk.keep(c, i, 1, counted)
+		var buf [6]knownWin // a rate key's windows and its calendar key's
+		ws := keep(buf[:0], c, i, 1, counted)
 		for ci := range p.kcals {
 			if p.kcals[ci].parent == int32(i) && p.colocated(ci) {
-				kk.keep(c, ci, -1, counted)
+				ws = keep(ws, c, ci, -1, counted)
 			}
 		}
+		if sent < kk.sent {
+			// Sent before the kept answer, so not kept, but Redis may
+			// have decided it last: the fallback starts from no less
+			// (see floor). One that came before the kept one was sent
+			// was decided before it.
+			if recv >= kk.sent {
+				kk.lift(ws, recv, wall)
+			}
+			sh.mu.Unlock()
+			continue
+		}
+		// The answer it replaces had not arrived when this call was
+		// sent: Redis may have decided that one last.
+		var prev [len(buf)]knownWin
+		was, wasRecv, wasWall := prev[:0], kk.recv, kk.wall
+		if sent <= kk.recv {
+			was = append(was, kk.wins...)
+		}
+		kk.prune(sent)
+		kk.sent, kk.recv, kk.wall, kk.at = sent, recv, wall, at
+		kk.wins, kk.seed = append(kk.buf[:0], ws...), nil
+		kk.trim()
+		kk.lift(was, wasRecv, wasWall)
 		sh.mu.Unlock()
 	}
 }
 
-// keep appends to kk's windows those of key i of c's plan just after the
+// keep appends to ws the windows of key i of c's plan just after the
 // answer to c (counted: c was admitted and counted), with their periods
-// times sign (see colocated).
-func (kk *knownKey) keep(c *call, i int, sign int64, counted bool) {
+// times sign (see colocated), and returns it.
+func keep(ws []knownWin, c *call, i int, sign int64, counted bool) []knownWin {
 	p := &c.plan
 	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
 		w := p.wins[j]
@@ -400,8 +428,9 @@ func (kk *knownKey) keep(c *call, i int, sign int64, counted bool) {
 				wait = reset
 			}
 		}
-		kk.wins = append(kk.wins, knownWin{period: sign * w.period, limit: w.limit, used: used, reset: reset, wait: wait})
+		ws = append(ws, knownWin{period: sign * w.period, limit: w.limit, used: used, reset: reset, wait: wait})
 	}
+	return ws
 }
 
 // get returns a copy of key's known state, if any: its own entry's, or
@@ -411,47 +440,67 @@ func (k *knownCache) get(key string) (knownKey, bool) {
 	sh := k.shard(key)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
+	kn, _, _, ok := sh.get(key)
+	return kn, ok
+}
+
+// get does knownCache.get's work in sh, which holds key, and also returns
+// the entry the state comes from and, when it is key's rate key's, the
+// nominal period of key's windows there (negated: see colocated), else 0.
+// Called with sh.mu held.
+func (sh *knownShard) get(key string) (cp knownKey, from *knownKey, nominal int64, ok bool) {
 	kk := sh.m[key]
 	if kk == nil || len(kk.wins) == 0 && kk.bleft == 0 {
 		parent := calParent(key)
 		if parent == "" {
-			return knownKey{}, false
+			return knownKey{}, nil, 0, false
 		}
 		if kk = sh.m[parent]; kk == nil || len(kk.wins) == 0 {
-			return knownKey{}, false
+			return knownKey{}, nil, 0, false
 		}
-		nominal := calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
-		cp := knownKey{sent: kk.sent, recv: kk.recv, wall: kk.wall, at: kk.at}
+		nominal = calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
+		cp = knownKey{sent: kk.sent, recv: kk.recv, wall: kk.wall, at: kk.at}
 		for _, w := range kk.wins {
 			if w.period == -nominal {
 				w.period = nominal
 				cp.wins = append(cp.wins, w)
 			}
 		}
-		return cp, len(cp.wins) > 0
+		return cp, kk, nominal, len(cp.wins) > 0
 	}
-	cp := *kk
-	cp.wins = nil
+	cp = *kk
+	cp.wins, cp.seed, cp.floor = nil, nil, nil // the entry's, changed under sh.mu
 	for _, w := range kk.wins {
 		if w.period > 0 { // not a calendar key's (see colocated)
 			cp.wins = append(cp.wins, w)
 		}
 	}
-	return cp, true
+	return cp, kk, 0, true
 }
 
 // seedOf returns what the local fallback starts key from: get's state,
-// or when an invalidation cleared it, the answer it cleared. A give-back,
-// a rollback or a Reset removed entries since, so that answer errs on
-// denying; without it, an outage gave a subject this process had seen
-// its whole limit again (found by TestFaults, miniredis seed 5).
+// raised to the counts of answers Redis may have decided after it (see
+// floor), or when an invalidation cleared it, the answer it cleared (so
+// raised). A give-back, a rollback or a Reset removed entries since, so
+// that answer errs on denying; without it, an outage gave a subject this
+// process had seen its whole limit again (found by TestFaults, miniredis
+// seed 5).
 func (k *knownCache) seedOf(key string) (knownKey, bool) {
-	if kn, ok := k.get(key); ok {
-		return kn, true
-	}
 	sh := k.shard(key)
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
+	if kn, from, nominal, ok := sh.get(key); ok {
+		kn.raise(from.floor, func(period int64) int64 {
+			switch {
+			case nominal == 0 && period > 0:
+				return period
+			case nominal != 0 && period == -nominal:
+				return nominal
+			}
+			return 0
+		})
+		return kn, true
+	}
 	kk := sh.m[key]
 	if kk == nil || len(kk.seed) == 0 {
 		return knownKey{}, false
@@ -484,10 +533,11 @@ func (sh *knownShard) invalidate(key string, most int, now int64) {
 	kk := sh.entry(key, most, now)
 	kk.inval = max(kk.inval, now)
 	if len(kk.wins) > 0 {
-		kk.seed = append(kk.seed[:0], kk.wins...)
-		kk.seedSent, kk.seedWall = kk.sent, kk.wall
+		seed := knownKey{wins: append(kk.seed[:0], kk.wins...), wall: kk.wall}
+		seed.raise(kk.floor, func(period int64) int64 { return period })
+		kk.seed, kk.seedSent, kk.seedWall = seed.wins, kk.sent, seed.wall
 	}
-	kk.wins = kk.wins[:0]
+	kk.wins, kk.floor = kk.wins[:0], kk.floor[:0]
 	kk.bleft = 0
 }
 

@@ -47,12 +47,7 @@ const faultsRegressions = "testdata/faults"
 // skips them, and their plans stay in faultsOpenDir (outside the
 // regressions) with what they find, until the hole is closed and they
 // move to faultsRegressions. -faults.seed still runs them.
-var faultsOpen = map[string][]uint64{
-	// distinct/local: proc 2's fallback admits 1 after Redis's answer of
-	// step 8 said the window was full, in about half the runs.
-	"miniredis": {11},
-	"redis":     {11},
-}
+var faultsOpen = map[string][]uint64{}
 
 const faultsOpenDir = "testdata/faults-open"
 

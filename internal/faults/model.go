@@ -19,7 +19,9 @@
 //     told it: the entries Redis held then count against the fallback in
 //     every span that still holds them, so a full subject gets 0 more, a
 //     subject with k of L used at most L-k more, and a subject the process
-//     never asked Redis about at most L, in every span.
+//     never asked Redis about at most L, in every span. Of the answers of
+//     one step (concurrent calls), which Redis decides in any order, the
+//     one with the most entries counts.
 //   - Fail-open admissions are not bounded; fail-closed admits nothing.
 //   - A calendar window is bounded the same way over each calendar day
 //     (see credit for what a counter without members adds), and a block:
@@ -406,14 +408,7 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 			if ws[i] == 0 || d.Source != Local || !in(d.At) {
 				continue
 			}
-			// The fallback may also start from an answer of the same step
-			// (a concurrent call of the same process): take the largest.
-			n := int64(-1)
-			for _, a := range anchors(ds, i) {
-				if a < 0 {
-					n = w.Limit
-					continue
-				}
+			allowed := func(a int) int64 {
 				var held int64
 				seen := map[string]bool{}
 				for _, r := range visible(h, ds, ws, a, w) {
@@ -421,9 +416,25 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 						held += ws[r]
 					}
 				}
-				n = max(n, w.Limit-held)
+				return w.Limit - held
 			}
-			key := [2]int{d.Proc, anchors(ds, i)[0]}
+			// Of the concurrent answers of the process's last step with
+			// Redis, the fallback starts from the highest count, whatever
+			// the order Redis decided them in (docs/operations.md, Fail
+			// modes); it may also start from an answer of the same step
+			// (a concurrent call of the same process): take the largest.
+			last, same := anchors(ds, i)
+			n := w.Limit // no answer: L
+			for _, a := range last {
+				n = min(n, allowed(a))
+			}
+			for _, a := range same {
+				n = max(n, allowed(a))
+			}
+			key := [2]int{d.Proc, -1}
+			if len(last) > 0 {
+				key[1] = last[0]
+			}
 			e := eps[key]
 			if e == nil {
 				e = &episode{}
@@ -560,24 +571,25 @@ func epochStart(h History, step int) int {
 	return s
 }
 
-// anchors returns the index in ds of the last decision Redis made for the
-// process of ds[i] before ds[i]'s step, or -1, followed by those of ds[i]'s
-// own step: the answers the process's fallback may start from.
-func anchors(ds []Decision, i int) []int {
-	a := -1
-	var same []int
+// anchors returns the indexes in ds of the decisions Redis made for the
+// process of ds[i] in the last step before ds[i]'s that had any (none if
+// no step had), and those of ds[i]'s own step: the answers the process's
+// fallback starts from, and those it may start from.
+func anchors(ds []Decision, i int) (last, same []int) {
 	for j, d := range ds {
 		if d.Proc != ds[i].Proc || d.Source != Redis {
 			continue
 		}
 		switch {
-		case d.Step < ds[i].Step && (a < 0 || d.Step >= ds[a].Step):
-			a = j
+		case d.Step < ds[i].Step && (len(last) == 0 || d.Step > ds[last[0]].Step):
+			last = append(last[:0], j)
+		case d.Step < ds[i].Step && d.Step == ds[last[0]].Step:
+			last = append(last, j)
 		case d.Step == ds[i].Step:
 			same = append(same, j)
 		}
 	}
-	return append([]int{a}, same...)
+	return last, same
 }
 
 // visible returns the indexes in ds of the admissions Redis surely held in

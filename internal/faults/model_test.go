@@ -270,3 +270,32 @@ func TestModelDistinctAgain(t *testing.T) {
 	h.Decisions[len(h.Decisions)-1].Value = "d" // a, c, d in 1 s; a, b, c, d in 2 s
 	wantViolations(t, h, 2)
 }
+
+// TestModelConcurrentAnswers: of the answers Redis gave a process in one
+// step (concurrent calls), its fallback starts from the highest count,
+// whichever is listed last (found by TestFaults, seed 11, where the
+// engine kept a held value's answer, 2 of 3, over a new value's, 3 of 3).
+func TestModelConcurrentAnswers(t *testing.T) {
+	for _, order := range [][]string{{"b", "a"}, {"a", "b"}} {
+		h := newHist("local")
+		h.Distinct = true
+		h.add(2, 1, sec, true, Redis)
+		h.Decisions[0].Value, h.Decisions[1].Value = "a", "c"
+		h.step++
+		for _, v := range order { // a is held: only b counts
+			h.Decisions = append(h.Decisions, Decision{Step: h.step, At: 2 * sec, Proc: 1, Subject: "s", Allowed: true, Source: Redis, Value: v})
+		}
+		wantViolations(t, h, 0)
+		h.add(1, 1, 3*sec, true, Local)
+		wantViolations(t, h, 1)
+	}
+	// A denial counts nothing either: the same with counts.
+	h := newHist("local")
+	h.add(2, 1, sec, true, Redis)
+	h.step++
+	h.Decisions = append(h.Decisions,
+		Decision{Step: h.step, At: 2 * sec, Proc: 1, Subject: "s", Allowed: true, Source: Redis},
+		Decision{Step: h.step, At: 2 * sec, Proc: 1, Subject: "s", Allowed: false, Source: Redis})
+	h.add(1, 1, 3*sec, true, Local)
+	wantViolations(t, h, 1)
+}
