@@ -129,4 +129,3 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 func (l *limiter) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
 }
-

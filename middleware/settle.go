@@ -79,4 +79,3 @@ func WithSettle(name string, s Settlement) Option {
 func ReportCost(ctx context.Context, name string, n int64) bool {
 	return lifecycle.Report(ctx, name, n)
 }
-

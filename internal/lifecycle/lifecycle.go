@@ -81,4 +81,3 @@ type Decided struct {
 	// (engine.ErrInvalid): a server error, not a client over its limit.
 	Invalid bool
 }
-
