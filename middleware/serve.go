@@ -10,10 +10,16 @@ import (
 )
 
 // call is one request's way through the middleware: its Admission, which
-// runs the request's life (internal/lifecycle), and what the middleware
-// translates into it. A *call is the Admission's lifecycle.Source.
+// runs the request's life (internal/lifecycle), and the request.
 type call struct {
 	lifecycle.Admission
+	r *http.Request
+}
+
+// source is the lifecycle.Source of a request: what the middleware
+// translates it into. It is apart from call so that the call, which
+// nothing else keeps a pointer to, stays on the stack.
+type source struct {
 	l *limiter
 	r *http.Request
 }
@@ -24,9 +30,9 @@ type call struct {
 // fields and the handler — and, when the Verdict asks for it, the
 // handler's end into the Admission's finish (after.go).
 func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	c := &call{l: l, r: r}
+	c := &call{r: r}
 	c.HTTP = r
-	v := c.Admit(r.Context(), l.rules, c)
+	v := c.Admit(r.Context(), l.rules, &source{l: l, r: r})
 	switch v.Status {
 	case 0:
 		if v.Policy != "" || len(v.Values) > 0 {
@@ -73,6 +79,9 @@ func (l *limiter) deny(w http.ResponseWriter, c *call) {
 	l.denied(w, c.r, d)
 }
 
+// rateLimitKey is the RateLimit field's key in an http.Header.
+var rateLimitKey = http.CanonicalHeaderKey(headerRateLimit)
+
 // setFields adds the RateLimit-Policy field (the plan's, or its resolved
 // limits' for a plan with limit functions) and the RateLimit values of
 // c's Verdict, and sets legacy fields for the first if enabled. maxT is
@@ -85,8 +94,13 @@ func (l *limiter) setFields(h http.Header, c *call, maxT int64) {
 	if v.Policy != "" {
 		h.Add(headerPolicy, v.Policy)
 	}
-	for _, s := range v.Values {
-		h.Add(headerRateLimit, s)
+	if len(v.Values) > 0 {
+		// The values are the request's own slice: the header may keep it.
+		if vs := h[rateLimitKey]; len(vs) > 0 {
+			h[rateLimitKey] = append(vs, v.Values...)
+		} else {
+			h[rateLimitKey] = v.Values
+		}
 	}
 	if l.legacy && len(c.Items) > 0 {
 		ws := c.Decision.Windows[c.Items[0]]
@@ -97,42 +111,42 @@ func (l *limiter) setFields(h http.Header, c *call, maxT int64) {
 // FindScope implements lifecycle.Source: in order of precedence, the group's
 // scope: statement, WithScope, WithScopeFunc, and the pattern the router
 // matched (http.Request.Pattern).
-func (c *call) FindScope() string {
-	if c.l.scope != "" {
-		return c.l.scope
+func (s *source) FindScope() string {
+	if s.l.scope != "" {
+		return s.l.scope
 	}
-	if c.l.scopeFn != nil {
-		if s := c.l.scopeFn(c.r); s != "" {
-			return s
+	if s.l.scopeFn != nil {
+		if sc := s.l.scopeFn(s.r); sc != "" {
+			return sc
 		}
 	}
-	return c.r.Pattern
+	return s.r.Pattern
 }
 
 // Peer implements lifecycle.Source.
-func (c *call) Peer() (string, lifecycle.HeaderValues) { return c.r.RemoteAddr, c.r.Header }
+func (s *source) Peer() (string, lifecycle.HeaderValues) { return s.r.RemoteAddr, s.r.Header }
 
 // Value implements lifecycle.Source: header values, path values and key
 // functions.
-func (c *call) Value(i int, lim rules.Limiter) string {
+func (s *source) Value(p *lifecycle.Plan, i int, lim rules.Limiter) string {
 	switch lim.Kind {
 	case rules.Header:
-		return c.r.Header.Get(lim.Name)
+		return s.r.Header.Get(lim.Name)
 	case rules.Param:
-		return c.r.PathValue(lim.Name)
+		return s.r.PathValue(lim.Name)
 	case rules.Key:
-		return planOf(c.Plan).keys[i](c.r)
+		return planOf(p).keys[i](s.r)
 	}
 	return ""
 }
 
 // Cost implements lifecycle.Source.
-func (c *call) Cost(i int, _ string) (int64, error) { return planOf(c.Plan).costs[i](c.r) }
+func (s *source) Cost(p *lifecycle.Plan, i int, _ string) (int64, error) { return planOf(p).costs[i](s.r) }
 
 // Limits implements lifecycle.Source (limitfunc.go).
-func (c *call) Limits(p *lifecycle.Plan, cs []engine.Check) (string, error) {
-	return planOf(p).resolveLimits(c.r, p, cs)
+func (s *source) Limits(p *lifecycle.Plan, cs []engine.Check) (string, error) {
+	return planOf(p).resolveLimits(s.r, p, cs)
 }
 
 // Distinct implements lifecycle.Source: the value of distinct:NAME.
-func (c *call) Distinct() string { return c.l.distinct(c.r) }
+func (s *source) Distinct() string { return s.l.distinct(s.r) }

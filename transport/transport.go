@@ -271,9 +271,11 @@ func (s *source) Peer() (string, lifecycle.HeaderValues) {
 	return addr, h
 }
 
-func (s *source) Value(_ int, l rules.Limiter) string { return s.s.Value(l) }
+func (s *source) Value(_ *lifecycle.Plan, _ int, l rules.Limiter) string { return s.s.Value(l) }
 
-func (s *source) Cost(_ int, name string) (int64, error) { return s.s.Cost(name) }
+func (s *source) Cost(_ *lifecycle.Plan, _ int, name string) (int64, error) {
+	return s.s.Cost(name)
+}
 
 // Limits keeps the written limits: limit functions ($name) are
 // net/http's.

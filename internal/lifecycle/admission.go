@@ -23,12 +23,12 @@ type Source interface {
 	// Peer returns the address of the request's peer (for net/http,
 	// r.RemoteAddr) and the header the proxy header is read from.
 	Peer() (addr string, h HeaderValues)
-	// Value returns the value that limiter i, l, of kind header, param or
-	// key counts by; "" counts the request by its client address.
-	Value(i int, l rules.Limiter) string
-	// Cost returns the result of cost function name, which limiter i
+	// Value returns the value that limiter i of p, l, of kind header,
+	// param or key counts by; "" counts the request by its client address.
+	Value(p *Plan, i int, l rules.Limiter) string
+	// Cost returns the result of cost function name, which limiter i of p
 	// names; an error is reported as a *CostError.
-	Cost(i int, name string) (int64, error)
+	Cost(p *Plan, i int, name string) (int64, error)
 	// Limits gives the windows of p with limit functions their limits for
 	// this request, in cs, and returns the RateLimit-Policy value with
 	// those limits. It is called only for a plan with such windows
@@ -56,8 +56,10 @@ type Source interface {
 //     slots, through the one Finisher.
 //
 // Admit runs the first four, End the last. A transport keeps its
-// Admission inside its own per-request value, so it costs no allocation
-// of its own. The exported fields are for the transport to read after
+// Admission inside its own per-request value, which can stay on the
+// stack: nothing keeps a pointer into it (Verdict.Values is a slice of
+// its own, and the Source is the transport's, not the Admission's
+// holder). The exported fields are for the transport to read after
 // Admit.
 type Admission struct {
 	// HTTP is the net/http transport's request, which events carry; the
@@ -80,7 +82,6 @@ type Admission struct {
 	res    role.Resolution
 	ip     string      // the client address's subject, once found
 	report *CostReport // what the handler reports (Report), for a settled request
-	vals   [3]string   // room for the RateLimit values of Verdict.Values
 }
 
 // Verdict is what Admit decided, for the transport to translate.
@@ -95,7 +96,9 @@ type Verdict struct {
 	Never bool
 	// Policy is the RateLimit-Policy value to send; "" for none.
 	Policy string
-	// Values are the RateLimit values to send, one per advertised window.
+	// Values are the RateLimit values to send, one per advertised window:
+	// a slice of their own, which the transport may keep (as an
+	// http.Header value).
 	Values []string
 	// Retry is the wait a 429 or 503 advertises, in whole seconds.
 	Retry int64
@@ -239,7 +242,7 @@ func (a *Admission) checks() []engine.Check {
 		cs[i].Limiter, cs[i].Block = lim, block
 		var v string
 		if lim.Kind.Named() {
-			v = a.src.Value(i, lim)
+			v = a.src.Value(p, i, lim)
 		}
 		if cs[i].Subject = SubjectFor(lim.Kind, a.id.User, a.res.ByIP, v); cs[i].Subject == "" {
 			cs[i].Subject = a.clientIP()
@@ -281,7 +284,7 @@ func (a *Admission) cost() error {
 		}
 		if !called {
 			var err error
-			if n, err = a.src.Cost(i, lim.Cost); err != nil || n < 1 {
+			if n, err = a.src.Cost(p, i, lim.Cost); err != nil || n < 1 {
 				return &CostError{Name: lim.Cost, Limiter: lim.ID(), Cost: n, Err: err}
 			}
 		}
@@ -389,7 +392,10 @@ func (a *Admission) admitted() {
 // windows, t capped at maxT seconds when positive: the one source of
 // them for every transport.
 func (a *Admission) values(maxT int64) []string {
-	vs := a.vals[:0]
+	if len(a.Items) == 0 {
+		return nil
+	}
+	vs := make([]string, 0, len(a.Items))
 	for _, i := range a.Items {
 		ws := a.Decision.Windows[i]
 		if pol := a.Plan.Lookup(ws.Check, ws.Window); pol != nil {

@@ -28,11 +28,11 @@ func (t *trace) Peer() (string, HeaderValues) {
 	t.steps = append(t.steps, "peer")
 	return "192.0.2.7:1", nil
 }
-func (t *trace) Value(_ int, l rules.Limiter) string {
+func (t *trace) Value(_ *Plan, _ int, l rules.Limiter) string {
 	t.steps = append(t.steps, "value "+l.ID())
 	return "k"
 }
-func (t *trace) Cost(_ int, name string) (int64, error) {
+func (t *trace) Cost(_ *Plan, _ int, name string) (int64, error) {
 	t.steps = append(t.steps, "cost "+name)
 	return 10, t.costErr
 }
