@@ -141,7 +141,9 @@ func (s *source) Value(p *lifecycle.Plan, i int, lim rules.Limiter) string {
 }
 
 // Cost implements lifecycle.Source.
-func (s *source) Cost(p *lifecycle.Plan, i int, _ string) (int64, error) { return planOf(p).costs[i](s.r) }
+func (s *source) Cost(p *lifecycle.Plan, i int, _ string) (int64, error) {
+	return planOf(p).costs[i](s.r)
+}
 
 // Limits implements lifecycle.Source (limitfunc.go).
 func (s *source) Limits(p *lifecycle.Plan, cs []engine.Check) (string, error) {
