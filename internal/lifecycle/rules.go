@@ -136,9 +136,6 @@ func (r *Rules) planFor(res role.Resolution) *Plan {
 	return r.defaults
 }
 
-// Group returns the group r was compiled from.
-func (r *Rules) Group() *rules.Group { return &r.group }
-
 // givesBack is the one give-back predicate: a request of a group with a
 // count: statement is given back when its outcome is known and its status
 // is not listed. A handler that panicked or hijacked the connection leaves
