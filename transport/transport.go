@@ -8,6 +8,10 @@
 // costs), the Verdict into its answer (headers or metadata, a status),
 // and its handler's end into an Outcome.
 //
+// The name is the one the code gives a request's carrier (net/http, gRPC);
+// it has nothing to do with Throttle.Transport, the http.RoundTripper of
+// the root package, which paces outgoing requests.
+//
 // It is a package of its own, not part of middleware, because middleware
 // is net/http's API and its users should not see this one; and it is
 // small on purpose (15 exported names and methods), because every name
