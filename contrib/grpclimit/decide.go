@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -14,7 +15,9 @@ import (
 
 // gcall is one call's way through the interceptors: its Admission, which
 // runs the call's life (package transport), and what the Limiter
-// translates into it. A *gcall is the Admission's transport.Source.
+// translates into it. A *gcall is the Admission's transport.Source, which
+// puts it on the heap; calls keeps them for reuse, so that a call costs no
+// allocation of its own (an exempt caller's included).
 type gcall struct {
 	transport.Admission
 	l      *Limiter
@@ -25,11 +28,22 @@ type gcall struct {
 	read   bool // md is read
 }
 
-// admit decides a call of m. It returns the call and its Verdict when the
-// handler must run; a status error, with the refused call's metadata set
-// on out, when the call is refused.
+// calls are gcalls to reuse: a gcall is free once its End has run, or
+// when its call was refused or needs no End.
+var calls = sync.Pool{New: func() any { return new(gcall) }}
+
+// release makes c free for another call; nothing may use it after.
+func (c *gcall) release() {
+	*c = gcall{}
+	calls.Put(c)
+}
+
+// admit decides a call of m. It returns the call, which the caller must
+// release, and its Verdict when the handler must run; a status error, with
+// the refused call's metadata set on out, when the call is refused.
 func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req any, out trailerSetter) (*gcall, transport.Verdict, error) {
-	c := &gcall{l: l, ctx: ctx, method: fullMethod, req: req}
+	c := calls.Get().(*gcall)
+	c.l, c.ctx, c.method, c.req = l, ctx, fullMethod, req
 	scope := m.scope
 	if scope == "" {
 		scope = fullMethod
@@ -38,6 +52,7 @@ func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req a
 	if v.Status == 0 {
 		return c, v, nil
 	}
+	c.release()
 	return nil, v, refusal(&v, out)
 }
 
@@ -91,9 +106,10 @@ func responseMD(v *transport.Verdict) metadata.MD {
 
 // end is the call's finish, however its handler ended: its status code
 // decides whether a group with count: gives it back; a handler that
-// panicked leaves it counted at its estimate.
+// panicked leaves it counted at its estimate. It releases c.
 func (c *gcall) end(err error, panicked bool, written int64) {
 	c.End(transport.Outcome{Status: int(status.Code(err)), Unknown: panicked, Written: written})
+	c.release()
 }
 
 // Peer implements transport.Source: the peer address, and the incoming

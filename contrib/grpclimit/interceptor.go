@@ -25,6 +25,9 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			return nil, err
 		}
 		md := responseMD(&v)
+		if !v.Finish {
+			c.release()
+		}
 		if !v.Finish && md == nil {
 			return handler(ctx, req)
 		}
@@ -34,7 +37,11 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		var written int64 // of the response, for Settlement.Written
 		panicked := true
-		defer func() { c.end(err, panicked, written) }()
+		defer func() {
+			if v.Finish {
+				c.end(err, panicked, written)
+			}
+		}()
 		resp, err = handler(hctx, req)
 		panicked = false
 		if err == nil && v.Written {
@@ -67,6 +74,9 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			return err
 		}
 		md := responseMD(&v)
+		if !v.Finish {
+			c.release()
+		}
 		if !v.Finish && md == nil {
 			return handler(srv, ss)
 		}
@@ -87,7 +97,9 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			if cs != nil {
 				written = cs.written
 			}
-			c.end(err, panicked, written)
+			if v.Finish {
+				c.end(err, panicked, written)
+			}
 		}()
 		err = handler(srv, stream)
 		if hs != nil && !hs.sent {
