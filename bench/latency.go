@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -98,26 +99,17 @@ func (p *delayProxy) pipe(src, dst net.Conn) {
 	dst.Close()
 }
 
-// syncOnly hides FinishAsync: the middleware then finishes with Finish,
-// which the response waits for.
+// syncOnly finishes with the synchronous Finish, which the response
+// waits for: its FinishAsync, the middleware's one finish seam
+// (middleware.Finisher), calls engine.Engine.Finish.
 type syncOnly struct{ e *engine.Engine }
 
 func (s syncOnly) Allow(ctx context.Context, r engine.Request) (engine.Decision, error) {
 	return s.e.Allow(ctx, r)
 }
 
-func (s syncOnly) Finish(ctx context.Context, d engine.Decision, o engine.Outcome) error {
-	return s.e.Finish(ctx, d, o)
-}
-
-// Release and Settle make it a middleware.Releaser and Settler; the
-// middleware finishes a Finisher with Finish.
-func (s syncOnly) Release(ctx context.Context, r engine.Request, d engine.Decision) error {
-	return s.e.Release(ctx, r, d)
-}
-
-func (s syncOnly) Settle(ctx context.Context, r engine.Request, d engine.Decision, actual []int64) error {
-	return s.e.Settle(ctx, r, d, actual)
+func (s syncOnly) FinishAsync(d engine.Decision, o engine.Outcome) {
+	_ = s.e.Finish(context.Background(), d, o)
 }
 
 // latencyProbe runs the probe against the Redis at addr and prints its

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -47,30 +46,6 @@ func distinctFunc(g *rules.Group, keys map[string]KeyFunc) (KeyFunc, error) {
 		return nil, fmt.Errorf("middleware: distinct:%s: no key function registered under that name (use WithKeyFunc, or distinct:path): %w", g.Distinct, ErrUnknownKey)
 	}
 	return fn, nil
-}
-
-// setDistinct gives the checks of limiters that count requests the
-// request's distinct value (empty: the request counts itself).
-func setDistinct(cs []engine.Check, v string) {
-	for i := range cs {
-		if countsDistinct(cs[i].Limiter) {
-			cs[i].Distinct = v
-		}
-	}
-}
-
-// countsDistinct reports whether limiter l counts the group's distinct
-// values: a limiter without a cost with a window that is not in-flight.
-func countsDistinct(l rules.Limiter) bool {
-	if l.Cost != "" {
-		return false
-	}
-	for _, w := range l.Windows {
-		if !w.Concurrent {
-			return true
-		}
-	}
-	return false
 }
 
 // periodPhrase words the period of w in problem details: "1min", or for

@@ -181,8 +181,8 @@
 // records the status the handler answers with, behind a ResponseWriter
 // that keeps http.Flusher, http.Hijacker, io.ReaderFrom and
 // http.ResponseController working, and gives the admitted request back
-// (GiveBacker, implemented by *engine.Engine) when the status is not
-// listed. A handler that panics or hijacks the connection stays counted:
+// (through the Decider's Finisher, see After the handler) when the status
+// is not listed. A handler that panics or hijacks the connection stays counted:
 // its outcome is unknown. The rate-limit fields sent before the handler
 // runs describe the windows with the request counted. Groups without
 // count: (or a settled limiter, see Settlement) are served without the
@@ -191,7 +191,7 @@
 // # Settlement
 //
 // WithSettle(name, s) makes the limiters whose cost function is name settle
-// after the handler (Settler, implemented by *engine.Engine): the request
+// after the handler (through the Decider's Finisher): the request
 // is admitted against the cost function's estimate, then counts its actual
 // cost instead, the one the handler reported with ReportCost(ctx, name, n)
 // or, with s.Written, the bytes of body written (an aborted download
@@ -221,24 +221,27 @@
 // response does not wait for a Redis round trip after its handler. The
 // engine logs (throttled) and counts a finish that fails, retries it, and
 // a slot frees at the latest when its lease ends; a crash loses queued
-// finishes (see engine.Engine.FinishAsync). A Decider that offers Finish
-// but not FinishAsync is finished with Finish, and one that offers neither
-// but is a GiveBacker, Releaser or Settler is asked for those steps, both
-// before the response completes; their errors are logged at most once per
-// 10 s. The steps of a request's life that do not depend on net/http
-// (policies and their field values, subjects, client addresses, checks,
-// the finish step) are written once, in the module's internal lifecycle
-// package, which the gRPC interceptors of contrib/grpclimit use too.
+// finishes (see engine.Engine.FinishAsync). This is the one finish seam,
+// Finisher: a group with count:, an in-flight window or WithSettle needs a
+// Decider that is also a Finisher, and New fails with ErrNoFinish
+// otherwise; a Decider that wants the response to wait for the finish
+// implements FinishAsync with engine.Engine.Finish. A request's life —
+// resolve the caller, price, decide, respond, run, finish — is written
+// once, as an Admission in the module's internal lifecycle package; the
+// middleware only translates a request into its subjects, costs and
+// limits, the Admission's verdict into fields and a status, and the
+// handler's end into an outcome. The gRPC interceptors of
+// contrib/grpclimit run the same Admission through package transport.
 //
 // # In-flight requests
 //
 // A request admitted by a group with an in-flight window holds one slot
 // per such limiter while its handler runs. A step after the handler
-// releases them (Releaser, implemented by *engine.Engine) however the
-// handler ends: normally, by panic, by hijack, or after the client hung
-// up. The engine renews the slots of long requests (engine.WithLease).
-// New fails with ErrNoRelease for such a group if its Decider is not a
-// Releaser (see After the handler).
+// releases them (the Decider's Finisher) however the handler ends:
+// normally, by panic, by hijack, or after the client hung up. The engine
+// renews the slots of long requests (engine.WithLease). New fails with
+// ErrNoFinish for such a group if its Decider is not a Finisher (see
+// After the handler).
 //
 // # Observability
 //

@@ -3,6 +3,8 @@ package middleware
 import (
 	"errors"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
 // Errors returned by New and Subject, or reported to the logger and hooks
@@ -19,27 +21,25 @@ var (
 	// ErrCost means a cost function failed or returned a cost below 1. The
 	// request is not counted and is answered with 500, or with 400 when the
 	// error wraps ErrCostBadRequest.
-	ErrCost = errors.New("middleware: cost function failed")
+	ErrCost = lifecycle.ErrCost
 	// ErrCostBadRequest is for cost functions to wrap when the request
 	// itself cannot be costed, such as a malformed Range header; the
 	// middleware then answers 400 instead of 500. The error's text is never
 	// written to the client.
-	ErrCostBadRequest = errors.New("middleware: request cannot be costed")
+	ErrCostBadRequest = lifecycle.ErrCostBadRequest
 	// ErrNoScope means no scope could be found for a request: the group has
 	// no scope: statement, neither WithScope nor WithScopeFunc gave one, and
 	// the router did not set http.Request.Pattern. The request is answered
 	// with 500 because counting it under a guessed scope would either merge
 	// unrelated routes or give every path its own windows.
-	ErrNoScope = errors.New("middleware: no scope for request")
+	ErrNoScope = lifecycle.ErrNoScope
 	// ErrNilDecider means New was called without a Decider.
 	ErrNilDecider = errors.New("middleware: nil decider")
-	// ErrNoGiveBack means a group has a count: statement but its Decider
-	// is not a GiveBacker, so requests whose outcome does not count could
-	// never be given back.
-	ErrNoGiveBack = errors.New("middleware: count: needs a decider that can give requests back (a GiveBacker)")
-	// ErrNoRelease means a group has an in-flight window (N concurrent)
-	// but its Decider is not a Releaser, so slots would never be freed.
-	ErrNoRelease = errors.New("middleware: an in-flight window (N concurrent) needs a decider that can release slots (a Releaser)")
+	// ErrNoFinish means a group has work after the handler — a count:
+	// statement, an in-flight window (N concurrent) or a cost settled with
+	// WithSettle — but its Decider is not a Finisher, so requests could
+	// never be given back, settled or have their slots freed.
+	ErrNoFinish = lifecycle.ErrNoFinish
 	// ErrSubject means Subject was given a value that a limiter of its kind
 	// never counts, such as an IP limiter's value that is not an address.
 	ErrSubject = errors.New("middleware: invalid subject")
@@ -111,30 +111,4 @@ func (e *UnknownCostError) Unwrap() error { return ErrUnknownCost }
 
 // CostError reports a cost function that failed, or returned a cost below
 // 1, for one request. It unwraps to ErrCost and to the function's error.
-type CostError struct {
-	// Name is the cost function name.
-	Name string
-	// Limiter is the ID of the first limiter that names it.
-	Limiter string
-	// Cost is what the function returned.
-	Cost int64
-	// Err is the function's error, or nil when the cost was below 1.
-	Err error
-}
-
-// Error implements the error interface.
-func (e *CostError) Error() string {
-	s := "middleware: cost function " + strconv.Quote(e.Name) + " of limiter " + e.Limiter + ": "
-	if e.Err != nil {
-		return s + e.Err.Error()
-	}
-	return s + "returned cost " + strconv.FormatInt(e.Cost, 10) + ", want at least 1"
-}
-
-// Unwrap returns ErrCost and the function's error.
-func (e *CostError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{ErrCost}
-	}
-	return []error{ErrCost, e.Err}
-}
+type CostError = lifecycle.CostError

@@ -182,12 +182,12 @@ func TestInflightReleaseEndings(t *testing.T) {
 	}
 }
 
-func TestInflightNeedsReleaser(t *testing.T) {
+func TestInflightNeedsFinisher(t *testing.T) {
 	t.Parallel()
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) { return engine.Decision{Allowed: true}, nil }}
 	_, err := middleware.New(rules.MustParse("ip:1 concurrent"), d)
-	if !errors.Is(err, middleware.ErrNoRelease) {
-		t.Errorf("New with a Decider that cannot release: %v, want ErrNoRelease", err)
+	if !errors.Is(err, middleware.ErrNoFinish) {
+		t.Errorf("New with a Decider that cannot release: %v, want ErrNoFinish", err)
 	}
 	if _, err := middleware.New(rules.MustParse("ip:1/s"), d); err != nil {
 		t.Errorf("New without an in-flight window: %v", err)

@@ -35,12 +35,12 @@ var (
 	// ErrLimit means a limit function failed or returned a limit outside
 	// 1..the window's cap. The request is not counted and is answered with
 	// 500, or with 400 when the error wraps ErrLimitBadRequest.
-	ErrLimit = errors.New("middleware: limit function failed")
+	ErrLimit = lifecycle.ErrLimit
 	// ErrLimitBadRequest is for limit functions to wrap when the request
 	// itself has no limit, such as a token naming no tenant; the
 	// middleware then answers 400 instead of 500. The error's text is never
 	// written to the client.
-	ErrLimitBadRequest = errors.New("middleware: request has no limit")
+	ErrLimitBadRequest = lifecycle.ErrLimitBadRequest
 )
 
 // WithLimitFunc registers fn as the limit function name: every window whose
@@ -159,8 +159,8 @@ func (lp *limitPlan) nameIndex(name string) int {
 // RateLimit-Policy field with those limits. The resolved windows share one
 // slice; a static plan's field is p.Field and costs nothing here. It fails
 // with a *LimitError.
-func (l *limiter) resolveLimits(r *http.Request, p *plan, cs []engine.Check) (string, error) {
-	lp := p.limits
+func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Check) (string, error) {
+	lp := mp.limits
 	if lp == nil {
 		return p.Field, nil
 	}

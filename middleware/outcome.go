@@ -2,42 +2,10 @@ package middleware
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"net/http"
-
-	"github.com/slidelimit/slidelimit/engine"
 )
-
-// A GiveBacker takes an admitted request out of every window it was
-// counted in, the slots of in-flight windows included (the middleware
-// does not release a request given back); *engine.Engine implements it. The middleware of a group with
-// a count: statement needs a Decider that is also a GiveBacker.
-type GiveBacker interface {
-	GiveBack(ctx context.Context, req engine.Request, d engine.Decision) error
-}
-
-// A Releaser frees the slots of in-flight windows (N concurrent) that an
-// admitted request holds; *engine.Engine implements it. The middleware of
-// a group with an in-flight window needs a Decider that is also a
-// Releaser.
-type Releaser interface {
-	Release(ctx context.Context, req engine.Request, d engine.Decision) error
-}
-
-// needsGiveBack reports whether admitted requests may be given back
-// after the handler: the group has a count: statement.
-func (l *limiter) needsGiveBack() bool { return l.giver != nil }
-
-// givesBack reports whether the request that had outcome o is given back:
-// the group has a count: statement that does not list its status. A
-// handler that panics or hijacks the connection leaves the request
-// counted: its outcome is unknown, and counting it errs on the side of
-// denying.
-func (l *limiter) givesBack(o outcome) bool {
-	return l.needsGiveBack() && !o.panicked && !o.hijacked && !l.group.Counts(o.status)
-}
 
 // statusWriter records the status a handler answers with. It keeps the
 // optional interfaces of the ResponseWriter it wraps working: Flush,

@@ -189,12 +189,12 @@ func TestCountExempt(t *testing.T) {
 	}
 }
 
-func TestCountNeedsGiveBacker(t *testing.T) {
+func TestCountNeedsFinisher(t *testing.T) {
 	t.Parallel()
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) { return engine.Decision{Allowed: true}, nil }}
 	_, err := middleware.New(rules.MustParse("ip:1/s; count:401"), d)
-	if !errors.Is(err, middleware.ErrNoGiveBack) {
-		t.Errorf("New with a Decider that cannot give back: %v, want ErrNoGiveBack", err)
+	if !errors.Is(err, middleware.ErrNoFinish) {
+		t.Errorf("New with a Decider that cannot give back: %v, want ErrNoFinish", err)
 	}
 	if _, err := middleware.New(rules.MustParse("ip:1/s"), d); err != nil {
 		t.Errorf("New without count: %v", err)

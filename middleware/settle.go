@@ -2,23 +2,20 @@ package middleware
 
 import (
 	"context"
-	"errors"
 
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
-// A Settler changes what an admitted request counts in its cost limiters
-// to what it really consumed; *engine.Engine implements it (see
-// engine.Engine.Settle for the semantics). The middleware of a group with
-// a settled cost (WithSettle) needs a Decider that is also a Settler.
-type Settler interface {
-	Settle(ctx context.Context, req engine.Request, d engine.Decision, actual []int64) error
-}
-
-// ErrNoSettle means WithSettle was given but the Decider cannot settle
-// requests (it is not a Settler).
-var ErrNoSettle = errors.New("middleware: WithSettle needs a decider that can settle requests (a Settler)")
+// A Finisher ends an admitted request once its handler has run: gives
+// it back (count:), settles its costs (WithSettle) and frees the slots of
+// its in-flight windows, in one call that does not make the response
+// wait for Redis. *engine.Engine implements it (engine.Engine.FinishAsync,
+// whose errors go to the engine's log and counter). The middleware of a
+// group with a count: statement, an in-flight window or WithSettle needs
+// a Decider that is also a Finisher, and New fails with ErrNoFinish
+// otherwise. A Decider that wants the response to wait for the finish
+// implements FinishAsync by calling engine.Engine.Finish.
+type Finisher = lifecycle.Finisher
 
 // NoDebt is the Settlement.MaxDebt that refuses any debt.
 const NoDebt = -1
@@ -57,8 +54,8 @@ type Settlement struct {
 // A request whose actual cost is unknown (none reported, and not Written;
 // a handler that panicked or hijacked the connection) keeps its estimate,
 // erring on the side of denying. A request that a count: statement gives
-// back is not settled. The Decider must be a Settler (New fails with
-// ErrNoSettle otherwise). Registering a name again replaces its
+// back is not settled. The Decider must be a Finisher (New fails with
+// ErrNoFinish otherwise). Registering a name again replaces its
 // Settlement. contrib/grpclimit's WithSettle is the same for gRPC calls.
 func WithSettle(name string, s Settlement) Option {
 	return func(c *config) {
@@ -81,25 +78,4 @@ func WithSettle(name string, s Settlement) Option {
 // function).
 func ReportCost(ctx context.Context, name string, n int64) bool {
 	return lifecycle.Report(ctx, name, n)
-}
-
-// settles reports whether the steps after the handler settle c.
-func (l *limiter) settles(c *call) bool { return l.settler != nil && c.p.Settles() }
-
-// prepareSettle gives the handler of c a context to report costs to.
-func (l *limiter) prepareSettle(c *call) {
-	var ctx context.Context
-	ctx, c.report = c.p.Reporting(c.r.Context())
-	c.r = c.r.WithContext(ctx)
-}
-
-// actualCosts returns the actual costs of a request of a group with
-// settled costs, for engine.Outcome.Actual (see lifecycle.Plan.Actual),
-// nil when nothing settles. A request given back, or whose handler
-// panicked or hijacked the connection, keeps its estimate.
-func (l *limiter) actualCosts(c *call, o outcome, written int64) []int64 {
-	if !l.settles(c) || !c.dec.Allowed || o.panicked || o.hijacked || l.givesBack(o) {
-		return nil
-	}
-	return c.p.Actual(c.checks, c.report, written)
 }

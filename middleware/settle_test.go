@@ -14,18 +14,18 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// settleRecorder admits every request and records what it is asked to
-// settle.
+// settleRecorder admits every request and records the actual costs it
+// is asked to settle a request to (a request given back, or whose costs
+// are unknown, settles nothing).
 type settleRecorder struct {
 	funcDecider
 	actual [][]int64
 }
 
-func (s *settleRecorder) GiveBack(context.Context, engine.Request, engine.Decision) error { return nil }
-
-func (s *settleRecorder) Settle(_ context.Context, _ engine.Request, _ engine.Decision, actual []int64) error {
-	s.actual = append(s.actual, actual)
-	return nil
+func (s *settleRecorder) FinishAsync(_ engine.Decision, o engine.Outcome) {
+	if !o.GiveBack && o.Actual != nil {
+		s.actual = append(s.actual, o.Actual)
+	}
 }
 
 // TestSettleSteps checks what the settlement step asks for: the bytes
@@ -102,8 +102,8 @@ func TestSettleConfig(t *testing.T) {
 	g := rules.MustParse("user[bytes]:1Gi/d")
 	cost := middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil })
 	d := &funcDecider{allow: func(req engine.Request) (engine.Decision, error) { return admitted(req), nil }}
-	if _, err := middleware.New(g, d, cost, middleware.WithSettle("bytes", middleware.Settlement{})); !errors.Is(err, middleware.ErrNoSettle) {
-		t.Errorf("a Decider that cannot settle: %v, want ErrNoSettle", err)
+	if _, err := middleware.New(g, d, cost, middleware.WithSettle("bytes", middleware.Settlement{})); !errors.Is(err, middleware.ErrNoFinish) {
+		t.Errorf("a Decider that cannot settle: %v, want ErrNoFinish", err)
 	}
 	var ce *middleware.ConfigError
 	s := &settleRecorder{}

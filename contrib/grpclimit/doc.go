@@ -78,15 +78,15 @@
 // local, or the engine's default): fail:closed answers codes.Unavailable
 // with a RetryInfo of 1 s. A call the engine cannot evaluate is
 // codes.Internal. Errors are logged (WithLogger; backend errors at most
-// once a second), never sent to clients. In shadow mode (mode:shadow)
+// one line per 10 s, as the HTTP middleware does), never sent to clients. In shadow mode (mode:shadow)
 // calls are counted but never denied and carry no rate-limit metadata.
 //
 // # Counting by status code
 //
 // A count: statement lists the status codes whose calls stay counted; an
 // admitted call that ends with another code is given back
-// (middleware.GiveBacker, implemented by *engine.Engine) once its handler
-// returns. For gRPC its items are status code names as gRPC spells them,
+// (through the decider's middleware.Finisher, implemented by
+// *engine.Engine) once its handler returns. For gRPC its items are status code names as gRPC spells them,
 // either as the specification and service configs do or as grpc-go's
 // codes.Code.String does, exactly so spelled:
 //
@@ -135,4 +135,17 @@
 // finish after the handler, unary or stream: engine.Engine.FinishAsync,
 // which the engine sends with its next script call (or alone within
 // engine.AsyncBound), so the call's response does not wait for Redis.
+// A group with count:, an in-flight window or WithSettle needs a decider
+// that is a middleware.Finisher (New fails with middleware.ErrNoFinish
+// otherwise).
+//
+// # One life for both transports
+//
+// A call's life — resolve the caller, price, decide, respond, run, finish
+// — is the HTTP middleware's, written once in the slidelimit module and
+// reached through its public package transport: the interceptors only
+// translate a call into its subjects and costs (transport.Source), the
+// verdict into trailers, status details and response metadata, and the
+// handler's end into an outcome. This module imports no internal package
+// of the slidelimit module.
 package grpclimit

@@ -7,19 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
 
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"google.golang.org/grpc/codes"
+
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
+	"github.com/slidelimit/slidelimit/transport"
 )
-
-// ErrNoGiveBack is reported by New when a group has a count: statement and
-// the Decider cannot give admitted calls back (is not a
-// middleware.GiveBacker, as *engine.Engine is).
-var ErrNoGiveBack = errors.New("grpclimit: count: needs a decider that can give calls back (middleware.GiveBacker)")
 
 // ErrNilDecider is reported by New when its Decider is nil.
 var ErrNilDecider = errors.New("grpclimit: nil decider")
@@ -45,36 +40,25 @@ func (e *MethodError) Error() string {
 func (e *MethodError) Unwrap() error { return e.Err }
 
 // Limiter holds the interceptors' configuration: a compiled rule group per
-// method. It is immutable after New and safe for concurrent use.
+// method. It is immutable after New and safe for concurrent use. A call's
+// life is its group's (package transport); the Limiter translates it from
+// and to gRPC.
 type Limiter struct {
-	decider   middleware.Decider
-	giver     middleware.GiveBacker
-	releaser  middleware.Releaser
-	settler   middleware.Settler          // d as a Settler, with WithSettle
-	settle    map[string]lifecycle.Settle // WithSettle's, applied to the plans by compile
+	t         *transport.Transport
 	methods   map[string]*method
 	defaults  *method // nil: methods not listed are not limited
 	exempt    map[string]bool
 	exemptSvc []string
 	policy    role.Policy
-	cip       lifecycle.ClientIP
 	keys      map[string]KeyFunc
 	costs     map[string]CostFunc
-	logger    *slog.Logger
-	hooks     []func(middleware.Event)
-	nextLog   atomic.Int64 // unix nanoseconds before which backend errors are not logged
 }
 
 // method is the compiled rule group of one method, or of the default.
 type method struct {
-	name     string // "" for the default
-	group    rules.Group
-	defaults *lifecycle.Plan
-	byRole   map[string]*lifecycle.Plan
-	counted  codeSet        // 0: every outcome counts
-	slots    bool           // the group has an in-flight window: admitted calls are released
-	settles  bool           // some plan settles a cost (WithSettle)
-	zone     *time.Location // of the group's calendar windows (calendar:ZONE), UTC by default
+	name  string // "" for the default
+	scope string // the group's scope: statement; "" for the full method name
+	group *transport.Group
 }
 
 // New returns a Limiter for the methods of methods, a map from full method
@@ -91,11 +75,10 @@ type method struct {
 // documentation). New fails, listing every problem at once, with a
 // *MethodError per method whose name or text is wrong (naming the method
 // and the offset in its text), when an option is invalid, when a key or
-// cost function a group names is not registered, with ErrNoGiveBack
-// when a group has a count: statement and d cannot give calls back, with
-// middleware.ErrNoRelease when a group has an in-flight window and d cannot
-// release calls, and with middleware.ErrNoSettle when WithSettle is given
-// and d cannot settle calls.
+// cost function a group names is not registered, and with
+// middleware.ErrNoFinish when a group has a count: statement or an
+// in-flight window, or WithSettle is given, and d cannot finish calls (is
+// not a middleware.Finisher, as *engine.Engine is).
 func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
 	c := config{logger: slog.Default()}
 	for _, o := range opts {
@@ -104,33 +87,23 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 		}
 	}
 	errs := c.errs
-	cip, err := clientIP(&c)
+	t, err := transport.New(transport.Config{Decider: d, Policy: c.policy, TrustedProxies: c.trusted,
+		ProxyHeader: c.proxyHeader, IPv6Prefix: c.v6bits, Settle: c.settle, Logger: c.logger, Hooks: c.hooks, Noun: "call"})
 	if err != nil {
+		// Compile the groups all the same, to list every problem at once.
 		errs = append(errs, err)
+		t, _ = transport.New(transport.Config{Decider: d, Policy: c.policy, Logger: c.logger, Noun: "call"})
 	}
 	l := &Limiter{
-		decider: d,
+		t:       t,
 		methods: make(map[string]*method, len(methods)),
 		exempt:  make(map[string]bool, len(c.exempt)),
 		policy:  c.policy,
-		cip:     cip,
 		keys:    c.keys,
 		costs:   c.costs,
-		settle:  c.settle,
-		logger:  c.logger,
-		hooks:   c.hooks,
 	}
 	if d == nil {
 		errs = append(errs, ErrNilDecider)
-	} else {
-		l.giver, _ = d.(middleware.GiveBacker)
-		l.releaser, _ = d.(middleware.Releaser)
-		if len(c.settle) > 0 {
-			var ok bool
-			if l.settler, ok = d.(middleware.Settler); !ok {
-				errs = append(errs, middleware.ErrNoSettle)
-			}
-		}
 	}
 	for _, e := range c.exempt {
 		svc := strings.HasSuffix(e, "/")
@@ -223,35 +196,12 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	if err != nil {
 		return nil, &MethodError{Method: name, Err: err}
 	}
-	zone, _ := g.Zone() // validated by Parse
-	m := &method{name: name, group: g, zone: zone, byRole: make(map[string]*lifecycle.Plan, len(g.Overrides)), counted: codeSetOf(g.Count), slots: lifecycle.HoldsSlots(&g)}
-	var errs []error
-	for r, ls := range g.LimiterLists() {
-		if _, dup := m.byRole[r]; dup && r != "" {
-			continue // role.Policy.Resolve picks the first override of a role
-		}
-		p := lifecycle.NewPlan(ls)
-		if l.settler != nil {
-			p.SettleWith(l.settle)
-			m.settles = m.settles || p.Settles()
-		}
-		switch {
-		case r == "":
-			m.defaults = p
-		default:
-			m.byRole[r] = p
-		}
+	counted := codeSetOf(g.Count)
+	tg, err := l.t.Compile(g, func(code int) bool { return counted.has(codes.Code(code)) })
+	if err != nil {
+		return nil, &MethodError{Method: name, Err: err}
 	}
-	if len(g.Count) > 0 && l.giver == nil && l.decider != nil {
-		errs = append(errs, &MethodError{Method: name, Err: ErrNoGiveBack})
-	}
-	if m.slots && l.releaser == nil && l.decider != nil {
-		errs = append(errs, &MethodError{Method: name, Err: middleware.ErrNoRelease})
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return m, nil
+	return &method{name: name, scope: g.Scope, group: tg}, nil
 }
 
 // errDistinct refuses distinct: statements: a call has no URL path, and a
@@ -278,7 +228,15 @@ func (l *Limiter) dialect() rules.Dialect {
 	}
 }
 
-func isDecimal(s string) bool { return lifecycle.IsDecimal(s) }
+// isDecimal reports whether s is a constant cost: decimal digits.
+func isDecimal(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // isExempt reports whether WithExempt exempts fullMethod.
 func (l *Limiter) isExempt(fullMethod string) bool {
@@ -302,14 +260,4 @@ func (l *Limiter) lookup(fullMethod string) *method {
 		return nil
 	}
 	return l.defaults
-}
-
-// planFor returns the plan of a resolution.
-func (m *method) planFor(res role.Resolution) *lifecycle.Plan {
-	if res.Role != "" {
-		if p, ok := m.byRole[string(res.Role)]; ok {
-			return p
-		}
-	}
-	return m.defaults
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -427,11 +428,11 @@ func TestNewErrors(t *testing.T) {
 			}
 		})
 	}
-	t.Run("count needs GiveBack", func(t *testing.T) {
+	t.Run("count needs a Finisher", func(t *testing.T) {
 		t.Parallel()
 		_, err := grpclimit.New(allowOnly{eng}, map[string]string{ping: "ip:5/s; count:OK"})
-		if !errors.Is(err, grpclimit.ErrNoGiveBack) {
-			t.Errorf("error %v, want ErrNoGiveBack", err)
+		if !errors.Is(err, middleware.ErrNoFinish) {
+			t.Errorf("error %v, want ErrNoFinish", err)
 		}
 	})
 	t.Run("rules error located", func(t *testing.T) {

@@ -20,25 +20,37 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if m == nil {
 			return handler(ctx, req)
 		}
-		c, err := l.admit(ctx, m, info.FullMethod, req, unaryCall{ctx})
+		c, v, err := l.admit(ctx, m, info.FullMethod, req, unaryCall{ctx})
 		if err != nil {
 			return nil, err
 		}
-		if c == nil {
+		md := responseMD(&v)
+		if !v.Finish {
+			c.release()
+		}
+		if !v.Finish && md == nil {
 			return handler(ctx, req)
+		}
+		hctx := ctx
+		if v.Context != nil {
+			hctx = v.Context
 		}
 		var written int64 // of the response, for Settlement.Written
 		panicked := true
-		defer func() { l.after(c, err, panicked, written) }()
-		resp, err = handler(c.handlerContext(ctx), req)
+		defer func() {
+			if v.Finish {
+				c.end(err, panicked, written)
+			}
+		}()
+		resp, err = handler(hctx, req)
 		panicked = false
-		if err == nil && c.counts() {
+		if err == nil && v.Written {
 			written = messageSize(resp)
 		}
 		// The response headers go out with the response message; a call
 		// that fails has none, and its metadata goes in the trailers.
-		if c.md != nil && (err != nil || grpc.SetHeader(ctx, c.md) != nil) {
-			_ = grpc.SetTrailer(ctx, c.md)
+		if md != nil && (err != nil || grpc.SetHeader(ctx, md) != nil) {
+			_ = grpc.SetTrailer(ctx, md)
 		}
 		return resp, err
 	}
@@ -57,22 +69,26 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		if m == nil {
 			return handler(srv, ss)
 		}
-		c, err := l.admit(ss.Context(), m, info.FullMethod, nil, ss)
+		c, v, err := l.admit(ss.Context(), m, info.FullMethod, nil, ss)
 		if err != nil {
 			return err
 		}
-		if c == nil {
+		md := responseMD(&v)
+		if !v.Finish {
+			c.release()
+		}
+		if !v.Finish && md == nil {
 			return handler(srv, ss)
 		}
 		stream := ss
 		var hs *headerStream
-		if c.md != nil {
-			hs = &headerStream{ServerStream: ss, md: c.md}
+		if md != nil {
+			hs = &headerStream{ServerStream: ss, md: md}
 			stream = hs
 		}
 		var cs *settleStream
-		if c.report != nil {
-			cs = &settleStream{ServerStream: stream, ctx: c.ctx, count: c.counts()}
+		if v.Context != nil {
+			cs = &settleStream{ServerStream: stream, ctx: v.Context, count: v.Written}
 			stream = cs
 		}
 		panicked := true
@@ -81,11 +97,13 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			if cs != nil {
 				written = cs.written
 			}
-			l.after(c, err, panicked, written)
+			if v.Finish {
+				c.end(err, panicked, written)
+			}
 		}()
 		err = handler(srv, stream)
 		if hs != nil && !hs.sent {
-			ss.SetTrailer(c.md)
+			ss.SetTrailer(md)
 		}
 		panicked = false
 		return err

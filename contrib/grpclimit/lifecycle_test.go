@@ -27,8 +27,9 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// The lifecycle table: one list of behaviours of a request's life (see
-// internal/lifecycle), run against both adapters, net/http's middleware
+// The lifecycle table: one list of behaviours of a request's life (one
+// Admission, which grpclimit reaches through package transport), run
+// against both adapters, net/http's middleware
 // and grpclimit's interceptors. A step is a call by a user whose handler
 // does something (answer, fail, panic, hold until released, stream); its
 // result is what the client saw: ok, denied (429 / ResourceExhausted),

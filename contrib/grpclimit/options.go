@@ -2,12 +2,10 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -42,7 +40,7 @@ type config struct {
 	v6bits      int
 	keys        map[string]KeyFunc
 	costs       map[string]CostFunc
-	settle      map[string]lifecycle.Settle
+	settle      map[string]middleware.Settlement
 	logger      *slog.Logger
 	hooks       []func(middleware.Event)
 	errs        []error
@@ -158,14 +156,17 @@ func WithCostFunc(name string, fn CostFunc) Option {
 // a protobuf message, a handler that panicked) keeps its estimate, erring
 // on the side of denying; so does a call that a count: statement gives
 // back. s.MaxDebt caps what a call may be charged beyond its estimate, as
-// in middleware.Settlement. The Decider must be a middleware.Settler (New
-// fails with middleware.ErrNoSettle otherwise). Registering a name again
-// replaces its Settlement; a name no group's limiter names settles nothing.
+// in middleware.Settlement. The Decider must be a middleware.Finisher (New
+// fails with middleware.ErrNoFinish otherwise), and name a cost function
+// name (New fails with a *middleware.ConfigError otherwise). Registering a
+// name again replaces its Settlement; a name no group's limiter names
+// settles nothing.
 func WithSettle(name string, s middleware.Settlement) Option {
 	return func(c *config) {
-		if reason := lifecycle.PutSettle(&c.settle, name, lifecycle.Settle(s)); reason != "" {
-			c.errs = append(c.errs, &middleware.ConfigError{Option: "WithSettle", Value: name, Reason: reason})
+		if c.settle == nil {
+			c.settle = make(map[string]middleware.Settlement)
 		}
+		c.settle[name] = s
 	}
 }
 
@@ -184,8 +185,9 @@ func ReportCost(ctx context.Context, name string, n int64) bool {
 }
 
 // WithLogger sets the logger that receives backend errors (Warn, at most
-// one line a second whatever the number of calls), would-be denials in
-// shadow mode (Info) and failing cost functions. The default is
+// one line per 10 s per Limiter, carrying the number of errors not logged
+// since, whatever the number of calls), would-be denials in shadow mode
+// (Info) and failing cost functions. The default is
 // slog.Default() as it is when New runs. Errors are never sent to clients.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
@@ -222,24 +224,4 @@ func WithHook(fn func(middleware.Event)) Option {
 			c.hooks = append(c.hooks, fn)
 		}
 	}
-}
-
-// clientIP returns the client-address logic of c (the HTTP middleware's,
-// see lifecycle.ClientIP), failing for a trusted proxy that is not an
-// address or prefix.
-func clientIP(c *config) (lifecycle.ClientIP, error) {
-	cip := lifecycle.ClientIP{Header: c.proxyHeader, V6Bits: c.v6bits}
-	if cip.V6Bits == 0 {
-		cip.V6Bits = middleware.DefaultIPv6Prefix
-	}
-	var errs []error
-	for _, s := range c.trusted {
-		p, err := lifecycle.ParseTrusted(s)
-		if err != nil {
-			errs = append(errs, &middleware.ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
-			continue
-		}
-		cip.Trusted = append(cip.Trusted, p)
-	}
-	return cip, errors.Join(errs...)
 }

@@ -280,8 +280,8 @@ func TestSettleOptions(t *testing.T) {
 		}
 	}
 	_, err := grpclimit.New(allowOnly{eng}, map[string]string{sGet: "user[bytes]:5/min"}, costs, grpclimit.WithSettle("bytes", middleware.Settlement{}))
-	if !errors.Is(err, middleware.ErrNoSettle) {
-		t.Errorf("a decider that cannot settle: error %v, want ErrNoSettle", err)
+	if !errors.Is(err, middleware.ErrNoFinish) {
+		t.Errorf("a decider that cannot settle: error %v, want ErrNoFinish", err)
 	}
 	if _, err := grpclimit.New(eng, map[string]string{sGet: "user[bytes]:5/min"}, costs,
 		grpclimit.WithSettle("bytes", middleware.Settlement{MaxDebt: middleware.NoDebt, Written: true})); err != nil {

@@ -11,65 +11,34 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
+	"github.com/slidelimit/slidelimit/transport"
 )
 
 func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
 
 // violation describes one window a call does not fit in, for QuotaFailure:
 // its subject is the policy name of the RateLimit fields ("ip-1s").
-func violation(pol quota, cost int64) *errdetails.QuotaFailure_Violation {
-	desc := fmt.Sprintf("at most %d per %s by %s", pol.Window.Limit, rules.FormatPeriod(pol.Window.Period), pol.Limiter.ID())
-	if pol.Limiter.Cost != "" {
-		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", pol.Window.Limit, rules.FormatPeriod(pol.Window.Period), pol.Limiter.ID(), cost)
+func violation(q transport.Quota) *errdetails.QuotaFailure_Violation {
+	desc := fmt.Sprintf("at most %d per %s by %s", q.Window.Limit, rules.FormatPeriod(q.Window.Period), q.Limiter.ID())
+	if q.Limiter.Cost != "" {
+		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", q.Window.Limit, rules.FormatPeriod(q.Window.Period), q.Limiter.ID(), q.Cost)
 	}
-	return &errdetails.QuotaFailure_Violation{Subject: pol.Name, Description: desc}
+	return &errdetails.QuotaFailure_Violation{Subject: q.Name, Description: desc}
 }
-
-// quota is an advertised window: window Window (with its limit for the
-// call) of limiter Limiter, named Name in the rate-limit metadata.
-type quota struct {
-	Name    string
-	Limiter rules.Limiter
-	Window  rules.Window
-}
-
-// quotaOf returns the quota of pol, a policy of p, with window w.
-func quotaOf(p *lifecycle.Plan, pol *lifecycle.Policy, w rules.Window) quota {
-	return quota{Name: pol.Name, Limiter: p.Limiters[pol.Check], Window: w}
-}
-
-// costOf is what check c counts.
-func costOf(c engine.Check) int64 { return max(1, c.Cost) }
 
 // deniedStatus is the status of a call the engine denied: ResourceExhausted
 // with RetryInfo, the wait rounded up to whole seconds as the HTTP
 // Retry-After (retry), and QuotaFailure naming every window the call does
-// not fit in, the denying one first.
-func deniedStatus(p *lifecycle.Plan, dec *engine.Decision, cs []engine.Check, primary int, retry int64) error {
-	var vs []*errdetails.QuotaFailure_Violation
-	name := ""
-	add := func(ws engine.WindowState) {
-		if pol := p.Lookup(ws.Check, ws.Window); pol != nil && ws.Check < len(cs) {
-			vs = append(vs, violation(quotaOf(p, pol, pol.Window), costOf(cs[ws.Check])))
-			if name == "" {
-				name = pol.Name
-			}
-		}
-	}
-	if primary >= 0 {
-		add(dec.Windows[primary])
-	}
-	for i, ws := range dec.Windows {
-		if i != primary && ws.Check < len(cs) && ws.Remaining < costOf(cs[ws.Check]) {
-			add(ws)
-		}
+// not fit in, qs, the denying one first.
+func deniedStatus(qs []transport.Quota, retry int64) error {
+	vs := make([]*errdetails.QuotaFailure_Violation, len(qs))
+	for i, q := range qs {
+		vs[i] = violation(q)
 	}
 	msg := "rate limit exceeded"
-	if name != "" {
-		msg += " (" + name + ")"
+	if len(qs) > 0 {
+		msg += " (" + qs[0].Name + ")"
 	}
 	msg += "; retry in " + (time.Duration(retry) * time.Second).String()
 	return withDetails(codes.ResourceExhausted, msg,
@@ -77,17 +46,11 @@ func deniedStatus(p *lifecycle.Plan, dec *engine.Decision, cs []engine.Check, pr
 		&errdetails.QuotaFailure{Violations: vs})
 }
 
-// neverStatus is the status of a call that costs more than a whole quota:
-// ResourceExhausted without RetryInfo, since no wait would admit it.
-func neverStatus(pol quota, cs []engine.Check) error {
-	var cost int64 = 1
-	for _, c := range cs {
-		if c.Limiter.ID() == pol.Limiter.ID() {
-			cost = costOf(c)
-		}
-	}
-	msg := fmt.Sprintf("call costs %d, more than the whole quota %s; it can never be admitted", cost, pol.Name)
-	return withDetails(codes.ResourceExhausted, msg, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{violation(pol, cost)}})
+// neverStatus is the status of a call that costs more than a whole quota,
+// q: ResourceExhausted without RetryInfo, since no wait would admit it.
+func neverStatus(q transport.Quota) error {
+	msg := fmt.Sprintf("call costs %d, more than the whole quota %s; it can never be admitted", q.Cost, q.Name)
+	return withDetails(codes.ResourceExhausted, msg, &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{violation(q)}})
 }
 
 // unavailableStatus is the status of a call refused because Redis failed

@@ -51,6 +51,16 @@ type Plan struct {
 	// does not; Settle is nil when no limiter settles (see SettleWith).
 	Settle  []*Settle
 	settled []string // the settled cost function names, once each
+	// Dynamic reports that some window has a limit function ($name): its
+	// limit comes from Source.Limits for each request.
+	Dynamic bool
+	// Transport is what the transport keeps per plan (the middleware's
+	// key and limit functions), set by NewRules' plan function.
+	Transport any
+	// costs[i] is the constant cost of Limiters[i] (1 for none, 1 for an
+	// invalid constant, which the transport reports), or -1 for a cost
+	// function.
+	costs []int64
 }
 
 // NewPlan returns the plan of ls. A limiter's cost names its unit: none
@@ -59,7 +69,7 @@ type Plan struct {
 // cost function bytes counts content-bytes, other cost functions are not
 // advertised, and an in-flight window counts concurrent requests.
 func NewPlan(ls []rules.Limiter) *Plan {
-	p := &Plan{Limiters: ls, Index: make([][]int, len(ls))}
+	p := &Plan{Limiters: ls, Index: make([][]int, len(ls)), costs: make([]int64, len(ls))}
 	for i, l := range ls {
 		unit, per := UnitRequests, int64(1)
 		switch {
@@ -69,10 +79,12 @@ func NewPlan(ls []rules.Limiter) *Plan {
 				per = n
 			}
 		case l.Cost == "bytes":
-			unit = UnitBytes
+			unit, per = UnitBytes, -1
 		default:
-			unit = UnitNone
+			unit, per = UnitNone, -1
 		}
+		p.costs[i], per = per, max(per, 1)
+		p.Dynamic = p.Dynamic || l.Dynamic()
 		p.Index[i] = make([]int, len(l.Windows))
 		for j, w := range l.Windows {
 			p.Index[i][j] = len(p.Policies)
