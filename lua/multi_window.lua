@@ -1090,7 +1090,10 @@ local function flush_cal_key(k, m)
   end
   if m[4] and m[2] > 0 then
     call('PEXPIRE', k, m[4])
-    if call('HLEN', k) > 1 then
+    -- Other fields are other periods' counts, or the records of finish
+    -- ops ('m' names their period): those of this period stay (the count
+    -- fell to 0 and rose again), a retry of their op must find them.
+    if call('HLEN', k) > 1 and call('HGET', k, 'm') ~= start then
       for _, f in ipairs(call('HKEYS', k)) do
         if f ~= start then
           call('HDEL', k, f)
@@ -1144,10 +1147,10 @@ local function flush_cal(key)
 end
 
 -- finish_special runs a finish op's calendar adjustment ('A') or
--- distinct restore ('R') whose fields start at args[q] (see Calendars and
--- Distinct), and returns 1 when it changed the key, 0 when not, and the
--- index of the next key's fields.
-local function finish_special(key, q)
+-- distinct restore ('R') of member whose fields start at args[q] (see
+-- Calendars and Distinct), and returns 1 when it changed the key, 0 when
+-- not, and the index of the next key's fields.
+local function finish_special(key, q, member)
   if args[q] == 'A' then
     flush_cal(key)
     local start = args[q + 1]
@@ -1158,12 +1161,18 @@ local function finish_special(key, q)
     if used == 0 then
       return 0, q + 3
     end
+    -- A counter keeps no member to remove: the adjustment's record makes
+    -- it run once, though a timed-out call that Redis ran is retried.
+    if call('HSETNX', key, '-' .. member, '1') == 0 then
+      return 0, q + 3
+    end
     local delta = math.max(num(args[q + 2]), -used)
     if used + delta == 0 then
       call('HDEL', key, start)
     else
       call('HINCRBY', key, start, fmt('%d', delta))
     end
+    call('HSET', key, 'm', start)
     return 1, q + 3
   end
   local s = call('ZSCORE', key, args[q + 1])
@@ -1232,7 +1241,7 @@ local function finish_op(p, used)
     local kind = args[q]
     local changed, removal
     if kind == 'A' or kind == 'R' then
-      changed, q = finish_special(key, q)
+      changed, q = finish_special(key, q, member)
       removal = kind == 'A' and changed == 1 and num(args[q - 1]) < 0 or kind == 'R'
     else
       changed, removal, q = finish_entry(key, q, member)
