@@ -133,36 +133,47 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
 	ctx := context.Background()
 	r := req(user("u", calWin(10, rules.CalendarDay)))
-	d := mustAllow(t, e, r, true)
 	mustAllow(t, e, r, true)
 	mustAllow(t, e, r, true)
-
+	admitted := 2
 	admin := s.Client()
-	slept := make(chan error, 1)
-	go func() { slept <- admin.Do(context.Background(), "debug", "sleep", "1").Err() }()
-	// Wait until the server sleeps: a ping gets no answer.
 	probe := redisClient(s.Addr)
 	defer probe.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		pctx, cancel := context.WithTimeout(ctx, 20*ms)
-		err := probe.Ping(pctx).Err()
-		cancel()
-		if err != nil {
-			break
+	// On a loaded machine a ping may time out before the server sleeps,
+	// and the give-back then be answered: that try is counted, and
+	// another is made.
+	for try := 0; ; try++ {
+		d := mustAllow(t, e, r, true)
+		admitted++
+		slept := make(chan error, 1)
+		go func() { slept <- admin.Do(context.Background(), "debug", "sleep", "1").Err() }()
+		// Wait until the server sleeps: a ping gets no answer.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			pctx, cancel := context.WithTimeout(ctx, 50*ms)
+			err := probe.Ping(pctx).Err()
+			cancel()
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("DEBUG SLEEP never took the server")
+			}
+			time.Sleep(ms)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("DEBUG SLEEP never took the server")
+		err := e.Finish(ctx, d, Outcome{GiveBack: true})
+		admitted--
+		if serr := <-slept; serr != nil {
+			t.Fatalf("DEBUG SLEEP: %v", serr)
 		}
-		time.Sleep(ms)
-	}
-	if err := e.Finish(ctx, d, Outcome{GiveBack: true}); !errors.Is(err, ErrBackend) {
-		t.Fatalf("Finish while Redis sleeps: %v, want ErrBackend (timed out, queued)", err)
-	}
-	if err := <-slept; err != nil {
-		t.Fatalf("DEBUG SLEEP: %v", err)
+		if errors.Is(err, ErrBackend) {
+			break // timed out and queued
+		}
+		if err != nil || try == 4 {
+			t.Fatalf("Finish while Redis sleeps: %v, want ErrBackend (timed out, queued)", err)
+		}
 	}
 	// Redis ran the give-back when it woke. The batches that find it back
-	// run the queued retry; then the counter must hold the 2 others.
+	// run the queued retry; then the counter must hold the others.
 	var used int64
 	for try := 0; ; try++ {
 		dp, err := e.Peek(ctx, r)
@@ -175,8 +186,8 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 		}
 		time.Sleep(50 * ms)
 	}
-	if used != 2 {
-		t.Fatalf("calendar day used %d after 3 admissions and 1 give-back retried, want 2", used)
+	if used != int64(admitted) {
+		t.Fatalf("calendar day used %d after a give-back retried, want %d", used, admitted)
 	}
 }
 
