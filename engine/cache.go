@@ -484,7 +484,9 @@ func (sh *knownShard) get(key string) (cp knownKey, from *knownKey, nominal int6
 // raised). A give-back, a rollback or a Reset removed entries since, so
 // that answer errs on denying; without it, an outage gave a subject this
 // process had seen its whole limit again (found by TestFaults, miniredis
-// seed 5).
+// seed 5). A calendar key kept in its rate key's entry (see colocated)
+// finds that answer there, as get does (found by TestFaults, redis seed
+// 3859122395231807178: a calendar day's whole limit again).
 func (k *knownCache) seedOf(key string) (knownKey, bool) {
 	sh := k.shard(key)
 	sh.mu.RLock()
@@ -502,12 +504,24 @@ func (k *knownCache) seedOf(key string) (knownKey, bool) {
 		return kn, true
 	}
 	kk := sh.m[key]
+	nominal := int64(0) // of key's windows in its rate key's entry; 0: key's own
 	if kk == nil || len(kk.seed) == 0 {
-		return knownKey{}, false
+		parent := calParent(key)
+		if parent == "" {
+			return knownKey{}, false
+		}
+		if kk = sh.m[parent]; kk == nil || len(kk.seed) == 0 {
+			return knownKey{}, false
+		}
+		nominal = calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
 	}
 	cp := knownKey{sent: kk.seedSent, wall: kk.seedWall}
 	for _, w := range kk.seed {
-		if w.period > 0 {
+		switch {
+		case nominal == 0 && w.period > 0:
+			cp.wins = append(cp.wins, w)
+		case nominal != 0 && w.period == -nominal:
+			w.period = nominal
 			cp.wins = append(cp.wins, w)
 		}
 	}

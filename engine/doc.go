@@ -180,8 +180,8 @@
 // request's other windows in the same script call, all or nothing, and
 // stored as one counter per subject and period in a key of its own: the
 // limiter's key followed by ":cal:" and the unit (same hash slot), a hash
-// whose one field, the period's start, holds its count, and which expires
-// after the period ends, relative to the script's time. The script may decide at
+// whose field named by the period's start holds its count, and which
+// expires after the period ends, relative to the script's time. The script may decide at
 // Redis's TIME, which the engine does not know beforehand, so the engine
 // sends the boundaries of the periods around its own clock and the script
 // counts in the one that holds its time. A denial's RetryAfter, and the
@@ -189,7 +189,10 @@
 // settles in the counter of the request's own period, never below zero (a
 // settled request is not given back as well); a rollback on a cluster
 // does the same; the undo of a failed script call leaves the counter,
-// erring on the side of denying. Reset deletes the counters of the
+// erring on the side of denying. A counter keeps no member to remove, so
+// each such change leaves a record of the request in the hash until the
+// period ends: a change retried after a timeout, though Redis had run it,
+// changes the count once. Reset deletes the counters of the
 // limiter's calendar windows. See lua/multi_window.lua, Calendars.
 //
 // # Distinct values

@@ -61,7 +61,8 @@
 --                        by delta (see Weighted changes below)
 --       'A', start, delta
 --                        a calendar key: add delta to the count of the
---                        period starting at start (see Calendars)
+--                        period starting at start, once per member (see
+--                        Calendars)
 --       'R', value, at, prev
 --                        a distinct key: restore value (see Distinct)
 --     suffix is the member's suffix in the key, or -1 when unknown: every
@@ -104,7 +105,8 @@
 --
 -- A finish op's code is 1, followed per key by 1 when an entry was
 -- removed or changed, 0 when none was (already gone, already settled; a
--- counter of another period; a value counted again since), 2 when a
+-- counter of another period, or already adjusted for the member; a value
+-- counted again since), 2 when a
 -- weighted change was refused because a total would exceed 2^53. Its
 -- channel receives the count, weighted, calendar (when delta < 0) and
 -- distinct keys it changed.
@@ -178,8 +180,9 @@
 -- Calendars. A calendar key (engine: the limiter's key followed by
 -- ':cal:' and the unit, same hash tag; engine/calendar.go) counts a
 -- calendar window (a day, an ISO week or a month in a time zone) in a
--- hash of one field: START, the start of the period it counts, in µs,
--- written as in ARGV, holding COUNT (%d), what was admitted in it. The
+-- hash: the field START, the start of the period it counts, in µs,
+-- written as in ARGV, holding COUNT (%d), what was admitted in it, and
+-- the records of the period's finish ops (below). The
 -- engine computes period boundaries in the zone (wall-clock midnights, so
 -- a DST day lasts 23 or 25 hours) around its own clock and sends four,
 -- bounding three periods: the op counts in the period [b_i, b_(i+1)) that
@@ -197,15 +200,28 @@
 -- is set (PEXPIRE) to left rounded up to ms plus CAL_MARGIN: relative to
 -- t, so it never ends before the period does, and a test clock works too
 -- (a field of another period counts 0 whatever the expiry); the fields
--- of other periods are then deleted; later admissions keep the expiry.
+-- of other periods are then deleted (HLEN, and when the key holds more
+-- than START, HGET of 'm' and HKEYS unless 'm' is START: the records of
+-- this period stay); later admissions keep the expiry.
 -- The ops of one call on a key count on from each other and what they
 -- add after the first is written once, at the end of the call (see
 -- cal_memo). Memory is one small hash per subject and period, whatever
--- the limit. A finish op's 'A' key (a give-back, a settlement, a
--- rollback) adds delta (negative: a refund) to the count of the period
--- starting at start, never below 0 (at 0 the field is deleted), keeping
--- the expiry; a period without a field is left as it is: the period the
--- request counted in is over. A key of the earlier format, a string
+-- the limit, plus a record per finish op in the period. A finish op's 'A'
+-- key (a give-back, a settlement, a rollback) adds delta (negative: a
+-- refund) to the count of the period starting at start, never below 0 (at
+-- 0 the field is deleted), keeping the expiry; a period without a field
+-- is left as it is: the period the request counted in is over. A count
+-- keeps no member to remove, so the op records itself: it runs only if
+-- HSETNX of the field '-' .. member (value 1) sets it, and then sets the
+-- field 'm' to START, the period of the records. A second op of the
+-- member in the key changes nothing (reply 0): the engine retries an op
+-- whose call timed out though Redis may have run it, and a request has at
+-- most one 'A' op per key (a give-back, a settlement or a rollback).
+-- Members sharing an id (two processes with one snowflake node) share the
+-- record, and the later op is lost (a refund errs on the side of denying,
+-- a debt goes uncharged). The
+-- records go with the key's expiry, or at the next period's first
+-- admission. A key of the earlier format, a string
 -- START ':' COUNT, becomes the hash of that count and expiry the first time
 -- an op touches it (its HGET or HINCRBY fails with WRONGTYPE).
 --
@@ -1090,7 +1106,10 @@ local function flush_cal_key(k, m)
   end
   if m[4] and m[2] > 0 then
     call('PEXPIRE', k, m[4])
-    if call('HLEN', k) > 1 then
+    -- Other fields are other periods' counts, or the records of finish
+    -- ops ('m' names their period): those of this period stay (the count
+    -- fell to 0 and rose again), a retry of their op must find them.
+    if call('HLEN', k) > 1 and call('HGET', k, 'm') ~= start then
       for _, f in ipairs(call('HKEYS', k)) do
         if f ~= start then
           call('HDEL', k, f)
@@ -1144,10 +1163,10 @@ local function flush_cal(key)
 end
 
 -- finish_special runs a finish op's calendar adjustment ('A') or
--- distinct restore ('R') whose fields start at args[q] (see Calendars and
--- Distinct), and returns 1 when it changed the key, 0 when not, and the
--- index of the next key's fields.
-local function finish_special(key, q)
+-- distinct restore ('R') of member whose fields start at args[q] (see
+-- Calendars and Distinct), and returns 1 when it changed the key, 0 when
+-- not, and the index of the next key's fields.
+local function finish_special(key, q, member)
   if args[q] == 'A' then
     flush_cal(key)
     local start = args[q + 1]
@@ -1158,12 +1177,18 @@ local function finish_special(key, q)
     if used == 0 then
       return 0, q + 3
     end
+    -- A counter keeps no member to remove: the adjustment's record makes
+    -- it run once, though a timed-out call that Redis ran is retried.
+    if call('HSETNX', key, '-' .. member, '1') == 0 then
+      return 0, q + 3
+    end
     local delta = math.max(num(args[q + 2]), -used)
     if used + delta == 0 then
       call('HDEL', key, start)
     else
       call('HINCRBY', key, start, fmt('%d', delta))
     end
+    call('HSET', key, 'm', start)
     return 1, q + 3
   end
   local s = call('ZSCORE', key, args[q + 1])
@@ -1232,7 +1257,7 @@ local function finish_op(p, used)
     local kind = args[q]
     local changed, removal
     if kind == 'A' or kind == 'R' then
-      changed, q = finish_special(key, q)
+      changed, q = finish_special(key, q, member)
       removal = kind == 'A' and changed == 1 and num(args[q - 1]) < 0 or kind == 'R'
     else
       changed, removal, q = finish_entry(key, q, member)

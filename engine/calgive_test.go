@@ -1,0 +1,230 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// finishUndos returns the finish ops that Finish(d, o) sends, claiming
+// them in d as Finish does: what a retry of that Finish sends again.
+func finishUndos(t *testing.T, d Decision, o Outcome) []undo {
+	t.Helper()
+	c := getCall()
+	defer putCall(c)
+	deltas, err := c.deltas(d.taken, o.Actual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.finishing(d.taken, &o, deltas, false)
+	return slices.Clone(c.fin)
+}
+
+// removeOK runs us as finish ops, as the retry of a queued finish does.
+func removeOK(t *testing.T, e *Engine, us []undo) {
+	t.Helper()
+	if failed, err := e.remove(context.Background(), us); len(failed) > 0 {
+		t.Fatalf("remove: %v failed: %v", failed, err)
+	}
+}
+
+// calUsed returns what the first calendar window of r holds, by a Peek.
+func calUsed(t *testing.T, e *Engine, r Request) int64 {
+	t.Helper()
+	d, err := e.Peek(context.Background(), r)
+	if err != nil || d.Source != FromRedis {
+		t.Fatalf("Peek: %v (source %v)", err, d.Source)
+	}
+	return calState(t, d).Used
+}
+
+// TestCalendarFinishTwice checks, on real Redis and miniredis, that a
+// calendar key's finish op run twice changes the counter once: the retry
+// of a give-back or settlement whose answer was lost (a client-side
+// timeout) though Redis ran it. A counter keeps no member to remove, so
+// without a record of the op a retry frees a place never taken.
+func TestCalendarFinishTwice(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	for _, b := range []struct {
+		name string
+		c    *redis.Client
+	}{{"redis", rc}, {"miniredis", mc}} {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := testPrefix(t)
+			clk := newFakeClock()
+			e := newEngine(t, b.c, WithPrefix(prefix), WithClock(clk.Now))
+			ctx := context.Background()
+
+			// A give-back applied twice: 3 admitted, one given back.
+			r := req(user("u", win(100, time.Minute), calWin(10, rules.CalendarDay)))
+			d := mustAllow(t, e, r, true)
+			mustAllow(t, e, r, true)
+			mustAllow(t, e, r, true)
+			us := finishUndos(t, d, Outcome{GiveBack: true})
+			removeOK(t, e, us)
+			removeOK(t, e, us)
+			if u := calUsed(t, e, r); u != 2 {
+				t.Fatalf("after a give-back run twice: calendar day used %d, want 2", u)
+			}
+
+			// A settlement applied twice: 5 and 5 charged, the first
+			// settled to 2.
+			rb := req(bytesOf("b", 5, calWin(100, rules.CalendarDay)))
+			db := mustAllow(t, e, rb, true)
+			mustAllow(t, e, rb, true)
+			us = finishUndos(t, db, Outcome{Actual: []int64{2}})
+			removeOK(t, e, us)
+			removeOK(t, e, us)
+			if u := calUsed(t, e, rb); u != 7 {
+				t.Fatalf("after a settlement run twice: calendar day used %d, want 7", u)
+			}
+
+			// The record outlives the counter falling to 0 and the
+			// admission that raises it again (the period's first again).
+			rz := req(user("z", calWin(10, rules.CalendarDay)))
+			dz := mustAllow(t, e, rz, true)
+			us = finishUndos(t, dz, Outcome{GiveBack: true})
+			removeOK(t, e, us)
+			mustAllow(t, e, rz, true)
+			removeOK(t, e, us)
+			if u := calUsed(t, e, rz); u != 1 {
+				t.Fatalf("a give-back run again after the counter fell to 0 and rose: used %d, want 1", u)
+			}
+
+			// The next period's first admission drops the records of the
+			// periods before: the key holds its count alone.
+			cal := prefix + "{s|user|z}" + calSuffix + string(rules.CalendarDay)
+			if v, err := b.c.HGetAll(ctx, cal).Result(); err != nil || len(v) < 2 {
+				t.Fatalf("calendar key %q after a give-back: %v, %v; want its record too", cal, v, err)
+			}
+			clk.Set(36 * time.Hour)
+			mustAllow(t, e, rz, true)
+			if v, err := b.c.HGetAll(ctx, cal).Result(); err != nil || len(v) != 1 {
+				t.Fatalf("calendar key %q on the next day: %v, %v; want its count alone", cal, v, err)
+			}
+		})
+	}
+}
+
+// TestCalendarGiveBackRetried: a give-back of a calendar window sent
+// while Redis sleeps (DEBUG SLEEP) times out and is queued, though Redis
+// runs it when it wakes; the queue's retry must not lower the counter
+// again (the hole the fault harness found, plan
+// testdata/faults/redis-3859122395231807178.json).
+func TestCalendarGiveBackRetried(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartWith(t, "--enable-debug-command", "local")
+	// A client that keeps WithTimeout, as docs/engine.md asks.
+	rc := redisClient(s.Addr)
+	t.Cleanup(func() { rc.Close() })
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
+	ctx := context.Background()
+	r := req(user("u", calWin(10, rules.CalendarDay)))
+	mustAllow(t, e, r, true)
+	mustAllow(t, e, r, true)
+	admitted := 2
+	admin := s.Client()
+	probe := redisClient(s.Addr)
+	defer probe.Close()
+	// On a loaded machine a ping may time out before the server sleeps,
+	// and the give-back then be answered: that try is counted, and
+	// another is made.
+	for try := 0; ; try++ {
+		d := mustAllow(t, e, r, true)
+		admitted++
+		slept := make(chan error, 1)
+		go func() { slept <- admin.Do(context.Background(), "debug", "sleep", "1").Err() }()
+		// Wait until the server sleeps: a ping gets no answer.
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			pctx, cancel := context.WithTimeout(ctx, 50*ms)
+			err := probe.Ping(pctx).Err()
+			cancel()
+			if err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("DEBUG SLEEP never took the server")
+			}
+			time.Sleep(ms)
+		}
+		err := e.Finish(ctx, d, Outcome{GiveBack: true})
+		admitted--
+		if serr := <-slept; serr != nil {
+			t.Fatalf("DEBUG SLEEP: %v", serr)
+		}
+		if errors.Is(err, ErrBackend) {
+			break // timed out and queued
+		}
+		if err != nil || try == 4 {
+			t.Fatalf("Finish while Redis sleeps: %v, want ErrBackend (timed out, queued)", err)
+		}
+	}
+	// Redis ran the give-back when it woke. The batches that find it back
+	// run the queued retry; then the counter must hold the others.
+	var used int64
+	for try := 0; ; try++ {
+		dp, err := e.Peek(ctx, r)
+		if err == nil && dp.Source == FromRedis && e.undos.n.Load() == 0 {
+			used = calUsed(t, e, r)
+			break
+		}
+		if try == 100 {
+			t.Fatalf("Redis never answered again: %v (source %v, %d undos queued)", err, dp.Source, e.undos.n.Load())
+		}
+		time.Sleep(50 * ms)
+	}
+	if used != int64(admitted) {
+		t.Fatalf("calendar day used %d after a give-back retried, want %d", used, admitted)
+	}
+}
+
+// TestFallbackSeedAfterGiveBackCalendar is TestFallbackSeedAfterGiveBack
+// for a calendar window kept in its rate key's entry (see colocated): the
+// invalidation of a give-back keeps the last answer there as the seed,
+// and the fallback must start the calendar key from it too, not from 0.
+// Found by TestFaults (redis, seed 3859122395231807178): a give-back that
+// Redis ran when it woke from DEBUG SLEEP published its keys, and a
+// process's fallback then admitted a calendar day's whole limit again.
+func TestFallbackSeedAfterGiveBackCalendar(t *testing.T) {
+	t.Parallel()
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	clk := newFakeClock()
+	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
+	r := req(user("u", win(100, 10*time.Second), calWin(3, rules.CalendarDay)))
+	ctx := context.Background()
+	mustAllow(t, e, r, true)
+	d := mustAllow(t, e, r, true) // Redis: 2 of 3 in the day
+	if err := e.Finish(ctx, d, Outcome{GiveBack: true}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close() // Redis holds 1 of 3: at most 2 more here
+	admitted := 0
+	for range 5 {
+		if d, _ := e.Allow(ctx, r); d.Allowed {
+			if d.Source != FromLocal {
+				t.Fatalf("admitted by %v, want local", d.Source)
+			}
+			admitted++
+		}
+	}
+	if admitted > 2 {
+		t.Fatalf("the fallback admitted %d with 1 of 3 used in the day, want at most 2", admitted)
+	}
+}
