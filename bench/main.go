@@ -547,7 +547,7 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 // Peers slidelimit's rows are compared with, by library name: each peer
 // doing one window (like-for-like with slidelimit's 1-window group) and
 // doing the 2-window job its own way (samejob.go).
-var ratioPeers = []string{redisRate, ulule, redisRate2W, ulule2W}
+var ratioPeers = []string{redisRate, ulule, redisRate2W, ulule2W, plain1W, plain2W}
 
 // printRatios prints, for every slidelimit row (and floor row, with
 // -floor), its decisions/s divided by each peer's in the same case, number
