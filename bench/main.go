@@ -166,6 +166,7 @@ func main() {
 	latency := flag.Bool("latency", false, "run the latency probe instead (see latency.go): the HTTP middleware's p50 with Redis behind a delaying proxy")
 	latencyDelay := flag.Duration("latency-delay", time.Millisecond, "the latency probe's delay in each direction")
 	latencyN := flag.Int("latency-n", 500, "the latency probe's requests per route")
+	interleave := flag.String("interleave", "", "instead of the table, run these libraries (comma-separated names) with one caller alternating between them (see interleave.go)")
 	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the Redis work an exact 2-window log cannot skip, not a limiter (see floor.go)")
 	flag.Parse()
 
@@ -213,6 +214,13 @@ func main() {
 	if *latency {
 		if err := latencyProbe(srv.Addr, *latencyDelay, *latencyN); err != nil {
 			fatalf("latency probe: %v", err)
+		}
+		return
+	}
+
+	if *interleave != "" {
+		if err := interleaveProbe(ctx, srv.Addr, o, strings.Split(*interleave, ",")); err != nil {
+			fatalf("interleave: %v", err)
 		}
 		return
 	}
