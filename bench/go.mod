@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/slidelimit/slidelimit => ../
 
 require (
+	github.com/bwmarrin/snowflake v0.3.0
 	github.com/go-chi/httprate v0.15.0
 	github.com/go-chi/httprate-redis v0.7.0
 	github.com/go-redis/redis_rate/v10 v10.0.1
@@ -14,7 +15,6 @@ require (
 )
 
 require (
-	github.com/bwmarrin/snowflake v0.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.16 // indirect
 	github.com/go-playground/locales v0.14.2 // indirect

@@ -50,6 +50,9 @@ var peerLibraries = []library{
 	{Name: ulule, Setup: setupUlule},
 	{Name: redisRate2W, Setup: setupRedisRate2W},
 	{Name: ulule2W, Setup: setupUlule2W},
+	// The seed's plain script (plain.go), 2-window and 1-window.
+	{Name: plain2W, Setup: setupPlain(time.Minute, time.Second)},
+	{Name: plain1W, Setup: setupPlain(time.Minute)},
 	{Name: "httprate-redis", Setup: setupHTTPRate},
 	{Name: "httprate-redis counter", Setup: setupHTTPRateCounter},
 }

@@ -166,6 +166,7 @@ func main() {
 	latency := flag.Bool("latency", false, "run the latency probe instead (see latency.go): the HTTP middleware's p50 with Redis behind a delaying proxy")
 	latencyDelay := flag.Duration("latency-delay", time.Millisecond, "the latency probe's delay in each direction")
 	latencyN := flag.Int("latency-n", 500, "the latency probe's requests per route")
+	interleave := flag.String("interleave", "", "instead of the table, run these libraries (comma-separated names) with one caller alternating between them (see interleave.go)")
 	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the Redis work an exact 2-window log cannot skip, not a limiter (see floor.go)")
 	flag.Parse()
 
@@ -213,6 +214,13 @@ func main() {
 	if *latency {
 		if err := latencyProbe(srv.Addr, *latencyDelay, *latencyN); err != nil {
 			fatalf("latency probe: %v", err)
+		}
+		return
+	}
+
+	if *interleave != "" {
+		if err := interleaveProbe(ctx, srv.Addr, o, strings.Split(*interleave, ",")); err != nil {
+			fatalf("interleave: %v", err)
 		}
 		return
 	}
@@ -547,7 +555,7 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 // Peers slidelimit's rows are compared with, by library name: each peer
 // doing one window (like-for-like with slidelimit's 1-window group) and
 // doing the 2-window job its own way (samejob.go).
-var ratioPeers = []string{redisRate, ulule, redisRate2W, ulule2W}
+var ratioPeers = []string{redisRate, ulule, redisRate2W, ulule2W, plain1W, plain2W}
 
 // printRatios prints, for every slidelimit row (and floor row, with
 // -floor), its decisions/s divided by each peer's in the same case, number

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,4 +165,49 @@ func TestStorage(t *testing.T) {
 		}
 		mustAllow(t, e, r, true)
 	})
+}
+
+// TestNewKeyNotTrimmed checks the bookkeeping's trim: a key's first
+// admission runs none (the key holds only that admission's entry), and
+// an existing key's next epoch still trims what its retention no longer
+// needs.
+func TestNewKeyNotTrimmed(t *testing.T) {
+	t.Parallel()
+	_, rc := startRedis(t)
+	clk := newFakeClock()
+	e := newEngine(t, rc, WithClock(clk.Now))
+	r := req(user("u", win(10, time.Minute), win(5, time.Second)))
+	key := e.keyOf("s", r.Checks[0])
+
+	trims := cmdCalls(t, rc, "zremrangebyscore")
+	mustAllow(t, e, r, true)
+	if n := cmdCalls(t, rc, "zremrangebyscore") - trims; n != 0 {
+		t.Errorf("a new key's admission ran %d ZREMRANGEBYSCORE, want 0", n)
+	}
+	// Two minutes on, the first entry is past the retention: the next
+	// epoch's first admission trims it.
+	clk.Set(2 * time.Minute)
+	mustAllow(t, e, r, true)
+	if got := entries(t, rc, key); len(got) != 1 || got[0] != t0.Add(2*time.Minute).UnixMicro() {
+		t.Errorf("entries after the next epoch: %v, want only the new one", got)
+	}
+}
+
+// cmdCalls returns how many times the server has run command name
+// (lower case, as INFO commandstats names it).
+func cmdCalls(t *testing.T, rc *redis.Client, name string) int64 {
+	t.Helper()
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(info, "cmdstat_"+name+":calls=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

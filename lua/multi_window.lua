@@ -290,7 +290,8 @@
 -- the key outlives each entry's retention, and GT never shortens a
 -- deadline another group's epoch relies on. When the retention grows all
 -- epoch markers are dropped, so every group's next admission sets a
--- deadline with the new retention.
+-- deadline with the new retention. A key without 'r' is new (its first
+-- admission): it holds nothing to trim, so only its expiry is set.
 --
 -- Weighted keys. A window's sum is the newest total minus the total of the
 -- last entry before the window: two lookups for any number of entries,
@@ -358,16 +359,16 @@ local reply = {0, 0, 0, 0, 0, 0, 0, 0}
 local n -- last index written in reply
 
 local t = num(args[1])
-local t_arg -- t as a score argument, formatted at the first admission
+local t_arg = args[1] -- t as a score argument
 if t == 0 then
+  -- TIME's seconds and microseconds (unpadded) joined as text: one
+  -- number to parse, and none to format for t_arg (see Cost).
   local now = call('TIME')
-  local sec, usec = num(now[1]), num(now[2])
-  reply[1], reply[2] = sec, usec
-  t = sec * 1000000 + usec
-else
-  reply[1], reply[2] = floor(t / 1000000), t % 1000000
-  t_arg = args[1]
+  t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
+  t = num(t_arg)
 end
+reply[2] = t % 1000000
+reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
 n = 2
 
 -- memo maps a count key to where the call's last op on it left its
@@ -678,7 +679,6 @@ end
 -- suffixed member is tried. It returns the suffix and the member added,
 -- or nothing when no unique member was found within max_suffix retries.
 local function add_member(first, nkeys, key_state, member)
-  t_arg = t_arg or fmt('%d', t)
   local m, suffix, max_suffix = member, 0, nil
   while true do
     local clash = 0
@@ -746,9 +746,11 @@ local function bookkeep(key, q, longest, busy, weighted)
       call('ZADD', key, epoch, marker)
     end
   end
-  if not weighted then
+  -- A key without 'r' is new: it holds only this call's entries, which no
+  -- trim removes ('r' leaves only with the key).
+  if kept and not weighted then
     call('ZREMRANGEBYSCORE', key, '0', fmt('%d', t - retention))
-  else
+  elseif kept then
     -- A weighted key keeps the newest entry it could trim: its total is
     -- the base of every window's sum.
     local base = call('ZRANGE', key, fmt('%d', t - retention), '0', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')
@@ -1351,7 +1353,6 @@ while p <= #args do
       key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
     elseif args[q + 1] == 'S' then
       -- A slot key (see Slots).
-      t_arg = t_arg or fmt('%d', t)
       local used = call('ZCOUNT', key, t_arg, '+inf')
       n = n + 1
       reply[n] = used
