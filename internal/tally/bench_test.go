@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -53,14 +54,9 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 	}
 }
 
-// benchTallies returns tallies that are never written.
-func benchTallies(b *testing.B) *Tallies {
-	return New(newEngine(b, redistest.Start(b).Client()))
-}
-
 // BenchmarkTallyNote measures Note alone on one hot subject.
 func BenchmarkTallyNote(b *testing.B) {
-	tl := benchTallies(b)
+	tl := newTallies(access.Store{}) // never written
 	d := denial("s", "hot")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -72,7 +68,7 @@ func BenchmarkTallyNote(b *testing.B) {
 
 // BenchmarkTallyNoteSerial is BenchmarkTallyNote from one goroutine.
 func BenchmarkTallyNoteSerial(b *testing.B) {
-	tl := benchTallies(b)
+	tl := newTallies(access.Store{}) // never written
 	d := denial("s", "hot")
 	b.ReportAllocs()
 	for b.Loop() {

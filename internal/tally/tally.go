@@ -190,7 +190,12 @@ type Tallies struct {
 // and read from its Redis under its prefix. They count what Note is given
 // and write nothing until Start.
 func New(engine any) *Tallies {
-	t := &Tallies{names: map[string]shownName{}, store: access.EngineStore(engine)}
+	return newTallies(access.EngineStore(engine))
+}
+
+// newTallies returns the tallies that write to and read from store.
+func newTallies(store access.Store) *Tallies {
+	t := &Tallies{names: map[string]shownName{}, store: store}
 	for i := range t.shards {
 		t.shards[i].idx = make(map[key]int, shardCap)
 	}
