@@ -310,7 +310,7 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 }
 
 // ResetHashed is Reset for a subject known by its stored hash only, as
-// Denials.Hash reports it (see Check.Hashed): a subject longer than 128
+// the operator's page reports it (see Check.Hashed): a subject longer than 128
 // bytes, or any subject with WithHashSubjects. It fails with an error
 // matching ErrInvalid when hash is not a stored hash.
 func (e *Engine) ResetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
