@@ -10,6 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -41,8 +42,8 @@ type adminSource struct{ l *Limiter }
 
 var _ admin.Source = adminSource{}
 
-func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]engine.Denials, error) {
-	return s.l.engine.TopDenied(ctx, since, n)
+func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]tally.Denials, error) {
+	return s.l.tally.TopDenied(ctx, since, n)
 }
 
 // Routes lists the scopes registered with a known scope, and an override's

@@ -42,7 +42,7 @@
 // middleware.WithLimitFunc) give each request its own limit.
 // AdminHandler serves the operator's view (internal/admin): the most denied
 // subjects fleet-wide, active blocks, one subject across routes, and a
-// reset, from denial tallies the engine keeps (see engine, Denial tallies).
+// reset, from denial tallies the Limiter keeps (see WithTallyFlush).
 //
 // A cost limiter can settle after the handler to what a request really
 // consumed: middleware.WithSettle with middleware.Settlement{Written: true}

@@ -190,7 +190,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 }
 
 // inspectStored is inspect for a subject as the engine stores it, as the
-// denial tallies report it (engine.Denials): the middleware's encoding of
+// denial tallies report it (internal/tally): the middleware's encoding of
 // a value, or its stored hash (hashed). It makes one check, for that
 // subject whatever the groups' options.
 func (l *Limiter) inspectStored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {

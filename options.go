@@ -11,7 +11,7 @@ import (
 // Option configures New. The Limiter passes engine options to [engine.New]
 // and middleware options to every [middleware.New] it calls, so each
 // setting is configured one way, with the option of the package that owns
-// it; its only settings of its own are WithRulesCheck and
+// it; its only settings of its own are WithRulesCheck, WithTallyFlush and
 // WithMaskedSubjects:
 //
 //	lim, err := slidelimit.New(rdb,
@@ -24,6 +24,7 @@ type config struct {
 	engine     []engine.Option
 	middleware []middleware.Option
 	rulesCheck time.Duration
+	tallyFlush time.Duration
 	masked     []rules.Kind
 	maskSet    bool
 }
@@ -57,6 +58,16 @@ func WithMaskedSubjects(kinds ...rules.Kind) Option {
 // with ErrOverridesOff.
 func WithRulesCheck(d time.Duration) Option {
 	return func(c *config) { c.rulesCheck = d }
+}
+
+// WithTallyFlush sets how often the Limiter writes its denial tallies to
+// Redis, where AdminHandler reads every process's (see docs/operations.md,
+// Denial tallies); the default is 1 s, one pipeline per interval per
+// process, off the request path. d must be between 10 ms and 10 s (New
+// fails otherwise); d <= 0 turns the tallies off: the Limiter counts no
+// denial, and its page shows only other processes' tallies.
+func WithTallyFlush(d time.Duration) Option {
+	return func(c *config) { c.tallyFlush = d }
 }
 
 // WithEngineOptions passes opts to [engine.New], which creates the

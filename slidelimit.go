@@ -9,6 +9,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/overrides"
+	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -21,6 +22,7 @@ type Limiter struct {
 	client engine.Client
 	opts   []middleware.Option
 	ov     *overrides.Store // nil with WithRulesCheck(0)
+	tally  *tally.Tallies   // counting and writing unless WithTallyFlush(0)
 	masked []rules.Kind     // WithMaskedSubjects
 
 	mu        sync.RWMutex
@@ -41,7 +43,7 @@ type Limiter struct {
 //
 // The Limiter does not own client: Close leaves it open.
 func New(client engine.Client, opts ...Option) (*Limiter, error) {
-	c := config{rulesCheck: DefaultRulesCheck}
+	c := config{rulesCheck: DefaultRulesCheck, tallyFlush: tally.DefaultFlush}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -58,11 +60,20 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("slidelimit: WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k))
 		}
 	}
+	if c.tallyFlush > 0 && (c.tallyFlush < tally.MinFlush || c.tallyFlush > tally.MaxFlush) {
+		return nil, fmt.Errorf("slidelimit: WithTallyFlush: %s is not between %s and %s (or <= 0, off)", c.tallyFlush, tally.MinFlush, tally.MaxFlush)
+	}
 	e, err := engine.New(client, c.engine...)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{engine: e, client: client, opts: c.middleware, masked: masked}
+	l := &Limiter{engine: e, client: client, opts: c.middleware, masked: masked, tally: tally.New(e)}
+	if c.tallyFlush > 0 {
+		// Before the Limiter is returned: the engine reads its hook
+		// without a lock.
+		access.SetDenialHook(e, l.tally.Note)
+		l.tally.Start(c.tallyFlush)
+	}
 	if c.rulesCheck > 0 {
 		l.ov = overrides.New(client, access.EnginePrefix(e), c.rulesCheck, access.EngineLogger(e))
 		l.ov.Start()
@@ -77,7 +88,8 @@ func (l *Limiter) Engine() *engine.Engine { return l.engine }
 
 // Close makes later decisions follow their fail mode, as if Redis were down;
 // requests in flight complete. It stops following rule overrides (the ones
-// in force stay). It does not close the Redis client. Close is idempotent.
+// in force stay), and writes the denial tallies a last time. It does not
+// close the Redis client. Close is idempotent.
 func (l *Limiter) Close() error {
 	if l.ov != nil {
 		l.ov.Close()
@@ -87,7 +99,10 @@ func (l *Limiter) Close() error {
 		t.fleet.close()
 	}
 	l.mu.RUnlock()
-	return l.engine.Close()
+	err := l.engine.Close()
+	// After the engine: the denials of requests it completed are written.
+	l.tally.Close()
+	return err
 }
 
 // Middleware returns middleware enforcing the rule group text, for routers

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -78,7 +80,7 @@ func w(limit int64, period time.Duration) rules.Window {
 }
 
 // setupSlidelimit configures a slidelimit engine with default options
-// (and opts) on rdb and one limiter of kind key with the given windows.
+// (and opts) and its denial tallies, as a slidelimit.Limiter has, on rdb and one limiter of kind key with the given windows.
 // Each caller reuses one Request and only changes its subject, so the
 // caller itself allocates nothing. Requests fail closed, and a decision not
 // made by Redis (or, for a denial, by the cache of Redis's answers) counts
@@ -91,9 +93,22 @@ func setupSlidelimit(rdb *redis.Client, opts ...engine.Option) func(windows ...r
 // newSlidelimit is setupSlidelimit with a limiter cost (rules.Limiter.Cost)
 // and the cost of each request (0: the limiter's).
 func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64, windows []rules.Window) (*limiterSetup, error) {
+	return newSlidelimitTallies(rdb, opts, true, cost, n, windows)
+}
+
+// newSlidelimitTallies is newSlidelimit, with the denial tallies (fed by
+// the engine's denial hook and written every second, as the root
+// package's Limiter wires them) or without.
+func newSlidelimitTallies(rdb *redis.Client, opts []engine.Option, tallies bool, cost string, n int64, windows []rules.Window) (*limiterSetup, error) {
 	eng, err := engine.New(rdb, opts...)
 	if err != nil {
 		return nil, err
+	}
+	var tl *tally.Tallies
+	if tallies {
+		tl = tally.New(eng)
+		access.SetDenialHook(eng, tl.Note)
+		tl.Start(tally.DefaultFlush)
 	}
 	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: cost, Windows: windows}
 	var desc []string
@@ -130,6 +145,11 @@ func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64
 				return d.Allowed, nil
 			}
 		},
-		Close: func() { eng.Close() },
+		Close: func() {
+			eng.Close()
+			if tl != nil {
+				tl.Close()
+			}
+		},
 	}, nil
 }

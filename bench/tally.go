@@ -6,19 +6,21 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
-// slidelimitNT is the 2-window group with the denial tallies off
-// (engine.WithTallies(false)): beside "slidelimit 2-window", whose tallies
-// are on (the default), its deny-hot row shows what counting every cached
-// denial for the operator's view costs.
+// slidelimitNT is the 2-window group without the denial tallies
+// (slidelimit.WithTallyFlush(0)): beside "slidelimit 2-window", whose
+// tallies are on (a Limiter's default), its deny-hot row shows what
+// counting every cached denial for the operator's view costs.
 const slidelimitNT = "slidelimit 2-window no tallies"
 
 func init() {
 	slidelimitLibraries = append(slidelimitLibraries, library{Name: slidelimitNT,
 		Setup: func(ctx context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {
-			setup := setupSlidelimit(rdb, engine.WithTallies(false))
+			setup := func(windows ...rules.Window) (*limiterSetup, error) {
+				return newSlidelimitTallies(rdb, nil, false, "", 0, windows)
+			}
 			if c.Deny {
 				return setup(w(1, time.Minute), w(10, time.Hour))
 			}

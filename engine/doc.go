@@ -292,27 +292,6 @@
 // deleted behind the engines' backs is asked again within a second. Peek
 // always asks Redis. See [WithCachedDenials].
 //
-// # Denial tallies
-//
-// Every denial of Allow (by Redis, the fallback limiter or the cache of
-// denials) adds one, in process, to its (scope, limiter ID, subject of the
-// denying check); a goroutine writes what was added every
-// [DefaultTallyFlush] ([WithTallyFlush]) in one pipeline, so that the
-// tallies of every engine sharing the Redis and prefix add up and a request
-// pays no round trip for them. A process gathers at most 1,024 entries
-// between writes (a new one replaces the least denied, whose count
-// is lost) and each bucket in Redis keeps its 256 most denied:
-// 10 s buckets for views up to 5 min, 1 min buckets up to an hour, all
-// under the hash tag {tally} (one cluster slot; the key format is in the
-// header of lua/multi_window.lua). A subject stored hashed (over 128 bytes,
-// or any with [WithHashSubjects]) is entered by its stored hash at denial
-// time, with at most its first 48 bytes to show: the tallies never hold a
-// long subject, and a write only sends, its deadline ([WithTimeout])
-// covering the Redis call alone. A failed write is dropped and counted
-// ([Engine.TallyStats]), and logged once until writes succeed again.
-// [Engine.TopDenied] reads them; the operator's page (Limiter.AdminHandler
-// in the root package) shows them. See [WithTallies].
-//
 // # Failures
 //
 // Each Redis call has a timeout ([WithTimeout]). When Redis fails or times

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -64,7 +64,9 @@ type Engine struct {
 	slots    slotHolder // slots of in-flight windows held by running requests
 	slotLost func(SlotLost)
 
-	tally *tallies // denial tallies (tally.go); nil with WithTallies(false)
+	// denied is called with each denial by a window (denial.go): the
+	// root package's denial tallies. Set before the engine decides.
+	denied func(access.Denial)
 
 	// The invalidation subscription of cached denials (see cache.go).
 	pubsub     *redis.PubSub
@@ -143,10 +145,6 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
 		return nil, err
-	}
-	if !cfg.tallyOff {
-		e.tally = newTallies()
-		e.startTallies(cmp.Or(cfg.tallyFlush, DefaultTallyFlush))
 	}
 	if cfg.denials {
 		if s, ok := client.(subscriber); ok {
@@ -312,7 +310,7 @@ func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subje
 }
 
 // ResetHashed is Reset for a subject known by its stored hash only, as
-// Denials.Hash reports it (see Check.Hashed): a subject longer than 128
+// the operator's page reports it (see Check.Hashed): a subject longer than 128
 // bytes, or any subject with WithHashSubjects. It fails with an error
 // matching ErrInvalid when hash is not a stored hash.
 func (e *Engine) ResetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {

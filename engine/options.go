@@ -36,9 +36,6 @@ type config struct {
 
 	lease    time.Duration
 	slotLost func(SlotLost)
-
-	tallyOff   bool          // WithTallies(false)
-	tallyFlush time.Duration // WithTallyFlush; 0 is DefaultTallyFlush
 }
 
 func defaultConfig() config {

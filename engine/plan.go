@@ -709,7 +709,7 @@ func (k *keyer) appendKeyOf(b []byte, scope string, kind rules.Kind, name, cost,
 const storedHashLen = 1 + 43
 
 // IsStoredHash reports whether s has the form of a stored hash ("#" and
-// 43 base64url characters), as Denials.Hash reports it and Check.Hashed
+// 43 base64url characters), as the operator's page reports it and Check.Hashed
 // and Engine.ResetHashed take it.
 func IsStoredHash(s string) bool {
 	if len(s) != storedHashLen || s[0] != '#' {
@@ -727,8 +727,8 @@ func IsStoredHash(s string) bool {
 // storedHash returns the stored hash in the key of check i (see
 // appendKey), a view of p.buf valid until the next build, or "" when the
 // check's subject is stored as is or has no rate or slot key: the
-// denial tallies take a hashed subject from its key rather than hash it
-// again.
+// denial hook is given a hashed subject's hash from its key rather than
+// hashing it again.
 func (p *plan) storedHash(k *keyer, i int) string {
 	if i >= len(p.keyOf) || i >= len(p.slotOf) {
 		return "" // the build stopped before check i

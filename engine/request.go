@@ -16,7 +16,7 @@ type Check struct {
 	// change a Redis Cluster hash tag.
 	Subject string
 	// Hashed says that Subject is not the value but its stored hash, as
-	// Denials.Hash reports it: the subject of a key stored hashed (longer
+	// the operator's page reports it: the subject of a key stored hashed (longer
 	// than 128 bytes, or any with WithHashSubjects), which an operator's
 	// tool knows by its hash only. The check then names the same keys as
 	// the value would. A Hashed Subject that is not a stored hash (see

@@ -254,8 +254,8 @@
 -- -retention, and per epoch length I a member 'e'..I scored -(EPOCH +
 -- floor(t / I)) (I written as in ARGV: the longest period or busy).
 --
--- Denial tallies (engine/tally.go; not this script's, listed here so that
--- every key the engine writes has one spec). prefix{tally}:10s:<n> and
+-- Denial tallies (internal/tally; not this script's, listed here so that
+-- every key under the prefix has one spec). prefix{tally}:10s:<n> and
 -- prefix{tally}:1m:<n> (n = Unix time / 10 s or / 1 min; one hash tag, so
 -- one cluster slot) are sorted sets: member = escaped scope '|' escaped
 -- limiter ID '|' escaped subject (the subject as the keys store it:

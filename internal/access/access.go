@@ -3,7 +3,14 @@
 // that users of package engine see no method that only the module needs.
 package access
 
-import "log/slog"
+import (
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
 
 var (
 	// EnginePrefix returns the key prefix of an *engine.Engine
@@ -18,3 +25,54 @@ var (
 // root package throttle uses: the hooks ([]func(middleware.Event)) and
 // the limit functions (map[string]middleware.LimitFunc).
 var MiddlewareParts func(opts any) (hooks, limits any)
+
+// Denial is a denial of engine.Engine.Allow as the engine reports it to
+// its denial hook: what the denial tallies (internal/tally) count. Its
+// strings may be views of the request's: a hook that keeps one past the
+// call copies it.
+type Denial struct {
+	// Scope is the request's scope.
+	Scope string
+	// Kind, Name and Cost are those of the denying check's limiter
+	// (rules.Limiter).
+	Kind rules.Kind
+	Name string
+	Cost string
+	// Subject is the denying check's subject when stored as is, or its
+	// stored hash ("#" and base64url) when Hashed.
+	Subject string
+	// Shown is what may be shown of a hashed subject: the subject when it
+	// is at most 128 bytes, its first 48 bytes (cut at a UTF-8 character;
+	// Cut) when longer, "" when unknown (a check given by its hash).
+	Shown string
+	// Hashed reports that Subject is the stored hash.
+	Hashed bool
+	// Cut reports that Shown is the start of a longer subject.
+	Cut bool
+}
+
+// Store is what the denial tallies of an engine write and read Redis
+// with: the engine's client, key prefix, timeout, logger and clock, and
+// whether it considers its single server down (then the tallies neither
+// write nor read, as decisions do not ask it).
+type Store struct {
+	Client  interface{ Pipeline() redis.Pipeliner }
+	Prefix  string
+	Timeout time.Duration
+	Log     *slog.Logger
+	Now     func() time.Time
+	Down    func() bool
+	// AppendEscaped appends s escaped as in the engine's keys: '%', '{',
+	// '}', '|', ':', '#', space and control bytes percent-encoded.
+	AppendEscaped func(b []byte, s string) []byte
+}
+
+var (
+	// SetDenialHook sets the function an *engine.Engine calls with each
+	// denial of Allow by a window (by Redis, the cache of denials or the
+	// fallback limiter), on the request's goroutine; nil removes it. It
+	// is set before the engine decides, not while it does.
+	SetDenialHook func(engine any, hook func(Denial))
+	// EngineStore returns the Store of an *engine.Engine.
+	EngineStore func(engine any) Store
+)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -49,7 +50,7 @@ type entry struct {
 // masks: a value, the start of a long value (Truncated), a stored hash no
 // process of this handler knows the value of (Hashed), or a fingerprint
 // (Masked). Ref is set when Subject is not the whole value.
-func (h *handler) denied(t engine.Denials) entry {
+func (h *handler) denied(t tally.Denials) entry {
 	e := entry{Denied: Denied{Scope: t.Scope, Limiter: t.Limiter, Subject: t.Subject, Denied: t.Denied}, stored: t.Subject}
 	if t.Hashed && t.Hash == "" {
 		t.Hash = t.Subject

@@ -51,8 +51,6 @@ func newScript(url string) (*script, error) {
 	e, err := engine.New(s.client,
 		// The engine reads its clock from background goroutines too.
 		engine.WithClock(func() time.Time { return time.UnixMicro(s.now.Load()) }),
-		// Denial tallies are for operators of a live service.
-		engine.WithTallies(false),
 		engine.WithPrefix("slidelimit-replay:"+hex.EncodeToString(b[:])+":"),
 		// A cached denial is timed by the wall clock, not the log's.
 		engine.WithCachedDenials(false),

@@ -1,4 +1,4 @@
-package engine
+package tally
 
 import (
 	"context"
@@ -8,23 +8,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // BenchmarkCachedDenialTallies measures cached denials of one hot subject
 // with the denial tallies on and off, from one goroutine and from
-// GOMAXPROCS ones (what the tallies add: a shard's lock and a map lookup).
+// GOMAXPROCS ones (what the tallies add: the hook's call, a shard's lock
+// and a map lookup, or the hot subject's counter).
 //
-//	go test -run XXX -bench CachedDenialTallies -benchmem ./engine
+//	go test -run XXX -bench CachedDenialTallies -benchmem ./internal/tally
 func BenchmarkCachedDenialTallies(b *testing.B) {
 	s := redistest.Start(b)
 	for _, on := range []bool{false, true} {
 		name := map[bool]string{false: "tallies=off", true: "tallies=on"}[on]
-		e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)+name), WithTallies(on))
-		req := Request{
+		e := newEngine(b, s.Client(), engine.WithPrefix(testPrefix(b)+name))
+		if on {
+			withTallies(b, e, DefaultFlush)
+		}
+		req := engine.Request{
 			Scope:  "bench",
-			Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1, time.Minute), win(10, time.Hour)}}, Subject: "hot"}},
+			Checks: []engine.Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1, time.Minute), win(10, time.Hour)}}, Subject: "hot"}},
 			Fail:   rules.FailClosed,
 		}
 		ctx := context.Background()
@@ -48,25 +54,25 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 	}
 }
 
-// BenchmarkTallyNote measures noteDenial alone on one hot subject.
+// BenchmarkTallyNote measures Note alone on one hot subject.
 func BenchmarkTallyNote(b *testing.B) {
-	e := &Engine{tally: newTallies(), keyer: &keyer{}}
-	req := One("s", rules.User, "hot", win(1, time.Minute))
-	d := Decision{Denied: WindowState{Window: win(1, time.Minute)}}
+	tl := newTallies(access.Store{}) // never written
+	d := denial("s", "hot")
+	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			e.noteDenial(&req, &d)
+			tl.Note(d)
 		}
 	})
 }
 
 // BenchmarkTallyNoteSerial is BenchmarkTallyNote from one goroutine.
 func BenchmarkTallyNoteSerial(b *testing.B) {
-	e := &Engine{tally: newTallies(), keyer: &keyer{}}
-	req := One("s", rules.User, "hot", win(1, time.Minute))
-	d := Decision{Denied: WindowState{Window: win(1, time.Minute)}}
+	tl := newTallies(access.Store{}) // never written
+	d := denial("s", "hot")
+	b.ReportAllocs()
 	for b.Loop() {
-		e.noteDenial(&req, &d)
+		tl.Note(d)
 	}
 }
 
@@ -75,19 +81,20 @@ func BenchmarkTallyNoteSerial(b *testing.B) {
 // from the cache when it can) from GOMAXPROCS goroutines, lets the tallies
 // write, and reports the tally keys' Redis memory and the heap after a GC:
 //
-//	go test -run XXX -bench TallyFlood -benchtime 1000000x ./engine
+//	go test -run XXX -bench TallyFlood -benchtime 1000000x ./internal/tally
 func BenchmarkTallyFlood(b *testing.B) {
 	s := redistest.Start(b)
 	c := s.Client()
 	prefix := testPrefix(b)
-	e := newEngine(b, c, WithPrefix(prefix), WithTallyFlush(100*time.Millisecond))
+	e := newEngine(b, c, engine.WithPrefix(prefix))
+	tl := withTallies(b, e, 100*time.Millisecond)
 	lim := rules.Limiter{Kind: rules.Key, Name: "k", Windows: []rules.Window{win(1, time.Hour)}}
 	ctx := context.Background()
 	var n atomic.Int64
 	var denied atomic.Int64
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		req := Request{Scope: "flood", Checks: []Check{{Limiter: lim}}}
+		req := engine.Request{Scope: "flood", Checks: []engine.Check{{Limiter: lim}}}
 		for pb.Next() {
 			req.Checks[0].Subject = "s" + strconv.FormatInt(n.Add(1), 10)
 			e.Allow(ctx, req)
@@ -112,5 +119,5 @@ func BenchmarkTallyFlood(b *testing.B) {
 	b.ReportMetric(float64(bytes)/(1<<20), "tally-MiB")
 	b.ReportMetric(float64(len(keys)), "tally-keys")
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-MiB")
-	b.ReportMetric(float64(e.TallyStats().Overflow), "overflow")
+	b.ReportMetric(float64(tl.Stats().Overflow), "overflow")
 }

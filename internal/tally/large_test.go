@@ -1,4 +1,4 @@
-package engine
+package tally
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -52,7 +54,7 @@ func heldBytes(v reflect.Value) int {
 // tallyBytes is what the tallies retain of strings: the entries pending
 // in the shards, the hot subject and the ones it replaced, and the names
 // remembered for TopDenied. Not safe while denials are noted.
-func tallyBytes(t *tallies) int {
+func tallyBytes(t *Tallies) int {
 	n := 0
 	for i := range t.shards {
 		n += heldBytes(reflect.ValueOf(t.shards[i].keys))
@@ -71,6 +73,10 @@ func largeSubject(prefix string, size int) string {
 	return prefix + strings.Repeat("abcdefghijklmnopqrstuvwxyz", size/26+1)[:size-len(prefix)]
 }
 
+// storedHashLen is the length of a stored hash: "#" and the base64url of
+// a SHA-256.
+const storedHashLen = 1 + 43
+
 // TestTallyLargeSubjectsBounded denies 100 distinct subjects of 256 KiB,
 // each twice, through Allow on a real Redis: what the tallies retain of
 // them, pending and after the write, stays bounded by the entries (never
@@ -79,15 +85,16 @@ func largeSubject(prefix string, size int) string {
 func TestTallyLargeSubjectsBounded(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithTallyFlush(10*time.Second))
+	e := newEngine(t, c, engine.WithPrefix(testPrefix(t)))
+	tl := withTallies(t, e, 0)
 	ctx := context.Background()
-	const subjects, size = 100, 256 << 10
+	const subjects, size, preview = 100, 256 << 10, 48
 	// The bound: per entry (a subject denied twice may have one in each
 	// of two shards, and one among the names), a stored hash, a preview,
 	// the scope and the header's name; whatever the subjects' size.
-	const bound = subjects * 3 * (storedHashLen + tallyPreview + 32)
-	req := func(s string) Request {
-		r := One("GET /x", rules.Header, s, win(1, time.Hour))
+	const bound = subjects * 3 * (storedHashLen + preview + 32)
+	req := func(s string) engine.Request {
+		r := engine.One("GET /x", rules.Header, s, win(1, time.Hour))
 		r.Checks[0].Name = "X-Api-Key"
 		r.Checks[0].Block = time.Hour
 		return r
@@ -101,32 +108,32 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 			}
 		}
 	}
-	if n := tallyBytes(e.tally); n > bound {
+	if n := tallyBytes(tl); n > bound {
 		t.Errorf("pending: the tallies retain %d bytes of strings for %d subjects of %d bytes, more than %d", n, subjects, size, bound)
 	}
-	keys, counts := e.tally.take(nil, nil)
-	e.flushTallies(keys, counts)
-	n := tallyBytes(e.tally)
+	keys, counts := tl.take(nil, nil)
+	tl.flush(keys, counts)
+	n := tallyBytes(tl)
 	if n > bound {
 		t.Errorf("written: the tallies retain %d bytes of strings for %d subjects of %d bytes, more than %d", n, subjects, size, bound)
 	}
 	t.Logf("%d subjects of %d KiB denied twice: the tallies retain %d bytes", subjects, size>>10, n)
-	if f := e.TallyStats().Failed; f != 0 {
+	if f := tl.Stats().Failed; f != 0 {
 		t.Fatalf("%d denials failed to be written", f)
 	}
-	top, err := e.TopDenied(ctx, time.Minute, 0)
+	top, err := tl.TopDenied(ctx, time.Minute, 0)
 	if err != nil || len(top) != subjects {
 		t.Fatalf("top: %d entries, %v; want %d", len(top), err, subjects)
 	}
 	d := top[0]
-	if d.Denied != 2 || !d.Truncated || d.Hashed || len(d.Subject) != tallyPreview || !strings.HasPrefix(d.Subject, "header:key-") ||
-		!IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
+	if d.Denied != 2 || !d.Truncated || d.Hashed || len(d.Subject) != preview || !strings.HasPrefix(d.Subject, "header:key-") ||
+		!engine.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
 		t.Fatalf("top entry: %+v", d)
 	}
 	// The hash is the key's: it finds the subject's windows and block.
 	i, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(d.Subject, "header:key-"), "-")[0])
 	raw := largeSubject("header:key-"+strconv.Itoa(i)+"-", size)
-	if want := string(e.keyer.appendHashed(nil, raw)); d.Hash != want {
+	if want := storedHash(raw); d.Hash != want {
 		t.Fatalf("hash %s, want %s", d.Hash, want)
 	}
 	peek := req(d.Hash)
@@ -135,34 +142,26 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	if err != nil || !p.Blocked || p.Windows[0].Used != 1 {
 		t.Fatalf("peek by hash: %+v, %v; want blocked, 1 used", p, err)
 	}
-	lim := peek.Checks[0].Limiter
-	if err := e.ResetHashed(ctx, "GET /x", lim, d.Hash); err != nil {
+	if err := e.ResetHashed(ctx, "GET /x", peek.Checks[0].Limiter, d.Hash); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := e.Allow(ctx, req(raw)); err != nil || !a.Allowed {
 		t.Fatalf("after ResetHashed: %+v, %v; want admitted", a, err)
 	}
-	if err := e.ResetHashed(ctx, "GET /x", lim, "#short"); err == nil {
-		t.Error("ResetHashed took a subject that is no stored hash")
-	}
-	bad := req("header:not-a-hash")
-	bad.Checks[0].Hashed = true
-	if _, err := e.Peek(ctx, bad); err == nil {
-		t.Error("Peek took a Hashed check whose subject is no stored hash")
-	}
 }
 
-// TestTallyLargeFlood floods the tallies with 300 denied subjects of 2 MiB
-// in one period, and denies an abuser 304 times among them: the write
-// sends what was hashed at denial time, within its deadline (the default
-// 100 ms), so none of it fails and the abuser's count on the top list is
-// exact. (When the write hashed the subjects under its deadline, 600 MiB
-// of them, which takes 240 ms at 2.5 GB/s, every write failed and the
-// abuser was missing.)
+// TestTallyLargeFlood notes 300 denied subjects of 2 MiB in one period,
+// as the engine's hook gives them (by their stored hash and first 48
+// bytes), and an abuser denied 304 times among them: the write sends
+// what was hashed at denial time, within the engine's default deadline
+// (100 ms), so none of it fails and the abuser's count on the top list
+// is exact. (When the write hashed the subjects under its deadline, 600
+// MiB of them, which takes 240 ms at 2.5 GB/s, every write failed and
+// the abuser was missing; the tallies now have no way to hash.)
 func TestTallyLargeFlood(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithTallyFlush(10*time.Second), WithTimeout(DefaultTimeout))
+	tl := New(newEngine(t, c, engine.WithPrefix(testPrefix(t)), engine.WithTimeout(engine.DefaultTimeout)))
 	ctx := context.Background()
 	const flood, size, abuse = 300, 2 << 20, 304
 	// Distinct subjects without 600 MiB of allocations: views of one
@@ -170,76 +169,32 @@ func TestTallyLargeFlood(t *testing.T) {
 	buf := make([]byte, size+flood)
 	rand.Read(buf)
 	big := string(buf)
-	deny := func(subject string) {
-		req := One("GET /files", rules.Header, subject, win(10, time.Minute))
-		d := Decision{Denied: WindowState{Window: win(10, time.Minute)}}
-		e.noteDenial(&req, &d)
-	}
+	abuser := access.Denial{Scope: "GET /files", Kind: rules.Header, Subject: "header:abuser"}
 	abused := 0
 	for i := range flood {
-		deny(big[i : i+size])
+		s := big[i : i+size]
+		tl.Note(access.Denial{Scope: "GET /files", Kind: rules.Header, Subject: storedHash(s), Shown: s[:48], Hashed: true, Cut: true})
 		if i%10 == 0 {
-			deny("header:abuser")
+			tl.Note(abuser)
 			abused++
 		}
 	}
 	for ; abused < abuse; abused++ {
-		deny("header:abuser")
+		tl.Note(abuser)
 	}
-	keys, counts := e.tally.take(nil, nil)
-	e.flushTallies(keys, counts)
-	if s := e.TallyStats(); s.Failed != 0 || s.Overflow != 0 {
+	keys, counts := tl.take(nil, nil)
+	tl.flush(keys, counts)
+	if s := tl.Stats(); s.Failed != 0 || s.Overflow != 0 {
 		t.Fatalf("tally stats %+v, want nothing failed or dropped", s)
 	}
-	top, err := e.TopDenied(ctx, time.Minute, 3)
+	top, err := tl.TopDenied(ctx, time.Minute, 3)
 	if err != nil || len(top) == 0 {
 		t.Fatalf("top: %+v, %v", top, err)
 	}
 	if top[0].Subject != "header:abuser" || top[0].Denied != abuse {
 		t.Fatalf("top: %s %d; want header:abuser %d", top[0].Subject, top[0].Denied, abuse)
 	}
-	if top[1].Denied != 1 || !top[1].Truncated || !IsStoredHash(top[1].Hash) {
+	if top[1].Denied != 1 || !top[1].Truncated || !engine.IsStoredHash(top[1].Hash) {
 		t.Fatalf("second: %+v; want a flood subject denied once, truncated, with its hash", top[1])
-	}
-}
-
-// TestStoredHash: the stored hash the tallies read from a plan is the one
-// the keyer makes, for a check with a rate key, a cost key, a slot key
-// only, and with every subject hashed; a check stored as is, or with
-// calendar windows only, has none (the tallies hash it themselves).
-func TestStoredHash(t *testing.T) {
-	t.Parallel()
-	long := largeSubject("user:", 300)
-	check := func(cost string, subject string, ws ...rules.Window) Check {
-		c := Check{Limiter: rules.Limiter{Kind: rules.User, Name: "n|}", Cost: cost, Windows: ws}, Subject: subject}
-		if cost != "" {
-			c.Cost = 5
-		}
-		return c
-	}
-	for _, tc := range []struct {
-		name    string
-		hashAll bool
-		check   Check
-		want    bool
-	}{
-		{"rate", false, check("", long, win(1, time.Minute)), true},
-		{"cost", false, check("bytes", long, win(100, time.Minute)), true},
-		{"slot", false, check("", long, rules.Window{Limit: 1, Concurrent: true}), true},
-		{"hash all", true, check("", "user:alice", win(1, time.Minute)), true},
-		{"short", false, check("", "user:alice", win(1, time.Minute)), false},
-		{"calendar", false, check("", long, rules.Window{Limit: 2, Calendar: rules.CalendarMonth}), false},
-	} {
-		k := newKeyer(&config{prefix: "p}{:", hashAll: tc.hashAll})
-		check := tc.check
-		req := Request{Scope: "s}|#", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{win(1, time.Hour)}}, Subject: "ip:1"}, check}}
-		var p plan
-		if err := p.build(k, &req); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
-		}
-		got := p.storedHash(k, 1)
-		if want := string(k.appendHashed(nil, check.Subject)); tc.want && got != want || !tc.want && got != "" {
-			t.Errorf("%s: stored hash %q, want %q (%v)", tc.name, got, want, tc.want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package tally
 
 import (
 	"context"
@@ -12,13 +12,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // TestTallyFloodBounded floods the tallies with 1M distinct denied
 // subjects (and one subject denied in every period) over 66 minutes of
 // the engine's clock, written to a real Redis, and measures what the
-// tallies keep: in Redis, every bucket holds at most tallyTop entries and
+// tallies keep: in Redis, every bucket holds at most bucketTop entries and
 // the buckets alive (those whose expiry has not passed on the engine's
 // clock; the others are deleted, as their expiry would have done) take
 // less than 10 MiB; in process, the heap does not grow with the subjects.
@@ -29,7 +30,7 @@ func TestTallyFloodBounded(t *testing.T) {
 	_, c := startRedis(t)
 	clk := newFakeClock()
 	prefix := testPrefix(t)
-	e := newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), WithTallyFlush(10*time.Second))
+	tl := New(newEngine(t, c, engine.WithPrefix(prefix), engine.WithClock(clk.Now)))
 	ctx := context.Background()
 	before := usedMemory(t, c)
 	var ms runtime.MemStats
@@ -38,12 +39,8 @@ func TestTallyFloodBounded(t *testing.T) {
 	heap0 := ms.HeapAlloc
 
 	const subjects, periods = 1_000_000, 400
-	deny := func(subject string) {
-		req := One("GET /files/{id}", rules.User, subject, win(10, time.Minute))
-		d := Decision{Denied: WindowState{Window: win(10, time.Minute)}}
-		e.noteDenial(&req, &d)
-	}
-	var keys []tallyKey
+	deny := func(subject string) { tl.Note(denial("GET /files/{id}", subject)) }
+	var keys []key
 	var counts []int64
 	var heapMax uint64
 	for p := range periods {
@@ -54,15 +51,15 @@ func TestTallyFloodBounded(t *testing.T) {
 				deny("heavy")
 			}
 		}
-		pending := 0
-		for i := range e.tally.shards {
-			pending += len(e.tally.shards[i].keys)
+		n := 0
+		for i := range tl.shards {
+			n += len(tl.shards[i].keys)
 		}
-		if pending > tallyPending {
-			t.Fatalf("period %d: %d entries pending in process, more than %d", p, pending, tallyPending)
+		if n > maxPending {
+			t.Fatalf("period %d: %d entries pending in process, more than %d", p, n, maxPending)
 		}
-		keys, counts = e.tally.take(keys[:0], counts[:0])
-		e.flushTallies(keys, counts)
+		keys, counts = tl.take(keys[:0], counts[:0])
+		tl.flush(keys, counts)
 		if p%50 == 0 {
 			runtime.GC()
 			runtime.ReadMemStats(&ms)
@@ -77,7 +74,7 @@ func TestTallyFloodBounded(t *testing.T) {
 		span, rest := fineBucket, strings.TrimPrefix(key, prefix+"{tally}:10s:")
 		ttl := fineSpan + 2*fineBucket
 		if rest == key {
-			span, rest, ttl = coarseBucket, strings.TrimPrefix(key, prefix+"{tally}:1m:"), tallyKeep+2*coarseBucket
+			span, rest, ttl = coarseBucket, strings.TrimPrefix(key, prefix+"{tally}:1m:"), keep+2*coarseBucket
 		}
 		n, err := strconv.ParseInt(rest, 10, 64)
 		if err != nil {
@@ -89,8 +86,8 @@ func TestTallyFloodBounded(t *testing.T) {
 		}
 		alive++
 		card := c.ZCard(ctx, key).Val()
-		if card > tallyTop {
-			t.Errorf("%s holds %d entries, more than %d", key, card, tallyTop)
+		if card > bucketTop {
+			t.Errorf("%s holds %d entries, more than %d", key, card, bucketTop)
 		}
 		members += card
 		bytes += c.MemoryUsage(ctx, key).Val()
@@ -98,17 +95,17 @@ func TestTallyFloodBounded(t *testing.T) {
 	after := usedMemory(t, c)
 	t.Logf("1M subjects: %d buckets alive, %d entries, MEMORY USAGE %.2f MiB, used_memory +%.2f MiB; heap %.2f MiB before, at most %.2f MiB during; overflow %d",
 		alive, members, float64(bytes)/(1<<20), float64(after-before)/(1<<20), float64(heap0)/(1<<20), float64(heapMax)/(1<<20),
-		e.TallyStats().Overflow)
+		tl.Stats().Overflow)
 	if bytes >= 10<<20 || after-before >= 10<<20 {
 		t.Errorf("the tallies take %d bytes (used_memory +%d), not under 10 MiB", bytes, after-before)
 	}
 	if heapMax > heap0+16<<20 {
 		t.Errorf("the heap grew from %d to %d bytes", heap0, heapMax)
 	}
-	if n := len(e.tally.names); n > tallyNames {
-		t.Errorf("the tallies remember %d subject names, more than %d", n, tallyNames)
+	if n := len(tl.names); n > maxNames {
+		t.Errorf("the tallies remember %d subject names, more than %d", n, maxNames)
 	}
-	top, err := e.TopDenied(ctx, time.Hour, 1)
+	top, err := tl.TopDenied(ctx, time.Hour, 1)
 	if err != nil || len(top) != 1 || top[0].Subject != "heavy" {
 		t.Errorf("top of the hour: %+v, %v; want heavy first", top, err)
 	}
@@ -163,18 +160,22 @@ func TestTallyNoRoundTrip(t *testing.T) {
 	for i, on := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { c.Close() })
-		e := newEngine(t, c, WithPrefix(testPrefix(t)+fmt.Sprint(on)), WithTallies(on), WithTallyFlush(10*time.Second))
+		e := newEngine(t, c, engine.WithPrefix(testPrefix(t)+fmt.Sprint(on)))
+		var tl *Tallies
+		if on {
+			tl = withTallies(t, e, MaxFlush)
+		}
 		// The first script call loads the script (NOSCRIPT, then EVAL):
 		// made before counting, so that the order of the engines does not
 		// matter.
-		e.Allow(ctx, One("warm-up", rules.User, "u", win(3, time.Hour)))
+		e.Allow(ctx, engine.One("warm-up", rules.User, "u", win(3, time.Hour)))
 		rt := &roundTrips{}
 		c.AddHook(rt)
 		var cached int
 		for u := range 5 {
 			for range 20 {
-				d, _ := e.Allow(ctx, One("s", rules.User, fmt.Sprint("u", u), win(3, time.Hour)))
-				if d.Source == FromCache {
+				d, _ := e.Allow(ctx, engine.One("s", rules.User, fmt.Sprint("u", u), win(3, time.Hour)))
+				if d.Source == engine.FromCache {
 					cached++
 				}
 			}
@@ -184,6 +185,9 @@ func TestTallyNoRoundTrip(t *testing.T) {
 		}
 		trips[i] = rt.n.Load()
 		e.Close()
+		if tl != nil {
+			tl.Close()
+		}
 		closing[i] = rt.n.Load() - trips[i]
 	}
 	if trips[0] != trips[1] {

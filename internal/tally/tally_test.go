@@ -1,4 +1,4 @@
-package engine
+package tally
 
 import (
 	"context"
@@ -6,44 +6,59 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // TestTallyTop denies three users 18, 8 and 1 times through two engines
-// sharing one Redis, most of the denials cached, and reads them back in
-// that order from either engine, on every backend that stores.
+// sharing one Redis, each with its tallies, most of the denials cached,
+// and reads them back in that order from either process's tallies, on
+// real Redis, miniredis, a ring and a cluster (the {tally} hash tag).
 func TestTallyTop(t *testing.T) {
 	t.Parallel()
-	for _, b := range testBackends(t) {
-		if b.name == "local" {
-			continue // nothing is written: see TestTallyOutage
-		}
+	_, rc := startRedis(t)
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	_, c1 := startRedis(t)
+	_, c2 := startRedis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c1.Options().Addr, "b": c2.Options().Addr}})
+	t.Cleanup(func() { ring.Close() })
+	cc := redistest.StartCluster(t).Client(t)
+	for _, b := range []struct {
+		name string
+		c    engine.Client
+	}{{"redis", rc}, {"miniredis", mc}, {"ring", ring}, {"cluster", cc}} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			opts := append([]Option{WithPrefix(testPrefix(t)), WithTallyFlush(50 * time.Millisecond)}, b.opts...)
-			e1 := newEngine(t, b.c, opts...)
-			e2 := newEngine(t, b.c, opts...)
+			prefix := engine.WithPrefix(testPrefix(t))
+			e1, e2 := newEngine(t, b.c, prefix), newEngine(t, b.c, prefix)
+			t1, t2 := withTallies(t, e1, 50*time.Millisecond), withTallies(t, e2, 50*time.Millisecond)
 			ctx := context.Background()
 			denied := map[string]int{"alice": 18, "bob": 8, "carol": 1}
 			var cached int
 			for user, n := range denied {
 				for i := range n + 1 { // the first is admitted
-					e := []*Engine{e1, e2}[i%2]
-					d, err := e.Allow(ctx, One("GET /x", rules.User, user, win(1, time.Hour)))
+					e := []*engine.Engine{e1, e2}[i%2]
+					d, err := e.Allow(ctx, engine.One("GET /x", rules.User, user, win(1, time.Hour)))
 					if err != nil {
 						t.Fatal(err)
 					}
 					if d.Allowed != (i == 0) {
 						t.Fatalf("%s request %d: allowed %v", user, i, d.Allowed)
 					}
-					if d.Source == FromCache {
+					if d.Source == engine.FromCache {
 						cached++
 					}
 				}
@@ -54,7 +69,7 @@ func TestTallyTop(t *testing.T) {
 			want := "GET /x user alice 18; GET /x user bob 8; GET /x user carol 1"
 			var got string
 			for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(50 * time.Millisecond) {
-				top, err := []*Engine{e1, e2}[int(time.Since(start)/time.Millisecond)%2].TopDenied(ctx, time.Hour, 10)
+				top, err := []*Tallies{t1, t2}[int(time.Since(start)/time.Millisecond)%2].TopDenied(ctx, time.Hour, 10)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -67,7 +82,7 @@ func TestTallyTop(t *testing.T) {
 				t.Fatalf("top: %s, want %s", got, want)
 			}
 			for _, since := range []time.Duration{time.Minute, 5 * time.Minute} {
-				top, err := e1.TopDenied(ctx, since, 2)
+				top, err := t1.TopDenied(ctx, since, 2)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -88,30 +103,33 @@ func tallyText(top []Denials) string {
 }
 
 // TestTallyHashed checks that a hashed subject is reported by its raw
-// value by the process that denied it, and as its hash by another one.
+// value by the process that denied it, and as its hash by another one,
+// whose tallies count nothing (not started, as with the root package's
+// WithTallyFlush(0)) but read.
 func TestTallyHashed(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	prefix := testPrefix(t)
-	e1 := newEngine(t, c, WithPrefix(prefix), WithHashSubjects([]byte("s")), WithTallyFlush(20*time.Millisecond))
-	e2 := newEngine(t, c, WithPrefix(prefix), WithHashSubjects([]byte("s")))
+	e1 := newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s")))
+	t1 := withTallies(t, e1, 20*time.Millisecond)
+	t2 := New(newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s"))))
 	ctx := context.Background()
 	for range 3 {
-		e1.Allow(ctx, One("s|c%pe", rules.User, "d|a#n%", win(1, time.Hour)))
+		e1.Allow(ctx, engine.One("s|c%pe", rules.User, "d|a#n%", win(1, time.Hour)))
 	}
 	var top []Denials
 	for start := time.Now(); time.Since(start) < 15*time.Second && len(top) == 0; time.Sleep(20 * time.Millisecond) {
-		top, _ = e1.TopDenied(ctx, time.Minute, 0)
+		top, _ = t1.TopDenied(ctx, time.Minute, 0)
 	}
 	if len(top) != 1 || top[0].Subject != "d|a#n%" || top[0].Scope != "s|c%pe" || top[0].Hashed || top[0].Denied != 2 {
 		t.Fatalf("top of the denying process: %+v", top)
 	}
-	top, err := e2.TopDenied(ctx, time.Minute, 0)
-	if err != nil || len(top) != 1 || !top[0].Hashed || !strings.HasPrefix(top[0].Subject, "#") || top[0].Denied != 2 {
+	top, err := t2.TopDenied(ctx, time.Minute, 0)
+	if err != nil || len(top) != 1 || !top[0].Hashed || !engine.IsStoredHash(top[0].Subject) || top[0].Denied != 2 {
 		t.Fatalf("top of another process: %+v, %v", top, err)
 	}
-	if _, err := e1.TopDenied(ctx, 2*time.Hour, 0); err == nil {
-		t.Error("TopDenied(2h) did not fail")
+	if _, err := t1.TopDenied(ctx, 2*time.Hour, 0); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("TopDenied(2h): %v, want ErrInvalid", err)
 	}
 }
 
@@ -119,20 +137,14 @@ func TestTallyHashed(t *testing.T) {
 // most keeps its count, the others' counts are dropped and counted.
 func TestTallyOverflow(t *testing.T) {
 	t.Parallel()
-	m := newTallies()
-	e := &Engine{tally: m, keyer: &keyer{}}
-	deny := func(subject string) {
-		req := One("s", rules.User, subject, win(1, time.Minute))
-		d := Decision{Denied: WindowState{Window: win(1, time.Minute)}}
-		e.noteDenial(&req, &d)
-	}
+	m := newTallies(access.Store{}) // never written
 	for i := range 100000 {
-		deny("heavy")
-		deny(fmt.Sprint("once-", i))
+		m.Note(denial("s", "heavy"))
+		m.Note(denial("s", fmt.Sprint("once-", i)))
 	}
 	keys, counts := m.take(nil, nil)
-	if len(keys) > tallyPending {
-		t.Fatalf("%d entries pending, more than %d", len(keys), tallyPending)
+	if len(keys) > maxPending {
+		t.Fatalf("%d entries pending, more than %d", len(keys), maxPending)
 	}
 	var total int64
 	for i, k := range keys {
@@ -141,8 +153,8 @@ func TestTallyOverflow(t *testing.T) {
 			t.Errorf("heavy: %d, want 100000", counts[i])
 		}
 	}
-	if total+m.overflow.Load() != 200000 {
-		t.Errorf("kept %d + dropped %d != 200000", total, m.overflow.Load())
+	if total+m.Stats().Overflow != 200000 {
+		t.Errorf("kept %d + dropped %d != 200000", total, m.Stats().Overflow)
 	}
 	if keys, _ := m.take(nil, nil); len(keys) != 0 {
 		t.Errorf("%d entries after take", len(keys))
@@ -162,16 +174,18 @@ func TestTallyOutage(t *testing.T) {
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
 	h := &recordHandler{}
-	e := newEngine(t, dc, WithTallyFlush(10*time.Millisecond), WithLogger(slog.New(h)), WithFailMode(rules.FailLocal))
+	e := newEngine(t, dc, engine.WithLogger(slog.New(h)), engine.WithFailMode(rules.FailLocal))
+	tl := withTallies(t, e, 10*time.Millisecond)
 	ctx := context.Background()
 	for i := range 200 {
-		e.Allow(ctx, One("s", rules.User, "u", win(1, time.Hour)))
+		e.Allow(ctx, engine.One("s", rules.User, "u", win(1, time.Hour)))
 		if i%20 == 0 {
 			time.Sleep(15 * time.Millisecond)
 		}
 	}
 	e.Close()
-	if got := e.TallyStats().Failed; got != 199 {
+	tl.Close()
+	if got := tl.Stats().Failed; got != 199 {
 		t.Errorf("failed %d, want 199", got)
 	}
 	if n := len(h.matching("denial tallies cannot be written")); n != 1 {
@@ -184,7 +198,7 @@ func TestTallyOutage(t *testing.T) {
 // goroutines while writes take the tallies: every denial is counted once.
 func TestTallyHotExact(t *testing.T) {
 	t.Parallel()
-	e := &Engine{tally: newTallies(), keyer: &keyer{}}
+	tl := newTallies(access.Store{}) // never written
 	pattern := []string{"a", "a", "a", "b", "a", "a", "c", "b"}
 	const workers, each = 8, 20000
 	want := map[string]int64{}
@@ -193,22 +207,18 @@ func TestTallyHotExact(t *testing.T) {
 	}
 	got := map[string]int64{}
 	take := func() {
-		keys, counts := e.tally.take(nil, nil)
+		keys, counts := tl.take(nil, nil)
 		for i, k := range keys {
 			got[k.subject] += counts[i]
 		}
 	}
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range each {
-				r := Request{Scope: "s", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.User}, Subject: pattern[i%len(pattern)]}}}
-				d := Decision{Denied: WindowState{Window: rules.Window{Limit: 1, Period: time.Second}}}
-				e.noteDenial(&r, &d)
+				tl.Note(denial("s", pattern[i%len(pattern)]))
 			}
-		}()
+		})
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -236,17 +246,41 @@ func TestTallyHotExact(t *testing.T) {
 func TestTopDeniedWhileDown(t *testing.T) {
 	t.Parallel()
 	srv, rc := startRedis(t)
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	e := newEngine(t, rc, engine.WithPrefix(testPrefix(t)))
+	tl := withTallies(t, e, 0)
 	srv.Kill()
-	r := req(user("u", win(10, time.Second)))
-	for i := 0; !e.doms.one.down.Load(); i++ {
+	r := engine.One("s", rules.User, "u", win(10, time.Second))
+	for i := 0; !tl.store.Down(); i++ {
 		if i == 100 {
 			t.Fatal("the engine never considered the killed server down")
 		}
 		_, _ = e.Allow(context.Background(), r)
 	}
-	_, err := e.TopDenied(context.Background(), time.Minute, 10)
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) {
+	_, err := tl.TopDenied(context.Background(), time.Minute, 10)
+	if !errors.Is(err, engine.ErrUnavailable) || !errors.Is(err, engine.ErrBackend) {
 		t.Fatalf("TopDenied while down: %v, want ErrUnavailable and ErrBackend", err)
+	}
+}
+
+// TestTallyNoGoroutines checks that Close stops the writer of Start and
+// writes what was counted since its last write. Not parallel: it counts
+// the process's goroutines.
+func TestTallyNoGoroutines(t *testing.T) {
+	_, c := startRedis(t)
+	tl := New(newEngine(t, c, engine.WithPrefix(testPrefix(t))))
+	before := runtime.NumGoroutine()
+	tl.Start(MaxFlush)
+	tl.Note(denial("s", "u"))
+	tl.Close()
+	tl.Close() // idempotent
+	for i := 0; runtime.NumGoroutine() > before; i++ {
+		if i == 100 {
+			t.Fatalf("%d goroutines after Close, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	top, err := tl.TopDenied(context.Background(), time.Minute, 0)
+	if err != nil || tallyText(top) != "s user u 1" {
+		t.Fatalf("top after Close: %q, %v; want the denial written", tallyText(top), err)
 	}
 }

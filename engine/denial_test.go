@@ -1,0 +1,173 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+func usedMemory(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info := c.Info(context.Background(), "memory").Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
+}
+
+// largeSubject returns a subject of size bytes that starts with prefix.
+func largeSubject(prefix string, size int) string {
+	return prefix + strings.Repeat("abcdefghijklmnopqrstuvwxyz", size/26+1)[:size-len(prefix)]
+}
+
+// TestDenialHook checks what Allow gives the denial hook (set through
+// package access, as the root package's tallies are): nothing for an
+// admission or a fail-closed denial; a subject stored as is as is; a
+// hashed subject by the stored hash of its key, with the subject to show
+// when short, its first 48 bytes cut at a UTF-8 character when longer
+// than 128 bytes, nothing when the check gives the hash.
+func TestDenialHook(t *testing.T) {
+	t.Parallel()
+	_, c := startRedis(t)
+	prefix := WithPrefix(testPrefix(t))
+	long := largeSubject("user:"+strings.Repeat("é", 22), 300) // byte 48 is in the middle of an 'é'
+	hashAll := newEngine(t, c, prefix, WithHashSubjects([]byte("s")))
+	plain := newEngine(t, c, prefix)
+	var got []access.Denial
+	hook := func(d access.Denial) {
+		d.Subject, d.Shown = strings.Clone(d.Subject), strings.Clone(d.Shown)
+		got = append(got, d)
+	}
+	access.SetDenialHook(hashAll, hook)
+	access.SetDenialHook(plain, hook)
+	ctx := context.Background()
+	deny := func(e *Engine, r Request) access.Denial {
+		t.Helper()
+		got = nil
+		for i := range 2 {
+			d, err := e.Allow(ctx, r)
+			if err != nil || d.Allowed != (i == 0) {
+				t.Fatalf("request %d of %+v: %+v, %v", i, r, d, err)
+			}
+		}
+		if len(got) != 1 {
+			t.Fatalf("%+v: %d calls of the hook, want 1: %+v", r, len(got), got)
+		}
+		return got[0]
+	}
+	r := One("s", rules.User, "user:alice", win(1, time.Hour))
+	r.Checks[0].Name, r.Checks[0].Limiter.Cost = "n", ""
+	if d := deny(plain, r); d != (access.Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: "user:alice"}) {
+		t.Errorf("stored as is: %+v", d)
+	}
+	h := string(hashAll.keyer.appendHashed(nil, "user:alice"))
+	if d := deny(hashAll, r); d != (access.Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: "user:alice", Hashed: true}) {
+		t.Errorf("hashed: %+v, want the hash %s", d, h)
+	}
+	r.Checks[0].Subject = long
+	h = string(plain.keyer.appendHashed(nil, long))
+	want := access.Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: long[:47], Hashed: true, Cut: true}
+	if d := deny(plain, r); d != want {
+		t.Errorf("long: %+v, want %+v", d, want)
+	}
+	r.Checks[0].Subject, r.Checks[0].Hashed = h, true
+	r.Scope = "by hash"
+	if d := deny(plain, r); d != (access.Denial{Scope: "by hash", Kind: rules.User, Name: "n", Subject: h, Hashed: true}) {
+		t.Errorf("given by its hash: %+v", d)
+	}
+	got = nil
+	fc := One("s", rules.User, "u", win(1, time.Hour))
+	fc.Fail = rules.FailClosed
+	closed := newEngine(t, c, prefix, WithFailMode(rules.FailClosed))
+	access.SetDenialHook(closed, hook)
+	closed.Close()
+	if d, _ := closed.Allow(ctx, fc); d.Allowed || len(got) != 0 {
+		t.Errorf("fail-closed: %+v, %d calls of the hook, want a denial and none", d, len(got))
+	}
+}
+
+// TestDenialHookNoAlloc: with a hook, an admission and a denial of a
+// subject stored as is allocate no more than without one.
+func TestDenialHookNoAlloc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures allocations")
+	}
+	_, c := startRedis(t)
+	ctx := context.Background()
+	var allocs [2][2]float64
+	for i, on := range []bool{false, true} {
+		e := newEngine(t, c, WithPrefix(testPrefix(t)))
+		var n int
+		if on {
+			access.SetDenialHook(e, func(access.Denial) { n++ })
+		}
+		admit := One("s", rules.User, "u", win(1<<40, time.Hour))
+		deny := One("s", rules.User, "d", win(1, time.Hour))
+		e.Allow(ctx, admit)
+		e.Allow(ctx, deny)
+		// The least of three runs: the engine's goroutines allocate too.
+		allocs[i] = [2]float64{1e9, 1e9}
+		for range 3 {
+			allocs[i][0] = min(allocs[i][0], testing.AllocsPerRun(200, func() { e.Allow(ctx, admit) }))
+			allocs[i][1] = min(allocs[i][1], testing.AllocsPerRun(200, func() { e.Allow(ctx, deny) }))
+		}
+		if on && n < 600 {
+			t.Fatalf("the hook was called %d times for 600 denials", n)
+		}
+	}
+	if allocs[1][0] > allocs[0][0] || allocs[1][1] > allocs[0][1] {
+		t.Errorf("allocations per admission and denial: %v with a hook, %v without", allocs[1], allocs[0])
+	}
+}
+
+// TestStoredHash: the stored hash the tallies read from a plan is the one
+// the keyer makes, for a check with a rate key, a cost key, a slot key
+// only, and with every subject hashed; a check stored as is, or with
+// calendar windows only, has none (the tallies hash it themselves).
+func TestStoredHash(t *testing.T) {
+	t.Parallel()
+	long := largeSubject("user:", 300)
+	check := func(cost string, subject string, ws ...rules.Window) Check {
+		c := Check{Limiter: rules.Limiter{Kind: rules.User, Name: "n|}", Cost: cost, Windows: ws}, Subject: subject}
+		if cost != "" {
+			c.Cost = 5
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		hashAll bool
+		check   Check
+		want    bool
+	}{
+		{"rate", false, check("", long, win(1, time.Minute)), true},
+		{"cost", false, check("bytes", long, win(100, time.Minute)), true},
+		{"slot", false, check("", long, rules.Window{Limit: 1, Concurrent: true}), true},
+		{"hash all", true, check("", "user:alice", win(1, time.Minute)), true},
+		{"short", false, check("", "user:alice", win(1, time.Minute)), false},
+		{"calendar", false, check("", long, rules.Window{Limit: 2, Calendar: rules.CalendarMonth}), false},
+	} {
+		k := newKeyer(&config{prefix: "p}{:", hashAll: tc.hashAll})
+		check := tc.check
+		req := Request{Scope: "s}|#", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{win(1, time.Hour)}}, Subject: "ip:1"}, check}}
+		var p plan
+		if err := p.build(k, &req); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		got := p.storedHash(k, 1)
+		if want := string(k.appendHashed(nil, check.Subject)); tc.want && got != want || !tc.want && got != "" {
+			t.Errorf("%s: stored hash %q, want %q (%v)", tc.name, got, want, tc.want)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package tally
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// testPrefix returns a random key prefix, so tests sharing a server never
+// see each other's keys.
+func testPrefix(t testing.TB) string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "t" + hex.EncodeToString(b[:]) + ":"
+}
+
+// newEngine returns an engine on c, closed at the test's end, with a
+// timeout for busy test machines unless opts set one.
+func newEngine(t testing.TB, c engine.Client, opts ...engine.Option) *engine.Engine {
+	t.Helper()
+	opts = append([]engine.Option{engine.WithTimeout(5 * time.Second)}, opts...)
+	e, err := engine.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// withTallies returns e's tallies, fed by its denial hook and written
+// every flush (not written when flush is 0), as the root package wires
+// them; they are closed at the test's end, before the engine.
+func withTallies(t testing.TB, e *engine.Engine, flush time.Duration) *Tallies {
+	tl := New(e)
+	access.SetDenialHook(e, tl.Note)
+	if flush > 0 {
+		tl.Start(flush)
+	}
+	t.Cleanup(tl.Close)
+	return tl
+}
+
+// startRedis starts a redis-server for the test.
+func startRedis(t testing.TB) (*redistest.Server, *redis.Client) {
+	t.Helper()
+	s := redistest.Start(t)
+	return s, s.Client()
+}
+
+func win(limit int64, period time.Duration) rules.Window {
+	return rules.Window{Limit: limit, Period: period}
+}
+
+// denial is a denial of subject, stored as is, by a user limiter.
+func denial(scope, subject string) access.Denial {
+	return access.Denial{Scope: scope, Kind: rules.User, Subject: subject}
+}
+
+// storedHash is the engine's stored hash of subject without a secret.
+func storedHash(subject string) string {
+	sum := sha256.Sum256([]byte(subject))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// scanKeys lists the keys under prefix.
+func scanKeys(t testing.TB, c *redis.Client, prefix string) []string {
+	t.Helper()
+	var keys []string
+	var cursor uint64
+	for {
+		ks, next, err := c.Scan(context.Background(), cursor, prefix+"*", 1000).Result()
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		keys = append(keys, ks...)
+		if cursor = next; cursor == 0 {
+			return keys
+		}
+	}
+}
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// fakeClock is a clock the test sets, safe for concurrent use.
+type fakeClock struct{ us atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.us.Store(t0.UnixMicro())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
+
+// Set sets the clock to t0 + d.
+func (c *fakeClock) Set(d time.Duration) { c.us.Store(t0.Add(d).UnixMicro()) }
+
+// recordHandler is a slog.Handler recording the messages logged.
+type recordHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler            { return h }
+
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.msgs = append(h.msgs, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+
+// matching returns the messages logged that contain s.
+func (h *recordHandler) matching(s string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, m := range h.msgs {
+		if strings.Contains(m, s) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
