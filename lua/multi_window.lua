@@ -330,6 +330,9 @@ local EPOCH = 2251799813685248
 -- BUSY entries in a key's longest window make it busy: its epochs, and so
 -- its trims, come 8 times per window instead of once.
 local BUSY = 64
+-- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in a
+-- double.
+local TOTAL = 9007199254740991
 
 -- Op statuses in the reply.
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
@@ -343,12 +346,10 @@ local n -- last index written in reply
 
 local t = num(args[1])
 local t_arg -- t as a score argument, formatted at the first admission
-if t == 0 then
-  local now = call('TIME')
-  local sec, usec = num(now[1]), num(now[2])
-  reply[1], reply[2] = sec, usec
-  t = sec * 1000000 + usec
-else
+-- t 0 is the server's TIME, read at the first op that is not a finish op:
+-- finish ops change entries by member and need no time, so a call of
+-- finish ops alone runs no TIME (its reply's sec and usec are 0).
+if t ~= 0 then
   reply[1], reply[2] = floor(t / 1000000), t % 1000000
   t_arg = args[1]
 end
@@ -510,9 +511,6 @@ end
 local weigh, admit_weighted
 
 local function weighted_functions()
-  -- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in
-  -- a double.
-  local TOTAL = 9007199254740991
   -- MERGE_SCAN bounds the entries an admission looks at per tier.
   local MERGE_SCAN = '257'
   -- MINUS starts a negative score: a marker's.
@@ -799,20 +797,20 @@ local function distinct_windows(key, q, nwin, v)
   return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
 end
 
+-- WEIGHT_MOVE bounds the later entries a weighted change rewrites.
+-- WEIGHT_READ (2 * WEIGHT_MOVE + 4, as an argument) bounds the entries a
+-- change reads from its decision time on: found among them with more than
+-- WEIGHT_MOVE after it, a request is changed as with more than WEIGHT_MOVE
+-- (see change in weight_functions).
+local WEIGHT_MOVE, WEIGHT_READ = 64, '132'
+
 -- Finish ops (see Finish ops in the header) change weighted keys with
 -- change_weight, which weight_functions creates at the first weighted key
 -- of a finish op: it is the rare path, and a closure costs every call.
 local change_weight
 
 local function weight_functions()
-  -- MOVE bounds the later entries a change rewrites; TOTAL as in
-  -- weighted_functions.
-  local MOVE = 64
-  local TOTAL = 9007199254740991
-  -- READ bounds the entries a change reads from its decision time on:
-  -- found among them with more than MOVE after it, a request is changed
-  -- as with more than MOVE (see change).
-  local READ = fmt('%d', 2 * MOVE + 4)
+  local MOVE, READ = WEIGHT_MOVE, WEIGHT_READ
 
   local function total(m)
     return num(string.sub(m, 1, 16))
@@ -1143,84 +1141,143 @@ local function flush_cal(key)
   end
 end
 
--- finish_special runs a finish op's calendar adjustment ('A') or
--- distinct restore ('R') whose fields start at args[q] (see Calendars and
--- Distinct), and returns 1 when it changed the key, 0 when not, and the
--- index of the next key's fields.
-local function finish_special(key, q)
-  if args[q] == 'A' then
-    flush_cal(key)
-    local start = args[q + 1]
-    if start == '' then
-      return 0, q + 3
-    end
-    local used = calendar_count(key, start)
-    if used == 0 then
-      return 0, q + 3
-    end
-    local delta = math.max(num(args[q + 2]), -used)
-    if used + delta == 0 then
-      call('HDEL', key, start)
-    else
-      call('HINCRBY', key, start, fmt('%d', delta))
-    end
-    return 1, q + 3
+-- Finish steps. finish_op runs one step per key of a finish op, named
+-- for what it does there, each returning 1 when it changed the key, 0
+-- when not (finish_weight: 2 for a refused change): finish_remove takes
+-- out a count key's entry or a slot key's slot (a release: one ZREM),
+-- finish_weight changes a weighted entry (see Weighted changes),
+-- finish_calendar a calendar counter (one HINCRBY, see Calendars) and
+-- finish_restore a distinct value (see Distinct).
+
+-- finish_members returns member as a key stores it after suffix
+-- collisions, or when suffix is -1 (unknown) the list of what it may be.
+local function finish_members(member, suffix)
+  if suffix == 0 then
+    return member
+  elseif suffix > 0 then
+    return member .. '.' .. suffix
   end
+  local ms = {member}
+  for s = 1, num(args[2]) do
+    ms[s + 1] = member .. '.' .. s
+  end
+  return ms
+end
+
+-- finish_remove removes member ms (a list: any of them) from count or
+-- slot key key.
+local function finish_remove(key, ms)
+  local gone
+  if type(ms) == 'string' then
+    gone = call('ZREM', key, ms)
+  else
+    gone = call('ZREM', key, unpack(ms))
+  end
+  if gone > 0 then
+    return 1
+  end
+  return 0
+end
+
+-- settle_entry settles by delta (> -cost: the entry keeps a weight) the
+-- request whose member is m in weighted key key, admitted at at, when
+-- the entries from at on, read in one call, hold its entry and at most
+-- MOVE after it: a request settled soon after its admission. It makes
+-- the change change_weight would (one read, then the rename of the entry
+-- and of each later one) without making change_weight's functions, and
+-- returns nil for every other case, which change_weight reads again.
+local function settle_entry(key, m, at, delta)
+  local es = call('ZRANGE', key, fmt('%d', at), '+inf', 'BYSCORE', 'LIMIT', '0', WEIGHT_READ, 'WITHSCORES')
+  if #es == 2 * num(WEIGHT_READ) then
+    return nil -- more follow
+  end
+  local done = m .. '!'
+  for i = 1, #es, 2 do
+    local rest = string.sub(es[i], 18)
+    if rest == done then
+      return 0
+    end
+    if rest == m then
+      if (#es - i - 1) / 2 > WEIGHT_MOVE then
+        return nil
+      end
+      if delta > 0 and num(string.sub(es[#es - 1], 1, 16)) + delta > TOTAL then
+        return 2
+      end
+      for j = i, #es, 2 do
+        local mj = es[j]
+        local tag = string.sub(mj, 17)
+        if j == i then
+          tag = ':' .. done
+        end
+        call('ZREM', key, mj)
+        call('ZADD', key, es[j + 1], fmt('%016d', num(string.sub(mj, 1, 16)) + delta) .. tag)
+      end
+      return 1
+    end
+  end
+  return nil
+end
+
+-- finish_weight runs the change of weighted key key whose fields start
+-- at args[q] for member ms (see Weighted changes).
+local function finish_weight(key, q, ms)
+  local delta, mode, at, cost = num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 6])
+  if mode == 's' and at > 0 and delta > -cost and type(ms) == 'string' then
+    local changed = settle_entry(key, ms, at, delta)
+    if changed then
+      return changed
+    end
+  end
+  if not change_weight then
+    weight_functions()
+  end
+  return change_weight(key, delta, mode, at, num(args[q + 5]), ms, cost)
+end
+
+-- finish_calendar adds delta to the count of the period starting at start
+-- in calendar key key (fields 'A', start, delta from args[q]; see
+-- Calendars) with one HINCRBY, which also tells what the period held: a
+-- period without a field (it held 0: it is over) is left without one,
+-- and a count never falls below 0 (at 0 the field is deleted).
+local function finish_calendar(key, q)
+  flush_cal(key)
+  local start = args[q + 1]
+  if start == '' then
+    return 0
+  end
+  local after = cal_call('HINCRBY', key, start, args[q + 2])
+  local before = after - num(args[q + 2])
+  if before <= 0 or after <= 0 then
+    call('HDEL', key, start) -- an emptied hash is gone, as before
+  end
+  if before <= 0 then
+    return 0
+  end
+  return 1
+end
+
+-- finish_restore restores a distinct value (fields 'R', value, at, prev
+-- from args[q]; see Distinct): only if its score is still at, which
+-- takes a read, as no Redis command removes or rescores a member on a
+-- condition of its score.
+local function finish_restore(key, q)
   local s = call('ZSCORE', key, args[q + 1])
   if not s or (num(s) or sci(s)) ~= num(args[q + 2]) then
-    return 0, q + 4
+    return 0
   end
   if args[q + 3] == '1' then
     call('ZREM', key, args[q + 1])
   else
     call('ZADD', key, args[q + 3], args[q + 1])
   end
-  return 1, q + 4
-end
-
--- finish_entry runs the change of a finish op's key whose fields start at
--- args[q] ('C', 'S' or 'W') for member, and returns whether an entry
--- changed (0, 1, or 2 for a refused weighted change), whether that change
--- removes a request, and the index of the next key's fields.
-local function finish_entry(key, q, member)
-  local kind, suffix = args[q], num(args[q + 1])
-  -- ms: the member as stored, or when its suffix is unknown the list of
-  -- what it may be.
-  local ms = member
-  if suffix > 0 then
-    ms = member .. '.' .. suffix
-  elseif suffix < 0 then
-    ms = {member}
-    for s = 1, num(args[2]) do
-      ms[s + 1] = member .. '.' .. s
-    end
-  end
-  local changed, removal = 0, kind == 'C'
-  if kind == 'W' then
-    if not change_weight then
-      weight_functions()
-    end
-    removal = args[q + 3] == 'r'
-    changed = change_weight(key, num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 5]), ms, num(args[q + 6]))
-    q = q + 7
-  else
-    local gone
-    if suffix >= 0 then
-      gone = call('ZREM', key, ms)
-    else
-      gone = call('ZREM', key, unpack(ms))
-    end
-    if gone > 0 then
-      changed = 1
-    end
-    q = q + 2
-  end
-  return changed, removal, q
+  return 1
 end
 
 -- finish_op runs the finish op whose fields start at args[p], on the KEYS
 -- after the first used, into the reply, and returns the index of the next
--- op's first field and the number of KEYS used.
+-- op's first field and the number of KEYS used. Its channel hears of the
+-- keys whose windows lost weight.
 local function finish_op(p, used)
   local member, nkeys, channel = string.sub(args[p], 2), num(args[p + 1]), args[p + 2]
   n = n + 1
@@ -1228,14 +1285,20 @@ local function finish_op(p, used)
   local q = p + 3
   local pub
   for k = 1, nkeys do
-    local key = KEYS[used + k]
-    local kind = args[q]
+    local key, kind = KEYS[used + k], args[q]
     local changed, removal
-    if kind == 'A' or kind == 'R' then
-      changed, q = finish_special(key, q)
-      removal = kind == 'A' and changed == 1 and num(args[q - 1]) < 0 or kind == 'R'
+    if kind == 'A' then
+      changed, removal = finish_calendar(key, q), num(args[q + 2]) < 0
+      q = q + 3
+    elseif kind == 'R' then
+      changed, removal = finish_restore(key, q), true
+      q = q + 4
+    elseif kind == 'W' then
+      changed, removal = finish_weight(key, q, finish_members(member, num(args[q + 1]))), args[q + 3] == 'r'
+      q = q + 7
     else
-      changed, removal, q = finish_entry(key, q, member)
+      changed, removal = finish_remove(key, finish_members(member, num(args[q + 1]))), kind == 'C'
+      q = q + 2
     end
     if memo then
       memo[key] = nil -- its windows changed: a later op reads them again
@@ -1274,6 +1337,12 @@ while p <= #args do
   end
   if p > #args then
     break
+  end
+  if t == 0 then
+    local now = call('TIME')
+    local sec, usec = num(now[1]), num(now[2])
+    reply[1], reply[2] = sec, usec
+    t = sec * 1000000 + usec
   end
   local member, nkeys = args[p], num(args[p + 1])
   local remember = nkeys < 0

@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// BenchmarkFinishRedisCPU measures what the download group (downloadGroup)
+// costs Redis per request, 64 callers on 2,000 subjects admitted once before: each iteration
+// admits 64 requests at once, then finishes them at once (settled to half
+// the estimate, slot released), and reads INFO commandstats around each
+// half. It reports the Redis CPU (the script calls' usec, which includes
+// the commands they run) per admission and per finish, and the commands a
+// finish runs inside the script (ZRANGE, ZREM, ZADD, ...) per request.
+func BenchmarkFinishRedisCPU(b *testing.B) {
+	const callers = 64
+	s := redistest.Start(b)
+	ctx := context.Background()
+	rc := s.Client()
+	reqs := make([]Request, 2_000)
+	for i := range reqs {
+		reqs[i] = downloadRequest(b, "u"+strconv.Itoa(i), 1<<20)
+		reqs[i].Checks[0].Windows[1].Limit = 1e6
+	}
+	out := Outcome{Actual: []int64{-1, 512 << 10}}
+	e := newEngine(b, rc, WithPrefix(testPrefix(b)))
+	for i := 0; i < len(reqs); i += callers {
+		var wg sync.WaitGroup
+		for c := range min(callers, len(reqs)-i) {
+			wg.Go(func() {
+				d, err := e.Allow(ctx, reqs[i+c])
+				if err != nil || !d.Allowed {
+					b.Error(d, err)
+				}
+				_ = e.Finish(ctx, d, out)
+			})
+		}
+		wg.Wait()
+	}
+	admit, finish := cmdStats{}, cmdStats{}
+	ds := make([]Decision, callers)
+	i := 0
+	for b.Loop() {
+		before := readCmdStats(b, rc)
+		var wg sync.WaitGroup
+		for c := range callers {
+			wg.Go(func() {
+				d, err := e.Allow(ctx, reqs[(i+c)%len(reqs)])
+				if err != nil || !d.Allowed {
+					b.Error(d, err)
+				}
+				ds[c] = d
+			})
+		}
+		wg.Wait()
+		mid := readCmdStats(b, rc)
+		for c := range callers {
+			wg.Go(func() {
+				if err := e.Finish(ctx, ds[c], out); err != nil {
+					b.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		after := readCmdStats(b, rc)
+		admit.add(mid, before)
+		finish.add(after, mid)
+		i += callers
+	}
+	n := float64(i)
+	b.ReportMetric(float64(admit["evalsha"].usec)/n, "redis-µs/admit")
+	b.ReportMetric(float64(finish["evalsha"].usec)/n, "redis-µs/finish")
+	for _, cmd := range []string{"zrange", "zrem", "zadd", "zcount", "publish"} {
+		if c := finish[cmd].calls; c > 0 {
+			b.ReportMetric(float64(c)/n, cmd+"/finish")
+		}
+	}
+}
+
+type cmdStat struct{ calls, usec int64 }
+
+// cmdStats maps a command's name to its INFO commandstats counters.
+type cmdStats map[string]cmdStat
+
+// add adds the difference a - b to s.
+func (s cmdStats) add(a, b cmdStats) {
+	for k, v := range a {
+		w := b[k]
+		x := s[k]
+		x.calls += v.calls - w.calls
+		x.usec += v.usec - w.usec
+		s[k] = x
+	}
+}
+
+func readCmdStats(tb testing.TB, rc *redis.Client) cmdStats {
+	info, err := rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := cmdStats{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, rest, _ := strings.Cut(rest, ",usec=")
+		usec, _, _ := strings.Cut(rest, ",")
+		c, _ := strconv.ParseInt(calls, 10, 64)
+		u, _ := strconv.ParseInt(usec, 10, 64)
+		s[name] = cmdStat{c, u}
+	}
+	return s
+}
