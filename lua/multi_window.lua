@@ -1179,6 +1179,56 @@ local function finish_remove(key, ms)
   return 0
 end
 
+-- change_newest changes by delta, in mode md (see Weighted changes), the
+-- request whose member is m in weighted key key when its entry is the
+-- key's newest, as a request finished soon after its admission mostly is:
+-- ZPOPMAX reads and removes it in one call, and ZADD adds it back renamed
+-- with its new total (a debt or a refund above -cost: two calls; else a
+-- read of the entry before tells what is left of its weight). It returns
+-- nil when the newest entry is another (put back as it was: the entries
+-- then read more, see settle_entry and change_weight), else as
+-- change_weight. A weighted key that held an entry holds markers, so the
+-- pop never empties it (which would lose its expiry).
+local function change_newest(key, m, delta, md, cost)
+  local top = call('ZPOPMAX', key)
+  local x, score = top[1], top[2]
+  if not x then
+    return nil
+  end
+  local rest = string.sub(x, 18)
+  if rest ~= m or string.byte(score) == 45 then
+    call('ZADD', key, score, x)
+    if rest == m .. '!' then
+      return 0 -- settled: neither settled again nor given back
+    end
+    return nil
+  end
+  local xt = num(string.sub(x, 1, 16))
+  -- c: the change of the request's weight, never below minus that weight,
+  -- whose base is the entry before (its weight is at least cost).
+  local c, prev = delta, -1
+  if delta <= -cost then
+    prev = 0
+    local below = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if below[1] and string.byte(below[2]) ~= 45 then
+      prev = num(string.sub(below[1], 1, 16))
+    end
+    c = math.max(delta, prev - xt)
+  end
+  if c > 0 and xt + c > TOTAL then
+    call('ZADD', key, score, x)
+    return 2
+  end
+  if xt + c > prev then
+    local tag = ':-' -- a removal: it stands for merged requests
+    if md ~= 'r' then
+      tag = ':' .. m .. '!'
+    end
+    call('ZADD', key, score, fmt('%016d', xt + c) .. tag)
+  end
+  return 1
+end
+
 -- settle_entry settles by delta (> -cost: the entry keeps a weight) the
 -- request whose member is m in weighted key key, admitted at at, when
 -- the entries from at on, read in one call, hold its entry and at most
@@ -1223,8 +1273,11 @@ end
 -- at args[q] for member ms (see Weighted changes).
 local function finish_weight(key, q, ms)
   local delta, mode, at, cost = num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 6])
-  if mode == 's' and at > 0 and delta > -cost and type(ms) == 'string' then
-    local changed = settle_entry(key, ms, at, delta)
+  if type(ms) == 'string' then
+    local changed = change_newest(key, ms, delta, mode, cost)
+    if not changed and mode == 's' and at > 0 and delta > -cost then
+      changed = settle_entry(key, ms, at, delta)
+    end
     if changed then
       return changed
     end
