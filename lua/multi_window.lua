@@ -8,7 +8,8 @@
 -- Arguments. Every argument is a string; a number is a decimal integer
 -- written without sign (unless negative), leading zeros or exponent.
 -- Times and periods are in microseconds since 1970.
---   ARGV[1]  t: the decision time, or 0 to use the server's TIME. t must
+--   ARGV[1]  t: the decision time, or 0 to use the server's TIME (read
+--            at the first op that is not a finish op). t must
 --            exceed every period and stay below 2^53.
 --   ARGV[2]  max_suffix: how many suffixed members an admission tries
 --            after collisions (the engine's maxSuffix, which is the one
@@ -74,7 +75,8 @@
 --     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
 -- Reply: an array of integers (a Lua table of numbers):
---   sec, usec  the decision time (t, or the server's TIME)
+--   sec, usec  the decision time (t, or the server's TIME; 0, 0 for a
+--              call of finish ops alone at t 0, which reads no time)
 --   then per op: code, then per key and window, in argument order:
 --     used [oldest [edge]]
 --   except for a slot key, which replies its live slots before the op:
@@ -121,9 +123,8 @@
 -- and debts only add), so a delta above -cost leaves it a weight and
 -- changes it by exactly delta, and the entry before (whose total is the
 -- base of the weight) is needed only to tell whether a weight falls to
--- zero. The
--- entry's total and the totals of every later
--- entry change by the delta, which changes exactly the request's weight in
+-- zero. The entry's total and the totals of every later entry change by
+-- the delta, which changes exactly the request's weight in
 -- every window it is in, at its own admission time. A negative delta
 -- lowers the entry's weight by at most that weight: never below zero,
 -- never a credit. An entry left without weight is deleted. An entry that
@@ -140,6 +141,28 @@
 -- the same grain, is settled instead (not renamed: it stands for other
 -- requests too), else a debt goes to the newest entry. A change reads the
 -- whole key (O(entries)); this path is rare.
+--
+-- What a finish costs. A release or a count key's removal is one ZREM, a
+-- calendar change one HINCRBY (which also reads what the period held; a
+-- second write only when the count falls to 0 or the period is over), a
+-- distinct restore a ZSCORE and a write (no command changes a member on a
+-- condition of its score). A weighted change is not one write: a
+-- window's sum is two lookups because each entry's member holds its
+-- running total, so changing a request's cost changes its member, and
+-- Redis renames a member only by removing it and adding the new one (the
+-- total cannot move to the score, which is the entry's time). Keeping the
+-- old member and adding the change beside it fails exactness: a refund's
+-- entry would hold a lower total than the entry before it, and the edge
+-- search, the window's oldest entry and the merges would read the stale
+-- total (an early Retry-After). So a change of the key's newest entry, the
+-- common case (a request finished soon after its admission), is ZPOPMAX,
+-- which reads and removes it in one call, and ZADD of its new member; a
+-- give-back, or a refund of the whole cost, also reads the entry before
+-- (ZRANGE of the last rank), which its weight is based on. When the
+-- newest entry is another request's, it is put back as it was (ZADD) and
+-- the entries from at on are read (one ZRANGE), the request's entry and
+-- each later one renamed: two calls more than a read first would cost,
+-- the price of saving one in the common case.
 --
 -- A block key's reply is one integer, left: the time until its block
 -- ends (0: not blocked).
@@ -203,9 +226,10 @@
 -- cal_memo). Memory is one small hash per subject and period, whatever
 -- the limit. A finish op's 'A' key (a give-back, a settlement, a
 -- rollback) adds delta (negative: a refund) to the count of the period
--- starting at start, never below 0 (at 0 the field is deleted), keeping
--- the expiry; a period without a field is left as it is: the period the
--- request counted in is over. A key of the earlier format, a string
+-- starting at start with one HINCRBY, never below 0 (at 0 the field is
+-- deleted), keeping the expiry; a period without a field (HINCRBY
+-- returns delta) is left without one, and a key it made is deleted with
+-- its field: the period the request counted in is over. A key of the earlier format, a string
 -- START ':' COUNT, becomes the hash of that count and expiry the first time
 -- an op touches it (its HGET or HINCRBY fails with WRONGTYPE).
 --
@@ -804,9 +828,10 @@ end
 -- (see change in weight_functions).
 local WEIGHT_MOVE, WEIGHT_READ = 64, '132'
 
--- Finish ops (see Finish ops in the header) change weighted keys with
--- change_weight, which weight_functions creates at the first weighted key
--- of a finish op: it is the rare path, and a closure costs every call.
+-- Finish ops (see Finish steps below) change weighted keys with
+-- change_weight when change_newest and settle_entry cannot, which
+-- weight_functions creates then: it is the rare path, and a closure costs
+-- every call.
 local change_weight
 
 local function weight_functions()
