@@ -218,6 +218,15 @@ func TestFinishStepSettleLater(t *testing.T) {
 		}
 		wantMembers(t, s.c, key, append(slices.Clone(markers),
 			total16(100)+":a@1000", total16(150)+":m!@2000", total16(200)+":b@3000")...)
+		// A later entry at the same time (b, admitted in the same
+		// microsecond) comes after m in rank: the pop finds b, not m.
+		same := testPrefix(t) + "{u}:w"
+		weightedKey(t, s.c, same, 100, "a", 1000, 300, "m", 2000, 350, "b", 2000)
+		if got := s.finishOp(t, "m", []string{same}, want, "W", 0, -150, "s", 2000, 0, 200); !slices.Equal(got, []int64{1}) {
+			t.Errorf("flags %v, want 1", got)
+		}
+		wantMembers(t, s.c, same, append(slices.Clone(markers),
+			total16(100)+":a@1000", total16(150)+":m!@2000", total16(200)+":b@2000")...)
 	})
 }
 
