@@ -211,8 +211,9 @@ func TestFinishStepSettleLater(t *testing.T) {
 	onStepServers(t, func(t *testing.T, s stepServer) {
 		key := testPrefix(t) + "{u}:w"
 		weightedKey(t, s.c, key, 100, "a", 1000, 300, "m", 2000, 350, "b", 3000)
-		// The pop finds b and puts it back; the read from 2000 on finds m.
-		want := map[string]int64{"zpopmax": 1, "zrange": 1, "zrem": 2, "zadd": 3}
+		// The pop finds b, the read from 2000 on finds m: m is renamed,
+		// and b, already removed, is added back with its new total.
+		want := map[string]int64{"zpopmax": 1, "zrange": 1, "zrem": 1, "zadd": 2}
 		if got := s.finishOp(t, "m", []string{key}, want, "W", 0, -150, "s", 2000, 0, 200); !slices.Equal(got, []int64{1}) {
 			t.Errorf("flags %v, want 1", got)
 		}
@@ -227,6 +228,14 @@ func TestFinishStepSettleLater(t *testing.T) {
 		}
 		wantMembers(t, s.c, same, append(slices.Clone(markers),
 			total16(100)+":a@1000", total16(150)+":m!@2000", total16(200)+":b@2000")...)
+		// A debt that would take the newest total above 2^53 is refused,
+		// and the popped entry is back as it was.
+		big := testPrefix(t) + "{u}:w"
+		weightedKey(t, s.c, big, 300, "m", 2000, 9007199254740000, "b", 3000)
+		if got := s.finishOp(t, "m", []string{big}, nil, "W", 0, 5000, "s", 2000, 0, 200); !slices.Equal(got, []int64{2}) {
+			t.Errorf("debt above 2^53: flags %v, want 2", got)
+		}
+		wantMembers(t, s.c, big, append(slices.Clone(markers), total16(300)+":m@2000", "9007199254740000:b@3000")...)
 	})
 }
 
@@ -249,6 +258,16 @@ func TestFinishStepGiveBackWeighted(t *testing.T) {
 			t.Errorf("flags %v, want 1", got)
 		}
 		wantMembers(t, s.c, key, append(slices.Clone(markers), total16(100)+":a@1000", total16(150)+":-@2000")...)
+		// With a later entry (b, settled already), the pop finds b and puts
+		// it back; m is found from its decision time on, and b's total
+		// loses m's cost, its name kept.
+		later := testPrefix(t) + "{u}:w"
+		weightedKey(t, s.c, later, 100, "a", 1000, 300, "m", 2000, 320, "b!", 3000)
+		want := map[string]int64{"zpopmax": 1, "zrange": 2, "zrem": 2, "zadd": 2}
+		if got := s.finishOp(t, "m", []string{later}, want, giveBack...); !slices.Equal(got, []int64{1}) {
+			t.Errorf("flags %v, want 1", got)
+		}
+		wantMembers(t, s.c, later, append(slices.Clone(markers), total16(100)+":a@1000", total16(120)+":b!@3000")...)
 	})
 }
 

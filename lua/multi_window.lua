@@ -159,10 +159,12 @@
 -- which reads and removes it in one call, and ZADD of its new member; a
 -- give-back, or a refund of the whole cost, also reads the entry before
 -- (ZRANGE of the last rank), which its weight is based on. When the
--- newest entry is another request's, it is put back as it was (ZADD) and
--- the entries from at on are read (one ZRANGE), the request's entry and
--- each later one renamed: two calls more than a read first would cost,
--- the price of saving one in the common case.
+-- newest entry is another request's, a settlement reads the entries from
+-- at on (one ZRANGE) and renames the request's entry, each later one and
+-- the popped one, which is already removed: as many calls as a read
+-- first would cost. A give-back (or a refund of the whole cost, or a
+-- settlement in mode 'g') then puts the popped entry back as it was
+-- (ZADD) and reads as before: two calls more.
 --
 -- A block key's reply is one integer, left: the time until its block
 -- ends (0: not blocked).
@@ -1210,10 +1212,11 @@ end
 -- ZPOPMAX reads and removes it in one call, and ZADD adds it back renamed
 -- with its new total (a debt or a refund above -cost: two calls; else a
 -- read of the entry before tells what is left of its weight). It returns
--- nil when the newest entry is another (put back as it was: the entries
--- then read more, see settle_entry and change_weight), else as
--- change_weight. A weighted key that held an entry holds markers, so the
--- pop never empties it (which would lose its expiry).
+-- what change_weight returns, or when the newest entry is another
+-- request's, nil, that entry and its score, still popped: the caller puts
+-- it back, or renames it as a later entry (see settle_entry). A weighted
+-- key that held an entry holds markers, so the pop never empties it
+-- (which would lose its expiry).
 local function change_newest(key, m, delta, md, cost)
   local top = call('ZPOPMAX', key)
   local x, score = top[1], top[2]
@@ -1221,12 +1224,14 @@ local function change_newest(key, m, delta, md, cost)
     return nil
   end
   local rest = string.sub(x, 18)
-  if rest ~= m or string.byte(score) == 45 then
-    call('ZADD', key, score, x)
-    if rest == m .. '!' then
-      return 0 -- settled: neither settled again nor given back
+  if rest == m .. '!' or string.byte(score) == 45 then
+    call('ZADD', key, score, x) -- a marker: the key holds no entry
+    if string.byte(score) == 45 then
+      return nil
     end
-    return nil
+    return 0 -- settled: neither settled again nor given back
+  elseif rest ~= m then
+    return nil, x, score
   end
   local xt = num(string.sub(x, 1, 16))
   -- c: the change of the request's weight, never below minus that weight,
@@ -1255,43 +1260,61 @@ local function change_newest(key, m, delta, md, cost)
 end
 
 -- settle_entry settles by delta (> -cost: the entry keeps a weight) the
--- request whose member is m in weighted key key, admitted at at, when
--- the entries from at on, read in one call, hold its entry and at most
--- MOVE after it: a request settled soon after its admission. It makes
--- the change change_weight would (one read, then the rename of the entry
--- and of each later one) without making change_weight's functions, and
--- returns nil for every other case, which change_weight reads again.
-local function settle_entry(key, m, at, delta)
+-- request whose member is m in weighted key key, admitted at at, whose
+-- entry is not the newest: y, popped by change_newest, scored ys (nil
+-- when the key held no entry). When the entries from at on, read in one
+-- call, hold the request's entry and with y at most WEIGHT_MOVE after it,
+-- it makes the change change_weight would: the request's entry, each
+-- later one and y get their new totals, y without another removal, so a
+-- settlement costs no more calls than a read first would. It returns nil
+-- for every other case (y put back: change_weight reads again), else as
+-- change_weight.
+local function settle_entry(key, m, at, delta, y, ys)
   local es = call('ZRANGE', key, fmt('%d', at), '+inf', 'BYSCORE', 'LIMIT', '0', WEIGHT_READ, 'WITHSCORES')
-  if #es == 2 * num(WEIGHT_READ) then
-    return nil -- more follow
-  end
-  local done = m .. '!'
-  for i = 1, #es, 2 do
-    local rest = string.sub(es[i], 18)
-    if rest == done then
-      return 0
-    end
-    if rest == m then
-      if (#es - i - 1) / 2 > WEIGHT_MOVE then
-        return nil
+  local done, found, r = m .. '!', nil, nil
+  if #es < 2 * num(WEIGHT_READ) then -- else more follow
+    for i = 1, #es, 2 do
+      local rest = string.sub(es[i], 18)
+      if rest == done then
+        r = 0
+        break
       end
-      if delta > 0 and num(string.sub(es[#es - 1], 1, 16)) + delta > TOTAL then
-        return 2
+      if rest == m then
+        found = i
+        break
       end
-      for j = i, #es, 2 do
-        local mj = es[j]
-        local tag = string.sub(mj, 17)
-        if j == i then
-          tag = ':' .. done
-        end
-        call('ZREM', key, mj)
-        call('ZADD', key, es[j + 1], fmt('%016d', num(string.sub(mj, 1, 16)) + delta) .. tag)
-      end
-      return 1
     end
   end
-  return nil
+  local later = 0
+  if found then
+    later = (#es - found - 1) / 2
+    if y then
+      later = later + 1
+    end
+  end
+  local newest = y or es[#es - 1]
+  if found and later <= WEIGHT_MOVE and delta > 0 and num(string.sub(newest, 1, 16)) + delta > TOTAL then
+    found, r = nil, 2
+  end
+  if not found or later > WEIGHT_MOVE then
+    if y then
+      call('ZADD', key, ys, y)
+    end
+    return r
+  end
+  for j = found, #es, 2 do
+    local mj = es[j]
+    local tag = string.sub(mj, 17)
+    if j == found then
+      tag = ':' .. done
+    end
+    call('ZREM', key, mj)
+    call('ZADD', key, es[j + 1], fmt('%016d', num(string.sub(mj, 1, 16)) + delta) .. tag)
+  end
+  if y then
+    call('ZADD', key, ys, fmt('%016d', num(string.sub(y, 1, 16)) + delta) .. string.sub(y, 17))
+  end
+  return 1
 end
 
 -- finish_weight runs the change of weighted key key whose fields start
@@ -1299,9 +1322,11 @@ end
 local function finish_weight(key, q, ms)
   local delta, mode, at, cost = num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 6])
   if type(ms) == 'string' then
-    local changed = change_newest(key, ms, delta, mode, cost)
+    local changed, y, ys = change_newest(key, ms, delta, mode, cost)
     if not changed and mode == 's' and at > 0 and delta > -cost then
-      changed = settle_entry(key, ms, at, delta)
+      changed = settle_entry(key, ms, at, delta, y, ys)
+    elseif y then
+      call('ZADD', key, ys, y)
     end
     if changed then
       return changed
