@@ -13,21 +13,28 @@ import (
 )
 
 // BenchmarkFinishRedisCPU measures what the download group (downloadGroup)
-// costs Redis per request, 64 callers on 2,000 subjects admitted once before: each iteration
-// admits 64 requests at once, then finishes them at once (settled to half
-// the estimate, slot released), and reads INFO commandstats around each
-// half. It reports, per admission and per finish, the time Redis spent in
+// costs Redis per request, 64 callers on 2,000 subjects admitted once
+// before (a request is mostly its key's newest entry when it is settled)
+// or on one (up to 63 later entries): each iteration admits 64 requests at
+// once, then finishes them at once (settled to half the estimate, slot
+// released), and reads INFO commandstats and INFO cpu around each half. It reports, per admission and per finish, the time Redis spent in
 // script calls (INFO commandstats, which includes the commands they run;
 // wall time, so a loaded machine inflates it) and the server's CPU time
 // (INFO cpu, user and system: its networking too), and the commands a
 // finish runs inside the script (TIME, ZRANGE, ZREM, ZADD, ...) per
 // request.
 func BenchmarkFinishRedisCPU(b *testing.B) {
+	for _, subjects := range []int{2_000, 1} {
+		b.Run("subjects="+strconv.Itoa(subjects), func(b *testing.B) { benchFinishRedisCPU(b, subjects) })
+	}
+}
+
+func benchFinishRedisCPU(b *testing.B, subjects int) {
 	const callers = 64
 	s := redistest.Start(b)
 	ctx := context.Background()
 	rc := s.Client()
-	reqs := make([]Request, 2_000)
+	reqs := make([]Request, subjects)
 	for i := range reqs {
 		reqs[i] = downloadRequest(b, "u"+strconv.Itoa(i), 1<<20)
 		reqs[i].Checks[0].Windows[1].Limit = 1e6
