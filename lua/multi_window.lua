@@ -231,9 +231,10 @@
 -- starting at start with one HINCRBY, never below 0 (at 0 the field is
 -- deleted), keeping the expiry; a period without a field (HINCRBY
 -- returns delta) is left without one, and a key it made is deleted with
--- its field: the period the request counted in is over. A key of the earlier format, a string
--- START ':' COUNT, becomes the hash of that count and expiry the first time
--- an op touches it (its HGET or HINCRBY fails with WRONGTYPE).
+-- its field: the period the request counted in is over. A key of the
+-- earlier format, a string START ':' COUNT, becomes the hash of that
+-- count and expiry the first time an op touches it (its HGET or HINCRBY
+-- fails with WRONGTYPE).
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness; 'ERR slidelimit:
@@ -1224,11 +1225,11 @@ local function change_newest(key, m, delta, md, cost)
     return nil
   end
   local rest = string.sub(x, 18)
-  if rest == m .. '!' or string.byte(score) == 45 then
+  if string.byte(score) == 45 then
     call('ZADD', key, score, x) -- a marker: the key holds no entry
-    if string.byte(score) == 45 then
-      return nil
-    end
+    return nil
+  elseif rest == m .. '!' then
+    call('ZADD', key, score, x)
     return 0 -- settled: neither settled again nor given back
   elseif rest ~= m then
     return nil, x, score
