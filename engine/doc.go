@@ -113,8 +113,10 @@
 // the request's own admission time (the window may then exceed its limit
 // by that excess, and later requests wait for it to leave). A weighted
 // key's entries carry running totals, so the request's entry and every
-// later one are rewritten (a finish op, lua/multi_window.lua): O(entries after it), at
-// most 64, beyond which the change errs on the side of denying. With
+// later one are rewritten (a finish op, lua/multi_window.lua):
+// O(entries after it), at most 64, beyond which the change errs on the
+// side of denying. The request's entry is mostly still its key's newest,
+// and its rewrite then takes two commands (ZPOPMAX, ZADD). With
 // grains, a request merged into the next entry is settled in that entry;
 // the middleware's WithSettle and ReportCost settle after the handler.
 //

@@ -8,7 +8,8 @@
 -- Arguments. Every argument is a string; a number is a decimal integer
 -- written without sign (unless negative), leading zeros or exponent.
 -- Times and periods are in microseconds since 1970.
---   ARGV[1]  t: the decision time, or 0 to use the server's TIME. t must
+--   ARGV[1]  t: the decision time, or 0 to use the server's TIME (read
+--            at the first op that is not a finish op). t must
 --            exceed every period and stay below 2^53.
 --   ARGV[2]  max_suffix: how many suffixed members an admission tries
 --            after collisions (the engine's maxSuffix, which is the one
@@ -75,7 +76,8 @@
 --     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
 -- Reply: an array of integers (a Lua table of numbers):
---   sec, usec  the decision time (t, or the server's TIME)
+--   sec, usec  the decision time (t, or the server's TIME; 0, 0 for a
+--              call of finish ops alone at t 0, which reads no time)
 --   then per op: code, then per key and window, in argument order:
 --     used [oldest [edge]]
 --   except for a slot key, which replies its live slots before the op:
@@ -123,9 +125,8 @@
 -- and debts only add), so a delta above -cost leaves it a weight and
 -- changes it by exactly delta, and the entry before (whose total is the
 -- base of the weight) is needed only to tell whether a weight falls to
--- zero. The
--- entry's total and the totals of every later
--- entry change by the delta, which changes exactly the request's weight in
+-- zero. The entry's total and the totals of every later entry change by
+-- the delta, which changes exactly the request's weight in
 -- every window it is in, at its own admission time. A negative delta
 -- lowers the entry's weight by at most that weight: never below zero,
 -- never a credit. An entry left without weight is deleted. An entry that
@@ -142,6 +143,31 @@
 -- the same grain, is settled instead (not renamed: it stands for other
 -- requests too), else a debt goes to the newest entry. A change reads the
 -- whole key (O(entries)); this path is rare.
+--
+-- What a finish costs. A release or a count key's removal is one ZREM, a
+-- calendar change its record (HSETNX, so that a retried op runs once),
+-- one HINCRBY (which also reads what the period held) and the records'
+-- period (HSET; an HDEL instead when the period is over), a
+-- distinct restore a ZSCORE and a write (no command changes a member on a
+-- condition of its score). A weighted change is not one write: a
+-- window's sum is two lookups because each entry's member holds its
+-- running total, so changing a request's cost changes its member, and
+-- Redis renames a member only by removing it and adding the new one (the
+-- total cannot move to the score, which is the entry's time). Keeping the
+-- old member and adding the change beside it fails exactness: a refund's
+-- entry would hold a lower total than the entry before it, and the edge
+-- search, the window's oldest entry and the merges would read the stale
+-- total (an early Retry-After). So a change of the key's newest entry, the
+-- common case (a request finished soon after its admission), is ZPOPMAX,
+-- which reads and removes it in one call, and ZADD of its new member; a
+-- give-back, or a refund of the whole cost, also reads the entry before
+-- (ZRANGE of the last rank), which its weight is based on. When the
+-- newest entry is another request's, a settlement reads the entries from
+-- at on (one ZRANGE) and renames the request's entry, each later one and
+-- the popped one, which is already removed: as many calls as a read
+-- first would cost. A give-back (or a refund of the whole cost, or a
+-- settlement in mode 'g') then puts the popped entry back as it was
+-- (ZADD) and reads as before: two calls more.
 --
 -- A block key's reply is one integer, left: the time until its block
 -- ends (0: not blocked).
@@ -208,9 +234,10 @@
 -- cal_memo). Memory is one small hash per subject and period, whatever
 -- the limit, plus a record per finish op in the period. A finish op's 'A'
 -- key (a give-back, a settlement, a rollback) adds delta (negative: a
--- refund) to the count of the period starting at start, never below 0 (at
--- 0 the field is deleted), keeping the expiry; a period without a field
--- is left as it is: the period the request counted in is over. A count
+-- refund) to the count of the period starting at start with one HINCRBY,
+-- never below 0 (at 0 the field is deleted), keeping the expiry; a period
+-- without a field (HINCRBY returns delta) is left without one, and
+-- without a record: the period the request counted in is over. A count
 -- keeps no member to remove, so the op records itself: it runs only if
 -- HSETNX of the field '-' .. member (value 1) sets it, and then sets the
 -- field 'm' to START, the period of the records. A second op of the
@@ -219,11 +246,10 @@
 -- most one 'A' op per key (a give-back, a settlement or a rollback).
 -- Members sharing an id (two processes with one snowflake node) share the
 -- record, and the later op is lost (a refund errs on the side of denying,
--- a debt goes uncharged). The
--- records go with the key's expiry, or at the next period's first
--- admission. A key of the earlier format, a string
+-- a debt goes uncharged). The records go with the key's expiry, or at the
+-- next period's first admission. A key of the earlier format, a string
 -- START ':' COUNT, becomes the hash of that count and expiry the first time
--- an op touches it (its HGET or HINCRBY fails with WRONGTYPE).
+-- an op touches it (its HSETNX, HGET or HINCRBY fails with WRONGTYPE).
 --
 -- Errors: 'ERR slidelimit: running total above 2^53 in <key>' when a
 -- weighted key's running total would lose exactness; 'ERR slidelimit:
@@ -347,6 +373,9 @@ local EPOCH = 2251799813685248
 -- BUSY entries in a key's longest window make it busy: its epochs, and so
 -- its trims, come 8 times per window instead of once.
 local BUSY = 64
+-- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in a
+-- double.
+local TOTAL = 9007199254740991
 
 -- Op statuses in the reply.
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
@@ -360,12 +389,12 @@ local n -- last index written in reply
 
 local t = num(args[1])
 local t_arg = args[1] -- t as a score argument
-if t == 0 then
-  -- TIME's seconds and microseconds (unpadded) joined as text: one
-  -- number to parse, and none to format for t_arg (see Cost).
-  local now = call('TIME')
-  t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
-  t = num(t_arg)
+-- t 0 is the server's TIME, read at the first op that is not a finish op:
+-- finish ops change entries by member and need no time, so a call of
+-- finish ops alone runs no TIME (its reply's sec and usec are 0).
+if t ~= 0 then
+  reply[2] = t % 1000000
+  reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
 end
 reply[2] = t % 1000000
 reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
@@ -527,9 +556,6 @@ end
 local weigh, admit_weighted
 
 local function weighted_functions()
-  -- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in
-  -- a double.
-  local TOTAL = 9007199254740991
   -- MERGE_SCAN bounds the entries an admission looks at per tier.
   local MERGE_SCAN = '257'
   -- MINUS starts a negative score: a marker's.
@@ -817,20 +843,21 @@ local function distinct_windows(key, q, nwin, v)
   return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
 end
 
--- Finish ops (see Finish ops in the header) change weighted keys with
--- change_weight, which weight_functions creates at the first weighted key
--- of a finish op: it is the rare path, and a closure costs every call.
+-- WEIGHT_MOVE bounds the later entries a weighted change rewrites.
+-- WEIGHT_READ (2 * WEIGHT_MOVE + 4, as an argument) bounds the entries a
+-- change reads from its decision time on: found among them with more than
+-- WEIGHT_MOVE after it, a request is changed as with more than WEIGHT_MOVE
+-- (see change in weight_functions).
+local WEIGHT_MOVE, WEIGHT_READ = 64, '132'
+
+-- Finish ops (see Finish steps below) change weighted keys with
+-- change_weight when change_newest and settle_entry cannot, which
+-- weight_functions creates then: it is the rare path, and a closure costs
+-- every call.
 local change_weight
 
 local function weight_functions()
-  -- MOVE bounds the later entries a change rewrites; TOTAL as in
-  -- weighted_functions.
-  local MOVE = 64
-  local TOTAL = 9007199254740991
-  -- READ bounds the entries a change reads from its decision time on:
-  -- found among them with more than MOVE after it, a request is changed
-  -- as with more than MOVE (see change).
-  local READ = fmt('%d', 2 * MOVE + 4)
+  local MOVE, READ = WEIGHT_MOVE, WEIGHT_READ
 
   local function total(m)
     return num(string.sub(m, 1, 16))
@@ -1164,90 +1191,230 @@ local function flush_cal(key)
   end
 end
 
--- finish_special runs a finish op's calendar adjustment ('A') or
--- distinct restore ('R') of member whose fields start at args[q] (see
--- Calendars and Distinct), and returns 1 when it changed the key, 0 when
--- not, and the index of the next key's fields.
-local function finish_special(key, q, member)
-  if args[q] == 'A' then
-    flush_cal(key)
-    local start = args[q + 1]
-    if start == '' then
-      return 0, q + 3
-    end
-    local used = calendar_count(key, start)
-    if used == 0 then
-      return 0, q + 3
-    end
-    -- A counter keeps no member to remove: the adjustment's record makes
-    -- it run once, though a timed-out call that Redis ran is retried.
-    if call('HSETNX', key, '-' .. member, '1') == 0 then
-      return 0, q + 3
-    end
-    local delta = math.max(num(args[q + 2]), -used)
-    if used + delta == 0 then
-      call('HDEL', key, start)
-    else
-      call('HINCRBY', key, start, fmt('%d', delta))
-    end
-    call('HSET', key, 'm', start)
-    return 1, q + 3
+-- Finish steps. finish_op runs one step per key of a finish op, named
+-- for what it does there, each returning 1 when it changed the key, 0
+-- when not (finish_weight: 2 for a refused change): finish_remove takes
+-- out a count key's entry or a slot key's slot (a release: one ZREM),
+-- finish_weight changes a weighted entry (see Weighted changes),
+-- finish_calendar a calendar counter (a record and one HINCRBY, see
+-- Calendars) and
+-- finish_restore a distinct value (see Distinct).
+
+-- finish_members returns member as a key stores it after suffix
+-- collisions, or when suffix is -1 (unknown) the list of what it may be.
+local function finish_members(member, suffix)
+  if suffix == 0 then
+    return member
+  elseif suffix > 0 then
+    return member .. '.' .. suffix
   end
+  local ms = {member}
+  for s = 1, num(args[2]) do
+    ms[s + 1] = member .. '.' .. s
+  end
+  return ms
+end
+
+-- finish_remove removes member ms (a list: any of them) from count or
+-- slot key key.
+local function finish_remove(key, ms)
+  local gone
+  if type(ms) == 'string' then
+    gone = call('ZREM', key, ms)
+  else
+    gone = call('ZREM', key, unpack(ms))
+  end
+  if gone > 0 then
+    return 1
+  end
+  return 0
+end
+
+-- change_newest changes by delta, in mode md (see Weighted changes), the
+-- request whose member is m in weighted key key when its entry is the
+-- key's newest, as a request finished soon after its admission mostly is:
+-- ZPOPMAX reads and removes it in one call, and ZADD adds it back renamed
+-- with its new total (a debt or a refund above -cost: two calls; else a
+-- read of the entry before tells what is left of its weight). It returns
+-- what change_weight returns, or when the newest entry is another
+-- request's, nil, that entry and its score, still popped: the caller puts
+-- it back, or renames it as a later entry (see settle_entry). A weighted
+-- key that held an entry holds markers, so the pop never empties it
+-- (which would lose its expiry).
+local function change_newest(key, m, delta, md, cost)
+  local top = call('ZPOPMAX', key)
+  local x, score = top[1], top[2]
+  if not x then
+    return nil
+  end
+  local rest = string.sub(x, 18)
+  if string.byte(score) == 45 then
+    call('ZADD', key, score, x) -- a marker: the key holds no entry
+    return nil
+  elseif rest == m .. '!' then
+    call('ZADD', key, score, x)
+    return 0 -- settled: neither settled again nor given back
+  elseif rest ~= m then
+    return nil, x, score
+  end
+  local xt = num(string.sub(x, 1, 16))
+  -- c: the change of the request's weight, never below minus that weight,
+  -- whose base is the entry before (its weight is at least cost).
+  local c, prev = delta, -1
+  if delta <= -cost then
+    prev = 0
+    local below = call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    if below[1] and string.byte(below[2]) ~= 45 then
+      prev = num(string.sub(below[1], 1, 16))
+    end
+    c = math.max(delta, prev - xt)
+  end
+  if c > 0 and xt + c > TOTAL then
+    call('ZADD', key, score, x)
+    return 2
+  end
+  if xt + c > prev then
+    local tag = ':-' -- a removal: it stands for merged requests
+    if md ~= 'r' then
+      tag = ':' .. m .. '!'
+    end
+    call('ZADD', key, score, fmt('%016d', xt + c) .. tag)
+  end
+  return 1
+end
+
+-- settle_entry settles by delta (> -cost: the entry keeps a weight) the
+-- request whose member is m in weighted key key, admitted at at, whose
+-- entry is not the newest: y, popped by change_newest, scored ys (nil
+-- when the key held no entry). When the entries from at on, read in one
+-- call, hold the request's entry and with y at most WEIGHT_MOVE after it,
+-- it makes the change change_weight would: the request's entry, each
+-- later one and y get their new totals, y without another removal, so a
+-- settlement costs no more calls than a read first would. It returns nil
+-- for every other case (y put back: change_weight reads again), else as
+-- change_weight.
+local function settle_entry(key, m, at, delta, y, ys)
+  local es = call('ZRANGE', key, fmt('%d', at), '+inf', 'BYSCORE', 'LIMIT', '0', WEIGHT_READ, 'WITHSCORES')
+  local done, found, r = m .. '!', nil, nil
+  if #es < 2 * num(WEIGHT_READ) then -- else more follow
+    for i = 1, #es, 2 do
+      local rest = string.sub(es[i], 18)
+      if rest == done then
+        r = 0
+        break
+      end
+      if rest == m then
+        found = i
+        break
+      end
+    end
+  end
+  local later = 0
+  if found then
+    later = (#es - found - 1) / 2
+    if y then
+      later = later + 1
+    end
+  end
+  local newest = y or es[#es - 1]
+  if found and later <= WEIGHT_MOVE and delta > 0 and num(string.sub(newest, 1, 16)) + delta > TOTAL then
+    found, r = nil, 2
+  end
+  if not found or later > WEIGHT_MOVE then
+    if y then
+      call('ZADD', key, ys, y)
+    end
+    return r
+  end
+  for j = found, #es, 2 do
+    local mj = es[j]
+    local tag = string.sub(mj, 17)
+    if j == found then
+      tag = ':' .. done
+    end
+    call('ZREM', key, mj)
+    call('ZADD', key, es[j + 1], fmt('%016d', num(string.sub(mj, 1, 16)) + delta) .. tag)
+  end
+  if y then
+    call('ZADD', key, ys, fmt('%016d', num(string.sub(y, 1, 16)) + delta) .. string.sub(y, 17))
+  end
+  return 1
+end
+
+-- finish_weight runs the change of weighted key key whose fields start
+-- at args[q] for member ms (see Weighted changes).
+local function finish_weight(key, q, ms)
+  local delta, mode, at, cost = num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 6])
+  if type(ms) == 'string' then
+    local changed, y, ys = change_newest(key, ms, delta, mode, cost)
+    if not changed and mode == 's' and at > 0 and delta > -cost then
+      changed = settle_entry(key, ms, at, delta, y, ys)
+    elseif y then
+      call('ZADD', key, ys, y)
+    end
+    if changed then
+      return changed
+    end
+  end
+  if not change_weight then
+    weight_functions()
+  end
+  return change_weight(key, delta, mode, at, num(args[q + 5]), ms, cost)
+end
+
+-- finish_calendar adds delta to the count of the period starting at start
+-- in calendar key key (fields 'A', start, delta from args[q]; see
+-- Calendars) once per member (its record) with one HINCRBY, which also
+-- tells what the period held: a
+-- period without a field (it held 0: it is over) is left without one,
+-- and a count never falls below 0 (at 0 the field is deleted).
+local function finish_calendar(key, q, member)
+  flush_cal(key)
+  local start = args[q + 1]
+  if start == '' then
+    return 0
+  end
+  -- A counter keeps no member to remove: the op's record makes it run
+  -- once, though a timed-out call that Redis ran is retried.
+  local record = '-' .. member
+  if cal_call('HSETNX', key, record, '1') == 0 then
+    return 0
+  end
+  local after = cal_call('HINCRBY', key, start, args[q + 2])
+  local before = after - num(args[q + 2])
+  if before <= 0 then
+    -- The period is over: no count, no record (an emptied hash is gone).
+    call('HDEL', key, start, record)
+    return 0
+  end
+  if after <= 0 then
+    call('HDEL', key, start)
+  end
+  call('HSET', key, 'm', start)
+  return 1
+end
+
+-- finish_restore restores a distinct value (fields 'R', value, at, prev
+-- from args[q]; see Distinct): only if its score is still at, which
+-- takes a read, as no Redis command removes or rescores a member on a
+-- condition of its score.
+local function finish_restore(key, q)
   local s = call('ZSCORE', key, args[q + 1])
   if not s or (num(s) or sci(s)) ~= num(args[q + 2]) then
-    return 0, q + 4
+    return 0
   end
   if args[q + 3] == '1' then
     call('ZREM', key, args[q + 1])
   else
     call('ZADD', key, args[q + 3], args[q + 1])
   end
-  return 1, q + 4
-end
-
--- finish_entry runs the change of a finish op's key whose fields start at
--- args[q] ('C', 'S' or 'W') for member, and returns whether an entry
--- changed (0, 1, or 2 for a refused weighted change), whether that change
--- removes a request, and the index of the next key's fields.
-local function finish_entry(key, q, member)
-  local kind, suffix = args[q], num(args[q + 1])
-  -- ms: the member as stored, or when its suffix is unknown the list of
-  -- what it may be.
-  local ms = member
-  if suffix > 0 then
-    ms = member .. '.' .. suffix
-  elseif suffix < 0 then
-    ms = {member}
-    for s = 1, num(args[2]) do
-      ms[s + 1] = member .. '.' .. s
-    end
-  end
-  local changed, removal = 0, kind == 'C'
-  if kind == 'W' then
-    if not change_weight then
-      weight_functions()
-    end
-    removal = args[q + 3] == 'r'
-    changed = change_weight(key, num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 5]), ms, num(args[q + 6]))
-    q = q + 7
-  else
-    local gone
-    if suffix >= 0 then
-      gone = call('ZREM', key, ms)
-    else
-      gone = call('ZREM', key, unpack(ms))
-    end
-    if gone > 0 then
-      changed = 1
-    end
-    q = q + 2
-  end
-  return changed, removal, q
+  return 1
 end
 
 -- finish_op runs the finish op whose fields start at args[p], on the KEYS
 -- after the first used, into the reply, and returns the index of the next
--- op's first field and the number of KEYS used.
+-- op's first field and the number of KEYS used. Its channel hears of the
+-- keys whose windows lost weight.
 local function finish_op(p, used)
   local member, nkeys, channel = string.sub(args[p], 2), num(args[p + 1]), args[p + 2]
   n = n + 1
@@ -1255,14 +1422,20 @@ local function finish_op(p, used)
   local q = p + 3
   local pub
   for k = 1, nkeys do
-    local key = KEYS[used + k]
-    local kind = args[q]
+    local key, kind = KEYS[used + k], args[q]
     local changed, removal
-    if kind == 'A' or kind == 'R' then
-      changed, q = finish_special(key, q, member)
-      removal = kind == 'A' and changed == 1 and num(args[q - 1]) < 0 or kind == 'R'
+    if kind == 'A' then
+      changed, removal = finish_calendar(key, q, member), num(args[q + 2]) < 0
+      q = q + 3
+    elseif kind == 'R' then
+      changed, removal = finish_restore(key, q), true
+      q = q + 4
+    elseif kind == 'W' then
+      changed, removal = finish_weight(key, q, finish_members(member, num(args[q + 1]))), args[q + 3] == 'r'
+      q = q + 7
     else
-      changed, removal, q = finish_entry(key, q, member)
+      changed, removal = finish_remove(key, finish_members(member, num(args[q + 1]))), kind == 'C'
+      q = q + 2
     end
     if memo then
       memo[key] = nil -- its windows changed: a later op reads them again
@@ -1301,6 +1474,15 @@ while p <= #args do
   end
   if p > #args then
     break
+  end
+  if t == 0 then
+    -- TIME's seconds and microseconds (unpadded) joined as text: one
+    -- number to parse, and none to format for t_arg (see Cost).
+    local now = call('TIME')
+    t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
+    t = num(t_arg)
+    reply[2] = t % 1000000
+    reply[1] = (t - reply[2]) / 1000000
   end
   local member, nkeys = args[p], num(args[p + 1])
   local remember = nkeys < 0
