@@ -1,0 +1,59 @@
+package faults
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Limits that vary from request to request: a limit function's value
+// ($name, docs/rules.md, Limit functions), a rule override pushed at run
+// time (SetRules), a role's own override. The engine's keys name the
+// scope, limiter and subject, never the limits (docs/rules.md, "keys name
+// those, never the limits"), so every admission of a key counts against
+// every later request of that key, whatever limit it was admitted under:
+// a lower limit denies until enough admissions leave the window, a higher
+// one admits at once. The model's bounds take, for each admission, the
+// limit its own request was checked against (see checkWindow and
+// checkSlots).
+
+// limitOf returns the limit of window i of h that decision d was checked
+// against: d.Limits[i] when set, else the window's own.
+func (h History) limitOf(d Decision, i int) int64 {
+	if i < len(d.Limits) && d.Limits[i] > 0 {
+		return d.Limits[i]
+	}
+	return h.Windows[i].Limit
+}
+
+// redisOrder returns the indexes of ds in an order Redis may have decided
+// them in: by step (a later step's decisions came after), and within a
+// step, whose decisions ran concurrently and reached Redis in an order the
+// history does not record, by increasing limit. That order is the one
+// that best justifies the step's admissions: with each admission needing
+// the count before it plus its own to be at most its limit, a deadline,
+// the earliest deadline first meets every deadline whenever any order
+// does.
+func redisOrder(ds []Decision, lim func(Decision) int64) []int {
+	idx := make([]int, len(ds))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Or(cmp.Compare(ds[a].Step, ds[b].Step), cmp.Compare(lim(ds[a]), lim(ds[b])))
+	})
+	return idx
+}
+
+// before reports whether ds[j] comes no later than ds[i] in redisOrder:
+// of an earlier step, or of the same step with a smaller limit, or the
+// same limit and no later in ds.
+func before(ds []Decision, j, i int, lim func(Decision) int64) bool {
+	a, b := ds[j], ds[i]
+	switch {
+	case a.Step != b.Step:
+		return a.Step < b.Step
+	case lim(a) != lim(b):
+		return lim(a) < lim(b)
+	}
+	return j <= i
+}
