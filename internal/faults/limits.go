@@ -57,3 +57,25 @@ func before(ds []Decision, j, i int, lim func(Decision) int64) bool {
 	}
 	return j <= i
 }
+
+// heldValue reports whether window w held the distinct: value of ds[i], a
+// Redis admission, when Redis admitted it: a count of the value by Redis
+// (ws > 0) of an earlier step within w's period before it, not lost
+// since. A window that holds the value has room for it whatever its count
+// (docs/rules.md, distinct:), so such an admission needs none: with a
+// limit lowered since the value was counted (an override, a limit
+// function), the window may hold more values than the new limit and
+// still admit those it holds (found by miniredis seed 511484622181869596).
+func heldValue(h History, ds []Decision, ws []int64, i int, w Window) bool {
+	d := ds[i]
+	if !h.Distinct || w.Calendar != "" {
+		return false
+	}
+	for j, r := range ds {
+		if r.Source == Redis && ws[j] > 0 && r.Value == d.Value && r.Step < d.Step &&
+			r.At > d.At-w.Period && r.At <= d.At && !lostBetween(h, r.Step, d.Step) {
+			return true
+		}
+	}
+	return false
+}

@@ -408,7 +408,7 @@ func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool)
 			last = max(last, credit(h, ds, w, d))
 			most = max(most, lim(d))
 			bound := lim(d) + last
-			if epoch += ws[i]; epoch > bound {
+			if epoch += ws[i]; epoch > bound && !heldValue(h, ds, ws, i, w) {
 				v.Bound = bound
 				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
 				if lim(d) != w.Limit {
