@@ -79,3 +79,23 @@ func heldValue(h History, ds []Decision, ws []int64, i int, w Window) bool {
 	}
 	return false
 }
+
+// valueLimit returns the limit of Redis admission d as the model takes it:
+// its own, or with distinct: the largest of the admissions of its value in
+// its step. Concurrent requests of one value count it once (weights gives
+// the count to the first in the history), and whichever Redis decided
+// first counted it, under its own limit; the others found it held (found
+// by miniredis seed 7256485418858828835: a value asked under limits 1 and
+// 2 at once, counted under 2).
+func valueLimit(h History, ds []Decision, d Decision, lim func(Decision) int64) int64 {
+	l := lim(d)
+	if !h.Distinct || d.Source != Redis {
+		return l
+	}
+	for _, r := range ds {
+		if r.Source == Redis && r.Allowed && r.Step == d.Step && r.Value == d.Value {
+			l = max(l, lim(r))
+		}
+	}
+	return l
+}

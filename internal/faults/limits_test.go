@@ -116,6 +116,18 @@ func TestModelVaryingLimits(t *testing.T) {
 			{step: 4, at: 3 * sec, proc: 1, allowed: true, src: Redis, value: "v4"},
 			{step: 5, at: 5 * sec, proc: 2, allowed: true, src: Redis, limit: 3, value: "v1"},
 		}},
+		// Two requests of v2 at once, under limits 1 and 2: Redis
+		// counted it for the second, and the first found it held.
+		{name: "distinct: one value under two limits at once", windows: rate, distinct: true, evs: []ev{
+			{step: 1, at: sec, proc: 1, allowed: true, src: Redis, limit: 2, value: "v1"},
+			{step: 2, at: sec, proc: 1, allowed: true, src: Redis, limit: 1, value: "v2"},
+			{step: 2, at: sec, proc: 2, allowed: true, src: Redis, limit: 2, value: "v2"},
+		}},
+		{name: "distinct: one value under a limit too low at once", windows: rate, distinct: true, evs: []ev{
+			{step: 1, at: sec, proc: 1, allowed: true, src: Redis, limit: 2, value: "v1"},
+			{step: 2, at: sec, proc: 1, allowed: true, src: Redis, limit: 1, value: "v2"},
+			{step: 2, at: sec, proc: 2, allowed: true, src: Redis, limit: 1, value: "v2"},
+		}, want: "checked against a limit of 1"},
 		{name: "distinct: a new value over a lower limit", windows: distinct, distinct: true, evs: []ev{
 			{step: 1, at: sec, proc: 1, allowed: true, src: Redis, value: "v1"},
 			{step: 2, at: 3 * sec, proc: 1, allowed: true, src: Redis, value: "v2"},

@@ -393,7 +393,8 @@ func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool)
 		prev := -1              // the step of the span's previous Redis admission
 		var most int64          // the largest limit of the span's Redis admissions
 		seen = map[string]bool{}
-		for _, i := range redisOrder(ds, lim) {
+		rlim := func(d Decision) int64 { return valueLimit(h, ds, d, lim) }
+		for _, i := range redisOrder(ds, rlim) {
 			d := ds[i]
 			if ws[i] == 0 || d.Source != Redis || !in(d.At) || !once(seen, d) {
 				continue
@@ -406,13 +407,13 @@ func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool)
 			}
 			prev = d.Step
 			last = max(last, credit(h, ds, w, d))
-			most = max(most, lim(d))
-			bound := lim(d) + last
+			most = max(most, rlim(d))
+			bound := rlim(d) + last
 			if epoch += ws[i]; epoch > bound && !heldValue(h, ds, ws, i, w) {
 				v.Bound = bound
 				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
-				if lim(d) != w.Limit {
-					v.Detail += fmt.Sprintf(", the last (step %d, proc %d) checked against a limit of %d", d.Step, d.Proc, lim(d))
+				if rlim(d) != w.Limit {
+					v.Detail += fmt.Sprintf(", the last (step %d, proc %d) checked against a limit of %d", d.Step, d.Proc, rlim(d))
 				}
 				return v, false
 			}
