@@ -453,12 +453,28 @@ func (k *knownCache) seedOf(key string) (knownKey, bool) {
 	sh.mu.RLock()
 	defer sh.mu.RUnlock()
 	kk := sh.m[key]
+	// A calendar key known in its rate key's entry (see colocated) has
+	// its seed there, its windows' periods negated: without it, an
+	// outage after a give-back started the day from nothing (found by
+	// TestFaults, miniredis seed 4156674472817935029).
+	var cal int64
 	if kk == nil || len(kk.seed) == 0 {
-		return knownKey{}, false
+		parent := calParent(key)
+		if parent == "" {
+			return knownKey{}, false
+		}
+		if kk = sh.m[parent]; kk == nil || len(kk.seed) == 0 {
+			return knownKey{}, false
+		}
+		cal = calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
 	}
 	cp := knownKey{sent: kk.seedSent, wall: kk.seedWall}
 	for _, w := range kk.seed {
-		if w.period > 0 {
+		switch {
+		case cal == 0 && w.period > 0:
+			cp.wins = append(cp.wins, w)
+		case cal != 0 && w.period == -cal:
+			w.period = cal
 			cp.wins = append(cp.wins, w)
 		}
 	}

@@ -69,3 +69,53 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestFallbackSeedCalendarAfterGiveBack: a give-back invalidates what the
+// process knew of a subject, and the fallback then starts from the answer
+// it cleared (seedOf) — its calendar window too, which a group without a
+// cost or block keeps in its rate key's cache entry: the calendar key
+// started from nothing, and a day at 2 of 3 gave 3 more instead of 1
+// (found by TestFaults, miniredis seed 4156674472817935029).
+func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
+	t.Parallel()
+	m := miniredis.NewMiniRedis()
+	if err := m.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	clk := newFakeClock()
+	e := newEngine(t, redisClient(m.Addr()), WithPrefix(testPrefix(t)), WithClock(clk.Now),
+		WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
+	req := Request{Scope: "s", Checks: []Check{{
+		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, rules.CalendarDay)}},
+		Subject: "alice",
+	}}}
+	ctx := context.Background()
+	var last Decision
+	for i := range 2 {
+		d, err := e.Allow(ctx, req)
+		if err != nil || !d.Allowed || d.Source != FromRedis {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		last = d
+	}
+	if err := e.Finish(ctx, last, Outcome{GiveBack: true}); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	clk.Set(time.Second)
+	admitted := 0
+	for range 4 {
+		d, _ := e.Allow(ctx, req) // the error reports Redis's failure
+		if d.Source != FromLocal {
+			t.Fatalf("with Redis down: %+v; want decided by the fallback", d)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	// The cleared answer said 2 of 3: it errs on denying (docs/operations.md).
+	if admitted != 1 {
+		t.Fatalf("the fallback admitted %d in a day Redis last saw at 2 of 3; want 1", admitted)
+	}
+}
