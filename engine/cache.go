@@ -486,7 +486,8 @@ func (sh *knownShard) get(key string) (cp knownKey, from *knownKey, nominal int6
 // process had seen its whole limit again (found by TestFaults, miniredis
 // seed 5). A calendar key kept in its rate key's entry (see colocated)
 // finds that answer there, as get does (found by TestFaults, redis seed
-// 3859122395231807178: a calendar day's whole limit again).
+// 3859122395231807178, and miniredis seed 4156674472817935029: a
+// calendar day's whole limit again).
 func (k *knownCache) seedOf(key string) (knownKey, bool) {
 	sh := k.shard(key)
 	sh.mu.RLock()

@@ -87,7 +87,8 @@ type faultRun struct {
 	clients []Client
 	nextPID int
 	hist    faults.History
-	owners  []int           // the node serving each subject (see faultBackend.serves)
+	owners  map[string]int  // the node serving each subject's keys (see faultBackend.serves)
+	limits  []int64         // the group's limits in force, by window (Override steps change them)
 	live    []liveAdmission // admissions that can be given back
 	asleep  func()          // waits for a DEBUG SLEEP in progress
 	errs    []string        // what went wrong outside the model (a bug of the run or the engine)
@@ -117,19 +118,11 @@ func (r *faultRun) startEngine(i int) {
 	r.clients = append(r.clients, c)
 }
 
-func (r *faultRun) request(s int) Request { return r.requestOf(faults.Req{Subject: s}) }
-
-// requestOf returns the engine's request for q in the plan's group.
-func (r *faultRun) requestOf(q faults.Req) Request {
-	c := Check{Limiter: rules.Limiter{Kind: rules.User, Windows: r.ws}, Subject: "s" + strconv.Itoa(q.Subject), Block: r.p.Block}
-	switch r.p.Mode {
-	case "cost":
-		c.Limiter.Cost = "bytes"
-		c.Cost = max(q.Cost, 1)
-	case "distinct":
-		c.Distinct = "v" + strconv.Itoa(q.Value)
-	}
-	return Request{Scope: "f", Checks: []Check{c}, Zone: r.zone}
+// requestOf returns the engine's request for q in the plan's group (see
+// checkOf), or false when q reaches no engine.
+func (r *faultRun) requestOf(q faults.Req) (Request, bool) {
+	c, _, _, ok := r.checkOf(q)
+	return Request{Scope: "f", Checks: []Check{c}, Zone: r.zone}, ok
 }
 
 func sourceOf(s Source) faults.Source {
@@ -157,10 +150,16 @@ func (r *faultRun) step(i int, s faults.Step) {
 		errs := make([]error, len(s.Reqs))
 		var wg sync.WaitGroup
 		for j, q := range s.Reqs {
-			wg.Go(func() { ds[j], errs[j] = r.engines[q.Engine%len(r.engines)].Allow(ctx, r.requestOf(q)) })
+			if req, ok := r.requestOf(q); ok {
+				wg.Go(func() { ds[j], errs[j] = r.engines[q.Engine%len(r.engines)].Allow(ctx, req) })
+			}
 		}
 		wg.Wait()
 		for j, q := range s.Reqs {
+			_, subject, limits, ok := r.checkOf(q)
+			if !ok {
+				continue // exempt, or refused before the engine
+			}
 			e := r.engines[q.Engine%len(r.engines)]
 			var re *RequestError
 			if errors.As(errs[j], &re) || errors.Is(errs[j], ErrClosed) {
@@ -168,8 +167,8 @@ func (r *faultRun) step(i int, s faults.Step) {
 			}
 			d := ds[j]
 			r.hist.Decisions = append(r.hist.Decisions, faults.Decision{
-				Step: i, At: r.at(), Proc: r.procs[q.Engine%len(r.engines)], Subject: "s" + strconv.Itoa(q.Subject),
-				Allowed: d.Allowed, Source: sourceOf(d.Source), Cost: q.Cost,
+				Step: i, At: r.at(), Proc: r.procs[q.Engine%len(r.engines)], Subject: subject,
+				Allowed: d.Allowed, Source: sourceOf(d.Source), Cost: q.Cost, Limits: limits,
 			})
 			if r.p.Mode == "distinct" {
 				r.hist.Decisions[len(r.hist.Decisions)-1].Value = "v" + strconv.Itoa(q.Value)
@@ -188,6 +187,11 @@ func (r *faultRun) step(i int, s faults.Step) {
 		a := r.live[k]
 		r.live = append(r.live[:k], r.live[k+1:]...)
 		switch err := a.e.Finish(ctx, a.d, Outcome{GiveBack: true}); {
+		case err == nil && r.hist.Decisions[a.idx].Settled && !r.hist.Decisions[a.idx].Unsure:
+			// A settled request is not given back (engine.Finish): it
+			// stays counted at its settled cost (found by redis seed
+			// 329492839123666684).
+			r.hist.Decisions[a.idx].Released = cmp.Or(r.hist.Decisions[a.idx].Released, i)
 		case err == nil:
 			r.hist.Decisions[a.idx].GivenBack = true
 			r.hist.Decisions[a.idx].Released = cmp.Or(r.hist.Decisions[a.idx].Released, i)
@@ -273,6 +277,8 @@ func (r *faultRun) step(i int, s faults.Step) {
 		j := s.Engine % len(r.engines)
 		r.engines[j].Close()
 		r.startEngine(j)
+	case faults.Override:
+		r.override(s)
 	}
 }
 
@@ -284,9 +290,10 @@ func (r *faultRun) servedBy(n int) []string {
 	out := []string{}
 	for s, owner := range r.owners {
 		if owner == n {
-			out = append(out, "s"+strconv.Itoa(s))
+			out = append(out, s)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
@@ -339,6 +346,7 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 	for _, w := range p.Windows {
 		r.ws = append(r.ws, rules.Window{Limit: w.Limit, Period: w.Period, Concurrent: w.Concurrent, Calendar: rules.Calendar(w.Calendar)})
 		r.hist.Windows = append(r.hist.Windows, w)
+		r.limits = append(r.limits, w.Limit)
 	}
 	r.clk.Set(p.Start)
 	r.hist.Origin = t0
@@ -359,12 +367,15 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 	if b.serves != nil && r.engines[0] != nil {
 		// Masters without replicas keep their slots: who serves a
 		// subject is known before any fault.
-		for s := range p.Subjects {
-			key := r.engines[0].keyOf("f", r.request(s).Checks[0])
-			r.owners = append(r.owners, -1)
+		r.owners = map[string]int{}
+		names, reqs := r.subjectReqs()
+		for k, q := range reqs {
+			c, _, _, _ := r.checkOf(q)
+			key := r.engines[0].keyOf("f", c)
+			r.owners[names[k]] = -1
 			for n := range b.caps.Nodes {
 				if b.serves(n, key) {
-					r.owners[s] = n
+					r.owners[names[k]] = n
 				}
 			}
 		}
@@ -430,15 +441,18 @@ func (r *faultRun) audit() []string {
 	}
 	defer e.Close()
 	var out []string
-	for s := range r.p.Subjects {
+	names, reqs := r.subjectReqs()
+	for k, q := range reqs {
+		subject := names[k]
+		req, _ := r.requestOf(q)
 		var d Decision
 		for try := 0; ; try++ {
-			d, err = e.Peek(context.Background(), r.request(s))
+			d, err = e.Peek(context.Background(), req)
 			if err == nil && d.Source == FromRedis {
 				break
 			}
 			if try == 50 {
-				return append(out, fmt.Sprintf("audit: Peek s%d: %v (source %v)", s, err, d.Source))
+				return append(out, fmt.Sprintf("audit: Peek %s: %v (source %v)", subject, err, d.Source))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -447,7 +461,6 @@ func (r *faultRun) audit() []string {
 				continue // slots are checked by the model alone
 			}
 			w := faults.Window{Limit: ws.Window.Limit, Period: ws.Window.Period, Calendar: string(ws.Window.Calendar)}
-			subject := "s" + strconv.Itoa(s)
 			if held := faults.Held(r.hist, subject, w, r.at()); ws.Used > held {
 				out = append(out, fmt.Sprintf("subject %s, window %v: Redis holds %d entries at %v, admissions account for at most %d",
 					subject, w, ws.Used, r.at(), held))

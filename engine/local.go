@@ -207,9 +207,13 @@ func (l *localLimiter) add(key string, t int64) *localKey {
 // u_i - u_(i+1) just outside window i+1, at the time minus W_(i+1):
 // counted in window i and the longer ones, not in the shorter ones. A
 // subject that was full stays denied until its entries would have left;
-// one with k of L used gets at most L-k more. Seeds of an older answer
-// are replaced; entries this limiter admitted itself stay (Redis never saw
-// them). Called with l.mu held.
+// one with k of L used gets at most L-k more. The counts are entered
+// whole, even above the answer's limit: a limit function or a rule
+// override may check the next request against a higher limit, which must
+// still see every entry (capped at a limit of 2, an answer of 4 used gave
+// a request of limit 5 three more instead of one). Seeds of an older
+// answer are replaced; entries this limiter admitted itself stay (Redis
+// never saw them). Called with l.mu held.
 func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *localKey {
 	if k == nil {
 		k = l.add(key, t)
@@ -228,10 +232,10 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 	slices.SortFunc(ws, func(a, b knownWin) int { return int(b.period - a.period) })
 	for i, w := range ws {
 		k.ret = max(k.ret, w.period)
-		at, n := kn.wall, min(w.used, w.limit) // more than the limit changes nothing
+		at, n := kn.wall, w.used
 		if i+1 < len(ws) {
 			at -= ws[i+1].period
-			n -= min(ws[i+1].used, ws[i+1].limit)
+			n -= ws[i+1].used
 		}
 		if n <= 0 {
 			continue

@@ -30,6 +30,7 @@ func checkBlocks(h History, ds []Decision) (Violation, bool) {
 	var end, prevEnd time.Duration
 	var id, prevID, ids int
 	maybe := false
+	adopted := -1 // the step whose denial took the old block as its own after a loss that may have left it
 	prev := -1
 	for i, d := range ds {
 		if d.Source != Redis {
@@ -39,19 +40,33 @@ func checkBlocks(h History, ds []Decision) (Violation, bool) {
 			prevEnd, end = end, 0
 			prevID, id = id, 0
 			maybe = maybeLostBetween(h, prev, d.Step)
+			adopted = -1
 		}
 		prev = d.Step
 		switch {
 		case !d.Allowed && d.At >= end:
 			ids++
 			end, id = d.At+h.Block, ids
+			adopted = -1
 			if maybe && d.At < prevEnd {
 				end, id = prevEnd, prevID // perhaps the old block, not evicted
+				adopted = d.Step
 			}
 		case d.Allowed && end == 0:
 			// Admitted after a loss that may have left the old block:
 			// it did not (found by redis seed 3, two evictions).
 			maybe = false
+		case d.Allowed && adopted == d.Step:
+			// The old block was gone after all: this admission came
+			// before the denials of its step, which started a new block
+			// (found by redis seed 8483023598720192505).
+			ids++
+			end, id, maybe, adopted = d.At+h.Block, ids, false, -1
+			for j := range i {
+				if ds[j].Source == Redis && !ds[j].Allowed && ds[j].Step == d.Step {
+					redisEnd[j], blockOf[j] = end, id
+				}
+			}
 		case d.Allowed && d.At < end && startedBefore(ds, blockOf, d, id):
 			return Violation{Detail: fmt.Sprintf("step %d, proc %d at %v: admitted by Redis during a block it started, ending at %v",
 				d.Step, d.Proc, d.At, end)}, false

@@ -89,6 +89,25 @@ func TestModelBlockEvicted(t *testing.T) {
 	wantViolations(t, h, 1)
 }
 
+func TestModelBlockEvictedConcurrent(t *testing.T) {
+	// The first step after an eviction denies and admits at once: the
+	// denial may be the old block's, or the admission may show it gone
+	// and the denial start a new one (found by redis seed
+	// 8483023598720192505, the window's entries evicted too).
+	h := newBlockHist()
+	h.add(1, 1, 1*sec, true, Redis)
+	h.add(1, 2, 1*sec, false, Redis) // a block until 31 s
+	h.step++
+	h.Losses = append(h.Losses, Loss{Step: h.step, At: 2 * sec, Why: "eviction", Maybe: true})
+	h.step++
+	h.Decisions = append(h.Decisions,
+		Decision{Step: h.step, At: 2 * sec, Proc: 2, Subject: "s", Source: Redis},
+		Decision{Step: h.step, At: 2 * sec, Proc: 1, Subject: "s", Allowed: true, Source: Redis})
+	wantViolations(t, h, 0)
+	h.add(1, 1, 3*sec, true, Redis) // during the new block
+	wantViolations(t, h, 1)
+}
+
 func TestModelBlockForgotten(t *testing.T) {
 	// Redis lost the block and said so to proc 2 (an admission): its
 	// fallback may admit (found by miniredis seed 2220674519971793730).

@@ -25,10 +25,11 @@ const (
 	RestartEngine             // engine Engine dies (Close, nothing finished) and a new one starts
 	Settle                    // the Pick-th live admission is settled to Actual
 	Release                   // the Pick-th live admission ends: its slots are released
+	Override                  // a rule override pushed at run time: the group's limits become Limits
 	numKinds
 )
 
-var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine", "settle", "release"}
+var kindNames = [numKinds]string{"requests", "advance", "give back", "kill", "restart", "restart empty", "sleep", "evict", "restart engine", "settle", "release", "override"}
 
 func (k Kind) String() string {
 	if k < numKinds {
@@ -38,12 +39,36 @@ func (k Kind) String() string {
 }
 
 // Req is one request of a step: engine Engine asks for subject Subject,
-// at a cost (a group with costs) or with a distinct: value.
+// at a cost (a group with costs) or with a distinct: value, by a caller
+// of Role, with Limit the value of the group's limit function.
 type Req struct {
 	Engine, Subject int
 	Cost            int64 `json:",omitempty"`
 	Value           int   `json:",omitempty"`
+	// Role is the caller's role in a plan with roles (Plan.RoleLimits):
+	// "" for none, or RoleExempt, RoleByIP or RoleOverride. A caller of
+	// RoleByIP or RoleOverride comes from IP number Subject.
+	Role string `json:",omitempty"`
+	// Limit is what the limit function of the window Plan.LimitFunc
+	// returned for the request.
+	Limit int64 `json:",omitempty"`
 }
+
+// The roles of a plan with roles, as a group declares them:
+//
+//	user:...; exempt:superadmin; role(partner)=ip:...
+//
+// with role.Policy{ByIP: admin}.
+const (
+	// RoleExempt skips every limiter: the request reaches no engine.
+	RoleExempt = "superadmin"
+	// RoleByIP is a shared account: the group's user limiter counts the
+	// client IP instead of the user.
+	RoleByIP = "admin"
+	// RoleOverride has an override of its own: an ip limiter with the
+	// group's windows and the limits Plan.RoleLimits.
+	RoleOverride = "partner"
+)
 
 // Step is one step of a plan.
 type Step struct {
@@ -54,6 +79,9 @@ type Step struct {
 	Engine int           `json:",omitempty"` // RestartEngine
 	Node   int           `json:",omitempty"` // Kill, Restart, RestartEmpty, Evict: which master of a cluster
 	Actual int64         `json:",omitempty"` // Settle
+	// Limits are an Override's limits, by window of the plan; 0 keeps the
+	// window's limit function (Plan.LimitFunc).
+	Limits []int64 `json:",omitempty"`
 }
 
 func (s Step) String() string {
@@ -71,8 +99,16 @@ func (s Step) String() string {
 			if r.Value > 0 {
 				fmt.Fprintf(&b, "=v%d", r.Value)
 			}
+			if r.Role != "" {
+				fmt.Fprintf(&b, "@%s", r.Role)
+			}
+			if r.Limit > 0 {
+				fmt.Fprintf(&b, "/L%d", r.Limit)
+			}
 		}
 		return "requests " + b.String()
+	case Override:
+		return fmt.Sprintf("override limits %v", s.Limits)
 	case Advance, Sleep:
 		return fmt.Sprintf("%v %v", s.Kind, s.D)
 	case GiveBack:
@@ -114,10 +150,16 @@ type Plan struct {
 	Zone  string        `json:",omitempty"`
 	Start time.Duration `json:",omitempty"`
 	// Block is the group's block:DURATION, 0 for none.
-	Block    time.Duration `json:",omitempty"`
-	Engines  int
-	Subjects int
-	Steps    []Step
+	Block time.Duration `json:",omitempty"`
+	// RoleLimits, when set, gives the group roles (see RoleExempt): the
+	// limits of the role(partner)= override, by window.
+	RoleLimits []int64 `json:",omitempty"`
+	// LimitFunc, when not 0, makes the limit of window LimitFunc-1 a limit
+	// function's ($quota): each request's is its Req.Limit.
+	LimitFunc int `json:",omitempty"`
+	Engines   int
+	Subjects  int
+	Steps     []Step
 }
 
 func (p Plan) String() string {
@@ -129,6 +171,12 @@ func (p Plan) String() string {
 	}
 	if p.Block > 0 {
 		fmt.Fprintf(&b, ", block:%v", p.Block)
+	}
+	if p.RoleLimits != nil {
+		fmt.Fprintf(&b, ", exempt:%s, %s by IP, role(%s)=ip:%v", RoleExempt, RoleByIP, RoleOverride, p.RoleLimits)
+	}
+	if p.LimitFunc > 0 {
+		fmt.Fprintf(&b, ", window %d's limit $quota", p.LimitFunc-1)
 	}
 	b.WriteString("\n")
 	for i, s := range p.Steps {
@@ -289,5 +337,6 @@ func Generate(seed uint64, caps Caps) Plan {
 		}
 		p.Start = midnight.Sub(Origin) - time.Duration(rc.Int64N(int64(total)+1))
 	}
+	vary(&p, seed)
 	return p
 }

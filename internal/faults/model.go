@@ -111,6 +111,11 @@ type Decision struct {
 	// release or a give-back, even one that failed), 0 if none did: a
 	// process that dies holds them until its lease ends.
 	Released int
+	// Limits are the limits the request was checked against, by window of
+	// the history (see limitOf): a limit function's value ($name), a
+	// rule override pushed at run time, a role's override. Nil: the
+	// windows' own.
+	Limits []int64 `json:",omitempty"`
 }
 
 // Loss is a moment Redis lost data: every entry stored before it is gone,
@@ -228,16 +233,16 @@ func Check(h History) []Violation {
 				out = append(out, v)
 			}
 		}
-		for _, w := range h.Windows {
+		for wi, w := range h.Windows {
 			hs := h.of(s)
 			if w.Concurrent {
-				if v, ok := checkSlots(hs, subjects[s], w); !ok {
+				if v, ok := checkSlots(hs, subjects[s], wi); !ok {
 					v.Subject = s
 					out = append(out, v)
 				}
 				continue
 			}
-			if v, ok := checkWindow(hs, subjects[s], weights(hs, subjects[s]), w); !ok {
+			if v, ok := checkWindow(hs, subjects[s], weights(hs, subjects[s]), wi); !ok {
 				v.Subject = s
 				out = append(out, v)
 			}
@@ -330,7 +335,14 @@ func weights(h History, ds []Decision) []int64 {
 // Redis's admissions and each fallback episode's are bounded separately
 // (each bound holds whatever the others did), which implies the total the
 // docs state: (losses+1)·L plus the sum of the episodes' allowances.
-func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, bool) {
+//
+// L is the limit each admission was checked against (see limitOf): an
+// admission of Redis is justified when the admissions before it in the
+// span, itself included, are at most its own limit, and one of a
+// fallback when its episode's are at most its limit less what Redis held.
+func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool) {
+	w := h.Windows[wi]
+	lim := func(d Decision) int64 { return h.limitOf(d, wi) }
 	var ends []time.Duration
 	for _, d := range ds {
 		ends = append(ends, d.At, d.At+w.Period)
@@ -364,14 +376,16 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 			return true
 		}
 		var count int64
+		floor := int64(1<<63 - 1) // the smallest limit of the span's admissions
 		seen := map[string]bool{}
 		for i, d := range ds {
 			if in(d.At) && ws[i] > 0 && once(seen, d) {
 				count += ws[i]
+				floor = min(floor, lim(d))
 			}
 		}
-		if count <= w.Limit {
-			continue // every bound is at least L
+		if count <= floor {
+			continue // every bound is at least the smallest L
 		}
 		v := Violation{Window: w, From: from, To: t, Count: count}
 		// Redis: at most L per epoch between losses.
@@ -379,8 +393,11 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 		epochs := int64(1)
 		var credits, last int64 // calendar credits: of the epochs before, of this one
 		prev := -1              // the step of the span's previous Redis admission
+		var most int64          // the largest limit of the span's Redis admissions
 		seen = map[string]bool{}
-		for i, d := range ds {
+		rlim := func(d Decision) int64 { return valueLimit(h, ds, d, lim) }
+		for _, i := range redisOrder(ds, rlim) {
+			d := ds[i]
 			if ws[i] == 0 || d.Source != Redis || !in(d.At) || !once(seen, d) {
 				continue
 			}
@@ -392,10 +409,14 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 			}
 			prev = d.Step
 			last = max(last, credit(h, ds, w, d))
-			bound := w.Limit + last
-			if epoch += ws[i]; epoch > bound {
+			most = max(most, rlim(d))
+			bound := rlim(d) + last
+			if epoch += ws[i]; epoch > bound && !heldValue(h, ds, ws, i, w) {
 				v.Bound = bound
 				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
+				if rlim(d) != w.Limit {
+					v.Detail += fmt.Sprintf(", the last (step %d, proc %d) checked against a limit of %d", d.Step, d.Proc, rlim(d))
+				}
 				return v, false
 			}
 		}
@@ -416,7 +437,7 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 						held += ws[r]
 					}
 				}
-				return w.Limit - held
+				return lim(d) - held
 			}
 			// Of the concurrent answers of the process's last step with
 			// Redis, the fallback starts from the highest count, whatever
@@ -424,7 +445,7 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 			// modes); it may also start from an answer of the same step
 			// (a concurrent call of the same process): take the largest.
 			last, same := anchors(ds, i)
-			n := w.Limit // no answer: L
+			n := lim(d) // no answer: L
 			for _, a := range last {
 				n = min(n, allowed(a))
 			}
@@ -459,9 +480,9 @@ func checkWindow(h History, ds []Decision, ws []int64, w Window) (Violation, boo
 			}
 		}
 		credits += last
-		if count > epochs*w.Limit+credits+local {
+		if count > epochs*most+credits+local {
 			// Implied by the bounds above; kept as the docs' statement.
-			v.Bound = epochs*w.Limit + credits + local
+			v.Bound = epochs*most + credits + local
 			v.Detail = fmt.Sprintf("%d Redis epoch(s), calendar credit %d, local allowance %d", epochs, credits, local)
 			return v, false
 		}
@@ -506,17 +527,19 @@ func credit(h History, ds []Decision, w Window, d Decision) int64 {
 // before the step, this step's included) are at most N, and so are each
 // process's local ones. A slot of a process that died is held until its
 // lease ends, which the harness makes longer than a history.
-func checkSlots(h History, ds []Decision, w Window) (Violation, bool) {
+func checkSlots(h History, ds []Decision, wi int) (Violation, bool) {
+	w := h.Windows[wi]
+	lim := func(d Decision) int64 { return h.limitOf(d, wi) }
 	holds := func(r Decision, step int) bool {
 		return r.Allowed && r.Step <= step && (r.Released == 0 || r.Released > step)
 	}
-	for _, d := range ds {
+	for i, d := range ds {
 		if !d.Allowed || (d.Source != Redis && d.Source != Local) {
 			continue
 		}
 		var n int64
-		for _, r := range ds {
-			if r.Source != d.Source || !holds(r, d.Step) {
+		for j, r := range ds {
+			if r.Source != d.Source || !holds(r, d.Step) || !before(ds, j, i, lim) {
 				continue
 			}
 			if d.Source == Redis && lostBetween(h, r.Step, d.Step) {
@@ -527,12 +550,12 @@ func checkSlots(h History, ds []Decision, w Window) (Violation, bool) {
 			}
 			n++
 		}
-		if n > w.Limit {
+		if n > lim(d) {
 			who := "Redis"
 			if d.Source == Local {
 				who = fmt.Sprintf("proc %d's fallback", d.Proc)
 			}
-			return Violation{Window: w, To: d.At, Count: n, Bound: w.Limit,
+			return Violation{Window: w, To: d.At, Count: n, Bound: lim(d),
 				Detail: fmt.Sprintf("%s let %d hold slots at step %d", who, n, d.Step)}, false
 		}
 	}
@@ -670,6 +693,9 @@ func (d Decision) String() string {
 	}
 	if d.Value != "" {
 		s += ", value " + d.Value
+	}
+	if d.Limits != nil {
+		s += fmt.Sprintf(", limits %v", d.Limits)
 	}
 	if d.Settled {
 		s += fmt.Sprintf(", settled to %d", d.Actual)
