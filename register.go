@@ -66,7 +66,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 		return errors.Join(errs...)
 	}
 	for i, r := range routes {
-		if err := handle(mux, r.Pattern, wrapped[i]); err != nil {
+		if err := handle(mux, r.Pattern, identify(l.ident, wrapped[i])); err != nil {
 			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
 			continue
 		}
@@ -108,7 +108,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	if err != nil {
 		return fail(written(err, rulesText))
 	}
-	if err := handle(mux, pattern, h); err != nil {
+	if err := handle(mux, pattern, identify(l.ident, h)); err != nil {
 		return fail(err)
 	}
 	l.rememberRoute(pattern, g)

@@ -20,8 +20,9 @@ type Limiter struct {
 	engine *engine.Engine
 	client engine.Client
 	opts   []middleware.Option
-	ov     *overrides.Store // nil with WithRulesCheck(0)
-	masked []rules.Kind     // WithMaskedSubjects
+	ident  func(*http.Request) (string, []string) // WithIdentity
+	ov     *overrides.Store                       // nil with WithRulesCheck(0)
+	masked []rules.Kind                           // WithMaskedSubjects
 
 	mu        sync.RWMutex
 	groups    []registered // what Peek and Reset search, in registration order
@@ -62,7 +63,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{engine: e, client: client, opts: c.middleware, masked: masked}
+	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked}
 	if c.rulesCheck > 0 {
 		l.ov = overrides.New(client, access.EnginePrefix(e), c.rulesCheck, access.EngineLogger(e))
 		l.ov.Start()
@@ -122,11 +123,11 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	// per request, so "" records the group as possibly in any scope.
 	l.remember(g.Scope, g, opts)
 	if g.Scope == "" || l.ov == nil {
-		return mw, nil
+		return func(next http.Handler) http.Handler { return identify(l.ident, mw(next)) }, nil
 	}
 	// With a scope: statement the handlers follow the scope's overrides.
 	return func(next http.Handler) http.Handler {
-		return l.follow(g.Scope, mw(next), next, opts)
+		return identify(l.ident, l.follow(g.Scope, mw(next), next, opts))
 	}, nil
 }
 
