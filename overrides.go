@@ -24,9 +24,6 @@ const DefaultRulesCheck = time.Second
 
 // Errors of SetRules and ClearRules.
 var (
-	// ErrOverrideScope means SetRules was given an empty scope, or rule
-	// text whose scope: statement names another scope.
-	ErrOverrideScope = overrides.ErrScope
 	// ErrOverridesOff means the Limiter was created with overrides off
 	// (WithRulesCheck(0)), so it neither reads nor writes them.
 	ErrOverridesOff = errors.New("slidelimit: rule overrides are off")
@@ -86,13 +83,13 @@ func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	}
 	g, err := overrides.Group(scope, rulesText)
 	if err != nil {
-		return err
+		return configError(scope, "", rulesText, err)
 	}
 	// Build, do not install, the scope's handlers: a group this process
 	// cannot serve is refused before anything is stored.
 	for _, s := range l.ov.Switches(scope) {
 		if _, err := s.Build(g); err != nil {
-			return written(err, rulesText)
+			return configErrors(scope, "", rulesText, written(err, rulesText))
 		}
 	}
 	g.Scope = ""
@@ -108,7 +105,7 @@ func (l *Limiter) ClearRules(ctx context.Context, scope string) error {
 		return ErrOverridesOff
 	}
 	if scope == "" {
-		return fmt.Errorf("%w: empty scope", ErrOverrideScope)
+		return configError("", "", "", fmt.Errorf("%w: empty scope", overrides.ErrScope))
 	}
 	return l.ov.Write(ctx, scope, "")
 }

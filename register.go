@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -38,12 +36,12 @@ import (
 // registered. Register never panics.
 func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	if mux == nil {
-		return ErrNilMux
+		return configError("", "", "", errNilMux)
 	}
 	routes, err := rules.Routes(handlers)
 	var errs []error
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, configErrors("", "", "", err))
 	}
 	wrapped := make([]http.Handler, len(routes))
 	// A scratch mux finds bad and mutually conflicting patterns without
@@ -57,7 +55,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 			err = handle(scratch, r.Pattern, h)
 		}
 		if err != nil {
-			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+			errs = append(errs, configErrors(r.Pattern, r.Field, limitTag(handlers, r.Pattern), err))
 			continue
 		}
 		wrapped[i] = h
@@ -67,7 +65,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	}
 	for i, r := range routes {
 		if err := handle(mux, r.Pattern, identify(l.ident, wrapped[i])); err != nil {
-			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+			errs = append(errs, configError(r.Pattern, r.Field, "", err))
 			continue
 		}
 		l.rememberRoute(r.Pattern, r.Group)
@@ -89,11 +87,11 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 // cannot be built, or mux rejects the pattern.
 func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handler, rulesText string) error {
 	if mux == nil {
-		return ErrNilMux
+		return configError(pattern, "", "", errNilMux)
 	}
-	fail := func(err error) error { return &RouteError{Pattern: pattern, Err: err} }
+	fail := func(err error) error { return configErrors(pattern, "", rulesText, err) }
 	if handler == nil {
-		return fail(ErrNilHandler)
+		return fail(errNilHandler)
 	}
 	// The pattern is checked first, and on its own, so that its error
 	// wraps ErrPattern as the ServeMux's own rejections do.
@@ -159,38 +157,9 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 
 // Errors of Register and Handle.
 var (
-	// ErrNilMux means Register or Handle was given a nil *http.ServeMux.
-	ErrNilMux = errors.New("slidelimit: nil mux")
-	// ErrNilHandler means Handle was given a nil handler.
-	ErrNilHandler = errors.New("slidelimit: nil handler")
+	errNilMux     = errors.New("slidelimit: nil mux")
+	errNilHandler = errors.New("slidelimit: nil handler")
 	// ErrPattern means http.ServeMux rejected a pattern as invalid or as
 	// conflicting with another one.
 	ErrPattern = errors.New("slidelimit: pattern rejected by http.ServeMux")
 )
-
-// RouteError describes a route that could not be registered. It unwraps to
-// the cause: a *rules.Error (or several joined), a middleware error such as
-// *middleware.UnknownKeyError, or one of ErrPattern and ErrNilHandler.
-type RouteError struct {
-	// Field is the struct field that declared the route, or empty for
-	// Handle.
-	Field string
-	// Pattern is the route's pattern.
-	Pattern string
-	// Err is the cause.
-	Err error
-}
-
-// Error implements the error interface.
-func (e *RouteError) Error() string {
-	var b strings.Builder
-	b.WriteString("slidelimit: ")
-	if e.Field != "" {
-		b.WriteString("field " + e.Field + " ")
-	}
-	b.WriteString("route " + strconv.Quote(e.Pattern) + ": " + e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *RouteError) Unwrap() error { return e.Err }

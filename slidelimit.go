@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -56,11 +57,15 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		switch k {
 		case rules.IP, rules.User, rules.Header, rules.Param, rules.Key:
 		default:
-			return nil, fmt.Errorf("slidelimit: WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k))
+			return nil, configError("", "", "", fmt.Errorf("WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
 	e, err := engine.New(client, c.engine...)
 	if err != nil {
+		var oe *engine.OptionError
+		if errors.As(err, &oe) {
+			return nil, configError("", "", "", err)
+		}
 		return nil, err
 	}
 	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked}
@@ -112,11 +117,11 @@ func (l *Limiter) Close() error {
 func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
 	g, err := rules.Parse(rulesText)
 	if err != nil {
-		return nil, err
+		return nil, configError("", "", rulesText, err)
 	}
 	mw, err := l.wrapper(g, opts...)
 	if err != nil {
-		return nil, written(err, rulesText)
+		return nil, configErrors(g.Scope, "", rulesText, written(err, rulesText))
 	}
 	// The scope is known here only from a scope: statement; WithScope,
 	// WithScopeFunc and the router's pattern are hidden in opts or decided

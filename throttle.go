@@ -64,10 +64,7 @@ type Permit struct {
 
 // Errors of Throttle, Wait and Allow.
 var (
-	// ErrThrottleRules means the rules of a throttle use a statement a
-	// throttle cannot have: roles (role(...) overrides, exempt:), ip,
-	// user, header or param limiters, count:, distinct: or mode:shadow.
-	ErrThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
+	errThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
 	// ErrCall means a Call lacks the value of a key(NAME) limiter or the
 	// estimate of a named cost, or gives a cost below 1.
 	ErrCall = errors.New("slidelimit: call lacks a value the throttle needs")
@@ -93,15 +90,15 @@ var (
 // ErrThrottleRules that names the statement.
 func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if !validScopeName(name) {
-		return nil, fmt.Errorf("slidelimit: throttle %q: the name must be a valid scope: name", name)
+		return nil, configError(name, "", "", errors.New("the throttle name must be a valid scope: name"))
 	}
 	g, err := overrides.Group(name, rulesText)
 	if err != nil {
-		return nil, fmt.Errorf("slidelimit: throttle %q: %w", name, err)
+		return nil, configError(name, "", rulesText, err)
 	}
 	t := &Throttle{lim: l, name: name, lanes: map[string]*lane{}, byID: map[string]*lane{}, hooks: l.hooks()}
 	if t.code, err = t.compile(g); err != nil {
-		return nil, err
+		return nil, configError(name, "", rulesText, err)
 	}
 	t.fleet = newFleet(t)
 	if l.ov != nil {

@@ -61,8 +61,9 @@ func TestThrottleRefusedStatements(t *testing.T) {
 		{"global:10/min; mode:shadow", "mode:shadow"},
 	} {
 		_, err := lim.Throttle("api", tc.rules)
-		if !errors.Is(err, slidelimit.ErrThrottleRules) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Throttle(%q) = %v, want ErrThrottleRules naming %q", tc.rules, err, tc.want)
+		var ce *slidelimit.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "not allowed in a throttle") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Throttle(%q) = %v, want a *ConfigError naming %q", tc.rules, err, tc.want)
 		}
 	}
 	if _, err := lim.Throttle("api", "global:10/min; scope:other"); err == nil {
@@ -220,8 +221,9 @@ func TestThrottleOverrides(t *testing.T) {
 	if _, ok, _ := th.Allow(ctx, slidelimit.Call{}); ok {
 		t.Fatal("second call admitted under global:1/min")
 	}
-	if err := lim.SetRules(ctx, "api", "ip:5/min"); !errors.Is(err, slidelimit.ErrThrottleRules) {
-		t.Errorf("SetRules with an ip limiter = %v, want ErrThrottleRules", err)
+	var ce *slidelimit.ConfigError
+	if err := lim.SetRules(ctx, "api", "ip:5/min"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "not allowed in a throttle") {
+		t.Errorf("SetRules with an ip limiter = %v, want a *ConfigError for the statement", err)
 	}
 	if err := lim.SetRules(ctx, "api", "global:3/min"); err != nil {
 		t.Fatal(err)
