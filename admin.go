@@ -41,8 +41,8 @@ type adminSource struct{ l *Limiter }
 
 var _ admin.Source = adminSource{}
 
-func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]engine.Denials, error) {
-	return s.l.engine.TopDenied(ctx, since, n)
+func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]access.Denials, error) {
+	return access.EngineTopDenied(s.l.engine, ctx, since, n)
 }
 
 // Routes lists the scopes registered with a known scope, and an override's
@@ -109,7 +109,7 @@ func (s adminSource) PeekStored(ctx context.Context, scope, limiterID, stored st
 	if err != nil {
 		return engine.Decision{}, badInput(err)
 	}
-	return s.l.engine.Peek(ctx, req)
+	return s.l.peek(ctx, req)
 }
 
 func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error {

@@ -80,7 +80,7 @@ func waitForStore(t *testing.T, e *engine.Engine) {
 	r := engine.Request{Scope: "probe", Checks: []engine.Check{{Subject: "p",
 		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Minute}}}}}}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		d, err := e.Peek(context.Background(), r)
+		d, err := enginePeek(e, context.Background(), r)
 		if err == nil && d.Source == engine.FromRedis {
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -114,7 +115,7 @@ func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (e
 	if err != nil {
 		return engine.Decision{}, err
 	}
-	return l.engine.Peek(ctx, req)
+	return l.peek(ctx, req)
 }
 
 // PeekByIP is Peek for the requests that limiter limiterID of scope counted
@@ -128,7 +129,7 @@ func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (
 	if err != nil {
 		return engine.Decision{}, err
 	}
-	return l.engine.Peek(ctx, req)
+	return l.peek(ctx, req)
 }
 
 // Reset forgets every request that limiter limiterID of scope counted for
@@ -161,9 +162,9 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	for _, c := range req.Checks {
 		var err error
 		if c.Hashed {
-			err = l.engine.ResetHashed(ctx, req.Scope, c.Limiter, c.Subject)
+			err = access.EngineReset(l.engine, ctx, req.Scope, c.Limiter, c.Subject, true)
 		} else {
-			err = l.engine.Reset(ctx, req.Scope, c.Limiter, c.Subject)
+			err = access.EngineReset(l.engine, ctx, req.Scope, c.Limiter, c.Subject, false)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -190,11 +191,11 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 }
 
 // inspectStored is inspect for a subject as the engine stores it, as the
-// denial tallies report it (engine.Denials): the middleware's encoding of
+// denial tallies report it (access.Denials): the middleware's encoding of
 // a value, or its stored hash (hashed). It makes one check, for that
 // subject whatever the groups' options.
 func (l *Limiter) inspectStored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
-	if hashed && !engine.IsStoredHash(stored) {
+	if hashed && !access.IsStoredHash(stored) {
 		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", middleware.ErrSubject, stored)
 	}
 	req, err := l.inspectWith(scope, limiterID, func(rules.Kind, *registered) (string, error) { return stored, nil })
@@ -305,4 +306,12 @@ func parseLimiterID(id string) (rules.Limiter, bool) {
 	}
 	l := g.Limiters[0]
 	return rules.Limiter{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
+}
+
+// peek is the engine's peek (what Allow would decide, counting nothing),
+// which package engine keeps for this package.
+func (l *Limiter) peek(ctx context.Context, req engine.Request) (engine.Decision, error) {
+	d, err := access.EnginePeek(l.engine, ctx, req)
+	dec, _ := d.(engine.Decision)
+	return dec, err
 }

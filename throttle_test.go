@@ -13,6 +13,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -42,7 +43,7 @@ func miniClient(t *testing.T) *redis.Client {
 // globalUsed returns what the global windows of throttle name hold.
 func globalUsed(t *testing.T, lim *slidelimit.Limiter, name string, ws ...rules.Window) int64 {
 	t.Helper()
-	d, err := lim.Engine().Peek(context.Background(), engine.One(name, rules.Global, "global", ws...))
+	d, err := enginePeek(lim.Engine(), context.Background(), engine.One(name, rules.Global, "global", ws...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestThrottleAllowAndSettle(t *testing.T) {
 	w := rules.Window{Limit: 100, Period: time.Minute}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		d, err := lim.Engine().Peek(ctx, engine.Request{Scope: "llm", Checks: []engine.Check{{
+		d, err := enginePeek(lim.Engine(), ctx, engine.Request{Scope: "llm", Checks: []engine.Check{{
 			Limiter: rules.Limiter{Kind: rules.Global, Cost: "tokens", Windows: []rules.Window{w}}, Subject: "global", Cost: 1}}})
 		if err != nil {
 			t.Fatal(err)
@@ -275,4 +276,12 @@ func TestThrottleCancelAtAdmission(t *testing.T) {
 	if used := globalUsed(t, lim, "api", rules.Window{Limit: 5, Period: time.Minute}); used != 0 {
 		t.Errorf("the windows hold %d calls after a canceled Wait, want 0", used)
 	}
+}
+
+// enginePeek is the engine's peek, which package engine keeps for the
+// module (internal/access).
+func enginePeek(e *engine.Engine, ctx context.Context, req engine.Request) (engine.Decision, error) {
+	d, err := access.EnginePeek(e, ctx, req)
+	dec, _ := d.(engine.Decision)
+	return dec, err
 }

@@ -294,7 +294,7 @@
 // Every denial of Allow (by Redis, the fallback limiter or the cache of
 // denials) adds one, in process, to its (scope, limiter ID, subject of the
 // denying check); a goroutine writes what was added every
-// [DefaultTallyFlush] ([WithTallyFlush]) in one pipeline, so that the
+// [defaultTallyFlush] ([WithTallyFlush]) in one pipeline, so that the
 // tallies of every engine sharing the Redis and prefix add up and a request
 // pays no round trip for them. A process gathers at most 1,024 entries
 // between writes (a new one replaces the least denied, whose count

@@ -16,6 +16,7 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -146,7 +147,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	}
 	if !cfg.tallyOff {
 		e.tally = newTallies()
-		e.startTallies(cmp.Or(cfg.tallyFlush, DefaultTallyFlush))
+		e.startTallies(cmp.Or(cfg.tallyFlush, defaultTallyFlush))
 	}
 	if cfg.denials {
 		if s, ok := client.(subscriber); ok {
@@ -182,11 +183,12 @@ func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
 	return d, err
 }
 
-// Peek reports what Allow would decide for req now, without counting it or
+// peek reports what Allow would decide for req now, without counting it or
 // writing anything. In its Decision, Used does not include req, and Allowed
-// says whether req would be admitted. Peek always asks Redis (it is for
+// says whether req would be admitted. It always asks Redis (it is for
 // inspection: it never makes a cached denial). Errors are as for Allow.
-func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
+// slidelimit.Limiter.Peek reaches it through internal/access.
+func (e *Engine) peek(ctx context.Context, req Request) (Decision, error) {
 	return e.decide(ctx, &req, opPeek)
 }
 
@@ -300,29 +302,19 @@ func answeredErr(err error) bool {
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
-// Reset forgets every request counted for subject by limiter l in scope
+// reset forgets every request counted for subject by limiter l in scope
 // and lifts the subject's block there (Check.Block): it deletes the key and
 // its block key, in Redis and in the fallback limiter, and tells every
 // engine's cache. When l has an in-flight window, its slots are freed too:
 // requests running still hold no slot (their renewals report them lost,
 // see WithSlotLost), so up to the limit more may be admitted while they
-// run.
-func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
-	return e.reset(ctx, scope, l, subject, false)
-}
-
-// ResetHashed is Reset for a subject known by its stored hash only, as
-// Denials.Hash reports it (see Check.Hashed): a subject longer than 128
-// bytes, or any subject with WithHashSubjects. It fails with an error
-// matching ErrInvalid when hash is not a stored hash.
-func (e *Engine) ResetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
-	if !IsStoredHash(hash) {
-		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, hash)
-	}
-	return e.reset(ctx, scope, l, hash, true)
-}
-
+// run. With hashed, subject is a stored hash (Denials.Hash), and reset
+// fails with an error matching ErrInvalid when it is not one.
+// slidelimit.Limiter.Reset reaches it through internal/access.
 func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
+	if hashed && !access.IsStoredHash(subject) {
+		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, subject)
+	}
 	keys := []string{string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, keyCost(&l), subject, hashed))}
 	for _, w := range l.Windows {
 		if w.Concurrent {
@@ -387,10 +379,6 @@ func (e *Engine) Close() error {
 	})
 	return nil
 }
-
-// FailMode returns the fail mode of requests whose Fail is FailDefault, as
-// set by WithFailMode: never FailDefault.
-func (e *Engine) FailMode() rules.FailMode { return e.fail }
 
 // now is the local decision time for answers that do not come from Redis.
 func (e *Engine) now() time.Time {

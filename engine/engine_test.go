@@ -80,7 +80,7 @@ func TestInvalidAndEmptyRequests(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || d.Source != FromFailOpen {
 		t.Errorf("after Close: %+v %v", d, err)
 	}
-	if err := e.Reset(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
+	if err := e.resetSubject(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Reset after Close: %v", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestFailModeDefault(t *testing.T) {
 		{[]Option{WithFailMode(rules.FailOpen)}, rules.FailOpen},
 	} {
 		e := newEngine(t, rc, tt.opts...)
-		if got := e.FailMode(); got != tt.want {
+		if got := e.fail; got != tt.want {
 			t.Errorf("FailMode() with %d options = %q, want %q", len(tt.opts), got, tt.want)
 		}
 	}

@@ -99,10 +99,11 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	}
 }
 
-// FinishAsyncFailures returns how many FinishAsync calls failed so far
+// finishAsyncFailures returns how many FinishAsync calls failed so far
 // (see FinishAsync): refused, made after Close, or met a Redis failure
-// and were queued to be retried.
-func (e *Engine) FinishAsyncFailures() uint64 { return e.async.failed.Load() }
+// and were queued to be retried. The benchmarks read it through
+// internal/access.
+func (e *Engine) finishAsyncFailures() uint64 { return e.async.failed.Load() }
 
 // asyncQueue holds the finishes of FinishAsync from their call until
 // Redis answered them: queued (pending) until a batch or the timer takes

@@ -438,7 +438,7 @@ func (r *faultRun) audit() []string {
 	for s := range r.p.Subjects {
 		var d Decision
 		for try := 0; ; try++ {
-			d, err = e.Peek(context.Background(), r.request(s))
+			d, err = e.peek(context.Background(), r.request(s))
 			if err == nil && d.Source == FromRedis {
 				break
 			}

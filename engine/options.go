@@ -38,7 +38,7 @@ type config struct {
 	slotLost func(SlotLost)
 
 	tallyOff   bool          // WithTallies(false)
-	tallyFlush time.Duration // WithTallyFlush; 0 is DefaultTallyFlush
+	tallyFlush time.Duration // WithTallyFlush; 0 is defaultTallyFlush
 }
 
 func defaultConfig() config {

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -169,7 +170,7 @@ func checkRequest(req *Request) error {
 // has an in-flight window, its rate key if it has rate windows.
 func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 	c := &req.Checks[i]
-	if c.Hashed && !IsStoredHash(c.Subject) {
+	if c.Hashed && !access.IsStoredHash(c.Subject) {
 		return &RequestError{Check: i, Window: -1, Reason: "a Hashed check's subject is not a stored hash"}
 	}
 	kc := keyCost(&c.Limiter)
@@ -707,22 +708,6 @@ func (k *keyer) appendKeyOf(b []byte, scope string, kind rules.Kind, name, cost,
 // storedHashLen is the length of a stored hash: "#" and the base64url of
 // a SHA-256.
 const storedHashLen = 1 + 43
-
-// IsStoredHash reports whether s has the form of a stored hash ("#" and
-// 43 base64url characters), as Denials.Hash reports it and Check.Hashed
-// and Engine.ResetHashed take it.
-func IsStoredHash(s string) bool {
-	if len(s) != storedHashLen || s[0] != '#' {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
 
 // storedHash returns the stored hash in the key of check i (see
 // appendKey), a view of p.buf valid until the next build, or "" when the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -27,9 +28,9 @@ import (
 // denials add up in the same keys and a request pays no round trip for
 // them. See the package documentation, Denial tallies.
 const (
-	// DefaultTallyFlush is how often the denial tallies are written to
-	// Redis (WithTallyFlush).
-	DefaultTallyFlush = time.Second
+	// defaultTallyFlush is how often the denial tallies are written to
+	// Redis (withTallyFlush).
+	defaultTallyFlush = time.Second
 	// tallyTop is the number of (scope, limiter, subject) entries a tally
 	// bucket keeps in Redis: the most denied ones; the others are dropped
 	// at every write.
@@ -54,18 +55,19 @@ const (
 	coarseBucket = time.Minute // the buckets of longer views
 )
 
-// WithTallies turns the denial tallies on or off (on by default). Off,
-// denials are not counted and TopDenied reports nothing new.
-func WithTallies(on bool) Option {
+// withTallies turns the denial tallies on or off (on by default). Off,
+// denials are not counted and topDenied reports nothing new. The
+// benchmarks and the replay reach it through internal/access.
+func withTallies(on bool) Option {
 	return func(c *config) error {
 		c.tallyOff = !on
 		return nil
 	}
 }
 
-// WithTallyFlush sets how often the denial tallies are written to Redis
-// (default DefaultTallyFlush); it must be between 10 ms and 10 s.
-func WithTallyFlush(d time.Duration) Option {
+// withTallyFlush sets how often the denial tallies are written to Redis
+// (default defaultTallyFlush); it must be between 10 ms and 10 s.
+func withTallyFlush(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 10*time.Millisecond || d > 10*time.Second {
 			return &OptionError{Option: "WithTallyFlush", Reason: "the period must be between 10ms and 10s"}
@@ -75,36 +77,8 @@ func WithTallyFlush(d time.Duration) Option {
 	}
 }
 
-// Denials is how many times a subject was denied by one limiter of one
-// scope, fleet-wide, in the period asked of TopDenied.
-type Denials struct {
-	// Scope is the request's scope (a route pattern or a scope: name).
-	Scope string
-	// Limiter is the limiter's ID (rules.Limiter.ID): "ip", "user",
-	// "header(X-Api-Key)", "user[bytes]".
-	Limiter string
-	// Subject is the check's subject as the engine was given it
-	// (Check.Subject). For a subject stored hashed (WithHashSubjects, or
-	// longer than 128 bytes) it is, when this process denied it lately,
-	// the subject, or only its first bytes for one longer than 128 bytes
-	// (Truncated: the process never keeps a long subject whole); otherwise
-	// it is the stored hash ("#" and base64url), with Hashed set.
-	Subject string
-	// Hashed reports that Subject is the stored hash, not the subject.
-	Hashed bool
-	// Truncated reports that Subject is the first bytes (at most 48, cut
-	// at a UTF-8 character) of a subject longer than 128 bytes.
-	Truncated bool
-	// Hash is the stored hash of a subject stored hashed, "" for one
-	// stored as is: what Check.Hashed and Engine.ResetHashed take to peek
-	// at or reset the subject without its value.
-	Hash string
-	// Denied is the number of denials counted in the period.
-	Denied int64
-}
-
-// TallyStats reports what the tallies lost, since the engine started.
-type TallyStats struct {
+// tallyStats reports what the tallies lost, since the engine started.
+type tallyStats struct {
 	// Overflow is the number of denials dropped in process because more
 	// than tallyPending entries were denied between two writes.
 	Overflow int64
@@ -516,25 +490,25 @@ func (t *tallies) remember(keys []tallyKey) {
 	}
 }
 
-// TallyStats returns the denials the tallies dropped so far.
-func (e *Engine) TallyStats() TallyStats {
+// tallyStats returns the denials the tallies dropped so far.
+func (e *Engine) tallyStats() tallyStats {
 	if e.tally == nil {
-		return TallyStats{}
+		return tallyStats{}
 	}
-	return TallyStats{Overflow: e.tally.overflow.Load(), Failed: e.tally.failed.Load()}
+	return tallyStats{Overflow: e.tally.overflow.Load(), Failed: e.tally.failed.Load()}
 }
 
-// TopDenied returns the n (scope, limiter, subject) entries denied most in
+// topDenied returns the n (scope, limiter, subject) entries denied most in
 // the last since, fleet-wide, most denied first (then by scope, limiter and
 // subject). since must be between 1 s and tallyKeep; it is rounded up to
 // whole buckets of 10 s (up to 5 min) or 1 min (beyond), and the bucket in
-// progress is included, so a 1 min view covers 60 to 70 s. Denials of the
+// progress is included, so a 1 min view covers 60 to 70 s. access.Denials of the
 // last period of WithTallyFlush are not written yet. n <= 0 returns every
-// entry kept. TopDenied reads Redis with one pipeline; it fails with an
+// entry kept. It reads Redis with one pipeline; it fails with an
 // error matching ErrInvalid for a bad since and ErrBackend when Redis does,
 // at once (wrapping ErrUnavailable) while the engine considers a single
 // server down.
-func (e *Engine) TopDenied(ctx context.Context, since time.Duration, n int) ([]Denials, error) {
+func (e *Engine) topDenied(ctx context.Context, since time.Duration, n int) ([]access.Denials, error) {
 	if since < time.Second || since > tallyKeep {
 		return nil, fmt.Errorf("%w: tally period %s is not between 1s and %s", ErrInvalid, since, tallyKeep)
 	}
@@ -569,14 +543,14 @@ func (e *Engine) TopDenied(ctx context.Context, since time.Duration, n int) ([]D
 			}
 		}
 	}
-	out := make([]Denials, 0, len(sums))
+	out := make([]access.Denials, 0, len(sums))
 	for m, sum := range sums {
 		if d, ok := e.parseTallyMember(m); ok && sum > 0 {
 			d.Denied = sum
 			out = append(out, d)
 		}
 	}
-	slices.SortFunc(out, func(a, b Denials) int {
+	slices.SortFunc(out, func(a, b access.Denials) int {
 		if a.Denied != b.Denied {
 			if a.Denied > b.Denied {
 				return -1
@@ -592,18 +566,18 @@ func (e *Engine) TopDenied(ctx context.Context, since time.Duration, n int) ([]D
 }
 
 // parseTallyMember reads a member written by tallyMember.
-func (e *Engine) parseTallyMember(m string) (Denials, bool) {
+func (e *Engine) parseTallyMember(m string) (access.Denials, bool) {
 	parts := strings.Split(m, "|")
 	if len(parts) != 3 {
-		return Denials{}, false
+		return access.Denials{}, false
 	}
-	var d Denials
+	var d access.Denials
 	var ok1, ok2, ok3 bool
 	d.Scope, ok1 = unescape(parts[0])
 	d.Limiter, ok2 = unescape(parts[1])
 	d.Subject, ok3 = unescape(parts[2])
 	if !ok1 || !ok2 || !ok3 {
-		return Denials{}, false
+		return access.Denials{}, false
 	}
 	if strings.HasPrefix(parts[2], "#") { // '#' is escaped in raw subjects
 		d.Hashed, d.Hash = true, d.Subject

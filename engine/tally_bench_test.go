@@ -21,7 +21,7 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 	s := redistest.Start(b)
 	for _, on := range []bool{false, true} {
 		name := map[bool]string{false: "tallies=off", true: "tallies=on"}[on]
-		e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)+name), WithTallies(on))
+		e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)+name), withTallies(on))
 		req := Request{
 			Scope:  "bench",
 			Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1, time.Minute), win(10, time.Hour)}}, Subject: "hot"}},
@@ -80,7 +80,7 @@ func BenchmarkTallyFlood(b *testing.B) {
 	s := redistest.Start(b)
 	c := s.Client()
 	prefix := testPrefix(b)
-	e := newEngine(b, c, WithPrefix(prefix), WithTallyFlush(100*time.Millisecond))
+	e := newEngine(b, c, WithPrefix(prefix), withTallyFlush(100*time.Millisecond))
 	lim := rules.Limiter{Kind: rules.Key, Name: "k", Windows: []rules.Window{win(1, time.Hour)}}
 	ctx := context.Background()
 	var n atomic.Int64
@@ -112,5 +112,5 @@ func BenchmarkTallyFlood(b *testing.B) {
 	b.ReportMetric(float64(bytes)/(1<<20), "tally-MiB")
 	b.ReportMetric(float64(len(keys)), "tally-keys")
 	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "heap-MiB")
-	b.ReportMetric(float64(e.TallyStats().Overflow), "overflow")
+	b.ReportMetric(float64(e.tallyStats().Overflow), "overflow")
 }

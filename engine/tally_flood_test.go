@@ -29,7 +29,7 @@ func TestTallyFloodBounded(t *testing.T) {
 	_, c := startRedis(t)
 	clk := newFakeClock()
 	prefix := testPrefix(t)
-	e := newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), WithTallyFlush(10*time.Second))
+	e := newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), withTallyFlush(10*time.Second))
 	ctx := context.Background()
 	before := usedMemory(t, c)
 	var ms runtime.MemStats
@@ -98,7 +98,7 @@ func TestTallyFloodBounded(t *testing.T) {
 	after := usedMemory(t, c)
 	t.Logf("1M subjects: %d buckets alive, %d entries, MEMORY USAGE %.2f MiB, used_memory +%.2f MiB; heap %.2f MiB before, at most %.2f MiB during; overflow %d",
 		alive, members, float64(bytes)/(1<<20), float64(after-before)/(1<<20), float64(heap0)/(1<<20), float64(heapMax)/(1<<20),
-		e.TallyStats().Overflow)
+		e.tallyStats().Overflow)
 	if bytes >= 10<<20 || after-before >= 10<<20 {
 		t.Errorf("the tallies take %d bytes (used_memory +%d), not under 10 MiB", bytes, after-before)
 	}
@@ -108,7 +108,7 @@ func TestTallyFloodBounded(t *testing.T) {
 	if n := len(e.tally.names); n > tallyNames {
 		t.Errorf("the tallies remember %d subject names, more than %d", n, tallyNames)
 	}
-	top, err := e.TopDenied(ctx, time.Hour, 1)
+	top, err := e.topDenied(ctx, time.Hour, 1)
 	if err != nil || len(top) != 1 || top[0].Subject != "heavy" {
 		t.Errorf("top of the hour: %+v, %v; want heavy first", top, err)
 	}
@@ -163,7 +163,7 @@ func TestTallyNoRoundTrip(t *testing.T) {
 	for i, on := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { c.Close() })
-		e := newEngine(t, c, WithPrefix(testPrefix(t)+fmt.Sprint(on)), WithTallies(on), WithTallyFlush(10*time.Second))
+		e := newEngine(t, c, WithPrefix(testPrefix(t)+fmt.Sprint(on)), withTallies(on), withTallyFlush(10*time.Second))
 		// The first script call loads the script (NOSCRIPT, then EVAL):
 		// made before counting, so that the order of the engines does not
 		// matter.

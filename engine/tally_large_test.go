@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"reflect"
 	"strconv"
 	"strings"
@@ -79,7 +80,7 @@ func largeSubject(prefix string, size int) string {
 func TestTallyLargeSubjectsBounded(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithTallyFlush(10*time.Second))
+	e := newEngine(t, c, WithPrefix(testPrefix(t)), withTallyFlush(10*time.Second))
 	ctx := context.Background()
 	const subjects, size = 100, 256 << 10
 	// The bound: per entry (a subject denied twice may have one in each
@@ -111,16 +112,16 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 		t.Errorf("written: the tallies retain %d bytes of strings for %d subjects of %d bytes, more than %d", n, subjects, size, bound)
 	}
 	t.Logf("%d subjects of %d KiB denied twice: the tallies retain %d bytes", subjects, size>>10, n)
-	if f := e.TallyStats().Failed; f != 0 {
+	if f := e.tallyStats().Failed; f != 0 {
 		t.Fatalf("%d denials failed to be written", f)
 	}
-	top, err := e.TopDenied(ctx, time.Minute, 0)
+	top, err := e.topDenied(ctx, time.Minute, 0)
 	if err != nil || len(top) != subjects {
 		t.Fatalf("top: %d entries, %v; want %d", len(top), err, subjects)
 	}
 	d := top[0]
 	if d.Denied != 2 || !d.Truncated || d.Hashed || len(d.Subject) != tallyPreview || !strings.HasPrefix(d.Subject, "header:key-") ||
-		!IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
+		!access.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
 		t.Fatalf("top entry: %+v", d)
 	}
 	// The hash is the key's: it finds the subject's windows and block.
@@ -131,23 +132,23 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	}
 	peek := req(d.Hash)
 	peek.Checks[0].Hashed = true
-	p, err := e.Peek(ctx, peek)
+	p, err := e.peek(ctx, peek)
 	if err != nil || !p.Blocked || p.Windows[0].Used != 1 {
 		t.Fatalf("peek by hash: %+v, %v; want blocked, 1 used", p, err)
 	}
 	lim := peek.Checks[0].Limiter
-	if err := e.ResetHashed(ctx, "GET /x", lim, d.Hash); err != nil {
+	if err := e.resetHashed(ctx, "GET /x", lim, d.Hash); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := e.Allow(ctx, req(raw)); err != nil || !a.Allowed {
 		t.Fatalf("after ResetHashed: %+v, %v; want admitted", a, err)
 	}
-	if err := e.ResetHashed(ctx, "GET /x", lim, "#short"); err == nil {
+	if err := e.resetHashed(ctx, "GET /x", lim, "#short"); err == nil {
 		t.Error("ResetHashed took a subject that is no stored hash")
 	}
 	bad := req("header:not-a-hash")
 	bad.Checks[0].Hashed = true
-	if _, err := e.Peek(ctx, bad); err == nil {
+	if _, err := e.peek(ctx, bad); err == nil {
 		t.Error("Peek took a Hashed check whose subject is no stored hash")
 	}
 }
@@ -162,7 +163,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 func TestTallyLargeFlood(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithTallyFlush(10*time.Second), WithTimeout(DefaultTimeout))
+	e := newEngine(t, c, WithPrefix(testPrefix(t)), withTallyFlush(10*time.Second), WithTimeout(DefaultTimeout))
 	ctx := context.Background()
 	const flood, size, abuse = 300, 2 << 20, 304
 	// Distinct subjects without 600 MiB of allocations: views of one
@@ -188,17 +189,17 @@ func TestTallyLargeFlood(t *testing.T) {
 	}
 	keys, counts := e.tally.take(nil, nil)
 	e.flushTallies(keys, counts)
-	if s := e.TallyStats(); s.Failed != 0 || s.Overflow != 0 {
+	if s := e.tallyStats(); s.Failed != 0 || s.Overflow != 0 {
 		t.Fatalf("tally stats %+v, want nothing failed or dropped", s)
 	}
-	top, err := e.TopDenied(ctx, time.Minute, 3)
+	top, err := e.topDenied(ctx, time.Minute, 3)
 	if err != nil || len(top) == 0 {
 		t.Fatalf("top: %+v, %v", top, err)
 	}
 	if top[0].Subject != "header:abuser" || top[0].Denied != abuse {
 		t.Fatalf("top: %s %d; want header:abuser %d", top[0].Subject, top[0].Denied, abuse)
 	}
-	if top[1].Denied != 1 || !top[1].Truncated || !IsStoredHash(top[1].Hash) {
+	if top[1].Denied != 1 || !top[1].Truncated || !access.IsStoredHash(top[1].Hash) {
 		t.Fatalf("second: %+v; want a flood subject denied once, truncated, with its hash", top[1])
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"log/slog"
 	"net"
 	"strings"
@@ -27,7 +28,7 @@ func TestTallyTop(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			opts := append([]Option{WithPrefix(testPrefix(t)), WithTallyFlush(50 * time.Millisecond)}, b.opts...)
+			opts := append([]Option{WithPrefix(testPrefix(t)), withTallyFlush(50 * time.Millisecond)}, b.opts...)
 			e1 := newEngine(t, b.c, opts...)
 			e2 := newEngine(t, b.c, opts...)
 			ctx := context.Background()
@@ -54,7 +55,7 @@ func TestTallyTop(t *testing.T) {
 			want := "GET /x user alice 18; GET /x user bob 8; GET /x user carol 1"
 			var got string
 			for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(50 * time.Millisecond) {
-				top, err := []*Engine{e1, e2}[int(time.Since(start)/time.Millisecond)%2].TopDenied(ctx, time.Hour, 10)
+				top, err := []*Engine{e1, e2}[int(time.Since(start)/time.Millisecond)%2].topDenied(ctx, time.Hour, 10)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -67,7 +68,7 @@ func TestTallyTop(t *testing.T) {
 				t.Fatalf("top: %s, want %s", got, want)
 			}
 			for _, since := range []time.Duration{time.Minute, 5 * time.Minute} {
-				top, err := e1.TopDenied(ctx, since, 2)
+				top, err := e1.topDenied(ctx, since, 2)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -79,7 +80,7 @@ func TestTallyTop(t *testing.T) {
 	}
 }
 
-func tallyText(top []Denials) string {
+func tallyText(top []access.Denials) string {
 	var s []string
 	for _, d := range top {
 		s = append(s, fmt.Sprintf("%s %s %s %d", d.Scope, d.Limiter, d.Subject, d.Denied))
@@ -93,25 +94,25 @@ func TestTallyHashed(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	prefix := testPrefix(t)
-	e1 := newEngine(t, c, WithPrefix(prefix), WithHashSubjects([]byte("s")), WithTallyFlush(20*time.Millisecond))
+	e1 := newEngine(t, c, WithPrefix(prefix), WithHashSubjects([]byte("s")), withTallyFlush(20*time.Millisecond))
 	e2 := newEngine(t, c, WithPrefix(prefix), WithHashSubjects([]byte("s")))
 	ctx := context.Background()
 	for range 3 {
 		e1.Allow(ctx, One("s|c%pe", rules.User, "d|a#n%", win(1, time.Hour)))
 	}
-	var top []Denials
+	var top []access.Denials
 	for start := time.Now(); time.Since(start) < 15*time.Second && len(top) == 0; time.Sleep(20 * time.Millisecond) {
-		top, _ = e1.TopDenied(ctx, time.Minute, 0)
+		top, _ = e1.topDenied(ctx, time.Minute, 0)
 	}
 	if len(top) != 1 || top[0].Subject != "d|a#n%" || top[0].Scope != "s|c%pe" || top[0].Hashed || top[0].Denied != 2 {
 		t.Fatalf("top of the denying process: %+v", top)
 	}
-	top, err := e2.TopDenied(ctx, time.Minute, 0)
+	top, err := e2.topDenied(ctx, time.Minute, 0)
 	if err != nil || len(top) != 1 || !top[0].Hashed || !strings.HasPrefix(top[0].Subject, "#") || top[0].Denied != 2 {
 		t.Fatalf("top of another process: %+v, %v", top, err)
 	}
-	if _, err := e1.TopDenied(ctx, 2*time.Hour, 0); err == nil {
-		t.Error("TopDenied(2h) did not fail")
+	if _, err := e1.topDenied(ctx, 2*time.Hour, 0); err == nil {
+		t.Error("topDenied(2h) did not fail")
 	}
 }
 
@@ -162,7 +163,7 @@ func TestTallyOutage(t *testing.T) {
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
 	h := &recordHandler{}
-	e := newEngine(t, dc, WithTallyFlush(10*time.Millisecond), WithLogger(slog.New(h)), WithFailMode(rules.FailLocal))
+	e := newEngine(t, dc, withTallyFlush(10*time.Millisecond), WithLogger(slog.New(h)), WithFailMode(rules.FailLocal))
 	ctx := context.Background()
 	for i := range 200 {
 		e.Allow(ctx, One("s", rules.User, "u", win(1, time.Hour)))
@@ -171,7 +172,7 @@ func TestTallyOutage(t *testing.T) {
 		}
 	}
 	e.Close()
-	if got := e.TallyStats().Failed; got != 199 {
+	if got := e.tallyStats().Failed; got != 199 {
 		t.Errorf("failed %d, want 199", got)
 	}
 	if n := len(h.matching("denial tallies cannot be written")); n != 1 {
@@ -245,7 +246,7 @@ func TestTopDeniedWhileDown(t *testing.T) {
 		}
 		_, _ = e.Allow(context.Background(), r)
 	}
-	_, err := e.TopDenied(context.Background(), time.Minute, 10)
+	_, err := e.topDenied(context.Background(), time.Minute, 10)
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) {
 		t.Fatalf("TopDenied while down: %v, want ErrUnavailable and ErrBackend", err)
 	}

@@ -465,7 +465,7 @@ func TestCostsDifferential(t *testing.T) {
 		r := req(bytesOf("u", 1+rng.Int64N(40), ws...))
 		f, g := re.Allow, le.Allow
 		if rng.IntN(5) == 0 {
-			f, g = re.Peek, le.Peek
+			f, g = re.peek, le.peek
 		}
 		rd, err := f(context.Background(), r)
 		if err != nil {

@@ -32,6 +32,7 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -46,7 +47,7 @@ import (
 // provides it. Its methods must be safe for concurrent use.
 type Source interface {
 	// TopDenied is engine.Engine.TopDenied.
-	TopDenied(ctx context.Context, since time.Duration, n int) ([]engine.Denials, error)
+	TopDenied(ctx context.Context, since time.Duration, n int) ([]access.Denials, error)
 	// Routes lists the registered scopes and their limiter IDs.
 	Routes() []Route
 	// Peek and PeekByIP are slidelimit.Limiter.Peek and PeekByIP.
@@ -56,7 +57,7 @@ type Source interface {
 	Reset(ctx context.Context, scope, limiterID, subject string) error
 	ResetByIP(ctx context.Context, scope, limiterID, addr string) error
 	// PeekStored and ResetStored are Peek and Reset of a subject as the
-	// engine stores it (engine.Denials): the middleware's encoding of a
+	// engine stores it (access.Denials): the middleware's encoding of a
 	// value ("header:k", "ip:192.0.2.7" for a request counted by address),
 	// or, hashed, its stored hash (engine.Check.Hashed).
 	PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error)

@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"errors"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -19,11 +20,11 @@ import (
 // fake is a Source with canned answers; err, when set, is what every call
 // returns.
 type fake struct {
-	top []engine.Denials
+	top []access.Denials
 	err error
 }
 
-func (f *fake) TopDenied(context.Context, time.Duration, int) ([]engine.Denials, error) {
+func (f *fake) TopDenied(context.Context, time.Duration, int) ([]access.Denials, error) {
 	return f.top, f.err
 }
 func (f *fake) Routes() []admin.Route {
@@ -68,7 +69,7 @@ func serve(h http.Handler, method, target string) *httptest.ResponseRecorder {
 // them, by-IP and hashed subjects marked, blocks found among the denied.
 func TestAPI(t *testing.T) {
 	t.Parallel()
-	f := &fake{top: []engine.Denials{
+	f := &fake{top: []access.Denials{
 		{Scope: "GET /x", Limiter: "user", Subject: "user:alice", Denied: 9},
 		{Scope: "GET /x", Limiter: "user", Subject: "ip:192.0.2.1", Denied: 4},
 		{Scope: "GET /x", Limiter: "global", Subject: "global", Denied: 3},

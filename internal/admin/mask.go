@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -49,7 +49,7 @@ type entry struct {
 // masks: a value, the start of a long value (Truncated), a stored hash no
 // process of this handler knows the value of (Hashed), or a fingerprint
 // (Masked). Ref is set when Subject is not the whole value.
-func (h *handler) denied(t engine.Denials) entry {
+func (h *handler) denied(t access.Denials) entry {
 	e := entry{Denied: Denied{Scope: t.Scope, Limiter: t.Limiter, Subject: t.Subject, Denied: t.Denied}, stored: t.Subject}
 	if t.Hashed && t.Hash == "" {
 		t.Hash = t.Subject
@@ -107,7 +107,7 @@ func (h *handler) shownValue(limiterID, value string, byIP bool) string {
 // subject of limiter limiterID in scope: a stored hash is one; a
 // fingerprint is looked for among the last hour's denied subjects.
 func (h *handler) resolve(ctx context.Context, scope, limiterID, ref string) (stored string, hashed bool, err error) {
-	if engine.IsStoredHash(ref) {
+	if access.IsStoredHash(ref) {
 		return ref, true, nil
 	}
 	if !strings.HasPrefix(ref, fingerprintPrefix) {

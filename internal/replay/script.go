@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"sync/atomic"
 	"time"
 
@@ -52,7 +53,7 @@ func newScript(url string) (*script, error) {
 		// The engine reads its clock from background goroutines too.
 		engine.WithClock(func() time.Time { return time.UnixMicro(s.now.Load()) }),
 		// Denial tallies are for operators of a live service.
-		engine.WithTallies(false),
+		access.EngineTallies(false).(engine.Option),
 		engine.WithPrefix("slidelimit-replay:"+hex.EncodeToString(b[:])+":"),
 		// A cached denial is timed by the wall clock, not the log's.
 		engine.WithCachedDenials(false),
