@@ -249,7 +249,7 @@ func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind
 				}
 				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
 				block = max(block, g.group.Block)
-				if loc, err := g.group.Zone(); err == nil && g.group.HasCalendar() {
+				if loc, err := g.group.Zone(); err == nil && hasCalendar(g.group) {
 					req.Zone = loc // scopes that share calendar windows share a zone
 				}
 			}
@@ -314,4 +314,19 @@ func (l *Limiter) peek(ctx context.Context, req engine.Request) (engine.Decision
 	d, err := access.EnginePeek(l.engine, ctx, req)
 	dec, _ := d.(engine.Decision)
 	return dec, err
+}
+
+// hasCalendar reports whether some limiter of g, default or override, has
+// a calendar window.
+func hasCalendar(g rules.Group) bool {
+	for _, ls := range g.LimiterLists() {
+		for _, l := range ls {
+			for _, w := range l.Windows {
+				if w.Calendar != "" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

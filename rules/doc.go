@@ -62,8 +62,7 @@
 // "10k/h" is "10000/h" (Group.String prints the plain number). Numbers too large for
 // an int64 are reported as out of range, never wrapped. The units us, µs and
 // ns are not part of the grammar; they are recognised only so that
-// "1/500us" is reported as a period below MinPeriod. ParseWindow parses a
-// single window.
+// "1/500us" is reported as a period below MinPeriod.
 //
 // # Costs
 //
@@ -112,9 +111,9 @@
 // window only at the end of its grain, so the window never admits more
 // than its limit in any span of its period and denies at most one grain
 // earlier than an exact window would, while holding about period/grain
-// entries per subject whatever the limit. A grain is at least MinGrain, a
+// entries per subject whatever the limit. A grain is at least 1 ms, a
 // whole number of milliseconds, shorter than the period, divides the
-// period into whole grains, and splits it into at most MaxGrains grains.
+// period into whole grains, and splits it into at most 10,000 grains.
 // A window without a grain is exact, as before.
 //
 // # In-flight windows
