@@ -108,7 +108,7 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 // pattern), which the Limiter cannot see, so it is taken to be in every
 // scope. Peek fails with ErrUnknownScope, ErrUnknownLimiter or an error
 // matching middleware.ErrSubject for input that names no windows;
-// otherwise it returns what engine.Engine.Peek returns, including its
+// otherwise it returns the engine's decision, counting nothing, including its
 // Decision under the fail mode when Redis fails.
 func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
 	req, err := l.inspect(scope, limiterID, subject, false)

@@ -28,7 +28,7 @@ import (
 //
 // Register reports every problem at once, joined with errors.Join: the tag
 // errors of rules.Routes (*rules.Error), and per route whose tags are
-// valid a *RouteError for a middleware that cannot be built (a key(name)
+// valid a *ConfigError for a middleware that cannot be built (a key(name)
 // without middleware.WithKeyFunc, say) or a pattern that conflicts with
 // another route's. When any of these is found nothing is registered; a pattern
 // conflicting with one registered on mux earlier is found only while

@@ -76,9 +76,8 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Engine returns the Limiter's engine, for decisions outside HTTP handlers
-// and for engine.Engine.Peek and Reset on stored subjects; Limiter.Peek and
-// Limiter.Reset take raw ones and find the windows registered in a scope.
+// Engine returns the Limiter's engine, for decisions outside HTTP
+// handlers.
 func (l *Limiter) Engine() *engine.Engine { return l.engine }
 
 // Close makes later decisions follow their fail mode, as if Redis were down;

@@ -86,8 +86,8 @@ var (
 // Limiter's limit functions, see Throttle.Wait), block:, fail: and
 // calendar: statements; a scope: statement may only repeat name. Roles,
 // ip, user, header and param limiters, count:, distinct: and mode:shadow
-// have no meaning for calls out and are refused with an error wrapping
-// ErrThrottleRules that names the statement.
+// have no meaning for calls out and are refused with a *ConfigError that
+// names the statement.
 func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if !validScopeName(name) {
 		return nil, configError(name, "", "", errors.New("the throttle name must be a valid scope: name"))

@@ -4,12 +4,12 @@
 // An [Engine] is built once per process with [New] over a go-redis client
 // (a *redis.Client, *redis.ClusterClient, *redis.Ring or any [Client]) and
 // is safe for concurrent use. [Engine.Allow] decides a [Request] and counts
-// it; [Engine.Peek] reports what Allow would decide without counting;
-// [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
+// it; [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
 // the slots of in-flight windows an admitted request holds; [Engine.Settle]
-// changes an admitted request's cost to what it really consumed;
-// [Engine.Reset] forgets a subject and lifts its blocks. Allow and Peek
-// return a usable [Decision] whatever fails.
+// changes an admitted request's cost to what it really consumed. Allow
+// returns a usable [Decision] whatever fails. Peeking at and resetting a
+// subject's windows are the root package's (slidelimit.Limiter.Peek and
+// Reset), which knows the scopes and limiters registered.
 //
 // # A request's life
 //
@@ -33,13 +33,13 @@
 // finish op, which rides the engine's next script call to the key's
 // server, ahead of that call's admissions, or is sent on its own after
 // [AsyncBound] (1 ms; on a busy engine, with the batch led next). An Allow
-// or Peek of the same engine made after FinishAsync returns sees the
+// of the same engine made after FinishAsync returns sees the
 // finish applied; other processes see it within AsyncBound and one or two
 // round trips. [Engine.Close] sends what is queued.
 // A crash loses it: the request's slots free when their lease ends, and a
 // request not settled or given back stays charged its estimate until it
 // leaves its windows (erring on the side of denying). Its errors are
-// logged, throttled, and counted ([Engine.FinishAsyncFailures]).
+// logged, throttled, and counted (the benchmarks read the count).
 //
 // # Semantics
 //
@@ -294,7 +294,7 @@
 // Every denial of Allow (by Redis, the fallback limiter or the cache of
 // denials) adds one, in process, to its (scope, limiter ID, subject of the
 // denying check); a goroutine writes what was added every
-// [defaultTallyFlush] ([WithTallyFlush]) in one pipeline, so that the
+// second in one pipeline, so that the
 // tallies of every engine sharing the Redis and prefix add up and a request
 // pays no round trip for them. A process gathers at most 1,024 entries
 // between writes (a new one replaces the least denied, whose count
@@ -306,9 +306,8 @@
 // time, with at most its first 48 bytes to show: the tallies never hold a
 // long subject, and a write only sends, its deadline ([WithTimeout])
 // covering the Redis call alone. A failed write is dropped and counted
-// ([Engine.TallyStats]), and logged once until writes succeed again.
-// [Engine.TopDenied] reads them; the operator's page (Limiter.AdminHandler
-// in the root package) shows them. See [WithTallies].
+// and logged once until writes succeed again. The operator's page
+// (Limiter.AdminHandler in the root package) reads and shows them.
 //
 // # Failures
 //

@@ -65,7 +65,7 @@ type Engine struct {
 	slots    slotHolder // slots of in-flight windows held by running requests
 	slotLost func(SlotLost)
 
-	tally *tallies // denial tallies (tally.go); nil with WithTallies(false)
+	tally *tallies // denial tallies (tally.go); nil with withTallies(false)
 
 	// The invalidation subscription of cached denials (see cache.go).
 	pubsub     *redis.PubSub

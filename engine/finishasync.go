@@ -44,7 +44,7 @@ const AsyncBound = time.Millisecond
 //
 // FinishAsync has no caller to report to. Its errors go to the engine's
 // logger, at most one line per warnEvery (10 s) with the number of lines
-// held back, and are counted (FinishAsyncFailures): a Decision or Outcome
+// held back, and are counted (finishAsyncFailures): a Decision or Outcome
 // that Finish would refuse (a *RequestError; nothing is changed), a call
 // after Close, and Redis failing, in which case the work is queued like
 // the undo of a failed call (see Finish). A decision of the local fallback

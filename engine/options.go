@@ -37,8 +37,8 @@ type config struct {
 	lease    time.Duration
 	slotLost func(SlotLost)
 
-	tallyOff   bool          // WithTallies(false)
-	tallyFlush time.Duration // WithTallyFlush; 0 is defaultTallyFlush
+	tallyOff   bool          // withTallies(false)
+	tallyFlush time.Duration // withTallyFlush; 0 is defaultTallyFlush
 }
 
 func defaultConfig() config {

@@ -39,7 +39,7 @@ const (
 	// two writes; beyond it, a new entry replaces the least denied one,
 	// whose count is dropped.
 	tallyPending = tallyShards * tallyShardCap
-	// tallyKeep is how long the tallies cover: the longest view TopDenied
+	// tallyKeep is how long the tallies cover: the longest view topDenied
 	// answers.
 	tallyKeep = time.Hour
 
@@ -70,7 +70,7 @@ func withTallies(on bool) Option {
 func withTallyFlush(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 10*time.Millisecond || d > 10*time.Second {
-			return &OptionError{Option: "WithTallyFlush", Reason: "the period must be between 10ms and 10s"}
+			return &OptionError{Option: "withTallyFlush", Reason: "the period must be between 10ms and 10s"}
 		}
 		c.tallyFlush = d
 		return nil
@@ -91,7 +91,7 @@ type tallyStats struct {
 // the check's subject when stored as is (at most maxRawSubject bytes), or
 // its stored hash (hashed), made once, at denial time, so that no pending
 // entry holds a long subject and a write only sends. shown is then what
-// TopDenied may show of a hashed subject: the subject when short, its
+// topDenied may show of a hashed subject: the subject when short, its
 // first tallyPreview bytes when long (cut), "" when unknown (a check
 // given by its hash). Its strings may be views of the request's until
 // owned.
@@ -475,7 +475,7 @@ func tallyMember(b []byte, k tallyKey) []byte {
 }
 
 // remember records what to show of the hashed subjects of keys, for
-// TopDenied: at most tallyNames of them, each at most maxRawSubject bytes.
+// topDenied: at most tallyNames of them, each at most maxRawSubject bytes.
 func (t *tallies) remember(keys []tallyKey) {
 	t.namesMu.Lock()
 	defer t.namesMu.Unlock()
@@ -503,7 +503,7 @@ func (e *Engine) tallyStats() tallyStats {
 // subject). since must be between 1 s and tallyKeep; it is rounded up to
 // whole buckets of 10 s (up to 5 min) or 1 min (beyond), and the bucket in
 // progress is included, so a 1 min view covers 60 to 70 s. access.Denials of the
-// last period of WithTallyFlush are not written yet. n <= 0 returns every
+// last period of withTallyFlush are not written yet. n <= 0 returns every
 // entry kept. It reads Redis with one pipeline; it fails with an
 // error matching ErrInvalid for a bad since and ErrBackend when Redis does,
 // at once (wrapping ErrUnavailable) while the engine considers a single

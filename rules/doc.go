@@ -221,8 +221,8 @@
 // block's duration). Other subjects, and other limiters of the same
 // subject, are not blocked. Exempt roles are never blocked. The duration is
 // a whole number of milliseconds between MinPeriod and MaxPeriod, written
-// like a period; Group.Block holds it (zero: no block). Engine.Reset of
-// the limiter and subject lifts the block. A group in shadow mode starts
+// like a period; Group.Block holds it (zero: no block). Resetting the
+// limiter and subject (slidelimit.Limiter.Reset) lifts the block. A group in shadow mode starts
 // no block (the transports apply Block only when the group enforces): it
 // never refuses, and a block it started would refuse the subject the
 // moment the group is switched to enforce.

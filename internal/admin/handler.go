@@ -46,7 +46,7 @@ import (
 // Source is what the handler reads and resets; slidelimit.Limiter
 // provides it. Its methods must be safe for concurrent use.
 type Source interface {
-	// TopDenied is engine.Engine.TopDenied.
+	// TopDenied is the engine's topDenied (internal/access).
 	TopDenied(ctx context.Context, since time.Duration, n int) ([]access.Denials, error)
 	// Routes lists the registered scopes and their limiter IDs.
 	Routes() []Route
