@@ -97,7 +97,7 @@ func TestAdminMasksKeys(t *testing.T) {
 				log, logs := testutil.NewLogger(slog.LevelInfo)
 				var opts []slidelimit.Option
 				if hashed {
-					opts = append(opts, slidelimit.WithEngineOptions(engine.WithHashSubjects([]byte("s3cret"))))
+					opts = append(opts, slidelimit.WithHashedSubjects([]byte("s3cret")))
 				}
 				s1 := keyService(t, c, prefix, log, opts...)
 				s2 := keyService(t, c, prefix, log, opts...)

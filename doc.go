@@ -39,7 +39,7 @@
 // statement). SetRules, ClearRules and Rules change the rule group of a
 // scope at run time in every process sharing the Redis and key prefix
 // (rule overrides), and limit functions ($quota in a window,
-// middleware.WithLimitFunc) give each request its own limit.
+// WithLimitFunc) give each request its own limit.
 // AdminHandler serves the operator's view (internal/admin): the most denied
 // subjects fleet-wide, active blocks, one subject across routes, and a
 // reset, from denial tallies the engine keeps (see engine, Denial tallies).
@@ -58,20 +58,28 @@
 //
 // # Configuration
 //
-// Each setting belongs to the package that uses it and is configured with
-// that package's option, passed through New: engine settings (Redis key
-// prefix, timeout, default fail mode, cached denials) with
-// WithEngineOptions, and middleware settings (trusted proxies, key and cost
-// functions, settlements, the service-wide role policy, hooks, the denied
-// handler) with WithMiddlewareOptions. Both packages log, each with its own WithLogger.
+// The options of this package cover what most services set: WithRoles
+// and WithIdentity (who calls, in which roles), WithLogger, WithFailMode,
+// WithKeyPrefix, WithTimeout, WithHashedSubjects, the functions rule
+// text names (WithKeyFunc, WithCostFunc, WithLimitFunc) and WithHook.
+// Each translates to the option of the engine or middleware package that
+// owns the setting. The rest, such as trusted proxies or a denied
+// handler, goes through the escape hatches WithEngineOptions and
+// WithMiddlewareOptions. Later options win.
 //
 //	lim, err := slidelimit.New(rdb,
-//		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
-//		slidelimit.WithMiddlewareOptions(
-//			middleware.WithTrustedProxies("10.0.0.0/8"),
-//			middleware.WithKeyFunc("tenant", tenantOf),
-//		),
+//		slidelimit.WithRoles("user", "admin"),
+//		slidelimit.WithTimeout(50*time.Millisecond),
+//		slidelimit.WithKeyFunc("tenant", tenantOf),
+//		slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/8")),
 //	)
+//
+// # Errors
+//
+// Every mistake of configuration, found by New, Register, Handle,
+// Middleware, SetRules or Throttle, is a *ConfigError naming where it is
+// (route, field, tag, rule text and offset) and wrapping the cause. Redis
+// failures never are one, so one errors.As tells them apart.
 //
 // # Other routers
 //

@@ -14,7 +14,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -31,8 +30,7 @@ func TestEmbeddedSlowLogin(t *testing.T) {
 	m := miniredis.RunT(t)
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rc.Close() })
-	lim, err := slidelimit.New(rc, slidelimit.WithMiddlewareOptions(
-		middleware.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") })))
+	lim, err := slidelimit.New(rc, slidelimit.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -246,7 +246,7 @@ func TestNewOptions(t *testing.T) {
 // registered cost function registers, one naming another does not.
 func TestWithMiddlewareOptions(t *testing.T) {
 	t.Parallel()
-	lim := offline(t, slidelimit.WithMiddlewareOptions(middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil })))
+	lim := offline(t, slidelimit.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil }))
 	mux := http.NewServeMux()
 	if err := lim.Handle(mux, "GET /files/{id}", http.NotFoundHandler(), "user:10/min; user[bytes]:2Gi/d~1h"); err != nil {
 		t.Fatalf("registered cost function: %v", err)

@@ -258,11 +258,11 @@ func TestThrottleOverrides(t *testing.T) {
 // the call taken back out of the windows.
 func TestThrottleCancelAtAdmission(t *testing.T) {
 	var cancelNow atomic.Pointer[context.CancelFunc]
-	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithMiddlewareOptions(middleware.WithHook(func(e middleware.Event) {
+	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithHook(func(e middleware.Event) {
 		if c := cancelNow.Load(); c != nil && e.Allowed {
 			(*c)()
 		}
-	})))
+	}))
 	th, err := lim.Throttle("api", "global:5/min")
 	if err != nil {
 		t.Fatal(err)
