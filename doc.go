@@ -81,6 +81,39 @@
 // (route, field, tag, rule text and offset) and wrapping the cause. Redis
 // failures never are one, so one errors.As tells them apart.
 //
+// # Inspecting subjects
+//
+// Limiter.Peek and Reset take a scope (a route pattern given to Register
+// or Handle, or a scope: name), a limiter ID as rules.Limiter.ID writes it
+// ("ip", "user", "global", "header(X-Api-Key)", "param(id)",
+// "key(tenant)"; header names in any case) and the raw subject the limiter
+// counts: an address for ip ("192.0.2.7", or an IPv6 network
+// "2001:db8::/64"), a user id, a header, path or key value; it is ignored
+// for global. The subject is mapped by middleware.Subject with the options
+// the group's middleware was built with. The requests a user, header,
+// param or key limiter counted by client IP are seen with PeekByIP.
+//
+// Every limiter with that ID in the scope, in the defaults or a role's
+// override of any group registered in it, counts into the same Redis key:
+// a key is (scope, limiter ID, subject), not the windows. Those limiters
+// may declare different windows ("user:10/min" for everyone,
+// "role(trial)=user:3/min,20/d"), so Peek reports the union of their
+// windows, one WindowState per distinct limit and period, ordered by
+// period and then limit. Decision.Allowed is true only when every window
+// of the union has room, which is stricter than what a single caller
+// faces when the windows differ. A window longer than any enforced on the
+// key so far sees only the requests the key still retains.
+//
+// A blocked subject (block:) is reported with Decision.Blocked, Allowed
+// false, Remaining 0 and RetryAfter at least the block's time left; Reset
+// lifts the block. Windows[i].Check is 0 unless groups of the scope were
+// given different middleware.WithIPv6Prefix options, so that an IPv6
+// subject maps to several stored subjects, one check each. A window whose
+// limit comes from a limit function ($quota/min) is reported with the
+// largest limit it may have (rules.Limiter.LimitCap). A group built by
+// Middleware without a scope: statement gets its scope per request, so it
+// is taken to be in every scope.
+//
 // # Other routers
 //
 // Middleware returns a func(http.Handler) http.Handler, which chi and

@@ -10,30 +10,12 @@ import (
 )
 
 // Register registers on mux every handler declared by the struct tags of
-// handlers (a struct or a pointer to one; see rules.Routes), each wrapped in
-// middleware enforcing its limit tag, with the route pattern as the scope of
-// its windows unless the group declares a scope:
-//
-//	type API struct {
-//		Files  http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min; ip:30/min; exempt:superadmin"`
-//		Health http.HandlerFunc `route:"GET /healthz"`
-//	}
-//
-// A field without a limit tag is registered unwrapped, unless a rule
-// override of its pattern gives it rules (see SetRules).
-//
-// Every handler follows the rule overrides of its scope (SetRules): it
-// serves through one atomic load of the current middleware, which an
-// override replaces while it serves.
-//
-// Register reports every problem at once, joined with errors.Join: the tag
-// errors of rules.Routes (*rules.Error), and per route whose tags are
-// valid a *ConfigError for a middleware that cannot be built (a key(name)
-// without middleware.WithKeyFunc, say) or a pattern that conflicts with
-// another route's. When any of these is found nothing is registered; a pattern
-// conflicting with one registered on mux earlier is found only while
-// registering, after the routes before it in field order have been
-// registered. Register never panics.
+// handlers (see rules.Routes), each wrapped in middleware enforcing its
+// limit tag, with the route pattern as its scope unless the group declares
+// one. It reports every problem at once, as *ConfigError values joined
+// with errors.Join, and then registers nothing, except that a conflict
+// with a route registered on mux before is found while registering. It
+// never panics. Each handler follows its scope's overrides (SetRules).
 func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	if mux == nil {
 		return configError("", "", "", errNilMux)
@@ -75,16 +57,13 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 }
 
 // Handle registers handler on mux under pattern, wrapped in middleware
-// enforcing the rule group text, with the pattern as the scope of its
-// windows unless the group declares a scope:
+// enforcing the rule group rulesText, as Register does for one tagged
+// field:
 //
 //	err := lim.Handle(mux, "GET /files/{id}", files, "user:10/min; ip:30/min")
 //
-// It fails, without registering anything and without panicking, when the
-// pattern is malformed (see rules.Wildcards), the rules do not parse or a
-// param(name) limiter names no wildcard of pattern (see rules.ParseRoute,
-// which makes the checks Register makes for a limit tag), the middleware
-// cannot be built, or mux rejects the pattern.
+// It fails with a *ConfigError, registering nothing, when the pattern, the
+// rules or the middleware are invalid or mux rejects the pattern.
 func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handler, rulesText string) error {
 	if mux == nil {
 		return configError(pattern, "", "", errNilMux)

@@ -30,18 +30,12 @@ type Limiter struct {
 	throttles []*Throttle  // in creation order
 }
 
-// New returns a Limiter deciding with client, which may be a *redis.Client,
-// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It reads
-// each server's memory settings (see engine.New) and the rule overrides in
-// force (see SetRules) from Redis, waiting at most a second, and starts
-// following their changes (see WithRulesCheck); a Redis that does not
-// answer leaves the code's rules in force until it does. It fails when
-// client is nil (also a typed nil) or an engine option is invalid, or with
-// engine.WithRequireNoEviction when a server may evict its keys;
-// middleware options are checked when a handler is wrapped, where errors
-// can name the route.
-//
-// The Limiter does not own client: Close leaves it open.
+// New returns a Limiter deciding with client (a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient), which it
+// does not own: Close leaves it open. It waits at most a second to read the
+// servers' memory settings and the rule overrides in force; a Redis that
+// does not answer leaves the code's rules in force until it does. Invalid
+// options are a *ConfigError.
 func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	c := config{rulesCheck: DefaultRulesCheck}
 	for _, o := range opts {
@@ -96,23 +90,10 @@ func (l *Limiter) Close() error {
 }
 
 // Middleware returns middleware enforcing the rule group text, for routers
-// other than http.ServeMux (chi, gorilla/mux, or the adapters of gin and
-// echo). opts are applied after the options given to
-// WithMiddlewareOptions.
-//
-// The windows' scope is, in order of precedence: the group's scope:
-// statement, middleware.WithScope, middleware.WithScopeFunc, and
-// http.Request.Pattern. Routers that do not set Pattern need one of the
-// first three, for example for chi
-//
-//	middleware.WithScopeFunc(func(r *http.Request) string {
-//		return chi.RouteContext(r.Context()).RoutePattern()
-//	})
-//
-// or every request is answered with 500 and middleware.ErrNoScope is logged.
-// param(name) limiters read http.Request.PathValue, which routers other
-// than http.ServeMux may not set; use key(name) with middleware.WithKeyFunc
-// instead.
+// other than http.ServeMux; opts follow the Limiter's middleware options.
+// Its scope is the group's scope: statement, else middleware.WithScope,
+// middleware.WithScopeFunc or http.Request.Pattern; without any, requests
+// are answered with 500 (see the package documentation, Other routers).
 func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
 	g, err := rules.Parse(rulesText)
 	if err != nil {

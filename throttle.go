@@ -73,21 +73,15 @@ var (
 	ErrNeverFits = errors.New("slidelimit: call can never fit")
 )
 
-// Throttle returns the throttle name enforcing the rule group rulesText,
-// written as for Handle, over the calls of every process that shares the
-// Limiter's Redis and key prefix:
+// Throttle returns the throttle name enforcing rulesText over the calls
+// out of every process sharing the Limiter's Redis and key prefix:
 //
-//	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min; global:10000/calendar day")
+//	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
-// name is the scope of its windows, spelled like a scope: name, and the
-// scope SetRules changes its rules under at run time. The group may have
-// global and key(NAME) limiters, with constant or named costs, sliding,
-// calendar and in-flight (N concurrent) windows, $name limits (the
-// Limiter's limit functions, see Throttle.Wait), block:, fail: and
-// calendar: statements; a scope: statement may only repeat name. Roles,
-// ip, user, header and param limiters, count:, distinct: and mode:shadow
-// have no meaning for calls out and are refused with a *ConfigError that
-// names the statement.
+// name is the scope of its windows, for SetRules too. Statements that have
+// no meaning for calls out (roles, ip, user, header and param limiters,
+// count:, distinct:, mode:shadow) are a *ConfigError; docs/throttle.md
+// lists what a throttle accepts.
 func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if !validScopeName(name) {
 		return nil, configError(name, "", "", errors.New("the throttle name must be a valid scope: name"))
