@@ -74,23 +74,11 @@ type Engine struct {
 	closeOnce  sync.Once
 }
 
-// New returns an Engine deciding with client. It reads INFO memory and
-// stats of every server the engine uses (every master of a cluster),
-// waiting at most the timeout or a second, and logs a warning when a
-// server's maxmemory-policy can evict the engine's keys (see
-// WithRequireNoEviction); it repeats this check every
-// DefaultEvictionCheck in a goroutine of its own. With cached denials on
-// (the default, see WithCachedDenials) it subscribes to the invalidation
-// channel and waits for the subscription (at most a second, or the
-// timeout if longer; at once when Redis refuses connections). When the
-// client's server listens in this process, it asks INFO server on a
-// connection of its own (waiting at most a second): an embedded miniredis cannot be
-// down, so calls to it wait up to 5 s (or the timeout if longer) before
-// the fail mode decides, whatever the timeout. It sends no other command:
-// the script is loaded by the first call that needs it. The
-// Engine does not own client; Close leaves it open. New fails with an
-// *OptionError when client is nil (also a typed nil such as
-// (*redis.Client)(nil)) or an option is invalid.
+// New returns an Engine deciding with client, which it does not own: Close
+// leaves it open. It reads each server's memory settings, waiting at most
+// a second, and subscribes to invalidations when cached denials are on
+// (see the package documentation, Starting). It fails with an
+// *OptionError when client is nil or an option is invalid.
 func New(client Client, opts ...Option) (*Engine, error) {
 	if isNil(client) {
 		return nil, &OptionError{Option: "client", Reason: "nil client"}
@@ -354,7 +342,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	return nil
 }
 
-// Close makes later calls fail with ErrClosed (Allow and Peek then follow
+// Close makes later calls fail with ErrClosed (Allow then follows
 // the fail mode). Calls in flight complete. It sends the finishes that
 // FinishAsync queued and waits for their answers. Close stops the engine's
 // goroutines (the subscription to invalidations of cached denials, the

@@ -204,27 +204,10 @@ func WithLocalKeys(n int) Option {
 }
 
 // WithCachedDenials turns cached denials on or off; they are on by
-// default. With them on, the engine remembers per key what Redis last said
-// (every window's count, and when a full window has room again) and
-// denies a request whose keys are all known, with a window still full and
-// no count changed since, in-process and without a Redis call: a flood of
-// refused requests costs Redis nothing. Such a decision has Source
-// FromCache and reports what a Redis denial at that moment would report.
-//
-// A denial from the cache is never wrong in the admitting direction, and
-// it is never made for a request Redis would admit: deadlines are taken
-// from the moment the answer's call was sent, so they end no later than in
-// Redis, and a Reset, GiveBack or rollback in any process is published on
-// a Redis channel (the prefix followed by "invalidate") that every
-// engine with cached denials subscribes to, and honoured within about a
-// second (as soon as it is delivered; an engine that has not heard from
-// its subscription for 0.8 s makes no cached denial). The subscription is
-// one extra connection and one goroutine per engine, stopped by Close.
-// Clients that cannot subscribe (not a *redis.Client, *redis.ClusterClient
-// or *redis.Ring) get no cached denials.
-//
-// What Redis last said is kept either way: the FailLocal fallback starts
-// from it.
+// default. With them on, a request whose keys Redis last reported full,
+// unchanged since, is denied in-process without a Redis call; such a
+// decision has Source FromCache and is never wrong in the admitting
+// direction (see the package documentation, Cached denials).
 func WithCachedDenials(on bool) Option {
 	return func(c *config) error {
 		c.denials = on
