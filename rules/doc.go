@@ -307,4 +307,14 @@
 // callers treat as unlimited. The route tag is checked as http.ServeMux
 // would check it, so registration cannot panic on a malformed pattern;
 // conflicts between different patterns are left to the ServeMux.
+//
+// Every exported field with a route tag, including fields promoted from
+// embedded structs, must have a type implementing http.Handler and a
+// non-nil value. Its limit tag, if any, is parsed and validated, and every
+// param limiter in it must name a wildcard of the pattern ({name} or
+// {name...}), because any other name would count every request under the
+// empty string. Tags are checked once per struct type and the result
+// cached, so calling Routes per request or per server is cheap; handler
+// values are read on every call. When v is not a struct or a pointer to
+// one Routes returns no routes.
 package rules
