@@ -56,8 +56,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	}
 	e, err := engine.New(client, c.engine...)
 	if err != nil {
-		var oe *engine.OptionError
-		if errors.As(err, &oe) {
+		if errors.Is(err, engine.ErrInvalid) {
 			return nil, configError("", "", "", err)
 		}
 		return nil, err

@@ -66,7 +66,7 @@
 // a request of cost c at t iff the costs admitted in (t-W, t] sum to at
 // most L-c; Used and Remaining are in cost units, and RetryAfter is the
 // time until enough cost has left every window for c to fit. A cost above
-// a window's limit could never be admitted: Allow returns a [RequestError]
+// a window's limit could never be admitted: Allow returns a [requestError]
 // naming the check and window instead. A cost above 1 needs a limiter with
 // a cost (Limiter.Cost), because such a limiter is its own key: user and
 // user[bytes] never share a log.
@@ -393,7 +393,7 @@
 //
 // Only limiters with a cost settle: a check of a limiter without one (it
 // counts requests) must have actual -1 or its cost, else Settle returns a
-// *RequestError and changes nothing; so must checks sharing a key with
+// an error matching ErrInvalid and changes nothing; so must checks sharing a key with
 // different actual costs.
 //
 // A request is settled at most once: its entry is renamed, so that a second
@@ -450,7 +450,7 @@
 // FinishAsync has no caller to report to. Its errors go to the engine's
 // logger, at most one line per warnEvery (10 s) with the number of lines
 // held back, and are counted (finishAsyncFailures): a Decision or Outcome
-// that Finish would refuse (a *RequestError; nothing is changed), a call
+// that Finish would refuse (an error matching ErrInvalid; nothing is changed), a call
 // after Close, and Redis failing, in which case the work is queued like
 // the undo of a failed call (see Finish). A decision of the local fallback
 // limiter (FromLocal) is finished in-process before FinishAsync returns,
@@ -486,7 +486,7 @@
 // a denial, a peek, a fail-open or fail-closed decision, or an Allow without
 // windows. A decision of the local fallback limiter (FromLocal) is finished
 // there. o.Actual with the wrong length, or settling a limiter without a
-// cost to another cost, returns a *RequestError and changes nothing.
+// cost to another cost, returns an error matching ErrInvalid and changes nothing.
 //
 // When Redis fails, or is considered down, the work is queued like the
 // undo of a failed call (best effort, retried before later script calls)
@@ -525,7 +525,7 @@
 // the fail mode decides, whatever the timeout. It sends no other command:
 // the script is loaded by the first call that needs it. The
 // Engine does not own client; Close leaves it open. New fails with an
-// *OptionError when client is nil (also a typed nil such as
+// error matching ErrInvalid when client is nil (also a typed nil such as
 // (*redis.Client)(nil)) or an option is invalid.
 //
 // # Leases

@@ -78,10 +78,10 @@ type Engine struct {
 // leaves it open. It reads each server's memory settings, waiting at most
 // a second, and subscribes to invalidations when cached denials are on
 // (see the package documentation, Starting). It fails with an
-// *OptionError when client is nil or an option is invalid.
+// error matching ErrInvalid when client is nil or an option is invalid.
 func New(client Client, opts ...Option) (*Engine, error) {
 	if isNil(client) {
-		return nil, &OptionError{Option: "client", Reason: "nil client"}
+		return nil, &optionError{Option: "client", Reason: "nil client"}
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -97,7 +97,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	}
 	node, err := snowflake.NewNode(cfg.node)
 	if err != nil {
-		return nil, &OptionError{Option: "WithNode", Reason: err.Error()}
+		return nil, &optionError{Option: "WithNode", Reason: err.Error()}
 	}
 	e := &Engine{
 		client:  client,
@@ -286,7 +286,7 @@ func answered(err error) bool {
 // nil case allocates nothing (errors.As needs its targets on the heap).
 func answeredErr(err error) bool {
 	var re redis.Error
-	var ue *ReplyError
+	var ue *replyError
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 

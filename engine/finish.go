@@ -198,7 +198,7 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 		return nil, nil
 	}
 	if len(actual) != len(t.checks) {
-		return nil, &RequestError{Check: -1, Window: -1, Reason: "Finish needs one actual cost per check, got " +
+		return nil, &requestError{Check: -1, Window: -1, Reason: "Finish needs one actual cost per check, got " +
 			strconv.Itoa(len(actual)) + " for " + strconv.Itoa(len(t.checks))}
 	}
 	d := c.bleft[:0]
@@ -221,9 +221,9 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 		}
 		switch {
 		case delta != 0 && !t.checks[i].priced:
-			return nil, &RequestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
+			return nil, &requestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
 		case set[k] && d[k] != delta:
-			return nil, &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
+			return nil, &requestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
 		}
 		d[k], set[k] = delta, true
 	}

@@ -167,7 +167,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 		wg.Wait()
 		for j, q := range s.Reqs {
 			e := r.engines[q.Engine%len(r.engines)]
-			var re *RequestError
+			var re *requestError
 			if errors.As(errs[j], &re) || errors.Is(errs[j], ErrClosed) {
 				r.errs = append(r.errs, fmt.Sprintf("step %d: Allow: %v", i, errs[j]))
 			}

@@ -73,7 +73,7 @@ const (
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return &OptionError{Option: "WithPrefix", Reason: "prefix contains a brace"}
+			return &optionError{Option: "WithPrefix", Reason: "prefix contains a brace"}
 		}
 		c.prefix = prefix
 		return nil
@@ -95,7 +95,7 @@ func WithPrefix(prefix string) Option {
 func WithNode(node int64) Option {
 	return func(c *config) error {
 		if node < 0 || node > 1023 {
-			return &OptionError{Option: "WithNode", Reason: "node outside 0..1023"}
+			return &optionError{Option: "WithNode", Reason: "node outside 0..1023"}
 		}
 		c.node, c.nodeSet = node, true
 		return nil
@@ -111,7 +111,7 @@ func WithNode(node int64) Option {
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return &OptionError{Option: "WithTimeout", Reason: "timeout not positive"}
+			return &optionError{Option: "WithTimeout", Reason: "timeout not positive"}
 		}
 		c.timeout = d
 		return nil
@@ -135,7 +135,7 @@ func WithFailMode(m rules.FailMode) Option {
 			c.fail = m
 			return nil
 		}
-		return &OptionError{Option: "WithFailMode", Reason: "unknown fail mode " + string(m)}
+		return &optionError{Option: "WithFailMode", Reason: "unknown fail mode " + string(m)}
 	}
 }
 
@@ -164,7 +164,7 @@ func WithHashSubjects(secret []byte) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return &OptionError{Option: "WithLogger", Reason: "nil logger"}
+			return &optionError{Option: "WithLogger", Reason: "nil logger"}
 		}
 		c.logger = l
 		return nil
@@ -179,7 +179,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithClock(clock func() time.Time) Option {
 	return func(c *config) error {
 		if clock == nil {
-			return &OptionError{Option: "WithClock", Reason: "nil clock"}
+			return &optionError{Option: "WithClock", Reason: "nil clock"}
 		}
 		c.clock = clock
 		return nil
@@ -196,7 +196,7 @@ func WithClock(clock func() time.Time) Option {
 func WithLocalKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return &OptionError{Option: "WithLocalKeys", Reason: "cap below 1"}
+			return &optionError{Option: "WithLocalKeys", Reason: "cap below 1"}
 		}
 		c.localKeys = n
 		return nil

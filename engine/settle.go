@@ -13,7 +13,7 @@ import (
 // documentation, Settling in detail. It is safe for concurrent use.
 func (e *Engine) Settle(ctx context.Context, req Request, d Decision, actual []int64) error {
 	if len(actual) != len(req.Checks) {
-		return &RequestError{Check: -1, Window: -1, Reason: "Settle needs one actual cost per check, got " +
+		return &requestError{Check: -1, Window: -1, Reason: "Settle needs one actual cost per check, got " +
 			strconv.Itoa(len(actual)) + " for " + strconv.Itoa(len(req.Checks))}
 	}
 	if actual == nil {

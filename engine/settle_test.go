@@ -169,12 +169,12 @@ func TestSettleErrors(t *testing.T) {
 	ctx := context.Background()
 	r := req(user("u", win(5, time.Minute)), bytesOf("u", 10, win(100, time.Minute)))
 	d := mustAllow(t, e, r, true)
-	var re *RequestError
+	var re *requestError
 	if err := e.Settle(ctx, r, d, []int64{1}); !errors.As(err, &re) {
-		t.Errorf("one actual for two checks: %v, want a *RequestError", err)
+		t.Errorf("one actual for two checks: %v, want a *requestError", err)
 	}
 	if err := e.Settle(ctx, r, d, []int64{3, 5}); !errors.As(err, &re) || re.Check != 0 {
-		t.Errorf("settling a request limiter: %v, want a *RequestError for check 0", err)
+		t.Errorf("settling a request limiter: %v, want a *requestError for check 0", err)
 	}
 	if err := e.Settle(ctx, r, d, []int64{-1, 5}); err != nil {
 		t.Errorf("settling the cost limiter: %v", err)

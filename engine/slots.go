@@ -31,7 +31,7 @@ const minLease = 30 * time.Millisecond
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d < minLease || d > time.Duration(maxTime/2)*time.Microsecond {
-			return &OptionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
+			return &optionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
 		}
 		c.lease = d
 		return nil
@@ -59,7 +59,7 @@ type SlotLost struct {
 func WithSlotLost(f func(SlotLost)) Option {
 	return func(c *config) error {
 		if f == nil {
-			return &OptionError{Option: "WithSlotLost", Reason: "nil function"}
+			return &optionError{Option: "WithSlotLost", Reason: "nil function"}
 		}
 		c.slotLost = f
 		return nil

@@ -521,9 +521,9 @@ func TestSlotsRequestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		d, err := e.Allow(context.Background(), Request{Scope: "s", Checks: []Check{tt.c}})
-		var re *RequestError
+		var re *requestError
 		if d.Allowed || !errors.As(err, &re) || re.Check != 0 {
-			t.Errorf("%s: %+v, %v; want a RequestError of check 0", tt.name, d, err)
+			t.Errorf("%s: %+v, %v; want a requestError of check 0", tt.name, d, err)
 		}
 	}
 }

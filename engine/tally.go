@@ -70,7 +70,7 @@ func withTallies(on bool) Option {
 func withTallyFlush(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 10*time.Millisecond || d > 10*time.Second {
-			return &OptionError{Option: "withTallyFlush", Reason: "the period must be between 10ms and 10s"}
+			return &optionError{Option: "withTallyFlush", Reason: "the period must be between 10ms and 10s"}
 		}
 		c.tallyFlush = d
 		return nil

@@ -115,7 +115,7 @@ func TestCostErrors(t *testing.T) {
 		{req(bytesOf("u", 1, win(rules.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..rules.MaxBoundedLimit"},
 	} {
 		d, err := e.Allow(context.Background(), tc.r)
-		var re *RequestError
+		var re *requestError
 		if !errors.As(err, &re) || err.Error() != tc.want || d.Allowed {
 			t.Errorf("Allow: %v (allowed %v), want %q", err, d.Allowed, tc.want)
 		}
