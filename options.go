@@ -133,7 +133,7 @@ func WithMaskedSubjects(kinds ...rules.Kind) Option {
 
 // WithRulesCheck sets how often the Limiter reads the version of the rule
 // overrides in Redis (see Limiter.SetRules), to catch a change whose
-// pub/sub message it missed; the default is DefaultRulesCheck (1 s).
+// pub/sub message it missed; the default is 1 s.
 // d <= 0 turns overrides off, and SetRules then fails with ErrOverridesOff.
 func WithRulesCheck(d time.Duration) Option {
 	return func(c *config) { c.rulesCheck = d }

@@ -18,9 +18,9 @@ import (
 // scope. Package internal/overrides stores and follows them in Redis; the
 // Limiter builds the handlers that serve them.
 
-// DefaultRulesCheck is how often a Limiter checks the version of the rule
-// overrides in Redis by default.
-const DefaultRulesCheck = time.Second
+// defaultRulesCheck is how often a Limiter checks the version of the rule
+// overrides in Redis by default (WithRulesCheck).
+const defaultRulesCheck = time.Second
 
 // Errors of SetRules and ClearRules.
 var (

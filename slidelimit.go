@@ -37,7 +37,7 @@ type Limiter struct {
 // does not answer leaves the code's rules in force until it does. Invalid
 // options are a *ConfigError.
 func New(client engine.Client, opts ...Option) (*Limiter, error) {
-	c := config{rulesCheck: DefaultRulesCheck}
+	c := config{rulesCheck: defaultRulesCheck}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
