@@ -17,10 +17,11 @@ import (
 // AdminHandler returns the operator's page and JSON API: the most denied
 // subjects fleet-wide, active blocks, rule overrides, throttles and one
 // subject's usage, and a POST that lifts a block. It serves only callers
-// whose identity holds one of roles (401 without identity, 403 without a
-// role). See docs/operations.md for what it shows and masks.
+// whose identity (WithIdentity, or role.NewContext) holds one of roles:
+// 401 without identity, 403 without a role. See docs/operations.md for
+// what it shows and masks.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
-	return admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...)
+	return identify(l.ident, admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...))
 }
 
 // adminSource is the Limiter as internal/admin reads it.

@@ -135,3 +135,25 @@ func offlineClient(t *testing.T) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestWithIdentityAdmin checks that the operator's page learns its caller
+// from WithIdentity too.
+func TestWithIdentityAdmin(t *testing.T) {
+	t.Parallel()
+	h := onMiniredis(t, slidelimit.WithIdentity(byHeader)).AdminHandler("ops")
+	for _, tc := range []struct {
+		user, roles string
+		want        int
+	}{{"", "", http.StatusUnauthorized}, {"bob", "user", http.StatusForbidden}, {"eve", "ops", http.StatusOK}} {
+		req := httptest.NewRequest("GET", "/api/top", nil)
+		if tc.user != "" {
+			req.Header.Set("X-User", tc.user)
+			req.Header.Set("X-Role", tc.roles)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("%s (%s): %d, want %d", tc.user, tc.roles, rec.Code, tc.want)
+		}
+	}
+}
