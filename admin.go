@@ -15,26 +15,14 @@ import (
 	"github.com/slidelimit/slidelimit/role"
 )
 
-// AdminHandler returns the operator's view of the Limiter (internal/admin):
-// a page and a JSON API of the most denied subjects fleet-wide, the active
-// blocks, the rule overrides in force and one subject's usage across
-// routes, the throttles (Limiter.Throttle) with their waiting callers,
-// wait percentiles and upstream 429s, and a POST that lifts a block. It serves only callers whose
-// identity (role.NewContext) holds one of roles: 401 without an identity,
-// 403 without a role (with no roles, it serves no one). Mount it under any
-// prefix:
-//
-//	mux.Handle("/admin/ui/", http.StripPrefix("/admin/ui", lim.AdminHandler("superadmin")))
-//
-// Resets are logged to the engine's logger (engine.WithLogger) with who
-// made them. The subjects of the kinds of WithMaskedSubjects (header
-// values by default) are shown, sent and logged by their fingerprint only. The routes it knows are those registered with Register and
-// Handle, the groups of Middleware with a scope: statement, and the scopes
-// of rule overrides; a group of Middleware without one gets its scope per
-// request, so its denials are listed but a subject search does not visit
-// it.
+// AdminHandler returns the operator's page and JSON API: the most denied
+// subjects fleet-wide, active blocks, rule overrides, throttles and one
+// subject's usage, and a POST that lifts a block. It serves only callers
+// whose identity (WithIdentity, or role.NewContext) holds one of roles:
+// 401 without identity, 403 without a role. See docs/operations.md for
+// what it shows and masks.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
-	return admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...)
+	return identify(l.ident, admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...))
 }
 
 // adminSource is the Limiter as internal/admin reads it.
@@ -110,7 +98,7 @@ func (s adminSource) PeekStored(ctx context.Context, scope, limiterID, stored st
 	if err != nil {
 		return engine.Decision{}, badInput(err)
 	}
-	return s.l.engine.Peek(ctx, req)
+	return s.l.peek(ctx, req)
 }
 
 func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/rules"
@@ -96,7 +97,7 @@ func TestAdminMasksKeys(t *testing.T) {
 				log, logs := testutil.NewLogger(slog.LevelInfo)
 				var opts []slidelimit.Option
 				if hashed {
-					opts = append(opts, slidelimit.WithEngineOptions(engine.WithHashSubjects([]byte("s3cret"))))
+					opts = append(opts, slidelimit.WithHashedSubjects([]byte("s3cret")))
 				}
 				s1 := keyService(t, c, prefix, log, opts...)
 				s2 := keyService(t, c, prefix, log, opts...)
@@ -235,7 +236,7 @@ func TestAdminLongSubject(t *testing.T) {
 			top, body := topOf(t, s, 2)
 			d := top.Top[0]
 			if !d.Truncated || d.Masked || !strings.HasPrefix(d.Subject, "user-xxx") || !strings.HasSuffix(d.Subject, "…") ||
-				len(d.Subject) > 64 || !engine.IsStoredHash(d.Ref) {
+				len(d.Subject) > 64 || !access.IsStoredHash(d.Ref) {
 				t.Fatalf("top entry %+v, want the start of the id, truncated, with its stored hash as ref", d)
 			}
 			if strings.Contains(body, strings.Repeat("x", 100)) {

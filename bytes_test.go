@@ -8,7 +8,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/middleware"
 )
 
 // TestByteQuota runs a byte quota with a grain end to end on real Redis:
@@ -18,9 +17,9 @@ func TestByteQuota(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client()
 	sizes := map[string]int64{"small": 3000, "big": 8000}
-	lim, err := slidelimit.New(rdb, slidelimit.WithMiddlewareOptions(middleware.WithCostFunc("bytes", func(r *http.Request) (int64, error) {
+	lim, err := slidelimit.New(rdb, slidelimit.WithCostFunc("bytes", func(r *http.Request) (int64, error) {
 		return sizes[r.PathValue("id")], nil
-	})))
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@
 // statement). SetRules, ClearRules and Rules change the rule group of a
 // scope at run time in every process sharing the Redis and key prefix
 // (rule overrides), and limit functions ($quota in a window,
-// middleware.WithLimitFunc) give each request its own limit.
+// WithLimitFunc) give each request its own limit.
 // AdminHandler serves the operator's view (internal/admin): the most denied
 // subjects fleet-wide, active blocks, one subject across routes, and a
 // reset, from denial tallies the Limiter keeps (see WithTallyFlush).
@@ -58,20 +58,61 @@
 //
 // # Configuration
 //
-// Each setting belongs to the package that uses it and is configured with
-// that package's option, passed through New: engine settings (Redis key
-// prefix, timeout, default fail mode, cached denials) with
-// WithEngineOptions, and middleware settings (trusted proxies, key and cost
-// functions, settlements, the service-wide role policy, hooks, the denied
-// handler) with WithMiddlewareOptions. Both packages log, each with its own WithLogger.
+// The options of this package cover what most services set: WithRoles
+// and WithIdentity (who calls, in which roles), WithLogger, WithFailMode,
+// WithKeyPrefix, WithTimeout, WithHashedSubjects, the functions rule
+// text names (WithKeyFunc, WithCostFunc, WithLimitFunc) and WithHook.
+// Each translates to the option of the engine or middleware package that
+// owns the setting. The rest, such as trusted proxies or a denied
+// handler, goes through the escape hatches WithEngineOptions and
+// WithMiddlewareOptions. Later options win.
 //
 //	lim, err := slidelimit.New(rdb,
-//		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
-//		slidelimit.WithMiddlewareOptions(
-//			middleware.WithTrustedProxies("10.0.0.0/8"),
-//			middleware.WithKeyFunc("tenant", tenantOf),
-//		),
+//		slidelimit.WithRoles("user", "admin"),
+//		slidelimit.WithTimeout(50*time.Millisecond),
+//		slidelimit.WithKeyFunc("tenant", tenantOf),
+//		slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/8")),
 //	)
+//
+// # Errors
+//
+// Every mistake of configuration, found by New, Register, Handle,
+// Middleware, SetRules or Throttle, is a *ConfigError naming where it is
+// (route, field, tag, rule text and offset) and wrapping the cause. Redis
+// failures never are one, so one errors.As tells them apart.
+//
+// # Inspecting subjects
+//
+// Limiter.Peek and Reset take a scope (a route pattern given to Register
+// or Handle, or a scope: name), a limiter ID as rules.Limiter.ID writes it
+// ("ip", "user", "global", "header(X-Api-Key)", "param(id)",
+// "key(tenant)"; header names in any case) and the raw subject the limiter
+// counts: an address for ip ("192.0.2.7", or an IPv6 network
+// "2001:db8::/64"), a user id, a header, path or key value; it is ignored
+// for global. The subject is mapped by middleware.Subject with the options
+// the group's middleware was built with. The requests a user, header,
+// param or key limiter counted by client IP are seen with PeekByIP.
+//
+// Every limiter with that ID in the scope, in the defaults or a role's
+// override of any group registered in it, counts into the same Redis key:
+// a key is (scope, limiter ID, subject), not the windows. Those limiters
+// may declare different windows ("user:10/min" for everyone,
+// "role(trial)=user:3/min,20/d"), so Peek reports the union of their
+// windows, one WindowState per distinct limit and period, ordered by
+// period and then limit. Decision.Allowed is true only when every window
+// of the union has room, which is stricter than what a single caller
+// faces when the windows differ. A window longer than any enforced on the
+// key so far sees only the requests the key still retains.
+//
+// A blocked subject (block:) is reported with Decision.Blocked, Allowed
+// false, Remaining 0 and RetryAfter at least the block's time left; Reset
+// lifts the block. Windows[i].Check is 0 unless groups of the scope were
+// given different middleware.WithIPv6Prefix options, so that an IPv6
+// subject maps to several stored subjects, one check each. A window whose
+// limit comes from a limit function ($quota/min) is reported with the
+// largest limit it may have (rules.Limiter.LimitCap). A group built by
+// Middleware without a scope: statement gets its scope per request, so it
+// is taken to be in every scope.
 //
 // # Other routers
 //

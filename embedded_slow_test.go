@@ -14,7 +14,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -31,8 +30,7 @@ func TestEmbeddedSlowLogin(t *testing.T) {
 	m := miniredis.RunT(t)
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rc.Close() })
-	lim, err := slidelimit.New(rc, slidelimit.WithMiddlewareOptions(
-		middleware.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") })))
+	lim, err := slidelimit.New(rc, slidelimit.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +78,7 @@ func waitForStore(t *testing.T, e *engine.Engine) {
 	r := engine.Request{Scope: "probe", Checks: []engine.Check{{Subject: "p",
 		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Minute}}}}}}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		d, err := e.Peek(context.Background(), r)
+		d, err := enginePeek(e, context.Background(), r)
 		if err == nil && d.Source == engine.FromRedis {
 			return
 		}

@@ -57,7 +57,7 @@ func ExampleLimiter_SetRules() {
 	// Output:
 	// 200 200 200
 	// 429
-	// rules: "ip:2/fortnight": unknown unit "fortnight" at offset 5
+	// slidelimit: route "GET /search": rules: "ip:2/fortnight": unknown unit "fortnight" at offset 5
 	// {Version:1 Overrides:[{Scope:GET /search Rules:ip:2/min}]}
 	// 200
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -57,86 +58,37 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 	l.groups = append(l.groups, registered{scope: scope, group: g, opts: append(slices.Clip(l.opts), opts...)})
 }
 
-// Peek reports the windows that the limiter limiterID of scope keeps for
-// subject, as they are now, without counting anything: for an admin page or
-// an operator's question "how much has alice used?".
-//
-// scope is a route pattern given to Register or Handle ("GET /files/{id}"),
-// or a group's scope: name. limiterID is a limiter ID as the rule language
-// writes it and rules.Limiter.ID returns it: "ip", "user", "global",
-// "header(X-Api-Key)", "param(id)", "key(tenant)" (header names in any
-// case). subject is the raw value the limiter counts — an address for ip
-// ("192.0.2.7", or an IPv6 network "2001:db8::/64"), a user id for user, a
-// header, path or key value — and is mapped to the stored subject by
-// middleware.Subject with the options the group's middleware was built
-// with, so the prefixes, IPv4-mapped addresses and IPv6 grouping are the
-// middleware's own; it is ignored for global. The requests a user, header,
-// param or key limiter counted by client IP (callers without identity or
-// value, roles in role.Policy.ByIP) are seen with PeekByIP.
-//
-// Every limiter with that ID in the scope — in the defaults or a role's
-// override of any group registered in it — counts into the same Redis key,
-// because a key is (scope, limiter ID, subject) and not the windows. Those
-// limiters may declare different windows ("user:10/min" for everyone,
-// "role(trial)=user:3/min,20/d"), so Peek asks for the union of their
-// windows: the Decision has one WindowState per distinct window (limit and
-// period), ordered by period and then limit, each with its own Used,
-// Remaining and Reset over the same requests. Whoever is limited by only
-// some of them (the defaults or one role) finds their windows among these;
-// Decision.Allowed is true only when every window of the union has room,
-// which is stricter than what a single caller faces when the windows
-// differ. A window longer than any enforced on the key so far sees only
-// the requests the key still retains, which is what it would see if it
-// were enforced now.
-//
-// A subject blocked by a group's block: statement is reported as such:
-// Decision.Blocked, Allowed false, Remaining 0 and RetryAfter at least the
-// block's time left. Reset lifts the block.
-//
-// Windows[i].Check is 0, unless groups of the scope were given different
-// middleware.WithIPv6Prefix options and an IPv6 subject therefore maps to
-// several stored subjects: each is then a check, in registration order.
-//
-// A window whose limit comes from a limit function ($quota/min) has a limit
-// only for a request; Peek reports it with the largest limit it may have
-// (rules.Limiter.LimitCap), so its Used is exact and its Remaining is
-// against that cap.
-//
-// A group built by Middleware without a scope: statement gets its scope
-// from the request (middleware.WithScope, WithScopeFunc or the router's
-// pattern), which the Limiter cannot see, so it is taken to be in every
-// scope. Peek fails with ErrUnknownScope, ErrUnknownLimiter or an error
-// matching middleware.ErrSubject for input that names no windows;
-// otherwise it returns what engine.Engine.Peek returns, including its
-// Decision under the fail mode when Redis fails.
+// Peek reports the windows that limiter limiterID ("ip", "user",
+// "header(X-Api-Key)", ...) of scope keeps for subject, without counting
+// anything. subject is the raw value the limiter counts, mapped as the
+// middleware maps it. Peek fails with ErrUnknownScope, ErrUnknownLimiter or
+// an error matching middleware.ErrSubject for input that names no windows;
+// when Redis fails it returns the fail mode's Decision with the error. See
+// the package documentation, Inspecting subjects, for the windows reported.
 func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
 	req, err := l.inspect(scope, limiterID, subject, false)
 	if err != nil {
 		return engine.Decision{}, err
 	}
-	return l.engine.Peek(ctx, req)
+	return l.peek(ctx, req)
 }
 
 // PeekByIP is Peek for the requests that limiter limiterID of scope counted
-// by the client address addr rather than by its own value: for a user
-// limiter, the requests of callers without identity and of roles in
-// role.Policy.ByIP; for header, param and key limiters, requests without a
-// value. For an ip limiter it is Peek. A global limiter never counts by
-// address, which is an error matching middleware.ErrSubject.
+// by the client address addr rather than by its own value: callers without
+// identity or value, and roles in role.Policy.ByIP. A global limiter never
+// counts by address, which is an error matching middleware.ErrSubject.
 func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
 	req, err := l.inspect(scope, limiterID, addr, true)
 	if err != nil {
 		return engine.Decision{}, err
 	}
-	return l.engine.Peek(ctx, req)
+	return l.peek(ctx, req)
 }
 
 // Reset forgets every request that limiter limiterID of scope counted for
-// subject, so that the subject starts afresh in every window of every
-// limiter with that ID in the scope (see Peek for the arguments and
-// errors). It deletes the Redis key and the fallback limiter's copy; it
-// fails with an error matching engine.ErrBackend when Redis does, and with
-// engine.ErrClosed after Close.
+// subject, in every window of every limiter with that ID in the scope, and
+// lifts the subject's block. Its arguments and errors are Peek's; it fails
+// with an error matching engine.ErrBackend when Redis does.
 func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string) error {
 	return l.reset(ctx, scope, limiterID, subject, false)
 }
@@ -161,9 +113,9 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	for _, c := range req.Checks {
 		var err error
 		if c.Hashed {
-			err = l.engine.ResetHashed(ctx, req.Scope, c.Limiter, c.Subject)
+			err = access.EngineReset(l.engine, ctx, req.Scope, c.Limiter, c.Subject, true)
 		} else {
-			err = l.engine.Reset(ctx, req.Scope, c.Limiter, c.Subject)
+			err = access.EngineReset(l.engine, ctx, req.Scope, c.Limiter, c.Subject, false)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -194,7 +146,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 // a value, or its stored hash (hashed). It makes one check, for that
 // subject whatever the groups' options.
 func (l *Limiter) inspectStored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
-	if hashed && !engine.IsStoredHash(stored) {
+	if hashed && !access.IsStoredHash(stored) {
 		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", middleware.ErrSubject, stored)
 	}
 	req, err := l.inspectWith(scope, limiterID, func(rules.Kind, *registered) (string, error) { return stored, nil })
@@ -248,7 +200,7 @@ func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind
 				}
 				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
 				block = max(block, g.group.Block)
-				if loc, err := g.group.Zone(); err == nil && g.group.HasCalendar() {
+				if loc, err := g.group.Zone(); err == nil && hasCalendar(g.group) {
 					req.Zone = loc // scopes that share calendar windows share a zone
 				}
 			}
@@ -305,4 +257,27 @@ func parseLimiterID(id string) (rules.Limiter, bool) {
 	}
 	l := g.Limiters[0]
 	return rules.Limiter{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
+}
+
+// peek is the engine's peek (what Allow would decide, counting nothing),
+// which package engine keeps for this package.
+func (l *Limiter) peek(ctx context.Context, req engine.Request) (engine.Decision, error) {
+	d, err := access.EnginePeek(l.engine, ctx, req)
+	dec, _ := d.(engine.Decision)
+	return dec, err
+}
+
+// hasCalendar reports whether some limiter of g, default or override, has
+// a calendar window.
+func hasCalendar(g rules.Group) bool {
+	for _, ls := range g.LimiterLists() {
+		for _, l := range ls {
+			for _, w := range l.Windows {
+				if w.Calendar != "" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -214,7 +214,7 @@ func TestPeekIPv6Grouping(t *testing.T) {
 func TestPeekSharedScopeAndMiddleware(t *testing.T) {
 	t.Parallel()
 	inspectBackends(t, func(t *testing.T, client *redis.Client) {
-		lim, err := slidelimit.New(client, slidelimit.WithEngineOptions(engine.WithTimeout(time.Second)))
+		lim, err := slidelimit.New(client, slidelimit.WithTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +311,7 @@ func TestPeekConcurrentWithRegister(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { client.Close() })
-	lim, err := slidelimit.New(client, slidelimit.WithEngineOptions(engine.WithTimeout(time.Second)))
+	lim, err := slidelimit.New(client, slidelimit.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

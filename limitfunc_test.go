@@ -46,7 +46,7 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	var calls atomic.Int64
 	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
 	lim, err := slidelimit.New(client,
-		slidelimit.WithEngineOptions(engine.WithPrefix(randomPrefix(t))),
+		slidelimit.WithKeyPrefix(randomPrefix(t)),
 		slidelimit.WithMiddlewareOptions(
 			middleware.WithKeyFunc("tenant", tenant),
 			middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {

@@ -24,7 +24,6 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -69,7 +68,7 @@ func newLoginServer(t *testing.T, client engine.Client) *loginServer {
 	s := &loginServer{mux: http.NewServeMux(), prefix: "login" + rand.Text()[:8] + ":"}
 	lim, err := slidelimit.New(client,
 		slidelimit.WithEngineOptions(engine.WithPrefix(s.prefix), engine.WithTimeout(5*time.Second), engine.WithFailMode("closed")),
-		slidelimit.WithMiddlewareOptions(middleware.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") })),
+		slidelimit.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") }),
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -23,9 +23,9 @@ func TestNewTypedNilClient(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			l, err := slidelimit.New(c)
-			var oe *engine.OptionError
-			if l != nil || !errors.As(err, &oe) || !errors.Is(err, engine.ErrInvalid) {
-				t.Fatalf("New(%s) = %v, %v; want an *engine.OptionError", name, l, err)
+			var ce *slidelimit.ConfigError
+			if l != nil || !errors.As(err, &ce) || !errors.Is(err, engine.ErrInvalid) {
+				t.Fatalf("New(%s) = %v, %v; want a *ConfigError matching engine.ErrInvalid", name, l, err)
 			}
 		})
 	}

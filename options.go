@@ -1,48 +1,131 @@
 package slidelimit
 
 import (
+	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Option configures New. The Limiter passes engine options to [engine.New]
-// and middleware options to every [middleware.New] it calls, so each
-// setting is configured one way, with the option of the package that owns
-// it; its only settings of its own are WithRulesCheck, WithTallyFlush and
-// WithMaskedSubjects:
-//
-//	lim, err := slidelimit.New(rdb,
-//		slidelimit.WithEngineOptions(engine.WithTimeout(50*time.Millisecond)),
-//		slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/8")),
-//	)
+// Option configures New. The options of this package cover what most
+// services set; each one translates to the option of the engine or
+// middleware package that owns the setting (see the package
+// documentation, Configuration). Later options win.
 type Option func(*config)
 
 type config struct {
 	engine     []engine.Option
 	middleware []middleware.Option
+	identity   func(*http.Request) (string, []string)
 	rulesCheck time.Duration
 	tallyFlush time.Duration
 	masked     []rules.Kind
 	maskSet    bool
 }
 
+func (c *config) mw(o middleware.Option) { c.middleware = append(c.middleware, o) }
+
+// WithRoles declares the roles that exist. A rule group that names another
+// role in exempt: or role(...)= then fails to register, and SetRules
+// rejects it. Without WithRoles role names are not checked, and a
+// misspelt one is a role nobody holds.
+func WithRoles(names ...string) Option {
+	roles := make([]role.Role, len(names))
+	for i, n := range names {
+		roles[i] = role.Role(n)
+	}
+	return func(c *config) { c.mw(middleware.WithPolicy(role.Policy{Roles: roles})) }
+}
+
+// WithIdentity sets how the Limiter learns who made a request: fn returns
+// the user id and roles the service's authentication established, or ""
+// and nil for an anonymous caller. It runs on the request's goroutine,
+// before the limiter, in every handler the Limiter wraps, and must be safe
+// for concurrent use. Without it the identity is the one stored with
+// role.NewContext.
+func WithIdentity(fn func(r *http.Request) (user string, roles []string)) Option {
+	return func(c *config) { c.identity = fn }
+}
+
+// WithLogger sets the logger of Redis errors, configuration errors found
+// while serving, and would-be denials in shadow mode. The default is
+// slog.Default() as it is when New runs; a nil l keeps it.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			return
+		}
+		c.engine = append(c.engine, engine.WithLogger(l))
+		c.mw(middleware.WithLogger(l))
+	}
+}
+
+// WithFailMode sets how groups without a fail: statement decide while Redis
+// fails: rules.FailLocal (the default: each process enforces the windows
+// on its own), rules.FailOpen or rules.FailClosed.
+func WithFailMode(m rules.FailMode) Option {
+	return func(c *config) { c.engine = append(c.engine, engine.WithFailMode(m)) }
+}
+
+// WithKeyPrefix sets the prefix of every Redis key the Limiter writes; the
+// default is engine.DefaultPrefix. Processes that share windows and rule
+// overrides must use the same prefix.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) { c.engine = append(c.engine, engine.WithPrefix(prefix)) }
+}
+
+// WithTimeout bounds each Redis call of a decision; the default is
+// engine.DefaultTimeout (100 ms). A call that times out follows the fail
+// mode.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) { c.engine = append(c.engine, engine.WithTimeout(d)) }
+}
+
+// WithHashedSubjects stores subjects (IPs, user ids, keys) in Redis as
+// HMAC-SHA-256 digests keyed by secret, so that Redis holds no personal
+// data. Every process sharing the windows must use the same secret; an
+// empty secret is plain SHA-256, which hides little.
+func WithHashedSubjects(secret []byte) Option {
+	return func(c *config) { c.engine = append(c.engine, engine.WithHashSubjects(secret)) }
+}
+
+// WithCostFunc registers fn as the cost function name, as in
+// user[bytes]:2Gi/d: those limiters count what fn returns for a request
+// instead of 1. See middleware.CostFunc for its contract.
+func WithCostFunc(name string, fn func(r *http.Request) (int64, error)) Option {
+	return func(c *config) { c.mw(middleware.WithCostFunc(name, fn)) }
+}
+
+// WithKeyFunc registers fn as the subject of key(name) limiters, such as a
+// tenant id taken from a verified token. See middleware.KeyFunc for its
+// contract.
+func WithKeyFunc(name string, fn func(r *http.Request) string) Option {
+	return func(c *config) { c.mw(middleware.WithKeyFunc(name, fn)) }
+}
+
+// WithLimitFunc registers fn as the limit function name, as in
+// key(tenant):$quota/min, for requests and throttled calls alike. See
+// middleware.LimitFunc for its contract.
+func WithLimitFunc(name string, fn func(r *http.Request) (int64, error)) Option {
+	return func(c *config) { c.mw(middleware.WithLimitFunc(name, fn)) }
+}
+
+// WithHook adds fn to the functions that receive an event for every
+// decision, for metrics or tracing. Hooks run synchronously, in the order
+// they were added, and must be fast and safe for concurrent use.
+func WithHook(fn func(middleware.Event)) Option {
+	return func(c *config) { c.mw(middleware.WithHook(fn)) }
+}
+
 // WithMaskedSubjects sets the kinds of limiters whose subjects the
-// operator's page (AdminHandler) masks: it never shows, sends or logs
-// them, on the page, in its forms, in its JSON API or in its reset log
-// line, but by a fingerprint ("~" and 12 characters of a SHA-256 of the
-// stored subject, the same in every process), and it lifts a block or
-// resets such a subject by that fingerprint. The default masks rules.Header
-// (header(X-Api-Key) values are API keys); WithMaskedSubjects() with no
-// kind shows every subject, and WithMaskedSubjects(rules.Header,
-// rules.Key) masks key(name) values too. The kinds are rules.IP,
-// rules.User, rules.Header, rules.Param and rules.Key; New fails for
-// another. A subject stored hashed (engine.WithHashSubjects, or longer
-// than 128 bytes) stays masked: the page never shows the value a process
-// remembers of it either. A subject the operator searches for by value is
-// echoed in the search box, as typed.
+// operator's page (AdminHandler) shows only by a fingerprint. The default
+// masks rules.Header; WithMaskedSubjects() with no kind masks nothing. New
+// fails for a kind without subjects. See docs/operations.md for what the
+// page does with a masked subject.
 func WithMaskedSubjects(kinds ...rules.Kind) Option {
 	return func(c *config) {
 		c.masked, c.maskSet = append([]rules.Kind(nil), kinds...), true
@@ -51,11 +134,8 @@ func WithMaskedSubjects(kinds ...rules.Kind) Option {
 
 // WithRulesCheck sets how often the Limiter reads the version of the rule
 // overrides in Redis (see Limiter.SetRules), to catch a change whose
-// pub/sub message it missed; the default is DefaultRulesCheck (1 s). It is
-// one GET per interval per process, off the request path. d <= 0 turns
-// overrides off: the Limiter neither reads nor follows them and enforces
-// the groups of its code only, and SetRules, ClearRules and Rules fail
-// with ErrOverridesOff.
+// pub/sub message it missed; the default is 1 s.
+// d <= 0 turns overrides off, and SetRules then fails with ErrOverridesOff.
 func WithRulesCheck(d time.Duration) Option {
 	return func(c *config) { c.rulesCheck = d }
 }
@@ -70,19 +150,37 @@ func WithTallyFlush(d time.Duration) Option {
 	return func(c *config) { c.tallyFlush = d }
 }
 
-// WithEngineOptions passes opts to [engine.New], which creates the
-// Limiter's engine: the Redis key prefix, the timeout, the fail mode of
-// groups without a fail: statement, the logger of Redis errors, and the
-// other [engine.Option] settings. Later options win, as in engine.New.
+// WithEngineOptions passes opts to [engine.New], for the engine settings
+// this package has no option of its own for, such as
+// engine.WithCachedDenials. It is the escape hatch; prefer the options
+// above.
 func WithEngineOptions(opts ...engine.Option) Option {
 	return func(c *config) { c.engine = append(c.engine, opts...) }
 }
 
 // WithMiddlewareOptions adds opts to the options of every middleware the
-// Limiter builds, before the options of a Limiter.Middleware call: trusted
-// proxies, key and cost functions, the role policy, hooks, the denied
-// handler, the logger of request errors, and the other [middleware.Option]
-// settings. Limiter.Peek and Limiter.Reset map subjects with them too.
+// Limiter builds, for the settings this package has no option of its own
+// for, such as middleware.WithTrustedProxies. It is the escape hatch;
+// prefer the options above. Limiter.Peek and Limiter.Reset map subjects
+// with them too.
 func WithMiddlewareOptions(opts ...middleware.Option) Option {
 	return func(c *config) { c.middleware = append(c.middleware, opts...) }
+}
+
+// identify wraps h so that the request carries the identity the
+// WithIdentity function finds; without one it returns h.
+func identify(fn func(*http.Request) (string, []string), h http.Handler) http.Handler {
+	if fn == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, names := fn(r); user != "" || len(names) > 0 {
+			roles := make([]role.Role, len(names))
+			for i, n := range names {
+				roles[i] = role.Role(n)
+			}
+			r = r.WithContext(role.NewContext(r.Context(), role.Identity{User: user, Roles: roles}))
+		}
+		h.ServeHTTP(w, r)
+	})
 }

@@ -18,15 +18,12 @@ import (
 // scope. Package internal/overrides stores and follows them in Redis; the
 // Limiter builds the handlers that serve them.
 
-// DefaultRulesCheck is how often a Limiter checks the version of the rule
-// overrides in Redis by default.
-const DefaultRulesCheck = time.Second
+// defaultRulesCheck is how often a Limiter checks the version of the rule
+// overrides in Redis by default (WithRulesCheck).
+const defaultRulesCheck = time.Second
 
 // Errors of SetRules and ClearRules.
 var (
-	// ErrOverrideScope means SetRules was given an empty scope, or rule
-	// text whose scope: statement names another scope.
-	ErrOverrideScope = overrides.ErrScope
 	// ErrOverridesOff means the Limiter was created with overrides off
 	// (WithRulesCheck(0)), so it neither reads nor writes them.
 	ErrOverridesOff = errors.New("slidelimit: rule overrides are off")
@@ -52,47 +49,25 @@ type Overrides struct {
 	Overrides []Override `json:"overrides"`
 }
 
-// SetRules replaces the rule group of scope, in this process and in every
-// process that shares the Redis and key prefix (engine.WithPrefix), with
-// rulesText, written as in a limit tag. scope is a route pattern given to
-// Register or Handle ("GET /files/{id}") or a scope: name; rulesText may
-// omit the scope: statement, and may only repeat scope in it. The
-// override is stored in Redis, so it survives restarts and applies to
-// processes started later from their first request, until ClearRules.
-//
-// Every process applies it within about a second: at once when it hears
-// of it on the pub/sub channel, else at its next version check
-// (WithRulesCheck). Each logs the change once, with the engine's logger
-// (engine.WithLogger). Requests already counted in the scope count under
-// the new rules, because keys name the scope, limiter and subject, not the
-// limits: lowering a limit below what a subject used denies until enough
-// of its requests leave the window; raising it admits at once. A window
-// longer than any the scope had sees only the requests still retained.
-//
-// rulesText is validated as a limit tag is (rules.Parse: errors are
-// *rules.Error with the offset) and, in this process, by building the
-// middleware of every handler of the scope (key, cost and limit functions
-// must be registered); when it fails nothing is stored or changed: a
-// group too large for one request (rules.MaxLimiters, rules.MaxWindows)
-// fails here with the bound and the count. A process whose handlers
-// cannot take it (a function registered only here), or that reads from
-// Redis a text it cannot parse or validate (written by hand, or by another
-// version of the library), keeps the rules it enforced and logs an error. SetRules returns once Redis has
-// stored the override and, unless Redis fails in between, this process
-// applies it.
+// SetRules replaces the rule group of scope (a route pattern or a scope:
+// name) with rulesText, in this process and in every process sharing the
+// Redis and key prefix, within about a second, until ClearRules. The text
+// is checked as a limit tag is and by building every handler of the scope:
+// a *ConfigError leaves everything as it was. See docs/rules.md, Limits
+// that change at run time, for how the windows carry over.
 func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	if l.ov == nil {
 		return ErrOverridesOff
 	}
 	g, err := overrides.Group(scope, rulesText)
 	if err != nil {
-		return err
+		return configError(scope, "", rulesText, err)
 	}
 	// Build, do not install, the scope's handlers: a group this process
 	// cannot serve is refused before anything is stored.
 	for _, s := range l.ov.Switches(scope) {
 		if _, err := s.Build(g); err != nil {
-			return written(err, rulesText)
+			return configErrors(scope, "", rulesText, written(err, rulesText))
 		}
 	}
 	g.Scope = ""
@@ -108,7 +83,7 @@ func (l *Limiter) ClearRules(ctx context.Context, scope string) error {
 		return ErrOverridesOff
 	}
 	if scope == "" {
-		return fmt.Errorf("%w: empty scope", ErrOverrideScope)
+		return configError("", "", "", fmt.Errorf("%w: empty scope", overrides.ErrScope))
 	}
 	return l.ov.Write(ctx, scope, "")
 }

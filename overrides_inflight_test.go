@@ -27,7 +27,7 @@ func TestOverrideInflightLimitFunc(t *testing.T) {
 	ctx := context.Background()
 	lim, err := slidelimit.New(redistest.Start(t).Client(),
 		slidelimit.WithEngineOptions(engine.WithPrefix(randomPrefix(t)), engine.WithTimeout(5*time.Second)),
-		slidelimit.WithMiddlewareOptions(middleware.WithLimitFunc("quota", func(*http.Request) (int64, error) { return 3, nil })))
+		slidelimit.WithLimitFunc("quota", func(*http.Request) (int64, error) { return 3, nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

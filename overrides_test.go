@@ -43,7 +43,7 @@ func newProcess(t *testing.T, client engine.Client, prefix string, opts ...slide
 	logger, logs := testutil.NewLogger(-4)
 	opts = append([]slidelimit.Option{
 		slidelimit.WithEngineOptions(engine.WithPrefix(prefix), engine.WithTimeout(time.Second), engine.WithLogger(logger)),
-		slidelimit.WithMiddlewareOptions(middleware.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") })),
+		slidelimit.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)
 	if err != nil {
@@ -168,13 +168,14 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	}{
 		{"ip:0/min", rules.ErrInvalid, `rules: "ip:0/min": limit 0 is below 1 at offset 3`},
 		{"ip:5/fortnight", rules.ErrSyntax, `unknown unit "fortnight" at offset 5`},
-		{"ip:5/s; scope:other", slidelimit.ErrOverrideScope, `the rules say scope:other`},
+		{"ip:5/s; scope:other", nil, `the rules say scope:other`},
 		{"key(nokey):5/s", middleware.ErrUnknownKey, `key(nokey)`},
 		{"key(tenant):$quota/min", middleware.ErrUnknownLimit, `$quota/min`},
 	} {
 		err := a.lim.SetRules(ctx, "GET /search", tt.text)
-		if !errors.Is(err, tt.is) || !strings.Contains(err.Error(), tt.msg) {
-			t.Errorf("SetRules(%q) = %v, want %v with %q", tt.text, err, tt.is, tt.msg)
+		var ce *slidelimit.ConfigError
+		if tt.is != nil && !errors.Is(err, tt.is) || !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("SetRules(%q) = %v, want a *ConfigError wrapping %v with %q", tt.text, err, tt.is, tt.msg)
 		}
 	}
 	if after, err := a.lim.Rules(ctx); err != nil || fmt.Sprint(after) != fmt.Sprint(before) {

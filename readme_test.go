@@ -1,7 +1,10 @@
 package slidelimit_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -25,5 +28,21 @@ func TestREADMEQuickstart(t *testing.T) {
 	}
 	if block != string(prog) {
 		t.Errorf("README's first go block differs from cmd/quickstart/main.go:\n%s", block)
+	}
+}
+
+// TestQuickstartImports checks that the quickstart needs one package of
+// this module: the root's options cover what it configures.
+func TestQuickstartImports(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "cmd/quickstart/main.go", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		if strings.HasPrefix(path, "github.com/slidelimit/slidelimit/") {
+			t.Errorf("the quickstart imports %s; it should import only github.com/slidelimit/slidelimit", path)
+		}
 	}
 }

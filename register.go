@@ -4,46 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Register registers on mux every handler declared by the struct tags of
-// handlers (a struct or a pointer to one; see rules.Routes), each wrapped in
-// middleware enforcing its limit tag, with the route pattern as the scope of
-// its windows unless the group declares a scope:
-//
-//	type API struct {
-//		Files  http.HandlerFunc `route:"GET /files/{id}" limit:"user:10/min; ip:30/min; exempt:superadmin"`
-//		Health http.HandlerFunc `route:"GET /healthz"`
-//	}
-//
-// A field without a limit tag is registered unwrapped, unless a rule
-// override of its pattern gives it rules (see SetRules).
-//
-// Every handler follows the rule overrides of its scope (SetRules): it
-// serves through one atomic load of the current middleware, which an
-// override replaces while it serves.
-//
-// Register reports every problem at once, joined with errors.Join: the tag
-// errors of rules.Routes (*rules.Error), and per route whose tags are
-// valid a *RouteError for a middleware that cannot be built (a key(name)
-// without middleware.WithKeyFunc, say) or a pattern that conflicts with
-// another route's. When any of these is found nothing is registered; a pattern
-// conflicting with one registered on mux earlier is found only while
-// registering, after the routes before it in field order have been
-// registered. Register never panics.
+// handlers (see rules.Routes), each wrapped in middleware enforcing its
+// limit tag, with the route pattern as its scope unless the group declares
+// one. It reports every problem at once, as *ConfigError values joined
+// with errors.Join, and then registers nothing, except that a conflict
+// with a route registered on mux before is found while registering. It
+// never panics. Each handler follows its scope's overrides (SetRules).
 func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	if mux == nil {
-		return ErrNilMux
+		return configError("", "", "", errNilMux)
 	}
 	routes, err := rules.Routes(handlers)
 	var errs []error
 	if err != nil {
-		errs = append(errs, err)
+		errs = append(errs, configErrors("", "", "", err))
 	}
 	wrapped := make([]http.Handler, len(routes))
 	// A scratch mux finds bad and mutually conflicting patterns without
@@ -57,7 +37,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 			err = handle(scratch, r.Pattern, h)
 		}
 		if err != nil {
-			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+			errs = append(errs, configErrors(r.Pattern, r.Field, limitTag(handlers, r.Pattern), err))
 			continue
 		}
 		wrapped[i] = h
@@ -66,8 +46,8 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 		return errors.Join(errs...)
 	}
 	for i, r := range routes {
-		if err := handle(mux, r.Pattern, wrapped[i]); err != nil {
-			errs = append(errs, &RouteError{Field: r.Field, Pattern: r.Pattern, Err: err})
+		if err := handle(mux, r.Pattern, identify(l.ident, wrapped[i])); err != nil {
+			errs = append(errs, configError(r.Pattern, r.Field, "", err))
 			continue
 		}
 		l.rememberRoute(r.Pattern, r.Group)
@@ -77,23 +57,20 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 }
 
 // Handle registers handler on mux under pattern, wrapped in middleware
-// enforcing the rule group text, with the pattern as the scope of its
-// windows unless the group declares a scope:
+// enforcing the rule group rulesText, as Register does for one tagged
+// field:
 //
 //	err := lim.Handle(mux, "GET /files/{id}", files, "user:10/min; ip:30/min")
 //
-// It fails, without registering anything and without panicking, when the
-// pattern is malformed (see rules.Wildcards), the rules do not parse or a
-// param(name) limiter names no wildcard of pattern (see rules.ParseRoute,
-// which makes the checks Register makes for a limit tag), the middleware
-// cannot be built, or mux rejects the pattern.
+// It fails with a *ConfigError, registering nothing, when the pattern, the
+// rules or the middleware are invalid or mux rejects the pattern.
 func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handler, rulesText string) error {
 	if mux == nil {
-		return ErrNilMux
+		return configError(pattern, "", "", errNilMux)
 	}
-	fail := func(err error) error { return &RouteError{Pattern: pattern, Err: err} }
+	fail := func(err error) error { return configErrors(pattern, "", rulesText, err) }
 	if handler == nil {
-		return fail(ErrNilHandler)
+		return fail(errNilHandler)
 	}
 	// The pattern is checked first, and on its own, so that its error
 	// wraps ErrPattern as the ServeMux's own rejections do.
@@ -108,7 +85,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	if err != nil {
 		return fail(written(err, rulesText))
 	}
-	if err := handle(mux, pattern, h); err != nil {
+	if err := handle(mux, pattern, identify(l.ident, h)); err != nil {
 		return fail(err)
 	}
 	l.rememberRoute(pattern, g)
@@ -159,38 +136,9 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 
 // Errors of Register and Handle.
 var (
-	// ErrNilMux means Register or Handle was given a nil *http.ServeMux.
-	ErrNilMux = errors.New("slidelimit: nil mux")
-	// ErrNilHandler means Handle was given a nil handler.
-	ErrNilHandler = errors.New("slidelimit: nil handler")
+	errNilMux     = errors.New("slidelimit: nil mux")
+	errNilHandler = errors.New("slidelimit: nil handler")
 	// ErrPattern means http.ServeMux rejected a pattern as invalid or as
 	// conflicting with another one.
 	ErrPattern = errors.New("slidelimit: pattern rejected by http.ServeMux")
 )
-
-// RouteError describes a route that could not be registered. It unwraps to
-// the cause: a *rules.Error (or several joined), a middleware error such as
-// *middleware.UnknownKeyError, or one of ErrPattern and ErrNilHandler.
-type RouteError struct {
-	// Field is the struct field that declared the route, or empty for
-	// Handle.
-	Field string
-	// Pattern is the route's pattern.
-	Pattern string
-	// Err is the cause.
-	Err error
-}
-
-// Error implements the error interface.
-func (e *RouteError) Error() string {
-	var b strings.Builder
-	b.WriteString("slidelimit: ")
-	if e.Field != "" {
-		b.WriteString("field " + e.Field + " ")
-	}
-	b.WriteString("route " + strconv.Quote(e.Pattern) + ": " + e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns the cause.
-func (e *RouteError) Unwrap() error { return e.Err }

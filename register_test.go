@@ -2,6 +2,7 @@ package slidelimit_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,9 +82,9 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	}
 	var fields []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var re *slidelimit.RouteError
+		var re *slidelimit.ConfigError
 		if !errors.As(e, &re) {
-			t.Errorf("error %v is not a *RouteError", e)
+			t.Errorf("error %v is not a *ConfigError", e)
 			continue
 		}
 		fields = append(fields, re.Field)
@@ -143,20 +144,21 @@ func TestRegisterConflictWithExistingRoute(t *testing.T) {
 		Files http.HandlerFunc `route:"GET /files/{id}" limit:"ip:5/s"`
 	}
 	err := offline(t).Register(mux, &api{ok})
-	var re *slidelimit.RouteError
+	var re *slidelimit.ConfigError
 	if !errors.As(err, &re) || re.Field != "Files" || !errors.Is(err, slidelimit.ErrPattern) {
-		t.Errorf("Register = %v, want a *RouteError for Files wrapping ErrPattern", err)
+		t.Errorf("Register = %v, want a *ConfigError for Files wrapping ErrPattern", err)
 	}
 }
 
 func TestRegisterArguments(t *testing.T) {
 	t.Parallel()
 	lim := offline(t)
-	if err := lim.Register(nil, struct{}{}); !errors.Is(err, slidelimit.ErrNilMux) {
+	var ce *slidelimit.ConfigError
+	if err := lim.Register(nil, struct{}{}); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nil mux") {
 		t.Errorf("nil mux: %v", err)
 	}
 	for _, v := range []any{nil, 42, (*struct{})(nil)} {
-		if err := lim.Register(http.NewServeMux(), v); !errors.Is(err, rules.ErrInvalid) {
+		if err := lim.Register(http.NewServeMux(), v); !errors.Is(err, rules.ErrInvalid) || !errors.As(err, &ce) {
 			t.Errorf("Register(%#v) = %v, want rules.ErrInvalid", v, err)
 		}
 	}
@@ -170,18 +172,19 @@ func TestHandle(t *testing.T) {
 	tests := []struct {
 		name, pattern, rules string
 		handler              http.Handler
-		want                 error
+		want                 error // nil: the text of the error holds msg
+		msg                  string
 	}{
-		{"ok", "GET /files/{id}", "param(id):5/s; ip:10/s", ok, nil},
-		{"rules syntax", "GET /a", "ip:5/fortnight", ok, rules.ErrSyntax},
-		{"empty rules", "GET /a", "", ok, rules.ErrSyntax},
-		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern},
-		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern},
-		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid},
-		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid},
-		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey},
-		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost},
-		{"nil handler", "GET /a", "ip:5/s", nil, slidelimit.ErrNilHandler},
+		{"ok", "GET /files/{id}", "param(id):5/s; ip:10/s", ok, nil, ""},
+		{"rules syntax", "GET /a", "ip:5/fortnight", ok, rules.ErrSyntax, ""},
+		{"empty rules", "GET /a", "", ok, rules.ErrSyntax, ""},
+		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern, ""},
+		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern, ""},
+		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid, ""},
+		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid, ""},
+		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey, ""},
+		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost, ""},
+		{"nil handler", "GET /a", "ip:5/s", nil, nil, "nil handler"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -189,15 +192,16 @@ func TestHandle(t *testing.T) {
 			mux := http.NewServeMux()
 			mux.Handle("GET /taken", ok)
 			err := offline(t).Handle(mux, tt.pattern, tt.handler, tt.rules)
-			if tt.want == nil {
+			if tt.want == nil && tt.msg == "" {
 				if err != nil || !registered(mux, "GET", "/files/1") {
 					t.Fatalf("Handle = %v, registered %v", err, registered(mux, "GET", "/files/1"))
 				}
 				return
 			}
-			var re *slidelimit.RouteError
-			if !errors.Is(err, tt.want) || !errors.As(err, &re) || re.Pattern != tt.pattern {
-				t.Fatalf("Handle = %v, want a *RouteError wrapping %v", err, tt.want)
+			var re *slidelimit.ConfigError
+			if tt.want != nil && !errors.Is(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
+				!strings.Contains(fmt.Sprint(err), tt.msg) {
+				t.Fatalf("Handle = %v, want a *ConfigError for %q wrapping %v", err, tt.pattern, tt.want)
 			}
 		})
 	}
@@ -212,7 +216,8 @@ func TestHandle(t *testing.T) {
 	if !errors.Is(err, slidelimit.ErrPattern) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
 		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
 	}
-	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.Is(err, slidelimit.ErrNilMux) {
+	var ce *slidelimit.ConfigError
+	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nil mux") {
 		t.Errorf("nil mux: %v", err)
 	}
 }
@@ -241,7 +246,7 @@ func TestNewOptions(t *testing.T) {
 // registered cost function registers, one naming another does not.
 func TestWithMiddlewareOptions(t *testing.T) {
 	t.Parallel()
-	lim := offline(t, slidelimit.WithMiddlewareOptions(middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil })))
+	lim := offline(t, slidelimit.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil }))
 	mux := http.NewServeMux()
 	if err := lim.Handle(mux, "GET /files/{id}", http.NotFoundHandler(), "user:10/min; user[bytes]:2Gi/d~1h"); err != nil {
 		t.Fatalf("registered cost function: %v", err)

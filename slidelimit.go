@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -21,29 +22,24 @@ type Limiter struct {
 	engine *engine.Engine
 	client engine.Client
 	opts   []middleware.Option
-	ov     *overrides.Store // nil with WithRulesCheck(0)
-	tally  *tally.Tallies   // counting and writing unless WithTallyFlush(0)
-	masked []rules.Kind     // WithMaskedSubjects
+	ident  func(*http.Request) (string, []string) // WithIdentity
+	ov     *overrides.Store                       // nil with WithRulesCheck(0)
+	tally  *tally.Tallies                         // counting and writing unless WithTallyFlush(0)
+	masked []rules.Kind                           // WithMaskedSubjects
 
 	mu        sync.RWMutex
 	groups    []registered // what Peek and Reset search, in registration order
 	throttles []*Throttle  // in creation order
 }
 
-// New returns a Limiter deciding with client, which may be a *redis.Client,
-// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient. It reads
-// each server's memory settings (see engine.New) and the rule overrides in
-// force (see SetRules) from Redis, waiting at most a second, and starts
-// following their changes (see WithRulesCheck); a Redis that does not
-// answer leaves the code's rules in force until it does. It fails when
-// client is nil (also a typed nil) or an engine option is invalid, or with
-// engine.WithRequireNoEviction when a server may evict its keys;
-// middleware options are checked when a handler is wrapped, where errors
-// can name the route.
-//
-// The Limiter does not own client: Close leaves it open.
+// New returns a Limiter deciding with client (a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or any redis.UniversalClient), which it
+// does not own: Close leaves it open. It waits at most a second to read the
+// servers' memory settings and the rule overrides in force; a Redis that
+// does not answer leaves the code's rules in force until it does. Invalid
+// options are a *ConfigError.
 func New(client engine.Client, opts ...Option) (*Limiter, error) {
-	c := config{rulesCheck: DefaultRulesCheck, tallyFlush: tally.DefaultFlush}
+	c := config{rulesCheck: defaultRulesCheck, tallyFlush: tally.DefaultFlush}
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
@@ -57,7 +53,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		switch k {
 		case rules.IP, rules.User, rules.Header, rules.Param, rules.Key:
 		default:
-			return nil, fmt.Errorf("slidelimit: WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k))
+			return nil, configError("", "", "", fmt.Errorf("WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
 	if c.tallyFlush > 0 && (c.tallyFlush < tally.MinFlush || c.tallyFlush > tally.MaxFlush) {
@@ -65,9 +61,12 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	}
 	e, err := engine.New(client, c.engine...)
 	if err != nil {
+		if errors.Is(err, engine.ErrInvalid) {
+			return nil, configError("", "", "", err)
+		}
 		return nil, err
 	}
-	l := &Limiter{engine: e, client: client, opts: c.middleware, masked: masked, tally: tally.New(e)}
+	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e)}
 	if c.tallyFlush > 0 {
 		// Before the Limiter is returned: the engine reads its hook
 		// without a lock.
@@ -81,9 +80,8 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	return l, nil
 }
 
-// Engine returns the Limiter's engine, for decisions outside HTTP handlers
-// and for engine.Engine.Peek and Reset on stored subjects; Limiter.Peek and
-// Limiter.Reset take raw ones and find the windows registered in a scope.
+// Engine returns the Limiter's engine, for decisions outside HTTP
+// handlers.
 func (l *Limiter) Engine() *engine.Engine { return l.engine }
 
 // Close makes later decisions follow their fail mode, as if Redis were down;
@@ -106,42 +104,29 @@ func (l *Limiter) Close() error {
 }
 
 // Middleware returns middleware enforcing the rule group text, for routers
-// other than http.ServeMux (chi, gorilla/mux, or the adapters of gin and
-// echo). opts are applied after the options given to
-// WithMiddlewareOptions.
-//
-// The windows' scope is, in order of precedence: the group's scope:
-// statement, middleware.WithScope, middleware.WithScopeFunc, and
-// http.Request.Pattern. Routers that do not set Pattern need one of the
-// first three, for example for chi
-//
-//	middleware.WithScopeFunc(func(r *http.Request) string {
-//		return chi.RouteContext(r.Context()).RoutePattern()
-//	})
-//
-// or every request is answered with 500 and middleware.ErrNoScope is logged.
-// param(name) limiters read http.Request.PathValue, which routers other
-// than http.ServeMux may not set; use key(name) with middleware.WithKeyFunc
-// instead.
+// other than http.ServeMux; opts follow the Limiter's middleware options.
+// Its scope is the group's scope: statement, else middleware.WithScope,
+// middleware.WithScopeFunc or http.Request.Pattern; without any, requests
+// are answered with 500 (see the package documentation, Other routers).
 func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
 	g, err := rules.Parse(rulesText)
 	if err != nil {
-		return nil, err
+		return nil, configError("", "", rulesText, err)
 	}
 	mw, err := l.wrapper(g, opts...)
 	if err != nil {
-		return nil, written(err, rulesText)
+		return nil, configErrors(g.Scope, "", rulesText, written(err, rulesText))
 	}
 	// The scope is known here only from a scope: statement; WithScope,
 	// WithScopeFunc and the router's pattern are hidden in opts or decided
 	// per request, so "" records the group as possibly in any scope.
 	l.remember(g.Scope, g, opts)
 	if g.Scope == "" || l.ov == nil {
-		return mw, nil
+		return func(next http.Handler) http.Handler { return identify(l.ident, mw(next)) }, nil
 	}
 	// With a scope: statement the handlers follow the scope's overrides.
 	return func(next http.Handler) http.Handler {
-		return l.follow(g.Scope, mw(next), next, opts)
+		return identify(l.ident, l.follow(g.Scope, mw(next), next, opts))
 	}, nil
 }
 

@@ -64,10 +64,7 @@ type Permit struct {
 
 // Errors of Throttle, Wait and Allow.
 var (
-	// ErrThrottleRules means the rules of a throttle use a statement a
-	// throttle cannot have: roles (role(...) overrides, exempt:), ip,
-	// user, header or param limiters, count:, distinct: or mode:shadow.
-	ErrThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
+	errThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
 	// ErrCall means a Call lacks the value of a key(NAME) limiter or the
 	// estimate of a named cost, or gives a cost below 1.
 	ErrCall = errors.New("slidelimit: call lacks a value the throttle needs")
@@ -76,32 +73,26 @@ var (
 	ErrNeverFits = errors.New("slidelimit: call can never fit")
 )
 
-// Throttle returns the throttle name enforcing the rule group rulesText,
-// written as for Handle, over the calls of every process that shares the
-// Limiter's Redis and key prefix:
+// Throttle returns the throttle name enforcing rulesText over the calls
+// out of every process sharing the Limiter's Redis and key prefix:
 //
-//	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min; global:10000/calendar day")
+//	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
-// name is the scope of its windows, spelled like a scope: name, and the
-// scope SetRules changes its rules under at run time. The group may have
-// global and key(NAME) limiters, with constant or named costs, sliding,
-// calendar and in-flight (N concurrent) windows, $name limits (the
-// Limiter's limit functions, see Throttle.Wait), block:, fail: and
-// calendar: statements; a scope: statement may only repeat name. Roles,
-// ip, user, header and param limiters, count:, distinct: and mode:shadow
-// have no meaning for calls out and are refused with an error wrapping
-// ErrThrottleRules that names the statement.
+// name is the scope of its windows, for SetRules too. Statements that have
+// no meaning for calls out (roles, ip, user, header and param limiters,
+// count:, distinct:, mode:shadow) are a *ConfigError; docs/throttle.md
+// lists what a throttle accepts.
 func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if !validScopeName(name) {
-		return nil, fmt.Errorf("slidelimit: throttle %q: the name must be a valid scope: name", name)
+		return nil, configError(name, "", "", errors.New("the throttle name must be a valid scope: name"))
 	}
 	g, err := overrides.Group(name, rulesText)
 	if err != nil {
-		return nil, fmt.Errorf("slidelimit: throttle %q: %w", name, err)
+		return nil, configError(name, "", rulesText, err)
 	}
 	t := &Throttle{lim: l, name: name, lanes: map[string]*lane{}, byID: map[string]*lane{}, hooks: l.hooks()}
 	if t.code, err = t.compile(g); err != nil {
-		return nil, err
+		return nil, configError(name, "", rulesText, err)
 	}
 	t.fleet = newFleet(t)
 	if l.ov != nil {

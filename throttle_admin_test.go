@@ -19,11 +19,11 @@ import (
 func TestThrottleVisible(t *testing.T) {
 	var mu sync.Mutex
 	var events []middleware.Event
-	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithMiddlewareOptions(middleware.WithHook(func(e middleware.Event) {
+	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithHook(func(e middleware.Event) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
-	})))
+	}))
 	th, err := lim.Throttle("payments", "global:1/min")
 	if err != nil {
 		t.Fatal(err)

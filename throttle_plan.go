@@ -36,7 +36,7 @@ func (p *throttlePlan) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 	fail := func(stmt string) error {
 		return fmt.Errorf("%w: throttle %q: %s (a throttle counts calls out, which have no roles, client or request)",
-			ErrThrottleRules, t.name, stmt)
+			errThrottleRules, t.name, stmt)
 	}
 	switch {
 	case len(g.Overrides) > 0:

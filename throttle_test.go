@@ -13,6 +13,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -42,7 +43,7 @@ func miniClient(t *testing.T) *redis.Client {
 // globalUsed returns what the global windows of throttle name hold.
 func globalUsed(t *testing.T, lim *slidelimit.Limiter, name string, ws ...rules.Window) int64 {
 	t.Helper()
-	d, err := lim.Engine().Peek(context.Background(), engine.One(name, rules.Global, "global", ws...))
+	d, err := enginePeek(lim.Engine(), context.Background(), engine.One(name, rules.Global, "global", ws...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +62,9 @@ func TestThrottleRefusedStatements(t *testing.T) {
 		{"global:10/min; mode:shadow", "mode:shadow"},
 	} {
 		_, err := lim.Throttle("api", tc.rules)
-		if !errors.Is(err, slidelimit.ErrThrottleRules) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Throttle(%q) = %v, want ErrThrottleRules naming %q", tc.rules, err, tc.want)
+		var ce *slidelimit.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "not allowed in a throttle") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Throttle(%q) = %v, want a *ConfigError naming %q", tc.rules, err, tc.want)
 		}
 	}
 	if _, err := lim.Throttle("api", "global:10/min; scope:other"); err == nil {
@@ -182,7 +184,7 @@ func TestThrottleAllowAndSettle(t *testing.T) {
 	w := rules.Window{Limit: 100, Period: time.Minute}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		d, err := lim.Engine().Peek(ctx, engine.Request{Scope: "llm", Checks: []engine.Check{{
+		d, err := enginePeek(lim.Engine(), ctx, engine.Request{Scope: "llm", Checks: []engine.Check{{
 			Limiter: rules.Limiter{Kind: rules.Global, Cost: "tokens", Windows: []rules.Window{w}}, Subject: "global", Cost: 1}}})
 		if err != nil {
 			t.Fatal(err)
@@ -220,8 +222,9 @@ func TestThrottleOverrides(t *testing.T) {
 	if _, ok, _ := th.Allow(ctx, slidelimit.Call{}); ok {
 		t.Fatal("second call admitted under global:1/min")
 	}
-	if err := lim.SetRules(ctx, "api", "ip:5/min"); !errors.Is(err, slidelimit.ErrThrottleRules) {
-		t.Errorf("SetRules with an ip limiter = %v, want ErrThrottleRules", err)
+	var ce *slidelimit.ConfigError
+	if err := lim.SetRules(ctx, "api", "ip:5/min"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "not allowed in a throttle") {
+		t.Errorf("SetRules with an ip limiter = %v, want a *ConfigError for the statement", err)
 	}
 	if err := lim.SetRules(ctx, "api", "global:3/min"); err != nil {
 		t.Fatal(err)
@@ -255,11 +258,11 @@ func TestThrottleOverrides(t *testing.T) {
 // the call taken back out of the windows.
 func TestThrottleCancelAtAdmission(t *testing.T) {
 	var cancelNow atomic.Pointer[context.CancelFunc]
-	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithMiddlewareOptions(middleware.WithHook(func(e middleware.Event) {
+	lim := throttleLimiter(t, miniClient(t), randomPrefix(t), slidelimit.WithHook(func(e middleware.Event) {
 		if c := cancelNow.Load(); c != nil && e.Allowed {
 			(*c)()
 		}
-	})))
+	}))
 	th, err := lim.Throttle("api", "global:5/min")
 	if err != nil {
 		t.Fatal(err)
@@ -273,4 +276,12 @@ func TestThrottleCancelAtAdmission(t *testing.T) {
 	if used := globalUsed(t, lim, "api", rules.Window{Limit: 5, Period: time.Minute}); used != 0 {
 		t.Errorf("the windows hold %d calls after a canceled Wait, want 0", used)
 	}
+}
+
+// enginePeek is the engine's peek, which package engine keeps for the
+// module (internal/access).
+func enginePeek(e *engine.Engine, ctx context.Context, req engine.Request) (engine.Decision, error) {
+	d, err := access.EnginePeek(e, ctx, req)
+	dec, _ := d.(engine.Decision)
+	return dec, err
 }

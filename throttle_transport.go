@@ -35,15 +35,9 @@ func WithActual(fn func(*http.Response) map[string]int64) TransportOption {
 }
 
 // Transport returns an http.RoundTripper that sends each request through
-// base (http.DefaultTransport when nil) once t admits it: it waits, as
-// Wait does, with the request's context, and finishes the Permit when the
-// response body is closed, or at once when base fails.
-//
-// A 429 or 503 response with a Retry-After field (seconds, or an HTTP
-// date; retry-after-ms is read first when present) blocks the request's
-// subjects, in every process of the fleet, for that long: no other call
-// with the same subjects is sent before then. The response goes back to
-// the caller unchanged.
+// base (http.DefaultTransport when nil) once t admits it, as Wait does, and
+// finishes the Permit when the response body is closed. A 429 or 503 with
+// Retry-After blocks the request's subjects fleet-wide for that long.
 func (t *Throttle) Transport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport

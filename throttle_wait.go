@@ -10,25 +10,12 @@ import (
 )
 
 // Wait blocks until every window of the throttle has room for c, counts
-// it in all of them (all or nothing), and returns its Permit, which the
-// caller must Finish when the call has ended.
-//
-// Callers wait in the order they arrived, across the fleet: in each
-// process the callers for the same subjects queue behind one head, and
-// only the head of the process whose head arrived first asks Redis, at the
-// exact time the windows free up (the engine's RetryAfter and window
-// resets), never by polling. See docs/throttle.md, Fairness.
-//
-// When ctx ends first, Wait returns ctx.Err() and has counted nothing. A
-// call whose cost is above a whole limit fails at once with an error
-// wrapping ErrNeverFits; a Call without a value the rules need, with one
-// wrapping ErrCall. When Redis fails (or does not answer within the
-// engine's timeout), the group's fail mode decides, closed unless it has
-// a fail: statement: closed makes Wait ask again every 100 ms until ctx
-// ends; open admits (the Permit counts nothing); local counts in this
-// process only. $name limits call the Limiter's limit functions
-// (middleware.WithLimitFunc in WithMiddlewareOptions) with a request that
-// carries only ctx.
+// it in all of them, and returns its Permit, which the caller must Finish.
+// Callers wait in arrival order across the fleet (docs/throttle.md,
+// Fairness). When ctx ends first Wait returns ctx.Err() having counted
+// nothing; a call that can never fit fails at once (ErrNeverFits), one
+// missing a value (ErrCall). While Redis fails, the group's fail mode
+// decides: closed, unless a fail: statement says otherwise.
 func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	return t.waitFor(ctx, nil, c)
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 )
 
 // throttleRules saturate at 500 calls a second: every waiter waits.
@@ -68,7 +67,7 @@ func benchThrottleWait(b *testing.B, waiters int) {
 		rdb := redis.NewClient(&redis.Options{Addr: benchAddr, PoolSize: 64, ContextTimeoutEnabled: true})
 		defer rdb.Close()
 		lim, err := slidelimit.New(rdb, slidelimit.WithRulesCheck(0),
-			slidelimit.WithEngineOptions(engine.WithTimeout(2*time.Second)))
+			slidelimit.WithTimeout(2*time.Second))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -91,7 +91,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	if d := allow2(5 * time.Second); d.Allowed || !d.Blocked || d.RetryAfter != time.Hour {
 		t.Fatalf("second IP: allowed %v blocked %v retry %v, want blocked for 1h", d.Allowed, d.Blocked, d.RetryAfter)
 	}
-	if err := e.Reset(ctx, "s", r2.Checks[0].Limiter, "5.6.7.8"); err != nil && e.fail != rules.FailLocal {
+	if err := e.resetSubject(ctx, "s", r2.Checks[0].Limiter, "5.6.7.8"); err != nil && e.fail != rules.FailLocal {
 		t.Fatal(err)
 	}
 	if d := allow2(6 * time.Second); !d.Allowed || d.Blocked {
@@ -116,7 +116,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 	// A peek never starts a block.
 	clk.Set(7 * time.Second)
-	if d, err := e.Peek(ctx, r2); err != nil && d.Source != FromLocal || d.Allowed || d.Blocked {
+	if d, err := e.peek(ctx, r2); err != nil && d.Source != FromLocal || d.Allowed || d.Blocked {
 		t.Fatalf("peek of a full window: allowed %v blocked %v err %v, want denied, not blocked", d.Allowed, d.Blocked, err)
 	}
 	if d := allow2(8 * time.Second); d.Allowed || !d.Blocked || d.RetryAfter != time.Hour {
@@ -235,7 +235,7 @@ func TestBlockCached(t *testing.T) {
 			if d, err := admin.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked || d.Source != FromRedis {
 				t.Fatalf("another engine: allowed %v blocked %v source %v err %v; want blocked by Redis", d.Allowed, d.Blocked, d.Source, err)
 			}
-			if err := admin.Reset(ctx, "s", r.Checks[0].Limiter, "9.9.9.9"); err != nil {
+			if err := admin.resetSubject(ctx, "s", r.Checks[0].Limiter, "9.9.9.9"); err != nil {
 				t.Fatal(err)
 			}
 			// The invalidation reaches e within its trust window.
@@ -291,7 +291,7 @@ func TestBlockConcurrent(t *testing.T) {
 	if admitted != 5 || blockedN != n-5 {
 		t.Fatalf("%d admitted and %d blocked of %d, want 5 and %d", admitted, blockedN, n, n-5)
 	}
-	d, err := e.Peek(context.Background(), r)
+	d, err := e.peek(context.Background(), r)
 	if err != nil || !d.Blocked || d.Windows[1].Used != 5 {
 		t.Fatalf("peek: blocked %v, user used %d, err %v; want blocked, 5", d.Blocked, d.Windows[1].Used, err)
 	}

@@ -59,7 +59,7 @@ func TestCachedDenials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redisSays, err := truth.Peek(context.Background(), r)
+	redisSays, err := truth.peek(context.Background(), r)
 	if err != nil || redisSays.Source != FromRedis || redisSays.Allowed {
 		t.Fatalf("Redis: %+v %v", redisSays, err)
 	}
@@ -197,12 +197,12 @@ func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
 	}
 
 	fill()
-	if err := b.Reset(context.Background(), "s", l, "u"); err != nil {
+	if err := b.resetSubject(context.Background(), "s", l, "u"); err != nil {
 		t.Fatal(err)
 	}
 	freed("Reset")
 
-	if err := b.Reset(context.Background(), "s", l, "u"); err != nil {
+	if err := b.resetSubject(context.Background(), "s", l, "u"); err != nil {
 		t.Fatal(err)
 	}
 	last := fill()
@@ -324,7 +324,7 @@ func TestFallbackBoundProcesses(t *testing.T) {
 	}
 	for _, e := range engines { // every process learns the latest counts
 		for _, r := range []Request{part, full} {
-			if d, err := e.Peek(context.Background(), r); err != nil || d.Source != FromRedis {
+			if d, err := e.peek(context.Background(), r); err != nil || d.Source != FromRedis {
 				t.Fatalf("Peek: %v %v", d.Source, err)
 			}
 		}

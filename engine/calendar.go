@@ -87,10 +87,10 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 	w := &c.Windows[j]
 	unit := calUnit(w.Calendar)
 	if unit == 0 {
-		return &RequestError{Check: i, Window: j, Reason: "unknown calendar " + string(w.Calendar)}
+		return &requestError{Check: i, Window: j, Reason: "unknown calendar " + string(w.Calendar)}
 	}
 	if w.Period != 0 || w.Grain != 0 || w.Concurrent {
-		return &RequestError{Check: i, Window: j, Reason: "calendar window with a period, a grain or slots"}
+		return &requestError{Check: i, Window: j, Reason: "calendar window with a period, a grain or slots"}
 	}
 	start := len(p.buf)
 	if rate >= 0 {
@@ -101,7 +101,7 @@ func (p *plan) calendar(k *keyer, req *Request, i, j int, kc string, cost int64,
 	p.buf = append(append(p.buf, calSuffix...), w.Calendar...)
 	idx := p.key(start, cost, false, false)
 	if p.kcost[idx] != cost {
-		return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
+		return &requestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 	}
 	p.growCals(int(idx) + 1)
 	ck := &p.kcals[idx]
@@ -322,9 +322,9 @@ func (p *plan) calKeyOf(m int32) int32 {
 func validCalendar(i, j int, w *rules.Window, cost int64) error {
 	switch {
 	case w.Limit < 1 || w.Limit > rules.MaxBoundedLimit:
-		return &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
+		return &requestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
 	case cost > w.Limit:
-		return &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
+		return &requestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
 			" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
 	}
 	return nil
@@ -423,9 +423,9 @@ func (t *taken) calDeltas(actual, d []int64) error {
 		delta := a - t.keys[k].cost
 		switch {
 		case delta != 0 && !t.checks[c].priced:
-			return &RequestError{Check: int(c), Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
+			return &requestError{Check: int(c), Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
 		case d[k] != 0 && d[k] != delta:
-			return &RequestError{Check: int(c), Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
+			return &requestError{Check: int(c), Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
 		}
 		d[k] = delta
 	}

@@ -52,7 +52,7 @@ func runCal(t *testing.T, e *Engine, clk *fakeClock, r Request, steps []calStep)
 		var d Decision
 		var err error
 		if s.peek {
-			d, err = e.Peek(ctx, r)
+			d, err = e.peek(ctx, r)
 		} else {
 			d, err = e.Allow(ctx, r)
 		}
@@ -195,7 +195,7 @@ func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
 			{at: day.Add(2 * time.Minute), retry: 24*time.Hour - 2*time.Minute, used: 3},
 		})
 		clk.us.Store(day.Add(2*time.Minute + time.Second).UnixMicro())
-		d, err := e.Peek(ctx, r)
+		d, err := e.peek(ctx, r)
 		localOK(t, e, err)
 		for _, ws := range d.Windows {
 			if ws.Window.Calendar == "" && ws.Used != 0 {
@@ -217,7 +217,7 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	used := func(at time.Time) int64 {
 		t.Helper()
 		clk.us.Store(at.UnixMicro())
-		d, err := e.Peek(ctx, r(1))
+		d, err := e.peek(ctx, r(1))
 		localOK(t, e, err)
 		return calState(t, d).Used
 	}
@@ -254,7 +254,7 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 	// A reset empties the counter; giving back a request counted before
 	// it refunds no one else's cost and goes no lower than zero.
-	localOK(t, e, e.Reset(ctx, "s", r(1).Checks[0].Limiter, "u"))
+	localOK(t, e, e.resetSubject(ctx, "s", r(1).Checks[0].Limiter, "u"))
 	runCal(t, e, clk, r(5), []calStep{{at: next.Add(2 * time.Second), allow: true, used: 5}})
 	localOK(t, e, e.GiveBack(ctx, r(20), ds[0]))
 	if u := used(next.Add(3 * time.Second)); u != 0 {
@@ -382,7 +382,7 @@ func TestCalendarConcurrent(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			d, err := e.Peek(context.Background(), r)
+			d, err := e.peek(context.Background(), r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -483,7 +483,7 @@ func TestCalendarBatchMixed(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			d, err := e.Peek(context.Background(), Request{Scope: "s", Checks: []Check{{Limiter: lim(500), Subject: "u", Cost: 1}}})
+			d, err := e.peek(context.Background(), Request{Scope: "s", Checks: []Check{{Limiter: lim(500), Subject: "u", Cost: 1}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -39,7 +39,7 @@ func removeOK(t *testing.T, e *Engine, us []undo) {
 // calUsed returns what the first calendar window of r holds, by a Peek.
 func calUsed(t *testing.T, e *Engine, r Request) int64 {
 	t.Helper()
-	d, err := e.Peek(context.Background(), r)
+	d, err := e.peek(context.Background(), r)
 	if err != nil || d.Source != FromRedis {
 		t.Fatalf("Peek: %v (source %v)", err, d.Source)
 	}
@@ -176,7 +176,7 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	// run the queued retry; then the counter must hold the others.
 	var used int64
 	for try := 0; ; try++ {
-		dp, err := e.Peek(ctx, r)
+		dp, err := e.peek(ctx, r)
 		if err == nil && dp.Source == FromRedis && e.undos.n.Load() == 0 {
 			used = calUsed(t, e, r)
 			break

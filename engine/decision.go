@@ -68,7 +68,7 @@ type WindowState struct {
 	Reset time.Duration
 }
 
-// Decision is the outcome of Allow or Peek.
+// Decision is the outcome of Allow.
 type Decision struct {
 	// Allowed reports whether the request was admitted.
 	Allowed bool

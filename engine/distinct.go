@@ -36,7 +36,7 @@ func (p *plan) distinct(k *keyer, i int, idx int32, value string) error {
 	p.dbuf = k.appendDistinct(p.dbuf, value)
 	m := string(p.dbuf[start:])
 	if p.kd[idx] != "" && p.kd[idx] != m {
-		return &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different distinct values"}
+		return &requestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different distinct values"}
 	}
 	if p.kd[idx] == "" {
 		p.nd++

@@ -4,12 +4,12 @@
 // An [Engine] is built once per process with [New] over a go-redis client
 // (a *redis.Client, *redis.ClusterClient, *redis.Ring or any [Client]) and
 // is safe for concurrent use. [Engine.Allow] decides a [Request] and counts
-// it; [Engine.Peek] reports what Allow would decide without counting;
-// [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
+// it; [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
 // the slots of in-flight windows an admitted request holds; [Engine.Settle]
-// changes an admitted request's cost to what it really consumed;
-// [Engine.Reset] forgets a subject and lifts its blocks. Allow and Peek
-// return a usable [Decision] whatever fails.
+// changes an admitted request's cost to what it really consumed. Allow
+// returns a usable [Decision] whatever fails. Peeking at and resetting a
+// subject's windows are the root package's (slidelimit.Limiter.Peek and
+// Reset), which knows the scopes and limiters registered.
 //
 // # A request's life
 //
@@ -33,13 +33,13 @@
 // finish op, which rides the engine's next script call to the key's
 // server, ahead of that call's admissions, or is sent on its own after
 // [AsyncBound] (1 ms; on a busy engine, with the batch led next). An Allow
-// or Peek of the same engine made after FinishAsync returns sees the
+// of the same engine made after FinishAsync returns sees the
 // finish applied; other processes see it within AsyncBound and one or two
 // round trips. [Engine.Close] sends what is queued.
 // A crash loses it: the request's slots free when their lease ends, and a
 // request not settled or given back stays charged its estimate until it
 // leaves its windows (erring on the side of denying). Its errors are
-// logged, throttled, and counted ([Engine.FinishAsyncFailures]).
+// logged, throttled, and counted (the benchmarks read the count).
 //
 // # Semantics
 //
@@ -66,7 +66,7 @@
 // a request of cost c at t iff the costs admitted in (t-W, t] sum to at
 // most L-c; Used and Remaining are in cost units, and RetryAfter is the
 // time until enough cost has left every window for c to fit. A cost above
-// a window's limit could never be admitted: Allow returns a [RequestError]
+// a window's limit could never be admitted: Allow returns a [requestError]
 // naming the check and window instead. A cost above 1 needs a limiter with
 // a cost (Limiter.Cost), because such a limiter is its own key: user and
 // user[bytes] never share a log.
@@ -363,4 +363,183 @@
 // restart without persistence forgets (every window) and which memory
 // policies let Redis evict windows (every one but noeviction, when
 // maxmemory is set).
+//
+// # Settling in detail
+//
+// The request was admitted against its estimate (Check.Cost), so no window
+// held more than its limit at admission. Settling to less gives the
+// difference back, exactly: the window then holds the actual cost, never
+// less than zero and never a credit. Settling to more charges the excess at
+// the request's own admission time, as a debt: later requests wait longer,
+// and a window may exceed its limit by at most that excess. Callers that
+// want to cap the debt, or refuse it, pass min(actual, estimate+cap); the
+// middleware does (see its WithSettle). Retry-After stays never early:
+// every later decision reads the settled entries.
+//
+// Only limiters with a cost settle: a check of a limiter without one (it
+// counts requests) must have actual -1 or its cost, else Settle returns a
+// an error matching ErrInvalid and changes nothing; so must checks sharing a key with
+// different actual costs.
+//
+// A request is settled at most once: its entry is renamed, so that a second
+// Settle, or a GiveBack after Settle, finds nothing (settle to 0 to give a
+// request back in full). A request already given back is not settled. A
+// Decision that counted nothing (a denial, a peek, a fail-open or
+// fail-closed decision) has nothing to settle, and Settle returns nil. A
+// decision of the fallback limiter (FromLocal) is settled there.
+//
+// With grains, a request whose entry was merged into the next one (see
+// the package documentation) is settled in that entry, which carries its
+// cost: the first entry scored at or after d.Time in the same grain (the
+// key's coarsest). Such an entry stands for other requests too, so it is
+// not marked settled: settle a request once. On a cluster whose node
+// clocks differ, d.Time (the latest of the nodes' times) may pick a later
+// entry of the same grain, so the change takes effect up to one grain late.
+// When no such entry is found a refund is not made and a debt is charged
+// to the key's newest entry; both err on the side of denying. A key with
+// more than 64 entries after the request's is not rewritten: a refund is
+// not made and a debt is charged to its newest entry (see Weighted changes
+// in lua/multi_window.lua).
+//
+// When Redis fails, or is considered down, the settlement is queued like
+// the undo of a failed call (best effort, retried before later script
+// calls) and the error matches ErrBackend; Settle waits for at most one
+// timeout. After Close it returns ErrClosed. It is safe for concurrent use.
+//
+// Settle is Finish(ctx, d, Outcome{Actual: actual}), at the same cost,
+// except that it leaves the request's slots held: the request may still
+// run. req is only used to check the length of actual.
+//
+// # Finishing asynchronously
+//
+// What this process sees is updated before FinishAsync returns: the
+// request's slots are no longer renewed, its keys are forgotten by the
+// cache of denials, and an Allow this engine makes after
+// FinishAsync returns sees the finish applied in Redis. The queued op
+// rides the next script call to its key's server, ahead of that call's
+// admissions (the same script call on a single server; the same pipeline,
+// in order, per server elsewhere), and a batch that starts while an
+// earlier batch carrying queued ops of its keys is still on its way waits
+// for that batch's answer before it is sent. Without other traffic the op
+// is sent on its own after AsyncBound. Other processes thus see the finish
+// at most AsyncBound plus one round trip after FinishAsync, plus one more
+// round trip when the engine's batch slots are all in flight then (see
+// AsyncBound), and plus the delay of a retry when Redis fails (below).
+//
+// Close sends what is queued and waits for it. A process that crashes
+// before then loses the queued work: the request's slots free when their
+// lease runs out (WithLease), as they are no longer renewed, and a request
+// not settled stays charged its estimate, and one not given back stays
+// counted, until it leaves its windows: both err on the side of denying.
+//
+// FinishAsync has no caller to report to. Its errors go to the engine's
+// logger, at most one line per warnEvery (10 s) with the number of lines
+// held back, and are counted (finishAsyncFailures): a Decision or Outcome
+// that Finish would refuse (an error matching ErrInvalid; nothing is changed), a call
+// after Close, and Redis failing, in which case the work is queued like
+// the undo of a failed call (see Finish). A decision of the local fallback
+// limiter (FromLocal) is finished in-process before FinishAsync returns,
+// as Finish does. It is safe for concurrent use.
+//
+// # Giving back
+//
+// Admitting then giving back keeps a limit exact where checking after the
+// fact would not: while its outcome is unknown, the request holds its place
+// in every window, so at most Limit requests whose outcome counts are ever
+// in flight or recorded in a window.
+//
+// A request that holds slots of in-flight windows releases them too (see
+// Release).
+//
+// GiveBack is idempotent and never removes another request's entry: it
+// removes the request's own member, a unique id. A Decision that counted
+// nothing (a denial, a peek, a fail-open or fail-closed decision, or an
+// Allow without windows) has nothing to give back, and GiveBack returns
+// nil. A decision of the local fallback limiter (FromLocal) is given back
+// there. When Redis fails, or is considered down after a timeout, the
+// removal is queued like the undo of a failed call (see the package
+// documentation: best effort, retried before later script calls), and the
+// returned error matches ErrBackend; GiveBack thus waits for at most one
+// timeout. After Close, GiveBack returns ErrClosed. It is safe for
+// concurrent use.
+//
+// # Finishing
+//
+// Finish is idempotent: what an earlier Finish of d (or a copy of d) did is
+// not done again, and a request is given back, released and settled at most
+// once. It does nothing and returns nil for a Decision that counted nothing:
+// a denial, a peek, a fail-open or fail-closed decision, or an Allow without
+// windows. A decision of the local fallback limiter (FromLocal) is finished
+// there. o.Actual with the wrong length, or settling a limiter without a
+// cost to another cost, returns an error matching ErrInvalid and changes nothing.
+//
+// When Redis fails, or is considered down, the work is queued like the
+// undo of a failed call (best effort, retried before later script calls)
+// and the error matches ErrBackend; Finish waits for at most one timeout. A
+// slot that could not be released frees at the latest one lease later, as
+// it is no longer renewed. After Close, Finish returns ErrClosed. It is
+// safe for concurrent use.
+//
+// # Releasing slots
+//
+// Release removes only the request's own slot, its unique member, so it
+// is idempotent (a second Release frees nothing) and never frees another
+// request's slot. A Decision that holds no slot (a denial, a peek, a
+// fail-open or fail-closed decision, a request without in-flight windows)
+// has nothing to release, and Release returns nil. A decision of the local
+// fallback limiter (FromLocal) is released there. When Redis fails, the
+// removal is queued and retried like GiveBack's, and the error matches
+// ErrBackend; the slot frees at the latest when its lease runs out, since
+// it is no longer renewed. After Close, Release returns ErrClosed. It is
+// safe for concurrent use.
+//
+// # Starting
+//
+// New returns an Engine deciding with client. It reads INFO memory and
+// stats of every server the engine uses (every master of a cluster),
+// waiting at most the timeout or a second, and logs a warning when a
+// server's maxmemory-policy can evict the engine's keys (see
+// WithRequireNoEviction); it repeats this check every
+// DefaultEvictionCheck in a goroutine of its own. With cached denials on
+// (the default, see WithCachedDenials) it subscribes to the invalidation
+// channel and waits for the subscription (at most a second, or the
+// timeout if longer; at once when Redis refuses connections). When the
+// client's server listens in this process, it asks INFO server on a
+// connection of its own (waiting at most a second): an embedded miniredis cannot be
+// down, so calls to it wait up to 5 s (or the timeout if longer) before
+// the fail mode decides, whatever the timeout. It sends no other command:
+// the script is loaded by the first call that needs it. The
+// Engine does not own client; Close leaves it open. New fails with an
+// error matching ErrInvalid when client is nil (also a typed nil such as
+// (*redis.Client)(nil)) or an option is invalid.
+//
+// # Leases
+//
+// While a request runs, the engine renews the slots it holds every
+// lease/3 (WithLease), all of them in one pipelined call per server, so a
+// request may run far longer than its lease. A process that dies stops
+// renewing: its slots free at most one lease after their last renewal. A
+// shorter lease frees a crashed process's slots sooner at the cost of more
+// renewals. Keep the lease well above three timeouts (WithTimeout): a
+// renewal that meets a server that has just stopped answering waits up to
+// a timeout, and the renewals of the other servers' slots, in the same
+// pipeline, wait with it. Engines sharing a Redis may use different
+// leases: each slot keeps its own deadline.
+//
+// # Cached denials in detail
+//
+// A denial from the cache is never wrong in the admitting direction, and
+// it is never made for a request Redis would admit: deadlines are taken
+// from the moment the answer's call was sent, so they end no later than in
+// Redis, and a Reset, GiveBack or rollback in any process is published on
+// a Redis channel (the prefix followed by "invalidate") that every
+// engine with cached denials subscribes to, and honoured within about a
+// second (as soon as it is delivered; an engine that has not heard from
+// its subscription for 0.8 s makes no cached denial). The subscription is
+// one extra connection and one goroutine per engine, stopped by Close.
+// Clients that cannot subscribe (not a *redis.Client, *redis.ClusterClient
+// or *redis.Ring) get no cached denials.
+//
+// What Redis last said is kept either way: the FailLocal fallback starts
+// from it.
 package engine

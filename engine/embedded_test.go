@@ -76,7 +76,7 @@ func (tw *twin) decide(t testing.TB, req Request, peek bool, why func() string) 
 	for i, e := range tw.eng {
 		var err error
 		if peek {
-			ds[i], err = e.Peek(context.Background(), req)
+			ds[i], err = e.peek(context.Background(), req)
 		} else {
 			ds[i], err = e.Allow(context.Background(), req)
 		}

@@ -75,26 +75,14 @@ type Engine struct {
 	closeOnce  sync.Once
 }
 
-// New returns an Engine deciding with client. It reads INFO memory and
-// stats of every server the engine uses (every master of a cluster),
-// waiting at most the timeout or a second, and logs a warning when a
-// server's maxmemory-policy can evict the engine's keys (see
-// WithRequireNoEviction); it repeats this check every
-// DefaultEvictionCheck in a goroutine of its own. With cached denials on
-// (the default, see WithCachedDenials) it subscribes to the invalidation
-// channel and waits for the subscription (at most a second, or the
-// timeout if longer; at once when Redis refuses connections). When the
-// client's server listens in this process, it asks INFO server on a
-// connection of its own (waiting at most a second): an embedded miniredis cannot be
-// down, so calls to it wait up to 5 s (or the timeout if longer) before
-// the fail mode decides, whatever the timeout. It sends no other command:
-// the script is loaded by the first call that needs it. The
-// Engine does not own client; Close leaves it open. New fails with an
-// *OptionError when client is nil (also a typed nil such as
-// (*redis.Client)(nil)) or an option is invalid.
+// New returns an Engine deciding with client, which it does not own: Close
+// leaves it open. It reads each server's memory settings, waiting at most
+// a second, and subscribes to invalidations when cached denials are on
+// (see the package documentation, Starting). It fails with an
+// error matching ErrInvalid when client is nil or an option is invalid.
 func New(client Client, opts ...Option) (*Engine, error) {
 	if isNil(client) {
-		return nil, &OptionError{Option: "client", Reason: "nil client"}
+		return nil, &optionError{Option: "client", Reason: "nil client"}
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -110,7 +98,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	}
 	node, err := snowflake.NewNode(cfg.node)
 	if err != nil {
-		return nil, &OptionError{Option: "WithNode", Reason: err.Error()}
+		return nil, &optionError{Option: "WithNode", Reason: err.Error()}
 	}
 	e := &Engine{
 		client:  client,
@@ -180,11 +168,12 @@ func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
 	return d, err
 }
 
-// Peek reports what Allow would decide for req now, without counting it or
+// peek reports what Allow would decide for req now, without counting it or
 // writing anything. In its Decision, Used does not include req, and Allowed
-// says whether req would be admitted. Peek always asks Redis (it is for
+// says whether req would be admitted. It always asks Redis (it is for
 // inspection: it never makes a cached denial). Errors are as for Allow.
-func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
+// slidelimit.Limiter.Peek reaches it through internal/access.
+func (e *Engine) peek(ctx context.Context, req Request) (Decision, error) {
 	return e.decide(ctx, &req, opPeek)
 }
 
@@ -294,33 +283,23 @@ func answered(err error) bool {
 // nil case allocates nothing (errors.As needs its targets on the heap).
 func answeredErr(err error) bool {
 	var re redis.Error
-	var ue *ReplyError
+	var ue *replyError
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
-// Reset forgets every request counted for subject by limiter l in scope
+// reset forgets every request counted for subject by limiter l in scope
 // and lifts the subject's block there (Check.Block): it deletes the key and
 // its block key, in Redis and in the fallback limiter, and tells every
 // engine's cache. When l has an in-flight window, its slots are freed too:
 // requests running still hold no slot (their renewals report them lost,
 // see WithSlotLost), so up to the limit more may be admitted while they
-// run.
-func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string) error {
-	return e.reset(ctx, scope, l, subject, false)
-}
-
-// ResetHashed is Reset for a subject known by its stored hash only, as
-// the operator's page reports it (see Check.Hashed): a subject longer than 128
-// bytes, or any subject with WithHashSubjects. It fails with an error
-// matching ErrInvalid when hash is not a stored hash.
-func (e *Engine) ResetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
-	if !IsStoredHash(hash) {
-		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, hash)
-	}
-	return e.reset(ctx, scope, l, hash, true)
-}
-
+// run. With hashed, subject is a stored hash (Denials.Hash), and reset
+// fails with an error matching ErrInvalid when it is not one.
+// slidelimit.Limiter.Reset reaches it through internal/access.
 func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
+	if hashed && !access.IsStoredHash(subject) {
+		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, subject)
+	}
 	keys := []string{string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, keyCost(&l), subject, hashed))}
 	for _, w := range l.Windows {
 		if w.Concurrent {
@@ -360,7 +339,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	return nil
 }
 
-// Close makes later calls fail with ErrClosed (Allow and Peek then follow
+// Close makes later calls fail with ErrClosed (Allow then follows
 // the fail mode). Calls in flight complete. It sends the finishes that
 // FinishAsync queued and waits for their answers. Close stops the engine's
 // goroutines (the subscription to invalidations of cached denials, the
@@ -385,10 +364,6 @@ func (e *Engine) Close() error {
 	})
 	return nil
 }
-
-// FailMode returns the fail mode of requests whose Fail is FailDefault, as
-// set by WithFailMode: never FailDefault.
-func (e *Engine) FailMode() rules.FailMode { return e.fail }
 
 // now is the local decision time for answers that do not come from Redis.
 func (e *Engine) now() time.Time {

@@ -20,9 +20,9 @@ func TestOptions(t *testing.T) {
 		WithPrefix("a{b"), WithPrefix("}"), WithNode(-1), WithNode(1024), WithTimeout(0),
 		WithFailMode("sideways"), WithFailMode(rules.FailDefault), WithLogger(nil), WithClock(nil), WithLocalKeys(0),
 	} {
-		var oe *OptionError
+		var oe *optionError
 		if _, err := New(rc, o); !errors.As(err, &oe) || !errors.Is(err, ErrInvalid) {
-			t.Errorf("option error %v, want an OptionError", err)
+			t.Errorf("option error %v, want an optionError", err)
 		}
 	}
 	if _, err := New(nil); !errors.Is(err, ErrInvalid) {
@@ -34,9 +34,9 @@ func TestOptions(t *testing.T) {
 		"*redis.Ring":           (*redis.Ring)(nil),
 		"redis.UniversalClient": redis.UniversalClient((*redis.Client)(nil)),
 	} {
-		var oe *OptionError
+		var oe *optionError
 		if e, err := New(c); e != nil || !errors.As(err, &oe) || oe.Option != "client" {
-			t.Errorf("typed nil %s: %v %v, want an OptionError for the client", name, e, err)
+			t.Errorf("typed nil %s: %v %v, want an optionError for the client", name, e, err)
 		}
 	}
 	e, err := New(rc, WithPrefix("x:"), WithNode(1023), WithTimeout(time.Second), WithFailMode(rules.FailOpen),
@@ -80,7 +80,7 @@ func TestInvalidAndEmptyRequests(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || d.Source != FromFailOpen {
 		t.Errorf("after Close: %+v %v", d, err)
 	}
-	if err := e.Reset(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
+	if err := e.resetSubject(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Reset after Close: %v", err)
 	}
 }
@@ -145,7 +145,7 @@ func TestFailModeDefault(t *testing.T) {
 		{[]Option{WithFailMode(rules.FailOpen)}, rules.FailOpen},
 	} {
 		e := newEngine(t, rc, tt.opts...)
-		if got := e.FailMode(); got != tt.want {
+		if got := e.fail; got != tt.want {
 			t.Errorf("FailMode() with %d options = %q, want %q", len(tt.opts), got, tt.want)
 		}
 	}

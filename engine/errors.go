@@ -17,7 +17,8 @@ var (
 	// ask Redis because a server it needs did not answer an earlier call
 	// and has not answered the engine's background probe since.
 	ErrUnavailable = errors.New("engine: redis considered down, not asked")
-	// ErrInvalid is matched by a RequestError or an OptionError.
+	// ErrInvalid is matched by the error of a Request the engine cannot
+	// evaluate and of an invalid option given to New.
 	ErrInvalid = errors.New("engine: invalid argument")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("engine: closed")
@@ -25,7 +26,8 @@ var (
 
 // BackendError reports that Redis could not make a decision. It unwraps to
 // the underlying error (a go-redis, network or context error, a
-// *ReplyError or ErrUnavailable) and matches ErrBackend.
+// reply the engine does not understand, or ErrUnavailable) and matches
+// ErrBackend.
 type BackendError struct {
 	// Op is the engine operation: "allow", "peek", "reset", "rollback"
 	// or "giveback".
@@ -44,30 +46,30 @@ func (e *BackendError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrBackend.
 func (e *BackendError) Is(target error) bool { return target == ErrBackend }
 
-// ReplyError reports a script reply the engine does not understand, which
+// replyError reports a script reply the engine does not understand, which
 // means the script and the engine disagree about the wire format (or the
 // server is not Redis). It is wrapped in a BackendError.
-type ReplyError struct {
+type replyError struct {
 	// Reason says what was wrong.
 	Reason string
 	// Reply holds the start of the reply, for diagnosis.
 	Reply string
 }
 
-func (e *ReplyError) Error() string {
+func (e *replyError) Error() string {
 	return "engine: unexpected reply: " + e.Reason + " in " + strconv.Quote(e.Reply)
 }
 
-func newReplyError(reason, reply string) *ReplyError {
+func newReplyError(reason, reply string) *replyError {
 	if len(reply) > 64 {
 		reply = reply[:64] + "..."
 	}
-	return &ReplyError{Reason: reason, Reply: reply}
+	return &replyError{Reason: reason, Reply: reply}
 }
 
-// RequestError reports a Request the engine cannot evaluate. It matches
+// requestError reports a Request the engine cannot evaluate. It matches
 // ErrInvalid.
-type RequestError struct {
+type requestError struct {
 	// Check is the index of the offending check in Request.Checks, or -1
 	// when the request as a whole is at fault.
 	Check int
@@ -78,7 +80,7 @@ type RequestError struct {
 	Reason string
 }
 
-func (e *RequestError) Error() string {
+func (e *requestError) Error() string {
 	s := "engine: invalid request"
 	if e.Check >= 0 {
 		s += ": check " + strconv.Itoa(e.Check)
@@ -90,20 +92,20 @@ func (e *RequestError) Error() string {
 }
 
 // Is reports whether target is ErrInvalid.
-func (e *RequestError) Is(target error) bool { return target == ErrInvalid }
+func (e *requestError) Is(target error) bool { return target == ErrInvalid }
 
-// OptionError reports an invalid Option given to New. It matches
+// optionError reports an invalid Option given to New. It matches
 // ErrInvalid.
-type OptionError struct {
+type optionError struct {
 	// Option is the option's name, such as "WithPrefix".
 	Option string
 	// Reason says what is wrong.
 	Reason string
 }
 
-func (e *OptionError) Error() string {
+func (e *optionError) Error() string {
 	return "engine: invalid option " + e.Option + ": " + e.Reason
 }
 
 // Is reports whether target is ErrInvalid.
-func (e *OptionError) Is(target error) bool { return target == ErrInvalid }
+func (e *optionError) Is(target error) bool { return target == ErrInvalid }

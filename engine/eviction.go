@@ -17,13 +17,14 @@ import (
 // WithRequireNoEviction).
 const DefaultEvictionCheck = time.Minute
 
-// ErrEviction is matched by an EvictionError.
+// ErrEviction is matched by the error of New with WithRequireNoEviction
+// when a server may evict the engine's keys.
 var ErrEviction = errors.New("engine: redis may evict rate-limit keys")
 
-// EvictionError reports, from New with WithRequireNoEviction, a Redis
+// evictionError reports, from New with WithRequireNoEviction, a Redis
 // server whose memory policy can evict the engine's keys. It matches
 // ErrEviction.
-type EvictionError struct {
+type evictionError struct {
 	// Server is the server's address.
 	Server string
 	// Policy is its maxmemory-policy.
@@ -32,14 +33,14 @@ type EvictionError struct {
 	MaxMemory int64
 }
 
-func (e *EvictionError) Error() string {
+func (e *evictionError) Error() string {
 	return "engine: redis " + e.Server + " may evict rate-limit keys (maxmemory " +
 		strconv.FormatInt(e.MaxMemory, 10) + ", maxmemory-policy " + e.Policy +
 		"); set maxmemory-policy noeviction or use a dedicated instance without maxmemory"
 }
 
 // Is reports whether target is ErrEviction.
-func (e *EvictionError) Is(target error) bool { return target == ErrEviction }
+func (e *evictionError) Is(target error) bool { return target == ErrEviction }
 
 // EvictionEvent reports that a Redis server the engine uses evicted keys:
 // the rate-limit windows stored there may have lost entries, and then
@@ -57,7 +58,7 @@ type EvictionEvent struct {
 	Total int64
 }
 
-// WithRequireNoEviction makes New fail with an *EvictionError when a Redis
+// WithRequireNoEviction makes New fail with an error matching ErrEviction when a Redis
 // server the engine uses (every master of a cluster) has maxmemory set and
 // a maxmemory-policy other than noeviction, which can evict the engine's
 // keys (every one has a TTL, so the volatile-* policies evict them too),
@@ -78,7 +79,7 @@ func WithRequireNoEviction() Option {
 func WithEvictionHook(hook func(EvictionEvent)) Option {
 	return func(c *config) error {
 		if hook == nil {
-			return &OptionError{Option: "WithEvictionHook", Reason: "nil hook"}
+			return &optionError{Option: "WithEvictionHook", Reason: "nil hook"}
 		}
 		c.evictionHook = hook
 		return nil
@@ -140,7 +141,7 @@ func (e *Engine) startGuard(cfg *config) error {
 		}
 		for i := range ms {
 			if ms[i].canEvict() {
-				return &EvictionError{Server: ms[i].addr, Policy: ms[i].policy, MaxMemory: ms[i].maxMemory}
+				return &evictionError{Server: ms[i].addr, Policy: ms[i].policy, MaxMemory: ms[i].maxMemory}
 			}
 		}
 	}

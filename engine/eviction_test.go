@@ -54,10 +54,10 @@ func TestEvictionPolicy(t *testing.T) {
 			if e != nil {
 				e.Close()
 			}
-			var ee *EvictionError
+			var ee *evictionError
 			if tc.evicting {
 				if !errors.As(err, &ee) || !errors.Is(err, ErrEviction) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
-					t.Errorf("New with WithRequireNoEviction: %v, want an *EvictionError for %s", err, s.Addr)
+					t.Errorf("New with WithRequireNoEviction: %v, want an *evictionError for %s", err, s.Addr)
 				}
 			} else if err != nil {
 				t.Errorf("New with WithRequireNoEviction: %v", err)

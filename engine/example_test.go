@@ -153,12 +153,13 @@ func ExampleEngine_Settle() {
 	if err := eng.Settle(ctx, req, d, []int64{120}); err != nil {
 		log.Fatal(err)
 	}
-	p, _ := eng.Peek(ctx, req)
-	fmt.Println(p.Windows[0].Used)
+	// The next request sees the 120 tokens settled, not the 500 estimated.
+	d, _ = eng.Allow(ctx, req)
+	fmt.Println(d.Allowed, d.Windows[0].Used)
 
 	// Output:
 	// true 500
-	// 120
+	// true 620
 }
 
 // Once a window denies user 42, the user is blocked for an hour, though

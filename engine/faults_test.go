@@ -223,7 +223,7 @@ func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
 		t.Fatal(err)
 	}
 	// A peek on both nodes runs their undos.
-	untilRedis(t, func() (Decision, error) { return e.Peek(ctx, r) })
+	untilRedis(t, func() (Decision, error) { return e.peek(ctx, r) })
 	// b's node answered the reservation, but go-redis reported its reply
 	// lost with a's timeout; a's node ran it after the busy script.
 	for _, c := range r.Checks {

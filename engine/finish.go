@@ -19,27 +19,12 @@ type Outcome struct {
 	Actual []int64
 }
 
-// Finish ends the request that d admitted, in one Redis round trip shared
-// with concurrent calls (the engine's batches, see Round trips in the
-// package documentation): it gives the request back when o.GiveBack, settles
-// its costs when o.Actual is non-nil, and always releases the slots it holds
-// in in-flight windows. d carries every key the request was counted in, so
-// Finish needs neither the Request nor a plan.
-//
-// Finish is idempotent: what an earlier Finish of d (or a copy of d) did is
-// not done again, and a request is given back, released and settled at most
-// once. It does nothing and returns nil for a Decision that counted nothing:
-// a denial, a Peek, a fail-open or fail-closed decision, or an Allow without
-// windows. A decision of the local fallback limiter (FromLocal) is finished
-// there. o.Actual with the wrong length, or settling a limiter without a
-// cost to another cost, returns a *RequestError and changes nothing.
-//
-// When Redis fails, or is considered down, the work is queued like the
-// undo of a failed call (best effort, retried before later script calls)
-// and the error matches ErrBackend; Finish waits for at most one timeout. A
-// slot that could not be released frees at the latest one lease later, as
-// it is no longer renewed. After Close, Finish returns ErrClosed. It is
-// safe for concurrent use.
+// Finish ends the request that d admitted in one shared round trip: it
+// gives the request back when o.GiveBack, settles its costs when o.Actual
+// is non-nil, and always releases its slots. It is idempotent, returns nil
+// for a Decision that counted nothing, and returns an error matching
+// ErrBackend when Redis fails, the work then queued and retried (see the
+// package documentation, Finishing). It is safe for concurrent use.
 func (e *Engine) Finish(ctx context.Context, d Decision, o Outcome) error {
 	return e.finish(ctx, &d, &o, false)
 }
@@ -213,7 +198,7 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 		return nil, nil
 	}
 	if len(actual) != len(t.checks) {
-		return nil, &RequestError{Check: -1, Window: -1, Reason: "Finish needs one actual cost per check, got " +
+		return nil, &requestError{Check: -1, Window: -1, Reason: "Finish needs one actual cost per check, got " +
 			strconv.Itoa(len(actual)) + " for " + strconv.Itoa(len(t.checks))}
 	}
 	d := c.bleft[:0]
@@ -236,9 +221,9 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 		}
 		switch {
 		case delta != 0 && !t.checks[i].priced:
-			return nil, &RequestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
+			return nil, &requestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
 		case set[k] && d[k] != delta:
-			return nil, &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
+			return nil, &requestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
 		}
 		d[k], set[k] = delta, true
 	}
@@ -274,30 +259,10 @@ func (p *plan) finishKeys(fin []undo) {
 }
 
 // GiveBack takes the request that d admitted out of every window it was
-// counted in, as if it had never been made: a login that succeeded, where
-// only failures should count. It is Finish(ctx, d, Outcome{GiveBack:
-// true}), at the same cost; req is not needed (d knows its keys) and is
-// kept for compatibility.
-//
-// Admitting then giving back keeps a limit exact where checking after the
-// fact would not: while its outcome is unknown, the request holds its place
-// in every window, so at most Limit requests whose outcome counts are ever
-// in flight or recorded in a window.
-//
-// A request that holds slots of in-flight windows releases them too (see
-// Release).
-//
-// GiveBack is idempotent and never removes another request's entry: it
-// removes the request's own member, a unique id. A Decision that counted
-// nothing (a denial, a Peek, a fail-open or fail-closed decision, or an
-// Allow without windows) has nothing to give back, and GiveBack returns
-// nil. A decision of the local fallback limiter (FromLocal) is given back
-// there. When Redis fails, or is considered down after a timeout, the
-// removal is queued like the undo of a failed call (see the package
-// documentation: best effort, retried before later script calls), and the
-// returned error matches ErrBackend; GiveBack thus waits for at most one
-// timeout. After Close, GiveBack returns ErrClosed. It is safe for
-// concurrent use.
+// counted in, as if it had never been made, and releases its slots. It is
+// Finish(ctx, d, Outcome{GiveBack: true}); req is unused. It is idempotent
+// and returns nil for a Decision that counted nothing (see the package
+// documentation, Giving back). It is safe for concurrent use.
 func (e *Engine) GiveBack(ctx context.Context, _ Request, d Decision) error {
 	return e.finish(ctx, &d, &Outcome{GiveBack: true}, false)
 }

@@ -48,7 +48,7 @@ func finishStepsBy(t *testing.T, e *Engine, clk *fakeClock, finish func(Decision
 		for _, o := range s.outs {
 			finish(d, o)
 		}
-		p, err := e.Peek(ctx, r)
+		p, err := e.peek(ctx, r)
 		localOK(t, e, err)
 		if !p.Allowed || p.Windows[0].Used != s.bytes || slotState(t, p).Used != 0 {
 			t.Fatalf("%s: afterwards %+v; want %d bytes and no slot used", s.name, p, s.bytes)
@@ -99,7 +99,7 @@ func TestFinishNothing(t *testing.T) {
 	r := req(bytesOf("u", 100, win(150, time.Minute)), user("u", win(5, time.Minute), conc(2)))
 	d := mustAllow(t, e, r, true)
 	den := mustAllow(t, e, r, false) // the byte quota is full
-	p, err := e.Peek(ctx, r)
+	p, err := e.peek(ctx, r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,37 +19,11 @@ import (
 const AsyncBound = time.Millisecond
 
 // FinishAsync is Finish without waiting: it queues the finish of the
-// request that d admitted with outcome o and returns at once, so that a
-// response is not held by a Redis round trip after its handler.
-//
-// What this process sees is updated before FinishAsync returns: the
-// request's slots are no longer renewed, its keys are forgotten by the
-// cache of denials, and an Allow or Peek this engine makes after
-// FinishAsync returns sees the finish applied in Redis. The queued op
-// rides the next script call to its key's server, ahead of that call's
-// admissions (the same script call on a single server; the same pipeline,
-// in order, per server elsewhere), and a batch that starts while an
-// earlier batch carrying queued ops of its keys is still on its way waits
-// for that batch's answer before it is sent. Without other traffic the op
-// is sent on its own after AsyncBound. Other processes thus see the finish
-// at most AsyncBound plus one round trip after FinishAsync, plus one more
-// round trip when the engine's batch slots are all in flight then (see
-// AsyncBound), and plus the delay of a retry when Redis fails (below).
-//
-// Close sends what is queued and waits for it. A process that crashes
-// before then loses the queued work: the request's slots free when their
-// lease runs out (WithLease), as they are no longer renewed, and a request
-// not settled stays charged its estimate, and one not given back stays
-// counted, until it leaves its windows: both err on the side of denying.
-//
-// FinishAsync has no caller to report to. Its errors go to the engine's
-// logger, at most one line per warnEvery (10 s) with the number of lines
-// held back, and are counted (FinishAsyncFailures): a Decision or Outcome
-// that Finish would refuse (a *RequestError; nothing is changed), a call
-// after Close, and Redis failing, in which case the work is queued like
-// the undo of a failed call (see Finish). A decision of the local fallback
-// limiter (FromLocal) is finished in-process before FinishAsync returns,
-// as Finish does. It is safe for concurrent use.
+// request that d admitted and returns at once, so that a response is not
+// held by a Redis round trip. This engine sees the finish at once, other
+// processes within about AsyncBound and a round trip. Its errors are logged
+// and counted, never returned (see the package documentation, Finishing
+// asynchronously). It is safe for concurrent use.
 func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	t := d.taken
 	if t == nil || !d.Allowed {
@@ -99,10 +73,11 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	}
 }
 
-// FinishAsyncFailures returns how many FinishAsync calls failed so far
+// finishAsyncFailures returns how many FinishAsync calls failed so far
 // (see FinishAsync): refused, made after Close, or met a Redis failure
-// and were queued to be retried.
-func (e *Engine) FinishAsyncFailures() uint64 { return e.async.failed.Load() }
+// and were queued to be retried. The benchmarks read it through
+// internal/access.
+func (e *Engine) finishAsyncFailures() uint64 { return e.async.failed.Load() }
 
 // asyncQueue holds the finishes of FinishAsync from their call until
 // Redis answered them: queued (pending) until a batch or the timer takes

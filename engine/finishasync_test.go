@@ -20,7 +20,7 @@ func TestFinishAsyncSteps(t *testing.T) {
 	onEveryBackend(t, func(t *testing.T, e *Engine, clk *fakeClock) {
 		e.async.bound = time.Hour
 		finishStepsBy(t, e, clk, e.FinishAsync)
-		if n := e.FinishAsyncFailures(); n != 0 {
+		if n := e.finishAsyncFailures(); n != 0 {
 			t.Errorf("FinishAsyncFailures %d, want 0", n)
 		}
 	})
@@ -71,12 +71,12 @@ func TestFinishAsyncOrder(t *testing.T) {
 			}
 			// Every request was settled to 5 bytes before the next one.
 			for w := range workers {
-				p, err := e.Peek(ctx, req(user(fmt.Sprint("w", w), conc(1)), bytesOf(fmt.Sprint("w", w), 10, win(1<<40, time.Hour))))
+				p, err := e.peek(ctx, req(user(fmt.Sprint("w", w), conc(1)), bytesOf(fmt.Sprint("w", w), 10, win(1<<40, time.Hour))))
 				if err != nil || slotState(t, p).Used != 0 || p.Windows[1].Used != 5*rounds {
 					t.Errorf("worker %d afterwards: %+v, %v; want no slot and %d bytes", w, p.Windows, err, 5*rounds)
 				}
 			}
-			if n := e.FinishAsyncFailures(); n != 0 {
+			if n := e.finishAsyncFailures(); n != 0 {
 				t.Errorf("FinishAsyncFailures %d, want 0", n)
 			}
 		})
@@ -160,20 +160,20 @@ func TestFinishAsyncClose(t *testing.T) {
 			}
 			// Each admission carried the finish queued before it: the
 			// last finish alone waits.
-			p, err := check.Peek(ctx, r(n-1))
+			p, err := check.peek(ctx, r(n-1))
 			if err != nil || slotState(t, p).Used != 1 {
 				t.Fatalf("before Close: %+v, %v; want the last slot still held (queued)", p.Windows, err)
 			}
 			a.Close()
 			for i := range n {
-				p, err := check.Peek(ctx, r(i))
+				p, err := check.peek(ctx, r(i))
 				if err != nil || slotState(t, p).Used != 0 || p.Windows[1].Used != 3 {
 					t.Fatalf("subject %d after Close: %+v, %v; want the slot free and 3 bytes", i, p.Windows, err)
 				}
 			}
 			// After Close a FinishAsync is refused and counted.
 			a.FinishAsync(Decision{Allowed: true, taken: &taken{src: FromRedis}}, Outcome{})
-			if got := a.FinishAsyncFailures(); got != 1 {
+			if got := a.finishAsyncFailures(); got != 1 {
 				t.Errorf("FinishAsyncFailures after Close %d, want 1", got)
 			}
 		})
@@ -194,17 +194,17 @@ func TestFinishAsyncErrors(t *testing.T) {
 		t.Fatal(d, err)
 	}
 	e.FinishAsync(d, Outcome{Actual: []int64{1}}) // one cost for two checks
-	if got := e.FinishAsyncFailures(); got != 1 {
+	if got := e.finishAsyncFailures(); got != 1 {
 		t.Fatalf("after a refused Outcome: FinishAsyncFailures %d, want 1", got)
 	}
 	e.drainAsync(false)
-	if p, err := e.Peek(ctx, r); err != nil || slotState(t, p).Used != 1 {
+	if p, err := e.peek(ctx, r); err != nil || slotState(t, p).Used != 1 {
 		t.Fatalf("a refused Outcome changed something: %+v, %v", p.Windows, err)
 	}
 	s.Stop()
 	e.FinishAsync(d, Outcome{})
 	e.drainAsync(false) // the timer's work, now
-	if got := e.FinishAsyncFailures(); got != 2 {
+	if got := e.finishAsyncFailures(); got != 2 {
 		t.Fatalf("after Redis stopped: FinishAsyncFailures %d, want 2", got)
 	}
 	if e.undos.n.Load() == 0 {

@@ -161,7 +161,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 				continue // exempt, or refused before the engine
 			}
 			e := r.engines[q.Engine%len(r.engines)]
-			var re *RequestError
+			var re *requestError
 			if errors.As(errs[j], &re) || errors.Is(errs[j], ErrClosed) {
 				r.errs = append(r.errs, fmt.Sprintf("step %d: Allow: %v", i, errs[j]))
 			}
@@ -447,7 +447,7 @@ func (r *faultRun) audit() []string {
 		req, _ := r.requestOf(q)
 		var d Decision
 		for try := 0; ; try++ {
-			d, err = e.Peek(context.Background(), req)
+			d, err = e.peek(context.Background(), req)
 			if err == nil && d.Source == FromRedis {
 				break
 			}

@@ -126,3 +126,13 @@ func startRedis(t *testing.T) (*redistest.Server, *redis.Client) {
 	s := redistest.Start(t)
 	return s, s.Client()
 }
+
+// resetSubject is reset of a subject given as is.
+func (e *Engine) resetSubject(ctx context.Context, scope string, l rules.Limiter, subject string) error {
+	return e.reset(ctx, scope, l, subject, false)
+}
+
+// resetHashed is reset of a subject known by its stored hash.
+func (e *Engine) resetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
+	return e.reset(ctx, scope, l, hash, true)
+}

@@ -70,7 +70,7 @@ const (
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return &OptionError{Option: "WithPrefix", Reason: "prefix contains a brace"}
+			return &optionError{Option: "WithPrefix", Reason: "prefix contains a brace"}
 		}
 		c.prefix = prefix
 		return nil
@@ -92,7 +92,7 @@ func WithPrefix(prefix string) Option {
 func WithNode(node int64) Option {
 	return func(c *config) error {
 		if node < 0 || node > 1023 {
-			return &OptionError{Option: "WithNode", Reason: "node outside 0..1023"}
+			return &optionError{Option: "WithNode", Reason: "node outside 0..1023"}
 		}
 		c.node, c.nodeSet = node, true
 		return nil
@@ -108,7 +108,7 @@ func WithNode(node int64) Option {
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
-			return &OptionError{Option: "WithTimeout", Reason: "timeout not positive"}
+			return &optionError{Option: "WithTimeout", Reason: "timeout not positive"}
 		}
 		c.timeout = d
 		return nil
@@ -132,7 +132,7 @@ func WithFailMode(m rules.FailMode) Option {
 			c.fail = m
 			return nil
 		}
-		return &OptionError{Option: "WithFailMode", Reason: "unknown fail mode " + string(m)}
+		return &optionError{Option: "WithFailMode", Reason: "unknown fail mode " + string(m)}
 	}
 }
 
@@ -161,7 +161,7 @@ func WithHashSubjects(secret []byte) Option {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
-			return &OptionError{Option: "WithLogger", Reason: "nil logger"}
+			return &optionError{Option: "WithLogger", Reason: "nil logger"}
 		}
 		c.logger = l
 		return nil
@@ -176,7 +176,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithClock(clock func() time.Time) Option {
 	return func(c *config) error {
 		if clock == nil {
-			return &OptionError{Option: "WithClock", Reason: "nil clock"}
+			return &optionError{Option: "WithClock", Reason: "nil clock"}
 		}
 		c.clock = clock
 		return nil
@@ -193,7 +193,7 @@ func WithClock(clock func() time.Time) Option {
 func WithLocalKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
-			return &OptionError{Option: "WithLocalKeys", Reason: "cap below 1"}
+			return &optionError{Option: "WithLocalKeys", Reason: "cap below 1"}
 		}
 		c.localKeys = n
 		return nil
@@ -201,27 +201,10 @@ func WithLocalKeys(n int) Option {
 }
 
 // WithCachedDenials turns cached denials on or off; they are on by
-// default. With them on, the engine remembers per key what Redis last said
-// (every window's count, and when a full window has room again) and
-// denies a request whose keys are all known, with a window still full and
-// no count changed since, in-process and without a Redis call: a flood of
-// refused requests costs Redis nothing. Such a decision has Source
-// FromCache and reports what a Redis denial at that moment would report.
-//
-// A denial from the cache is never wrong in the admitting direction, and
-// it is never made for a request Redis would admit: deadlines are taken
-// from the moment the answer's call was sent, so they end no later than in
-// Redis, and a Reset, GiveBack or rollback in any process is published on
-// a Redis channel (the prefix followed by "invalidate") that every
-// engine with cached denials subscribes to, and honoured within about a
-// second (as soon as it is delivered; an engine that has not heard from
-// its subscription for 0.8 s makes no cached denial). The subscription is
-// one extra connection and one goroutine per engine, stopped by Close.
-// Clients that cannot subscribe (not a *redis.Client, *redis.ClusterClient
-// or *redis.Ring) get no cached denials.
-//
-// What Redis last said is kept either way: the FailLocal fallback starts
-// from it.
+// default. With them on, a request whose keys Redis last reported full,
+// unchanged since, is denied in-process without a Redis call; such a
+// decision has Source FromCache and is never wrong in the admitting
+// direction (see the package documentation, Cached denials).
 func WithCachedDenials(on bool) Option {
 	return func(c *config) error {
 		c.denials = on

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -110,7 +111,7 @@ func (p *plan) build(k *keyer, req *Request) error {
 	for i := range req.Checks {
 		total += len(req.Checks[i].Windows)
 		if total > MaxWindows {
-			return &RequestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
+			return &requestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
 		}
 		if err := p.addCheck(k, req, i); err != nil {
 			return err
@@ -157,10 +158,10 @@ func checkRequest(req *Request) error {
 	switch req.Fail {
 	case rules.FailDefault, rules.FailOpen, rules.FailClosed, rules.FailLocal:
 	default:
-		return &RequestError{Check: -1, Window: -1, Reason: "unknown fail mode " + string(req.Fail)}
+		return &requestError{Check: -1, Window: -1, Reason: "unknown fail mode " + string(req.Fail)}
 	}
 	if len(req.Checks) > MaxChecks {
-		return &RequestError{Check: -1, Window: -1, Reason: "more than MaxChecks checks"}
+		return &requestError{Check: -1, Window: -1, Reason: "more than MaxChecks checks"}
 	}
 	return nil
 }
@@ -169,8 +170,8 @@ func checkRequest(req *Request) error {
 // has an in-flight window, its rate key if it has rate windows.
 func (p *plan) addCheck(k *keyer, req *Request, i int) error {
 	c := &req.Checks[i]
-	if c.Hashed && !IsStoredHash(c.Subject) {
-		return &RequestError{Check: i, Window: -1, Reason: "a Hashed check's subject is not a stored hash"}
+	if c.Hashed && !access.IsStoredHash(c.Subject) {
+		return &requestError{Check: i, Window: -1, Reason: "a Hashed check's subject is not a stored hash"}
 	}
 	kc := keyCost(&c.Limiter)
 	cost, err := checkCost(i, c, kc)
@@ -215,7 +216,7 @@ func (p *plan) rateKey(k *keyer, req *Request, i int, kc string, cost int64, rat
 	p.buf = k.appendKeyOf(p.buf, req.Scope, c.Kind, c.Name, kc, c.Subject, c.Hashed)
 	idx := p.key(start, cost, kc != "", false)
 	if p.kcost[idx] != cost {
-		return -1, &RequestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
+		return -1, &requestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) count different costs"}
 	}
 	if c.Block != 0 {
 		if err := p.block(i, int(idx), c.Block); err != nil {
@@ -224,7 +225,7 @@ func (p *plan) rateKey(k *keyer, req *Request, i int, kc string, cost int64, rat
 	}
 	if c.Distinct != "" {
 		if kc != "" || rate > maxDistinctWindows {
-			return -1, &RequestError{Check: i, Window: -1, Reason: "a distinct value counts in a limiter without a cost or a grain, with at most 30 windows"}
+			return -1, &requestError{Check: i, Window: -1, Reason: "a distinct value counts in a limiter without a cost or a grain, with at most 30 windows"}
 		}
 		if err := p.distinct(k, i, idx, c.Distinct); err != nil {
 			return -1, err
@@ -266,11 +267,11 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 			// smallest limit holds, as for equal periods.
 			switch {
 			case c.Limiter.Cost != "" || c.Cost > 1:
-				return 0, 0, &RequestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
 			case w.Limit < 1 || w.Limit > MaxCountLimit:
-				return 0, 0, &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
 			case w.Period != 0 || w.Grain != 0:
-				return 0, 0, &RequestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
 			}
 			conc, rate = j, rate-1
 			continue
@@ -278,15 +279,15 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 		switch {
 		case w.Limit < 1 || w.Limit > maxLimit:
 			if kc == "" {
-				return 0, 0, &RequestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
 			}
-			return 0, 0, &RequestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
 		case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:
-			return 0, 0, &RequestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
 		case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
-			return 0, 0, &RequestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
 		case cost > w.Limit:
-			return 0, 0, &RequestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
 				" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
 		}
 	}
@@ -397,7 +398,7 @@ func (p *plan) mapOrigins(req *Request) {
 // checks sharing the key.
 func (p *plan) block(i, idx int, d time.Duration) error {
 	if d < 0 || d > rules.MaxPeriod {
-		return &RequestError{Check: i, Window: -1, Reason: "block outside 0..rules.MaxPeriod"}
+		return &requestError{Check: i, Window: -1, Reason: "block outside 0..rules.MaxPeriod"}
 	}
 	for len(p.kblock) <= idx {
 		p.kblock = append(p.kblock, 0)
@@ -542,9 +543,9 @@ func keyCost(l *rules.Limiter) string {
 func checkCost(i int, c *Check, kc string) (int64, error) {
 	switch {
 	case c.Cost < 0:
-		return 0, &RequestError{Check: i, Window: -1, Reason: "negative cost " + strconv.FormatInt(c.Cost, 10)}
+		return 0, &requestError{Check: i, Window: -1, Reason: "negative cost " + strconv.FormatInt(c.Cost, 10)}
 	case c.Cost > 1 && kc == "":
-		return 0, &RequestError{Check: i, Window: -1, Reason: "cost " + strconv.FormatInt(c.Cost, 10) +
+		return 0, &requestError{Check: i, Window: -1, Reason: "cost " + strconv.FormatInt(c.Cost, 10) +
 			" above 1 needs a limiter with a cost (Limiter.Cost), which names its own key"}
 	case c.Cost > 0:
 		return c.Cost, nil
@@ -554,7 +555,7 @@ func checkCost(i int, c *Check, kc string) (int64, error) {
 	}
 	if n, err := strconv.ParseInt(c.Limiter.Cost, 10, 64); err == nil {
 		if n < 1 {
-			return 0, &RequestError{Check: i, Window: -1, Reason: "constant cost " + c.Limiter.Cost + " below 1"}
+			return 0, &requestError{Check: i, Window: -1, Reason: "constant cost " + c.Limiter.Cost + " below 1"}
 		}
 		return n, nil
 	}
@@ -707,22 +708,6 @@ func (k *keyer) appendKeyOf(b []byte, scope string, kind rules.Kind, name, cost,
 // storedHashLen is the length of a stored hash: "#" and the base64url of
 // a SHA-256.
 const storedHashLen = 1 + 43
-
-// IsStoredHash reports whether s has the form of a stored hash ("#" and
-// 43 base64url characters), as the operator's page reports it and Check.Hashed
-// and Engine.ResetHashed take it.
-func IsStoredHash(s string) bool {
-	if len(s) != storedHashLen || s[0] != '#' {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
 
 // storedHash returns the stored hash in the key of check i (see
 // appendKey), a view of p.buf valid until the next build, or "" when the

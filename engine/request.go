@@ -19,8 +19,8 @@ type Check struct {
 	// the operator's page reports it: the subject of a key stored hashed (longer
 	// than 128 bytes, or any with WithHashSubjects), which an operator's
 	// tool knows by its hash only. The check then names the same keys as
-	// the value would. A Hashed Subject that is not a stored hash (see
-	// IsStoredHash) is an invalid request.
+	// the value would. A Hashed Subject that is not a stored hash ("#"
+	// and 43 base64url characters) is an invalid request.
 	Hashed bool
 	// Cost is what the request counts in this check's windows; 0 counts 1.
 	Cost int64

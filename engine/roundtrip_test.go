@@ -53,7 +53,7 @@ func download(t testing.TB, e *Engine, subject string, written int64) {
 // window holds exactly want.
 func checkSettled(t *testing.T, e *Engine, subject string, want int64) {
 	t.Helper()
-	d, err := e.Peek(context.Background(), downloadRequest(t, subject, 1))
+	d, err := e.peek(context.Background(), downloadRequest(t, subject, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

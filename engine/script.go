@@ -466,7 +466,7 @@ func (f *flatArgs) appendFrom(args []any, first int) []any {
 type ireader struct {
 	v   []int64
 	i   int
-	err *ReplyError
+	err *replyError
 }
 
 func (r *ireader) fail(reason string) int64 {
@@ -508,7 +508,7 @@ func (r *ireader) int(max int64) int64 {
 }
 
 // end checks that the whole reply was read.
-func (r *ireader) end() *ReplyError {
+func (r *ireader) end() *replyError {
 	if r.err == nil && r.i != len(r.v) {
 		r.fail("trailing data")
 	}

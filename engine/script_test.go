@@ -79,9 +79,9 @@ func TestRequestValidation(t *testing.T) {
 	} {
 		c := plannedCall(t, Request{})
 		err := c.plan.build(newKeyer(&config{}), &tc.r)
-		var re *RequestError
+		var re *requestError
 		if !errors.As(err, &re) || re.Check != tc.check || !errors.Is(err, ErrInvalid) {
-			t.Errorf("%+v: err %v, want a RequestError for check %d", tc.r, err, tc.check)
+			t.Errorf("%+v: err %v, want a requestError for check %d", tc.r, err, tc.check)
 		}
 	}
 	// Duplicate checks merge: same period keeps the smaller limit; the

@@ -276,7 +276,7 @@ func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src Sourc
 		}
 		call, f := "Allow", e.Allow
 		if s.peek {
-			call, f = "Peek", e.Peek
+			call, f = "Peek", e.peek
 		}
 		d, err := f(context.Background(), s.req)
 		decs[i] = d

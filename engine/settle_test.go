@@ -30,7 +30,7 @@ func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	used := func(at time.Duration, subject string) int64 {
 		t.Helper()
 		clk.Set(at)
-		d, err := e.Peek(ctx, req(bytesOf(subject, 1, win(1000, time.Minute))))
+		d, err := e.peek(ctx, req(bytesOf(subject, 1, win(1000, time.Minute))))
 		ok(err)
 		return d.Windows[0].Used
 	}
@@ -134,13 +134,13 @@ func TestSettleGrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Set(20 * ms)
-	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 150 {
+	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 150 {
 		t.Fatalf("after settling the newest 100 to 50: used %d, want 150", d.Windows[0].Used)
 	}
 	if err := e.Settle(ctx, r(100), d1, []int64{300}); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 350 {
+	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 350 {
 		t.Fatalf("after a debt of 200: used %d, want 350", d.Windows[0].Used)
 	}
 	// A refund of a request merged into the next one is made there.
@@ -151,12 +151,12 @@ func TestSettleGrains(t *testing.T) {
 	if err := e.Settle(ctx, r(100), d3, []int64{30}); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 350+130 {
+	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 350+130 {
 		t.Fatalf("after refunding 70 of a merged request: used %d, want %d", d.Windows[0].Used, 350+130)
 	}
 	// The merged entries leave with their grain's last request.
 	clk.Set(time.Minute + 15*ms)
-	if d, _ := e.Peek(ctx, r(1)); d.Windows[0].Used != 130 {
+	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 130 {
 		t.Fatalf("a minute later: used %d, want 130", d.Windows[0].Used)
 	}
 }
@@ -169,17 +169,17 @@ func TestSettleErrors(t *testing.T) {
 	ctx := context.Background()
 	r := req(user("u", win(5, time.Minute)), bytesOf("u", 10, win(100, time.Minute)))
 	d := mustAllow(t, e, r, true)
-	var re *RequestError
+	var re *requestError
 	if err := e.Settle(ctx, r, d, []int64{1}); !errors.As(err, &re) {
-		t.Errorf("one actual for two checks: %v, want a *RequestError", err)
+		t.Errorf("one actual for two checks: %v, want a *requestError", err)
 	}
 	if err := e.Settle(ctx, r, d, []int64{3, 5}); !errors.As(err, &re) || re.Check != 0 {
-		t.Errorf("settling a request limiter: %v, want a *RequestError for check 0", err)
+		t.Errorf("settling a request limiter: %v, want a *requestError for check 0", err)
 	}
 	if err := e.Settle(ctx, r, d, []int64{-1, 5}); err != nil {
 		t.Errorf("settling the cost limiter: %v", err)
 	}
-	if got, _ := e.Peek(ctx, r); got.Windows[0].Used != 1 || got.Windows[1].Used != 5 {
+	if got, _ := e.peek(ctx, r); got.Windows[0].Used != 1 || got.Windows[1].Used != 5 {
 		t.Errorf("after settling: used %d and %d, want 1 and 5", got.Windows[0].Used, got.Windows[1].Used)
 	}
 }
@@ -234,7 +234,7 @@ func TestSettleManyLater(t *testing.T) {
 				}
 				want += s.change
 				clk.Set(2 * time.Second)
-				p, err := e.Peek(ctx, r)
+				p, err := e.peek(ctx, r)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -59,7 +59,7 @@ func TestManyKeys(t *testing.T) {
 			if got[0] != true || got[1] != true || got[2] != false {
 				t.Errorf("three requests under limits of 2: allowed %v, want [true true false]", got)
 			}
-			d, err := e.Peek(ctx, Request{Scope: "s", Checks: req.Checks[len(req.Checks)-1:]})
+			d, err := e.peek(ctx, Request{Scope: "s", Checks: req.Checks[len(req.Checks)-1:]})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,21 +24,14 @@ const slotRetry = time.Second
 const minLease = 30 * time.Millisecond
 
 // WithLease sets how long a request holds a slot of an in-flight window
-// (rules.Window.Concurrent) unless renewed; the default is DefaultLease.
-// While a request runs, the engine renews the slots it holds every
-// lease/3, all of them in one pipelined call per server, so a request may
-// run far longer than its lease. A process that dies stops renewing: its
-// slots free at most one lease after their last renewal. A shorter lease
-// frees a crashed process's slots sooner at the cost of more renewals. The
-// lease is at least 30 ms; keep it well above three timeouts (WithTimeout):
-// a renewal that meets a server that has just stopped answering waits up
-// to a timeout, and the renewals of the other servers' slots, in the same
-// pipeline, wait with it. Engines sharing a Redis may use different
-// leases: each slot keeps its own deadline.
+// unless renewed; the default is DefaultLease, the minimum 30 ms. The
+// engine renews held slots every lease/3, so a request may run far longer;
+// a dead process's slots free one lease after their last renewal (see the
+// package documentation, Leases).
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d < minLease || d > time.Duration(maxTime/2)*time.Microsecond {
-			return &OptionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
+			return &optionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
 		}
 		c.lease = d
 		return nil
@@ -66,7 +59,7 @@ type SlotLost struct {
 func WithSlotLost(f func(SlotLost)) Option {
 	return func(c *config) error {
 		if f == nil {
-			return &OptionError{Option: "WithSlotLost", Reason: "nil function"}
+			return &optionError{Option: "WithSlotLost", Reason: "nil function"}
 		}
 		c.slotLost = f
 		return nil
@@ -304,23 +297,10 @@ func (e *Engine) renewed(calls []renewal) {
 }
 
 // Release frees the slots that d holds in the in-flight windows of its
-// request: it is Finish(ctx, d, Outcome{}), at the same cost. An admitted
-// request holds one slot per in-flight window (rules.Window.Concurrent)
-// from its admission until Release (or GiveBack, which also releases, or
-// Finish); call it once the request's work is over, however it ended. The
-// engine renews held slots until then (see WithLease). req is not needed
-// (d knows its keys); it is kept for compatibility.
-//
-// Release removes only the request's own slot, its unique member, so it
-// is idempotent (a second Release frees nothing) and never frees another
-// request's slot. A Decision that holds no slot (a denial, a Peek, a
-// fail-open or fail-closed decision, a request without in-flight windows)
-// has nothing to release, and Release returns nil. A decision of the local
-// fallback limiter (FromLocal) is released there. When Redis fails, the
-// removal is queued and retried like GiveBack's, and the error matches
-// ErrBackend; the slot frees at the latest when its lease runs out, since
-// it is no longer renewed. After Close, Release returns ErrClosed. It is
-// safe for concurrent use.
+// request: it is Finish(ctx, d, Outcome{}). Call it once the request's work
+// is over, however it ended; until then the engine renews the slots (see
+// WithLease). req is unused. It is idempotent (see the package
+// documentation, Releasing slots). It is safe for concurrent use.
 func (e *Engine) Release(ctx context.Context, _ Request, d Decision) error {
 	return e.finish(ctx, &d, &Outcome{}, false)
 }

@@ -61,7 +61,7 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window)
 	peek := func(at time.Duration) Decision {
 		t.Helper()
 		clk.Set(at)
-		d, err := e.Peek(ctx, r)
+		d, err := e.peek(ctx, r)
 		localOK(t, e, err)
 		return d
 	}
@@ -96,7 +96,7 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window)
 	if p.Allowed || !p.Blocked || slotState(t, p).Used != 0 {
 		t.Fatalf("peek during the block: %+v", p)
 	}
-	if err := e.Reset(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
+	if err := e.resetSubject(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
 		t.Fatal(err)
 	}
 	x := allow(32 * time.Minute)
@@ -107,7 +107,7 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window)
 		t.Fatalf("peek with the slot held: %+v", p)
 	}
 	// A Reset while x runs frees its slot (x then holds none).
-	if err := e.Reset(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
+	if err := e.resetSubject(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
 		t.Fatal(err)
 	}
 	y := allow(33 * time.Minute)
@@ -200,7 +200,7 @@ func comboSettleSlots(t *testing.T, e *Engine, clk *fakeClock) {
 				localOK(t, e, e.GiveBack(ctx, r, d))
 			}
 		}
-		p, err := e.Peek(ctx, r)
+		p, err := e.peek(ctx, r)
 		localOK(t, e, err)
 		if !p.Allowed || p.Windows[0].Used != s.bytes || slotState(t, p).Used != 0 {
 			t.Fatalf("%s: afterwards %+v; want %d bytes and no slot used", s.name, p, s.bytes)
@@ -274,7 +274,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	if err != nil || first.Allowed || !first.Blocked || first.Source != FromRedis {
 		t.Fatalf("over the rate with the slot held: %+v, %v; want a block set by redis", first, err)
 	}
-	peek, err := e.Peek(ctx, r)
+	peek, err := e.peek(ctx, r)
 	if err != nil || !peek.Blocked || peek.Windows[1].Used != 1 {
 		t.Fatalf("peek during the block: %+v, %v; want blocked, one slot used", peek, err)
 	}
@@ -301,7 +301,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	if d, err := e.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked {
 		t.Fatalf("after the release during the block: %+v, %v; want still blocked", d, err)
 	}
-	if err := other.Reset(ctx, "s", c.Limiter, "u"); err != nil {
+	if err := other.resetSubject(ctx, "s", c.Limiter, "u"); err != nil {
 		t.Fatal(err)
 	}
 	var d Decision
@@ -402,7 +402,7 @@ func comboPeekBlockSlots(t *testing.T, e *Engine, clk *fakeClock) {
 		clk.Set(d)
 		f := e.Allow
 		if peek {
-			f = e.Peek
+			f = e.peek
 		}
 		dec, err := f(ctx, r)
 		localOK(t, e, err)

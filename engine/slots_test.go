@@ -28,7 +28,7 @@ func conc(n int64) rules.Window { return rules.Window{Limit: n, Concurrent: true
 // reports them.
 func slotsUsed(t *testing.T, e *Engine, req Request) int64 {
 	t.Helper()
-	d, err := e.Peek(context.Background(), req)
+	d, err := e.peek(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func slotsAllOrNothing(t *testing.T, c Client) {
 				t.Fatalf("request of %s from the busy IP: %+v, %v; want denied by the IP's slot", user, db, err)
 			}
 		}
-		p, err := e.Peek(ctx, req("10.0.0.2", user))
+		p, err := e.peek(ctx, req("10.0.0.2", user))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +193,7 @@ func slotsAllOrNothing(t *testing.T, c Client) {
 	if df.RetryAfter <= time.Second {
 		t.Errorf("RetryAfter %v of a rate denial; want the window's wait", df.RetryAfter)
 	}
-	p, err := e.Peek(ctx, f)
+	p, err := e.peek(ctx, f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,12 +240,12 @@ func TestSlotsRelease(t *testing.T) {
 	if got := slotsUsed(t, e, req); got != 1 {
 		t.Fatalf("after GiveBack: %d slots used; want 1", got)
 	}
-	d, _ := e.Peek(ctx, req)
+	d, _ := e.peek(ctx, req)
 	if d.Windows[0].Used != 2 {
 		t.Errorf("rate window after GiveBack: %d used; want a's and c2's 2", d.Windows[0].Used)
 	}
 	allow(true)
-	if err := e.Reset(ctx, "r", l, "u"); err != nil {
+	if err := e.resetSubject(ctx, "r", l, "u"); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotsUsed(t, e, req); got != 0 {
@@ -521,9 +521,9 @@ func TestSlotsRequestErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		d, err := e.Allow(context.Background(), Request{Scope: "s", Checks: []Check{tt.c}})
-		var re *RequestError
+		var re *requestError
 		if d.Allowed || !errors.As(err, &re) || re.Check != 0 {
-			t.Errorf("%s: %+v, %v; want a RequestError of check 0", tt.name, d, err)
+			t.Errorf("%s: %+v, %v; want a requestError of check 0", tt.name, d, err)
 		}
 	}
 }

@@ -138,7 +138,7 @@ func TestStorage(t *testing.T) {
 		if d, _ := e.Allow(ctx, r); d.Allowed {
 			t.Fatal("second request admitted")
 		}
-		if _, err := e.Peek(ctx, r); err != nil {
+		if _, err := e.peek(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 		if after := dump(); !slices.Equal(before, after) {
@@ -157,7 +157,7 @@ func TestStorage(t *testing.T) {
 		r := req(user("u", win(1, time.Minute)))
 		mustAllow(t, e, r, true)
 		mustAllow(t, e, r, false)
-		if err := e.Reset(ctx, "s", r.Checks[0].Limiter, "u"); err != nil {
+		if err := e.resetSubject(ctx, "s", r.Checks[0].Limiter, "u"); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := rc.Exists(ctx, e.keyOf("s", r.Checks[0])).Result(); n != 0 {

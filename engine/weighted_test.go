@@ -115,7 +115,7 @@ func TestCostErrors(t *testing.T) {
 		{req(bytesOf("u", 1, win(rules.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..rules.MaxBoundedLimit"},
 	} {
 		d, err := e.Allow(context.Background(), tc.r)
-		var re *RequestError
+		var re *requestError
 		if !errors.As(err, &re) || err.Error() != tc.want || d.Allowed {
 			t.Errorf("Allow: %v (allowed %v), want %q", err, d.Allowed, tc.want)
 		}
@@ -465,7 +465,7 @@ func TestCostsDifferential(t *testing.T) {
 		r := req(bytesOf("u", 1+rng.Int64N(40), ws...))
 		f, g := re.Allow, le.Allow
 		if rng.IntN(5) == 0 {
-			f, g = re.Peek, le.Peek
+			f, g = re.peek, le.peek
 		}
 		rd, err := f(context.Background(), r)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -114,7 +115,7 @@ func TestDistinctPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := rules.MustParse("user[bytes]:100k/min")
-	d, err := e.Peek(context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{Limiter: g.Limiters[0], Subject: sub}}})
+	d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{Limiter: g.Limiters[0], Subject: sub}}})
 	if err != nil || d.Windows[0].Used != 70_000 {
 		t.Fatalf("bytes used %d, %v; want 70000: every admitted request, not the refused one", d.Windows[0].Used, err)
 	}
@@ -161,4 +162,12 @@ func TestCalendarItem(t *testing.T) {
 	if p := resp.Header.Get("RateLimit-Policy"); !strings.Contains(p, `"user[bytes]-calendar-month";q=107374182400;qu="content-bytes";w=2682000`) {
 		t.Errorf("RateLimit-Policy %q lacks the calendar window", p)
 	}
+}
+
+// enginePeek is the engine's peek, which package engine keeps for the
+// module (internal/access).
+func enginePeek(e *engine.Engine, ctx context.Context, req engine.Request) (engine.Decision, error) {
+	d, err := access.EnginePeek(e, ctx, req)
+	dec, _ := d.(engine.Decision)
+	return dec, err
 }

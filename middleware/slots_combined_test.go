@@ -54,7 +54,7 @@ func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middlewa
 			}
 			cs = append(cs, engine.Check{Limiter: l, Subject: sub, Block: g.Block})
 		}
-		d, err := e.Peek(context.Background(), engine.Request{Scope: "s", Checks: cs})
+		d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: cs})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -486,7 +486,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 		}
 	}
 	// The Peek carries the last finish if it is still queued.
-	d, err := e.Peek(context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{
+	d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{
 		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}})
 	if err != nil || used(d, "concurrent") != 0 || used(d, "1min") != 3 {
 		t.Errorf("after: slots %d, minute %d (%v); want 0, 3 (3 of 5 counted)", used(d, "concurrent"), used(d, "1min"), err)

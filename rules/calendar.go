@@ -96,9 +96,9 @@ func LoadZone(name string) (*time.Location, error) {
 // UTC when none is named. It fails as LoadZone does.
 func (g *Group) Zone() (*time.Location, error) { return LoadZone(g.Calendar) }
 
-// HasCalendar reports whether some limiter of g, default or override, has a
+// hasCalendar reports whether some limiter of g, default or override, has a
 // calendar window.
-func (g *Group) HasCalendar() bool {
+func (g *Group) hasCalendar() bool {
 	for _, ls := range g.LimiterLists() {
 		for _, l := range ls {
 			for _, w := range l.Windows {

@@ -62,8 +62,8 @@ func TestCalendarStatements(t *testing.T) {
 	if err != nil || loc.String() != "Asia/Shanghai" {
 		t.Fatalf("Zone: %v, %v", loc, err)
 	}
-	if !g.HasCalendar() {
-		t.Error("HasCalendar false")
+	if !g.hasCalendar() {
+		t.Error("hasCalendar false")
 	}
 	var none Group
 	if loc, err := none.Zone(); err != nil || loc != time.UTC {

@@ -72,8 +72,8 @@ func TestConcurrentInvalid(t *testing.T) {
 			if err == nil || err.Error() != tt.want {
 				t.Fatalf("Parse error = %v, want %s", err, tt.want)
 			}
-			if _, w := ParseWindow(tt.in[5:]); w == nil && tt.in[:5] == "user:" && tt.in != "user:3 concurrent,2 concurrent" {
-				t.Errorf("ParseWindow(%q) accepted", tt.in[5:])
+			if _, w := parseWindow(tt.in[5:]); w == nil && tt.in[:5] == "user:" && tt.in != "user:3 concurrent,2 concurrent" {
+				t.Errorf("parseWindow(%q) accepted", tt.in[5:])
 			}
 		})
 	}
@@ -102,7 +102,7 @@ func TestConcurrentValidate(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ParseWindow("2 concurrent"); err != nil {
-		t.Errorf("ParseWindow(2 concurrent) = %v", err)
+	if _, err := parseWindow("2 concurrent"); err != nil {
+		t.Errorf("parseWindow(2 concurrent) = %v", err)
 	}
 }

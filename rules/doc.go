@@ -62,8 +62,7 @@
 // "10k/h" is "10000/h" (Group.String prints the plain number). Numbers too large for
 // an int64 are reported as out of range, never wrapped. The units us, µs and
 // ns are not part of the grammar; they are recognised only so that
-// "1/500us" is reported as a period below MinPeriod. ParseWindow parses a
-// single window.
+// "1/500us" is reported as a period below MinPeriod.
 //
 // # Costs
 //
@@ -112,9 +111,9 @@
 // window only at the end of its grain, so the window never admits more
 // than its limit in any span of its period and denies at most one grain
 // earlier than an exact window would, while holding about period/grain
-// entries per subject whatever the limit. A grain is at least MinGrain, a
+// entries per subject whatever the limit. A grain is at least 1 ms, a
 // whole number of milliseconds, shorter than the period, divides the
-// period into whole grains, and splits it into at most MaxGrains grains.
+// period into whole grains, and splits it into at most 10,000 grains.
 // A window without a grain is exact, as before.
 //
 // # In-flight windows
@@ -222,8 +221,8 @@
 // block's duration). Other subjects, and other limiters of the same
 // subject, are not blocked. Exempt roles are never blocked. The duration is
 // a whole number of milliseconds between MinPeriod and MaxPeriod, written
-// like a period; Group.Block holds it (zero: no block). Engine.Reset of
-// the limiter and subject lifts the block. A group in shadow mode starts
+// like a period; Group.Block holds it (zero: no block). Resetting the
+// limiter and subject (slidelimit.Limiter.Reset) lifts the block. A group in shadow mode starts
 // no block (the transports apply Block only when the group enforces): it
 // never refuses, and a block it started would refuse the subject the
 // moment the group is switched to enforce.
@@ -308,4 +307,14 @@
 // callers treat as unlimited. The route tag is checked as http.ServeMux
 // would check it, so registration cannot panic on a malformed pattern;
 // conflicts between different patterns are left to the ServeMux.
+//
+// Every exported field with a route tag, including fields promoted from
+// embedded structs, must have a type implementing http.Handler and a
+// non-nil value. Its limit tag, if any, is parsed and validated, and every
+// param limiter in it must name a wildcard of the pattern ({name} or
+// {name...}), because any other name would count every request under the
+// empty string. Tags are checked once per struct type and the result
+// cached, so calling Routes per request or per server is cheap; handler
+// values are read on every call. When v is not a struct or a pointer to
+// one Routes returns no routes.
 package rules

@@ -142,11 +142,11 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 
-		w, err := ParseWindow(s)
+		w, err := parseWindow(s)
 		if err == nil {
-			w2, err := ParseWindow(w.String())
+			w2, err := parseWindow(w.String())
 			if err != nil || w2 != w {
-				t.Fatalf("ParseWindow(%q) = %v; ParseWindow(%q) = %v, %v", s, w, w.String(), w2, err)
+				t.Fatalf("parseWindow(%q) = %v; parseWindow(%q) = %v, %v", s, w, w.String(), w2, err)
 			}
 		}
 	})

@@ -60,16 +60,16 @@ const (
 	MinPeriod = time.Millisecond
 	// MaxPeriod is the longest period a window may have.
 	MaxPeriod = 30 * 24 * time.Hour
-	// MinGrain is the shortest grain a window may have.
-	MinGrain = time.Millisecond
-	// MaxGrains is the largest number of grains a window's period may be
+	// minGrain is the shortest grain a window may have.
+	minGrain = time.Millisecond
+	// maxGrains is the largest number of grains a window's period may be
 	// split into. A window with a grain denies at most one grain earlier
 	// than an exact one, so grains finer than 1/10,000 of the period buy
 	// less than 0.01% of the period in precision, while each grain may cost
 	// a sorted-set member (100-140 bytes beyond 128 members): 10,000 grains
 	// bound a window to about 1.4 MB, a tenth of an exact window at
 	// MaxLimit.
-	MaxGrains = 10_000
+	maxGrains = 10_000
 )
 
 // Window is a sliding window: at most Limit requests (or units of cost) in
@@ -85,8 +85,8 @@ const (
 // window never admits more than Limit in any span of Period, may deny at most
 // one grain earlier than an exact window would, and holds about
 // Period/Grain entries per subject whatever the limit. A grain is at least
-// MinGrain, a whole number of milliseconds, shorter than the period, divides
-// it, and splits it into at most MaxGrains grains.
+// 1 ms, a whole number of milliseconds, shorter than the period, divides
+// it, and splits it into at most 10,000 grains.
 //
 // Concurrent makes the window an in-flight window, written "N concurrent":
 // at most Limit requests of the subject running at once, across every

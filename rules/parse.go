@@ -68,13 +68,13 @@ func MustParse(s string) Group {
 	return g
 }
 
-// ParseWindow parses and validates a single window such as "10/30s" or
+// parseWindow parses and validates a single window such as "10/30s" or
 // "20000/d~15min".
 //
 // A bare window is checked as the window of a limiter without a cost, so an
 // exact window is capped at MaxLimit and one with a grain at
 // MaxBoundedLimit.
-func ParseWindow(s string) (Window, error) {
+func parseWindow(s string) (Window, error) {
 	p := parser{s: s, pos: map[string]int{"": 0}}
 	p.space()
 	w, err := p.window("Windows[0]", false)
@@ -448,7 +448,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		p.space()
 		grainAt := p.i
 		p.pos[join(ns, "Grain")] = grainAt
-		grain, gerr := p.duration("grain", MinGrain, func(count, unit string) string {
+		grain, gerr := p.duration("grain", minGrain, func(count, unit string) string {
 			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, FormatPeriod(period))
 		})
 		if gerr != nil {
@@ -457,7 +457,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		if grain == 0 {
 			// The zero Grain means an exact window; a written grain of 0
 			// is a mistake, not a way to say "exact".
-			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", FormatPeriod(MinGrain))
+			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", FormatPeriod(minGrain))
 		}
 		w.Grain = grain
 	}
@@ -550,7 +550,7 @@ func limitAbove(limit string, exact bool) string {
 	return fmt.Sprintf("limit %s is above %d (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers", limit, int64(MaxBoundedLimit))
 }
 
-// join appends a field to a namespace; ParseWindow validates a bare
+// join appends a field to a namespace; parseWindow validates a bare
 // Window, whose fields have no prefix.
 func join(ns, field string) string {
 	if ns == "" {

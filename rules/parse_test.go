@@ -418,15 +418,15 @@ func TestParseWindow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			t.Parallel()
-			got, err := ParseWindow(tt.in)
+			got, err := parseWindow(tt.in)
 			if tt.err != "" {
 				if err == nil || err.Error() != tt.err {
-					t.Fatalf("ParseWindow(%q) = %v, %v; want error %s", tt.in, got, err, tt.err)
+					t.Fatalf("parseWindow(%q) = %v, %v; want error %s", tt.in, got, err, tt.err)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Fatalf("ParseWindow(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+				t.Fatalf("parseWindow(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
 			}
 		})
 	}

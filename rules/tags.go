@@ -28,29 +28,11 @@ type Route struct {
 }
 
 // Routes reads the handlers declared by the struct tags of v, a struct or a
-// pointer to one:
-//
-//	type Handlers struct {
-//		Files  http.Handler     `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
-//		Health http.HandlerFunc `route:"GET /healthz"`
-//	}
-//
-// Every exported field with a route tag, including fields promoted from
-// embedded structs, must have a type implementing http.Handler and a non-nil
-// value. Its limit tag, if any, is parsed and validated, and every param
-// limiter in it must name a wildcard of the pattern ({name} or {name...}),
-// because any other name would count every request under the empty string.
-//
-// Tags are checked once per struct type and the result cached, so calling
-// Routes per request or per server is cheap; handler values are read on
-// every call. Routes reports every problem it finds, joined with
-// errors.Join, each an *Error naming the type and field. Alongside such an
-// error it returns the routes of the fields without problems, in field
-// order, so that a caller can check those too and report every problem at
-// once; it must not register them as if nothing were wrong. When v is not a
-// struct or a pointer to one it returns no routes. It is safe for
-// concurrent use. The groups of one struct type are shared between calls
-// and must not be modified.
+// pointer to one (see the package documentation, Struct tags). It reports
+// every problem at once, each an *Error naming the type and field, joined
+// with errors.Join, and returns the routes of the fields without problems
+// beside it, which a caller must not register as if nothing were wrong. It
+// is safe for concurrent use; the groups returned must not be modified.
 func Routes(v any) ([]Route, error) {
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() {
@@ -177,16 +159,10 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 }
 
 // ParseRoute parses the rule group text that limits the route with the
-// http.ServeMux pattern, as Routes parses a field's limit tag: besides
-// Parse's checks, every param(name) limiter must name a wildcard of the
-// pattern ({name} or {name...}), because any other name would count every
-// request under the empty string.
-//
-// It fails with Parse's *Error when text is not a valid group, with
-// Wildcards' *Error when pattern is malformed, and otherwise with one
-// *Error matching ErrInvalid per param limiter naming no wildcard, located
-// in text and joined with errors.Join in reading order. It is safe for
-// concurrent use.
+// http.ServeMux pattern, as Routes parses a limit tag: every param(name)
+// limiter must also name a wildcard of the pattern. It fails with an *Error
+// located in text or pattern, several joined with errors.Join. It is safe
+// for concurrent use.
 func ParseRoute(pattern, text string) (Group, error) {
 	g, pos, perr := parse(text)
 	if perr != nil {

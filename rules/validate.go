@@ -41,11 +41,11 @@ const (
 	tagCostLimit      = "costlimit"  // a constant cost within every limit
 	tagExactMax       = "exactmax"   // MaxLimit for exact windows without cost
 	tagBoundedMax     = "boundedmax" // MaxBoundedLimit for the others
-	tagGrainMin       = "grainmin"   // grain at least MinGrain
+	tagGrainMin       = "grainmin"   // grain at least minGrain
 	tagGrainMS        = "grainms"    // grain in whole milliseconds
 	tagGrainPeriod    = "grainper"   // grain shorter than the period
 	tagGrainDivides   = "graindiv"   // grain divides the period
-	tagGrainCount     = "graincount" // at most MaxGrains grains per period
+	tagGrainCount     = "graincount" // at most maxGrains grains per period
 	tagLimitMin       = "min"        // a written limit of at least 1, as the field's tag words it
 	tagLimitFunc      = "limitfunc"  // a limit function name
 	tagLimitBoth      = "limitboth"  // a limit or a limit function, not both
@@ -268,7 +268,7 @@ func windowLevel(sl validator.StructLevel) {
 	}
 	period := FormatPeriod(w.Period)
 	switch {
-	case w.Grain < MinGrain:
+	case w.Grain < minGrain:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMin, "")
 	case w.Grain%time.Millisecond != 0:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMS, "")
@@ -278,7 +278,7 @@ func windowLevel(sl validator.StructLevel) {
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainPeriod, period)
 	case w.Period%w.Grain != 0:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainDivides, period)
-	case w.Period/w.Grain > MaxGrains:
+	case w.Period/w.Grain > maxGrains:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainCount, period+" into "+strconv.FormatInt(int64(w.Period/w.Grain), 10))
 	}
 }
@@ -495,7 +495,7 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Windows " + tagCostLimit:
 		return fmt.Sprintf("cost %v is above the limit %s; such a request could never be admitted", val, fe.Param())
 	case "Grain " + tagGrainMin:
-		return fmt.Sprintf("grain %s is below %s", durValue(val), FormatPeriod(MinGrain))
+		return fmt.Sprintf("grain %s is below %s", durValue(val), FormatPeriod(minGrain))
 	case "Grain " + tagGrainMS:
 		return fmt.Sprintf("grain %s is not a whole number of milliseconds", durValue(val))
 	case "Grain " + tagGrainPeriod:
@@ -503,7 +503,7 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Grain " + tagGrainDivides:
 		return fmt.Sprintf("grain %s does not divide the period %s into whole grains", durValue(val), fe.Param())
 	case "Grain " + tagGrainCount:
-		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), MaxGrains)
+		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), maxGrains)
 	case "Period min":
 		return fmt.Sprintf("period %s is below %s", durValue(val), FormatPeriod(MinPeriod))
 	case "Period " + tagConcPeriod:

@@ -96,12 +96,12 @@ func TestBoundsMatchConstants(t *testing.T) {
 	check(win(MaxLimit+1, sec), false)
 	check(win(1, MinPeriod-time.Nanosecond), false)
 	check(win(1, MaxPeriod+time.Millisecond), false)
-	check(grained(MaxBoundedLimit, MaxPeriod, MaxPeriod/MaxGrains), true)
+	check(grained(MaxBoundedLimit, MaxPeriod, MaxPeriod/maxGrains), true)
 	check(grained(MaxBoundedLimit+1, sec, ms), false)
-	check(grained(1, 2*MinGrain, MinGrain), true)
-	check(grained(1, sec, MinGrain-time.Nanosecond), false)
-	check(grained(1, MaxGrains*ms, ms), true)
-	check(grained(1, (MaxGrains+1)*ms, ms), false)
+	check(grained(1, 2*minGrain, minGrain), true)
+	check(grained(1, sec, minGrain-time.Nanosecond), false)
+	check(grained(1, maxGrains*ms, ms), true)
+	check(grained(1, (maxGrains+1)*ms, ms), false)
 	costed := func(limit int64, ok bool) {
 		t.Helper()
 		g := Group{Limiters: []Limiter{{Kind: Global, Cost: "bytes", Windows: []Window{win(limit, sec)}}}}

@@ -7,8 +7,6 @@ import (
 	"net/http"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/middleware"
-	"github.com/slidelimit/slidelimit/rules"
 )
 
 // maxRulesBody bounds the rule text a PUT /admin/rules may send.
@@ -45,8 +43,7 @@ func (a *admin) setRules(w http.ResponseWriter, r *http.Request) {
 	}
 	text := string(body)
 	if err := a.lim.SetRules(r.Context(), scope, text); err != nil {
-		if errors.Is(err, rules.ErrSyntax) || errors.Is(err, rules.ErrInvalid) || errors.Is(err, slidelimit.ErrOverrideScope) ||
-			errors.Is(err, middleware.ErrUnknownKey) || errors.Is(err, middleware.ErrUnknownCost) || errors.Is(err, middleware.ErrUnknownLimit) {
+		if ce := (*slidelimit.ConfigError)(nil); errors.As(err, &ce) {
 			// The caller's own text: its error names the position.
 			badRequest(w, err.Error())
 			return

@@ -50,6 +50,18 @@ func TestAdminRules(t *testing.T) {
 	if w := put(one, "GET /health", "ip:0/min", "root"); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "limit 0 is below 1 at offset 3") {
 		t.Errorf("bad text: %d %s", w.Code, w.Body)
 	}
+	// Every mistake in the text, whichever package finds it, is the
+	// caller's: 400 with the reason, never a 503 for the store.
+	for body, want := range map[string]string{
+		"key(nokey):1/s":            "key(nokey)",
+		"ip:1/s; scope:other":       "scope:other",
+		"ip:1/s; role(admn)=ip:2/s": "is not declared",
+		"user[nocost]:1/s":          "nocost",
+	} {
+		if w := put(one, "GET /health", body, "root"); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), want) {
+			t.Errorf("PUT %q: %d %s, want 400 naming %s", body, w.Code, w.Body, want)
+		}
+	}
 	if w := put(one, "GET /health", "ip:2/min", "root"); w.Code != http.StatusOK {
 		t.Fatalf("root PUT: %d %s", w.Code, w.Body)
 	}

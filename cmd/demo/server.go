@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -24,20 +23,18 @@ type demo struct {
 // Close the Limiter when done; b stays open.
 func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*demo, error) {
 	opts := append([]slidelimit.Option{
-		slidelimit.WithEngineOptions(engine.WithLogger(logger)),
-		slidelimit.WithMiddlewareOptions(
-			middleware.WithLogger(logger),
-			// The admin account is shared by several people: count its
-			// user limiters (POST /pictures) by IP, as its route overrides
-			// do. Declaring the roles makes a misspelt one in a tag an
-			// error at start-up.
-			middleware.WithPolicy(role.Policy{
-				ByIP:  []role.Role{roleAdmin},
-				Roles: []role.Role{roleUser, roleAdmin, roleSuperadmin},
-			}),
-			middleware.WithKeyFunc("account", loginAccount),
-			middleware.WithCostFunc("bytes", objectSize),
-		),
+		slidelimit.WithLogger(logger),
+		slidelimit.WithKeyFunc("account", loginAccount),
+		slidelimit.WithCostFunc("bytes", objectSize),
+		// The admin account is shared by several people: count its user
+		// limiters (POST /pictures) by IP, as its route overrides do. The
+		// root package has no option for that, so the policy, which also
+		// declares the roles (a misspelt one in a tag is an error at
+		// start-up), goes to the middleware.
+		slidelimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{
+			ByIP:  []role.Role{roleAdmin},
+			Roles: []role.Role{roleUser, roleAdmin, roleSuperadmin},
+		})),
 	}, extra...)
 	lim, err := slidelimit.New(b.client, opts...)
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 )
@@ -527,7 +526,7 @@ func TestCluster(t *testing.T) {
 // testTimeout keeps decisions on Redis when -race and parallel packages slow
 // a healthy backend past the default 100 ms: a fail-mode decision would
 // make the counts of these tests meaningless.
-var testTimeout = slidelimit.WithEngineOptions(engine.WithTimeout(5 * time.Second))
+var testTimeout = slidelimit.WithTimeout(5 * time.Second)
 
 // TestLogin checks login protection: successful logins are never limited,
 // wrong passwords are stopped after five per account a minute.

@@ -9,8 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/middleware"
-	"github.com/slidelimit/slidelimit/role"
 )
 
 // API declares each route and its rule group in struct tags.
@@ -29,9 +27,10 @@ func main() {
 
 	// Declared roles: a misspelt role in a tag fails Register. Warnings
 	// (Redis down, a memory policy that may evict) go to slog.Default().
-	lim, err := slidelimit.New(rdb, slidelimit.WithMiddlewareOptions(
-		middleware.WithPolicy(role.Policy{Roles: []role.Role{"user", "admin", "superadmin"}}),
-	))
+	lim, err := slidelimit.New(rdb,
+		slidelimit.WithRoles("user", "admin", "superadmin"),
+		slidelimit.WithIdentity(caller),
+	)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -42,18 +41,16 @@ func main() {
 	if err := lim.Register(mux, &API{Files: files}); err != nil {
 		log.Fatal(err)
 	}
-	log.Fatal(http.ListenAndServe("localhost:8080", authenticate(mux)))
+	log.Fatal(http.ListenAndServe("localhost:8080", mux))
 }
 
-// authenticate puts the caller's identity into the request context, the
-// only place the limiter reads it from. Use your own authentication; this
-// one trusts a made-up header and is for trying the example only.
-func authenticate(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if user := r.Header.Get("X-Demo-User"); user != "" {
-			id := role.Identity{User: user, Roles: []role.Role{"user"}}
-			r = r.WithContext(role.NewContext(r.Context(), id))
-		}
-		next.ServeHTTP(w, r)
-	})
+// caller returns who made r, as the service's authentication established:
+// the limiter never trusts a client header on its own. Use your own
+// authentication; this one trusts a made-up header and is for trying the
+// example only.
+func caller(r *http.Request) (user string, roles []string) {
+	if user := r.Header.Get("X-Demo-User"); user != "" {
+		return user, []string{"user"}
+	}
+	return "", nil
 }

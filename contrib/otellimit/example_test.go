@@ -13,7 +13,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/otellimit"
-	"github.com/slidelimit/slidelimit/middleware"
 )
 
 func ExampleNew() {
@@ -29,7 +28,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	lim, err := slidelimit.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), slidelimit.WithMiddlewareOptions(middleware.WithHook(metrics.Hook)))
+	lim, err := slidelimit.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), slidelimit.WithHook(metrics.Hook))
 	if err != nil {
 		panic(err)
 	}

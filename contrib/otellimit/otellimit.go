@@ -2,7 +2,7 @@
 // meter.
 //
 //	m, err := otellimit.New(otel.GetMeterProvider())
-//	lim, err := slidelimit.New(client, slidelimit.WithMiddlewareOptions(middleware.WithHook(m.Hook)))
+//	lim, err := slidelimit.New(client, slidelimit.WithHook(m.Hook))
 //
 // Instruments (attributes are bounded: scope and policy come from the rule
 // groups, never from the subject):
@@ -57,8 +57,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	return &m, nil
 }
 
-// Hook records one decision; give it to middleware.WithHook, through
-// slidelimit.WithMiddlewareOptions for a Limiter.
+// Hook records one decision; give it to slidelimit.WithHook for a
+// Limiter, or to middleware.WithHook.
 func (m *Metrics) Hook(ev middleware.Event) {
 	ctx := context.Background()
 	if ev.Request != nil {

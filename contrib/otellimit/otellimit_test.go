@@ -11,7 +11,6 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/internal/routertest"
 	"github.com/slidelimit/slidelimit/contrib/otellimit"
-	"github.com/slidelimit/slidelimit/middleware"
 )
 
 func TestMetrics(t *testing.T) {
@@ -23,7 +22,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routertest.Sequence(t, slidelimit.WithMiddlewareOptions(middleware.WithHook(m.Hook)))
+	routertest.Sequence(t, slidelimit.WithHook(m.Hook))
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/promlimit"
-	"github.com/slidelimit/slidelimit/middleware"
 )
 
 func ExampleNew() {
@@ -24,7 +23,7 @@ func ExampleNew() {
 
 	metrics := promlimit.New()
 	prometheus.MustRegister(metrics) // the one line: the default registry now serves slidelimit's metrics
-	lim, err := slidelimit.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), slidelimit.WithMiddlewareOptions(middleware.WithHook(metrics.Hook)))
+	lim, err := slidelimit.New(redis.NewClient(&redis.Options{Addr: m.Addr()}), slidelimit.WithHook(metrics.Hook))
 	if err != nil {
 		panic(err)
 	}

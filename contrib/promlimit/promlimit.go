@@ -5,7 +5,7 @@
 //
 //	m := promlimit.New()
 //	prometheus.MustRegister(m)
-//	lim, err := slidelimit.New(client, slidelimit.WithMiddlewareOptions(middleware.WithHook(m.Hook)))
+//	lim, err := slidelimit.New(client, slidelimit.WithHook(m.Hook))
 //
 // Metrics (labels are bounded: scope and policy come from the rule groups,
 // never from the subject):
@@ -57,8 +57,8 @@ func New() *Collector {
 	}
 }
 
-// Hook records one decision; give it to middleware.WithHook, through
-// slidelimit.WithMiddlewareOptions for a Limiter.
+// Hook records one decision; give it to slidelimit.WithHook for a
+// Limiter, or to middleware.WithHook.
 func (c *Collector) Hook(ev middleware.Event) {
 	c.decisions.WithLabelValues(ev.Scope, ev.Policy, adapt.Outcome(ev), adapt.Source(ev)).Inc()
 	if adapt.BackendError(ev) {

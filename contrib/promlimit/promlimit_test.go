@@ -10,7 +10,6 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/internal/routertest"
 	"github.com/slidelimit/slidelimit/contrib/promlimit"
-	"github.com/slidelimit/slidelimit/middleware"
 )
 
 func TestCollector(t *testing.T) {
@@ -18,7 +17,7 @@ func TestCollector(t *testing.T) {
 	m := promlimit.New()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
-	routertest.Sequence(t, slidelimit.WithMiddlewareOptions(middleware.WithHook(m.Hook)))
+	routertest.Sequence(t, slidelimit.WithHook(m.Hook))
 
 	want := `
 # HELP slidelimit_backend_errors_total Decisions Redis could not make (the fail mode decided) by scope.

@@ -4,6 +4,7 @@
 package access
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -76,3 +77,29 @@ var (
 	// EngineStore returns the Store of an *engine.Engine.
 	EngineStore func(engine any) Store
 )
+
+// What the root package, the operator page, the replay and the
+// benchmarks use of an *engine.Engine. Engine values are passed as any;
+// EnginePeek takes an engine.Request and returns an engine.Decision.
+var (
+	EnginePeek                func(e any, ctx context.Context, req any) (any, error)
+	EngineReset               func(e any, ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error
+	EngineFailMode            func(e any) rules.FailMode
+	EngineFinishAsyncFailures func(e any) uint64
+)
+
+// IsStoredHash reports whether s has the form of a stored hash ("#" and
+// 43 base64url characters), as the denial tallies report it and
+// engine.Check.Hashed takes it.
+func IsStoredHash(s string) bool {
+	if len(s) != 1+43 || s[0] != '#' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -48,8 +48,8 @@ import (
 const Timeout = time.Second
 
 // ErrScope means an override was given an empty scope, or rule text whose
-// scope: statement names another scope. slidelimit exports it as
-// ErrOverrideScope.
+// scope: statement names another scope. slidelimit wraps it in a
+// *slidelimit.ConfigError.
 var ErrScope = errors.New("slidelimit: invalid override scope")
 
 // eval runs script with the two keys first in args and the rest as its

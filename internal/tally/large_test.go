@@ -127,7 +127,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	}
 	d := top[0]
 	if d.Denied != 2 || !d.Truncated || d.Hashed || len(d.Subject) != preview || !strings.HasPrefix(d.Subject, "header:key-") ||
-		!engine.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
+		!access.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
 		t.Fatalf("top entry: %+v", d)
 	}
 	// The hash is the key's: it finds the subject's windows and block.
@@ -138,11 +138,12 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	}
 	peek := req(d.Hash)
 	peek.Checks[0].Hashed = true
-	p, err := e.Peek(ctx, peek)
+	pa, err := access.EnginePeek(e, ctx, peek)
+	p, _ := pa.(engine.Decision)
 	if err != nil || !p.Blocked || p.Windows[0].Used != 1 {
 		t.Fatalf("peek by hash: %+v, %v; want blocked, 1 used", p, err)
 	}
-	if err := e.ResetHashed(ctx, "GET /x", peek.Checks[0].Limiter, d.Hash); err != nil {
+	if err := access.EngineReset(e, ctx, "GET /x", peek.Checks[0].Limiter, d.Hash, true); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := e.Allow(ctx, req(raw)); err != nil || !a.Allowed {
@@ -194,7 +195,7 @@ func TestTallyLargeFlood(t *testing.T) {
 	if top[0].Subject != "header:abuser" || top[0].Denied != abuse {
 		t.Fatalf("top: %s %d; want header:abuser %d", top[0].Subject, top[0].Denied, abuse)
 	}
-	if top[1].Denied != 1 || !top[1].Truncated || !engine.IsStoredHash(top[1].Hash) {
+	if top[1].Denied != 1 || !top[1].Truncated || !access.IsStoredHash(top[1].Hash) {
 		t.Fatalf("second: %+v; want a flood subject denied once, truncated, with its hash", top[1])
 	}
 }

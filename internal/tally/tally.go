@@ -63,7 +63,7 @@ type Denials struct {
 	// at a UTF-8 character) of a subject longer than 128 bytes.
 	Truncated bool
 	// Hash is the stored hash of a subject stored hashed, "" for one
-	// stored as is: what engine.Check.Hashed and Engine.ResetHashed take
+	// stored as is: what engine.Check.Hashed and a reset take
 	// to peek at or reset the subject without its value.
 	Hash string
 	// Denied is the number of denials counted in the period.

@@ -125,7 +125,7 @@ func TestTallyHashed(t *testing.T) {
 		t.Fatalf("top of the denying process: %+v", top)
 	}
 	top, err := t2.TopDenied(ctx, time.Minute, 0)
-	if err != nil || len(top) != 1 || !top[0].Hashed || !engine.IsStoredHash(top[0].Subject) || top[0].Denied != 2 {
+	if err != nil || len(top) != 1 || !top[0].Hashed || !access.IsStoredHash(top[0].Subject) || top[0].Denied != 2 {
 		t.Fatalf("top of another process: %+v, %v", top, err)
 	}
 	if _, err := t1.TopDenied(ctx, 2*time.Hour, 0); !errors.Is(err, engine.ErrInvalid) {

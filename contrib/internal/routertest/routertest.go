@@ -83,7 +83,7 @@ func Run(t *testing.T, scope string, build Build) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var c Counts
-			h := build(t, NewLimiter(t, slidelimit.WithMiddlewareOptions(middleware.WithHook(c.hook))), tt.rules, &c)
+			h := build(t, NewLimiter(t, slidelimit.WithHook(c.hook)), tt.rules, &c)
 			var got []int
 			for _, p := range tt.paths {
 				r := httptest.NewRequest("GET", p, nil)

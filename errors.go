@@ -1,0 +1,97 @@
+package slidelimit
+
+import (
+	"errors"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// ConfigError reports a mistake in what the program configured: a rule
+// text, a struct tag, an option, a route or a throttle. Err is the
+// specific cause, such as a *rules.Error, middleware.ErrUnknownKey or
+// ErrPattern; failures of Redis are never a ConfigError, so one errors.As
+// tells a bad rule from a store failure.
+type ConfigError struct {
+	// Route is the route pattern, scope or throttle name, or empty.
+	Route string
+	// Field is the struct field that declared the route, or empty.
+	Field string
+	// Tag is the struct tag key ("limit" or "route") that holds Text, or
+	// empty.
+	Tag string
+	// Text is the rule text as the user wrote it, or empty.
+	Text string
+	// Offset is the byte offset of the problem in Text, or -1.
+	Offset int
+	// Err is the cause.
+	Err error
+}
+
+// Error implements the error interface.
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("slidelimit: ")
+	var re *rules.Error
+	located := errors.As(e.Err, &re) && (re.Field != "" || re.Type != "")
+	if e.Field != "" && !located {
+		b.WriteString("field " + e.Field + " ")
+	}
+	if e.Route != "" {
+		b.WriteString("route " + strconv.Quote(e.Route) + ": ")
+	}
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// configError returns err as a *ConfigError for route, field and text,
+// the rule text as the user wrote it, located by the *rules.Error it
+// holds, if any; an error that already is one is returned with the
+// missing parts filled in.
+func configError(route, field, text string, err error) *ConfigError {
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		c := *ce
+		if c.Route == "" {
+			c.Route = route
+		}
+		if c.Field == "" {
+			c.Field = field
+		}
+		return &c
+	}
+	ce = &ConfigError{Route: route, Field: field, Text: text, Offset: -1, Err: err}
+	var re *rules.Error
+	if errors.As(err, &re) {
+		ce.Tag = re.Tag
+		if re.Field != "" && ce.Field == "" {
+			ce.Field = re.Field
+		}
+		if re.Offset >= 0 {
+			ce.Text, ce.Offset = re.Input, re.Offset
+		}
+	}
+	return ce
+}
+
+// configErrors returns err, alone or joined, as ConfigErrors: each error
+// of an errors.Join becomes one, so that Register reports every problem.
+// Other errors wrapping several, such as fmt.Errorf("%w: %w"), are one
+// problem and stay whole.
+func configErrors(route, field, text string, err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok && reflect.TypeOf(err).String() == "*errors.joinError" {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, configError(route, field, text, e))
+		}
+		return errors.Join(out...)
+	}
+	return configError(route, field, text, err)
+}
