@@ -21,8 +21,9 @@ import (
 )
 
 // packages are the public packages, by directory from the repository
-// root; "." is the root package.
-var packages = []string{".", "middleware", "engine", "rules", "role", "contrib/grpclimit"}
+// root; "." is the root package. The issue that set the budget of 170
+// counted the first six; transport, public since, counts too.
+var packages = []string{".", "middleware", "engine", "rules", "role", "contrib/grpclimit", "transport"}
 
 // counts is what one package exports.
 type counts struct {
