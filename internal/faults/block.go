@@ -1,7 +1,9 @@
 package faults
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -15,7 +17,8 @@ import (
 //     end is a violation. A loss may take the block key: after a loss that
 //     surely did, a denial starts a new block; after one that may have
 //     (an eviction, a failover), a denial before the old block's end may be
-//     that block's, which ends then.
+//     that block's, which ends then, unless an admission since the loss
+//     (one of the denial's own step too: see redisOrder) showed it gone.
 //   - A process's fallback keeps the blocks it knows: one Redis reported
 //     to it (a Redis denial it received) until that block's end, unless
 //     Redis admitted a request of it since (no block then) or the
@@ -31,10 +34,8 @@ func checkBlocks(h History, ds []Decision) (Violation, bool) {
 	var id, prevID, ids int
 	maybe := false
 	prev := -1
-	for i, d := range ds {
-		if d.Source != Redis {
-			continue
-		}
+	for _, i := range redisOrder(ds) {
+		d := ds[i]
 		if prev >= 0 && lostBetween(h, prev, d.Step) {
 			prevEnd, end = end, 0
 			prevID, id = id, 0
@@ -87,6 +88,38 @@ func checkBlocks(h History, ds []Decision) (Violation, bool) {
 		}
 	}
 	return Violation{}, true
+}
+
+// redisOrder returns the indexes of ds's Redis decisions by step and, in
+// a step, admissions first. Redis decides the calls of one step in any
+// order, and an admission before a denial is the order that explains
+// most: after a loss that may have left the old block, an admission shows
+// it gone even when its call ran concurrently with a denial listed before
+// it, and that denial then started a new block (found by redis seeds
+// 712996795088697415, 2657520790233860435 and 6570725154253166567: an
+// eviction, then a denial and an admission of one step). An admission
+// during a block that a denial of an earlier step started is a violation
+// in any order.
+func redisOrder(ds []Decision) []int {
+	var out []int
+	for i, d := range ds {
+		if d.Source == Redis {
+			out = append(out, i)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b int) int {
+		if c := cmp.Compare(ds[a].Step, ds[b].Step); c != 0 {
+			return c
+		}
+		switch {
+		case ds[a].Allowed == ds[b].Allowed:
+			return 0
+		case ds[a].Allowed:
+			return -1
+		}
+		return 1
+	})
+	return out
 }
 
 // startedBefore reports whether Redis denied a request of a step before
