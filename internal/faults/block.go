@@ -21,10 +21,11 @@ import (
 //     (one of the denial's own step too: see redisOrder) showed it gone.
 //   - A process's fallback keeps the blocks it knows: one Redis reported
 //     to it (a Redis denial it received) until that block's end, unless
-//     Redis admitted a request of it since (no block then) or the
-//     subject's entries changed since (a give-back or settlement, whose
-//     invalidation makes the process forget what Redis said), and those it
-//     started itself (a local denial with no block running locally).
+//     Redis admitted a request of it since, at a later time (no block
+//     then), or the subject's entries changed since (a give-back or
+//     settlement, whose invalidation makes the process forget what Redis
+//     said), and those it started itself (a local denial with no block
+//     running locally).
 func checkBlocks(h History, ds []Decision) (Violation, bool) {
 	redisEnd := make([]time.Duration, len(ds)) // Redis's block end as of each Redis decision
 	// The block each Redis decision knows of, by number (0: none): a block
@@ -62,14 +63,20 @@ func checkBlocks(h History, ds []Decision) (Violation, bool) {
 	// Each process's fallback.
 	known := map[int]time.Duration{} // proc: the end of the block it knows
 	since := map[int]int{}           // proc: the step of the Redis denial it knows the block from
+	sinceAt := map[int]time.Duration{}
 	local := map[int]time.Duration{} // proc: the end of the block its fallback started
 	localStep := map[int]int{}       // proc: the step of the local denial that started it
 	for i, d := range ds {
 		switch {
 		case d.Source == Redis && !d.Allowed:
-			known[d.Proc], since[d.Proc] = redisEnd[i], d.Step
-		case d.Source == Redis && d.Allowed && since[d.Proc] < d.Step:
-			// Redis told it of no block (a loss took it): it forgets.
+			known[d.Proc], since[d.Proc], sinceAt[d.Proc] = redisEnd[i], d.Step, d.At
+		case d.Source == Redis && d.Allowed && since[d.Proc] < d.Step && d.At > sinceAt[d.Proc]:
+			// Redis told it of no block (a loss took it): it forgets,
+			// when the admission's call was sent after the denial's
+			// answer came by the process's clock. One sent at that
+			// same instant may have been decided first: the cache keeps
+			// the block (erring on denying; found by miniredis seed
+			// 4494892442814746794, whose test clock stood still).
 			delete(known, d.Proc)
 		case d.Source == Local && !d.Allowed && d.At >= local[d.Proc] && d.At >= known[d.Proc]:
 			// A denial during a block Redis reported, even one the

@@ -120,3 +120,21 @@ func TestModelBlockEvictedConcurrent(t *testing.T) {
 	h.add(1, 1, 3*sec, true, Redis) // during the new block
 	wantViolations(t, h, 1)
 }
+
+func TestModelBlockKeptSameInstant(t *testing.T) {
+	// Redis admitted a request of proc 2 after a loss, at the instant of
+	// the denial that reported the block: the process's cache keeps the
+	// block (the admission's call may have been decided first), so its
+	// fallback's denial is that block's and starts none (found by
+	// miniredis seed 4494892442814746794).
+	h := newBlockHist()
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 2, 2*sec, false, Redis) // a block until 32 s
+	h.loss(2 * sec)
+	h.add(1, 2, 2*sec, true, Redis)
+	h.add(1, 2, 3*sec, false, Local)
+	h.add(1, 2, 32*sec, true, Local) // the block it kept ended
+	wantViolations(t, h, 0)
+	h.add(1, 2, 31*sec, true, Local) // during the block it kept
+	wantViolations(t, h, 1)
+}
