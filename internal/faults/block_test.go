@@ -119,3 +119,41 @@ func TestModelBlockForgotten(t *testing.T) {
 	h.add(1, 2, 5*sec, true, Local)
 	wantViolations(t, h, 0)
 }
+
+func TestModelBlockEvictedConcurrentLater(t *testing.T) {
+	// An eviction, then a denial and an admission of one step, the denial
+	// listed first: Redis may have decided the admission first, which
+	// shows the old block gone, and the denial then started a new block
+	// (found by redis seeds 712996795088697415, 2657520790233860435 and
+	// 6570725154253166567).
+	h := newBlockHist()
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 2, 1*sec, false, Redis) // a block until 31 s
+	h.step++
+	h.Losses = append(h.Losses, Loss{Step: h.step, At: 2 * sec, Why: "eviction", Maybe: true})
+	h.step++
+	h.Decisions = append(h.Decisions,
+		Decision{Step: h.step, At: 2 * sec, Proc: 2, Subject: "s", Source: Redis},
+		Decision{Step: h.step, At: 2 * sec, Proc: 1, Subject: "s", Allowed: true, Source: Redis})
+	wantViolations(t, h, 0)
+	h.add(1, 1, 3*sec, true, Redis) // during the new block
+	wantViolations(t, h, 1)
+}
+
+func TestModelBlockKeptSameInstant(t *testing.T) {
+	// Redis admitted a request of proc 2 after a loss, at the instant of
+	// the denial that reported the block: the process's cache keeps the
+	// block (the admission's call may have been decided first), so its
+	// fallback's denial is that block's and starts none (found by
+	// miniredis seed 4494892442814746794).
+	h := newBlockHist()
+	h.add(3, 1, 1*sec, true, Redis)
+	h.add(1, 2, 2*sec, false, Redis) // a block until 32 s
+	h.loss(2 * sec)
+	h.add(1, 2, 2*sec, true, Redis)
+	h.add(1, 2, 3*sec, false, Local)
+	h.add(1, 2, 32*sec, true, Local) // the block it kept ended
+	wantViolations(t, h, 0)
+	h.add(1, 2, 31*sec, true, Local) // during the block it kept
+	wantViolations(t, h, 1)
+}

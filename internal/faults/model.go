@@ -92,7 +92,9 @@ type Decision struct {
 	Allowed bool
 	Source  Source
 	// GivenBack marks an admission that was given back (or whose give-back
-	// was attempted and may have been applied): it counts nowhere.
+	// was attempted and may have been applied): it counts nowhere. The
+	// engine ignores a give-back of an admission settled before it (see
+	// settledFirst).
 	GivenBack bool
 	// Unsure marks a give-back or settlement that failed: Redis may still
 	// hold the entry as it was.
@@ -211,6 +213,7 @@ func (v Violation) String() string {
 // Check returns every violation of h: decisions their source could not have
 // made, and spans holding more admissions than the model's bound.
 func Check(h History) []Violation {
+	h = settledFirst(h)
 	var out []Violation
 	for _, d := range h.Decisions {
 		if why := badSource(h.Fail, d); why != "" {
@@ -644,7 +647,7 @@ func visible(h History, ds []Decision, ws []int64, a int, w Window) []int {
 // cleaned up later). A window holding more has an entry no admission
 // accounts for: a denied request left one.
 func Held(h History, s string, w Window, t time.Duration) int64 {
-	h = h.of(s)
+	h = settledFirst(h).of(s)
 	last := -1
 	for _, l := range h.Losses {
 		if !l.Maybe {
