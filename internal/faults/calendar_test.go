@@ -62,6 +62,29 @@ func TestModelCalendarCredit(t *testing.T) {
 	wantViolations(t, h, 1)
 }
 
+func TestModelCalendarCreditFallback(t *testing.T) {
+	// A give-back after a loss of an admission made before it lowers the
+	// counter Redis answers with, so the fallback, which starts from that
+	// count, may admit its units more (found by Redis seed
+	// 3605589467463604364: 1 of 2 where the model counted 2).
+	h := newCalHist(t)
+	h.add(1, 1, 1*sec, true, Redis)
+	h.loss(2 * sec)
+	h.add(1, 1, 3*sec, true, Redis)
+	h.step++
+	h.Decisions[0].GivenBack, h.Decisions[0].Back = true, h.step // the counter: 0
+	h.add(2, 1, 3*sec, true, Redis)                              // it answers 2 of 3
+	h.add(1, 1, 4*sec, true, Local)
+	wantViolations(t, h, 0)
+	h.add(1, 1, 4*sec, true, Local) // beyond L-k
+	wantViolations(t, h, 1)
+	h.Decisions = h.Decisions[:len(h.Decisions)-1]
+	h.Decisions[0].Back = h.step + 1 // given back after the answer: 3 of 3
+	wantViolations(t, h, 1)
+	h.Decisions[0].Back, h.Decisions[0].Unsure = 4, true // failed, maybe applied since
+	wantViolations(t, h, 0)
+}
+
 func TestHeldCalendarSettledAfterLoss(t *testing.T) {
 	// A cost of 13 settled to 20 after a loss adds 7 to the new counter
 	// (found by miniredis seed 877942683702998641).

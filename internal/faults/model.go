@@ -30,6 +30,7 @@ package faults
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -440,7 +441,12 @@ func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool)
 						held += ws[r]
 					}
 				}
-				return lim(d) - held
+				// The answer's count is the counter's, which give-backs
+				// made before it of admissions made before a loss may
+				// have lowered below the admissions it saw (see credit):
+				// the fallback's L-k starts from that count (found by
+				// Redis seed 3605589467463604364).
+				return lim(d) - max(0, held-creditBy(h, ds, w, ds[a], ds[a].Step))
 			}
 			// Of the concurrent answers of the process's last step with
 			// Redis, the fallback starts from the highest count, whatever
@@ -504,12 +510,18 @@ func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool)
 // settlement that failed may be applied in any later epoch. Sliding
 // windows remove the request's own member: nothing to credit.
 func credit(h History, ds []Decision, w Window, d Decision) int64 {
+	return creditBy(h, ds, w, d, math.MaxInt)
+}
+
+// creditBy is credit counting only the give-backs and settlements made at
+// step by or before (a failed one may have been applied from then on).
+func creditBy(h History, ds []Decision, w Window, d Decision, by int) int64 {
 	if w.Calendar == "" {
 		return 0
 	}
 	var n int64
 	for _, r := range ds {
-		if r.Source != Redis || !r.Allowed || r.Back == 0 || h.periodOf(r.At) != h.periodOf(d.At) {
+		if r.Source != Redis || !r.Allowed || r.Back == 0 || r.Back > by || h.periodOf(r.At) != h.periodOf(d.At) {
 			continue
 		}
 		if !lostBetween(h, r.Step, d.Step) || (!r.Unsure && epochOf(h, r.Back) != epochOf(h, d.Step)) {
