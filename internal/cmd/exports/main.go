@@ -25,6 +25,10 @@ import (
 // counted the first six; transport, public since, counts too.
 var packages = []string{".", "middleware", "engine", "rules", "role", "contrib/grpclimit", "transport"}
 
+// list makes count print each name it counts, as package.Name or
+// package.Type.Method.
+var list bool
+
 // counts is what one package exports.
 type counts struct {
 	TopLevel   int // functions, types, variables and constants
@@ -36,6 +40,7 @@ func (c counts) total() int { return c.TopLevel + c.Methods + c.Interfaces }
 
 func main() {
 	root := flag.String("root", ".", "the repository root")
+	flag.BoolVar(&list, "list", false, "also print every counted name")
 	flag.Parse()
 	if err := run(*root, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -84,13 +89,17 @@ func count(dir string) (counts, error) {
 		if f.Name.Name == "main" || strings.HasSuffix(f.Name.Name, "_test") {
 			continue
 		}
-		add(&c, f)
+		add(&c, f, func(name string) {
+			if list {
+				fmt.Printf("  %s.%s\n", filepath.Base(dir), name)
+			}
+		})
 	}
 	return c, nil
 }
 
-// add counts the exports of file f into c.
-func add(c *counts, f *ast.File) {
+// add counts the exports of file f into c, calling seen with each name.
+func add(c *counts, f *ast.File, seen func(string)) {
 	for _, d := range f.Decls {
 		switch d := d.(type) {
 		case *ast.FuncDecl:
@@ -99,8 +108,10 @@ func add(c *counts, f *ast.File) {
 			}
 			if d.Recv == nil {
 				c.TopLevel++
-			} else if receiver(d.Recv).IsExported() {
+				seen(d.Name.Name)
+			} else if r := receiver(d.Recv); r.IsExported() {
 				c.Methods++
+				seen(r.Name + "." + d.Name.Name)
 			}
 		case *ast.GenDecl:
 			for _, s := range d.Specs {
@@ -109,6 +120,7 @@ func add(c *counts, f *ast.File) {
 					for _, n := range s.Names {
 						if n.IsExported() {
 							c.TopLevel++
+							seen(n.Name)
 						}
 					}
 				case *ast.TypeSpec:
@@ -116,12 +128,14 @@ func add(c *counts, f *ast.File) {
 						continue
 					}
 					c.TopLevel++
+					seen(s.Name.Name)
 					if it, ok := s.Type.(*ast.InterfaceType); ok {
 						for _, m := range it.Methods.List {
 							// Embedded interfaces have no names.
 							for _, n := range m.Names {
 								if n.IsExported() {
 									c.Interfaces++
+									seen(s.Name.Name + "." + n.Name)
 								}
 							}
 						}
