@@ -8,6 +8,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -119,7 +120,7 @@ func newLimitPlan(role string, ls []rules.Limiter, fns map[string]LimitFunc) (*l
 	var lp *limitPlan
 	var errs []error
 	for i, l := range ls {
-		if !l.Dynamic() {
+		if !rulesx.Dynamic(l) {
 			continue
 		}
 		if lp == nil {
@@ -192,7 +193,7 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 				}
 				vals[k] = n
 			}
-			rw, err := lim.Resolve(w, vals[k])
+			rw, err := rulesx.Resolve(*lim, w, vals[k])
 			if err != nil {
 				return "", &LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
 			}
