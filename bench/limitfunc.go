@@ -24,7 +24,7 @@ func init() {
 // names a limit function: per request it calls the function (here a map
 // lookup by subject, as an application would read a tenant's plan), copies
 // the limiter's windows into a fresh slice with the resolved limit
-// (rules.Limiter.Resolve, the middleware's check of the value) and asks the
+// (internal/rulesx.Resolve, the middleware's check of the value) and asks the
 // engine. The limits are those of the static 2-window group, so the two
 // rows differ only by the resolution.
 func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {

@@ -22,21 +22,21 @@ import (
 // Request limits, so that one request cannot make a script call unbounded.
 const (
 	// MaxChecks is the largest number of checks in a Request: the rule
-	// language's [rulespec.MaxLimiters], so that a group that parses never
-	// makes a request the engine refuses.
+	// language's bound on limiters per list, so that a group that parses
+	// never makes a request the engine refuses.
 	MaxChecks = rulespec.MaxLimiters
 	// MaxWindows is the largest number of windows in a Request, over all
-	// its checks: the rule language's [rulespec.MaxWindows].
+	// its checks: the rule language's bound on windows per list.
 	MaxWindows = rulespec.MaxWindows
 	// MaxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
-	// on the windows that [rulespec.MaxLimit] caps at 100,000 in rule text: the
-	// rule language keeps Redis memory per subject small, while the engine
+	// on the windows that rule text caps at 100,000: the rule language
+	// keeps Redis memory per subject small, while the engine
 	// also serves windows built in Go (the benchmarks count 1,000,000 a
 	// minute) and refuses only limits whose sorted sets no server could
 	// hold. Windows of weighted keys (a cost or a grain) accept up to
-	// [rulespec.MaxBoundedLimit], as in rule text.
+	// 2^50, as in rule text.
 	MaxCountLimit = 1_000_000_000
 )
 

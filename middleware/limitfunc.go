@@ -17,7 +17,7 @@ import (
 // tenant's plan or contract. It is called on the request's goroutine before
 // the handler runs, at most once per request and name, and must be safe for
 // concurrent use. It must return a limit from 1 to the cap of each window
-// naming it (rules.Limiter.LimitCap: 100,000 for an exact window of a
+// naming it (100,000 for an exact window of a
 // limiter without a cost); a request it cannot serve a limit for should be
 // refused with an error wrapping ErrLimitBadRequest (answered with 400).
 // Any other error, a limit below 1 or above a cap is answered with 500.

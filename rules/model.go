@@ -154,7 +154,7 @@ type Group struct {
 	// Count, when not empty, lists the response statuses whose requests
 	// stay counted: each a code such as "401" or a class such as "4xx".
 	// An admitted request whose response has another status is given back
-	// (see Group.Counts). Empty counts every admitted request.
+	// (see the package documentation). Empty counts every admitted request.
 	Count []string `validate:"dive,status"`
 	// Scope, when set, makes every handler with the same scope share
 	// windows; when empty the route pattern is the scope.

@@ -46,7 +46,8 @@ var kinds = map[string]Kind{
 
 // Parse parses a rule group written in the rule language described in the
 // package documentation, and validates it as Group.Validate does. Errors are
-// of type *Error and wrap ErrSyntax or ErrInvalid.
+// of type *Error; Error.Syntax tells a text that does not match the
+// grammar from one that breaks a rule.
 func Parse(s string) (Group, error) {
 	g, _, err := parse(s)
 	if err != nil {

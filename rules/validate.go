@@ -171,8 +171,9 @@ func limiterLevel(sl validator.StructLevel) {
 			}
 			seen[w.Period] = true
 		}
+		limitCap := rulespec.LimitCap(l.Cost, w.Grain, w.Calendar)
 		switch {
-		case w.Limit > rulespec.LimitCap(l.Cost, w.Grain, w.Calendar) && rulespec.LimitCap(l.Cost, w.Grain, w.Calendar) == rulespec.MaxLimit:
+		case w.Limit > limitCap && limitCap == rulespec.MaxLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagExactMax, "")
 		case w.Limit > rulespec.MaxBoundedLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagBoundedMax, "")

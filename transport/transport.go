@@ -138,7 +138,7 @@ func New(c Config) (*Transport, error) {
 
 // Compile prepares group g for t. counts reports whether a status of the
 // transport's (such as a gRPC code) is listed in g's count: statement,
-// whose items the transport's rulesx.Dialect read; it is not called for a
+// whose items the transport's dialect read; it is not called for a
 // group without one. Compile fails with middleware.ErrNoFinish when g
 // needs a finish that t's Decider cannot do, and for a distinct:
 // statement, whose values (a URL path) are net/http's.
