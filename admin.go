@@ -10,6 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
@@ -55,7 +56,7 @@ func (s adminSource) Routes() []admin.Route {
 			out = append(out, admin.Route{Scope: g.scope})
 			i = len(out) - 1
 		}
-		for _, ls := range g.group.LimiterLists() {
+		for _, ls := range rulesx.Lists(&g.group) {
 			for _, lim := range ls {
 				if id := lim.ID(); !slices.Contains(out[i].Limiters, id) {
 					out[i].Limiters = append(out[i].Limiters, id)

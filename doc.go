@@ -110,9 +110,9 @@
 // given different middleware.WithIPv6Prefix options, so that an IPv6
 // subject maps to several stored subjects, one check each. A window whose
 // limit comes from a limit function ($quota/min) is reported with the
-// largest limit it may have (rules.Limiter.LimitCap). A group built by
-// Middleware without a scope: statement gets its scope per request, so it
-// is taken to be in every scope.
+// largest limit it may have (100,000, or 2^50 with a grain or a cost). A
+// group built by Middleware without a scope: statement gets its scope per
+// request, so it is taken to be in every scope.
 //
 // # Other routers
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -74,7 +75,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	}
 	// The pattern is checked first, and on its own, so that its error
 	// wraps ErrPattern as the ServeMux's own rejections do.
-	if _, err := rules.Wildcards(pattern); err != nil {
+	if _, err := rulesx.Wildcards(pattern); err != nil {
 		return fail(fmt.Errorf("%w: %w", ErrPattern, err))
 	}
 	g, err := rules.ParseRoute(pattern, rulesText)

@@ -13,7 +13,6 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
-	"github.com/slidelimit/slidelimit/rules"
 )
 
 // offline returns a Limiter whose client points nowhere: New does not contact
@@ -57,7 +56,7 @@ func TestRegisterReportsEveryTagError(t *testing.T) {
 			t.Errorf("error does not name field %s:\n%v", field, err)
 		}
 	}
-	if !errors.Is(err, rules.ErrSyntax) || !errors.Is(err, rules.ErrInvalid) {
+	if !isErr(err, errRuleSyntax) || !isErr(err, errRuleInvalid) {
 		t.Errorf("error %v does not wrap both rules categories", err)
 	}
 	if registered(mux, "GET", "/e") {
@@ -126,8 +125,8 @@ func TestRegisterReportsTagAndRouteErrors(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, &api{ok, ok, ok, ok, ok})
-	for _, want := range []error{rules.ErrInvalid, middleware.ErrUnknownKey, slidelimit.ErrPattern} {
-		if !errors.Is(err, want) {
+	for _, want := range []error{errRuleInvalid, middleware.ErrUnknownKey, slidelimit.ErrPattern} {
+		if !isErr(err, want) {
 			t.Errorf("Register = %v, want it to wrap %v", err, want)
 		}
 	}
@@ -158,8 +157,8 @@ func TestRegisterArguments(t *testing.T) {
 		t.Errorf("nil mux: %v", err)
 	}
 	for _, v := range []any{nil, 42, (*struct{})(nil)} {
-		if err := lim.Register(http.NewServeMux(), v); !errors.Is(err, rules.ErrInvalid) || !errors.As(err, &ce) {
-			t.Errorf("Register(%#v) = %v, want rules.ErrInvalid", v, err)
+		if err := lim.Register(http.NewServeMux(), v); !isErr(err, errRuleInvalid) || !errors.As(err, &ce) {
+			t.Errorf("Register(%#v) = %v, want errRuleInvalid", v, err)
 		}
 	}
 	if err := lim.Register(http.NewServeMux(), struct{}{}); err != nil {
@@ -176,12 +175,12 @@ func TestHandle(t *testing.T) {
 		msg                  string
 	}{
 		{"ok", "GET /files/{id}", "param(id):5/s; ip:10/s", ok, nil, ""},
-		{"rules syntax", "GET /a", "ip:5/fortnight", ok, rules.ErrSyntax, ""},
-		{"empty rules", "GET /a", "", ok, rules.ErrSyntax, ""},
+		{"rules syntax", "GET /a", "ip:5/fortnight", ok, errRuleSyntax, ""},
+		{"empty rules", "GET /a", "", ok, errRuleSyntax, ""},
 		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern, ""},
 		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern, ""},
-		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid, ""},
-		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid, ""},
+		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, errRuleInvalid, ""},
+		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, errRuleInvalid, ""},
 		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey, ""},
 		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost, ""},
 		{"nil handler", "GET /a", "ip:5/s", nil, nil, "nil handler"},
@@ -199,7 +198,7 @@ func TestHandle(t *testing.T) {
 				return
 			}
 			var re *slidelimit.ConfigError
-			if tt.want != nil && !errors.Is(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
+			if tt.want != nil && !isErr(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
 				!strings.Contains(fmt.Sprint(err), tt.msg) {
 				t.Fatalf("Handle = %v, want a *ConfigError for %q wrapping %v", err, tt.pattern, tt.want)
 			}
@@ -211,10 +210,10 @@ func TestHandle(t *testing.T) {
 	if want := `slidelimit: route "GET /a/{id}": rules: "ip:5/s; role(x)=param(other):1/s": param "other" is not a wildcard ({other} or {other...}) of route pattern "GET /a/{id}" at offset 22`; err == nil || err.Error() != want {
 		t.Errorf("Handle with an unknown param = %v, want %s", err, want)
 	}
-	// A malformed pattern is located by rules.Wildcards, as in a route tag.
+	// A malformed pattern is located by rulesx.Wildcards, as in a route tag.
 	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
-	if !errors.Is(err, slidelimit.ErrPattern) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
-		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
+	if !errors.Is(err, slidelimit.ErrPattern) || !isErr(err, errRuleInvalid) || !strings.Contains(err.Error(), "at offset 7") {
+		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and errRuleInvalid at offset 7", err)
 	}
 	var ce *slidelimit.ConfigError
 	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nil mux") {

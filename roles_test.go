@@ -98,8 +98,8 @@ func checkUndeclared(t *testing.T, err error, bad string) {
 	if !errors.As(err, &re) {
 		t.Fatalf("got %v, want a *rules.Error", err)
 	}
-	if !errors.Is(err, rules.ErrInvalid) {
-		t.Errorf("%v does not wrap rules.ErrInvalid", err)
+	if !isErr(err, errRuleInvalid) {
+		t.Errorf("%v does not wrap errRuleInvalid", err)
 	}
 	if re.Offset < 0 || !strings.HasPrefix(re.Input[re.Offset:], bad) {
 		t.Errorf("offset %d of %q does not point at %q", re.Offset, re.Input, bad)

@@ -2,7 +2,6 @@ package slidelimit_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/rules"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // windowList returns n windows "1/1ms,1/2ms,...", each of its own period.
@@ -67,8 +66,8 @@ func TestRuleSizeRefused(t *testing.T) {
 			t.Parallel()
 			check := func(call string, err error) {
 				t.Helper()
-				if !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
-					t.Errorf("%s = %.300v, want rules.ErrInvalid saying %q", call, err, tt.want)
+				if !isErr(err, errRuleInvalid) || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("%s = %.300v, want errRuleInvalid saying %q", call, err, tt.want)
 				}
 			}
 			mux := http.NewServeMux()
@@ -122,7 +121,7 @@ func TestRuleSizeAtBound(t *testing.T) {
 }
 
 func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
-	keys := make([]string, rules.MaxLimiters)
+	keys := make([]string, rulespec.MaxLimiters)
 	for i := range keys {
 		keys[i] = "header(X-H" + strconv.Itoa(i) + "):1 concurrent,2/min"
 	}
@@ -130,10 +129,10 @@ func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
 	for _, tt := range []struct {
 		path, text, want string
 	}{
-		{"/windows", "ip:1 concurrent," + windowList(rules.MaxWindows-1), "200"},
-		{"/limiters", headerLimiters(rules.MaxLimiters, rules.MaxWindows/rules.MaxLimiters), "200"},
-		{"/distinct", "user:1 concurrent," + windowList(rules.MaxDistinctWindows) + "; distinct:path", "200"},
-		{"/override", "ip:1/s; role(admin)=user:" + windowList(rules.MaxWindows), "200"},
+		{"/windows", "ip:1 concurrent," + windowList(rulespec.MaxWindows-1), "200"},
+		{"/limiters", headerLimiters(rulespec.MaxLimiters, rulespec.MaxWindows/rulespec.MaxLimiters), "200"},
+		{"/distinct", "user:1 concurrent," + windowList(rulespec.MaxDistinctWindows) + "; distinct:path", "200"},
+		{"/override", "ip:1/s; role(admin)=user:" + windowList(rulespec.MaxWindows), "200"},
 		{"/keys", strings.Join(keys, "; "), "200 200 429"},
 	} {
 		if err := lim.Handle(mux, "GET "+tt.path, ok, tt.text); err != nil {
@@ -173,7 +172,7 @@ func TestSetRulesSize(t *testing.T) {
 	}
 	big := "ip:" + windowList(1000)
 	err = p.lim.SetRules(ctx, "GET /search", big)
-	if !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "group has 1000 windows, at most 256") {
+	if !isErr(err, errRuleInvalid) || !strings.Contains(err.Error(), "group has 1000 windows, at most 256") {
 		t.Errorf("SetRules(1000 windows) = %.300v", err)
 	}
 	if after, err := p.lim.Rules(ctx); err != nil || !reflect.DeepEqual(after, before) {

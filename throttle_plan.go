@@ -12,6 +12,8 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -67,7 +69,7 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 		}
 	}
 	var err error
-	if p.zone, err = rules.LoadZone(g.Calendar); err != nil {
+	if p.zone, err = rulespec.LoadZone(g.Calendar); err != nil {
 		return nil, fmt.Errorf("slidelimit: throttle %q: %w", t.name, err)
 	}
 	return p, nil
@@ -112,7 +114,7 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 			}
 			ch.Cost, names[i] = n, l.Cost
 		}
-		if !l.Dynamic() {
+		if !rulesx.Dynamic(l) {
 			continue
 		}
 		ws := make([]rules.Window, len(l.Windows))
@@ -132,7 +134,7 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 				}
 				vals[w.LimitFunc] = n
 			}
-			rw, err := l.Resolve(w, n)
+			rw, err := rulesx.Resolve(l, w, n)
 			if err != nil {
 				return req, nil, &middleware.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Limit: n, Err: err}
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -18,8 +19,8 @@ func written(err error, text string) error {
 func relocate(err error, text string) (error, bool) {
 	switch e := err.(type) {
 	case *rules.Error:
-		r := e.Relocate(text)
-		return r, r != e
+		r := rulesx.Relocate(e, text)
+		return r, r != error(e)
 	case interface{ Unwrap() []error }:
 		errs := e.Unwrap()
 		out := make([]error, len(errs))

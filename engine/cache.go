@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/slidelimit/slidelimit/rules"
 )
 
 // knownCache keeps, per key the engine has seen recently, what Redis last
@@ -458,7 +456,7 @@ func (sh *knownShard) get(key string) (cp knownKey, from *knownKey, nominal int6
 		if kk = sh.m[parent]; kk == nil || len(kk.wins) == 0 {
 			return knownKey{}, nil, 0, false
 		}
-		nominal = calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
+		nominal = calNominal(string(key[len(parent)+len(calSuffix):]))
 		cp = knownKey{sent: kk.sent, recv: kk.recv, wall: kk.wall, at: kk.at}
 		for _, w := range kk.wins {
 			if w.period == -nominal {
@@ -514,7 +512,7 @@ func (k *knownCache) seedOf(key string) (knownKey, bool) {
 		if kk = sh.m[parent]; kk == nil || len(kk.seed) == 0 {
 			return knownKey{}, false
 		}
-		nominal = calNominal(rules.Calendar(key[len(parent)+len(calSuffix):]))
+		nominal = calNominal(string(key[len(parent)+len(calSuffix):]))
 	}
 	cp := knownKey{sent: kk.seedSent, wall: kk.seedWall}
 	for _, w := range kk.seed {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -18,8 +19,8 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 		name string
 		ws   []rules.Window
 	}{
-		{"calendar only", []rules.Window{calWin(1000, rules.CalendarMonth)}},
-		{"with a sliding window", []rules.Window{win(1_000_000, time.Hour), calWin(1000, rules.CalendarMonth)}},
+		{"calendar only", []rules.Window{calWin(1000, rulespec.Month)}},
+		{"with a sliding window", []rules.Window{win(1_000_000, time.Hour), calWin(1000, rulespec.Month)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -56,9 +57,9 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 			}
 			// The cache keeps the month's bytes for the fallback, which
 			// seeds them as one entry (TestFallbackSeedCost).
-			key := string(e.keyer.appendKey(nil, "s", rules.User, "", "bytes", "alice")) + calSuffix + string(rules.CalendarMonth)
+			key := string(e.keyer.appendKey(nil, "s", rules.User, "", "bytes", "alice")) + calSuffix + string(rulespec.Month)
 			kn, ok := e.known.get(key)
-			if kw := kn.find(window{period: calNominal(rules.CalendarMonth), limit: 1000}); !ok || kw == nil || kw.used != 1000 {
+			if kw := kn.find(window{period: calNominal(rulespec.Month), limit: 1000}); !ok || kw == nil || kw.used != 1000 {
 				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.wins, ok)
 			}
 		})
@@ -74,8 +75,8 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 		name string
 		ws   []rules.Window
 	}{
-		{"calendar only", []rules.Window{calWin(1, rules.CalendarDay)}},
-		{"with a sliding window", []rules.Window{win(100, time.Hour), calWin(1, rules.CalendarDay)}},
+		{"calendar only", []rules.Window{calWin(1, rulespec.Day)}},
+		{"with a sliding window", []rules.Window{win(100, time.Hour), calWin(1, rulespec.Day)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -106,7 +107,7 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 func TestCachedCalendarColocated(t *testing.T) {
 	t.Parallel()
 	e := &Engine{keyer: &keyer{prefix: "p:"}, known: newKnownCache(100)}
-	r := req(user("u", win(100, time.Hour), calWin(5, rules.CalendarMonth)))
+	r := req(user("u", win(100, time.Hour), calWin(5, rulespec.Month)))
 	c := getCall()
 	defer putCall(c)
 	if err := c.plan.build(e.keyer, &r); err != nil {
@@ -124,7 +125,7 @@ func TestCachedCalendarColocated(t *testing.T) {
 		t.Errorf("rate key: %+v %v, want its hour window only", got.wins, ok)
 	}
 	got, ok := e.known.get(cal)
-	if want := (knownWin{period: calNominal(rules.CalendarMonth), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
+	if want := (knownWin{period: calNominal(rulespec.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
 		t.Errorf("calendar key: %+v %v, want %+v from the same answer", got, ok, want)
 	}
 	e.known.invalidate(cal, 40)
@@ -143,7 +144,7 @@ func TestCachedCalendarColocated(t *testing.T) {
 func TestCalArgsKinds(t *testing.T) {
 	t.Parallel()
 	mk := func(subject string, limit int64) *call {
-		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, rules.CalendarMonth))))
+		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, rulespec.Month))))
 	}
 	var f flatArgs
 	now := t0.UnixMicro()

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -34,7 +35,7 @@ const calBounds = 4
 // calNominal returns the nominal period of calendar c in µs, the longest
 // one of its periods can last, which is how long the local fallback and
 // the cache remember one; 0 for an unknown calendar.
-func calNominal(c rules.Calendar) int64 { return calNominals[calUnit(c)] }
+func calNominal(c string) int64 { return calNominals[calUnit(c)] }
 
 // calNominals are the nominal periods of calUnits, in µs.
 var calNominals = [...]int64{
@@ -55,23 +56,23 @@ type calKey struct {
 }
 
 // calUnits are the calendars of calKey.unit.
-var calUnits = [...]rules.Calendar{"", rules.CalendarDay, rules.CalendarWeek, rules.CalendarMonth}
+var calUnits = [...]string{"", rulespec.Day, rulespec.Week, rulespec.Month}
 
 // calUnit returns the index of c in calUnits, 0 for an unknown calendar.
-func calUnit(c rules.Calendar) uint8 {
+func calUnit(c string) uint8 {
 	switch c {
-	case rules.CalendarDay:
+	case rulespec.Day:
 		return 1
-	case rules.CalendarWeek:
+	case rulespec.Week:
 		return 2
-	case rules.CalendarMonth:
+	case rulespec.Month:
 		return 3
 	}
 	return 0
 }
 
 // cal returns the calendar of key k, a calendar key.
-func (p *plan) cal(k int) rules.Calendar { return calUnits[p.kcals[k].unit] }
+func (p *plan) cal(k int) string { return calUnits[p.kcals[k].unit] }
 
 // calRef ties the calendar window win of check check to its key.
 type calRef struct {
@@ -164,10 +165,10 @@ func (p *plan) zoneOf() *time.Location {
 // calBoundsAround returns the boundaries of four consecutive periods of c
 // around now (µs since 1970) in loc: the previous period's start, the
 // current one's, the next one's and its end.
-func calBoundsAround(c rules.Calendar, now int64, loc *time.Location) [calBounds]int64 {
-	start, end := c.Bounds(time.UnixMicro(now), loc)
-	prev, _ := c.Bounds(start.Add(-time.Microsecond), loc)
-	_, next := c.Bounds(end, loc)
+func calBoundsAround(c string, now int64, loc *time.Location) [calBounds]int64 {
+	start, end := rulespec.Bounds(c, time.UnixMicro(now), loc)
+	prev, _ := rulespec.Bounds(c, start.Add(-time.Microsecond), loc)
+	_, next := rulespec.Bounds(c, end, loc)
 	return [calBounds]int64{prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), next.UnixMicro()}
 }
 
@@ -221,7 +222,7 @@ type calLast struct {
 // calCached is the boundaries of the periods around a time, for one
 // calendar and zone, and where the script call being built holds them.
 type calCached struct {
-	cal  rules.Calendar
+	cal  string
 	loc  *time.Location
 	b    [calBounds]int64
 	call uint64 // flatArgs.call of the script call that sent them; 0: none
@@ -232,7 +233,7 @@ type calCached struct {
 // while now lies in the cached current period: computing them takes a
 // dozen time.Date calls, a period lasts a day or more. The entry is valid
 // until the next call of bounds.
-func (f *flatArgs) bounds(c rules.Calendar, loc *time.Location, now int64) *calCached {
+func (f *flatArgs) bounds(c string, loc *time.Location, now int64) *calCached {
 	for i := range f.cals {
 		if x := &f.cals[i]; x.cal == c && x.loc == loc && now >= x.b[1] && now < x.b[2] {
 			return x
@@ -253,7 +254,7 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 	p := &c.plan
 	j := p.kstart[k]
 	used := r.int(1 << 53)
-	left := r.int(calNominal(rules.CalendarMonth))
+	left := r.int(calNominal(rulespec.Month))
 	if r.err == nil && left < 1 {
 		r.fail("calendar period ended")
 	}
@@ -284,7 +285,7 @@ func (p *plan) calStartAt(k int, at int64) int64 {
 	if s := p.kcals[k].start; s > 0 {
 		return s
 	}
-	start, _ := p.cal(k).Bounds(time.UnixMicro(at), p.zoneOf())
+	start, _ := rulespec.Bounds(p.cal(k), time.UnixMicro(at), p.zoneOf())
 	return start.UnixMicro()
 }
 
@@ -304,7 +305,7 @@ func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string, has
 // calSpan returns the start and end (µs since 1970) of the period of
 // calendar key k that holds t, for the local fallback.
 func (p *plan) calSpan(k int, t int64) (start, end int64) {
-	s, e := p.cal(k).Bounds(time.UnixMicro(t), p.zoneOf())
+	s, e := rulespec.Bounds(p.cal(k), time.UnixMicro(t), p.zoneOf())
 	return s.UnixMicro(), e.UnixMicro()
 }
 
@@ -321,8 +322,8 @@ func (p *plan) calKeyOf(m int32) int32 {
 // validCalendar checks calendar window j of check i, w, which counts cost.
 func validCalendar(i, j int, w *rules.Window, cost int64) error {
 	switch {
-	case w.Limit < 1 || w.Limit > rules.MaxBoundedLimit:
-		return &requestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
+	case w.Limit < 1 || w.Limit > rulespec.MaxBoundedLimit:
+		return &requestError{Check: i, Window: j, Reason: "limit outside 1..rulespec.MaxBoundedLimit"}
 	case cost > w.Limit:
 		return &requestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
 			" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}

@@ -1,6 +1,8 @@
 package engine
 
-import "github.com/slidelimit/slidelimit/rules"
+import (
+	"github.com/slidelimit/slidelimit/internal/rulespec"
+)
 
 // Distinct values (Check.Distinct, the rule statement distinct:NAME): a
 // check that names a value counts the value in its count key instead of the
@@ -100,4 +102,4 @@ func (p *plan) heldAt(m int32) bool { return p.nd > 0 && int(m) < len(p.held) &&
 
 // maxDistinctWindows bounds the windows of a distinct key, whose reply
 // holds one bit per window: the rule language's bound.
-const maxDistinctWindows = rules.MaxDistinctWindows
+const maxDistinctWindows = rulespec.MaxDistinctWindows

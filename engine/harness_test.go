@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/internal/faults"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -344,14 +345,14 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 	r := &faultRun{t: t, b: b, p: p, clk: newFakeClock(), prefix: testPrefix(t),
 		engines: make([]*Engine, p.Engines), procs: make([]int, p.Engines)}
 	for _, w := range p.Windows {
-		r.ws = append(r.ws, rules.Window{Limit: w.Limit, Period: w.Period, Concurrent: w.Concurrent, Calendar: rules.Calendar(w.Calendar)})
+		r.ws = append(r.ws, rules.Window{Limit: w.Limit, Period: w.Period, Concurrent: w.Concurrent, Calendar: string(w.Calendar)})
 		r.hist.Windows = append(r.hist.Windows, w)
 		r.limits = append(r.limits, w.Limit)
 	}
 	r.clk.Set(p.Start)
 	r.hist.Origin = t0
 	if p.Zone != "" {
-		zone, err := rules.LoadZone(p.Zone)
+		zone, err := rulespec.LoadZone(p.Zone)
 		if err != nil {
 			return r.hist, []string{fmt.Sprintf("zone: %v", err)}
 		}

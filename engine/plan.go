@@ -15,27 +15,28 @@ import (
 	"unsafe"
 
 	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
 	// MaxChecks is the largest number of checks in a Request: the rule
-	// language's [rules.MaxLimiters], so that a group that parses never
-	// makes a request the engine refuses.
-	MaxChecks = rules.MaxLimiters
+	// language's bound on limiters per list, so that a group that parses
+	// never makes a request the engine refuses.
+	MaxChecks = rulespec.MaxLimiters
 	// MaxWindows is the largest number of windows in a Request, over all
-	// its checks: the rule language's [rules.MaxWindows].
-	MaxWindows = rules.MaxWindows
+	// its checks: the rule language's bound on windows per list.
+	MaxWindows = rulespec.MaxWindows
 	// MaxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
-	// on the windows that [rules.MaxLimit] caps at 100,000 in rule text: the
-	// rule language keeps Redis memory per subject small, while the engine
+	// on the windows that rule text caps at 100,000: the rule language
+	// keeps Redis memory per subject small, while the engine
 	// also serves windows built in Go (the benchmarks count 1,000,000 a
 	// minute) and refuses only limits whose sorted sets no server could
 	// hold. Windows of weighted keys (a cost or a grain) accept up to
-	// [rules.MaxBoundedLimit], as in rule text.
+	// 2^50, as in rule text.
 	MaxCountLimit = 1_000_000_000
 )
 
@@ -249,7 +250,7 @@ func (p *plan) keyBytes(i int32) []byte {
 func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err error) {
 	maxLimit := int64(MaxCountLimit)
 	if kc != "" {
-		maxLimit = rules.MaxBoundedLimit
+		maxLimit = rulespec.MaxBoundedLimit
 	}
 	rate, conc = len(c.Windows), -1
 	for j := range c.Windows {
@@ -281,9 +282,9 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 			if kc == "" {
 				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
 			}
-			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
-		case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:
-			return 0, 0, &requestError{Check: i, Window: j, Reason: "period outside 1µs..rules.MaxPeriod"}
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..rulespec.MaxBoundedLimit"}
+		case w.Period < time.Microsecond || w.Period > rulespec.MaxPeriod:
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "period outside 1µs..rulespec.MaxPeriod"}
 		case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
 			return 0, 0, &requestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
 		case cost > w.Limit:
@@ -397,8 +398,8 @@ func (p *plan) mapOrigins(req *Request) {
 // block records check i's block d on key idx: the longest block of the
 // checks sharing the key.
 func (p *plan) block(i, idx int, d time.Duration) error {
-	if d < 0 || d > rules.MaxPeriod {
-		return &requestError{Check: i, Window: -1, Reason: "block outside 0..rules.MaxPeriod"}
+	if d < 0 || d > rulespec.MaxPeriod {
+		return &requestError{Check: i, Window: -1, Reason: "block outside 0..rulespec.MaxPeriod"}
 	}
 	for len(p.kblock) <= idx {
 		p.kblock = append(p.kblock, 0)

@@ -61,7 +61,7 @@ type Request struct {
 	Fail rules.FailMode
 	// Zone is the time zone of the request's calendar windows
 	// (rules.Window.Calendar): their periods start at its local midnight.
-	// Nil is UTC, never the process's local zone (see rules.LoadZone).
+	// Nil is UTC, never the process's local zone.
 	Zone *time.Location
 }
 

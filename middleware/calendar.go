@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -24,7 +26,7 @@ import (
 // loadZone returns the zone of g's calendar windows, UTC by default. A zone
 // that cannot be loaded fails New.
 func loadZone(g *rules.Group) (*time.Location, error) {
-	loc, err := g.Zone()
+	loc, err := rulesx.Zone(g)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: calendar:%s: %w", g.Calendar, err)
 	}
@@ -38,7 +40,7 @@ func distinctFunc(g *rules.Group, keys map[string]KeyFunc) (KeyFunc, error) {
 	switch g.Distinct {
 	case "":
 		return nil, nil
-	case rules.DistinctPath:
+	case rulespec.DistinctPath:
 		return func(r *http.Request) string { return r.URL.Path }, nil
 	}
 	fn, ok := keys[g.Distinct]
@@ -54,5 +56,5 @@ func periodPhrase(w rules.Window) string {
 	if w.Calendar != "" {
 		return "calendar " + string(w.Calendar)
 	}
-	return rules.FormatPeriod(w.Period)
+	return rulespec.FormatPeriod(w.Period)
 }

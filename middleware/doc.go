@@ -66,8 +66,9 @@
 // calling tenant's plan, say. The middleware calls each limit function the
 // applicable limiters name once per request, after the cost functions,
 // and passes the windows with their limits in the engine.Check. A function
-// that returns an error, a limit below 1 or above the window's cap
-// (rules.Limiter.LimitCap) is answered as a failing cost function is: 400
+// that returns an error, a limit below 1 or above the window's cap (100,000
+// for an exact window of a limiter without a cost, 2^50 otherwise) is
+// answered as a failing cost function is: 400
 // when the error wraps ErrLimitBadRequest, else 500, nothing counted, the
 // *LimitError logged and passed to hooks, never to the client. The
 // RateLimit-Policy field advertises the resolved limits; it is rendered

@@ -8,6 +8,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -16,7 +17,7 @@ import (
 // tenant's plan or contract. It is called on the request's goroutine before
 // the handler runs, at most once per request and name, and must be safe for
 // concurrent use. It must return a limit from 1 to the cap of each window
-// naming it (rules.Limiter.LimitCap: 100,000 for an exact window of a
+// naming it (100,000 for an exact window of a
 // limiter without a cost); a request it cannot serve a limit for should be
 // refused with an error wrapping ErrLimitBadRequest (answered with 400).
 // Any other error, a limit below 1 or above a cap is answered with 500.
@@ -119,7 +120,7 @@ func newLimitPlan(role string, ls []rules.Limiter, fns map[string]LimitFunc) (*l
 	var lp *limitPlan
 	var errs []error
 	for i, l := range ls {
-		if !l.Dynamic() {
+		if !rulesx.Dynamic(l) {
 			continue
 		}
 		if lp == nil {
@@ -192,7 +193,7 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 				}
 				vals[k] = n
 			}
-			rw, err := lim.Resolve(w, vals[k])
+			rw, err := rulesx.Resolve(*lim, w, vals[k])
 			if err != nil {
 				return "", &LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
 			}

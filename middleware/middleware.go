@@ -7,6 +7,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -118,7 +119,8 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	l.t.IP.Trusted, terrs = c.trustedPrefixes()
 	errs = append(errs, terrs...)
 	var rerrs []error
-	l.rules, rerrs = lifecycle.NewRules(&l.t, g, zone, g.Counts, l.addPlan)
+	count := g.Count
+	l.rules, rerrs = lifecycle.NewRules(&l.t, g, zone, func(status int) bool { return rulespec.Counts(count, status) }, l.addPlan)
 	errs = append(errs, rerrs...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

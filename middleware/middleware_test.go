@@ -925,8 +925,9 @@ func TestNewValidatesGroup(t *testing.T) {
 	for i, g := range bad {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
 			t.Parallel()
-			if _, err := middleware.New(g, newMem()); !errors.Is(err, rules.ErrInvalid) {
-				t.Errorf("New(%+v) = %v, want rules.ErrInvalid", g, err)
+			var re *rules.Error
+			if _, err := middleware.New(g, newMem()); !errors.As(err, &re) || re.Syntax {
+				t.Errorf("New(%+v) = %v, want an invalid-rule *rules.Error", g, err)
 			}
 		})
 	}

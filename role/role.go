@@ -31,6 +31,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -87,7 +88,7 @@ type Policy struct {
 
 // Check returns an error when p declares Roles and g names a role that is
 // not among them; the error is a *rules.Error at the role's offset in
-// g.String() (rules.Error.Relocate points it into the text as written),
+// g.String() (package slidelimit reports it in the text as written),
 // naming the role and listing the declared ones. It returns nil when p
 // declares no roles.
 func (p Policy) Check(g rules.Group) error {
@@ -98,7 +99,7 @@ func (p Policy) Check(g rules.Group) error {
 	for i, r := range p.Roles {
 		declared[i] = string(r)
 	}
-	return g.CheckRoles(declared)
+	return rulesx.CheckRoles(g, declared)
 }
 
 // Resolution is the outcome of Policy.Resolve for one request.

@@ -1,7 +1,6 @@
 package rules
 
 import (
-	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -41,9 +40,6 @@ func TestConcurrentParse(t *testing.T) {
 			again, err := Parse(g.String())
 			if err != nil || !reflect.DeepEqual(again, g) {
 				t.Errorf("Parse(String()) = %+v, %v; want %+v", again, err, g)
-			}
-			if g.Limiters[0].MaxPeriod() < 0 {
-				t.Error("negative MaxPeriod")
 			}
 		})
 	}
@@ -97,7 +93,7 @@ func TestConcurrentValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			err := Group{Limiters: []Limiter{{Kind: User, Windows: []Window{tt.w}}}}.Validate()
-			if err == nil || err.Error() != tt.want || !errors.Is(err, ErrInvalid) {
+			if err == nil || err.Error() != tt.want || kindOf(err) != errInvalid {
 				t.Fatalf("Validate() = %v, want %s", err, tt.want)
 			}
 		})

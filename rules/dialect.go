@@ -4,34 +4,25 @@ import (
 	"strconv"
 )
 
-// Dialect adapts the rule language to a transport other than net/http,
-// such as gRPC (contrib/grpclimit), whose requests lack some of HTTP's
-// parts and whose outcomes are not HTTP statuses. The zero Dialect reads
-// the language exactly as Parse does. A Dialect is safe for concurrent use
-// when its functions are.
-type Dialect struct {
-	// Limiter, when not nil, is called for every limiter of the group, the
-	// defaults' and every override's, in text order; a non-nil error
-	// rejects the group with an *Error at the limiter's offset whose
-	// reason is the error's text. A transport uses it to refuse what it
-	// cannot serve, such as param(name) where there is no path.
-	Limiter func(l Limiter) error
-	// CountItem, when not nil, reads the items of a count: statement in
-	// place of HTTP statuses: it returns the canonical spelling of an item
-	// (so that two spellings of one outcome are one item), or an error
-	// saying why the text is not an item, reported as an *Error at the
-	// item's offset. Group.Count then holds canonical items, which
-	// Group.Counts and Group.Validate, knowing HTTP statuses only, do not
-	// apply to: the transport interprets them. A canonical item listed
-	// twice is an error.
-	CountItem func(item string) (string, error)
+// dialect adapts the rule language to a transport other than net/http,
+// such as gRPC (contrib/grpclimit, through internal/rulesx.Dialect), whose
+// requests lack some of HTTP's parts and whose outcomes are not HTTP
+// statuses. The zero dialect reads the language exactly as Parse does.
+type dialect struct {
+	// limiter, when not nil, is called for every limiter of the group, in
+	// text order; a non-nil error rejects the group with an *Error at the
+	// limiter's offset whose reason is the error's text.
+	limiter func(l Limiter) error
+	// countItem, when not nil, reads the items of a count: statement in
+	// place of HTTP statuses, returning an item's canonical spelling or
+	// why the text is not an item (an *Error at the item's offset). A
+	// canonical item listed twice is an error.
+	countItem func(item string) (string, error)
 }
 
-// Parse parses s as the package-level Parse does, with the changes d
-// makes. Errors are of type *Error and wrap ErrSyntax or ErrInvalid; the
-// errors of d's functions wrap ErrInvalid.
-func (d Dialect) Parse(s string) (Group, error) {
-	if d.Limiter == nil && d.CountItem == nil {
+// parse parses s as Parse does, with the changes d makes.
+func (d dialect) parse(s string) (Group, error) {
+	if d.limiter == nil && d.countItem == nil {
 		return Parse(s)
 	}
 	p := parser{s: s, pos: map[string]int{"": 0}}
@@ -39,22 +30,22 @@ func (d Dialect) Parse(s string) (Group, error) {
 		return Group{}, err
 	}
 	items := p.g.Count
-	if d.CountItem != nil {
+	if d.countItem != nil {
 		p.g.Count = nil // checked below, by d rather than as HTTP statuses
 	}
 	if err := check(p.g, s, p.pos); err != nil {
 		return Group{}, err
 	}
-	if d.Limiter != nil {
+	if d.limiter != nil {
 		if err := d.limiters(&p); err != nil {
 			return Group{}, err
 		}
 	}
-	if d.CountItem != nil && len(items) > 0 {
+	if d.countItem != nil && len(items) > 0 {
 		canon := make([]string, len(items))
 		for i, it := range items {
 			at := p.pos["Count["+strconv.Itoa(i)+"]"]
-			c, err := d.CountItem(it)
+			c, err := d.countItem(it)
 			if err != nil {
 				return Group{}, invalidErr(s, at, "%v", err)
 			}
@@ -70,11 +61,11 @@ func (d Dialect) Parse(s string) (Group, error) {
 	return p.g, nil
 }
 
-// limiters calls d.Limiter on every limiter of the group p parsed,
+// limiters calls d.limiter on every limiter of the group p parsed,
 // reporting the first error at its limiter's offset.
-func (d Dialect) limiters(p *parser) *Error {
+func (d dialect) limiters(p *parser) *Error {
 	check := func(ns string, l Limiter) *Error {
-		if err := d.Limiter(l); err != nil {
+		if err := d.limiter(l); err != nil {
 			return invalidErr(p.s, p.pos[ns], "%v", err)
 		}
 		return nil

@@ -62,7 +62,7 @@
 // "10k/h" is "10000/h" (Group.String prints the plain number). Numbers too large for
 // an int64 are reported as out of range, never wrapped. The units us, µs and
 // ns are not part of the grammar; they are recognised only so that
-// "1/500us" is reported as a period below MinPeriod.
+// "1/500us" is reported as a period below 1ms.
 //
 // # Costs
 //
@@ -94,12 +94,12 @@
 // the request (middleware.WithLimitFunc), such as the figure of the
 // tenant's contract, in any minute. The window is then Window{Period:
 // time.Minute, LimitFunc: "quota"} with Limit 0 until the middleware
-// resolves it per request (Limiter.Resolve); a window has a limit or a limit
+// resolves it per request; a window has a limit or a limit
 // function, never both. Everything else about the window is as written:
 // grains ($quota/d~15min), costs (user[bytes]:$bytes/d) and static windows
 // beside it (key(tenant):10/s,$quota/min). The value a function returns is
-// held to the caps of a written limit (at least 1, at most
-// Limiter.LimitCap). Because a sliding log stores requests rather than
+// held to the caps of a written limit (at least 1, at most 100,000 or
+// 2^50, see Rules). Because a sliding log stores requests rather than
 // limits, a new value applies at once to the requests already counted:
 // lowering a limit below what a subject used denies until enough of them
 // leave the window, raising it admits at once.
@@ -130,7 +130,7 @@
 // limiter until its handler ends, however it ends (see the middleware and
 // engine packages). Its Window has Concurrent set and no period. A limiter
 // has at most one in-flight window, it takes no grain, its limit is at
-// most MaxLimit, and a limiter with a cost has none: user[bytes] counts
+// most 100,000, and a limiter with a cost has none: user[bytes] counts
 // units of cost, while slots count requests.
 //
 // # Calendar windows
@@ -145,16 +145,16 @@
 //
 // The statement calendar:ZONE names an IANA time zone for every calendar
 // window of the group; without it they follow UTC, never the process's
-// local zone. Boundaries follow the zone's wall clock (Calendar.Bounds),
+// local zone. Boundaries follow the zone's wall clock,
 // so a day on which the clocks change lasts 23 or 25 hours. A calendar
 // window is checked with every other window of the request, all or
 // nothing, and stores one counter per subject and period whatever its
-// limit, so its limit may go up to MaxBoundedLimit; it takes no grain, is
+// limit, so its limit may go up to 2^50; it takes no grain, is
 // not an in-flight window, and a limiter has at most one per unit. Its
 // Window has Calendar set and no Period. A zone name that time.LoadLocation
 // cannot load (or "Local") is an error naming the zone; loading the zone
 // database is the application's concern (import time/tzdata to embed it
-// where the system has none), see LoadZone.
+// where the system has none).
 //
 // # Distinct values
 //
@@ -192,8 +192,7 @@
 // keeps this exact by reserving, then giving back: a request is admitted
 // and counted atomically, in every window, before its handler runs, as
 // without count:; once the handler has answered, a request whose status
-// is not listed is removed from every window it was counted in (see
-// Group.Counts). A request is thus counted while its outcome is unknown, so
+// is not listed is removed from every window it was counted in. A request is thus counted while its outcome is unknown, so
 // at most L requests whose outcome counts can be in flight or recorded in
 // a window of limit L: ten concurrent wrong passwords let through at most
 // as many as the window has room for, where checking after the handler
@@ -201,9 +200,8 @@
 // whose outcome will not count still takes room while its handler runs,
 // and a handler that panics stays counted.
 //
-// Other transports read the language through a Dialect, which may refuse
-// limiters they cannot serve and read count: items of their own, such as
-// gRPC status code names (contrib/grpclimit).
+// Other transports may refuse limiters they cannot serve and read count:
+// items of their own, such as gRPC status code names (contrib/grpclimit).
 //
 // # Blocking
 //
@@ -220,7 +218,7 @@
 // again at the end, and a window's limit is not to be confused with the
 // block's duration). Other subjects, and other limiters of the same
 // subject, are not blocked. Exempt roles are never blocked. The duration is
-// a whole number of milliseconds between MinPeriod and MaxPeriod, written
+// a whole number of milliseconds from 1ms to 30 days, written
 // like a period; Group.Block holds it (zero: no block). Resetting the
 // limiter and subject (slidelimit.Limiter.Reset) lifts the block. A group in shadow mode starts
 // no block (the transports apply Block only when the group enforces): it
@@ -244,32 +242,32 @@
 // github.com/go-playground/validator/v10:
 //
 //   - A limit is at least 1. The limit of an exact window (no grain) of a
-//     limiter without a cost is at most MaxLimit (100,000): every admitted
+//     limiter without a cost is at most 100,000: every admitted
 //     request is a member of a Redis sorted set for the longest window of
 //     its limiter, so memory grows with the limit. The limit of a window
 //     with a grain, and of any window of a limiter with a cost, is at most
-//     MaxBoundedLimit (2^50 = 1,125,899,906,842,624), below 2^53 so that
+//     2^50 (1,125,899,906,842,624), below 2^53 so that
 //     sums of costs stay exact in the doubles of Redis's Lua; their memory
 //     does not grow with the limit (an exact window of a cost limiter still
 //     stores one entry per request: give it a grain, or a request limiter,
 //     to bound it).
 //   - A constant cost is at most the limit of each window of its limiter.
 //   - A grain obeys the rules of the Grains section.
-//   - A period is between MinPeriod and MaxPeriod and a whole number of
+//   - A period is between 1ms and 30 days and a whole number of
 //     milliseconds; an in-flight window has none.
 //   - A limiter has at most one in-flight window (N concurrent), with at
-//     most MaxLimit slots, and none when it has a cost.
+//     most 100,000 slots, and none when it has a cost.
 //   - A limiter has at least one window and no two with the same period.
 //   - A list of limiters (the defaults, or one override's) has no two with
 //     the same ID (see Limiter.ID); write one limiter with several windows
 //     instead. A limiter of only in-flight windows may share its ID with
 //     one of only rate windows ("user:1 concurrent; user:20/h"), which
 //     count apart.
-//   - A list of limiters has at most MaxLimiters (64) limiters and
-//     MaxWindows (256) windows over all of them: a request is decided in
+//   - A list of limiters has at most 64 limiters and 256 windows over
+//     all of them: a request is decided in
 //     one Redis call over its list, and the engine refuses larger ones. In a
 //     group with distinct:, a limiter without a cost has at most
-//     MaxDistinctWindows (30) windows besides its in-flight one.
+//     30 windows besides its in-flight one.
 //   - A role has at most one override, is exempt at most once, and is not
 //     both exempt and overridden: an exemption would make its override dead
 //     text, which is more likely a mistake than intent.
@@ -289,9 +287,9 @@
 //
 // # Errors
 //
-// Every error is an *Error, which unwraps to ErrSyntax when the text does
-// not match the grammar and to ErrInvalid when it does but breaks a rule.
-// Its text locates the problem:
+// Every error is an *Error, whose Syntax field is true when the text does
+// not match the grammar and false when it does but breaks a rule. Its
+// text locates the problem:
 //
 //	rules: "ip:0/s": limit 0 is below 1 at offset 3
 //

@@ -1,22 +1,9 @@
 package rules
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-)
-
-// Error categories. Every *Error unwraps to exactly one of them, so callers
-// can tell a typo from a rule that parses but cannot be enforced with
-// errors.Is.
-var (
-	// ErrSyntax means the text does not match the rule grammar.
-	ErrSyntax = errors.New("rules: syntax error")
-	// ErrInvalid means the text parses but breaks a rule of the model: a
-	// limit or period out of range, a duplicate, a bad name, or a struct
-	// tag that cannot be served.
-	ErrInvalid = errors.New("rules: invalid rule")
 )
 
 // Error describes a problem in a rule group or in the struct tags that
@@ -51,22 +38,24 @@ type Error struct {
 	// Tag is the struct tag key ("limit" or "route") whose value is Input,
 	// or empty.
 	Tag string
+	// Syntax reports that Input does not match the grammar; otherwise it
+	// parses but breaks a rule of the model (a limit or period out of
+	// range, a duplicate, a bad name) or is a struct tag that cannot be
+	// served.
+	Syntax bool
 
-	// cat is ErrSyntax or ErrInvalid; unexported so the category cannot
-	// disagree with where the error was made.
-	cat error
 	// ns and token, set when Input is a group's canonical form, name the
 	// offending element (its validator namespace) and its text, so that
-	// Relocate can find it in the group as written.
+	// relocate can find it in the group as written.
 	ns, token string
 }
 
-// Relocate returns e pointing into text, the rule group as the user wrote
+// relocate returns e pointing into text, the rule group as the user wrote
 // it, when e points into the canonical form of that group instead, as the
-// errors of Group.CheckRoles (and so of role.Policy.Check) do: statements
-// may be written in any order, so an offset in the canonical form is not
-// one in text. Otherwise it returns e.
-func (e *Error) Relocate(text string) *Error {
+// errors of checkRoles (and so of role.Policy.Check) do: statements may be
+// written in any order, so an offset in the canonical form is not one in
+// text. Otherwise it returns e.
+func (e *Error) relocate(text string) *Error {
 	if e == nil || e.ns == "" {
 		return e
 	}
@@ -113,13 +102,10 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Unwrap returns ErrSyntax or ErrInvalid.
-func (e *Error) Unwrap() error { return e.cat }
-
 func syntaxErr(input string, off int, format string, args ...any) *Error {
-	return &Error{Input: input, Offset: off, Reason: fmt.Sprintf(format, args...), cat: ErrSyntax}
+	return &Error{Input: input, Offset: off, Reason: fmt.Sprintf(format, args...), Syntax: true}
 }
 
 func invalidErr(input string, off int, format string, args ...any) *Error {
-	return &Error{Input: input, Offset: off, Reason: fmt.Sprintf(format, args...), cat: ErrInvalid}
+	return &Error{Input: input, Offset: off, Reason: fmt.Sprintf(format, args...)}
 }

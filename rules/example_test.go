@@ -13,12 +13,12 @@ func ExampleParse() {
 		panic(err)
 	}
 	for _, l := range g.Limiters {
-		fmt.Println(l.ID(), l.Windows, l.MaxPeriod())
+		fmt.Println(l.ID(), l.Windows)
 	}
 	// Output:
-	// user [10/min 200/d] 24h0m0s
-	// ip [30/min] 1m0s
-	// global [1000/h] 1h0m0s
+	// user [10/min 200/d]
+	// ip [30/min]
+	// global [1000/h]
 }
 
 func ExampleParse_error() {
@@ -80,12 +80,4 @@ func ExampleRoutes_error() {
 	// Output:
 	// rules: rules_test.BadHandlers.Files: tag limit: "param(name):1/s": param "name" is not a wildcard ({name} or {name...}) of route pattern "GET /files/{id}" at offset 6
 	// rules: rules_test.BadHandlers.Admin: tag limit: "ip:0/s": limit 0 is below 1 at offset 3
-}
-
-func ExampleWildcards() {
-	fmt.Println(rules.Wildcards("GET /users/{user}/files/{path...}"))
-	fmt.Println(rules.Wildcards("GET /users/{user}/{user}"))
-	// Output:
-	// [user path] <nil>
-	// [] rules: "GET /users/{user}/{user}": duplicate wildcard name "user" at offset 18
 }

@@ -3,6 +3,8 @@ package rules
 import (
 	"iter"
 	"time"
+
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // Kind names what a limiter counts by: the subject whose requests share a
@@ -30,36 +32,13 @@ const (
 	Key Kind = "key"
 )
 
-// Named reports whether limiters of kind k take a name in parentheses, as
+// named reports whether limiters of kind k take a name in parentheses, as
 // in header(X-API-Key).
-func (k Kind) Named() bool { return k == Header || k == Param || k == Key }
+func (k Kind) named() bool { return rulespec.Named(string(k)) }
 
-// Limits of the rule language. Every request admitted by an exact window (one
-// without a grain) is an entry of a Redis sorted set for the longest window
-// of its limiter, so Redis memory per subject grows with the limit: about 21
-// bytes per entry up to 128 entries, 100-140 bytes beyond. A window with a
-// grain merges the entries of each grain, so its memory is bounded by the
-// number of grains per period whatever the limit, and may have a far larger
-// limit.
+// Bounds of a window's grain; the other bounds of the rule language are
+// in internal/rulespec (see the package documentation, section Rules).
 const (
-	// MaxLimit is the largest limit of an exact window (one without a
-	// grain) of a limiter without a cost in rule text. It is the rule
-	// language's cap, keeping the Redis memory of each subject small; the
-	// engine, which also takes windows built in Go, accepts such windows up
-	// to its own, larger bound,
-	// [github.com/slidelimit/slidelimit/engine.MaxCountLimit].
-	MaxLimit = 100_000
-	// MaxBoundedLimit is the largest limit of a window with a grain and of
-	// any window of a limiter with a cost: 2^50, below 2^53 so that sums of
-	// costs stay exact in the doubles of Redis's Lua. An exact window of a
-	// cost limiter stores one entry per admitted request, not per unit, so
-	// its memory grows with the number of requests, which a grain or a
-	// request limiter bounds.
-	MaxBoundedLimit = 1 << 50
-	// MinPeriod is the shortest period a window may have.
-	MinPeriod = time.Millisecond
-	// MaxPeriod is the longest period a window may have.
-	MaxPeriod = 30 * 24 * time.Hour
 	// minGrain is the shortest grain a window may have.
 	minGrain = time.Millisecond
 	// maxGrains is the largest number of grains a window's period may be
@@ -68,7 +47,7 @@ const (
 	// less than 0.01% of the period in precision, while each grain may cost
 	// a sorted-set member (100-140 bytes beyond 128 members): 10,000 grains
 	// bound a window to about 1.4 MB, a tenth of an exact window at
-	// MaxLimit.
+	// the largest exact limit.
 	maxGrains = 10_000
 )
 
@@ -78,7 +57,7 @@ const (
 //
 // LimitFunc, when not empty, names a limit function ($name in rule text)
 // that gives the limit per request, such as a customer's quota; Limit is
-// then 0 until the middleware resolves it (see Window.Resolve).
+// then 0 until the middleware resolves it per request.
 //
 // Grain, when not zero, lets the engine merge the requests of each span of
 // Grain into one entry that leaves the window at the end of its grain: the
@@ -96,10 +75,10 @@ const (
 // one in-flight window, and a limiter with a cost none: a cost counts
 // units, an in-flight window counts requests.
 type Window struct {
-	// The bounds of Period (MinPeriod, MaxPeriod, whole milliseconds) and
-	// the caps of Limit, MaxLimit and MaxBoundedLimit, are struct-level
-	// rules: the period's depend on Concurrent, the limit's on the
-	// limiter's cost. A Limit of 0 is checked against LimitFunc by a
+	// The bounds of Period (1ms to 30 days, whole milliseconds) and the
+	// caps of Limit (100,000 for an exact window of a limiter without a
+	// cost, 2^50 otherwise) are struct-level rules: the period's depend on
+	// Concurrent, the limit's on the limiter's cost. A Limit of 0 is checked against LimitFunc by a
 	// struct-level rule of Window.
 	Limit      int64 `validate:"omitempty,min=1"`
 	Period     time.Duration
@@ -107,12 +86,12 @@ type Window struct {
 	LimitFunc  string        // checked by a struct-level rule
 	Concurrent bool
 	// Calendar, when not empty, makes the window a calendar window
-	// (LIMIT/calendar day|week|month): at most Limit requests (or units of
-	// cost) since the start of the current calendar period in the group's
-	// zone (Group.Calendar), counted in one counter per subject and
-	// period. Its Period and Grain are zero. Checked by a struct-level
-	// rule.
-	Calendar Calendar
+	// (LIMIT/calendar day|week|month): "day", "week" (ISO 8601, from
+	// Monday) or "month", at most Limit requests (or units of cost) since
+	// the start of the current period in the group's zone
+	// (Group.Calendar), counted in one counter per subject and period. Its
+	// Period and Grain are zero. Checked by a struct-level rule.
+	Calendar string
 }
 
 // Limiter is a set of windows applied to one subject kind. Name is set only
@@ -175,7 +154,7 @@ type Group struct {
 	// Count, when not empty, lists the response statuses whose requests
 	// stay counted: each a code such as "401" or a class such as "4xx".
 	// An admitted request whose response has another status is given back
-	// (see Group.Counts). Empty counts every admitted request.
+	// (see the package documentation). Empty counts every admitted request.
 	Count []string `validate:"dive,status"`
 	// Scope, when set, makes every handler with the same scope share
 	// windows; when empty the route pattern is the scope.
@@ -188,25 +167,25 @@ type Group struct {
 	// from the first time the limiter denies it: every request the subject
 	// makes there is denied until then, without counting in any window,
 	// and attempts meanwhile do not extend the block (statement
-	// block:15m). It is a whole number of milliseconds from MinPeriod to
-	// MaxPeriod (the tag repeats them, see Window). Zero blocks nothing.
+	// block:15m). It is a whole number of milliseconds from 1ms to 30
+	// days. Zero blocks nothing.
 	Block time.Duration `validate:"omitempty,min=1ms,max=720h,wholems"`
 	// Calendar is the IANA time zone of the group's calendar windows
 	// (statement calendar:Asia/Shanghai); empty means UTC, never the
-	// process's local zone. Validation loads it (see LoadZone).
+	// process's local zone. Validation loads it with time.LoadLocation.
 	Calendar string `validate:"omitempty,zone"`
 	// Distinct, when set, makes every limiter of the group that counts
 	// requests (no cost; not in-flight windows) count distinct values
-	// instead of requests (statement distinct:path): DistinctPath for the
+	// instead of requests (statement distinct:path): "path" for the
 	// request's URL path, or the name of a key function. A request whose
 	// value a window already counts is admitted there without counting
 	// again.
 	Distinct string `validate:"omitempty,rulename"`
 }
 
-// LimiterLists yields the group's limiter lists: the defaults, with role
-// "", then each override's limiters with its role, in declaration order.
-func (g *Group) LimiterLists() iter.Seq2[string, []Limiter] {
+// lists yields the group's limiter lists: the defaults, with role "", then
+// each override's limiters with its role, in declaration order.
+func (g *Group) lists() iter.Seq2[string, []Limiter] {
 	return func(yield func(string, []Limiter) bool) {
 		if !yield("", g.Limiters) {
 			return

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // units maps the unit words of the grammar to their length.
@@ -42,14 +44,10 @@ var kinds = map[string]Kind{
 	string(Key):    Key,
 }
 
-// memoryNote is part of every "limit too high" message of an exact window
-// because its cap exists for Redis memory, not for arithmetic; it names the
-// way out.
-const memoryNote = "redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624"
-
 // Parse parses a rule group written in the rule language described in the
 // package documentation, and validates it as Group.Validate does. Errors are
-// of type *Error and wrap ErrSyntax or ErrInvalid.
+// of type *Error; Error.Syntax tells a text that does not match the
+// grammar from one that breaks a rule.
 func Parse(s string) (Group, error) {
 	g, _, err := parse(s)
 	if err != nil {
@@ -72,8 +70,7 @@ func MustParse(s string) Group {
 // "20000/d~15min".
 //
 // A bare window is checked as the window of a limiter without a cost, so an
-// exact window is capped at MaxLimit and one with a grain at
-// MaxBoundedLimit.
+// exact window is capped at 100,000 and one with a grain at 2^50.
 func parseWindow(s string) (Window, error) {
 	p := parser{s: s, pos: map[string]int{"": 0}}
 	p.space()
@@ -401,7 +398,7 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	}
 	w.Limit = limit
 	if overflow {
-		return Window{}, invalidErr(p.s, start, "%s", limitAbove(digits+suffix, w.Grain == 0 && w.Calendar == "" && !costed))
+		return Window{}, invalidErr(p.s, start, "%s", rulespec.LimitAbove(digits+suffix, w.Grain == 0 && w.Calendar == "" && !costed))
 	}
 	return w, nil
 }
@@ -434,8 +431,8 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		p.i += len(calendarWord)
 		return p.calendarSpan(ns, start, periodAt)
 	}
-	period, perr := p.duration("period", MinPeriod, func(count, unit string) string {
-		return fmt.Sprintf("period %s%s is above %s", count, unit, FormatPeriod(MaxPeriod))
+	period, perr := p.duration("period", rulespec.MinPeriod, func(count, unit string) string {
+		return fmt.Sprintf("period %s%s is above %s", count, unit, rulespec.FormatPeriod(rulespec.MaxPeriod))
 	})
 	if perr != nil {
 		return Window{}, perr
@@ -449,7 +446,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		grainAt := p.i
 		p.pos[join(ns, "Grain")] = grainAt
 		grain, gerr := p.duration("grain", minGrain, func(count, unit string) string {
-			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, FormatPeriod(period))
+			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, rulespec.FormatPeriod(period))
 		})
 		if gerr != nil {
 			return Window{}, gerr
@@ -457,7 +454,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		if grain == 0 {
 			// The zero Grain means an exact window; a written grain of 0
 			// is a mistake, not a way to say "exact".
-			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", FormatPeriod(minGrain))
+			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", rulespec.FormatPeriod(minGrain))
 		}
 		w.Grain = grain
 	}
@@ -502,7 +499,7 @@ func (p *parser) concurrent(ns string, start int, suffix string, suffixAt int) (
 
 // concurrentAbove words the limit of an in-flight window above its cap.
 func concurrentAbove(limit string) string {
-	return fmt.Sprintf("limit %s is above %d, the most slots an in-flight window may hold", limit, MaxLimit)
+	return fmt.Sprintf("limit %s is above %d, the most slots an in-flight window may hold", limit, rulespec.MaxLimit)
 }
 
 // duration parses [COUNT]UNIT, the period or grain of a window, named by
@@ -531,7 +528,7 @@ func (p *parser) duration(what string, min time.Duration, above func(count, unit
 			return 0, syntaxErr(p.s, unitAt, "unknown unit %q", unit)
 		}
 		if count < int64(min/fine) {
-			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, FormatPeriod(min))
+			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, rulespec.FormatPeriod(min))
 		}
 		return 0, syntaxErr(p.s, unitAt, "unsupported unit %q; %ss are whole milliseconds", unit, what)
 	}
@@ -539,15 +536,6 @@ func (p *parser) duration(what string, min time.Duration, above func(count, unit
 		return 0, invalidErr(p.s, at, "%s", above(countOr1(countText), unit))
 	}
 	return time.Duration(count) * size, nil
-}
-
-// limitAbove words a limit above its cap: exact is true for an exact window
-// (no grain) of a limiter without a cost.
-func limitAbove(limit string, exact bool) string {
-	if exact {
-		return fmt.Sprintf("limit %s is above %d; %s", limit, MaxLimit, memoryNote)
-	}
-	return fmt.Sprintf("limit %s is above %d (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers", limit, int64(MaxBoundedLimit))
 }
 
 // join appends a field to a namespace; parseWindow validates a bare
@@ -745,8 +733,8 @@ func (p *parser) block(start int) *Error {
 	}
 	p.space()
 	at := p.i
-	d, err := p.duration("block", MinPeriod, func(count, unit string) string {
-		return fmt.Sprintf("block %s%s is above %s", count, unit, FormatPeriod(MaxPeriod))
+	d, err := p.duration("block", rulespec.MinPeriod, func(count, unit string) string {
+		return fmt.Sprintf("block %s%s is above %s", count, unit, rulespec.FormatPeriod(rulespec.MaxPeriod))
 	})
 	if err != nil {
 		return err
@@ -754,7 +742,7 @@ func (p *parser) block(start int) *Error {
 	if d == 0 {
 		// The zero Block means no block; a written block of 0 is a
 		// mistake, not a way to say "none".
-		return invalidErr(p.s, at, "block 0s is below %s", FormatPeriod(MinPeriod))
+		return invalidErr(p.s, at, "block 0s is below %s", rulespec.FormatPeriod(rulespec.MinPeriod))
 	}
 	p.g.Block = d
 	p.pos["Block"] = at

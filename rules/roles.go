@@ -6,14 +6,12 @@ import (
 	"strings"
 )
 
-// CheckRoles reports whether g names only roles of declared in its exempt:
-// and role(...)= statements. An empty declared declares nothing and
-// checks nothing: without a declaration, role names are not checked, and
-// a misspelt one is a role nobody holds. The returned *Error, for the
-// first undeclared role in g.String(), points into g.String() (its
-// Relocate points it into the text as written), names the role and lists
-// the declared ones, and wraps ErrInvalid.
-func (g Group) CheckRoles(declared []string) error {
+// checkRoles reports whether g names only roles of declared in its exempt:
+// and role(...)= statements (internal/rulesx.CheckRoles). An empty
+// declared checks nothing. The returned *Error, for the first undeclared
+// role in g.String(), points into g.String() (relocate points it into the
+// text as written), names the role and lists the declared ones.
+func (g Group) checkRoles(declared []string) error {
 	if len(declared) == 0 {
 		return nil
 	}

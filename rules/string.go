@@ -5,20 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// canonicalUnits are the units String may print, largest first, so the
-// first one dividing a period gives the shortest text.
-var canonicalUnits = [...]struct {
-	d    time.Duration
-	name string
-}{
-	{24 * time.Hour, "d"},
-	{time.Hour, "h"},
-	{time.Minute, "min"},
-	{time.Second, "s"},
-	{time.Millisecond, "ms"},
-}
+	"github.com/slidelimit/slidelimit/internal/rulespec"
+)
 
 // periodText is the canonical period of a window: the largest unit dividing
 // p, with a count of 1 left out ("s", "30s", "90min"). Periods the grammar
@@ -26,7 +15,7 @@ var canonicalUnits = [...]struct {
 // time.Duration's text so that invalid hand-built groups still print
 // something recognisable.
 func periodText(p time.Duration) string {
-	n, unit, ok := splitPeriod(p)
+	n, unit, ok := rulespec.SplitPeriod(p)
 	if !ok {
 		return p.String()
 	}
@@ -34,31 +23,6 @@ func periodText(p time.Duration) string {
 		return unit
 	}
 	return strconv.FormatInt(n, 10) + unit
-}
-
-// FormatPeriod returns p as error messages and policy names show it: a
-// count, always, and the largest unit of the rule language that divides p
-// ("1s", "30d", "90min", "500ms"). A period the language cannot express
-// (not positive, or not whole milliseconds) is written as
-// time.Duration.String writes it.
-func FormatPeriod(p time.Duration) string {
-	n, unit, ok := splitPeriod(p)
-	if !ok {
-		return p.String()
-	}
-	return strconv.FormatInt(n, 10) + unit
-}
-
-func splitPeriod(p time.Duration) (n int64, unit string, ok bool) {
-	if p <= 0 || p%time.Millisecond != 0 {
-		return 0, "", false
-	}
-	for _, u := range canonicalUnits {
-		if p%u.d == 0 {
-			return int64(p / u.d), u.name, true
-		}
-	}
-	return 0, "", false // unreachable: the last unit divides every p here
 }
 
 // String returns the window in canonical form, such as "5/s", "10/30s",
@@ -77,7 +41,7 @@ func (w Window) String() string {
 // only in their cost count different things and may share a list.
 func (l Limiter) ID() string {
 	id := string(l.Kind)
-	if l.Kind.Named() || l.Name != "" {
+	if l.Kind.named() || l.Name != "" {
 		id += "(" + l.canonicalName() + ")"
 	}
 	if l.Cost != "" {
@@ -93,17 +57,6 @@ func (l Limiter) canonicalName() string {
 		return http.CanonicalHeaderKey(l.Name)
 	}
 	return l.Name
-}
-
-// MaxPeriod returns the longest period of the limiter's windows, which is
-// how long a request must be remembered for this limiter; it is 0 when there
-// are no windows.
-func (l Limiter) MaxPeriod() time.Duration {
-	var longest time.Duration
-	for _, w := range l.Windows {
-		longest = max(longest, w.Period)
-	}
-	return longest
 }
 
 // String returns the limiter in canonical form, such as "ip:5/s,100/min".
@@ -187,7 +140,7 @@ func (p *printer) limiter(ns string, l Limiter) {
 	p.mark(ns + ".Kind")
 	p.mark(ns + ".Name")
 	p.b.WriteString(string(l.Kind))
-	if l.Kind.Named() || l.Name != "" {
+	if l.Kind.named() || l.Name != "" {
 		p.b.WriteByte('(')
 		p.mark(ns + ".Name")
 		p.b.WriteString(l.canonicalName())

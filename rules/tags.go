@@ -3,13 +3,13 @@ package rules
 import (
 	"errors"
 	"net/http"
-	"path"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"unicode"
+
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // Route is one handler declared by struct tags, ready to be registered on
@@ -36,17 +36,17 @@ type Route struct {
 func Routes(v any) ([]Route, error) {
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() {
-		return nil, &Error{Offset: -1, Reason: "routes needs a struct or a pointer to a struct, got nil", cat: ErrInvalid}
+		return nil, &Error{Offset: -1, Reason: "routes needs a struct or a pointer to a struct, got nil"}
 	}
 	t := rv.Type()
 	if t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct {
 		if rv.IsNil() {
-			return nil, &Error{Type: t.Elem().String(), Offset: -1, Reason: "nil pointer to struct", cat: ErrInvalid}
+			return nil, &Error{Type: t.Elem().String(), Offset: -1, Reason: "nil pointer to struct"}
 		}
 		rv, t = rv.Elem(), t.Elem()
 	}
 	if t.Kind() != reflect.Struct {
-		return nil, &Error{Offset: -1, Reason: "routes needs a struct or a pointer to a struct, got " + t.String(), cat: ErrInvalid}
+		return nil, &Error{Offset: -1, Reason: "routes needs a struct or a pointer to a struct, got " + t.String()}
 	}
 	info := typeRoutes(t)
 	var (
@@ -60,7 +60,7 @@ func Routes(v any) ([]Route, error) {
 		}
 		h, reason := handlerOf(rv, f.index)
 		if reason != "" {
-			errs = append(errs, &Error{Type: t.String(), Field: f.name, Offset: -1, Reason: reason, cat: ErrInvalid})
+			errs = append(errs, &Error{Type: t.String(), Field: f.name, Offset: -1, Reason: reason})
 			continue
 		}
 		if len(f.errs) == 0 {
@@ -127,7 +127,7 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 		if hasRoute {
 			var off int
 			var reason string
-			wildcards, off, reason = parsePattern(route)
+			wildcards, off, reason = rulespec.ParsePattern(route)
 			validRoute = reason == ""
 			switch {
 			case route == "":
@@ -168,9 +168,9 @@ func ParseRoute(pattern, text string) (Group, error) {
 	if perr != nil {
 		return Group{}, perr
 	}
-	wildcards, err := Wildcards(pattern)
-	if err != nil {
-		return Group{}, err
+	wildcards, off, reason := rulespec.ParsePattern(pattern)
+	if reason != "" {
+		return Group{}, invalidErr(pattern, off, "%s", reason)
 	}
 	var errs []error
 	for _, e := range paramErrors(g, pos, text, pattern, wildcards) {
@@ -256,121 +256,4 @@ func isNil(v reflect.Value) bool {
 		return v.IsNil()
 	}
 	return false
-}
-
-// Wildcards returns the names of the wildcards ({name} and {name...}) of an
-// http.ServeMux pattern ("[METHOD ][HOST]/[PATH]") in the order they appear:
-// the names that param(name) limiters of the pattern's route may use.
-//
-// It checks the pattern as http.ServeMux does, because ServeMux.Handle
-// panics on a malformed one, and fails with an *Error matching ErrInvalid
-// that locates the problem in the pattern. Conflicts between different
-// patterns are left to the ServeMux.
-func Wildcards(pattern string) ([]string, error) {
-	names, off, reason := parsePattern(pattern)
-	if reason != "" {
-		return nil, invalidErr(pattern, off, "%s", reason)
-	}
-	return names, nil
-}
-
-// parsePattern checks a ServeMux pattern as net/http's parser does and
-// returns its wildcard names in order. On error it returns the offset and
-// reason.
-func parsePattern(s string) (wildcards []string, off int, reason string) {
-	if s == "" {
-		return nil, 0, "empty route pattern"
-	}
-	method, rest := "", s
-	if i := strings.IndexAny(s, " \t"); i >= 0 {
-		method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
-		if method != "" && !validToken(method) {
-			return nil, 0, "invalid method " + strconv.Quote(method)
-		}
-		off = len(method) + 1 // as net/http counts, extra blanks not included
-	}
-	i := strings.IndexByte(rest, '/')
-	if i < 0 {
-		return nil, off, "host/path missing /"
-	}
-	if j := strings.IndexByte(rest[:i], '{'); j >= 0 {
-		return nil, off + j, "host contains '{' (missing initial '/'?)"
-	}
-	off += i
-	rest = rest[i:]
-	if method != "" && method != "CONNECT" && rest != cleanPath(rest) {
-		return nil, off, "non-CONNECT pattern with unclean path can never match"
-	}
-	for len(rest) > 0 {
-		rest = rest[1:] // the '/'
-		off = len(s) - len(rest)
-		i := strings.IndexByte(rest, '/')
-		if i < 0 {
-			i = len(rest)
-		}
-		var seg string
-		seg, rest = rest[:i], rest[i:]
-		j := strings.IndexByte(seg, '{')
-		switch {
-		case j < 0:
-			continue
-		case j != 0:
-			return nil, off, "bad wildcard segment (must start with '{')"
-		case seg[len(seg)-1] != '}':
-			return nil, off, "bad wildcard segment (must end with '}')"
-		}
-		name := seg[1 : len(seg)-1]
-		if name == "$" {
-			if rest != "" {
-				return nil, off, "{$} not at end"
-			}
-			break
-		}
-		name, multi := strings.CutSuffix(name, "...")
-		switch {
-		case multi && rest != "":
-			return nil, off, "{...} wildcard not at end"
-		case name == "":
-			return nil, off, "empty wildcard"
-		case !isWildcardName(name):
-			return nil, off, "bad wildcard name " + strconv.Quote(name)
-		case slices.Contains(wildcards, name):
-			return nil, off, "duplicate wildcard name " + strconv.Quote(name)
-		}
-		wildcards = append(wildcards, name)
-	}
-	return wildcards, 0, ""
-}
-
-// isWildcardName is net/http's rule: a Go identifier, Unicode letters
-// included.
-func isWildcardName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, c := range s {
-		if !unicode.IsLetter(c) && c != '_' && (i == 0 || !unicode.IsDigit(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// cleanPath is net/http's: path.Clean that keeps a trailing slash.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
-			np = p
-		} else {
-			np += "/"
-		}
-	}
-	return np
 }

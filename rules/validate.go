@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-playground/validator/v10"
+
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // Validation is declared on the model (validate struct tags in model.go)
@@ -39,8 +41,8 @@ const (
 	tagCountClass     = "countclass" // a code not also listed by its class
 	tagCost           = "cost"       // a cost name or positive constant
 	tagCostLimit      = "costlimit"  // a constant cost within every limit
-	tagExactMax       = "exactmax"   // MaxLimit for exact windows without cost
-	tagBoundedMax     = "boundedmax" // MaxBoundedLimit for the others
+	tagExactMax       = "exactmax"   // rulespec.MaxLimit for exact windows without cost
+	tagBoundedMax     = "boundedmax" // rulespec.MaxBoundedLimit for the others
 	tagGrainMin       = "grainmin"   // grain at least minGrain
 	tagGrainMS        = "grainms"    // grain in whole milliseconds
 	tagGrainPeriod    = "grainper"   // grain shorter than the period
@@ -53,11 +55,11 @@ const (
 	tagConcGrain      = "concgrain"  // nor a grain
 	tagConcOne        = "uconc"      // at most one in-flight window per limiter
 	tagConcCost       = "conccost"   // none in a limiter with a cost
-	tagConcMax        = "concmax"    // at most MaxLimit slots
+	tagConcMax        = "concmax"    // at most rulespec.MaxLimit slots
 	tagPeriodMin      = "min"        // reported as the period's own tag would be
 	tagPeriodMax      = "max"
 	tagConcFunc       = "concfunc" // nor a limit function
-	tagZone           = "zone"     // an IANA time zone LoadZone loads
+	tagZone           = "zone"     // an IANA time zone rulespec.LoadZone loads
 	tagCalUnit        = "calunit"  // day, week or month
 	tagCalConc        = "calconc"  // no in-flight window with a calendar period
 	tagCalPeriod      = "calper"   // a calendar window has no period
@@ -80,7 +82,7 @@ func newValidator() (*validator.Validate, error) {
 			return validStatus(fl.Field().String())
 		}),
 		v.RegisterValidation(tagZone, func(fl validator.FieldLevel) bool {
-			_, err := LoadZone(fl.Field().String())
+			_, err := rulespec.LoadZone(fl.Field().String())
 			return err == nil
 		}),
 	)
@@ -120,31 +122,17 @@ func validIdent(s string) bool {
 	return true
 }
 
-// validToken reports whether s is an RFC 9110 token, the syntax of a header
-// field name.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isLetter(c) && !isDigit(c) && !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
 func limiterLevel(sl validator.StructLevel) {
 	l, ok := sl.Current().Interface().(Limiter)
 	if !ok {
 		return
 	}
 	switch {
-	case l.Kind.Named() && l.Name == "":
+	case l.Kind.named() && l.Name == "":
 		sl.ReportError(l.Name, "Name", "Name", tagNameRequired, string(l.Kind))
-	case !l.Kind.Named() && l.Name != "" && kinds[string(l.Kind)] != "":
+	case !l.Kind.named() && l.Name != "" && kinds[string(l.Kind)] != "":
 		sl.ReportError(l.Name, "Name", "Name", tagNameForbidden, string(l.Kind))
-	case l.Kind == Header && !validToken(l.Name):
+	case l.Kind == Header && !rulespec.ValidToken(l.Name):
 		sl.ReportError(l.Name, "Name", "Name", tagHeaderName, "")
 	case l.Kind == Param && !validIdent(l.Name):
 		sl.ReportError(l.Name, "Name", "Name", tagParamName, "")
@@ -156,7 +144,7 @@ func limiterLevel(sl validator.StructLevel) {
 		sl.ReportError(l.Cost, "Cost", "Cost", tagCost, "")
 	}
 	seen := make(map[time.Duration]bool, len(l.Windows))
-	seenCal := map[Calendar]bool{}
+	seenCal := map[string]bool{}
 	concurrent := false
 	for i, w := range l.Windows {
 		name := "Windows[" + strconv.Itoa(i) + "]"
@@ -166,7 +154,7 @@ func limiterLevel(sl validator.StructLevel) {
 				sl.ReportError(w.Limit, name, name, tagConcCost, l.ID())
 			case concurrent:
 				sl.ReportError(w.Limit, name, name, tagConcOne, l.ID())
-			case w.Limit > MaxLimit:
+			case w.Limit > rulespec.MaxLimit:
 				sl.ReportError(w.Limit, name+".Limit", "Limit", tagConcMax, "")
 			}
 			concurrent = true
@@ -183,10 +171,11 @@ func limiterLevel(sl validator.StructLevel) {
 			}
 			seen[w.Period] = true
 		}
+		limitCap := rulespec.LimitCap(l.Cost, w.Grain, w.Calendar)
 		switch {
-		case w.Limit > l.LimitCap(w) && l.LimitCap(w) == MaxLimit:
+		case w.Limit > limitCap && limitCap == rulespec.MaxLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagExactMax, "")
-		case w.Limit > MaxBoundedLimit:
+		case w.Limit > rulespec.MaxBoundedLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagBoundedMax, "")
 		case constant && w.Limit >= 1 && (cost < 0 || cost > w.Limit):
 			sl.ReportError(l.Cost, name, name, tagCostLimit, strconv.FormatInt(w.Limit, 10)+" of window "+w.String())
@@ -256,9 +245,9 @@ func windowLevel(sl validator.StructLevel) {
 		return
 	}
 	switch {
-	case w.Period < MinPeriod:
+	case w.Period < rulespec.MinPeriod:
 		sl.ReportError(w.Period, "Period", "Period", tagPeriodMin, "")
-	case w.Period > MaxPeriod:
+	case w.Period > rulespec.MaxPeriod:
 		sl.ReportError(w.Period, "Period", "Period", tagPeriodMax, "")
 	case w.Period%time.Millisecond != 0:
 		sl.ReportError(w.Period, "Period", "Period", tagWholeMS, "")
@@ -266,7 +255,7 @@ func windowLevel(sl validator.StructLevel) {
 	if w.Grain == 0 {
 		return
 	}
-	period := FormatPeriod(w.Period)
+	period := rulespec.FormatPeriod(w.Period)
 	switch {
 	case w.Grain < minGrain:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMin, "")
@@ -286,7 +275,7 @@ func windowLevel(sl validator.StructLevel) {
 // calendarLevel checks the fields of calendar window w.
 func calendarLevel(sl validator.StructLevel, w Window) {
 	switch {
-	case !w.Calendar.valid():
+	case !validCalendar(w.Calendar):
 		sl.ReportError(w.Calendar, "Calendar", "Calendar", tagCalUnit, "")
 	case w.Concurrent:
 		sl.ReportError(w.Calendar, "Calendar", "Calendar", tagCalConc, "")
@@ -474,11 +463,11 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Limit min":
 		return fmt.Sprintf("limit %v is below 1", val)
 	case "Limit " + tagExactMax:
-		return limitAbove(fmt.Sprint(val), true)
+		return rulespec.LimitAbove(fmt.Sprint(val), true)
 	case "Limit " + tagConcMax:
 		return concurrentAbove(fmt.Sprint(val))
 	case "Limit " + tagBoundedMax:
-		return limitAbove(fmt.Sprint(val), false)
+		return rulespec.LimitAbove(fmt.Sprint(val), false)
 	case "LimitFunc " + tagLimitFunc:
 		return fmt.Sprintf("invalid limit function name %q; want a letter, then %s", fmt.Sprint(val), nameChars)
 	case "LimitFunc " + tagLimitBoth:
@@ -495,7 +484,7 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Windows " + tagCostLimit:
 		return fmt.Sprintf("cost %v is above the limit %s; such a request could never be admitted", val, fe.Param())
 	case "Grain " + tagGrainMin:
-		return fmt.Sprintf("grain %s is below %s", durValue(val), FormatPeriod(minGrain))
+		return fmt.Sprintf("grain %s is below %s", durValue(val), rulespec.FormatPeriod(minGrain))
 	case "Grain " + tagGrainMS:
 		return fmt.Sprintf("grain %s is not a whole number of milliseconds", durValue(val))
 	case "Grain " + tagGrainPeriod:
@@ -505,7 +494,7 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Grain " + tagGrainCount:
 		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), maxGrains)
 	case "Period min":
-		return fmt.Sprintf("period %s is below %s", durValue(val), FormatPeriod(MinPeriod))
+		return fmt.Sprintf("period %s is below %s", durValue(val), rulespec.FormatPeriod(rulespec.MinPeriod))
 	case "Period " + tagConcPeriod:
 		return fmt.Sprintf("an in-flight window (N concurrent) has no period, found %s", durValue(val))
 	case "LimitFunc " + tagConcFunc:
@@ -525,13 +514,13 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 func statementReason(key string, fe validator.FieldError, val any) string {
 	switch key {
 	case "Period max":
-		return fmt.Sprintf("period %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
+		return fmt.Sprintf("period %s is above %s", durValue(val), rulespec.FormatPeriod(rulespec.MaxPeriod))
 	case "Period " + tagWholeMS:
 		return fmt.Sprintf("period %s is not a whole number of milliseconds", durValue(val))
 	case "Block min":
-		return fmt.Sprintf("block %s is below %s", durValue(val), FormatPeriod(MinPeriod))
+		return fmt.Sprintf("block %s is below %s", durValue(val), rulespec.FormatPeriod(rulespec.MinPeriod))
 	case "Block max":
-		return fmt.Sprintf("block %s is above %s", durValue(val), FormatPeriod(MaxPeriod))
+		return fmt.Sprintf("block %s is above %s", durValue(val), rulespec.FormatPeriod(rulespec.MaxPeriod))
 	case "Block " + tagWholeMS:
 		return fmt.Sprintf("block %s is not a whole number of milliseconds", durValue(val))
 	case "Calendar " + tagCalUnit:
@@ -545,7 +534,7 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 	case "Windows " + tagUniqueCalendar:
 		return fmt.Sprintf("duplicate calendar %v in limiter %s", val, fe.Param())
 	case "Calendar " + tagZone:
-		_, err := LoadZone(fmt.Sprint(val))
+		_, err := rulespec.LoadZone(fmt.Sprint(val))
 		return strings.TrimPrefix(fmt.Sprint(err), "rules: ")
 	case "Windows " + tagDistinctWin:
 		return fmt.Sprintf("limiter %s counts distinct values (distinct:), which only exact sliding windows can do; window %v has a grain or a calendar period (give it its own limiter with a cost, or drop the grain)", fe.Param(), val)
@@ -605,7 +594,7 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 
 func durValue(v any) string {
 	if d, ok := v.(time.Duration); ok {
-		return FormatPeriod(d)
+		return rulespec.FormatPeriod(d)
 	}
 	return fmt.Sprint(v)
 }

@@ -49,6 +49,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -137,7 +138,7 @@ func New(c Config) (*Transport, error) {
 
 // Compile prepares group g for t. counts reports whether a status of the
 // transport's (such as a gRPC code) is listed in g's count: statement,
-// whose items the transport's rules.Dialect read; it is not called for a
+// whose items the transport's dialect read; it is not called for a
 // group without one. Compile fails with middleware.ErrNoFinish when g
 // needs a finish that t's Decider cannot do, and for a distinct:
 // statement, whose values (a URL path) are net/http's.
@@ -145,7 +146,7 @@ func (t *Transport) Compile(g rules.Group, counts func(status int) bool) (*Group
 	if g.Distinct != "" {
 		return nil, errDistinct
 	}
-	zone, err := g.Zone()
+	zone, err := rulesx.Zone(&g)
 	if err != nil {
 		return nil, err
 	}

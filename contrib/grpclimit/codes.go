@@ -42,7 +42,7 @@ func codeOf(item string) (codes.Code, bool) {
 	return 0, false
 }
 
-// countItem is the rules.Dialect.CountItem of gRPC: an item is a status
+// countItem reads the count: items of gRPC: an item is a status
 // code name, canonically as the specification spells it.
 func countItem(item string) (string, error) {
 	if c, ok := codeOf(item); ok {

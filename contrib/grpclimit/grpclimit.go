@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -186,9 +187,7 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 	g, err := l.dialect().Parse(text)
 	if err == nil {
 		err = l.policy.Check(g) // roles that WithPolicy does not declare
-		if re, ok := err.(*rules.Error); ok {
-			err = re.Relocate(text)
-		}
+		err = rulesx.Relocate(err, text)
 	}
 	if err == nil && g.Distinct != "" {
 		err = errDistinct
@@ -211,8 +210,8 @@ var errDistinct = errors.New("grpclimit: distinct: is not supported for gRPC: a 
 
 // dialect is the rule language for gRPC: no param, key and cost functions
 // registered, count: items as gRPC code names.
-func (l *Limiter) dialect() rules.Dialect {
-	return rules.Dialect{
+func (l *Limiter) dialect() rulesx.Dialect {
+	return rulesx.Dialect{
 		Limiter: func(lim rules.Limiter) error {
 			switch {
 			case lim.Kind == rules.Param:

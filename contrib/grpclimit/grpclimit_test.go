@@ -440,7 +440,7 @@ func TestNewErrors(t *testing.T) {
 		_, err := grpclimit.New(eng, map[string]string{ping: "ip:5/s; param(id):1/s"})
 		var me *grpclimit.MethodError
 		var re *rules.Error
-		if !errors.As(err, &me) || me.Method != ping || !errors.As(err, &re) || re.Offset != 8 || !errors.Is(err, rules.ErrInvalid) {
+		if !errors.As(err, &me) || me.Method != ping || !errors.As(err, &re) || re.Offset != 8 || re.Syntax {
 			t.Errorf("error %#v is not a MethodError for %s wrapping a *rules.Error at offset 8", err, ping)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -21,10 +22,10 @@ import (
 // window is empty at the boundary.
 
 // calendarSeconds is the w parameter of each calendar period.
-var calendarSeconds = map[rules.Calendar]int64{
-	rules.CalendarDay:   int64(25 * time.Hour / time.Second),
-	rules.CalendarWeek:  int64((7*24 + 1) * time.Hour / time.Second),
-	rules.CalendarMonth: int64((31*24 + 1) * time.Hour / time.Second),
+var calendarSeconds = map[string]int64{
+	rulespec.Day:   int64(25 * time.Hour / time.Second),
+	rulespec.Week:  int64((7*24 + 1) * time.Hour / time.Second),
+	rulespec.Month: int64((31*24 + 1) * time.Hour / time.Second),
 }
 
 // calendarName is the policy name of calendar window w of l.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -35,7 +36,7 @@ func Block(g *rules.Group) time.Duration {
 // an in-flight window: admitted requests then hold slots that the
 // transport must have released (Admission.End) when they end.
 func HoldsSlots(g *rules.Group) bool {
-	for _, ls := range g.LimiterLists() {
+	for _, ls := range rulesx.Lists(g) {
 		for _, l := range ls {
 			for _, w := range l.Windows {
 				if w.Concurrent {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -84,7 +86,7 @@ func NewPlan(ls []rules.Limiter) *Plan {
 			unit, per = UnitNone, -1
 		}
 		p.costs[i], per = per, max(per, 1)
-		p.Dynamic = p.Dynamic || l.Dynamic()
+		p.Dynamic = p.Dynamic || rulesx.Dynamic(l)
 		p.Index[i] = make([]int, len(l.Windows))
 		for j, w := range l.Windows {
 			p.Index[i][j] = len(p.Policies)
@@ -125,7 +127,7 @@ func PolicyName(l rules.Limiter, w rules.Window) string {
 	if w.Calendar != "" {
 		return calendarName(l, w)
 	}
-	return l.ID() + "-" + rules.FormatPeriod(w.Period)
+	return l.ID() + "-" + rulespec.FormatPeriod(w.Period)
 }
 
 // CeilSeconds converts d to whole seconds, rounding up so that a client

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slidelimit/slidelimit/rules"
+	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // jsonReport is the -json shape, exactly
@@ -165,9 +165,9 @@ func bucketLabels(d time.Duration) (layout, per string) {
 	case d <= time.Minute:
 		return "15:04", "minute"
 	case d < 24*time.Hour:
-		return "01-02 15:04", rules.FormatPeriod(d)
+		return "01-02 15:04", rulespec.FormatPeriod(d)
 	}
-	return "2006-01-02", rules.FormatPeriod(d)
+	return "2006-01-02", rulespec.FormatPeriod(d)
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{

@@ -1,9 +1,10 @@
-package rules_test
+package rulesx_test
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -27,7 +28,7 @@ func TestCheckRoles(t *testing.T) {
 	for _, s := range steps {
 		t.Run(s.text, func(t *testing.T) {
 			t.Parallel()
-			err := rules.MustParse(s.text).CheckRoles(s.declared)
+			err := rulesx.CheckRoles(rules.MustParse(s.text), s.declared)
 			switch {
 			case s.want == "" && err != nil:
 				t.Fatalf("got %v, want nil", err)
@@ -38,8 +39,8 @@ func TestCheckRoles(t *testing.T) {
 			case err.Error() != s.want:
 				t.Errorf("got  %s\nwant %s", err, s.want)
 			}
-			if !errors.Is(err, rules.ErrInvalid) {
-				t.Errorf("%v does not wrap ErrInvalid", err)
+			if re, ok := err.(*rules.Error); !ok || re.Syntax {
+				t.Errorf("%v is not an invalid-rule *rules.Error", err)
 			}
 		})
 	}
@@ -64,17 +65,17 @@ func TestCheckRolesRelocate(t *testing.T) {
 		t.Run(tt.text, func(t *testing.T) {
 			t.Parallel()
 			var e *rules.Error
-			if !errors.As(rules.MustParse(tt.text).CheckRoles(declared), &e) {
+			if !errors.As(rulesx.CheckRoles(rules.MustParse(tt.text), declared), &e) {
 				t.Fatal("no *rules.Error")
 			}
-			r := e.Relocate(tt.text)
-			if r.Input != tt.text || r.Offset != tt.offset || r.Reason != e.Reason || !errors.Is(r, rules.ErrInvalid) {
-				t.Errorf("relocated to %d of %q (%v), want %d of %q", r.Offset, r.Input, r, tt.offset, tt.text)
+			r, ok := rulesx.Relocate(e, tt.text).(*rules.Error)
+			if !ok || r.Input != tt.text || r.Offset != tt.offset || r.Reason != e.Reason || r.Syntax {
+				t.Fatalf("relocated to %v, want offset %d of %q", r, tt.offset, tt.text)
 			}
-			if r.Relocate("ip:1/s; exempt:admin") != r {
+			if rulesx.Relocate(r, "ip:1/s; exempt:admin") != error(r) {
 				t.Error("a located error moved")
 			}
-			if e.Relocate("ip:1/s; exempt:other") != e {
+			if rulesx.Relocate(e, "ip:1/s; exempt:other") != error(e) {
 				t.Error("an error moved into a text without its role")
 			}
 		})

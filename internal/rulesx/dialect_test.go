@@ -1,4 +1,4 @@
-package rules_test
+package rulesx_test
 
 import (
 	"errors"
@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // upperWords is a test dialect: no param limiters, and count items are
 // words, canonically upper case.
-var upperWords = rules.Dialect{
+var upperWords = rulesx.Dialect{
 	Limiter: func(l rules.Limiter) error {
 		if l.Kind == rules.Param {
 			return fmt.Errorf("%s has no path here", l.ID())
@@ -50,7 +51,7 @@ func TestDialectParse(t *testing.T) {
 			g, err := upperWords.Parse(tt.in)
 			if tt.err != "" {
 				var re *rules.Error
-				if !errors.As(err, &re) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(re.Reason, tt.err) || re.Offset != tt.errOffset {
+				if !errors.As(err, &re) || re.Syntax || !strings.Contains(re.Reason, tt.err) || re.Offset != tt.errOffset {
 					t.Fatalf("Parse(%q) = %v; want an invalid *Error containing %q at offset %d", tt.in, err, tt.err, tt.errOffset)
 				}
 				return
@@ -69,7 +70,7 @@ func TestZeroDialectIsParse(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{"ip:5/s; param(id):1/min; count:401,5xx", "ip:5/s; count:fail"} {
 		g1, err1 := rules.Parse(in)
-		g2, err2 := rules.Dialect{}.Parse(in)
+		g2, err2 := rulesx.Dialect{}.Parse(in)
 		if !reflect.DeepEqual(g1, g2) || fmt.Sprint(err1) != fmt.Sprint(err2) {
 			t.Errorf("%q: Parse = %v, %v; Dialect{}.Parse = %v, %v", in, g1, err1, g2, err2)
 		}
