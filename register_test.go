@@ -12,6 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -77,7 +78,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	h := &api{ok, ok, ok, ok, ok}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, h)
-	if !errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+	if !isError(err, unregistered("WithKeyFunc")) || !errors.Is(err, slidelimit.ErrPattern) {
 		t.Fatalf("Register = %v, want unknown keys and a pattern conflict", err)
 	}
 	var fields []string
@@ -107,7 +108,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 			middleware.WithKeyFunc("org", func(r *http.Request) string { return "" }),
 		))
 	err = lim.Register(http.NewServeMux(), h)
-	if errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+	if isError(err, unregistered("WithKeyFunc")) || !errors.Is(err, slidelimit.ErrPattern) {
 		t.Errorf("Register = %v, want only the pattern conflict", err)
 	}
 }
@@ -126,8 +127,8 @@ func TestRegisterReportsTagAndRouteErrors(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, &api{ok, ok, ok, ok, ok})
-	for _, want := range []error{rules.ErrInvalid, middleware.ErrUnknownKey, slidelimit.ErrPattern} {
-		if !errors.Is(err, want) {
+	for _, want := range []error{rules.ErrInvalid, unregistered("WithKeyFunc"), slidelimit.ErrPattern} {
+		if !isError(err, want) {
 			t.Errorf("Register = %v, want it to wrap %v", err, want)
 		}
 	}
@@ -182,8 +183,8 @@ func TestHandle(t *testing.T) {
 		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern, ""},
 		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid, ""},
 		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid, ""},
-		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey, ""},
-		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost, ""},
+		{"unknown key", "GET /a", "key(k):5/s", ok, unregistered("WithKeyFunc"), ""},
+		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, unregistered("WithCostFunc"), ""},
 		{"nil handler", "GET /a", "ip:5/s", nil, nil, "nil handler"},
 	}
 	for _, tt := range tests {
@@ -199,7 +200,7 @@ func TestHandle(t *testing.T) {
 				return
 			}
 			var re *slidelimit.ConfigError
-			if tt.want != nil && !errors.Is(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
+			if tt.want != nil && !isError(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
 				!strings.Contains(fmt.Sprint(err), tt.msg) {
 				t.Fatalf("Handle = %v, want a *ConfigError for %q wrapping %v", err, tt.pattern, tt.want)
 			}
@@ -236,8 +237,8 @@ func TestNewOptions(t *testing.T) {
 	}
 	// Middleware options are checked where a handler is wrapped.
 	lim := offline(t, slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("bogus")))
-	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); !errors.Is(err, middleware.ErrConfig) {
-		t.Errorf("Handle = %v, want middleware.ErrConfig", err)
+	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); testutil.ConfigError(err, "option", "WithTrustedProxies") == nil {
+		t.Errorf("Handle = %v, want a *middleware.ConfigError of WithTrustedProxies", err)
 	}
 }
 
@@ -252,7 +253,7 @@ func TestWithMiddlewareOptions(t *testing.T) {
 		t.Fatalf("registered cost function: %v", err)
 	}
 	err := lim.Handle(mux, "GET /other", http.NotFoundHandler(), "user[tokens]:5k/d")
-	if !errors.Is(err, middleware.ErrUnknownCost) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
+	if !isError(err, unregistered("WithCostFunc")) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
 		t.Errorf("unregistered cost function: %v", err)
 	}
 }

@@ -199,7 +199,7 @@ func (a *Admission) price() bool {
 	}
 	if err != nil {
 		status, level, msg := http.StatusInternalServerError, slog.LevelError, r.msg.cost
-		if errors.Is(err, ErrCostBadRequest) || errors.Is(err, ErrLimitBadRequest) {
+		if errors.Is(err, ErrBadRequest) {
 			status, level = http.StatusBadRequest, slog.LevelInfo
 		}
 		if errors.Is(err, ErrLimit) {
