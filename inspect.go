@@ -18,7 +18,7 @@ import (
 
 // Errors of Peek and Reset, for input that names no windows. A subject the
 // middleware never counts (an ip subject that is not an address, an empty
-// user id) is reported with an error matching lifecycle.ErrSubject.
+// user id) is reported with an error of its own, never engine.ErrBackend.
 var (
 	// ErrUnknownScope means no group registered through the Limiter is in
 	// the scope.
@@ -63,7 +63,8 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 // "header(X-Api-Key)", ...) of scope keeps for subject, without counting
 // anything. subject is the raw value the limiter counts, mapped as the
 // middleware maps it. Peek fails with ErrUnknownScope, ErrUnknownLimiter or
-// an error matching lifecycle.ErrSubject for input that names no windows;
+// another error for input that names no windows (such as a subject the
+// limiter never counts);
 // when Redis fails it returns the fail mode's Decision with the error. See
 // the package documentation, Inspecting subjects, for the windows reported.
 func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
@@ -77,7 +78,7 @@ func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (e
 // PeekByIP is Peek for the requests that limiter limiterID of scope counted
 // by the client address addr rather than by its own value: callers without
 // identity or value, and roles in role.Policy.ByIP. A global limiter never
-// counts by address, which is an error matching lifecycle.ErrSubject.
+// counts by address, which is an error.
 func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
 	req, err := l.inspect(scope, limiterID, addr, true)
 	if err != nil {

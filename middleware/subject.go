@@ -22,7 +22,7 @@ import (
 //     counts by client IP.
 //   - rules.Global: value is ignored; there is one subject per scope.
 //
-// It fails with an error matching lifecycle.lifecycle.ErrSubject for a value the
+// It fails with an error matching lifecycle.ErrSubject for a value the
 // middleware never counts under kind, and with the options' errors.
 func subject(kind rules.Kind, value string, opts ...Option) (string, error) {
 	c := configOf(opts)

@@ -24,7 +24,7 @@ var (
 
 // MiddlewareParts returns what a []middleware.Option configures that a
 // root package throttle uses: the hooks ([]func(middleware.Event)) and
-// the limit functions (map[string]middleware.LimitFunc).
+// the limit functions (map[string]func(*http.Request) (int64, error)).
 var MiddlewareParts func(opts any) (hooks, limits any)
 
 // MiddlewareSubject returns the subject under which a middleware built
