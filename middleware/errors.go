@@ -21,7 +21,8 @@ var ErrBadRequest = lifecycle.ErrBadRequest
 type ConfigError struct {
 	// Kind is what is wrong: "option" for an option's value,
 	// "unregistered" for a key, cost or limit function the rules name,
-	// "decider" for the Decider, "rules" for rules the group cannot have.
+	// "decider" for the Decider, "rules" for a gRPC method's rules
+	// (contrib/grpclimit).
 	Kind string
 	// Option is the option concerned, such as "WithKeyFunc", or "".
 	Option string

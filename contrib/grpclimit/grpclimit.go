@@ -177,9 +177,9 @@ func (l *Limiter) compile(name, text string) (*method, error) {
 
 // methodError is the error of method name ("" for the default rules).
 func methodError(name string, err error) error {
-	where := "grpclimit: method " + strconv.Quote(name)
+	where := "gRPC method " + strconv.Quote(name)
 	if name == "" {
-		where = "grpclimit: default rules"
+		where = "gRPC default rules"
 	}
 	return &middleware.ConfigError{Kind: "rules", Name: name, Reason: where, Err: err}
 }
