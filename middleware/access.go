@@ -1,7 +1,7 @@
 package middleware
 
 import (
-	"strings"
+	"slices"
 
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
@@ -24,9 +24,9 @@ func init() {
 	lifecycle.TransportOptions = func(t *lifecycle.Transport, opts any) []error {
 		c := configOf(opts.([]Option))
 		errs := c.shared(t)
-		if len(c.httpOnly) > 0 {
-			errs = append(errs, &ConfigError{Kind: kindOption, Option: c.httpOnly[0], Name: strings.Join(c.httpOnly, ", "),
-				Reason: "net/http's option, not for this transport"})
+		slices.Sort(c.httpOnly)
+		for _, opt := range slices.Compact(c.httpOnly) {
+			errs = append(errs, &ConfigError{Kind: kindTransport, Option: opt, Reason: opt + " is net/http's option, not for this transport"})
 		}
 		return errs
 	}

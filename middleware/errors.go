@@ -21,7 +21,8 @@ var ErrBadRequest = lifecycle.ErrBadRequest
 type ConfigError struct {
 	// Kind is what is wrong: "option" for an option's value,
 	// "unregistered" for a key, cost or limit function the rules name,
-	// "decider" for the Decider, "rules" for a gRPC method's rules
+	// "decider" for the Decider, "transport" for a net/http option given
+	// to another transport, "rules" for a gRPC method's rules
 	// (contrib/grpclimit).
 	Kind string
 	// Option is the option concerned, such as "WithKeyFunc", or "".
@@ -59,6 +60,7 @@ const (
 	kindOption       = "option"
 	kindUnregistered = "unregistered"
 	kindDecider      = "decider"
+	kindTransport    = "transport"
 )
 
 // configErrors returns errs with the lifecycle's configuration errors

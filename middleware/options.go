@@ -84,10 +84,11 @@ func WithProxyHeader(name string) Option {
 	}
 }
 
-// WithIPv6Prefix sets the prefix length, in bits from 1 to 128, by which IPv6
-// clients are grouped; the default is 64, the smallest network an ISP
-// normally hands to one subscriber. 128 counts single addresses. IPv4 clients, including IPv4-mapped IPv6 addresses, are
-// always counted by single address.
+// WithIPv6Prefix sets the prefix length, in bits from 1 to 128, by which
+// IPv6 clients are grouped; the default is 64, the smallest network an ISP
+// normally hands to one subscriber. 128 counts single addresses. IPv4
+// clients, including IPv4-mapped IPv6 addresses, are always counted by
+// single address.
 func WithIPv6Prefix(bits int) Option {
 	return func(c *config) {
 		if bits < 1 || bits > 128 {

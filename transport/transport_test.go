@@ -35,7 +35,7 @@ func TestNewTakesSharedOptions(t *testing.T) {
 		}
 		kinds = append(kinds, ce.Kind+" "+ce.Option)
 	}
-	if got := strings.Join(kinds, ", "); got != "option WithTrustedProxies, option WithScope" {
+	if got := strings.Join(kinds, ", "); got != "option WithTrustedProxies, transport WithScope" {
 		t.Errorf("New errors: %s (%v)", got, err)
 	}
 

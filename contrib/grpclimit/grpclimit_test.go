@@ -406,7 +406,7 @@ func TestNewErrors(t *testing.T) {
 		{"bad proxy", nil, []grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/33"))},
 			[]string{"WithTrustedProxies"}},
 		{"net/http option", nil, []grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithScope("x"), middleware.WithLegacyHeaders())},
-			[]string{`middleware: WithScope("WithScope, WithLegacyHeaders"): net/http's option, not for this transport`}},
+			[]string{"middleware: WithScope is net/http's option, not for this transport", "middleware: WithLegacyHeaders is net/http's"}},
 		{"undeclared role", map[string]string{ping: "ip:5/s; exempt:superadmn"},
 			[]grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}}))},
 			[]string{`role "superadmn" is not declared (declared roles: admin, superadmin)`, "at offset 15"}},
