@@ -5,10 +5,10 @@ import (
 	"strconv"
 )
 
-// The errors of the steps before the handler. They are the middleware's
-// (middleware.ErrCost is ErrCost, and so on), which is why their text
-// says "middleware:"; grpclimit reports the same values, so that a hook
-// shared by both transports matches them once.
+// The errors of the steps before the handler, for every transport; their
+// text says "middleware:", the package users configure them through, and
+// middleware.ErrBadRequest is ErrBadRequest. ErrNoFinish is made a
+// *middleware.ConfigError by the middleware and package transport.
 var (
 	// ErrCost means a cost function failed or returned a cost below 1. The
 	// request is not counted and is answered with 500, or with 400 when the
