@@ -10,9 +10,9 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/internal/tally"
-	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -138,7 +138,7 @@ func (s adminSource) Throttles() []admin.Throttle {
 // badInput marks the errors of input that names no windows for the admin
 // handler, which answers them 400.
 func badInput(err error) error {
-	if errors.Is(err, ErrUnknownScope) || errors.Is(err, ErrUnknownLimiter) || errors.Is(err, middleware.ErrSubject) {
+	if errors.Is(err, ErrUnknownScope) || errors.Is(err, ErrUnknownLimiter) || errors.Is(err, lifecycle.ErrSubject) {
 		return &admin.BadInputError{Err: err}
 	}
 	return err

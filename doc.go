@@ -89,8 +89,8 @@
 // "key(tenant)"; header names in any case) and the raw subject the limiter
 // counts: an address for ip ("192.0.2.7", or an IPv6 network
 // "2001:db8::/64"), a user id, a header, path or key value; it is ignored
-// for global. The subject is mapped by middleware.Subject with the options
-// the group's middleware was built with. The requests a user, header,
+// for global. The subject is mapped as the group's middleware maps it,
+// with the options it was built with. The requests a user, header,
 // param or key limiter counted by client IP are seen with PeekByIP.
 //
 // Every limiter with that ID in the scope, in the defaults or a role's

@@ -261,7 +261,7 @@ func TestEndToEndDenied(t *testing.T) {
 			ViolatedPolicies []string `json:"violated-policies"`
 		}
 		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != 429 ||
-			p.Type != middleware.ProblemQuotaExceeded || !slices.Equal(p.ViolatedPolicies, []string{"ip-1min"}) {
+			p.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || !slices.Equal(p.ViolatedPolicies, []string{"ip-1min"}) {
 			t.Errorf("body %s: %+v %v", w.Body, p, err)
 		}
 	})

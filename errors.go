@@ -11,7 +11,7 @@ import (
 
 // ConfigError reports a mistake in what the program configured: a rule
 // text, a struct tag, an option, a route or a throttle. Err is the
-// specific cause, such as a *rules.Error, middleware.ErrUnknownKey or
+// specific cause, such as a *rules.Error, a *middleware.ConfigError or
 // ErrPattern; failures of Redis are never a ConfigError, so one errors.As
 // tells a bad rule from a store failure.
 type ConfigError struct {

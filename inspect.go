@@ -11,6 +11,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -18,7 +19,7 @@ import (
 
 // Errors of Peek and Reset, for input that names no windows. A subject the
 // middleware never counts (an ip subject that is not an address, an empty
-// user id) is reported with an error matching middleware.ErrSubject.
+// user id) is reported with an error of its own, never engine.ErrBackend.
 var (
 	// ErrUnknownScope means no group registered through the Limiter is in
 	// the scope.
@@ -63,7 +64,8 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 // "header(X-Api-Key)", ...) of scope keeps for subject, without counting
 // anything. subject is the raw value the limiter counts, mapped as the
 // middleware maps it. Peek fails with ErrUnknownScope, ErrUnknownLimiter or
-// an error matching middleware.ErrSubject for input that names no windows;
+// another error for input that names no windows (such as a subject the
+// limiter never counts);
 // when Redis fails it returns the fail mode's Decision with the error. See
 // the package documentation, Inspecting subjects, for the windows reported.
 func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
@@ -77,7 +79,7 @@ func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (e
 // PeekByIP is Peek for the requests that limiter limiterID of scope counted
 // by the client address addr rather than by its own value: callers without
 // identity or value, and roles in role.Policy.ByIP. A global limiter never
-// counts by address, which is an error matching middleware.ErrSubject.
+// counts by address, which is an error.
 func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
 	req, err := l.inspect(scope, limiterID, addr, true)
 	if err != nil {
@@ -131,14 +133,14 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Request, error) {
 	if byIP {
 		if id, ok := parseLimiterID(limiterID); ok && id.Kind == rules.Global {
-			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", middleware.ErrSubject)
+			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", lifecycle.ErrSubject)
 		}
 	}
 	return l.inspectWith(scope, limiterID, func(kind rules.Kind, g *registered) (string, error) {
 		if byIP {
 			kind = rules.IP
 		}
-		return middleware.Subject(kind, value, g.opts...)
+		return access.MiddlewareSubject(kind, value, g.opts)
 	})
 }
 
@@ -148,7 +150,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 // subject whatever the groups' options.
 func (l *Limiter) inspectStored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
 	if hashed && !access.IsStoredHash(stored) {
-		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", middleware.ErrSubject, stored)
+		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", lifecycle.ErrSubject, stored)
 	}
 	req, err := l.inspectWith(scope, limiterID, func(rules.Kind, *registered) (string, error) { return stored, nil })
 	for i := range req.Checks {

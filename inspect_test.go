@@ -18,6 +18,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
@@ -205,7 +206,7 @@ func TestPeekIPv6Grouping(t *testing.T) {
 			wantWindows(t, subject, peek(t, f.lim, false, filesScope, "ip", subject), "0:4/min used=2 rem=2", "0:5/min used=2 rem=3", "0:40/h used=2 rem=38", "0:50/h used=2 rem=48")
 		}
 		wantWindows(t, "another /48", peek(t, f.lim, false, filesScope, "ip", "2001:db8:2::1"), "0:4/min used=0 rem=4", "0:5/min used=0 rem=5", "0:40/h used=0 rem=40", "0:50/h used=0 rem=50")
-		if _, err := f.lim.Peek(context.Background(), filesScope, "ip", "2001:db8:1::/64"); !errors.Is(err, middleware.ErrSubject) {
+		if _, err := f.lim.Peek(context.Background(), filesScope, "ip", "2001:db8:1::/64"); !errors.Is(err, lifecycle.ErrSubject) {
 			t.Errorf("Peek of a /64 network when clients are grouped by /48: %v, want ErrSubject", err)
 		}
 	})
@@ -281,10 +282,10 @@ func TestPeekErrors(t *testing.T) {
 		{filesScope, "ip:5/s", "x", false, slidelimit.ErrUnknownLimiter, "not a limiter ID"},
 		{filesScope, "ip; user", "x", false, slidelimit.ErrUnknownLimiter, "not a limiter ID"},
 		{filesScope, "header(X-A", "x", false, slidelimit.ErrUnknownLimiter, "not a limiter ID"},
-		{filesScope, "ip", "localhost", false, middleware.ErrSubject, `slidelimit: limiter ip: middleware: invalid subject: "localhost" is not an IP address`},
-		{filesScope, "user", "", false, middleware.ErrSubject, "empty user value"},
-		{filesScope, "user", "alice", true, middleware.ErrSubject, `"alice" is not an IP address`},
-		{"GET /keys", "global", "192.0.2.1", true, middleware.ErrSubject, "global limiter never counts by client IP"},
+		{filesScope, "ip", "localhost", false, lifecycle.ErrSubject, `slidelimit: limiter ip: middleware: invalid subject: "localhost" is not an IP address`},
+		{filesScope, "user", "", false, lifecycle.ErrSubject, "empty user value"},
+		{filesScope, "user", "alice", true, lifecycle.ErrSubject, `"alice" is not an IP address`},
+		{"GET /keys", "global", "192.0.2.1", true, lifecycle.ErrSubject, "global limiter never counts by client IP"},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("%q %q %q byIP=%v", tt.scope, tt.id, tt.subject, tt.byIP)

@@ -95,21 +95,21 @@ func WithHashedSubjects(secret []byte) Option {
 
 // WithCostFunc registers fn as the cost function name, as in
 // user[bytes]:2Gi/d: those limiters count what fn returns for a request
-// instead of 1. See middleware.CostFunc for its contract.
+// instead of 1. See middleware.WithCostFunc for its contract.
 func WithCostFunc(name string, fn func(r *http.Request) (int64, error)) Option {
 	return func(c *config) { c.mw(middleware.WithCostFunc(name, fn)) }
 }
 
 // WithKeyFunc registers fn as the subject of key(name) limiters, such as a
-// tenant id taken from a verified token. See middleware.KeyFunc for its
-// contract.
+// tenant id taken from a verified token. See middleware.WithKeyFunc for
+// its contract.
 func WithKeyFunc(name string, fn func(r *http.Request) string) Option {
 	return func(c *config) { c.mw(middleware.WithKeyFunc(name, fn)) }
 }
 
 // WithLimitFunc registers fn as the limit function name, as in
 // key(tenant):$quota/min, for requests and throttled calls alike. See
-// middleware.LimitFunc for its contract.
+// middleware.WithLimitFunc for its contract.
 func WithLimitFunc(name string, fn func(r *http.Request) (int64, error)) Option {
 	return func(c *config) { c.mw(middleware.WithLimitFunc(name, fn)) }
 }

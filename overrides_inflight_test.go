@@ -2,7 +2,6 @@ package slidelimit_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +11,6 @@ import (
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/middleware"
 )
 
 // TestOverrideInflightLimitFunc: SetRules replaces a route's group that
@@ -71,8 +69,8 @@ func TestOverrideInflightLimitFunc(t *testing.T) {
 	}
 
 	// An unregistered limit function is refused before anything is stored.
-	if err := lim.SetRules(ctx, scope, "ip:$nope/min,2 concurrent"); !errors.Is(err, middleware.ErrUnknownLimit) {
-		t.Errorf("SetRules naming $nope: %v, want ErrUnknownLimit", err)
+	if err := lim.SetRules(ctx, scope, "ip:$nope/min,2 concurrent"); !isError(err, unregistered("WithLimitFunc")) {
+		t.Errorf("SetRules naming $nope: %v, want an unregistered limit function", err)
 	}
 	if ov, err := lim.Rules(ctx); err != nil || len(ov.Overrides) != 0 || ov.Version != 0 {
 		t.Errorf("after the refused SetRules: %+v, %v; want nothing stored", ov, err)

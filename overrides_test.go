@@ -18,7 +18,6 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/testutil"
-	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -169,12 +168,12 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 		{"ip:0/min", errRuleInvalid, `rules: "ip:0/min": limit 0 is below 1 at offset 3`},
 		{"ip:5/fortnight", errRuleSyntax, `unknown unit "fortnight" at offset 5`},
 		{"ip:5/s; scope:other", nil, `the rules say scope:other`},
-		{"key(nokey):5/s", middleware.ErrUnknownKey, `key(nokey)`},
-		{"key(tenant):$quota/min", middleware.ErrUnknownLimit, `$quota/min`},
+		{"key(nokey):5/s", unregistered("WithKeyFunc"), `key(nokey)`},
+		{"key(tenant):$quota/min", unregistered("WithLimitFunc"), `$quota/min`},
 	} {
 		err := a.lim.SetRules(ctx, "GET /search", tt.text)
 		var ce *slidelimit.ConfigError
-		if tt.is != nil && !isErr(err, tt.is) || !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.msg) {
+		if tt.is != nil && !isError(err, tt.is) || !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.msg) {
 			t.Errorf("SetRules(%q) = %v, want a *ConfigError wrapping %v with %q", tt.text, err, tt.is, tt.msg)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 )
 
@@ -56,7 +57,7 @@ func TestRegisterReportsEveryTagError(t *testing.T) {
 			t.Errorf("error does not name field %s:\n%v", field, err)
 		}
 	}
-	if !isErr(err, errRuleSyntax) || !isErr(err, errRuleInvalid) {
+	if !isError(err, errRuleSyntax) || !isError(err, errRuleInvalid) {
 		t.Errorf("error %v does not wrap both rules categories", err)
 	}
 	if registered(mux, "GET", "/e") {
@@ -76,7 +77,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	h := &api{ok, ok, ok, ok, ok}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, h)
-	if !errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+	if !isError(err, unregistered("WithKeyFunc")) || !errors.Is(err, slidelimit.ErrPattern) {
 		t.Fatalf("Register = %v, want unknown keys and a pattern conflict", err)
 	}
 	var fields []string
@@ -106,7 +107,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 			middleware.WithKeyFunc("org", func(r *http.Request) string { return "" }),
 		))
 	err = lim.Register(http.NewServeMux(), h)
-	if errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+	if isError(err, unregistered("WithKeyFunc")) || !errors.Is(err, slidelimit.ErrPattern) {
 		t.Errorf("Register = %v, want only the pattern conflict", err)
 	}
 }
@@ -125,8 +126,8 @@ func TestRegisterReportsTagAndRouteErrors(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, &api{ok, ok, ok, ok, ok})
-	for _, want := range []error{errRuleInvalid, middleware.ErrUnknownKey, slidelimit.ErrPattern} {
-		if !isErr(err, want) {
+	for _, want := range []error{errRuleInvalid, unregistered("WithKeyFunc"), slidelimit.ErrPattern} {
+		if !isError(err, want) {
 			t.Errorf("Register = %v, want it to wrap %v", err, want)
 		}
 	}
@@ -157,7 +158,7 @@ func TestRegisterArguments(t *testing.T) {
 		t.Errorf("nil mux: %v", err)
 	}
 	for _, v := range []any{nil, 42, (*struct{})(nil)} {
-		if err := lim.Register(http.NewServeMux(), v); !isErr(err, errRuleInvalid) || !errors.As(err, &ce) {
+		if err := lim.Register(http.NewServeMux(), v); !isError(err, errRuleInvalid) || !errors.As(err, &ce) {
 			t.Errorf("Register(%#v) = %v, want errRuleInvalid", v, err)
 		}
 	}
@@ -181,8 +182,8 @@ func TestHandle(t *testing.T) {
 		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern, ""},
 		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, errRuleInvalid, ""},
 		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, errRuleInvalid, ""},
-		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey, ""},
-		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, middleware.ErrUnknownCost, ""},
+		{"unknown key", "GET /a", "key(k):5/s", ok, unregistered("WithKeyFunc"), ""},
+		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, unregistered("WithCostFunc"), ""},
 		{"nil handler", "GET /a", "ip:5/s", nil, nil, "nil handler"},
 	}
 	for _, tt := range tests {
@@ -198,7 +199,7 @@ func TestHandle(t *testing.T) {
 				return
 			}
 			var re *slidelimit.ConfigError
-			if tt.want != nil && !isErr(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
+			if tt.want != nil && !isError(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
 				!strings.Contains(fmt.Sprint(err), tt.msg) {
 				t.Fatalf("Handle = %v, want a *ConfigError for %q wrapping %v", err, tt.pattern, tt.want)
 			}
@@ -212,7 +213,7 @@ func TestHandle(t *testing.T) {
 	}
 	// A malformed pattern is located by rulesx.Wildcards, as in a route tag.
 	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
-	if !errors.Is(err, slidelimit.ErrPattern) || !isErr(err, errRuleInvalid) || !strings.Contains(err.Error(), "at offset 7") {
+	if !errors.Is(err, slidelimit.ErrPattern) || !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), "at offset 7") {
 		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and errRuleInvalid at offset 7", err)
 	}
 	var ce *slidelimit.ConfigError
@@ -235,8 +236,8 @@ func TestNewOptions(t *testing.T) {
 	}
 	// Middleware options are checked where a handler is wrapped.
 	lim := offline(t, slidelimit.WithMiddlewareOptions(middleware.WithTrustedProxies("bogus")))
-	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); !errors.Is(err, middleware.ErrConfig) {
-		t.Errorf("Handle = %v, want middleware.ErrConfig", err)
+	if err := lim.Handle(http.NewServeMux(), "GET /", ok, "ip:1/s"); testutil.ConfigError(err, "option", "WithTrustedProxies") == nil {
+		t.Errorf("Handle = %v, want a *middleware.ConfigError of WithTrustedProxies", err)
 	}
 }
 
@@ -251,7 +252,7 @@ func TestWithMiddlewareOptions(t *testing.T) {
 		t.Fatalf("registered cost function: %v", err)
 	}
 	err := lim.Handle(mux, "GET /other", http.NotFoundHandler(), "user[tokens]:5k/d")
-	if !errors.Is(err, middleware.ErrUnknownCost) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
+	if !isError(err, unregistered("WithCostFunc")) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
 		t.Errorf("unregistered cost function: %v", err)
 	}
 }

@@ -98,7 +98,7 @@ func checkUndeclared(t *testing.T, err error, bad string) {
 	if !errors.As(err, &re) {
 		t.Fatalf("got %v, want a *rules.Error", err)
 	}
-	if !isErr(err, errRuleInvalid) {
+	if !isError(err, errRuleInvalid) {
 		t.Errorf("%v does not wrap errRuleInvalid", err)
 	}
 	if re.Offset < 0 || !strings.HasPrefix(re.Input[re.Offset:], bad) {

@@ -13,16 +13,6 @@ var (
 	errRuleInvalid = errors.New("a *rules.Error of an invalid rule")
 )
 
-// isErr reports whether err matches target as errors.Is does, reading
-// errRuleSyntax and errRuleInvalid as a *rules.Error of that kind anywhere
-// in err's tree.
-func isErr(err, target error) bool {
-	if target != errRuleSyntax && target != errRuleInvalid {
-		return errors.Is(err, target)
-	}
-	return hasRuleError(err, target == errRuleSyntax)
-}
-
 // hasRuleError reports whether err's tree holds a *rules.Error whose
 // Syntax is syntax.
 func hasRuleError(err error, syntax bool) bool {

@@ -66,7 +66,7 @@ func TestRuleSizeRefused(t *testing.T) {
 			t.Parallel()
 			check := func(call string, err error) {
 				t.Helper()
-				if !isErr(err, errRuleInvalid) || !strings.Contains(err.Error(), tt.want) {
+				if !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), tt.want) {
 					t.Errorf("%s = %.300v, want errRuleInvalid saying %q", call, err, tt.want)
 				}
 			}
@@ -172,7 +172,7 @@ func TestSetRulesSize(t *testing.T) {
 	}
 	big := "ip:" + windowList(1000)
 	err = p.lim.SetRules(ctx, "GET /search", big)
-	if !isErr(err, errRuleInvalid) || !strings.Contains(err.Error(), "group has 1000 windows, at most 256") {
+	if !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), "group has 1000 windows, at most 256") {
 		t.Errorf("SetRules(1000 windows) = %.300v", err)
 	}
 	if after, err := p.lim.Rules(ctx); err != nil || !reflect.DeepEqual(after, before) {

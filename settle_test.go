@@ -144,7 +144,7 @@ func TestSettleReported(t *testing.T) {
 				middleware.WithCostFunc("tokens", func(*http.Request) (int64, error) { return 100, nil }),
 				middleware.WithCostFunc("rows", func(*http.Request) (int64, error) { return 100, nil }),
 				middleware.WithSettle("tokens", middleware.Settlement{}),
-				middleware.WithSettle("rows", middleware.Settlement{MaxDebt: middleware.NoDebt}),
+				middleware.WithSettle("rows", middleware.Settlement{MaxDebt: -1}),
 				middleware.WithHook(func(ev middleware.Event) {
 					if len(ev.Decision.Windows) > 0 {
 						left.Store(ev.Decision.Windows[0].Remaining)

@@ -25,7 +25,7 @@ type throttlePlan struct {
 	g      rules.Group
 	scope  string
 	zone   *time.Location
-	limits map[string]middleware.LimitFunc
+	limits map[string]func(*http.Request) (int64, error)
 	slots  bool // some limiter has an in-flight window
 }
 
@@ -55,7 +55,7 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 		return nil, fmt.Errorf("slidelimit: throttle %q: no limiter", t.name)
 	}
 	_, lv := access.MiddlewareParts(t.lim.opts)
-	limits, _ := lv.(map[string]middleware.LimitFunc)
+	limits, _ := lv.(map[string]func(*http.Request) (int64, error))
 	p := &throttlePlan{g: g, scope: t.name, limits: limits}
 	for _, l := range g.Limiters {
 		if l.Kind != rules.Global && l.Kind != rules.Key {
@@ -64,7 +64,8 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 		for _, w := range l.Windows {
 			p.slots = p.slots || w.Concurrent
 			if w.LimitFunc != "" && limits[w.LimitFunc] == nil {
-				return nil, &middleware.UnknownLimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String()}
+				return nil, &middleware.ConfigError{Kind: "unregistered", Option: "WithLimitFunc", Name: w.LimitFunc,
+					Reason: "unknown limit function " + strconv.Quote(w.LimitFunc) + " in window " + w.String() + " of limiter " + l.ID() + " (use WithLimitFunc)"}
 			}
 		}
 	}
@@ -130,13 +131,13 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 				}
 				var err error
 				if n, err = p.limits[w.LimitFunc](r); err != nil {
-					return req, nil, &middleware.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Err: err}
+					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Err: err}
 				}
 				vals[w.LimitFunc] = n
 			}
 			rw, err := rulesx.Resolve(l, w, n)
 			if err != nil {
-				return req, nil, &middleware.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Limit: n, Err: err}
+				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Limit: n, Err: err}
 			}
 			ws[j] = rw
 		}

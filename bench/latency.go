@@ -101,8 +101,8 @@ func (p *delayProxy) pipe(src, dst net.Conn) {
 }
 
 // syncOnly finishes with the synchronous Finish, which the response
-// waits for: its FinishAsync, the middleware's one finish seam
-// (middleware.Finisher), calls engine.Engine.Finish.
+// waits for: its FinishAsync, the middleware's one finish seam, calls
+// engine.Engine.Finish.
 type syncOnly struct{ e *engine.Engine }
 
 func (s syncOnly) Allow(ctx context.Context, r engine.Request) (engine.Decision, error) {

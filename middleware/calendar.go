@@ -36,7 +36,7 @@ func loadZone(g *rules.Group) (*time.Location, error) {
 // distinctFunc returns the function giving a request's distinct value for
 // g's distinct: statement: the URL path, or a key function of keys; nil
 // when g counts requests. An unregistered name fails New.
-func distinctFunc(g *rules.Group, keys map[string]KeyFunc) (KeyFunc, error) {
+func distinctFunc(g *rules.Group, keys map[string]keyFunc) (keyFunc, error) {
 	switch g.Distinct {
 	case "":
 		return nil, nil
@@ -45,7 +45,8 @@ func distinctFunc(g *rules.Group, keys map[string]KeyFunc) (KeyFunc, error) {
 	}
 	fn, ok := keys[g.Distinct]
 	if !ok {
-		return nil, fmt.Errorf("middleware: distinct:%s: no key function registered under that name (use WithKeyFunc, or distinct:path): %w", g.Distinct, ErrUnknownKey)
+		return nil, &ConfigError{Kind: kindUnregistered, Option: "WithKeyFunc", Name: g.Distinct,
+			Reason: "distinct:" + g.Distinct + ": no key function registered under that name (use WithKeyFunc, or distinct:path)"}
 	}
 	return fn, nil
 }

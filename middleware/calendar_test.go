@@ -2,7 +2,6 @@ package middleware_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -111,7 +111,7 @@ func TestDistinctPath(t *testing.T) {
 			t.Errorf("third request for one path: RateLimit %q, want r=2: the path counted once", resp.Header.Get("RateLimit"))
 		}
 	}
-	sub, err := middleware.Subject(rules.IP, "127.0.0.1") // no identity: the user limiters count by IP
+	sub, err := subjectOf(rules.IP, "127.0.0.1") // no identity: the user limiters count by IP
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestDistinctPath(t *testing.T) {
 func TestDistinctStartup(t *testing.T) {
 	t.Parallel()
 	_, err := middleware.New(rules.MustParse("ip:3/min; distinct:file"), newMem())
-	if !errors.Is(err, middleware.ErrUnknownKey) || !strings.Contains(err.Error(), "distinct:file") {
+	if testutil.ConfigError(err, "unregistered", "WithKeyFunc") == nil || !strings.Contains(err.Error(), "distinct:file") {
 		t.Fatalf("New: %v; want ErrUnknownKey naming distinct:file", err)
 	}
 	if _, err := middleware.New(rules.MustParse("ip:3/min; distinct:file"), newMem(),

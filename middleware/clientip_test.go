@@ -45,7 +45,7 @@ func TestCanonicalizeIP(t *testing.T) {
 func TestClientIP(t *testing.T) {
 	t.Parallel()
 	trusted := middleware.WithTrustedProxies("10.0.0.0/8", "2001:db8:ffff::1")
-	fwd := middleware.WithProxyHeader(middleware.Forwarded)
+	fwd := middleware.WithProxyHeader("Forwarded")
 	tests := []struct {
 		name   string
 		opts   []middleware.Option
@@ -156,7 +156,7 @@ func FuzzClientIP(f *testing.F) {
 		mem := newMem()
 		opts := []middleware.Option{middleware.WithTrustedProxies("10.0.0.0/8"), middleware.WithScope("s")}
 		if useForwarded {
-			opts = append(opts, middleware.WithProxyHeader(middleware.Forwarded))
+			opts = append(opts, middleware.WithProxyHeader("Forwarded"))
 		}
 		mw, err := middleware.New(rules.MustParse("ip:100/s"), mem, opts...)
 		if err != nil {

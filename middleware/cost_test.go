@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -30,7 +31,7 @@ func (s *sizeCost) fn(r *http.Request) (int64, error) {
 	case "fail":
 		return 0, errNoObject
 	case "bad":
-		return 0, fmt.Errorf("range %q: %w", r.Header.Get("Range"), middleware.ErrCostBadRequest)
+		return 0, fmt.Errorf("range %q: %w", r.Header.Get("Range"), middleware.ErrBadRequest)
 	default:
 		return strconv.ParseInt(v, 10, 64)
 	}
@@ -276,7 +277,7 @@ func TestCostFuncErrors(t *testing.T) {
 		log    string
 	}{
 		{"fail", http.StatusInternalServerError, "connection reset"},
-		{"bad", http.StatusBadRequest, "request cannot be costed"},
+		{"bad", http.StatusBadRequest, "middleware: bad request"},
 		{"0", http.StatusInternalServerError, "returned cost 0, want at least 1"},
 		{"-5", http.StatusInternalServerError, "returned cost -5, want at least 1"},
 	}
@@ -307,7 +308,7 @@ func TestCostFuncErrors(t *testing.T) {
 				}
 				if !shadow {
 					var p problemBody
-					if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != tt.status || p.Type != middleware.ProblemBlank {
+					if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != tt.status || p.Type != "about:blank" {
 						t.Errorf("body %q: %+v %v", w.Body, p, err)
 					}
 					if b := w.Body.String(); strings.Contains(b, "storage") || strings.Contains(b, "oops") || strings.Contains(b, "cost") {
@@ -324,10 +325,10 @@ func TestCostFuncErrors(t *testing.T) {
 					t.Errorf("log = %q, want %q and the limiter", logs, tt.log)
 				}
 				ev := rec.All()
-				if len(ev) != 1 || !errors.Is(ev[0].Err, middleware.ErrCost) || ev[0].Allowed != shadow {
+				if len(ev) != 1 || !errors.Is(ev[0].Err, lifecycle.ErrCost) || ev[0].Allowed != shadow {
 					t.Fatalf("events = %+v", ev)
 				}
-				var ce *middleware.CostError
+				var ce *lifecycle.CostError
 				if !errors.As(ev[0].Err, &ce) || ce.Name != "bytes" || ce.Limiter != "user[bytes]" {
 					t.Errorf("event error = %#v", ev[0].Err)
 				}
@@ -356,9 +357,8 @@ func TestCostFuncConfig(t *testing.T) {
 			t.Errorf("New error %v\nwant it to contain %s", err, want)
 		}
 	}
-	var uc *middleware.UnknownCostError
-	if !errors.Is(err, middleware.ErrUnknownCost) || !errors.As(err, &uc) {
-		t.Errorf("error %v is not an *UnknownCostError", err)
+	if ce := testutil.ConfigError(err, "unregistered", "WithCostFunc"); ce == nil || ce.Name != "bytes" {
+		t.Errorf("error %v holds no *ConfigError naming the cost function", err)
 	}
 	if err != nil && strings.Contains(err.Error(), "ip[3]") {
 		t.Errorf("a constant cost needs no function: %v", err)
@@ -367,7 +367,7 @@ func TestCostFuncConfig(t *testing.T) {
 	one := func(*http.Request) (int64, error) { return 1, nil }
 	for _, tt := range []struct {
 		name string
-		fn   middleware.CostFunc
+		fn   func(*http.Request) (int64, error)
 		want string
 	}{
 		{"bytes", nil, `middleware: WithCostFunc("bytes"): nil cost function`},
@@ -376,7 +376,7 @@ func TestCostFuncConfig(t *testing.T) {
 		{"a b", one, `middleware: WithCostFunc("a b"): invalid cost function name; want a letter, then letters, digits, "_", "-" or "."`},
 	} {
 		_, err := middleware.New(rules.MustParse("ip:1/s"), newMem(), middleware.WithCostFunc(tt.name, tt.fn))
-		if err == nil || err.Error() != tt.want || !errors.Is(err, middleware.ErrConfig) {
+		if err == nil || err.Error() != tt.want || testutil.ConfigError(err, "option", "") == nil {
 			t.Errorf("WithCostFunc(%q): %v, want %s", tt.name, err, tt.want)
 		}
 	}

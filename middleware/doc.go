@@ -22,13 +22,13 @@
 //     header runs out, or holds something that is not an address, the
 //     nearest trusted hop is used. A proxy header from an untrusted peer is
 //     never believed. IPv6 clients are grouped by network
-//     (DefaultIPv6Prefix, /64; see WithIPv6Prefix) and IPv4-mapped IPv6
+//     (a /64 unless WithIPv6Prefix says otherwise) and IPv4-mapped IPv6
 //     addresses count as IPv4; see CanonicalizeIP.
 //   - user: the identity's user id. A request without identity or user id,
 //     or by a role the policy counts by IP (role.Policy.ByIP), is counted by
 //     client IP instead.
 //   - header(Name): the value of the request header; param(name): the path
-//     value r.PathValue(name); key(name): the result of the KeyFunc
+//     value r.PathValue(name); key(name): the result of the function
 //     registered with WithKeyFunc. An empty value — a missing header, say —
 //     is counted by client IP: an explicit "empty" subject would let every
 //     client without the header exhaust one shared window for all of them,
@@ -39,38 +39,34 @@
 // ...), so an IP-derived subject can never be counted together with a user
 // id or header value that happens to spell the same text.
 //
-// Subject maps a raw value (a user id, an address) to its subject the same
-// way, for tools that inspect or reset windows.
-//
 // # Costs
 //
 // A limiter with a cost counts more than one per request (see package
-// rules): user[bytes]:2Gi/d counts, per user, what the CostFunc registered
+// rules): user[bytes]:2Gi/d counts, per user, what the function registered
 // with WithCostFunc("bytes", fn) returns, and ip[5]:100/min counts 5 per
 // request. Before calling the Decider the middleware calls each cost
 // function the applicable limiters name, once per request whatever the
 // number of limiters naming it, and passes the cost in engine.Check.Cost (0
 // for limiters without a cost, which count 1). A cost function that returns
 // an error, or a cost below 1, makes the middleware answer without deciding
-// or counting: 400 when the error wraps ErrCostBadRequest (the request
-// itself cannot be costed, such as a malformed Range header), else 500,
-// with a problem body that only names the status. The error goes to the
-// logger (a *CostError naming the function and limiter) and to hooks, never
-// to the client. In shadow mode the request is served, uncounted.
+// or counting: 400 when the error wraps ErrBadRequest (the request itself
+// cannot be costed, such as a malformed Range header), else 500, with a
+// problem body that only names the status. The error goes to the logger
+// (naming the function and limiter) and to hooks, never to the client. In shadow mode the request is served, uncounted.
 //
 // # Limit functions
 //
 // A window whose limit names a limit function, as in key(tenant):$quota/min
-// (see package rules), has the limit that the LimitFunc registered with
+// (see package rules), has the limit that the function registered with
 // WithLimitFunc("quota", fn) returns for the request: the figure of the
 // calling tenant's plan, say. The middleware calls each limit function the
 // applicable limiters name once per request, after the cost functions,
 // and passes the windows with their limits in the engine.Check. A function
-// that returns an error, a limit below 1 or above the window's cap (100,000
-// for an exact window of a limiter without a cost, 2^50 otherwise) is
-// answered as a failing cost function is: 400
-// when the error wraps ErrLimitBadRequest, else 500, nothing counted, the
-// *LimitError logged and passed to hooks, never to the client. The
+// that returns an error, a limit below 1 or above the window's cap
+// (100,000
+// for an exact window of a limiter without a cost, 2^50 otherwise) is answered as a failing cost function is: 400
+// when the error wraps ErrBadRequest, else 500, nothing counted, the
+// error logged and passed to hooks, never to the client. The
 // RateLimit-Policy field advertises the resolved limits; it is rendered
 // per request only for plans with a limit function (three allocations),
 // other plans keep their precomputed field. Events and denials carry the
@@ -84,14 +80,14 @@
 // /files/2 served by "GET /files/{id}" share their windows. The raw URL path
 // is never used. A request for which none of them gives a scope — the
 // middleware wrapping a whole ServeMux rather than one of its handlers, for
-// instance — is answered with 500 and ErrNoScope is logged.
+// instance — is answered with 500 and the missing scope is logged.
 //
 // # Responses
 //
 // A limited response carries the RateLimit-Policy and RateLimit fields of
 // draft-ietf-httpapi-ratelimit-headers-11 (Structured Field Lists). The
 // policy field has one item per window of the limiters that applied, named
-// by PolicyName, with q the limit and w the period in seconds:
+// by its limiter and period, with q the limit and w the period in seconds:
 //
 //	RateLimit-Policy: "ip-1s";q=5;w=1, "ip-1min";q=100;w=60, "user-1h";q=1000;w=3600
 //
@@ -182,7 +178,7 @@
 // records the status the handler answers with, behind a ResponseWriter
 // that keeps http.Flusher, http.Hijacker, io.ReaderFrom and
 // http.ResponseController working, and gives the admitted request back
-// (through the Decider's Finisher, see After the handler) when the status
+// (through the Decider's FinishAsync, see After the handler) when the status
 // is not listed. A handler that panics or hijacks the connection stays counted:
 // its outcome is unknown. The rate-limit fields sent before the handler
 // runs describe the windows with the request counted. Groups without
@@ -192,17 +188,17 @@
 // # Settlement
 //
 // WithSettle(name, s) makes the limiters whose cost function is name settle
-// after the handler (through the Decider's Finisher): the request
+// after the handler (through the Decider's FinishAsync): the request
 // is admitted against the cost function's estimate, then counts its actual
 // cost instead, the one the handler reported with ReportCost(ctx, name, n)
 // or, with s.Written, the bytes of body written (an aborted download
 // counts what was sent). Less than the estimate is given back; more is a
-// debt charged at the request's admission time, capped by s.MaxDebt (NoDebt
+// debt charged at the request's admission time, capped by s.MaxDebt (-1
 // refuses it). A request given back by count:, or whose handler panicked
 // or hijacked the connection, keeps its estimate. Only requests of groups
 // with a settled limiter get the wrapper and a context to report to.
-// contrib/grpclimit's WithSettle settles gRPC calls the same way, and its
-// handlers report with the same ReportCost.
+// contrib/grpclimit takes WithSettle for gRPC calls, whose handlers report
+// with the same ReportCost.
 //
 // # Blocks
 //
@@ -222,11 +218,11 @@
 // response does not wait for a Redis round trip after its handler. The
 // engine logs (throttled) and counts a finish that fails, retries it, and
 // a slot frees at the latest when its lease ends; a crash loses queued
-// finishes (see engine.Engine.FinishAsync). This is the one finish seam,
-// Finisher: a group with count:, an in-flight window or WithSettle needs a
-// Decider that is also a Finisher, and New fails with ErrNoFinish
-// otherwise; a Decider that wants the response to wait for the finish
-// implements FinishAsync with engine.Engine.Finish. A request's life —
+// finishes (see engine.Engine.FinishAsync). This is the one finish seam:
+// a group with count:, an in-flight window or WithSettle needs a Decider
+// that also has engine.Engine's FinishAsync method, and New fails with a
+// *ConfigError otherwise; a Decider that wants the response to wait for
+// the finish implements FinishAsync with engine.Engine.Finish. A request's life —
 // resolve the caller, price, decide, respond, run, finish — is written
 // once, as an Admission in the module's internal lifecycle package; the
 // middleware only translates a request into its subjects, costs and
@@ -238,11 +234,11 @@
 //
 // A request admitted by a group with an in-flight window holds one slot
 // per such limiter while its handler runs. A step after the handler
-// releases them (the Decider's Finisher) however the handler ends:
+// releases them (the Decider's FinishAsync) however the handler ends:
 // normally, by panic, by hijack, or after the client hung up. The engine
-// renews the slots of long requests (engine.WithLease). New fails with
-// ErrNoFinish for such a group if its Decider is not a Finisher (see
-// After the handler).
+// renews the slots of long requests (engine.WithLease). New fails with a
+// *ConfigError for such a group if its Decider cannot finish requests
+// (see After the handler).
 //
 // # Observability
 //

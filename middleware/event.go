@@ -17,12 +17,12 @@ import (
 // the request decided on (nil for a gRPC call); Scope; Role; Exempt;
 // Limiter, Policy and Window, the deciding window; Allowed, the engine's
 // verdict; Shadow; Status, the status answered with (429, 503, or 500
-// for ErrNoScope or an engine.ErrInvalid error; 0 when passed on);
-// RetryAfter; Source; Err, the decision's error or ErrNoScope; Decision,
+// when no scope was found or for an engine.ErrInvalid error; 0 when passed on);
+// RetryAfter; Source; Err, the decision's or cost function's error; Decision,
 // the engine's full decision; Latency, of the Decider's Allow call.
 type Event = lifecycle.Event
 
-// Denial describes a refused request to a DeniedHandler.
+// Denial describes a refused request to the handler of WithDeniedHandler.
 type Denial struct {
 	// Status is http.StatusTooManyRequests when a window is full, or
 	// http.StatusServiceUnavailable when Redis failed and the fail mode is
@@ -54,7 +54,6 @@ type Denial struct {
 	Decision engine.Decision
 }
 
-// DeniedHandler writes the response to a refused request. The RateLimit,
-// RateLimit-Policy and Retry-After fields are already set on w's header.
-// It must write the status line itself.
-type DeniedHandler func(w http.ResponseWriter, r *http.Request, d Denial)
+// deniedHandler writes the response to a refused request
+// (WithDeniedHandler).
+type deniedHandler = func(w http.ResponseWriter, r *http.Request, d Denial)

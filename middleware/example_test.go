@@ -52,7 +52,7 @@ func ExampleNew() {
 
 func ExampleCanonicalizeIP() {
 	for _, s := range []string{"192.0.2.7", "::ffff:192.0.2.7", "2001:db8:1:2:3:4:5:6"} {
-		fmt.Println(middleware.CanonicalizeIP(netip.MustParseAddr(s), middleware.DefaultIPv6Prefix))
+		fmt.Println(middleware.CanonicalizeIP(netip.MustParseAddr(s), 64))
 	}
 	// Output:
 	// 192.0.2.7
@@ -74,7 +74,7 @@ func ExampleWithKeyFunc() {
 	fmt.Println(err)
 	// Output:
 	// <nil>
-	// middleware: key(tenant): no key function registered (use WithKeyFunc)
+	// middleware: no key function registered for key(tenant) (use WithKeyFunc)
 }
 
 func ExampleWithLimitFunc() {
@@ -87,7 +87,7 @@ func ExampleWithLimitFunc() {
 		middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {
 			n, ok := plans[tenant(r)]
 			if !ok {
-				return 0, fmt.Errorf("no plan for tenant %q: %w", tenant(r), middleware.ErrLimitBadRequest)
+				return 0, fmt.Errorf("no plan for tenant %q: %w", tenant(r), middleware.ErrBadRequest)
 			}
 			return n, nil
 		}))

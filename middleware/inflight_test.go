@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -186,7 +186,7 @@ func TestInflightNeedsFinisher(t *testing.T) {
 	t.Parallel()
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) { return engine.Decision{Allowed: true}, nil }}
 	_, err := middleware.New(rules.MustParse("ip:1 concurrent"), d)
-	if !errors.Is(err, middleware.ErrNoFinish) {
+	if testutil.ConfigError(err, "decider", "") == nil {
 		t.Errorf("New with a Decider that cannot release: %v, want ErrNoFinish", err)
 	}
 	if _, err := middleware.New(rules.MustParse("ip:1/s"), d); err != nil {

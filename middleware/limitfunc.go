@@ -12,111 +12,33 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// LimitFunc returns the limit of the windows whose limit names it, as in
-// key(tenant):$quota/min: for a SaaS API, the figure of the calling
-// tenant's plan or contract. It is called on the request's goroutine before
-// the handler runs, at most once per request and name, and must be safe for
-// concurrent use. It must return a limit from 1 to the cap of each window
-// naming it (100,000 for an exact window of a
-// limiter without a cost); a request it cannot serve a limit for should be
-// refused with an error wrapping ErrLimitBadRequest (answered with 400).
-// Any other error, a limit below 1 or above a cap is answered with 500.
-// Errors are logged, never written to clients; the request is not counted.
-//
-// Because the engine keeps requests, not limits, the value applies at once
-// to what a subject has used: a lower limit denies until enough of its
-// requests leave the window, a higher one admits at once.
-type LimitFunc func(r *http.Request) (int64, error)
-
-// Errors of limit functions.
-var (
-	// ErrUnknownLimit means a group names a limit function, as in
-	// $quota/min, but no LimitFunc is registered under its name.
-	ErrUnknownLimit = errors.New("middleware: no limit function registered")
-	// ErrLimit means a limit function failed or returned a limit outside
-	// 1..the window's cap. The request is not counted and is answered with
-	// 500, or with 400 when the error wraps ErrLimitBadRequest.
-	ErrLimit = lifecycle.ErrLimit
-	// ErrLimitBadRequest is for limit functions to wrap when the request
-	// itself has no limit, such as a token naming no tenant; the
-	// middleware then answers 400 instead of 500. The error's text is never
-	// written to the client.
-	ErrLimitBadRequest = lifecycle.ErrLimitBadRequest
-)
+// limitFunc is a limit function (WithLimitFunc).
+type limitFunc = func(r *http.Request) (int64, error)
 
 // WithLimitFunc registers fn as the limit function name: every window whose
 // limit is $name, as in key(tenant):$quota/min, has the limit fn returns
-// for the request. Every limit function a group names (including its
-// overrides) must be registered when New is called, or New fails with an
-// *UnknownLimitError. name is spelled like a cost function name: a letter,
-// then letters, digits, '_', '-' or '.'. Registering a name again replaces
-// the function.
-func WithLimitFunc(name string, fn LimitFunc) Option {
+// for the request, from 1 to the window's cap (rules.Limiter.LimitCap).
+// fn is called before the handler, at most once per request and name; an
+// error wrapping ErrBadRequest is answered with 400, any other error or
+// limit with 500, nothing counted. Every limit function a group names must
+// be registered when New is called (a *ConfigError otherwise). name is
+// spelled like a cost function name.
+func WithLimitFunc(name string, fn func(r *http.Request) (int64, error)) Option {
 	return func(c *config) { registerFunc(c, &c.limits, "WithLimitFunc", "limit", name, fn, fn == nil) }
 }
-
-// UnknownLimitError reports a window whose limit names no registered
-// LimitFunc. It unwraps to ErrUnknownLimit.
-type UnknownLimitError struct {
-	// Name is the limit function name used by the group.
-	Name string
-	// Limiter is the ID of the limiter whose window names it, and Window
-	// the window as rule text writes it ("$quota/min").
-	Limiter, Window string
-	// Role is the role whose override uses the limiter, or empty for the
-	// group's default limiters.
-	Role string
-}
-
-// Error implements the error interface.
-func (e *UnknownLimitError) Error() string {
-	s := "middleware: unknown limit function " + strconv.Quote(e.Name) + " in window " + e.Window + " of limiter " + e.Limiter
-	if e.Role != "" {
-		s += " of role(" + e.Role + ") override"
-	}
-	return s + " (use WithLimitFunc)"
-}
-
-// Unwrap returns ErrUnknownLimit.
-func (e *UnknownLimitError) Unwrap() error { return ErrUnknownLimit }
-
-// LimitError reports a limit function that failed, or returned a limit its
-// window cannot have, for one request. It unwraps to ErrLimit and to the
-// cause: the function's error, or the rules error for a value outside
-// 1..cap.
-type LimitError struct {
-	// Name is the limit function name.
-	Name string
-	// Limiter is the ID of the limiter whose window names it, and Window
-	// the window as rule text writes it.
-	Limiter, Window string
-	// Limit is what the function returned.
-	Limit int64
-	// Err is the cause.
-	Err error
-}
-
-// Error implements the error interface.
-func (e *LimitError) Error() string {
-	return "middleware: limit function " + strconv.Quote(e.Name) + " for window " + e.Window + " of limiter " +
-		e.Limiter + ": " + e.Err.Error()
-}
-
-// Unwrap returns ErrLimit and the cause.
-func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Err} }
 
 // limitPlan is how a plan with limit functions resolves its windows; plans
 // without any have none, and serve their requests as before.
 type limitPlan struct {
 	names  []string    // the functions the plan names, each once
-	fns    []LimitFunc // fns[k] is registered under names[k]
+	fns    []limitFunc // fns[k] is registered under names[k]
 	checks []int       // the checks with a dynamic window, in order
 	fnOf   []int       // per window of those checks, in order: index in names, or -1 for a written limit
 }
 
 // newLimitPlan prepares the dynamic windows of ls; it returns nil when ls
 // has none.
-func newLimitPlan(role string, ls []rules.Limiter, fns map[string]LimitFunc) (*limitPlan, error) {
+func newLimitPlan(role string, ls []rules.Limiter, fns map[string]limitFunc) (*limitPlan, error) {
 	var lp *limitPlan
 	var errs []error
 	for i, l := range ls {
@@ -134,7 +56,7 @@ func newLimitPlan(role string, ls []rules.Limiter, fns map[string]LimitFunc) (*l
 				if k < 0 {
 					fn, ok := fns[w.LimitFunc]
 					if !ok {
-						errs = append(errs, &UnknownLimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Role: role})
+						errs = append(errs, unregistered("WithLimitFunc", w.LimitFunc, "unknown limit function "+strconv.Quote(w.LimitFunc)+" in window "+w.String()+" of limiter "+l.ID(), role))
 					}
 					k = len(lp.names)
 					lp.names, lp.fns = append(lp.names, w.LimitFunc), append(lp.fns, fn)
@@ -159,7 +81,7 @@ func (lp *limitPlan) nameIndex(name string) int {
 // of their functions, calling each function once, and returns the
 // RateLimit-Policy field with those limits. The resolved windows share one
 // slice; a static plan's field is p.Field and costs nothing here. It fails
-// with a *LimitError.
+// with a *lifecycle.LimitError.
 func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Check) (string, error) {
 	lp := mp.limits
 	if lp == nil {
@@ -189,13 +111,13 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 					err = fmt.Errorf("returned limit %d, want at least 1", n)
 				}
 				if err != nil {
-					return "", &LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: n, Err: err}
+					return "", &lifecycle.LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: n, Err: err}
 				}
 				vals[k] = n
 			}
 			rw, err := rulesx.Resolve(*lim, w, vals[k])
 			if err != nil {
-				return "", &LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
+				return "", &lifecycle.LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
 			}
 			dst[j] = rw
 		}

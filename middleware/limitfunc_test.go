@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
@@ -33,7 +34,7 @@ func (q *quotaFunc) fn(r *http.Request) (int64, error) {
 	case "fail":
 		return 0, errNoTenant
 	case "bad":
-		return 0, fmt.Errorf("token names no tenant: %w", middleware.ErrLimitBadRequest)
+		return 0, fmt.Errorf("token names no tenant: %w", middleware.ErrBadRequest)
 	default:
 		return strconv.ParseInt(v, 10, 64)
 	}
@@ -131,7 +132,7 @@ func TestLimitFuncErrors(t *testing.T) {
 		log    string
 	}{
 		{"fail", http.StatusInternalServerError, "connection refused"},
-		{"bad", http.StatusBadRequest, "request has no limit"},
+		{"bad", http.StatusBadRequest, "middleware: bad request"},
 		{"0", http.StatusInternalServerError, "returned limit 0, want at least 1"},
 		{"-5", http.StatusInternalServerError, "returned limit -5, want at least 1"},
 		{"100001", http.StatusInternalServerError, "limit 100001 is above 100000"},
@@ -163,7 +164,7 @@ func TestLimitFuncErrors(t *testing.T) {
 				}
 				if !shadow {
 					var p problemBody
-					if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != tt.status || p.Type != middleware.ProblemBlank {
+					if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != tt.status || p.Type != "about:blank" {
 						t.Errorf("body %q: %+v %v", w.Body, p, err)
 					}
 					if b := w.Body.String(); strings.Contains(b, "tenant") || strings.Contains(b, "quota") || strings.Contains(b, "limit") {
@@ -180,10 +181,10 @@ func TestLimitFuncErrors(t *testing.T) {
 					t.Errorf("log = %q, want %q, the limiter and the message", l, tt.log)
 				}
 				ev := rec.All()
-				if len(ev) != 1 || !errors.Is(ev[0].Err, middleware.ErrLimit) || ev[0].Allowed != shadow {
+				if len(ev) != 1 || !errors.Is(ev[0].Err, lifecycle.ErrLimit) || ev[0].Allowed != shadow {
 					t.Fatalf("events = %+v", ev)
 				}
-				var le *middleware.LimitError
+				var le *lifecycle.LimitError
 				if !errors.As(ev[0].Err, &le) || le.Name != "quota" || le.Limiter != "key(tenant)" || le.Window != "$quota/min" {
 					t.Errorf("event error = %#v", ev[0].Err)
 				}
@@ -209,14 +210,13 @@ func TestLimitFuncConfig(t *testing.T) {
 			t.Errorf("New error %v\nwant it to contain %s", err, want)
 		}
 	}
-	var ul *middleware.UnknownLimitError
-	if !errors.Is(err, middleware.ErrUnknownLimit) || !errors.As(err, &ul) {
-		t.Errorf("error %v is not an *UnknownLimitError", err)
+	if ce := testutil.ConfigError(err, "unregistered", "WithLimitFunc"); ce == nil || ce.Name != "quota" {
+		t.Errorf("error %v holds no *ConfigError naming the limit function", err)
 	}
 	one := func(*http.Request) (int64, error) { return 1, nil }
 	for _, tt := range []struct {
 		name string
-		fn   middleware.LimitFunc
+		fn   func(*http.Request) (int64, error)
 		want string
 	}{
 		{"quota", nil, `middleware: WithLimitFunc("quota"): nil limit function`},
@@ -224,7 +224,7 @@ func TestLimitFuncConfig(t *testing.T) {
 		{"$q", one, `middleware: WithLimitFunc("$q"): invalid limit function name; want a letter, then letters, digits, "_", "-" or "."`},
 	} {
 		_, err := middleware.New(rules.MustParse("ip:1/s"), newMem(), middleware.WithLimitFunc(tt.name, tt.fn))
-		if err == nil || err.Error() != tt.want || !errors.Is(err, middleware.ErrConfig) {
+		if err == nil || err.Error() != tt.want || testutil.ConfigError(err, "option", "") == nil {
 			t.Errorf("WithLimitFunc(%q): %v, want %s", tt.name, err, tt.want)
 		}
 	}

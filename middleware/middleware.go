@@ -25,13 +25,13 @@ type limiter struct {
 	t        lifecycle.Transport
 	rules    *lifecycle.Rules
 	scope    string
-	scopeFn  ScopeFunc
+	scopeFn  scopeFunc
 	legacy   bool
-	denied   DeniedHandler
-	keys     map[string]KeyFunc
-	costs    map[string]CostFunc
-	limits   map[string]LimitFunc
-	distinct KeyFunc // the value of distinct:NAME; nil without
+	denied   deniedHandler
+	keys     map[string]keyFunc
+	costs    map[string]costFunc
+	limits   map[string]limitFunc
+	distinct keyFunc // the value of distinct:NAME; nil without
 }
 
 // New returns middleware that limits the requests of the next handler by
@@ -55,7 +55,7 @@ type limiter struct {
 //     (engine.Check.Cost), and passes the request on, answers 429, or
 //     answers 503 when Redis failed and the fail mode is closed. A cost
 //     function that fails is answered with 400 or 500 without calling d
-//     (see CostFunc).
+//     (see WithCostFunc).
 //
 // Subjects and scopes are described in the package documentation. The
 // returned function and the handlers it makes are safe for concurrent use.
@@ -68,13 +68,10 @@ func New(g rules.Group, d Decider, opts ...Option) (func(http.Handler) http.Hand
 }
 
 func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
-	errs := c.errs
+	c := configOf(opts)
+	l := &limiter{t: lifecycle.Transport{Noun: "request"}, scope: g.Scope, scopeFn: c.scopeFunc, legacy: c.legacy,
+		denied: c.denied, keys: c.keys, costs: c.costs, limits: c.limits}
+	errs := c.shared(&l.t)
 	// Groups from rules.Parse are valid already; a hand-built one is checked
 	// here so that a bad window fails New rather than every request.
 	if err := g.Validate(); err != nil {
@@ -83,26 +80,8 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 		errs = append(errs, err) // a role WithPolicy does not declare
 	}
 	if d == nil {
-		errs = append(errs, ErrNilDecider)
-	}
-	l := &limiter{
-		t: lifecycle.Transport{
-			Policy: c.policy,
-			IP:     lifecycle.ClientIP{Header: c.proxyHeader, V6Bits: c.ipv6Prefix},
-			Settle: c.settle,
-			Logger: c.logger,
-			Hooks:  c.hooks,
-			Noun:   "request",
-		},
-		scope:   g.Scope,
-		scopeFn: c.scopeFunc,
-		legacy:  c.legacy,
-		denied:  c.denied,
-		keys:    c.keys,
-		costs:   c.costs,
-		limits:  c.limits,
-	}
-	if d != nil {
+		errs = append(errs, &ConfigError{Kind: kindDecider, Reason: "nil decider"})
+	} else {
 		l.t.Decider = d // a nil Decider must stay a nil interface
 	}
 	if l.scope == "" {
@@ -115,13 +94,10 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	var derr error
 	l.distinct, derr = distinctFunc(&g, c.keys)
 	errs = append(errs, zerr, derr)
-	var terrs []error
-	l.t.IP.Trusted, terrs = c.trustedPrefixes()
-	errs = append(errs, terrs...)
 	var rerrs []error
 	count := g.Count
 	l.rules, rerrs = lifecycle.NewRules(&l.t, g, zone, func(status int) bool { return rulespec.Counts(count, status) }, l.addPlan)
-	errs = append(errs, rerrs...)
+	errs = append(errs, configErrors(rerrs)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
@@ -256,7 +257,7 @@ func TestNoScope(t *testing.T) {
 	if w.Code != http.StatusInternalServerError || d.calls() != 0 {
 		t.Errorf("status %d, calls %d; want 500 and 0", w.Code, d.calls())
 	}
-	if ev := rec.All(); len(ev) != 1 || !errors.Is(ev[0].Err, middleware.ErrNoScope) {
+	if ev := rec.All(); len(ev) != 1 || !errors.Is(ev[0].Err, lifecycle.ErrNoScope) {
 		t.Errorf("events = %+v, want ErrNoScope", ev)
 	}
 	if !strings.Contains(logs.String(), "no scope") || strings.Contains(w.Body.String(), "scope") {
@@ -343,17 +344,13 @@ func TestUnknownKey(t *testing.T) {
 			d := &funcDecider{}
 			mw, err := middleware.New(rules.MustParse(tt.group), d,
 				middleware.WithKeyFunc("other", func(*http.Request) string { return "" }))
-			if mw != nil || !errors.Is(err, middleware.ErrUnknownKey) {
-				t.Fatalf("New = %v, %v; want ErrUnknownKey", mw != nil, err)
+			if mw != nil || testutil.ConfigError(err, "unregistered", "WithKeyFunc") == nil {
+				t.Fatalf("New = %v, %v; want an unregistered key function", mw != nil, err)
 			}
 			for _, name := range tt.want {
 				if !strings.Contains(err.Error(), "key("+name+")") {
 					t.Errorf("error %q does not name key(%s)", err, name)
 				}
-			}
-			var uk *middleware.UnknownKeyError
-			if !errors.As(err, &uk) {
-				t.Errorf("error %v is not an *UnknownKeyError", err)
 			}
 		})
 	}
@@ -364,11 +361,11 @@ func TestNewReportsEveryError(t *testing.T) {
 	_, err := middleware.New(rules.MustParse("key(k):5/s"), nil,
 		middleware.WithTrustedProxies("10.0.0.0/8", "bogus"),
 		middleware.WithIPv6Prefix(129),
-		middleware.WithProxyHeader(middleware.ProxyHeader(9)),
+		middleware.WithProxyHeader("X-Real-IP"),
 		middleware.WithKeyFunc("nil", nil))
-	for _, want := range []error{middleware.ErrNilDecider, middleware.ErrUnknownKey, middleware.ErrConfig} {
-		if !errors.Is(err, want) {
-			t.Errorf("error %v does not wrap %v", err, want)
+	for _, want := range [][2]string{{"decider", ""}, {"unregistered", "WithKeyFunc"}, {"option", "WithProxyHeader"}} {
+		if testutil.ConfigError(err, want[0], want[1]) == nil {
+			t.Errorf("error %v holds no *ConfigError of kind %s, option %q", err, want[0], want[1])
 		}
 	}
 	for _, want := range []string{`"bogus"`, "WithIPv6Prefix", "WithProxyHeader", "WithKeyFunc"} {
@@ -548,7 +545,7 @@ func TestDeniedResponse(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatalf("body %q: %v", w.Body, err)
 	}
-	if p.Type != middleware.ProblemQuotaExceeded || p.Title == "" || p.Status != 429 || p.Detail == "" ||
+	if p.Type != "https://iana.org/assignments/http-problem-types#quota-exceeded" || p.Title == "" || p.Status != 429 || p.Detail == "" ||
 		!slices.Equal(p.ViolatedPolicies, []string{"ip-1s"}) {
 		t.Errorf("problem = %+v", p)
 	}
@@ -689,7 +686,7 @@ func TestFailClosed(t *testing.T) {
 	}
 	var p problemBody
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Status != 503 || w.Header().Get("Content-Type") != "application/problem+json" ||
-		p.Type != middleware.ProblemTemporaryReducedCapacity || p.Title != "Temporary Reduced Capacity" || p.ViolatedPolicies != nil {
+		p.Type != "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity" || p.Title != "Temporary Reduced Capacity" || p.ViolatedPolicies != nil {
 		t.Errorf("body %q: %+v %v", w.Body, p, err)
 	}
 	if !strings.Contains(logs.String(), "connection refused") || !strings.Contains(logs.String(), "fail-closed") {

@@ -11,63 +11,48 @@ import (
 	"github.com/slidelimit/slidelimit/role"
 )
 
-// KeyFunc returns the subject a key(name) limiter counts a request under,
-// such as a tenant id taken from a verified token. An empty result means the
-// request has no such key; it is then counted by client IP, like a request
-// without identity on a user limiter. A KeyFunc is called on the request's
-// goroutine and must be safe for concurrent use.
-type KeyFunc func(r *http.Request) string
+// The functions the options register, by what they return.
+type (
+	keyFunc   = func(r *http.Request) string
+	costFunc  = func(r *http.Request) (int64, error)
+	scopeFunc = func(r *http.Request) string
+)
 
-// CostFunc returns what a request counts in the windows of the limiters
-// whose cost names it, as in user[bytes]:2Gi/d: for a download, the size of
-// the object the handler will send. It is called on the request's
-// goroutine before the handler runs, at most once per request and name,
-// and must be safe for concurrent use. It must return a cost of at least 1;
-// a request it cannot cost should either be given a small cost (1) and left
-// to the handler to reject, such as a download of an unknown object, or be
-// refused with an error wrapping ErrCostBadRequest (answered with 400). Any
-// other error, or a cost below 1, is answered with 500. Errors are logged,
-// never written to clients.
-type CostFunc func(r *http.Request) (int64, error)
-
-// ScopeFunc returns the scope of a request: the name of the windows' owner.
-// It must return the same scope for every request that should share windows,
-// so it must not return the raw URL path.
-type ScopeFunc func(r *http.Request) string
-
-// Option configures New, and Subject where it maps values. A
-// slidelimit.Limiter gives the options passed to
-// slidelimit.WithMiddlewareOptions to every middleware it builds; they are
-// the one way to configure the middleware through it.
+// Option configures New. A slidelimit.Limiter gives the options passed
+// to slidelimit.WithMiddlewareOptions to every middleware it builds, and
+// contrib/grpclimit takes those every transport shares (WithTrustedProxies,
+// WithProxyHeader, WithIPv6Prefix, WithPolicy, WithSettle, WithLogger,
+// WithHook) through its WithMiddlewareOptions.
 type Option func(*config)
 
 type config struct {
 	trusted     []string
-	proxyHeader ProxyHeader
+	proxyHeader lifecycle.ProxyHeader
 	ipv6Prefix  int
 	policy      role.Policy
-	keys        map[string]KeyFunc
-	costs       map[string]CostFunc
-	limits      map[string]LimitFunc
+	keys        map[string]keyFunc
+	costs       map[string]costFunc
+	limits      map[string]limitFunc
 	settle      map[string]lifecycle.Settle
 	logger      *slog.Logger
 	hooks       []func(Event)
 	legacy      bool
-	denied      DeniedHandler
+	denied      deniedHandler
 	scope       string
-	scopeFunc   ScopeFunc
+	scopeFunc   scopeFunc
 	errs        []error
+	httpOnly    []string // the net/http options given, which other transports refuse
 }
 
 func defaultConfig() config {
 	return config{
-		ipv6Prefix: DefaultIPv6Prefix,
+		ipv6Prefix: lifecycle.DefaultIPv6Prefix,
 		logger:     slog.Default(),
 	}
 }
 
 func (c *config) fail(option, value, reason string) {
-	c.errs = append(c.errs, &ConfigError{Option: option, Value: value, Reason: reason})
+	c.errs = append(c.errs, &ConfigError{Kind: kindOption, Option: option, Name: value, Reason: reason})
 }
 
 // WithTrustedProxies makes the middleware believe the proxy header (see
@@ -83,22 +68,27 @@ func WithTrustedProxies(cidrs ...string) Option {
 }
 
 // WithProxyHeader sets the header that trusted proxies write the client
-// address to. The default is XForwardedFor. Configure the one your proxies
-// set: the other is passed through from the client and could be spoofed.
-func WithProxyHeader(h ProxyHeader) Option {
+// address to: "X-Forwarded-For" (the default) or "Forwarded" (RFC 7239,
+// its for= parameters). Configure the one your proxies set: the other is
+// passed through from the client and could be spoofed.
+func WithProxyHeader(name string) Option {
 	return func(c *config) {
-		if h != XForwardedFor && h != Forwarded {
-			c.fail("WithProxyHeader", strconv.Itoa(int(h)), "unknown proxy header")
-			return
+		switch http.CanonicalHeaderKey(name) {
+		case "X-Forwarded-For":
+			c.proxyHeader = lifecycle.XForwardedFor
+		case "Forwarded":
+			c.proxyHeader = lifecycle.Forwarded
+		default:
+			c.fail("WithProxyHeader", name, `unknown proxy header; want "X-Forwarded-For" or "Forwarded"`)
 		}
-		c.proxyHeader = h
 	}
 }
 
-// WithIPv6Prefix sets the prefix length, in bits from 1 to 128, by which IPv6
-// clients are grouped; the default is DefaultIPv6Prefix (64). 128 counts
-// single addresses. IPv4 clients, including IPv4-mapped IPv6 addresses, are
-// always counted by single address.
+// WithIPv6Prefix sets the prefix length, in bits from 1 to 128, by which
+// IPv6 clients are grouped; the default is 64, the smallest network an ISP
+// normally hands to one subscriber. 128 counts single addresses. IPv4
+// clients, including IPv4-mapped IPv6 addresses, are always counted by
+// single address.
 func WithIPv6Prefix(bits int) Option {
 	return func(c *config) {
 		if bits < 1 || bits > 128 {
@@ -118,15 +108,18 @@ func WithPolicy(p role.Policy) Option {
 
 // WithKeyFunc registers fn as the subject of key(name) limiters. Every
 // key(name) of a group must have a function when New is called, or New fails
-// with an *UnknownKeyError. Registering a name again replaces the function.
-func WithKeyFunc(name string, fn KeyFunc) Option {
+// with a *ConfigError. fn returns the subject, such as a tenant id taken
+// from a verified token; "" counts the request by client IP. It is called
+// on the request's goroutine. Registering a name again replaces fn.
+func WithKeyFunc(name string, fn func(r *http.Request) string) Option {
 	return func(c *config) {
+		c.httpOnly = append(c.httpOnly, "WithKeyFunc")
 		if fn == nil {
 			c.fail("WithKeyFunc", name, "nil key function")
 			return
 		}
 		if c.keys == nil {
-			c.keys = make(map[string]KeyFunc)
+			c.keys = make(map[string]keyFunc)
 		}
 		c.keys[name] = fn
 	}
@@ -134,19 +127,20 @@ func WithKeyFunc(name string, fn KeyFunc) Option {
 
 // WithCostFunc registers fn as the cost function name: every limiter whose
 // cost is name, as in user[bytes]:2Gi/d, counts what fn returns for the
-// request instead of 1. Every cost function a group names (including its
-// overrides) must be registered when New is called, or New fails with an
-// *UnknownCostError. name must be a cost function name of the rule
-// language: a letter, then letters, digits, '_', '-' or '.' (a decimal cost
-// such as ip[5] is a constant and needs no function). Registering a name
-// again replaces the function.
-func WithCostFunc(name string, fn CostFunc) Option {
+// request instead of 1. fn is called before the handler, at most once per
+// request and name, and must return at least 1; an error wrapping
+// ErrBadRequest is answered with 400, any other error or cost with 500.
+// Every cost function a group names must be registered when New is called
+// (a *ConfigError otherwise). name is a letter, then letters, digits, '_',
+// '-' or '.'. Registering a name again replaces fn.
+func WithCostFunc(name string, fn func(r *http.Request) (int64, error)) Option {
 	return func(c *config) { registerFunc(c, &c.costs, "WithCostFunc", "cost", name, fn, fn == nil) }
 }
 
 // registerFunc adds fn, a function the rule text names (a cost or limit
 // function), under name to *m for option opt; isNil says whether fn is nil.
 func registerFunc[F any](c *config, m *map[string]F, opt, kind, name string, fn F, isNil bool) {
+	c.httpOnly = append(c.httpOnly, opt)
 	switch {
 	case isNil:
 		c.fail(opt, name, "nil "+kind+" function")
@@ -194,15 +188,16 @@ func WithHook(fn func(Event)) Option {
 // constrained window to every limited response, for clients that predate the
 // RateLimit fields. They are off by default.
 func WithLegacyHeaders() Option {
-	return func(c *config) { c.legacy = true }
+	return func(c *config) { c.legacy, c.httpOnly = true, append(c.httpOnly, "WithLegacyHeaders") }
 }
 
 // WithDeniedHandler replaces the response written when a request is denied
 // (429) or refused because Redis failed and the fail mode is closed (503).
 // The rate-limit fields and Retry-After are set before h is called; h writes
 // the status and body. The default is WriteProblem.
-func WithDeniedHandler(h DeniedHandler) Option {
+func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Denial)) Option {
 	return func(c *config) {
+		c.httpOnly = append(c.httpOnly, "WithDeniedHandler")
 		if h != nil {
 			c.denied = h
 		}
@@ -213,15 +208,17 @@ func WithDeniedHandler(h DeniedHandler) Option {
 // every handler wrapped with the same scope and limiter shares its windows.
 // A group's own scope: statement takes precedence.
 func WithScope(scope string) Option {
-	return func(c *config) { c.scope = scope }
+	return func(c *config) { c.scope, c.httpOnly = scope, append(c.httpOnly, "WithScope") }
 }
 
 // WithScopeFunc sets a function that returns the scope of each request, for
 // routers that do not set http.Request.Pattern, such as
 // chi.RouteContext(r.Context()).RoutePattern. It is used when neither the
 // group nor WithScope sets a scope; when it returns "", r.Pattern is used.
-func WithScopeFunc(fn ScopeFunc) Option {
-	return func(c *config) { c.scopeFunc = fn }
+// fn must return the same scope for every request that should share
+// windows, so not the raw URL path.
+func WithScopeFunc(fn func(r *http.Request) string) Option {
+	return func(c *config) { c.scopeFunc, c.httpOnly = fn, append(c.httpOnly, "WithScopeFunc") }
 }
 
 // trustedPrefixes parses the WithTrustedProxies entries of c.
@@ -231,7 +228,7 @@ func (c *config) trustedPrefixes() ([]netip.Prefix, []error) {
 	for _, s := range c.trusted {
 		p, err := lifecycle.ParseTrusted(s)
 		if err != nil {
-			errs = append(errs, &ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
+			errs = append(errs, &ConfigError{Kind: kindOption, Option: "WithTrustedProxies", Name: s, Reason: "not an IP address or CIDR prefix"})
 			continue
 		}
 		ps = append(ps, p)

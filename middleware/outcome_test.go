@@ -1,7 +1,6 @@
 package middleware_test
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -193,7 +193,7 @@ func TestCountNeedsFinisher(t *testing.T) {
 	t.Parallel()
 	d := &funcDecider{allow: func(engine.Request) (engine.Decision, error) { return engine.Decision{Allowed: true}, nil }}
 	_, err := middleware.New(rules.MustParse("ip:1/s; count:401"), d)
-	if !errors.Is(err, middleware.ErrNoFinish) {
+	if testutil.ConfigError(err, "decider", "") == nil {
 		t.Errorf("New with a Decider that cannot give back: %v, want ErrNoFinish", err)
 	}
 	if _, err := middleware.New(rules.MustParse("ip:1/s"), d); err != nil {

@@ -14,8 +14,8 @@ import (
 // list's limiters name, found once by New so that serving a request only
 // calls them.
 type plan struct {
-	keys   []KeyFunc  // keys[i] is the function of Limiters[i] when it is a key(name)
-	costs  []CostFunc // costs[i] is the function of Limiters[i] when its cost names one
+	keys   []keyFunc  // keys[i] is the function of Limiters[i] when it is a key(name)
+	costs  []costFunc // costs[i] is the function of Limiters[i] when its cost names one
 	limits *limitPlan // the windows with limit functions; nil when there are none
 }
 
@@ -29,7 +29,7 @@ func planOf(p *lifecycle.Plan) *plan { return p.Transport.(*plan) }
 // not know.
 func (l *limiter) addPlan(role string, lp *lifecycle.Plan) error {
 	ls := lp.Limiters
-	p := &plan{keys: make([]KeyFunc, len(ls)), costs: make([]CostFunc, len(ls))}
+	p := &plan{keys: make([]keyFunc, len(ls)), costs: make([]costFunc, len(ls))}
 	var errs []error
 	for i, lim := range ls {
 		switch lim.Kind {
@@ -37,7 +37,7 @@ func (l *limiter) addPlan(role string, lp *lifecycle.Plan) error {
 		case rules.Key:
 			fn, ok := l.keys[lim.Name]
 			if !ok {
-				errs = append(errs, &UnknownKeyError{Name: lim.Name, Role: role})
+				errs = append(errs, unregistered("WithKeyFunc", lim.Name, "no key function registered for "+lim.ID(), role))
 			}
 			p.keys[i] = fn
 		default:
@@ -52,7 +52,7 @@ func (l *limiter) addPlan(role string, lp *lifecycle.Plan) error {
 		default:
 			fn, ok := l.costs[lim.Cost]
 			if !ok {
-				errs = append(errs, &UnknownCostError{Name: lim.Cost, Limiter: lim.ID(), Role: role})
+				errs = append(errs, unregistered("WithCostFunc", lim.Cost, "unknown cost function "+strconv.Quote(lim.Cost)+" in limiter "+lim.ID(), role))
 			}
 			p.costs[i] = fn
 		}

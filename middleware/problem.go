@@ -8,18 +8,13 @@ import (
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
-// Problem types (RFC 9457) used in response bodies.
+// Problem types (RFC 9457) used in response bodies: those of
+// draft-ietf-httpapi-ratelimit-headers-11, Sections 5.1 and 5.2, and the
+// one of responses that need no more than their status code.
 const (
-	// ProblemQuotaExceeded is the problem type of a 429, defined by
-	// draft-ietf-httpapi-ratelimit-headers-11, Section 5.1.
-	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-	// ProblemTemporaryReducedCapacity is the problem type of the 503 of a
-	// group that fails closed, defined by the same draft, Section 5.2: the
-	// request cannot be served because capacity is temporarily reduced.
-	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
-	// ProblemBlank is the problem type of responses that need no more than
-	// their status code (RFC 9457, Section 4.2.1).
-	ProblemBlank = "about:blank"
+	problemQuotaExceeded            = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+	problemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+	problemBlank                    = "about:blank"
 )
 
 // problem is an RFC 9457 problem details object. ViolatedPolicies is the
@@ -32,8 +27,8 @@ type problem struct {
 	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
-// WriteProblem is the default DeniedHandler. It writes d.Status with an
-// application/problem+json body (RFC 9457). For a 429 the body has the
+// WriteProblem is the default of WithDeniedHandler. It writes d.Status
+// with an application/problem+json body (RFC 9457). For a 429 the body has the
 // draft's quota-exceeded type and a "violated-policies" member listing the
 // violated policy, as in
 //
@@ -50,11 +45,11 @@ type problem struct {
 // violated-policies member, because no quota was exceeded; it says nothing
 // about the failure itself.
 func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
-	p := problem{Type: ProblemBlank, Title: http.StatusText(d.Status), Status: d.Status}
+	p := problem{Type: problemBlank, Title: http.StatusText(d.Status), Status: d.Status}
 	retry := strconv.FormatInt(lifecycle.CeilSeconds(d.RetryAfter), 10) + "s"
 	switch {
 	case d.Status == http.StatusTooManyRequests:
-		p.Type = ProblemQuotaExceeded
+		p.Type = problemQuotaExceeded
 		p.Title = "Quota Exceeded"
 		switch {
 		case d.Never:
@@ -73,7 +68,7 @@ func WriteProblem(w http.ResponseWriter, r *http.Request, d Denial) {
 			p.Detail = "Too many requests; retry after " + retry + "."
 		}
 	case d.Status == http.StatusServiceUnavailable:
-		p.Type = ProblemTemporaryReducedCapacity
+		p.Type = problemTemporaryReducedCapacity
 		p.Title = "Temporary Reduced Capacity"
 		p.Detail = "The service cannot admit requests at the moment; retry after " + retry + "."
 	}
@@ -112,7 +107,7 @@ func writeProblem(w http.ResponseWriter, p problem) {
 // writeInternalError answers a request the middleware cannot decide on; the
 // cause goes to the logger, never to the client.
 func writeInternalError(w http.ResponseWriter) {
-	writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(http.StatusInternalServerError),
+	writeProblem(w, problem{Type: problemBlank, Title: http.StatusText(http.StatusInternalServerError),
 		Status: http.StatusInternalServerError})
 }
 

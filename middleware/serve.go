@@ -42,13 +42,13 @@ func (l *limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
 		l.deny(w, c)
 	default: // 400 or 500: the request could not be priced or decided
-		writeProblem(w, problem{Type: ProblemBlank, Title: http.StatusText(v.Status), Status: v.Status})
+		writeProblem(w, problem{Type: problemBlank, Title: http.StatusText(v.Status), Status: v.Status})
 	}
 }
 
 // deny answers a refusal of c: 429 with its RateLimit fields and
 // Retry-After (none for a request that can never be admitted), or 503
-// with the policy alone, by the DeniedHandler.
+// with the policy alone, by the denied handler.
 func (l *limiter) deny(w http.ResponseWriter, c *call) {
 	v, dec := &c.Verdict, &c.Decision
 	d := Denial{Status: v.Status, Scope: c.Scope, Never: v.Never}

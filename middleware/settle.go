@@ -6,22 +6,9 @@ import (
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 )
 
-// A Finisher ends an admitted request once its handler has run: gives
-// it back (count:), settles its costs (WithSettle) and frees the slots of
-// its in-flight windows, in one call that does not make the response
-// wait for Redis. *engine.Engine implements it (engine.Engine.FinishAsync,
-// whose errors go to the engine's log and counter). The middleware of a
-// group with a count: statement, an in-flight window or WithSettle needs
-// a Decider that is also a Finisher, and New fails with ErrNoFinish
-// otherwise. A Decider that wants the response to wait for the finish
-// implements FinishAsync by calling engine.Engine.Finish.
-type Finisher = lifecycle.Finisher
-
-// NoDebt is the Settlement.MaxDebt that refuses any debt.
-const NoDebt = -1
-
-// A Settlement converts to lifecycle.Settle as it is: NoDebt must be its.
-var _ = [1]struct{}{}[NoDebt-lifecycle.NoDebt]
+// A Settlement converts to lifecycle.Settle as it is: its MaxDebt of -1
+// must be the lifecycle's NoDebt.
+var _ = [1]struct{}{}[-1-lifecycle.NoDebt]
 
 // Settlement says how the limiters whose cost is one cost function settle
 // after the handler (see WithSettle). The zero Settlement settles only to
@@ -39,8 +26,8 @@ type Settlement struct {
 	Written bool
 	// MaxDebt caps what a request may be charged beyond its estimate (the
 	// cost function's result): 0 charges the whole excess, a positive
-	// value at most that much, NoDebt none (a request that used more than
-	// its estimate stays charged its estimate). A debt is charged at the
+	// value at most that much, -1 none (a request that used more than its
+	// estimate stays charged its estimate). A debt is charged at the
 	// request's admission time: later requests wait longer, and a window
 	// may exceed its limit by the debt.
 	MaxDebt int64
@@ -54,9 +41,10 @@ type Settlement struct {
 // A request whose actual cost is unknown (none reported, and not Written;
 // a handler that panicked or hijacked the connection) keeps its estimate,
 // erring on the side of denying. A request that a count: statement gives
-// back is not settled. The Decider must be a Finisher (New fails with
-// ErrNoFinish otherwise). Registering a name again replaces its
-// Settlement. contrib/grpclimit's WithSettle is the same for gRPC calls.
+// back is not settled. The Decider must be able to finish requests, as
+// *engine.Engine can (New fails with a *ConfigError otherwise).
+// Registering a name again replaces its Settlement. contrib/grpclimit
+// takes it too.
 func WithSettle(name string, s Settlement) Option {
 	return func(c *config) {
 		if reason := lifecycle.PutSettle(&c.settle, name, lifecycle.Settle(s)); reason != "" {
@@ -73,9 +61,8 @@ func WithSettle(name string, s Settlement) Option {
 // one. It returns false, and does nothing, when no settlement of name
 // awaits the request (no limiter of its group settles name, the request
 // was not admitted, or ctx is not the request's) or n is negative. It is
-// safe for concurrent use. It serves gRPC handlers under
-// contrib/grpclimit's WithSettle too (grpclimit.ReportCost is the same
-// function).
+// safe for concurrent use. It serves gRPC handlers under contrib/grpclimit
+// too.
 func ReportCost(ctx context.Context, name string, n int64) bool {
 	return lifecycle.Report(ctx, name, n)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -41,7 +42,7 @@ func TestSettleSteps(t *testing.T) {
 		middleware.WithCostFunc("bytes", estimate),
 		middleware.WithCostFunc("tokens", estimate),
 		middleware.WithSettle("bytes", middleware.Settlement{Written: true, MaxDebt: 50}),
-		middleware.WithSettle("tokens", middleware.Settlement{MaxDebt: middleware.NoDebt}),
+		middleware.WithSettle("tokens", middleware.Settlement{MaxDebt: -1}),
 		middleware.WithScope("s"))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func TestSettleConfig(t *testing.T) {
 	g := rules.MustParse("user[bytes]:1Gi/d")
 	cost := middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1, nil })
 	d := &funcDecider{allow: func(req engine.Request) (engine.Decision, error) { return admitted(req), nil }}
-	if _, err := middleware.New(g, d, cost, middleware.WithSettle("bytes", middleware.Settlement{})); !errors.Is(err, middleware.ErrNoFinish) {
+	if _, err := middleware.New(g, d, cost, middleware.WithSettle("bytes", middleware.Settlement{})); testutil.ConfigError(err, "decider", "") == nil {
 		t.Errorf("a Decider that cannot settle: %v, want ErrNoFinish", err)
 	}
 	var ce *middleware.ConfigError

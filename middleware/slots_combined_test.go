@@ -49,7 +49,7 @@ func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middlewa
 		t.Helper()
 		var cs []engine.Check
 		for _, l := range g.Limiters {
-			sub, err := middleware.Subject(l.Kind, "127.0.0.1")
+			sub, err := subjectOf(l.Kind, "127.0.0.1")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,34 +10,22 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Subject returns the subject under which the middleware built with opts
-// counts value in the windows of a limiter of kind, so that tools such as
-// an admin endpoint find the windows of "alice" or "192.0.2.7" without
-// knowing the prefixes or the canonicalization:
+// subject returns the subject under which the middleware built with opts
+// counts value in the windows of a limiter of kind, for the root
+// package's Peek and Reset (access.MiddlewareSubject):
 //
-//   - rules.IP: value is a client address ("192.0.2.7", "::ffff:192.0.2.7",
-//     "2001:db8::1") and is canonicalized as CanonicalizeIP does with the
-//     WithIPv6Prefix of opts; the canonical network itself
+//   - rules.IP: value is a client address, canonicalized as CanonicalizeIP
+//     does with the WithIPv6Prefix of opts; the canonical network itself
 //     ("2001:db8:1:2::/64", as found in logs) is accepted too.
 //   - rules.User, rules.Header, rules.Param, rules.Key: value is the user
-//     id, header value, path value or key. It must not be empty: the
-//     middleware counts an empty value by client IP, so ask for the IP's
-//     subject (Subject(rules.IP, addr)) with the limiter instead.
+//     id, header value, path value or key; not empty, which the middleware
+//     counts by client IP.
 //   - rules.Global: value is ignored; there is one subject per scope.
 //
-// Only the options that change subjects matter (WithIPv6Prefix); the
-// others are accepted so that callers can pass the options they gave New.
-// Subject fails with an error matching ErrSubject for a value the
-// middleware never counts under kind, and with the options' errors if any
-// option is invalid. Peers that are not IP addresses (Unix sockets) have no
-// subject here.
-func Subject(kind rules.Kind, value string, opts ...Option) (string, error) {
-	c := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&c)
-		}
-	}
+// It fails with an error matching lifecycle.ErrSubject for a value the
+// middleware never counts under kind, and with the options' errors.
+func subject(kind rules.Kind, value string, opts ...Option) (string, error) {
+	c := configOf(opts)
 	if len(c.errs) > 0 {
 		return "", errors.Join(c.errs...)
 	}
@@ -52,11 +40,11 @@ func Subject(kind rules.Kind, value string, opts ...Option) (string, error) {
 		return lifecycle.SubjectOf(rules.Global, ""), nil
 	case rules.User, rules.Header, rules.Param, rules.Key:
 		if value == "" {
-			return "", fmt.Errorf("%w: empty %s value (the middleware counts it by client IP; ask for the IP's subject)", ErrSubject, kind)
+			return "", fmt.Errorf("%w: empty %s value (the middleware counts it by client IP; ask for the IP's subject)", lifecycle.ErrSubject, kind)
 		}
 		return lifecycle.SubjectOf(kind, value), nil
 	}
-	return "", fmt.Errorf("%w: unknown limiter kind %q", ErrSubject, string(kind))
+	return "", fmt.Errorf("%w: unknown limiter kind %q", lifecycle.ErrSubject, string(kind))
 }
 
 // canonicalIPText parses an address, or an IPv6 network of the configured
@@ -67,14 +55,14 @@ func canonicalIPText(s string, v6bits int) (string, error) {
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q is not an IP address", ErrSubject, s)
+		return "", fmt.Errorf("%w: %q is not an IP address", lifecycle.ErrSubject, s)
 	}
 	if v6bits < 1 || v6bits > 128 {
 		v6bits = 128 // as CanonicalizeIP treats it
 	}
 	if a := p.Addr(); a.Is4() || a.Is4In6() || p.Bits() != v6bits {
 		return "", fmt.Errorf("%w: %q is not an IP address or an IPv6 /%s network, by which clients are counted",
-			ErrSubject, s, strconv.Itoa(v6bits))
+			lifecycle.ErrSubject, s, strconv.Itoa(v6bits))
 	}
 	return CanonicalizeIP(p.Addr(), v6bits), nil
 }

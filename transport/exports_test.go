@@ -13,7 +13,7 @@ import (
 // maxExports is the package's budget of exported names: top-level names,
 // methods and interface methods. Every one is a promise to code outside
 // the module; raising it is a decision, not an accident.
-const maxExports = 15
+const maxExports = 15 // issue 39 allows 15
 
 // TestExportBudget counts the package's exports.
 func TestExportBudget(t *testing.T) {

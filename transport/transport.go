@@ -6,7 +6,7 @@
 // net/http middleware uses directly; this package is their public face.
 // A transport only translates: its request into a Source (subjects and
 // costs), the Verdict into its answer (headers or metadata, a status),
-// and its handler's end into an Outcome.
+// and its handler's end into End's arguments.
 //
 // The name is the one the code gives a request's carrier (net/http, gRPC);
 // it has nothing to do with Throttle.Transport, the http.RoundTripper of
@@ -14,20 +14,19 @@
 //
 // It is a package of its own, not part of middleware, because middleware
 // is net/http's API and its users should not see this one; and it is
-// small on purpose (15 exported names and methods), because every name
-// here is a promise to code outside this module, which contrib is: it has
-// its own go.mod and cannot reach internal packages. What it exposes is
-// what a transport needs: Config and New for what its groups share,
-// Transport.Compile for each group, and an Admission per request, with
-// Admit and End. Everything else — plans, advertised policies, client
-// addresses, settlement, the log throttle — stays internal. A transport
-// reuses middleware's public types where they mean the same thing:
-// middleware.Decider, middleware.Event for hooks, middleware.Settlement,
-// middleware.ProxyHeader, middleware.CostError and the cost errors.
+// small on purpose (13 exported names and methods), because every name
+// here is a promise to code outside the module. What it exposes is what a
+// transport needs: New for what its groups share, Transport.Compile for
+// each group, and an Admission per request, with Admit and End.
+// Everything else — plans, advertised policies, client addresses,
+// settlement, the log throttle — stays internal. A transport reuses
+// middleware's public API where it means the same thing:
+// middleware.Decider, the options every transport shares, middleware.Event
+// for hooks, middleware.ConfigError and middleware.ErrBadRequest.
 //
 // A typical transport:
 //
-//	t, err := transport.New(transport.Config{Decider: eng, Noun: "call"})
+//	t, err := transport.New(eng, "call", middleware.WithTrustedProxies("10.0.0.0/8"))
 //	g, err := t.Compile(group, counts)
 //	// per request, with a Source src over it:
 //	var a transport.Admission
@@ -37,54 +36,19 @@
 //	}
 //	// send v.Policy and v.Values, run the handler with v.Context when set,
 //	// then, however it ended:
-//	a.End(transport.Outcome{Status: code})
+//	a.End(code, false, -1)
 package transport
 
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"slices"
-	"strconv"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
-	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
-
-// Config is what every group of one transport instance shares. The
-// options mean what middleware's options of the same names do.
-type Config struct {
-	// Decider decides; *engine.Engine is one. A group with a count:
-	// statement, an in-flight window or settled costs needs a Decider
-	// that is also a middleware.Finisher (Compile fails with
-	// middleware.ErrNoFinish otherwise).
-	Decider middleware.Decider
-	// Policy is the role policy applied with each group.
-	Policy role.Policy
-	// TrustedProxies, ProxyHeader and IPv6Prefix (0 for
-	// middleware.DefaultIPv6Prefix) say which address is a request's
-	// client's, as middleware.WithTrustedProxies, WithProxyHeader and
-	// WithIPv6Prefix do.
-	TrustedProxies []string
-	ProxyHeader    middleware.ProxyHeader
-	IPv6Prefix     int
-	// Settle maps cost function names to how their limiters settle, as
-	// middleware.WithSettle does.
-	Settle map[string]middleware.Settlement
-	// Logger receives backend errors (at most one line per 10 s per
-	// Transport), configuration errors and would-be denials in shadow
-	// mode; nil for slog.Default().
-	Logger *slog.Logger
-	// Hooks receive an event per request.
-	Hooks []func(middleware.Event)
-	// Noun names what the transport limits in log lines, such as "call";
-	// "" for "request".
-	Noun string
-}
 
 // Transport is a configured transport instance: what its groups share,
 // their log throttle included. It is safe for concurrent use.
@@ -92,65 +56,65 @@ type Transport struct {
 	t lifecycle.Transport
 }
 
-// New returns the Transport of c. It fails, listing every problem, with a
-// *middleware.ConfigError for a trusted proxy that is not an address or
-// prefix, an IPv6 prefix length outside 1..128, or a Settle entry whose
-// name is not a cost function name or whose MaxDebt is below NoDebt.
-func New(c Config) (*Transport, error) {
-	t := &Transport{t: lifecycle.Transport{Policy: c.Policy, Logger: c.Logger, Hooks: c.Hooks, Noun: c.Noun, Quotas: true,
-		IP: lifecycle.ClientIP{Header: c.ProxyHeader, V6Bits: c.IPv6Prefix}}}
-	if c.Decider != nil {
-		t.t.Decider = c.Decider // a nil Decider must stay a nil interface
+// New returns the Transport deciding with d; noun names what it limits in
+// log lines, such as "call" ("" for "request"). opts are the middleware
+// options every transport shares, meaning what they mean for net/http:
+// WithTrustedProxies, WithProxyHeader, WithIPv6Prefix, WithPolicy,
+// WithSettle, WithLogger and WithHook. New fails, listing every problem,
+// with *middleware.ConfigError values, for a net/http option too.
+func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transport, error) {
+	t := &Transport{t: lifecycle.Transport{Noun: noun, Quotas: true}}
+	if t.t.Noun == "" {
+		t.t.Noun = "request"
 	}
-	if t.t.Logger == nil {
-		t.t.Logger = slog.Default()
+	if d != nil {
+		t.t.Decider = d // a nil Decider must stay a nil interface
 	}
-	var errs []error
-	if t.t.IP.V6Bits == 0 {
-		t.t.IP.V6Bits = middleware.DefaultIPv6Prefix
-	}
-	if b := t.t.IP.V6Bits; b < 1 || b > 128 {
-		errs = append(errs, &middleware.ConfigError{Option: "WithIPv6Prefix", Value: strconv.Itoa(b), Reason: "prefix length must be 1 to 128"})
-	}
-	for _, s := range c.TrustedProxies {
-		p, err := lifecycle.ParseTrusted(s)
-		if err != nil {
-			errs = append(errs, &middleware.ConfigError{Option: "WithTrustedProxies", Value: s, Reason: "not an IP address or CIDR prefix"})
-			continue
-		}
-		t.t.IP.Trusted = append(t.t.IP.Trusted, p)
-	}
-	names := make([]string, 0, len(c.Settle))
-	for name := range c.Settle {
-		names = append(names, name)
-	}
-	slices.Sort(names) // errors in a stable order
-	for _, name := range names {
-		if reason := lifecycle.PutSettle(&t.t.Settle, name, lifecycle.Settle(c.Settle[name])); reason != "" {
-			errs = append(errs, &middleware.ConfigError{Option: "WithSettle", Value: name, Reason: reason})
-		}
-	}
-	if len(errs) > 0 {
+	if errs := lifecycle.TransportOptions(&t.t, opts); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return t, nil
 }
 
+// Parse parses text as rules.Parse does, in a transport's dialect:
+// limiter, when not nil, is called for every limiter of the group in text
+// order, and a non-nil error rejects the group at the limiter's offset;
+// countItem, when not nil, reads each item of a count: statement in place
+// of an HTTP status and returns its canonical spelling. Parse also checks
+// the roles against the WithPolicy policy (a nil t checks none). Errors
+// are *rules.Error values pointing into text as written.
+func (t *Transport) Parse(text string, limiter func(rules.Limiter) error, countItem func(item string) (string, error)) (rules.Group, error) {
+	g, err := rulesx.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
+	if err == nil && t != nil {
+		err = rulesx.Relocate(t.t.Policy.Check(g), text)
+	}
+	return g, err
+}
+
 // Compile prepares group g for t. counts reports whether a status of the
 // transport's (such as a gRPC code) is listed in g's count: statement,
-// whose items the transport's dialect read; it is not called for a
-// group without one. Compile fails with middleware.ErrNoFinish when g
-// needs a finish that t's Decider cannot do, and for a distinct:
+// whose items the transport's rules.Dialect read; it is not called for a
+// group without one. Compile fails with a *rules.Error for a role the
+// WithPolicy policy does not declare, with a *middleware.ConfigError when
+// g needs a finish that t's Decider cannot do, and for a distinct:
 // statement, whose values (a URL path) are net/http's.
 func (t *Transport) Compile(g rules.Group, counts func(status int) bool) (*Group, error) {
 	if g.Distinct != "" {
 		return nil, errDistinct
+	}
+	if err := t.t.Policy.Check(g); err != nil {
+		return nil, err
 	}
 	zone, err := rulesx.Zone(&g)
 	if err != nil {
 		return nil, err
 	}
 	r, errs := lifecycle.NewRules(&t.t, g, zone, counts, nil)
+	for i, err := range errs {
+		if errors.Is(err, lifecycle.ErrNoFinish) {
+			errs[i] = &middleware.ConfigError{Kind: "decider", Reason: "count:, in-flight windows and WithSettle need a decider that can finish requests (as *engine.Engine can)"}
+		}
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -175,9 +139,8 @@ type Source interface {
 	// counts the request by; "" counts it by its client address.
 	Value(l rules.Limiter) string
 	// Cost returns what the cost function name says the request costs, at
-	// least 1; an error wrapping middleware.ErrCostBadRequest refuses the
-	// request with 400, any other (or a cost below 1) with 500, reported
-	// as a *middleware.CostError.
+	// least 1; an error wrapping middleware.ErrBadRequest refuses the
+	// request with 400, any other (or a cost below 1) with 500.
 	Cost(name string) (int64, error)
 }
 
@@ -189,56 +152,23 @@ type Admission struct {
 	src source
 }
 
-// Verdict is what Admit decided, for the transport to translate.
-type Verdict struct {
-	// Status is 0 when the handler runs, else the refusal as an HTTP
-	// status: 400 or 500 for a request that could not be priced or
-	// decided, 429 for a full window, 503 when Redis failed and the group
-	// fails closed.
-	Status int
-	// Never reports a 429 for a request costing more than a whole quota:
-	// no wait admits it.
-	Never bool
-	// Policy is the RateLimit-Policy value to send, "" for none, and
-	// Values the RateLimit values, one per advertised window.
-	Policy string
-	Values []string
-	// Retry is the wait a 429 or 503 advertises, in whole seconds.
-	Retry int64
-	// Quotas are, for a 429, the windows the request does not fit in, the
-	// deciding one first.
-	Quotas []Quota
-	// Err is the error of a refusal (a *middleware.CostError, an engine
-	// error), also in the hooks' event.
-	Err error
-	// Finish reports that End has work to do: the transport must call it
-	// however the handler ends.
-	Finish bool
-	// Context, when not nil, is the context the handler must run with:
-	// it carries the cost report middleware.ReportCost fills.
-	Context context.Context
-	// Written asks for the bytes of response the handler wrote
-	// (Outcome.Written), which a settlement needs.
-	Written bool
-}
+// Verdict is what Admit decided, for the transport to translate: Status
+// (0 when the handler runs, else the refusal as an HTTP status: 400 or 500
+// for a request that could not be priced or decided, 429 for a full
+// window, 503 when Redis failed and the group fails closed); Never (a 429
+// no wait admits); Policy and Values (the RateLimit-Policy and RateLimit
+// values to send); Retry (the wait a 429 or 503 advertises, in seconds);
+// Quotas (for a 429, the windows the request does not fit in, the deciding
+// one first); Err (a refusal's error, also in the hooks' event); Finish
+// (End has work: call it however the handler ends); Context (when not
+// nil, the context to run the handler with, carrying the cost report of
+// middleware.ReportCost); Written (End wants the bytes written).
+type Verdict = lifecycle.Verdict
 
 // Quota is an advertised window: Window (with its limit) of Limiter,
 // named Name in the RateLimit fields, and what the request costs in it
 // (at least 1).
 type Quota = lifecycle.Quota
-
-// Outcome is what the transport saw of the handler's run.
-type Outcome struct {
-	// Status is the handler's status as the group's count: statement
-	// lists it (the counts function of Compile).
-	Status int
-	// Unknown reports a handler that panicked or took the connection: the
-	// request stays counted at its estimate.
-	Unknown bool
-	// Written is the bytes of response the handler wrote, for a
-	// settlement to the bytes written; negative when unknown.
-	Written int64
-}
 
 // Admit runs the steps before the handler — resolve the caller (the
 // identity in ctx, role.FromContext), price, decide, respond — for a
@@ -249,16 +179,19 @@ func (a *Admission) Admit(ctx context.Context, g *Group, scope string, src Sourc
 	a.src = source{s: src, scope: scope}
 	v := a.a.Admit(ctx, g.r, &a.src)
 	a.src.s = nil
-	return Verdict{Status: v.Status, Never: v.Never, Policy: v.Policy, Values: v.Values, Retry: v.Retry,
-		Quotas: v.Quotas, Err: v.Err, Finish: v.Finish, Context: v.Context, Written: v.Written}
+	return v
 }
 
-// End finishes the request after its handler with outcome o: gives it
-// back when the group's count: statement does not list o.Status, else
-// settles its costs, and releases its slots, in one call of the
-// Decider's FinishAsync that the response does not wait for. It does
+// End finishes the request after its handler, which ended with status
+// (as the group's count: statement lists it), or unknown (it panicked or
+// took the connection: the request stays counted at its estimate), having
+// written written bytes (negative when not known): gives the request back
+// when count: does not list status, else settles its costs, and releases
+// its slots, in one call that the response does not wait for. It does
 // nothing unless the Verdict asked for it (Verdict.Finish).
-func (a *Admission) End(o Outcome) { a.a.End(lifecycle.Outcome(o)) }
+func (a *Admission) End(status int, unknown bool, written int64) {
+	a.a.End(lifecycle.Outcome{Status: status, Unknown: unknown, Written: written})
+}
 
 // source is a Source as the lifecycle asks for it.
 type source struct {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -90,7 +90,7 @@ func (a *admin) peek(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, ws := range d.Windows {
 		v.Windows = append(v.Windows, windowView{
-			Policy:    middleware.PolicyName(lim, ws.Window),
+			Policy:    lifecycle.PolicyName(lim, ws.Window),
 			Limit:     ws.Window.Limit,
 			Period:    seconds(ws.Window.Period),
 			Used:      ws.Used,
@@ -156,9 +156,9 @@ func (a *admin) fail(w http.ResponseWriter, r *http.Request, t target, err error
 		badRequest(w, fmt.Sprintf("unknown scope %q: give a route pattern such as %q", t.Scope, "GET /files/{id}"))
 	case errors.Is(err, slidelimit.ErrUnknownLimiter):
 		badRequest(w, fmt.Sprintf("no limiter %q in scope %q: give a limiter ID of the route's rules, such as ip, user, global or header(X-Api-Key)", t.Kind, t.Scope))
-	case errors.Is(err, middleware.ErrSubject) && t.IP != "":
+	case errors.Is(err, lifecycle.ErrSubject) && t.IP != "":
 		badRequest(w, fmt.Sprintf("limiter %q never counts by ip %q: give an IP address (global limiters never count by IP)", t.Kind, t.IP))
-	case errors.Is(err, middleware.ErrSubject):
+	case errors.Is(err, lifecycle.ErrSubject):
 		badRequest(w, fmt.Sprintf("limiter %q never counts subject %q: ip limiters take an IP address, the other kinds but global a non-empty value", t.Kind, t.Subject))
 	default:
 		a.logger.LogAttrs(r.Context(), slog.LevelError, "admin limits: rate-limit store failed",

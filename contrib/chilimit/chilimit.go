@@ -18,8 +18,8 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// Scope is a middleware.ScopeFunc: the request's method and chi route
-// template, "GET /files/{id}", or "" outside a chi router.
+// Scope is a scope function for middleware.WithScopeFunc: the request's
+// method and chi route template, "GET /files/{id}", or "" outside a chi router.
 func Scope(r *http.Request) string {
 	rc := chi.RouteContext(r.Context())
 	if rc == nil {

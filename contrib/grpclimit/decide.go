@@ -108,7 +108,7 @@ func responseMD(v *transport.Verdict) metadata.MD {
 // decides whether a group with count: gives it back; a handler that
 // panicked leaves it counted at its estimate. It releases c.
 func (c *gcall) end(err error, panicked bool, written int64) {
-	c.End(transport.Outcome{Status: int(status.Code(err)), Unknown: panicked, Written: written})
+	c.End(int(status.Code(err)), panicked, written)
 	c.release()
 }
 

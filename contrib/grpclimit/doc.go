@@ -30,10 +30,11 @@
 //     authentication interceptor put them with role.NewContext; an exempt
 //     role is passed on without a Redis call.
 //   - ip is the peer address (peer.FromContext), unless trusted proxies
-//     are configured (WithTrustedProxies) and the peer is one: then the
-//     x-forwarded-for (or forwarded, WithProxyHeader) metadata is read from
-//     the right exactly as the HTTP middleware reads the header. IPv6
-//     clients are grouped by /64 (WithIPv6Prefix).
+//     are configured (middleware.WithTrustedProxies, given with
+//     WithMiddlewareOptions as the other shared options) and the peer is
+//     one: then the x-forwarded-for (or forwarded, middleware.WithProxyHeader)
+//     metadata is read from the right exactly as the HTTP middleware reads
+//     the header. IPv6 clients are grouped by /64 (WithIPv6Prefix).
 //   - header(Name) is the first value of the incoming metadata key name
 //     (metadata keys are case-insensitive); key(name) is what the
 //     WithKeyFunc function returns for the call's context; global is one
@@ -77,16 +78,16 @@
 // When Redis fails, the group's fail mode decides (fail:open, closed,
 // local, or the engine's default): fail:closed answers codes.Unavailable
 // with a RetryInfo of 1 s. A call the engine cannot evaluate is
-// codes.Internal. Errors are logged (WithLogger; backend errors at most
-// one line per 10 s, as the HTTP middleware does), never sent to clients. In shadow mode (mode:shadow)
+// codes.Internal. Errors are logged (middleware.WithLogger; backend errors
+// at most one line per 10 s per Limiter), never sent to clients. In shadow mode (mode:shadow)
 // calls are counted but never denied and carry no rate-limit metadata.
 //
 // # Counting by status code
 //
 // A count: statement lists the status codes whose calls stay counted; an
 // admitted call that ends with another code is given back
-// (through the decider's middleware.Finisher, implemented by
-// *engine.Engine) once its handler returns. For gRPC its items are status code names as gRPC spells them,
+// (through the decider's FinishAsync, as *engine.Engine has) once its
+// handler returns. For gRPC its items are status code names as gRPC spells them,
 // either as the specification and service configs do or as grpc-go's
 // codes.Code.String does, exactly so spelled:
 //
@@ -107,10 +108,13 @@
 //
 // # Observability
 //
-// WithHook receives the HTTP middleware's middleware.Event for every call
-// of a limited method (Request nil, Status the HTTP status of the same
-// answer), so the Hook of contrib/promlimit or contrib/otellimit counts
-// gRPC calls as it counts HTTP requests.
+// middleware.WithHook receives the HTTP middleware's middleware.Event for
+// every call of a limited method, exempt roles included, so the Hook of
+// contrib/promlimit or contrib/otellimit counts gRPC calls as it counts
+// HTTP requests. Request is nil; Scope is the full method name unless a
+// scope: statement names another; Status is the HTTP status of the same
+// answer: 0 when the handler ran, 429 for ResourceExhausted, 503 for
+// Unavailable, 500 for Internal and 400 for InvalidArgument.
 //
 // # In-flight windows
 //
@@ -122,22 +126,24 @@
 //
 // # Settlement
 //
-// WithSettle(name, s) makes the limiters whose cost function is name
-// settle after the handler, as middleware.WithSettle does for HTTP: a call
-// is admitted against its estimate (the WithCostFunc result) and then
-// counts the cost its handler reported with ReportCost(ctx, name, n) on
-// its context (a stream's Context), the same report as
-// middleware.ReportCost. With s.Written, a call that reported nothing
-// counts the serialized size (proto.Size) of the response messages its
-// handler sent. A call whose actual cost is unknown keeps its estimate, a
+// middleware.WithSettle(name, s) makes the limiters whose cost function
+// is name settle after the handler, as for HTTP: a call is admitted
+// against its estimate (the WithCostFunc result) and then counts the cost
+// its handler reported with middleware.ReportCost(ctx, name, n) on its
+// context (a stream's Context). With s.Written, a call that reported
+// nothing counts the serialized size of the response messages its handler
+// sent (proto.Size, uncompressed, without gRPC's 5-byte prefix): a unary
+// call's response when it succeeds (0 when it fails), each message a
+// stream's SendMsg accepted; a response that is not a protobuf message
+// leaves the cost unknown. A call whose actual cost is unknown keeps its estimate, a
 // call that count: gives back is not settled, and s.MaxDebt caps what a
 // call is charged beyond its estimate. The settlement rides the call's one
 // finish after the handler, unary or stream: engine.Engine.FinishAsync,
 // which the engine sends with its next script call (or alone within
 // engine.AsyncBound), so the call's response does not wait for Redis.
 // A group with count:, an in-flight window or WithSettle needs a decider
-// that is a middleware.Finisher (New fails with middleware.ErrNoFinish
-// otherwise).
+// that can finish calls, as *engine.Engine can (New fails with a
+// *middleware.ConfigError otherwise).
 //
 // # One life for both transports
 //

@@ -3,42 +3,16 @@ package grpclimit
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
-	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 	"github.com/slidelimit/slidelimit/transport"
 )
-
-// ErrNilDecider is reported by New when its Decider is nil.
-var ErrNilDecider = errors.New("grpclimit: nil decider")
-
-// MethodError is a problem with one method of New: its name, or its rule
-// text. Err is a *rules.Error, which locates the problem in the text (an
-// offset), for problems of the text.
-type MethodError struct {
-	// Method is the full method name, "" for the WithDefault group.
-	Method string
-	Err    error
-}
-
-// Error implements the error interface.
-func (e *MethodError) Error() string {
-	if e.Method == "" {
-		return "grpclimit: default rules: " + e.Err.Error()
-	}
-	return "grpclimit: method " + strconv.Quote(e.Method) + ": " + e.Err.Error()
-}
-
-// Unwrap returns Err.
-func (e *MethodError) Unwrap() error { return e.Err }
 
 // Limiter holds the interceptors' configuration: a compiled rule group per
 // method. It is immutable after New and safe for concurrent use. A call's
@@ -50,9 +24,8 @@ type Limiter struct {
 	defaults  *method // nil: methods not listed are not limited
 	exempt    map[string]bool
 	exemptSvc []string
-	policy    role.Policy
-	keys      map[string]KeyFunc
-	costs     map[string]CostFunc
+	keys      map[string]keyFunc
+	costs     map[string]costFunc
 }
 
 // method is the compiled rule group of one method, or of the default.
@@ -74,42 +47,39 @@ type method struct {
 // with WithKeyFunc), header(name) reads the incoming metadata, and the
 // items of count: are gRPC status code names (see the package
 // documentation). New fails, listing every problem at once, with a
-// *MethodError per method whose name or text is wrong (naming the method
-// and the offset in its text), when an option is invalid, when a key or
-// cost function a group names is not registered, and with
-// middleware.ErrNoFinish when a group has a count: statement or an
-// in-flight window, or WithSettle is given, and d cannot finish calls (is
-// not a middleware.Finisher, as *engine.Engine is).
+// *middleware.ConfigError for each: a method whose name or text is wrong
+// (Kind "rules", Name the method, Err a *rules.Error locating the problem
+// in its text, for the text), an invalid option, a key or cost function a
+// group names that is not registered, or a d that is nil or cannot finish
+// calls (as *engine.Engine can) when a group has a count: statement or an
+// in-flight window, or WithSettle is given.
 func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
-	c := config{logger: slog.Default()}
+	var c config
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
 	errs := c.errs
-	t, err := transport.New(transport.Config{Decider: d, Policy: c.policy, TrustedProxies: c.trusted,
-		ProxyHeader: c.proxyHeader, IPv6Prefix: c.v6bits, Settle: c.settle, Logger: c.logger, Hooks: c.hooks, Noun: "call"})
+	t, err := transport.New(d, "call", c.mw...)
 	if err != nil {
-		// Compile the groups all the same, to list every problem at once.
+		// Parse the groups all the same, to list every problem at once.
 		errs = append(errs, err)
-		t, _ = transport.New(transport.Config{Decider: d, Policy: c.policy, Logger: c.logger, Noun: "call"})
 	}
 	l := &Limiter{
 		t:       t,
 		methods: make(map[string]*method, len(methods)),
 		exempt:  make(map[string]bool, len(c.exempt)),
-		policy:  c.policy,
 		keys:    c.keys,
 		costs:   c.costs,
 	}
 	if d == nil {
-		errs = append(errs, ErrNilDecider)
+		errs = append(errs, &middleware.ConfigError{Kind: "decider", Reason: "nil decider"})
 	}
 	for _, e := range c.exempt {
 		svc := strings.HasSuffix(e, "/")
 		if err := checkMethodName(strings.TrimSuffix(e, "/"), svc); err != nil {
-			errs = append(errs, &MethodError{Method: e, Err: fmt.Errorf("in WithExempt: %w", err)})
+			errs = append(errs, methodError(e, fmt.Errorf("in WithExempt: %w", err)))
 			continue
 		}
 		if svc {
@@ -125,11 +95,11 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 	slices.Sort(names) // errors in a stable order
 	for _, name := range names {
 		if err := checkMethodName(name, false); err != nil {
-			errs = append(errs, &MethodError{Method: name, Err: err})
+			errs = append(errs, methodError(name, err))
 			continue
 		}
 		if l.isExempt(name) {
-			errs = append(errs, &MethodError{Method: name, Err: errors.New("both limited and exempt (WithExempt)")})
+			errs = append(errs, methodError(name, errors.New("both limited and exempt (WithExempt)")))
 			continue
 		}
 		m, err := l.compile(name, methods[name])
@@ -184,47 +154,47 @@ func checkMethodName(name string, svc bool) error {
 // compile parses and prepares the rule text of method name ("" for the
 // default).
 func (l *Limiter) compile(name, text string) (*method, error) {
-	g, err := l.dialect().Parse(text)
-	if err == nil {
-		err = l.policy.Check(g) // roles that WithPolicy does not declare
-		err = rulesx.Relocate(err, text)
-	}
+	g, err := l.t.Parse(text, l.limiterCheck, countItem)
 	if err == nil && g.Distinct != "" {
 		err = errDistinct
 	}
 	if err != nil {
-		return nil, &MethodError{Method: name, Err: err}
+		return nil, methodError(name, err)
+	}
+	if l.t == nil {
+		return nil, nil // the options failed: the text is all New can check
 	}
 	counted := codeSetOf(g.Count)
 	tg, err := l.t.Compile(g, func(code int) bool { return counted.has(codes.Code(code)) })
 	if err != nil {
-		return nil, &MethodError{Method: name, Err: err}
+		return nil, methodError(name, err)
 	}
 	return &method{name: name, scope: g.Scope, group: tg}, nil
 }
 
-// errDistinct refuses distinct: statements: a call has no URL path, and a
-// value per full method name would count each method once, which its own
-// group already does.
+// methodError is the error of method name ("" for the default rules).
+func methodError(name string, err error) error {
+	where := "gRPC method " + strconv.Quote(name)
+	if name == "" {
+		where = "gRPC default rules"
+	}
+	return &middleware.ConfigError{Kind: "rules", Name: name, Reason: where, Err: err}
+}
+
 var errDistinct = errors.New("grpclimit: distinct: is not supported for gRPC: a call has no URL path, and its method is already the scope")
 
-// dialect is the rule language for gRPC: no param, key and cost functions
-// registered, count: items as gRPC code names.
-func (l *Limiter) dialect() rulesx.Dialect {
-	return rulesx.Dialect{
-		Limiter: func(lim rules.Limiter) error {
-			switch {
-			case lim.Kind == rules.Param:
-				return fmt.Errorf("%s has no meaning for gRPC, whose calls have no path values; use key(name) with WithKeyFunc", lim.ID())
-			case lim.Kind == rules.Key && l.keys[lim.Name] == nil:
-				return fmt.Errorf("%s has no key function; register one with WithKeyFunc(%q, fn)", lim.ID(), lim.Name)
-			case lim.Cost != "" && !isDecimal(lim.Cost) && l.costs[lim.Cost] == nil:
-				return fmt.Errorf("%s names cost function %q, which is not registered; register one with WithCostFunc(%q, fn)", lim.ID(), lim.Cost, lim.Cost)
-			}
-			return nil
-		},
-		CountItem: countItem,
+// limiterCheck refuses what gRPC cannot count by: param, and key and cost
+// functions not registered. (count: items are gRPC code names: countItem.)
+func (l *Limiter) limiterCheck(lim rules.Limiter) error {
+	switch {
+	case lim.Kind == rules.Param:
+		return fmt.Errorf("%s has no meaning for gRPC, whose calls have no path values; use key(name) with WithKeyFunc", lim.ID())
+	case lim.Kind == rules.Key && l.keys[lim.Name] == nil:
+		return fmt.Errorf("%s has no key function; register one with WithKeyFunc(%q, fn)", lim.ID(), lim.Name)
+	case lim.Cost != "" && !isDecimal(lim.Cost) && l.costs[lim.Cost] == nil:
+		return fmt.Errorf("%s names cost function %q, which is not registered; register one with WithCostFunc(%q, fn)", lim.ID(), lim.Cost, lim.Cost)
 	}
+	return nil
 }
 
 // isDecimal reports whether s is a constant cost: decimal digits.

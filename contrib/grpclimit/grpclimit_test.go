@@ -181,7 +181,7 @@ func TestSubjects(t *testing.T) {
 			other: "ip:1/min; header(X-Api-Key):2/min",
 			chat:  "ip:1/min",
 		},
-		opts: []grpclimit.Option{grpclimit.WithTrustedProxies("127.0.0.3")},
+		opts: []grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithTrustedProxies("127.0.0.3"))},
 	})
 	local2 := f.dial(t, "127.0.0.2")
 	proxy := f.dial(t, "127.0.0.3")
@@ -403,13 +403,15 @@ func TestNewErrors(t *testing.T) {
 			[]string{"both limited and exempt"}},
 		{"bad exempt", nil, []grpclimit.Option{grpclimit.WithExempt("test")},
 			[]string{`"test": in WithExempt: not a full method name`}},
-		{"bad proxy", nil, []grpclimit.Option{grpclimit.WithTrustedProxies("10.0.0.0/33")},
+		{"bad proxy", nil, []grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithTrustedProxies("10.0.0.0/33"))},
 			[]string{"WithTrustedProxies"}},
+		{"net/http option", nil, []grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithScope("x"), middleware.WithLegacyHeaders())},
+			[]string{"middleware: WithScope is net/http's option, not for this transport", "middleware: WithLegacyHeaders is net/http's"}},
 		{"undeclared role", map[string]string{ping: "ip:5/s; exempt:superadmn"},
-			[]grpclimit.Option{grpclimit.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}})},
+			[]grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}}))},
 			[]string{`role "superadmn" is not declared (declared roles: admin, superadmin)`, "at offset 15"}},
 		{"undeclared role after count", map[string]string{ping: "ip:5/s; count:UNAUTHENTICATED; exempt:superadmn"},
-			[]grpclimit.Option{grpclimit.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}})},
+			[]grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{Roles: []role.Role{"admin", "superadmin"}}))},
 			[]string{`"ip:5/s; count:UNAUTHENTICATED; exempt:superadmn": role "superadmn" is not declared`, "at offset 38"}},
 		{"every problem", map[string]string{ping: "param(a):1/s", other: "ip:5/s; count:4xx"}, nil,
 			[]string{"param(a) has no meaning", "4xx is an HTTP status"}},
@@ -431,17 +433,17 @@ func TestNewErrors(t *testing.T) {
 	t.Run("count needs a Finisher", func(t *testing.T) {
 		t.Parallel()
 		_, err := grpclimit.New(allowOnly{eng}, map[string]string{ping: "ip:5/s; count:OK"})
-		if !errors.Is(err, middleware.ErrNoFinish) {
-			t.Errorf("error %v, want ErrNoFinish", err)
+		if ce := configError(err, "decider"); ce == nil {
+			t.Errorf("error %v, want a *middleware.ConfigError of the decider", err)
 		}
 	})
 	t.Run("rules error located", func(t *testing.T) {
 		t.Parallel()
 		_, err := grpclimit.New(eng, map[string]string{ping: "ip:5/s; param(id):1/s"})
-		var me *grpclimit.MethodError
+		me := configError(err, "rules")
 		var re *rules.Error
-		if !errors.As(err, &me) || me.Method != ping || !errors.As(err, &re) || re.Offset != 8 || re.Syntax {
-			t.Errorf("error %#v is not a MethodError for %s wrapping a *rules.Error at offset 8", err, ping)
+		if me == nil || me.Name != ping || !errors.As(err, &re) || re.Offset != 8 || re.Syntax {
+			t.Errorf("error %#v is not a *middleware.ConfigError for %s wrapping a *rules.Error at offset 8", err, ping)
 		}
 	})
 }

@@ -198,7 +198,7 @@ func newFixture(t testing.TB, s setup) *fixture {
 	f.eng = eng
 	// Every event is kept; a backend error the test did not provoke fails
 	// it, so that no assertion passes on a fail-mode decision by accident.
-	opts := append([]grpclimit.Option{grpclimit.WithHook(f.record)}, s.opts...)
+	opts := append([]grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithHook(f.record))}, s.opts...)
 	if !s.backendErrors {
 		t.Cleanup(func() {
 			for _, ev := range f.events() {
@@ -395,4 +395,26 @@ type allowOnly struct{ e *engine.Engine }
 
 func (a allowOnly) Allow(ctx context.Context, req engine.Request) (engine.Decision, error) {
 	return a.e.Allow(ctx, req)
+}
+
+// configError returns the first *middleware.ConfigError of kind in err's
+// tree, or nil: errors.As would stop at the first ConfigError of a joined
+// list.
+func configError(err error, kind string) *middleware.ConfigError {
+	switch e := err.(type) {
+	case *middleware.ConfigError:
+		if e.Kind == kind {
+			return e
+		}
+		return configError(e.Err, kind)
+	case interface{ Unwrap() []error }:
+		for _, u := range e.Unwrap() {
+			if ce := configError(u, kind); ce != nil {
+				return ce
+			}
+		}
+	case interface{ Unwrap() error }:
+		return configError(e.Unwrap(), kind)
+	}
+	return nil
 }

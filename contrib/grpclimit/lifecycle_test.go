@@ -270,7 +270,7 @@ const lifeUnary, lifeStream = "/life.Svc/Call", "/life.Svc/Stream"
 func newGRPCAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *grpcAdapter {
 	lim, err := grpclimit.New(eng, map[string]string{lifeUnary: text + "; scope:s", lifeStream: text + "; scope:s"},
 		grpclimit.WithCostFunc("bytes", func(context.Context, string, any) (int64, error) { return lifeEstimate, nil }),
-		grpclimit.WithSettle("bytes", middleware.Settlement{}))
+		grpclimit.WithMiddlewareOptions(middleware.WithSettle("bytes", middleware.Settlement{})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func newGRPCAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *grp
 		md, _ := metadata.FromIncomingContext(ctx)
 		if v := first(md.Get("x-report")); v != "" {
 			n, _ := strconv.ParseInt(v, 10, 64)
-			if !grpclimit.ReportCost(ctx, "bytes", n) {
+			if !middleware.ReportCost(ctx, "bytes", n) {
 				t.Errorf("ReportCost(%d) found no settlement to report to", n)
 			}
 		}

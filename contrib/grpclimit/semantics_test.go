@@ -96,7 +96,7 @@ func TestShadowKeysAndCosts(t *testing.T) {
 				md, _ := metadata.FromIncomingContext(ctx)
 				switch strings.Join(md.Get("x-rows"), "") {
 				case "bad":
-					return 0, fmt.Errorf("%w: no rows header", middleware.ErrCostBadRequest)
+					return 0, fmt.Errorf("%w: no rows header", middleware.ErrBadRequest)
 				case "broken":
 					return 0, errSecret
 				}
@@ -220,7 +220,7 @@ func TestRolesAndPolicy(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, setup{
 		methods: map[string]string{ping: "user:1/min; role(premium)=user:3/min"},
-		opts:    []grpclimit.Option{grpclimit.WithPolicy(role.Policy{ByIP: []role.Role{"shared"}})},
+		opts:    []grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{ByIP: []role.Role{"shared"}}))},
 	})
 	local2 := f.dial(t, "127.0.0.2")
 	steps := []struct {

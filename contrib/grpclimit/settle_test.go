@@ -2,7 +2,6 @@ package grpclimit_test
 
 import (
 	"context"
-	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -37,7 +36,7 @@ func settleSvc() *grpc.ServiceDesc {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if v := first(md.Get("x-report")); v != "" {
 			n, _ := strconv.ParseInt(v, 10, 64)
-			report := grpclimit.ReportCost
+			report := middleware.ReportCost
 			if first(md.Get("x-via")) == "http" {
 				report = middleware.ReportCost
 			}
@@ -98,7 +97,7 @@ func settleFixture(t *testing.T, redisAddr, rulesText string, s middleware.Settl
 		redisAddr: redisAddr,
 		opts: []grpclimit.Option{
 			grpclimit.WithCostFunc("bytes", func(context.Context, string, any) (int64, error) { return 100, nil }),
-			grpclimit.WithSettle("bytes", s),
+			grpclimit.WithMiddlewareOptions(middleware.WithSettle("bytes", s)),
 		},
 	})
 }
@@ -174,7 +173,7 @@ func runSettle(t *testing.T, f *fixture, steps []settleStep) {
 }
 
 // TestSettleReported: calls settle to the cost their handler reported
-// (grpclimit.ReportCost, or middleware.ReportCost on the same context),
+// (middleware.ReportCost, or middleware.ReportCost on the same context),
 // unary and streams; a call that reports nothing keeps its estimate of
 // 100; a call given back by count: counts nothing, settled or not.
 func TestSettleReported(t *testing.T) {
@@ -221,7 +220,7 @@ func TestSettleMaxDebt(t *testing.T) {
 	for _, tc := range []struct {
 		debt    int64
 		counted int64
-	}{{0, 250}, {50, 150}, {middleware.NoDebt, 100}, {1000, 250}} {
+	}{{0, 250}, {50, 150}, {-1, 100}, {1000, 250}} {
 		t.Run(strconv.FormatInt(tc.debt, 10), func(t *testing.T) {
 			t.Parallel()
 			f := settleFixture(t, "", "user[bytes]:10000/min", middleware.Settlement{MaxDebt: tc.debt})
@@ -242,7 +241,7 @@ func TestSettleNotAwaited(t *testing.T) {
 		service: settleSvc(),
 		opts: []grpclimit.Option{
 			grpclimit.WithCostFunc("rows", func(context.Context, string, any) (int64, error) { return 1, nil }),
-			grpclimit.WithSettle("bytes", middleware.Settlement{}),
+			grpclimit.WithMiddlewareOptions(middleware.WithSettle("bytes", middleware.Settlement{})),
 		},
 	})
 	if code, _ := get(t, f, "x-report", "1"); code != codes.FailedPrecondition {
@@ -251,7 +250,7 @@ func TestSettleNotAwaited(t *testing.T) {
 	if err := download(t, f, "x-report", "1"); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("ReportCost in a stream settling another cost: %v, want FailedPrecondition", err)
 	}
-	if grpclimit.ReportCost(context.Background(), "bytes", 1) {
+	if middleware.ReportCost(context.Background(), "bytes", 1) {
 		t.Error("ReportCost outside a call returned true")
 	}
 }
@@ -271,20 +270,20 @@ func TestSettleOptions(t *testing.T) {
 		{"", middleware.Settlement{}, "invalid cost function name"},
 		{"9bytes", middleware.Settlement{}, "invalid cost function name"},
 		{"by tes", middleware.Settlement{}, "invalid cost function name"},
-		{"bytes", middleware.Settlement{MaxDebt: -2}, "MaxDebt below NoDebt"},
+		{"bytes", middleware.Settlement{MaxDebt: -2}, "MaxDebt below -1"},
 	} {
-		_, err := grpclimit.New(eng, map[string]string{sGet: "user[bytes]:5/min"}, costs, grpclimit.WithSettle(tc.name, tc.s))
-		var ce *middleware.ConfigError
-		if !errors.As(err, &ce) || ce.Option != "WithSettle" || ce.Value != tc.name || !strings.Contains(ce.Reason, tc.reason) {
+		_, err := grpclimit.New(eng, map[string]string{sGet: "user[bytes]:5/min"}, costs, grpclimit.WithMiddlewareOptions(middleware.WithSettle(tc.name, tc.s)))
+		ce := configError(err, "option")
+		if ce == nil || ce.Option != "WithSettle" || ce.Name != tc.name || !strings.Contains(ce.Reason, tc.reason) {
 			t.Errorf("WithSettle(%q, %+v): error %v, want a ConfigError of WithSettle for %q: %s", tc.name, tc.s, err, tc.name, tc.reason)
 		}
 	}
-	_, err := grpclimit.New(allowOnly{eng}, map[string]string{sGet: "user[bytes]:5/min"}, costs, grpclimit.WithSettle("bytes", middleware.Settlement{}))
-	if !errors.Is(err, middleware.ErrNoFinish) {
-		t.Errorf("a decider that cannot settle: error %v, want ErrNoFinish", err)
+	_, err := grpclimit.New(allowOnly{eng}, map[string]string{sGet: "user[bytes]:5/min"}, costs, grpclimit.WithMiddlewareOptions(middleware.WithSettle("bytes", middleware.Settlement{})))
+	if configError(err, "decider") == nil {
+		t.Errorf("a decider that cannot settle: error %v, want a *middleware.ConfigError of the decider", err)
 	}
 	if _, err := grpclimit.New(eng, map[string]string{sGet: "user[bytes]:5/min"}, costs,
-		grpclimit.WithSettle("bytes", middleware.Settlement{MaxDebt: middleware.NoDebt, Written: true})); err != nil {
+		grpclimit.WithMiddlewareOptions(middleware.WithSettle("bytes", middleware.Settlement{MaxDebt: -1, Written: true}))); err != nil {
 		t.Errorf("a valid settlement: %v", err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/transport"
 )
 
@@ -20,9 +19,9 @@ func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
 // violation describes one window a call does not fit in, for QuotaFailure:
 // its subject is the policy name of the RateLimit fields ("ip-1s").
 func violation(q transport.Quota) *errdetails.QuotaFailure_Violation {
-	desc := fmt.Sprintf("at most %d per %s by %s", q.Window.Limit, rulespec.FormatPeriod(q.Window.Period), q.Limiter.ID())
+	desc := fmt.Sprintf("at most %d per %s by %s", q.Window.Limit, q.Period, q.Limiter.ID())
 	if q.Limiter.Cost != "" {
-		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", q.Window.Limit, rulespec.FormatPeriod(q.Window.Period), q.Limiter.ID(), q.Cost)
+		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", q.Window.Limit, q.Period, q.Limiter.ID(), q.Cost)
 	}
 	return &errdetails.QuotaFailure_Violation{Subject: q.Name, Description: desc}
 }

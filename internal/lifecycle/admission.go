@@ -125,6 +125,7 @@ type Verdict struct {
 // request's cost in it.
 type Quota struct {
 	Name    string
+	Period  string // the window's period as the rules write it, as in "1min"
 	Limiter rules.Limiter
 	Window  rules.Window
 	Cost    int64
@@ -200,7 +201,7 @@ func (a *Admission) price() bool {
 	}
 	if err != nil {
 		status, level, msg := http.StatusInternalServerError, slog.LevelError, r.msg.cost
-		if errors.Is(err, ErrCostBadRequest) || errors.Is(err, ErrLimitBadRequest) {
+		if errors.Is(err, ErrBadRequest) {
 			status, level = http.StatusBadRequest, slog.LevelInfo
 		}
 		if errors.Is(err, ErrLimit) {
@@ -222,7 +223,7 @@ func (a *Admission) price() bool {
 		slog.String("scope", a.Scope), slog.String("policy", pol.Name))
 	if !r.shadow {
 		a.Verdict = Verdict{Never: true, Policy: a.Field,
-			Quotas: []Quota{{Name: pol.Name, Limiter: lim, Window: win, Cost: max(1, a.Checks[pol.Check].Cost)}}}
+			Quotas: []Quota{{Name: pol.Name, Period: pol.Period, Limiter: lim, Window: win, Cost: max(1, a.Checks[pol.Check].Cost)}}}
 	}
 	a.refuse(http.StatusTooManyRequests, nil)
 	return false
@@ -414,7 +415,7 @@ func (a *Admission) quotas() []Quota {
 	cs, dec := a.Checks, &a.Decision
 	add := func(ws engine.WindowState) {
 		if pol := a.Plan.Lookup(ws.Check, ws.Window); pol != nil && ws.Check < len(cs) {
-			qs = append(qs, Quota{Name: pol.Name, Limiter: a.Plan.Limiters[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
+			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Limiter: a.Plan.Limiters[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
 		}
 	}
 	if a.Primary >= 0 {

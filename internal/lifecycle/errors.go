@@ -5,29 +5,26 @@ import (
 	"strconv"
 )
 
-// The errors of the steps before the handler. They are the middleware's
-// (middleware.ErrCost is ErrCost, and so on), which is why their text
-// says "middleware:"; grpclimit reports the same values, so that a hook
-// shared by both transports matches them once.
+// The errors of the steps before the handler, for every transport; their
+// text says "middleware:", the package users configure them through, and
+// middleware.ErrBadRequest is ErrBadRequest. ErrNoFinish is made a
+// *middleware.ConfigError by the middleware and package transport.
 var (
 	// ErrCost means a cost function failed or returned a cost below 1. The
 	// request is not counted and is answered with 500, or with 400 when the
-	// error wraps ErrCostBadRequest.
+	// error wraps ErrBadRequest.
 	ErrCost = errors.New("middleware: cost function failed")
-	// ErrCostBadRequest is for cost functions to wrap when the request
-	// itself cannot be costed, such as a malformed Range header; the
-	// middleware then answers 400 instead of 500. The error's text is never
-	// written to the client.
-	ErrCostBadRequest = errors.New("middleware: request cannot be costed")
+	// ErrBadRequest is for cost and limit functions to wrap when the
+	// request itself cannot be priced or has no limit; the request is then
+	// answered with 400 instead of 500 (middleware.ErrBadRequest).
+	ErrBadRequest = errors.New("middleware: bad request")
 	// ErrLimit means a limit function failed or returned a limit outside
 	// 1..the window's cap. The request is not counted and is answered with
-	// 500, or with 400 when the error wraps ErrLimitBadRequest.
+	// 500, or with 400 when the error wraps ErrBadRequest.
 	ErrLimit = errors.New("middleware: limit function failed")
-	// ErrLimitBadRequest is for limit functions to wrap when the request
-	// itself has no limit, such as a token naming no tenant; the
-	// middleware then answers 400 instead of 500. The error's text is never
-	// written to the client.
-	ErrLimitBadRequest = errors.New("middleware: request has no limit")
+	// ErrSubject means a value that a limiter of its kind never counts,
+	// such as an IP limiter's value that is not an address (Peek, Reset).
+	ErrSubject = errors.New("middleware: invalid subject")
 	// ErrNoScope means no scope could be found for a request: the group has
 	// no scope: statement, neither WithScope nor WithScopeFunc gave one, and
 	// the router did not set http.Request.Pattern. The request is answered
@@ -70,3 +67,28 @@ func (e *CostError) Unwrap() []error {
 	}
 	return []error{ErrCost, e.Err}
 }
+
+// LimitError reports a limit function that failed, or returned a limit its
+// window cannot have, for one request. It unwraps to ErrLimit and to the
+// cause: the function's error, or the rules error for a value outside
+// 1..cap.
+type LimitError struct {
+	// Name is the limit function name.
+	Name string
+	// Limiter is the ID of the limiter whose window names it, and Window
+	// the window as rule text writes it.
+	Limiter, Window string
+	// Limit is what the function returned.
+	Limit int64
+	// Err is the cause.
+	Err error
+}
+
+// Error implements the error interface.
+func (e *LimitError) Error() string {
+	return "middleware: limit function " + strconv.Quote(e.Name) + " for window " + e.Window + " of limiter " +
+		e.Limiter + ": " + e.Err.Error()
+}
+
+// Unwrap returns ErrLimit and the cause.
+func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Err} }

@@ -32,6 +32,7 @@ const (
 // Policy is one advertised window: a window of one check.
 type Policy struct {
 	Name   string
+	Period string // the window's period as the rules write it, as in "1min"
 	Check  int
 	Window rules.Window
 	Unit   int   // UnitRequests, UnitBytes, UnitConcurrent or UnitNone
@@ -95,7 +96,7 @@ func NewPlan(ls []rules.Limiter) *Plan {
 				u, p.Slots = UnitConcurrent, true
 			}
 			p.Calendar = p.Calendar || w.Calendar != ""
-			p.Policies = append(p.Policies, Policy{Name: PolicyName(l, w), Check: i, Window: w, Unit: u, Per: per})
+			p.Policies = append(p.Policies, Policy{Name: PolicyName(l, w), Period: rulespec.FormatPeriod(w.Period), Check: i, Window: w, Unit: u, Per: per})
 		}
 	}
 	uniqueNames(p.Policies)

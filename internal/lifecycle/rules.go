@@ -50,6 +50,13 @@ type Transport struct {
 	backendLog logthrottle.Throttle
 }
 
+// TransportOptions sets on t what middleware options (a
+// []middleware.Option) configure for every transport — policy, client
+// addresses, settlements, logger, hooks — and returns their errors,
+// refusing net/http's own options. Package middleware, which owns the
+// options, sets it.
+var TransportOptions func(t *Transport, opts any) []error
+
 // backendLogEvery is the least time between two warnings about backend
 // errors of one transport instance.
 const backendLogEvery = 10 * time.Second

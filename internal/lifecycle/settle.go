@@ -15,7 +15,7 @@ type Settle struct {
 	MaxDebt int64 // 0 no cap, > 0 at most that much above the estimate, NoDebt none
 }
 
-// NoDebt is the Settle.MaxDebt that refuses any debt, middleware.NoDebt.
+// NoDebt is the Settle.MaxDebt that refuses any debt (-1 in middleware.Settlement).
 const NoDebt = -1
 
 // SettleProblem returns why name and s cannot settle (for a
@@ -25,7 +25,7 @@ func SettleProblem(name string, s Settle) string {
 	case !ValidCostName(name):
 		return `invalid cost function name; want a letter, then letters, digits, "_", "-" or "."`
 	case s.MaxDebt < NoDebt:
-		return "MaxDebt below NoDebt"
+		return "MaxDebt below -1 (no debt)"
 	}
 	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -59,7 +60,7 @@ type Config struct {
 	Progress      io.Writer
 	ProgressEvery time.Duration
 	// IPv6Prefix groups IPv6 clients by this prefix length, as the
-	// middleware's WithIPv6Prefix; 0 means middleware.DefaultIPv6Prefix.
+	// middleware's WithIPv6Prefix; 0 means its default, 64.
 	IPv6Prefix int
 	// OnDecision, when not nil, is called with every replayed request and
 	// whether it was admitted, in replay order.
@@ -105,9 +106,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
-	client := lifecycle.ClientIP{V6Bits: middleware.DefaultIPv6Prefix}
+	client := lifecycle.ClientIP{V6Bits: lifecycle.DefaultIPv6Prefix}
 	if cfg.IPv6Prefix != 0 {
-		if _, err := middleware.Subject(rules.IP, "::1", middleware.WithIPv6Prefix(cfg.IPv6Prefix)); err != nil {
+		if _, err := access.MiddlewareSubject(rules.IP, "::1", []middleware.Option{middleware.WithIPv6Prefix(cfg.IPv6Prefix)}); err != nil {
 			return nil, &ConfigError{fmt.Errorf("replay: -ipv6-prefix: %w", err)}
 		}
 		client.V6Bits = cfg.IPv6Prefix

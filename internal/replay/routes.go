@@ -13,7 +13,6 @@ import (
 
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
-	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -162,7 +161,7 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 	for i, l := range g.Limiters {
 		for _, w := range l.Windows {
 			rt.index[i] = append(rt.index[i], len(rt.stats))
-			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, middleware.PolicyName(l, w), l.ID(), w.String(), w.Limit))
+			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, lifecycle.PolicyName(l, w), l.ID(), w.String(), w.Limit))
 		}
 		rt.blockAt[i] = -1
 		if g.Block > 0 {

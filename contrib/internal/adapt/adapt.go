@@ -26,8 +26,8 @@ func WithScope(r *http.Request, template string) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), scopeKey{}, r.Method+" "+template))
 }
 
-// Scope is the middleware.ScopeFunc of the adapters: the scope WithScope
-// put in r's context.
+// Scope is the scope function (middleware.WithScopeFunc) of the
+// adapters: the scope WithScope put in r's context.
 func Scope(r *http.Request) string {
 	s, _ := r.Context().Value(scopeKey{}).(string)
 	return s
