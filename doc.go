@@ -48,7 +48,7 @@
 // consumed: middleware.WithSettle with middleware.Settlement{Written: true}
 // counts the bytes a download actually sent, and middleware.ReportCost lets
 // a handler report an application cost such as tokens (see
-// engine.Engine.Settle for the semantics).
+// engine.Engine.Finish and Outcome.Actual for the semantics).
 //
 // Throttle points the same engine the other way, at calls out: a fleet
 // of processes stays under another service's limits together, with Wait

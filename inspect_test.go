@@ -105,7 +105,7 @@ func peek(t *testing.T, lim *slidelimit.Limiter, byIP bool, scope, id, subject s
 	if err != nil {
 		t.Fatalf("Peek(%q, %q, %q, byIP %v): %v", scope, id, subject, byIP, err)
 	}
-	if d.Source != engine.FromRedis {
+	if d.Source != "redis" {
 		t.Fatalf("Peek source = %v, want Redis", d.Source)
 	}
 	return summary(d)

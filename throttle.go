@@ -156,7 +156,7 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 // actual (by cost name, as in Call.Costs) is settled to its value, the
 // others keep their estimate, and in-flight slots are released. It does
 // not block: the work rides the engine's next script call, or leaves
-// within engine.AsyncBound (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
+// within 1 ms (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
 // nothing.
 func (p *Permit) Finish(actual map[string]int64) {
 	if p == nil || !p.done.CompareAndSwap(false, true) {

@@ -405,7 +405,7 @@ func (t *taken) extraUndo(i int, u *undo, delta int64) bool {
 	}
 	x := &t.extra[i]
 	u.value, u.at, u.prev = x.value, x.at, x.prev
-	return x.prev > 0 || t.src == FromLocal // the fallback removes the request's entry
+	return x.prev > 0 || t.src == fromLocal // the fallback removes the request's entry
 }
 
 // calDeltas sets in d the change of every calendar key of t when its checks

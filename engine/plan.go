@@ -20,14 +20,14 @@ import (
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
-	// MaxChecks is the largest number of checks in a Request: the rule
+	// maxChecks is the largest number of checks in a Request: the rule
 	// language's [rules.MaxLimiters], so that a group that parses never
 	// makes a request the engine refuses.
-	MaxChecks = rules.MaxLimiters
-	// MaxWindows is the largest number of windows in a Request, over all
+	maxChecks = rules.MaxLimiters
+	// maxWindows is the largest number of windows in a Request, over all
 	// its checks: the rule language's [rules.MaxWindows].
-	MaxWindows = rules.MaxWindows
-	// MaxCountLimit is the largest limit the engine accepts for a window of
+	maxWindows = rules.MaxWindows
+	// maxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
 	// on the windows that [rules.MaxLimit] caps at 100,000 in rule text: the
@@ -36,12 +36,12 @@ const (
 	// minute) and refuses only limits whose sorted sets no server could
 	// hold. Windows of weighted keys (a cost or a grain) accept up to
 	// [rules.MaxBoundedLimit], as in rule text.
-	MaxCountLimit = 1_000_000_000
+	maxCountLimit = 1_000_000_000
 )
 
-// A taken key keeps its check's index in an int8 (taken.go): a MaxChecks
+// A taken key keeps its check's index in an int8 (taken.go): a maxChecks
 // above 128 must not compile.
-const _ int8 = MaxChecks - 1
+const _ int8 = maxChecks - 1
 
 // window is a merged window in the engine's units.
 type window struct {
@@ -110,8 +110,8 @@ func (p *plan) build(k *keyer, req *Request) error {
 	total := 0
 	for i := range req.Checks {
 		total += len(req.Checks[i].Windows)
-		if total > MaxWindows {
-			return &requestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
+		if total > maxWindows {
+			return &requestError{Check: i, Window: -1, Reason: "more than " + strconv.Itoa(maxWindows) + " windows in the request"}
 		}
 		if err := p.addCheck(k, req, i); err != nil {
 			return err
@@ -160,8 +160,8 @@ func checkRequest(req *Request) error {
 	default:
 		return &requestError{Check: -1, Window: -1, Reason: "unknown fail mode " + string(req.Fail)}
 	}
-	if len(req.Checks) > MaxChecks {
-		return &requestError{Check: -1, Window: -1, Reason: "more than MaxChecks checks"}
+	if len(req.Checks) > maxChecks {
+		return &requestError{Check: -1, Window: -1, Reason: "more than " + strconv.Itoa(maxChecks) + " checks"}
 	}
 	return nil
 }
@@ -247,7 +247,7 @@ func (p *plan) keyBytes(i int32) []byte {
 // which counts cost, and returns its number of rate windows and the index
 // of its in-flight window (-1 for none).
 func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err error) {
-	maxLimit := int64(MaxCountLimit)
+	maxLimit := int64(maxCountLimit)
 	if kc != "" {
 		maxLimit = rules.MaxBoundedLimit
 	}
@@ -268,8 +268,8 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 			switch {
 			case c.Limiter.Cost != "" || c.Cost > 1:
 				return 0, 0, &requestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
-			case w.Limit < 1 || w.Limit > MaxCountLimit:
-				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+			case w.Limit < 1 || w.Limit > maxCountLimit:
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
 			case w.Period != 0 || w.Grain != 0:
 				return 0, 0, &requestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
 			}
@@ -279,7 +279,7 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 		switch {
 		case w.Limit < 1 || w.Limit > maxLimit:
 			if kc == "" {
-				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
 			}
 			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..rules.MaxBoundedLimit"}
 		case w.Period < time.Microsecond || w.Period > rules.MaxPeriod:

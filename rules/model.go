@@ -46,8 +46,7 @@ const (
 	// grain) of a limiter without a cost in rule text. It is the rule
 	// language's cap, keeping the Redis memory of each subject small; the
 	// engine, which also takes windows built in Go, accepts such windows up
-	// to its own, larger bound,
-	// [github.com/slidelimit/slidelimit/engine.MaxCountLimit].
+	// to its own, larger bound, 1,000,000,000.
 	MaxLimit = 100_000
 	// MaxBoundedLimit is the largest limit of a window with a grain and of
 	// any window of a limiter with a cost: 2^50, below 2^53 so that sums of

@@ -16,13 +16,11 @@ import (
 // its requests for its size.
 const (
 	// MaxLimiters is the largest number of limiters in a limiter list
-	// (the engine's checks per request,
-	// [github.com/slidelimit/slidelimit/engine.MaxChecks]).
+	// (the engine's checks per request).
 	MaxLimiters = 64
 	// MaxWindows is the largest number of windows over every limiter of a
 	// limiter list, in-flight and calendar windows included (the engine's
-	// windows per request,
-	// [github.com/slidelimit/slidelimit/engine.MaxWindows]).
+	// windows per request).
 	MaxWindows = 256
 	// MaxDistinctWindows is the largest number of windows of a limiter
 	// that counts distinct values (Group.Distinct), not counting its

@@ -88,6 +88,16 @@ var (
 	EngineFinishAsyncFailures func(e any) uint64
 )
 
+// ErrNotAsked is what the engine's errors wrap, beside engine.ErrBackend,
+// when it did not ask a Redis server it considers down; BackendError
+// returns the engine's error of operation op failing with err, which
+// matches engine.ErrBackend and unwraps to err. The internal/tally
+// package reports its own Redis failures with them.
+var (
+	ErrNotAsked  error
+	BackendError func(op string, err error) error
+)
+
 // IsStoredHash reports whether s has the form of a stored hash ("#" and
 // 43 base64url characters), as the denial tallies report it and
 // engine.Check.Hashed takes it.
