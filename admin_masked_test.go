@@ -202,7 +202,7 @@ func TestAdminUnmasked(t *testing.T) {
 	t.Parallel()
 	c := backends(t)["miniredis"]
 	log, _ := testutil.NewLogger(slog.LevelInfo)
-	s := keyService(t, c, "unmasked:", log, slidelimit.WithMaskedSubjects())
+	s := keyService(t, c, "unmasked:", log, withMaskedSubjects())
 	for range 2 {
 		call(t, "GET", s.URL+"/keys", "", "", nil, "X-Api-Key", "visible-key")
 	}
@@ -210,7 +210,7 @@ func TestAdminUnmasked(t *testing.T) {
 	if d := top.Top[0]; d.Subject != "visible-key" || d.Masked || d.Ref != "" {
 		t.Errorf("top entry %+v, want the key in clear", d)
 	}
-	if _, err := slidelimit.New(c, slidelimit.WithMaskedSubjects(rules.Global)); err == nil {
+	if _, err := slidelimit.New(c, withMaskedSubjects(rules.Global)); err == nil {
 		t.Error("New took WithMaskedSubjects(rules.Global)")
 	}
 }

@@ -64,7 +64,7 @@ func TestEmbeddedSlowLogin(t *testing.T) {
 			// The store answers again (the fallback's decisions stop
 			// once a background probe finds it answering): the sixth is
 			// decided by the store, with what the fifth left there.
-			waitForStore(t, lim.Engine())
+			waitForStore(t, engineOf(lim))
 		}
 		if got := login(); got != want {
 			t.Fatalf("failed login %d: %d, want %d", i+1, got, want)

@@ -154,7 +154,7 @@ func TestEndToEndExemptMakesNoRedisCalls(t *testing.T) {
 	onBackends(t, func(t *testing.T, b redisBackend) {
 		// The rule overrides' version check (a GET a second, off the request
 		// path) would count too.
-		f := newFixture(t, b, slidelimit.WithRulesCheck(time.Hour))
+		f := newFixture(t, b, withRulesCheck(time.Hour))
 		before := f.cmds.Count()
 		for range 10 {
 			if w := f.do("GET", "/files/1", "192.0.2.1:1", ident("root", "superadmin")); w.Code != 200 {

@@ -77,7 +77,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	h := &api{ok, ok, ok, ok, ok}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, h)
-	if !errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+	if !errors.Is(err, middleware.ErrUnknownKey) || !isKind(err, "route") {
 		t.Fatalf("Register = %v, want unknown keys and a pattern conflict", err)
 	}
 	var fields []string
@@ -107,7 +107,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 			middleware.WithKeyFunc("org", func(r *http.Request) string { return "" }),
 		))
 	err = lim.Register(http.NewServeMux(), h)
-	if errors.Is(err, middleware.ErrUnknownKey) || !errors.Is(err, slidelimit.ErrPattern) {
+	if errors.Is(err, middleware.ErrUnknownKey) || !isKind(err, "route") {
 		t.Errorf("Register = %v, want only the pattern conflict", err)
 	}
 }
@@ -126,8 +126,8 @@ func TestRegisterReportsTagAndRouteErrors(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, &api{ok, ok, ok, ok, ok})
-	for _, want := range []error{rules.ErrInvalid, middleware.ErrUnknownKey, slidelimit.ErrPattern} {
-		if !errors.Is(err, want) {
+	for _, want := range []error{rules.ErrInvalid, middleware.ErrUnknownKey, kindErr("route")} {
+		if !is(err, want) {
 			t.Errorf("Register = %v, want it to wrap %v", err, want)
 		}
 	}
@@ -145,7 +145,7 @@ func TestRegisterConflictWithExistingRoute(t *testing.T) {
 	}
 	err := offline(t).Register(mux, &api{ok})
 	var re *slidelimit.ConfigError
-	if !errors.As(err, &re) || re.Field != "Files" || !errors.Is(err, slidelimit.ErrPattern) {
+	if !errors.As(err, &re) || re.Field != "Files" || !isKind(err, "route") {
 		t.Errorf("Register = %v, want a *ConfigError for Files wrapping ErrPattern", err)
 	}
 }
@@ -178,8 +178,8 @@ func TestHandle(t *testing.T) {
 		{"ok", "GET /files/{id}", "param(id):5/s; ip:10/s", ok, nil, ""},
 		{"rules syntax", "GET /a", "ip:5/fortnight", ok, rules.ErrSyntax, ""},
 		{"empty rules", "GET /a", "", ok, rules.ErrSyntax, ""},
-		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern, ""},
-		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern, ""},
+		{"invalid pattern", "GET /{", "ip:5/s", ok, kindErr("route"), ""},
+		{"duplicate pattern", "GET /taken", "ip:5/s", ok, kindErr("route"), ""},
 		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, rules.ErrInvalid, ""},
 		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, rules.ErrInvalid, ""},
 		{"unknown key", "GET /a", "key(k):5/s", ok, middleware.ErrUnknownKey, ""},
@@ -199,7 +199,7 @@ func TestHandle(t *testing.T) {
 				return
 			}
 			var re *slidelimit.ConfigError
-			if tt.want != nil && !errors.Is(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
+			if tt.want != nil && !is(err, tt.want) || !errors.As(err, &re) || re.Route != tt.pattern ||
 				!strings.Contains(fmt.Sprint(err), tt.msg) {
 				t.Fatalf("Handle = %v, want a *ConfigError for %q wrapping %v", err, tt.pattern, tt.want)
 			}
@@ -213,7 +213,7 @@ func TestHandle(t *testing.T) {
 	}
 	// A malformed pattern is located by rules.Wildcards, as in a route tag.
 	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
-	if !errors.Is(err, slidelimit.ErrPattern) || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
+	if !isKind(err, "route") || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
 		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
 	}
 	var ce *slidelimit.ConfigError

@@ -98,6 +98,28 @@ var (
 	BackendError func(op string, err error) error
 )
 
+// What the demo, the benchmarks and the root package's tests use of a
+// *slidelimit.Limiter and its options, set by package slidelimit: the
+// Limiter's engine (an *engine.Engine); the rule overrides in force, as
+// Override values with the overrides' version; and options of New (each a
+// slidelimit.Option) that set how often the Limiter checks the overrides'
+// version (<= 0: overrides off), how often it writes its denial tallies
+// (<= 0: off) and which kinds of subjects the operator's page masks.
+var (
+	LimiterEngine  func(lim any) any
+	LimiterRules   func(lim any, ctx context.Context) (version int64, in []Override, err error)
+	RulesCheck     func(d time.Duration) any
+	TallyFlush     func(d time.Duration) any
+	MaskedSubjects func(kinds ...rules.Kind) any
+)
+
+// Override is a rule override in force: the canonical rule text that
+// replaces the group of Scope.
+type Override struct {
+	Scope string `json:"scope"`
+	Rules string `json:"rules"`
+}
+
 // IsStoredHash reports whether s has the form of a stored hash ("#" and
 // 43 base64url characters), as the denial tallies report it and
 // engine.Check.Hashed takes it.
