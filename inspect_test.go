@@ -172,7 +172,7 @@ func TestPeekByIP(t *testing.T) {
 			"0:2/min used=2 rem=0", "0:3/min used=2 rem=1", "0:10/h used=2 rem=8")
 		wantWindows(t, "user id spelling the IP", peek(t, f.lim, false, filesScope, "user", "192.0.2.9"),
 			"0:2/min used=1 rem=1", "0:3/min used=1 rem=2", "0:10/h used=1 rem=9")
-		wantWindows(t, "PeekByIP of an ip limiter is Peek", peek(t, f.lim, true, filesScope, "ip", "192.0.2.9"),
+		wantWindows(t, "Peek byIP of an ip limiter is Peek", peek(t, f.lim, true, filesScope, "ip", "192.0.2.9"),
 			peek(t, f.lim, false, filesScope, "ip", "192.0.2.9")...)
 
 		// A request without the header is counted by IP too.
@@ -184,7 +184,7 @@ func TestPeekByIP(t *testing.T) {
 		if err := f.lim.Reset(ctx, filesScope, "user", "192.0.2.9", true); err != nil {
 			t.Fatal(err)
 		}
-		wantWindows(t, "after ResetByIP", peek(t, f.lim, true, filesScope, "user", "192.0.2.9"),
+		wantWindows(t, "after Reset byIP", peek(t, f.lim, true, filesScope, "user", "192.0.2.9"),
 			"0:2/min used=0 rem=2", "0:3/min used=0 rem=3", "0:10/h used=0 rem=10")
 		wantWindows(t, "the user id spelling the IP is kept", peek(t, f.lim, false, filesScope, "user", "192.0.2.9"),
 			"0:2/min used=1 rem=1", "0:3/min used=1 rem=2", "0:10/h used=1 rem=9")

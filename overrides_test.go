@@ -93,7 +93,7 @@ func until(t *testing.T, what string, cond func() bool) time.Duration {
 // 3-master Redis Cluster: SetRules in one process tightens a scope in the
 // other within a second, counting the requests recorded before; a process
 // started later applies the override from its first request; bad text
-// changes nothing; ClearRules restores the code's rules everywhere.
+// changes nothing; SetRules with no text restores the code's rules everywhere.
 func TestOverrides(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
@@ -185,19 +185,19 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 		t.Errorf("a after bad text: %s, want ip:2/min still", got)
 	}
 
-	// ClearRules restores the code's rules everywhere.
+	// SetRules with no text restores the code's rules everywhere.
 	if err := b.lim.SetRules(ctx, "GET /search", ""); err != nil {
 		t.Fatal(err)
 	}
 	took = until(t, "a restores the code's rules", func() bool { return a.get("192.0.2.1") == http.StatusOK })
 	if took > 1500*time.Millisecond {
-		t.Errorf("ClearRules propagated in %v", took)
+		t.Errorf("clearing propagated in %v", took)
 	}
 	if got := c.gets("192.0.2.5", 3); got != "200 200 200" {
 		until(t, "c restores the code's rules", func() bool { return c.get("192.0.2.6") == http.StatusOK })
 	}
 	if r, err := rulesOf(ctx, c.lim); err != nil || len(r.Overrides) != 0 || r.Version <= before.Version {
-		t.Errorf("Rules after ClearRules = %+v, %v", r, err)
+		t.Errorf("overrides after clearing = %+v, %v", r, err)
 	}
 }
 
@@ -266,7 +266,7 @@ func TestOverridesRedisDown(t *testing.T) {
 	}
 }
 
-// TestOverridesOff checks WithRulesCheck(0): no overrides are read or
+// TestOverridesOff checks the rules check at 0 (overrides off): no overrides are read or
 // written.
 func TestOverridesOff(t *testing.T) {
 	t.Parallel()

@@ -146,7 +146,7 @@ func TestRegisterConflictWithExistingRoute(t *testing.T) {
 	err := offline(t).Register(mux, &api{ok})
 	var re *slidelimit.ConfigError
 	if !errors.As(err, &re) || re.Field != "Files" || !isKind(err, "route") {
-		t.Errorf("Register = %v, want a *ConfigError for Files wrapping ErrPattern", err)
+		t.Errorf("Register = %v, want a *ConfigError for Files of kind route", err)
 	}
 }
 
@@ -214,7 +214,7 @@ func TestHandle(t *testing.T) {
 	// A malformed pattern is located by rules.Wildcards, as in a route tag.
 	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
 	if !isKind(err, "route") || !errors.Is(err, rules.ErrInvalid) || !strings.Contains(err.Error(), "at offset 7") {
-		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and rules.ErrInvalid at offset 7", err)
+		t.Errorf("Handle with a malformed pattern = %v, want kind route, rules.ErrInvalid at offset 7", err)
 	}
 	var ce *slidelimit.ConfigError
 	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nil mux") {

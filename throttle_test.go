@@ -89,7 +89,7 @@ func TestThrottleCallErrors(t *testing.T) {
 		{Keys: map[string]string{"other": "a"}, Costs: map[string]int64{"tokens": 5}},
 	} {
 		if _, err := th.Wait(ctx, c); !isKind(err, "call") {
-			t.Errorf("Wait(%+v) = %v, want ErrCall", c, err)
+			t.Errorf("Wait(%+v) = %v, want a ConfigError of kind call", c, err)
 		}
 	}
 	p, err := th.Wait(ctx, slidelimit.Call{Keys: map[string]string{"apikey": "a"}, Costs: map[string]int64{"tokens": 5}})
@@ -110,13 +110,13 @@ func TestThrottleNeverFits(t *testing.T) {
 	start := time.Now()
 	_, err = th.Wait(ctx, slidelimit.Call{Costs: map[string]int64{"tokens": 1001}})
 	if !isKind(err, "never-fits") || !strings.Contains(err.Error(), "1001") {
-		t.Fatalf("Wait = %v, want ErrNeverFits naming the cost", err)
+		t.Fatalf("Wait = %v, want a never-fits ConfigError naming the cost", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Wait took %v to fail", took)
 	}
 	if _, _, err := th.Allow(ctx, slidelimit.Call{Costs: map[string]int64{"tokens": 1001}}); !isKind(err, "never-fits") {
-		t.Errorf("Allow = %v, want ErrNeverFits", err)
+		t.Errorf("Allow = %v, want a never-fits ConfigError", err)
 	}
 	if p, err := th.Wait(ctx, slidelimit.Call{Costs: map[string]int64{"tokens": 1000}}); err != nil {
 		t.Errorf("a call of the whole limit: %v", err)
@@ -249,7 +249,7 @@ func TestThrottleOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, ok, _ := th.Allow(ctx, slidelimit.Call{}); ok {
-		t.Error("a call admitted after ClearRules brought back 1/min")
+		t.Error("a call admitted after clearing brought back 1/min")
 	}
 }
 

@@ -104,8 +104,8 @@ func tallyText(top []Denials) string {
 
 // TestTallyHashed checks that a hashed subject is reported by its raw
 // value by the process that denied it, and as its hash by another one,
-// whose tallies count nothing (not started, as with the root package's
-// WithTallyFlush(0)) but read.
+// whose tallies count nothing (not started, as a Limiter with
+// the tallies off) but read.
 func TestTallyHashed(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
