@@ -15,12 +15,12 @@ import (
 // a *rules.Error or middleware.ErrUnknownKey. Failures of Redis are never a
 // ConfigError, so one errors.As tells a bad rule from a store failure.
 type ConfigError struct {
-	// Kind is what is wrong: "rule" (a rule text or tag, or a function or
-	// role it names), "option" (an option of New or Middleware), "route" (a
-	// pattern, mux or handler given to Register or Handle), "scope" or
-	// "limiter" (Peek or Reset named none registered), "call" (a throttled
-	// Call lacks a key or a cost) or "never-fits" (a call's cost is above a
-	// window's whole limit).
+	// Kind is what is wrong: "rule" (a rule text or tag, or a function,
+	// role or middleware option it names), "option" (an option of New),
+	// "route" (a pattern, mux or handler given to Register or Handle),
+	// "scope" or "limiter" (Peek or Reset named none registered), "call" (a
+	// throttled Call lacks a key or a cost) or "never-fits" (a call's cost
+	// is above a window's whole limit).
 	Kind string
 	// Route is the route pattern, scope or throttle name, or empty.
 	Route string

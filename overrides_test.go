@@ -174,8 +174,8 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	} {
 		err := a.lim.SetRules(ctx, "GET /search", tt.text)
 		var ce *slidelimit.ConfigError
-		if tt.is != nil && !errors.Is(err, tt.is) || !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.msg) {
-			t.Errorf("SetRules(%q) = %v, want a *ConfigError wrapping %v with %q", tt.text, err, tt.is, tt.msg)
+		if tt.is != nil && !errors.Is(err, tt.is) || !errors.As(err, &ce) || ce.Kind != "rule" || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("SetRules(%q) = %v, want a *ConfigError of kind rule wrapping %v with %q", tt.text, err, tt.is, tt.msg)
 		}
 	}
 	if after, err := rulesOf(ctx, a.lim); err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
