@@ -94,7 +94,12 @@
 // "2001:db8::/64"), a user id, a header, path or key value; it is ignored
 // for global. The subject is mapped by middleware.Subject with the options
 // the group's middleware was built with. The requests a user, header,
-// param or key limiter counted by client IP are seen with byIP set.
+// param or key limiter counted by client IP (callers without identity or
+// value, roles in role.Policy.ByIP) are seen with byIP set; a global
+// limiter never counts by IP. Input that names no windows is a
+// *ConfigError of kind "scope" or "limiter", or an error matching
+// middleware.ErrSubject; when Redis fails, Peek returns the fail mode's
+// Decision with the error.
 //
 // Every limiter with that ID in the scope, in the defaults or a role's
 // override of any group registered in it, counts into the same Redis key:

@@ -46,16 +46,11 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 	l.groups = append(l.groups, registered{scope: scope, group: g, opts: append(slices.Clip(l.opts), opts...)})
 }
 
-// Peek reports the windows that limiter limiterID ("ip", "user",
-// "header(X-Api-Key)", ...) of scope keeps for subject, without counting
-// anything. subject is the raw value the limiter counts, mapped as the
-// middleware maps it; with byIP it is instead the client address of the
-// requests the limiter counted by address (callers without identity or
-// value, roles in role.Policy.ByIP). Input that names no windows is a
-// *ConfigError of kind "scope" or "limiter", or an error matching
-// middleware.ErrSubject; when Redis fails Peek returns the fail mode's
-// Decision with the error. See the package documentation, Inspecting
-// subjects.
+// Peek reports, counting nothing, the windows that limiter limiterID
+// ("ip", "user", "header(X-Api-Key)", ...) of scope keeps for subject: the
+// raw value the limiter counts or, with byIP, the client address of the
+// requests it counted by address. Input that names no windows is a
+// *ConfigError; see the package documentation, Inspecting subjects.
 func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string, byIP bool) (engine.Decision, error) {
 	req, err := l.inspect(scope, limiterID, subject, byIP)
 	if err != nil {

@@ -1,6 +1,6 @@
-// Package access lets the module's packages read what the engine keeps
-// unexported: the engine sets these functions when it is initialized, so
-// that users of package engine see no method that only the module needs.
+// Package access lets the module's packages read what the engine and the
+// root package keep unexported: they set these functions when they are
+// initialized, so that their users see no name that only the module needs.
 package access
 
 import (
