@@ -52,7 +52,8 @@ type Event struct {
 	// zero when allowed. Retry-After carries it rounded up to seconds.
 	RetryAfter time.Duration
 	// Source says what made the decision, as engine.Decision.Source
-	// names it: "redis", "fail-open", "fail-closed", "local" or "cache".
+	// names it: "redis", "fail-open", "fail-closed", "local" or "cache";
+	// "" when nothing was decided (an exempt request).
 	Source string
 	// Err is the error returned with the decision (matching
 	// engine.ErrBackend for Redis trouble), or ErrNoScope; nil when all
