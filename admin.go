@@ -77,21 +77,21 @@ func (s adminSource) Routes() []admin.Route {
 }
 
 func (s adminSource) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
-	d, err := s.l.Peek(ctx, scope, limiterID, subject)
+	d, err := s.l.Peek(ctx, scope, limiterID, subject, false)
 	return d, badInput(err)
 }
 
 func (s adminSource) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
-	d, err := s.l.PeekByIP(ctx, scope, limiterID, addr)
+	d, err := s.l.Peek(ctx, scope, limiterID, addr, true)
 	return d, badInput(err)
 }
 
 func (s adminSource) Reset(ctx context.Context, scope, limiterID, subject string) error {
-	return badInput(s.l.Reset(ctx, scope, limiterID, subject))
+	return badInput(s.l.Reset(ctx, scope, limiterID, subject, false))
 }
 
 func (s adminSource) ResetByIP(ctx context.Context, scope, limiterID, addr string) error {
-	return badInput(s.l.ResetByIP(ctx, scope, limiterID, addr))
+	return badInput(s.l.Reset(ctx, scope, limiterID, addr, true))
 }
 
 func (s adminSource) PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error) {
@@ -111,15 +111,15 @@ func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored s
 }
 
 func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {
-	o, err := s.l.Rules(ctx)
-	if errors.Is(err, ErrOverridesOff) {
+	_, o, err := s.l.rules(ctx)
+	if errors.Is(err, errOverridesOff) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make([]admin.Override, 0, len(o.Overrides))
-	for _, ov := range o.Overrides {
+	out := make([]admin.Override, 0, len(o))
+	for _, ov := range o {
 		out = append(out, admin.Override{Scope: ov.Scope, Rules: ov.Rules})
 	}
 	return out, nil
@@ -138,7 +138,7 @@ func (s adminSource) Throttles() []admin.Throttle {
 // badInput marks the errors of input that names no windows for the admin
 // handler, which answers them 400.
 func badInput(err error) error {
-	if errors.Is(err, ErrUnknownScope) || errors.Is(err, ErrUnknownLimiter) || errors.Is(err, lifecycle.ErrSubject) {
+	if errors.Is(err, errUnknownScope) || errors.Is(err, errUnknownLimiter) || errors.Is(err, lifecycle.ErrSubject) {
 		return &admin.BadInputError{Err: err}
 	}
 	return err

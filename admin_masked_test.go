@@ -86,7 +86,7 @@ var hiddenField = regexp.MustCompile(`<input type="hidden" name="(\w+)" value="(
 // a search's usage rows, a reset's answer and its log line never carry
 // them, only a fingerprint; the page's Lift block form lifts a key's
 // block by that fingerprint, from another process. A key over 128 bytes
-// is masked alike. WithMaskedSubjects() shows them.
+// is masked alike. slidelimit.WithMaskedSubjects() shows them.
 func TestAdminMasksKeys(t *testing.T) {
 	t.Parallel()
 	for name, c := range backends(t) {
@@ -196,7 +196,7 @@ func TestAdminMasksKeys(t *testing.T) {
 	}
 }
 
-// TestAdminUnmasked: WithMaskedSubjects() shows header values; a kind
+// TestAdminUnmasked: slidelimit.WithMaskedSubjects() shows header values; a kind
 // that has no subjects is refused by New.
 func TestAdminUnmasked(t *testing.T) {
 	t.Parallel()
@@ -211,7 +211,7 @@ func TestAdminUnmasked(t *testing.T) {
 		t.Errorf("top entry %+v, want the key in clear", d)
 	}
 	if _, err := slidelimit.New(c, slidelimit.WithMaskedSubjects(rules.Global)); err == nil {
-		t.Error("New took WithMaskedSubjects(rules.Global)")
+		t.Error("New took slidelimit.WithMaskedSubjects(rules.Global)")
 	}
 }
 

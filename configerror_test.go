@@ -13,11 +13,15 @@ type unregistered string
 
 func (u unregistered) Error() string { return "unregistered function of " + string(u) }
 
-// isError reports whether err matches want: errors.Is; for an
+// isError reports whether err matches want: errors.Is; for a kindErr, a
+// *slidelimit.ConfigError of its kind; for an
 // unregistered, a *middleware.ConfigError of that kind and option; for
 // errRuleSyntax and errRuleInvalid, a *rules.Error of that kind anywhere
 // in err's tree.
 func isError(err, want error) bool {
+	if k, ok := want.(kindErr); ok {
+		return isKind(err, string(k))
+	}
 	if u, ok := want.(unregistered); ok {
 		return testutil.ConfigError(err, "unregistered", string(u)) != nil
 	}

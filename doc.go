@@ -36,19 +36,20 @@
 // Peek and Reset show and clear the windows one subject ("alice",
 // "192.0.2.7") has in one scope, for admin tools, mapping the subject as
 // the middleware does; Reset also lifts the subject's block (a block:
-// statement). SetRules, ClearRules and Rules change the rule group of a
-// scope at run time in every process sharing the Redis and key prefix
+// statement). SetRules changes (or, with no text, restores) the rule group
+// of a scope at run time in every process sharing the Redis and key prefix
 // (rule overrides), and limit functions ($quota in a window,
 // WithLimitFunc) give each request its own limit.
 // AdminHandler serves the operator's view (internal/admin): the most denied
 // subjects fleet-wide, active blocks, one subject across routes, and a
-// reset, from denial tallies the Limiter keeps (see WithTallyFlush).
+// reset, from denial tallies the Limiter keeps and writes to Redis once a
+// second (see docs/operations.md).
 //
 // A cost limiter can settle after the handler to what a request really
 // consumed: middleware.WithSettle with middleware.Settlement{Written: true}
 // counts the bytes a download actually sent, and middleware.ReportCost lets
 // a handler report an application cost such as tokens (see
-// engine.Engine.Settle for the semantics).
+// engine.Engine.Finish and Outcome.Actual for the semantics).
 //
 // Throttle points the same engine the other way, at calls out: a fleet
 // of processes stays under another service's limits together, with Wait
@@ -77,9 +78,11 @@
 // # Errors
 //
 // Every mistake of configuration, found by New, Register, Handle,
-// Middleware, SetRules or Throttle, is a *ConfigError naming where it is
-// (route, field, tag, rule text and offset) and wrapping the cause. Redis
-// failures never are one, so one errors.As tells them apart.
+// Middleware, SetRules or Throttle, and every call that names nothing
+// there (Peek, Reset, a throttled Call), is a *ConfigError with a Kind,
+// naming where it is (route, field, tag, rule text and offset) and
+// wrapping the cause. Redis failures never are one, so one errors.As tells
+// them apart.
 //
 // # Inspecting subjects
 //
@@ -91,7 +94,12 @@
 // "2001:db8::/64"), a user id, a header, path or key value; it is ignored
 // for global. The subject is mapped as the group's middleware maps it,
 // with the options it was built with. The requests a user, header,
-// param or key limiter counted by client IP are seen with PeekByIP.
+// param or key limiter counted by client IP (callers without identity or
+// value, roles in role.Policy.ByIP) are seen with byIP set; a global
+// limiter never counts by IP. Input that names no windows is a
+// *ConfigError of kind "scope" or "limiter", or another error
+// for a subject the limiter never counts; when Redis fails, Peek returns the fail mode's
+// Decision with the error.
 //
 // Every limiter with that ID in the scope, in the defaults or a role's
 // override of any group registered in it, counts into the same Redis key:

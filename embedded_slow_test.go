@@ -64,7 +64,7 @@ func TestEmbeddedSlowLogin(t *testing.T) {
 			// The store answers again (the fallback's decisions stop
 			// once a background probe finds it answering): the sixth is
 			// decided by the store, with what the fifth left there.
-			waitForStore(t, lim.Engine())
+			waitForStore(t, engineOf(lim))
 		}
 		if got := login(); got != want {
 			t.Fatalf("failed login %d: %d, want %d", i+1, got, want)
@@ -79,7 +79,7 @@ func waitForStore(t *testing.T, e *engine.Engine) {
 		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Minute}}}}}}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		d, err := enginePeek(e, context.Background(), r)
-		if err == nil && d.Source == engine.FromRedis {
+		if err == nil && d.Source == "redis" {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -154,7 +154,7 @@ func TestEndToEndExemptMakesNoRedisCalls(t *testing.T) {
 	onBackends(t, func(t *testing.T, b redisBackend) {
 		// The rule overrides' version check (a GET a second, off the request
 		// path) would count too.
-		f := newFixture(t, b, slidelimit.WithRulesCheck(time.Hour))
+		f := newFixture(t, b, withRulesCheck(time.Hour))
 		before := f.cmds.Count()
 		for range 10 {
 			if w := f.do("GET", "/files/1", "192.0.2.1:1", ident("root", "superadmin")); w.Code != 200 {
@@ -238,7 +238,7 @@ func TestEndToEndDenied(t *testing.T) {
 		ev := f.events.Last()
 		// The second request filled the window, so the denial may come from
 		// the cache of Redis's answers.
-		if ev.Source != engine.FromRedis && ev.Source != engine.FromCache || ev.Err != nil || ev.Decision.RetryAfter <= 0 {
+		if ev.Source != "redis" && ev.Source != "cache" || ev.Err != nil || ev.Decision.RetryAfter <= 0 {
 			t.Fatalf("event = %+v", ev)
 		}
 		want := int64(math.Ceil(ev.Decision.RetryAfter.Seconds()))
@@ -308,7 +308,7 @@ func TestEndToEndShadow(t *testing.T) {
 				t.Fatalf("shadow request %d: %d %v", i, w.Code, w.Header())
 			}
 		}
-		if ev := f.events.Last(); !ev.Shadow || ev.Allowed || ev.Source != engine.FromRedis && ev.Source != engine.FromCache {
+		if ev := f.events.Last(); !ev.Shadow || ev.Allowed || ev.Source != "redis" && ev.Source != "cache" {
 			t.Errorf("event = %+v, want a reported would-be denial", ev)
 		}
 	})
@@ -329,7 +329,7 @@ func TestEndToEndRedisDown(t *testing.T) {
 		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
 			t.Errorf("fail:closed: %d Retry-After %q, want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
 		}
-		if ev := f.events.Last(); ev.Source != engine.FromFailClosed || !errors.Is(ev.Err, engine.ErrBackend) {
+		if ev := f.events.Last(); ev.Source != "fail-closed" || !errors.Is(ev.Err, engine.ErrBackend) {
 			t.Errorf("event = %+v", ev)
 		}
 		if body := w.Body.String(); strings.Contains(body, "engine") || strings.Contains(body, "refused") || strings.Contains(body, strings.Split(f.addr, ":")[1]) {
@@ -338,7 +338,7 @@ func TestEndToEndRedisDown(t *testing.T) {
 		if w := f.do("GET", "/open", "192.0.2.1:1", nil); w.Code != 200 {
 			t.Errorf("fail:open: %d, want 200", w.Code)
 		}
-		if ev := f.events.Last(); ev.Source != engine.FromFailOpen || ev.Err == nil {
+		if ev := f.events.Last(); ev.Source != "fail-open" || ev.Err == nil {
 			t.Errorf("event = %+v", ev)
 		}
 	})

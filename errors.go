@@ -9,12 +9,19 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// ConfigError reports a mistake in what the program configured: a rule
-// text, a struct tag, an option, a route or a throttle. Err is the
-// specific cause, such as a *rules.Error, a *middleware.ConfigError or
-// ErrPattern; failures of Redis are never a ConfigError, so one errors.As
-// tells a bad rule from a store failure.
+// ConfigError reports a mistake in what the program configured or asked
+// for: a rule text, a struct tag, an option, a route, a subject to peek at
+// or a throttled call. Kind says which; Err is the specific cause, such as
+// a *rules.Error or a *middleware.ConfigError. Failures of Redis are never a
+// ConfigError, so one errors.As tells a bad rule from a store failure.
 type ConfigError struct {
+	// Kind is what is wrong: "rule" (a rule text or tag, or a function,
+	// role or middleware option it names), "option" (an option of New),
+	// "route" (a pattern, mux or handler given to Register or Handle),
+	// "scope" or "limiter" (Peek or Reset named none registered), "call" (a
+	// throttled Call lacks a key or a cost) or "never-fits" (a call's cost
+	// is above a window's whole limit).
+	Kind string
 	// Route is the route pattern, scope or throttle name, or empty.
 	Route string
 	// Field is the struct field that declared the route, or empty.
@@ -33,7 +40,7 @@ type ConfigError struct {
 // Error implements the error interface.
 func (e *ConfigError) Error() string {
 	var b strings.Builder
-	b.WriteString("slidelimit: ")
+	b.WriteString(prefix)
 	var re *rules.Error
 	located := errors.As(e.Err, &re) && (re.Field != "" || re.Type != "")
 	if e.Field != "" && !located {
@@ -43,13 +50,47 @@ func (e *ConfigError) Error() string {
 		b.WriteString("route " + strconv.Quote(e.Route) + ": ")
 	}
 	if e.Err != nil {
-		b.WriteString(e.Err.Error())
+		b.WriteString(strings.TrimPrefix(e.Err.Error(), prefix))
 	}
 	return b.String()
 }
 
 // Unwrap returns the cause.
 func (e *ConfigError) Unwrap() error { return e.Err }
+
+const prefix = "slidelimit: "
+
+// kindError is a cause that decides the Kind of its ConfigError.
+type kindError struct{ kind, msg string }
+
+func (e *kindError) Error() string { return e.msg }
+
+// Causes of ConfigErrors that are not the rule language's.
+var (
+	errNilMux         = &kindError{"route", prefix + "nil mux"}
+	errNilHandler     = &kindError{"route", prefix + "nil handler"}
+	errPattern        = &kindError{"route", prefix + "pattern rejected by http.ServeMux"}
+	errUnknownScope   = &kindError{"scope", prefix + "unknown scope"}
+	errUnknownLimiter = &kindError{"limiter", prefix + "unknown limiter"}
+	errCall           = &kindError{"call", prefix + "call lacks a value the throttle needs"}
+	errNeverFits      = &kindError{"never-fits", prefix + "call can never fit"}
+	errOverridesOff   = &kindError{"option", prefix + "rule overrides are off"}
+)
+
+// kindOf returns the Kind of a ConfigError caused by err.
+func kindOf(err error) string {
+	if k := (*kindError)(nil); errors.As(err, &k) {
+		return k.kind
+	}
+	return "rule"
+}
+
+// optionError returns err, an invalid option of New, as a *ConfigError.
+func optionError(err error) *ConfigError {
+	ce := configError("", "", "", err)
+	ce.Kind = "option"
+	return ce
+}
 
 // configError returns err as a *ConfigError for route, field and text,
 // the rule text as the user wrote it, located by the *rules.Error it
@@ -67,7 +108,7 @@ func configError(route, field, text string, err error) *ConfigError {
 		}
 		return &c
 	}
-	ce = &ConfigError{Route: route, Field: field, Text: text, Offset: -1, Err: err}
+	ce = &ConfigError{Kind: kindOf(err), Route: route, Field: field, Text: text, Offset: -1, Err: err}
 	var re *rules.Error
 	if errors.As(err, &re) {
 		ce.Tag = re.Tag

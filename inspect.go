@@ -17,18 +17,6 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Errors of Peek and Reset, for input that names no windows. A subject the
-// middleware never counts (an ip subject that is not an address, an empty
-// user id) is reported with an error of its own, never engine.ErrBackend.
-var (
-	// ErrUnknownScope means no group registered through the Limiter is in
-	// the scope.
-	ErrUnknownScope = errors.New("slidelimit: unknown scope")
-	// ErrUnknownLimiter means no group in the scope has a limiter with the
-	// ID, default or per role, or the ID is not a limiter ID at all.
-	ErrUnknownLimiter = errors.New("slidelimit: unknown limiter")
-)
-
 // registered is a group wrapped by Register, Handle or Middleware.
 type registered struct {
 	// scope is the group's scope, or "" when it is only known per request
@@ -60,28 +48,13 @@ func (l *Limiter) remember(scope string, g rules.Group, opts []middleware.Option
 	l.groups = append(l.groups, registered{scope: scope, group: g, opts: append(slices.Clip(l.opts), opts...)})
 }
 
-// Peek reports the windows that limiter limiterID ("ip", "user",
-// "header(X-Api-Key)", ...) of scope keeps for subject, without counting
-// anything. subject is the raw value the limiter counts, mapped as the
-// middleware maps it. Peek fails with ErrUnknownScope, ErrUnknownLimiter or
-// another error for input that names no windows (such as a subject the
-// limiter never counts);
-// when Redis fails it returns the fail mode's Decision with the error. See
-// the package documentation, Inspecting subjects, for the windows reported.
-func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
-	req, err := l.inspect(scope, limiterID, subject, false)
-	if err != nil {
-		return engine.Decision{}, err
-	}
-	return l.peek(ctx, req)
-}
-
-// PeekByIP is Peek for the requests that limiter limiterID of scope counted
-// by the client address addr rather than by its own value: callers without
-// identity or value, and roles in role.Policy.ByIP. A global limiter never
-// counts by address, which is an error.
-func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
-	req, err := l.inspect(scope, limiterID, addr, true)
+// Peek reports, counting nothing, the windows that limiter limiterID
+// ("ip", "user", "header(X-Api-Key)", ...) of scope keeps for subject: the
+// raw value the limiter counts or, with byIP, the client address of the
+// requests it counted by address. Input that names no windows is a
+// *ConfigError; see the package documentation, Inspecting subjects.
+func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string, byIP bool) (engine.Decision, error) {
+	req, err := l.inspect(scope, limiterID, subject, byIP)
 	if err != nil {
 		return engine.Decision{}, err
 	}
@@ -92,18 +65,8 @@ func (l *Limiter) PeekByIP(ctx context.Context, scope, limiterID, addr string) (
 // subject, in every window of every limiter with that ID in the scope, and
 // lifts the subject's block. Its arguments and errors are Peek's; it fails
 // with an error matching engine.ErrBackend when Redis does.
-func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string) error {
-	return l.reset(ctx, scope, limiterID, subject, false)
-}
-
-// ResetByIP is Reset for the requests counted by client address; see
-// PeekByIP.
-func (l *Limiter) ResetByIP(ctx context.Context, scope, limiterID, addr string) error {
-	return l.reset(ctx, scope, limiterID, addr, true)
-}
-
-func (l *Limiter) reset(ctx context.Context, scope, limiterID, value string, byIP bool) error {
-	req, err := l.inspect(scope, limiterID, value, byIP)
+func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string, byIP bool) error {
+	req, err := l.inspect(scope, limiterID, subject, byIP)
 	if err != nil {
 		return err
 	}
@@ -177,12 +140,12 @@ func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind
 		}
 	}
 	if scope == "" || len(inScope) == 0 {
-		return engine.Request{}, fmt.Errorf("%w %q", ErrUnknownScope, scope)
+		return engine.Request{}, configError("", "", "", fmt.Errorf("%w %q", errUnknownScope, scope))
 	}
 	id, ok := parseLimiterID(limiterID)
 	kind := id.Kind
 	if !ok {
-		return engine.Request{}, fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", ErrUnknownLimiter, limiterID)
+		return engine.Request{}, configError("", "", "", fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", errUnknownLimiter, limiterID))
 	}
 
 	req := engine.Request{Scope: scope}
@@ -214,7 +177,7 @@ func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind
 		req.Checks[i].Block = block
 	}
 	if len(req.Checks) == 0 {
-		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownLimiter, limiterID, scope)
+		return engine.Request{}, configError("", "", "", fmt.Errorf("%w %q in scope %q", errUnknownLimiter, limiterID, scope))
 	}
 	for _, c := range req.Checks {
 		slices.SortFunc(c.Windows, func(a, b rules.Window) int {

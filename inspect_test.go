@@ -98,15 +98,11 @@ func summary(d engine.Decision) []string {
 
 func peek(t *testing.T, lim *slidelimit.Limiter, byIP bool, scope, id, subject string) []string {
 	t.Helper()
-	peekFn := lim.Peek
-	if byIP {
-		peekFn = lim.PeekByIP
-	}
-	d, err := peekFn(context.Background(), scope, id, subject)
+	d, err := lim.Peek(context.Background(), scope, id, subject, byIP)
 	if err != nil {
 		t.Fatalf("Peek(%q, %q, %q, byIP %v): %v", scope, id, subject, byIP, err)
 	}
-	if d.Source != engine.FromRedis {
+	if d.Source != "redis" {
 		t.Fatalf("Peek source = %v, want Redis", d.Source)
 	}
 	return summary(d)
@@ -149,7 +145,7 @@ func TestPeekAndReset(t *testing.T) {
 		wantWindows(t, "an IPv4-mapped address is the IPv4 one",
 			peek(t, f.lim, false, filesScope, "ip", "::ffff:192.0.2.1"), "0:4/min used=3 rem=1", "0:5/min used=3 rem=2", "0:40/h used=3 rem=37", "0:50/h used=3 rem=47")
 
-		if err := f.lim.Reset(ctx, filesScope, "user", "alice"); err != nil {
+		if err := f.lim.Reset(ctx, filesScope, "user", "alice", false); err != nil {
 			t.Fatal(err)
 		}
 		wantWindows(t, "after reset", peek(t, f.lim, false, filesScope, "user", "alice"),
@@ -177,7 +173,7 @@ func TestPeekByIP(t *testing.T) {
 			"0:2/min used=2 rem=0", "0:3/min used=2 rem=1", "0:10/h used=2 rem=8")
 		wantWindows(t, "user id spelling the IP", peek(t, f.lim, false, filesScope, "user", "192.0.2.9"),
 			"0:2/min used=1 rem=1", "0:3/min used=1 rem=2", "0:10/h used=1 rem=9")
-		wantWindows(t, "PeekByIP of an ip limiter is Peek", peek(t, f.lim, true, filesScope, "ip", "192.0.2.9"),
+		wantWindows(t, "Peek byIP of an ip limiter is Peek", peek(t, f.lim, true, filesScope, "ip", "192.0.2.9"),
 			peek(t, f.lim, false, filesScope, "ip", "192.0.2.9")...)
 
 		// A request without the header is counted by IP too.
@@ -186,10 +182,10 @@ func TestPeekByIP(t *testing.T) {
 			"0:2/min used=1 rem=1", "0:20/h used=1 rem=19")
 		wantWindows(t, "global", peek(t, f.lim, false, "GET /keys", "global", ""), "0:100/h used=1 rem=99")
 
-		if err := f.lim.ResetByIP(ctx, filesScope, "user", "192.0.2.9"); err != nil {
+		if err := f.lim.Reset(ctx, filesScope, "user", "192.0.2.9", true); err != nil {
 			t.Fatal(err)
 		}
-		wantWindows(t, "after ResetByIP", peek(t, f.lim, true, filesScope, "user", "192.0.2.9"),
+		wantWindows(t, "after Reset byIP", peek(t, f.lim, true, filesScope, "user", "192.0.2.9"),
 			"0:2/min used=0 rem=2", "0:3/min used=0 rem=3", "0:10/h used=0 rem=10")
 		wantWindows(t, "the user id spelling the IP is kept", peek(t, f.lim, false, filesScope, "user", "192.0.2.9"),
 			"0:2/min used=1 rem=1", "0:3/min used=1 rem=2", "0:10/h used=1 rem=9")
@@ -206,7 +202,7 @@ func TestPeekIPv6Grouping(t *testing.T) {
 			wantWindows(t, subject, peek(t, f.lim, false, filesScope, "ip", subject), "0:4/min used=2 rem=2", "0:5/min used=2 rem=3", "0:40/h used=2 rem=38", "0:50/h used=2 rem=48")
 		}
 		wantWindows(t, "another /48", peek(t, f.lim, false, filesScope, "ip", "2001:db8:2::1"), "0:4/min used=0 rem=4", "0:5/min used=0 rem=5", "0:40/h used=0 rem=40", "0:50/h used=0 rem=50")
-		if _, err := f.lim.Peek(context.Background(), filesScope, "ip", "2001:db8:1::/64"); !errors.Is(err, lifecycle.ErrSubject) {
+		if _, err := f.lim.Peek(context.Background(), filesScope, "ip", "2001:db8:1::/64", false); !errors.Is(err, lifecycle.ErrSubject) {
 			t.Errorf("Peek of a /64 network when clients are grouped by /48: %v, want ErrSubject", err)
 		}
 	})
@@ -244,7 +240,7 @@ func TestPeekSharedScopeAndMiddleware(t *testing.T) {
 		wantWindows(t, "shared scope", peek(t, lim, false, "uploads", "user", "bob"),
 			"0:2/min used=2 rem=0", "0:3/min used=2 rem=1", "0:5/h used=2 rem=3", "0:10/h used=2 rem=8")
 		wantWindows(t, "middleware scope", peek(t, lim, false, "chi-files", "ip", "192.0.2.1"), "0:3/min used=1 rem=2", "0:30/h used=1 rem=29")
-		if _, err := lim.Peek(context.Background(), "POST /pictures", "user", "bob"); !errors.Is(err, slidelimit.ErrUnknownScope) {
+		if _, err := lim.Peek(context.Background(), "POST /pictures", "user", "bob", false); !isKind(err, "scope") {
 			t.Errorf("the pattern of a route with a scope: statement is not its scope: %v", err)
 		}
 
@@ -269,35 +265,36 @@ func TestPeekErrors(t *testing.T) {
 	tests := []struct {
 		scope, id, subject string
 		byIP               bool
-		want               error
+		want               error // a ConfigError of kind, or matched by errors.Is
+		kind               string
 		text               string
 	}{
-		{"GET /nope", "ip", "192.0.2.1", false, slidelimit.ErrUnknownScope, `slidelimit: unknown scope "GET /nope"`},
-		{"", "ip", "192.0.2.1", false, slidelimit.ErrUnknownScope, `slidelimit: unknown scope ""`},
-		{"GET /health", "ip", "192.0.2.1", false, slidelimit.ErrUnknownScope, `unknown scope "GET /health"`},
-		{filesScope, "global", "", false, slidelimit.ErrUnknownLimiter, `slidelimit: unknown limiter "global" in scope "GET /files/{id}"`},
-		{filesScope, "header(X-Api-Key)", "k", false, slidelimit.ErrUnknownLimiter, `unknown limiter "header(X-Api-Key)" in scope`},
-		{filesScope, "bogus", "x", false, slidelimit.ErrUnknownLimiter, `unknown limiter "bogus": not a limiter ID`},
-		{filesScope, "", "x", false, slidelimit.ErrUnknownLimiter, `unknown limiter "": not a limiter ID`},
-		{filesScope, "ip:5/s", "x", false, slidelimit.ErrUnknownLimiter, "not a limiter ID"},
-		{filesScope, "ip; user", "x", false, slidelimit.ErrUnknownLimiter, "not a limiter ID"},
-		{filesScope, "header(X-A", "x", false, slidelimit.ErrUnknownLimiter, "not a limiter ID"},
-		{filesScope, "ip", "localhost", false, lifecycle.ErrSubject, `slidelimit: limiter ip: middleware: invalid subject: "localhost" is not an IP address`},
-		{filesScope, "user", "", false, lifecycle.ErrSubject, "empty user value"},
-		{filesScope, "user", "alice", true, lifecycle.ErrSubject, `"alice" is not an IP address`},
-		{"GET /keys", "global", "192.0.2.1", true, lifecycle.ErrSubject, "global limiter never counts by client IP"},
+		{"GET /nope", "ip", "192.0.2.1", false, nil, "scope", `slidelimit: unknown scope "GET /nope"`},
+		{"", "ip", "192.0.2.1", false, nil, "scope", `slidelimit: unknown scope ""`},
+		{"GET /health", "ip", "192.0.2.1", false, nil, "scope", `unknown scope "GET /health"`},
+		{filesScope, "global", "", false, nil, "limiter", `slidelimit: unknown limiter "global" in scope "GET /files/{id}"`},
+		{filesScope, "header(X-Api-Key)", "k", false, nil, "limiter", `unknown limiter "header(X-Api-Key)" in scope`},
+		{filesScope, "bogus", "x", false, nil, "limiter", `unknown limiter "bogus": not a limiter ID`},
+		{filesScope, "", "x", false, nil, "limiter", `unknown limiter "": not a limiter ID`},
+		{filesScope, "ip:5/s", "x", false, nil, "limiter", "not a limiter ID"},
+		{filesScope, "ip; user", "x", false, nil, "limiter", "not a limiter ID"},
+		{filesScope, "header(X-A", "x", false, nil, "limiter", "not a limiter ID"},
+		{filesScope, "ip", "localhost", false, lifecycle.ErrSubject, "", `slidelimit: limiter ip: middleware: invalid subject: "localhost" is not an IP address`},
+		{filesScope, "user", "", false, lifecycle.ErrSubject, "", "empty user value"},
+		{filesScope, "user", "alice", true, lifecycle.ErrSubject, "", `"alice" is not an IP address`},
+		{"GET /keys", "global", "192.0.2.1", true, lifecycle.ErrSubject, "", "global limiter never counts by client IP"},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("%q %q %q byIP=%v", tt.scope, tt.id, tt.subject, tt.byIP)
-		peekFn, resetFn := lim.Peek, lim.Reset
-		if tt.byIP {
-			peekFn, resetFn = lim.PeekByIP, lim.ResetByIP
-		}
-		_, perr := peekFn(context.Background(), tt.scope, tt.id, tt.subject)
-		rerr := resetFn(context.Background(), tt.scope, tt.id, tt.subject)
+		_, perr := lim.Peek(context.Background(), tt.scope, tt.id, tt.subject, tt.byIP)
+		rerr := lim.Reset(context.Background(), tt.scope, tt.id, tt.subject, tt.byIP)
 		for op, err := range map[string]error{"Peek": perr, "Reset": rerr} {
-			if !errors.Is(err, tt.want) || !contains(err, tt.text) {
-				t.Errorf("%s %s: %v, want %v containing %q", op, name, err, tt.want, tt.text)
+			matches := errors.Is(err, tt.want)
+			if tt.want == nil {
+				matches = isKind(err, tt.kind)
+			}
+			if !matches || !contains(err, tt.text) {
+				t.Errorf("%s %s: %v, want %v (kind %q) containing %q", op, name, err, tt.want, tt.kind, tt.text)
 			}
 		}
 	}
@@ -328,13 +325,13 @@ func TestPeekConcurrentWithRegister(t *testing.T) {
 			}
 		})
 		wg.Go(func() {
-			if _, err := lim.Peek(context.Background(), "GET /a", "ip", "192.0.2.1"); err != nil {
+			if _, err := lim.Peek(context.Background(), "GET /a", "ip", "192.0.2.1", false); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	if _, err := lim.Peek(context.Background(), "GET /r7", "ip", "192.0.2.1"); err != nil {
+	if _, err := lim.Peek(context.Background(), "GET /r7", "ip", "192.0.2.1", false); err != nil {
 		t.Error(err)
 	}
 }
@@ -364,17 +361,17 @@ func ExampleLimiter_Peek() {
 
 	// The union of the windows of "user" in the scope: the trial override's
 	// 3/min as well as the defaults.
-	d, err := lim.Peek(context.Background(), "GET /files/{id}", "user", "alice")
+	d, err := lim.Peek(context.Background(), "GET /files/{id}", "user", "alice", false)
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, w := range d.Windows {
 		fmt.Printf("%s: used %d, %d remaining\n", w.Window, w.Used, w.Remaining)
 	}
-	if err := lim.Reset(context.Background(), "GET /files/{id}", "user", "alice"); err != nil {
+	if err := lim.Reset(context.Background(), "GET /files/{id}", "user", "alice", false); err != nil {
 		log.Fatal(err)
 	}
-	d, _ = lim.Peek(context.Background(), "GET /files/{id}", "user", "alice")
+	d, _ = lim.Peek(context.Background(), "GET /files/{id}", "user", "alice", false)
 	fmt.Println("after Reset:", d.Windows[0].Used)
 	// Output:
 	// 3/min: used 2, 1 remaining

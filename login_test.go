@@ -167,7 +167,7 @@ func TestLoginCountsOnlyFailures(t *testing.T) {
 					t.Errorf("%d logins reached the handler, want 8", n)
 				}
 				// The last login is given back after its response
-				// (engine.Engine.FinishAsync): within engine.AsyncBound
+				// (engine.Engine.FinishAsync): within 1 ms
 				// and a round trip for a reader of Redis.
 				if n := s.entriesSettled(t, rc, 0); n != 0 {
 					t.Errorf("%d entries stored after successful logins only, want 0", n)

@@ -72,14 +72,14 @@ func WithFailMode(m rules.FailMode) Option {
 }
 
 // WithKeyPrefix sets the prefix of every Redis key the Limiter writes; the
-// default is engine.DefaultPrefix. Processes that share windows and rule
+// default is "slidelimit:". Processes that share windows and rule
 // overrides must use the same prefix.
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) { c.engine = append(c.engine, engine.WithPrefix(prefix)) }
 }
 
-// WithTimeout bounds each Redis call of a decision; the default is
-// engine.DefaultTimeout (100 ms). A call that times out follows the fail
+// WithTimeout bounds each Redis call of a decision; the default is 100 ms.
+// A call that times out follows the fail
 // mode.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) { c.engine = append(c.engine, engine.WithTimeout(d)) }
@@ -114,40 +114,19 @@ func WithLimitFunc(name string, fn func(r *http.Request) (int64, error)) Option 
 	return func(c *config) { c.mw(middleware.WithLimitFunc(name, fn)) }
 }
 
+// WithMaskedSubjects sets the kinds of limiters whose subjects the
+// operator's page (AdminHandler) shows, sends and logs only by a
+// fingerprint. The default masks rules.Header; no kind masks nothing. New
+// fails for a kind without subjects (docs/operations.md, Masked subjects).
+func WithMaskedSubjects(kinds ...rules.Kind) Option {
+	return func(c *config) { c.masked, c.maskSet = append([]rules.Kind(nil), kinds...), true }
+}
+
 // WithHook adds fn to the functions that receive an event for every
 // decision, for metrics or tracing. Hooks run synchronously, in the order
 // they were added, and must be fast and safe for concurrent use.
 func WithHook(fn func(middleware.Event)) Option {
 	return func(c *config) { c.mw(middleware.WithHook(fn)) }
-}
-
-// WithMaskedSubjects sets the kinds of limiters whose subjects the
-// operator's page (AdminHandler) shows only by a fingerprint. The default
-// masks rules.Header; WithMaskedSubjects() with no kind masks nothing. New
-// fails for a kind without subjects. See docs/operations.md for what the
-// page does with a masked subject.
-func WithMaskedSubjects(kinds ...rules.Kind) Option {
-	return func(c *config) {
-		c.masked, c.maskSet = append([]rules.Kind(nil), kinds...), true
-	}
-}
-
-// WithRulesCheck sets how often the Limiter reads the version of the rule
-// overrides in Redis (see Limiter.SetRules), to catch a change whose
-// pub/sub message it missed; the default is 1 s.
-// d <= 0 turns overrides off, and SetRules then fails with ErrOverridesOff.
-func WithRulesCheck(d time.Duration) Option {
-	return func(c *config) { c.rulesCheck = d }
-}
-
-// WithTallyFlush sets how often the Limiter writes its denial tallies to
-// Redis, where AdminHandler reads every process's (see docs/operations.md,
-// Denial tallies); the default is 1 s, one pipeline per interval per
-// process, off the request path. d must be between 10 ms and 10 s (New
-// fails otherwise); d <= 0 turns the tallies off: the Limiter counts no
-// denial, and its page shows only other processes' tallies.
-func WithTallyFlush(d time.Duration) Option {
-	return func(c *config) { c.tallyFlush = d }
 }
 
 // WithEngineOptions passes opts to [engine.New], for the engine settings

@@ -2,12 +2,12 @@ package slidelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -19,45 +19,22 @@ import (
 // Limiter builds the handlers that serve them.
 
 // defaultRulesCheck is how often a Limiter checks the version of the rule
-// overrides in Redis by default (WithRulesCheck).
+// overrides in Redis by default (tests change it through internal/access).
 const defaultRulesCheck = time.Second
-
-// Errors of SetRules and ClearRules.
-var (
-	// ErrOverridesOff means the Limiter was created with overrides off
-	// (WithRulesCheck(0)), so it neither reads nor writes them.
-	ErrOverridesOff = errors.New("slidelimit: rule overrides are off")
-)
-
-// Override is a rule group that replaces, in every process sharing the
-// Redis and key prefix, the group the code declared for Scope.
-type Override struct {
-	// Scope is a route pattern given to Register or Handle ("GET
-	// /files/{id}"), or a group's scope: name.
-	Scope string `json:"scope"`
-	// Rules is the group's canonical text (rules.Group.String), without
-	// a scope: statement.
-	Rules string `json:"rules"`
-}
-
-// Overrides lists the rule overrides in force, as of Version.
-type Overrides struct {
-	// Version counts the changes made to the overrides since they were
-	// first stored under the prefix; 0 when none was ever made.
-	Version int64 `json:"version"`
-	// Overrides are the overrides, in scope order.
-	Overrides []Override `json:"overrides"`
-}
 
 // SetRules replaces the rule group of scope (a route pattern or a scope:
 // name) with rulesText, in this process and in every process sharing the
-// Redis and key prefix, within about a second, until ClearRules. The text
-// is checked as a limit tag is and by building every handler of the scope:
-// a *ConfigError leaves everything as it was. See docs/rules.md, Limits
-// that change at run time, for how the windows carry over.
+// Redis and key prefix, within about a second; an empty rulesText removes
+// the override, so that the group the code declared applies again. The
+// text is checked as a limit tag is and by building every handler of the
+// scope: a *ConfigError leaves everything as it was. See docs/rules.md,
+// Limits that change at run time, for how the windows carry over.
 func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	if l.ov == nil {
-		return ErrOverridesOff
+		return configError(scope, "", "", errOverridesOff)
+	}
+	if rulesText == "" {
+		return l.clearRules(ctx, scope)
 	}
 	g, err := overrides.Group(scope, rulesText)
 	if err != nil {
@@ -74,36 +51,32 @@ func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	return l.ov.Write(ctx, scope, g.String())
 }
 
-// ClearRules removes the override of scope, so that every process sharing
-// the Redis and key prefix enforces the group its code declared again,
-// within about a second (see SetRules). Removing an override that is not
-// in force is not an error.
-func (l *Limiter) ClearRules(ctx context.Context, scope string) error {
-	if l.ov == nil {
-		return ErrOverridesOff
-	}
+// clearRules removes the override of scope (SetRules with no text).
+// Removing an override that is not in force is not an error.
+func (l *Limiter) clearRules(ctx context.Context, scope string) error {
 	if scope == "" {
 		return configError("", "", "", fmt.Errorf("%w: empty scope", overrides.ErrScope))
 	}
 	return l.ov.Write(ctx, scope, "")
 }
 
-// Rules returns the rule overrides in force as stored in Redis now (not
-// as this process last applied them), in scope order. It fails when Redis
-// does.
-func (l *Limiter) Rules(ctx context.Context) (Overrides, error) {
+// rules returns the version of the rule overrides (the number of changes
+// made since they were first stored under the prefix) and the overrides in
+// force as stored in Redis now, in scope order; the operator page and the
+// demo (through internal/access) list them.
+func (l *Limiter) rules(ctx context.Context) (int64, []access.Override, error) {
 	if l.ov == nil {
-		return Overrides{}, ErrOverridesOff
+		return 0, nil, errOverridesOff
 	}
 	set, err := l.ov.Load(ctx)
 	if err != nil {
-		return Overrides{}, err
+		return 0, nil, err
 	}
-	out := Overrides{Version: set.Version, Overrides: []Override{}}
+	out := []access.Override{}
 	for _, s := range set.Scopes() {
-		out.Overrides = append(out.Overrides, Override{Scope: s, Rules: set.Texts[s]})
+		out = append(out, access.Override{Scope: s, Rules: set.Texts[s]})
 	}
-	return out, nil
+	return set.Version, out, nil
 }
 
 // follow returns a handler serving code, the handler of the group the code

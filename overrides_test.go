@@ -92,7 +92,7 @@ func until(t *testing.T, what string, cond func() bool) time.Duration {
 // 3-master Redis Cluster: SetRules in one process tightens a scope in the
 // other within a second, counting the requests recorded before; a process
 // started later applies the override from its first request; bad text
-// changes nothing; ClearRules restores the code's rules everywhere.
+// changes nothing; SetRules with no text restores the code's rules everywhere.
 func TestOverrides(t *testing.T) {
 	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
@@ -152,11 +152,11 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	}
 
 	// Bad text: an error with the position, nothing stored or changed.
-	before, err := a.lim.Rules(ctx)
+	before, err := rulesOf(ctx, a.lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := slidelimit.Overrides{Version: before.Version, Overrides: []slidelimit.Override{{Scope: "GET /search", Rules: "ip:2/min"}}}
+	want := overridesInForce{Version: before.Version, Overrides: []override{{Scope: "GET /search", Rules: "ip:2/min"}}}
 	if fmt.Sprint(before) != fmt.Sprint(want) {
 		t.Errorf("Rules = %+v, want %+v", before, want)
 	}
@@ -173,30 +173,30 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	} {
 		err := a.lim.SetRules(ctx, "GET /search", tt.text)
 		var ce *slidelimit.ConfigError
-		if tt.is != nil && !isError(err, tt.is) || !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.msg) {
-			t.Errorf("SetRules(%q) = %v, want a *ConfigError wrapping %v with %q", tt.text, err, tt.is, tt.msg)
+		if tt.is != nil && !isError(err, tt.is) || !errors.As(err, &ce) || ce.Kind != "rule" || !strings.Contains(err.Error(), tt.msg) {
+			t.Errorf("SetRules(%q) = %v, want a *ConfigError of kind rule wrapping %v with %q", tt.text, err, tt.is, tt.msg)
 		}
 	}
-	if after, err := a.lim.Rules(ctx); err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
+	if after, err := rulesOf(ctx, a.lim); err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("bad text changed the overrides: %+v %v", after, err)
 	}
 	if got := a.gets("192.0.2.4", 3); got != "200 200 429" {
 		t.Errorf("a after bad text: %s, want ip:2/min still", got)
 	}
 
-	// ClearRules restores the code's rules everywhere.
-	if err := b.lim.ClearRules(ctx, "GET /search"); err != nil {
+	// SetRules with no text restores the code's rules everywhere.
+	if err := b.lim.SetRules(ctx, "GET /search", ""); err != nil {
 		t.Fatal(err)
 	}
 	took = until(t, "a restores the code's rules", func() bool { return a.get("192.0.2.1") == http.StatusOK })
 	if took > 1500*time.Millisecond {
-		t.Errorf("ClearRules propagated in %v", took)
+		t.Errorf("clearing propagated in %v", took)
 	}
 	if got := c.gets("192.0.2.5", 3); got != "200 200 200" {
 		until(t, "c restores the code's rules", func() bool { return c.get("192.0.2.6") == http.StatusOK })
 	}
-	if r, err := c.lim.Rules(ctx); err != nil || len(r.Overrides) != 0 || r.Version <= before.Version {
-		t.Errorf("Rules after ClearRules = %+v, %v", r, err)
+	if r, err := rulesOf(ctx, c.lim); err != nil || len(r.Overrides) != 0 || r.Version <= before.Version {
+		t.Errorf("overrides after clearing = %+v, %v", r, err)
 	}
 }
 
@@ -212,7 +212,7 @@ func TestOverridesLostMessage(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client()
 	prefix := randomPrefix(t)
-	p := newProcess(t, noSubscribe{rdb}, prefix, slidelimit.WithRulesCheck(200*time.Millisecond))
+	p := newProcess(t, noSubscribe{rdb}, prefix, withRulesCheck(200*time.Millisecond))
 	ctx := context.Background()
 	if err := rdb.HSet(ctx, prefix+"{rules}", "GET /search", "ip:1/min").Err(); err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestOverridesRedisDown(t *testing.T) {
 	prefix := randomPrefix(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
-	p := newProcess(t, client, prefix, slidelimit.WithRulesCheck(50*time.Millisecond),
+	p := newProcess(t, client, prefix, withRulesCheck(50*time.Millisecond),
 		slidelimit.WithEngineOptions(engine.WithFailMode(rules.FailLocal), engine.WithTimeout(100*time.Millisecond)))
 	if err := p.lim.SetRules(context.Background(), "GET /search", "ip:2/min"); err != nil {
 		t.Fatal(err)
@@ -265,13 +265,13 @@ func TestOverridesRedisDown(t *testing.T) {
 	}
 }
 
-// TestOverridesOff checks WithRulesCheck(0): no overrides are read or
+// TestOverridesOff checks the rules check at 0 (overrides off): no overrides are read or
 // written.
 func TestOverridesOff(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := newProcess(t, srv.Client(), randomPrefix(t), slidelimit.WithRulesCheck(0))
-	if err := p.lim.SetRules(context.Background(), "GET /search", "ip:1/s"); !errors.Is(err, slidelimit.ErrOverridesOff) {
+	p := newProcess(t, srv.Client(), randomPrefix(t), withRulesCheck(0))
+	if err := p.lim.SetRules(context.Background(), "GET /search", "ip:1/s"); !isKind(err, "option") {
 		t.Errorf("SetRules = %v", err)
 	}
 	if got := p.gets("192.0.2.1", 2); got != "200 200" {
@@ -309,7 +309,7 @@ func TestOverridesNamedScope(t *testing.T) {
 	if fmt.Sprint(got) != "[200 200 200 429]" {
 		t.Errorf("two handlers of scope shared under ip:3/min: %v", got)
 	}
-	d, err := p.lim.Peek(ctx, "shared", "ip", "192.0.2.1")
+	d, err := p.lim.Peek(ctx, "shared", "ip", "192.0.2.1", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +335,7 @@ func TestOverridesStore(t *testing.T) {
 	rdb := srv.Client()
 	prefix := randomPrefix(t)
 	ctx := context.Background()
-	p := newProcess(t, rdb, prefix, slidelimit.WithRulesCheck(100*time.Millisecond))
+	p := newProcess(t, rdb, prefix, withRulesCheck(100*time.Millisecond))
 	closed := newProcess(t, rdb, prefix)
 	if err := p.lim.SetRules(ctx, "GET /search", "ip:1/min"); err != nil {
 		t.Fatal(err)
@@ -376,7 +376,7 @@ func TestOverridesOutageLeavesPool(t *testing.T) {
 	s := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, PoolSize: 4})
 	t.Cleanup(func() { rc.Close() })
-	p := newProcess(t, rc, randomPrefix(t), slidelimit.WithRulesCheck(10*time.Millisecond))
+	p := newProcess(t, rc, randomPrefix(t), withRulesCheck(10*time.Millisecond))
 	s.Kill()
 	time.Sleep(300 * time.Millisecond) // about 30 version checks
 	s.Restart()

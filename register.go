@@ -74,9 +74,9 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 		return fail(errNilHandler)
 	}
 	// The pattern is checked first, and on its own, so that its error
-	// wraps ErrPattern as the ServeMux's own rejections do.
+	// wraps errPattern as the ServeMux's own rejections do.
 	if _, err := rulesx.Wildcards(pattern); err != nil {
-		return fail(fmt.Errorf("%w: %w", ErrPattern, err))
+		return fail(fmt.Errorf("%w: %w", errPattern, err))
 	}
 	g, err := rules.ParseRoute(pattern, rulesText)
 	if err != nil {
@@ -128,18 +128,9 @@ func isZero(g rules.Group) bool {
 func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("%w: %v", ErrPattern, v)
+			err = fmt.Errorf("%w: %v", errPattern, v)
 		}
 	}()
 	mux.Handle(pattern, h)
 	return nil
 }
-
-// Errors of Register and Handle.
-var (
-	errNilMux     = errors.New("slidelimit: nil mux")
-	errNilHandler = errors.New("slidelimit: nil handler")
-	// ErrPattern means http.ServeMux rejected a pattern as invalid or as
-	// conflicting with another one.
-	ErrPattern = errors.New("slidelimit: pattern rejected by http.ServeMux")
-)

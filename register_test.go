@@ -77,7 +77,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 	h := &api{ok, ok, ok, ok, ok}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, h)
-	if !isError(err, unregistered("WithKeyFunc")) || !errors.Is(err, slidelimit.ErrPattern) {
+	if !isError(err, unregistered("WithKeyFunc")) || !isKind(err, "route") {
 		t.Fatalf("Register = %v, want unknown keys and a pattern conflict", err)
 	}
 	var fields []string
@@ -107,7 +107,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 			middleware.WithKeyFunc("org", func(r *http.Request) string { return "" }),
 		))
 	err = lim.Register(http.NewServeMux(), h)
-	if isError(err, unregistered("WithKeyFunc")) || !errors.Is(err, slidelimit.ErrPattern) {
+	if isError(err, unregistered("WithKeyFunc")) || !isKind(err, "route") {
 		t.Errorf("Register = %v, want only the pattern conflict", err)
 	}
 }
@@ -126,7 +126,7 @@ func TestRegisterReportsTagAndRouteErrors(t *testing.T) {
 	}
 	mux := http.NewServeMux()
 	err := offline(t).Register(mux, &api{ok, ok, ok, ok, ok})
-	for _, want := range []error{errRuleInvalid, unregistered("WithKeyFunc"), slidelimit.ErrPattern} {
+	for _, want := range []error{errRuleInvalid, unregistered("WithKeyFunc"), kindErr("route")} {
 		if !isError(err, want) {
 			t.Errorf("Register = %v, want it to wrap %v", err, want)
 		}
@@ -145,8 +145,8 @@ func TestRegisterConflictWithExistingRoute(t *testing.T) {
 	}
 	err := offline(t).Register(mux, &api{ok})
 	var re *slidelimit.ConfigError
-	if !errors.As(err, &re) || re.Field != "Files" || !errors.Is(err, slidelimit.ErrPattern) {
-		t.Errorf("Register = %v, want a *ConfigError for Files wrapping ErrPattern", err)
+	if !errors.As(err, &re) || re.Field != "Files" || !isKind(err, "route") {
+		t.Errorf("Register = %v, want a *ConfigError for Files of kind route", err)
 	}
 }
 
@@ -178,8 +178,8 @@ func TestHandle(t *testing.T) {
 		{"ok", "GET /files/{id}", "param(id):5/s; ip:10/s", ok, nil, ""},
 		{"rules syntax", "GET /a", "ip:5/fortnight", ok, errRuleSyntax, ""},
 		{"empty rules", "GET /a", "", ok, errRuleSyntax, ""},
-		{"invalid pattern", "GET /{", "ip:5/s", ok, slidelimit.ErrPattern, ""},
-		{"duplicate pattern", "GET /taken", "ip:5/s", ok, slidelimit.ErrPattern, ""},
+		{"invalid pattern", "GET /{", "ip:5/s", ok, kindErr("route"), ""},
+		{"duplicate pattern", "GET /taken", "ip:5/s", ok, kindErr("route"), ""},
 		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, errRuleInvalid, ""},
 		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, errRuleInvalid, ""},
 		{"unknown key", "GET /a", "key(k):5/s", ok, unregistered("WithKeyFunc"), ""},
@@ -213,8 +213,8 @@ func TestHandle(t *testing.T) {
 	}
 	// A malformed pattern is located by rulesx.Wildcards, as in a route tag.
 	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
-	if !errors.Is(err, slidelimit.ErrPattern) || !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), "at offset 7") {
-		t.Errorf("Handle with a malformed pattern = %v, want ErrPattern and errRuleInvalid at offset 7", err)
+	if !isKind(err, "route") || !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), "at offset 7") {
+		t.Errorf("Handle with a malformed pattern = %v, want kind route, errRuleInvalid at offset 7", err)
 	}
 	var ce *slidelimit.ConfigError
 	if err := offline(t).Handle(nil, "GET /", ok, "ip:1/s"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "nil mux") {

@@ -162,11 +162,11 @@ func TestSetRulesSize(t *testing.T) {
 	rdb := srv.Client()
 	prefix := randomPrefix(t)
 	ctx := context.Background()
-	p := newProcess(t, rdb, prefix, slidelimit.WithRulesCheck(50*time.Millisecond))
+	p := newProcess(t, rdb, prefix, withRulesCheck(50*time.Millisecond))
 	if err := p.lim.SetRules(ctx, "GET /search", "ip:2/min"); err != nil {
 		t.Fatal(err)
 	}
-	before, err := p.lim.Rules(ctx)
+	before, err := rulesOf(ctx, p.lim)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestSetRulesSize(t *testing.T) {
 	if !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), "group has 1000 windows, at most 256") {
 		t.Errorf("SetRules(1000 windows) = %.300v", err)
 	}
-	if after, err := p.lim.Rules(ctx); err != nil || !reflect.DeepEqual(after, before) {
+	if after, err := rulesOf(ctx, p.lim); err != nil || !reflect.DeepEqual(after, before) {
 		t.Errorf("the refused SetRules changed the overrides: %+v %v, want %+v", after, err, before)
 	}
 	if got := p.gets("192.0.2.1", 3); got != "200 200 429" {

@@ -23,9 +23,9 @@ type Limiter struct {
 	client engine.Client
 	opts   []middleware.Option
 	ident  func(*http.Request) (string, []string) // WithIdentity
-	ov     *overrides.Store                       // nil with WithRulesCheck(0)
-	tally  *tally.Tallies                         // counting and writing unless WithTallyFlush(0)
-	masked []rules.Kind                           // WithMaskedSubjects
+	ov     *overrides.Store                       // nil with overrides off (tests)
+	tally  *tally.Tallies                         // counting and writing unless off (tests)
+	masked []rules.Kind                           // kinds the operator's page masks
 
 	mu        sync.RWMutex
 	groups    []registered // what Peek and Reset search, in registration order
@@ -53,16 +53,16 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		switch k {
 		case rules.IP, rules.User, rules.Header, rules.Param, rules.Key:
 		default:
-			return nil, configError("", "", "", fmt.Errorf("WithMaskedSubjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
+			return nil, optionError(fmt.Errorf("masked subjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
 	if c.tallyFlush > 0 && (c.tallyFlush < tally.MinFlush || c.tallyFlush > tally.MaxFlush) {
-		return nil, fmt.Errorf("slidelimit: WithTallyFlush: %s is not between %s and %s (or <= 0, off)", c.tallyFlush, tally.MinFlush, tally.MaxFlush)
+		return nil, optionError(fmt.Errorf("tally flush: %s is not between %s and %s (or <= 0, off)", c.tallyFlush, tally.MinFlush, tally.MaxFlush))
 	}
 	e, err := engine.New(client, c.engine...)
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalid) {
-			return nil, configError("", "", "", err)
+			return nil, optionError(err)
 		}
 		return nil, err
 	}
@@ -79,10 +79,6 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	}
 	return l, nil
 }
-
-// Engine returns the Limiter's engine, for decisions outside HTTP
-// handlers.
-func (l *Limiter) Engine() *engine.Engine { return l.engine }
 
 // Close makes later decisions follow their fail mode, as if Redis were down;
 // requests in flight complete. It stops following rule overrides (the ones

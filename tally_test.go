@@ -36,24 +36,25 @@ func tallyService(t *testing.T, c engine.Client, prefix string, opts ...slidelim
 	return lim, s
 }
 
-// TestTallyFlushOption: WithTallyFlush sets the period of the writes and
-// New refuses one out of bounds; a Limiter with WithTallyFlush(0) counts
+// TestTallyFlushOption: the tally flush option sets the period of the
+// writes and New refuses one out of bounds as an option's ConfigError; a
+// Limiter with the tallies off counts
 // none of its denials, not even on Close, and its page still shows the
 // other processes' tallies.
 func TestTallyFlushOption(t *testing.T) {
 	t.Parallel()
 	c := redistest.Start(t).Client()
 	for _, d := range []time.Duration{time.Millisecond, 11 * time.Second} {
-		if lim, err := slidelimit.New(c, slidelimit.WithTallyFlush(d)); err == nil || !strings.Contains(err.Error(), "WithTallyFlush") {
+		if lim, err := slidelimit.New(c, withTallyFlush(d)); !isKind(err, "option") || !strings.Contains(err.Error(), "tally flush") {
 			if lim != nil {
 				lim.Close()
 			}
-			t.Errorf("WithTallyFlush(%s): %v, want an error naming the option", d, err)
+			t.Errorf("tally flush %s: %v, want an option's ConfigError naming it", d, err)
 		}
 	}
 	prefix := "t" + t.Name() + ":"
-	_, on := tallyService(t, c, prefix, slidelimit.WithTallyFlush(20*time.Millisecond))
-	offLim, off := tallyService(t, c, prefix, slidelimit.WithTallyFlush(0))
+	_, on := tallyService(t, c, prefix, withTallyFlush(20*time.Millisecond))
+	offLim, off := tallyService(t, c, prefix, withTallyFlush(0))
 	for _, s := range []*httptest.Server{on, off} {
 		for range 3 {
 			call(t, "GET", s.URL+"/files", map[*httptest.Server]string{on: "alice", off: "bob"}[s], "", nil)

@@ -62,16 +62,9 @@ type Permit struct {
 	done  atomic.Bool
 }
 
-// Errors of Throttle, Wait and Allow.
-var (
-	errThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
-	// ErrCall means a Call lacks the value of a key(NAME) limiter or the
-	// estimate of a named cost, or gives a cost below 1.
-	ErrCall = errors.New("slidelimit: call lacks a value the throttle needs")
-	// ErrNeverFits means a call's cost is above the whole limit of a
-	// window: no moment would admit it, so Wait fails at once.
-	ErrNeverFits = errors.New("slidelimit: call can never fit")
-)
+// errThrottleRules is the cause of a throttle's rule that has no meaning
+// for calls out.
+var errThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
 
 // Throttle returns the throttle name enforcing rulesText over the calls
 // out of every process sharing the Limiter's Redis and key prefix:
@@ -156,7 +149,7 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 // actual (by cost name, as in Call.Costs) is settled to its value, the
 // others keep their estimate, and in-flight slots are released. It does
 // not block: the work rides the engine's next script call, or leaves
-// within engine.AsyncBound (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
+// within 1 ms (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
 // nothing.
 func (p *Permit) Finish(actual map[string]int64) {
 	if p == nil || !p.done.CompareAndSwap(false, true) {
@@ -200,12 +193,20 @@ func (t *Throttle) decide(ctx context.Context, req *engine.Request) (engine.Deci
 // neverFits reports a check whose cost is above the limit of one of its
 // windows.
 func neverFits(req *engine.Request) error {
+	if err := tooBig(req); err != nil {
+		return configError(req.Scope, "", "", err)
+	}
+	return nil
+}
+
+// tooBig is neverFits's cause.
+func tooBig(req *engine.Request) error {
 	for _, c := range req.Checks {
 		cost := max(c.Cost, 1)
 		for _, w := range c.Windows {
 			if !w.Concurrent && cost > w.Limit {
 				return fmt.Errorf("%w: cost %s of limiter %s is above the limit of its window %s",
-					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), w.String())
+					errNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), w.String())
 			}
 		}
 	}

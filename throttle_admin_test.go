@@ -42,7 +42,7 @@ func TestThrottleVisible(t *testing.T) {
 	}
 	mu.Unlock()
 
-	if d, err := lim.Peek(ctx, "payments", "global", ""); err != nil || d.Windows[0].Used != 1 {
+	if d, err := lim.Peek(ctx, "payments", "global", "", false); err != nil || d.Windows[0].Used != 1 {
 		t.Errorf("Peek of the throttle's scope = %+v, %v; want 1 used", d, err)
 	}
 

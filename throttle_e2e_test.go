@@ -226,7 +226,7 @@ func medianLatency(t *testing.T, lim *slidelimit.Limiter) time.Duration {
 	var ls []time.Duration
 	for range 15 {
 		start := time.Now()
-		if _, err := enginePeek(lim.Engine(), context.Background(), engine.One("calibrate", rules.Global, "global",
+		if _, err := enginePeek(engineOf(lim), context.Background(), engine.One("calibrate", rules.Global, "global",
 			rules.Window{Limit: 10, Period: time.Second})); err != nil {
 			t.Fatal(err)
 		}

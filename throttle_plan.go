@@ -96,7 +96,7 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 		var v string
 		if l.Kind == rules.Key {
 			if v = c.Keys[l.Name]; v == "" {
-				return req, nil, fmt.Errorf("%w: no value for limiter %s in Call.Keys[%q]", ErrCall, l.ID(), l.Name)
+				return req, nil, configError(p.scope, "", "", fmt.Errorf("%w: no value for limiter %s in Call.Keys[%q]", errCall, l.ID(), l.Name))
 			}
 		}
 		ch.Subject = lifecycle.SubjectOf(l.Kind, v)
@@ -105,13 +105,13 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 		case lifecycle.IsDecimal(l.Cost):
 			n, err := strconv.ParseInt(l.Cost, 10, 64)
 			if err != nil || n < 1 {
-				return req, nil, fmt.Errorf("%w: limiter %s: invalid constant cost %q", ErrCall, l.ID(), l.Cost)
+				return req, nil, configError(p.scope, "", "", fmt.Errorf("%w: limiter %s: invalid constant cost %q", errCall, l.ID(), l.Cost))
 			}
 			ch.Cost = n
 		default:
 			n, ok := c.Costs[l.Cost]
 			if !ok || n < 1 {
-				return req, nil, fmt.Errorf("%w: no estimate of at least 1 for limiter %s in Call.Costs[%q]", ErrCall, l.ID(), l.Cost)
+				return req, nil, configError(p.scope, "", "", fmt.Errorf("%w: no estimate of at least 1 for limiter %s in Call.Costs[%q]", errCall, l.ID(), l.Cost))
 			}
 			ch.Cost, names[i] = n, l.Cost
 		}

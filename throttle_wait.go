@@ -13,8 +13,8 @@ import (
 // it in all of them, and returns its Permit, which the caller must Finish.
 // Callers wait in arrival order across the fleet (docs/throttle.md,
 // Fairness). When ctx ends first Wait returns ctx.Err() having counted
-// nothing; a call that can never fit fails at once (ErrNeverFits), one
-// missing a value (ErrCall). While Redis fails, the group's fail mode
+// nothing; a call that can never fit fails at once, and one missing a
+// value, with a *ConfigError of kind "never-fits" or "call". While Redis fails, the group's fail mode
 // decides: closed, unless a fail: statement says otherwise.
 func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	return t.waitFor(ctx, nil, c)

@@ -17,7 +17,7 @@ import (
 // life (Allow, then a finish settling to half the 1 MiB estimate and
 // releasing the slot), finished with Finish, which waits for Redis, and
 // with FinishAsync, which queues the finish for the next script call (or
-// sends it alone within engine.AsyncBound), as the middleware does after
+// sends it alone within 1 ms), as the middleware does after
 // the handler. Each decision of the last two is an Allow and, once
 // admitted, its finish. The slot limit is above the callers so that allow
 // cases never deny (admissions alone never release: their slots leave
@@ -81,7 +81,7 @@ func setupDownload(rdb *redis.Client, c benchCase, finish int) (*limiterSetup, e
 				if err != nil {
 					return false, err
 				}
-				if d.Source != engine.FromRedis && (d.Source != engine.FromCache || d.Allowed) {
+				if d.Source != "redis" && (d.Source != "cache" || d.Allowed) {
 					return false, fmt.Errorf("decision from source %v, not from Redis", d.Source)
 				}
 				switch {

@@ -47,11 +47,11 @@ func setupInflight(_ context.Context, rdb *redis.Client, c benchCase) (*limiterS
 				if err != nil {
 					return false, err
 				}
-				if d.Source != engine.FromRedis {
+				if d.Source != "redis" {
 					return false, fmt.Errorf("decision from source %v, not from Redis", d.Source)
 				}
 				if d.Allowed && !c.Deny {
-					if err := eng.Release(ctx, req, d); err != nil {
+					if err := eng.Finish(ctx, d, engine.Outcome{}); err != nil {
 						return false, err
 					}
 				}

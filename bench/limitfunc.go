@@ -75,7 +75,7 @@ func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiter
 				if err != nil {
 					return false, err
 				}
-				if d.Source != engine.FromRedis && (d.Source != engine.FromCache || d.Allowed) {
+				if d.Source != "redis" && (d.Source != "cache" || d.Allowed) {
 					return false, fmt.Errorf("decision from source %v, not from Redis", d.Source)
 				}
 				return d.Allowed, nil

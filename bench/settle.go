@@ -12,7 +12,7 @@ import (
 )
 
 // slidelimitSettled is the byte quota of slidelimitBQ with every admitted
-// request settled after its decision (engine.Engine.Settle): admitted
+// request settled after its decision (engine.Engine.Finish with Outcome.Actual): admitted
 // against an estimate of 1 KiB, settled to half of it, as a download the
 // client abandoned half-way would be. A decision is the Allow and, for an
 // admission, the Settle.
@@ -57,11 +57,11 @@ func newSettled(rdb *redis.Client, windows []rules.Window) (*limiterSetup, error
 			if err != nil {
 				return false, err
 			}
-			if d.Source != engine.FromRedis && (d.Source != engine.FromCache || d.Allowed) {
+			if d.Source != "redis" && (d.Source != "cache" || d.Allowed) {
 				return false, fmt.Errorf("decision from source %v, not from Redis", d.Source)
 			}
 			if d.Allowed {
-				if err := eng.Settle(ctx, req, d, actual); err != nil {
+				if err := eng.Finish(ctx, d, engine.Outcome{Actual: actual}); err != nil {
 					return false, err
 				}
 			}

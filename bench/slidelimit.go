@@ -27,7 +27,7 @@ const (
 // second and per minute): no rate this machine reaches fills a window, so
 // every decision is an admission. A limit of 100,000 per second was
 // reached at 64 callers once a batch on a hot key read it only once.
-const unreachable = engine.MaxCountLimit
+const unreachable = 1_000_000_000 // the engine's largest limit of a count key
 
 // slidelimitLibraries are the slidelimit configurations under test: the
 // 2-window group of GitHub issue #3 and a 1-window variant with the same
@@ -139,7 +139,7 @@ func newSlidelimitTallies(rdb *redis.Client, opts []engine.Option, tallies bool,
 				if err != nil {
 					return false, err
 				}
-				if d.Source != engine.FromRedis && (d.Source != engine.FromCache || d.Allowed) {
+				if d.Source != "redis" && (d.Source != "cache" || d.Allowed) {
 					return false, fmt.Errorf("decision from source %v, not from Redis", d.Source)
 				}
 				return d.Allowed, nil

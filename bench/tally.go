@@ -10,7 +10,7 @@ import (
 )
 
 // slidelimitNT is the 2-window group without the denial tallies
-// (slidelimit.WithTallyFlush(0)): beside "slidelimit 2-window", whose
+// (no denial hook from internal/tally, as a Limiter with them off): beside "slidelimit 2-window", whose
 // tallies are on (a Limiter's default), its deny-hot row shows what
 // counting every cached denial for the operator's view costs.
 const slidelimitNT = "slidelimit 2-window no tallies"

@@ -32,7 +32,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 		t.Helper()
 		clk.Set(at)
 		d, err := e.Allow(ctx, r)
-		if err != nil && d.Source != FromLocal {
+		if err != nil && d.Source != "local" {
 			t.Fatalf("at %v: %v", at, err)
 		}
 		return d
@@ -67,7 +67,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 		// is applied when it arrives). Never 4: a blocked request
 		// counts nowhere.
 		uk := string(e.keyer.appendKey(nil, "s", rules.User, "", "", "u"))
-		if used := d.Windows[1].Used; used != 3 && (used != 0 || d.Source != FromCache || known(e, uk)) {
+		if used := d.Windows[1].Used; used != 3 && (used != 0 || d.Source != "cache" || known(e, uk)) {
 			t.Errorf("at %v: the user's window holds %d (source %v), want 3: a blocked request counts nowhere", at, used, d.Source)
 		}
 	}
@@ -82,7 +82,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 		t.Helper()
 		clk.Set(at)
 		d, err := e.Allow(ctx, r2)
-		if err != nil && d.Source != FromLocal {
+		if err != nil && d.Source != "local" {
 			t.Fatalf("at %v: %v", at, err)
 		}
 		return d
@@ -103,7 +103,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	for i, at := range []time.Duration{10 * time.Second, 11 * time.Second, 11500 * ms} {
 		clk.Set(at)
 		d, err := e.Allow(ctx, r3)
-		if err != nil && d.Source != FromLocal {
+		if err != nil && d.Source != "local" {
 			t.Fatal(err)
 		}
 		if i == 0 {
@@ -116,7 +116,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 	// A peek never starts a block.
 	clk.Set(7 * time.Second)
-	if d, err := e.peek(ctx, r2); err != nil && d.Source != FromLocal || d.Allowed || d.Blocked {
+	if d, err := e.peek(ctx, r2); err != nil && d.Source != "local" || d.Allowed || d.Blocked {
 		t.Fatalf("peek of a full window: allowed %v blocked %v err %v, want denied, not blocked", d.Allowed, d.Blocked, err)
 	}
 	if d := allow2(8 * time.Second); d.Allowed || !d.Blocked || d.RetryAfter != time.Hour {
@@ -214,14 +214,14 @@ func TestBlockCached(t *testing.T) {
 			r := req(blocked(ip("9.9.9.9", win(1, time.Minute)), time.Hour), user("u", win(100, time.Minute)))
 			mustAllow(t, e, r, true)
 			d := mustAllow(t, e, r, false)
-			if !d.Blocked || d.Source != FromRedis {
+			if !d.Blocked || d.Source != "redis" {
 				t.Fatalf("denial: blocked %v source %v, want blocked by Redis", d.Blocked, d.Source)
 			}
 			before := hook.Count()
 			const n = 200
 			for i := range n {
 				d, err := e.Allow(ctx, r)
-				if err != nil || d.Allowed || !d.Blocked || d.Source != FromCache {
+				if err != nil || d.Allowed || !d.Blocked || d.Source != "cache" {
 					t.Fatalf("attempt %d: allowed %v blocked %v source %v err %v; want a cached block", i, d.Allowed, d.Blocked, d.Source, err)
 				}
 				if d.RetryAfter > time.Hour || d.RetryAfter < 59*time.Minute {
@@ -232,7 +232,7 @@ func TestBlockCached(t *testing.T) {
 				t.Errorf("%d Redis commands for %d attempts of a blocked subject, want 0", got, n)
 			}
 			// Another process sees the block in Redis.
-			if d, err := admin.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked || d.Source != FromRedis {
+			if d, err := admin.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked || d.Source != "redis" {
 				t.Fatalf("another engine: allowed %v blocked %v source %v err %v; want blocked by Redis", d.Allowed, d.Blocked, d.Source, err)
 			}
 			if err := admin.resetSubject(ctx, "s", r.Checks[0].Limiter, "9.9.9.9"); err != nil {
@@ -313,12 +313,12 @@ func TestBlockBesideSlots(t *testing.T) {
 	if err != nil || !first.Allowed {
 		t.Fatalf("first: %+v, %v", first, err)
 	}
-	if err := e.Release(ctx, r, first); err != nil {
+	if err := e.release(ctx, r, first); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
 		t.Fatalf("second: %+v, %v", d, err)
-	} else if err := e.Release(ctx, r, d); err != nil {
+	} else if err := e.release(ctx, r, d); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 { // the third request starts the block; the others meet it

@@ -52,7 +52,7 @@ func TestKnownBlockConcurrentAnswer(t *testing.T) {
 	answer(true, now-8, now-2)   // sent before it was received
 	clk.Set(1500 * ms)           // the window has room again; the block runs
 	d, _ := e.Allow(context.Background(), r)
-	if d.Allowed || d.Source != FromLocal {
+	if d.Allowed || d.Source != "local" {
 		t.Fatalf("allowed %v source %v during the block, want denied by local", d.Allowed, d.Source)
 	}
 }

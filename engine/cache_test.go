@@ -47,7 +47,7 @@ func TestCachedDenials(t *testing.T) {
 	const n = 1000
 	for i := range n {
 		d, err := e.Allow(context.Background(), r)
-		if err != nil || d.Allowed || d.Source != FromCache {
+		if err != nil || d.Allowed || d.Source != "cache" {
 			t.Fatalf("denial %d: allowed %v source %v err %v; want a cached denial", i, d.Allowed, d.Source, err)
 		}
 	}
@@ -61,10 +61,10 @@ func TestCachedDenials(t *testing.T) {
 		t.Fatal(err)
 	}
 	redisSays, err := truth.peek(context.Background(), r)
-	if err != nil || redisSays.Source != FromRedis || redisSays.Allowed {
+	if err != nil || redisSays.Source != "redis" || redisSays.Allowed {
 		t.Fatalf("Redis: %+v %v", redisSays, err)
 	}
-	if cached.Source != FromCache || cached.Allowed {
+	if cached.Source != "cache" || cached.Allowed {
 		t.Fatalf("cached: %+v", cached)
 	}
 	if cached.Denied == (WindowState{}) || redisSays.Denied == (WindowState{}) || cached.Denied != redisSays.Denied && cached.Denied.Window != redisSays.Denied.Window {
@@ -91,7 +91,7 @@ func TestCachedDenials(t *testing.T) {
 
 	// A request with a key the cache has not seen asks Redis.
 	other := req(ip("10.0.0.2", win(100, time.Hour)), user("alice", win(3, time.Minute), win(10, time.Hour)))
-	if d, _ := e.Allow(context.Background(), other); d.Source != FromRedis || d.Allowed {
+	if d, _ := e.Allow(context.Background(), other); d.Source != "redis" || d.Allowed {
 		t.Errorf("unknown ip key: source %v allowed %v, want a Redis denial", d.Source, d.Allowed)
 	}
 }
@@ -113,13 +113,13 @@ func TestCachedDenialDeadline(t *testing.T) {
 	for _, at := range []time.Duration{400 * ms, 700 * ms, time.Second - time.Microsecond} {
 		clk.Set(at)
 		d, err := e.Allow(context.Background(), r)
-		if err != nil || d.Allowed || d.Source != FromCache || d.RetryAfter != time.Second-at {
+		if err != nil || d.Allowed || d.Source != "cache" || d.RetryAfter != time.Second-at {
 			t.Errorf("at %v: allowed %v source %v retry %v err %v; want a cached denial for %v",
 				at, d.Allowed, d.Source, d.RetryAfter, err, time.Second-at)
 		}
 	}
 	clk.Set(time.Second)
-	if d, err := e.Allow(context.Background(), r); err != nil || !d.Allowed || d.Source != FromRedis {
+	if d, err := e.Allow(context.Background(), r); err != nil || !d.Allowed || d.Source != "redis" {
 		t.Errorf("at 1s: allowed %v source %v err %v; want admitted by Redis", d.Allowed, d.Source, err)
 	}
 }
@@ -170,7 +170,7 @@ func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
 			if d.Allowed {
 				t.Fatal("a: admitted a third request")
 			}
-			if d.Source == FromCache {
+			if d.Source == "cache" {
 				break
 			}
 			if time.Since(start) > 3*time.Second {
@@ -207,7 +207,7 @@ func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
 		t.Fatal(err)
 	}
 	last := fill()
-	if err := b.GiveBack(context.Background(), r, last); err != nil {
+	if err := b.giveBack(context.Background(), r, last); err != nil {
 		t.Fatal(err)
 	}
 	freed("GiveBack")
@@ -232,7 +232,7 @@ func TestFallbackRemembers(t *testing.T) {
 	s.Kill()
 	for i := range 5 {
 		d, err := e.Allow(context.Background(), full)
-		if d.Allowed || !errors.Is(err, ErrBackend) && d.Source != FromCache {
+		if d.Allowed || !errors.Is(err, ErrBackend) && d.Source != "cache" {
 			t.Fatalf("full subject, call %d with Redis down: allowed %v source %v err %v", i, d.Allowed, d.Source, err)
 		}
 	}
@@ -240,7 +240,7 @@ func TestFallbackRemembers(t *testing.T) {
 	for range 20 {
 		d, err := e.Allow(context.Background(), part)
 		if d.Allowed {
-			if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+			if d.Source != "local" || !errors.Is(err, ErrBackend) {
 				t.Fatalf("admitted by %v (err %v) with Redis down", d.Source, err)
 			}
 			admitted++
@@ -293,7 +293,7 @@ func TestFallbackSeedWindows(t *testing.T) {
 	for _, w := range want {
 		clk.Set(w.at)
 		d, _ := e.Allow(context.Background(), r)
-		if d.Allowed != w.allowed || d.Source != FromLocal {
+		if d.Allowed != w.allowed || d.Source != "local" {
 			t.Errorf("at %v: allowed %v source %v, want %v local", w.at, d.Allowed, d.Source, w.allowed)
 		}
 	}
@@ -325,7 +325,7 @@ func TestFallbackBoundProcesses(t *testing.T) {
 	}
 	for _, e := range engines { // every process learns the latest counts
 		for _, r := range []Request{part, full} {
-			if d, err := e.peek(context.Background(), r); err != nil || d.Source != FromRedis {
+			if d, err := e.peek(context.Background(), r); err != nil || d.Source != "redis" {
 				t.Fatalf("Peek: %v %v", d.Source, err)
 			}
 		}
@@ -415,12 +415,12 @@ func TestFallbackSeedCost(t *testing.T) {
 				clk.Set(st.at)
 				d, err := e.Allow(context.Background(), r(st.cost))
 				if i < len(tc.before) {
-					if err != nil || !d.Allowed || d.Source != FromRedis {
+					if err != nil || !d.Allowed || d.Source != "redis" {
 						t.Fatalf("step %d (cost %d) before the outage: %+v, %v", i, st.cost, d, err)
 					}
 					continue
 				}
-				if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+				if d.Source != "local" || !errors.Is(err, ErrBackend) {
 					t.Fatalf("step %d (cost %d) with Redis down: %+v, %v; want a local decision", i, st.cost, d, err)
 				}
 				if d.Allowed != st.allow {

@@ -71,7 +71,7 @@ func benchCachedDenial(b *testing.B, e *Engine, req Request) {
 	for i := 0; i < b.N; i++ {
 		if d, _ := e.Allow(ctx, req); d.Allowed {
 			b.Fatalf("call %d admitted", i)
-		} else if d.Source == FromCache {
+		} else if d.Source == "cache" {
 			cached++
 		}
 	}

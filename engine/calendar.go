@@ -323,7 +323,7 @@ func (p *plan) calKeyOf(m int32) int32 {
 func validCalendar(i, j int, w *rules.Window, cost int64) error {
 	switch {
 	case w.Limit < 1 || w.Limit > rulespec.MaxBoundedLimit:
-		return &requestError{Check: i, Window: j, Reason: "limit outside 1..rulespec.MaxBoundedLimit"}
+		return &requestError{Check: i, Window: j, Reason: "limit outside 1..2^50"}
 	case cost > w.Limit:
 		return &requestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +
 			" is above the window's limit " + strconv.FormatInt(w.Limit, 10) + ": the request can never be admitted"}
@@ -406,7 +406,7 @@ func (t *taken) extraUndo(i int, u *undo, delta int64) bool {
 	}
 	x := &t.extra[i]
 	u.value, u.at, u.prev = x.value, x.at, x.prev
-	return x.prev > 0 || t.src == FromLocal // the fallback removes the request's entry
+	return x.prev > 0 || t.src == fromLocal // the fallback removes the request's entry
 }
 
 // calDeltas sets in d the change of every calendar key of t when its checks

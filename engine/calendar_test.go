@@ -227,26 +227,26 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	ds = runCal(t, e, clk, r(30), []calStep{{at: day.Add(time.Second), allow: true, used: 90}})
 	b := ds[0]
 	// Settling a to 10 gives 50 back.
-	if err := e.Settle(ctx, r(60), a, []int64{10}); err != nil {
+	if err := e.settle(ctx, r(60), a, []int64{10}); err != nil {
 		localOK(t, e, err)
 	}
 	if u := used(day.Add(2 * time.Second)); u != 40 {
 		t.Fatalf("after settling 60 to 10: used %d, want 40", u)
 	}
 	// Giving b back takes its 30 out.
-	localOK(t, e, e.GiveBack(ctx, r(30), b))
+	localOK(t, e, e.giveBack(ctx, r(30), b))
 	if u := used(day.Add(3 * time.Second)); u != 10 {
 		t.Fatalf("after giving 30 back: used %d, want 10", u)
 	}
 	// a was settled: it is not given back as well.
-	localOK(t, e, e.GiveBack(ctx, r(60), a))
+	localOK(t, e, e.giveBack(ctx, r(60), a))
 	if u := used(day.Add(3 * time.Second)); u != 10 {
 		t.Fatalf("after giving back a settled request: used %d, want 10", u)
 	}
 	// A request of the previous day given back leaves today's counter.
 	next := day.Add(24 * time.Hour)
 	ds = runCal(t, e, clk, r(20), []calStep{{at: next, allow: true, used: 20}})
-	localOK(t, e, e.GiveBack(ctx, r(60), a))
+	localOK(t, e, e.giveBack(ctx, r(60), a))
 	if u := used(next.Add(time.Second)); u != 20 {
 		t.Fatalf("after giving back yesterday's request: used %d, want 20", u)
 	}
@@ -257,7 +257,7 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	// it refunds no one else's cost and goes no lower than zero.
 	localOK(t, e, e.resetSubject(ctx, "s", r(1).Checks[0].Limiter, "u"))
 	runCal(t, e, clk, r(5), []calStep{{at: next.Add(2 * time.Second), allow: true, used: 5}})
-	localOK(t, e, e.GiveBack(ctx, r(20), ds[0]))
+	localOK(t, e, e.giveBack(ctx, r(20), ds[0]))
 	if u := used(next.Add(3 * time.Second)); u != 0 {
 		t.Fatalf("after a refund of 20 from 5: used %d, want 0", u)
 	}

@@ -41,7 +41,7 @@ func removeOK(t *testing.T, e *Engine, us []undo) {
 func calUsed(t *testing.T, e *Engine, r Request) int64 {
 	t.Helper()
 	d, err := e.peek(context.Background(), r)
-	if err != nil || d.Source != FromRedis {
+	if err != nil || d.Source != "redis" {
 		t.Fatalf("Peek: %v (source %v)", err, d.Source)
 	}
 	return calState(t, d).Used
@@ -178,7 +178,7 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	var used int64
 	for try := 0; ; try++ {
 		dp, err := e.peek(ctx, r)
-		if err == nil && dp.Source == FromRedis && e.undos.n.Load() == 0 {
+		if err == nil && dp.Source == "redis" && e.undos.n.Load() == 0 {
 			used = calUsed(t, e, r)
 			break
 		}
@@ -219,7 +219,7 @@ func TestFallbackSeedAfterGiveBackCalendar(t *testing.T) {
 	admitted := 0
 	for range 5 {
 		if d, _ := e.Allow(ctx, r); d.Allowed {
-			if d.Source != FromLocal {
+			if d.Source != "local" {
 				t.Fatalf("admitted by %v, want local", d.Source)
 			}
 			admitted++

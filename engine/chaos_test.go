@@ -28,7 +28,7 @@ type chaosRec struct {
 	at   time.Duration // start, since the load began
 	dur  time.Duration
 	down bool // decided without the network: the server was known down
-	src  Source
+	src  source
 }
 
 // TestChaosSoak runs two engines (one client each, as two processes) under
@@ -136,7 +136,7 @@ func TestChaosSoak(t *testing.T) {
 	// One slice per caller: a shared one's lock and growth would stall
 	// the callers more than the faults do.
 	recsOf := make([][]chaosRec, 2*callers)
-	var bySource [FromCache + 1]atomic.Int64
+	var bySource [fromCache + 1]atomic.Int64
 	hammerLoop(t, engines, callers, chaosDuration, func(e *Engine, g, i int) error {
 		slot := g
 		if e == engines[1] {
@@ -146,20 +146,20 @@ func TestChaosSoak(t *testing.T) {
 		start := time.Now()
 		d, err := e.Allow(ctx, r)
 		dur := time.Since(start)
-		bySource[d.Source].Add(1)
+		bySource[sourceNamed(d.Source)].Add(1)
 		ok := false
-		switch d.Source {
-		case FromRedis:
+		switch sourceNamed(d.Source) {
+		case fromRedis:
 			ok = err == nil
-		case FromCache:
+		case fromCache:
 			ok = err == nil && !d.Allowed
-		case FromLocal:
+		case fromLocal:
 			ok = errors.Is(err, ErrBackend)
 		}
 		if !ok {
 			return fmt.Errorf("decision from %v (allowed %v) with error %v: not what FailLocal allows", d.Source, d.Allowed, err)
 		}
-		recsOf[slot] = append(recsOf[slot], chaosRec{at: start.Sub(began), dur: dur, down: errors.Is(err, ErrUnavailable), src: d.Source})
+		recsOf[slot] = append(recsOf[slot], chaosRec{at: start.Sub(began), dur: dur, down: errors.Is(err, errNotAsked), src: sourceNamed(d.Source)})
 		return nil
 	})
 	recs := slices.Concat(recsOf...)
@@ -167,7 +167,7 @@ func TestChaosSoak(t *testing.T) {
 	close(stop)
 	fwg.Wait()
 	t.Logf("faults: %v", faults)
-	t.Logf("decisions: %d redis, %d cache, %d local", bySource[FromRedis].Load(), bySource[FromCache].Load(), bySource[FromLocal].Load())
+	t.Logf("decisions: %d redis, %d cache, %d local", bySource[fromRedis].Load(), bySource[fromCache].Load(), bySource[fromLocal].Load())
 	if len(faults) < 10 {
 		t.Errorf("only %d faults ran", len(faults))
 	}

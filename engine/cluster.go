@@ -17,9 +17,9 @@ func (c *call) split(g grouping) {
 	n := len(c.plan.keys)
 	if g == groupSlot {
 		// Every key holds one of the request's windows at least, so
-		// n <= MaxWindows. (A uint64 here, for MaxChecks keys, sent the
+		// n <= maxWindows. (A uint64 here, for maxChecks keys, sent the
 		// keys past the 64th twice.)
-		var done [MaxWindows]bool
+		var done [maxWindows]bool
 		for i := range n {
 			if done[i] {
 				continue
@@ -133,7 +133,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 			if pipes[pi].pipe == nil {
 				c.pstat[i], c.psuf[i] = -1, 0
 				if c.err == nil {
-					c.err = ErrUnavailable
+					c.err = errNotAsked
 				}
 				continue
 			}
@@ -294,7 +294,7 @@ func (e *Engine) rollback(batch []*call) {
 		e.log.Warn("engine: rollback failed; retried before the next script call",
 			"key", undos[i].key, "member", undos[i].member, "err", err)
 		if c.err == nil && c.warn == nil {
-			c.warn = &BackendError{Op: "rollback", Err: err}
+			c.warn = &backendError{Op: "rollback", Err: err}
 		}
 		e.undos.push(e, undos[i])
 	}

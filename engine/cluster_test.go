@@ -102,7 +102,7 @@ func TestCluster(t *testing.T) {
 				afterClusterTTLs(t, cl, prefix)
 				clk := newFakeClock()
 				e := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
-				runScenario(t, e, clk, sc, FromRedis)
+				runScenario(t, e, clk, sc, fromRedis)
 			})
 		}
 	})

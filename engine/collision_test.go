@@ -80,7 +80,7 @@ func TestMemberCollision(t *testing.T) {
 
 	// Giving back a suffixed request removes its own member, never the
 	// request it collided with.
-	if err := a.GiveBack(context.Background(), req(u), d); err != nil {
+	if err := a.giveBack(context.Background(), req(u), d); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := members(t, rc, a.keyOf("s", u)), []string{"1001", "1001.1"}; !slices.Equal(got, want) {
@@ -88,7 +88,7 @@ func TestMemberCollision(t *testing.T) {
 	}
 	forceIDs(b, 1003)
 	d = mustAllow(t, b, req(ip9, ip1), true) // 1003, no collision
-	if err := b.GiveBack(context.Background(), req(ip9, ip1), d); err != nil {
+	if err := b.giveBack(context.Background(), req(ip9, ip1), d); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := members(t, rc, a.keyOf("s", ip1)), []string{"1001", "1001.1", "1002", "1002.1"}; !slices.Equal(got, want) {
@@ -118,7 +118,7 @@ func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 	// b's 1001 clashes in ipA (admitted there as 1001.1) and is denied by
 	// userC: the rollback must remove 1001.1, not a's 1001.
 	d, err := b.Allow(context.Background(), req(ipA, g, userC))
-	if err != nil || d.Allowed || d.Source != FromRedis {
+	if err != nil || d.Allowed || d.Source != "redis" {
 		t.Fatalf("denied request: %+v %v", d, err)
 	}
 	if d.Denied == (WindowState{}) || d.Denied.Check != 2 || d.RetryAfter != time.Minute {
@@ -155,7 +155,7 @@ func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
 	if ks := d.taken.keys; len(ks) != 2 || ks[0].suffix == ks[1].suffix {
 		t.Fatalf("taken keys %+v, want two with different suffixes (slots differ)", ks)
 	}
-	if err := b.GiveBack(context.Background(), r, d); err != nil {
+	if err := b.giveBack(context.Background(), r, d); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := members(t, cc, ku), []string{"1001"}; !slices.Equal(got, want) {

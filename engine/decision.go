@@ -7,42 +7,30 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Source says what made a decision.
-type Source uint8
+// source says what made a decision; Decision.Source holds its name.
+type source uint8
 
 // Sources of a Decision.
 const (
-	// FromRedis is a decision made by Redis.
-	FromRedis Source = iota
-	// FromFailOpen is an allowed request because Redis failed and the
-	// fail mode is open.
-	FromFailOpen
-	// FromFailClosed is a denied request because Redis failed and the fail
-	// mode is closed.
-	FromFailClosed
-	// FromLocal is a decision made by the in-process fallback limiter
-	// because Redis failed and the fail mode is local.
-	FromLocal
-	// FromCache is a denial made in-process, without a Redis call, from
-	// what Redis last said about the request's keys: a window that Redis
-	// reported full has not had room since (see WithCachedDenials).
-	FromCache
+	fromRedis      source = iota // decided by Redis
+	fromFailOpen                 // allowed: Redis failed, fail mode open
+	fromFailClosed               // denied: Redis failed, fail mode closed
+	fromLocal                    // decided by the in-process fallback limiter
+	fromCache                    // denied in-process from Redis's last answer
 )
 
-// String returns the source's name as logs and metrics label it: "redis",
-// "fail-open", "fail-closed", "local" or "cache"; "source(N)" for an
-// unknown value.
-func (s Source) String() string {
+// String returns the source's name, as Decision.Source holds it.
+func (s source) String() string {
 	switch s {
-	case FromRedis:
+	case fromRedis:
 		return "redis"
-	case FromFailOpen:
+	case fromFailOpen:
 		return "fail-open"
-	case FromFailClosed:
+	case fromFailClosed:
 		return "fail-closed"
-	case FromLocal:
+	case fromLocal:
 		return "local"
-	case FromCache:
+	case fromCache:
 		return "cache"
 	}
 	return "source(" + strconv.Itoa(int(s)) + ")"
@@ -72,8 +60,11 @@ type WindowState struct {
 type Decision struct {
 	// Allowed reports whether the request was admitted.
 	Allowed bool
-	// Source says who decided.
-	Source Source
+	// Source says who decided: "redis"; "fail-open" or "fail-closed",
+	// when Redis failed and the fail mode decided; "local", the in-process
+	// fallback limiter (fail mode local); "cache", a denial made without a
+	// Redis call from what Redis last said (see WithCachedDenials).
+	Source string
 	// Time is the decision time (Redis server time, or the local clock for
 	// fallback decisions).
 	Time time.Time
@@ -103,12 +94,12 @@ type Decision struct {
 
 // decision builds the Decision of c from its outcome (c.status, c.res and
 // the time), which Redis or the fallback limiter filled in.
-func (c *call) decision(req *Request, src Source) Decision {
+func (c *call) decision(req *Request, src source) Decision {
 	p := &c.plan
 	admitted := c.status == statusAdmitted
 	d := Decision{
 		Allowed: admitted,
-		Source:  src,
+		Source:  src.String(),
 		Time:    time.Unix(c.sec, c.usec*1000),
 		Windows: make([]WindowState, len(p.origin)),
 	}
@@ -139,7 +130,7 @@ func (c *call) decision(req *Request, src Source) Decision {
 				if used == 0 && reset == 0 {
 					reset = mw.period // the request itself is the oldest
 				}
-				if src != FromRedis || !p.heldAt(m) {
+				if src != fromRedis || !p.heldAt(m) {
 					used += p.kcost[key]
 				}
 			}
@@ -164,7 +155,7 @@ func (c *call) decision(req *Request, src Source) Decision {
 		d.RetryAfter = time.Duration(wait) * time.Microsecond
 		d.Denied = d.Windows[denied]
 	}
-	if counted && (src == FromRedis || src == FromLocal) {
+	if counted && (src == fromRedis || src == fromLocal) {
 		d.taken = c.take(req, src)
 	}
 	return d

@@ -31,7 +31,7 @@ type denials struct {
 // (not a denial from the cache of Redis's answers, nor a fail-closed one).
 func (ds *denials) record(e *Engine, r Request, dec Decision, start time.Time) {
 	took := time.Since(start)
-	if dec.Allowed || dec.Source != FromRedis || dec.Denied == (WindowState{}) {
+	if dec.Allowed || dec.Source != "redis" || dec.Denied == (WindowState{}) {
 		return
 	}
 	d := denial{at: dec.Time.UnixMicro(), start: start.UnixMicro(), lat: took.Microseconds(), state: dec.Denied,

@@ -4,10 +4,9 @@
 // An [Engine] is built once per process with [New] over a go-redis client
 // (a *redis.Client, *redis.ClusterClient, *redis.Ring or any [Client]) and
 // is safe for concurrent use. [Engine.Allow] decides a [Request] and counts
-// it; [Engine.GiveBack] uncounts an admitted request; [Engine.Release] frees
-// the slots of in-flight windows an admitted request holds; [Engine.Settle]
-// changes an admitted request's cost to what it really consumed. Allow
-// returns a usable [Decision] whatever fails. Peeking at and resetting a
+// it; [Engine.Finish] ends an admitted request: it gives it back, settles
+// its cost to what it really consumed, and frees the slots of its
+// in-flight windows. Allow returns a usable [Decision] whatever fails. Peeking at and resetting a
 // subject's windows are the root package's (slidelimit.Limiter.Peek and
 // Reset), which knows the scopes and limiters registered.
 //
@@ -22,8 +21,7 @@
 // the engine's batches like an admission (one Redis round trip, shared
 // with concurrent admissions and finishes; on a cluster one script call
 // per hash slot touched, and a subject's keys share one). Finish is
-// idempotent; GiveBack, Release and Settle are its shorthands, at the same
-// cost. An admission and its Finish thus take two round trips when alone,
+// idempotent. An admission and its Finish thus take two round trips when alone,
 // and under load share them: 64 downloads at once (rate, in-flight and
 // byte windows, settled) took 0.12 to 0.19 round trips each on one server
 // and about 0.3 to 0.5 on a 3-master cluster (TestRoundTripsDownload).
@@ -32,9 +30,9 @@
 // answered already (the middleware after its handler): it queues the
 // finish op, which rides the engine's next script call to the key's
 // server, ahead of that call's admissions, or is sent on its own after
-// [AsyncBound] (1 ms; on a busy engine, with the batch led next). An Allow
+// 1 ms (on a busy engine, with the batch led next). An Allow
 // of the same engine made after FinishAsync returns sees the
-// finish applied; other processes see it within AsyncBound and one or two
+// finish applied; other processes see it within 1 ms and one or two
 // round trips. [Engine.Close] sends what is queued.
 // A crash loses it: the request's slots free when their lease ends, and a
 // request not settled or given back stays charged its estimate until it
@@ -107,8 +105,8 @@
 // # Settlement
 //
 // A request is admitted against its cost (Check.Cost), usually an
-// estimate made before the handler runs. [Engine.Settle] changes it to the
-// actual cost afterwards, in limiters with a cost: less gives the
+// estimate made before the handler runs. [Engine.Finish] with
+// Outcome.Actual changes it to the actual cost afterwards, in limiters with a cost: less gives the
 // difference back, exactly, never below zero; more is a debt charged at
 // the request's own admission time (the window may then exceed its limit
 // by that excess, and later requests wait for it to leave). A weighted
@@ -126,8 +124,8 @@
 // requests of its subject run at once. A request is admitted only if every
 // window has room and each of its in-flight windows has fewer than N slots
 // held, in the same atomic call as the other windows; it then holds one
-// slot per in-flight window until [Engine.Release] (or [Engine.GiveBack])
-// with its Decision. Release removes the request's own member only: it is
+// slot per in-flight window until [Engine.Finish] with its Decision.
+// Finish removes the request's own member only: it is
 // idempotent and cannot free another request's slot. For such a window,
 // WindowState.Used is the slots held (including the request's own when it
 // was admitted), Remaining the free ones, and Reset is zero. A denial by
@@ -149,7 +147,7 @@
 // two thirds of a lease loses them, which the first renewal after it
 // reports.
 //
-// A fail-open admission holds no slot (nothing was written), and Release
+// A fail-open admission holds no slot (nothing was written), and Finish
 // of it does nothing.
 //
 // In-flight windows make no cached denials (a slot frees at any moment, in
@@ -157,7 +155,7 @@
 // cache denies it (a block denies whatever the slots say, and only time or
 // a Reset, which invalidates, ends it); such a cached denial reports its
 // in-flight windows with no slot used, which the cache never knows. The
-// FailLocal fallback counts slots in process, released by Release or after
+// FailLocal fallback counts slots in process, released by Finish or after
 // one lease (it does not renew): during an outage each of n processes
 // admits up to N at once, up to n·N together, without regard to those held
 // in Redis when it began.
@@ -282,12 +280,12 @@
 // The engine remembers what Redis last said about each key it asked about
 // (at most [WithLocalKeys] keys). A later Allow whose every key is known,
 // with a window still full and every count still exact, is denied
-// in-process without a Redis call (Source [FromCache]), reporting what a
+// in-process without a Redis call (Source "cache"), reporting what a
 // Redis denial at that moment would: the same Used, Remaining and denying
 // window, with RetryAfter and Reset never earlier than Redis's (later by at
 // most the round trip). The cache never denies a request Redis would
 // admit: entries leave a full window only with time, except when a process
-// removes them (Reset, GiveBack, a rollback), and every removal is
+// removes them (Reset, a give-back, a rollback), and every removal is
 // published on the channel prefix+"invalidate", to which every engine
 // subscribes. An engine that has not heard from its subscription for 0.8 s
 // makes no cached denial, nor from an answer older than 1 s, so a key
@@ -298,9 +296,9 @@
 //
 // Each Redis call has a timeout ([WithTimeout]). When Redis fails or times
 // out, the request's fail mode (or the engine's, [WithFailMode]) decides:
-// rules.FailOpen admits ([FromFailOpen]), rules.FailClosed denies
-// ([FromFailClosed]), rules.FailLocal asks an in-process limiter with the
-// same keys and semantics ([FromLocal]); the error is returned with the
+// rules.FailOpen admits (Source "fail-open"), rules.FailClosed denies
+// ("fail-closed"), rules.FailLocal asks an in-process limiter with the
+// same keys and semantics ("local"); the error is returned with the
 // decision in every case, matching [ErrBackend].
 //
 // The in-process limiter starts each key from what Redis last said about
@@ -320,8 +318,8 @@
 // A server that does not answer (a timeout, a refused or broken
 // connection) is considered down: the engine itself on a single server, a
 // cluster master, a Ring shard. While it is down, every call that needs it
-// uses the fail mode at once, without touching the network (with
-// [ErrUnavailable]); calls whose keys live on other servers are not
+// uses the fail mode at once, without touching the network (its error
+// says "redis considered down, not asked"); calls whose keys live on other servers are not
 // affected. One goroutine per down server sends it PING in the
 // background, at once, then after 50 ms, doubling the pause up to 1 s,
 // and decisions come from Redis again as soon as a PING is answered. Only
@@ -334,7 +332,7 @@
 //
 // Windows are only as durable as Redis keeps them. New reads INFO memory
 // and INFO stats of every server it uses (every master of a cluster), and
-// repeats it every [DefaultEvictionCheck] in the background: a server with
+// repeats it every minute in the background: a server with
 // maxmemory set and any policy but noeviction can evict windows (every
 // engine key has a TTL, so volatile-* policies evict them too), which New
 // logs once, or refuses with [WithRequireNoEviction]; evicted keys are
@@ -377,16 +375,16 @@
 // every later decision reads the settled entries.
 //
 // Only limiters with a cost settle: a check of a limiter without one (it
-// counts requests) must have actual -1 or its cost, else Settle returns a
-// an error matching ErrInvalid and changes nothing; so must checks sharing a key with
-// different actual costs.
+// counts requests) must have actual -1 or its cost, else Finish returns
+// an error matching ErrInvalid and changes nothing; so must checks sharing
+// a key with different actual costs.
 //
 // A request is settled at most once: its entry is renamed, so that a second
-// Settle, or a GiveBack after Settle, finds nothing (settle to 0 to give a
+// settlement, or a give-back after it, finds nothing (settle to 0 to give a
 // request back in full). A request already given back is not settled. A
 // Decision that counted nothing (a denial, a peek, a fail-open or
-// fail-closed decision) has nothing to settle, and Settle returns nil. A
-// decision of the fallback limiter (FromLocal) is settled there.
+// fail-closed decision) has nothing to settle. A decision of the fallback
+// limiter (Source "local") is settled there.
 //
 // With grains, a request whose entry was merged into the next one (see
 // the package documentation) is settled in that entry, which carries its
@@ -403,12 +401,7 @@
 //
 // When Redis fails, or is considered down, the settlement is queued like
 // the undo of a failed call (best effort, retried before later script
-// calls) and the error matches ErrBackend; Settle waits for at most one
-// timeout. After Close it returns ErrClosed. It is safe for concurrent use.
-//
-// Settle is Finish(ctx, d, Outcome{Actual: actual}), at the same cost,
-// except that it leaves the request's slots held: the request may still
-// run. req is only used to check the length of actual.
+// calls) and the error matches ErrBackend (see Finishing).
 //
 // # Finishing asynchronously
 //
@@ -421,10 +414,10 @@
 // in order, per server elsewhere), and a batch that starts while an
 // earlier batch carrying queued ops of its keys is still on its way waits
 // for that batch's answer before it is sent. Without other traffic the op
-// is sent on its own after AsyncBound. Other processes thus see the finish
-// at most AsyncBound plus one round trip after FinishAsync, plus one more
-// round trip when the engine's batch slots are all in flight then (see
-// AsyncBound), and plus the delay of a retry when Redis fails (below).
+// is sent on its own after 1 ms. Other processes thus see the finish
+// at most 1 ms plus one round trip after FinishAsync, plus one more
+// round trip when the engine's batch slots are all in flight then, and
+// plus the delay of a retry when Redis fails (below).
 //
 // Close sends what is queued and waits for it. A process that crashes
 // before then loses the queued work: the request's slots free when their
@@ -438,7 +431,7 @@
 // that Finish would refuse (an error matching ErrInvalid; nothing is changed), a call
 // after Close, and Redis failing, in which case the work is queued like
 // the undo of a failed call (see Finish). A decision of the local fallback
-// limiter (FromLocal) is finished in-process before FinishAsync returns,
+// limiter (Source "local") is finished in-process before FinishAsync returns,
 // as Finish does. It is safe for concurrent use.
 //
 // # Giving back
@@ -448,20 +441,9 @@
 // in every window, so at most Limit requests whose outcome counts are ever
 // in flight or recorded in a window.
 //
-// A request that holds slots of in-flight windows releases them too (see
-// Release).
-//
-// GiveBack is idempotent and never removes another request's entry: it
-// removes the request's own member, a unique id. A Decision that counted
-// nothing (a denial, a peek, a fail-open or fail-closed decision, or an
-// Allow without windows) has nothing to give back, and GiveBack returns
-// nil. A decision of the local fallback limiter (FromLocal) is given back
-// there. When Redis fails, or is considered down after a timeout, the
-// removal is queued like the undo of a failed call (see the package
-// documentation: best effort, retried before later script calls), and the
-// returned error matches ErrBackend; GiveBack thus waits for at most one
-// timeout. After Close, GiveBack returns ErrClosed. It is safe for
-// concurrent use.
+// Finish with Outcome.GiveBack removes the request's own member, a unique
+// id, so it never removes another request's entry; the request's slots are
+// released too.
 //
 // # Finishing
 //
@@ -469,7 +451,7 @@
 // not done again, and a request is given back, released and settled at most
 // once. It does nothing and returns nil for a Decision that counted nothing:
 // a denial, a peek, a fail-open or fail-closed decision, or an Allow without
-// windows. A decision of the local fallback limiter (FromLocal) is finished
+// windows. A decision of the local fallback limiter (Source "local") is finished
 // there. o.Actual with the wrong length, or settling a limiter without a
 // cost to another cost, returns an error matching ErrInvalid and changes nothing.
 //
@@ -480,18 +462,8 @@
 // it is no longer renewed. After Close, Finish returns ErrClosed. It is
 // safe for concurrent use.
 //
-// # Releasing slots
-//
-// Release removes only the request's own slot, its unique member, so it
-// is idempotent (a second Release frees nothing) and never frees another
-// request's slot. A Decision that holds no slot (a denial, a peek, a
-// fail-open or fail-closed decision, a request without in-flight windows)
-// has nothing to release, and Release returns nil. A decision of the local
-// fallback limiter (FromLocal) is released there. When Redis fails, the
-// removal is queued and retried like GiveBack's, and the error matches
-// ErrBackend; the slot frees at the latest when its lease runs out, since
-// it is no longer renewed. After Close, Release returns ErrClosed. It is
-// safe for concurrent use.
+// Finish removes only the request's own slot, its unique member, so a
+// second Finish frees nothing and none frees another request's slot.
 //
 // # Starting
 //
@@ -500,7 +472,7 @@
 // waiting at most the timeout or a second, and logs a warning when a
 // server's maxmemory-policy can evict the engine's keys (see
 // WithRequireNoEviction); it repeats this check every
-// DefaultEvictionCheck in a goroutine of its own. With cached denials on
+// minute in a goroutine of its own. With cached denials on
 // (the default, see WithCachedDenials) it subscribes to the invalidation
 // channel and waits for the subscription (at most a second, or the
 // timeout if longer; at once when Redis refuses connections). When the
@@ -531,7 +503,7 @@
 // A denial from the cache is never wrong in the admitting direction, and
 // it is never made for a request Redis would admit: deadlines are taken
 // from the moment the answer's call was sent, so they end no later than in
-// Redis, and a Reset, GiveBack or rollback in any process is published on
+// Redis, and a Reset, give-back or rollback in any process is published on
 // a Redis channel (the prefix followed by "invalidate") that every
 // engine with cached denials subscribes to, and honoured within about a
 // second (as soon as it is delivered; an engine that has not heard from

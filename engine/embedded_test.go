@@ -81,7 +81,7 @@ func (tw *twin) decide(t testing.TB, req Request, peek bool, why func() string) 
 			ds[i], err = e.Allow(context.Background(), req)
 		}
 		got[i] = summary(ds[i], err)
-		if err == nil && ds[i].Source != FromRedis {
+		if err == nil && ds[i].Source != "redis" {
 			got[i] += " (not decided by Redis)"
 		}
 	}
@@ -259,7 +259,7 @@ func runDiff(t testing.TB, rc *redis.Client, seed uint64, steps int) {
 			running = append(running[:j], running[j+1:]...)
 			switch {
 			case op < 78: // count: gives the request back
-				tw.both(t, "GiveBack", why, func(i int, e *Engine) error { return e.GiveBack(context.Background(), h.req, h.d[i]) })
+				tw.both(t, "GiveBack", why, func(i int, e *Engine) error { return e.giveBack(context.Background(), h.req, h.d[i]) })
 			case op < 90: // settlement to a random actual cost; -1 keeps one
 				actual := make([]int64, len(h.req.Checks))
 				for c := range actual {
@@ -269,11 +269,11 @@ func runDiff(t testing.TB, rc *redis.Client, seed uint64, steps int) {
 					}
 				}
 				tw.both(t, "Settle", why, func(i int, e *Engine) error {
-					return e.Settle(context.Background(), h.req, h.d[i], actual)
+					return e.settle(context.Background(), h.req, h.d[i], actual)
 				})
-				tw.both(t, "Release", why, func(i int, e *Engine) error { return e.Release(context.Background(), h.req, h.d[i]) })
+				tw.both(t, "Release", why, func(i int, e *Engine) error { return e.release(context.Background(), h.req, h.d[i]) })
 			default: // the request ends
-				tw.both(t, "Release", why, func(i int, e *Engine) error { return e.Release(context.Background(), h.req, h.d[i]) })
+				tw.both(t, "Release", why, func(i int, e *Engine) error { return e.release(context.Background(), h.req, h.d[i]) })
 			}
 		}
 	}

@@ -122,7 +122,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.warn.Every = warnEvery
-	e.async.bound = AsyncBound
+	e.async.bound = asyncBound
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
@@ -186,10 +186,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 // decideWith is decide with a call from getCall, which the caller returns.
 func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uint8) (Decision, error) {
 	if err := c.plan.build(e.keyer, req); err != nil {
-		return Decision{Source: FromFailClosed, Time: e.now()}, err
+		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
 	}
 	if len(c.plan.keys) == 0 {
-		return Decision{Allowed: true, Source: FromRedis, Time: e.now(), Windows: []WindowState{}}, nil
+		return Decision{Allowed: true, Source: fromRedis.String(), Time: e.now(), Windows: []WindowState{}}, nil
 	}
 	c.mode = mode
 	c.prepare()
@@ -202,7 +202,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	}
 	if mode == opAllow && e.denials && c.plan.nd == 0 && e.known.deny(c, e.mono(), e.elapsed()) {
 		if !e.async.touches(c) {
-			return c.decision(req, FromCache), nil
+			return c.decision(req, fromCache), nil
 		}
 		// A queued finish may free room: Redis decides, after it.
 		c.prepare()
@@ -217,18 +217,18 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 		// A server the call needs did not answer: decide at once, without
 		// the network; a background probe finds out when it answers.
 		e.noteFailed(c)
-		return e.fallback(c, req, &BackendError{Op: op, Err: ErrUnavailable})
+		return e.fallback(c, req, &backendError{Op: op, Err: errNotAsked})
 	}
 	e.join(c)
 	if c.err != nil {
 		e.noteFailed(c)
-		return e.fallback(c, req, &BackendError{Op: op, Err: c.err})
+		return e.fallback(c, req, &backendError{Op: op, Err: c.err})
 	}
 	// A distinct request's answer is kept too: its counts seed the
 	// fallback (a distinct request makes no cached denial, see above: its
 	// windows may be full yet admit the values they hold).
 	e.known.store(c, c.sent, c.recv, c.wall)
-	d := c.decision(req, FromRedis)
+	d := c.decision(req, fromRedis)
 	if c.plan.slots > 0 && d.taken != nil {
 		e.hold(d.taken)
 	}
@@ -239,7 +239,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 }
 
 // setID gives an Allow its snowflake id and member, which Redis stores,
-// and the local fallback too: GiveBack of a local decision finds the entry
+// and the local fallback too: a give-back of a local decision finds the entry
 // by it.
 func (e *Engine) setID(c *call) {
 	if c.mode == opAllow && c.id == 0 {
@@ -262,7 +262,7 @@ func (e *Engine) run(lead *call, batch []*call) {
 	}
 	d := e.doms.one
 	if d.down.Load() {
-		failAll(batch, ErrUnavailable)
+		failAll(batch, errNotAsked)
 		return
 	}
 	e.runAll(lead, batch)
@@ -323,7 +323,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	// may not: with a grained window the key's hash tag differs.
 	if len(keys) == 1 {
 		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], blockKey(keys[0]))); err != nil {
-			return &BackendError{Op: "reset", Err: err}
+			return &backendError{Op: "reset", Err: err}
 		}
 	} else {
 		pipe := e.client.Pipeline()
@@ -332,7 +332,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 			pipe.Del(ctx, key)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return &BackendError{Op: "reset", Err: err}
+			return &backendError{Op: "reset", Err: err}
 		}
 	}
 	e.publish(ctx, invalReset, keys...)

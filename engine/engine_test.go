@@ -59,25 +59,25 @@ func TestInvalidAndEmptyRequests(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	e := newEngine(t, rc, WithFailMode(rules.FailOpen))
 	d, err := e.Allow(context.Background(), req(user("u", win(0, time.Second))))
-	if !errors.Is(err, ErrInvalid) || d.Allowed || d.Source != FromFailClosed {
+	if !errors.Is(err, ErrInvalid) || d.Allowed || d.Source != "fail-closed" {
 		t.Errorf("invalid request: %+v %v", d, err)
 	}
 	// Nothing to limit: allowed without asking (the client cannot even
 	// connect).
 	d, err = e.Allow(context.Background(), req(user("u")))
-	if err != nil || !d.Allowed || d.Source != FromRedis {
+	if err != nil || !d.Allowed || d.Source != "redis" {
 		t.Errorf("request without windows: %+v %v", d, err)
 	}
 	// A done context decides by the fail mode without asking Redis.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	d, err = e.Allow(ctx, req(user("u", win(1, time.Second))))
-	if !errors.Is(err, context.Canceled) || d.Source != FromFailOpen {
+	if !errors.Is(err, context.Canceled) || d.Source != "fail-open" {
 		t.Errorf("done context: %+v %v", d, err)
 	}
 	e.Close()
 	d, err = e.Allow(context.Background(), req(user("u", win(1, time.Second))))
-	if !errors.Is(err, ErrClosed) || d.Source != FromFailOpen {
+	if !errors.Is(err, ErrClosed) || d.Source != "fail-open" {
 		t.Errorf("after Close: %+v %v", d, err)
 	}
 	if err := e.resetSubject(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
@@ -153,11 +153,11 @@ func TestFailModeDefault(t *testing.T) {
 
 func TestSourceString(t *testing.T) {
 	t.Parallel()
-	for s, want := range map[Source]string{
-		FromRedis: "redis", FromFailOpen: "fail-open", FromFailClosed: "fail-closed", FromLocal: "local", 42: "source(42)",
+	for s, want := range map[source]string{
+		fromRedis: "redis", fromFailOpen: "fail-open", fromFailClosed: "fail-closed", fromLocal: "local", 42: "source(42)",
 	} {
-		if got := s.String(); got != want {
-			t.Errorf("Source(%d).String() = %q, want %q", s, got, want)
+		if got := s.String(); got != want || (s < 42 && sourceNamed(got) != s) {
+			t.Errorf("source(%d).String() = %q, want %q", s, got, want)
 		}
 	}
 }

@@ -5,18 +5,19 @@ import (
 	"strconv"
 )
 
-// Sentinel errors. Match them with errors.Is; the typed errors below carry
-// the details and match the sentinel of their kind.
+// Sentinel errors. Match them with errors.Is; the unexported typed errors
+// below carry the details in their text and match the sentinel of their
+// kind.
 var (
 	// ErrBackend is matched by every error that reports Redis trouble: a
 	// failed or timed-out call, an unexpected reply, a call skipped while
 	// Redis is considered down. The Decision returned with it follows the
 	// request's fail mode.
 	ErrBackend = errors.New("engine: redis failed")
-	// ErrUnavailable is wrapped by the BackendError of a call that did not
+	// errNotAsked is wrapped by the backendError of a call that did not
 	// ask Redis because a server it needs did not answer an earlier call
 	// and has not answered the engine's background probe since.
-	ErrUnavailable = errors.New("engine: redis considered down, not asked")
+	errNotAsked = errors.New("engine: redis considered down, not asked")
 	// ErrInvalid is matched by the error of a Request the engine cannot
 	// evaluate and of an invalid option given to New.
 	ErrInvalid = errors.New("engine: invalid argument")
@@ -24,31 +25,31 @@ var (
 	ErrClosed = errors.New("engine: closed")
 )
 
-// BackendError reports that Redis could not make a decision. It unwraps to
-// the underlying error (a go-redis, network or context error, a
-// reply the engine does not understand, or ErrUnavailable) and matches
-// ErrBackend.
-type BackendError struct {
-	// Op is the engine operation: "allow", "peek", "reset", "rollback"
-	// or "giveback".
+// backendError reports that Redis could not do what an operation asked.
+// It unwraps to the underlying error (a go-redis, network or context
+// error, a reply the engine does not understand, or errNotAsked) and
+// matches ErrBackend.
+type backendError struct {
+	// Op is the engine operation, such as "allow", "peek", "reset",
+	// "rollback" or "giveback".
 	Op string
 	// Err is the cause.
 	Err error
 }
 
-func (e *BackendError) Error() string {
+func (e *backendError) Error() string {
 	return "engine: redis " + e.Op + ": " + e.Err.Error()
 }
 
 // Unwrap returns the cause.
-func (e *BackendError) Unwrap() error { return e.Err }
+func (e *backendError) Unwrap() error { return e.Err }
 
 // Is reports whether target is ErrBackend.
-func (e *BackendError) Is(target error) bool { return target == ErrBackend }
+func (e *backendError) Is(target error) bool { return target == ErrBackend }
 
 // replyError reports a script reply the engine does not understand, which
 // means the script and the engine disagree about the wire format (or the
-// server is not Redis). It is wrapped in a BackendError.
+// server is not Redis). It is wrapped in a backendError.
 type replyError struct {
 	// Reason says what was wrong.
 	Reason string

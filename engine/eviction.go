@@ -12,18 +12,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultEvictionCheck is how often the engine reads the memory settings
-// and eviction counter of every Redis server it uses (see
-// WithRequireNoEviction).
-const DefaultEvictionCheck = time.Minute
+// defaultEvictionCheck is how often the engine reads the memory settings
+// and eviction counter of every Redis server it uses.
+const defaultEvictionCheck = time.Minute
 
-// ErrEviction is matched by the error of New with WithRequireNoEviction
-// when a server may evict the engine's keys.
-var ErrEviction = errors.New("engine: redis may evict rate-limit keys")
+// errEviction is matched by the error of New with WithRequireNoEviction
+// when a server may evict the engine's keys (tests match it).
+var errEviction = errors.New("engine: redis may evict rate-limit keys")
 
 // evictionError reports, from New with WithRequireNoEviction, a Redis
 // server whose memory policy can evict the engine's keys. It matches
-// ErrEviction.
+// errEviction.
 type evictionError struct {
 	// Server is the server's address.
 	Server string
@@ -39,8 +38,8 @@ func (e *evictionError) Error() string {
 		"); set maxmemory-policy noeviction or use a dedicated instance without maxmemory"
 }
 
-// Is reports whether target is ErrEviction.
-func (e *evictionError) Is(target error) bool { return target == ErrEviction }
+// Is reports whether target is errEviction.
+func (e *evictionError) Is(target error) bool { return target == errEviction }
 
 // EvictionEvent reports that a Redis server the engine uses evicted keys:
 // the rate-limit windows stored there may have lost entries, and then
@@ -58,12 +57,11 @@ type EvictionEvent struct {
 	Total int64
 }
 
-// WithRequireNoEviction makes New fail with an error matching ErrEviction when a Redis
-// server the engine uses (every master of a cluster) has maxmemory set and
-// a maxmemory-policy other than noeviction, which can evict the engine's
-// keys (every one has a TTL, so the volatile-* policies evict them too),
-// and with a *BackendError (Op "info") when a server's INFO cannot be read.
-// By default New only logs a warning.
+// WithRequireNoEviction makes New fail when a Redis server the engine uses
+// (every master of a cluster) has maxmemory set and a maxmemory-policy
+// other than noeviction, which can evict the engine's keys, and with an
+// error matching ErrBackend when a server's INFO cannot be read. By
+// default New only logs a warning.
 func WithRequireNoEviction() Option {
 	return func(c *config) error {
 		c.requireNoEviction = true
@@ -73,7 +71,7 @@ func WithRequireNoEviction() Option {
 
 // WithEvictionHook sets a function called, from the engine's own
 // goroutine, with every EvictionEvent: when a check (at New, then every
-// DefaultEvictionCheck) finds that a server's evicted_keys grew. The
+// minute) finds that a server's evicted_keys grew. The
 // default is none; evictions are logged either way (at most one line per
 // server and check).
 func WithEvictionHook(hook func(EvictionEvent)) Option {
@@ -124,7 +122,7 @@ type guardServer struct {
 
 // startGuard makes the first check and starts the periodic ones.
 func (e *Engine) startGuard(cfg *config) error {
-	every := DefaultEvictionCheck
+	every := defaultEvictionCheck
 	if cfg.evictionEverySet {
 		every = cfg.evictionEvery
 	}
@@ -137,7 +135,7 @@ func (e *Engine) startGuard(cfg *config) error {
 	cancel()
 	if cfg.requireNoEviction {
 		if err != nil {
-			return &BackendError{Op: "info", Err: err}
+			return &backendError{Op: "info", Err: err}
 		}
 		for i := range ms {
 			if ms[i].canEvict() {

@@ -56,7 +56,7 @@ func TestEvictionPolicy(t *testing.T) {
 			}
 			var ee *evictionError
 			if tc.evicting {
-				if !errors.As(err, &ee) || !errors.Is(err, ErrEviction) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
+				if !errors.As(err, &ee) || !errors.Is(err, errEviction) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
 					t.Errorf("New with WithRequireNoEviction: %v, want an *evictionError for %s", err, s.Addr)
 				}
 			} else if err != nil {
@@ -73,9 +73,9 @@ func TestRequireNoEvictionUnreadable(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
 	t.Cleanup(func() { rc.Close() })
 	e, err := New(rc, WithRequireNoEviction())
-	var be *BackendError
+	var be *backendError
 	if e != nil || !errors.As(err, &be) || be.Op != "info" {
-		t.Errorf("New: %v %v, want a *BackendError for info", e, err)
+		t.Errorf("New: %v %v, want a *backendError for info", e, err)
 	}
 	if _, err := New(rc, WithEvictionHook(nil)); !errors.Is(err, ErrInvalid) {
 		t.Errorf("nil eviction hook: %v", err)
@@ -196,7 +196,7 @@ func TestOutOfMemory(t *testing.T) {
 	const n = 50
 	for i := range n {
 		d, err := e.Allow(ctx, r)
-		if d.Source != FromLocal || !errors.Is(err, ErrBackend) || !strings.Contains(err.Error(), "OOM") {
+		if d.Source != "local" || !errors.Is(err, ErrBackend) || !strings.Contains(err.Error(), "OOM") {
 			t.Fatalf("call %d out of memory: source %v err %v", i, d.Source, err)
 		}
 	}
@@ -211,7 +211,7 @@ func TestOutOfMemory(t *testing.T) {
 	if err := rc.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := e.Allow(ctx, r); err != nil || d.Source != FromRedis {
+	if d, err := e.Allow(ctx, r); err != nil || d.Source != "redis" {
 		t.Errorf("after freeing memory: %v %v", d.Source, err)
 	}
 }

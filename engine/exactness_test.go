@@ -51,8 +51,8 @@ func hammerRecord(t *testing.T, engines []*Engine, callers int, d time.Duration,
 		}
 		// A denial may come from the cache of Redis's answers; nothing
 		// else may come from anywhere but Redis.
-		cachedDenial := dec.Source == FromCache && !dec.Allowed
-		if err == nil && dec.Source != FromRedis && !cachedDenial {
+		cachedDenial := dec.Source == "cache" && !dec.Allowed
+		if err == nil && dec.Source != "redis" && !cachedDenial {
 			err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
 		}
 		if err == nil && dec.Allowed {

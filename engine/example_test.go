@@ -95,7 +95,7 @@ func ExampleEngine_Allow() {
 
 // Only failed logins count: a login is admitted and counted before the
 // password is checked, and given back when it succeeds.
-func ExampleEngine_GiveBack() {
+func ExampleEngine_Finish() {
 	rdb, done := newRedis()
 	defer done()
 	eng, err := engine.New(rdb, engine.WithPrefix("example-giveback:"))
@@ -118,7 +118,7 @@ func ExampleEngine_GiveBack() {
 		}
 		if password == "right" {
 			// Success does not count: take the attempt back.
-			if err := eng.GiveBack(ctx, login, d); err != nil {
+			if err := eng.Finish(ctx, d, engine.Outcome{GiveBack: true}); err != nil {
 				log.Print(err)
 			}
 		}
@@ -136,7 +136,7 @@ func ExampleEngine_GiveBack() {
 
 // A completion is admitted against the 500 tokens it may use and settled
 // to the 120 it used: the window then holds 120.
-func ExampleEngine_Settle() {
+func ExampleEngine_Finish_settle() {
 	rdb, done := newRedis()
 	defer done()
 	eng, err := engine.New(rdb)
@@ -150,7 +150,7 @@ func ExampleEngine_Settle() {
 	req := engine.Request{Scope: "complete", Checks: []engine.Check{{Limiter: tokens, Subject: "42", Cost: 500}}}
 	d, _ := eng.Allow(ctx, req)
 	fmt.Println(d.Allowed, d.Windows[0].Used)
-	if err := eng.Settle(ctx, req, d, []int64{120}); err != nil {
+	if err := eng.Finish(ctx, d, engine.Outcome{Actual: []int64{120}}); err != nil {
 		log.Fatal(err)
 	}
 	// The next request sees the 120 tokens settled, not the 500 estimated.

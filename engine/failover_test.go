@@ -23,7 +23,7 @@ type failoverRec struct {
 	start   int32 // µs since the run began
 	dur     int32 // µs
 	subj    uint8 // index into the subjects; the last one is "full"
-	src     Source
+	src     source
 	allowed bool
 	bad     bool // the error does not match the source (see TestClusterFailover)
 	errKind uint8
@@ -42,7 +42,7 @@ func errKindOf(err error) uint8 {
 	switch {
 	case err == nil:
 		return errNone
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, errNotAsked):
 		return errUnavailable
 	case isTimeout(err):
 		return errTimeout
@@ -202,16 +202,16 @@ func TestClusterFailover(t *testing.T) {
 					i := rand.IntN(len(subjects))
 					start := since()
 					d, err := e.Allow(ctx, subjects[i].req)
-					r := failoverRec{start: start, dur: since() - start, subj: uint8(i), src: d.Source, allowed: d.Allowed, errKind: errKindOf(err)}
-					switch d.Source {
-					case FromRedis, FromCache:
+					r := failoverRec{start: start, dur: since() - start, subj: uint8(i), src: sourceNamed(d.Source), allowed: d.Allowed, errKind: errKindOf(err)}
+					switch sourceNamed(d.Source) {
+					case fromRedis, fromCache:
 						r.bad = err != nil
-					case FromLocal:
+					case fromLocal:
 						r.bad = !errors.Is(err, ErrBackend)
 					default: // FailLocal never fails open or closed
 						r.bad = true
 					}
-					if d.Source == FromRedis && d.Allowed {
+					if d.Source == "redis" && d.Allowed {
 						admits[k] = append(admits[k], failoverAdmit{subj: uint8(i),
 							member: memberText(d.taken.member(), d.taken.keys[0].suffix)})
 					}
@@ -289,12 +289,12 @@ func TestClusterFailover(t *testing.T) {
 		}
 		return phaseAfter
 	}
-	var counts [3][numPhases][FromCache + 1]int
-	var admitted [3][numPhases][FromCache + 1]int
+	var counts [3][numPhases][fromCache + 1]int
+	var admitted [3][numPhases][fromCache + 1]int
 	var durs [3][numPhases][]int32
 	bad := 0
 	var errKinds [3][numPhases][numErrKinds]int
-	fullAdmitted := map[Source]int{}
+	fullAdmitted := map[source]int{}
 	back, lastFail := int32(-1), int32(-1)
 	for _, r := range all {
 		g, p := groupOf(r.subj), phaseOf(r.start)
@@ -311,10 +311,10 @@ func TestClusterFailover(t *testing.T) {
 			fullAdmitted[r.src]++
 		}
 		if g == 1 && r.start >= killAt {
-			if r.src == FromRedis && back < 0 {
+			if r.src == fromRedis && back < 0 {
 				back = r.start
 			}
-			if r.src == FromLocal {
+			if r.src == fromLocal {
 				lastFail = r.start
 			}
 		}
@@ -335,8 +335,8 @@ func TestClusterFailover(t *testing.T) {
 			}
 			rate := float64(len(d)) / (time.Duration(bounds[p+1]-bounds[p]) * time.Microsecond).Seconds()
 			t.Logf("%-15s %-11s %7.0f/s: redis %5d (%4d admitted), cache %7d, local %4d (%4d admitted); errors (unavailable, timeout, other) %v; latency p99 %v max %v",
-				groupNames[g], phaseNames[p], rate, c[FromRedis], admitted[g][p][FromRedis], c[FromCache],
-				c[FromLocal], admitted[g][p][FromLocal], errKinds[g][p][1:], fmtUS(p99), fmtUS(worst))
+				groupNames[g], phaseNames[p], rate, c[fromRedis], admitted[g][p][fromRedis], c[fromCache],
+				c[fromLocal], admitted[g][p][fromLocal], errKinds[g][p][1:], fmtUS(p99), fmtUS(worst))
 		}
 	}
 	if len(otherErrs) > 0 {
@@ -354,20 +354,20 @@ func TestClusterFailover(t *testing.T) {
 		t.Errorf("full (5 of 5 used before the kill) admitted during the run: %v", fullAdmitted)
 	}
 	for p := range numPhases {
-		if counts[2][p] == [FromCache + 1]int{} {
+		if counts[2][p] == [fromCache + 1]int{} {
 			t.Errorf("no decision for full %s", phaseNames[p])
 		}
 	}
 
 	// 2. The healthy masters' subjects keep deciding from Redis.
-	fromRedis := func(c [FromCache + 1]int) (int, int) {
+	byRedis := func(c [fromCache + 1]int) (int, int) {
 		total := 0
 		for _, n := range c {
 			total += n
 		}
-		return c[FromRedis] + c[FromCache], total
+		return c[fromRedis] + c[fromCache], total
 	}
-	if r, total := fromRedis(counts[0][phaseFailing]); total < 100 || float64(r) < 0.95*float64(total) {
+	if r, total := byRedis(counts[0][phaseFailing]); total < 100 || float64(r) < 0.95*float64(total) {
 		t.Errorf("healthy masters' subjects between the kill and cluster_state:ok: %d of %d decisions from Redis or the cache, want >= 95%% of >= 100",
 			r, total)
 	}
@@ -399,15 +399,15 @@ func TestClusterFailover(t *testing.T) {
 		// A call that times out on a starved machine (CI runs packages in
 		// parallel under -race) sends a few decisions to the fail mode
 		// long after the failover; the failover itself must be over.
-		var late [FromCache + 1]int
+		var late [fromCache + 1]int
 		for _, r := range all {
 			if groupOf(r.subj) == 1 && r.start > limit {
 				late[r.src]++
 			}
 		}
-		if redis, total := fromRedis(late); float64(redis) < 0.99*float64(total) {
+		if redis, total := byRedis(late); float64(redis) < 0.99*float64(total) {
 			t.Errorf("the killed master's subjects still decided by the fail mode %v after cluster_state:ok (from 5 s after it: %d from Redis, %d cache, %d local)",
-				fmtUS(lastFail-okAt), late[FromRedis], late[FromCache], late[FromLocal])
+				fmtUS(lastFail-okAt), late[fromRedis], late[fromCache], late[fromLocal])
 		} else {
 			t.Logf("from 5 s after cluster_state:ok, %d of %d decisions of the killed master's subjects by the fail mode (the last %v after ok)",
 				total-redis, total, fmtUS(lastFail-okAt))

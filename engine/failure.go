@@ -20,14 +20,14 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	}
 	switch mode {
 	case rules.FailOpen:
-		return Decision{Allowed: true, Source: FromFailOpen, Time: e.now()}, cause
+		return Decision{Allowed: true, Source: fromFailOpen.String(), Time: e.now()}, cause
 	case rules.FailClosed:
-		return Decision{Source: FromFailClosed, Time: e.now()}, cause
+		return Decision{Source: fromFailClosed.String(), Time: e.now()}, cause
 	}
 	e.setID(c) // a call that failed before it had one (closed, ctx done)
 	t := e.now()
 	e.local.decide(c, t.UnixMicro(), e.known)
-	return c.decision(req, FromLocal), cause
+	return c.decision(req, fromLocal), cause
 }
 
 // A domain is one failure domain: the server a key lives on (the one
@@ -161,7 +161,7 @@ func (e *Engine) observe(d *domain, answered bool, err error) {
 		if d.down.Load() {
 			e.markUp(d)
 		}
-	case err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errClock):
+	case err != nil && !errors.Is(err, errNotAsked) && !errors.Is(err, errClock):
 		// A timeout, a refused or broken connection: asking again would
 		// cost each call up to a timeout (go-redis retries dials and
 		// redirects until the context expires).

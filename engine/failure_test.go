@@ -66,12 +66,12 @@ func TestKill(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	for _, tc := range []struct {
 		mode    rules.FailMode
-		source  Source
+		source  source
 		allowed []bool // three requests against a limit of 2
 	}{
-		{rules.FailOpen, FromFailOpen, []bool{true, true, true}},
-		{rules.FailClosed, FromFailClosed, []bool{false, false, false}},
-		{rules.FailLocal, FromLocal, []bool{true, true, false}},
+		{rules.FailOpen, fromFailOpen, []bool{true, true, true}},
+		{rules.FailClosed, fromFailClosed, []bool{false, false, false}},
+		{rules.FailLocal, fromLocal, []bool{true, true, false}},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			t.Parallel()
@@ -92,11 +92,11 @@ func TestKill(t *testing.T) {
 				if !errors.Is(err, ErrBackend) {
 					t.Errorf("call %d: err %v, want ErrBackend", i, err)
 				}
-				var be *BackendError
+				var be *backendError
 				if !errors.As(err, &be) || be.Op != "allow" {
-					t.Errorf("call %d: err %v is not a *BackendError for allow", i, err)
+					t.Errorf("call %d: err %v is not a *backendError for allow", i, err)
 				}
-				if d.Source != tc.source || d.Allowed != want {
+				if d.Source != tc.source.String() || d.Allowed != want {
 					t.Errorf("call %d: source %v allowed %v, want %v %v", i, d.Source, d.Allowed, tc.source, want)
 				}
 				if tc.mode == rules.FailLocal && (len(d.Windows) != 1 || d.Windows[0].Used != min(int64(i+1), 2)) {
@@ -105,7 +105,7 @@ func TestKill(t *testing.T) {
 			}
 			// The request's own fail mode wins over the engine's.
 			r.Fail = rules.FailOpen
-			if d, _ := e.Allow(context.Background(), r); d.Source != FromFailOpen {
+			if d, _ := e.Allow(context.Background(), r); d.Source != "fail-open" {
 				t.Errorf("request fail mode open: source %v", d.Source)
 			}
 
@@ -114,7 +114,7 @@ func TestKill(t *testing.T) {
 			deadline := time.Now().Add(10 * time.Second)
 			for {
 				d, err := e.Allow(context.Background(), r)
-				if err == nil && d.Source == FromRedis {
+				if err == nil && d.Source == "redis" {
 					if !d.Allowed || d.Windows[0].Used != 1 {
 						t.Errorf("after restart: %+v", d)
 					}
@@ -144,7 +144,7 @@ func TestHang(t *testing.T) {
 	if el := time.Since(start); el < timeout || el > timeout+200*ms {
 		t.Errorf("first call took %v, timeout %v", el, timeout)
 	}
-	if !isTimeout(err) || d.Source != FromLocal || !d.Allowed {
+	if !isTimeout(err) || d.Source != "local" || !d.Allowed {
 		t.Fatalf("first call: %v %v %v", d.Source, d.Allowed, err)
 	}
 
@@ -156,7 +156,7 @@ func TestHang(t *testing.T) {
 		if el := time.Since(start); el > timeout/2 {
 			t.Errorf("call %d while down took %v", i, el)
 		}
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) || d.Source != FromLocal {
+		if !errors.Is(err, errNotAsked) || !errors.Is(err, ErrBackend) || d.Source != "local" {
 			t.Errorf("call %d while down: %v %v", i, d.Source, err)
 		}
 	}
@@ -220,8 +220,8 @@ func TestHangQueued(t *testing.T) {
 	d, err := e.Allow(context.Background(), r)
 	el := time.Since(start)
 	wg.Wait()
-	if !errors.Is(err, ErrUnavailable) || d.Source != FromLocal {
-		t.Errorf("queued call: source %v err %v, want FromLocal and ErrUnavailable", d.Source, err)
+	if !errors.Is(err, errNotAsked) || d.Source != "local" {
+		t.Errorf("queued call: source %v err %v, want fromLocal and errNotAsked", d.Source, err)
 	}
 	// Without the fix the queued call waits for the leaders (about 250 ms)
 	// and then for its own timeout (300 ms).

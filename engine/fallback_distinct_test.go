@@ -74,10 +74,10 @@ func TestFallbackSeedDistinct(t *testing.T) {
 				for range st.n {
 					d, err := e.Allow(context.Background(), r())
 					if i < len(tc.before) {
-						if err != nil || !d.Allowed || d.Source != FromRedis {
+						if err != nil || !d.Allowed || d.Source != "redis" {
 							t.Fatalf("step %d before the outage: %+v, %v", i, d, err)
 						}
-					} else if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+					} else if d.Source != "local" || !errors.Is(err, ErrBackend) {
 						t.Fatalf("step %d with Redis down: %+v, %v; want a local decision", i, d, err)
 					}
 					if d.Allowed {
@@ -126,7 +126,7 @@ func TestFallbackSeedDistinctCluster(t *testing.T) {
 		allowed := 0
 		for range 10 {
 			d, err := e.Allow(ctx, r())
-			if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+			if d.Source != "local" || !errors.Is(err, ErrBackend) {
 				t.Fatalf("engine %d with the master killed: %+v, %v; want a local decision", ei, d, err)
 			}
 			if d.Allowed {

@@ -45,11 +45,11 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 			}
 			ctx := context.Background()
 			for i := range 4 {
-				if d, err := e.Allow(ctx, req(8)); err != nil || !d.Allowed || d.Source != FromRedis {
+				if d, err := e.Allow(ctx, req(8)); err != nil || !d.Allowed || d.Source != "redis" {
 					t.Fatalf("request %d of limit 8: %+v, %v", i, d, err)
 				}
 			}
-			if d, err := e.Allow(ctx, req(2)); err != nil || d.Allowed || d.Source != FromRedis {
+			if d, err := e.Allow(ctx, req(2)); err != nil || d.Allowed || d.Source != "redis" {
 				t.Fatalf("request of limit 2: %+v, %v; want denied by Redis", d, err)
 			}
 			m.Close()
@@ -57,7 +57,7 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 			admitted := 0
 			for range 5 {
 				d, err := e.Allow(ctx, req(5)) // err reports Redis's failure
-				if d.Source != FromLocal {
+				if d.Source != "local" {
 					t.Fatalf("request of limit 5 with Redis down: %+v, %v; want decided by the fallback", d, err)
 				}
 				if d.Allowed {
@@ -95,7 +95,7 @@ func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
 	var last Decision
 	for i := range 2 {
 		d, err := e.Allow(ctx, req)
-		if err != nil || !d.Allowed || d.Source != FromRedis {
+		if err != nil || !d.Allowed || d.Source != "redis" {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}
 		last = d
@@ -108,7 +108,7 @@ func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
 	admitted := 0
 	for range 4 {
 		d, _ := e.Allow(ctx, req) // the error reports Redis's failure
-		if d.Source != FromLocal {
+		if d.Source != "local" {
 			t.Fatalf("with Redis down: %+v; want decided by the fallback", d)
 		}
 		if d.Allowed {

@@ -163,7 +163,7 @@ func TestTimedOutReservation(t *testing.T) {
 
 	done := busy(t, s.Addr, 700*ms)
 	d, err := e.Allow(context.Background(), r)
-	if !isTimeout(err) || d.Allowed || d.Source != FromFailClosed {
+	if !isTimeout(err) || d.Allowed || d.Source != "fail-closed" {
 		t.Fatalf("Allow during the busy script: %v %v %v", d.Allowed, d.Source, err)
 	}
 	if err := <-done; err != nil {
@@ -281,7 +281,7 @@ func untilRedis(t *testing.T, decide func() (Decision, error)) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d, err := decide()
-		if err == nil && d.Source == FromRedis {
+		if err == nil && d.Source == "redis" {
 			return
 		}
 		if time.Now().After(deadline) {

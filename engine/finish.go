@@ -14,7 +14,7 @@ type Outcome struct {
 	GiveBack bool
 	// Actual, when non-nil, settles the request: Actual[i] is the actual
 	// cost of check i of its Request, or -1 to keep what the check was
-	// charged (see Settle). It must have one element per check. A request
+	// charged. It must have one element per check. A request
 	// given back is not settled.
 	Actual []int64
 }
@@ -29,7 +29,7 @@ func (e *Engine) Finish(ctx context.Context, d Decision, o Outcome) error {
 	return e.finish(ctx, &d, &o, false)
 }
 
-// finish is Finish; keepSlots leaves the slots held (Settle).
+// finish is Finish; keepSlots leaves the slots held (the tests' settle).
 func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots bool) error {
 	t := d.taken
 	if t == nil || !d.Allowed {
@@ -41,7 +41,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	if err != nil {
 		return err
 	}
-	if t.src == FromLocal {
+	if t.src == fromLocal {
 		c.finishing(t, o, deltas, keepSlots)
 		e.local.finish(t, c.fin)
 		return nil
@@ -70,7 +70,7 @@ func (e *Engine) finishRemote(c *call, op string) error {
 		// the batch that finds it back, instead of making the caller (a
 		// handler that has answered) wait for another timeout.
 		e.undos.push(e, c.fin...)
-		return &BackendError{Op: op, Err: ErrUnavailable}
+		return &backendError{Op: op, Err: errNotAsked}
 	}
 	e.join(c)
 	return e.finished(c, op)
@@ -83,7 +83,7 @@ func (e *Engine) finished(c *call, op string) error {
 	if c.err != nil {
 		e.requeueFinish(c)
 		e.warnFailed(op, c.fin[0].member, c.err)
-		return &BackendError{Op: op, Err: c.err}
+		return &backendError{Op: op, Err: c.err}
 	}
 	var gone []string
 	for i := range c.fin {
@@ -93,7 +93,7 @@ func (e *Engine) finished(c *call, op string) error {
 				gone = append(gone, u.key)
 			}
 		case 2:
-			return &BackendError{Op: op, Err: newReplyError("running total above 2^53", c.fin[i].key)}
+			return &backendError{Op: op, Err: newReplyError("running total above 2^53", c.fin[i].key)}
 		}
 	}
 	// The script published the removals; this process forgets them now.
@@ -161,7 +161,7 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 			if k.kind == kindCal && before&doneSettle != 0 {
 				continue // a settled request is not given back, as in weighted keys
 			}
-			if k.kind == kindDistinct && t.src != FromLocal {
+			if k.kind == kindDistinct && t.src != fromLocal {
 				// A give-back leaves the value counted (docs/limits.md):
 				// a request admitted since without counting it anew
 				// shares it, and a restore would leave that request's
@@ -207,9 +207,9 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 	}
 	c.bleft = d
 	// Indexed by key: every key holds one of the request's windows at
-	// least, so there are at most MaxWindows. (A check has at most a rate
+	// least, so there are at most maxWindows. (A check has at most a rate
 	// and a slot key, but calendar keys come between them.)
-	var set [MaxWindows]bool
+	var set [maxWindows]bool
 	for i, a := range actual {
 		k := t.checks[i].key
 		if a < 0 || k < 0 {
@@ -256,13 +256,4 @@ func (p *plan) finishKeys(fin []undo) {
 	for i := range fin {
 		p.keys = append(p.keys, fin[i].key)
 	}
-}
-
-// GiveBack takes the request that d admitted out of every window it was
-// counted in, as if it had never been made, and releases its slots. It is
-// Finish(ctx, d, Outcome{GiveBack: true}); req is unused. It is idempotent
-// and returns nil for a Decision that counted nothing (see the package
-// documentation, Giving back). It is safe for concurrent use.
-func (e *Engine) GiveBack(ctx context.Context, _ Request, d Decision) error {
-	return e.finish(ctx, &d, &Outcome{GiveBack: true}, false)
 }

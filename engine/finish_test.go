@@ -112,7 +112,7 @@ func TestFinishNothing(t *testing.T) {
 		}
 	}
 	before := h.Count()
-	for _, x := range []Decision{den, p, {Allowed: true, Source: FromFailOpen}, {}} {
+	for _, x := range []Decision{den, p, {Allowed: true, Source: "fail-open"}, {}} {
 		if err := e.Finish(ctx, x, Outcome{GiveBack: true}); err != nil {
 			t.Errorf("Finish of a decision that counted nothing (%v): %v", x.Source, err)
 		}

@@ -8,20 +8,20 @@ import (
 	"time"
 )
 
-// AsyncBound is how long a FinishAsync's work waits in this process for a
+// asyncBound is how long a FinishAsync's work waits in this process for a
 // script call to ride (the next batch of any Allow, Peek or Finish) before
 // it is sent on its own. When it runs out while every batch slot of the
 // engine is in flight, the batch led when one returns takes the work
 // instead, and the wait starts again in case none is led: so the work
-// leaves at the latest AsyncBound after FinishAsync or, on a busy engine,
+// leaves at the latest asyncBound after FinishAsync or, on a busy engine,
 // one batch round trip later. Under load a batch comes much sooner, and
 // the work usually leaves within microseconds.
-const AsyncBound = time.Millisecond
+const asyncBound = time.Millisecond
 
 // FinishAsync is Finish without waiting: it queues the finish of the
 // request that d admitted and returns at once, so that a response is not
 // held by a Redis round trip. This engine sees the finish at once, other
-// processes within about AsyncBound and a round trip. Its errors are logged
+// processes within about 1 ms and a round trip. Its errors are logged
 // and counted, never returned (see the package documentation, Finishing
 // asynchronously). It is safe for concurrent use.
 func (e *Engine) FinishAsync(d Decision, o Outcome) {
@@ -37,7 +37,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		e.asyncFailed(op, t.member(), err)
 		return
 	}
-	if t.src == FromLocal {
+	if t.src == fromLocal {
 		c.finishing(t, &o, deltas, false)
 		e.local.finish(t, c.fin)
 		putCall(c)
@@ -60,7 +60,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		// As in Finish: the batch that finds the server back runs it.
 		e.undos.push(e, c.fin...)
 		e.async.failed.Add(1)
-		e.warnFailed(op, c.fin[0].member, ErrUnavailable)
+		e.warnFailed(op, c.fin[0].member, errNotAsked)
 		putCall(c)
 		return
 	}
@@ -92,7 +92,7 @@ type asyncQueue struct {
 	air     []*flight
 	flying  map[string]int32 // per key: calls in the air that touch it
 	timer   *time.Timer      // sends pending calls bound after the first
-	bound   time.Duration    // AsyncBound; tests that must see the queue lengthen it
+	bound   time.Duration    // asyncBound; tests that must see the queue lengthen it
 	closed  bool
 }
 
@@ -240,7 +240,7 @@ func (e *Engine) land(fl *flight) {
 }
 
 // flushAsync sends the pending finishes on their own: the timer's work,
-// AsyncBound after the first was queued, when no batch took them.
+// asyncBound after the first was queued, when no batch took them.
 func (e *Engine) flushAsync() {
 	a := &e.async
 	if e.batch.full() {

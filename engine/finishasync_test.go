@@ -85,7 +85,7 @@ func TestFinishAsyncOrder(t *testing.T) {
 
 // TestFinishAsyncOtherEngine: a slot released by FinishAsync, with no
 // other traffic in its engine, is usable by another engine on the same
-// Redis within AsyncBound and a round trip, long before its lease (30 s)
+// Redis within asyncBound and a round trip, long before its lease (30 s)
 // would free it. The measured time is logged; the test allows a second,
 // for a loaded machine.
 func TestFinishAsyncOtherEngine(t *testing.T) {
@@ -126,7 +126,7 @@ func TestFinishAsyncOtherEngine(t *testing.T) {
 					time.Sleep(100 * time.Microsecond)
 				}
 			}
-			t.Logf("slot usable by another engine at most %v after FinishAsync (bound %v + a round trip)", worst, AsyncBound)
+			t.Logf("slot usable by another engine at most %v after FinishAsync (bound %v + a round trip)", worst, asyncBound)
 		})
 	}
 }
@@ -172,7 +172,7 @@ func TestFinishAsyncClose(t *testing.T) {
 				}
 			}
 			// After Close a FinishAsync is refused and counted.
-			a.FinishAsync(Decision{Allowed: true, taken: &taken{src: FromRedis}}, Outcome{})
+			a.FinishAsync(Decision{Allowed: true, taken: &taken{src: fromRedis}}, Outcome{})
 			if got := a.finishAsyncFailures(); got != 1 {
 				t.Errorf("FinishAsyncFailures after Close %d, want 1", got)
 			}

@@ -18,10 +18,10 @@ func TestGiveBackFails(t *testing.T) {
 	d := mustAllow(t, e, r, true)
 
 	s.Kill()
-	err := e.GiveBack(context.Background(), r, d)
-	var be *BackendError
+	err := e.giveBack(context.Background(), r, d)
+	var be *backendError
 	if !errors.Is(err, ErrBackend) || !errors.As(err, &be) || be.Op != "giveback" {
-		t.Fatalf("GiveBack with Redis down: %v, want a *BackendError for giveback", err)
+		t.Fatalf("GiveBack with Redis down: %v, want a *backendError for giveback", err)
 	}
 	q := e.undos.take()
 	if len(q) != 2 {
@@ -43,9 +43,9 @@ func TestGiveBackWhileDown(t *testing.T) {
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	e.doms.one.down.Store(true)
-	err := e.GiveBack(context.Background(), r, d)
-	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrBackend) {
-		t.Fatalf("GiveBack while down: %v, want ErrUnavailable and ErrBackend", err)
+	err := e.giveBack(context.Background(), r, d)
+	if !errors.Is(err, errNotAsked) || !errors.Is(err, ErrBackend) {
+		t.Fatalf("GiveBack while down: %v, want errNotAsked and ErrBackend", err)
 	}
 	if n := e.undos.n.Load(); n != 1 {
 		t.Fatalf("%d undos queued, want 1", n)
@@ -73,14 +73,14 @@ func TestGiveBackErrors(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := e.GiveBack(ctx, r, d); !errors.Is(err, context.Canceled) {
+	if err := e.giveBack(ctx, r, d); !errors.Is(err, context.Canceled) {
 		t.Errorf("GiveBack with a done context: %v, want context.Canceled", err)
 	}
 	e.Close()
-	if err := e.GiveBack(context.Background(), r, d); !errors.Is(err, ErrClosed) {
+	if err := e.giveBack(context.Background(), r, d); !errors.Is(err, ErrClosed) {
 		t.Errorf("GiveBack after Close: %v, want ErrClosed", err)
 	}
-	if err := e.GiveBack(context.Background(), r, Decision{}); err != nil {
+	if err := e.giveBack(context.Background(), r, Decision{}); err != nil {
 		t.Errorf("GiveBack of a zero Decision: %v, want nil", err)
 	}
 }

@@ -126,15 +126,15 @@ func (r *faultRun) requestOf(q faults.Req) (Request, bool) {
 	return Request{Scope: "f", Checks: []Check{c}, Zone: r.zone}, ok
 }
 
-func sourceOf(s Source) faults.Source {
-	switch s {
-	case FromCache:
+func sourceOf(name string) faults.Source {
+	switch sourceNamed(name) {
+	case fromCache:
 		return faults.Cache
-	case FromLocal:
+	case fromLocal:
 		return faults.Local
-	case FromFailOpen:
+	case fromFailOpen:
 		return faults.FailOpen
-	case FromFailClosed:
+	case fromFailClosed:
 		return faults.FailClosed
 	}
 	return faults.Redis
@@ -174,7 +174,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 			if r.p.Mode == "distinct" {
 				r.hist.Decisions[len(r.hist.Decisions)-1].Value = "v" + strconv.Itoa(q.Value)
 			}
-			if d.Allowed && (d.Source == FromRedis || d.Source == FromLocal) {
+			if d.Allowed && (d.Source == "redis" || d.Source == "local") {
 				r.live = append(r.live, liveAdmission{e, d, len(r.hist.Decisions) - 1})
 			}
 		}
@@ -449,7 +449,7 @@ func (r *faultRun) audit() []string {
 		var d Decision
 		for try := 0; ; try++ {
 			d, err = e.peek(context.Background(), req)
-			if err == nil && d.Source == FromRedis {
+			if err == nil && d.Source == "redis" {
 				break
 			}
 			if try == 50 {

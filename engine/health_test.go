@@ -36,7 +36,7 @@ func TestProbeBesidePool(t *testing.T) {
 	mustAllow(t, e, r, true)
 
 	s.Kill()
-	if d, _ := e.Allow(context.Background(), r); d.Source != FromLocal {
+	if d, _ := e.Allow(context.Background(), r); d.Source != "local" {
 		t.Fatalf("after the kill: %v", d.Source)
 	}
 	// Probes at 0, 50, 150, 350, 750 and 1550 ms: more than PoolSize.
@@ -49,7 +49,7 @@ func TestProbeBesidePool(t *testing.T) {
 	restarted := time.Now()
 	for {
 		d, err := e.Allow(context.Background(), r)
-		if err == nil && d.Source == FromRedis {
+		if err == nil && d.Source == "redis" {
 			break
 		}
 		if time.Since(restarted) > 5*time.Second {

@@ -139,3 +139,13 @@ func (e *Engine) resetSubject(ctx context.Context, scope string, l rules.Limiter
 func (e *Engine) resetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
 	return e.reset(ctx, scope, l, hash, true)
 }
+
+// sourceNamed returns the source whose name is Decision.Source's value.
+func sourceNamed(name string) source {
+	for s := fromRedis; s <= fromCache; s++ {
+		if s.String() == name {
+			return s
+		}
+	}
+	return fromCache + 1
+}

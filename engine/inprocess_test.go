@@ -55,7 +55,7 @@ func TestEmbeddedSlowNotDown(t *testing.T) {
 				start := time.Now()
 				d, err := e.Allow(ctx, login)
 				// The sixth may be a cached denial: the store's state too.
-				if err != nil || d.Source != FromRedis && d.Source != FromCache {
+				if err != nil || d.Source != "redis" && d.Source != "cache" {
 					t.Fatalf("request %d (after %v): %+v, %v; want a decision from the store", i+1, time.Since(start), d, err)
 				}
 				if d.Allowed != (i < 5) {
@@ -80,7 +80,7 @@ func TestEmbeddedClosed(t *testing.T) {
 	m.Close()
 	start := time.Now()
 	d, err := e.Allow(context.Background(), req(user("u", win(5, time.Minute))))
-	if d.Source != FromLocal || !errors.Is(err, ErrBackend) {
+	if d.Source != "local" || !errors.Is(err, ErrBackend) {
 		t.Fatalf("with the store closed: %+v, %v; want a local decision", d, err)
 	}
 	if took := time.Since(start); took >= embeddedTimeout {

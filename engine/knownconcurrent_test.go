@@ -96,7 +96,7 @@ func TestFallbackConcurrentAnswers(t *testing.T) {
 			allowed := 0
 			for range 3 {
 				d, _ := e.Allow(context.Background(), r())
-				if d.Source != FromLocal {
+				if d.Source != "local" {
 					t.Fatalf("decided by %v, want local", d.Source)
 				}
 				if d.Allowed {

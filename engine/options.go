@@ -40,32 +40,26 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		prefix:    DefaultPrefix,
-		timeout:   DefaultTimeout,
+		prefix:    defaultPrefix,
+		timeout:   defaultTimeout,
 		fail:      rules.FailLocal,
 		logger:    slog.Default(),
-		localKeys: DefaultLocalKeys,
+		localKeys: defaultLocalKeys,
 		denials:   true,
-		lease:     DefaultLease,
+		lease:     defaultLease,
 	}
 }
 
-// Defaults of the options.
+// Defaults of the options; each option's documentation states its own.
 const (
-	// DefaultPrefix starts every Redis key of the engine.
-	DefaultPrefix = "slidelimit:"
-	// DefaultTimeout bounds each Redis call.
-	DefaultTimeout = 100 * time.Millisecond
-	// DefaultLocalKeys is the number of keys the in-process fallback
-	// limiter keeps at most.
-	DefaultLocalKeys = 100_000
-	// DefaultLease is how long a request holds a slot of an in-flight
-	// window without renewal (see WithLease).
-	DefaultLease = 30 * time.Second
+	defaultPrefix    = "slidelimit:"
+	defaultTimeout   = 100 * time.Millisecond
+	defaultLocalKeys = 100_000
+	defaultLease     = 30 * time.Second
 )
 
 // WithPrefix sets the string every Redis key starts with; the default is
-// DefaultPrefix. The prefix may not contain braces, which would change the
+// "slidelimit:". The prefix may not contain braces, which would change the
 // Redis Cluster hash tag.
 func WithPrefix(prefix string) Option {
 	return func(c *config) error {
@@ -100,7 +94,7 @@ func WithNode(node int64) Option {
 }
 
 // WithTimeout bounds each Redis call (one batch of concurrent requests);
-// the default is DefaultTimeout. When it passes, the request's fail mode
+// the default is 100 ms. When it passes, the request's fail mode
 // decides. A miniredis running in this process (see New) is given at least
 // 5 s: it cannot be down, only slow. The deadline reaches the socket only when the go-redis client
 // has ContextTimeoutEnabled set; otherwise the client's own ReadTimeout and
@@ -184,7 +178,7 @@ func WithClock(clock func() time.Time) Option {
 }
 
 // WithLocalKeys caps the number of keys the engine remembers in memory;
-// the default is DefaultLocalKeys. It bounds, each on its own, the
+// the default is 100,000. It bounds, each on its own, the
 // in-process fallback limiter (rules.FailLocal) and the cache of what
 // Redis last said per key (cached denials, and the state the fallback
 // starts from). When a cap is reached, keys whose entries have all left
@@ -203,7 +197,7 @@ func WithLocalKeys(n int) Option {
 // WithCachedDenials turns cached denials on or off; they are on by
 // default. With them on, a request whose keys Redis last reported full,
 // unchanged since, is denied in-process without a Redis call; such a
-// decision has Source FromCache and is never wrong in the admitting
+// decision has Source "cache" and is never wrong in the admitting
 // direction (see the package documentation, Cached denials).
 func WithCachedDenials(on bool) Option {
 	return func(c *config) error {

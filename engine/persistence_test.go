@@ -48,7 +48,7 @@ func TestRestartPersistence(t *testing.T) {
 			for {
 				// Until the engine's probe finds the server back, and
 				// while it loads its file, the fail mode decides.
-				if d, err = e.peek(context.Background(), r); err == nil && d.Source == FromRedis {
+				if d, err = e.peek(context.Background(), r); err == nil && d.Source == "redis" {
 					break
 				}
 				if time.Now().After(deadline) {

@@ -21,14 +21,14 @@ import (
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
-	// MaxChecks is the largest number of checks in a Request: the rule
-	// language's bound on limiters per list, so that a group that parses
-	// never makes a request the engine refuses.
-	MaxChecks = rulespec.MaxLimiters
-	// MaxWindows is the largest number of windows in a Request, over all
-	// its checks: the rule language's bound on windows per list.
-	MaxWindows = rulespec.MaxWindows
-	// MaxCountLimit is the largest limit the engine accepts for a window of
+	// maxChecks is the largest number of checks in a Request: the rule
+	// language's [rulespec.MaxLimiters], so that a group that parses never
+	// makes a request the engine refuses.
+	maxChecks = rulespec.MaxLimiters
+	// maxWindows is the largest number of windows in a Request, over all
+	// its checks: the rule language's [rulespec.MaxWindows].
+	maxWindows = rulespec.MaxWindows
+	// maxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
 	// on the windows that rule text caps at 100,000: the rule language
@@ -37,12 +37,12 @@ const (
 	// minute) and refuses only limits whose sorted sets no server could
 	// hold. Windows of weighted keys (a cost or a grain) accept up to
 	// 2^50, as in rule text.
-	MaxCountLimit = 1_000_000_000
+	maxCountLimit = 1_000_000_000
 )
 
-// A taken key keeps its check's index in an int8 (taken.go): a MaxChecks
+// A taken key keeps its check's index in an int8 (taken.go): a maxChecks
 // above 128 must not compile.
-const _ int8 = MaxChecks - 1
+const _ int8 = maxChecks - 1
 
 // window is a merged window in the engine's units.
 type window struct {
@@ -111,8 +111,8 @@ func (p *plan) build(k *keyer, req *Request) error {
 	total := 0
 	for i := range req.Checks {
 		total += len(req.Checks[i].Windows)
-		if total > MaxWindows {
-			return &requestError{Check: i, Window: -1, Reason: "more than MaxWindows windows in the request"}
+		if total > maxWindows {
+			return &requestError{Check: i, Window: -1, Reason: "more than " + strconv.Itoa(maxWindows) + " windows in the request"}
 		}
 		if err := p.addCheck(k, req, i); err != nil {
 			return err
@@ -161,8 +161,8 @@ func checkRequest(req *Request) error {
 	default:
 		return &requestError{Check: -1, Window: -1, Reason: "unknown fail mode " + string(req.Fail)}
 	}
-	if len(req.Checks) > MaxChecks {
-		return &requestError{Check: -1, Window: -1, Reason: "more than MaxChecks checks"}
+	if len(req.Checks) > maxChecks {
+		return &requestError{Check: -1, Window: -1, Reason: "more than " + strconv.Itoa(maxChecks) + " checks"}
 	}
 	return nil
 }
@@ -248,7 +248,7 @@ func (p *plan) keyBytes(i int32) []byte {
 // which counts cost, and returns its number of rate windows and the index
 // of its in-flight window (-1 for none).
 func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err error) {
-	maxLimit := int64(MaxCountLimit)
+	maxLimit := int64(maxCountLimit)
 	if kc != "" {
 		maxLimit = rulespec.MaxBoundedLimit
 	}
@@ -269,8 +269,8 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 			switch {
 			case c.Limiter.Cost != "" || c.Cost > 1:
 				return 0, 0, &requestError{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
-			case w.Limit < 1 || w.Limit > MaxCountLimit:
-				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+			case w.Limit < 1 || w.Limit > maxCountLimit:
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
 			case w.Period != 0 || w.Grain != 0:
 				return 0, 0, &requestError{Check: i, Window: j, Reason: "in-flight window with a period or a grain"}
 			}
@@ -280,11 +280,11 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 		switch {
 		case w.Limit < 1 || w.Limit > maxLimit:
 			if kc == "" {
-				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..MaxCountLimit"}
+				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
 			}
-			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..rulespec.MaxBoundedLimit"}
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..2^50"}
 		case w.Period < time.Microsecond || w.Period > rulespec.MaxPeriod:
-			return 0, 0, &requestError{Check: i, Window: j, Reason: "period outside 1µs..rulespec.MaxPeriod"}
+			return 0, 0, &requestError{Check: i, Window: j, Reason: "period outside 1µs..720h"}
 		case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
 			return 0, 0, &requestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
 		case cost > w.Limit:
@@ -399,7 +399,7 @@ func (p *plan) mapOrigins(req *Request) {
 // checks sharing the key.
 func (p *plan) block(i, idx int, d time.Duration) error {
 	if d < 0 || d > rulespec.MaxPeriod {
-		return &requestError{Check: i, Window: -1, Reason: "block outside 0..rulespec.MaxPeriod"}
+		return &requestError{Check: i, Window: -1, Reason: "block outside 0..720h"}
 	}
 	for len(p.kblock) <= idx {
 		p.kblock = append(p.kblock, 0)

@@ -23,4 +23,6 @@ func init() {
 	}
 	access.EngineFailMode = func(e any) rules.FailMode { return e.(*Engine).fail }
 	access.EngineFinishAsyncFailures = func(e any) uint64 { return e.(*Engine).finishAsyncFailures() }
+	access.ErrNotAsked = errNotAsked
+	access.BackendError = func(op string, err error) error { return &backendError{Op: op, Err: err} }
 }

@@ -27,16 +27,16 @@ func TestFallbackReseedsSameTime(t *testing.T) {
 	clk := newFakeClock()
 	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 	r := req(user("u", win(3, 10*time.Second)))
-	allow := func(want bool, src Source) {
+	allow := func(want bool, src source) {
 		t.Helper()
 		d, _ := e.Allow(context.Background(), r)
-		if d.Allowed != want || d.Source != src {
+		if d.Allowed != want || d.Source != src.String() {
 			t.Fatalf("Allow: allowed %v by %v, want %v by %v", d.Allowed, d.Source, want, src)
 		}
 	}
-	allow(true, FromRedis) // Redis: 1 of 3
+	allow(true, fromRedis) // Redis: 1 of 3
 	m.Close()
-	allow(true, FromLocal) // the fallback: 1 seen, 1 of its own
+	allow(true, fromLocal) // the fallback: 1 seen, 1 of its own
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +46,10 @@ func TestFallbackReseedsSameTime(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	allow(true, FromRedis) // Redis: 2 of 3
-	allow(true, FromRedis) // Redis: 3 of 3, full, at the same time
+	allow(true, fromRedis) // Redis: 2 of 3
+	allow(true, fromRedis) // Redis: 3 of 3, full, at the same time
 	m.Close()
-	allow(false, FromLocal) // this process saw it full: 0 more
+	allow(false, fromLocal) // this process saw it full: 0 more
 }
 
 // TestFallbackSeedAfterGiveBack: a give-back invalidates what the process
@@ -78,7 +78,7 @@ func TestFallbackSeedAfterGiveBack(t *testing.T) {
 	admitted := 0
 	for range 5 {
 		if d, _ := e.Allow(ctx, r); d.Allowed {
-			if d.Source != FromLocal {
+			if d.Source != "local" {
 				t.Fatalf("admitted by %v, want local", d.Source)
 			}
 			admitted++

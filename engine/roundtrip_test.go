@@ -40,7 +40,7 @@ func downloadRequest(t testing.TB, subject string, est int64) Request {
 func download(t testing.TB, e *Engine, subject string, written int64) {
 	ctx := context.Background()
 	d, err := e.Allow(ctx, downloadRequest(t, subject, 1<<20))
-	if err != nil || !d.Allowed || d.Source != FromRedis {
+	if err != nil || !d.Allowed || d.Source != "redis" {
 		t.Errorf("download by %s: allowed %v from %v, %v", subject, d.Allowed, d.Source, err)
 		return
 	}

@@ -189,7 +189,7 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 		if p.ks[k] {
 			// A slot key replies its live slots only.
 			j := p.kstart[k]
-			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = r.int(MaxCountLimit), 0, 0
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = r.int(maxCountLimit), 0, 0
 			continue
 		}
 		if p.isCal(int(k)) {

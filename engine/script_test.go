@@ -65,13 +65,13 @@ func FuzzReply(f *testing.F) {
 
 func TestRequestValidation(t *testing.T) {
 	t.Parallel()
-	many := make([]Check, MaxChecks+1)
+	many := make([]Check, maxChecks+1)
 	for _, tc := range []struct {
 		r     Request
 		check int
 	}{
 		{req(user("u", win(0, time.Second))), 0},
-		{req(user("u", win(1, time.Second)), user("v", win(MaxCountLimit+1, time.Second))), 1},
+		{req(user("u", win(1, time.Second)), user("v", win(maxCountLimit+1, time.Second))), 1},
 		{req(user("u", win(1, 0))), 0},
 		{req(user("u", win(1, rulespec.MaxPeriod+1))), 0},
 		{Request{Checks: many}, -1},

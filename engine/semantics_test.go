@@ -219,7 +219,7 @@ func TestSemantics(t *testing.T) {
 			afterTTLs(t, rc, prefix)
 			clk := newFakeClock()
 			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
-			runScenario(t, e, clk, sc, FromRedis)
+			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
 }
@@ -236,7 +236,7 @@ func TestSemanticsMiniredis(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
 			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second), WithCachedDenials(cached))
-			runScenario(t, e, clk, sc, FromRedis)
+			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
 }
@@ -258,18 +258,18 @@ func TestSemanticsLocal(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
 			e := newEngine(t, rc, WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(cached))
-			runScenario(t, e, clk, sc, FromLocal)
+			runScenario(t, e, clk, sc, fromLocal)
 		})
 	}
 }
 
-func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src Source) {
+func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src source) {
 	t.Helper()
 	decs := make([]Decision, len(sc.steps))
 	for i, s := range sc.steps {
 		clk.Set(s.at)
 		if s.giveBack > 0 {
-			if err := e.GiveBack(context.Background(), sc.steps[s.giveBack-1].req, decs[s.giveBack-1]); err != nil {
+			if err := e.giveBack(context.Background(), sc.steps[s.giveBack-1].req, decs[s.giveBack-1]); err != nil {
 				t.Fatalf("step %d (GiveBack of step %d): %v", i, s.giveBack-1, err)
 			}
 			continue
@@ -281,19 +281,19 @@ func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src Sourc
 		d, err := f(context.Background(), s.req)
 		decs[i] = d
 		where := fmt.Sprintf("step %d (%s at %v)", i, call, s.at)
-		if src == FromRedis && err != nil || src != FromRedis && !errors.Is(err, ErrBackend) {
+		if src == fromRedis && err != nil || src != fromRedis && !errors.Is(err, ErrBackend) {
 			t.Fatalf("%s: %v", where, err)
 		}
 		checkDecision(t, where, d, s, clk.Now(), src, e.denials)
 	}
 }
 
-func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time, src Source, cached bool) {
+func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time, src source, cached bool) {
 	t.Helper()
-	if d.Source == FromCache && src == FromRedis && cached && !d.Allowed {
-		src = FromCache // a cached denial must say exactly what Redis would
+	if d.Source == "cache" && src == fromRedis && cached && !d.Allowed {
+		src = fromCache // a cached denial must say exactly what Redis would
 	}
-	if d.Source != src || d.Allowed != s.allow || d.RetryAfter != s.retry || !d.Time.Equal(now) {
+	if d.Source != src.String() || d.Allowed != s.allow || d.RetryAfter != s.retry || !d.Time.Equal(now) {
 		t.Errorf("%s: allowed=%v retry=%v source=%v time=%v, want %v %v %v %v",
 			where, d.Allowed, d.RetryAfter, d.Source, d.Time, s.allow, s.retry, src, now)
 	}
@@ -334,7 +334,7 @@ func TestSemanticsRing(t *testing.T) {
 			afterTTLs(t, c2, prefix)
 			clk := newFakeClock()
 			e := newEngine(t, ring, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
-			runScenario(t, e, clk, sc, FromRedis)
+			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
 }

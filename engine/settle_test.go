@@ -15,7 +15,7 @@ func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	sec := time.Second
 	ok := func(err error) {
 		t.Helper()
-		var be *BackendError
+		var be *backendError
 		if err != nil && !(errors.As(err, &be) && e.fail == "local") {
 			t.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 	settle := func(subject string, estimate int64, d Decision, actual int64) {
 		t.Helper()
-		ok(e.Settle(ctx, req(bytesOf(subject, estimate, win(1000, time.Minute))), d, []int64{actual}))
+		ok(e.settle(ctx, req(bytesOf(subject, estimate, win(1000, time.Minute))), d, []int64{actual}))
 	}
 
 	// A refund leaves exactly the actual cost, and a second settlement of
@@ -101,7 +101,7 @@ func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 	settle("b", 995, den, 5)
 	g := allow(3*time.Minute+sec, "b", 20)
-	ok(e.GiveBack(ctx, req(bytesOf("b", 20, win(1000, time.Minute))), g))
+	ok(e.giveBack(ctx, req(bytesOf("b", 20, win(1000, time.Minute))), g))
 	settle("b", 20, g, 900)
 	if u := used(3*time.Minute+2*sec, "b"); u != 10 {
 		t.Fatalf("after a denied and a given-back request were settled: used %d, want 10", u)
@@ -130,14 +130,14 @@ func TestSettleGrains(t *testing.T) {
 	d1 := mustAllow(t, e, r(100), true)
 	clk.Set(10 * ms)
 	d2 := mustAllow(t, e, r(100), true) // same grain: d1 may be merged into d2 once both are older than the grain
-	if err := e.Settle(ctx, r(100), d2, []int64{50}); err != nil {
+	if err := e.settle(ctx, r(100), d2, []int64{50}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Set(20 * ms)
 	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 150 {
 		t.Fatalf("after settling the newest 100 to 50: used %d, want 150", d.Windows[0].Used)
 	}
-	if err := e.Settle(ctx, r(100), d1, []int64{300}); err != nil {
+	if err := e.settle(ctx, r(100), d1, []int64{300}); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 350 {
@@ -148,7 +148,7 @@ func TestSettleGrains(t *testing.T) {
 	d3 := mustAllow(t, e, r(100), true)
 	clk.Set(2010 * ms)
 	mustAllow(t, e, r(100), true)
-	if err := e.Settle(ctx, r(100), d3, []int64{30}); err != nil {
+	if err := e.settle(ctx, r(100), d3, []int64{30}); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := e.peek(ctx, r(1)); d.Windows[0].Used != 350+130 {
@@ -170,13 +170,13 @@ func TestSettleErrors(t *testing.T) {
 	r := req(user("u", win(5, time.Minute)), bytesOf("u", 10, win(100, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	var re *requestError
-	if err := e.Settle(ctx, r, d, []int64{1}); !errors.As(err, &re) {
+	if err := e.settle(ctx, r, d, []int64{1}); !errors.As(err, &re) {
 		t.Errorf("one actual for two checks: %v, want a *requestError", err)
 	}
-	if err := e.Settle(ctx, r, d, []int64{3, 5}); !errors.As(err, &re) || re.Check != 0 {
+	if err := e.settle(ctx, r, d, []int64{3, 5}); !errors.As(err, &re) || re.Check != 0 {
 		t.Errorf("settling a request limiter: %v, want a *requestError for check 0", err)
 	}
-	if err := e.Settle(ctx, r, d, []int64{-1, 5}); err != nil {
+	if err := e.settle(ctx, r, d, []int64{-1, 5}); err != nil {
 		t.Errorf("settling the cost limiter: %v", err)
 	}
 	if got, _ := e.peek(ctx, r); got.Windows[0].Used != 1 || got.Windows[1].Used != 5 {
@@ -225,9 +225,9 @@ func TestSettleManyLater(t *testing.T) {
 			for _, s := range steps {
 				var err error
 				if s.actual == -2 {
-					err = e.GiveBack(ctx, r, ds[s.k])
+					err = e.giveBack(ctx, r, ds[s.k])
 				} else {
-					err = e.Settle(ctx, r, ds[s.k], []int64{s.actual})
+					err = e.settle(ctx, r, ds[s.k], []int64{s.actual})
 				}
 				if err != nil {
 					t.Fatal(err)

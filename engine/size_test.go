@@ -24,7 +24,7 @@ func manyKeys() Request {
 }
 
 // TestManyKeys decides and settles requests of 201 keys on one Redis and
-// on a Cluster. Settling one used to panic (a [2 * MaxChecks] array
+// on a Cluster. Settling one used to panic (a [2 * maxChecks] array
 // indexed by key), and on a Cluster the keys past the 64th were sent
 // twice (a uint64 of done keys), counting the request twice there.
 func TestManyKeys(t *testing.T) {

@@ -24,7 +24,7 @@ const slotRetry = time.Second
 const minLease = 30 * time.Millisecond
 
 // WithLease sets how long a request holds a slot of an in-flight window
-// unless renewed; the default is DefaultLease, the minimum 30 ms. The
+// unless renewed; the default is 30 s, the minimum 30 ms. The
 // engine renews held slots every lease/3, so a request may run far longer;
 // a dead process's slots free one lease after their last renewal (see the
 // package documentation, Leases).
@@ -294,13 +294,4 @@ func (e *Engine) renewed(calls []renewal) {
 			}
 		}
 	}
-}
-
-// Release frees the slots that d holds in the in-flight windows of its
-// request: it is Finish(ctx, d, Outcome{}). Call it once the request's work
-// is over, however it ended; until then the engine renews the slots (see
-// WithLease). req is unused. It is idempotent (see the package
-// documentation, Releasing slots). It is safe for concurrent use.
-func (e *Engine) Release(ctx context.Context, _ Request, d Decision) error {
-	return e.finish(ctx, &d, &Outcome{}, false)
 }

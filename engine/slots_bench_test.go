@@ -65,7 +65,7 @@ func BenchmarkRelease(b *testing.B) {
 			if err != nil || !d.Allowed {
 				b.Fatal(d, err)
 			}
-			if err := e.Release(ctx, req, d); err != nil {
+			if err := e.release(ctx, req, d); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -35,7 +35,7 @@ func slotState(t *testing.T, d Decision) WindowState {
 // is local (its Redis is refused).
 func localOK(t *testing.T, e *Engine, err error) {
 	t.Helper()
-	var be *BackendError
+	var be *backendError
 	if err != nil && !(errors.As(err, &be) && e.fail == rules.FailLocal) {
 		t.Fatal(err)
 	}
@@ -74,12 +74,12 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window)
 	if b.Allowed || b.Blocked || !b.Denied.Window.Concurrent || b.RetryAfter != time.Second {
 		t.Fatalf("second while the first runs: %+v; want an in-flight denial without a block", b)
 	}
-	localOK(t, e, e.Release(ctx, r, a))
+	localOK(t, e, e.release(ctx, r, a))
 	c2 := allow(2 * time.Second) // rate 2/2, holds the slot
 	if !c2.Allowed {
 		t.Fatalf("third after the release: %+v; the slot denial must not have blocked", c2)
 	}
-	localOK(t, e, e.Release(ctx, r, c2))
+	localOK(t, e, e.release(ctx, r, c2))
 	d := allow(3 * time.Second) // the rate window is full: the block starts
 	if d.Allowed || !d.Blocked || d.Denied.Window.Concurrent || d.RetryAfter < time.Hour-time.Second {
 		t.Fatalf("after the rate: %+v; want a rate denial that blocks for 1h", d)
@@ -114,17 +114,17 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window)
 	if !y.Allowed {
 		t.Fatalf("after a Reset while a request runs: %+v; want admitted", y)
 	}
-	localOK(t, e, e.Release(ctx, r, x)) // x's slot is gone: frees nothing
+	localOK(t, e, e.release(ctx, r, x)) // x's slot is gone: frees nothing
 	if z := allow(33*time.Minute + time.Second); z.Allowed || z.Blocked || !z.Denied.Window.Concurrent {
 		t.Fatalf("a Release of a reset slot freed y's: %+v", z)
 	}
-	localOK(t, e, e.Release(ctx, r, y))
+	localOK(t, e, e.release(ctx, r, y))
 	// The second Reset forgot x in the rate window too: y and one more fit.
 	w := allow(33*time.Minute + 2*time.Second)
 	if !w.Allowed || w.Windows[0].Used != 2 {
 		t.Fatalf("second in a minute after Reset: %+v; want admitted", w)
 	}
-	localOK(t, e, e.Release(ctx, r, w))
+	localOK(t, e, e.release(ctx, r, w))
 	if d := allow(33*time.Minute + 3*time.Second); d.Allowed || !d.Blocked {
 		t.Fatalf("third in a minute after Reset: %+v; want blocked", d)
 	}
@@ -193,11 +193,11 @@ func comboSettleSlots(t *testing.T, e *Engine, clk *fakeClock) {
 		for _, op := range s.ops {
 			switch op {
 			case "settle":
-				localOK(t, e, e.Settle(ctx, r, d, []int64{10, -1}))
+				localOK(t, e, e.settle(ctx, r, d, []int64{10, -1}))
 			case "release":
-				localOK(t, e, e.Release(ctx, r, d))
+				localOK(t, e, e.release(ctx, r, d))
 			case "giveback":
-				localOK(t, e, e.GiveBack(ctx, r, d))
+				localOK(t, e, e.giveBack(ctx, r, d))
 			}
 		}
 		p, err := e.peek(ctx, r)
@@ -216,12 +216,12 @@ func comboSettleSlots(t *testing.T, e *Engine, clk *fakeClock) {
 		if den.Allowed {
 			t.Fatalf("%s: a second next request was admitted: %+v", s.name, den)
 		}
-		localOK(t, e, e.Release(ctx, r, n))
+		localOK(t, e, e.release(ctx, r, n))
 	}
 }
 
 // TestComboSettleSlots runs comboSettleSlots on every backend, the
-// fallback limiter (Source FromLocal) included.
+// fallback limiter (Source fromLocal) included.
 func TestComboSettleSlots(t *testing.T) {
 	t.Parallel()
 	onEveryBackend(t, comboSettleSlots)
@@ -249,11 +249,11 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	}
 	for i := range 3 { // the slot denies, from Redis every time, and blocks nothing
 		d, err := e.Allow(ctx, r)
-		if err != nil || d.Allowed || d.Blocked || d.Source != FromRedis || !d.Denied.Window.Concurrent {
+		if err != nil || d.Allowed || d.Blocked || d.Source != "redis" || !d.Denied.Window.Concurrent {
 			t.Fatalf("slot denial %d: %+v, %v; want an unblocked denial from redis", i, d, err)
 		}
 	}
-	if err := other.Release(ctx, r, held); err != nil {
+	if err := other.release(ctx, r, held); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 { // 3/h with the first: two more, the second keeps its slot
@@ -262,7 +262,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 			t.Fatalf("admission %d: %+v, %v", i, d, err)
 		}
 		if i == 0 {
-			if err := e.Release(ctx, r, d); err != nil {
+			if err := e.release(ctx, r, d); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -271,7 +271,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	}
 	// The rate is full and the slot held: the rate denial blocks.
 	first, err := e.Allow(ctx, r)
-	if err != nil || first.Allowed || !first.Blocked || first.Source != FromRedis {
+	if err != nil || first.Allowed || !first.Blocked || first.Source != "redis" {
 		t.Fatalf("over the rate with the slot held: %+v, %v; want a block set by redis", first, err)
 	}
 	peek, err := e.peek(ctx, r)
@@ -280,7 +280,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	}
 	for i := range 3 {
 		d, err := e.Allow(ctx, r)
-		if err != nil || d.Allowed || !d.Blocked || d.Source != FromCache {
+		if err != nil || d.Allowed || !d.Blocked || d.Source != "cache" {
 			t.Fatalf("attempt %d during the block: %+v, %v; want a cached block", i, d, err)
 		}
 		if d.RetryAfter > time.Hour || d.RetryAfter < 59*time.Minute {
@@ -295,7 +295,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 			t.Errorf("attempt %d: cached slot window %+v, want 0 used, 0 free until the block ends (redis said %+v)", i, d.Windows[1], peek.Windows[1])
 		}
 	}
-	if err := e.Release(ctx, r, held); err != nil {
+	if err := e.release(ctx, r, held); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := e.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked {
@@ -337,14 +337,14 @@ func TestComboOutageSlots(t *testing.T) {
 	ctx := context.Background()
 	r := req(user("u", win(100, time.Minute), conc(2)))
 	held, err := e.Allow(ctx, r)
-	if err != nil || !held.Allowed || held.Source != FromRedis {
+	if err != nil || !held.Allowed || held.Source != "redis" {
 		t.Fatalf("before the outage: %+v, %v", held, err)
 	}
 	s.Kill()
 	var local []Decision
 	for i := range 3 { // the fallback knows nothing of the slot held in Redis
 		d, err := e.Allow(ctx, r)
-		if d.Source != FromLocal || !errors.Is(err, ErrBackend) || d.Allowed != (i < 2) {
+		if d.Source != "local" || !errors.Is(err, ErrBackend) || d.Allowed != (i < 2) {
 			t.Fatalf("request %d while down: %+v, %v", i, d, err)
 		}
 		local = append(local, d)
@@ -352,10 +352,10 @@ func TestComboOutageSlots(t *testing.T) {
 	if !local[2].Denied.Window.Concurrent {
 		t.Fatalf("third while down: %+v; want denied by the in-flight window", local[2])
 	}
-	if err := e.Release(ctx, r, local[0]); err != nil {
+	if err := e.release(ctx, r, local[0]); err != nil {
 		t.Fatalf("Release of a local decision: %v", err)
 	}
-	if d, _ := e.Allow(ctx, r); !d.Allowed || d.Source != FromLocal {
+	if d, _ := e.Allow(ctx, r); !d.Allowed || d.Source != "local" {
 		t.Fatalf("after a local release: %+v", d)
 	}
 	if d, _ := e.Allow(ctx, r); d.Allowed {
@@ -365,7 +365,7 @@ func TestComboOutageSlots(t *testing.T) {
 	if n := len(h.matching("renewal")); n > 2 {
 		t.Errorf("%d renewal lines in 20 renewal periods of an outage, want at most 2", n)
 	}
-	if err := e.Release(ctx, r, local[1]); err != nil {
+	if err := e.release(ctx, r, local[1]); err != nil {
 		t.Fatal(err)
 	}
 	// Renewal resumes once the server answers: the restarted server (no
@@ -379,7 +379,7 @@ func TestComboOutageSlots(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no renewal reported the slot the restart lost")
 	}
-	if err := e.Release(ctx, r, held); err != nil {
+	if err := e.release(ctx, r, held); err != nil {
 		t.Fatalf("Release of a lost slot: %v", err)
 	}
 	e.Close()
@@ -420,7 +420,7 @@ func comboPeekBlockSlots(t *testing.T, e *Engine, clk *fakeClock) {
 			t.Fatalf("peek with both full: %+v", p)
 		}
 	}
-	localOK(t, e, e.Release(ctx, r, x))
+	localOK(t, e, e.release(ctx, r, x))
 	if p := at(2*time.Second, true); p.Allowed || p.Blocked || slotState(t, p).Used != 0 {
 		t.Fatalf("peek after the release: %+v", p)
 	}
@@ -435,7 +435,7 @@ func comboPeekBlockSlots(t *testing.T, e *Engine, clk *fakeClock) {
 	if p.Allowed || !p.Blocked || slotState(t, p).Used != 1 || slotState(t, p).Remaining != 0 || p.RetryAfter != time.Hour-time.Second {
 		t.Fatalf("peek during the block with y running: %+v", p)
 	}
-	localOK(t, e, e.Release(ctx, r, y))
+	localOK(t, e, e.release(ctx, r, y))
 	if p := at(2*time.Hour, true); !p.Allowed || p.Blocked || slotState(t, p).Used != 0 {
 		t.Fatalf("peek after the block: %+v", p)
 	}
@@ -483,7 +483,7 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	}
 	da, db := mustAllow(t, e, a, true), mustAllow(t, e, b, true)
 	ma.Kill()
-	if d, err := e.Allow(ctx, a); d.Source == FromRedis || !errors.Is(err, ErrBackend) {
+	if d, err := e.Allow(ctx, a); d.Source == "redis" || !errors.Is(err, ErrBackend) {
 		t.Fatalf("a on the stopped master: %+v, %v", d, err)
 	}
 	time.Sleep(3 * lease) // 9 renewal periods, 3 leases
@@ -498,21 +498,21 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	var d Decision
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * ms) {
-		if d, err = e.Allow(ctx, b); d.Source == FromRedis {
+		if d, err = e.Allow(ctx, b); d.Source == "redis" {
 			break
 		}
 	}
-	if err != nil || d.Allowed || d.Source != FromRedis || !d.Denied.Window.Concurrent {
+	if err != nil || d.Allowed || d.Source != "redis" || !d.Denied.Window.Concurrent {
 		t.Fatalf("b after 3 leases: %+v, %v; want its slot still held", d, err)
 	}
 	if n := len(h.matching("renewal")); n > 2 {
 		t.Errorf("%d renewal lines in 9 renewal periods, want at most 2", n)
 	}
-	if err := e.Release(ctx, b, db); err != nil {
+	if err := e.release(ctx, b, db); err != nil {
 		t.Fatal(err)
 	}
 	mustAllow(t, e, b, true)
-	_ = e.Release(ctx, a, da) // queued: its master is down
+	_ = e.release(ctx, a, da) // queued: its master is down
 }
 
 // TestComboReleaseHungServer: Releases, GiveBacks and Settles that meet a
@@ -541,11 +541,11 @@ func TestComboReleaseHungServer(t *testing.T) {
 		var err error
 		switch i % 3 {
 		case 0:
-			err = e.Release(ctx, r, d)
+			err = e.release(ctx, r, d)
 		case 1:
-			err = e.GiveBack(ctx, r, d)
+			err = e.giveBack(ctx, r, d)
 		case 2:
-			err = e.Settle(ctx, r, d, []int64{1, -1})
+			err = e.settle(ctx, r, d, []int64{1, -1})
 		}
 		if !errors.Is(err, ErrBackend) {
 			t.Fatalf("call %d on a hung server: %v, want ErrBackend", i, err)

@@ -101,7 +101,7 @@ func slotsExact(t *testing.T, c1, c2 Client) {
 				decided.Done()
 				<-release // the handler's work
 				running.Add(-1)
-				if err := e.Release(ctx, req, d); err != nil {
+				if err := e.release(ctx, req, d); err != nil {
 					t.Error(err)
 				}
 			}()
@@ -172,7 +172,7 @@ func slotsAllOrNothing(t *testing.T, c Client) {
 			t.Errorf("%s's windows after refusals: %+v; want nothing used", user, p.Windows)
 		}
 	}
-	if err := e.Release(ctx, a, d); err != nil {
+	if err := e.release(ctx, a, d); err != nil {
 		t.Fatal(err)
 	}
 	// A full rate window: frank's 5/min are spent (each released at once).
@@ -182,7 +182,7 @@ func slotsAllOrNothing(t *testing.T, c Client) {
 		if err != nil || !df.Allowed {
 			t.Fatalf("frank's request %d: %+v, %v", i, df, err)
 		}
-		if err := e.Release(ctx, Request{Scope: f.Scope, Checks: f.Checks[:1]}, df); err != nil {
+		if err := e.release(ctx, Request{Scope: f.Scope, Checks: f.Checks[:1]}, df); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -225,7 +225,7 @@ func TestSlotsRelease(t *testing.T) {
 	a, b := allow(true), allow(true)
 	allow(false)
 	for range 2 {
-		if err := e.Release(ctx, req, a); err != nil {
+		if err := e.release(ctx, req, a); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -234,7 +234,7 @@ func TestSlotsRelease(t *testing.T) {
 	}
 	c2 := allow(true) // a's slot, not b's
 	allow(false)
-	if err := e.GiveBack(ctx, req, b); err != nil {
+	if err := e.giveBack(ctx, req, b); err != nil {
 		t.Fatal(err)
 	}
 	if got := slotsUsed(t, e, req); got != 1 {
@@ -259,7 +259,7 @@ func TestSlotsRelease(t *testing.T) {
 	if lost.Load() != 2 {
 		t.Errorf("%d lost slots reported after Reset; want 2", lost.Load())
 	}
-	if err := e.Release(ctx, req, c2); err != nil {
+	if err := e.release(ctx, req, c2); err != nil {
 		t.Fatal(err)
 	}
 	allow(true)
@@ -307,7 +307,7 @@ func TestSlotsRenewal(t *testing.T) {
 	if lost.Load() != 0 {
 		t.Errorf("%d slots lost; renewals:\n%s", lost.Load(), log.String())
 	}
-	if err := holder.Release(ctx, req, d); err != nil {
+	if err := holder.release(ctx, req, d); err != nil {
 		t.Fatal(err)
 	}
 	if o, err := other.Allow(ctx, req); err != nil || !o.Allowed {
@@ -460,11 +460,11 @@ func TestSlotsNoCachedDenial(t *testing.T) {
 	}
 	for range 5 {
 		da, err := a.Allow(ctx, req)
-		if err != nil || da.Allowed || da.Source != FromRedis {
+		if err != nil || da.Allowed || da.Source != "redis" {
 			t.Fatalf("Allow on a full slot key: %+v, %v; want a denial from redis", da, err)
 		}
 	}
-	if err := b.Release(ctx, req, d); err != nil {
+	if err := b.release(ctx, req, d); err != nil {
 		t.Fatal(err)
 	}
 	if da, err := a.Allow(ctx, req); err != nil || !da.Allowed {
@@ -484,7 +484,7 @@ func TestSlotsLocal(t *testing.T) {
 	var ds []Decision
 	for i := range 3 {
 		d, _ := e.Allow(ctx, req)
-		if d.Source != FromLocal || d.Allowed != (i < 2) {
+		if d.Source != "local" || d.Allowed != (i < 2) {
 			t.Fatalf("request %d: %+v", i, d)
 		}
 		ds = append(ds, d)
@@ -492,10 +492,10 @@ func TestSlotsLocal(t *testing.T) {
 	if ds[2].RetryAfter != time.Second || !ds[2].Denied.Window.Concurrent {
 		t.Errorf("local slot denial: %+v", ds[2])
 	}
-	if err := e.Release(ctx, req, ds[0]); err != nil {
+	if err := e.release(ctx, req, ds[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Release(ctx, req, ds[0]); err != nil {
+	if err := e.release(ctx, req, ds[0]); err != nil {
 		t.Fatal(err)
 	}
 	if d, _ := e.Allow(ctx, req); !d.Allowed {
@@ -658,7 +658,7 @@ func TestSlotsGrained(t *testing.T) {
 			first = d
 		}
 	}
-	if err := e.Release(ctx, req, first); err != nil {
+	if err := e.release(ctx, req, first); err != nil {
 		t.Fatal(err)
 	}
 	d, err := e.Allow(ctx, req)
@@ -688,7 +688,7 @@ func TestSlotsClose(t *testing.T) {
 	default:
 		t.Fatal("renewal goroutine still running after Close")
 	}
-	if err := e.Release(ctx, req, d); !errors.Is(err, ErrClosed) {
+	if err := e.release(ctx, req, d); !errors.Is(err, ErrClosed) {
 		t.Errorf("Release after Close: %v, want ErrClosed", err)
 	}
 }

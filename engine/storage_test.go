@@ -37,7 +37,7 @@ func mustAllow(t *testing.T, e *Engine, r Request, want bool) Decision {
 	t.Helper()
 	d, err := e.Allow(context.Background(), r)
 	// A denial may come from the cache of Redis's answers.
-	if err != nil || d.Allowed != want || d.Source != FromRedis && (d.Source != FromCache || want) {
+	if err != nil || d.Allowed != want || d.Source != "redis" && (d.Source != "cache" || want) {
 		t.Fatalf("Allow: allowed=%v source=%v err=%v, want allowed=%v from Redis", d.Allowed, d.Source, err, want)
 	}
 	return d

@@ -7,14 +7,13 @@ import (
 )
 
 // taken is what an admitted request took, recorded when it was admitted so
-// that finishing it (Finish, and its shorthands Release, GiveBack and
-// Settle) re-plans nothing: its member in each key it was counted in, what
+// that finishing it (Finish, FinishAsync) re-plans nothing: its member in each key it was counted in, what
 // it counts there, the slots it holds, and which key each check counts in.
 // Every copy of the Decision shares it; its state makes Finish idempotent.
 // It is immutable but for state, and safe for concurrent use.
 type taken struct {
 	id     int64
-	src    Source // FromRedis or FromLocal
+	src    source // fromRedis or fromLocal
 	at     int64  // the decision time, µs since 1970 (settlement of grained keys)
 	text   string // every key, back to back
 	keys   []takenKey
@@ -42,7 +41,7 @@ const (
 type takenKey struct {
 	end     int32 // end of the key in text
 	kind    byte  // kindCount, kindSlot, kindWeighted, kindCal or kindDistinct
-	check   int8  // kindCal: the check whose calendar window it counts (< MaxChecks)
+	check   int8  // kindCal: the check whose calendar window it counts (< maxChecks)
 	suffix  int64 // the member's suffix in the key
 	cost    int64 // what the request counts there (a weighted key)
 	longest int64 // the key's longest period in µs: how long its entry counts
@@ -76,7 +75,7 @@ func (t *taken) key(i int) string {
 }
 
 // take records what c, admitted by src, took; req is its Request.
-func (c *call) take(req *Request, src Source) *taken {
+func (c *call) take(req *Request, src source) *taken {
 	p := &c.plan
 	t := &taken{id: c.id, src: src, at: c.sec*1e6 + c.usec}
 	t.keys, t.checks = t.inKeys[:0], t.inChecks[:0]
@@ -114,9 +113,9 @@ func (c *call) take(req *Request, src Source) *taken {
 // suffixOf returns the suffix of c's member in key i. The local limiter
 // uses none; in Redis every key of one script call got the same one, which
 // on a cluster may differ between calls (c.suffix is then -1).
-func (c *call) suffixOf(i int, src Source) int64 {
+func (c *call) suffixOf(i int, src source) int64 {
 	switch {
-	case src == FromLocal:
+	case src == fromLocal:
 		return 0
 	case c.suffix >= 0:
 		return c.suffix

@@ -89,7 +89,7 @@ func TestSemanticsGrains(t *testing.T) {
 				}
 				clk := newFakeClock()
 				e := newEngine(t, b.c, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
-				runScenario(t, e, clk, sc, FromRedis)
+				runScenario(t, e, clk, sc, fromRedis)
 			})
 		}
 	}
@@ -112,8 +112,8 @@ func TestCostErrors(t *testing.T) {
 		{req(bytesOf("u", 2, win(10, time.Second)), bytesOf("u", 3, win(10, time.Minute))),
 			"engine: invalid request: check 1: checks sharing a key (same scope, limiter and subject) count different costs"},
 		{req(user("u", gwin(10, time.Second, time.Second))), "engine: invalid request: check 0 window 0: grain outside 1µs..period"},
-		{req(user("u", win(MaxCountLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..MaxCountLimit"},
-		{req(bytesOf("u", 1, win(rulespec.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..rulespec.MaxBoundedLimit"},
+		{req(user("u", win(maxCountLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..1000000000"},
+		{req(bytesOf("u", 1, win(rulespec.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..2^50"},
 	} {
 		d, err := e.Allow(context.Background(), tc.r)
 		var re *requestError
@@ -199,7 +199,7 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 		if err == nil {
 			ds.record(e, r, dec, start)
 		}
-		if err == nil && dec.Source != FromRedis {
+		if err == nil && dec.Source != "redis" {
 			err = fmt.Errorf("source %v (allowed %v) without error", dec.Source, dec.Allowed)
 		}
 		if err == nil && dec.Allowed {
@@ -455,10 +455,10 @@ func TestCostsDifferential(t *testing.T) {
 		clk.Set(at)
 		if len(admitted) > 0 && rng.IntN(8) == 0 {
 			p := admitted[rng.IntN(len(admitted))]
-			if err := re.GiveBack(context.Background(), p.r, p.rd); err != nil {
+			if err := re.giveBack(context.Background(), p.r, p.rd); err != nil {
 				t.Fatal(err)
 			}
-			if err := le.GiveBack(context.Background(), p.r, p.ld); err != nil {
+			if err := le.giveBack(context.Background(), p.r, p.ld); err != nil {
 				t.Fatal(err)
 			}
 			continue
@@ -473,7 +473,7 @@ func TestCostsDifferential(t *testing.T) {
 			t.Fatal(err)
 		}
 		ld, _ := g(context.Background(), r)
-		if ld.Source != FromLocal {
+		if ld.Source != "local" {
 			t.Fatalf("local decision from %v", ld.Source)
 		}
 		if rd.Allowed != ld.Allowed || rd.RetryAfter != ld.RetryAfter || !slices.Equal(rd.Windows, ld.Windows) {

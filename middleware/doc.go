@@ -214,7 +214,7 @@
 // client hung up), the request is finished with one
 // engine.Engine.FinishAsync: given back (count:), settled (WithSettle) and
 // its slots released by one finish op, which the engine queues and sends
-// with its next script call (or alone within engine.AsyncBound), so the
+// with its next script call (or alone within 1 ms), so the
 // response does not wait for a Redis round trip after its handler. The
 // engine logs (throttled) and counts a finish that fails, retries it, and
 // a slot frees at the latest when its lease ends; a crash loses queued

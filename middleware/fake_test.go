@@ -66,11 +66,11 @@ func (m *memDecider) Allow(ctx context.Context, req engine.Request) (engine.Deci
 			mode = m.mode
 		}
 		if mode == rules.FailClosed {
-			return engine.Decision{Source: engine.FromFailClosed, Time: now}, m.fail
+			return engine.Decision{Source: "fail-closed", Time: now}, m.fail
 		}
-		return engine.Decision{Allowed: true, Source: engine.FromFailOpen, Time: now}, m.fail
+		return engine.Decision{Allowed: true, Source: "fail-open", Time: now}, m.fail
 	}
-	d := engine.Decision{Allowed: true, Source: engine.FromRedis, Time: now}
+	d := engine.Decision{Allowed: true, Source: "redis", Time: now}
 	var wait time.Duration
 	denied := -1
 	for ci, c := range req.Checks {

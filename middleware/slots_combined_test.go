@@ -435,7 +435,7 @@ func waitEntered(t *testing.T, entered <-chan struct{}) {
 // its slot too, with one finish op after the decision; a counted one is
 // released with one. The finish is queued (engine.Engine.FinishAsync): it
 // rides the next decision's script call, or goes on its own within
-// engine.AsyncBound, so a request's handling holds its decision's round
+// 1 ms, so a request's handling holds its decision's round
 // trip and at most a previous request's finish, and the finishes take at
 // most one round trip each in all.
 func TestComboGiveBackReleases(t *testing.T) {
@@ -471,7 +471,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 		fetch(t, srv.URL+warm)
 		<-cmds
 	}
-	time.Sleep(10 * engine.AsyncBound) // the warm-ups' finishes are sent
+	time.Sleep(10 * time.Millisecond) // 10 times the FinishAsync bound: the warm-ups' finishes are sent
 	start := hook.Count()
 	for _, tc := range []struct {
 		target string

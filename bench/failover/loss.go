@@ -228,7 +228,7 @@ func lossRun(withWait bool) (lossResult, error) {
 				decisions.Add(1)
 				p := phase.Load()
 				phaseAll[p].Add(1)
-				if d.Source == engine.FromRedis {
+				if d.Source == "redis" {
 					fromRedis.Add(1)
 					phaseRedis[p].Add(1)
 					if d.Allowed {
@@ -366,7 +366,7 @@ func runWaitCost(d time.Duration) error {
 				wg.Go(func() {
 					for i := g; !stop.Load(); i++ {
 						dec, _ := eng.Allow(context.Background(), engine.One("cost", rules.User, subject(i%30), window))
-						if dec.Source == engine.FromRedis {
+						if dec.Source == "redis" {
 							n.Add(1)
 						} else {
 							bad.Add(1)

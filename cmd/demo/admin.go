@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -40,6 +39,15 @@ type target struct {
 	IP      string `json:"ip,omitempty"`
 }
 
+// value is what Peek and Reset are given: the client address when the
+// target names one, else the subject.
+func (t target) value() string {
+	if t.IP != "" {
+		return t.IP
+	}
+	return t.Subject
+}
+
 // windowView is one window in the response. Times are in seconds.
 type windowView struct {
 	Policy    string  `json:"policy"`
@@ -67,13 +75,7 @@ func (a *admin) peek(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var d engine.Decision
-	var err error
-	if t.IP != "" {
-		d, err = a.lim.PeekByIP(r.Context(), t.Scope, t.Kind, t.IP)
-	} else {
-		d, err = a.lim.Peek(r.Context(), t.Scope, t.Kind, t.Subject)
-	}
+	d, err := a.lim.Peek(r.Context(), t.Scope, t.Kind, t.value(), t.IP != "")
 	if err != nil {
 		a.fail(w, r, t, err)
 		return
@@ -106,13 +108,7 @@ func (a *admin) reset(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var err error
-	if t.IP != "" {
-		err = a.lim.ResetByIP(r.Context(), t.Scope, t.Kind, t.IP)
-	} else {
-		err = a.lim.Reset(r.Context(), t.Scope, t.Kind, t.Subject)
-	}
-	if err != nil {
+	if err := a.lim.Reset(r.Context(), t.Scope, t.Kind, t.value(), t.IP != ""); err != nil {
 		a.fail(w, r, t, err)
 		return
 	}
@@ -151,10 +147,12 @@ func (a *admin) target(w http.ResponseWriter, r *http.Request) (target, bool) {
 // and a message written here, anything else with 503 and a log entry,
 // because backend errors are not the client's business.
 func (a *admin) fail(w http.ResponseWriter, r *http.Request, t target, err error) {
+	ce := (*slidelimit.ConfigError)(nil)
+	errors.As(err, &ce)
 	switch {
-	case errors.Is(err, slidelimit.ErrUnknownScope):
+	case ce != nil && ce.Kind == "scope":
 		badRequest(w, fmt.Sprintf("unknown scope %q: give a route pattern such as %q", t.Scope, "GET /files/{id}"))
-	case errors.Is(err, slidelimit.ErrUnknownLimiter):
+	case ce != nil && ce.Kind == "limiter":
 		badRequest(w, fmt.Sprintf("no limiter %q in scope %q: give a limiter ID of the route's rules, such as ip, user, global or header(X-Api-Key)", t.Kind, t.Scope))
 	case errors.Is(err, lifecycle.ErrSubject) && t.IP != "":
 		badRequest(w, fmt.Sprintf("limiter %q never counts by ip %q: give an IP address (global limiters never count by IP)", t.Kind, t.IP))

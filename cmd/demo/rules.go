@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // maxRulesBody bounds the rule text a PUT /admin/rules may send.
@@ -21,12 +22,17 @@ func (a *admin) rules(w http.ResponseWriter, r *http.Request) {
 	if !requireRole(w, r, roleSuperadmin) {
 		return
 	}
-	o, err := a.lim.Rules(r.Context())
+	// The Limiter lists its overrides on its operator's page; the demo's
+	// JSON API reads them as the page does.
+	version, in, err := access.LimiterRules(a.lim, r.Context())
 	if err != nil {
 		a.storeFailed(w, r, "", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, o)
+	writeJSON(w, http.StatusOK, struct {
+		Version   int64             `json:"version"`
+		Overrides []access.Override `json:"overrides"`
+	}{version, in})
 }
 
 // setRules serves PUT /admin/rules?scope=S: the body replaces the rules of
@@ -42,6 +48,11 @@ func (a *admin) setRules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	text := string(body)
+	if text == "" {
+		// SetRules would clear the override: that is DELETE's job.
+		badRequest(w, "the body holds the rules, as in ip:1/s; DELETE restores the code's")
+		return
+	}
 	if err := a.lim.SetRules(r.Context(), scope, text); err != nil {
 		if ce := (*slidelimit.ConfigError)(nil); errors.As(err, &ce) {
 			// The caller's own text: its error names the position.
@@ -63,7 +74,7 @@ func (a *admin) clearRules(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := a.lim.ClearRules(r.Context(), scope); err != nil {
+	if err := a.lim.SetRules(r.Context(), scope, ""); err != nil {
 		a.storeFailed(w, r, scope, err)
 		return
 	}

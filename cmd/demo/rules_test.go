@@ -72,7 +72,12 @@ func TestAdminRules(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if w := one.do("GET", "/admin/rules", "root", peer); w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `{"scope":"GET /health","rules":"ip:2/min"}`) {
+	// An empty body is a mistake, not a way to clear (SetRules would).
+	if w := put(one, "GET /health", "", "root"); w.Code != http.StatusBadRequest {
+		t.Errorf("empty PUT: %d %s, want 400", w.Code, w.Body)
+	}
+	if w := one.do("GET", "/admin/rules", "root", peer); w.Code != http.StatusOK || !strings.HasPrefix(w.Body.String(), `{"version":`) ||
+		!strings.Contains(w.Body.String(), `"overrides":[{"scope":"GET /health","rules":"ip:2/min"}]}`) {
 		t.Errorf("GET /admin/rules: %d %s", w.Code, w.Body)
 	}
 	r := httptest.NewRequest("DELETE", "/admin/rules?scope=GET%20/health", nil)

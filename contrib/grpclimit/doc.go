@@ -140,7 +140,7 @@
 // call is charged beyond its estimate. The settlement rides the call's one
 // finish after the handler, unary or stream: engine.Engine.FinishAsync,
 // which the engine sends with its next script call (or alone within
-// engine.AsyncBound), so the call's response does not wait for Redis.
+// 1 ms), so the call's response does not wait for Redis.
 // A group with count:, an in-flight window or WithSettle needs a decider
 // that can finish calls, as *engine.Engine can (New fails with a
 // *middleware.ConfigError otherwise).

@@ -38,7 +38,7 @@ type method struct {
 // New returns a Limiter for the methods of methods, a map from full method
 // name ("/pkg.Service/Method", as grpc.UnaryServerInfo.FullMethod spells
 // it) to the rule text of its group, deciding with d (normally
-// *engine.Engine, as slidelimit.Limiter.Engine returns). Methods not in
+// *engine.Engine, as engine.New returns). Methods not in
 // the map are limited by the WithDefault group, if any, unless WithExempt
 // exempts them.
 //

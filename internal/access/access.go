@@ -1,6 +1,6 @@
-// Package access lets the module's packages read what the engine keeps
-// unexported: the engine sets these functions when it is initialized, so
-// that users of package engine see no method that only the module needs.
+// Package access lets the module's packages read what the engine and the
+// root package keep unexported: they set these functions when they are
+// initialized, so that their users see no name that only the module needs.
 package access
 
 import (
@@ -93,6 +93,37 @@ var (
 	EngineFailMode            func(e any) rules.FailMode
 	EngineFinishAsyncFailures func(e any) uint64
 )
+
+// ErrNotAsked is what the engine's errors wrap, beside engine.ErrBackend,
+// when it did not ask a Redis server it considers down; BackendError
+// returns the engine's error of operation op failing with err, which
+// matches engine.ErrBackend and unwraps to err. The internal/tally
+// package reports its own Redis failures with them.
+var (
+	ErrNotAsked  error
+	BackendError func(op string, err error) error
+)
+
+// What the demo, the benchmarks and the root package's tests use of a
+// *slidelimit.Limiter and its options, set by package slidelimit: the
+// Limiter's engine (an *engine.Engine); the rule overrides in force, as
+// Override values with the overrides' version; and options of New (each a
+// slidelimit.Option) that set how often the Limiter checks the overrides'
+// version (<= 0: overrides off), how often it writes its denial tallies
+// (<= 0: off).
+var (
+	LimiterEngine func(lim any) any
+	LimiterRules  func(lim any, ctx context.Context) (version int64, in []Override, err error)
+	RulesCheck    func(d time.Duration) any
+	TallyFlush    func(d time.Duration) any
+)
+
+// Override is a rule override in force: the canonical rule text that
+// replaces the group of Scope.
+type Override struct {
+	Scope string `json:"scope"`
+	Rules string `json:"rules"`
+}
 
 // IsStoredHash reports whether s has the form of a stored hash ("#" and
 // 43 base64url characters), as the denial tallies report it and

@@ -50,10 +50,10 @@ type Source interface {
 	TopDenied(ctx context.Context, since time.Duration, n int) ([]tally.Denials, error)
 	// Routes lists the registered scopes and their limiter IDs.
 	Routes() []Route
-	// Peek and PeekByIP are slidelimit.Limiter.Peek and PeekByIP.
+	// Peek and PeekByIP are slidelimit.Limiter.Peek without and with byIP.
 	Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error)
 	PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error)
-	// Reset and ResetByIP are slidelimit.Limiter.Reset and ResetByIP.
+	// Reset and ResetByIP are slidelimit.Limiter.Reset without and with byIP.
 	Reset(ctx context.Context, scope, limiterID, subject string) error
 	ResetByIP(ctx context.Context, scope, limiterID, addr string) error
 	// PeekStored and ResetStored are Peek and Reset of a subject as the

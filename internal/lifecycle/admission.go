@@ -349,7 +349,7 @@ func (a *Admission) respond() {
 		if !dec.Allowed {
 			r.t.Logger.LogAttrs(a.ctx, slog.LevelInfo, r.msg.shadow,
 				slog.String("scope", a.Scope), slog.String("policy", a.Event.Policy),
-				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", dec.Source.String()))
+				slog.Duration("retry_after", dec.RetryAfter), slog.String("source", dec.Source))
 		}
 		a.admitted()
 		r.t.emit(a.Event)
@@ -361,7 +361,7 @@ func (a *Admission) respond() {
 		return
 	}
 	v.Policy, v.Retry = a.Field, a.Retry
-	if dec.Source == engine.FromFailClosed {
+	if dec.Source == "fail-closed" {
 		v.Status = http.StatusServiceUnavailable
 	} else {
 		v.Status, v.Values = http.StatusTooManyRequests, a.values(a.Retry)

@@ -51,8 +51,10 @@ type Event struct {
 	// RetryAfter is the engine's wait before the request would be admitted,
 	// zero when allowed. Retry-After carries it rounded up to seconds.
 	RetryAfter time.Duration
-	// Source says what made the decision.
-	Source engine.Source
+	// Source says what made the decision, as engine.Decision.Source
+	// names it: "redis", "fail-open", "fail-closed", "local" or "cache";
+	// "" when nothing was decided (an exempt request).
+	Source string
 	// Err is the error returned with the decision (matching
 	// engine.ErrBackend for Redis trouble), or ErrNoScope; nil when all
 	// went well.

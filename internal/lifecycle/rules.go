@@ -168,7 +168,7 @@ func (t *Transport) logBackend(ctx context.Context, scope string, dec *engine.De
 	if ctx.Err() != nil {
 		// The client went away; the backend error is a consequence.
 		t.Logger.LogAttrs(ctx, slog.LevelDebug, "slidelimit: rate-limit backend error",
-			slog.String("scope", scope), slog.String("source", dec.Source.String()),
+			slog.String("scope", scope), slog.String("source", dec.Source),
 			slog.Bool("allowed", dec.Allowed), slog.Any("error", err))
 		return
 	}
@@ -177,7 +177,7 @@ func (t *Transport) logBackend(ctx context.Context, scope string, dec *engine.De
 		return
 	}
 	t.Logger.LogAttrs(ctx, slog.LevelWarn, "slidelimit: rate-limit backend error",
-		slog.String("scope", scope), slog.String("source", dec.Source.String()),
+		slog.String("scope", scope), slog.String("source", dec.Source),
 		slog.Bool("allowed", dec.Allowed), slog.Any("error", err),
 		slog.Int64("errors_not_logged", held))
 }

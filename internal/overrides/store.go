@@ -1,5 +1,5 @@
 // Package overrides keeps the rule overrides of slidelimit.Limiter
-// (SetRules, ClearRules, Rules): rule groups that replace, at run time and
+// (slidelimit.Limiter.SetRules): rule groups that replace, at run time and
 // in every process that shares a Redis and a key prefix, the group the code
 // declared for a scope. It does the Redis work; the Limiter builds the
 // handlers. The overrides live in Redis under the prefix, in one hash tag
@@ -18,7 +18,7 @@
 // The Store subscribes on a connection of its own, beside the engine's
 // invalidation subscription (engine/cache.go), rather than sharing its
 // receive loop: the two are switched independently (engine.WithCachedDenials
-// and slidelimit.WithRulesCheck), the engine's loop measures its own
+// and the root's rules check, which tests set through internal/access), the engine's loop measures its own
 // subscription's health for cached denials, and a change of overrides is
 // rare and may wait for a version check, where an invalidation may not.
 package overrides

@@ -83,7 +83,7 @@ func (s *script) decide(scope string, req *engine.Request, counted bool, t int64
 	v.allowed = d.Allowed
 	if d.Allowed {
 		if !counted {
-			if err := s.eng.GiveBack(ctx, *req, d); err != nil {
+			if err := s.eng.Finish(ctx, d, engine.Outcome{GiveBack: true}); err != nil {
 				return fmt.Errorf("replay: engine: give-back: %w", err)
 			}
 		}

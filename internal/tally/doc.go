@@ -23,5 +23,6 @@
 // dropped and counted ([Tallies.Stats]), and logged once until writes
 // succeed again. [Tallies.TopDenied] reads them. The root package creates
 // a Limiter's tallies, wires the engine's hook and stops the writer on
-// Close; slidelimit.WithTallyFlush sets the period or turns them off.
+// Close; the period is 1 s (tests set it, or turn the tallies off,
+// through internal/access).
 package tally

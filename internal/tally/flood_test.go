@@ -175,7 +175,7 @@ func TestTallyNoRoundTrip(t *testing.T) {
 		for u := range 5 {
 			for range 20 {
 				d, _ := e.Allow(ctx, engine.One("s", rules.User, fmt.Sprint("u", u), win(3, time.Hour)))
-				if d.Source == engine.FromCache {
+				if d.Source == "cache" {
 					cached++
 				}
 			}

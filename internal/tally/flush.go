@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -76,7 +76,7 @@ func (t *Tallies) flush(keys []key, counts []int64) {
 	if t.store.Down() {
 		// Known down (see engine/health.go): no dial, no wait, as for
 		// decisions.
-		t.writeFailed(total, engine.ErrUnavailable)
+		t.writeFailed(total, access.ErrNotAsked)
 		return
 	}
 	t.remember(keys)

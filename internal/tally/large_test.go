@@ -162,7 +162,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 func TestTallyLargeFlood(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	tl := New(newEngine(t, c, engine.WithPrefix(testPrefix(t)), engine.WithTimeout(engine.DefaultTimeout)))
+	tl := New(newEngine(t, c, engine.WithPrefix(testPrefix(t)), engine.WithTimeout(100*time.Millisecond)))
 	ctx := context.Background()
 	const flood, size, abuse = 300, 2 << 20, 304
 	// Distinct subjects without 600 MiB of allocations: views of one

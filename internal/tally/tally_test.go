@@ -58,7 +58,7 @@ func TestTallyTop(t *testing.T) {
 					if d.Allowed != (i == 0) {
 						t.Fatalf("%s request %d: allowed %v", user, i, d.Allowed)
 					}
-					if d.Source == engine.FromCache {
+					if d.Source == "cache" {
 						cached++
 					}
 				}
@@ -104,8 +104,8 @@ func tallyText(top []Denials) string {
 
 // TestTallyHashed checks that a hashed subject is reported by its raw
 // value by the process that denied it, and as its hash by another one,
-// whose tallies count nothing (not started, as with the root package's
-// WithTallyFlush(0)) but read.
+// whose tallies count nothing (not started, as a Limiter with
+// the tallies off) but read.
 func TestTallyHashed(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
@@ -257,8 +257,8 @@ func TestTopDeniedWhileDown(t *testing.T) {
 		_, _ = e.Allow(context.Background(), r)
 	}
 	_, err := tl.TopDenied(context.Background(), time.Minute, 10)
-	if !errors.Is(err, engine.ErrUnavailable) || !errors.Is(err, engine.ErrBackend) {
-		t.Fatalf("TopDenied while down: %v, want ErrUnavailable and ErrBackend", err)
+	if !errors.Is(err, access.ErrNotAsked) || !errors.Is(err, engine.ErrBackend) {
+		t.Fatalf("TopDenied while down: %v, want not asked and ErrBackend", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // TopDenied returns the n (scope, limiter, subject) entries denied most in
@@ -23,7 +24,7 @@ import (
 // kept. TopDenied reads Redis with one pipeline, also when this process
 // counts nothing (its tallies not started); it fails with an error
 // matching engine.ErrInvalid for a bad since and engine.ErrBackend when
-// Redis does, at once (wrapping engine.ErrUnavailable) while the engine
+// Redis does, at once (wrapping the engine's error of a server not asked) while the engine
 // considers a single server down.
 func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]Denials, error) {
 	if since < time.Second || since > keep {
@@ -33,7 +34,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 		// Known down (see engine/health.go): through the pool, each
 		// operator page view would wait for its deadline and go-redis
 		// would log a failed dial per retry of the pipeline.
-		return nil, &engine.BackendError{Op: "tally", Err: engine.ErrUnavailable}
+		return nil, access.BackendError("tally", access.ErrNotAsked)
 	}
 	span := coarseBucket
 	if since <= fineSpan {
@@ -50,7 +51,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 		cmds = append(cmds, pipe.ZRangeWithScores(ctx, key, 0, -1))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, &engine.BackendError{Op: "tally", Err: err}
+		return nil, access.BackendError("tally", err)
 	}
 	sums := map[string]int64{}
 	for _, c := range cmds {

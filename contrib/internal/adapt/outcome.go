@@ -36,7 +36,7 @@ func Source(ev middleware.Event) string {
 	if ev.Exempt {
 		return "none"
 	}
-	return ev.Source.String()
+	return ev.Source
 }
 
 // BackendError reports whether ev carries a Redis error.

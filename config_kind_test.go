@@ -1,0 +1,60 @@
+package slidelimit_test
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+)
+
+// isKind reports whether err, or one of the errors it joins, is a
+// *slidelimit.ConfigError of kind.
+func isKind(err error, kind string) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if isKind(e, kind) {
+				return true
+			}
+		}
+		return false
+	}
+	var ce *slidelimit.ConfigError
+	return errors.As(err, &ce) && ce.Kind == kind
+}
+
+// The options this package keeps out of its API, for tests.
+func withRulesCheck(d time.Duration) slidelimit.Option {
+	return access.RulesCheck(d).(slidelimit.Option)
+}
+
+func withTallyFlush(d time.Duration) slidelimit.Option {
+	return access.TallyFlush(d).(slidelimit.Option)
+}
+
+// engineOf returns the Limiter's engine.
+func engineOf(lim *slidelimit.Limiter) *engine.Engine {
+	return access.LimiterEngine(lim).(*engine.Engine)
+}
+
+// overridesInForce is what the Limiter lists of its rule overrides.
+type overridesInForce struct {
+	Version   int64
+	Overrides []override
+}
+
+type override = access.Override
+
+// rulesOf lists the rule overrides in force as lim reads them in Redis.
+func rulesOf(ctx context.Context, lim *slidelimit.Limiter) (overridesInForce, error) {
+	v, in, err := access.LimiterRules(lim, ctx)
+	return overridesInForce{v, in}, err
+}
+
+// kindErr stands, in a table of wanted errors, for a ConfigError of its
+// kind.
+type kindErr string
+
+func (k kindErr) Error() string { return "a ConfigError of kind " + string(k) }
