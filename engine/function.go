@@ -131,13 +131,13 @@ func fnRefused(err error) bool {
 	return err != nil && (redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "NOPERM"))
 }
 
-// fnOOM reports whether err is FCALL's reply from a server out of memory:
-// it refuses a whole Function call (one without the allow-oom flag) where
-// it runs an EVAL until its first write, so that a denial, which writes
-// nothing, is still answered. The call goes again as EVALSHA.
-func fnOOM(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "OOM") && strings.Contains(err.Error(), "allow-oom")
-}
+// fnOOM reports whether err is FCALL's reply from a server out of memory.
+// Redis refuses a whole Function call (one without the allow-oom flag)
+// before it runs, where it runs an EVAL until its first write, so that a
+// denial or a peek, which writes nothing, is still answered: the call
+// goes again as EVALSHA. (A Function that started is never refused a
+// write for memory, so an OOM reply means it ran nothing.)
+func fnOOM(err error) bool { return err != nil && outOfMemory(err) }
 
 // scriptRetry returns the arguments to send cmd again with when the server
 // did not run it, or nil: FCALL that the server could not run goes as
