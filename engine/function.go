@@ -42,8 +42,10 @@ type fnState struct {
 }
 
 // scriptHead returns the first two arguments of a decision's script
-// call: FCALL of the function, or EVALSHA of the script.
-func (e *Engine) scriptHead() (cmd string, name any) {
+// call: FCALL of the function, or EVALSHA of the script. They are
+// interfaces holding constants or boxed once, so that building a call
+// allocates nothing for them.
+func (e *Engine) scriptHead() (cmd, name any) {
 	if e.fn.on.Load() == fnOn {
 		return "fcall", e.fnArg
 	}
