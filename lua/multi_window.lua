@@ -389,6 +389,15 @@ local DENIED, ADMITTED, COLLISION = 0, 1, 2
 -- is the reply, n the last index written in it; t is the decision time
 -- and t_arg t as a score argument.
 local keys, args, reply, n, t, t_arg
+-- The tables run fills each call: the reply, made with room for one op on
+-- a key with two windows (growing a table costs about 1,000 instructions
+-- per step), and key_state (see run). A Function's library keeps them
+-- from call to call, which spares it making two tables each time: run
+-- writes every field it reads first, and Redis ends an array reply at
+-- its first nil, which run sets after the last field, so what a longer
+-- earlier call left beyond it is never read. (An EVAL runs the whole
+-- chunk, so its tables are new each call.)
+local reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 
 -- memo maps a count key to where the call's last op on it left its
 -- windows, for ops the engine marks as sharing a key with another op of
@@ -1462,10 +1471,7 @@ end
 local function run(ks, argv)
   call, fmt, num, floor, ceil = redis.call, string.format, tonumber, math.floor, math.ceil
   keys, args = ks, argv
-  -- The reply, made with room for one op on a key with two windows:
-  -- growing a table costs about 1,000 instructions per step. Redis ends
-  -- an array reply at its first nil, which is set after the last field.
-  reply = {0, 0, 0, 0, 0, 0, 0, 0}
+  reply = reply_table
   t = num(args[1])
   t_arg = args[1]
   -- t 0 is the server's TIME, read at the first op that is not a finish
@@ -1486,7 +1492,7 @@ local function run(ks, argv)
   -- call, made with room for one key. In ops the engine marked (see memo),
   -- key_memo[2k-1 .. 2k] holds the reply index of its first window and
   -- whether its bookkeeping already ran at t.
-  local key_state = {0, 0, 0, 0}
+  local key_state = key_state_table
   local key_memo
 
 
