@@ -74,6 +74,9 @@
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
 --     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
+--   or, with the script loaded as a Redis Function (lua/lua.go,
+--   MultiWindowLibrary; same KEYS, ARGV and reply):
+--     FCALL slidelimit_<sha> 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
 -- Reply: an array of integers (a Lua table of numbers):
 --   sec, usec  the decision time (t, or the server's TIME; 0, 0 for a
