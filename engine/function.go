@@ -54,9 +54,11 @@ func (e *Engine) scriptHead() (cmd, name any) {
 
 // prepareFn loads the library before the engine's first batch, and again
 // after a server was found without it. A load that fails without an
-// answer (a server down) leaves the function on: a server that comes
-// back without it answers FCALL "Function not found", and its calls go
-// as EVALSHA until the next load.
+// answer (a server down) or for the moment (see fnTransient) leaves the
+// function on: a server that comes back without it answers FCALL
+// "Function not found", and its calls go as EVALSHA until the next load.
+// Any other error reply (a script that does not compile, say) turns it
+// off.
 func (e *Engine) prepareFn(ctx context.Context) {
 	f := &e.fn
 	if f.on.Load() == fnOff || f.on.Load() == fnOn && !f.missed.Load() {
@@ -71,11 +73,26 @@ func (e *Engine) prepareFn(ctx context.Context) {
 		f.on.Store(fnOff)
 		return
 	}
-	if err := e.loadFn(ctx); err != nil && answered(err) {
+	if err := e.loadFn(ctx); err != nil && answered(err) && !fnTransient(err) {
 		e.fnOff(err)
 		return
 	}
 	f.on.CompareAndSwap(fnUnknown, fnOn)
+}
+
+// fnTransient reports whether err is a reply that says nothing of whether
+// the server can load functions, only that it could not now: a script
+// running past busy-reply-threshold, a server loading its data, out of
+// memory, a replica or a cluster in the middle of a failover. The
+// function stays on; a server that then lacks it answers FCALL "Function
+// not found", and is asked to load it again.
+func fnTransient(err error) bool {
+	for _, p := range []string{"BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MISCONF", "NOREPLICAS"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // canLoadFn reports whether the engine can load the library on every

@@ -153,6 +153,38 @@ func TestFunctionRefused(t *testing.T) {
 	}
 }
 
+// TestFunctionBusyLoad checks that a first load refused for the moment
+// (BUSY: another client's script runs past busy-reply-threshold) leaves
+// the function on, so that the decisions after it go as FCALL.
+func TestFunctionBusyLoad(t *testing.T) {
+	t.Parallel()
+	s, rc := startRedis(t)
+	ctx := context.Background()
+	if err := rc.ConfigSet(ctx, "busy-reply-threshold", "20").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(2*time.Second))
+	r := req(user("u", win(10, time.Minute)))
+	done := busy(t, s.Addr, 500*ms)
+	time.Sleep(50 * ms) // past the threshold: the server answers BUSY
+	if d, err := e.Allow(ctx, r); err == nil || d.Source == FromRedis {
+		t.Fatalf("Allow during a busy script: source %v err %v, want the fail mode", d.Source, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if e.fn.on.Load() != fnOn {
+		t.Fatalf("function state %d after a BUSY load, want on (%d)", e.fn.on.Load(), fnOn)
+	}
+	before, _ := scriptCalls(t, rc)
+	mustAllow(t, e, r, true)
+	// The decision, and the undo of the one that failed: FCALL or, for
+	// the first, EVALSHA then FCALL once the library is loaded again.
+	if after, _ := scriptCalls(t, rc); after == before || !hasLibrary(t, rc) {
+		t.Errorf("%d FCALL after the busy script, library loaded %v; want some, and true", after-before, hasLibrary(t, rc))
+	}
+}
+
 // TestFunctionClusterMaster checks that on a cluster every master gets the
 // library, and that a master that lost it (restarted empty, promoted, or
 // FUNCTION FLUSH) gets it again while the decisions on its keys stay
