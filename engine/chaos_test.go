@@ -33,7 +33,7 @@ type chaosRec struct {
 
 // TestChaosSoak runs two engines (one client each, as two processes) under
 // concurrent load on 60 subjects while faults hit the server in turn:
-// SCRIPT FLUSH, CLIENT KILL TYPE normal, DEBUG SLEEP 0.3, memory full
+// SCRIPT FLUSH with FUNCTION FLUSH, CLIENT KILL TYPE normal, DEBUG SLEEP 0.3, memory full
 // (CONFIG SET maxmemory) and a crash and restart with AOF on the same port.
 // It asserts that no stored window ever held more than its limit, that
 // every decision comes from where the fail mode allows, that no decision
@@ -109,7 +109,14 @@ func TestChaosSoak(t *testing.T) {
 			}
 			switch i % 5 {
 			case 0:
-				fault("SCRIPT FLUSH", func() error { return admin.ScriptFlush(ctx).Err() })
+				// Both: decisions go as FCALL, and as EVALSHA while the
+				// function is missing.
+				fault("SCRIPT FLUSH and FUNCTION FLUSH", func() error {
+					if err := admin.ScriptFlush(ctx).Err(); err != nil {
+						return err
+					}
+					return admin.FunctionFlush(ctx).Err()
+				})
 			case 1:
 				fault("CLIENT KILL TYPE normal", func() error { return admin.Do(ctx, "client", "kill", "type", "normal").Err() })
 			case 2:

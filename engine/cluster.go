@@ -90,6 +90,9 @@ func (e *Engine) runParts(lead *call, batch []*call) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.timeout)
 	defer cancel()
+	if e.fn.on.Load() == fnUnknown {
+		e.prepareFn(ctx)
+	}
 	cmds, pipes := e.queueParts(ctx, lead, batch, t)
 	sent := e.mono()
 	e.execPipes(ctx, pipes, cmds)
@@ -115,6 +118,7 @@ func (e *Engine) runParts(lead *call, batch []*call) {
 func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t int64) ([]partCmd, []domainPipe) {
 	var cmds []partCmd
 	var pipes []domainPipe
+	head, name := e.scriptHead()
 	fa := &lead.flat // every part's arguments; kept until the pipelines ran
 	fa.clear()
 	for _, c := range batch {
@@ -141,7 +145,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 			first := fa.begin(t)
 			fa.op(c, keys, false)
 			args := make([]any, 0, 3+len(keys)+len(fa.ends)-first)
-			args = append(args, "evalsha", e.shaArg, c.plan.nargs(keys))
+			args = append(args, head, name, c.plan.nargs(keys))
 			for _, k := range keys {
 				args = c.plan.appendKeyArgs(args, int(k))
 			}
@@ -155,7 +159,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 }
 
 // execPipes sends the servers' pipelines concurrently and waits for them,
-// then sends the calls that met NOSCRIPT again with the script's source.
+// then sends the calls the servers did not run again (see retryScripts).
 func (e *Engine) execPipes(ctx context.Context, pipes []domainPipe, cmds []partCmd) {
 	var wg sync.WaitGroup
 	for i := range pipes {
@@ -165,20 +169,19 @@ func (e *Engine) execPipes(ctx context.Context, pipes []domainPipe, cmds []partC
 		}
 	}
 	wg.Wait()
-	var retry redis.Pipeliner
+	var idx []int
+	var failed []*redis.IntSliceCmd
 	for i := range cmds {
-		pc := &cmds[i]
-		if !noScript(pc.cmd.Err()) {
-			continue
+		if cmds[i].cmd.Err() != nil {
+			idx, failed = append(idx, i), append(failed, cmds[i].cmd)
 		}
-		if retry == nil {
-			retry = e.client.Pipeline()
-		}
-		pc.cmd = redis.NewIntSliceCmd(ctx, asEval(pc.cmd.Args(), e.srcArg)...)
-		_ = retry.Process(ctx, pc.cmd)
 	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
+	if failed == nil {
+		return
+	}
+	e.retryScripts(ctx, failed)
+	for j, i := range idx {
+		cmds[i].cmd = failed[j]
 	}
 }
 

@@ -261,9 +261,25 @@
 // script call, which decides its requests one after another, each
 // atomically; requests of a batch on the same key (a hot key under load)
 // read it once, the later ones deriving their counts from the earlier
-// ones' (with the same results as reading them). After NOSCRIPT (SCRIPT
-// FLUSH, a restart, a promoted replica) the engine resends the script, and
-// callers never see the error.
+// ones' (with the same results as reading them).
+//
+// The script is loaded as a Redis Function (FUNCTION LOAD of
+// lua.MultiWindowLibrary, on every master of a cluster) before the
+// engine's first batch, and decisions call it with FCALL: EVALSHA would
+// run the whole script each call, re-creating its helpers, which costs
+// a decision about 3.5 µs of Redis CPU. The library, named slidelimit_
+// and the script's SHA1, stays on the server: each version of slidelimit
+// loads its own beside the others (FUNCTION LIST shows them, FUNCTION
+// DELETE removes one a running version no longer uses). A server that
+// lacks it (FUNCTION FLUSH, a restart without persistence, a promoted
+// replica) answers "Function not found": that call goes again as EVALSHA
+// and the library is loaded again. After NOSCRIPT (SCRIPT FLUSH, a
+// restart, a promoted replica) the engine resends the script's source.
+// Callers never see either error. A server that cannot run functions
+// (Redis before 7, miniredis, an ACL user without FUNCTION or FCALL) gets
+// EVALSHA for the engine's life; one out of memory refuses a whole FCALL
+// before it runs, where EVALSHA still answers a denial or a peek, so such
+// a call goes again as EVALSHA.
 //
 // On a Redis Cluster (a *redis.ClusterClient) keys of one request usually
 // live in different slots and one script may only touch one slot, so a

@@ -20,8 +20,9 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// multiWindowSrc is the multi-window script, read once: EVAL sends this
-// text and EVALSHA the SHA1 script computed from it.
+// multiWindowSrc is the multi-window script's EVAL form, read once: EVAL
+// sends this text and EVALSHA the SHA1 script computed from it. Where the
+// servers can, decisions call it as a Redis Function (function.go).
 var (
 	multiWindowSrc = lua.MultiWindow()
 	script         = redis.NewScript(multiWindowSrc)
@@ -55,6 +56,8 @@ type Engine struct {
 	async    asyncQueue // of FinishAsync, sent with the next script call
 	shaArg   any        // script.Hash(), boxed once
 	srcArg   any        // multiWindowSrc, boxed once
+	fnArg    any        // fnName, boxed once
+	fn       fnState    // whether decisions go as FCALL (function.go)
 	chanName string     // the invalidation channel (see channel)
 
 	doms   domains    // failure domains: which servers timed out
@@ -116,6 +119,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  multiWindowSrc,
+		fnArg:   fnName,
 
 		slotLost: cfg.slotLost,
 	}

@@ -85,8 +85,9 @@ func benchFinishRedisCPU(b *testing.B, subjects int) {
 		i += callers
 	}
 	n := float64(i)
-	b.ReportMetric(float64(admit["evalsha"].usec)/n, "script-µs/admit")
-	b.ReportMetric(float64(finish["evalsha"].usec)/n, "script-µs/finish")
+	// The script runs as FCALL, or EVALSHA where the server cannot.
+	b.ReportMetric(float64(admit["evalsha"].usec+admit["fcall"].usec)/n, "script-µs/admit")
+	b.ReportMetric(float64(finish["evalsha"].usec+finish["fcall"].usec)/n, "script-µs/finish")
 	b.ReportMetric(float64(admit["cpu"].usec)/n, "cpu-µs/admit")
 	b.ReportMetric(float64(finish["cpu"].usec)/n, "cpu-µs/finish")
 	for _, cmd := range []string{"time", "zrange", "zpopmax", "zrem", "zadd", "hget", "hincrby", "publish"} {

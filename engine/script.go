@@ -42,9 +42,12 @@ func (e *Engine) runAll(lead *call, batch []*call) {
 		failAll(batch, err)
 		return
 	}
-	args := e.scriptArgs(lead, batch, t, lead.sharing(batch))
 	ctx := lead.ctx.start(e.timeout)
 	defer lead.ctx.stop()
+	if e.fn.on.Load() == fnUnknown {
+		e.prepareFn(ctx)
+	}
+	args := e.scriptArgs(lead, batch, t, lead.sharing(batch))
 	sent := e.mono()
 	v, err := e.evalInts(ctx, args)
 	clear(args) // drop the pointers into other calls
@@ -74,12 +77,13 @@ func (e *Engine) runAll(lead *call, batch []*call) {
 
 var errCollision = errors.New("engine: no unique member after retries")
 
-// scriptArgs returns the arguments of the EVALSHA that decides batch at
-// time t (µs, or 0 for the server's TIME), one op per call over all its
-// keys, built in lead's buffers. shared marks the calls that share a key
+// scriptArgs returns the arguments of the FCALL or EVALSHA (scriptHead)
+// that decides batch at time t (µs, or 0 for the server's TIME), one op
+// per call over all its keys, built in lead's buffers. shared marks the calls that share a key
 // with another call of the batch (see call.sharing); nil marks none.
 func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) []any {
-	args := append(lead.args[:0], "evalsha", e.shaArg, 0)
+	cmd, name := e.scriptHead()
+	args := append(lead.args[:0], cmd, name, 0)
 	fa := &lead.flat
 	fa.reset(t)
 	nkeys := 0
@@ -120,18 +124,17 @@ func (e *Engine) failRun(batch []*call, err error) {
 	}
 }
 
-// evalInts runs the script with args ("evalsha", sha, numkeys, ...) in
-// the format of lua/multi_window.lua and returns its reply. NOSCRIPT is
-// handled as by eval.
+// evalInts runs the script with args ("fcall" or "evalsha", its name,
+// numkeys, ...) in the format of lua/multi_window.lua and returns its
+// reply. A call the server did not run goes again (see retryScripts).
 func (e *Engine) evalInts(ctx context.Context, args []any) ([]int64, error) {
 	cmd := redis.NewIntSliceCmd(ctx, args...)
-	err := e.client.Process(ctx, cmd)
-	if noScript(err) {
-		cmd = redis.NewIntSliceCmd(ctx, asEval(args, e.srcArg)...)
-		err = e.client.Process(ctx, cmd)
-		args[0], args[1] = "evalsha", e.shaArg
+	if err := e.client.Process(ctx, cmd); err != nil {
+		cmds := []*redis.IntSliceCmd{cmd}
+		e.retryScripts(ctx, cmds)
+		cmd = cmds[0]
 	}
-	if err != nil {
+	if err := cmd.Err(); err != nil {
 		return nil, err
 	}
 	return cmd.Val(), nil

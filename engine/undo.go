@@ -125,8 +125,9 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	}
 	pipe := e.client.Pipeline()
 	cmds := make([]*redis.IntSliceCmd, len(groups))
+	head, name := e.scriptHead()
 	for g, idx := range groups {
-		args := []any{"evalsha", e.shaArg, len(idx)}
+		args := []any{head, name, len(idx)}
 		for _, i := range idx {
 			args = append(args, us[i].key)
 		}
@@ -138,7 +139,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 		_ = pipe.Process(ctx, cmds[g])
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
-	e.retryNoScript(ctx, cmds)
+	e.retryScripts(ctx, cmds)
 	var gone []string
 	for g, cmd := range cmds {
 		flags, err := cmd.Result()
@@ -157,24 +158,6 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	}
 	e.forgetKnown(gone)
 	return failed, first
-}
-
-// retryNoScript sends the script calls among cmds that met NOSCRIPT again
-// with the script's source, in one pipeline.
-func (e *Engine) retryNoScript(ctx context.Context, cmds []*redis.IntSliceCmd) {
-	var retry redis.Pipeliner
-	for i, cmd := range cmds {
-		if noScript(cmd.Err()) {
-			if retry == nil {
-				retry = e.client.Pipeline()
-			}
-			cmds[i] = redis.NewIntSliceCmd(ctx, asEval(cmd.Args(), e.srcArg)...)
-			_ = retry.Process(ctx, cmds[i])
-		}
-	}
-	if retry != nil {
-		_, _ = retry.Exec(ctx)
-	}
 }
 
 // readFinishes reads the reply of a script call of n finish ops of one

@@ -5,7 +5,11 @@
 // no importer can change the text a script's SHA1 was computed from.
 package lua
 
-import _ "embed"
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+)
 
 // MultiWindow returns the source of the multi-window sliding-log script: it
 // checks, admits and peeks at batches of rate-limit requests against
@@ -14,10 +18,41 @@ import _ "embed"
 // multi_window.lua specifies its wire format, the engine package
 // documentation its semantics.
 //
-// It is number.lua followed by multi_window.lua.
-func MultiWindow() string { return multiWindowSrc }
+// It is the script's EVAL form: number.lua, then multi_window.lua, which
+// defines the function run, then a call of run with KEYS and ARGV.
+// MultiWindowLibrary is the same text as a Redis Function.
+func MultiWindow() string { return multiWindowEval }
 
-var multiWindowSrc = number + multiWindow
+// MultiWindowLibrary returns the multi-window script as a Redis Function
+// library, for FUNCTION LOAD: number.lua and multi_window.lua, as in
+// MultiWindow, after a shebang naming the library and followed by the
+// registration of run as the function MultiWindowFunction. FCALL of that
+// function with the script's KEYS and ARGV replies exactly as EVAL of
+// MultiWindow does; it only skips re-creating the script's helpers, which
+// the library creates once, when it is loaded.
+func MultiWindowLibrary() string { return multiWindowLib }
+
+// MultiWindowFunction returns the name of the function, and of the
+// library, that MultiWindowLibrary registers: "slidelimit_" followed by
+// the SHA1 of MultiWindow (the EVALSHA hash), so that each version of the
+// script is its own library, and two versions of slidelimit sharing a
+// server do not replace each other's.
+func MultiWindowFunction() string { return multiWindowName }
+
+var (
+	multiWindowText = number + multiWindow
+	multiWindowEval = multiWindowText + "return run(KEYS, ARGV)\n"
+	multiWindowName = "slidelimit_" + sha1Hex(multiWindowEval)
+	multiWindowLib  = "#!lua name=" + multiWindowName + "\n" + multiWindowText +
+		"redis.register_function('" + multiWindowName + "', run)\n"
+)
+
+// sha1Hex returns the SHA1 of s in lowercase hex, as SCRIPT LOAD names a
+// script.
+func sha1Hex(s string) string {
+	h := sha1.Sum([]byte(s))
+	return hex.EncodeToString(h[:])
+}
 
 //go:embed multi_window.lua
 var multiWindow string

@@ -1,6 +1,8 @@
 package lua
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -10,8 +12,28 @@ import (
 )
 
 func TestEmbedded(t *testing.T) {
-	if !strings.Contains(MultiWindow(), "\n-- multi_window.lua") || !strings.Contains(MultiWindow(), "\nreturn reply\n") {
+	if !strings.Contains(MultiWindow(), "\n-- multi_window.lua") || !strings.HasSuffix(MultiWindow(), "\nreturn run(KEYS, ARGV)\n") {
 		t.Fatalf("MultiWindow() does not hold the script: %.60q", MultiWindow())
+	}
+}
+
+// TestLibrary: the Function form is the EVAL form's text, named by the
+// EVALSHA hash, with run registered instead of called.
+func TestLibrary(t *testing.T) {
+	h := sha1.Sum([]byte(MultiWindow()))
+	name := "slidelimit_" + hex.EncodeToString(h[:])
+	if MultiWindowFunction() != name {
+		t.Fatalf("MultiWindowFunction() = %q, want %q", MultiWindowFunction(), name)
+	}
+	lib := MultiWindowLibrary()
+	head := "#!lua name=" + name + "\n"
+	tail := "redis.register_function('" + name + "', run)\n"
+	if !strings.HasPrefix(lib, head) || !strings.HasSuffix(lib, tail) {
+		t.Fatalf("MultiWindowLibrary() lacks its shebang or registration: %.80q ... %q", lib, lib[max(0, len(lib)-80):])
+	}
+	body := strings.TrimSuffix(strings.TrimPrefix(lib, head), tail)
+	if body+"return run(KEYS, ARGV)\n" != MultiWindow() {
+		t.Fatal("MultiWindowLibrary() and MultiWindow() hold different scripts")
 	}
 }
 

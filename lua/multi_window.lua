@@ -74,6 +74,9 @@
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
 --     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
+--   or, with the script loaded as a Redis Function (lua/lua.go,
+--   MultiWindowLibrary; same KEYS, ARGV and reply):
+--     FCALL slidelimit_<sha> 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
 -- Reply: an array of integers (a Lua table of numbers):
 --   sec, usec  the decision time (t, or the server's TIME; 0, 0 for a
@@ -354,19 +357,22 @@
 -- of decisions on one key (a hot key under load) reads the key once: the
 -- later ops derive their counts from the earlier op's (see memo), which
 -- leaves one ZADD per decision and halves the call's instructions for 16
--- decisions on a key. Each call runs this whole chunk, so the local
--- functions below are closures created anew every time, and each upvalue
--- they capture costs: the ones only weighted keys need are created at the
--- first weighted key, and the memo's work is inline, in the ops the
--- engine marked.
+-- decisions on a key. An EVAL runs this whole chunk, so the local
+-- functions below are closures created anew every call (about 3.5 µs of
+-- a decision's 5-6 on Redis 7.0, measured with INFO commandstats), and
+-- each upvalue they capture costs: the ones only weighted keys need are
+-- created at the first weighted key, and the memo's work is inline, in
+-- the ops the engine marked. The engine therefore loads the script as a
+-- Redis Function where it can (lua/lua.go, MultiWindowLibrary): the
+-- chunk then runs once, at FUNCTION LOAD, and each FCALL runs only run,
+-- which resets the call's state (see run).
 
-local call = redis.call
-local fmt = string.format
-local num = tonumber
+-- Redis's functions, read by run: a Redis Function's library is loaded
+-- where only redis.register_function and redis.log exist (no string,
+-- math or redis.call), so nothing at the top level may call anything.
+local call, fmt, num, floor, ceil
 -- Numbers read back from Redis (scores, stored values) are read as
 -- num(s) or sci(s): see lua/number.lua, which precedes this script.
-local floor = math.floor
-local ceil = math.ceil
 
 -- EPOCH offsets epoch markers below every -retention: 2^51.
 local EPOCH = 2251799813685248
@@ -380,25 +386,21 @@ local TOTAL = 9007199254740991
 -- Op statuses in the reply.
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
 
-local args = ARGV
--- The reply, made with room for one op on a key with two windows:
--- growing a table costs about 1,000 instructions per step. Redis ends an
--- array reply at its first nil, which is set after the last field.
-local reply = {0, 0, 0, 0, 0, 0, 0, 0}
-local n -- last index written in reply
-
-local t = num(args[1])
-local t_arg = args[1] -- t as a score argument
--- t 0 is the server's TIME, read at the first op that is not a finish op:
--- finish ops change entries by member and need no time, so a call of
--- finish ops alone runs no TIME (its reply's sec and usec are 0).
-if t ~= 0 then
-  reply[2] = t % 1000000
-  reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
-end
-reply[2] = t % 1000000
-reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
-n = 2
+-- The call's state, which the functions below share: run sets every one
+-- of these at the start of each call, as a Function's library outlives
+-- its calls (see run). keys and args are the call's KEYS and ARGV; reply
+-- is the reply, n the last index written in it; t is the decision time
+-- and t_arg t as a score argument.
+local keys, args, reply, n, t, t_arg
+-- The tables run fills each call: the reply, made with room for one op on
+-- a key with two windows (growing a table costs about 1,000 instructions
+-- per step), and key_state (see run). A Function's library keeps them
+-- from call to call, which spares it making two tables each time: run
+-- writes every field it reads first, and Redis ends an array reply at
+-- its first nil, which run sets after the last field, so what a longer
+-- earlier call left beyond it is never read. (An EVAL runs the whole
+-- chunk, so its tables are new each call.)
+local reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 
 -- memo maps a count key to where the call's last op on it left its
 -- windows, for ops the engine marks as sharing a key with another op of
@@ -552,7 +554,8 @@ end
 
 -- Weighted keys (keys of limiters with a cost or a grain) are read and
 -- written by weigh and admit_weighted, which weighted_functions creates at
--- the first weighted key of a call.
+-- the first weighted key of an EVAL (of a Function: the first since the
+-- library was loaded; they keep no state between calls).
 local weigh, admit_weighted
 
 local function weighted_functions()
@@ -711,11 +714,11 @@ local function add_member(first, nkeys, key_state, member)
     for k = 1, nkeys do
       local state = key_state[4 * k]
       if not state then
-        if call('ZADD', KEYS[first + k], 'NX', t_arg, m) == 0 then
+        if call('ZADD', keys[first + k], 'NX', t_arg, m) == 0 then
           clash = k
           break
         end
-      elseif key_state[4 * k - 2] == 0 and call('ZADD', KEYS[first + k], 'NX', state, m) == 0 then
+      elseif key_state[4 * k - 2] == 0 and call('ZADD', keys[first + k], 'NX', state, m) == 0 then
         clash = k -- a slot key: state is the lease deadline
         break
       end
@@ -725,7 +728,7 @@ local function add_member(first, nkeys, key_state, member)
     end
     for k = 1, clash - 1 do
       if not key_state[4 * k] or key_state[4 * k - 2] == 0 then
-        call('ZREM', KEYS[first + k], m)
+        call('ZREM', keys[first + k], m)
       end
     end
     suffix = suffix + 1
@@ -853,7 +856,7 @@ local WEIGHT_MOVE, WEIGHT_READ = 64, '132'
 -- Finish ops (see Finish steps below) change weighted keys with
 -- change_weight when change_newest and settle_entry cannot, which
 -- weight_functions creates then: it is the rare path, and a closure costs
--- every call.
+-- every EVAL.
 local change_weight
 
 local function weight_functions()
@@ -867,7 +870,8 @@ local function weight_functions()
   end
 
   -- The state of the change being made (see change_weight), in upvalues
-  -- of the functions below, which are made once per script call: kk,
+  -- of the functions below (made once per EVAL, or once per library: see
+  -- run), each set by change_weight before it is read: kk,
   -- delta and mode as given; the request's member want1 and its settled
   -- name settled1, or sets want and settled of its possible members (an
   -- unknown suffix); es: the key's entries (member, score, ...) from
@@ -964,7 +968,7 @@ local function weight_functions()
   -- the decision time at in the coarsest grain grain), whose request was
   -- charged cost. It returns 1 when an entry changed, 0 when none did, 2
   -- when a debt would take a total above 2^53 (nothing changed).
-  change_weight = function(key, d, md, at, grain, ms, cost)
+  local function change_of(key, d, md, at, grain, ms, cost)
     kk, delta, mode = key, d, md
     if type(ms) == 'string' then
       want1, settled1, want, settled = ms, ms .. '!', nil, nil
@@ -1021,6 +1025,13 @@ local function weight_functions()
       end
     end
     return 0
+  end
+  change_weight = function(key, d, md, at, grain, ms, cost)
+    local r = change_of(key, d, md, at, grain, ms, cost)
+    -- A Function's library keeps these upvalues between calls: drop the
+    -- entries read, which may be a whole key's.
+    es, want, settled = nil, nil, nil
+    return r
   end
 end
 
@@ -1422,7 +1433,7 @@ local function finish_op(p, used)
   local q = p + 3
   local pub
   for k = 1, nkeys do
-    local key, kind = KEYS[used + k], args[q]
+    local key, kind = keys[used + k], args[q]
     local changed, removal
     if kind == 'A' then
       changed, removal = finish_calendar(key, q, member), num(args[q + 2]) < 0
@@ -1453,249 +1464,273 @@ local function finish_op(p, used)
   return q, used + nkeys
 end
 
--- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
--- fields start, its longest period, whether it is busy, and false for a
--- count key or the state of a weighted one (see weigh); for a slot key:
--- where its fields start, 0, its lease and its members' score (a
--- string); for a block key: where its fields start, -1, false and true.
--- One table rather than four, as each costs about 1,000 instructions per
--- call, made with room for one key. In ops the engine marked (see memo),
--- key_memo[2k-1 .. 2k] holds the reply index of its first window and
--- whether its bookkeeping already ran at t.
-local key_state = {0, 0, 0, 0}
-local key_memo
+-- run decides one call: keys and argv are its KEYS and ARGV. It holds
+-- the call's main loop, and first sets every variable of the call's
+-- state (above), so that nothing is left from the call before: the EVAL
+-- form of this script (lua/lua.go) runs the whole chunk and then run,
+-- each call, and the Redis Function form registers run, which is all a
+-- call then runs, its helpers (and their closures) created once, at
+-- FUNCTION LOAD.
+local function run(ks, argv)
+  call, fmt, num, floor, ceil = redis.call, string.format, tonumber, math.floor, math.ceil
+  keys, args = ks, argv
+  reply = reply_table
+  t = num(args[1])
+  t_arg = args[1]
+  -- t 0 is the server's TIME, read at the first op that is not a finish
+  -- op: finish ops change entries by member and need no time, so a call
+  -- of finish ops alone runs no TIME (its reply's sec and usec are 0).
+  reply[2] = t % 1000000
+  reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
+  n = 2
+  memo, cal_memo, cal_fields = nil, nil, nil
+  span_end, span_start, span_stop = nil, nil, nil
 
-local p = 3 -- the current op's first field
-local used_keys = 0 -- KEYS used by the previous ops
-while p <= #args do
-  -- Finish ops (member starting with '-') may come anywhere among the others.
-  while p <= #args and string.byte(args[p]) == 45 do
-    p, used_keys = finish_op(p, used_keys)
-  end
-  if p > #args then
-    break
-  end
-  if t == 0 then
-    -- TIME's seconds and microseconds (unpadded) joined as text: one
-    -- number to parse, and none to format for t_arg (see Cost).
-    local now = call('TIME')
-    t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
-    t = num(t_arg)
-    reply[2] = t % 1000000
-    reply[1] = (t - reply[2]) / 1000000
-  end
-  local member, nkeys = args[p], num(args[p + 1])
-  local remember = nkeys < 0
-  if remember then
-    nkeys = -nkeys
-    if not memo then
-      memo, key_memo = {}, {}
+  -- Per key k of the current op, key_state[4k-3 .. 4k] holds where its
+  -- fields start, its longest period, whether it is busy, and false for a
+  -- count key or the state of a weighted one (see weigh); for a slot key:
+  -- where its fields start, 0, its lease and its members' score (a
+  -- string); for a block key: where its fields start, -1, false and true.
+  -- One table rather than four, as each costs about 1,000 instructions per
+  -- call, made with room for one key. In ops the engine marked (see memo),
+  -- key_memo[2k-1 .. 2k] holds the reply index of its first window and
+  -- whether its bookkeeping already ran at t.
+  local key_state = key_state_table
+  local key_memo
+
+
+  local p = 3 -- the current op's first field
+  local used_keys = 0 -- KEYS used by the previous ops
+  while p <= #args do
+    -- Finish ops (member starting with '-') may come anywhere among the others.
+    while p <= #args and string.byte(args[p]) == 45 do
+      p, used_keys = finish_op(p, used_keys)
     end
-  end
-  n = n + 1
-  local code = n
-  local fits = true
-  local key_fits = true -- whether the previous key had room (see Blocks)
-  local q = p + 2
-  for k = 1, nkeys do
-    local key = KEYS[used_keys + k]
-    local nwin = num(args[q])
-    local at = 4 * k
-    key_state[at - 3] = q
+    if p > #args then
+      break
+    end
+    if t == 0 then
+      -- TIME's seconds and microseconds (unpadded) joined as text: one
+      -- number to parse, and none to format for t_arg (see Cost).
+      local now = call('TIME')
+      t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
+      t = num(t_arg)
+      reply[2] = t % 1000000
+      reply[1] = (t - reply[2]) / 1000000
+    end
+    local member, nkeys = args[p], num(args[p + 1])
+    local remember = nkeys < 0
     if remember then
-      key_memo[2 * k - 1], key_memo[2 * k] = n + 1, false
+      nkeys = -nkeys
+      if not memo then
+        memo, key_memo = {}, {}
+      end
     end
-    if nwin > 0 then
-      local m = remember and memo[key]
-      local longest_used, longest, added_at
-      if m then
-        -- See memo.
-        local added = m % 2
-        m = (m - added) / 2
-        local r = m % SLOTS
-        q, key_fits, longest_used, longest, added_at = count_windows(key, q + 2, nwin, (m - r) / SLOTS, r, added)
+    n = n + 1
+    local code = n
+    local fits = true
+    local key_fits = true -- whether the previous key had room (see Blocks)
+    local q = p + 2
+    for k = 1, nkeys do
+      local key = keys[used_keys + k]
+      local nwin = num(args[q])
+      local at = 4 * k
+      key_state[at - 3] = q
+      if remember then
+        key_memo[2 * k - 1], key_memo[2 * k] = n + 1, false
+      end
+      if nwin > 0 then
+        local m = remember and memo[key]
+        local longest_used, longest, added_at
+        if m then
+          -- See memo.
+          local added = m % 2
+          m = (m - added) / 2
+          local r = m % SLOTS
+          q, key_fits, longest_used, longest, added_at = count_windows(key, q + 2, nwin, (m - r) / SLOTS, r, added)
+        else
+          q, key_fits, longest_used, longest = count_windows(key, q + 2, nwin)
+        end
+        fits = fits and key_fits
+        local busy = longest_used >= BUSY
+        key_state[at - 2], key_state[at - 1], key_state[at] = longest, busy, false
+        if added_at then
+          -- The op that added an entry ran the bookkeeping of the key's epoch
+          -- marker at t; if this op's marker is the same, there is none left.
+          key_memo[2 * k] = (added_at >= BUSY) == busy
+        end
+      elseif nwin < 0 then
+        if not weigh then
+          weighted_functions()
+        end
+        local state
+        q, key_fits, state = weigh(key, q + 2, -nwin)
+        fits = fits and key_fits
+        key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
+      elseif args[q + 1] == 'S' then
+        -- A slot key (see Slots).
+        local used = call('ZCOUNT', key, t_arg, '+inf')
+        n = n + 1
+        reply[n] = used
+        fits = fits and used < num(args[q + 2])
+        local lease = num(args[q + 3])
+        key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
+        q = q + 4
+      elseif args[q + 1] == 'D' then
+        -- A distinct key (see Distinct): a count key whose op counts a
+        -- value; key_state[at] 'D' (count it) or 'd' (held by every window)
+        -- keeps it out of add_member, [at - 3] points at its nwin for the
+        -- bookkeeping.
+        local dnwin = num(args[q + 3])
+        local again, longest_used
+        q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
+        fits = fits and key_fits
+        key_state[at - 3] = key_state[at - 3] + 3
+        key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
+        key_state[at] = again and 'D' or 'd'
+      elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
+        -- A calendar key (see Calendars): key_state[at], the period's start,
+        -- keeps it out of add_member and the bookkeeping; -2 marks it for the
+        -- admission to count key_state[at - 1], the op's cost, in its memo
+        -- entry, and key_state[at - 3] is the expiry a period's first
+        -- admission sets.
+        cal_fields = cal_fields or {}
+        local f = cal_fields[key]
+        local next_q = q + 2
+        if args[q + 1] ~= 'q' then
+          next_q = q + 5
+          if args[q + 1] == 'P' then
+            next_q = q + 4 + CAL_BOUNDS
+          end
+          -- A 'Q' field i names the boundaries; a 'P' key sends its own.
+          if not (args[q + 1] == 'Q' and f and f[7] == args[q + 4] and f[5] == args[q + 2] and f[6] == args[q + 3]) then
+            local bounds = q + 4
+            if args[q + 1] == 'Q' then
+              bounds = num(args[q + 4])
+            end
+            local start, stop = calendar_period(bounds)
+            if not start then
+              flush_cal()
+              return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
+            end
+            f = {start, stop, num(args[q + 2]), num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
+            cal_fields[key] = f
+          end
+        elseif not f then
+          flush_cal()
+          return redis.error_reply('ERR slidelimit: calendar key without fields ' .. key)
+        end
+        local start, stop, cost = f[1], f[2], f[3]
+        local used = cal_read(key, start, cost, f[5], fits and member ~= '')
+        key_fits = used + cost <= f[4]
+        fits = fits and key_fits
+        n = n + 1
+        reply[n] = used
+        n = n + 1
+        reply[n] = stop - t
+        -- The period's first admission sets the expiry; later ones keep it.
+        key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
+        key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
+        q = next_q
       else
-        q, key_fits, longest_used, longest = count_windows(key, q + 2, nwin)
-      end
-      fits = fits and key_fits
-      local busy = longest_used >= BUSY
-      key_state[at - 2], key_state[at - 1], key_state[at] = longest, busy, false
-      if added_at then
-        -- The op that added an entry ran the bookkeeping of the key's epoch
-        -- marker at t; if this op's marker is the same, there is none left.
-        key_memo[2 * k] = (added_at >= BUSY) == busy
-      end
-    elseif nwin < 0 then
-      if not weigh then
-        weighted_functions()
-      end
-      local state
-      q, key_fits, state = weigh(key, q + 2, -nwin)
-      fits = fits and key_fits
-      key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
-    elseif args[q + 1] == 'S' then
-      -- A slot key (see Slots).
-      local used = call('ZCOUNT', key, t_arg, '+inf')
-      n = n + 1
-      reply[n] = used
-      fits = fits and used < num(args[q + 2])
-      local lease = num(args[q + 3])
-      key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
-      q = q + 4
-    elseif args[q + 1] == 'D' then
-      -- A distinct key (see Distinct): a count key whose op counts a
-      -- value; key_state[at] 'D' (count it) or 'd' (held by every window)
-      -- keeps it out of add_member, [at - 3] points at its nwin for the
-      -- bookkeeping.
-      local dnwin = num(args[q + 3])
-      local again, longest_used
-      q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
-      fits = fits and key_fits
-      key_state[at - 3] = key_state[at - 3] + 3
-      key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
-      key_state[at] = again and 'D' or 'd'
-    elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
-      -- A calendar key (see Calendars): key_state[at], the period's start,
-      -- keeps it out of add_member and the bookkeeping; -2 marks it for the
-      -- admission to count key_state[at - 1], the op's cost, in its memo
-      -- entry, and key_state[at - 3] is the expiry a period's first
-      -- admission sets.
-      cal_fields = cal_fields or {}
-      local f = cal_fields[key]
-      local next_q = q + 2
-      if args[q + 1] ~= 'q' then
-        next_q = q + 5
-        if args[q + 1] == 'P' then
-          next_q = q + 4 + CAL_BOUNDS
+        -- A block key: key_state[at] true (and no longest period) keeps it
+        -- out of the admission and the bookkeeping.
+        if args[q + 1] ~= 'B' then
+          flush_cal()
+          return redis.error_reply('ERR slidelimit: unknown key kind ' .. args[q + 1])
         end
-        -- A 'Q' field i names the boundaries; a 'P' key sends its own.
-        if not (args[q + 1] == 'Q' and f and f[7] == args[q + 4] and f[5] == args[q + 2] and f[6] == args[q + 3]) then
-          local bounds = q + 4
-          if args[q + 1] == 'Q' then
-            bounds = num(args[q + 4])
-          end
-          local start, stop = calendar_period(bounds)
-          if not start then
-            flush_cal()
-            return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
-          end
-          f = {start, stop, num(args[q + 2]), num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
-          cal_fields[key] = f
+        key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
+        -- See Blocks.
+        local left, ends = 0, call('GET', key)
+        ends = ends and (num(ends) or sci(ends))
+        if ends and ends > t then
+          left, fits = ends - t, false
+        elseif not key_fits and member ~= '' then
+          left = num(args[q + 2])
+          call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
         end
-      elseif not f then
-        flush_cal()
-        return redis.error_reply('ERR slidelimit: calendar key without fields ' .. key)
+        n = n + 1
+        reply[n] = left
+        q = q + 3
       end
-      local start, stop, cost = f[1], f[2], f[3]
-      local used = cal_read(key, start, cost, f[5], fits and member ~= '')
-      key_fits = used + cost <= f[4]
-      fits = fits and key_fits
-      n = n + 1
-      reply[n] = used
-      n = n + 1
-      reply[n] = stop - t
-      -- The period's first admission sets the expiry; later ones keep it.
-      key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
-      key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
-      q = next_q
-    else
-      -- A block key: key_state[at] true (and no longest period) keeps it
-      -- out of the admission and the bookkeeping.
-      if args[q + 1] ~= 'B' then
-        flush_cal()
-        return redis.error_reply('ERR slidelimit: unknown key kind ' .. args[q + 1])
-      end
-      key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
-      -- See Blocks.
-      local left, ends = 0, call('GET', key)
-      ends = ends and (num(ends) or sci(ends))
-      if ends and ends > t then
-        left, fits = ends - t, false
-      elseif not key_fits and member ~= '' then
-        left = num(args[q + 2])
-        call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
-      end
-      n = n + 1
-      reply[n] = left
-      q = q + 3
     end
-  end
 
-  local status, suffix = DENIED, 0
-  if fits then
-    status = ADMITTED
-  end
-  if fits and member ~= '' then
-    local m
-    suffix, m = add_member(used_keys, nkeys, key_state, member)
-    if not suffix then
-      status, suffix = COLLISION, 0
-    else
-      -- Weighted members hold their running total, so they are unique:
-      -- they are added once the member's suffix is known.
-      for k = 1, nkeys do
-        local state = key_state[4 * k]
-        if type(state) == 'table' then
-          local err = admit_weighted(KEYS[used_keys + k], state, m)
-          if err then
-            flush_cal()
-            return err
+    local status, suffix = DENIED, 0
+    if fits then
+      status = ADMITTED
+    end
+    if fits and member ~= '' then
+      local m
+      suffix, m = add_member(used_keys, nkeys, key_state, member)
+      if not suffix then
+        status, suffix = COLLISION, 0
+      else
+        -- Weighted members hold their running total, so they are unique:
+        -- they are added once the member's suffix is known.
+        for k = 1, nkeys do
+          local state = key_state[4 * k]
+          if type(state) == 'table' then
+            local err = admit_weighted(keys[used_keys + k], state, m)
+            if err then
+              flush_cal()
+              return err
+            end
           end
         end
+        for k = 1, nkeys do
+          local at = 4 * k
+          if key_state[at] == 'D' or key_state[at] == 'd' then
+            -- A distinct key: the value counts (again) at t.
+            local key = keys[used_keys + k]
+            if key_state[at] == 'D' then
+              call('ZADD', key, t_arg, args[key_state[at - 3] - 1])
+            end
+            bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
+          elseif key_state[at - 2] == -2 then
+            -- A calendar key: the period's new count, written at the end
+            -- of the call (see cal_memo).
+            local m, cost = cal_memo[keys[used_keys + k]], key_state[at - 1]
+            m[2], m[3] = m[2] + cost, m[3] - cost
+            m[4] = m[4] or key_state[at - 3]
+          elseif key_state[at - 2] == 0 then
+            -- A slot key: its bookkeeping once per epoch of one lease (see
+            -- Slots).
+            local key, lease = keys[used_keys + k], key_state[at - 1]
+            if call('ZADD', key, 'CH', fmt('%d', -(EPOCH + floor(t / lease))), 'e') == 1 then
+              call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
+              local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
+              if call('PEXPIRE', key, ttl, 'GT') == 0 then
+                call('PEXPIRE', key, ttl, 'NX')
+              end
+            end
+          elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
+            bookkeep(keys[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
+          end
+        end
+      end
+    end
+    reply[code] = status + 4 * suffix
+    if memo then
+      -- An op the engine did not mark may share a key all the same: every op
+      -- of a call with a memo updates it, unmarked ones by forgetting.
+      local added = 0
+      if status == ADMITTED and member ~= '' then
+        added = 1
       end
       for k = 1, nkeys do
         local at = 4 * k
-        if key_state[at] == 'D' or key_state[at] == 'd' then
-          -- A distinct key: the value counts (again) at t.
-          local key = KEYS[used_keys + k]
-          if key_state[at] == 'D' then
-            call('ZADD', key, t_arg, args[key_state[at - 3] - 1])
-          end
-          bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
-        elseif key_state[at - 2] == -2 then
-          -- A calendar key: the period's new count, written at the end
-          -- of the call (see cal_memo).
-          local m, cost = cal_memo[KEYS[used_keys + k]], key_state[at - 1]
-          m[2], m[3] = m[2] + cost, m[3] - cost
-          m[4] = m[4] or key_state[at - 3]
-        elseif key_state[at - 2] == 0 then
-          -- A slot key: its bookkeeping once per epoch of one lease (see
-          -- Slots).
-          local key, lease = KEYS[used_keys + k], key_state[at - 1]
-          if call('ZADD', key, 'CH', fmt('%d', -(EPOCH + floor(t / lease))), 'e') == 1 then
-            call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
-            local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
-            if call('PEXPIRE', key, ttl, 'GT') == 0 then
-              call('PEXPIRE', key, ttl, 'NX')
-            end
-          end
-        elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
-          bookkeep(KEYS[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
+        local m
+        if remember and not key_state[at] and key_memo[2 * k - 1] < SLOTS then
+          m = ((key_state[at - 3] + 2) * SLOTS + key_memo[2 * k - 1]) * 2 + added
         end
+        memo[keys[used_keys + k]] = m
       end
     end
+    p = q
+    used_keys = used_keys + nkeys
   end
-  reply[code] = status + 4 * suffix
-  if memo then
-    -- An op the engine did not mark may share a key all the same: every op
-    -- of a call with a memo updates it, unmarked ones by forgetting.
-    local added = 0
-    if status == ADMITTED and member ~= '' then
-      added = 1
-    end
-    for k = 1, nkeys do
-      local at = 4 * k
-      local m
-      if remember and not key_state[at] and key_memo[2 * k - 1] < SLOTS then
-        m = ((key_state[at - 3] + 2) * SLOTS + key_memo[2 * k - 1]) * 2 + added
-      end
-      memo[KEYS[used_keys + k]] = m
-    end
-  end
-  p = q
-  used_keys = used_keys + nkeys
-end
 
-flush_cal()
-reply[n + 1] = nil
-return reply
+  flush_cal()
+  reply[n + 1] = nil
+  return reply
+end
