@@ -79,7 +79,7 @@ func TestFunctionFlush(t *testing.T) {
 	}
 	mustAllow(t, e, r, true)
 	d, err := e.Allow(ctx, r)
-	if err != nil || d.Allowed || d.Source != FromRedis || d.Windows[0].Used != 5 {
+	if err != nil || d.Allowed || d.Source != "redis" || d.Windows[0].Used != 5 {
 		t.Fatalf("sixth request: allowed %v source %v err %v windows %+v; want a denial from Redis at 5 used", d.Allowed, d.Source, err, d.Windows)
 	}
 	after, _ := scriptCalls(t, rc)
@@ -105,7 +105,7 @@ func TestFunctionOutOfMemory(t *testing.T) {
 	}
 	t.Cleanup(func() { rc.ConfigSet(ctx, "maxmemory", "0") })
 	d, err := e.peek(ctx, r)
-	if err != nil || d.Source != FromRedis || !d.Allowed || d.Windows[0].Used != 1 {
+	if err != nil || d.Source != "redis" || !d.Allowed || d.Windows[0].Used != 1 {
 		t.Fatalf("peek out of memory: allowed %v source %v err %v windows %+v", d.Allowed, d.Source, err, d.Windows)
 	}
 	if e.fn.on.Load() != fnOn {
@@ -167,7 +167,7 @@ func TestFunctionBusyLoad(t *testing.T) {
 	r := req(user("u", win(10, time.Minute)))
 	done := busy(t, s.Addr, 500*ms)
 	time.Sleep(50 * ms) // past the threshold: the server answers BUSY
-	if d, err := e.Allow(ctx, r); err == nil || d.Source == FromRedis {
+	if d, err := e.Allow(ctx, r); err == nil || d.Source == "redis" {
 		t.Fatalf("Allow during a busy script: source %v err %v, want the fail mode", d.Source, err)
 	}
 	if err := <-done; err != nil {
