@@ -19,6 +19,9 @@ func init() {
 	access.MiddlewareSubject = func(kind rules.Kind, value string, opts any) (string, error) {
 		return subject(kind, value, opts.([]Option)...)
 	}
+	// Every transport reports a decider that cannot finish as a
+	// *ConfigError.
+	lifecycle.NoFinishError = noFinish
 	// Package transport configures other transports with the options they
 	// share with net/http, and refuses the others.
 	lifecycle.TransportOptions = func(t *lifecycle.Transport, opts any) []error {

@@ -1,7 +1,6 @@
 package middleware
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
@@ -63,21 +62,10 @@ const (
 	kindTransport    = "transport"
 )
 
-// configErrors returns errs with the lifecycle's configuration errors
-// made *ConfigErrors.
-func configErrors(errs []error) []error {
-	for i, err := range errs {
-		if errors.Is(err, lifecycle.ErrNoFinish) {
-			errs[i] = noFinish()
-		}
-	}
-	return errs
-}
-
 // noFinish is the error of a group with work after the handler whose
 // Decider cannot finish requests.
 func noFinish() error {
-	return &ConfigError{Kind: kindDecider, Reason: "count:, in-flight windows and WithSettle need a decider that can finish requests (as *engine.Engine can)"}
+	return &ConfigError{Kind: kindDecider, Reason: "count:, in-flight windows and WithSettle need a decider that can finish requests (as *engine.Engine can)", Err: lifecycle.ErrNoFinish}
 }
 
 // unregistered is the error of a function the rules name, as in what,

@@ -97,7 +97,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	var rerrs []error
 	count := g.Count
 	l.rules, rerrs = lifecycle.NewRules(&l.t, g, zone, func(status int) bool { return rulespec.Counts(count, status) }, l.addPlan)
-	errs = append(errs, configErrors(rerrs)...)
+	errs = append(errs, rerrs...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -110,11 +110,6 @@ func (t *Transport) Compile(g rules.Group, counts func(status int) bool) (*Group
 		return nil, err
 	}
 	r, errs := lifecycle.NewRules(&t.t, g, zone, counts, nil)
-	for i, err := range errs {
-		if errors.Is(err, lifecycle.ErrNoFinish) {
-			errs[i] = &middleware.ConfigError{Kind: "decider", Reason: "count:, in-flight windows and WithSettle need a decider that can finish requests (as *engine.Engine can)"}
-		}
-	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

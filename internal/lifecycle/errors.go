@@ -7,8 +7,8 @@ import (
 
 // The errors of the steps before the handler, for every transport; their
 // text says "middleware:", the package users configure them through, and
-// middleware.ErrBadRequest is ErrBadRequest. ErrNoFinish is made a
-// *middleware.ConfigError by the middleware and package transport.
+// middleware.ErrBadRequest is ErrBadRequest. NewRules reports ErrNoFinish
+// through NoFinishError.
 var (
 	// ErrCost means a cost function failed or returned a cost below 1. The
 	// request is not counted and is answered with 500, or with 400 when the
@@ -35,7 +35,7 @@ var (
 	// statement, an in-flight window (N concurrent) or a cost settled
 	// with WithSettle — but its Decider is not a Finisher, so requests
 	// could never be given back, settled or have their slots freed.
-	ErrNoFinish = errors.New("middleware: count:, in-flight windows and WithSettle need a decider that can finish requests (a Finisher, as *engine.Engine is)")
+	ErrNoFinish = errors.New("middleware: count:, in-flight windows and WithSettle need a decider that can finish requests (as *engine.Engine can)")
 )
 
 // CostError reports a cost function that failed, or returned a cost below
@@ -92,3 +92,9 @@ func (e *LimitError) Error() string {
 
 // Unwrap returns ErrLimit and the cause.
 func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Err} }
+
+// NoFinishError returns the error NewRules reports for a group with work
+// after the handler whose Decider cannot finish requests. Package
+// middleware sets it to its *ConfigError wrapping ErrNoFinish, the type
+// users see from every transport.
+var NoFinishError = func() error { return ErrNoFinish }

@@ -84,7 +84,7 @@ type Rules struct {
 // transport's (an HTTP status, a gRPC code) is listed in g's count:
 // statement. plan, when not nil, is called with every plan NewRules makes,
 // for the transport to check it and attach what it keeps per plan
-// (Plan.Transport). NewRules fails with ErrNoFinish when g has work after
+// (Plan.Transport). NewRules fails with NoFinishError() when g has work after
 // the handler and t's decider cannot finish requests, and with plan's
 // errors.
 func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(status int) bool, plan func(role string, p *Plan) error) (*Rules, []error) {
@@ -97,7 +97,7 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 	t.backendLog.Every = backendLogEvery
 	r.finisher, _ = t.Decider.(Finisher)
 	if t.Decider != nil && r.finisher == nil && (len(g.Count) > 0 || HoldsSlots(&g) || len(t.Settle) > 0) {
-		errs = append(errs, ErrNoFinish)
+		errs = append(errs, NoFinishError())
 	}
 	for role, ls := range rulesx.Lists(&g) {
 		if _, dup := r.byRole[role]; dup && role != "" {
