@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -340,14 +341,14 @@ func TestCalendarMemory(t *testing.T) {
 	if _, err := e.Allow(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	before := usedMemory(t, rc)
+	before := redistest.UsedMemory(t, rc)
 	for i := range 3000 {
 		clk.Set(time.Duration(i) * time.Second)
 		if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
 			t.Fatalf("admission %d: %+v, %v", i, d, err)
 		}
 	}
-	after := usedMemory(t, rc)
+	after := redistest.UsedMemory(t, rc)
 	t.Logf("used_memory %d -> %d (%+d bytes) for 3,000 admissions", before, after, after-before)
 	if after-before >= 32<<10 {
 		t.Fatalf("used_memory grew by %d bytes, want < 32 KiB", after-before)

@@ -2,30 +2,14 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
-
-func usedMemory(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	info := c.Info(context.Background(), "memory").Val()
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	t.Fatal("no used_memory in INFO memory")
-	return 0
-}
 
 // largeSubject returns a subject of size bytes that starts with prefix.
 func largeSubject(prefix string, size int) string {

@@ -315,3 +315,17 @@ func (s *Server) Client() *redis.Client {
 	s.tb.Cleanup(func() { c.Close() })
 	return c
 }
+
+// UsedMemory returns the used_memory field of c's INFO memory, in bytes.
+func UsedMemory(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	info := c.Info(context.Background(), "memory").Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("redistest: no used_memory in INFO memory")
+	return 0
+}

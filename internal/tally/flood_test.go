@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -32,7 +33,7 @@ func TestTallyFloodBounded(t *testing.T) {
 	prefix := testPrefix(t)
 	tl := New(newEngine(t, c, engine.WithPrefix(prefix), engine.WithClock(clk.Now)))
 	ctx := context.Background()
-	before := usedMemory(t, c)
+	before := redistest.UsedMemory(t, c)
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
@@ -92,7 +93,7 @@ func TestTallyFloodBounded(t *testing.T) {
 		members += card
 		bytes += c.MemoryUsage(ctx, key).Val()
 	}
-	after := usedMemory(t, c)
+	after := redistest.UsedMemory(t, c)
 	t.Logf("1M subjects: %d buckets alive, %d entries, MEMORY USAGE %.2f MiB, used_memory +%.2f MiB; heap %.2f MiB before, at most %.2f MiB during; overflow %d",
 		alive, members, float64(bytes)/(1<<20), float64(after-before)/(1<<20), float64(heap0)/(1<<20), float64(heapMax)/(1<<20),
 		tl.Stats().Overflow)
@@ -109,19 +110,6 @@ func TestTallyFloodBounded(t *testing.T) {
 	if err != nil || len(top) != 1 || top[0].Subject != "heavy" {
 		t.Errorf("top of the hour: %+v, %v; want heavy first", top, err)
 	}
-}
-
-func usedMemory(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	info := c.Info(context.Background(), "memory").Val()
-	for _, line := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	t.Fatal("no used_memory in INFO memory")
-	return 0
 }
 
 // roundTrips is a go-redis hook counting round trips: a command or a
