@@ -33,7 +33,7 @@ var (
 	ErrNoScope = errors.New("middleware: no scope for request")
 	// ErrNoFinish means a group has work after the handler — a count:
 	// statement, an in-flight window (N concurrent) or a cost settled
-	// with WithSettle — but its Decider is not a Finisher, so requests
+	// with WithSettle — but its Decider has no FinishAsync, so requests
 	// could never be given back, settled or have their slots freed.
 	ErrNoFinish = errors.New("middleware: count:, in-flight windows and WithSettle need a decider that can finish requests (as *engine.Engine can)")
 )
