@@ -55,3 +55,36 @@ func TestBatchCtx(t *testing.T) {
 	}
 	c.stop()
 }
+
+// TestBatchCtxLazyTimer checks the timer a call leaves armed: a later call
+// with an earlier deadline still ends at its own, and one with a later
+// deadline is not ended when the timer fires for the earlier call's.
+func TestBatchCtxLazyTimer(t *testing.T) {
+	var c batchCtx
+	c.start(time.Hour)
+	c.stop()
+	ctx := c.start(20 * ms)
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("an armed timer of a later deadline kept the call from ending")
+	}
+	c.stop()
+
+	c.start(10 * ms)
+	c.stop()
+	ctx = c.start(300 * ms) // the timer armed for 10 ms fires during this call
+	time.Sleep(50 * ms)
+	if ctx.Err() != nil {
+		t.Fatal("ended at the previous call's deadline")
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("not done after the deadline")
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("err %v, want DeadlineExceeded", ctx.Err())
+	}
+	c.stop()
+}

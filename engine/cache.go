@@ -47,6 +47,12 @@ type knownCache struct {
 	// missed an invalidation, so they serve the fallback but never deny.
 	since atomic.Int64
 	heard atomic.Int64
+
+	// fullUntil is the e.mono time after which no kept answer can make a
+	// cached denial: the latest sent+maxAge of an answer that showed a
+	// window full. Until a window fills, deny has nothing to find and
+	// looks nothing up (most answers of a limiter far from its limits).
+	fullUntil atomic.Int64
 }
 
 const (
@@ -145,6 +151,9 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		// A denial of a key with a block must reach Redis, where it
 		// starts the block; once started, the block denies from here.
 		return k.blocked(c, now, since)
+	}
+	if now >= k.fullUntil.Load() {
+		return false
 	}
 	full := false
 	var at int64
@@ -394,9 +403,26 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		kk.prune(sent)
 		kk.sent, kk.recv, kk.wall, kk.at = sent, recv, wall, at
 		kk.wins, kk.seed = append(kk.buf[:0], ws...), nil
+		for _, w := range ws {
+			if w.wait > 0 {
+				k.mayDenyUntil(sent + maxAge)
+				break
+			}
+		}
 		kk.trim()
 		kk.lift(was, wasRecv, wasWall)
 		sh.mu.Unlock()
+	}
+}
+
+// mayDenyUntil raises fullUntil to t: an answer that showed a window full
+// can make cached denials until then (see deny's maxAge).
+func (k *knownCache) mayDenyUntil(t int64) {
+	for {
+		cur := k.fullUntil.Load()
+		if t <= cur || k.fullUntil.CompareAndSwap(cur, t) {
+			return
+		}
 	}
 }
 

@@ -204,7 +204,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	if err := ctx.Err(); err != nil {
 		return e.fallback(c, req, err)
 	}
-	if mode == opAllow && e.denials && c.plan.nd == 0 && e.known.deny(c, e.mono(), e.elapsed()) {
+	if mode == opAllow && e.denials && c.plan.nd == 0 && e.cachedDenial(c) {
 		if !e.async.touches(c) {
 			return c.decision(req, fromCache), nil
 		}
@@ -240,6 +240,13 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 		return d, c.warn
 	}
 	return d, nil
+}
+
+// cachedDenial reports whether the known-answer cache denies c (see
+// knownCache.deny), which it then fills.
+func (e *Engine) cachedDenial(c *call) bool {
+	now, elapsed := e.monoElapsed()
+	return e.known.deny(c, now, elapsed)
 }
 
 // setID gives an Allow its snowflake id and member, which Redis stores,
@@ -389,6 +396,26 @@ func (e *Engine) mono() int64 {
 
 // elapsed is the real time since the engine started, in µs (at least 1).
 func (e *Engine) elapsed() int64 { return int64(time.Since(e.base)/time.Microsecond) + 1 }
+
+// monoElapsed returns mono and elapsed, read from one clock reading when
+// they are the same clock.
+func (e *Engine) monoElapsed() (mono, elapsed int64) {
+	elapsed = e.elapsed()
+	if e.clock != nil {
+		return e.clock().UnixMicro(), elapsed
+	}
+	return elapsed, elapsed
+}
+
+// recvWall returns mono and the wall clock in µs since 1970 (e.now), read
+// from one clock reading when mono is the real one.
+func (e *Engine) recvWall() (mono, wall int64) {
+	if e.clock != nil {
+		return e.mono(), e.now().UnixMicro()
+	}
+	n := time.Now()
+	return int64(n.Sub(e.base)/time.Microsecond) + 1, n.UnixMicro()
+}
 
 func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {

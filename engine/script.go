@@ -103,7 +103,7 @@ func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) [
 // stamp stamps the calls of batch with the time their script call was
 // sent and the time it came back.
 func (e *Engine) stamp(batch []*call, sent int64) {
-	recv, wall := e.mono(), e.now().UnixMicro()
+	recv, wall := e.recvWall()
 	for _, c := range batch {
 		c.sent, c.recv, c.wall = sent, recv, wall
 	}
