@@ -412,6 +412,33 @@ local reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 local memo
 local SLOTS = 131072
 
+-- conf maps a configuration field (nkeys, nwin, a period, limit, cost,
+-- grain, lease, block or suffix: never a member, time or score) to its
+-- num, read as conf[s] or conf_num(s): an interned string's lookup costs
+-- a tenth of a tonumber, and a decision reads six or more such fields. A
+-- pure memo (it holds exactly num(s)), so a Function's library keeps it
+-- from call to call (an EVAL starts it empty); cleared at CONF_MAX
+-- entries, as limits may differ per request.
+local conf, conf_n = {}, 0
+local CONF_MAX = 1024
+
+-- conf_num returns num(s), remembered in conf.
+local function conf_num(s)
+  local v = conf[s]
+  if v then
+    return v
+  end
+  v = num(s)
+  if v then
+    if conf_n >= CONF_MAX then
+      conf, conf_n = {}, 0
+    end
+    conf[s] = v
+    conf_n = conf_n + 1
+  end
+  return v
+end
+
 -- put_window appends a window's used, oldest and edge to the reply (see
 -- Reply: oldest only when used > 0, edge only when the request does not
 -- fit).
@@ -470,7 +497,7 @@ local function count_windows(key, q, nwin, q0, r, added)
       if used > 0 then
         oldest = reply[r]
         r = r + 1
-        if used >= num(args[q0 + w + 1]) then
+        if used >= conf_num(args[q0 + w + 1]) then
           r = r + 1 -- the previous op's edge
         end
       end
@@ -480,7 +507,7 @@ local function count_windows(key, q, nwin, q0, r, added)
           oldest = t -- the window's entries came before the clock went back
         end
       end
-      if used >= num(args[q + w + 1]) then
+      if used >= conf_num(args[q + w + 1]) then
         n, same = start, false
       else
         n = n + 1
@@ -493,9 +520,9 @@ local function count_windows(key, q, nwin, q0, r, added)
     end
     if same then
       if added == 1 then
-        return q + 2 * nwin, true, first_used + 1, num(args[q]), first_used
+        return q + 2 * nwin, true, first_used + 1, conf_num(args[q]), first_used
       end
-      return q + 2 * nwin, true, first_used, num(args[q])
+      return q + 2 * nwin, true, first_used, conf_num(args[q])
     end
   end
   local fits = true
@@ -505,7 +532,8 @@ local function count_windows(key, q, nwin, q0, r, added)
     local used, oldest, edge = 0, nil, nil
     -- A window inside a longer one without entries has none either.
     if prev_used ~= 0 then
-      local period = num(args[q])
+      local s = args[q]
+      local period = conf[s] or conf_num(s)
       longest = longest or period
       local lo = t - period + 1
       if prev_oldest and prev_oldest >= lo then
@@ -523,7 +551,8 @@ local function count_windows(key, q, nwin, q0, r, added)
       if used > 0 then
         -- count_edge and put_window, inline: two calls per window cost
         -- about 4% of a decision over many keys (measured).
-        local limit = num(args[q + 1])
+        local s = args[q + 1]
+        local limit = conf[s] or conf_num(s)
         if used >= limit then
           fits = false
           edge = oldest
@@ -577,7 +606,7 @@ local function weighted_functions()
   -- (nil when the key is empty), cost, the index of its first window and
   -- the number of windows.
   weigh = function(key, q, nwin)
-    local cost = num(args[q])
+    local cost = conf_num(args[q])
     q = q + 1
     local first = q
     local fits = true
@@ -596,7 +625,7 @@ local function weighted_functions()
         -- after t (the clock went back) count, as in count keys. That
         -- entry and the window's oldest are neighbours in rank, read in
         -- one call.
-        local lo = fmt('%d', t - num(args[q]) + 1)
+        local lo = fmt('%d', t - conf_num(args[q]) + 1)
         local first_rank = call('ZCOUNT', key, '-inf', '(' .. lo)
         local before, first_member, first_score
         if first_rank > 0 then
@@ -615,7 +644,7 @@ local function weighted_functions()
         end
         if used > 0 then
           oldest = num(first_score) or sci(first_score)
-          local limit = num(args[q + 1])
+          local limit = conf_num(args[q + 1])
           if used + cost > limit then
             fits = false
             -- The request fits once the entries up to the first whose
@@ -673,7 +702,7 @@ local function weighted_functions()
     local shorter = 0 -- the next shorter window's period: tier j starts there
     for w = nwin, 1, -1 do
       local q = first + 3 * (w - 1)
-      local period, grain = num(args[q]), num(args[q + 2])
+      local period, grain = conf_num(args[q]), conf_num(args[q + 2])
       if grain > 0 then
         local hi = '+inf'
         if shorter > 0 then
@@ -817,14 +846,14 @@ local function distinct_windows(key, q, nwin, v)
   reply[n] = 0
   if not s then
     reply[n] = 1
-  elseif s <= t - num(args[q + 2 * nwin - 2]) then
+  elseif s <= t - conf_num(args[q + 2 * nwin - 2]) then
     reply[n] = s
   end
   local mask, bit = 0, 1
   local fits, longest_used = true, nil
   for w = 0, nwin - 1 do
-    local lo = t - num(args[q + 2 * w]) + 1
-    local limit = num(args[q + 2 * w + 1])
+    local lo = t - conf_num(args[q + 2 * w]) + 1
+    local limit = conf_num(args[q + 2 * w + 1])
     local held = s and s >= lo
     if held then
       mask = mask + bit
@@ -842,7 +871,7 @@ local function distinct_windows(key, q, nwin, v)
     longest_used = longest_used or used
   end
   reply[mask_at] = mask
-  local shortest = num(args[q + 2 * nwin - 2])
+  local shortest = conf_num(args[q + 2 * nwin - 2])
   return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
 end
 
@@ -1427,7 +1456,7 @@ end
 -- op's first field and the number of KEYS used. Its channel hears of the
 -- keys whose windows lost weight.
 local function finish_op(p, used)
-  local member, nkeys, channel = string.sub(args[p], 2), num(args[p + 1]), args[p + 2]
+  local member, nkeys, channel = string.sub(args[p], 2), conf_num(args[p + 1]), args[p + 2]
   n = n + 1
   reply[n] = ADMITTED
   local q = p + 3
@@ -1442,10 +1471,10 @@ local function finish_op(p, used)
       changed, removal = finish_restore(key, q), true
       q = q + 4
     elseif kind == 'W' then
-      changed, removal = finish_weight(key, q, finish_members(member, num(args[q + 1]))), args[q + 3] == 'r'
+      changed, removal = finish_weight(key, q, finish_members(member, conf_num(args[q + 1]))), args[q + 3] == 'r'
       q = q + 7
     else
-      changed, removal = finish_remove(key, finish_members(member, num(args[q + 1]))), kind == 'C'
+      changed, removal = finish_remove(key, finish_members(member, conf_num(args[q + 1]))), kind == 'C'
       q = q + 2
     end
     if memo then
@@ -1475,8 +1504,11 @@ local function run(ks, argv)
   call, fmt, num, floor, ceil = redis.call, string.format, tonumber, math.floor, math.ceil
   keys, args = ks, argv
   reply = reply_table
-  t = num(args[1])
   t_arg = args[1]
+  t = 0 -- the engine's usual t, the server's TIME: no tonumber
+  if t_arg ~= '0' then
+    t = num(t_arg)
+  end
   -- t 0 is the server's TIME, read at the first op that is not a finish
   -- op: finish ops change entries by member and need no time, so a call
   -- of finish ops alone runs no TIME (its reply's sec and usec are 0).
@@ -1518,7 +1550,8 @@ local function run(ks, argv)
       reply[2] = t % 1000000
       reply[1] = (t - reply[2]) / 1000000
     end
-    local member, nkeys = args[p], num(args[p + 1])
+    local member, nkeys = args[p], args[p + 1]
+    nkeys = conf[nkeys] or conf_num(nkeys)
     local remember = nkeys < 0
     if remember then
       nkeys = -nkeys
@@ -1533,7 +1566,8 @@ local function run(ks, argv)
     local q = p + 2
     for k = 1, nkeys do
       local key = keys[used_keys + k]
-      local nwin = num(args[q])
+      local nwin = args[q]
+      nwin = conf[nwin] or conf_num(nwin)
       local at = 4 * k
       key_state[at - 3] = q
       if remember then
@@ -1566,14 +1600,14 @@ local function run(ks, argv)
         local state
         q, key_fits, state = weigh(key, q + 2, -nwin)
         fits = fits and key_fits
-        key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
+        key_state[at - 2], key_state[at - 1], key_state[at] = conf_num(args[state[4]]), true, state
       elseif args[q + 1] == 'S' then
         -- A slot key (see Slots).
         local used = call('ZCOUNT', key, t_arg, '+inf')
         n = n + 1
         reply[n] = used
-        fits = fits and used < num(args[q + 2])
-        local lease = num(args[q + 3])
+        fits = fits and used < conf_num(args[q + 2])
+        local lease = conf_num(args[q + 3])
         key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
         q = q + 4
       elseif args[q + 1] == 'D' then
@@ -1581,12 +1615,12 @@ local function run(ks, argv)
         -- value; key_state[at] 'D' (count it) or 'd' (held by every window)
         -- keeps it out of add_member, [at - 3] points at its nwin for the
         -- bookkeeping.
-        local dnwin = num(args[q + 3])
+        local dnwin = conf_num(args[q + 3])
         local again, longest_used
         q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
         fits = fits and key_fits
         key_state[at - 3] = key_state[at - 3] + 3
-        key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
+        key_state[at - 2], key_state[at - 1] = conf_num(args[key_state[at - 3] + 2]), longest_used >= BUSY
         key_state[at] = again and 'D' or 'd'
       elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
         -- A calendar key (see Calendars): key_state[at], the period's start,
@@ -1613,7 +1647,7 @@ local function run(ks, argv)
               flush_cal()
               return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
             end
-            f = {start, stop, num(args[q + 2]), num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
+            f = {start, stop, conf_num(args[q + 2]), conf_num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
             cal_fields[key] = f
           end
         elseif not f then
@@ -1646,7 +1680,7 @@ local function run(ks, argv)
         if ends and ends > t then
           left, fits = ends - t, false
         elseif not key_fits and member ~= '' then
-          left = num(args[q + 2])
+          left = conf_num(args[q + 2])
           call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
         end
         n = n + 1
