@@ -370,7 +370,7 @@
 -- Redis's functions, read by run: a Redis Function's library is loaded
 -- where only redis.register_function and redis.log exist (no string,
 -- math or redis.call), so nothing at the top level may call anything.
-local call, fmt, num, floor, ceil
+local call, fmt, num, floor, ceil, byte
 -- Numbers read back from Redis (scores, stored values) are read as
 -- num(s) or sci(s): see lua/number.lua, which precedes this script.
 
@@ -382,6 +382,10 @@ local BUSY = 64
 -- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in a
 -- double.
 local TOTAL = 9007199254740991
+
+-- USEC_PAD[#usec] is string.sub('00000', #usec), the zeros that pad
+-- TIME's microseconds (1 to 6 digits) to six: a lookup, not a call.
+local USEC_PAD = {'00000', '0000', '000', '00', '0', ''}
 
 -- Op statuses in the reply.
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
@@ -460,6 +464,22 @@ local function dec(x)
     decs_n = decs_n + 1
   end
   return s
+end
+
+-- marks maps an epoch length's text to its marker, 'e' and the text: a
+-- concatenation costs a new string's hashing, a lookup does not. A pure
+-- memo like conf, cleared at CONF_MAX entries.
+local marks, marks_n = {}, 0
+
+-- mark returns 'e' .. name, remembered in marks.
+local function mark(name)
+  local m = 'e' .. name
+  if marks_n >= CONF_MAX then
+    marks, marks_n = {}, 0
+  end
+  marks[name] = m
+  marks_n = marks_n + 1
+  return m
 end
 
 -- lo_num[w] and lo_text[w] are the last lower bound (t - period + 1) a
@@ -827,7 +847,7 @@ local function bookkeep(key, q, longest, busy, weighted)
   if busy then
     epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
   end
-  local marker = 'e' .. epoch_name
+  local marker = marks[epoch_name] or mark(epoch_name)
   local epoch = dec(-(EPOCH + floor(t / epoch_len)))
   if call('ZADD', key, 'CH', epoch, marker) ~= 1 then
     return
@@ -1547,19 +1567,20 @@ end
 -- call then runs, its helpers (and their closures) created once, at
 -- FUNCTION LOAD.
 local function run(ks, argv)
-  call, fmt, num, floor, ceil = redis.call, string.format, tonumber, math.floor, math.ceil
+  call, fmt, num, floor, ceil, byte = redis.call, string.format, tonumber, math.floor, math.ceil, string.byte
   keys, args = ks, argv
   reply = reply_table
   t_arg = args[1]
-  t = 0 -- the engine's usual t, the server's TIME: no tonumber
-  if t_arg ~= '0' then
-    t = num(t_arg)
-  end
   -- t 0 is the server's TIME, read at the first op that is not a finish
   -- op: finish ops change entries by member and need no time, so a call
   -- of finish ops alone runs no TIME (its reply's sec and usec are 0).
-  reply[2] = t % 1000000
-  reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
+  -- '0', the engine's usual t, needs no tonumber.
+  t, reply[1], reply[2] = 0, 0, 0
+  if t_arg ~= '0' then
+    t = num(t_arg)
+    reply[2] = t % 1000000
+    reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
+  end
   n = 2
   memo, cal_memo, cal_fields = nil, nil, nil
   span_end, span_start, span_stop = nil, nil, nil
@@ -1579,19 +1600,20 @@ local function run(ks, argv)
 
   local p = 3 -- the current op's first field
   local used_keys = 0 -- KEYS used by the previous ops
-  while p <= #args do
+  local nargs = #args
+  while p <= nargs do
     -- Finish ops (member starting with '-') may come anywhere among the others.
-    while p <= #args and string.byte(args[p]) == 45 do
+    while p <= nargs and byte(args[p]) == 45 do
       p, used_keys = finish_op(p, used_keys)
     end
-    if p > #args then
+    if p > nargs then
       break
     end
     if t == 0 then
       -- TIME's seconds and microseconds (unpadded) joined as text: one
       -- number to parse, and none to format for t_arg (see Cost).
       local now = call('TIME')
-      t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
+      t_arg = now[1] .. (USEC_PAD[#now[2]] or string.sub('00000', #now[2])) .. now[2]
       t = num(t_arg)
       reply[2] = t % 1000000
       reply[1] = (t - reply[2]) / 1000000
@@ -1609,6 +1631,7 @@ local function run(ks, argv)
     local code = n
     local fits = true
     local key_fits = true -- whether the previous key had room (see Blocks)
+    local weighted = false -- whether the op has a weighted key
     local q = p + 2
     for k = 1, nkeys do
       local key = keys[used_keys + k]
@@ -1644,6 +1667,7 @@ local function run(ks, argv)
           weighted_functions()
         end
         local state
+        weighted = true
         q, key_fits, state = weigh(key, q + 2, -nwin)
         fits = fits and key_fits
         key_state[at - 2], key_state[at - 1], key_state[at] = conf_num(args[state[4]]), true, state
@@ -1747,7 +1771,7 @@ local function run(ks, argv)
       else
         -- Weighted members hold their running total, so they are unique:
         -- they are added once the member's suffix is known.
-        for k = 1, nkeys do
+        for k = 1, weighted and nkeys or 0 do
           local state = key_state[4 * k]
           if type(state) == 'table' then
             local err = admit_weighted(keys[used_keys + k], state, m)
