@@ -557,7 +557,8 @@ local function count_windows(key, q, nwin, q0, r, added)
       if used > 0 then
         oldest = reply[r]
         r = r + 1
-        if used >= conf_num(args[q0 + w + 1]) then
+        local s = args[q0 + w + 1]
+        if used >= (conf[s] or conf_num(s)) then
           r = r + 1 -- the previous op's edge
         end
       end
@@ -567,7 +568,8 @@ local function count_windows(key, q, nwin, q0, r, added)
           oldest = t -- the window's entries came before the clock went back
         end
       end
-      if used >= conf_num(args[q + w + 1]) then
+      local s = args[q + w + 1]
+      if used >= (conf[s] or conf_num(s)) then
         n, same = start, false
       else
         n = n + 1
