@@ -24,6 +24,22 @@ import (
 // FCALL differ from the EVAL, which starts afresh each time.
 func TestFunctionMatchesEval(t *testing.T) {
 	t.Parallel()
+	testFunctionMatchesEval(t, false)
+}
+
+// TestFunctionMatchesEvalVaryingFields is TestFunctionMatchesEval with
+// periods, limits, leases and block lengths that differ from op to op,
+// many of them new (periods to the µs): the library memoizes the numbers
+// of such fields, their texts and the window bounds from call to call
+// (conf, decs, marks, lo_text in multi_window.lua), and a memo that kept
+// a stale or wrong entry, or lost its bound, would make a later FCALL
+// differ from the EVAL, whose memos start empty each call.
+func TestFunctionMatchesEvalVaryingFields(t *testing.T) {
+	t.Parallel()
+	testFunctionMatchesEval(t, true)
+}
+
+func testFunctionMatchesEval(t *testing.T, vary bool) {
 	_, fc := startRedis(t)
 	_, ec := startRedis(t)
 	ctx := context.Background()
@@ -32,6 +48,7 @@ func TestFunctionMatchesEval(t *testing.T) {
 	}
 	for seed := range uint64(4) {
 		g := newDiffGen(seed)
+		g.vary = vary
 		for i := range 150 {
 			keys, args := g.call()
 			fv, ferr := fc.FCall(ctx, lua.MultiWindowFunction(), keys, args...).Int64Slice()
@@ -80,6 +97,7 @@ func diffDump(t *testing.T, c *redis.Client, key string) (string, time.Duration)
 // on between calls, and remembers the members admitted, to finish them.
 type diffGen struct {
 	r        *rand.Rand
+	vary     bool  // fields differ from op to op (see pick)
 	t        int64 // the decision time, µs
 	next     int   // members made
 	admitted []diffAdmitted
@@ -120,6 +138,24 @@ func (g *diffGen) keys() []string {
 func (g *diffGen) add(fields ...any) { g.args = append(g.args, fields...) }
 
 func (g *diffGen) sec(n int64) int64 { return n * int64(time.Second/time.Microsecond) }
+
+// pick returns def, or when g varies fields, half the time a number in
+// [lo, hi].
+func (g *diffGen) pick(def, lo, hi int64) int64 {
+	if !g.vary || g.r.IntN(2) == 0 {
+		return def
+	}
+	return lo + g.r.Int64N(hi-lo+1)
+}
+
+// count appends the fields of a count key's windows, longest first, with
+// busy as the engine computes it (an eighth of the longest period).
+func (g *diffGen) count(windows ...int64) {
+	g.add(len(windows)/2, (windows[0]+7)/8)
+	for _, w := range windows {
+		g.add(w)
+	}
+}
 
 // call returns the keys and arguments of the next call.
 func (g *diffGen) call() ([]string, []any) {
@@ -162,38 +198,40 @@ func (g *diffGen) call() ([]string, []any) {
 			switch k[0] {
 			case 'c':
 				if k == "c0{d}" {
-					g.add(2, g.sec(8), g.sec(60), 5, g.sec(1), 2)
+					g.count(g.pick(g.sec(60), g.sec(30), g.sec(90)), g.pick(5, 1, 8), g.pick(g.sec(1), g.sec(1)/2, g.sec(5)), g.pick(2, 1, 4))
 					if g.r.IntN(2) == 0 {
 						g.keyList = append(g.keyList, "b0{d}")
-						g.add(0, "B", g.sec(3))
+						g.add(0, "B", g.pick(g.sec(3), g.sec(1), g.sec(5)))
 						n++
 					}
 				} else {
-					g.add(1, g.sec(2), g.sec(10), 3)
+					g.count(g.pick(g.sec(10), g.sec(5), g.sec(15)), g.pick(3, 1, 5))
 				}
 			case 'w':
 				cost := 1 + g.r.Int64N(5)
 				if k == "w0{d}" {
-					g.add(-2, g.sec(75), cost, g.sec(600), 40, g.sec(10), g.sec(60), 12, 0)
+					g.add(-2, g.sec(75), cost, g.sec(600), g.pick(40, 5, 60), g.sec(10), g.sec(60), g.pick(12, 2, 15), 0)
 				} else {
-					g.add(-1, g.sec(4), cost, g.sec(30), 9, 0)
+					period := g.pick(g.sec(30), g.sec(20), g.sec(40))
+					g.add(-1, (period+7)/8, cost, period, g.pick(9, 2, 12), 0)
 				}
 			case 's':
-				g.add(0, "S", 2, g.sec(20))
+				g.add(0, "S", g.pick(2, 1, 4), g.pick(g.sec(20), g.sec(5), g.sec(30)))
 			case 'p':
 				// The engine's clock may lag the decision time: then
 				// around midnight t lies in the engine's next period.
 				day := (g.t - g.r.Int64N(2)*g.sec(60)) / diffDay * diffDay
 				if bounds > 0 && g.r.IntN(2) == 0 {
-					g.add(0, "Q", 1+g.r.Int64N(3), 20, bounds)
+					g.add(0, "Q", 1+g.r.Int64N(3), g.pick(20, 3, 25), bounds)
 				} else {
 					if bounds == 0 {
 						bounds = len(g.args) + 5
 					}
-					g.add(0, "P", 1+g.r.Int64N(3), 20, day-diffDay, day, day+diffDay, day+2*diffDay)
+					g.add(0, "P", 1+g.r.Int64N(3), g.pick(20, 3, 25), day-diffDay, day, day+diffDay, day+2*diffDay)
 				}
 			case 'd':
-				g.add(0, "D", "v:"+strconv.Itoa(g.r.IntN(4)), 2, g.sec(4), g.sec(30), 4, g.sec(5), 2)
+				g.add(0, "D", "v:"+strconv.Itoa(g.r.IntN(4)))
+				g.count(g.pick(g.sec(30), g.sec(20), g.sec(40)), g.pick(4, 1, 6), g.pick(g.sec(5), g.sec(2), g.sec(8)), g.pick(2, 1, 3))
 			}
 		}
 		if shared && g.r.IntN(2) == 0 {

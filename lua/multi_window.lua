@@ -365,12 +365,15 @@
 -- the ops the engine marked. The engine therefore loads the script as a
 -- Redis Function where it can (lua/lua.go, MultiWindowLibrary): the
 -- chunk then runs once, at FUNCTION LOAD, and each FCALL runs only run,
--- which resets the call's state (see run).
+-- which resets the call's state (see run). The library also keeps pure
+-- memos from call to call (conf, decs, marks, lo_text): the numbers of
+-- configuration fields and the %d texts that recur, which spare about
+-- half of a decision's Lua work on tonumber and string.format.
 
 -- Redis's functions, read by run: a Redis Function's library is loaded
 -- where only redis.register_function and redis.log exist (no string,
 -- math or redis.call), so nothing at the top level may call anything.
-local call, fmt, num, floor, ceil
+local call, fmt, num, floor, ceil, byte
 -- Numbers read back from Redis (scores, stored values) are read as
 -- num(s) or sci(s): see lua/number.lua, which precedes this script.
 
@@ -382,6 +385,10 @@ local BUSY = 64
 -- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in a
 -- double.
 local TOTAL = 9007199254740991
+
+-- USEC_PAD[#usec] is string.sub('00000', #usec), the zeros that pad
+-- TIME's microseconds (1 to 6 digits) to six: a lookup, not a call.
+local USEC_PAD = {'00000', '0000', '000', '00', '0', ''}
 
 -- Op statuses in the reply.
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
@@ -412,6 +419,89 @@ local reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 local memo
 local SLOTS = 131072
 
+-- conf maps a configuration field (nkeys, nwin, a period, limit, cost,
+-- grain, lease, block or suffix: never a member, time or score) to its
+-- num, read as conf[s] or conf_num(s): an interned string's lookup costs
+-- a tenth of a tonumber, and a decision reads six or more such fields. A
+-- pure memo (it holds exactly num(s)), so a Function's library keeps it
+-- from call to call (an EVAL starts it empty); cleared at CONF_MAX
+-- entries, as limits may differ per request.
+local conf, conf_n = {}, 0
+local CONF_MAX = 1024
+
+-- conf_num returns num(s), remembered in conf.
+local function conf_num(s)
+  local v = conf[s]
+  if v then
+    return v
+  end
+  v = num(s)
+  if v then
+    if conf_n >= CONF_MAX then
+      conf, conf_n = {}, 0
+    end
+    conf[s] = v
+    conf_n = conf_n + 1
+  end
+  return v
+end
+
+-- decs maps a number to fmt('%d', it), for the numbers that recur from
+-- call to call: ranks (small integers) and epoch markers' scores (one per
+-- epoch length and epoch). A format costs about 0.2 µs, a lookup a
+-- twentieth of that. A pure memo like conf, cleared at CONF_MAX entries.
+local decs, decs_n = {}, 0
+
+-- dec returns fmt('%d', x), remembered in decs.
+local function dec(x)
+  local s = decs[x]
+  if s then
+    return s
+  end
+  s = fmt('%d', x)
+  if x == x then -- NaN is no table key
+    if decs_n >= CONF_MAX then
+      decs, decs_n = {}, 0
+    end
+    decs[x] = s
+    decs_n = decs_n + 1
+  end
+  return s
+end
+
+-- marks maps an epoch length's text to its marker, 'e' and the text: a
+-- concatenation costs a new string's hashing, a lookup does not. A pure
+-- memo like conf, cleared at CONF_MAX entries.
+local marks, marks_n = {}, 0
+
+-- mark returns 'e' .. name, remembered in marks.
+local function mark(name)
+  local m = 'e' .. name
+  if marks_n >= CONF_MAX then
+    marks, marks_n = {}, 0
+  end
+  marks[name] = m
+  marks_n = marks_n + 1
+  return m
+end
+
+-- lo_num[w] and lo_text[w] are the last lower bound (t - period + 1) a
+-- key's window w was read from and fmt('%d', it): the ops of a call share
+-- t, and mostly their periods, so a batch formats each bound once. A
+-- pure memo too (the text is checked against the number); a bound is new
+-- each call, so a table of them would only grow.
+local lo_num, lo_text = {}, {}
+
+-- window_lo returns fmt('%d', lo) for window w, through lo_text.
+local function window_lo(w, lo)
+  if lo_num[w] == lo then
+    return lo_text[w]
+  end
+  local s = fmt('%d', lo)
+  lo_num[w], lo_text[w] = lo, s
+  return s
+end
+
 -- put_window appends a window's used, oldest and edge to the reply (see
 -- Reply: oldest only when used > 0, edge only when the request does not
 -- fit).
@@ -439,7 +529,7 @@ local function count_edge(key, used, limit, oldest)
   if used == limit then
     return oldest
   end
-  local rank = fmt('%d', -limit)
+  local rank = dec(-limit)
   local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
   return num(s) or sci(s)
 end
@@ -470,7 +560,8 @@ local function count_windows(key, q, nwin, q0, r, added)
       if used > 0 then
         oldest = reply[r]
         r = r + 1
-        if used >= num(args[q0 + w + 1]) then
+        local s = args[q0 + w + 1]
+        if used >= (conf[s] or conf_num(s)) then
           r = r + 1 -- the previous op's edge
         end
       end
@@ -480,7 +571,8 @@ local function count_windows(key, q, nwin, q0, r, added)
           oldest = t -- the window's entries came before the clock went back
         end
       end
-      if used >= num(args[q + w + 1]) then
+      local s = args[q + w + 1]
+      if used >= (conf[s] or conf_num(s)) then
         n, same = start, false
       else
         n = n + 1
@@ -493,19 +585,20 @@ local function count_windows(key, q, nwin, q0, r, added)
     end
     if same then
       if added == 1 then
-        return q + 2 * nwin, true, first_used + 1, num(args[q]), first_used
+        return q + 2 * nwin, true, first_used + 1, conf_num(args[q]), first_used
       end
-      return q + 2 * nwin, true, first_used, num(args[q])
+      return q + 2 * nwin, true, first_used, conf_num(args[q])
     end
   end
   local fits = true
   local longest_used, longest
   local prev_used, prev_oldest = -1, nil
-  for _ = 1, nwin do
+  for w = 1, nwin do
     local used, oldest, edge = 0, nil, nil
     -- A window inside a longer one without entries has none either.
     if prev_used ~= 0 then
-      local period = num(args[q])
+      local s = args[q]
+      local period = conf[s] or conf_num(s)
       longest = longest or period
       local lo = t - period + 1
       if prev_oldest and prev_oldest >= lo then
@@ -513,9 +606,15 @@ local function count_windows(key, q, nwin, q0, r, added)
         -- its entries are.
         used, oldest = prev_used, prev_oldest
       else
-        used = call('ZCOUNT', key, fmt('%d', lo), '+inf')
+        -- window_lo and dec, inline.
+        local lo_s = lo_text[w]
+        if lo_num[w] ~= lo then
+          lo_s = fmt('%d', lo)
+          lo_num[w], lo_text[w] = lo, lo_s
+        end
+        used = call('ZCOUNT', key, lo_s, '+inf')
         if used > 0 then
-          local rank = fmt('%d', -used)
+          local rank = decs[-used] or dec(-used)
           local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
           oldest = num(s) or sci(s)
         end
@@ -523,12 +622,13 @@ local function count_windows(key, q, nwin, q0, r, added)
       if used > 0 then
         -- count_edge and put_window, inline: two calls per window cost
         -- about 4% of a decision over many keys (measured).
-        local limit = num(args[q + 1])
+        local s = args[q + 1]
+        local limit = conf[s] or conf_num(s)
         if used >= limit then
           fits = false
           edge = oldest
           if used > limit then
-            local rank = fmt('%d', -limit)
+            local rank = dec(-limit)
             local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
             edge = num(s) or sci(s)
           end
@@ -577,7 +677,7 @@ local function weighted_functions()
   -- (nil when the key is empty), cost, the index of its first window and
   -- the number of windows.
   weigh = function(key, q, nwin)
-    local cost = num(args[q])
+    local cost = conf_num(args[q])
     q = q + 1
     local first = q
     local fits = true
@@ -588,7 +688,7 @@ local function weighted_functions()
     if top[1] and byte(top[2]) ~= MINUS then
       newest_total, newest_score = total(top[1]), num(top[2]) or sci(top[2])
     end
-    for _ = 1, nwin do
+    for w = 1, nwin do
       local used, oldest, edge = 0, nil, nil
       if newest_total > 0 then
         -- The window's sum is the newest total minus the total of the
@@ -596,11 +696,11 @@ local function weighted_functions()
         -- after t (the clock went back) count, as in count keys. That
         -- entry and the window's oldest are neighbours in rank, read in
         -- one call.
-        local lo = fmt('%d', t - num(args[q]) + 1)
+        local lo = window_lo(w, t - conf_num(args[q]) + 1)
         local first_rank = call('ZCOUNT', key, '-inf', '(' .. lo)
         local before, first_member, first_score
         if first_rank > 0 then
-          local pair = call('ZRANGE', key, fmt('%d', first_rank - 1), fmt('%d', first_rank), 'WITHSCORES')
+          local pair = call('ZRANGE', key, dec(first_rank - 1), dec(first_rank), 'WITHSCORES')
           if byte(pair[2]) ~= MINUS then
             before = pair[1]
           end
@@ -615,7 +715,7 @@ local function weighted_functions()
         end
         if used > 0 then
           oldest = num(first_score) or sci(first_score)
-          local limit = num(args[q + 1])
+          local limit = conf_num(args[q + 1])
           if used + cost > limit then
             fits = false
             -- The request fits once the entries up to the first whose
@@ -631,7 +731,7 @@ local function weighted_functions()
             end
             while lo_rank < hi_rank do
               local mid = floor((lo_rank + hi_rank) / 2)
-              local rank = fmt('%d', mid)
+              local rank = dec(mid)
               local entry = call('ZRANGE', key, rank, rank, 'WITHSCORES')
               if total(entry[1]) >= need then
                 hi_rank, edge_score = mid, entry[2]
@@ -673,7 +773,7 @@ local function weighted_functions()
     local shorter = 0 -- the next shorter window's period: tier j starts there
     for w = nwin, 1, -1 do
       local q = first + 3 * (w - 1)
-      local period, grain = num(args[q]), num(args[q + 2])
+      local period, grain = conf_num(args[q]), conf_num(args[q + 2])
       if grain > 0 then
         local hi = '+inf'
         if shorter > 0 then
@@ -752,8 +852,8 @@ local function bookkeep(key, q, longest, busy, weighted)
   if busy then
     epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
   end
-  local marker = 'e' .. epoch_name
-  local epoch = fmt('%d', -(EPOCH + floor(t / epoch_len)))
+  local marker = marks[epoch_name] or mark(epoch_name)
+  local epoch = dec(-(EPOCH + floor(t / epoch_len)))
   if call('ZADD', key, 'CH', epoch, marker) ~= 1 then
     return
   end
@@ -766,7 +866,7 @@ local function bookkeep(key, q, longest, busy, weighted)
   if kept and -kept >= retention then
     retention = -kept
   else
-    call('ZADD', key, fmt('%d', -retention), 'r')
+    call('ZADD', key, dec(-retention), 'r')
     if kept then
       -- A grown retention must reach the deadline of every group's next
       -- admission: drop all epoch markers, so each group's next admission
@@ -817,22 +917,22 @@ local function distinct_windows(key, q, nwin, v)
   reply[n] = 0
   if not s then
     reply[n] = 1
-  elseif s <= t - num(args[q + 2 * nwin - 2]) then
+  elseif s <= t - conf_num(args[q + 2 * nwin - 2]) then
     reply[n] = s
   end
   local mask, bit = 0, 1
   local fits, longest_used = true, nil
   for w = 0, nwin - 1 do
-    local lo = t - num(args[q + 2 * w]) + 1
-    local limit = num(args[q + 2 * w + 1])
+    local lo = t - conf_num(args[q + 2 * w]) + 1
+    local limit = conf_num(args[q + 2 * w + 1])
     local held = s and s >= lo
     if held then
       mask = mask + bit
     end
     bit = bit * 2
-    local used, oldest, edge = call('ZCOUNT', key, fmt('%d', lo), '+inf'), nil, nil
+    local used, oldest, edge = call('ZCOUNT', key, window_lo(w + 1, lo), '+inf'), nil, nil
     if used > 0 then
-      local rank = fmt('%d', -used)
+      local rank = dec(-used)
       local score = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
       oldest = num(score) or sci(score)
       edge = count_edge(key, used, limit, oldest)
@@ -842,7 +942,7 @@ local function distinct_windows(key, q, nwin, v)
     longest_used = longest_used or used
   end
   reply[mask_at] = mask
-  local shortest = num(args[q + 2 * nwin - 2])
+  local shortest = conf_num(args[q + 2 * nwin - 2])
   return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
 end
 
@@ -1427,7 +1527,7 @@ end
 -- op's first field and the number of KEYS used. Its channel hears of the
 -- keys whose windows lost weight.
 local function finish_op(p, used)
-  local member, nkeys, channel = string.sub(args[p], 2), num(args[p + 1]), args[p + 2]
+  local member, nkeys, channel = string.sub(args[p], 2), conf_num(args[p + 1]), args[p + 2]
   n = n + 1
   reply[n] = ADMITTED
   local q = p + 3
@@ -1442,10 +1542,10 @@ local function finish_op(p, used)
       changed, removal = finish_restore(key, q), true
       q = q + 4
     elseif kind == 'W' then
-      changed, removal = finish_weight(key, q, finish_members(member, num(args[q + 1]))), args[q + 3] == 'r'
+      changed, removal = finish_weight(key, q, finish_members(member, conf_num(args[q + 1]))), args[q + 3] == 'r'
       q = q + 7
     else
-      changed, removal = finish_remove(key, finish_members(member, num(args[q + 1]))), kind == 'C'
+      changed, removal = finish_remove(key, finish_members(member, conf_num(args[q + 1]))), kind == 'C'
       q = q + 2
     end
     if memo then
@@ -1472,16 +1572,20 @@ end
 -- call then runs, its helpers (and their closures) created once, at
 -- FUNCTION LOAD.
 local function run(ks, argv)
-  call, fmt, num, floor, ceil = redis.call, string.format, tonumber, math.floor, math.ceil
+  call, fmt, num, floor, ceil, byte = redis.call, string.format, tonumber, math.floor, math.ceil, string.byte
   keys, args = ks, argv
   reply = reply_table
-  t = num(args[1])
   t_arg = args[1]
   -- t 0 is the server's TIME, read at the first op that is not a finish
   -- op: finish ops change entries by member and need no time, so a call
   -- of finish ops alone runs no TIME (its reply's sec and usec are 0).
-  reply[2] = t % 1000000
-  reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
+  -- '0', the engine's usual t, needs no tonumber.
+  t, reply[1], reply[2] = 0, 0, 0
+  if t_arg ~= '0' then
+    t = num(t_arg)
+    reply[2] = t % 1000000
+    reply[1] = (t - reply[2]) / 1000000 -- exact: no rounding of t / 10^6
+  end
   n = 2
   memo, cal_memo, cal_fields = nil, nil, nil
   span_end, span_start, span_stop = nil, nil, nil
@@ -1501,24 +1605,26 @@ local function run(ks, argv)
 
   local p = 3 -- the current op's first field
   local used_keys = 0 -- KEYS used by the previous ops
-  while p <= #args do
+  local nargs = #args
+  while p <= nargs do
     -- Finish ops (member starting with '-') may come anywhere among the others.
-    while p <= #args and string.byte(args[p]) == 45 do
+    while p <= nargs and byte(args[p]) == 45 do
       p, used_keys = finish_op(p, used_keys)
     end
-    if p > #args then
+    if p > nargs then
       break
     end
     if t == 0 then
       -- TIME's seconds and microseconds (unpadded) joined as text: one
       -- number to parse, and none to format for t_arg (see Cost).
       local now = call('TIME')
-      t_arg = now[1] .. string.sub('00000', #now[2]) .. now[2]
+      t_arg = now[1] .. (USEC_PAD[#now[2]] or string.sub('00000', #now[2])) .. now[2]
       t = num(t_arg)
       reply[2] = t % 1000000
       reply[1] = (t - reply[2]) / 1000000
     end
-    local member, nkeys = args[p], num(args[p + 1])
+    local member, nkeys = args[p], args[p + 1]
+    nkeys = conf[nkeys] or conf_num(nkeys)
     local remember = nkeys < 0
     if remember then
       nkeys = -nkeys
@@ -1530,10 +1636,12 @@ local function run(ks, argv)
     local code = n
     local fits = true
     local key_fits = true -- whether the previous key had room (see Blocks)
+    local weighted = false -- whether the op has a weighted key
     local q = p + 2
     for k = 1, nkeys do
       local key = keys[used_keys + k]
-      local nwin = num(args[q])
+      local nwin = args[q]
+      nwin = conf[nwin] or conf_num(nwin)
       local at = 4 * k
       key_state[at - 3] = q
       if remember then
@@ -1564,16 +1672,17 @@ local function run(ks, argv)
           weighted_functions()
         end
         local state
+        weighted = true
         q, key_fits, state = weigh(key, q + 2, -nwin)
         fits = fits and key_fits
-        key_state[at - 2], key_state[at - 1], key_state[at] = num(args[state[4]]), true, state
+        key_state[at - 2], key_state[at - 1], key_state[at] = conf_num(args[state[4]]), true, state
       elseif args[q + 1] == 'S' then
         -- A slot key (see Slots).
         local used = call('ZCOUNT', key, t_arg, '+inf')
         n = n + 1
         reply[n] = used
-        fits = fits and used < num(args[q + 2])
-        local lease = num(args[q + 3])
+        fits = fits and used < conf_num(args[q + 2])
+        local lease = conf_num(args[q + 3])
         key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
         q = q + 4
       elseif args[q + 1] == 'D' then
@@ -1581,12 +1690,12 @@ local function run(ks, argv)
         -- value; key_state[at] 'D' (count it) or 'd' (held by every window)
         -- keeps it out of add_member, [at - 3] points at its nwin for the
         -- bookkeeping.
-        local dnwin = num(args[q + 3])
+        local dnwin = conf_num(args[q + 3])
         local again, longest_used
         q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
         fits = fits and key_fits
         key_state[at - 3] = key_state[at - 3] + 3
-        key_state[at - 2], key_state[at - 1] = num(args[key_state[at - 3] + 2]), longest_used >= BUSY
+        key_state[at - 2], key_state[at - 1] = conf_num(args[key_state[at - 3] + 2]), longest_used >= BUSY
         key_state[at] = again and 'D' or 'd'
       elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
         -- A calendar key (see Calendars): key_state[at], the period's start,
@@ -1613,7 +1722,7 @@ local function run(ks, argv)
               flush_cal()
               return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
             end
-            f = {start, stop, num(args[q + 2]), num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
+            f = {start, stop, conf_num(args[q + 2]), conf_num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
             cal_fields[key] = f
           end
         elseif not f then
@@ -1646,7 +1755,7 @@ local function run(ks, argv)
         if ends and ends > t then
           left, fits = ends - t, false
         elseif not key_fits and member ~= '' then
-          left = num(args[q + 2])
+          left = conf_num(args[q + 2])
           call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
         end
         n = n + 1
@@ -1667,7 +1776,7 @@ local function run(ks, argv)
       else
         -- Weighted members hold their running total, so they are unique:
         -- they are added once the member's suffix is known.
-        for k = 1, nkeys do
+        for k = 1, weighted and nkeys or 0 do
           local state = key_state[4 * k]
           if type(state) == 'table' then
             local err = admit_weighted(keys[used_keys + k], state, m)
@@ -1696,7 +1805,7 @@ local function run(ks, argv)
             -- A slot key: its bookkeeping once per epoch of one lease (see
             -- Slots).
             local key, lease = keys[used_keys + k], key_state[at - 1]
-            if call('ZADD', key, 'CH', fmt('%d', -(EPOCH + floor(t / lease))), 'e') == 1 then
+            if call('ZADD', key, 'CH', dec(-(EPOCH + floor(t / lease))), 'e') == 1 then
               call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
               local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
               if call('PEXPIRE', key, ttl, 'GT') == 0 then
