@@ -695,7 +695,7 @@ func (e *Engine) receive(ps *redis.PubSub, first chan struct{}) {
 			_ = ps.Ping(ctx)
 			continue
 		}
-		now, heard := e.mono(), e.elapsed()
+		now, heard := e.monoElapsed()
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {

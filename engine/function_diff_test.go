@@ -331,16 +331,7 @@ func (g *diffGen) learn(keys []string, args []any, v []int64) {
 			switch {
 			case nwin > 0:
 				q := p + 2
-				for w := range int(nwin) {
-					used := v[r]
-					r++
-					if used > 0 {
-						r++
-						if used >= num(args[q+2*w+1]) {
-							r++
-						}
-					}
-				}
+				r = skipCountWindows(v, r, args, q, int(nwin), num)
 				p = q + 2*int(nwin)
 				a.keys = append(a.keys, diffKey{name: name, kind: 'c'})
 			case nwin < 0:
@@ -383,16 +374,7 @@ func (g *diffGen) learn(keys []string, args []any, v []int64) {
 					r += 2
 					dn := int(num(args[p+3]))
 					q := p + 5
-					for w := range dn {
-						used := v[r]
-						r++
-						if used > 0 {
-							r++
-							if used >= num(args[q+2*w+1]) {
-								r++
-							}
-						}
-					}
+					r = skipCountWindows(v, r, args, q, dn, num)
 					p = q + 2*dn
 					if prev != 0 { // else undoing it restores nothing
 						a.keys = append(a.keys, diffKey{name: name, kind: 'd', val: val, prev: prev})
@@ -407,4 +389,22 @@ func (g *diffGen) learn(keys []string, args []any, v []int64) {
 	if r != len(v) {
 		panic(fmt.Sprintf("diffGen read %d of %d reply fields", r, len(v)))
 	}
+}
+
+// skipCountWindows returns the index in reply v after the nwin windows of
+// a count key read from r, whose (period, limit) fields start at args[q]:
+// each window is used, then oldest when used > 0, then edge when full
+// (num reads a field).
+func skipCountWindows(v []int64, r int, args []any, q, nwin int, num func(any) int64) int {
+	for w := range nwin {
+		used := v[r]
+		r++
+		if used > 0 {
+			r++
+			if used >= num(args[q+2*w+1]) {
+				r++
+			}
+		}
+	}
+	return r
 }
