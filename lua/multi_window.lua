@@ -54,22 +54,30 @@
 --   A finish op (Engine.Finish, and the removals of rollbacks and undos)
 --   ends an admitted request in the keys it names; its member starts
 --   with '-':
---     '-'..member, nkeys, channel, then per key, either
---       'C', suffix      a count key: remove the member
---       'S', suffix      a slot key: remove the member (release)
---       'W', suffix, delta, mode, at, grain, cost
+--     '-'..member, nkeys, [channel,] then per key, either
+--       'C'              a count key: remove the member
+--       'S'              a slot key: remove the member (release)
+--       mode, delta, at, cost [, grain]
 --                        a weighted key: change the request's cost, cost,
---                        by delta (see Weighted changes below)
+--                        by delta in mode 'r', 's' or 'g', which alone
+--                        sends grain (see Weighted changes below)
 --       'A', start, delta
 --                        a calendar key: add delta to the count of the
 --                        period starting at start, once per member (see
 --                        Calendars)
 --       'R', value, at, prev
 --                        a distinct key: restore value (see Distinct)
---     suffix is the member's suffix in the key, or -1 when unknown: every
---     suffix 0..max_suffix is removed. channel, when not empty, receives
---     one PUBLISH of 'E' and the count and weighted keys the op removed an
---     entry from, space-separated (the engine's cache invalidation).
+--     The first field of a count, slot or weighted key ('C', 'S' or the
+--     mode) is followed, in the same field, by the member's suffix in the
+--     key unless it is 0 ('S2'), or -1 when unknown ('C-1': every suffix
+--     0..max_suffix is removed). channel, sent when nkeys is negative (the
+--     op then uses -nkeys KEYS), receives one PUBLISH of 'E' and the count
+--     and weighted keys the op removed an entry from, space-separated (the
+--     engine's cache invalidation). Every field costs Redis about 1,000
+--     instructions before the script runs (a string object, a Lua string,
+--     a table slot; a finish op rides an admission's call), so a finish op
+--     sends no field that holds its usual value: the release and
+--     settlement of a download are 7 fields.
 --   EVAL's numkeys is the sum of the ops' |nkeys|. Example: allow request
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
@@ -119,7 +127,7 @@
 -- Weighted changes. mode is 'r' for a removal (delta = -cost), 's' for a
 -- settlement (Engine.Settle: delta is the actual cost minus the charged
 -- one), 'g' for a settlement in a key with grained windows, where grain
--- is the key's coarsest grain (0 in the other modes). at is the request's
+-- is the key's coarsest grain (not sent in the other modes). at is the request's
 -- decision time (mode 'g' needs it; 0 when unknown, as in rollbacks and
 -- undos): the change then reads only the entries from at on and the one
 -- before, not the whole key, unless the entry is not among them; the one
@@ -389,6 +397,14 @@ local TOTAL = 9007199254740991
 -- USEC_PAD[#usec] is string.sub('00000', #usec), the zeros that pad
 -- TIME's microseconds (1 to 6 digits) to six: a lookup, not a call.
 local USEC_PAD = {'00000', '0000', '000', '00', '0', ''}
+
+-- ARITH_DEC tells whether arithmetic reads a string as a decimal number,
+-- as Lua 5.1 does with one strtod where tonumber runs two (lua_isnumber,
+-- then lua_tonumber): a finish reads a total and a delta that way. The
+-- Lua of miniredis (gopher-lua) reads a leading 0 as octal there, so a
+-- total (zero-padded) is read with num where ARITH_DEC is false; a field
+-- sent without leading zeros reads the same in both.
+local ARITH_DEC = ('010' + 0) == 10
 
 -- Op statuses in the reply.
 local DENIED, ADMITTED, COLLISION = 0, 1, 2
@@ -1312,11 +1328,12 @@ end
 -- finish_restore a distinct value (see Distinct).
 
 -- finish_members returns member as a key stores it after suffix
--- collisions, or when suffix is -1 (unknown) the list of what it may be.
+-- collisions (suffix: the text after the key's first letter, '' for 0),
+-- or when suffix is -1 (unknown) the list of what it may be.
 local function finish_members(member, suffix)
-  if suffix == 0 then
+  if suffix == '' then
     return member
-  elseif suffix > 0 then
+  elseif suffix ~= '-1' then
     return member .. '.' .. suffix
   end
   local ms = {member}
@@ -1358,17 +1375,24 @@ local function change_newest(key, m, delta, md, cost)
   if not x then
     return nil
   end
-  local rest = string.sub(x, 18)
-  if string.byte(score) == 45 then
+  if byte(score) == 45 then
     call('ZADD', key, score, x) -- a marker: the key holds no entry
     return nil
-  elseif rest == m .. '!' then
-    call('ZADD', key, score, x)
-    return 0 -- settled: neither settled again nor given back
-  elseif rest ~= m then
+  end
+  local rest = string.sub(x, 18)
+  if rest ~= m then
+    if rest == m .. '!' then
+      call('ZADD', key, score, x)
+      return 0 -- settled: neither settled again nor given back
+    end
     return nil, x, score
   end
-  local xt = num(string.sub(x, 1, 16))
+  local xt = string.sub(x, 1, 16)
+  if ARITH_DEC then
+    xt = xt + 0
+  else
+    xt = num(xt)
+  end
   -- c: the change of the request's weight, never below minus that weight,
   -- whose base is the entry before (its weight is at least cost).
   local c, prev = delta, -1
@@ -1385,17 +1409,20 @@ local function change_newest(key, m, delta, md, cost)
     return 2
   end
   if xt + c > prev then
-    local tag = ':-' -- a removal: it stands for merged requests
-    if md ~= 'r' then
-      tag = ':' .. m .. '!'
+    -- One format makes the name, where concatenations would make a string
+    -- each.
+    if md == 'r' then
+      call('ZADD', key, score, fmt('%016d:-', xt + c)) -- it stands for merged requests
+    else
+      call('ZADD', key, score, fmt('%016d:%s!', xt + c, m))
     end
-    call('ZADD', key, score, fmt('%016d', xt + c) .. tag)
   end
   return 1
 end
 
 -- settle_entry settles by delta (> -cost: the entry keeps a weight) the
--- request whose member is m in weighted key key, admitted at at, whose
+-- request whose member is m in weighted key key, admitted at at (as
+-- sent: a ZRANGE bound needs no number), whose
 -- entry is not the newest: y, popped by change_newest, scored ys (nil
 -- when the key held no entry). When the entries from at on, read in one
 -- call, hold the request's entry and with y at most WEIGHT_MOVE after it,
@@ -1405,7 +1432,7 @@ end
 -- for every other case (y put back: change_weight reads again), else as
 -- change_weight.
 local function settle_entry(key, m, at, delta, y, ys)
-  local es = call('ZRANGE', key, fmt('%d', at), '+inf', 'BYSCORE', 'LIMIT', '0', WEIGHT_READ, 'WITHSCORES')
+  local es = call('ZRANGE', key, at, '+inf', 'BYSCORE', 'LIMIT', '0', WEIGHT_READ, 'WITHSCORES')
   local done, found, r = m .. '!', nil, nil
   if #es < 2 * num(WEIGHT_READ) then -- else more follow
     for i = 1, #es, 2 do
@@ -1452,14 +1479,20 @@ local function settle_entry(key, m, at, delta, y, ys)
   return 1
 end
 
--- finish_weight runs the change of weighted key key whose fields start
--- at args[q] for member ms (see Weighted changes).
-local function finish_weight(key, q, ms)
-  local delta, mode, at, cost = num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 6])
+-- finish_weight runs the change in mode mode of weighted key key whose
+-- fields start at args[q] for member ms (see Weighted changes). The
+-- decision time at is read only where needed: the common change, of the
+-- key's newest entry, needs no time.
+local function finish_weight(key, q, mode, ms)
+  local delta, cost = args[q + 1] + 0, args[q + 3]
+  cost = conf[cost] or conf_num(cost)
   if type(ms) == 'string' then
     local changed, y, ys = change_newest(key, ms, delta, mode, cost)
-    if not changed and mode == 's' and at > 0 and delta > -cost then
-      changed = settle_entry(key, ms, at, delta, y, ys)
+    if changed then
+      return changed
+    end
+    if mode == 's' and args[q + 2] ~= '0' and delta > -cost then
+      changed = settle_entry(key, ms, args[q + 2], delta, y, ys)
     elseif y then
       call('ZADD', key, ys, y)
     end
@@ -1470,7 +1503,11 @@ local function finish_weight(key, q, ms)
   if not change_weight then
     weight_functions()
   end
-  return change_weight(key, delta, mode, at, num(args[q + 5]), ms, cost)
+  local grain = 0
+  if mode == 'g' then
+    grain = num(args[q + 4])
+  end
+  return change_weight(key, delta, mode, num(args[q + 2]), grain, ms, cost)
 end
 
 -- finish_calendar adds delta to the count of the period starting at start
@@ -1527,26 +1564,38 @@ end
 -- op's first field and the number of KEYS used. Its channel hears of the
 -- keys whose windows lost weight.
 local function finish_op(p, used)
-  local member, nkeys, channel = string.sub(args[p], 2), conf_num(args[p + 1]), args[p + 2]
+  local member, nkeys = string.sub(args[p], 2), args[p + 1]
+  nkeys = conf[nkeys] or conf_num(nkeys)
+  local q, channel = p + 2, ''
+  if nkeys < 0 then
+    nkeys, channel, q = -nkeys, args[p + 2], p + 3
+  end
   n = n + 1
   reply[n] = ADMITTED
-  local q = p + 3
   local pub
   for k = 1, nkeys do
     local key, kind = keys[used + k], args[q]
+    -- A count, slot or weighted key's suffix follows its first letter.
+    local suffix = ''
+    if #kind > 1 then
+      suffix, kind = string.sub(kind, 2), string.sub(kind, 1, 1)
+    end
     local changed, removal
-    if kind == 'A' then
+    if kind == 'S' or kind == 'C' then
+      changed, removal = finish_remove(key, finish_members(member, suffix)), kind == 'C'
+      q = q + 1
+    elseif kind == 'A' then
       changed, removal = finish_calendar(key, q, member), num(args[q + 2]) < 0
       q = q + 3
     elseif kind == 'R' then
       changed, removal = finish_restore(key, q), true
       q = q + 4
-    elseif kind == 'W' then
-      changed, removal = finish_weight(key, q, finish_members(member, conf_num(args[q + 1]))), args[q + 3] == 'r'
-      q = q + 7
-    else
-      changed, removal = finish_remove(key, finish_members(member, conf_num(args[q + 1]))), kind == 'C'
-      q = q + 2
+    else -- a weighted key's mode
+      changed, removal = finish_weight(key, q, kind, finish_members(member, suffix)), kind == 'r'
+      q = q + 4
+      if kind == 'g' then
+        q = q + 1
+      end
     end
     if memo then
       memo[key] = nil -- its windows changed: a later op reads them again
