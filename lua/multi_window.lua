@@ -1582,7 +1582,14 @@ local function finish_op(p, used)
     end
     local changed, removal
     if kind == 'S' or kind == 'C' then
-      changed, removal = finish_remove(key, finish_members(member, suffix)), kind == 'C'
+      -- One member, the common case, is removed inline: ZREM then
+      -- replies 1 or 0, as finish_remove does.
+      if suffix == '' then
+        changed = call('ZREM', key, member)
+      else
+        changed = finish_remove(key, finish_members(member, suffix))
+      end
+      removal = kind == 'C'
       q = q + 1
     elseif kind == 'A' then
       changed, removal = finish_calendar(key, q, member), num(args[q + 2]) < 0
@@ -1591,7 +1598,11 @@ local function finish_op(p, used)
       changed, removal = finish_restore(key, q), true
       q = q + 4
     else -- a weighted key's mode
-      changed, removal = finish_weight(key, q, kind, finish_members(member, suffix)), kind == 'r'
+      local ms = member
+      if suffix ~= '' then
+        ms = finish_members(member, suffix)
+      end
+      changed, removal = finish_weight(key, q, kind, ms), kind == 'r'
       q = q + 4
       if kind == 'g' then
         q = q + 1
