@@ -131,13 +131,13 @@
 -- request's decision time (mode 'g' needs it; 0 when unknown, as in
 -- rollbacks and undos): the change then reads only the entries from at
 -- on and the one before, not the whole key, unless the entry is not among
--- them; the one before only when delta <= -cost. An entry's weight never falls below
--- the cost its request was charged (admissions charge it exactly, merges
--- and debts only add), so a delta above -cost leaves it a weight and
--- changes it by exactly delta, and the entry before (whose total is the
--- base of the weight) is needed only to tell whether a weight falls to
--- zero. The entry's total and the totals of every later entry change by
--- the delta, which changes exactly the request's weight in
+-- them; the one before only when delta <= -cost. An entry's weight never
+-- falls below the cost its request was charged (admissions charge it
+-- exactly, merges and debts only add), so a delta above -cost leaves it a
+-- weight and changes it by exactly delta, and the entry before (whose
+-- total is the base of the weight) is needed only to tell whether a
+-- weight falls to zero. The entry's total and the totals of every later
+-- entry change by the delta, which changes exactly the request's weight in
 -- every window it is in, at its own admission time. A negative delta
 -- lowers the entry's weight by at most that weight: never below zero,
 -- never a credit. An entry left without weight is deleted. An entry that
