@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -54,7 +55,7 @@ func (s stepServer) finishOp(t *testing.T, member string, keys []string, want ma
 			t.Fatal(err)
 		}
 	}
-	args := append([]any{0, 3, "-" + member, len(keys), ""}, fields...)
+	args := append([]any{0, 3, "-" + member, len(keys)}, finishFields(fields)...)
 	v, err := s.c.Eval(ctx, lua.MultiWindow(), keys, args...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +72,41 @@ func (s stepServer) finishOp(t *testing.T, member string, keys []string, want ma
 		}
 	}
 	return v[3:]
+}
+
+// finishFields returns the fields of a finish op's keys in the script's
+// format from fields in a longer one that names every field: "C" or "S"
+// and the suffix; "W", suffix, delta, mode, at, grain and cost; "A" and
+// "R" as in the script.
+func finishFields(fields []any) []any {
+	var out []any
+	suffixed := func(kind string, suffix any) string {
+		if s := fmt.Sprint(suffix); s != "0" {
+			return kind + s
+		}
+		return kind
+	}
+	for i := 0; i < len(fields); {
+		switch fields[i] {
+		case "C", "S":
+			out = append(out, suffixed(fields[i].(string), fields[i+1]))
+			i += 2
+		case "W":
+			mode := fields[i+3].(string)
+			out = append(out, suffixed(mode, fields[i+1]), fields[i+2], fields[i+4], fields[i+6])
+			if mode == "g" {
+				out = append(out, fields[i+5])
+			}
+			i += 7
+		case "A":
+			out = append(out, fields[i:i+3]...)
+			i += 3
+		default: // "R"
+			out = append(out, fields[i:i+4]...)
+			i += 4
+		}
+	}
+	return out
 }
 
 // scored returns the members of sorted set key with their scores, in
@@ -163,7 +199,7 @@ func TestFinishStepPublish(t *testing.T) {
 		if _, err := sub.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		v, err := s.c.Eval(ctx, lua.MultiWindow(), []string{count, slots}, 0, 3, "-m", 2, p+"ch", "C", 0, "S", 0).Int64Slice()
+		v, err := s.c.Eval(ctx, lua.MultiWindow(), []string{count, slots}, 0, 3, "-m", -2, p+"ch", "C", "S").Int64Slice()
 		if err != nil || !slices.Equal(v, []int64{0, 0, 1, 1, 1}) {
 			t.Fatalf("reply %v, %v", v, err)
 		}

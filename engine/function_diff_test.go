@@ -247,11 +247,12 @@ func (g *diffGen) finish() {
 	i := g.r.IntN(len(g.admitted))
 	a := g.admitted[i]
 	g.admitted = slices.Delete(g.admitted, i, i+1)
-	channel := ""
-	if g.r.IntN(2) == 0 {
-		channel = "ch{d}"
+	if len(a.keys) > 0 && g.r.IntN(2) == 0 {
+		g.add("-"+a.member, -len(a.keys), "ch{d}")
+	} else {
+		g.add("-"+a.member, len(a.keys))
 	}
-	g.add("-"+a.member, len(a.keys), channel)
+	var fields []any
 	for _, k := range a.keys {
 		g.keyList = append(g.keyList, k.name)
 		suffix := a.suffix
@@ -260,24 +261,25 @@ func (g *diffGen) finish() {
 		}
 		switch k.kind {
 		case 'c':
-			g.add("C", suffix)
+			fields = append(fields, "C", suffix)
 		case 's':
-			g.add("S", suffix)
+			fields = append(fields, "S", suffix)
 		case 'w':
 			switch {
 			case g.r.IntN(2) == 0:
-				g.add("W", suffix, -k.cost, "r", a.at, 0, k.cost)
+				fields = append(fields, "W", suffix, -k.cost, "r", a.at, 0, k.cost)
 			case k.name == "w0{d}": // a grained window: mode 'g'
-				g.add("W", suffix, g.r.Int64N(7)-3, "g", a.at, g.sec(10), k.cost)
+				fields = append(fields, "W", suffix, g.r.Int64N(7)-3, "g", a.at, g.sec(10), k.cost)
 			default:
-				g.add("W", suffix, g.r.Int64N(7)-3, "s", a.at, 0, k.cost)
+				fields = append(fields, "W", suffix, g.r.Int64N(7)-3, "s", a.at, 0, k.cost)
 			}
 		case 'p':
-			g.add("A", k.cal, -k.cost)
+			fields = append(fields, "A", k.cal, -k.cost)
 		case 'd':
-			g.add("R", k.val, a.at, k.prev)
+			fields = append(fields, "R", k.val, a.at, k.prev)
 		}
 	}
+	g.add(finishFields(fields)...)
 }
 
 // learn reads the reply v of the call made of keys and args, and
@@ -299,17 +301,23 @@ func (g *diffGen) learn(keys []string, args []any, v []int64) {
 		member := args[p].(string)
 		if member != "" && member[0] == '-' {
 			n := int(num(args[p+1]))
-			p += 3
+			p += 2
+			if n < 0 {
+				n = -n
+				p++ // the channel
+			}
 			r += 1 + n
 			for range n {
-				switch args[p] {
-				case "C", "S":
-					p += 2
-				case "W":
-					p += 7
-				case "A":
+				switch kind := args[p].(string); kind[0] {
+				case 'C', 'S':
+					p++
+				case 'r', 's':
+					p += 4
+				case 'g':
+					p += 5
+				case 'A':
 					p += 3
-				case "R":
+				case 'R':
 					p += 4
 				}
 				k++

@@ -365,24 +365,31 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 }
 
 // finish appends the finish op of member over fin[k] for each k in keys
-// (see lua/multi_window.lua), which publishes its removals on channel.
+// (see lua/multi_window.lua), which publishes its removals on channel. A
+// field costs Redis about as much as the script's work on it, so a field
+// that holds its usual value is left out: the channel when the op
+// publishes nothing, a suffix of 0, a grain outside mode 'g'.
 func (f *flatArgs) finish(member string, fin []undo, keys []int32, channel string) {
 	f.buf = append(f.buf, '-')
 	f.str(member)
-	f.int(int64(len(keys)))
 	pub := ""
 	for _, k := range keys {
 		if fin[k].publishes() {
 			pub = channel
 		}
 	}
-	f.str(pub)
+	if pub == "" {
+		f.int(int64(len(keys)))
+	} else {
+		f.int(-int64(len(keys)))
+		f.str(pub)
+	}
 	for _, k := range keys {
 		u := &fin[k]
-		f.buf = append(f.buf, u.kind)
-		f.str("")
 		switch u.kind {
 		case kindCal:
+			f.buf = append(f.buf, 'A')
+			f.str("")
 			if u.cal == 0 {
 				f.str("")
 			} else {
@@ -391,19 +398,28 @@ func (f *flatArgs) finish(member string, fin []undo, keys []int32, channel strin
 			f.int(u.delta)
 			continue
 		case kindDistinct:
+			f.buf = append(f.buf, 'R')
+			f.str("")
 			f.str(u.value)
 			f.int(u.at)
 			f.int(u.prev)
 			continue
+		case kindWeighted:
+			f.buf = append(f.buf, u.mode) // 'r', 's' or 'g'
+		default:
+			f.buf = append(f.buf, u.kind)
 		}
-		f.int(u.suffix)
+		if u.suffix != 0 {
+			f.buf = strconv.AppendInt(f.buf, u.suffix, 10)
+		}
+		f.str("")
 		if u.kind == kindWeighted {
 			f.int(u.delta)
-			f.buf = append(f.buf, u.mode)
-			f.str("")
 			f.int(u.at)
-			f.int(u.grain)
 			f.int(u.cost)
+			if u.mode == 'g' {
+				f.int(u.grain)
+			}
 		}
 	}
 }

@@ -54,22 +54,30 @@
 --   A finish op (Engine.Finish, and the removals of rollbacks and undos)
 --   ends an admitted request in the keys it names; its member starts
 --   with '-':
---     '-'..member, nkeys, channel, then per key, either
---       'C', suffix      a count key: remove the member
---       'S', suffix      a slot key: remove the member (release)
---       'W', suffix, delta, mode, at, grain, cost
+--     '-'..member, nkeys, [channel,] then per key, either
+--       'C'              a count key: remove the member
+--       'S'              a slot key: remove the member (release)
+--       mode, delta, at, cost [, grain]
 --                        a weighted key: change the request's cost, cost,
---                        by delta (see Weighted changes below)
+--                        by delta in mode 'r', 's' or 'g', which alone
+--                        sends grain (see Weighted changes below)
 --       'A', start, delta
 --                        a calendar key: add delta to the count of the
 --                        period starting at start, once per member (see
 --                        Calendars)
 --       'R', value, at, prev
 --                        a distinct key: restore value (see Distinct)
---     suffix is the member's suffix in the key, or -1 when unknown: every
---     suffix 0..max_suffix is removed. channel, when not empty, receives
---     one PUBLISH of 'E' and the count and weighted keys the op removed an
---     entry from, space-separated (the engine's cache invalidation).
+--     The first field of a count, slot or weighted key ('C', 'S' or the
+--     mode) is followed, in the same field, by the member's suffix in the
+--     key unless it is 0 ('S2'), or -1 when unknown ('C-1': every suffix
+--     0..max_suffix is removed). channel, sent when nkeys is negative (the
+--     op then uses -nkeys KEYS), receives one PUBLISH of 'E' and the count
+--     and weighted keys the op removed an entry from, space-separated (the
+--     engine's cache invalidation). Every field costs Redis about 1,000
+--     instructions before the script runs (a string object, a Lua string,
+--     a table slot; a finish op rides an admission's call), so a finish op
+--     sends no field that holds its usual value: the release and
+--     settlement of a download are 7 fields.
 --   EVAL's numkeys is the sum of the ops' |nkeys|. Example: allow request
 --   77 in one key with windows of 1 min (limit 50) and 1 s (limit 5),
 --   at the server's time:
@@ -119,17 +127,17 @@
 -- Weighted changes. mode is 'r' for a removal (delta = -cost), 's' for a
 -- settlement (Engine.Settle: delta is the actual cost minus the charged
 -- one), 'g' for a settlement in a key with grained windows, where grain
--- is the key's coarsest grain (0 in the other modes). at is the request's
--- decision time (mode 'g' needs it; 0 when unknown, as in rollbacks and
--- undos): the change then reads only the entries from at on and the one
--- before, not the whole key, unless the entry is not among them; the one
--- before only when delta <= -cost. An entry's weight never falls below
--- the cost its request was charged (admissions charge it exactly, merges
--- and debts only add), so a delta above -cost leaves it a weight and
--- changes it by exactly delta, and the entry before (whose total is the
--- base of the weight) is needed only to tell whether a weight falls to
--- zero. The entry's total and the totals of every later entry change by
--- the delta, which changes exactly the request's weight in
+-- is the key's coarsest grain (not sent in the other modes). at is the
+-- request's decision time (mode 'g' needs it; 0 when unknown, as in
+-- rollbacks and undos): the change then reads only the entries from at
+-- on and the one before, not the whole key, unless the entry is not among
+-- them; the one before only when delta <= -cost. An entry's weight never
+-- falls below the cost its request was charged (admissions charge it
+-- exactly, merges and debts only add), so a delta above -cost leaves it a
+-- weight and changes it by exactly delta, and the entry before (whose
+-- total is the base of the weight) is needed only to tell whether a
+-- weight falls to zero. The entry's total and the totals of every later
+-- entry change by the delta, which changes exactly the request's weight in
 -- every window it is in, at its own admission time. A negative delta
 -- lowers the entry's weight by at most that weight: never below zero,
 -- never a credit. An entry left without weight is deleted. An entry that
@@ -361,8 +369,10 @@
 -- functions below are closures created anew every call (about 3.5 µs of
 -- a decision's 5-6 on Redis 7.0, measured with INFO commandstats), and
 -- each upvalue they capture costs: the ones only weighted keys need are
--- created at the first weighted key, and the memo's work is inline, in
--- the ops the engine marked. The engine therefore loads the script as a
+-- created at the first weighted key, the memo's work is inline, in the
+-- ops the engine marked, constants are literals, and the locals are
+-- declared in the order that makes binding upvalues cheapest (see
+-- Declarations). The engine therefore loads the script as a
 -- Redis Function where it can (lua/lua.go, MultiWindowLibrary): the
 -- chunk then runs once, at FUNCTION LOAD, and each FCALL runs only run,
 -- which resets the call's state (see run). The library also keeps pure
@@ -370,35 +380,64 @@
 -- configuration fields and the %d texts that recur, which spare about
 -- half of a decision's Lua work on tonumber and string.format.
 
--- Redis's functions, read by run: a Redis Function's library is loaded
--- where only redis.register_function and redis.log exist (no string,
--- math or redis.call), so nothing at the top level may call anything.
-local call, fmt, num, floor, ceil, byte
+-- Declarations. Every local of the chunk is declared here, functions
+-- too (each defined below by assignment), in an order that matters to the
+-- EVAL form, which runs the whole chunk each call: Lua 5.1 binds each
+-- upvalue of each closure it creates by walking the chunk's captured
+-- locals from the top of the stack down to it, so a local declared early
+-- and captured often costs a walk past every captured local declared
+-- after it, each time. The locals are therefore declared by how many
+-- closures capture them, fewest first, then those only run captures (run
+-- comes last and opens them as it binds them): counted from the
+-- bytecode, these walks take 3,500 steps per EVAL in the file order,
+-- 1,760 in this one.
+-- FCALL binds nothing per call, and reads an upvalue the same wherever it
+-- was declared.
+local run
+local ARITH_DEC, conf_n, decs_n, marks_n, mark, count_edge, weight_functions, cal_migrate, calendar_count
+local finish_members, finish_remove, change_newest, settle_entry, finish_weight, finish_calendar, finish_restore
+local ceil, t_arg, memo, decs, marks, lo_num, lo_text, weigh, admit_weighted, change_weight
+local span_end, span_start, span_stop, flush_cal_key, flush_cal, byte, window_lo, put_window
+local keys, cal_call, cal_memo, floor, reply, n, conf, dec, t, conf_num
 -- Numbers read back from Redis (scores, stored values) are read as
--- num(s) or sci(s): see lua/number.lua, which precedes this script.
+-- num(s) or sci(s): see lua/number.lua, which precedes this script and
+-- declares sci first (at the bottom of the stack); sci is declared again
+-- here, for the walks above.
+local sci = sci
+-- call, fmt, num, floor, ceil and byte are Redis's and Lua's functions,
+-- which run sets: a Redis Function's library is loaded where only
+-- redis.register_function and redis.log exist (no string, math or
+-- redis.call), so nothing at the top level may call anything.
+local fmt, args, num, call
+local USEC_PAD, reply_table, key_state_table, count_windows, weighted_functions, add_member, bookkeep
+local distinct_windows, calendar_period, cal_fields, cal_read, finish_op
 
--- EPOCH offsets epoch markers below every -retention: 2^51.
-local EPOCH = 2251799813685248
--- BUSY entries in a key's longest window make it busy: its epochs, and so
--- its trims, come 8 times per window instead of once.
-local BUSY = 64
--- TOTAL bounds a weighted key's running total: 2^53 - 1 stays exact in a
--- double.
-local TOTAL = 9007199254740991
+-- Constants are literals, named in comments where they are used: a local
+-- would be one more upvalue for each EVAL to bind (see the declarations
+-- above). EPOCH, 2^51 = 2251799813685248, offsets epoch markers below
+-- every -retention. BUSY, 64 entries in a key's longest window, make it
+-- busy: its epochs, and so its trims, come 8 times per window instead of
+-- once. TOTAL, 2^53 - 1 = 9007199254740991, bounds a weighted key's
+-- running total, which then stays exact in a double. An op's status in
+-- the reply is DENIED 0, ADMITTED 1 or COLLISION 2.
 
 -- USEC_PAD[#usec] is string.sub('00000', #usec), the zeros that pad
 -- TIME's microseconds (1 to 6 digits) to six: a lookup, not a call.
-local USEC_PAD = {'00000', '0000', '000', '00', '0', ''}
+USEC_PAD = {'00000', '0000', '000', '00', '0', ''}
 
--- Op statuses in the reply.
-local DENIED, ADMITTED, COLLISION = 0, 1, 2
+-- ARITH_DEC tells whether arithmetic reads a string as a decimal number,
+-- as Lua 5.1 does with one strtod where tonumber runs two (lua_isnumber,
+-- then lua_tonumber): a finish reads a total and a delta that way. The
+-- Lua of miniredis (gopher-lua) reads a leading 0 as octal there, so a
+-- total (zero-padded) is read with num where ARITH_DEC is false; a field
+-- sent without leading zeros reads the same in both.
+ARITH_DEC = ('010' + 0) == 10
 
 -- The call's state, which the functions below share: run sets every one
 -- of these at the start of each call, as a Function's library outlives
 -- its calls (see run). keys and args are the call's KEYS and ARGV; reply
 -- is the reply, n the last index written in it; t is the decision time
 -- and t_arg t as a score argument.
-local keys, args, reply, n, t, t_arg
 -- The tables run fills each call: the reply, made with room for one op on
 -- a key with two windows (growing a table costs about 1,000 instructions
 -- per step), and key_state (see run). A Function's library keeps them
@@ -407,37 +446,34 @@ local keys, args, reply, n, t, t_arg
 -- its first nil, which run sets after the last field, so what a longer
 -- earlier call left beyond it is never read. (An EVAL runs the whole
 -- chunk, so its tables are new each call.)
-local reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
+reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 
 -- memo maps a count key to where the call's last op on it left its
 -- windows, for ops the engine marks as sharing a key with another op of
--- the call (see nkeys): (q * SLOTS + r) * 2 + a, with q the index of the
--- key's first period in args, r the reply index of its first window's
--- used, and a 1 when that op added an entry. Nothing else writes the key
--- within the call, so a later op with the same periods derives its
--- windows from that op's instead of reading them again.
-local memo
-local SLOTS = 131072
+-- the call (see nkeys): (q * SLOTS + r) * 2 + a, with SLOTS 131072, q
+-- the index of the key's first period in args, r the reply index of its
+-- first window's used, and a 1 when that op added an entry. Nothing else
+-- writes the key within the call, so a later op with the same periods
+-- derives its windows from that op's instead of reading them again.
 
 -- conf maps a configuration field (nkeys, nwin, a period, limit, cost,
 -- grain, lease, block or suffix: never a member, time or score) to its
 -- num, read as conf[s] or conf_num(s): an interned string's lookup costs
 -- a tenth of a tonumber, and a decision reads six or more such fields. A
 -- pure memo (it holds exactly num(s)), so a Function's library keeps it
--- from call to call (an EVAL starts it empty); cleared at CONF_MAX
--- entries, as limits may differ per request.
-local conf, conf_n = {}, 0
-local CONF_MAX = 1024
+-- from call to call (an EVAL starts it empty); cleared at CONF_MAX =
+-- 1024 entries, as limits may differ per request.
+conf, conf_n = {}, 0
 
 -- conf_num returns num(s), remembered in conf.
-local function conf_num(s)
+function conf_num(s)
   local v = conf[s]
   if v then
     return v
   end
   v = num(s)
   if v then
-    if conf_n >= CONF_MAX then
+    if conf_n >= 1024 then -- CONF_MAX
       conf, conf_n = {}, 0
     end
     conf[s] = v
@@ -450,17 +486,17 @@ end
 -- call to call: ranks (small integers) and epoch markers' scores (one per
 -- epoch length and epoch). A format costs about 0.2 µs, a lookup a
 -- twentieth of that. A pure memo like conf, cleared at CONF_MAX entries.
-local decs, decs_n = {}, 0
+decs, decs_n = {}, 0
 
 -- dec returns fmt('%d', x), remembered in decs.
-local function dec(x)
+function dec(x)
   local s = decs[x]
   if s then
     return s
   end
   s = fmt('%d', x)
   if x == x then -- NaN is no table key
-    if decs_n >= CONF_MAX then
+    if decs_n >= 1024 then -- CONF_MAX
       decs, decs_n = {}, 0
     end
     decs[x] = s
@@ -472,12 +508,12 @@ end
 -- marks maps an epoch length's text to its marker, 'e' and the text: a
 -- concatenation costs a new string's hashing, a lookup does not. A pure
 -- memo like conf, cleared at CONF_MAX entries.
-local marks, marks_n = {}, 0
+marks, marks_n = {}, 0
 
 -- mark returns 'e' .. name, remembered in marks.
-local function mark(name)
+function mark(name)
   local m = 'e' .. name
-  if marks_n >= CONF_MAX then
+  if marks_n >= 1024 then -- CONF_MAX
     marks, marks_n = {}, 0
   end
   marks[name] = m
@@ -490,10 +526,10 @@ end
 -- t, and mostly their periods, so a batch formats each bound once. A
 -- pure memo too (the text is checked against the number); a bound is new
 -- each call, so a table of them would only grow.
-local lo_num, lo_text = {}, {}
+lo_num, lo_text = {}, {}
 
 -- window_lo returns fmt('%d', lo) for window w, through lo_text.
-local function window_lo(w, lo)
+function window_lo(w, lo)
   if lo_num[w] == lo then
     return lo_text[w]
   end
@@ -505,7 +541,7 @@ end
 -- put_window appends a window's used, oldest and edge to the reply (see
 -- Reply: oldest only when used > 0, edge only when the request does not
 -- fit).
-local function put_window(used, oldest, edge)
+function put_window(used, oldest, edge)
   n = n + 1
   reply[n] = used
   if oldest then
@@ -522,7 +558,7 @@ end
 -- entries, the oldest scored oldest, against limit: nil when the request
 -- fits (used < limit), else the score of the entry that must leave first,
 -- the entries up to rank used-limit from the oldest.
-local function count_edge(key, used, limit, oldest)
+function count_edge(key, used, limit, oldest)
   if used < limit then
     return nil
   end
@@ -544,7 +580,7 @@ end
 -- an entry, that op's entries in the longest window. A window's entries
 -- are the last used ranks of the key, so its oldest entry and edge are
 -- read by rank.
-local function count_windows(key, q, nwin, q0, r, added)
+function count_windows(key, q, nwin, q0, r, added)
   if q0 then
     local same = args[q0 - 2] == args[q - 2]
     for w = 0, 2 * nwin - 2, 2 do
@@ -656,9 +692,7 @@ end
 -- written by weigh and admit_weighted, which weighted_functions creates at
 -- the first weighted key of an EVAL (of a Function: the first since the
 -- library was loaded; they keep no state between calls).
-local weigh, admit_weighted
-
-local function weighted_functions()
+function weighted_functions()
   -- MERGE_SCAN bounds the entries an admission looks at per tier.
   local MERGE_SCAN = '257'
   -- MINUS starts a negative score: a marker's.
@@ -759,7 +793,7 @@ local function weighted_functions()
   -- per tier. It returns an error reply, or nil.
   admit_weighted = function(key, state, m)
     local newest_total, newest_score, cost, first, nwin = state[1], state[2], state[3], state[4], state[5]
-    if newest_total + cost > TOTAL then
+    if newest_total + cost > 9007199254740991 then -- TOTAL
       return redis.error_reply('ERR slidelimit: running total above 2^53 in ' .. key)
     end
     local score = t
@@ -807,7 +841,7 @@ end
 -- request count less than once: the keys added so far are undone and a
 -- suffixed member is tried. It returns the suffix and the member added,
 -- or nothing when no unique member was found within max_suffix retries.
-local function add_member(first, nkeys, key_state, member)
+function add_member(first, nkeys, key_state, member)
   local m, suffix, max_suffix = member, 0, nil
   while true do
     local clash = 0
@@ -847,13 +881,13 @@ end
 -- eighth of it for a busy one, whose stale entries would otherwise cost
 -- memory. ZADD CH reports a new epoch (or, after the clock went back, an
 -- older one, whose admissions need the deadline renewed all the same).
-local function bookkeep(key, q, longest, busy, weighted)
+function bookkeep(key, q, longest, busy, weighted)
   local epoch_len, epoch_name = longest, args[q + 2]
   if busy then
     epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
   end
   local marker = marks[epoch_name] or mark(epoch_name)
-  local epoch = dec(-(EPOCH + floor(t / epoch_len)))
+  local epoch = dec(-(2251799813685248 + floor(t / epoch_len))) -- EPOCH
   if call('ZADD', key, 'CH', epoch, marker) ~= 1 then
     return
   end
@@ -871,7 +905,7 @@ local function bookkeep(key, q, longest, busy, weighted)
       -- A grown retention must reach the deadline of every group's next
       -- admission: drop all epoch markers, so each group's next admission
       -- runs the bookkeeping.
-      call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', -EPOCH))
+      call('ZREMRANGEBYSCORE', key, '-inf', '-2251799813685248') -- -EPOCH
       call('ZADD', key, epoch, marker)
     end
   end
@@ -907,7 +941,7 @@ end
 -- whatever its count. It returns the index of the next field, whether
 -- every window has room, the entries in the longest window and whether v
 -- counts again (it is older than the shortest window, or absent).
-local function distinct_windows(key, q, nwin, v)
+function distinct_windows(key, q, nwin, v)
   local s = call('ZSCORE', key, v)
   s = s and (num(s) or sci(s))
   local mask_at = n + 1
@@ -946,21 +980,18 @@ local function distinct_windows(key, q, nwin, v)
   return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
 end
 
--- WEIGHT_MOVE bounds the later entries a weighted change rewrites.
--- WEIGHT_READ (2 * WEIGHT_MOVE + 4, as an argument) bounds the entries a
--- change reads from its decision time on: found among them with more than
--- WEIGHT_MOVE after it, a request is changed as with more than WEIGHT_MOVE
--- (see change in weight_functions).
-local WEIGHT_MOVE, WEIGHT_READ = 64, '132'
+-- WEIGHT_MOVE, 64, bounds the later entries a weighted change rewrites.
+-- WEIGHT_READ, '132' (2 * WEIGHT_MOVE + 4, as an argument), bounds the
+-- entries a change reads from its decision time on: found among them with
+-- more than WEIGHT_MOVE after it, a request is changed as with more than
+-- WEIGHT_MOVE (see change in weight_functions).
 
 -- Finish ops (see Finish steps below) change weighted keys with
 -- change_weight when change_newest and settle_entry cannot, which
 -- weight_functions creates then: it is the rare path, and a closure costs
 -- every EVAL.
-local change_weight
-
-local function weight_functions()
-  local MOVE, READ = WEIGHT_MOVE, WEIGHT_READ
+function weight_functions()
+  local MOVE, READ = 64, '132' -- WEIGHT_MOVE, WEIGHT_READ
 
   local function total(m)
     return num(string.sub(m, 1, 16))
@@ -991,7 +1022,7 @@ local function weight_functions()
   -- charge_newest adds a debt to the key's newest entry.
   local function charge_newest()
     local m, score = newest()
-    if total(m) + delta > TOTAL then
+    if total(m) + delta > 9007199254740991 then -- TOTAL
       return 2
     end
     call('ZREM', kk, m)
@@ -1027,7 +1058,7 @@ local function weight_functions()
       call('ZADD', kk, es[i + 1], name(xt, tag))
       return 1
     end
-    if c > 0 and total(es[#es - 1]) + c > TOTAL then
+    if c > 0 and total(es[#es - 1]) + c > 9007199254740991 then -- TOTAL
       return 2
     end
     call('ZREM', kk, m)
@@ -1135,20 +1166,18 @@ local function weight_functions()
   end
 end
 
--- CAL_BOUNDS is the number of period boundaries of a calendar key;
--- CAL_MARGIN (ms) keeps its counter alive that long past its period.
-local CAL_BOUNDS, CAL_MARGIN = 4, 1000
+-- CAL_BOUNDS, 4, is the number of period boundaries of a calendar key;
+-- CAL_MARGIN, 1000 ms, keeps its counter alive that long past its period.
 
 -- span_end, span_start and span_stop: the end of the engine's current
 -- period among the last calendar key's boundaries that held t (b3,
 -- args[q + 2] in calendar_period), its start (b2, args[q + 1]) and its
 -- end as a number: the ops of a call mostly send the same boundaries,
 -- which are then parsed once.
-local span_end, span_start, span_stop
 
 -- calendar_period returns the start (as its argument) and the end of the
 -- period that holds t among the boundaries at args[q ..], or nothing.
-local function calendar_period(q)
+function calendar_period(q)
   if span_end == args[q + 2] and span_start == args[q + 1] then
     return span_start, span_stop
   end
@@ -1158,7 +1187,7 @@ local function calendar_period(q)
     span_end, span_start, span_stop = args[q + 2], args[q + 1], hi
     return span_start, hi
   end
-  for j = q, q + CAL_BOUNDS - 2, 2 do
+  for j = q, q + 2, 2 do -- CAL_BOUNDS - 2
     lo, hi = num(args[j]), num(args[j + 1])
     if t >= lo and t < hi then
       return args[j], hi
@@ -1169,7 +1198,7 @@ end
 -- cal_migrate turns calendar key key of the earlier format, a string
 -- 'START:COUNT' (slidelimit before the hash), into a hash of one field
 -- with the same count and expiry: an upgrade keeps the period's count.
-local function cal_migrate(key)
+function cal_migrate(key)
   local v, ttl = call('GET', key), call('PTTL', key)
   call('DEL', key)
   local colon = v and string.find(v, ':', 1, true)
@@ -1184,7 +1213,7 @@ end
 -- cal_call runs cmd (HGET, or HINCRBY by incr) on field f of calendar key
 -- key, which it first migrates when it is of the earlier format (the
 -- command fails with WRONGTYPE); any other error is raised as it is.
-local function cal_call(cmd, key, f, incr)
+function cal_call(cmd, key, f, incr)
   local r
   if incr then
     r = redis.pcall(cmd, key, f, incr)
@@ -1206,7 +1235,7 @@ end
 
 -- calendar_count returns what calendar key key counts in the period that
 -- starts at start (a string): 0 for a period it holds no count of.
-local function calendar_count(key, start)
+function calendar_count(key, start)
   local v = cal_call('HGET', key, start)
   return v and num(v) or 0
 end
@@ -1222,20 +1251,18 @@ end
 -- before an error reply, or before a finish op adjusts the key): a batch
 -- of decisions on a hot subject costs one HINCRBY and one flush, not one
 -- of each per decision.
-local cal_memo
 
 -- cal_fields maps a calendar key to the fields the call's last op on it
 -- sent: {start, stop, cost, limit} as numbers (start as in ARGV), then
 -- cost, limit and the fourth field as sent. An op sending the same
 -- fields, or 'q', reuses them instead of parsing them again (the ops of a
 -- batch on a hot subject).
-local cal_fields
 
 -- flush_cal_key writes memo entry m of calendar key k: what Redis lacks
 -- or holds beyond the count (a period left at 0 is deleted), and after a
 -- period's first admission the key's expiry, dropping the counts of other
 -- periods.
-local function flush_cal_key(k, m)
+function flush_cal_key(k, m)
   local start, pending = m[1], -m[3]
   if pending ~= 0 then
     if m[2] == 0 then
@@ -1266,7 +1293,7 @@ end
 -- where a read and a write would take two); the memo then marks it
 -- pending until the op is admitted (the admission counts it in the memo
 -- entry), or taken back by flush_cal.
-local function cal_read(key, start, cost, cost_arg, tentative)
+function cal_read(key, start, cost, cost_arg, tentative)
   cal_memo = cal_memo or {}
   local m = cal_memo[key]
   if m and m[1] == start then
@@ -1290,7 +1317,7 @@ end
 
 -- flush_cal writes the counters of cal_memo, or only key's when key is
 -- given, and forgets them.
-local function flush_cal(key)
+function flush_cal(key)
   if not cal_memo then
     return
   end
@@ -1312,11 +1339,12 @@ end
 -- finish_restore a distinct value (see Distinct).
 
 -- finish_members returns member as a key stores it after suffix
--- collisions, or when suffix is -1 (unknown) the list of what it may be.
-local function finish_members(member, suffix)
-  if suffix == 0 then
+-- collisions (suffix: the text after the key's first letter, '' for 0),
+-- or when suffix is -1 (unknown) the list of what it may be.
+function finish_members(member, suffix)
+  if suffix == '' then
     return member
-  elseif suffix > 0 then
+  elseif suffix ~= '-1' then
     return member .. '.' .. suffix
   end
   local ms = {member}
@@ -1328,7 +1356,7 @@ end
 
 -- finish_remove removes member ms (a list: any of them) from count or
 -- slot key key.
-local function finish_remove(key, ms)
+function finish_remove(key, ms)
   local gone
   if type(ms) == 'string' then
     gone = call('ZREM', key, ms)
@@ -1352,23 +1380,30 @@ end
 -- it back, or renames it as a later entry (see settle_entry). A weighted
 -- key that held an entry holds markers, so the pop never empties it
 -- (which would lose its expiry).
-local function change_newest(key, m, delta, md, cost)
+function change_newest(key, m, delta, md, cost)
   local top = call('ZPOPMAX', key)
   local x, score = top[1], top[2]
   if not x then
     return nil
   end
-  local rest = string.sub(x, 18)
-  if string.byte(score) == 45 then
+  if byte(score) == 45 then
     call('ZADD', key, score, x) -- a marker: the key holds no entry
     return nil
-  elseif rest == m .. '!' then
-    call('ZADD', key, score, x)
-    return 0 -- settled: neither settled again nor given back
-  elseif rest ~= m then
+  end
+  local rest = string.sub(x, 18)
+  if rest ~= m then
+    if rest == m .. '!' then
+      call('ZADD', key, score, x)
+      return 0 -- settled: neither settled again nor given back
+    end
     return nil, x, score
   end
-  local xt = num(string.sub(x, 1, 16))
+  local xt = string.sub(x, 1, 16)
+  if ARITH_DEC then
+    xt = xt + 0
+  else
+    xt = num(xt)
+  end
   -- c: the change of the request's weight, never below minus that weight,
   -- whose base is the entry before (its weight is at least cost).
   local c, prev = delta, -1
@@ -1380,22 +1415,25 @@ local function change_newest(key, m, delta, md, cost)
     end
     c = math.max(delta, prev - xt)
   end
-  if c > 0 and xt + c > TOTAL then
+  if c > 0 and xt + c > 9007199254740991 then -- TOTAL
     call('ZADD', key, score, x)
     return 2
   end
   if xt + c > prev then
-    local tag = ':-' -- a removal: it stands for merged requests
-    if md ~= 'r' then
-      tag = ':' .. m .. '!'
+    -- One format makes the name, where concatenations would make a string
+    -- each.
+    if md == 'r' then
+      call('ZADD', key, score, fmt('%016d:-', xt + c)) -- it stands for merged requests
+    else
+      call('ZADD', key, score, fmt('%016d:%s!', xt + c, m))
     end
-    call('ZADD', key, score, fmt('%016d', xt + c) .. tag)
   end
   return 1
 end
 
 -- settle_entry settles by delta (> -cost: the entry keeps a weight) the
--- request whose member is m in weighted key key, admitted at at, whose
+-- request whose member is m in weighted key key, admitted at at (as
+-- sent: a ZRANGE bound needs no number), whose
 -- entry is not the newest: y, popped by change_newest, scored ys (nil
 -- when the key held no entry). When the entries from at on, read in one
 -- call, hold the request's entry and with y at most WEIGHT_MOVE after it,
@@ -1404,10 +1442,10 @@ end
 -- settlement costs no more calls than a read first would. It returns nil
 -- for every other case (y put back: change_weight reads again), else as
 -- change_weight.
-local function settle_entry(key, m, at, delta, y, ys)
-  local es = call('ZRANGE', key, fmt('%d', at), '+inf', 'BYSCORE', 'LIMIT', '0', WEIGHT_READ, 'WITHSCORES')
+function settle_entry(key, m, at, delta, y, ys)
+  local es = call('ZRANGE', key, at, '+inf', 'BYSCORE', 'LIMIT', '0', '132', 'WITHSCORES') -- WEIGHT_READ
   local done, found, r = m .. '!', nil, nil
-  if #es < 2 * num(WEIGHT_READ) then -- else more follow
+  if #es < 264 then -- 2 * WEIGHT_READ: else more follow
     for i = 1, #es, 2 do
       local rest = string.sub(es[i], 18)
       if rest == done then
@@ -1428,10 +1466,10 @@ local function settle_entry(key, m, at, delta, y, ys)
     end
   end
   local newest = y or es[#es - 1]
-  if found and later <= WEIGHT_MOVE and delta > 0 and num(string.sub(newest, 1, 16)) + delta > TOTAL then
+  if found and later <= 64 and delta > 0 and num(string.sub(newest, 1, 16)) + delta > 9007199254740991 then -- TOTAL
     found, r = nil, 2
   end
-  if not found or later > WEIGHT_MOVE then
+  if not found or later > 64 then -- WEIGHT_MOVE
     if y then
       call('ZADD', key, ys, y)
     end
@@ -1452,14 +1490,20 @@ local function settle_entry(key, m, at, delta, y, ys)
   return 1
 end
 
--- finish_weight runs the change of weighted key key whose fields start
--- at args[q] for member ms (see Weighted changes).
-local function finish_weight(key, q, ms)
-  local delta, mode, at, cost = num(args[q + 2]), args[q + 3], num(args[q + 4]), num(args[q + 6])
+-- finish_weight runs the change in mode mode of weighted key key whose
+-- fields start at args[q] for member ms (see Weighted changes). The
+-- decision time at is read only where needed: the common change, of the
+-- key's newest entry, needs no time.
+function finish_weight(key, q, mode, ms)
+  local delta, cost = args[q + 1] + 0, args[q + 3]
+  cost = conf[cost] or conf_num(cost)
   if type(ms) == 'string' then
     local changed, y, ys = change_newest(key, ms, delta, mode, cost)
-    if not changed and mode == 's' and at > 0 and delta > -cost then
-      changed = settle_entry(key, ms, at, delta, y, ys)
+    if changed then
+      return changed
+    end
+    if mode == 's' and args[q + 2] ~= '0' and delta > -cost then
+      changed = settle_entry(key, ms, args[q + 2], delta, y, ys)
     elseif y then
       call('ZADD', key, ys, y)
     end
@@ -1470,7 +1514,11 @@ local function finish_weight(key, q, ms)
   if not change_weight then
     weight_functions()
   end
-  return change_weight(key, delta, mode, at, num(args[q + 5]), ms, cost)
+  local grain = 0
+  if mode == 'g' then
+    grain = num(args[q + 4])
+  end
+  return change_weight(key, delta, mode, num(args[q + 2]), grain, ms, cost)
 end
 
 -- finish_calendar adds delta to the count of the period starting at start
@@ -1479,7 +1527,7 @@ end
 -- tells what the period held: a
 -- period without a field (it held 0: it is over) is left without one,
 -- and a count never falls below 0 (at 0 the field is deleted).
-local function finish_calendar(key, q, member)
+function finish_calendar(key, q, member)
   flush_cal(key)
   local start = args[q + 1]
   if start == '' then
@@ -1509,7 +1557,7 @@ end
 -- from args[q]; see Distinct): only if its score is still at, which
 -- takes a read, as no Redis command removes or rescores a member on a
 -- condition of its score.
-local function finish_restore(key, q)
+function finish_restore(key, q)
   local s = call('ZSCORE', key, args[q + 1])
   if not s or (num(s) or sci(s)) ~= num(args[q + 2]) then
     return 0
@@ -1526,27 +1574,50 @@ end
 -- after the first used, into the reply, and returns the index of the next
 -- op's first field and the number of KEYS used. Its channel hears of the
 -- keys whose windows lost weight.
-local function finish_op(p, used)
-  local member, nkeys, channel = string.sub(args[p], 2), conf_num(args[p + 1]), args[p + 2]
+function finish_op(p, used)
+  local member, nkeys = string.sub(args[p], 2), args[p + 1]
+  nkeys = conf[nkeys] or conf_num(nkeys)
+  local q, channel = p + 2, ''
+  if nkeys < 0 then
+    nkeys, channel, q = -nkeys, args[p + 2], p + 3
+  end
   n = n + 1
-  reply[n] = ADMITTED
-  local q = p + 3
+  reply[n] = 1 -- ADMITTED
   local pub
   for k = 1, nkeys do
     local key, kind = keys[used + k], args[q]
+    -- A count, slot or weighted key's suffix follows its first letter.
+    local suffix = ''
+    if #kind > 1 then
+      suffix, kind = string.sub(kind, 2), string.sub(kind, 1, 1)
+    end
     local changed, removal
-    if kind == 'A' then
+    if kind == 'S' or kind == 'C' then
+      -- One member, the common case, is removed inline: ZREM then
+      -- replies 1 or 0, as finish_remove does.
+      if suffix == '' then
+        changed = call('ZREM', key, member)
+      else
+        changed = finish_remove(key, finish_members(member, suffix))
+      end
+      removal = kind == 'C'
+      q = q + 1
+    elseif kind == 'A' then
       changed, removal = finish_calendar(key, q, member), num(args[q + 2]) < 0
       q = q + 3
     elseif kind == 'R' then
       changed, removal = finish_restore(key, q), true
       q = q + 4
-    elseif kind == 'W' then
-      changed, removal = finish_weight(key, q, finish_members(member, conf_num(args[q + 1]))), args[q + 3] == 'r'
-      q = q + 7
-    else
-      changed, removal = finish_remove(key, finish_members(member, conf_num(args[q + 1]))), kind == 'C'
-      q = q + 2
+    else -- a weighted key's mode
+      local ms = member
+      if suffix ~= '' then
+        ms = finish_members(member, suffix)
+      end
+      changed, removal = finish_weight(key, q, kind, ms), kind == 'r'
+      q = q + 4
+      if kind == 'g' then
+        q = q + 1
+      end
     end
     if memo then
       memo[key] = nil -- its windows changed: a later op reads them again
@@ -1571,7 +1642,7 @@ end
 -- each call, and the Redis Function form registers run, which is all a
 -- call then runs, its helpers (and their closures) created once, at
 -- FUNCTION LOAD.
-local function run(ks, argv)
+function run(ks, argv)
   call, fmt, num, floor, ceil, byte = redis.call, string.format, tonumber, math.floor, math.ceil, string.byte
   keys, args = ks, argv
   reply = reply_table
@@ -1654,18 +1725,18 @@ local function run(ks, argv)
           -- See memo.
           local added = m % 2
           m = (m - added) / 2
-          local r = m % SLOTS
-          q, key_fits, longest_used, longest, added_at = count_windows(key, q + 2, nwin, (m - r) / SLOTS, r, added)
+          local r = m % 131072 -- SLOTS
+          q, key_fits, longest_used, longest, added_at = count_windows(key, q + 2, nwin, (m - r) / 131072, r, added)
         else
           q, key_fits, longest_used, longest = count_windows(key, q + 2, nwin)
         end
         fits = fits and key_fits
-        local busy = longest_used >= BUSY
+        local busy = longest_used >= 64 -- BUSY
         key_state[at - 2], key_state[at - 1], key_state[at] = longest, busy, false
         if added_at then
           -- The op that added an entry ran the bookkeeping of the key's epoch
           -- marker at t; if this op's marker is the same, there is none left.
-          key_memo[2 * k] = (added_at >= BUSY) == busy
+          key_memo[2 * k] = (added_at >= 64) == busy -- BUSY
         end
       elseif nwin < 0 then
         if not weigh then
@@ -1695,7 +1766,7 @@ local function run(ks, argv)
         q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
         fits = fits and key_fits
         key_state[at - 3] = key_state[at - 3] + 3
-        key_state[at - 2], key_state[at - 1] = conf_num(args[key_state[at - 3] + 2]), longest_used >= BUSY
+        key_state[at - 2], key_state[at - 1] = conf_num(args[key_state[at - 3] + 2]), longest_used >= 64 -- BUSY
         key_state[at] = again and 'D' or 'd'
       elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
         -- A calendar key (see Calendars): key_state[at], the period's start,
@@ -1709,7 +1780,7 @@ local function run(ks, argv)
         if args[q + 1] ~= 'q' then
           next_q = q + 5
           if args[q + 1] == 'P' then
-            next_q = q + 4 + CAL_BOUNDS
+            next_q = q + 8 -- q + 4 + CAL_BOUNDS
           end
           -- A 'Q' field i names the boundaries; a 'P' key sends its own.
           if not (args[q + 1] == 'Q' and f and f[7] == args[q + 4] and f[5] == args[q + 2] and f[6] == args[q + 3]) then
@@ -1738,7 +1809,7 @@ local function run(ks, argv)
         n = n + 1
         reply[n] = stop - t
         -- The period's first admission sets the expiry; later ones keep it.
-        key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + CAL_MARGIN)
+        key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + 1000) -- CAL_MARGIN
         key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
         q = next_q
       else
@@ -1764,15 +1835,15 @@ local function run(ks, argv)
       end
     end
 
-    local status, suffix = DENIED, 0
+    local status, suffix = 0, 0 -- DENIED
     if fits then
-      status = ADMITTED
+      status = 1 -- ADMITTED
     end
     if fits and member ~= '' then
       local m
       suffix, m = add_member(used_keys, nkeys, key_state, member)
       if not suffix then
-        status, suffix = COLLISION, 0
+        status, suffix = 2, 0 -- COLLISION
       else
         -- Weighted members hold their running total, so they are unique:
         -- they are added once the member's suffix is known.
@@ -1805,7 +1876,7 @@ local function run(ks, argv)
             -- A slot key: its bookkeeping once per epoch of one lease (see
             -- Slots).
             local key, lease = keys[used_keys + k], key_state[at - 1]
-            if call('ZADD', key, 'CH', dec(-(EPOCH + floor(t / lease))), 'e') == 1 then
+            if call('ZADD', key, 'CH', dec(-(2251799813685248 + floor(t / lease))), 'e') == 1 then -- EPOCH
               call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
               local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
               if call('PEXPIRE', key, ttl, 'GT') == 0 then
@@ -1823,14 +1894,14 @@ local function run(ks, argv)
       -- An op the engine did not mark may share a key all the same: every op
       -- of a call with a memo updates it, unmarked ones by forgetting.
       local added = 0
-      if status == ADMITTED and member ~= '' then
+      if status == 1 and member ~= '' then -- ADMITTED
         added = 1
       end
       for k = 1, nkeys do
         local at = 4 * k
         local m
-        if remember and not key_state[at] and key_memo[2 * k - 1] < SLOTS then
-          m = ((key_state[at - 3] + 2) * SLOTS + key_memo[2 * k - 1]) * 2 + added
+        if remember and not key_state[at] and key_memo[2 * k - 1] < 131072 then -- SLOTS
+          m = ((key_state[at - 3] + 2) * 131072 + key_memo[2 * k - 1]) * 2 + added -- SLOTS
         end
         memo[keys[used_keys + k]] = m
       end
