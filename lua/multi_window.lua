@@ -389,16 +389,17 @@
 -- after it, each time. The locals are therefore declared by how many
 -- closures capture them, fewest first, then those only run captures (run
 -- comes last and opens them as it binds them): counted from the
--- bytecode, these walks take 3,500 steps per EVAL in the file order,
--- 1,760 in this one.
+-- bytecode, these walks take 2,100 steps per EVAL in this order, 1,760
+-- before run's steps were split out (read_slot ... remember_op), 3,500
+-- in the file order.
 -- FCALL binds nothing per call, and reads an upvalue the same wherever it
 -- was declared.
 local run
-local ARITH_DEC, conf_n, decs_n, marks_n, mark, count_edge, weight_functions, cal_migrate, calendar_count
-local finish_members, finish_remove, change_newest, settle_entry, finish_weight, finish_calendar, finish_restore
-local ceil, t_arg, memo, decs, marks, lo_num, lo_text, weigh, admit_weighted, change_weight
-local span_end, span_start, span_stop, flush_cal_key, flush_cal, byte, window_lo, put_window
-local keys, cal_call, cal_memo, floor, reply, n, conf, dec, t, conf_num
+local ARITH_DEC, conf_n, decs_n, marks_n, weight_functions, cal_migrate, finish_members, finish_remove
+local change_newest, settle_entry, finish_weight, finish_calendar, finish_restore, marks, bookkeep
+local calendar_period, cal_read, decs, lo_num, lo_text, weigh, admit_weighted, change_weight
+local span_end, span_start, span_stop, flush_cal_key, flush_cal, byte, cal_call
+local cal_fields, memo, t_arg, cal_memo, ceil, keys, floor, conf, dec
 -- Numbers read back from Redis (scores, stored values) are read as
 -- num(s) or sci(s): see lua/number.lua, which precedes this script and
 -- declares sci first (at the bottom of the stack); sci is declared again
@@ -408,9 +409,9 @@ local sci = sci
 -- which run sets: a Redis Function's library is loaded where only
 -- redis.register_function and redis.log exist (no string, math or
 -- redis.call), so nothing at the top level may call anything.
-local fmt, args, num, call
-local USEC_PAD, reply_table, key_state_table, count_windows, weighted_functions, add_member, bookkeep
-local distinct_windows, calendar_period, cal_fields, cal_read, finish_op
+local key_state_table, reply, n, t, conf_num, fmt, args, num, call
+local USEC_PAD, reply_table, count_windows, weighted_functions, add_member, finish_op
+local read_slot, read_distinct, read_calendar, read_block, count_admitted, remember_op
 
 -- Constants are literals, named in comments where they are used: a local
 -- would be one more upvalue for each EVAL to bind (see the declarations
@@ -507,19 +508,9 @@ end
 
 -- marks maps an epoch length's text to its marker, 'e' and the text: a
 -- concatenation costs a new string's hashing, a lookup does not. A pure
--- memo like conf, cleared at CONF_MAX entries.
+-- memo like conf, cleared at CONF_MAX entries (by bookkeep, its one
+-- reader: a function of its own would be one more closure per EVAL).
 marks, marks_n = {}, 0
-
--- mark returns 'e' .. name, remembered in marks.
-function mark(name)
-  local m = 'e' .. name
-  if marks_n >= 1024 then -- CONF_MAX
-    marks, marks_n = {}, 0
-  end
-  marks[name] = m
-  marks_n = marks_n + 1
-  return m
-end
 
 -- lo_num[w] and lo_text[w] are the last lower bound (t - period + 1) a
 -- key's window w was read from and fmt('%d', it): the ops of a call share
@@ -527,48 +518,6 @@ end
 -- pure memo too (the text is checked against the number); a bound is new
 -- each call, so a table of them would only grow.
 lo_num, lo_text = {}, {}
-
--- window_lo returns fmt('%d', lo) for window w, through lo_text.
-function window_lo(w, lo)
-  if lo_num[w] == lo then
-    return lo_text[w]
-  end
-  local s = fmt('%d', lo)
-  lo_num[w], lo_text[w] = lo, s
-  return s
-end
-
--- put_window appends a window's used, oldest and edge to the reply (see
--- Reply: oldest only when used > 0, edge only when the request does not
--- fit).
-function put_window(used, oldest, edge)
-  n = n + 1
-  reply[n] = used
-  if oldest then
-    n = n + 1
-    reply[n] = oldest
-    if edge then
-      n = n + 1
-      reply[n] = edge
-    end
-  end
-end
-
--- count_edge returns the edge of a window of count key key that holds used
--- entries, the oldest scored oldest, against limit: nil when the request
--- fits (used < limit), else the score of the entry that must leave first,
--- the entries up to rank used-limit from the oldest.
-function count_edge(key, used, limit, oldest)
-  if used < limit then
-    return nil
-  end
-  if used == limit then
-    return oldest
-  end
-  local rank = dec(-limit)
-  local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
-  return num(s) or sci(s)
-end
 
 -- count_windows reads the nwin windows of count key key, whose fields
 -- start at args[q] (the first period), into the reply, or derives them
@@ -698,6 +647,32 @@ function weighted_functions()
   -- MINUS starts a negative score: a marker's.
   local MINUS = string.byte('-')
   local byte = string.byte
+
+  -- window_lo returns fmt('%d', lo) for window w, through lo_text.
+  local function window_lo(w, lo)
+    if lo_num[w] == lo then
+      return lo_text[w]
+    end
+    local s = fmt('%d', lo)
+    lo_num[w], lo_text[w] = lo, s
+    return s
+  end
+
+  -- put_window appends a window's used, oldest and edge to the reply (see
+  -- Reply: oldest only when used > 0, edge only when the request does not
+  -- fit).
+  local function put_window(used, oldest, edge)
+    n = n + 1
+    reply[n] = used
+    if oldest then
+      n = n + 1
+      reply[n] = oldest
+      if edge then
+        n = n + 1
+        reply[n] = edge
+      end
+    end
+  end
 
   -- total returns the running total of weighted member m.
   local function total(m)
@@ -886,7 +861,15 @@ function bookkeep(key, q, longest, busy, weighted)
   if busy then
     epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
   end
-  local marker = marks[epoch_name] or mark(epoch_name)
+  local marker = marks[epoch_name]
+  if not marker then
+    marker = 'e' .. epoch_name
+    if marks_n >= 1024 then -- CONF_MAX
+      marks, marks_n = {}, 0
+    end
+    marks[epoch_name] = marker
+    marks_n = marks_n + 1
+  end
   local epoch = dec(-(2251799813685248 + floor(t / epoch_len))) -- EPOCH
   if call('ZADD', key, 'CH', epoch, marker) ~= 1 then
     return
@@ -934,14 +917,21 @@ function bookkeep(key, q, longest, busy, weighted)
   end
 end
 
--- distinct_windows reads the nwin windows of count key key, whose fields
--- start at args[q] (the first period), for an op that counts value member
--- v (see Distinct), into the reply: the mask of the windows that hold v,
--- then each window as count_windows does. A window that holds v has room
--- whatever its count. It returns the index of the next field, whether
--- every window has room, the entries in the longest window and whether v
--- counts again (it is older than the shortest window, or absent).
-function distinct_windows(key, q, nwin, v)
+-- read_distinct reads the windows of distinct key key (see Distinct), a
+-- count key whose op counts a value member v, into the reply: the mask of
+-- the windows that hold v, then each window as count_windows does. A
+-- window that holds v has room whatever its count. Its fields start at
+-- args[q] ('0', 'D', v, nwin, busy, then the windows); like the other
+-- read_ steps (see below) it returns the index of the next key's fields
+-- and whether the key has room. key_state[at] 'D' (v counts again: it is
+-- older than the shortest window, or absent) or 'd' (held by every
+-- window) keeps the key out of add_member, [at - 3] points at its nwin for
+-- the bookkeeping.
+function read_distinct(key, q, at)
+  local key_state = key_state_table
+  local nwin, v = conf_num(args[q + 3]), args[q + 2]
+  key_state[at - 3] = q + 3
+  q = q + 5
   local s = call('ZSCORE', key, v)
   s = s and (num(s) or sci(s))
   local mask_at = n + 1
@@ -964,20 +954,46 @@ function distinct_windows(key, q, nwin, v)
       mask = mask + bit
     end
     bit = bit * 2
-    local used, oldest, edge = call('ZCOUNT', key, window_lo(w + 1, lo), '+inf'), nil, nil
+    -- window_lo and put_window (see weighted_functions), inline: a closure
+    -- costs each EVAL.
+    local lo_s = lo_text[w + 1]
+    if lo_num[w + 1] ~= lo then
+      lo_s = fmt('%d', lo)
+      lo_num[w + 1], lo_text[w + 1] = lo, lo_s
+    end
+    local used, oldest, edge = call('ZCOUNT', key, lo_s, '+inf'), nil, nil
     if used > 0 then
       local rank = dec(-used)
       local score = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
       oldest = num(score) or sci(score)
-      edge = count_edge(key, used, limit, oldest)
+      -- The edge, as in count_windows: the entry at rank used-limit from
+      -- the oldest must leave first.
+      if used == limit then
+        edge = oldest
+      elseif used > limit then
+        local rank = dec(-limit)
+        local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+        edge = num(s) or sci(s)
+      end
       fits = fits and (held or not edge)
     end
-    put_window(used, oldest, edge)
+    n = n + 1
+    reply[n] = used
+    if oldest then
+      n = n + 1
+      reply[n] = oldest
+      if edge then
+        n = n + 1
+        reply[n] = edge
+      end
+    end
     longest_used = longest_used or used
   end
   reply[mask_at] = mask
   local shortest = conf_num(args[q + 2 * nwin - 2])
-  return q + 2 * nwin, fits, longest_used, not (s and s > t - shortest)
+  key_state[at - 2], key_state[at - 1] = conf_num(args[q]), longest_used >= 64 -- BUSY
+  key_state[at] = (s and s > t - shortest) and 'd' or 'D'
+  return q + 2 * nwin, fits
 end
 
 -- WEIGHT_MOVE, 64, bounds the later entries a weighted change rewrites.
@@ -1233,13 +1249,6 @@ function cal_call(cmd, key, f, incr)
   return r
 end
 
--- calendar_count returns what calendar key key counts in the period that
--- starts at start (a string): 0 for a period it holds no count of.
-function calendar_count(key, start)
-  local v = cal_call('HGET', key, start)
-  return v and num(v) or 0
-end
-
 -- cal_memo maps a calendar key that an op of the call read to {start,
 -- count, ahead, ttl}: its period's start (as in ARGV), the period's count
 -- after the call's admissions so far, what Redis holds beyond count (a
@@ -1308,7 +1317,9 @@ function cal_read(key, start, cost, cost_arg, tentative)
     used = cal_call('HINCRBY', key, start, cost_arg) - cost
     m = {start, used, cost, false}
   else
-    used = calendar_count(key, start)
+    -- What the period counts: 0 when it holds no count of it.
+    local v = cal_call('HGET', key, start)
+    used = v and num(v) or 0
     m = {start, used, 0, false}
   end
   cal_memo[key] = m
@@ -1635,6 +1646,146 @@ function finish_op(p, used)
   return q, used + nkeys
 end
 
+-- The steps of an allow or peek op that run leaves to functions: the
+-- keys an op of the download group or the 2-window group does not have
+-- (slot keys aside), and what follows the decision. read_slot,
+-- read_distinct (above), read_calendar and read_block read the key at at (see
+-- key_state in run), whose fields start at args[q], into the reply and
+-- key_state, and return the index of the next key's fields and whether
+-- the key has room.
+
+-- read_slot reads slot key key (see Slots): it has room when fewer than
+-- its limit of slots are live.
+function read_slot(key, q, at)
+  local key_state = key_state_table
+  local used = call('ZCOUNT', key, t_arg, '+inf')
+  n = n + 1
+  reply[n] = used
+  local lease = conf_num(args[q + 3])
+  key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
+  return q + 4, used < conf_num(args[q + 2])
+end
+
+-- read_calendar reads calendar key key (see Calendars) for an op that
+-- adds its cost at once when tentative (see cal_read); instead of the
+-- next index it returns nil and the error when t lies outside the key's
+-- periods. key_state[at], the period's start, keeps it out of add_member
+-- and the bookkeeping; -2 marks it for the admission to count
+-- key_state[at - 1], the op's cost, in its memo entry, and
+-- key_state[at - 3] is the expiry a period's first admission sets.
+function read_calendar(key, q, at, tentative)
+  local key_state = key_state_table
+  cal_fields = cal_fields or {}
+  local f = cal_fields[key]
+  local next_q = q + 2
+  if args[q + 1] ~= 'q' then
+    next_q = q + 5
+    if args[q + 1] == 'P' then
+      next_q = q + 8 -- q + 4 + CAL_BOUNDS
+    end
+    -- A 'Q' field i names the boundaries; a 'P' key sends its own.
+    if not (args[q + 1] == 'Q' and f and f[7] == args[q + 4] and f[5] == args[q + 2] and f[6] == args[q + 3]) then
+      local bounds = q + 4
+      if args[q + 1] == 'Q' then
+        bounds = num(args[q + 4])
+      end
+      local start, stop = calendar_period(bounds)
+      if not start then
+        return nil, 'ERR slidelimit: time outside the calendar boundaries of ' .. key
+      end
+      f = {start, stop, conf_num(args[q + 2]), conf_num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
+      cal_fields[key] = f
+    end
+  elseif not f then
+    return nil, 'ERR slidelimit: calendar key without fields ' .. key
+  end
+  local start, stop, cost = f[1], f[2], f[3]
+  local used = cal_read(key, start, cost, f[5], tentative)
+  n = n + 1
+  reply[n] = used
+  n = n + 1
+  reply[n] = stop - t
+  -- The period's first admission sets the expiry; later ones keep it.
+  key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + 1000) -- CAL_MARGIN
+  key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
+  return next_q, used + cost <= f[4]
+end
+
+-- read_block reads block key key (see Blocks) after a key with room or
+-- not (key_fits) for an op of member (a peek's is empty): it has room
+-- unless a block is in force. key_state[at] true (and no longest period)
+-- keeps it out of the admission and the bookkeeping.
+function read_block(key, q, at, key_fits, member)
+  local key_state = key_state_table
+  key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
+  local left, ends, open = 0, call('GET', key), true
+  ends = ends and (num(ends) or sci(ends))
+  if ends and ends > t then
+    left, open = ends - t, false
+  elseif not key_fits and member ~= '' then
+    left = conf_num(args[q + 2])
+    call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
+  end
+  n = n + 1
+  reply[n] = left
+  return q + 3, open
+end
+
+-- count_admitted counts an admitted op in the nkeys keys after KEYS[first]
+-- beyond its member (added by add_member and admit_weighted): a distinct
+-- value, a calendar count, and each key's bookkeeping, unless the op's
+-- memo entries (key_memo, in ops the engine marked: remember) say it ran
+-- at t already.
+function count_admitted(first, nkeys, remember, key_memo)
+  local key_state = key_state_table
+  for k = 1, nkeys do
+    local at = 4 * k
+    if key_state[at] == 'D' or key_state[at] == 'd' then
+      -- A distinct key: the value counts (again) at t.
+      local key = keys[first + k]
+      if key_state[at] == 'D' then
+        call('ZADD', key, t_arg, args[key_state[at - 3] - 1])
+      end
+      bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
+    elseif key_state[at - 2] == -2 then
+      -- A calendar key: the period's new count, written at the end
+      -- of the call (see cal_memo).
+      local m, cost = cal_memo[keys[first + k]], key_state[at - 1]
+      m[2], m[3] = m[2] + cost, m[3] - cost
+      m[4] = m[4] or key_state[at - 3]
+    elseif key_state[at - 2] == 0 then
+      -- A slot key: its bookkeeping once per epoch of one lease (see
+      -- Slots).
+      local key, lease = keys[first + k], key_state[at - 1]
+      if call('ZADD', key, 'CH', dec(-(2251799813685248 + floor(t / lease))), 'e') == 1 then -- EPOCH
+        call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
+        local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
+        if call('PEXPIRE', key, ttl, 'GT') == 0 then
+          call('PEXPIRE', key, ttl, 'NX')
+        end
+      end
+    elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
+      bookkeep(keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
+    end
+  end
+end
+
+-- remember_op updates the memo (see memo) after an op on the nkeys keys
+-- after KEYS[first]: the op's count keys, when the engine marked it
+-- (remember; key_memo as in run), with added 1 when it added an entry;
+-- any other key is forgotten.
+function remember_op(first, nkeys, remember, key_memo, added)
+  local key_state = key_state_table
+  for k = 1, nkeys do
+    local at = 4 * k
+    local m
+    if remember and not key_state[at] and key_memo[2 * k - 1] < 131072 then -- SLOTS
+      m = ((key_state[at - 3] + 2) * 131072 + key_memo[2 * k - 1]) * 2 + added -- SLOTS
+    end
+    memo[keys[first + k]] = m
+  end
+end
+
 -- run decides one call: keys and argv are its KEYS and ARGV. It holds
 -- the call's main loop, and first sets every variable of the call's
 -- state (above), so that nothing is left from the call before: the EVAL
@@ -1747,94 +1898,33 @@ function run(ks, argv)
         q, key_fits, state = weigh(key, q + 2, -nwin)
         fits = fits and key_fits
         key_state[at - 2], key_state[at - 1], key_state[at] = conf_num(args[state[4]]), true, state
-      elseif args[q + 1] == 'S' then
-        -- A slot key (see Slots).
-        local used = call('ZCOUNT', key, t_arg, '+inf')
-        n = n + 1
-        reply[n] = used
-        fits = fits and used < conf_num(args[q + 2])
-        local lease = conf_num(args[q + 3])
-        key_state[at - 2], key_state[at - 1], key_state[at] = 0, lease, fmt('%d', t + lease)
-        q = q + 4
-      elseif args[q + 1] == 'D' then
-        -- A distinct key (see Distinct): a count key whose op counts a
-        -- value; key_state[at] 'D' (count it) or 'd' (held by every window)
-        -- keeps it out of add_member, [at - 3] points at its nwin for the
-        -- bookkeeping.
-        local dnwin = conf_num(args[q + 3])
-        local again, longest_used
-        q, key_fits, longest_used, again = distinct_windows(key, q + 5, dnwin, args[q + 2])
-        fits = fits and key_fits
-        key_state[at - 3] = key_state[at - 3] + 3
-        key_state[at - 2], key_state[at - 1] = conf_num(args[key_state[at - 3] + 2]), longest_used >= 64 -- BUSY
-        key_state[at] = again and 'D' or 'd'
-      elseif args[q + 1] == 'P' or args[q + 1] == 'Q' or args[q + 1] == 'q' then
-        -- A calendar key (see Calendars): key_state[at], the period's start,
-        -- keeps it out of add_member and the bookkeeping; -2 marks it for the
-        -- admission to count key_state[at - 1], the op's cost, in its memo
-        -- entry, and key_state[at - 3] is the expiry a period's first
-        -- admission sets.
-        cal_fields = cal_fields or {}
-        local f = cal_fields[key]
-        local next_q = q + 2
-        if args[q + 1] ~= 'q' then
-          next_q = q + 5
-          if args[q + 1] == 'P' then
-            next_q = q + 8 -- q + 4 + CAL_BOUNDS
-          end
-          -- A 'Q' field i names the boundaries; a 'P' key sends its own.
-          if not (args[q + 1] == 'Q' and f and f[7] == args[q + 4] and f[5] == args[q + 2] and f[6] == args[q + 3]) then
-            local bounds = q + 4
-            if args[q + 1] == 'Q' then
-              bounds = num(args[q + 4])
-            end
-            local start, stop = calendar_period(bounds)
-            if not start then
-              flush_cal()
-              return redis.error_reply('ERR slidelimit: time outside the calendar boundaries of ' .. key)
-            end
-            f = {start, stop, conf_num(args[q + 2]), conf_num(args[q + 3]), args[q + 2], args[q + 3], args[q + 4]}
-            cal_fields[key] = f
-          end
-        elseif not f then
-          flush_cal()
-          return redis.error_reply('ERR slidelimit: calendar key without fields ' .. key)
-        end
-        local start, stop, cost = f[1], f[2], f[3]
-        local used = cal_read(key, start, cost, f[5], fits and member ~= '')
-        key_fits = used + cost <= f[4]
-        fits = fits and key_fits
-        n = n + 1
-        reply[n] = used
-        n = n + 1
-        reply[n] = stop - t
-        -- The period's first admission sets the expiry; later ones keep it.
-        key_state[at - 3] = used == 0 and fmt('%d', ceil((stop - t) / 1000) + 1000) -- CAL_MARGIN
-        key_state[at - 2], key_state[at - 1], key_state[at] = -2, cost, start
-        q = next_q
       else
-        -- A block key: key_state[at] true (and no longest period) keeps it
-        -- out of the admission and the bookkeeping.
-        if args[q + 1] ~= 'B' then
+        local kind = args[q + 1]
+        if kind == 'S' then
+          -- A slot key has no block key: key_fits stays the previous key's.
+          local slot_fits
+          q, slot_fits = read_slot(key, q, at)
+          fits = fits and slot_fits
+        elseif kind == 'D' then
+          q, key_fits = read_distinct(key, q, at)
+          fits = fits and key_fits
+        elseif kind == 'P' or kind == 'Q' or kind == 'q' then
+          q, key_fits = read_calendar(key, q, at, fits and member ~= '')
+          if not q then
+            flush_cal()
+            return redis.error_reply(key_fits)
+          end
+          fits = fits and key_fits
+        elseif kind == 'B' then
+          local open
+          q, open = read_block(key, q, at, key_fits, member)
+          fits = fits and open
+        else
           flush_cal()
-          return redis.error_reply('ERR slidelimit: unknown key kind ' .. args[q + 1])
+          return redis.error_reply('ERR slidelimit: unknown key kind ' .. kind)
         end
-        key_state[at - 2], key_state[at - 1], key_state[at] = -1, false, true
-        -- See Blocks.
-        local left, ends = 0, call('GET', key)
-        ends = ends and (num(ends) or sci(ends))
-        if ends and ends > t then
-          left, fits = ends - t, false
-        elseif not key_fits and member ~= '' then
-          left = conf_num(args[q + 2])
-          call('SET', key, fmt('%d', t + left), 'PX', fmt('%d', ceil(left / 1000)))
-        end
-        n = n + 1
-        reply[n] = left
-        q = q + 3
       end
     end
-
     local status, suffix = 0, 0 -- DENIED
     if fits then
       status = 1 -- ADMITTED
@@ -1857,36 +1947,7 @@ function run(ks, argv)
             end
           end
         end
-        for k = 1, nkeys do
-          local at = 4 * k
-          if key_state[at] == 'D' or key_state[at] == 'd' then
-            -- A distinct key: the value counts (again) at t.
-            local key = keys[used_keys + k]
-            if key_state[at] == 'D' then
-              call('ZADD', key, t_arg, args[key_state[at - 3] - 1])
-            end
-            bookkeep(key, key_state[at - 3], key_state[at - 2], key_state[at - 1], false)
-          elseif key_state[at - 2] == -2 then
-            -- A calendar key: the period's new count, written at the end
-            -- of the call (see cal_memo).
-            local m, cost = cal_memo[keys[used_keys + k]], key_state[at - 1]
-            m[2], m[3] = m[2] + cost, m[3] - cost
-            m[4] = m[4] or key_state[at - 3]
-          elseif key_state[at - 2] == 0 then
-            -- A slot key: its bookkeeping once per epoch of one lease (see
-            -- Slots).
-            local key, lease = keys[used_keys + k], key_state[at - 1]
-            if call('ZADD', key, 'CH', dec(-(2251799813685248 + floor(t / lease))), 'e') == 1 then -- EPOCH
-              call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
-              local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
-              if call('PEXPIRE', key, ttl, 'GT') == 0 then
-                call('PEXPIRE', key, ttl, 'NX')
-              end
-            end
-          elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
-            bookkeep(keys[used_keys + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
-          end
-        end
+        count_admitted(used_keys, nkeys, remember, key_memo)
       end
     end
     reply[code] = status + 4 * suffix
@@ -1897,14 +1958,7 @@ function run(ks, argv)
       if status == 1 and member ~= '' then -- ADMITTED
         added = 1
       end
-      for k = 1, nkeys do
-        local at = 4 * k
-        local m
-        if remember and not key_state[at] and key_memo[2 * k - 1] < 131072 then -- SLOTS
-          m = ((key_state[at - 3] + 2) * 131072 + key_memo[2 * k - 1]) * 2 + added -- SLOTS
-        end
-        memo[keys[used_keys + k]] = m
-      end
+      remember_op(used_keys, nkeys, remember, key_memo, added)
     end
     p = q
     used_keys = used_keys + nkeys
