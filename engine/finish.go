@@ -42,7 +42,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 		return err
 	}
 	if t.src == fromLocal {
-		c.finishing(t, o, deltas, keepSlots)
+		c.finishing(t, o, deltas, keepSlots, time.Now())
 		e.local.finish(t, c.fin)
 		return nil
 	}
@@ -52,7 +52,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.finishing(t, o, deltas, keepSlots)
+	c.finishing(t, o, deltas, keepSlots, time.Now())
 	if len(c.fin) == 0 {
 		return nil
 	}
@@ -128,10 +128,10 @@ func (c *call) finishName(o *Outcome) string {
 	return "release"
 }
 
-// finishing makes c the finish op of t for o, settling by deltas (per key
-// of t, nil for none): the work not done yet, one undo per key, claimed in
-// t's state.
-func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
+// finishing makes c the finish op of t for o at now, settling by deltas
+// (per key of t, nil for none): the work not done yet, one undo per key,
+// claimed in t's state.
+func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool, now time.Time) {
 	c.mode, c.id = opFinish, t.id
 	c.fin = c.fin[:0]
 	want := uint32(0)
@@ -145,11 +145,11 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 		want |= doneSettle
 	}
 	before := t.claim(want)
-	now := time.Now().UnixMicro()
+	until := now.UnixMicro()
 	member := t.member()
 	for i := range t.keys {
 		k := &t.keys[i]
-		u := undo{key: t.key(i), member: member, suffix: k.suffix, until: now + k.longest, kind: k.kind}
+		u := undo{key: t.key(i), member: member, suffix: k.suffix, until: until + k.longest, kind: k.kind}
 		switch {
 		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
 			if k.kind == kindSlot && before&doneRelease != 0 {

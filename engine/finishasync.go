@@ -37,8 +37,9 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		e.asyncFailed(op, t.member(), err)
 		return
 	}
+	now := time.Now() // for the undos and the queue's bound
 	if t.src == fromLocal {
-		c.finishing(t, &o, deltas, false)
+		c.finishing(t, &o, deltas, false, now)
 		e.local.finish(t, c.fin)
 		putCall(c)
 		return
@@ -48,7 +49,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		e.asyncFailed(op, t.member(), ErrClosed)
 		return
 	}
-	c.finishing(t, &o, deltas, false)
+	c.finishing(t, &o, deltas, false, now)
 	if len(c.fin) == 0 {
 		putCall(c)
 		return
@@ -67,7 +68,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	// Answers sent before now may count what the finish removes: this
 	// process's cached denials must not rely on them (see forgetAsync).
 	e.forgetAsync(c)
-	if !e.async.push(e, c) { // from here on, c is the queue's
+	if !e.async.push(e, c, now) { // from here on, c is the queue's
 		putCall(c)
 		e.asyncFailed(op, t.member(), ErrClosed)
 	}
@@ -148,9 +149,10 @@ func (fl *flight) wait() <-chan struct{} {
 	return fl.done
 }
 
-// push queues c and, when c is the first pending call, makes sure the
-// timer runs within the bound. It reports false after Close.
-func (a *asyncQueue) push(e *Engine, c *call) bool {
+// push queues c, made at now, and, when c is the first pending call,
+// makes sure the timer runs within the bound. It reports false after
+// Close.
+func (a *asyncQueue) push(e *Engine, c *call, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -159,7 +161,7 @@ func (a *asyncQueue) push(e *Engine, c *call) bool {
 	a.pending = append(a.pending, c)
 	a.n.Add(1)
 	if len(a.pending) == 1 {
-		a.since = time.Now()
+		a.since = now
 		if !a.armed {
 			// An armed timer runs before the bound of this call, and is
 			// armed again then for the rest (see flushAsync): moving it

@@ -231,7 +231,7 @@ func TestFinishAsyncTouches(t *testing.T) {
 	if e.async.touches(ask("k")) {
 		t.Fatal("touches with nothing queued")
 	}
-	e.async.push(e, fin)
+	e.async.push(e, fin, time.Now())
 	if !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
 		t.Fatal("queued: touches wrong")
 	}
@@ -269,7 +269,7 @@ func TestFinishAsyncTouchesIndexed(t *testing.T) {
 	for i := range flightIndex {
 		fin := &call{mode: opFinish}
 		fin.plan.keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
-		e.async.push(e, fin)
+		e.async.push(e, fin, time.Now())
 	}
 	e.async.mu.Lock()
 	fl := e.async.takeOff()
