@@ -25,7 +25,7 @@ func finishUndos(t *testing.T, d Decision, o Outcome) []undo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.finishing(d.taken, &o, deltas, false, time.Now())
+	c.finishing(d.taken, &o, deltas, false)
 	return slices.Clone(c.fin)
 }
 

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"strconv"
-	"time"
 )
 
 // Outcome is how an admitted request ended, for Finish. The zero Outcome
@@ -42,7 +41,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 		return err
 	}
 	if t.src == fromLocal {
-		c.finishing(t, o, deltas, keepSlots, time.Now())
+		c.finishing(t, o, deltas, keepSlots)
 		e.local.finish(t, c.fin)
 		return nil
 	}
@@ -52,7 +51,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	c.finishing(t, o, deltas, keepSlots, time.Now())
+	c.finishing(t, o, deltas, keepSlots)
 	if len(c.fin) == 0 {
 		return nil
 	}
@@ -128,10 +127,11 @@ func (c *call) finishName(o *Outcome) string {
 	return "release"
 }
 
-// finishing makes c the finish op of t for o at now, settling by deltas
-// (per key of t, nil for none): the work not done yet, one undo per key,
-// claimed in t's state.
-func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool, now time.Time) {
+// finishing makes c the finish op of t for o, settling by deltas (per key
+// of t, nil for none): the work not done yet, one undo per key, claimed in
+// t's state. The undos' until is left to undoQueue.push: most finishes
+// are never queued, and a clock reading per finish costs.
+func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 	c.mode, c.id = opFinish, t.id
 	c.fin = c.fin[:0]
 	want := uint32(0)
@@ -145,11 +145,10 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool, n
 		want |= doneSettle
 	}
 	before := t.claim(want)
-	until := now.UnixMicro()
 	member := t.member()
 	for i := range t.keys {
 		k := &t.keys[i]
-		u := undo{key: t.key(i), member: member, suffix: k.suffix, until: until + k.longest, kind: k.kind}
+		u := undo{key: t.key(i), member: member, suffix: k.suffix, longest: k.longest, kind: k.kind}
 		switch {
 		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
 			if k.kind == kindSlot && before&doneRelease != 0 {

@@ -37,9 +37,8 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		e.asyncFailed(op, t.member(), err)
 		return
 	}
-	now := time.Now() // for the undos and the queue's bound
 	if t.src == fromLocal {
-		c.finishing(t, &o, deltas, false, now)
+		c.finishing(t, &o, deltas, false)
 		e.local.finish(t, c.fin)
 		putCall(c)
 		return
@@ -49,7 +48,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		e.asyncFailed(op, t.member(), ErrClosed)
 		return
 	}
-	c.finishing(t, &o, deltas, false, now)
+	c.finishing(t, &o, deltas, false)
 	if len(c.fin) == 0 {
 		putCall(c)
 		return
@@ -68,7 +67,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	// Answers sent before now may count what the finish removes: this
 	// process's cached denials must not rely on them (see forgetAsync).
 	e.forgetAsync(c)
-	if !e.async.push(e, c, now) { // from here on, c is the queue's
+	if !e.async.push(e, c) { // from here on, c is the queue's
 		putCall(c)
 		e.asyncFailed(op, t.member(), ErrClosed)
 	}
@@ -88,12 +87,15 @@ type asyncQueue struct {
 	failed  atomic.Uint64
 	mu      sync.Mutex
 	pending []*call
-	since   time.Time // when the first pending call was queued
-	air     []*flight
-	timer   *time.Timer   // sends pending calls bound after the first
-	armed   bool          // the timer will run
-	bound   time.Duration // asyncBound; tests that must see the queue lengthen it
-	closed  bool
+	// since is when the first pending call was queued, at the latest (µs
+	// of e.elapsed): the engine's last answer before it, whose clock
+	// reading costs nothing more. An earlier since only sends sooner.
+	since  int64
+	air    []*flight
+	timer  *time.Timer   // sends pending calls bound after the first
+	armed  bool          // the timer will run
+	bound  time.Duration // asyncBound; tests that must see the queue lengthen it
+	closed bool
 }
 
 // A flight is the queued finishes one script call (or pipeline) carries.
@@ -149,10 +151,9 @@ func (fl *flight) wait() <-chan struct{} {
 	return fl.done
 }
 
-// push queues c, made at now, and, when c is the first pending call,
-// makes sure the timer runs within the bound. It reports false after
-// Close.
-func (a *asyncQueue) push(e *Engine, c *call, now time.Time) bool {
+// push queues c and, when c is the first pending call, makes sure the
+// timer runs within the bound. It reports false after Close.
+func (a *asyncQueue) push(e *Engine, c *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -161,7 +162,10 @@ func (a *asyncQueue) push(e *Engine, c *call, now time.Time) bool {
 	a.pending = append(a.pending, c)
 	a.n.Add(1)
 	if len(a.pending) == 1 {
-		a.since = now
+		a.since = e.lastAnswer.Load()
+		if a.since == 0 {
+			a.since = e.elapsed() // no answer yet, or a test clock
+		}
 		if !a.armed {
 			// An armed timer runs before the bound of this call, and is
 			// armed again then for the rest (see flushAsync): moving it
@@ -322,7 +326,7 @@ func (e *Engine) flushAsync() {
 		a.mu.Unlock()
 		return
 	}
-	if left := a.bound - time.Since(a.since); left > 0 {
+	if left := a.bound - time.Duration(e.elapsed()-a.since)*time.Microsecond; left > 0 {
 		// Armed for calls a batch took since: the first pending one was
 		// queued later.
 		a.arm(e, left)

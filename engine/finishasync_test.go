@@ -231,7 +231,7 @@ func TestFinishAsyncTouches(t *testing.T) {
 	if e.async.touches(ask("k")) {
 		t.Fatal("touches with nothing queued")
 	}
-	e.async.push(e, fin, time.Now())
+	e.async.push(e, fin)
 	if !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
 		t.Fatal("queued: touches wrong")
 	}
@@ -269,7 +269,7 @@ func TestFinishAsyncTouchesIndexed(t *testing.T) {
 	for i := range flightIndex {
 		fin := &call{mode: opFinish}
 		fin.plan.keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
-		e.async.push(e, fin, time.Now())
+		e.async.push(e, fin)
 	}
 	e.async.mu.Lock()
 	fl := e.async.takeOff()
@@ -332,7 +332,7 @@ func TestFinishAsyncTimerRearms(t *testing.T) {
 		t.Fatalf("after a run before its bound: pending %d, armed %v; want the finish kept and the timer armed again", n, armed)
 	}
 	e.async.mu.Lock()
-	e.async.since = time.Now().Add(-2 * time.Hour)
+	e.async.since = e.elapsed() - (2 * time.Hour).Microseconds()
 	e.async.mu.Unlock()
 	e.flushAsync() // the run at its bound
 	if n, armed := state(); n != 0 || armed {
