@@ -189,8 +189,9 @@ func putCall(c *call) {
 }
 
 // sharing reports, per call of batch, whether it shares a key with
-// another call of the batch, or nil for a batch of one admission or peek. Many calls on one
-// key (a hot key under load) are then decided with one read of it.
+// another call of the batch, or nil for a batch of one admission or peek.
+// Many calls on one key (a hot key under load) are then decided with one
+// read of it.
 func (c *call) sharing(batch []*call) []bool {
 	if len(batch) < 2 {
 		return nil
