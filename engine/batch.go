@@ -189,11 +189,21 @@ func putCall(c *call) {
 }
 
 // sharing reports, per call of batch, whether it shares a key with
-// another call of the batch, or nil for a batch of one. Many calls on one
-// key (a hot key under load) are then decided with one read of it.
+// another call of the batch, or nil for a batch of one admission or peek.
+// Many calls on one key (a hot key under load) are then decided with one
+// read of it.
 func (c *call) sharing(batch []*call) []bool {
 	if len(batch) < 2 {
 		return nil
+	}
+	ops := 0 // admissions and peeks: a finish reads no window
+	for _, o := range batch {
+		if o.mode != opFinish {
+			ops++
+		}
+	}
+	if ops < 2 {
+		return nil // a lone admission with the finishes riding with it
 	}
 	if c.seen == nil {
 		c.seen = make(map[string]int32)

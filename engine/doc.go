@@ -29,7 +29,7 @@
 // [Engine.FinishAsync] is Finish without the wait, for a caller that has
 // answered already (the middleware after its handler): it queues the
 // finish op, which rides the engine's next script call to the key's
-// server, ahead of that call's admissions, or is sent on its own after
+// server, ahead of that call's admissions, or is sent on its own within
 // 1 ms (on a busy engine, with the batch led next). An Allow
 // of the same engine made after FinishAsync returns sees the
 // finish applied; other processes see it within 1 ms and one or two
@@ -430,7 +430,7 @@
 // in order, per server elsewhere), and a batch that starts while an
 // earlier batch carrying queued ops of its keys is still on its way waits
 // for that batch's answer before it is sent. Without other traffic the op
-// is sent on its own after 1 ms. Other processes thus see the finish
+// is sent on its own within 1 ms. Other processes thus see the finish
 // at most 1 ms plus one round trip after FinishAsync, plus one more
 // round trip when the engine's batch slots are all in flight then, and
 // plus the delay of a retry when Redis fails (below).

@@ -60,6 +60,11 @@ type Engine struct {
 	fn       fnState    // whether decisions go as FCALL (function.go)
 	chanName string     // the invalidation channel (see channel)
 
+	// lastAnswer is when the last batch was answered (µs of e.elapsed;
+	// 0 before the first, and with WithClock): FinishAsync's queue reads
+	// it for the time a finish was queued (see asyncQueue.since).
+	lastAnswer atomic.Int64
+
 	doms   domains    // failure domains: which servers timed out
 	bg     background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"strconv"
-	"time"
 )
 
 // Outcome is how an admitted request ended, for Finish. The zero Outcome
@@ -130,7 +129,8 @@ func (c *call) finishName(o *Outcome) string {
 
 // finishing makes c the finish op of t for o, settling by deltas (per key
 // of t, nil for none): the work not done yet, one undo per key, claimed in
-// t's state.
+// t's state. The undos' until is left to undoQueue.push: most finishes
+// are never queued, and a clock reading per finish costs.
 func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 	c.mode, c.id = opFinish, t.id
 	c.fin = c.fin[:0]
@@ -145,11 +145,10 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 		want |= doneSettle
 	}
 	before := t.claim(want)
-	now := time.Now().UnixMicro()
 	member := t.member()
 	for i := range t.keys {
 		k := &t.keys[i]
-		u := undo{key: t.key(i), member: member, suffix: k.suffix, until: now + k.longest, kind: k.kind}
+		u := undo{key: t.key(i), member: member, suffix: k.suffix, longest: k.longest, kind: k.kind}
 		switch {
 		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
 			if k.kind == kindSlot && before&doneRelease != 0 {

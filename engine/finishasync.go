@@ -81,48 +81,110 @@ func (e *Engine) finishAsyncFailures() uint64 { return e.async.failed.Load() }
 
 // asyncQueue holds the finishes of FinishAsync from their call until
 // Redis answered them: queued (pending) until a batch or the timer takes
-// them, then in the air in a flight until its answer is read. The keys
-// in the air are counted, so that a batch can tell cheaply whether it
-// must wait for a flight.
+// them, then in the air in a flight until its answer is read.
 type asyncQueue struct {
 	n       atomic.Int32 // calls pending or in the air: 0 lets batches skip the lock
 	failed  atomic.Uint64
 	mu      sync.Mutex
 	pending []*call
-	air     []*flight
-	flying  map[string]int32 // per key: calls in the air that touch it
-	timer   *time.Timer      // sends pending calls bound after the first
-	bound   time.Duration    // asyncBound; tests that must see the queue lengthen it
-	closed  bool
+	// since is when the first pending call was queued, at the latest (µs
+	// of e.elapsed): the engine's last answer before it, whose clock
+	// reading costs nothing more. An earlier since only sends sooner.
+	since  int64
+	air    []*flight
+	timer  *time.Timer   // sends pending calls bound after the first
+	armed  bool          // the timer will run
+	bound  time.Duration // asyncBound; tests that must see the queue lengthen it
+	closed bool
 }
 
 // A flight is the queued finishes one script call (or pipeline) carries.
+// Flights are pooled, with their buffers: taking the pending calls off
+// then allocates nothing.
 type flight struct {
 	calls []*call
-	done  chan struct{} // closed once they were answered
+	nkeys int                 // keys of the calls, counted with repeats
+	keys  map[string]struct{} // the calls' keys, once indexed (see uses)
+	index bool                // keys holds them
+	done  chan struct{}       // made for the first waiter; closed once they were answered
 }
 
-// push queues c and arms the timer when c is the first pending call. It
-// reports false after Close.
+var flightPool = sync.Pool{New: func() any { return new(flight) }}
+
+// flightIndex is how many keys a flight holds before uses indexes them:
+// below, a scan costs less than building the index.
+const flightIndex = 8
+
+// uses reports whether a call of fl uses key k. Called with the queue's
+// lock held.
+func (fl *flight) uses(k string) bool {
+	if fl.nkeys <= flightIndex {
+		for _, c := range fl.calls {
+			if slices.Contains(c.plan.keys, k) {
+				return true
+			}
+		}
+		return false
+	}
+	if !fl.index {
+		if fl.keys == nil {
+			fl.keys = make(map[string]struct{}, fl.nkeys)
+		}
+		for _, c := range fl.calls {
+			for _, key := range c.plan.keys {
+				fl.keys[key] = struct{}{}
+			}
+		}
+		fl.index = true
+	}
+	_, ok := fl.keys[k]
+	return ok
+}
+
+// wait returns a channel closed once fl was answered. Called with the
+// queue's lock held, while fl is in the air.
+func (fl *flight) wait() <-chan struct{} {
+	if fl.done == nil {
+		// Made only when a batch must wait: most flights land unwatched.
+		fl.done = make(chan struct{})
+	}
+	return fl.done
+}
+
+// push queues c and, when c is the first pending call, makes sure the
+// timer runs within the bound. It reports false after Close.
 func (a *asyncQueue) push(e *Engine, c *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
 		return false
 	}
-	if a.flying == nil {
-		a.flying = make(map[string]int32)
-	}
 	a.pending = append(a.pending, c)
 	a.n.Add(1)
 	if len(a.pending) == 1 {
-		if a.timer == nil {
-			a.timer = time.AfterFunc(a.bound, e.flushAsync)
-		} else {
-			a.timer.Reset(a.bound)
+		a.since = e.lastAnswer.Load()
+		if a.since == 0 {
+			a.since = e.elapsed() // no answer yet, or a test clock
+		}
+		if !a.armed {
+			// An armed timer runs before the bound of this call, and is
+			// armed again then for the rest (see flushAsync): moving it
+			// for every first call would cost a timer reset per finish,
+			// where batches take nearly all of them.
+			a.arm(e, a.bound)
 		}
 	}
 	return true
+}
+
+// arm makes the timer run flushAsync after d. Called with a.mu held.
+func (a *asyncQueue) arm(e *Engine, d time.Duration) {
+	if a.timer == nil {
+		a.timer = time.AfterFunc(d, e.flushAsync)
+	} else {
+		a.timer.Reset(d)
+	}
+	a.armed = true
 }
 
 // takeOff makes the pending calls a flight in the air and returns it, or
@@ -131,31 +193,35 @@ func (a *asyncQueue) takeOff() *flight {
 	if len(a.pending) == 0 {
 		return nil
 	}
-	fl := &flight{calls: a.pending, done: make(chan struct{})}
-	a.pending = nil
+	fl := flightPool.Get().(*flight)
+	// The flight's emptied buffer holds the next pending calls.
+	fl.calls, a.pending = a.pending, fl.calls[:0]
+	fl.nkeys = 0
 	for _, c := range fl.calls {
-		for _, k := range c.plan.keys {
-			a.flying[k]++
-		}
+		fl.nkeys += len(c.plan.keys)
 	}
 	a.air = append(a.air, fl)
 	return fl
 }
 
-// conflicts reports whether an Allow or Peek of batch uses a key of a
-// call in the air. Called with a.mu held.
-func (a *asyncQueue) conflicts(batch []*call) bool {
-	for _, c := range batch {
-		if c.mode == opFinish {
-			continue // finishes commute with finishes of other requests
-		}
-		for _, k := range c.plan.keys {
-			if a.flying[k] > 0 {
-				return true
+// conflicts appends to wait the flights in the air that carry a key of
+// an Allow or Peek of batch, and returns it. Called with a.mu held.
+func (a *asyncQueue) conflicts(batch []*call, wait []<-chan struct{}) []<-chan struct{} {
+	for _, fl := range a.air {
+	calls:
+		for _, c := range batch {
+			if c.mode == opFinish {
+				continue // finishes commute with finishes of other requests
+			}
+			for _, k := range c.plan.keys {
+				if fl.uses(k) {
+					wait = append(wait, fl.wait())
+					break calls
+				}
 			}
 		}
 	}
-	return false
+	return wait
 }
 
 // touches reports whether a queued finish not yet answered uses a key of
@@ -169,8 +235,10 @@ func (a *asyncQueue) touches(c *call) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, k := range c.plan.keys {
-		if a.flying[k] > 0 {
-			return true
+		for _, fl := range a.air {
+			if fl.uses(k) {
+				return true
+			}
 		}
 		for _, q := range a.pending {
 			if slices.Contains(q.plan.keys, k) {
@@ -188,15 +256,16 @@ func (a *asyncQueue) touches(c *call) bool {
 // may have been sent on another connection, which Redis may read later.
 func (e *Engine) board(batch, buf []*call) ([]*call, *flight) {
 	a := &e.async
+	var room [4]<-chan struct{}
+	wait := room[:0]
 	a.mu.Lock()
-	var wait []*flight
-	if len(a.air) > 0 && a.conflicts(batch) {
-		wait = append(wait, a.air...)
+	if len(a.air) > 0 {
+		wait = a.conflicts(batch, wait)
 	}
 	fl := a.takeOff()
 	a.mu.Unlock()
 	for _, w := range wait {
-		<-w.done
+		<-w
 	}
 	if fl == nil {
 		return batch, nil
@@ -218,49 +287,64 @@ func (e *Engine) land(fl *flight) {
 	}
 	a := &e.async
 	a.mu.Lock()
-	for _, c := range fl.calls {
-		for _, k := range c.plan.keys {
-			if a.flying[k]--; a.flying[k] <= 0 {
-				delete(a.flying, k)
-			}
-		}
-	}
 	for i, f := range a.air {
 		if f == fl {
-			a.air = append(a.air[:i], a.air[i+1:]...)
+			a.air = slices.Delete(a.air, i, i+1)
 			break
 		}
 	}
 	a.n.Add(-int32(len(fl.calls)))
+	done := fl.done
 	a.mu.Unlock()
-	close(fl.done)
+	if done != nil {
+		close(done)
+	}
+	// Out of the air, fl is no one else's: batches that waited for it
+	// hold its channel only.
 	for _, c := range fl.calls {
 		putCall(c)
 	}
+	clear(fl.calls)
+	fl.calls, fl.done = fl.calls[:0], nil
+	if fl.index {
+		clear(fl.keys)
+		fl.index = false
+	}
+	flightPool.Put(fl)
 }
 
 // flushAsync sends the pending finishes on their own: the timer's work,
-// asyncBound after the first was queued, when no batch took them.
+// asyncBound after the first was queued, when no batch took them. The
+// timer may run earlier, armed for calls that a batch took since: it is
+// then armed again for the rest of the first pending call's bound.
 func (e *Engine) flushAsync() {
 	a := &e.async
-	if e.batch.full() {
+	full := e.batch.full()
+	a.mu.Lock()
+	a.armed = false
+	if len(a.pending) == 0 || a.closed {
+		a.mu.Unlock()
+		return
+	}
+	if left := a.bound - time.Duration(e.elapsed()-a.since)*time.Microsecond; left > 0 {
+		// Armed for calls a batch took since: the first pending one was
+		// queued later.
+		a.arm(e, left)
+		a.mu.Unlock()
+		return
+	}
+	if full {
 		// Every batch slot is in flight: the batch led when one returns,
 		// by a call queued or made meanwhile (under load, its callers'
 		// next ones), takes the pending finishes without a script call of
 		// their own. The timer runs again in case none comes.
-		a.mu.Lock()
-		if len(a.pending) > 0 && !a.closed {
-			a.timer.Reset(a.bound)
-		}
+		a.arm(e, a.bound)
 		a.mu.Unlock()
 		return
 	}
-	a.mu.Lock()
 	fl := a.takeOff()
 	a.mu.Unlock()
-	if fl != nil {
-		e.fly(fl)
-	}
+	e.fly(fl)
 }
 
 // fly runs fl's finishes in a script call of their own and lands them. A
@@ -293,16 +377,22 @@ func (e *Engine) drainAsync(closing bool) {
 		a.closed = true
 		if a.timer != nil {
 			a.timer.Stop()
+			a.armed = false
 		}
 	}
 	fl := a.takeOff()
-	air := append([]*flight(nil), a.air...)
+	var air []<-chan struct{}
+	for _, f := range a.air {
+		if f != fl {
+			air = append(air, f.wait())
+		}
+	}
 	a.mu.Unlock()
 	if fl != nil {
 		e.fly(fl)
 	}
-	for _, f := range air {
-		<-f.done
+	for _, w := range air {
+		<-w
 	}
 }
 
@@ -311,9 +401,13 @@ func (e *Engine) drainAsync(closing bool) {
 // count them. (The script publishes the removals for every process, and
 // land forgets them again once they are done.)
 func (e *Engine) forgetAsync(c *call) {
-	now := e.mono()
+	var now int64
+	read := false // the clock, only for a finish that publishes
 	for i := range c.fin {
 		if c.fin[i].publishes() {
+			if !read {
+				now, read = e.mono(), true
+			}
 			e.known.invalidate(c.fin[i].key, now)
 		}
 	}

@@ -243,11 +243,151 @@ func TestFinishAsyncTouches(t *testing.T) {
 	}
 	// Land it by hand: nothing was sent.
 	e.async.mu.Lock()
-	delete(e.async.flying, "k")
 	e.async.air = nil
 	e.async.n.Add(-1)
 	e.async.mu.Unlock()
 	if e.async.touches(ask("k")) {
 		t.Fatal("touches after landing")
+	}
+}
+
+// TestFinishAsyncTouchesIndexed is TestFinishAsyncTouches for a flight of
+// more keys than flightIndex, whose keys are indexed: a batch of one of
+// its keys waits for it, others do not.
+func TestFinishAsyncTouchesIndexed(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	e := newEngine(t, mc)
+	e.async.bound = time.Hour
+	ask := func(key string) *call {
+		c := &call{mode: opAllow}
+		c.plan.keys = []string{"other", key}
+		return c
+	}
+	for i := range flightIndex {
+		fin := &call{mode: opFinish}
+		fin.plan.keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
+		e.async.push(e, fin)
+	}
+	e.async.mu.Lock()
+	fl := e.async.takeOff()
+	e.async.mu.Unlock()
+	if fl == nil || fl.nkeys <= flightIndex {
+		t.Fatalf("flight %+v: want more than %d keys", fl, flightIndex)
+	}
+	last := fmt.Sprint("x", flightIndex-1)
+	if !e.async.touches(ask(last)) || !e.async.touches(ask("k0")) || e.async.touches(ask("j")) {
+		t.Fatal("in the air: touches wrong")
+	}
+	e.async.mu.Lock()
+	waitLast := e.async.conflicts([]*call{ask("j"), ask(last)}, nil)
+	waitNone := e.async.conflicts([]*call{ask("j"), ask("k")}, nil)
+	e.async.mu.Unlock()
+	if len(waitLast) != 1 || len(waitNone) != 0 {
+		t.Fatalf("conflicts: %d flights for a batch of its key, want 1; %d for one of others, want 0", len(waitLast), len(waitNone))
+	}
+	// Land it by hand (nothing was sent), or Close would wait for it.
+	e.async.mu.Lock()
+	e.async.air = nil
+	e.async.n.Add(-flightIndex)
+	e.async.mu.Unlock()
+}
+
+// TestFinishAsyncTimerRearms: the timer, armed for a finish a batch took
+// since, does not send a later finish before that one's bound, and
+// sends it once its bound ran out. The bound is an hour, and the timer's
+// runs are made by hand: nothing depends on the machine's speed.
+func TestFinishAsyncTimerRearms(t *testing.T) {
+	t.Parallel()
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { mc.Close() })
+	e := newEngine(t, mc, WithPrefix(testPrefix(t)), WithCachedDenials(false))
+	e.async.bound = time.Hour
+	ctx := context.Background()
+	r := req(user("u", conc(1)))
+	state := func() (pending int, armed bool) {
+		e.async.mu.Lock()
+		defer e.async.mu.Unlock()
+		return len(e.async.pending), e.async.armed
+	}
+	d, err := e.Allow(ctx, r)
+	if err != nil || !d.Allowed {
+		t.Fatal(d, err)
+	}
+	e.FinishAsync(d, Outcome{}) // arms the timer
+	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
+		// This batch took the finish: the slot is free.
+		t.Fatalf("admission after FinishAsync: %+v, %v", d, err)
+	} else {
+		e.FinishAsync(d, Outcome{}) // the timer stays armed for the first
+	}
+	if n, armed := state(); n != 1 || !armed {
+		t.Fatalf("pending %d, armed %v; want 1 and the timer armed", n, armed)
+	}
+	e.flushAsync() // the run armed for the first finish
+	if n, armed := state(); n != 1 || !armed {
+		t.Fatalf("after a run before its bound: pending %d, armed %v; want the finish kept and the timer armed again", n, armed)
+	}
+	e.async.mu.Lock()
+	e.async.since = e.elapsed() - (2 * time.Hour).Microseconds()
+	e.async.mu.Unlock()
+	e.flushAsync() // the run at its bound
+	if n, armed := state(); n != 0 || armed {
+		t.Fatalf("after a run at its bound: pending %d, armed %v; want it sent and the timer idle", n, armed)
+	}
+	if p, err := e.peek(ctx, r); err != nil || slotState(t, p).Used != 0 {
+		t.Fatalf("after the timer's run: %+v, %v; want the slot released", p.Windows, err)
+	}
+	if n := e.finishAsyncFailures(); n != 0 {
+		t.Errorf("FinishAsyncFailures %d, want 0", n)
+	}
+}
+
+// TestFinishAsyncNoAlloc: a download's FinishAsync, and carrying its
+// finish op in the next script call, allocate nothing: a request admitted
+// then finished allocates no more than one only admitted. Script calls
+// are answered in process (scriptEcho), so that only the engine's
+// allocations count.
+func TestFinishAsyncNoAlloc(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("measures allocations")
+	}
+	s, _ := startRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { rc.Close() })
+	h := &scriptEcho{}
+	rc.AddHook(h)
+	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	ctx := context.Background()
+	reqs := make([]Request, 100)
+	for i := range reqs {
+		reqs[i] = downloadRequest(t, fmt.Sprint("u", i), 1<<20)
+	}
+	out := Outcome{Actual: []int64{-1, 512 << 10}}
+	i := 0
+	admit := func(finish bool) {
+		d, err := e.Allow(ctx, reqs[i%len(reqs)])
+		i++
+		if err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+		if finish {
+			e.FinishAsync(d, out)
+		}
+	}
+	for range 2 * len(reqs) { // every key known, the buffers grown
+		admit(true)
+	}
+	withFinish := testing.AllocsPerRun(1000, func() { admit(true) })
+	alone := testing.AllocsPerRun(1000, func() { admit(false) })
+	if withFinish > alone {
+		t.Errorf("a request admitted and finished allocates %v times, one only admitted %v", withFinish, alone)
+	}
+	e.drainAsync(false)
+	if got, want := h.ops.Load(), int64(2*len(reqs)+1001); got != want {
+		t.Errorf("%d finish ops answered, want %d", got, want)
 	}
 }

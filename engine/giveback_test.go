@@ -18,7 +18,9 @@ func TestGiveBackFails(t *testing.T) {
 	d := mustAllow(t, e, r, true)
 
 	s.Kill()
+	start := time.Now().UnixMicro()
 	err := e.giveBack(context.Background(), r, d)
+	end := time.Now().UnixMicro()
 	var be *backendError
 	if !errors.Is(err, ErrBackend) || !errors.As(err, &be) || be.Op != "giveback" {
 		t.Fatalf("GiveBack with Redis down: %v, want a *backendError for giveback", err)
@@ -30,6 +32,11 @@ func TestGiveBackFails(t *testing.T) {
 	for _, u := range q {
 		if u.member != strconv.FormatInt(d.taken.id, 10) || u.suffix != 0 {
 			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.taken.id)
+		}
+		// Kept while its entry may count: a minute from when it was
+		// queued, which is after the give-back began.
+		if lo := start + time.Minute.Microseconds(); u.until < lo || u.until > end+time.Minute.Microseconds() {
+			t.Errorf("queued undo until %d, want from %d to %d", u.until, lo, end+time.Minute.Microseconds())
 		}
 	}
 }

@@ -104,6 +104,9 @@ func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) [
 // sent and the time it came back.
 func (e *Engine) stamp(batch []*call, sent int64) {
 	recv, wall := e.recvWall()
+	if e.clock == nil {
+		e.lastAnswer.Store(recv) // recv is e.elapsed then
+	}
 	for _, c := range batch {
 		c.sent, c.recv, c.wall = sent, recv, wall
 	}

@@ -14,8 +14,9 @@ import (
 type taken struct {
 	id     int64
 	src    source // fromRedis or fromLocal
+	idLen  uint8  // length of the member at the end of text
 	at     int64  // the decision time, µs since 1970 (settlement of grained keys)
-	text   string // every key, back to back
+	text   string // every key, back to back, then the member
 	keys   []takenKey
 	checks []takenCheck
 	extra  []takenExtra  // per key, for distinct keys; nil without them
@@ -24,8 +25,11 @@ type taken struct {
 	// Room for the usual request, so that it costs one allocation.
 	inKeys   [3]takenKey
 	inChecks [3]takenCheck
-	inText   [160]byte
+	inText   [192]byte // keys of about 170 bytes and a member: a 480-byte object
 }
+
+// maxIDLen is the longest id in decimal (an int64's).
+const maxIDLen = 20
 
 // Kinds of the keys a request took, as finish ops name them (see
 // lua/multi_window.lua).
@@ -63,7 +67,7 @@ const (
 )
 
 // member returns the request's member, its id in decimal.
-func (t *taken) member() string { return strconv.FormatInt(t.id, 10) }
+func (t *taken) member() string { return t.text[len(t.text)-int(t.idLen):] }
 
 // key returns key i.
 func (t *taken) key(i int) string {
@@ -79,12 +83,19 @@ func (c *call) take(req *Request, src source) *taken {
 	p := &c.plan
 	t := &taken{id: c.id, src: src, at: c.sec*1e6 + c.usec}
 	t.keys, t.checks = t.inKeys[:0], t.inChecks[:0]
-	if text := p.buf[:p.ends[len(p.ends)-1]]; len(text) <= len(t.inText) {
-		n := copy(t.inText[:], text)
+	// The member is kept after the keys, in the same allocation: holding
+	// a slot and finishing need it as text, and formatting it each time
+	// cost an allocation each.
+	keys := p.buf[:p.ends[len(p.ends)-1]]
+	if len(keys)+maxIDLen <= len(t.inText) {
+		n := copy(t.inText[:], keys)
+		n = len(strconv.AppendInt(t.inText[:n], t.id, 10))
 		t.text = unsafe.String(&t.inText[0], n) // t.inText never changes again
 	} else {
-		t.text = string(text)
+		b := strconv.AppendInt(append(make([]byte, 0, len(keys)+maxIDLen), keys...), t.id, 10)
+		t.text = unsafe.String(&b[0], len(b)) // b never changes again
 	}
+	t.idLen = uint8(len(t.text) - len(keys))
 	for i := range p.keys {
 		k := takenKey{end: int32(p.ends[i]), kind: kindCount, suffix: c.suffixOf(i, src), longest: p.longest(i)}
 		switch {

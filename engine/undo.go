@@ -44,9 +44,13 @@ type undo struct {
 	key    string
 	member string
 	suffix int64 // the script's suffix, or -1 when unknown: remove all
-	until  int64 // local time in µs after which the entry counts no more
-	kind   byte  // kindCount, kindSlot or kindWeighted
-	cost   int64 // the request's cost in a weighted key; 0 in others
+	// until is the local time in µs after which the entry counts no
+	// more. A finish's undo is made with until 0 and longest, its key's
+	// longest period in µs: push sets until when it is queued.
+	until   int64
+	longest int64
+	kind    byte  // kindCount, kindSlot or kindWeighted
+	cost    int64 // the request's cost in a weighted key; 0 in others
 	// A weighted key's change: the change of the request's cost and the
 	// mode ('r' removal, 's' settlement, 'g' settlement with grains).
 	delta int64
@@ -193,6 +197,13 @@ func (e *Engine) warnFailed(op, member string, err error) {
 }
 
 func (u *undoQueue) push(e *Engine, us ...undo) {
+	var now int64
+	for i := range us {
+		if us[i].until == 0 {
+			now = time.Now().UnixMicro()
+			break
+		}
+	}
 	u.mu.Lock()
 	room := maxUndos - len(u.q)
 	if len(us) > room {
@@ -200,7 +211,15 @@ func (u *undoQueue) push(e *Engine, us ...undo) {
 			"dropped", len(us)-max(room, 0))
 		us = us[:max(room, 0)]
 	}
+	start := len(u.q)
 	u.q = append(u.q, us...)
+	for i := range u.q[start:] {
+		if q := &u.q[start+i]; q.until == 0 {
+			// A finish's: from now, later than the finish, so that the
+			// undo is kept longer, never dropped while its entry counts.
+			q.until = now + q.longest
+		}
+	}
 	u.n.Store(int32(len(u.q)))
 	u.mu.Unlock()
 }
