@@ -106,6 +106,8 @@ type result struct {
 	MinRate, MaxRate float64
 	// Rounds is the number of rounds the row summarises.
 	Rounds int
+	// Round is the round this run belongs to (1 for the first).
+	Round int
 	// Commands holds the Redis commands run during the measured phase,
 	// including those run by scripts and the harness's own INFO calls.
 	Commands []cmdStat
@@ -167,6 +169,7 @@ func main() {
 	latencyDelay := flag.Duration("latency-delay", time.Millisecond, "the latency probe's delay in each direction")
 	latencyN := flag.Int("latency-n", 500, "the latency probe's requests per route")
 	interleave := flag.String("interleave", "", "instead of the table, run these libraries (comma-separated names) with one caller alternating between them (see interleave.go)")
+	pairsFlag := flag.String("pairs", "", "after the table, print per-round ratios of decisions/s for these pairs of libraries (\"A,B;C,D\": A's ÷ B's, C's ÷ D's; see pairs.go)")
 	flag.BoolVar(&o.floor, "floor", false, "also run the floor script: the Redis work an exact 2-window log cannot skip, not a limiter (see floor.go)")
 	flag.Parse()
 
@@ -185,7 +188,10 @@ func main() {
 	if o.keys < 1 {
 		fatalf("-keys must be at least 1")
 	}
-	var err error
+	pairs, err := parsePairs(*pairsFlag)
+	if err != nil {
+		fatalf("%v", err)
+	}
 	if o.filter, err = regexp.Compile(*casesExp); err != nil {
 		fatalf("bad -cases: %v", err)
 	}
@@ -249,6 +255,7 @@ rounds:
 					} else {
 						fmt.Fprintf(os.Stderr, "%.0f decisions/s\n", r.rate())
 					}
+					r.Round = round
 					results = append(results, r)
 				}
 			}
@@ -258,6 +265,7 @@ rounds:
 		fmt.Fprintln(os.Stderr, "bench: interrupted; printing what was measured")
 	}
 	printReport(os.Stdout, srv.Version, o, medians(results))
+	printPairs(os.Stdout, results, pairs)
 }
 
 // newClient returns the go-redis client every library gets: the same
