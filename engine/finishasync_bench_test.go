@@ -101,26 +101,35 @@ func echoReply(args []any) ([]int64, int, error) {
 	for len(argv) > 0 {
 		m, _ := field()
 		if len(m) > 0 && m[0] == '-' {
-			// '-'..member, nkeys, channel, then per key its kind and fields.
+			// '-'..member, nkeys (negative: a channel follows), then per
+			// key its first field (kind or mode, with the suffix unless 0)
+			// and the rest.
 			n, ok := num()
-			if !ok || !skip(1) {
+			if !ok {
 				return nil, 0, errEcho
+			}
+			if n < 0 {
+				n = -n
+				if !skip(1) {
+					return nil, 0, errEcho
+				}
 			}
 			out = append(out, 1)
 			for range n {
-				kind, ok := field()
-				if !ok || len(kind) != 1 {
+				first, ok := field()
+				if !ok || len(first) == 0 {
 					return nil, 0, errEcho
 				}
 				var more int
-				switch kind[0] {
-				case kindCount, kindSlot:
-					more = 1
-				case kindWeighted:
-					more = 6
-				case kindCal:
+				switch first[0] {
+				case 'C', 'S':
+				case 'r', 's':
+					more = 3 // delta, at, cost
+				case 'g':
+					more = 4 // and the grain
+				case 'A':
 					more = 2
-				case kindDistinct:
+				case 'R':
 					more = 3
 				default:
 					return nil, 0, errEcho
