@@ -62,6 +62,10 @@ func embedded(c Client, wait time.Duration) bool {
 	// blocks cannot hold New.
 	o := *opt
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 1, -1
+	// And a maintenance-notifications config of its own: rc's is shared
+	// through opt, and go-redis writes it (under rc's lock, which NewClient
+	// does not take) when a server such as miniredis refuses its handshake.
+	o.MaintNotificationsConfig = nil
 	own := redis.NewClient(&o)
 	defer own.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
