@@ -212,20 +212,28 @@ func TestFinishAsyncErrors(t *testing.T) {
 	}
 }
 
-// TestFinishAsyncTouches: a cached denial is not made for a key with a
-// finish queued or in the air (it may free room), and is for other keys.
-func TestFinishAsyncTouches(t *testing.T) {
-	t.Parallel()
+// touchesEngine returns an engine on miniredis whose queued finishes are
+// not sent by the timer, and ask, which makes an Allow of keys "other"
+// and key.
+func touchesEngine(t *testing.T) (*Engine, func(key string) *call) {
+	t.Helper()
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { mc.Close() })
 	e := newEngine(t, mc)
 	e.async.bound = time.Hour
-	ask := func(key string) *call {
-		c := &call{}
+	return e, func(key string) *call {
+		c := &call{mode: opAllow}
 		c.plan.keys = []string{"other", key}
 		return c
 	}
+}
+
+// TestFinishAsyncTouches: a cached denial is not made for a key with a
+// finish queued or in the air (it may free room), and is for other keys.
+func TestFinishAsyncTouches(t *testing.T) {
+	t.Parallel()
+	e, ask := touchesEngine(t)
 	fin := &call{}
 	fin.plan.keys = []string{"k"}
 	if e.async.touches(ask("k")) {
@@ -256,16 +264,7 @@ func TestFinishAsyncTouches(t *testing.T) {
 // its keys waits for it, others do not.
 func TestFinishAsyncTouchesIndexed(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	e := newEngine(t, mc)
-	e.async.bound = time.Hour
-	ask := func(key string) *call {
-		c := &call{mode: opAllow}
-		c.plan.keys = []string{"other", key}
-		return c
-	}
+	e, ask := touchesEngine(t)
 	for i := range flightIndex {
 		fin := &call{mode: opFinish}
 		fin.plan.keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
