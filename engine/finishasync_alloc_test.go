@@ -10,8 +10,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // TestFinishAsyncNoAlloc: a download's FinishAsync, and carrying its
@@ -21,11 +19,7 @@ import (
 // allocations count.
 func TestFinishAsyncNoAlloc(t *testing.T) {
 	s, _ := startRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { rc.Close() })
-	h := &scriptEcho{}
-	rc.AddHook(h)
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	e, h := echoEngine(t, s.Addr)
 	ctx := context.Background()
 	reqs := make([]Request, 100)
 	for i := range reqs {

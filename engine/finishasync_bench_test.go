@@ -54,6 +54,17 @@ func (h *scriptEcho) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// echoEngine returns an engine whose script calls scriptEcho answers in
+// process (other commands go to the server at addr), and the hook.
+func echoEngine(tb testing.TB, addr string) (*Engine, *scriptEcho) {
+	tb.Helper()
+	rc := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { rc.Close() })
+	h := &scriptEcho{}
+	rc.AddHook(h)
+	return newEngine(tb, rc, WithPrefix(testPrefix(tb))), h
+}
+
 var errEcho = errors.New("engine: scriptEcho cannot answer these arguments")
 
 // echoReply returns the reply to a script call of args ("fcall", name,
@@ -210,11 +221,7 @@ func BenchmarkFinishAsyncClient(b *testing.B) {
 			}
 			name += "/callers=" + strconv.Itoa(callers)
 			b.Run(name, func(b *testing.B) {
-				rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
-				b.Cleanup(func() { rc.Close() })
-				h := &scriptEcho{}
-				rc.AddHook(h)
-				e := newEngine(b, rc, WithPrefix(testPrefix(b)))
+				e, h := echoEngine(b, s.Addr)
 				ctx := context.Background()
 				var next atomic.Int64
 				one := func(i int) {
