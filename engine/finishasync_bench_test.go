@@ -100,7 +100,10 @@ func echoReply(args []any) ([]int64, int, error) {
 		if !ok {
 			return 0, false
 		}
-		return parseDecimal(b)
+		// strconv copies what an error keeps, so string(b) stays on the
+		// stack: no allocation.
+		v, err := strconv.ParseInt(string(b), 10, 64)
+		return v, err == nil
 	}
 	skip := func(n int) bool {
 		if len(argv) < n {
@@ -276,29 +279,6 @@ func BenchmarkFinishAsyncClient(b *testing.B) {
 			})
 		}
 	}
-}
-
-// parseDecimal parses b, a decimal integer of the script's arguments,
-// without allocating.
-func parseDecimal(b []byte) (int64, bool) {
-	neg := len(b) > 0 && b[0] == '-'
-	if neg {
-		b = b[1:]
-	}
-	if len(b) == 0 || len(b) > 18 {
-		return 0, false
-	}
-	var v int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = 10*v + int64(c-'0')
-	}
-	if neg {
-		v = -v
-	}
-	return v, true
 }
 
 // processCPU returns the CPU time this process has used, user and
