@@ -34,6 +34,7 @@ type lane struct {
 	renewed   time.Time // the last call of the fleet script (lease renewal)
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
+	sent      int64     // the sequence number of the last op sent (fleet.op)
 }
 
 // A waiter is one caller of Wait.
@@ -162,15 +163,17 @@ func (ln *lane) handOver(wasHead bool, hint time.Duration) {
 	if next != nil {
 		stamp = next.stamp
 	}
+	var o op
 	if pass {
 		ln.onTurn = false
 		if next == nil {
 			ln.joined = false
 		}
+		o = ln.t.fleet.op(ln, "p", stamp, hint)
 	}
 	ln.mu.Unlock()
 	if pass {
-		ln.t.fleet.pass(ln, stamp, hint)
+		ln.t.fleet.send(ln, o)
 	}
 	if next != nil {
 		next.signal()
@@ -216,12 +219,13 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 				return nil
 			}
 		}
-		stamp := w.stamp
-		ln.mu.Unlock()
 		if join || renew && !now.Before(until) {
-			ln.t.fleet.join(ln, stamp)
+			o := ln.t.fleet.op(ln, "j", w.stamp, 0)
+			ln.mu.Unlock()
+			ln.t.fleet.send(ln, o)
 			continue
 		}
+		ln.mu.Unlock()
 		var tc <-chan time.Time
 		if !until.IsZero() {
 			if timer == nil {
@@ -264,9 +268,13 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 	// Joined from now: a message giving this process the turn may come
 	// before the reply.
 	ln.joined = true
+	var o op
+	if join {
+		o = ln.t.fleet.op(ln, "j", w.stamp, 0)
+	}
 	ln.mu.Unlock()
 	if join {
-		ln.t.fleet.join(ln, w.stamp)
+		ln.t.fleet.send(ln, o)
 	}
 	_ = err
 }

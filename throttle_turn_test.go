@@ -1,0 +1,198 @@
+package slidelimit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// turnEvent is a reply or a message of the turn script, as it reaches
+// process "a".
+type turnEvent struct {
+	name  string
+	reply []int64 // a reply to a's op seq
+	seq   int64
+	msg   string // a message's payload
+}
+
+func (e turnEvent) deliver(f *fleet, ln *lane) {
+	if e.msg != "" {
+		if o, ok := f.message(ln, strings.Split(e.msg, "|")); ok {
+			// Only the repair of a lost entry sends an op: none here.
+			panic(fmt.Sprintf("unexpected op %+v", o))
+		}
+		return
+	}
+	f.apply(ln, e.reply, e.seq)
+}
+
+// permutations calls fn with every order of n items.
+func permutations(n int, fn func([]int)) {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	var rec func(int)
+	rec = func(k int) {
+		if k == n {
+			fn(p)
+			return
+		}
+		for i := k; i < n; i++ {
+			p[k], p[i] = p[i], p[k]
+			rec(k + 1)
+			p[k], p[i] = p[i], p[k]
+		}
+	}
+	rec(0)
+}
+
+// TestTurnReplayOutOfOrder: whatever order the replies to a process's ops
+// and the messages of the turn script reach it in, the process ends with
+// the state the last of them describes: whether it has the turn, and the
+// earliest arrival of the others. No Redis: the events are written as the
+// script's header specifies them.
+func TestTurnReplayOutOfOrder(t *testing.T) {
+	t.Parallel()
+	type state struct {
+		joined, onTurn bool
+		othersMin      int64
+	}
+	for _, tc := range []struct {
+		name   string
+		sent   int64 // a's last op
+		joined bool  // a's intent after it
+		events []turnEvent
+		want   state
+	}{{
+		// a joins at 100 (op 1); b joins at 150, then at 50 (older), then
+		// passes to 200: the turn comes back to a.
+		name: "joins and a pass", sent: 1, joined: true,
+		events: []turnEvent{
+			{name: "reply a.1", seq: 1, reply: []int64{1, -1, 1, -2, 1, 0, 1}},
+			{name: "a joined", msg: "q|L|1|a|1|100|-1|-1"},
+			{name: "b joined behind", msg: "q|L|2|a|1|100|150|-1"},
+			{name: "b moved ahead", msg: "q|L|3|b|7|50|100|-1"},
+			{name: "b passed", msg: "q|L|4|a|1|100|200|30000"},
+		},
+		want: state{joined: true, onTurn: true, othersMin: 200},
+	}, {
+		// The join reply loses against a later message that says a is
+		// first: a still learns it has the turn.
+		name: "reply after a message", sent: 1, joined: true,
+		events: []turnEvent{
+			{name: "reply a.1", seq: 1, reply: []int64{1, -1, 1, -2, 1, 0, 1}},
+			{name: "b joined behind", msg: "q|L|2|a|1|100|150|-1"},
+		},
+		want: state{joined: true, onTurn: true, othersMin: 150},
+	}, {
+		// a, first, passes (op 2, to 300) then leaves (op 3); Redis runs
+		// the leave first and refuses the pass. a must end out of the
+		// queue and not on turn, b first at 50.
+		name: "pass and leave reordered", sent: 3, joined: false,
+		events: []turnEvent{
+			{name: "reply a.3 (leave)", seq: 3, reply: []int64{0, 50, 1, -2, 5, 0, 1}},
+			{name: "a left", msg: "q|L|5|b|7|50|-1|-1"},
+			{name: "reply a.2 (refused pass)", seq: 2, reply: []int64{0, 50, 1, -2, 6, 0, 0}},
+		},
+		want: state{othersMin: 50},
+	}, {
+		// a passes (op 2) while a message made before it still names a
+		// first with op 1: a keeps waiting for its pass's reply, which
+		// says b has the turn.
+		name: "a message older than the op", sent: 2, joined: true,
+		events: []turnEvent{
+			{name: "b joined behind a's old entry", msg: "q|L|4|a|1|100|80|-1"},
+			{name: "reply a.2 (pass to 300)", seq: 2, reply: []int64{0, 80, 2, -2, 5, 0, 1}},
+			{name: "a passed", msg: "q|L|5|b|3|80|300|20000"},
+		},
+		want: state{joined: true, othersMin: 80},
+	}, {
+		// The queue empties: nobody else waits.
+		name: "empty", sent: 2, joined: false,
+		events: []turnEvent{
+			{name: "b joined", msg: "q|L|3|b|4|70|-1|-1"},
+			{name: "b left", msg: "q|L|4||0|-1|-1|-1"},
+			{name: "reply a.2 (leave)", seq: 2, reply: []int64{0, -1, 0, -2, 2, 0, 1}},
+		},
+		want: state{othersMin: none},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			permutations(len(tc.events), func(order []int) {
+				f := &fleet{member: "a"}
+				ln := &lane{othersMin: none, sent: tc.sent, joined: tc.joined}
+				var names []string
+				for _, i := range order {
+					tc.events[i].deliver(f, ln)
+					names = append(names, tc.events[i].name)
+				}
+				got := state{ln.joined, ln.onTurn, ln.othersMin}
+				if got != tc.want {
+					t.Errorf("after %s: %+v, want %+v", strings.Join(names, ", "), got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestTurnMessageRepairsLostEntry: a process whose op's reply was lost
+// (it acts alone, not joined) learns from a message that its entry is
+// first; with no caller waiting it sends a leave instead of holding the
+// fleet until the lease ends.
+func TestTurnMessageRepairsLostEntry(t *testing.T) {
+	t.Parallel()
+	f := &fleet{member: "a"}
+	f.seq.Store(4)
+	ln := &lane{othersMin: none, sent: 4}
+	o, ok := f.message(ln, strings.Split("q|L|9|a|4|100|120|-1", "|"))
+	if !ok || o.kind != "p" || o.stamp >= 0 || o.seq <= 4 || ln.sent != o.seq {
+		t.Fatalf("message of a lost entry: op %+v, %v; want a leave numbered after 4", o, ok)
+	}
+	// A message that names an older op of a is about a state its later
+	// op replaced: nothing to repair.
+	f.seq.Store(5)
+	ln = &lane{othersMin: none, sent: 5}
+	if o, ok := f.message(ln, strings.Split("q|L|9|a|4|100|120|-1", "|")); ok {
+		t.Fatalf("message of an older op: op %+v, want none", o)
+	}
+}
+
+// TestTurnScriptRefusesStaleOp: a pass that reaches Redis after a later
+// leave of the same process (sent over another connection) changes
+// nothing: the entry stays out of the queue.
+func TestTurnScriptRefusesStaleOp(t *testing.T) {
+	t.Parallel()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	f := &fleet{client: c, member: "a", channel: "ch", t: &Throttle{name: "api"}}
+	ln := &lane{id: "L", othersMin: none}
+	keys := f.keys(ln)
+	run := func(op string, score, seq int64) []int64 {
+		t.Helper()
+		res, err := turnScript.Run(context.Background(), c, keys, op, f.member, score,
+			fleetLease.Microseconds(), f.channel, ln.id, 0, seq).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	run("j", 100, 1)
+	if res := run("p", -1, 3); res[6] != 1 || res[2] != 0 {
+		t.Fatalf("leave: reply %v, want applied and an empty queue", res)
+	}
+	if res := run("p", 300, 2); res[6] != 0 || res[2] != 0 {
+		t.Fatalf("stale pass after the leave: reply %v, want refused and an empty queue", res)
+	}
+	if n, _ := c.ZCard(context.Background(), keys[0]).Result(); n != 0 {
+		t.Fatalf("the queue holds %d entries after a stale pass, want 0", n)
+	}
+	// A later op applies again.
+	if res := run("j", 400, 4); res[6] != 1 || res[0] != 1 {
+		t.Fatalf("join after: reply %v, want applied and first", res)
+	}
+}
