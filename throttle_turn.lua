@@ -21,7 +21,8 @@
 --          nothing), so a late pass cannot put back an entry that left.
 -- ARGV[1]  op: 'j' join or renew, 'p' pass the turn (ARGV[3] < 0:
 --          leave), 'b' block for ARGV[7] ms, 'g' read the block and
---          the queue (a process's first call for the lane)
+--          the queue (a process's first call for the lane), 'k' tell
+--          the fleet that the windows have room now (a call given back)
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
 --          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b'),
 --          ARGV[8] the op's sequence number ('j' and 'p', >= 1)
@@ -29,7 +30,7 @@
 -- Reply: {mine, others, n, block, version, now, applied}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
 -- none; n the queue's size; block the block's PTTL (ms, negative for
--- none); version the queue's version after the op (0 for 'b' and 'g');
+-- none); version the queue's version after the op (0 for 'b', 'g', 'k');
 -- now the server's TIME (µs), from which each process learns the clock
 -- its arrival stamps are read on; applied 0 when the op was refused as
 -- older than one applied (the rest of the reply is then the queue as it
@@ -50,6 +51,8 @@
 --                              it has the turn and the earliest arrival
 --                              of the others, whatever it missed before.
 --   b|lane|ms                  an upstream blocked the lane for ms
+--   k|lane                     the lane's windows have room now: the
+--                              head of the process on turn asks at once
 local op, me, ch, lane = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -57,6 +60,10 @@ if op == 'b' then
   redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
   redis.call('PUBLISH', ch, 'b|' .. lane .. '|' .. ARGV[7])
   return {0, -1, 0, tonumber(ARGV[7]), 0, now, 1}
+end
+if op == 'k' then
+  redis.call('PUBLISH', ch, 'k|' .. lane)
+  return {0, -1, 0, -1, 0, now, 1}
 end
 if op == 'g' then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -55,6 +55,7 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 				// an ended Wait has counted nothing.
 				t.giveBack(d)
 				ln.remove(w)
+				t.fleet.kick(ln)
 				return nil, cerr
 			}
 			ln.mu.Lock()
