@@ -2,6 +2,7 @@ package slidelimit_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -27,18 +28,21 @@ const turnBound = 50 * time.Millisecond
 const turnLoadFactor = 8
 
 // TestThrottleTurnUnderLoad: three Limiters (processes) on one
-// redis-server drive 24 callers through one saturated lane while two busy
-// loops per core compete for the CPU, and a third of the callers give up
-// after 0..300 ms (leaving the queue, several at once). Whenever the
-// window had room while a caller waited, the next admission came within
-// turnBound × turnLoadFactor.
+// redis-server drive callers through one lane of a throttle while two busy
+// loops per core keep the machine's cores busy. Callers come in waves, each
+// released at once in every process onto a window that is often still
+// full, so that every process joins the fleet's order together; two
+// thirds of each wave give up together after 50..250 ms, so that several
+// heads of a process leave at once and its queue empties. Whenever the window had room while a caller waited, the next
+// admission came within turnBound × turnLoadFactor: never after a renewal
+// (1.5 s) or a lease (3 s).
 func TestThrottleTurnUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	const (
 		limit   = 5
-		period  = 250 * time.Millisecond
-		workers = 24
-		run     = 4 * time.Second
+		period  = 200 * time.Millisecond
+		perWave = 6 // callers per process and wave
+		run     = 6 * time.Second
 	)
 	prefix := randomPrefix(t)
 	var mu sync.Mutex
@@ -54,7 +58,7 @@ func TestThrottleTurnUnderLoad(t *testing.T) {
 	for range 3 {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		th, err := throttleLimiter(t, c, prefix, hook).Throttle("api", "global:5/250ms")
+		th, err := throttleLimiter(t, c, prefix, hook).Throttle("api", fmt.Sprintf("global:%d/%dms", limit, period.Milliseconds()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,31 +66,39 @@ func TestThrottleTurnUnderLoad(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), run)
 	defer cancel()
+	// Two busy loops per core stand for other work on the machine: given
+	// Ps of their own, they take the cores from this process's goroutines
+	// through the OS scheduler, as other processes would, rather than
+	// through the Go scheduler's 10 ms preemption.
+	spinners := runtime.NumCPU() * 2
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + spinners))
 	var busy sync.WaitGroup
-	for range runtime.NumCPU() * 2 {
+	for range spinners {
 		busy.Go(func() {
 			for n := 0; ctx.Err() == nil; n++ {
 			}
 		})
 	}
 	defer busy.Wait()
+	start := time.Now()
 	var waits []span // when each caller waited, local clock (the same host's)
 	var wg sync.WaitGroup
-	for i := range workers {
-		th := ths[i%3]
-		wg.Go(func() {
-			for ctx.Err() == nil {
+	for ctx.Err() == nil {
+		leave := time.Now().Add(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		for i := range 3 * perWave {
+			th := ths[i%3]
+			wg.Go(func() {
 				wctx, wcancel := ctx, context.CancelFunc(func() {})
-				if rand.IntN(3) == 0 {
-					wctx, wcancel = context.WithTimeout(ctx, time.Duration(rand.Int64N(int64(300*time.Millisecond))))
+				if i >= 3*perWave/3 {
+					wctx, wcancel = context.WithDeadline(ctx, leave)
 				}
+				defer wcancel()
 				arrived := time.Now()
 				p, err := th.Wait(wctx, slidelimit.Call{})
 				end := time.Now()
 				if d, ok := wctx.Deadline(); ok && d.Before(end) {
-					end = d // not a waiter after its context ended
+					end = d // not a waiter once its context ended
 				}
-				wcancel()
 				if err == nil {
 					end = p.Decision().Time
 					p.Finish(nil)
@@ -94,16 +106,19 @@ func TestThrottleTurnUnderLoad(t *testing.T) {
 				mu.Lock()
 				waits = append(waits, span{arrived, end})
 				mu.Unlock()
-			}
-		})
+			})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(400+rand.IntN(400)) * time.Millisecond):
+		}
 	}
 	wg.Wait()
-	cancel()
 	mu.Lock()
 	defer mu.Unlock()
-	worst, at, hands := longestStall(admitted, waits, limit, period, time.Now().Add(-run))
-	t.Logf("%d admissions, %d waits; longest time with room and a caller waiting before the next admission: %v (at %v), over %d hand-offs",
-		len(admitted), len(waits), worst.Round(time.Millisecond), at.Format("15:04:05.000"), hands)
+	worst, at, hands := longestStall(admitted, waits, limit, period, start)
+	t.Logf("%d admissions, %d waits; longest time with room and a caller waiting before the next admission: %v (at +%v), over %d hand-offs",
+		len(admitted), len(waits), worst.Round(time.Millisecond), at.Sub(start).Round(time.Millisecond), hands)
 	if len(admitted) < 3*limit {
 		t.Fatalf("only %d admissions in %v", len(admitted), run)
 	}
