@@ -3,8 +3,8 @@
 // upstream that counts arrivals in an exact sliding window and answers 429
 // when over it, then runs -procs copies of itself as child processes, each
 // with -workers goroutines calling the upstream in a loop through one
-// Throttle (Wait, the request, Finish). Every worker always waits: there
-// are more workers than the limit admits per period.
+// Throttle (Wait, the request, Finish), optionally pausing between calls
+// (-pause) or giving up waits (-leave).
 //
 // It reports:
 //
@@ -14,11 +14,10 @@
 //
 //   - the upstream's 429s;
 //
-//   - the longest idle gap: the longest time between the moment the
-//     throttle's window had room again (after an admission, or when the
-//     oldest admission of a full window left it) and the next admission,
-//     while workers waited (always, here), from the admissions' Redis
-//     times.
+//   - the longest idle gap: the longest time during which the throttle's
+//     window had room (after an admission, or once the oldest admission of
+//     a full window left it) and some worker waited, with no admission,
+//     from the admissions' Redis times and the workers' waits.
 //
 //     cd bench && go run ./fleet -procs 3 -workers 24 -limit 60 -period 1s -duration 20s
 package main
@@ -52,6 +51,7 @@ type config struct {
 	margin                float64
 	tokens                int64
 	leave                 float64
+	pause                 time.Duration
 	redisBin              string
 	runs                  int
 }
@@ -67,6 +67,7 @@ func main() {
 	flag.Int64Var(&c.tokens, "tokens", 0, "the upstream's token limit per -period (0: none); a call is estimated 150 tokens, "+
 		"costs 50..150 known only to the upstream, and is settled to it")
 	flag.Float64Var(&c.leave, "leave", 0, "the share of Waits given a deadline of 0..300 ms, which leave the queue when it ends")
+	flag.DurationVar(&c.pause, "pause", 0, "after each call a worker pauses 0..pause (random): the lane empties and fills again")
 	flag.StringVar(&c.redisBin, "redis-server", "redis-server", "the redis-server binary")
 	flag.IntVar(&c.runs, "runs", 1, "runs, each on a fresh key prefix")
 	child := flag.Bool("child", false, "internal: run as one process of the fleet")
@@ -107,10 +108,27 @@ type upstream struct {
 	accepted []time.Time // every accepted arrival
 	admitted []time.Time // the throttle's admission time (Redis) of each
 	refused  int
+	waits    []span // when the workers waited (their Wait calls), from the children
 }
+
+// span is a time interval [from, to).
+type span struct{ from, to time.Time }
 
 func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/warm" {
+		return
+	}
+	if r.URL.Path == "/waits" {
+		// A child's waits: lines of "from to", µs.
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for line := range strings.Lines(string(body)) {
+			var from, to int64
+			if _, err := fmt.Sscan(line, &from, &to); err == nil {
+				u.waits = append(u.waits, span{time.UnixMicro(from), time.UnixMicro(to)})
+			}
+		}
 		return
 	}
 	now := time.Now()
@@ -171,6 +189,7 @@ func runOnce(c config, addr, prefix string) error {
 		cmd.Env = append(os.Environ(),
 			"FLEET_REDIS="+addr, "FLEET_URL="+hs.URL, "FLEET_PREFIX="+prefix, "FLEET_RULES="+c.rules(),
 			"FLEET_WORKERS="+strconv.Itoa(c.workers), "FLEET_LEAVE="+strconv.FormatFloat(c.leave, 'g', -1, 64),
+			"FLEET_PAUSE="+c.pause.String(),
 			"FLEET_START="+strconv.FormatInt(start.UnixMicro(), 10), "FLEET_END="+strconv.FormatInt(end.UnixMicro(), 10))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -199,31 +218,35 @@ func runOnce(c config, addr, prefix string) error {
 	allowed := float64(c.limit) * float64((span+c.period-1)/c.period)
 	allowedThrottle := float64(c.limit) * float64((span+throttlePeriod-1)/throttlePeriod)
 	util, utilThrottle := float64(len(up.accepted))/allowed, float64(len(up.accepted))/allowedThrottle
-	what := "calls"
-	gapNote := ""
+	what, gaps := "calls", ""
 	if c.tokens > 0 {
-		// The token limit binds: calls cost 100 on average.
-		what = "tokens"
+		// The token limit binds (calls cost 100 on average), and when its
+		// window has room is not known here: no idle gap.
+		what, gaps = "tokens", "idle gap not measured (a token window)"
 		util = float64(up.used) / (float64(c.tokens) * float64((span+c.period-1)/c.period))
 		utilThrottle = float64(up.used) / (float64(c.tokens) * float64((span+throttlePeriod-1)/throttlePeriod))
-		gapNote = " (of the call limit only: the token window's room is not known here)"
+	} else {
+		gap, at, over := idleGap(up.admitted, up.waits, c.limit, throttlePeriod, 100*time.Millisecond)
+		gaps = fmt.Sprintf("longest idle gap with room %v (at +%v), gaps ≥ 100ms: %d",
+			gap.Round(time.Millisecond), at.Sub(start).Round(time.Millisecond), over)
 	}
-	gap, at, over := idleGap(up.admitted, c.limit, throttlePeriod, 100*time.Millisecond)
-	fmt.Printf("accepted %d calls in %v: %s utilization %.1f%% of the upstream's limit, %.1f%% of the throttle's; 429s %d; "+
-		"longest idle gap with room%s %v (at +%v), gaps ≥ 100ms: %d\n",
-		len(up.accepted), span.Round(time.Millisecond), what, 100*util, 100*utilThrottle, up.refused, gapNote,
-		gap.Round(time.Millisecond), at.Sub(start).Round(time.Millisecond), over)
+	fmt.Printf("accepted %d calls in %v: %s utilization %.1f%% of the upstream's limit, %.1f%% of the throttle's; 429s %d; %s\n",
+		len(up.accepted), span.Round(time.Millisecond), what, 100*util, 100*utilThrottle, up.refused, gaps)
 	return nil
 }
 
 // idleGap returns, for admissions at times adm (any order) under a window
-// of limit calls per period, the longest time from the moment the window
-// had room again to the next admission, when it began, and the number of
-// such gaps of at least long. The window has room after admission k
-// (sorted) once admission k-limit+1 has left it.
-func idleGap(adm []time.Time, limit int, period, long time.Duration) (time.Duration, time.Time, int) {
+// of limit calls per period, the longest time during which the window had
+// room and some worker waited, with no admission; when it began; and the
+// number of such times of at least long. After admission k (in time
+// order) the window has room once admission k-limit+1 has left it; a
+// worker waits from its call of Wait to its admission or the end of its
+// context.
+func idleGap(adm []time.Time, waits []span, limit int, period, long time.Duration) (time.Duration, time.Time, int) {
 	a := slices.Clone(adm)
 	slices.SortFunc(a, func(x, y time.Time) int { return x.Compare(y) })
+	w := slices.Clone(waits)
+	slices.SortFunc(w, func(x, y span) int { return x.from.Compare(y.from) })
 	var worst time.Duration
 	var at time.Time
 	n := 0
@@ -232,12 +255,41 @@ func idleGap(adm []time.Time, limit int, period, long time.Duration) (time.Durat
 		if j := k - limit + 1; j >= 0 && a[j].Add(period).After(room) {
 			room = a[j].Add(period)
 		}
-		g := a[k+1].Sub(room)
-		if g >= long {
-			n++
+		next := a[k+1]
+		if !next.After(room) {
+			continue
 		}
-		if g > worst {
-			worst, at = g, room
+		// The longest part of [room, next) when some worker waited.
+		var cur span
+		var longest time.Duration
+		for _, s := range w {
+			if !s.from.Before(next) {
+				break
+			}
+			from, to := s.from, s.to
+			if from.Before(room) {
+				from = room
+			}
+			if to.After(next) {
+				to = next
+			}
+			if !from.Before(to) {
+				continue
+			}
+			if cur.to.IsZero() || from.After(cur.to) {
+				cur = span{from, to}
+			} else if to.After(cur.to) {
+				cur.to = to
+			}
+			if d := cur.to.Sub(cur.from); d > longest {
+				longest = d
+				if d > worst {
+					worst, at = d, cur.from
+				}
+			}
+		}
+		if longest >= long {
+			n++
 		}
 	}
 	return worst, at, n
@@ -277,6 +329,9 @@ func runChild() error {
 	ctx, cancel := context.WithDeadline(context.Background(), time.UnixMicro(endUS))
 	defer cancel()
 	leave, _ := strconv.ParseFloat(env("LEAVE"), 64)
+	pause, _ := time.ParseDuration(env("PAUSE"))
+	var mu sync.Mutex
+	var waits strings.Builder
 	call := slidelimit.Call{Keys: map[string]string{"apikey": "k1"}, Costs: map[string]int64{"tokens": 150}}
 	if !strings.Contains(env("RULES"), "[tokens]") {
 		call.Costs = nil
@@ -290,7 +345,18 @@ func runChild() error {
 				if rand.Float64() < leave {
 					wctx, wcancel = context.WithTimeout(ctx, time.Duration(rand.Int64N(int64(300*time.Millisecond))))
 				}
+				arrived := time.Now()
 				p, err := th.Wait(wctx, call)
+				end := time.Now()
+				if d, ok := wctx.Deadline(); ok && d.Before(end) {
+					end = d // not a waiter once its context ended
+				}
+				if err == nil {
+					end = p.Decision().Time
+				}
+				mu.Lock()
+				fmt.Fprintf(&waits, "%d %d\n", arrived.UnixMicro(), end.UnixMicro())
+				mu.Unlock()
 				wcancel()
 				if err != nil {
 					if ctx.Err() != nil {
@@ -314,11 +380,20 @@ func runChild() error {
 					}
 				}
 				p.Finish(actual)
+				if pause > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Duration(rand.Int64N(int64(pause)))):
+					}
+				}
 			}
 		})
 	}
 	wg.Wait()
 	close(errs)
+	if resp, err := http.Post(url+"/waits", "text/plain", strings.NewReader(waits.String())); err == nil {
+		resp.Body.Close()
+	}
 	var msgs []string
 	for err := range errs {
 		msgs = append(msgs, err.Error())
