@@ -205,15 +205,13 @@ func runOnce(c config, addr, prefix string) error {
 	}
 	up.mu.Lock()
 	defer up.mu.Unlock()
-	// Utilization over [start, last accepted arrival], in whole periods
-	// of the upstream, as the end-to-end test counts it.
 	if len(up.accepted) == 0 {
 		return fmt.Errorf("the upstream accepted nothing")
 	}
-	last := up.accepted[len(up.accepted)-1]
-	span := last.Sub(start)
-	// A sliding window admits at most limit calls in any period: over
-	// span, at most limit × ⌈span/period⌉.
+	// A sliding window of limit calls per period admits at most limit ×
+	// ⌈run/period⌉ calls over the run [start, end): all at once at start,
+	// start+period, ...
+	span := c.duration
 	throttlePeriod := time.Duration(float64(c.period) * (1 + c.margin))
 	allowed := float64(c.limit) * float64((span+c.period-1)/c.period)
 	allowedThrottle := float64(c.limit) * float64((span+throttlePeriod-1)/throttlePeriod)
