@@ -79,7 +79,10 @@ func TestThrottleTurnUnderLoad(t *testing.T) {
 			}
 		})
 	}
-	defer busy.Wait()
+	defer func() {
+		cancel()
+		busy.Wait()
+	}()
 	start := time.Now()
 	var waits []span // when each caller waited, local clock (the same host's)
 	var wg sync.WaitGroup
