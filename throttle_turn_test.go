@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/middleware"
 )
 
 // turnEvent is a reply or a message of the turn script, as it reaches
@@ -181,7 +185,9 @@ func TestTurnScriptRefusesStaleOp(t *testing.T) {
 		}
 		return res
 	}
-	run("j", 100, 1)
+	if res := run("j", 100, 1); len(res) != 7 {
+		t.Fatalf("join: reply %v, want 7 fields", res)
+	}
 	if res := run("p", -1, 3); res[6] != 1 || res[2] != 0 {
 		t.Fatalf("leave: reply %v, want applied and an empty queue", res)
 	}
@@ -195,4 +201,95 @@ func TestTurnScriptRefusesStaleOp(t *testing.T) {
 	if res := run("j", 400, 4); res[6] != 1 || res[0] != 1 {
 		t.Fatalf("join after: reply %v, want applied and first", res)
 	}
+}
+
+// TestTurnGiveBackKicksFleet: a Wait whose context ends as it is admitted
+// gives its call back, which makes room before the time the fleet was
+// told: the head waiting in another process asks at once, not when the
+// window would have freed (20 s here).
+func TestTurnGiveBackKicksFleet(t *testing.T) {
+	t.Parallel()
+	mr := miniredis.RunT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ths [2]*Throttle
+	callCtx, endCall := context.WithCancel(ctx)
+	defer endCall()
+	admitted := make(chan error, 1)
+	var armed atomic.Bool
+	var start time.Time
+	// The hook runs as the engine admits a's second call, before Wait
+	// looks at its context: b's caller queues behind the full window
+	// first, then the call's context ends.
+	hook := WithHook(func(ev middleware.Event) {
+		if !ev.Allowed || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		go func() {
+			p, err := ths[1].Wait(ctx, Call{})
+			if err == nil {
+				p.Finish(nil)
+			}
+			admitted <- err
+		}()
+		for ths[0].lanesWaiting() == none && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		start = time.Now()
+		endCall()
+	})
+	for i := range ths {
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		var opts []Option
+		if i == 0 {
+			opts = append(opts, hook)
+		}
+		lim, err := New(c, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		if ths[i], err = lim.Throttle("api", "global:2/20s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ths[0].Wait(ctx, Call{}); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	if _, err := ths[0].Wait(callCtx, Call{}); err != context.Canceled {
+		t.Fatalf("the call whose context ended as it was admitted: %v, want context.Canceled", err)
+	}
+	select {
+	case err := <-admitted:
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("admitted %v after the give back", time.Since(start).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter in the other process was not admitted within 5s of the give back")
+	}
+}
+
+// onlyLane returns the throttle's one lane.
+func (t *Throttle) onlyLane() *lane {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, ln := range t.lanes {
+		return ln
+	}
+	return nil
+}
+
+// lanesWaiting returns the earliest arrival of another process's head
+// that the throttle's one lane knows of.
+func (t *Throttle) lanesWaiting() int64 {
+	ln := t.onlyLane()
+	if ln == nil {
+		return none
+	}
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.othersMin
 }
