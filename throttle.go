@@ -35,6 +35,8 @@ type Throttle struct {
 	byID  map[string]*lane // the lanes by id, for the fleet's messages
 	hooks []func(middleware.Event)
 
+	blockCap atomic.Int64 // the largest WithMaxUpstreamBlock of t's Transports; 0 none
+
 	stats throttleStats
 }
 

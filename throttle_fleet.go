@@ -183,8 +183,8 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 	if res[1] >= 0 {
 		ln.othersMin = res[1]
 	}
-	if res[3] > 0 {
-		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
+	if res[3] > 0 && ln.heard(res[3]) {
+		go f.shorten(ln)
 	}
 	ln.signalHead()
 }
@@ -199,8 +199,8 @@ func (f *fleet) learn(ln *lane) {
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if res[3] > 0 {
-		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
+	if res[3] > 0 && ln.heard(res[3]) {
+		go f.shorten(ln)
 	}
 	if res[1] >= 0 && res[1] < ln.othersMin {
 		ln.othersMin = res[1]
@@ -281,7 +281,7 @@ func (f *fleet) message(ln *lane, parts []string) {
 		ln.signalHead()
 	case "b":
 		if ms := num(2); ms > 0 {
-			ln.holdUntil(time.Now().Add(time.Duration(ms) * time.Millisecond))
+			ln.heard(ms)
 			ln.signalHead()
 		}
 	}
