@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -73,7 +74,8 @@ var errThrottleRules = errors.New("slidelimit: statement not allowed in a thrott
 //
 //	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
-// name is the scope of its windows, for SetRules too. Statements that have
+// name is the scope of its windows, for SetRules too, which refuses
+// key(NAME) limiters and named costs that rulesText does not have. Statements that have
 // no meaning for calls out (roles, ip, user, header and param limiters,
 // count:, distinct:, mode:shadow) are a *ConfigError; docs/throttle.md
 // lists what a throttle accepts.
@@ -92,6 +94,9 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	t.fleet = newFleet(t)
 	if l.ov != nil {
 		t.sw = overrides.NewSwitch(name, t.code, func(g rules.Group) (http.Handler, error) {
+			if err := t.declared(g); err != nil {
+				return nil, err
+			}
 			p, err := t.compile(g)
 			if err != nil {
 				return nil, err
@@ -104,6 +109,30 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	l.remember(name, g, nil)
 	l.addThrottle(t)
 	return t, nil
+}
+
+// declared refuses an override g with a key(NAME) limiter or a named
+// cost that the code's rules do not have: the callers give values and
+// estimates only for the code's, so every call would fail.
+func (t *Throttle) declared(g rules.Group) error {
+	keys, costs := map[string]bool{}, map[string]bool{}
+	for _, l := range t.code.g.Limiters {
+		if l.Kind == rules.Key {
+			keys[l.Name] = true
+		}
+		costs[l.Cost] = true
+	}
+	for _, l := range g.Limiters {
+		switch {
+		case l.Kind == rules.Key && !keys[l.Name]:
+			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no value for key %q (its code declares %s)",
+				errThrottleRules, t.name, l.ID(), l.Name, t.code.g.String())
+		case l.Cost != "" && !lifecycle.IsDecimal(l.Cost) && !costs[l.Cost]:
+			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no estimate of cost %q (its code declares %s)",
+				errThrottleRules, t.name, l.ID(), l.Cost, t.code.g.String())
+		}
+	}
+	return nil
 }
 
 // Name returns the throttle's name, the scope of its windows.
