@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -178,24 +179,26 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 
 // Finish ends the call p admitted: the cost of each limiter named in
 // actual (by cost name, as in Call.Costs) is settled to its value, the
-// others keep their estimate, and in-flight slots are released. It does
-// not block: the work rides the engine's next script call, or leaves
-// within 1 ms (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
-// nothing.
+// others keep their estimate, and in-flight slots are released. A value
+// is capped at the smallest limit of the limiter's windows (no call can
+// use more than a whole window allows); a negative value is ignored, the
+// estimate kept. It does not block: the work rides the engine's next
+// script call, or leaves within 1 ms (see Engine.FinishAsync). Finishing
+// a Permit again, or a nil Permit, does nothing.
 func (p *Permit) Finish(actual map[string]int64) {
 	if p == nil || !p.done.CompareAndSwap(false, true) {
 		return
 	}
 	var o engine.Outcome
 	for i, n := range p.names {
-		if v, ok := actual[n]; ok && n != "" {
+		if v, ok := actual[n]; ok && n != "" && v >= 0 {
 			if o.Actual == nil {
 				o.Actual = make([]int64, len(p.names))
 				for j := range o.Actual {
 					o.Actual[j] = -1
 				}
 			}
-			o.Actual[i] = max(v, 0)
+			o.Actual[i] = min(v, p.maxCost(i))
 		}
 	}
 	// FinishAsync queues the work; this process's next admission sees it.
@@ -205,6 +208,18 @@ func (p *Permit) Finish(actual map[string]int64) {
 	if p.lane != nil && (o.Actual != nil || p.t.plan().slots) {
 		p.lane.kick()
 	}
+}
+
+// maxCost is the most check i may be settled to: the smallest limit of
+// its windows that count costs (in-flight windows count calls).
+func (p *Permit) maxCost(i int) int64 {
+	m := int64(math.MaxInt64)
+	for _, ws := range p.d.Windows {
+		if ws.Check == i && !ws.Window.Concurrent && ws.Window.Limit > 0 {
+			m = min(m, ws.Window.Limit)
+		}
+	}
+	return m
 }
 
 // Decision returns the engine's decision that admitted the call.
