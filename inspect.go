@@ -87,6 +87,17 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 			errs = append(errs, err)
 		}
 	}
+	// A throttle's blocks learned from its upstream, of every lane that
+	// has the subject (a subject stored hashed names none).
+	for _, t := range l.throttlesNamed(req.Scope) {
+		for _, c := range req.Checks {
+			if !c.Hashed {
+				if _, err := t.lift(ctx, liftLine(limiterName(c.Limiter), c.Subject)); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 

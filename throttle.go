@@ -163,6 +163,7 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 		return nil, false, err
 	}
 	ln := t.lane(laneKey(req))
+	ln.note(&req)
 	if ln.busy() {
 		return nil, false, nil
 	}

@@ -1,8 +1,38 @@
 package slidelimit
 
 import (
+	"context"
+	_ "embed"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/rules"
 )
+
+// blockScript keeps the list of a throttle's learned blocks; its header
+// specifies its key, arguments and reply.
+//
+//go:embed throttle_block.lua
+var blockSource string
+
+var blockScript = redis.NewScript(blockSource)
+
+// backendError is the engine's error of operation op failing with err;
+// nil for none.
+func backendError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return access.BackendError(op, err)
+}
 
 // heldAtMost notes d, the WithMaxUpstreamBlock of a Transport of t: a
 // block another process reports is held at most the largest.
@@ -43,4 +73,162 @@ func (ln *lane) heard(ms int64) bool {
 // and hold the lane anew.
 func (f *fleet) shorten(ln *lane) {
 	f.run(ln, "b", 0, f.t.maxHeld().Milliseconds())
+}
+
+// A laneSubject is one subject of a lane: the ID of the limiter that
+// counts it, without its cost (key(apikey)), and the subject as the
+// engine's request has it (key:k1).
+type laneSubject struct {
+	limiter, subject string
+}
+
+// note records the subjects of req, a call of ln, on ln once.
+func (ln *lane) note(req *engine.Request) {
+	if ln.subjects.Load() != nil {
+		return
+	}
+	s := make([]laneSubject, len(req.Checks))
+	for i, c := range req.Checks {
+		s[i] = laneSubject{limiterName(c.Limiter), c.Subject}
+	}
+	ln.subjects.CompareAndSwap(nil, &s)
+}
+
+// subjectList returns the subjects of ln's calls; nil before the first.
+func (ln *lane) subjectList() []laneSubject {
+	if s := ln.subjects.Load(); s != nil {
+		return *s
+	}
+	return nil
+}
+
+// limiterName is l's ID without its cost: a Reset of any cost of a
+// limiter lifts the blocks of its subjects.
+func limiterName(l rules.Limiter) string {
+	return rules.Limiter{Kind: l.Kind, Name: l.Name}.ID()
+}
+
+// liftLine names a subject in the list of learned blocks and in the
+// messages that lift them: the limiter's ID and the subject's
+// fingerprint (the operator page's), never the subject itself, which may
+// be the API key the calls are made with.
+func liftLine(limiter, subject string) string {
+	return limiter + " " + admin.Fingerprint(subject)
+}
+
+// lines returns the liftLines of ln's subjects, each once.
+func (ln *lane) lines() []string {
+	var out []string
+	for _, s := range ln.subjectList() {
+		if l := liftLine(s.limiter, s.subject); !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// blocksKey is the list of t's learned blocks.
+func (f *fleet) blocksKey() string {
+	return f.prefix + "throttle:{" + f.t.name + "}:blocks"
+}
+
+// blockKey is the block key of the lane named id (throttle_turn.lua's
+// KEYS[3]).
+func (f *fleet) blockKey(id string) string {
+	return f.keys(&lane{id: id})[2]
+}
+
+// listBlock adds ln's block of ms to the list of learned blocks, with
+// its subjects, so that a Reset of one of them finds it.
+func (f *fleet) listBlock(ln *lane, ms int64) {
+	lines := ln.lines()
+	if f.client == nil || len(lines) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	member := ln.id + "\n" + strings.Join(lines, "\n")
+	_ = blockScript.Run(ctx, f.client, []string{f.blocksKey()}, "a", member, ms).Err() // the block holds without it
+}
+
+// unblock ends, in this process, the blocks of t's lanes that have the
+// subject of line.
+func (t *Throttle) unblock(line string) {
+	t.mu.Lock()
+	lanes := make([]*lane, 0, len(t.lanes))
+	now := time.Now()
+	for _, ln := range t.lanes {
+		lanes = append(lanes, ln)
+	}
+	t.mu.Unlock()
+	for _, ln := range lanes {
+		ln.mu.Lock()
+		blocked := ln.blocked.After(now)
+		ln.mu.Unlock()
+		if !blocked || !slices.Contains(ln.lines(), line) {
+			continue
+		}
+		ln.mu.Lock()
+		ln.blocked = time.Time{}
+		ln.signalHead()
+		ln.mu.Unlock()
+	}
+}
+
+// lift ends the learned blocks of every lane that has the subject of
+// line, in every process: here at once, in Redis (the lanes' block keys,
+// found in the list of learned blocks), and in the other processes by a
+// message on the throttle's channel. It returns how many lanes Redis
+// listed as blocked.
+func (t *Throttle) lift(ctx context.Context, line string) (int, error) {
+	t.unblock(line)
+	f := t.fleet
+	if f.client == nil {
+		return 0, nil
+	}
+	ids, err := blockScript.Run(ctx, f.client, []string{f.blocksKey()}, "l", line).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, backendError("lift learned blocks", err)
+	}
+	pipe := t.lim.client.Pipeline()
+	for _, id := range ids {
+		pipe.Del(ctx, f.blockKey(id))
+	}
+	pipe.Publish(ctx, f.channel, "u|"+line)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return len(ids), backendError("lift learned blocks", err)
+	}
+	return len(ids), nil
+}
+
+// learnedBlocks lists t's learned blocks in force, fleet-wide.
+func (t *Throttle) learnedBlocks(ctx context.Context) ([]admin.LearnedBlock, error) {
+	f := t.fleet
+	if f.client == nil {
+		return nil, nil
+	}
+	res, err := blockScript.Run(ctx, f.client, []string{f.blocksKey()}, "s").StringSlice()
+	if err != nil || len(res) == 0 {
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		return nil, backendError("list learned blocks", err)
+	}
+	now, _ := strconv.ParseFloat(res[0], 64)
+	var out []admin.LearnedBlock
+	for i := 1; i+1 < len(res); i += 2 {
+		end, err := strconv.ParseFloat(res[i+1], 64)
+		lines := strings.Split(res[i], "\n")
+		if err != nil || end <= now || len(lines) < 2 {
+			continue
+		}
+		b := admin.LearnedBlock{Throttle: t.name, Left: (end - now) / 1000}
+		for _, l := range lines[1:] {
+			if lim, fp, ok := strings.Cut(l, " "); ok {
+				b.Subjects = append(b.Subjects, admin.LearnedSubject{Limiter: lim, Fingerprint: fp})
+			}
+		}
+		out = append(out, b)
+	}
+	return out, nil
 }

@@ -2,9 +2,11 @@ package slidelimit_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/role"
 )
 
 // hostileUpstream answers its first n requests 429 with header h = v, and
@@ -125,5 +129,205 @@ func TestThrottleMaxUpstreamBlock(t *testing.T) {
 	}
 	if ttls := blockTTLs(t, client, prefix); len(ttls) > 1 || len(ttls) == 1 && ttls[0] > time.Second {
 		t.Errorf("learned block keys' time left: %v, want at most 1s", ttls)
+	}
+}
+
+// twoKeyCaller makes a Transport's calls for the apikey and model in the
+// request's headers.
+func twoKeyCaller(r *http.Request) (slidelimit.Call, error) {
+	return slidelimit.Call{Keys: map[string]string{"apikey": r.Header.Get("X-Key"), "model": r.Header.Get("X-Model")}}, nil
+}
+
+func callKM(key, model string) slidelimit.Call {
+	return slidelimit.Call{Keys: map[string]string{"apikey": key, "model": model}}
+}
+
+// admittedWithin polls th.Allow for c until it admits, for at most d.
+func admittedWithin(th *slidelimit.Throttle, c slidelimit.Call, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		p, ok, err := th.Allow(context.Background(), c)
+		if err == nil && ok {
+			p.Finish(nil)
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestThrottleResetLiftsLearnedBlock: on real Redis, with two processes
+// (Limiters), Limiter.Reset of a throttle's key lifts the blocks learned
+// for every lane with that key in both within 1 s, and in Redis, where a
+// process started later reads them; a lane of another key stays blocked.
+func TestThrottleResetLiftsLearnedBlock(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := randomPrefix(t)
+	const rules = "key(apikey):100/s; key(model)[tokens]:100000/min"
+	throttle := func() (*slidelimit.Limiter, *slidelimit.Throttle) {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		lim := throttleLimiter(t, c, prefix)
+		th, err := lim.Throttle("llm", rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim, th
+	}
+	limA, a := throttle()
+	_, b := throttle()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer up.Close()
+	hc := &http.Client{Transport: a.Transport(nil, slidelimit.WithCall(func(r *http.Request) (slidelimit.Call, error) {
+		c, err := twoKeyCaller(r)
+		c.Costs = map[string]int64{"tokens": 10}
+		return c, err
+	}))}
+	blockedLanes := [][2]string{{"k1", "m1"}, {"k1", "m2"}, {"k2", "m1"}}
+	for _, km := range blockedLanes {
+		req, _ := http.NewRequest(http.MethodGet, up.URL, nil)
+		req.Header.Set("X-Key", km[0])
+		req.Header.Set("X-Model", km[1])
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	call := func(km [2]string) slidelimit.Call {
+		c := callKM(km[0], km[1])
+		c.Costs = map[string]int64{"tokens": 10}
+		return c
+	}
+	ctx := context.Background()
+	for _, th := range []*slidelimit.Throttle{a, b} {
+		for _, km := range blockedLanes {
+			if admittedWithin(th, call(km), 0) {
+				t.Fatalf("%v admitted before the Reset, under a block of an hour", km)
+			}
+		}
+	}
+	if _, later := throttle(); admittedWithin(later, call(blockedLanes[0]), 0) {
+		t.Fatal("a process started later was not held by the learned block")
+	}
+
+	if err := limA.Reset(ctx, "llm", "key(apikey)", "k1", false); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for _, th := range []*slidelimit.Throttle{a, b} {
+		for _, km := range blockedLanes[:2] {
+			if !admittedWithin(th, call(km), time.Second-time.Since(start)) {
+				t.Errorf("%v still held %v after the Reset of k1", km, time.Since(start))
+			}
+		}
+	}
+	_, later := throttle()
+	if !admittedWithin(later, call(blockedLanes[0]), time.Second) {
+		t.Error("a process started after the Reset is held by the block it lifted")
+	}
+	for _, th := range []*slidelimit.Throttle{a, b, later} {
+		if admittedWithin(th, call(blockedLanes[2]), 0) {
+			t.Error("the block of k2 was lifted by the Reset of k1")
+		}
+	}
+}
+
+// TestThrottleLearnedBlocksListed: the operator API and page list a
+// throttle's learned blocks with their time left, the key by its
+// fingerprint only (it may be the API key itself), and lifting one by
+// its ref lifts it.
+func TestThrottleLearnedBlocksListed(t *testing.T) {
+	lim := throttleLimiter(t, miniClient(t), randomPrefix(t))
+	th, err := lim.Throttle("llm", "key(apikey):100/s; global:1000/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "sk-live-0123456789abcdef"
+	srv, _ := hostileUpstream(t, 1, "Retry-After", "600")
+	hc := &http.Client{Transport: th.Transport(nil, slidelimit.WithCall(func(*http.Request) (slidelimit.Call, error) {
+		return slidelimit.Call{Keys: map[string]string{"apikey": secret}}, nil
+	}))}
+	if code := getThrough(t, hc, srv.URL); code != http.StatusTooManyRequests {
+		t.Fatalf("first call: %d", code)
+	}
+	h := lim.AdminHandler("ops")
+	do := func(method, path string, body io.Reader) (int, string) {
+		r := httptest.NewRequest(method, path, body)
+		if body != nil {
+			r.Header.Set("Content-Type", "application/json")
+		}
+		r = r.WithContext(role.NewContext(r.Context(), role.Identity{User: "o", Roles: []role.Role{"ops"}}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code, w.Body.String()
+	}
+	code, body := do(http.MethodGet, "/api/blocks", nil)
+	var ans struct {
+		Blocks []struct {
+			Scope, Limiter, Subject, Ref string
+			Masked, Learned              bool
+			Left                         float64
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &ans); code != http.StatusOK || err != nil {
+		t.Fatalf("GET /api/blocks: %d %s", code, body)
+	}
+	if len(ans.Blocks) != 1 {
+		t.Fatalf("GET /api/blocks = %s, want the learned block of the key", body)
+	}
+	b := ans.Blocks[0]
+	if b.Scope != "llm" || b.Limiter != "key(apikey)" || !b.Learned || !b.Masked || !strings.HasPrefix(b.Subject, "~") ||
+		b.Ref != b.Subject || b.Left <= 590 || b.Left > 600 {
+		t.Errorf("GET /api/blocks = %s, want llm's key(apikey) masked, learned, about 600 s left", body)
+	}
+	code, page := do(http.MethodGet, "/", nil)
+	if code != http.StatusOK || !strings.Contains(page, "learned from the upstream") || !strings.Contains(page, b.Subject) {
+		t.Errorf("the page does not list the learned block:\n%s", page)
+	}
+	for what, s := range map[string]string{"the API": body, "the page": page} {
+		if strings.Contains(s, secret) || strings.Contains(s, "0123456789") {
+			t.Errorf("%s shows the key's value", what)
+		}
+	}
+	if admittedWithin(th, slidelimit.Call{Keys: map[string]string{"apikey": secret}}, 0) {
+		t.Fatal("a call admitted under the learned block")
+	}
+	lift, _ := json.Marshal(map[string]string{"scope": "llm", "limiter": "key(apikey)", "ref": b.Ref})
+	if code, body := do(http.MethodPost, "/api/reset", strings.NewReader(string(lift))); code != http.StatusOK {
+		t.Fatalf("POST /api/reset by the learned block's ref: %d %s", code, body)
+	}
+	if !admittedWithin(th, slidelimit.Call{Keys: map[string]string{"apikey": secret}}, time.Second) {
+		t.Error("the block lifted from the operator API still holds the key")
+	}
+	if _, body := do(http.MethodGet, "/api/blocks", nil); strings.Contains(body, `"learned":true`) {
+		t.Errorf("GET /api/blocks after the lift = %s", body)
+	}
+
+	// A throttle of a global limiter only: its block is listed and
+	// lifted as the global subject's.
+	plain, err := lim.Throttle("plain", "global:10/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2, _ := hostileUpstream(t, 1, "Retry-After", "600")
+	if code := getThrough(t, &http.Client{Transport: plain.Transport(nil)}, srv2.URL); code != http.StatusTooManyRequests {
+		t.Fatalf("plain's first call: %d", code)
+	}
+	_, body = do(http.MethodGet, "/api/blocks", nil)
+	if !strings.Contains(body, `{"scope":"plain","limiter":"global","subject":"","left":`) || !strings.Contains(body, `"learned":true`) {
+		t.Errorf("GET /api/blocks = %s, want plain's global block", body)
+	}
+	lift, _ = json.Marshal(map[string]string{"scope": "plain", "limiter": "global"})
+	if code, body := do(http.MethodPost, "/api/reset", strings.NewReader(string(lift))); code != http.StatusOK {
+		t.Fatalf("POST /api/reset of plain's global: %d %s", code, body)
+	}
+	if !admittedWithin(plain, slidelimit.Call{}, time.Second) {
+		t.Error("plain's lifted block still holds its calls")
 	}
 }

@@ -214,6 +214,7 @@ func (f *fleet) block(ln *lane, d time.Duration) {
 	ln.holdUntil(time.Now().Add(d))
 	ln.mu.Unlock()
 	f.run(ln, "b", 0, ms)
+	f.listBlock(ln, ms)
 }
 
 // listen applies the messages of the other participants.
@@ -222,6 +223,10 @@ func (f *fleet) listen() {
 	for msg := range f.ps.Channel() {
 		parts := strings.Split(msg.Payload, "|")
 		if len(parts) < 2 {
+			continue
+		}
+		if parts[0] == "u" {
+			f.t.unblock(parts[1]) // a Reset lifted the blocks of a subject
 			continue
 		}
 		f.t.mu.Lock()

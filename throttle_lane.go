@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -34,6 +35,8 @@ type lane struct {
 	renewed   time.Time // the last call of the fleet script (lease renewal)
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
+
+	subjects atomic.Pointer[[]laneSubject] // its calls' subjects (note)
 }
 
 // A waiter is one caller of Wait.

@@ -32,6 +32,7 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 	}
 	start := time.Now()
 	ln := t.lane(laneKey(req))
+	ln.note(&req)
 	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1)}
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
