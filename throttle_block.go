@@ -75,29 +75,27 @@ func (f *fleet) shorten(ln *lane) {
 	f.run(ln, "b", 0, f.t.maxHeld().Milliseconds())
 }
 
-// A laneSubject is one subject of a lane: the ID of the limiter that
-// counts it, without its cost (key(apikey)), and the subject as the
-// engine's request has it (key:k1).
-type laneSubject struct {
-	limiter, subject string
-}
-
-// note records the subjects of req, a call of ln, on ln once.
+// note records, once, the subjects of req, a call of ln, as their
+// liftLines: what a Reset and the list of learned blocks name them by. A
+// lane keeps no other copy of its subjects' values for it.
 func (ln *lane) note(req *engine.Request) {
-	if ln.subjects.Load() != nil {
+	if ln.liftLines.Load() != nil {
 		return
 	}
-	s := make([]laneSubject, len(req.Checks))
-	for i, c := range req.Checks {
-		s[i] = laneSubject{limiterName(c.Limiter), c.Subject}
+	lines := make([]string, 0, len(req.Checks))
+	for _, c := range req.Checks {
+		if l := liftLine(limiterName(c.Limiter), c.Subject); !slices.Contains(lines, l) {
+			lines = append(lines, l)
+		}
 	}
-	ln.subjects.CompareAndSwap(nil, &s)
+	ln.liftLines.CompareAndSwap(nil, &lines)
 }
 
-// subjectList returns the subjects of ln's calls; nil before the first.
-func (ln *lane) subjectList() []laneSubject {
-	if s := ln.subjects.Load(); s != nil {
-		return *s
+// lines returns the liftLines of ln's subjects, each once; nil before its
+// first call.
+func (ln *lane) lines() []string {
+	if l := ln.liftLines.Load(); l != nil {
+		return *l
 	}
 	return nil
 }
@@ -114,17 +112,6 @@ func limiterName(l rules.Limiter) string {
 // be the API key the calls are made with.
 func liftLine(limiter, subject string) string {
 	return limiter + " " + admin.Fingerprint(subject)
-}
-
-// lines returns the liftLines of ln's subjects, each once.
-func (ln *lane) lines() []string {
-	var out []string
-	for _, s := range ln.subjectList() {
-		if l := liftLine(s.limiter, s.subject); !slices.Contains(out, l) {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // blocksKey is the list of t's learned blocks.

@@ -14,6 +14,10 @@
 --          's' show: return now (ms) then each member and its end
 --
 -- Reply: 'a' {}; 'l' the lane ids; 's' {now, member, end, member, end, ...}
+--
+-- After 'l', the Go code deletes the lanes' block keys and publishes
+-- "u|LIMITER FINGERPRINT" on the throttle's channel (throttle_turn.lua's
+-- ARGV[5]): every process ends its hold on its lanes with that subject.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -163,13 +164,28 @@ func admittedWithin(th *slidelimit.Throttle, c slidelimit.Call, d time.Duration)
 // for every lane with that key in both within 1 s, and in Redis, where a
 // process started later reads them; a lane of another key stays blocked.
 func TestThrottleResetLiftsLearnedBlock(t *testing.T) {
-	srv := redistest.Start(t)
+	t.Parallel()
+	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
+		srv := redistest.Start(t)
+		resetLiftsScenario(t, func() engine.Client {
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			return c
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := redistest.StartCluster(t)
+		resetLiftsScenario(t, func() engine.Client { return cl.Client(t) })
+	})
+}
+
+func resetLiftsScenario(t *testing.T, client func() engine.Client) {
 	prefix := randomPrefix(t)
 	const rules = "key(apikey):100/s; key(model)[tokens]:100000/min"
 	throttle := func() (*slidelimit.Limiter, *slidelimit.Throttle) {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		lim := throttleLimiter(t, c, prefix)
+		lim := throttleLimiter(t, client(), prefix)
 		th, err := lim.Throttle("llm", rules)
 		if err != nil {
 			t.Fatal(err)

@@ -221,12 +221,12 @@ func (f *fleet) block(ln *lane, d time.Duration) {
 func (f *fleet) listen() {
 	defer close(f.done)
 	for msg := range f.ps.Channel() {
-		parts := strings.Split(msg.Payload, "|")
-		if len(parts) < 2 {
+		if line, ok := strings.CutPrefix(msg.Payload, "u|"); ok {
+			f.t.unblock(line) // a Reset lifted the blocks of a subject
 			continue
 		}
-		if parts[0] == "u" {
-			f.t.unblock(parts[1]) // a Reset lifted the blocks of a subject
+		parts := strings.Split(msg.Payload, "|")
+		if len(parts) < 2 {
 			continue
 		}
 		f.t.mu.Lock()

@@ -36,7 +36,7 @@ type lane struct {
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
 
-	subjects atomic.Pointer[[]laneSubject] // its calls' subjects (note)
+	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
 
 // A waiter is one caller of Wait.
