@@ -243,6 +243,7 @@ func resetLiftsScenario(t *testing.T, client func() engine.Client) {
 			}
 		}
 	}
+	t.Logf("both processes admitted the lifted lanes %v after Reset returned", time.Since(start))
 	_, later := throttle()
 	if !admittedWithin(later, call(blockedLanes[0]), time.Second) {
 		t.Error("a process started after the Reset is held by the block it lifted")
