@@ -63,6 +63,7 @@ type Call struct {
 // in-flight slots after the Limiter's maximum hold (WithMaxHold), and its
 // Finish then still settles its costs.
 type Permit struct {
+	_ noCopy // a copy would outlive the Permit its cleanup watches
 	*permit
 	cleanup runtime.Cleanup // finishes the permit once the Permit is unreachable
 }

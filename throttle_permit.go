@@ -29,6 +29,12 @@ type permit struct {
 	hold  *time.Timer // releases the slots at the maximum hold; nil without slots
 }
 
+// noCopy makes go vet report copies of a Permit.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
 // permitWarnings throttles a throttle's lines about Permits.
 type permitWarnings struct {
 	dropped, held logthrottle.Throttle
