@@ -328,7 +328,7 @@ func laneKeyOf(t *testing.T, th *Throttle, c Call) string {
 // A Permit kept unfinished releases its slot at the maximum hold; its
 // Finish still settles its costs.
 func TestThrottleMaxHold(t *testing.T) {
-	if _, err := New(redis.NewClient(&redis.Options{}), WithMaxHold(0)); err == nil {
+	if _, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), WithMaxHold(0)); err == nil {
 		t.Error("WithMaxHold(0) was accepted")
 	}
 	const hold = 300 * time.Millisecond
