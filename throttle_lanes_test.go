@@ -104,6 +104,30 @@ func TestThrottleLanesFreed(t *testing.T) {
 	}
 }
 
+// An idle lane stays known: a key used again and again, one call at a
+// time, reads the fleet's queue and block once, not at every call.
+func TestThrottleIdleLaneKept(t *testing.T) {
+	lim := laneLimiter(t)
+	th, err := lim.Throttle("api", "key(k):100000/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 50
+	for range calls {
+		p, err := th.Wait(context.Background(), Call{Keys: map[string]string{"k": "one"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Finish(nil)
+	}
+	if n := th.Stats().RedisCalls; n != calls+1 {
+		t.Errorf("%d calls one at a time made %d Redis calls, want %d (a decision each and one read of the lane)", calls, n, calls+1)
+	}
+	if n := th.laneCount(t); n != 1 {
+		t.Errorf("%d lanes kept, want 1", n)
+	}
+}
+
 // An upstream block keeps its lane past idleLanes until it ends, so that
 // a process whose client cannot share it in Redis does not forget it.
 func TestThrottleBlockedLaneKept(t *testing.T) {
