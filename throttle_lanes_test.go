@@ -104,6 +104,104 @@ func TestThrottleLanesFreed(t *testing.T) {
 	}
 }
 
+// The maps of the lanes are made anew once they shrank to a quarter of
+// their peak: Go maps never give back their room.
+func TestThrottleLaneMapsShrink(t *testing.T) {
+	lim := laneLimiter(t)
+	th, err := lim.Throttle("api", "key(k):100/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.fleet.client = nil // no Redis read per lane: this test is about memory
+	const n = 4*idleLanes + 100
+	lanes := make([]*lane, n)
+	for i := range lanes {
+		if lanes[i], err = th.lane(context.Background(), "lane-"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c := th.laneCount(t); c != n {
+		t.Fatalf("%d lanes in use, want %d", c, n)
+	}
+	for _, ln := range lanes {
+		th.release(ln)
+	}
+	if c := th.laneCount(t); c != idleLanes {
+		t.Errorf("%d lanes kept, want %d", c, idleLanes)
+	}
+	th.mu.Lock()
+	peak := th.reg.peak
+	th.mu.Unlock()
+	if peak >= n {
+		t.Errorf("the maps were not made anew: peak %d", peak)
+	}
+}
+
+// slowScripter answers every script call once release is closed.
+type slowScripter struct {
+	redis.Scripter
+	release chan struct{}
+}
+
+func (s slowScripter) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
+	<-s.release
+	cmd := redis.NewCmd(ctx)
+	cmd.SetVal([]any{int64(0), int64(-1), int64(0), int64(-2), int64(0), time.Now().UnixMicro()})
+	return cmd
+}
+
+// Callers that find a new lane reading the fleet's state wait for that
+// read, or for their context: they would otherwise ask at once ahead of
+// other processes' waiters.
+func TestThrottleNewLaneReadFirst(t *testing.T) {
+	lim := laneLimiter(t)
+	th, err := lim.Throttle("api", "key(k):100/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := slowScripter{release: make(chan struct{})}
+	th.fleet.client = slow
+	ctx := context.Background()
+	first := make(chan *lane)
+	go func() {
+		ln, _ := th.lane(ctx, "k")
+		first <- ln
+	}()
+	// The first caller made the lane and reads; later ones wait.
+	for {
+		th.mu.Lock()
+		made := th.lanes["k"] != nil
+		th.mu.Unlock()
+		if made {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := th.lane(cctx, "k"); err == nil {
+		t.Fatal("a caller got a lane that was still reading the fleet's state")
+	}
+	second := make(chan *lane)
+	go func() {
+		ln, _ := th.lane(ctx, "k")
+		second <- ln
+	}()
+	close(slow.release)
+	a, b := <-first, <-second
+	if a != b {
+		t.Fatal("two lanes for one key")
+	}
+	th.release(a)
+	th.release(b)
+	th.mu.Lock()
+	users := a.ref.users
+	th.mu.Unlock()
+	if users != 0 {
+		t.Errorf("the lane has %d users, want 0 (the caller whose context ended released it)", users)
+	}
+}
+
 // An idle lane stays known: a key used again and again, one call at a
 // time, reads the fleet's queue and block once, not at every call.
 func TestThrottleIdleLaneKept(t *testing.T) {
