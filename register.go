@@ -49,7 +49,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 		return errors.Join(errs...)
 	}
 	for i, r := range routes {
-		if err := handle(mux, r.Pattern, identify(l.ident, wrapped[i])); err != nil {
+		if err := handle(mux, r.Pattern, l.identify(wrapped[i])); err != nil {
 			errs = append(errs, configError(r.Pattern, r.Field, "", err))
 			continue
 		}
@@ -88,7 +88,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	if err != nil {
 		return fail(written(err, rulesText))
 	}
-	if err := handle(mux, pattern, identify(l.ident, h)); err != nil {
+	if err := handle(mux, pattern, l.identify(h)); err != nil {
 		return fail(err)
 	}
 	l.rememberRoute(pattern, g)
