@@ -36,16 +36,17 @@ type roleCheck struct {
 }
 
 // newRoleCheck returns the check of the roles that opts, the Limiter's
-// middleware options, declare, or nil when they declare none.
-func newRoleCheck(opts []middleware.Option, log *slog.Logger) *roleCheck {
+// middleware options, declare, logging to their logger, or nil when they
+// declare none.
+func newRoleCheck(opts []middleware.Option) *roleCheck {
 	var t lifecycle.Transport
-	lifecycle.TransportOptions(&t, opts) // their errors are New's middlewares'
+	lifecycle.TransportOptions(&t, opts) // their errors are the middlewares'
 	if len(t.Policy.Roles) == 0 {
 		return nil
 	}
 	declared := slices.Clone(t.Policy.Roles)
 	slices.Sort(declared)
-	return &roleCheck{declared: slices.Compact(declared), log: log, seen: map[string]struct{}{}}
+	return &roleCheck{declared: slices.Compact(declared), log: t.Logger, seen: map[string]struct{}{}}
 }
 
 // list returns the declared roles as the rules' errors list them.

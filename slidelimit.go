@@ -76,7 +76,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e),
-		maxHold: c.maxHold, roles: newRoleCheck(c.middleware, access.EngineLogger(e))}
+		maxHold: c.maxHold, roles: newRoleCheck(c.middleware)}
 	if c.tallyFlush > 0 {
 		// Before the Limiter is returned: the engine reads its hook
 		// without a lock.
