@@ -24,6 +24,7 @@ type Limiter struct {
 	client engine.Client
 	opts   []middleware.Option
 	ident  func(*http.Request) (string, []string) // WithIdentity
+	roles  *roleCheck                             // the declared roles; nil when none are
 	ov     *overrides.Store                       // nil with overrides off (tests)
 	tally  *tally.Tallies                         // counting and writing unless off (tests)
 	masked []rules.Kind                           // kinds the operator's page masks
@@ -75,7 +76,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e),
-		maxHold: c.maxHold}
+		maxHold: c.maxHold, roles: newRoleCheck(c.middleware)}
 	if c.tallyFlush > 0 {
 		// Before the Limiter is returned: the engine reads its hook
 		// without a lock.
@@ -127,11 +128,11 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	// per request, so "" records the group as possibly in any scope.
 	l.remember(g.Scope, g, opts)
 	if g.Scope == "" || l.ov == nil {
-		return func(next http.Handler) http.Handler { return identify(l.ident, mw(next)) }, nil
+		return func(next http.Handler) http.Handler { return l.identify(mw(next)) }, nil
 	}
 	// With a scope: statement the handlers follow the scope's overrides.
 	return func(next http.Handler) http.Handler {
-		return identify(l.ident, l.follow(g.Scope, mw(next), next, opts))
+		return l.identify(l.follow(g.Scope, mw(next), next, opts))
 	}, nil
 }
 
