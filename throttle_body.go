@@ -26,7 +26,7 @@ func WithActualBody(fn func(resp *http.Response, body []byte) map[string]int64) 
 // Costs[name] is counted until then; a settlement above it is a debt,
 // capped as every throttle settlement is. Its value wins over WithActual's
 // and WithActualBody's for name. Given more than once, each name is
-// settled.
+// settled; a name no limiter of the rules has settles nothing.
 func WithActualBytes(name string) TransportOption {
 	return func(c *transportConfig) { c.bytes = append(c.bytes, name) }
 }
