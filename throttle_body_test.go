@@ -3,6 +3,7 @@ package slidelimit_test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -483,4 +484,32 @@ func TestThrottleActualBytes(t *testing.T) {
 			t.Errorf("process %d admitted 10,000 bytes with 9,500 left (err %v)", i, err)
 		}
 	}
+}
+
+// TestThrottleActualBodyGzip: the functions see the body as the caller
+// reads it, after http.Transport undid the gzip it asked for.
+func TestThrottleActualBodyGzip(t *testing.T) {
+	const completion = `{"choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":42}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			t.Error("the transport did not ask for gzip")
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, completion)
+		zw.Close()
+	}))
+	defer srv.Close()
+	var seen atomic.Value
+	hc, lim := tokenClient(t, slidelimit.WithActualBody(func(resp *http.Response, body []byte) map[string]int64 {
+		seen.Store(string(body))
+		return usage(resp, body)
+	}))
+	if got := string(get(t, hc, srv.URL)); got != completion {
+		t.Fatalf("the caller read %q", got)
+	}
+	if got := seen.Load(); got != completion {
+		t.Errorf("fn saw %q, want the body as the caller read it", got)
+	}
+	waitUsed(t, lim, "llm", "key(apikey)[tokens]", "k1", 42)
 }
