@@ -55,6 +55,7 @@ type finishBody struct {
 // newFinishBody wraps resp.Body to finish p when it is closed.
 func newFinishBody(cfg *transportConfig, resp *http.Response, p *Permit) *finishBody {
 	b := &finishBody{ReadCloser: resp.Body, cfg: cfg, resp: resp, p: p, tap: cfg.body != nil || len(cfg.bytes) > 0}
+	b.tail.max = bodyTail
 	if b.ReadCloser == nil {
 		b.ReadCloser = http.NoBody
 	}
@@ -93,7 +94,7 @@ func (b *finishBody) finish() {
 	b.mu.Lock()
 	b.closed = true
 	n, body := b.n, b.tail.bytes()
-	b.tail = tail{}
+	b.tail = tail{} // fn may keep body
 	b.mu.Unlock()
 	var actual map[string]int64
 	if b.cfg.actual != nil {
@@ -127,28 +128,32 @@ func merge(a, b map[string]int64) map[string]int64 {
 	return m
 }
 
-// tail keeps the last bodyTail bytes written to it, in memory that grows
-// as they come: a ring once full.
+// tail keeps the last max bytes written to it (bodyTail, or less in
+// tests), in memory that grows as they come: a ring once full.
 type tail struct {
+	max   int
 	buf   []byte
 	start int // once full, the index of the oldest byte
 }
 
-// write keeps p's bytes, dropping the oldest beyond bodyTail.
+// write keeps p's bytes, dropping the oldest beyond t.max.
 func (t *tail) write(p []byte) {
-	if len(p) >= bodyTail {
-		if cap(t.buf) < bodyTail {
-			t.buf = make([]byte, bodyTail)
+	if t.max <= 0 {
+		return
+	}
+	if len(p) >= t.max {
+		if cap(t.buf) < t.max {
+			t.buf = make([]byte, t.max)
 		}
-		t.buf = t.buf[:bodyTail]
-		copy(t.buf, p[len(p)-bodyTail:])
+		t.buf = t.buf[:t.max]
+		copy(t.buf, p[len(p)-t.max:])
 		t.start = 0
 		return
 	}
-	if room := bodyTail - len(t.buf); room > 0 {
+	if room := t.max - len(t.buf); room > 0 {
 		k := min(room, len(p))
 		if len(t.buf)+k > cap(t.buf) {
-			nb := make([]byte, len(t.buf), min(bodyTail, max(2*cap(t.buf), len(t.buf)+k, 512)))
+			nb := make([]byte, len(t.buf), min(t.max, max(2*cap(t.buf), len(t.buf)+k, 512)))
 			copy(nb, t.buf)
 			t.buf = nb
 		}
@@ -158,7 +163,7 @@ func (t *tail) write(p []byte) {
 	for len(p) > 0 {
 		c := copy(t.buf[t.start:], p)
 		p = p[c:]
-		t.start = (t.start + c) % bodyTail
+		t.start = (t.start + c) % t.max
 	}
 }
 
