@@ -62,3 +62,28 @@ func TestTokensLeavesBody(t *testing.T) {
 		t.Error("Tokens changed the body")
 	}
 }
+
+// TestTokensCut: a body cut anywhere, at its end (closed early) or at its
+// start (a kept tail), gives the whole body's usage or none, never another
+// count.
+func TestTokensCut(t *testing.T) {
+	for _, body := range []string{
+		`{"id":"c1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"usage: 12"}}],` +
+			`"usage":{"prompt_tokens":45,"completion_tokens":12,"total_tokens":57,"prompt_tokens_details":{"cached_tokens":0}}}`,
+		`data: {"choices":[{"delta":{"content":"\"usage\":{\"total_tokens\":1}"}}],"usage":null}` + "\n\n" +
+			`data: {"choices":[],"usage":{"prompt_tokens":40,"completion_tokens":51,"total_tokens":91}}` + "\n\ndata: [DONE]\n\n",
+		"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":6,\"total_tokens\":11}}}\n\n",
+	} {
+		whole := openaiusage.Tokens(nil, []byte(body))
+		if whole == nil {
+			t.Fatalf("no usage in %q", body)
+		}
+		for i := range len(body) {
+			for _, cut := range []string{body[:i], body[i:]} {
+				if got := openaiusage.Tokens(nil, []byte(cut)); got != nil && !maps.Equal(got, whole) {
+					t.Errorf("Tokens(%q) = %v, want %v or nil", cut, got, whole)
+				}
+			}
+		}
+	}
+}
