@@ -15,6 +15,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
@@ -28,6 +29,10 @@ import (
 func fakeOpenAI(t *testing.T, includeUsage *atomic.Bool) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/responses" {
+			fakeResponses(w, r)
+			return
+		}
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 			http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
 			return
@@ -67,9 +72,43 @@ func fakeOpenAI(t *testing.T, includeUsage *atomic.Bool) *httptest.Server {
 	return srv
 }
 
+// fakeResponses answers POST /v1/responses as the OpenAI API does: a
+// response of 100 tokens, or, streamed, events ending with
+// response.completed, whose response has usage of 33 tokens.
+func fakeResponses(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	const output = `"output":[{"type":"message","id":"msg_1","status":"completed","role":"assistant",` +
+		`"content":[{"type":"output_text","text":"Hello!","annotations":[]}]}]`
+	if !req.Stream {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"resp_1","object":"response","created_at":1765000000,"status":"completed","model":"gpt-4o-mini",`+output+
+			`,"usage":{"input_tokens":30,"input_tokens_details":{"cached_tokens":0},"output_tokens":70,`+
+			`"output_tokens_details":{"reasoning_tokens":0},"total_tokens":100}}`)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	event := func(typ, data string) {
+		fmt.Fprintf(w, "event: %s\ndata: {\"type\":%q,%s}\n\n", typ, typ, data)
+		w.(http.Flusher).Flush()
+	}
+	event("response.created", `"sequence_number":0,"response":{"id":"resp_2","object":"response","status":"in_progress","model":"gpt-4o-mini","output":[],"usage":null}`)
+	for i := range 10 {
+		event("response.output_text.delta", fmt.Sprintf(`"sequence_number":%d,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"w%d "`, i+1, i))
+	}
+	event("response.completed", `"sequence_number":11,"response":{"id":"resp_2","object":"response","status":"completed","model":"gpt-4o-mini",`+output+
+		`,"usage":{"input_tokens":20,"output_tokens":13,"total_tokens":33}}`)
+}
+
 // TestOpenAISDK: the official OpenAI Go SDK's calls through a Throttle's
 // Transport are settled to the usage in their JSON body, and in the last
-// chunk of a stream: the window holds the tokens used, not the estimates.
+// chunk or event of a stream, for chat completions and responses: the
+// window holds the tokens used, not the estimates.
 func TestOpenAISDK(t *testing.T) {
 	var includeUsage atomic.Bool
 	srv := fakeOpenAI(t, &includeUsage)
@@ -155,4 +194,32 @@ func TestOpenAISDK(t *testing.T) {
 	// The SDK closes the body at [DONE]; Close again is the caller's habit.
 	stream.Close()
 	used(57 + 91)
+
+	// The Responses API: usage in the response, and in a stream's
+	// response.completed event (the stream ends with the body, no [DONE]).
+	rparams := responses.ResponseNewParams{
+		Model:           openai.ChatModelGPT4oMini,
+		Input:           responses.ResponseNewParamsInputUnion{OfString: openai.String("Say hello")},
+		MaxOutputTokens: openai.Int(estimate - 100),
+	}
+	res, err := client.Responses.New(ctx, rparams)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Usage.TotalTokens != 100 || res.OutputText() != "Hello!" {
+		t.Fatalf("the SDK read %d tokens, %q", res.Usage.TotalTokens, res.OutputText())
+	}
+	used(57 + 91 + 100)
+	rstream := client.Responses.NewStreaming(ctx, rparams)
+	var last responses.ResponseStreamEventUnion
+	for rstream.Next() {
+		last = rstream.Current()
+	}
+	if err := rstream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if last.Type != "response.completed" || last.Response.Usage.TotalTokens != 33 {
+		t.Fatalf("the SDK's last event: %s with %d tokens", last.Type, last.Response.Usage.TotalTokens)
+	}
+	used(57 + 91 + 100 + 33)
 }
