@@ -24,6 +24,8 @@ type config struct {
 	rulesCheck time.Duration
 	tallyFlush time.Duration
 	masked     []rules.Kind
+	maxHold    time.Duration
+	maxHoldSet bool
 	maskSet    bool
 }
 
@@ -62,6 +64,16 @@ func WithLogger(l *slog.Logger) Option {
 		c.engine = append(c.engine, engine.WithLogger(l))
 		c.mw(middleware.WithLogger(l))
 	}
+}
+
+// WithMaxHold sets the longest a throttle's Permit holds its slots of
+// in-flight windows (N concurrent) without Finish; the default is 10
+// minutes. Past it the slots are released, as Finish would release them,
+// and a later Finish still settles the call's costs. Set it above the
+// longest call a throttle admits (a stream, a download). d must be
+// positive.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) { c.maxHold, c.maxHoldSet = d, true }
 }
 
 // WithFailMode sets how groups without a fail: statement decide while Redis

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
@@ -26,6 +27,8 @@ type Limiter struct {
 	ov     *overrides.Store                       // nil with overrides off (tests)
 	tally  *tally.Tallies                         // counting and writing unless off (tests)
 	masked []rules.Kind                           // kinds the operator's page masks
+
+	maxHold time.Duration // of a throttle's Permit's slots (WithMaxHold)
 
 	mu        sync.RWMutex
 	groups    []registered // what Peek and Reset search, in registration order
@@ -56,6 +59,11 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 			return nil, optionError(fmt.Errorf("masked subjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
+	if !c.maxHoldSet {
+		c.maxHold = defaultMaxHold
+	} else if c.maxHold <= 0 {
+		return nil, optionError(fmt.Errorf("max hold: %s is not positive", c.maxHold))
+	}
 	if c.tallyFlush > 0 && (c.tallyFlush < tally.MinFlush || c.tallyFlush > tally.MaxFlush) {
 		return nil, optionError(fmt.Errorf("tally flush: %s is not between %s and %s (or <= 0, off)", c.tallyFlush, tally.MinFlush, tally.MaxFlush))
 	}
@@ -66,7 +74,8 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		}
 		return nil, err
 	}
-	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e)}
+	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e),
+		maxHold: c.maxHold}
 	if c.tallyFlush > 0 {
 		// Before the Limiter is returned: the engine reads its hook
 		// without a lock.
