@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -23,8 +24,30 @@ import (
 // whose identity (WithIdentity, or role.NewContext) holds one of roles:
 // 401 without identity, 403 without a role. See docs/operations.md for
 // what it shows and masks.
+//
+// When the Limiter declares roles (WithRoles), a role among roles that it
+// does not declare is a configuration error: AdminHandler logs it, a
+// *ConfigError, at error level, and the handler answers every request 500.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
-	return identify(l.ident, admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...))
+	log := access.EngineLogger(l.engine)
+	if l.roles != nil {
+		if r, bad := l.roles.undeclared(roles); bad {
+			err := configError("", "", "", fmt.Errorf("%sAdminHandler: role %q is not declared (declared roles: %s)", prefix, r, l.roles.list()))
+			log.Error("slidelimit: AdminHandler refused; it answers 500", "error", err)
+			return http.HandlerFunc(adminMisconfigured)
+		}
+	}
+	return l.identify(admin.New(adminSource{l}, admin.Config{Log: log, Masked: l.masked}, roles...))
+}
+
+// adminMisconfigured answers a request to an AdminHandler given a role
+// that is not declared.
+func adminMisconfigured(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusInternalServerError)
+	io.WriteString(w, `{"type":"about:blank","title":"Internal Server Error","status":500,`+
+		`"detail":"the operator's page names a role that is not declared; see the server's log"}`+"\n")
 }
 
 // adminSource is the Limiter as internal/admin reads it.

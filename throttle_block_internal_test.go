@@ -31,13 +31,16 @@ func TestThrottleHeardBlockCapped(t *testing.T) {
 	th.Transport(nil, WithMaxUpstreamBlock(10*time.Minute)) // below the default: the default holds
 	th.Transport(nil, WithMaxUpstreamBlock(2*time.Hour))    // the largest cap holds
 	const maxHeld = 2 * time.Hour
-	ln := th.lane("lane")
+	ctx := context.Background()
+	ln, err := th.lane(ctx, "lane")
+	if err != nil {
+		t.Fatal(err)
+	}
 	blocked := func() time.Duration {
 		ln.mu.Lock()
 		defer ln.mu.Unlock()
 		return time.Until(ln.blocked)
 	}
-	ctx := context.Background()
 	key := th.fleet.keys(ln)[2]
 	if err := client.Set(ctx, key, "1", 31*365*24*time.Hour).Err(); err != nil {
 		t.Fatal(err)
@@ -57,7 +60,10 @@ func TestThrottleHeardBlockCapped(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	ln2 := th.lane("other lane")
+	ln2, err := th.lane(ctx, "other lane")
+	if err != nil {
+		t.Fatal(err)
+	}
 	th.fleet.message(ln2, []string{"b", ln2.id, "999999999999"})
 	ln2.mu.Lock()
 	left := time.Until(ln2.blocked)

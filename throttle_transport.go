@@ -2,12 +2,10 @@ package slidelimit
 
 import (
 	"errors"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -17,7 +15,9 @@ type TransportOption func(*transportConfig)
 type transportConfig struct {
 	call     func(*http.Request) (Call, error)
 	actual   func(*http.Response) map[string]int64
-	maxBlock time.Duration // <= 0: DefaultMaxUpstreamBlock
+	body     func(*http.Response, []byte) map[string]int64 // WithActualBody
+	bytes    []string                                      // WithActualBytes's cost names
+	maxBlock time.Duration                                 // <= 0: DefaultMaxUpstreamBlock
 }
 
 // WithCall makes the Transport build each request's Call with fn: the
@@ -32,7 +32,7 @@ func WithCall(fn func(*http.Request) (Call, error)) TransportOption {
 // what fn reads from the response, such as a usage header, once the
 // response body is closed: headers and trailers are complete then. Cost
 // names fn leaves out keep their estimate; so do all of them without
-// WithActual.
+// WithActual, WithActualBody or WithActualBytes.
 func WithActual(fn func(*http.Response) map[string]int64) TransportOption {
 	return func(c *transportConfig) { c.actual = fn }
 }
@@ -112,33 +112,8 @@ func (tr *throttleTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 			tr.t.fleet.block(p.lane, d)
 		}
 	}
-	fb := &finishBody{ReadCloser: resp.Body}
-	fb.finish = func() {
-		var actual map[string]int64
-		if tr.cfg.actual != nil {
-			actual = tr.cfg.actual(resp)
-		}
-		p.Finish(actual)
-	}
-	if resp.Body == nil {
-		fb.ReadCloser = http.NoBody
-	}
-	resp.Body = fb
+	resp.Body = newFinishBody(&tr.cfg, resp, p)
 	return resp, nil
-}
-
-// finishBody finishes the Permit of a response when its body is closed.
-type finishBody struct {
-	io.ReadCloser
-	once   sync.Once
-	finish func()
-}
-
-// Close closes the body and finishes the Permit.
-func (b *finishBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(b.finish)
-	return err
 }
 
 // retryAfter reads how long an upstream asks to wait, at most max:
