@@ -44,10 +44,10 @@ const DefaultMaxUpstreamBlock = time.Hour
 // WithMaxUpstreamBlock caps the block a Transport learns from a 429 or 503
 // (retry-after-ms, or Retry-After in seconds or as an HTTP date) at d: a
 // longer wait asked for holds the call's subjects for d. d <= 0 means
-// DefaultMaxUpstreamBlock, one hour. The cap applies to the block written
-// for the other processes too; a block learned from another process is
-// held at most the largest cap of this process's Transports for the
-// throttle (one hour when none set one).
+// DefaultMaxUpstreamBlock, one hour. The other processes are told the
+// capped block. A process holds a block it hears of from another at most
+// the largest cap of its own Transports of the throttle, one hour when it
+// has none.
 func WithMaxUpstreamBlock(d time.Duration) TransportOption {
 	return func(c *transportConfig) { c.maxBlock = d }
 }
