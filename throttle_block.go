@@ -143,21 +143,19 @@ func (f *fleet) listBlock(ln *lane, ms int64) {
 func (t *Throttle) unblock(line string) {
 	t.mu.Lock()
 	lanes := make([]*lane, 0, len(t.lanes))
-	now := time.Now()
 	for _, ln := range t.lanes {
 		lanes = append(lanes, ln)
 	}
 	t.mu.Unlock()
 	for _, ln := range lanes {
-		ln.mu.Lock()
-		blocked := ln.blocked.After(now)
-		ln.mu.Unlock()
-		if !blocked || !slices.Contains(ln.lines(), line) {
+		if !slices.Contains(ln.lines(), line) {
 			continue
 		}
 		ln.mu.Lock()
-		ln.blocked = time.Time{}
-		ln.signalHead()
+		if !ln.blocked.IsZero() {
+			ln.blocked = time.Time{}
+			ln.signalHead()
+		}
 		ln.mu.Unlock()
 	}
 }
