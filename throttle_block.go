@@ -161,12 +161,13 @@ func (t *Throttle) unblock(line string) {
 }
 
 // lift ends the learned blocks of every lane that has the subject of
-// line, in every process: here at once, in Redis (the lanes' block keys,
-// found in the list of learned blocks), and in the other processes by a
-// message on the throttle's channel. It returns how many lanes Redis
-// listed as blocked.
+// line, in every process: in Redis (the lanes' block keys, found in the
+// list of learned blocks), in the other processes by a message on the
+// throttle's channel, and here, last, so that no reply read before the
+// keys went holds a lane again. It returns how many lanes Redis listed
+// as blocked.
 func (t *Throttle) lift(ctx context.Context, line string) (int, error) {
-	t.unblock(line)
+	defer t.unblock(line)
 	f := t.fleet
 	if f.client == nil {
 		return 0, nil
