@@ -53,7 +53,10 @@ func adminMisconfigured(w http.ResponseWriter, _ *http.Request) {
 // adminSource is the Limiter as internal/admin reads it.
 type adminSource struct{ l *Limiter }
 
-var _ admin.Source = adminSource{}
+var (
+	_ admin.Source        = adminSource{}
+	_ admin.LearnedSource = adminSource{}
+)
 
 func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]tally.Denials, error) {
 	return s.l.tally.TopDenied(ctx, since, n)
@@ -157,6 +160,43 @@ func (s adminSource) Throttles() []admin.Throttle {
 			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s})
 	}
 	return out
+}
+
+// LearnedBlocks lists the blocks the Limiter's throttles learned from
+// their upstreams, fleet-wide.
+func (s adminSource) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, error) {
+	s.l.mu.RLock()
+	ts := slices.Clone(s.l.throttles)
+	s.l.mu.RUnlock()
+	var out []admin.LearnedBlock
+	var seen []string
+	for _, t := range ts {
+		if slices.Contains(seen, t.name) {
+			continue // the same list
+		}
+		seen = append(seen, t.name)
+		b, err := t.learnedBlocks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// LiftLearned lifts the learned blocks of throttle scope that hold the
+// subject of limiterID whose fingerprint is ref.
+func (s adminSource) LiftLearned(ctx context.Context, scope, limiterID, ref string) (bool, error) {
+	ts := s.l.throttlesNamed(scope)
+	if len(ts) == 0 {
+		return false, nil
+	}
+	id, ok := parseLimiterID(limiterID)
+	if !ok {
+		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", errUnknownLimiter, limiterID)))
+	}
+	n, err := ts[0].lift(ctx, limiterName(id)+" "+ref)
+	return n > 0, err
 }
 
 // badInput marks the errors of input that names no windows for the admin

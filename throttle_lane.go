@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -35,6 +36,8 @@ type lane struct {
 	renewed   time.Time // the last call of the fleet script (lease renewal)
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
+
+	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
 
 // A waiter is one caller of Wait.

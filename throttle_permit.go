@@ -75,14 +75,14 @@ func (p *permit) finish(actual map[string]int64) bool {
 	}
 	var o engine.Outcome
 	for i, n := range p.names {
-		if v, ok := actual[n]; ok && n != "" {
+		if v, ok := actual[n]; ok && n != "" && v >= 0 {
 			if o.Actual == nil {
 				o.Actual = make([]int64, len(p.names))
 				for j := range o.Actual {
 					o.Actual[j] = -1
 				}
 			}
-			o.Actual[i] = max(v, 0)
+			o.Actual[i] = min(v, p.maxCost(i))
 		}
 	}
 	// FinishAsync queues the work; this process's next admission sees it.

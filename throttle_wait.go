@@ -35,6 +35,7 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 	if err != nil {
 		return nil, err
 	}
+	ln.note(&req)
 	kept := false // by the Permit, which releases the lane at Finish
 	defer func() {
 		if !kept {
