@@ -37,11 +37,12 @@
 // the side of denying. [WithClock] replaces TIME, for tests only.
 //
 // Counts are in cost units. A window admits a request of cost c iff the costs
-// admitted in (t-W, t] sum to at most L-c. Used, Remaining and RetryAfter count
-// in the same units. A cost above 1 needs a limiter with a cost (Limiter.Cost),
-// which is a key of its own: user and user[bytes] never share a log. A cost
-// above a window's limit is never admitted: Allow returns an error matching
-// [ErrInvalid] that names the check and window.
+// admitted in (t-W, t] sum to at most L-c. Used and Remaining count in the same
+// units. RetryAfter waits until enough cost has left every window for c to fit.
+// A cost above 1 needs a limiter with a cost (Limiter.Cost), which is a key of
+// its own: user and user[bytes] never share a log. A cost above a window's
+// limit is never admitted: Allow returns an error matching [ErrInvalid] that
+// names the check and window.
 //
 // # Precedence
 //
@@ -68,8 +69,9 @@
 // block lasts, every Allow of the subject with that check is denied and counted
 // nowhere. Attempts never extend it, and a peek never starts one.
 // [Decision.Blocked] is set; RetryAfter, and each of the check's windows'
-// Reset, are at least the time left, and Remaining is 0. A Reset of the limiter
-// lifts the block. A denial by an in-flight window starts no block.
+// Reset, are at least the time left, and Remaining is 0. Resetting the subject
+// (slidelimit.Limiter.Reset) lifts the block. A denial by an in-flight window
+// starts no block.
 //
 // A calendar window (rules.Window.Calendar: day, ISO week or month) counts what
 // was admitted since its period started, at local midnight in the zone. A day
@@ -83,7 +85,7 @@
 // slots held (its own included), Remaining the free ones, and Reset zero. Its
 // denial has a RetryAfter of one second, unless another window waits longer. A
 // fail-open admission holds no slot. Slots are leased and renewed while their
-// request runs; [WithLease] says when a lost process's slots free.
+// request runs; [WithLease] says when a dead process's slots free.
 //
 // # Finishing
 //
