@@ -108,7 +108,8 @@
 //
 // The engine remembers what Redis last said about up to [WithLocalKeys] keys.
 // While a window is known to be full, Allow denies in process (Source "cache"),
-// without a Redis call. Such a denial reports what Redis would, no earlier, and
+// without a Redis call. Such a denial reports what Redis would, with RetryAfter
+// and Reset never earlier than Redis's, and later by at most a round trip. It
 // never refuses a request Redis would admit. Removals in any process (a Reset,
 // a give-back, a rollback) take effect within about a second. Keys with costs,
 // grains, slots or distinct values are denied there only by a known block. See
@@ -116,11 +117,11 @@
 //
 // # Failures
 //
-// Each Redis call has a timeout ([WithTimeout]). When Redis fails, times out or
-// is considered down, the request's fail mode decides, and the error matches
-// [ErrBackend]. rules.FailOpen admits (Source "fail-open"), and
-// rules.FailClosed denies ("fail-closed"). rules.FailLocal asks an in-process
-// limiter with the same keys and semantics ("local").
+// When Redis fails, times out ([WithTimeout]) or is considered down, the
+// request's fail mode decides, and the error matches [ErrBackend].
+// rules.FailOpen admits (Source "fail-open"), and rules.FailClosed denies
+// ("fail-closed"). rules.FailLocal asks an in-process limiter with the same
+// keys and semantics ("local").
 //
 // The in-process limiter starts each key from what Redis last said. A subject
 // with k of L used gets at most L-k more per process, and a full one none. So n
