@@ -184,7 +184,7 @@ const maxBadShown = 5
 func (b *badLines) add(name string, line int, err error) {
 	b.n++
 	if len(b.first) < maxBadShown {
-		b.first = append(b.first, fmt.Sprintf("%s:%d: %v", name, line, err))
+		b.first = append(b.first, Printable(fmt.Sprintf("%s:%d: %v", name, line, err)))
 	}
 }
 

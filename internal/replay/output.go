@@ -37,7 +37,8 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 const stamp = "2006-01-02 15:04:05"
 
 // WriteText writes rep for a reader: per policy its requests, denials,
-// subjects affected and blocks started, then its top subjects.
+// subjects affected and blocks started, then its top subjects. Text from
+// the log or the rules goes through Printable.
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	pct := func(n, of int64) string {
@@ -60,10 +61,10 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if route == "" {
 			route = "every request"
 		}
-		fmt.Fprintf(&b, "\n%s  %s %s: %d requests, %d denied (%s), subjects affected: %d, blocks started: %d\n", route, p.Policy, p.Window,
+		fmt.Fprintf(&b, "\n%s  %s %s: %d requests, %d denied (%s), subjects affected: %d, blocks started: %d\n", Printable(route), Printable(p.Policy), Printable(p.Window),
 			p.Requests, p.Denied, pct(p.Denied, p.Requests), p.Subjects, p.Blocks)
 		for _, t := range p.Top {
-			fmt.Fprintf(&b, "    %-40s %8d denied  first %s  last %s\n", t.Subject, t.Denied, t.First.Format(stamp), t.Last.Format(stamp))
+			fmt.Fprintf(&b, "    %-40s %8d denied  first %s  last %s\n", Printable(t.Subject), t.Denied, t.First.Format(stamp), t.Last.Format(stamp))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -71,27 +72,27 @@ func (rep *Report) WriteText(w io.Writer) error {
 }
 
 // WriteSummary writes what a run read and skipped, and its notes: the
-// lines for standard error.
+// lines for standard error, through Printable.
 func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "replay: %d lines in %s (%.0f lines/s), decided %s\n", rep.Lines, rep.Elapsed.Round(time.Millisecond),
-		float64(rep.Lines)/max(rep.Elapsed.Seconds(), 1e-9), rep.Decider)
+		float64(rep.Lines)/max(rep.Elapsed.Seconds(), 1e-9), Printable(rep.Decider))
 	if rep.Unmatched > 0 {
 		fmt.Fprintf(w, "replay: %d requests matched no route: not counted\n", rep.Unmatched)
 	}
 	if rep.Bad > 0 {
 		fmt.Fprintf(w, "replay: %d unparseable lines, not replayed; the first (file:line):\n", rep.Bad)
 		for _, l := range rep.BadFirst {
-			fmt.Fprintf(w, "  %s\n", l)
+			fmt.Fprintf(w, "  %s\n", Printable(l))
 		}
 	}
 	if rep.Late > 0 {
 		fmt.Fprintf(w, "replay: %d lines too far out of order, not replayed; the first (file:line):\n", rep.Late)
 		for _, l := range rep.LateFirst {
-			fmt.Fprintf(w, "  %s\n", l)
+			fmt.Fprintf(w, "  %s\n", Printable(l))
 		}
 	}
 	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "replay: note: %s\n", n)
+		fmt.Fprintf(w, "replay: note: %s\n", Printable(n))
 	}
 }
 
