@@ -120,7 +120,8 @@ func TestReplayHTMLAndFile(t *testing.T) {
 
 // TestReplayHostileLine: control characters a log's writer put in its
 // fields, or in a file's name, reach neither the text report nor standard
-// error raw: they are escaped (\x1b, \a), as JSON and HTML escape them.
+// error nor the HTML page raw: they are escaped (\x1b, \a), as JSON
+// escapes them.
 func TestReplayHostileLine(t *testing.T) {
 	t.Parallel()
 	evil := "\x1b[2J\x1b]0;PWN\a"
@@ -139,9 +140,17 @@ func TestReplayHostileLine(t *testing.T) {
 		}
 		return false
 	}
-	code, out, errs := cmd(t, "", "replay", "-q", "-rules", "ip:1/min; user:1/min", name)
+	page := filepath.Join(dir, "r.html")
+	code, out, errs := cmd(t, "", "replay", "-q", "-rules", "ip:1/min; user:1/min", "-html", page, name)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw(string(html)) || !strings.Contains(string(html), `peer:\x1b[2J\x1b]0;PWN\a`) {
+		t.Errorf("the HTML page holds the subject raw or not at all:\n%q", html)
 	}
 	for _, s := range []string{`peer:\x1b[2J\x1b]0;PWN\a`, `user:u\u009b31m\x7f`} {
 		if !strings.Contains(out, s) {

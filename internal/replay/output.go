@@ -98,7 +98,8 @@ func (rep *Report) WriteSummary(w io.Writer) {
 
 // WriteHTML writes a self-contained page (no external asset): a chart of
 // admitted against denied requests per minute, an inline SVG, then the
-// policies and the top subjects.
+// policies and the top subjects. Text from the log goes through Printable,
+// then HTML escaping.
 func (rep *Report) WriteHTML(w io.Writer) error {
 	return page.Execute(w, htmlData{Report: rep, Chart: rep.chart(960, 280)})
 }
@@ -172,7 +173,8 @@ func bucketLabels(d time.Duration) (layout, per string) {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"stamp": func(t time.Time) string { return t.Format(stamp) },
+	"stamp":     func(t time.Time) string { return t.Format(stamp) },
+	"printable": Printable,
 	"pct": func(n, of int64) string {
 		if of == 0 {
 			return "0%"
@@ -191,16 +193,16 @@ td:first-child,th:first-child{text-align:left}h2{margin-top:1.5em}
 {{.Chart}}
 <h2>Top subjects</h2>
 <table><tr><th>subject</th><th>requests</th><th>denied</th></tr>
-{{range .Top}}<tr><td>{{.Subject}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td></tr>
+{{range .Top}}<tr><td>{{printable .Subject}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td></tr>
 {{end}}</table>
 <h2>Policies</h2>
 <table><tr><th>route</th><th>policy</th><th>window</th><th>requests</th><th>denied</th><th>subjects affected</th><th>blocks started</th></tr>
-{{range .Policies}}<tr><td>{{.Route}}</td><td>{{.Policy}}</td><td>{{.Window}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
+{{range .Policies}}<tr><td>{{printable .Route}}</td><td>{{.Policy}}</td><td>{{.Window}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
 {{end}}</table>
-{{range .Policies}}{{if .Top}}<h3>{{.Route}} {{.Policy}} {{.Window}}: top subjects</h3>
+{{range .Policies}}{{if .Top}}<h3>{{printable .Route}} {{.Policy}} {{.Window}}: top subjects</h3>
 <table><tr><th>subject</th><th>denied</th><th>first denial</th><th>last denial</th></tr>
-{{range .Top}}<tr><td>{{.Subject}}</td><td>{{.Denied}}</td><td>{{stamp .First}}</td><td>{{stamp .Last}}</td></tr>
+{{range .Top}}<tr><td>{{printable .Subject}}</td><td>{{.Denied}}</td><td>{{stamp .First}}</td><td>{{stamp .Last}}</td></tr>
 {{end}}</table>{{end}}{{end}}
-{{if .Notes}}<h2>Notes</h2><ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .Notes}}<h2>Notes</h2><ul>{{range .Notes}}<li>{{printable .}}</li>{{end}}</ul>{{end}}
 </body></html>
 `))
