@@ -47,13 +47,14 @@ func TestThrottleBlockEndsOnEmbeddedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc := &http.Client{Transport: th.Transport(nil)}
+	// Before the call: the block starts after this, whatever the load.
+	blocked := time.Now()
 	resp, err := hc.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	blocked := time.Now()
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("first call: %d, want the upstream's 429", resp.StatusCode)
 	}
