@@ -1,54 +1,55 @@
 package replay
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
-// TestWholeSecondTimes pins what docs/replay.md says of logs whose times
-// are whole seconds (CLF): every line of a logged second is replayed at
-// that second's start, so a window counts the lines of the logged seconds
-// in (t - period, t]. Times with a fraction (JSON lines) keep it.
-func TestWholeSecondTimes(t *testing.T) {
+// TestWholeSeconds pins what docs/replay.md says of logs whose times are
+// whole seconds (the Common Log Format's): the requests of one logged
+// second share one instant, so a window shorter than a second holds all of
+// them, and a window of one second holds none of the second before.
+func TestWholeSeconds(t *testing.T) {
 	t.Parallel()
-	clf := func(sec, n int) string {
+	clf := func(counts map[string]int) string {
 		var b strings.Builder
-		for range n {
-			fmt.Fprintf(&b, "192.0.2.1 - - [%s] \"GET / HTTP/1.1\" 200 1\n", t0.Add(time.Duration(sec)*time.Second).Format("02/Jan/2006:15:04:05 -0700"))
+		for _, sec := range []string{"01", "02"} {
+			for range counts[sec] {
+				fmt.Fprintf(&b, "192.0.2.1 - - [07/Dec/2026:00:00:%s +0000] \"GET /x HTTP/1.1\" 200 10\n", sec)
+			}
 		}
 		return b.String()
 	}
-	spread := func(n int, step time.Duration) string {
-		var b strings.Builder
-		for i := range n {
-			fmt.Fprintf(&b, "{\"time\":%q,\"ip\":\"192.0.2.1\",\"method\":\"GET\",\"path\":\"/\",\"status\":200}\n", t0.Add(time.Duration(i)*step).Format(time.RFC3339Nano))
-		}
-		return b.String()
-	}
-	for _, c := range []struct {
-		name, rules, log string
-		denied           int64
-	}{
-		// A window under a second sees a logged second's lines at once:
-		// at most its limit a second.
-		{"sub-second window, whole seconds", "ip:10/100ms", clf(0, 20), 10},
-		{"sub-second window, 50 ms apart", "ip:10/100ms", spread(20, 50*time.Millisecond), 0},
-		// A window of whole seconds counts whole logged seconds: bursts on
-		// either side of a second's start are apart.
-		{"1 s window, two seconds", "ip:5/s", clf(0, 5) + clf(1, 5), 0},
-		// A window of 1.5 s holds two logged seconds.
-		{"1.5 s window, two seconds", "ip:5/1500ms", clf(0, 5) + clf(1, 5), 5},
-	} {
-		rep, err := Run(context.Background(), Config{Routes: []RouteRules{{Text: c.rules, Origin: "test"}},
-			Inputs: []Input{{Name: "log", R: strings.NewReader(c.log)}}, Decider: InProcess})
+	denied := func(rules, log string, f Fields) int64 {
+		t.Helper()
+		rep, err := runText(t, Config{Routes: []RouteRules{{Text: rules}}, Inputs: []Input{{Name: "-", R: strings.NewReader(log)}}, Fields: f})
 		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			t.Fatal(err)
 		}
-		if rep.Denied != c.denied {
-			t.Errorf("%s: %d of %d denied, want %d", c.name, rep.Denied, rep.Requests, c.denied)
-		}
+		return rep.Denied
+	}
+	// 15 requests in one logged second against 10/500ms: 5 denied, where
+	// the same 15 spread over the second (66 ms apart, as JSON lines in
+	// milliseconds can say) are all admitted.
+	if n := denied("ip:10/500ms", clf(map[string]int{"01": 15}), Fields{}); n != 5 {
+		t.Errorf("15 in one logged second, ip:10/500ms: %d denied, want 5", n)
+	}
+	var spread strings.Builder
+	for i := range 15 {
+		fmt.Fprintf(&spread, `{"t": %d, "ip": "192.0.2.1", "request": "GET /x HTTP/1.1", "status": 200}`+"\n", 1796601601000+66*i)
+	}
+	f, _ := ParseFields("time=t")
+	if n := denied("ip:10/500ms", spread.String(), f); n != 0 {
+		t.Errorf("15 spread over a second, ip:10/500ms: %d denied, want 0", n)
+	}
+	// 5 in each of two logged seconds against 5/s: none denied, whatever
+	// the real times within those seconds were (5 at 1.9 s and 5 at 2.1 s
+	// would have met 5 denials).
+	if n := denied("ip:5/s", clf(map[string]int{"01": 5, "02": 5}), Fields{}); n != 0 {
+		t.Errorf("5 and 5 in two logged seconds, ip:5/s: %d denied, want 0", n)
+	}
+	if n := denied("ip:6/2s", clf(map[string]int{"01": 5, "02": 5}), Fields{}); n != 4 {
+		t.Errorf("5 and 5 in two logged seconds, ip:6/2s: %d denied, want 4", n)
 	}
 }
