@@ -186,8 +186,8 @@ func (f *fleet) apply(ln *lane, res []int64, seq int64) {
 		}
 		return
 	}
-	if res[3] > 0 {
-		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
+	if res[3] > 0 && ln.heard(res[3]) {
+		go f.shorten(ln)
 	}
 	if res[6] == 1 && ln.fresh(res[4]) {
 		// Else a later op of this process was applied first (its reply
@@ -214,8 +214,8 @@ func (f *fleet) learn(ln *lane) {
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if res[3] > 0 {
-		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
+	if res[3] > 0 && ln.heard(res[3]) {
+		go f.shorten(ln)
 	}
 	if res[1] >= 0 && res[1] < ln.othersMin {
 		ln.othersMin = res[1]
@@ -229,6 +229,7 @@ func (f *fleet) block(ln *lane, d time.Duration) {
 	ln.holdUntil(time.Now().Add(d))
 	ln.mu.Unlock()
 	f.run(ln, "b", 0, ms, 0)
+	f.listBlock(ln, ms)
 }
 
 // kick tells every process that ln's windows have room now (a call was
@@ -248,6 +249,10 @@ func (f *fleet) kick(ln *lane) {
 func (f *fleet) listen() {
 	defer close(f.done)
 	for msg := range f.ps.Channel() {
+		if line, ok := strings.CutPrefix(msg.Payload, "u|"); ok {
+			f.t.unblock(line) // a Reset lifted the blocks of a subject
+			continue
+		}
 		parts := strings.Split(msg.Payload, "|")
 		if len(parts) < 2 {
 			continue
@@ -327,7 +332,7 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 		ln.signalHead()
 	case "b":
 		if ms := num(2); ms > 0 {
-			ln.holdUntil(time.Now().Add(time.Duration(ms) * time.Millisecond))
+			ln.heard(ms)
 			ln.signalHead()
 		}
 	}
