@@ -307,16 +307,16 @@ func (h ThrottleHistory) releaseHigh(c CallRecord) (time.Duration, bool) {
 
 func (h ThrottleHistory) checkSlots(li int, s int, w Window) []ThrottleViolation {
 	l := h.Limiters[li]
-	for _, c := range h.Calls {
+	for i, c := range h.Calls {
 		if !c.Admitted || c.Phantom || !in(c, l, s) {
 			continue
 		}
 		var holders []string
-		for _, o := range h.Calls {
+		for j, o := range h.Calls {
 			if !o.Admitted || o.Phantom || !in(o, l, s) || h.epoch(o.Decided) != h.epoch(c.Decided) {
 				continue
 			}
-			if o.Decided <= c.Decided && h.releaseLow(o) > c.Decided {
+			if i == j || o.Decided <= c.Decided && h.releaseLow(o) > c.Decided {
 				holders = append(holders, o.String())
 			}
 		}
