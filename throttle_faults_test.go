@@ -340,6 +340,7 @@ type harnessProc struct {
 type harnessCall struct {
 	idx      int
 	admitted *engine.Decision
+	latency  time.Duration // of the call that admitted it
 }
 
 func (r *throttleRun) now() time.Duration { return time.Since(r.origin) }
@@ -373,7 +374,7 @@ func (r *throttleRun) hook(ev middleware.Event) {
 	}
 	if c := r.byG[goid()]; c != nil && ev.Allowed {
 		d := ev.Decision
-		c.admitted = &d
+		c.admitted, c.latency = &d, ev.Latency
 	}
 }
 
@@ -458,7 +459,7 @@ func (r *throttleRun) seen(idx int) {
 	c := &r.hist.Calls[idx]
 	c.Upstream = at
 	if hc := r.byG[goid()]; hc != nil && hc.admitted != nil {
-		c.Admitted, c.Decided = true, r.at(hc.admitted.Time)
+		c.Admitted, c.Decided, c.Spread = true, r.at(hc.admitted.Time), r.spread(hc)
 	} else {
 		r.errs = append(r.errs, fmt.Sprintf("call %d reached the upstream with no admission reported", idx))
 	}
@@ -512,7 +513,7 @@ func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 		r.mu.Unlock()
 		return
 	}
-	rec.Admitted, rec.Decided = true, r.at(p.Decision().Time)
+	rec.Admitted, rec.Decided, rec.Spread = true, r.at(p.Decision().Time), r.spread(hc)
 	r.mu.Unlock()
 	pr.mu.Lock()
 	dead := pr.dead
@@ -535,6 +536,15 @@ func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 		}
 		p.Finish(actual)
 	})
+}
+
+// spread is the uncertainty of a decision time of hc (see
+// faults.CallRecord.Spread).
+func (r *throttleRun) spread(hc *harnessCall) time.Duration {
+	if r.b.Caps.Nodes > 1 {
+		return hc.latency
+	}
+	return 0
 }
 
 // seenDirect notes that the upstream saw a call made after Wait.

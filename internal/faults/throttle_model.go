@@ -80,6 +80,11 @@ type CallRecord struct {
 	// Phantom marks an admission the caller never got: its context ended
 	// as it was admitted, and Wait gave it back.
 	Phantom bool `json:",omitempty"`
+	// Spread bounds how far from Decided the time a limiter's key was
+	// decided at may lie: 0 on one Redis (one script, one TIME); on a
+	// Cluster, whose keys of one call may live on several masters, each
+	// reading its own TIME during the call, the call's duration.
+	Spread time.Duration `json:",omitempty"`
 }
 
 func (c CallRecord) String() string {
@@ -130,7 +135,7 @@ type ThrottleReport struct {
 //   - window: no span of a sliding window's period holds more of a
 //     subject's admissions than its limit, per epoch between losses of
 //     Redis's data (a span holding k losses may hold (k+1)·L), by the
-//     decision times; and none of the upstream's spans of the period less
+//     decision times (within their Spread); and none of the upstream's spans of the period less
 //     the documented timing margin (a tenth of the throttle's window:
 //     docs/throttle.md, Timing margin), by the times the upstream saw the
 //     calls, unless a call of the span took longer than that margin to get
@@ -246,6 +251,9 @@ func (h ThrottleHistory) checkWindow(li int, s int, w Window) (vs []ThrottleViol
 				}
 				if !seen(c, view) || at <= t-span || at > t {
 					continue
+				}
+				if view == "redis" && c.Decided-c.Spread <= t+end.Spread-span {
+					continue // perhaps out of the span by its master's clock
 				}
 				byEpoch[h.epoch(c.Decided)] += low(c, l)
 				if lat := c.Upstream - c.Decided; view == "upstream" && lat > margin {

@@ -230,3 +230,20 @@ func TestGenerateThrottle(t *testing.T) {
 			kinds, costs, concurrent, transport, blocks, drops, cancels)
 	}
 }
+
+// On a Cluster a call's keys may be decided by several masters' clocks
+// during the call: a span is over only if it surely is.
+func TestThrottleWindowSpread(t *testing.T) {
+	h := throttleHist(admitted(0, 10*ms), admitted(0, 20*ms), admitted(0, 1005*ms))
+	if vs := violations(CheckThrottle(h), "window"); len(vs) == 0 {
+		t.Fatal("three in 995 ms of 2/1000ms passed")
+	}
+	for i := range h.Calls {
+		h.Calls[i].Spread = 10 * ms
+	}
+	// By its master's clock the first may have been decided at 0 and
+	// the last at 1015 ms: the span is over only if it surely is.
+	if vs := violations(CheckThrottle(h), "window"); len(vs) > 0 {
+		t.Fatalf("three that may lie 1015 ms apart: %v", vs)
+	}
+}
