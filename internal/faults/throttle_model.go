@@ -23,6 +23,12 @@ type ThrottleHistory struct {
 	// process's death.
 	Faults []Span  `json:",omitempty"`
 	Deaths []Death `json:",omitempty"`
+	// SlotsLost are the moments a process's renewal found a slot of a
+	// running call gone (its lease ran out while the process was slow:
+	// engine.WithSlotLost). Each lets an in-flight window hold one call
+	// more than its limit until such calls end; the model allows it from
+	// then on.
+	SlotsLost []time.Duration `json:",omitempty"`
 	Blocks []Block `json:",omitempty"`
 	// Lease is the engine's slot lease: a dead process's slots free at
 	// most one lease after its death. SlotRetry is how long a head refused
@@ -128,6 +134,7 @@ type ThrottleReport struct {
 	Violations  []ThrottleViolation
 	Notes       []string
 	LongestIdle time.Duration
+	Longest     string // which waiter waited LongestIdle, and since when
 }
 
 // CheckThrottle checks a throttle's history against its properties:
@@ -143,7 +150,7 @@ type ThrottleReport struct {
 //   - slots: at every admission at most N admissions of the epoch hold a
 //     slot of an N concurrent window (from admission to Finish; a dead
 //     process's slots until two thirds of a lease after its death, the
-//     earliest their last renewal can end);
+//     earliest their last renewal can end), one more per slot lost before;
 //   - idle: the fleet's oldest waiter of a lane whose windows have room
 //     (by what the history admitted, counting each call at the larger of
 //     its estimate and its settlement, a dead process's slots held a full
@@ -165,9 +172,9 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 			}
 		}
 	}
-	vs, longest := h.checkIdle()
+	vs, longest, which := h.checkIdle()
 	rep.Violations = append(rep.Violations, vs...)
-	rep.LongestIdle = longest
+	rep.LongestIdle, rep.Longest = longest, which
 	return rep
 }
 
@@ -328,7 +335,13 @@ func (h ThrottleHistory) checkSlots(li int, s int, w Window) []ThrottleViolation
 				holders = append(holders, o.String())
 			}
 		}
-		if int64(len(holders)) > w.Limit {
+		lost := 0
+		for _, at := range h.SlotsLost {
+			if at <= c.Decided {
+				lost++
+			}
+		}
+		if int64(len(holders)) > w.Limit+int64(lost) {
 			return []ThrottleViolation{{Property: "slots", Detail: fmt.Sprintf("limiter %v subject %d: %d calls held a slot of %v at %v: %v",
 				l, s, len(holders), w, c.Decided, holders)}}
 		}
@@ -343,7 +356,7 @@ const idleStep = 5 * time.Millisecond
 // lane, the oldest caller waiting (alive, arrived, not yet admitted nor
 // gone), whether its windows have room for it, and how long that has
 // lasted.
-func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration) {
+func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string) {
 	keyed := false
 	for _, l := range h.Limiters {
 		keyed = keyed || l.Key
@@ -354,6 +367,7 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration) {
 	}
 	var out []ThrottleViolation
 	var longest time.Duration
+	var which string
 	for lane := range lanes {
 		run := -1 // the waiter of the run, an index in h.Calls
 		var since time.Duration
@@ -371,8 +385,9 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration) {
 			allowed := h.Bound
 			if h.expiredNear(h.Calls[w], since) {
 				allowed += h.SlotRetry
-			} else {
-				longest = max(longest, waited)
+			} else if waited > longest {
+				longest = waited
+				which = fmt.Sprintf("lane %d: %v, room from %v", lane, h.Calls[w], since)
 			}
 			if waited > allowed && !reported[w] {
 				reported[w] = true
@@ -382,7 +397,7 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration) {
 			}
 		}
 	}
-	return out, longest
+	return out, longest, which
 }
 
 // oldest returns the index of the lane's oldest waiter at t, or -1.

@@ -247,3 +247,19 @@ func TestThrottleWindowSpread(t *testing.T) {
 		t.Fatalf("three that may lie 1015 ms apart: %v", vs)
 	}
 }
+
+// A slot lost to a late renewal lets the window hold one call more.
+func TestThrottleSlotsLost(t *testing.T) {
+	h := throttleHist()
+	h.Limiters[0].Windows = []Window{{Limit: 1, Concurrent: true}}
+	a, b := admitted(0, 10*ms), admitted(0, 1500*ms)
+	a.Finished = 0 // never finished, its process alive: held for good
+	h.Calls = []CallRecord{a, b}
+	if vs := violations(CheckThrottle(h), "slots"); len(vs) == 0 {
+		t.Fatal("a second holder of 1 concurrent passed")
+	}
+	h.SlotsLost = []time.Duration{1400 * ms}
+	if vs := violations(CheckThrottle(h), "slots"); len(vs) > 0 {
+		t.Fatalf("a second holder after a slot was lost: %v", vs)
+	}
+}
