@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/faults"
 	"github.com/slidelimit/slidelimit/middleware"
 )
@@ -68,7 +69,7 @@ const (
 // throttleOpenSeeds are the budget's seeds that find an open hole (their
 // plans are in throttleOpen too): CI skips them unless
 // SLIDELIMIT_THROTTLE_OPEN=1.
-var throttleOpenSeeds = map[string][]uint64{"miniredis": {3}, "redis": {3}, "cluster": {3}}
+var throttleOpenSeeds = map[string][]uint64{"miniredis": {3, 4}, "redis": {3, 4}, "cluster": {3}}
 
 // The harness's settings: the engine's slot lease (short, so that a dead
 // process's slots free within a history), how long a caller waits at
@@ -333,6 +334,8 @@ type throttleRun struct {
 	kept    []any                   // the Permits and bodies never finished, kept reachable
 	calls   sync.WaitGroup
 	sleeps  sync.WaitGroup
+	peeks   sync.WaitGroup
+	slots   bool // an in-flight window: look at its slots after a death
 }
 
 // harnessProc is one process: a Limiter with its own client and Throttle.
@@ -659,6 +662,69 @@ func (r *throttleRun) die(i int) {
 	pr.lim.Close()
 	pr.client.Close()
 	r.startProc(i)
+	if r.slots {
+		r.peeks.Add(1)
+		go r.peekSlots(at + harnessLease + 250*time.Millisecond)
+	}
+}
+
+// peekSlots looks, at at, at the in-flight windows' slots of every
+// subject in Redis, through a live process.
+func (r *throttleRun) peekSlots(at time.Duration) {
+	defer r.peeks.Done()
+	time.Sleep(at - r.now())
+	for k := range max(r.p.Keys, 1) {
+		r.mu.Lock()
+		var pr *harnessProc
+		procs := slices.Clone(r.procs)
+		r.mu.Unlock()
+		for _, x := range procs {
+			if x == nil {
+				continue
+			}
+			x.mu.Lock()
+			dead := x.dead
+			x.mu.Unlock()
+			if !dead {
+				pr = x
+				break
+			}
+		}
+		if pr == nil {
+			return
+		}
+		c := Call{}
+		if r.keyed {
+			c.Keys = map[string]string{"k": "k" + strconv.Itoa(k)}
+		}
+		if r.cost != "" {
+			c.Costs = map[string]int64{r.cost: 1}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _, err := pr.th.plan().request(ctx, nil, c)
+		var d engine.Decision
+		if err == nil {
+			var x any
+			x, err = access.EnginePeek(pr.lim.engine, ctx, req)
+			d, _ = x.(engine.Decision)
+		}
+		cancel()
+		if err != nil || d.Source != "redis" {
+			continue // Redis is down, or the process died meanwhile
+		}
+		for _, ws := range d.Windows {
+			if !ws.Window.Concurrent {
+				continue
+			}
+			subject := -1
+			if r.p.Limiters[ws.Check].Key {
+				subject = k
+			}
+			r.mu.Lock()
+			r.hist.Peeks = append(r.hist.Peeks, faults.SlotPeek{At: r.at(d.Time), Limiter: ws.Check, Subject: subject, Used: ws.Used})
+			r.mu.Unlock()
+		}
+	}
 }
 
 // step runs step i of the plan.
@@ -721,6 +787,9 @@ func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bou
 		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}}
 	r.hist = faults.ThrottleHistory{Limiters: p.Limiters, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
 		MaxHold: harnessMaxHold, Bound: bound, Settle: fleetLease + fleetLease/2}
+	for _, l := range p.Limiters {
+		r.slots = r.slots || slices.ContainsFunc(l.Windows, func(w faults.Window) bool { return w.Concurrent })
+	}
 	r.origin = time.Now()
 	for i := range p.Procs {
 		r.startProc(i)
@@ -741,6 +810,7 @@ func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bou
 	}
 	r.calls.Wait()
 	r.sleeps.Wait()
+	r.peeks.Wait()
 	r.hist.End = r.now()
 	// Memory: once every call has returned, no throttle holds a waiter,
 	// here or in the fleet's queue in Redis, and a throttle holds a lane

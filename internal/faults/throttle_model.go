@@ -29,7 +29,10 @@ type ThrottleHistory struct {
 	// more than its limit until such calls end; the model allows it from
 	// then on.
 	SlotsLost []time.Duration `json:",omitempty"`
-	Blocks []Block `json:",omitempty"`
+	// Peeks are what Redis said of the in-flight windows one lease after
+	// a process died (see SlotPeek).
+	Peeks  []SlotPeek `json:",omitempty"`
+	Blocks []Block    `json:",omitempty"`
 	// Lease is the engine's slot lease: a dead process's slots free at
 	// most one lease after its death. SlotRetry is how long a head refused
 	// for a full in-flight window waits before it asks again, unless a
@@ -63,6 +66,15 @@ type Death struct {
 type Block struct {
 	Key      int
 	From, To time.Duration
+}
+
+// SlotPeek is a look at the slots of limiter Limiter's subject Subject
+// (-1: global) at At: Used of them were live in Redis.
+type SlotPeek struct {
+	At      time.Duration
+	Limiter int
+	Subject int
+	Used    int64
 }
 
 // CallRecord is one call of a history.
@@ -151,6 +163,11 @@ type ThrottleReport struct {
 //     slot of an N concurrent window (from admission to Finish; a dead
 //     process's slots until two thirds of a lease after its death, the
 //     earliest their last renewal can end), one more per slot lost before;
+//   - lease: a look at an in-flight window's slots in Redis a lease after
+//     a process died finds no more live slots than the calls of live
+//     processes hold (admitted, not finished Bound before), and the dead
+//     process's whose lease cannot have ended: no slot outlives its
+//     holder's lease;
 //   - idle: the fleet's oldest waiter of a lane whose windows have room
 //     (by what the history admitted, counting each call at the larger of
 //     its estimate and its settlement, a dead process's slots held a full
@@ -172,6 +189,7 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 			}
 		}
 	}
+	rep.Violations = append(rep.Violations, h.checkPeeks()...)
 	vs, longest, which := h.checkIdle()
 	rep.Violations = append(rep.Violations, vs...)
 	rep.LongestIdle, rep.Longest = longest, which
@@ -492,4 +510,40 @@ func (h ThrottleHistory) expiredNear(w CallRecord, since time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// checkPeeks checks each SlotPeek against the calls that may hold a slot
+// then: admitted by then, and not finished (or given back) more than
+// Bound before (a Finish leaves within milliseconds), nor of a process dead
+// for a lease (its last renewal was before its death).
+func (h ThrottleHistory) checkPeeks() []ThrottleViolation {
+	var out []ThrottleViolation
+	for _, p := range h.Peeks {
+		if p.Limiter < 0 || p.Limiter >= len(h.Limiters) {
+			continue
+		}
+		l := h.Limiters[p.Limiter]
+		var may int64
+		for _, c := range h.Calls {
+			if !c.Admitted || !in(c, l, p.Subject) || c.Decided-c.Spread > p.At {
+				continue
+			}
+			end, lease := h.releaseHigh(c)
+			if c.Phantom {
+				end = c.Ended
+			}
+			if !lease && end < math.MaxInt64-h.Bound {
+				end += h.Bound // a Finish or give-back leaves within milliseconds
+			}
+			if end > p.At {
+				may++
+			}
+		}
+		if p.Used > may {
+			out = append(out, ThrottleViolation{Property: "lease", Detail: fmt.Sprintf(
+				"limiter %v subject %d: Redis held %d live slots at %v, the calls account for %d at most: a slot outlived its holder's lease",
+				l, p.Subject, p.Used, p.At, may)})
+		}
+	}
+	return out
 }

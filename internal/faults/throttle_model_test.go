@@ -263,3 +263,26 @@ func TestThrottleSlotsLost(t *testing.T) {
 		t.Fatalf("a second holder after a slot was lost: %v", vs)
 	}
 }
+
+// A lease after its holder died, a slot must be free.
+func TestThrottleLease(t *testing.T) {
+	h := throttleHist()
+	h.Limiters[0].Windows = []Window{{Limit: 2, Concurrent: true}}
+	a, b := admitted(0, 10*ms), admitted(0, 20*ms)
+	a.Finished, a.Proc = 0, 7 // held when its process died
+	b.Finished = 0            // never finished, its process alive
+	h.Calls = []CallRecord{a, b}
+	h.Deaths = []Death{{Proc: 7, At: 100 * ms}}
+	h.Peeks = []SlotPeek{{At: 1350 * ms, Limiter: 0, Subject: 0, Used: 1}}
+	if vs := violations(CheckThrottle(h), "lease"); len(vs) > 0 {
+		t.Fatalf("one live slot, the dead one's gone: %v", vs)
+	}
+	h.Peeks[0].Used = 2
+	if vs := violations(CheckThrottle(h), "lease"); len(vs) == 0 {
+		t.Fatal("a dead holder's slot live 1.25 s after its death (lease 1 s) passed")
+	}
+	h.Peeks[0].At = 900 * ms // within its lease
+	if vs := violations(CheckThrottle(h), "lease"); len(vs) > 0 {
+		t.Fatalf("within the lease: %v", vs)
+	}
+}
