@@ -7,8 +7,8 @@ import (
 )
 
 // The harness's backends are internal/faults's (faults.MiniredisBackend,
-// faults.RedisBackend, faults.ClusterBackend), which the throttle's harness in the root
-// package runs on too.
+// faults.RedisBackend, faults.ClusterBackend), which the throttle's
+// harness in the root package runs on too.
 
 func fromBackend(b *faults.Backend) *faultBackend {
 	return &faultBackend{
