@@ -3,6 +3,8 @@ package slidelimit
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"time"
@@ -22,14 +24,39 @@ import (
 // whose identity (WithIdentity, or role.NewContext) holds one of roles:
 // 401 without identity, 403 without a role. See docs/operations.md for
 // what it shows and masks.
+//
+// When the Limiter declares roles (WithRoles), a role among roles that it
+// does not declare is a configuration error: AdminHandler logs it, a
+// *ConfigError, at error level, and the handler answers every request 500.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
-	return identify(l.ident, admin.New(adminSource{l}, admin.Config{Log: access.EngineLogger(l.engine), Masked: l.masked}, roles...))
+	log := access.EngineLogger(l.engine)
+	if l.roles != nil {
+		if r, bad := l.roles.undeclared(roles); bad {
+			err := configError("", "", "", fmt.Errorf("%sAdminHandler: role %q is not declared (declared roles: %s)", prefix, r, l.roles.list()))
+			log.Error("slidelimit: AdminHandler refused; it answers 500", "error", err)
+			return http.HandlerFunc(adminMisconfigured)
+		}
+	}
+	return l.identify(admin.New(adminSource{l}, admin.Config{Log: log, Masked: l.masked}, roles...))
+}
+
+// adminMisconfigured answers a request to an AdminHandler given a role
+// that is not declared.
+func adminMisconfigured(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusInternalServerError)
+	io.WriteString(w, `{"type":"about:blank","title":"Internal Server Error","status":500,`+
+		`"detail":"the operator's page names a role that is not declared; see the server's log"}`+"\n")
 }
 
 // adminSource is the Limiter as internal/admin reads it.
 type adminSource struct{ l *Limiter }
 
-var _ admin.Source = adminSource{}
+var (
+	_ admin.Source        = adminSource{}
+	_ admin.LearnedSource = adminSource{}
+)
 
 func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) ([]tally.Denials, error) {
 	return s.l.tally.TopDenied(ctx, since, n)
@@ -133,6 +160,43 @@ func (s adminSource) Throttles() []admin.Throttle {
 			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s})
 	}
 	return out
+}
+
+// LearnedBlocks lists the blocks the Limiter's throttles learned from
+// their upstreams, fleet-wide.
+func (s adminSource) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, error) {
+	s.l.mu.RLock()
+	ts := slices.Clone(s.l.throttles)
+	s.l.mu.RUnlock()
+	var out []admin.LearnedBlock
+	var seen []string
+	for _, t := range ts {
+		if slices.Contains(seen, t.name) {
+			continue // the same list
+		}
+		seen = append(seen, t.name)
+		b, err := t.learnedBlocks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// LiftLearned lifts the learned blocks of throttle scope that hold the
+// subject of limiterID whose fingerprint is ref.
+func (s adminSource) LiftLearned(ctx context.Context, scope, limiterID, ref string) (bool, error) {
+	ts := s.l.throttlesNamed(scope)
+	if len(ts) == 0 {
+		return false, nil
+	}
+	id, ok := parseLimiterID(limiterID)
+	if !ok {
+		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", errUnknownLimiter, limiterID)))
+	}
+	n, err := ts[0].lift(ctx, limiterName(id)+" "+ref)
+	return n > 0, err
 }
 
 // badInput marks the errors of input that names no windows for the admin

@@ -55,7 +55,8 @@
 // of processes stays under another service's limits together, with Wait
 // blocking a call in arrival order across the fleet until every window
 // has room, Permit.Finish settling its cost to what the upstream charged,
-// and Transport doing both for an http.Client (see docs/throttle.md).
+// and Transport doing both for an http.Client, settled from the response's
+// headers or the body the caller read (see docs/throttle.md).
 //
 // # Configuration
 //
@@ -64,7 +65,7 @@
 // WithKeyPrefix, WithTimeout, WithHashedSubjects, the functions rule
 // text names (WithKeyFunc, WithCostFunc, WithLimitFunc) and WithHook.
 // Each translates to the option of the engine or middleware package that
-// owns the setting. The rest, such as trusted proxies or a denied
+// owns the setting; WithMaxHold, of throttles only, belongs here. The rest, such as trusted proxies or a denied
 // handler, goes through the escape hatches WithEngineOptions and
 // WithMiddlewareOptions. Later options win.
 //

@@ -20,8 +20,9 @@ type Handlers struct {
 	// Files allows 2 downloads a minute per client IP; super-admins are
 	// exempt and admins get 5 a minute.
 	Files http.HandlerFunc `route:"GET /files/{id}" limit:"ip:2/min; exempt:superadmin; role(admin)=ip:5/min"`
-	// Health is not limited.
-	Health http.HandlerFunc `route:"GET /healthz"`
+	// Health is not limited, by choice: a route tag without a limit tag
+	// is an error.
+	Health http.HandlerFunc `route:"GET /healthz" limit:"none"`
 }
 
 func ExampleLimiter_Register() {

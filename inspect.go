@@ -63,8 +63,11 @@ func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string, by
 
 // Reset forgets every request that limiter limiterID of scope counted for
 // subject, in every window of every limiter with that ID in the scope, and
-// lifts the subject's block. Its arguments and errors are Peek's; it fails
-// with an error matching engine.ErrBackend when Redis does.
+// lifts the subject's block. On a throttle's scope it also lifts, in every
+// process within a second, the blocks learned from the upstream for calls
+// with that subject (see docs/throttle.md, Learned blocks). Its arguments
+// and errors are Peek's; it fails with an error matching engine.ErrBackend
+// when Redis does.
 func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string, byIP bool) error {
 	req, err := l.inspect(scope, limiterID, subject, byIP)
 	if err != nil {
@@ -85,6 +88,17 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 		}
 		if err != nil {
 			errs = append(errs, err)
+		}
+	}
+	// A throttle's blocks learned from its upstream, of every lane that
+	// has the subject (a subject stored hashed names none).
+	for _, t := range l.throttlesNamed(req.Scope) {
+		for _, c := range req.Checks {
+			if !c.Hashed {
+				if _, err := t.lift(ctx, liftLine(limiterName(c.Limiter), c.Subject)); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -31,7 +31,7 @@ import (
 type inspectAPI struct {
 	Files  http.HandlerFunc `route:"GET /files/{id}" limit:"user:3/min,10/h; ip:5/min,50/h; exempt:superadmin; role(admin)=ip:4/min,40/h; role(trial)=user:2/min"`
 	Keys   http.HandlerFunc `route:"GET /keys" limit:"header(X-Api-Key):2/min,20/h; global:100/h"`
-	Health http.HandlerFunc `route:"GET /health"`
+	Health http.HandlerFunc `route:"GET /health" limit:"none"`
 }
 
 const filesScope = "GET /files/{id}"

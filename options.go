@@ -24,15 +24,19 @@ type config struct {
 	rulesCheck time.Duration
 	tallyFlush time.Duration
 	masked     []rules.Kind
+	maxHold    time.Duration
+	maxHoldSet bool
 	maskSet    bool
 }
 
 func (c *config) mw(o middleware.Option) { c.middleware = append(c.middleware, o) }
 
 // WithRoles declares the roles that exist. A rule group that names another
-// role in exempt: or role(...)= then fails to register, and SetRules
-// rejects it. Without WithRoles role names are not checked, and a
-// misspelt one is a role nobody holds.
+// role in exempt: or role(...)= then fails to register, SetRules rejects
+// it, and AdminHandler refuses it. A caller whose identity holds another
+// role is limited as one without it, and the role is logged once per
+// value (at most 64 values). Without WithRoles role names are not checked,
+// and a misspelt one is a role nobody holds.
 func WithRoles(names ...string) Option {
 	roles := make([]role.Role, len(names))
 	for i, n := range names {
@@ -62,6 +66,16 @@ func WithLogger(l *slog.Logger) Option {
 		c.engine = append(c.engine, engine.WithLogger(l))
 		c.mw(middleware.WithLogger(l))
 	}
+}
+
+// WithMaxHold sets the longest a throttle's Permit holds its slots of
+// in-flight windows (N concurrent) without Finish; the default is 10
+// minutes. Past it the slots are released, as Finish would release them,
+// and a later Finish still settles the call's costs. Set it above the
+// longest call a throttle admits (a stream, a download). d must be
+// positive.
+func WithMaxHold(d time.Duration) Option {
+	return func(c *config) { c.maxHold, c.maxHoldSet = d, true }
 }
 
 // WithFailMode sets how groups without a fail: statement decide while Redis
@@ -144,22 +158,4 @@ func WithEngineOptions(opts ...engine.Option) Option {
 // with them too.
 func WithMiddlewareOptions(opts ...middleware.Option) Option {
 	return func(c *config) { c.middleware = append(c.middleware, opts...) }
-}
-
-// identify wraps h so that the request carries the identity the
-// WithIdentity function finds; without one it returns h.
-func identify(fn func(*http.Request) (string, []string), h http.Handler) http.Handler {
-	if fn == nil {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if user, names := fn(r); user != "" || len(names) > 0 {
-			roles := make([]role.Role, len(names))
-			for i, n := range names {
-				roles[i] = role.Role(n)
-			}
-			r = r.WithContext(role.NewContext(r.Context(), role.Identity{User: user, Roles: roles}))
-		}
-		h.ServeHTTP(w, r)
-	})
 }

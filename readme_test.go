@@ -46,3 +46,47 @@ func TestQuickstartImports(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEFirstHour checks what a new user needs from the README besides
+// the quickstart: the test command CI runs, with how long it takes, and
+// how to build against a local copy of the module.
+func TestREADMEFirstHour(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := os.ReadFile(".ci/run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd string
+	for line := range strings.Lines(string(readme)) {
+		if strings.HasPrefix(line, "go test ") {
+			cmd = line
+			break
+		}
+	}
+	if cmd == "" {
+		t.Fatal("the README has no test command")
+	}
+	if !strings.Contains(cmd, "minutes on 2 cores") {
+		t.Errorf("the README's test command does not say how long it takes: %s", cmd)
+	}
+	args, _, _ := strings.Cut(strings.TrimPrefix(cmd, "go test "), "#")
+	for _, a := range strings.Fields(args) {
+		if !strings.Contains(string(ci), " "+a) {
+			t.Errorf("the README's test command has %s, which .ci/run does not run", a)
+		}
+	}
+	module, _, _ := strings.Cut(strings.TrimPrefix(string(mod), "module "), "\n")
+	for _, want := range []string{"go mod edit -replace " + module + "=../", "replace " + module + " => ../", "go mod tidy"} {
+		if !strings.Contains(string(readme), want) {
+			t.Errorf("the README does not say %q", want)
+		}
+	}
+}

@@ -13,10 +13,12 @@ import (
 // Register registers on mux every handler declared by the struct tags of
 // handlers (see rules.Routes), each wrapped in middleware enforcing its
 // limit tag, with the route pattern as its scope unless the group declares
-// one. It reports every problem at once, as *ConfigError values joined
-// with errors.Join, and then registers nothing, except that a conflict
-// with a route registered on mux before is found while registering. It
-// never panics. Each handler follows its scope's overrides (SetRules).
+// one. A route without rules is tagged limit:"none"; a route tag without
+// a limit tag is a *ConfigError naming the field. It reports every problem
+// at once, as *ConfigError values joined with errors.Join, and then
+// registers nothing, except that a conflict with a route registered on mux
+// before is found while registering. It never panics. Each handler follows
+// its scope's overrides (SetRules).
 func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	if mux == nil {
 		return configError("", "", "", errNilMux)
@@ -47,7 +49,7 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 		return errors.Join(errs...)
 	}
 	for i, r := range routes {
-		if err := handle(mux, r.Pattern, identify(l.ident, wrapped[i])); err != nil {
+		if err := handle(mux, r.Pattern, l.identify(wrapped[i])); err != nil {
 			errs = append(errs, configError(r.Pattern, r.Field, "", err))
 			continue
 		}
@@ -86,7 +88,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	if err != nil {
 		return fail(written(err, rulesText))
 	}
-	if err := handle(mux, pattern, identify(l.ident, h)); err != nil {
+	if err := handle(mux, pattern, l.identify(h)); err != nil {
 		return fail(err)
 	}
 	l.rememberRoute(pattern, g)
@@ -95,7 +97,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 }
 
 // route wraps h for group g served under pattern. The zero group, from a
-// field without a limit tag, leaves h as it is, until a rule override of
+// field tagged limit:"none", leaves h as it is, until a rule override of
 // the pattern gives it one.
 func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Handler, error) {
 	wrapped := h

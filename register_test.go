@@ -72,7 +72,7 @@ func TestRegisterReportsEveryRouteError(t *testing.T) {
 		Org     http.HandlerFunc `route:"GET /o" limit:"ip:5/s; role(staff)=key(org):5/s"`
 		Left    http.HandlerFunc `route:"GET /x/{a}" limit:"ip:5/s"`
 		Right   http.HandlerFunc `route:"GET /{b}/y" limit:"ip:5/s"`
-		Healthy http.HandlerFunc `route:"GET /healthz"`
+		Healthy http.HandlerFunc `route:"GET /healthz" limit:"none"`
 	}
 	h := &api{ok, ok, ok, ok, ok}
 	mux := http.NewServeMux()
@@ -254,5 +254,36 @@ func TestWithMiddlewareOptions(t *testing.T) {
 	err := lim.Handle(mux, "GET /other", http.NotFoundHandler(), "user[tokens]:5k/d")
 	if !isError(err, unregistered("WithCostFunc")) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
 		t.Errorf("unregistered cost function: %v", err)
+	}
+}
+
+// TestRegisterMisspeltLimit: a route tag with a misspelt limit key
+// registered the route unlimited without a word; it is a *ConfigError
+// naming the field and the key, nothing is registered, and limit:"none"
+// registers a route without rules.
+func TestRegisterMisspeltLimit(t *testing.T) {
+	t.Parallel()
+	type api struct {
+		Files  http.HandlerFunc `route:"GET /files/{id}" limt:"ip:1/min"`
+		Health http.HandlerFunc `route:"GET /healthz" limit:"none"`
+	}
+	mux := http.NewServeMux()
+	lim := offline(t)
+	err := lim.Register(mux, &api{ok, ok})
+	var ce *slidelimit.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Files" || ce.Kind != "rule" {
+		t.Fatalf("Register = %#v, want a *ConfigError of kind rule naming field Files", err)
+	}
+	if want := `(is "limt" a misspelling of limit?); write limit:"none" for a route without rules`; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not contain %s", err, want)
+	}
+	if registered(mux, "GET", "/files/1") || registered(mux, "GET", "/healthz") {
+		t.Error("a route was registered although Register failed")
+	}
+	type fixed struct {
+		Health http.HandlerFunc `route:"GET /healthz" limit:"none"`
+	}
+	if err := lim.Register(mux, &fixed{ok}); err != nil || !registered(mux, "GET", "/healthz") {
+		t.Errorf(`limit:"none": Register = %v, registered %v`, err, registered(mux, "GET", "/healthz"))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
@@ -23,9 +24,12 @@ type Limiter struct {
 	client engine.Client
 	opts   []middleware.Option
 	ident  func(*http.Request) (string, []string) // WithIdentity
+	roles  *roleCheck                             // the declared roles; nil when none are
 	ov     *overrides.Store                       // nil with overrides off (tests)
 	tally  *tally.Tallies                         // counting and writing unless off (tests)
 	masked []rules.Kind                           // kinds the operator's page masks
+
+	maxHold time.Duration // of a throttle's Permit's slots (WithMaxHold)
 
 	mu        sync.RWMutex
 	groups    []registered // what Peek and Reset search, in registration order
@@ -56,6 +60,11 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 			return nil, optionError(fmt.Errorf("masked subjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
+	if !c.maxHoldSet {
+		c.maxHold = defaultMaxHold
+	} else if c.maxHold <= 0 {
+		return nil, optionError(fmt.Errorf("max hold: %s is not positive", c.maxHold))
+	}
 	if c.tallyFlush > 0 && (c.tallyFlush < tally.MinFlush || c.tallyFlush > tally.MaxFlush) {
 		return nil, optionError(fmt.Errorf("tally flush: %s is not between %s and %s (or <= 0, off)", c.tallyFlush, tally.MinFlush, tally.MaxFlush))
 	}
@@ -66,7 +75,8 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		}
 		return nil, err
 	}
-	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e)}
+	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e),
+		maxHold: c.maxHold, roles: newRoleCheck(c.middleware)}
 	if c.tallyFlush > 0 {
 		// Before the Limiter is returned: the engine reads its hook
 		// without a lock.
@@ -118,11 +128,11 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	// per request, so "" records the group as possibly in any scope.
 	l.remember(g.Scope, g, opts)
 	if g.Scope == "" || l.ov == nil {
-		return func(next http.Handler) http.Handler { return identify(l.ident, mw(next)) }, nil
+		return func(next http.Handler) http.Handler { return l.identify(mw(next)) }, nil
 	}
 	// With a scope: statement the handlers follow the scope's overrides.
 	return func(next http.Handler) http.Handler {
-		return identify(l.ident, l.follow(g.Scope, mw(next), next, opts))
+		return l.identify(l.follow(g.Scope, mw(next), next, opts))
 	}, nil
 }
 

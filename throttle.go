@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -29,11 +32,17 @@ type Throttle struct {
 	sw    *overrides.Switch // follows SetRules on the scope; nil with overrides off
 	fleet *fleet            // the fleet-wide order of waiters
 
+	maxHold time.Duration // the longest a Permit holds its slots unfinished (WithMaxHold)
+	warn    permitWarnings
+
 	mu    sync.Mutex
 	lanes map[string]*lane
 
 	byID  map[string]*lane // the lanes by id, for the fleet's messages
+	reg   laneRegistry     // the idle and held lanes (throttle_lanes.go); mu guards it
 	hooks []func(middleware.Event)
+
+	blockCap atomic.Int64 // the largest WithMaxUpstreamBlock of t's Transports; 0 none
 
 	stats throttleStats
 }
@@ -54,12 +63,14 @@ type Call struct {
 
 // A Permit is a call a Throttle admitted. Finish it when the call has
 // ended, so that its costs are settled and its in-flight slots released.
+// A Permit that becomes unreachable without Finish is finished, keeping
+// its estimates, and logged; a Permit kept unfinished releases its
+// in-flight slots after the Limiter's maximum hold (WithMaxHold), and its
+// Finish then still settles its costs.
 type Permit struct {
-	t     *Throttle
-	d     engine.Decision
-	names []string // names[i] is the cost name of check i; "" for none
-	lane  *lane
-	done  atomic.Bool
+	_ noCopy // a copy would outlive the Permit its cleanup watches
+	*permit
+	cleanup runtime.Cleanup // finishes the permit once the Permit is unreachable
 }
 
 // errThrottleRules is the cause of a throttle's rule that has no meaning
@@ -71,7 +82,8 @@ var errThrottleRules = errors.New("slidelimit: statement not allowed in a thrott
 //
 //	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
-// name is the scope of its windows, for SetRules too. Statements that have
+// name is the scope of its windows, for SetRules too, which refuses
+// key(NAME) limiters and named costs that rulesText does not have. Statements that have
 // no meaning for calls out (roles, ip, user, header and param limiters,
 // count:, distinct:, mode:shadow) are a *ConfigError; docs/throttle.md
 // lists what a throttle accepts.
@@ -83,13 +95,18 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if err != nil {
 		return nil, configError(name, "", rulesText, err)
 	}
-	t := &Throttle{lim: l, name: name, lanes: map[string]*lane{}, byID: map[string]*lane{}, hooks: l.hooks()}
+	t := &Throttle{lim: l, name: name, lanes: map[string]*lane{}, byID: map[string]*lane{}, hooks: l.hooks(),
+		maxHold: l.maxHold}
+	t.warn.dropped.Every, t.warn.held.Every = permitWarnEvery, permitWarnEvery
 	if t.code, err = t.compile(g); err != nil {
 		return nil, configError(name, "", rulesText, err)
 	}
 	t.fleet = newFleet(t)
 	if l.ov != nil {
 		t.sw = overrides.NewSwitch(name, t.code, func(g rules.Group) (http.Handler, error) {
+			if err := t.declared(g); err != nil {
+				return nil, err
+			}
 			p, err := t.compile(g)
 			if err != nil {
 				return nil, err
@@ -102,6 +119,30 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	l.remember(name, g, nil)
 	l.addThrottle(t)
 	return t, nil
+}
+
+// declared refuses an override g with a key(NAME) limiter or a named
+// cost that the code's rules do not have: the callers give values and
+// estimates only for the code's, so every call would fail.
+func (t *Throttle) declared(g rules.Group) error {
+	keys, costs := map[string]bool{}, map[string]bool{}
+	for _, l := range t.code.g.Limiters {
+		if l.Kind == rules.Key {
+			keys[l.Name] = true
+		}
+		costs[l.Cost] = true
+	}
+	for _, l := range g.Limiters {
+		switch {
+		case l.Kind == rules.Key && !keys[l.Name]:
+			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no value for key %q (its code declares %s)",
+				errThrottleRules, t.name, l.ID(), l.Name, t.code.g.String())
+		case l.Cost != "" && !lifecycle.IsDecimal(l.Cost) && !costs[l.Cost]:
+			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no estimate of cost %q (its code declares %s)",
+				errThrottleRules, t.name, l.ID(), l.Cost, t.code.g.String())
+		}
+	}
+	return nil
 }
 
 // Name returns the throttle's name, the scope of its windows.
@@ -130,54 +171,63 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	ln := t.lane(laneKey(req))
+	ln, err := t.lane(ctx, laneKey(&req))
+	if err != nil {
+		return nil, false, err
+	}
+	ln.note(&req)
 	if ln.busy() {
+		t.release(ln)
 		return nil, false, nil
 	}
 	d, err := t.decide(ctx, &req)
 	if err != nil && !d.Allowed {
+		t.release(ln)
 		return nil, false, err
 	}
 	if !d.Allowed {
 		ln.learn(d)
+		t.release(ln)
 		return nil, false, nil
 	}
-	return &Permit{t: t, d: d, names: names, lane: ln}, true, nil
+	return t.newPermit(&req, d, names, ln), true, nil
 }
 
 // Finish ends the call p admitted: the cost of each limiter named in
 // actual (by cost name, as in Call.Costs) is settled to its value, the
-// others keep their estimate, and in-flight slots are released. It does
-// not block: the work rides the engine's next script call, or leaves
-// within 1 ms (see Engine.FinishAsync). Finishing a Permit again, or a nil Permit, does
-// nothing.
+// others keep their estimate, and in-flight slots are released. A value
+// is capped at the smallest limit of the limiter's windows (no call can
+// use more than a whole window allows); a negative value is ignored, the
+// estimate kept. It does not block: the work rides the engine's next
+// script call, or leaves within 1 ms (see Engine.FinishAsync). Finishing
+// a Permit again, or a nil Permit, does nothing.
 func (p *Permit) Finish(actual map[string]int64) {
-	if p == nil || !p.done.CompareAndSwap(false, true) {
+	if p == nil || p.permit == nil {
 		return
 	}
-	var o engine.Outcome
-	for i, n := range p.names {
-		if v, ok := actual[n]; ok && n != "" {
-			if o.Actual == nil {
-				o.Actual = make([]int64, len(p.names))
-				for j := range o.Actual {
-					o.Actual[j] = -1
-				}
-			}
-			o.Actual[i] = max(v, 0)
+	p.cleanup.Stop()
+	p.finish(actual)
+}
+
+// maxCost is the most check i may be settled to: the smallest limit of
+// its windows that count costs (in-flight windows count calls).
+func (p *permit) maxCost(i int) int64 {
+	m := int64(math.MaxInt64)
+	for _, ws := range p.d.Windows {
+		if ws.Check == i && !ws.Window.Concurrent && ws.Window.Limit > 0 {
+			m = min(m, ws.Window.Limit)
 		}
 	}
-	// FinishAsync queues the work; this process's next admission sees it.
-	p.t.lim.engine.FinishAsync(p.d, o)
-	// A settlement or a released slot may make room before the time the
-	// waiters were told: let the head of the lane try again now.
-	if p.lane != nil && (o.Actual != nil || p.t.plan().slots) {
-		p.lane.kick()
-	}
+	return m
 }
 
 // Decision returns the engine's decision that admitted the call.
-func (p *Permit) Decision() engine.Decision { return p.d }
+func (p *Permit) Decision() engine.Decision {
+	if p == nil || p.permit == nil {
+		return engine.Decision{}
+	}
+	return p.d
+}
 
 // decide asks the engine to admit req and reports the decision to the
 // hooks and statistics.

@@ -183,8 +183,8 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 	if res[1] >= 0 {
 		ln.othersMin = res[1]
 	}
-	if res[3] > 0 {
-		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
+	if res[3] > 0 && ln.heard(res[3]) {
+		go f.shorten(ln)
 	}
 	ln.signalHead()
 }
@@ -199,8 +199,8 @@ func (f *fleet) learn(ln *lane) {
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	if res[3] > 0 {
-		ln.holdUntil(time.Now().Add(time.Duration(res[3]) * time.Millisecond))
+	if res[3] > 0 && ln.heard(res[3]) {
+		go f.shorten(ln)
 	}
 	if res[1] >= 0 && res[1] < ln.othersMin {
 		ln.othersMin = res[1]
@@ -214,12 +214,17 @@ func (f *fleet) block(ln *lane, d time.Duration) {
 	ln.holdUntil(time.Now().Add(d))
 	ln.mu.Unlock()
 	f.run(ln, "b", 0, ms)
+	f.listBlock(ln, ms)
 }
 
 // listen applies the messages of the other participants.
 func (f *fleet) listen() {
 	defer close(f.done)
 	for msg := range f.ps.Channel() {
+		if line, ok := strings.CutPrefix(msg.Payload, "u|"); ok {
+			f.t.unblock(line) // a Reset lifted the blocks of a subject
+			continue
+		}
 		parts := strings.Split(msg.Payload, "|")
 		if len(parts) < 2 {
 			continue
@@ -281,7 +286,7 @@ func (f *fleet) message(ln *lane, parts []string) {
 		ln.signalHead()
 	case "b":
 		if ms := num(2); ms > 0 {
-			ln.holdUntil(time.Now().Add(time.Duration(ms) * time.Millisecond))
+			ln.heard(ms)
 			ln.signalHead()
 		}
 	}

@@ -1,10 +1,55 @@
 package slidelimit
 
 import (
+	"cmp"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
+
+// TestThrottleRetryAfterCapped: a hostile or broken upstream's wait is
+// capped at the Transport's maximum, from either header, and a value that
+// is no positive finite number or future date is ignored.
+func TestThrottleRetryAfterCapped(t *testing.T) {
+	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
+	const max = time.Hour
+	for _, tc := range []struct {
+		ms, s string
+		max   time.Duration
+		want  time.Duration
+		ok    bool
+	}{
+		{ms: "999999999999", want: max, ok: true},
+		{ms: "9e11", want: max, ok: true},
+		{ms: "3600000", want: max, ok: true},
+		{ms: "3599999", want: max - time.Millisecond, ok: true},
+		{ms: "1e308", want: max, ok: true},
+		{ms: strings.Repeat("9", 400), want: max, ok: true},
+		{ms: "2500", max: time.Second, want: time.Second, ok: true},
+		{ms: "NaN"}, {ms: "Inf"}, {ms: "+Inf"}, {ms: "1e400"}, {ms: "-5"}, {ms: "0"}, {ms: "soon"},
+		{ms: "-5", s: "3", want: 3 * time.Second, ok: true},
+		{ms: "NaN", s: "999999999", want: max, ok: true},
+		{s: "99999999999999999999999", want: max, ok: true},
+		{s: "3600", want: max, ok: true},
+		{s: "120", max: time.Minute, want: time.Minute, ok: true},
+		{s: now.Add(48 * time.Hour).Format(http.TimeFormat), want: max, ok: true},
+		{s: "-1"}, {s: "1.5"}, {s: "+5"}, {s: "1e3"},
+	} {
+		h := http.Header{}
+		if tc.ms != "" {
+			h.Set("Retry-After-Ms", tc.ms)
+		}
+		if tc.s != "" {
+			h.Set("Retry-After", tc.s)
+		}
+		capAt := cmp.Or(tc.max, max)
+		got, ok := retryAfter(h, now, capAt)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("retryAfter(ms %q, s %q, max %v) = %v, %v; want %v, %v", tc.ms, tc.s, capAt, got, ok, tc.want, tc.ok)
+		}
+	}
+}
 
 func TestThrottleRetryAfter(t *testing.T) {
 	now := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
@@ -21,7 +66,7 @@ func TestThrottleRetryAfter(t *testing.T) {
 		{http.Header{"Retry-After-Ms": {"1500"}, "Retry-After": {"2"}}, 1500 * time.Millisecond, true},
 		{http.Header{}, 0, false},
 	} {
-		got, ok := retryAfter(tc.h, now)
+		got, ok := retryAfter(tc.h, now, DefaultMaxUpstreamBlock)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("retryAfter(%v) = %v, %v; want %v, %v", tc.h, got, ok, tc.want, tc.ok)
 		}

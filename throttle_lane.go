@@ -2,11 +2,10 @@ package slidelimit
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -20,9 +19,12 @@ const none = math.MaxInt64
 // order (fleet.go) gives this process the turn: the callers behind it, and
 // the other processes' heads, sleep until they are told.
 type lane struct {
-	t   *Throttle
-	id  string // names the lane in Redis keys and messages
-	key string
+	t        *Throttle
+	id       string        // names the lane in Redis keys and messages
+	key      string        // t.lanes's key: the subjects, length-prefixed (laneKey)
+	subjects []string      // the subjects of its calls, long ones hashed (laneSubject); views of key
+	ref      laneRef       // its users and place in the idle lists; t.mu guards it (throttle_lanes.go)
+	ready    chan struct{} // closed once the new lane learned the fleet's state (fleet.learn)
 
 	mu        sync.Mutex
 	q         []*waiter
@@ -34,6 +36,8 @@ type lane struct {
 	renewed   time.Time // the last call of the fleet script (lease renewal)
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
+
+	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
 
 // A waiter is one caller of Wait.
@@ -47,24 +51,6 @@ func (w *waiter) signal() {
 	case w.wake <- struct{}{}:
 	default:
 	}
-}
-
-// lane returns the lane of key, made on first use; a new lane learns from
-// Redis whether an upstream block holds it and whether others wait.
-func (t *Throttle) lane(key string) *lane {
-	t.mu.Lock()
-	ln, ok := t.lanes[key]
-	if !ok {
-		sum := sha1.Sum([]byte(key))
-		ln = &lane{t: t, key: key, id: hex.EncodeToString(sum[:8]), othersMin: none}
-		t.lanes[key] = ln
-		t.byID[ln.id] = ln
-	}
-	t.mu.Unlock()
-	if !ok {
-		t.fleet.learn(ln)
-	}
-	return ln
 }
 
 // busy reports whether a caller of Allow must wait behind others: callers

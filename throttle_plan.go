@@ -145,14 +145,3 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 	}
 	return req, names, neverFits(&req)
 }
-
-// laneKey names the subjects of req: calls with the same subjects wait in
-// one lane, in arrival order.
-func laneKey(req engine.Request) string {
-	var b strings.Builder
-	for _, c := range req.Checks {
-		b.WriteString(c.Subject)
-		b.WriteByte(0)
-	}
-	return b.String()
-}

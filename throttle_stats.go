@@ -121,6 +121,19 @@ func (l *Limiter) addThrottle(t *Throttle) {
 	l.mu.Unlock()
 }
 
+// throttlesNamed returns l's throttles named name.
+func (l *Limiter) throttlesNamed(name string) []*Throttle {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []*Throttle
+	for _, t := range l.throttles {
+		if t.name == name {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // throttleStats returns what each throttle of l did, in creation order,
 // for the operator page (a user reads Throttle.Stats of its own).
 func (l *Limiter) throttleStats() []ThrottleStats {

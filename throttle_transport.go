@@ -1,11 +1,11 @@
 package slidelimit
 
 import (
-	"io"
+	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -13,8 +13,11 @@ import (
 type TransportOption func(*transportConfig)
 
 type transportConfig struct {
-	call   func(*http.Request) (Call, error)
-	actual func(*http.Response) map[string]int64
+	call     func(*http.Request) (Call, error)
+	actual   func(*http.Response) map[string]int64
+	body     func(*http.Response, []byte) map[string]int64 // WithActualBody
+	bytes    []string                                      // WithActualBytes's cost names
+	maxBlock time.Duration                                 // <= 0: DefaultMaxUpstreamBlock
 }
 
 // WithCall makes the Transport build each request's Call with fn: the
@@ -29,15 +32,33 @@ func WithCall(fn func(*http.Request) (Call, error)) TransportOption {
 // what fn reads from the response, such as a usage header, once the
 // response body is closed: headers and trailers are complete then. Cost
 // names fn leaves out keep their estimate; so do all of them without
-// WithActual.
+// WithActual, WithActualBody or WithActualBytes.
 func WithActual(fn func(*http.Response) map[string]int64) TransportOption {
 	return func(c *transportConfig) { c.actual = fn }
+}
+
+// DefaultMaxUpstreamBlock is the longest block a Transport learns from an
+// upstream's answer, unless WithMaxUpstreamBlock says otherwise.
+const DefaultMaxUpstreamBlock = time.Hour
+
+// WithMaxUpstreamBlock caps the block a Transport learns from a 429 or 503
+// (retry-after-ms, or Retry-After in seconds or as an HTTP date) at d: a
+// longer wait asked for holds the call's subjects for d. d <= 0 means
+// DefaultMaxUpstreamBlock, one hour. The other processes are told the
+// capped block. A process holds a block it hears of from another at most
+// the largest cap of its own Transports of the throttle, one hour when it
+// has none.
+func WithMaxUpstreamBlock(d time.Duration) TransportOption {
+	return func(c *transportConfig) { c.maxBlock = d }
 }
 
 // Transport returns an http.RoundTripper that sends each request through
 // base (http.DefaultTransport when nil) once t admits it, as Wait does, and
 // finishes the Permit when the response body is closed. A 429 or 503 with
-// Retry-After blocks the request's subjects fleet-wide for that long.
+// Retry-After blocks the request's subjects fleet-wide for that long, at
+// most an hour (WithMaxUpstreamBlock); Limiter.Reset of one of the
+// subjects lifts the block. A header value that is no positive number or
+// future date is ignored.
 func (t *Throttle) Transport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -48,6 +69,10 @@ func (t *Throttle) Transport(base http.RoundTripper, opts ...TransportOption) ht
 			o(&tr.cfg)
 		}
 	}
+	if tr.cfg.maxBlock <= 0 {
+		tr.cfg.maxBlock = DefaultMaxUpstreamBlock
+	}
+	t.heldAtMost(tr.cfg.maxBlock)
 	return tr
 }
 
@@ -83,65 +108,65 @@ func (tr *throttleTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		tr.t.stats.upstream.Add(1)
-		if d, ok := retryAfter(resp.Header, time.Now()); ok && p.lane != nil {
+		if d, ok := retryAfter(resp.Header, time.Now(), tr.cfg.maxBlock); ok && p.lane != nil {
 			tr.t.fleet.block(p.lane, d)
 		}
 	}
-	fb := &finishBody{ReadCloser: resp.Body}
-	fb.finish = func() {
-		var actual map[string]int64
-		if tr.cfg.actual != nil {
-			actual = tr.cfg.actual(resp)
-		}
-		p.Finish(actual)
-	}
-	if resp.Body == nil {
-		fb.ReadCloser = http.NoBody
-	}
-	resp.Body = fb
+	resp.Body = newFinishBody(&tr.cfg, resp, p)
 	return resp, nil
 }
 
-// finishBody finishes the Permit of a response when its body is closed.
-type finishBody struct {
-	io.ReadCloser
-	once   sync.Once
-	finish func()
-}
-
-// Close closes the body and finishes the Permit.
-func (b *finishBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(b.finish)
-	return err
-}
-
-// retryAfter reads how long an upstream asks to wait: retry-after-ms, or
-// Retry-After in seconds or as an HTTP date. It reports false for none,
-// or for a time already past.
-func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+// retryAfter reads how long an upstream asks to wait, at most max:
+// retry-after-ms, or Retry-After in seconds or as an HTTP date. It
+// reports false for none, for a time already past, and for a value that
+// is no number (NaN, Inf, text) or not positive; a number too large for
+// its type is a wait of max.
+func retryAfter(h http.Header, now time.Time, max time.Duration) (time.Duration, bool) {
 	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 && ms < 1e12 {
-			return time.Duration(ms * float64(time.Millisecond)), true
+		ms, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err == nil && ms > 0 && !math.IsInf(ms, 1):
+			if ms >= float64(max/time.Millisecond) {
+				return max, true
+			}
+			if d := time.Duration(ms * float64(time.Millisecond)); d > 0 {
+				return d, true
+			}
+		case errors.Is(err, strconv.ErrRange) && ms > 0 && allDigits(strings.TrimPrefix(v, "+")):
+			return max, true // digits beyond float64's range
 		}
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 {
+	if allDigits(v) {
+		s, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case errors.Is(err, strconv.ErrRange) || err == nil && s >= int64(max/time.Second):
+			return max, true
+		case err != nil || s == 0:
 			return 0, false
 		}
-		return min(time.Duration(min(s, int64(maxUpstreamBlock/time.Second)))*time.Second, maxUpstreamBlock), true
+		return min(time.Duration(s)*time.Second, max), true
 	}
 	if at, err := http.ParseTime(v); err == nil {
 		if d := at.Sub(now); d > 0 {
-			return min(d, maxUpstreamBlock), true
+			return min(d, max), true
 		}
 	}
 	return 0, false
 }
 
-// maxUpstreamBlock caps a learned block, as the rules cap block:.
-const maxUpstreamBlock = 30 * 24 * time.Hour
+// allDigits reports whether s is a non-empty run of ASCII digits.
+func allDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

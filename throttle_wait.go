@@ -31,7 +31,17 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 		return nil, err
 	}
 	start := time.Now()
-	ln := t.lane(laneKey(req))
+	ln, err := t.lane(ctx, laneKey(&req))
+	if err != nil {
+		return nil, err
+	}
+	ln.note(&req)
+	kept := false // by the Permit, which releases the lane at Finish
+	defer func() {
+		if !kept {
+			t.release(ln)
+		}
+	}()
 	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1)}
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
@@ -64,7 +74,8 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 			}
 			ln.handOver(head, nextHint(&req, &d))
 			t.stats.admitted(time.Since(start))
-			return &Permit{t: t, d: d, names: names, lane: ln}, nil
+			kept = true
+			return t.newPermit(&req, d, names, ln), nil
 		}
 		if err != nil && errors.Is(err, engine.ErrInvalid) {
 			ln.remove(w)

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // An embedded store (miniredis started by this process: the demo's default,
 // quick tests, replays) cannot be down while the process runs: a call to it
 // that takes long only waited for this process's own CPU. Taking the fail
-// mode then would decide without the store for no reason (a sixth failed
-// login admitted by fail:local because miniredis missed 100 ms under load).
+// mode then would decide without the store for no reason (such as a sixth
+// failed login admitted by fail:local).
 // New therefore gives an engine whose client talks to an embedded store a
 // timeout of at least embeddedTimeout: a call waits for the store's answer
 // unless it stalls that long. A closed store refuses connections, which
@@ -62,10 +63,14 @@ func embedded(c Client, wait time.Duration) bool {
 	// blocks cannot hold New.
 	o := *opt
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 1, -1
-	// And a maintenance-notifications config of its own: rc's is shared
-	// through opt, and go-redis writes it (under rc's lock, which NewClient
-	// does not take) when a server such as miniredis refuses its handshake.
-	o.MaintNotificationsConfig = nil
+	// Maintenance notifications off, and a push-notification processor of
+	// its own: rc's config is shared through opt, and go-redis writes it
+	// (under rc's lock, which NewClient does not take) when a server such as
+	// miniredis refuses its handshake; rc's processor already holds the
+	// notifications' handlers, so registering them again made NewClient log
+	// "failed to initialize maintnotifications".
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	o.PushNotificationProcessor = nil
 	own := redis.NewClient(&o)
 	defer own.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)

@@ -3,11 +3,16 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -109,5 +114,56 @@ func TestEmbeddedOnlyInProcess(t *testing.T) {
 	}
 	if here, err := listensHere("1"); err == nil && here {
 		t.Error("port 1 listens in this process")
+	}
+}
+
+// goRedisLines captures go-redis's own (package-wide) logger until the
+// test ends, then restores go-redis's default logger. Tests using it must
+// not run in parallel with others that set the logger.
+type goRedisLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (g *goRedisLines) Printf(_ context.Context, format string, v ...any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.lines = append(g.lines, fmt.Sprintf(format, v...))
+}
+
+func (g *goRedisLines) all() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.lines)
+}
+
+func captureGoRedis(t *testing.T) *goRedisLines {
+	g := &goRedisLines{}
+	redis.SetLogger(g)
+	t.Cleanup(logging.Enable)
+	return g
+}
+
+// TestEmbeddedProbeQuiet checks that recognizing an embedded store makes
+// go-redis log nothing: the probe's client once shared the application
+// client's push-notification processor, so go-redis's NewClient logged
+// "failed to initialize maintnotifications ... cannot overwrite existing
+// handler" at every New on a loopback address (the demo's first line).
+func TestEmbeddedProbeQuiet(t *testing.T) {
+	logs := captureGoRedis(t) // not parallel: go-redis's logger is global
+	m := miniredis.RunT(t)
+	mc := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { mc.Close() })
+	if err := mc.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !embedded(mc, time.Second) {
+		t.Fatal("a miniredis of this process is not recognized")
+	}
+	if err := mc.Ping(context.Background()).Err(); err != nil {
+		t.Errorf("the application's client fails after the probe: %v", err)
+	}
+	if lines := logs.all(); len(lines) > 0 {
+		t.Errorf("go-redis logged %d lines during the probe:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }

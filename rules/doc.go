@@ -301,14 +301,22 @@
 //		Files http.Handler `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
 //	}
 //
-// A field with a route tag but no limit tag gets the zero Group, which
-// callers treat as unlimited. The route tag is checked as http.ServeMux
-// would check it, so registration cannot panic on a malformed pattern;
-// conflicts between different patterns are left to the ServeMux.
+// A route without rules says so with limit:"none", and gets the zero
+// Group, which callers register unlimited:
+//
+//	Health http.HandlerFunc `route:"GET /healthz" limit:"none"`
+//
+// A route tag without a limit tag is an error (a misspelt key, as in
+// limt:"...", would otherwise leave the route unlimited), as is a limit tag
+// without a route tag; the error names a key of the field's tag that looks
+// like a misspelling of the missing one. The route tag is checked as
+// http.ServeMux would check it, so registration cannot panic on a
+// malformed pattern; conflicts between different patterns are left to the
+// ServeMux.
 //
 // Every exported field with a route tag, including fields promoted from
 // embedded structs, must have a type implementing http.Handler and a
-// non-nil value. Its limit tag, if any, is parsed and validated, and every
+// non-nil value. Its limit tag, unless "none", is parsed and validated, and every
 // param limiter in it must name a wildcard of the pattern ({name} or
 // {name...}), because any other name would count every request under the
 // empty string. Tags are checked once per struct type and the result

@@ -49,7 +49,7 @@ func ExampleGroup_Validate() {
 
 type Handlers struct {
 	Files  http.Handler     `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min; exempt:admin"`
-	Health http.HandlerFunc `route:"GET /healthz"`
+	Health http.HandlerFunc `route:"GET /healthz" limit:"none"`
 }
 
 func ExampleRoutes() {

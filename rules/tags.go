@@ -20,8 +20,8 @@ type Route struct {
 	Field string
 	// Pattern is the value of the route tag, an http.ServeMux pattern.
 	Pattern string
-	// Group is the parsed limit tag. It is the zero Group when the field
-	// has no limit tag, which callers treat as unlimited.
+	// Group is the parsed limit tag. It is the zero Group for limit:"none",
+	// a route without rules, which callers register unlimited.
 	Group Group
 	// Handler is the field's value.
 	Handler http.Handler
@@ -114,7 +114,7 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 		}
 		switch {
 		case !hasRoute:
-			fail("", "", -1, "limit tag without route tag")
+			fail("", "", -1, "limit tag without route tag%s", misspelt(sf.Tag, "route"))
 		case !sf.IsExported():
 			fail("", "", -1, "route tag on unexported field")
 		case !sf.Type.Implements(handlerType):
@@ -140,7 +140,14 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 				patterns[route] = f.name
 			}
 		}
-		if hasLimit {
+		switch {
+		case !hasLimit && hasRoute:
+			// A route without rules must say so: a misspelt limit key
+			// would otherwise register the route unlimited, silently.
+			fail("", "", -1, "route tag without limit tag%s; write limit:%q for a route without rules", misspelt(sf.Tag, "limit"), noLimit)
+		case strings.TrimSpace(limit) == noLimit:
+			// The zero group: registered unlimited, by choice.
+		case hasLimit:
 			g, pos, err := parse(limit)
 			if err != nil {
 				err.Type, err.Field, err.Tag = t.String(), f.name, "limit"
@@ -256,4 +263,76 @@ func isNil(v reflect.Value) bool {
 		return v.IsNil()
 	}
 	return false
+}
+
+// noLimit is the limit tag of a route without rules.
+const noLimit = "none"
+
+// misspelt returns a hint naming the keys of tag that look like a
+// misspelling of want ("limt", "Limit", "limits"), or "" when none does.
+func misspelt(tag reflect.StructTag, want string) string {
+	var near []string
+	for _, k := range tagKeys(tag) {
+		if k != want && editDistance(strings.ToLower(k), want) <= 2 {
+			near = append(near, strconv.Quote(k))
+		}
+	}
+	if len(near) == 0 {
+		return ""
+	}
+	return " (is " + strings.Join(near, " or ") + " a misspelling of " + want + "?)"
+}
+
+// tagKeys returns the keys of tag in the conventional format of
+// reflect.StructTag (key:"value" pairs separated by spaces), stopping at
+// the first part that does not follow it.
+func tagKeys(tag reflect.StructTag) []string {
+	var keys []string
+	s := string(tag)
+	for {
+		s = strings.TrimLeft(s, " ")
+		i := 0
+		for i < len(s) && s[i] > ' ' && s[i] != ':' && s[i] != '"' && s[i] != 0x7f {
+			i++
+		}
+		if i == 0 || i+1 >= len(s) || s[i] != ':' || s[i+1] != '"' {
+			return keys
+		}
+		keys = append(keys, s[:i])
+		s = s[i+1:]
+		// The quoted value, with its escapes.
+		i = 1
+		for i < len(s) && s[i] != '"' {
+			if s[i] == '\\' {
+				i++
+			}
+			i++
+		}
+		if i >= len(s) {
+			return keys
+		}
+		s = s[i+1:]
+	}
+}
+
+// editDistance is the Levenshtein distance between two short strings, in
+// bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -17,7 +17,7 @@ func (h *okHandler) ServeHTTP(w http.ResponseWriter, _ *http.Request) { w.Write(
 
 type goodHandlers struct {
 	Files  http.Handler     `route:"GET /files/{id}" limit:"param(id):10/min; ip:100/min"`
-	Health http.HandlerFunc `route:"GET /healthz"`
+	Health http.HandlerFunc `route:"GET /healthz" limit:"none"`
 	Blobs  *okHandler       `route:"GET /blobs/{path...}" limit:"role(bot)=param(path):1/s; exempt:admin"`
 	Other  string
 	notes  string //nolint:unused // an untagged unexported field must be ignored
@@ -58,7 +58,7 @@ func TestRoutes(t *testing.T) {
 			t.Errorf("Health handler wrote %q", rec.Body.String())
 		}
 		if !reflect.DeepEqual(routes[1].Group, Group{}) {
-			t.Errorf("route without limit tag has group %#v, want zero", routes[1].Group)
+			t.Errorf("route with limit:\"none\" has group %#v, want zero", routes[1].Group)
 		}
 	}
 }
@@ -69,7 +69,7 @@ type Inner struct {
 
 type embedding struct {
 	*Inner
-	Y http.Handler `route:"GET /y"`
+	Y http.Handler `route:"GET /y" limit:"none"`
 }
 
 func TestRoutesEmbedded(t *testing.T) {
@@ -90,17 +90,17 @@ func TestRoutesEmbedded(t *testing.T) {
 
 type badHandlers struct {
 	BadLimit   http.Handler     `route:"GET /a" limit:"ip:0/s"`
-	NotHandler string           `route:"GET /b"`
-	NilFunc    http.HandlerFunc `route:"GET /c"`
-	NilIface   http.Handler     `route:"GET /d"`
-	TypedNil   http.Handler     `route:"GET /e"`
-	EmptyRoute http.Handler     `route:""`
+	NotHandler string           `route:"GET /b" limit:"none"`
+	NilFunc    http.HandlerFunc `route:"GET /c" limit:"none"`
+	NilIface   http.Handler     `route:"GET /d" limit:"none"`
+	TypedNil   http.Handler     `route:"GET /e" limit:"none"`
+	EmptyRoute http.Handler     `route:"" limit:"none"`
 	NoRoute    http.Handler     `limit:"ip:1/s"`
 	BadParam   http.Handler     `route:"GET /f/{id}/{rest...}" limit:"param(x):1/s; role(a)=param(id):1/s & param(y):2/s"`
-	BadPattern http.Handler     `route:"GET /g/{id"`
-	DupPattern http.Handler     `route:"GET /a"`
+	BadPattern http.Handler     `route:"GET /g/{id" limit:"none"`
+	DupPattern http.Handler     `route:"GET /a" limit:"none"`
 	BadBoth    string           `route:"GET /h" limit:"ip:5/fortnight"`
-	unexported http.Handler     `route:"GET /i"`
+	unexported http.Handler     `route:"GET /i" limit:"none"`
 }
 
 func TestRoutesErrors(t *testing.T) {
@@ -169,7 +169,7 @@ func TestRoutesPatterns(t *testing.T) {
 			t.Parallel()
 			typ := reflect.StructOf([]reflect.StructField{{
 				Name: "H", Type: reflect.TypeFor[http.Handler](),
-				Tag: reflect.StructTag(`route:"` + tt.pattern + `"`),
+				Tag: reflect.StructTag(`route:"` + tt.pattern + `" limit:"none"`),
 			}})
 			v := reflect.New(typ)
 			v.Elem().Field(0).Set(reflect.ValueOf(http.NotFoundHandler()))
@@ -192,7 +192,7 @@ func TestRoutesPatterns(t *testing.T) {
 	for _, ok := range []string{"/", "GET /", "example.com/", "GET example.com/a/{b}/{$}", "POST /a/{b}/{c...}", "/{ünïcode}", "CONNECT /a/../b", "GET\t/x"} {
 		typ := reflect.StructOf([]reflect.StructField{{
 			Name: "H", Type: reflect.TypeFor[http.Handler](),
-			Tag: reflect.StructTag(`route:"` + ok + `"`),
+			Tag: reflect.StructTag(`route:"` + ok + `" limit:"none"`),
 		}})
 		v := reflect.New(typ)
 		v.Elem().Field(0).Set(reflect.ValueOf(http.NotFoundHandler()))
@@ -260,7 +260,7 @@ func TestRoutesConcurrent(t *testing.T) {
 	t.Parallel()
 	type handlers struct {
 		A http.Handler `route:"GET /a/{id}" limit:"param(id):1/s; ip:10/min"`
-		B http.Handler `route:"GET /b"`
+		B http.Handler `route:"GET /b" limit:"none"`
 	}
 	h := &okHandler{"h"}
 	var wg sync.WaitGroup
@@ -309,10 +309,10 @@ func TestRoutesPartial(t *testing.T) {
 	type handlers struct {
 		Bad     http.Handler `route:"GET /a" limit:"ip:0/s"`
 		Good    http.Handler `route:"GET /b" limit:"ip:1/s"`
-		Nil     http.Handler `route:"GET /c"`
-		Again   http.Handler `route:"GET /b"`
-		Plain   http.Handler `route:"GET /d"`
-		BadPath http.Handler `route:"GET /{"`
+		Nil     http.Handler `route:"GET /c" limit:"none"`
+		Again   http.Handler `route:"GET /b" limit:"none"`
+		Plain   http.Handler `route:"GET /d" limit:"none"`
+		BadPath http.Handler `route:"GET /{" limit:"none"`
 	}
 	h := &okHandler{"h"}
 	routes, err := Routes(handlers{Bad: h, Good: h, Again: h, Plain: h, BadPath: h})
@@ -362,5 +362,73 @@ func TestRoutesCostAndGrain(t *testing.T) {
 	}}
 	if !reflect.DeepEqual(routes[0].Group, g) {
 		t.Errorf("group = %#v, want %#v", routes[0].Group, g)
+	}
+}
+
+// TestRoutesNoLimit: a route without rules is written limit:"none"; a
+// route tag alone, as from a misspelt limit key, registered the route
+// unlimited without a word and is now an error naming the field (and the
+// key that looks misspelt).
+func TestRoutesNoLimit(t *testing.T) {
+	t.Parallel()
+	type handlers struct {
+		Open    http.Handler `route:"GET /open" limit:"none"`
+		Spaced  http.Handler `route:"GET /spaced" limit:" none "`
+		Typo    http.Handler `route:"GET /typo" limt:"ip:5/s"`
+		Upper   http.Handler `route:"GET /upper" Limit:"ip:5/s" json:"-"`
+		Bare    http.Handler `route:"GET /bare" json:"bare"`
+		NoRoute http.Handler `rout:"GET /x" limit:"ip:5/s"`
+		Mixed   http.Handler `route:"GET /mixed" limit:"none; ip:5/s"`
+	}
+	h := &okHandler{"h"}
+	routes, err := Routes(&handlers{Open: h, Spaced: h, Typo: h, Upper: h, Bare: h, NoRoute: h, Mixed: h})
+	var fields []string
+	for _, r := range routes {
+		fields = append(fields, r.Field)
+		if !reflect.DeepEqual(r.Group, Group{}) {
+			t.Errorf("%s: group %v, want the zero group", r.Field, r.Group)
+		}
+	}
+	if got := strings.Join(fields, ","); got != "Open,Spaced" {
+		t.Errorf("routes = %s, want Open,Spaced", got)
+	}
+	want := []string{
+		`rules: rules.handlers.Typo: route tag without limit tag (is "limt" a misspelling of limit?); write limit:"none" for a route without rules`,
+		`rules: rules.handlers.Upper: route tag without limit tag (is "Limit" a misspelling of limit?); write limit:"none" for a route without rules`,
+		`rules: rules.handlers.Bare: route tag without limit tag; write limit:"none" for a route without rules`,
+		`rules: rules.handlers.NoRoute: limit tag without route tag (is "rout" a misspelling of route?)`,
+	}
+	if err == nil {
+		t.Fatal("no error")
+	}
+	got := strings.Split(err.Error(), "\n")
+	if len(got) != len(want)+1 || !reflect.DeepEqual(got[:len(want)], want) {
+		t.Errorf("Routes error:\n%s\nwant:\n%s\nand Mixed's parse error", err, strings.Join(want, "\n"))
+	}
+	if last := got[len(got)-1]; !strings.HasPrefix(last, `rules: rules.handlers.Mixed: tag limit: "none; ip:5/s": `) {
+		t.Errorf("limit:\"none; ...\" is not a parse error: %s", last)
+	}
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var re *Error
+		if !errors.As(e, &re) || re.Field == "" || kindOf(e) != errInvalid && kindOf(e) != errSyntax {
+			t.Errorf("%v is not an *Error naming the field", e)
+		}
+	}
+}
+
+func TestTagKeys(t *testing.T) {
+	t.Parallel()
+	for tag, want := range map[reflect.StructTag]string{
+		`route:"GET /a" limt:"ip:1/s"`:     "route,limt",
+		`a:"x \" y" b:"" c`:                "a,b",
+		`  k:"v"   `:                       "k",
+		`broken`:                           "",
+		`k:"unterminated`:                  "k",
+		`route:"GET /a"limit:"ip:1/s"`:     "route,limit",
+		"route:\"GET /a\"\tlimit:\"none\"": "route",
+	} {
+		if got := strings.Join(tagKeys(tag), ","); got != want {
+			t.Errorf("tagKeys(%q) = %q, want %q", tag, got, want)
+		}
 	}
 }

@@ -74,7 +74,7 @@ func (d *demo) logRoutes(logger *slog.Logger) {
 	}
 }
 
-// limitText prints a route's rules; a field without a limit tag has none.
+// limitText prints a route's rules; a field tagged limit:"none" has none.
 func limitText(g rules.Group) string {
 	if s := g.String(); s != "" {
 		return s

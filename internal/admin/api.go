@@ -224,6 +224,12 @@ type Block struct {
 	// again: the block's time left, or longer when a window is still full
 	// after it.
 	Left float64 `json:"left"`
+	// Learned marks a block a throttle learned from its upstream's
+	// answer (LearnedBlock): Scope is the throttle, Left the block's time
+	// left, and Subject the subject's fingerprint (Masked, whatever
+	// Config.Masked says), or "" for a global limiter. Lifting it by its
+	// Ref lifts it in every process.
+	Learned bool `json:"learned,omitempty"`
 }
 
 // BlocksAnswer is the answer of GET /api/blocks.
@@ -285,6 +291,13 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 	if first != nil {
 		return nil, first
 	}
+	if ls, ok := h.src.(LearnedSource); ok {
+		lbs, err := ls.LearnedBlocks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, learnedRows(lbs)...)
+	}
 	slices.SortFunc(out, func(a, b Block) int {
 		switch {
 		case a.Left > b.Left:
@@ -295,6 +308,40 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 		return strings.Compare(a.Scope+a.Limiter+a.Subject, b.Scope+b.Limiter+b.Subject)
 	})
 	return out, nil
+}
+
+// learnedRows lists learned blocks as the page does: one row per limiter
+// and subject, the longest block of a subject when several lanes have it
+// (lifting it lifts them all). A global limiter's subject, which every
+// call has, is listed only for a block of no other subject.
+func learnedRows(lbs []LearnedBlock) []Block {
+	var out []Block
+	at := map[[3]string]int{}
+	for _, b := range lbs {
+		var rows []LearnedSubject
+		for _, s := range b.Subjects {
+			if limiterKind(s.Limiter) != rules.Global {
+				rows = append(rows, s)
+			}
+		}
+		if len(rows) == 0 {
+			rows = b.Subjects
+		}
+		for _, s := range rows {
+			blk := Block{Scope: b.Throttle, Limiter: s.Limiter, Left: b.Left, Learned: true}
+			if limiterKind(s.Limiter) != rules.Global {
+				blk.Subject, blk.Masked, blk.Ref = s.Fingerprint, true, s.Fingerprint
+			}
+			k := [3]string{blk.Scope, blk.Limiter, blk.Subject}
+			if i, ok := at[k]; ok {
+				out[i].Left = max(out[i].Left, blk.Left)
+				continue
+			}
+			at[k] = len(out)
+			out = append(out, blk)
+		}
+	}
+	return out
 }
 
 func cmpOr(a, b error) error {
@@ -359,10 +406,21 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch {
 	case req.Ref != "":
+		// A fingerprint may name a throttle's learned block, which the
+		// denial tallies need not know.
+		lifted := false
+		if ls, ok := h.src.(LearnedSource); ok && strings.HasPrefix(req.Ref, fingerprintPrefix) {
+			lifted, err = ls.LiftLearned(r.Context(), req.Scope, req.Limiter, req.Ref)
+		}
+		if err != nil {
+			break
+		}
 		var stored string
 		var hashed bool
 		if stored, hashed, err = h.resolve(r.Context(), req.Scope, req.Limiter, req.Ref); err == nil {
 			err = h.src.ResetStored(r.Context(), req.Scope, req.Limiter, stored, hashed)
+		} else if lifted && errors.Is(err, errUnknownRef) {
+			err = nil
 		}
 	case req.IP != "":
 		err = h.src.ResetByIP(r.Context(), req.Scope, req.Limiter, req.IP)

@@ -12,7 +12,7 @@
 //	GET  /                         the page (html/template, no script, no external asset)
 //	GET  /api/top?since=1m|5m|1h   {"since":"1h","top":[{"scope","limiter","subject","denied"}, ...]}
 //	GET  /api/subject?subject=S    S's usage across routes (or ?ip=A: what was counted by address A)
-//	GET  /api/blocks               the active blocks
+//	GET  /api/blocks               the active blocks, and the throttles' blocks learned from their upstreams
 //	GET  /api/throttles            {"throttles":[{"name","rules","waiting","wait_p50","wait_p99","admitted","upstream_429s"}, ...]}
 //	POST /api/reset                scope, limiter, subject (or ip, or ref): lifts the block, clears the windows
 //
@@ -23,7 +23,8 @@
 // The caller's identity comes from role.NewContext: none is answered 401,
 // an identity with none of the handler's roles 403 (with no roles, the
 // handler serves no one). Bad input is answered 400 with an RFC 9457
-// problem body; a Redis failure 503, without its details, which are logged.
+// problem body; a Redis failure 503, without its details, which are logged
+// (one line per 10 s, however many requests fail).
 // POST /api/reset refuses cross-origin browser requests
 // (http.CrossOriginProtection), so the page's forms cannot be submitted
 // from another site, and logs every reset with who made it.
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -108,7 +110,14 @@ type handler struct {
 	masked []rules.Kind
 	roles  []role.Role
 	mux    *http.ServeMux
+	// storeLog keeps the store's failures, which come with every view of
+	// an outage, to one warning per storeLogEvery.
+	storeLog logthrottle.Throttle
 }
+
+// storeLogEvery is the least time between two warnings about the store's
+// failures, as for the engine's and the middleware's.
+const storeLogEvery = 10 * time.Second
 
 // New returns the admin handler of src for callers with one of roles.
 func New(src Source, cfg Config, roles ...role.Role) http.Handler {
@@ -116,7 +125,8 @@ func New(src Source, cfg Config, roles ...role.Role) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{src: src, log: log, masked: slices.Clone(cfg.Masked), roles: slices.Clone(roles), mux: http.NewServeMux()}
+	h := &handler{src: src, log: log, masked: slices.Clone(cfg.Masked), roles: slices.Clone(roles), mux: http.NewServeMux(),
+		storeLog: logthrottle.Throttle{Every: storeLogEvery}}
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /api/top", h.top)
 	h.mux.HandleFunc("GET /api/subject", h.subject)
@@ -172,6 +182,21 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, op string, err er
 		problem(w, http.StatusBadRequest, bad.Error())
 		return
 	}
-	h.log.Warn("admin: "+op+" failed", "error", err, "path", r.URL.Path)
+	h.storeFailed(op, err, slog.String("path", r.URL.Path))
 	problem(w, http.StatusServiceUnavailable, "the rate limiter's store did not answer; try again")
+}
+
+// storeFailed logs that op failed with err, a failure of the store, at most
+// once per storeLogEvery, with the number of failures left unlogged since
+// the last line.
+func (h *handler) storeFailed(op string, err error, attrs ...slog.Attr) {
+	ok, suppressed := h.storeLog.Allow(time.Now())
+	if !ok {
+		return
+	}
+	attrs = append([]slog.Attr{slog.Any("error", err)}, attrs...)
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int64("suppressed", suppressed))
+	}
+	h.log.LogAttrs(context.Background(), slog.LevelWarn, "admin: "+op+" failed", attrs...)
 }

@@ -27,6 +27,11 @@ import (
 // fingerprintPrefix marks a fingerprint; a stored hash starts with "#".
 const fingerprintPrefix = "~"
 
+// Fingerprint returns the fingerprint of a stored subject, as the handler
+// shows a masked subject; a throttle's learned blocks name their subjects
+// by it (LearnedSubject).
+func Fingerprint(stored string) string { return fingerprint(stored) }
+
 // fingerprint returns the fingerprint of a stored subject.
 func fingerprint(stored string) string {
 	sum := sha256.Sum256([]byte("slidelimit masked subject\x00" + stored))

@@ -50,7 +50,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 			data.Errors = append(data.Errors, part+": "+bad.Error())
 			return
 		}
-		h.log.Warn("admin: page: "+part+" failed", "error", err)
+		h.storeFailed("page: "+part, err)
 		data.Errors = append(data.Errors, part+": the rate limiter's store did not answer")
 	}
 	for _, name := range Views {

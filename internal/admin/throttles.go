@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"context"
 	"net/http"
 	"time"
 )
@@ -48,4 +49,36 @@ func (h *handler) throttlesAPI(w http.ResponseWriter, _ *http.Request) {
 // ms writes a wait in seconds as milliseconds for a person.
 func ms(s float64) string {
 	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// LearnedBlock is a block a throttle learned from its upstream's answer (a
+// 429 or 503 with Retry-After), held in every process: GET /api/blocks and
+// the page list one entry per limiter and subject, with "learned":true.
+type LearnedBlock struct {
+	// Throttle is the throttle's name, the scope of its windows.
+	Throttle string
+	// Subjects are the subjects of the calls it holds (all of them: a
+	// call of other subjects is not held).
+	Subjects []LearnedSubject
+	// Left is the block's time left, in seconds.
+	Left float64
+}
+
+// LearnedSubject is a subject of a learned block: the ID of the limiter
+// that counts it, without its cost, and its fingerprint (Fingerprint of
+// the stored subject), never its value, which may be the API key the
+// calls are made with.
+type LearnedSubject struct {
+	Limiter     string
+	Fingerprint string
+}
+
+// LearnedSource is what a Source that has throttles offers too: their
+// learned blocks, fleet-wide, and a way to lift them.
+type LearnedSource interface {
+	LearnedBlocks(ctx context.Context) ([]LearnedBlock, error)
+	// LiftLearned lifts, in every process, the learned blocks of scope
+	// that hold the subject of limiterID whose fingerprint is ref; it
+	// reports whether any was listed.
+	LiftLearned(ctx context.Context, scope, limiterID, ref string) (bool, error)
 }

@@ -1,0 +1,128 @@
+package slidelimit
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/logthrottle"
+)
+
+// defaultMaxHold is the maximum hold of a throttle's in-flight slots
+// without WithMaxHold.
+const defaultMaxHold = 10 * time.Minute
+
+// permitWarnEvery is the least time between two lines about Permits that
+// were dropped or held too long, per throttle and kind.
+const permitWarnEvery = time.Minute
+
+// permit is what finishing a Permit takes. It never refers to its Permit,
+// so that a cleanup can finish it once the Permit is unreachable.
+type permit struct {
+	t     *Throttle
+	d     engine.Decision
+	names []string // names[i] is the cost name of check i; "" for none
+	lane  *lane    // counted as used (Throttle.lane) until finished
+	done  atomic.Bool
+	hold  *time.Timer // releases the slots at the maximum hold; nil without slots
+}
+
+// noCopy makes go vet report copies of a Permit.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
+
+// permitWarnings throttles a throttle's lines about Permits.
+type permitWarnings struct {
+	dropped, held logthrottle.Throttle
+}
+
+// newPermit returns the Permit of the call d admitted, which uses ln.
+func (t *Throttle) newPermit(req *engine.Request, d engine.Decision, names []string, ln *lane) *Permit {
+	s := &permit{t: t, d: d, names: names, lane: ln}
+	p := &Permit{permit: s}
+	p.cleanup = runtime.AddCleanup(p, (*permit).dropped, s)
+	if holdsSlots(req) {
+		s.hold = time.AfterFunc(t.maxHold, s.overHeld)
+	}
+	return p
+}
+
+// holdsSlots reports whether req holds a slot of an in-flight window once
+// admitted.
+func holdsSlots(req *engine.Request) bool {
+	for i := range req.Checks {
+		for _, w := range req.Checks[i].Windows {
+			if w.Concurrent {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// finish is Permit.Finish; it reports whether it finished p (false when p
+// was finished already).
+func (p *permit) finish(actual map[string]int64) bool {
+	if !p.done.CompareAndSwap(false, true) {
+		return false
+	}
+	if p.hold != nil {
+		p.hold.Stop()
+	}
+	var o engine.Outcome
+	for i, n := range p.names {
+		if v, ok := actual[n]; ok && n != "" && v >= 0 {
+			if o.Actual == nil {
+				o.Actual = make([]int64, len(p.names))
+				for j := range o.Actual {
+					o.Actual[j] = -1
+				}
+			}
+			o.Actual[i] = min(v, p.maxCost(i))
+		}
+	}
+	// FinishAsync queues the work; this process's next admission sees it.
+	p.t.lim.engine.FinishAsync(p.d, o)
+	// A settlement or a released slot may make room before the time the
+	// waiters were told: let the head of the lane try again now.
+	if o.Actual != nil || p.hold != nil {
+		p.lane.kick()
+	}
+	p.t.release(p.lane)
+	return true
+}
+
+// dropped finishes p, whose Permit became unreachable unfinished: the
+// cleanup attached by newPermit, which runs on the runtime's cleanup
+// goroutine. It logs at most a line per permitWarnEvery per throttle.
+func (p *permit) dropped() {
+	if !p.finish(nil) {
+		return
+	}
+	if ok, n := p.t.warn.dropped.Allow(time.Now()); ok {
+		access.EngineLogger(p.t.lim.engine).Warn("slidelimit: a throttle's Permit became unreachable without Finish; finished with its estimates",
+			"throttle", p.t.name, "suppressed", n)
+	}
+}
+
+// overHeld releases p's in-flight slots once it held them for the maximum
+// hold unfinished: its later Finish still settles its costs. It logs at
+// most a line per permitWarnEvery per throttle.
+func (p *permit) overHeld() {
+	if p.done.Load() {
+		return
+	}
+	// Without Actual the engine only releases the slots; a later finish
+	// settles, releasing nothing twice (Engine.Finish is idempotent per
+	// part).
+	p.t.lim.engine.FinishAsync(p.d, engine.Outcome{})
+	p.lane.kick()
+	if ok, n := p.t.warn.held.Allow(time.Now()); ok {
+		access.EngineLogger(p.t.lim.engine).Warn("slidelimit: a throttle's Permit held its in-flight slots past the maximum hold without Finish; released them",
+			"throttle", p.t.name, "max_hold", p.t.maxHold, "suppressed", n)
+	}
+}
