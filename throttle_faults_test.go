@@ -81,10 +81,9 @@ const (
 	harnessSlotRetry = time.Second
 )
 
-// harnessMaxHold is the longest a live process holds the slot of a Permit
-// never finished, for the model (faults.ThrottleHistory.MaxHold): 0 says
-// the engine renews it for the life of the process, as this code does.
-const harnessMaxHold = 0
+// harnessMaxHold is the processes' WithMaxHold: a Permit never finished
+// holds its slots that long (faults.ThrottleHistory.MaxHold).
+const harnessMaxHold = 1500 * time.Millisecond
 
 func TestThrottleFaults(t *testing.T) {
 	// go-redis logs every refused dial of a killed server.
@@ -411,7 +410,8 @@ func (r *throttleRun) startProc(i int) {
 	r.mu.Unlock()
 	c := r.b.Client()
 	lim, err := New(c, WithKeyPrefix(r.prefix), WithTimeout(r.b.Timeout), WithLogger(slog.New(slog.DiscardHandler)),
-		WithHook(r.hook), WithEngineOptions(engine.WithLease(harnessLease), engine.WithSlotLost(r.slotLost)))
+		WithHook(r.hook), WithMaxHold(harnessMaxHold),
+		WithEngineOptions(engine.WithLease(harnessLease), engine.WithSlotLost(r.slotLost)))
 	if err != nil {
 		c.Close()
 		r.fail("New: %v", err)

@@ -38,9 +38,9 @@ type ThrottleHistory struct {
 	// for a full in-flight window waits before it asks again, unless a
 	// Finish in its process wakes it.
 	Lease, SlotRetry time.Duration
-	// MaxHold, when not 0, is the longest a slot of a live process's
-	// Permit that is never finished is held; 0: it is held as long as the
-	// process lives (renewed with every lease).
+	// MaxHold, when not 0, is the longest a Permit holds its slots
+	// without Finish (WithMaxHold); 0: as long as its process lives
+	// (renewed with every lease).
 	MaxHold time.Duration `json:",omitempty"`
 	// Bound is how long the fleet's oldest waiter of a lane may wait while
 	// its windows have room; Settle how long after a fault the bound does
@@ -311,31 +311,39 @@ func (h ThrottleHistory) deathOf(proc int) time.Duration {
 	return -1
 }
 
-// releaseLow returns the earliest c's slot may have freed in Redis.
+// releaseLow returns the earliest c's slot may have freed in Redis: its
+// Finish, two thirds of a lease after its process died (its last renewal
+// was at most a third of a lease before), or the longest hold after its
+// admission (the hold's timer starts once the decision is back).
 func (h ThrottleHistory) releaseLow(c CallRecord) time.Duration {
-	switch d := h.deathOf(c.Proc); {
-	case c.Finished > 0:
-		return c.Finished
-	case d >= 0:
-		return d + h.Lease*2/3
-	case h.MaxHold > 0:
-		return c.Decided // freed at some point: counted nowhere
+	end := time.Duration(math.MaxInt64)
+	if c.Finished > 0 {
+		end = c.Finished
 	}
-	return math.MaxInt64
+	if d := h.deathOf(c.Proc); d >= 0 {
+		end = min(end, d+h.Lease*2/3)
+	}
+	if h.MaxHold > 0 {
+		end = min(end, c.Decided+h.MaxHold)
+	}
+	return end
 }
 
 // releaseHigh returns the latest c's slot may free in Redis, and whether it
-// is a lease or the longest hold that ends it (no Finish wakes the head).
+// is a lease or the longest hold that ends it (no Finish wakes the fleet's
+// head then).
 func (h ThrottleHistory) releaseHigh(c CallRecord) (time.Duration, bool) {
-	switch d := h.deathOf(c.Proc); {
-	case c.Finished > 0:
-		return c.Finished, false
-	case d >= 0:
-		return d + h.Lease, true
-	case h.MaxHold > 0:
-		return c.Decided + h.MaxHold, true
+	end, expiry := time.Duration(math.MaxInt64), false
+	if d := h.deathOf(c.Proc); d >= 0 {
+		end, expiry = d+h.Lease, true
 	}
-	return math.MaxInt64, false
+	if h.MaxHold > 0 && c.Decided+h.MaxHold < end {
+		end, expiry = c.Decided+h.MaxHold, true
+	}
+	if c.Finished > 0 && c.Finished < end {
+		end, expiry = c.Finished, false
+	}
+	return end, expiry
 }
 
 func (h ThrottleHistory) checkSlots(li int, s int, w Window) []ThrottleViolation {

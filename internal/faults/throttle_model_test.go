@@ -286,3 +286,26 @@ func TestThrottleLease(t *testing.T) {
 		t.Fatalf("within the lease: %v", vs)
 	}
 }
+
+// With a longest hold, a Permit never finished frees its slot then.
+func TestThrottleMaxHold(t *testing.T) {
+	h := throttleHist()
+	h.Limiters[0].Windows = []Window{{Limit: 1, Concurrent: true}}
+	h.MaxHold = 1500 * ms
+	h.End = 4 * time.Second
+	a, b := admitted(0, 10*ms), admitted(20*ms, 1200*ms)
+	a.Finished = 0 // never finished, its process alive
+	h.Calls = []CallRecord{a, b}
+	if vs := violations(CheckThrottle(h), "slots"); len(vs) == 0 {
+		t.Fatal("a slot taken before the longest hold ended passed")
+	}
+	h.Calls[1].Decided, h.Calls[1].Ended, h.Calls[1].Finished = 1600*ms, 1600*ms, 1700*ms
+	if rep := CheckThrottle(h); len(rep.Violations) > 0 {
+		t.Fatalf("a slot taken after the longest hold: %v", rep.Violations)
+	}
+	// Room from 1510 ms on: admitted within the slot retry and the bound.
+	h.Calls[1].Decided, h.Calls[1].Ended, h.Calls[1].Finished = 3200*ms, 3200*ms, 3300*ms
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
+		t.Fatal("a slot held 1.7 s past the longest hold, unnoticed")
+	}
+}
