@@ -11,7 +11,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // turnEvent is a reply or a message of the turn script, as it reaches
@@ -292,4 +294,37 @@ func (t *Throttle) lanesWaiting() int64 {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	return ln.othersMin
+}
+
+// TestTurnHintForNextCost: after an admission, the next head waits for
+// room for its own cost, not the admitted call's: a call of 2 tokens asks
+// at once when 2 remain, though the 8-token call before it could not.
+func TestTurnHintForNextCost(t *testing.T) {
+	t.Parallel()
+	d := engine.Decision{Allowed: true, Windows: []engine.WindowState{
+		{Check: 0, Window: rules.Window{Limit: 3, Period: 600 * time.Millisecond}, Used: 1, Remaining: 2, Reset: 100 * time.Millisecond},
+		{Check: 1, Window: rules.Window{Limit: 19, Period: 1500 * time.Millisecond}, Used: 17, Remaining: 2, Reset: 600 * time.Millisecond},
+	}}
+	for _, tc := range []struct {
+		w    *waiter
+		want time.Duration
+	}{
+		{&waiter{costs: []int64{1, 2}}, 0},
+		{&waiter{costs: []int64{1, 8}}, 600 * time.Millisecond},
+		{&waiter{costs: []int64{3, 1}}, 100 * time.Millisecond},
+		{nil, 0},
+	} {
+		if got := nextHint(&d, tc.w); got != tc.want {
+			t.Errorf("nextHint for %+v = %v, want %v", tc.w, got, tc.want)
+		}
+	}
+	// Through handOver: the admitted head leaves, the next head (2
+	// tokens) may ask at once.
+	next := &waiter{costs: []int64{1, 2}, wake: make(chan struct{}, 1)}
+	ln := &lane{othersMin: none, q: []*waiter{next}}
+	ln.mu.Lock()
+	ln.handOver(true, func(n *waiter) time.Duration { return nextHint(&d, n) })
+	if wait := time.Until(ln.wakeAt); wait > 50*time.Millisecond {
+		t.Errorf("the next head (2 tokens, 2 remaining) waits %v", wait.Round(time.Millisecond))
+	}
 }
