@@ -292,3 +292,19 @@ func mapsEqual(a, b map[string][2]int64) bool {
 	}
 	return true
 }
+
+// TestReplayDemoLog reads back the access log the demo's load generator
+// writes (cmd/demo's TestAccessLogFixture keeps the file its output).
+func TestReplayDemoLog(t *testing.T) {
+	t.Parallel()
+	var statuses []int
+	rep, err := Run(context.Background(), Config{
+		Routes: []RouteRules{{Text: "user:1000/s"}}, Inputs: []Input{{Name: "../../../demo/testdata/access.log"}},
+		OnDecision: func(r Record, _ bool) { statuses = append(statuses, r.Status) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Bad != 0 || rep.Requests != 5 || rep.Subjects[0].Subject != "user:alice" || !slices.Equal(statuses, []int{200, 200, 200, 429, 200}) {
+		t.Errorf("replayed %d lines (bad %d), subjects %v, statuses %v", rep.Requests, rep.Bad, rep.Subjects, statuses)
+	}
+}
