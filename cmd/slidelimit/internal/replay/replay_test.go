@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -158,7 +158,7 @@ func reference(g rules.Group, rs []req) (map[string][2]int64, []bool) {
 					}
 				}
 			}
-			if ok && rulesx.Counts(&g, r.status) {
+			if ok && lifecycle.Counts(g.Count, r.status) {
 				for _, c := range cs {
 					admitted[c.key] = append(admitted[c.key], entry{t, c.cost})
 				}
