@@ -84,7 +84,7 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 // the roles against the WithPolicy policy (a nil t checks none). Errors
 // are *rules.Error values pointing into text as written.
 func (t *Transport) Parse(text string, limiter func(rules.Limiter) error, countItem func(item string) (string, error)) (rules.Group, error) {
-	g, err := lifecycle.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
+	g, err := rules.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
 	if err == nil && t != nil {
 		err = lifecycle.Relocate(t.t.Policy.Check(g), text)
 	}
