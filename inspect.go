@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
@@ -118,7 +117,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 		if byIP {
 			kind = rules.IP
 		}
-		return access.MiddlewareSubject(kind, value, g.opts)
+		return middleware.Subject(kind, value, g.opts...)
 	})
 }
 

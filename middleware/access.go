@@ -5,7 +5,6 @@ import (
 
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/rules"
 )
 
 func init() {
@@ -15,13 +14,6 @@ func init() {
 		c := configOf(opts.([]Option))
 		return c.hooks, c.limits
 	}
-	// Peek and Reset find a value's windows as the middleware counts it.
-	access.MiddlewareSubject = func(kind rules.Kind, value string, opts any) (string, error) {
-		return subject(kind, value, opts.([]Option)...)
-	}
-	// Every transport reports a decider that cannot finish as a
-	// *ConfigError.
-	lifecycle.NoFinishError = noFinish
 	// Package transport configures other transports with the options they
 	// share with net/http, and refuses the others.
 	lifecycle.TransportOptions = func(t *lifecycle.Transport, opts any) []error {
@@ -51,6 +43,9 @@ func configOf(opts []Option) config {
 // options' errors.
 func (c *config) shared(t *lifecycle.Transport) []error {
 	t.Policy, t.Settle, t.Logger, t.Hooks = c.policy, c.settle, c.logger, c.hooks
+	// Every transport reports a decider that cannot finish as a
+	// *ConfigError.
+	t.NoFinish = noFinish()
 	t.IP = lifecycle.ClientIP{Header: c.proxyHeader, V6Bits: c.ipv6Prefix}
 	errs := c.errs
 	var terrs []error
