@@ -18,7 +18,7 @@ import (
 // Limiter builds the handlers that serve them.
 
 // defaultRulesCheck is how often a Limiter checks the version of the rule
-// overrides in Redis by default (tests change it through internal/access).
+// overrides in Redis by default (tests change it in export_test.go).
 const defaultRulesCheck = time.Second
 
 // SetRules replaces the rule group of scope (a route pattern or a scope:
