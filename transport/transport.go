@@ -70,7 +70,7 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 	if d != nil {
 		t.t.Decider = d // a nil Decider must stay a nil interface
 	}
-	if errs := lifecycle.TransportOptions(&t.t, opts); len(errs) > 0 {
+	if errs := middleware.ConfigureTransport(&t.t, opts...); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return t, nil

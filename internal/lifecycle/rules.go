@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -38,6 +39,9 @@ type Transport struct {
 	Settle  map[string]Settle
 	Logger  *slog.Logger
 	Hooks   []func(Event)
+	// Limits are the limit functions of the options (WithLimitFunc), which
+	// the root package's throttles call; the rules read them elsewhere.
+	Limits map[string]func(*http.Request) (int64, error)
 	// Noun names what the transport limits in log lines: "request" or
 	// "call".
 	Noun string
@@ -53,13 +57,6 @@ type Transport struct {
 	// outage, to one warning per backendLogEvery.
 	backendLog logthrottle.Throttle
 }
-
-// TransportOptions sets on t what middleware options (a
-// []middleware.Option) configure for every transport — policy, client
-// addresses, settlements, logger, hooks — and returns their errors,
-// refusing net/http's own options. Package middleware, which owns the
-// options, sets it.
-var TransportOptions func(t *Transport, opts any) []error
 
 // backendLogEvery is the least time between two warnings about backend
 // errors of one transport instance.
