@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/scriptconst"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -253,7 +254,7 @@ func (f *flatArgs) bounds(c string, loc *time.Location, now int64) *calCached {
 func readCal(r *ireader, c *call, k int32, t int64) {
 	p := &c.plan
 	j := p.kstart[k]
-	used := r.int(1 << 53)
+	used := r.int(scriptconst.MaxTotal)
 	left := r.int(calNominal(rulespec.Month))
 	if r.err == nil && left < 1 {
 		r.fail("calendar period ended")
