@@ -429,15 +429,15 @@ local charge_newest
 -- Constants. The source writes each as a placeholder (see Parts), which
 -- lua/lua.go replaces with its value when it joins the parts: a literal,
 -- as a local would be one more upvalue for each EVAL to bind (see the
--- declarations above). EPOCH, 2^51, offsets epoch markers below every -retention.
--- BUSY, 64 entries in a key's longest window, make it busy: its epochs,
--- and so its trims, come 8 times per window instead of once. MAX_TOTAL,
--- 2^53 - 1, bounds a weighted key's running total, which then stays exact
--- in a double. An op's status in the reply is DENIED, ADMITTED or
--- COLLISION. MINUS is the byte of '-', which starts a finish op's member
--- and a marker's score. SECOND is one second in µs. SLOTS, CONF_MAX,
--- MERGE_SCAN, WEIGHT_MOVE, WEIGHT_READ, CAL_BOUNDS and CAL_MARGIN are
--- described where they are used.
+-- declarations above). EPOCH, 2^51, offsets epoch markers below every
+-- -retention. BUSY, 64 entries in a key's longest window, make it busy:
+-- its epochs, and so its trims, come 8 times per window instead of once.
+-- MAX_TOTAL, 2^53 - 1, bounds a weighted key's running total, which then
+-- stays exact in a double. An op's status in the reply is DENIED,
+-- ADMITTED or COLLISION. MINUS is the byte of '-', which starts a finish
+-- op's member and a marker's score. SECOND is one second in µs. SLOTS,
+-- CONF_MAX, MERGE_SCAN, WEIGHT_MOVE, WEIGHT_READ, CAL_BOUNDS and
+-- CAL_MARGIN are described where they are used.
 
 -- USEC_PAD[#usec] is string.sub('00000', #usec), the zeros that pad
 -- TIME's microseconds (1 to 6 digits) to six: a lookup, not a call.
@@ -458,7 +458,7 @@ ARITH_DEC = ('010' + 0) == 10
 -- and t_arg t as a score argument.
 -- The tables run fills each call: the reply, made with room for one op on
 -- a key with two windows (growing a table costs about 1,000 instructions
--- per step), and key_state (see run). A Function's library keeps them
+-- per step), and key_state (below). A Function's library keeps them
 -- from call to call, which spares it making two tables each time: run
 -- writes every field it reads first, and Redis ends an array reply at
 -- its first nil, which run sets after the last field, so what a longer

@@ -54,7 +54,7 @@ function count_windows(key, q, nwin, q0, r, added)
         end
       end
       if used > 0 then
-        -- count_edge and put_window, inline: two calls per window cost
+        -- The edge and the reply, inline: two calls per window cost
         -- about 4% of a decision over many keys (measured).
         local s = args[q + 1]
         local limit = conf[s] or conf_num(s)

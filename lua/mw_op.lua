@@ -182,7 +182,7 @@ end
 
 -- remember_op updates the memo (see memo) after an op on the nkeys keys
 -- after KEYS[first]: the op's count keys, when the engine marked it
--- (remember; key_memo as in run), with added 1 when it added an entry;
+-- (remember; key_memo: see memo), with added 1 when it added an entry;
 -- any other key is forgotten.
 function remember_op(first, nkeys, remember, key_memo, added)
   local key_state = key_state_table
