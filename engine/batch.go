@@ -252,9 +252,9 @@ func (c *call) prepare() {
 //
 // Its timer is armed lazily: a call that ends leaves it running, and the
 // next call, whose deadline is later, reuses it; when it fires before the
-// running call's deadline it is armed again for the rest. Resetting and
-// stopping a timer for every batch cost about a tenth of a decision's
-// client CPU; this costs one timer run per timeout.
+// running call's deadline it is armed again for the rest: one timer run
+// per timeout instead of a reset and a stop per batch (see
+// docs/performance.md, The client's work per admission).
 type batchCtx struct {
 	mu       sync.Mutex
 	deadline time.Time

@@ -362,8 +362,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		// An answer without a block replaces a known block only when its
 		// call was sent after the block's answer came: one sent before
 		// (a concurrent call) may have been decided before the block
-		// started, and would make the fallback forget it (found by
-		// TestFaults, miniredis seed 2220674519971793730). A lifted block
+		// started, and would make the fallback forget it. A lifted block
 		// (Reset) invalidates the key anyway.
 		if p.blockOf(i) > 0 && sent >= kk.inval && sent >= kk.bsent &&
 			(c.bleft[i] > 0 || kk.bleft == 0 || sent > kk.brecv) {
@@ -507,11 +506,9 @@ func (sh *knownShard) get(key string) (cp knownKey, from *knownKey, nominal int6
 // floor), or when an invalidation cleared it, the answer it cleared (so
 // raised). A give-back, a rollback or a Reset removed entries since, so
 // that answer errs on denying; without it, an outage gave a subject this
-// process had seen its whole limit again (found by TestFaults, miniredis
-// seed 5). A calendar key kept in its rate key's entry (see colocated)
-// finds that answer there, as get does (found by TestFaults, redis seed
-// 3859122395231807178, and miniredis seed 4156674472817935029: a
-// calendar day's whole limit again).
+// process had seen its whole limit again. A calendar key kept in its rate
+// key's entry (see colocated) finds that answer there, as get does;
+// without it, an outage gave a calendar day's whole limit again.
 func (k *knownCache) seedOf(key string) (knownKey, bool) {
 	sh := k.shard(key)
 	sh.mu.RLock()

@@ -8,8 +8,7 @@ package engine
 // one that came after it and was not kept: a held distinct value's answer
 // said 2 of 3 where a new value's, decided after it, said 3 of 3, and the
 // process's fallback admitted one more than the bound of docs/operations.md
-// (a subject this process saw full gets none; found by TestFaults, seed 11
-// on miniredis and Redis).
+// (a subject this process saw full gets none).
 //
 // The floor keeps, for the local fallback, the counts of those answers,
 // while Redis may have decided them last: until an answer is kept whose

@@ -42,13 +42,14 @@ type WindowState struct {
 	Check int
 	// Window is the window's limit and period.
 	Window rules.Window
-	// Used is the number of requests counted in the window, including this
-	// one when it was admitted.
+	// Used is what the window counts, in cost units (slots held, for an
+	// in-flight window), including this request when it was admitted.
 	Used int64
 	// Remaining is Window.Limit - Used, never negative.
 	Remaining int64
-	// Reset is the time until the oldest request in the window leaves it,
-	// freeing one unit; zero when the window is empty.
+	// Reset is the time until the window's oldest entry leaves it, freeing
+	// what it counted. It is zero when the window is empty, and for an
+	// in-flight window.
 	//
 	// While the check's subject is blocked (Check.Block), Remaining is 0
 	// and Reset at least the time until the block ends: nothing is free
@@ -60,31 +61,33 @@ type WindowState struct {
 type Decision struct {
 	// Allowed reports whether the request was admitted.
 	Allowed bool
-	// Source says who decided: "redis"; "fail-open" or "fail-closed",
-	// when Redis failed and the fail mode decided; "local", the in-process
-	// fallback limiter (fail mode local); "cache", a denial made without a
-	// Redis call from what Redis last said (see WithCachedDenials).
+	// Source says who decided:
+	//   - "redis": Redis.
+	//   - "fail-open" or "fail-closed": the fail mode, when Redis failed.
+	//   - "local": the in-process fallback limiter (fail mode local).
+	//   - "cache": a denial made without a Redis call, from what Redis
+	//     last said (see WithCachedDenials).
 	Source string
-	// Time is the decision time (Redis server time, or the local clock for
-	// fallback decisions).
+	// Time is the decision time: Redis server time, or the local clock for
+	// fallback decisions.
 	Time time.Time
 	// RetryAfter is, for a denied request, the time until it would fit in
-	// every window if nothing else were admitted meanwhile; zero when
-	// allowed.
+	// every window if nothing else were admitted meanwhile. It is zero when
+	// the request was allowed.
 	RetryAfter time.Duration
-	// Denied is the state of the window that denied the request, the one
-	// with the longest wait, a copy of its element of Windows. It is the
-	// zero WindowState, whose Window.Limit is 0 where every real window's
-	// is at least 1, when the request was allowed and when no window denied
-	// it: a fail-closed denial, or a Decision built by hand. Test for a
-	// denying window with Denied != (WindowState{}).
+	// Denied is a copy of the state of the window that denied the request,
+	// the one with the longest wait. It is the zero WindowState when the
+	// request was allowed, and when no window denied it: a fail-closed
+	// denial, or a Decision built by hand. Its Window.Limit is then 0,
+	// where every real window's is at least 1. Test for a denying window
+	// with Denied != (WindowState{}).
 	Denied WindowState
 	// Windows holds the state of every window of every check, in check
 	// order then window order.
 	Windows []WindowState
-	// Blocked reports that a check's subject is blocked (Check.Block):
-	// the request was denied by a block in force, or its denial started
-	// one. RetryAfter is then at least the time until the block ends.
+	// Blocked reports that a check's subject is blocked (Check.Block). The
+	// request was denied by a block in force, or its denial started one.
+	// RetryAfter is then at least the time until the block ends.
 	Blocked bool
 
 	// taken is what an admitted Allow took, for Finish; nil when it

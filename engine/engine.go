@@ -83,11 +83,22 @@ type Engine struct {
 	closeOnce  sync.Once
 }
 
-// New returns an Engine deciding with client, which it does not own: Close
-// leaves it open. It reads each server's memory settings, waiting at most
-// a second, and subscribes to invalidations when cached denials are on
-// (see the package documentation, Starting). It fails with an
-// error matching ErrInvalid when client is nil or an option is invalid.
+// New returns an Engine deciding with client. The Engine does not own
+// client: Close leaves it open. New fails with an error matching
+// ErrInvalid when client is nil (a typed nil too) or an option is invalid.
+//
+// New talks to Redis before it returns:
+//   - It reads INFO memory and stats of every server, waiting at most the
+//     timeout or a second, whichever is shorter. It logs a server that may
+//     evict the engine's keys (see WithRequireNoEviction).
+//   - With cached denials on, it waits for its subscription to their
+//     invalidations: at most a second, or the timeout if longer, and not
+//     at all when Redis refuses connections.
+//   - When the client's server listens in this process, it asks INFO
+//     server, waiting at most a second, to recognize an embedded miniredis.
+//
+// It sends no other command: the script is loaded by the first call that
+// needs it.
 func New(client Client, opts ...Option) (*Engine, error) {
 	if isNil(client) {
 		return nil, &optionError{Option: "client", Reason: "nil client"}
@@ -155,16 +166,17 @@ func New(client Client, opts ...Option) (*Engine, error) {
 }
 
 // Allow decides whether req may proceed and, if so, counts it in every
-// window of every check. It always returns a usable Decision; a non-nil
-// error reports trouble, and then the Decision follows the request's fail
-// mode (an error matching ErrBackend), is a denial (ErrInvalid: the engine
-// cannot evaluate the request), or follows the fail mode after Close
-// (ErrClosed) or when ctx is done on entry (ctx.Err()). A request without
-// windows is allowed without asking Redis.
+// window of every check. A request without windows is allowed without
+// asking Redis. Allow always returns a usable Decision. A non-nil error
+// says what went wrong, and the Decision then depends on it:
+//   - ErrBackend (Redis failed): the request's fail mode decides.
+//   - ErrInvalid (the engine cannot evaluate req): a denial.
+//   - ErrClosed (after Close), or ctx.Err() when ctx is done on entry: the
+//     fail mode decides.
 //
-// The call waits for at most about the engine's timeout (WithTimeout);
-// ctx is only checked on entry, because the Redis round trip is shared
-// with concurrent calls.
+// The call waits for at most about the engine's timeout (WithTimeout). It
+// checks ctx only on entry, because the Redis round trip is shared with
+// concurrent calls.
 func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
 	c := getCall()
 	defer putCall(c)
@@ -355,12 +367,12 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	return nil
 }
 
-// Close makes later calls fail with ErrClosed (Allow then follows
-// the fail mode). Calls in flight complete. It sends the finishes that
-// FinishAsync queued and waits for their answers. Close stops the engine's
-// goroutines (the subscription to invalidations of cached denials, the
-// eviction guard, the probes of servers that are down) and waits for
-// them; the client stays open. Close is idempotent and always returns nil.
+// Close makes later calls fail with ErrClosed; Allow then follows the fail
+// mode. Calls in flight complete. Close sends the finishes that FinishAsync
+// queued and waits for their answers. It stops the engine's goroutines and
+// waits for them: the subscription to invalidations, the eviction guard,
+// the slot renewals and the probes of servers that are down. The client
+// stays open. Close is idempotent and always returns nil.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
@@ -434,12 +446,12 @@ func isTimeout(err error) bool {
 // *redis.ClusterClient, *redis.Ring and every redis.UniversalClient satisfy
 // it.
 //
-// The engine chooses how to group keys into script calls from the dynamic
-// type: a *redis.Client (a single server, or a Sentinel failover client)
-// gets every key of a batch of concurrent requests in one script call; a
-// *redis.ClusterClient gets one call per hash slot; any other Client (a
-// Ring, or a wrapper the engine cannot see through) gets one call per key,
-// which is correct whatever the sharding.
+// The engine groups keys into script calls by the client's dynamic type:
+//   - *redis.Client (a single server, or a Sentinel failover client): one
+//     call for every key of a batch of concurrent requests.
+//   - *redis.ClusterClient: one call per hash slot.
+//   - Any other Client (a Ring, or a wrapper the engine cannot see
+//     through): one call per key, correct whatever the sharding.
 type Client interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner

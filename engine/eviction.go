@@ -41,10 +41,10 @@ func (e *evictionError) Error() string {
 // Is reports whether target is errEviction.
 func (e *evictionError) Is(target error) bool { return target == errEviction }
 
-// EvictionEvent reports that a Redis server the engine uses evicted keys:
-// the rate-limit windows stored there may have lost entries, and then
-// admitted more than their limits. Redis counts every evicted key, the
-// engine's and others'.
+// EvictionEvent reports that a Redis server the engine uses evicted keys.
+// The windows stored there may have lost entries, and then admitted more
+// than their limits. Redis counts every evicted key, the engine's and
+// others'.
 type EvictionEvent struct {
 	// Server is the server's address.
 	Server string
@@ -57,11 +57,11 @@ type EvictionEvent struct {
 	Total int64
 }
 
-// WithRequireNoEviction makes New fail when a Redis server the engine uses
-// (every master of a cluster) has maxmemory set and a maxmemory-policy
-// other than noeviction, which can evict the engine's keys, and with an
-// error matching ErrBackend when a server's INFO cannot be read. By
-// default New only logs a warning.
+// WithRequireNoEviction makes New refuse a Redis server that can evict the
+// engine's keys: one with maxmemory set and a maxmemory-policy other than
+// noeviction. New checks every server the engine uses (every master of a
+// cluster). It also fails, with an error matching ErrBackend, when a
+// server's INFO cannot be read. By default New only logs a warning.
 func WithRequireNoEviction() Option {
 	return func(c *config) error {
 		c.requireNoEviction = true
@@ -69,11 +69,11 @@ func WithRequireNoEviction() Option {
 	}
 }
 
-// WithEvictionHook sets a function called, from the engine's own
-// goroutine, with every EvictionEvent: when a check (at New, then every
-// minute) finds that a server's evicted_keys grew. The
-// default is none; evictions are logged either way (at most one line per
-// server and check).
+// WithEvictionHook sets a function called with every EvictionEvent, from
+// the engine's own goroutine. An event comes when a check, at New and then
+// every minute, finds that a server's evicted_keys grew. The default is no
+// hook. Evictions are logged either way, at most one line per server and
+// check.
 func WithEvictionHook(hook func(EvictionEvent)) Option {
 	return func(c *config) error {
 		if hook == nil {

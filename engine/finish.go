@@ -10,20 +10,37 @@ import (
 type Outcome struct {
 	// GiveBack takes the request out of every window it was counted in, as
 	// if it had never been made (a count: statement's uncounted outcome).
+	// It removes the request's own entry only, never another's.
 	GiveBack bool
 	// Actual, when non-nil, settles the request: Actual[i] is the actual
 	// cost of check i of its Request, or -1 to keep what the check was
-	// charged. It must have one element per check. A request
-	// given back is not settled.
+	// charged. It must have one element per check. Only limiters with a
+	// cost settle: a check without one must have -1 or its cost, and so
+	// must checks sharing a key with different actual costs. A request is
+	// settled at most once; settle to 0 to give it back in full. A request
+	// given back is not settled. To cap a debt, pass min(actual,
+	// estimate+cap).
 	Actual []int64
 }
 
-// Finish ends the request that d admitted in one shared round trip: it
-// gives the request back when o.GiveBack, settles its costs when o.Actual
-// is non-nil, and always releases its slots. It is idempotent, returns nil
-// for a Decision that counted nothing, and returns an error matching
-// ErrBackend when Redis fails, the work then queued and retried (see the
-// package documentation, Finishing). It is safe for concurrent use.
+// Finish ends the request that d admitted, in one round trip shared with
+// concurrent calls. It gives the request back when o.GiveBack, settles its
+// costs when o.Actual is non-nil, and always releases its slots. It is
+// safe for concurrent use.
+//
+// Finish is idempotent: what an earlier Finish of d, or of a copy of d,
+// did is not done again. It does nothing and returns nil for a Decision
+// that counted nothing: a denial, a peek, a fail-open or fail-closed
+// decision, or an Allow without windows. A decision of the local fallback
+// (Source "local") is finished in process. Finish returns:
+//   - an error matching ErrInvalid, changing nothing, when o.Actual has the
+//     wrong length or settles a limiter without a cost to another cost;
+//   - ErrClosed after Close;
+//   - an error matching ErrBackend when Redis fails or is considered down.
+//     The work is then queued and retried before later script calls, best
+//     effort. A slot not released frees at the latest one lease later.
+//
+// Finish waits for at most one timeout (WithTimeout).
 func (e *Engine) Finish(ctx context.Context, d Decision, o Outcome) error {
 	return e.finish(ctx, &d, &o, false)
 }

@@ -18,12 +18,22 @@ import (
 // the work usually leaves within microseconds.
 const asyncBound = time.Millisecond
 
-// FinishAsync is Finish without waiting: it queues the finish of the
-// request that d admitted and returns at once, so that a response is not
-// held by a Redis round trip. This engine sees the finish at once, other
-// processes within about 1 ms and a round trip. Its errors are logged
-// and counted, never returned (see the package documentation, Finishing
-// asynchronously). It is safe for concurrent use.
+// FinishAsync is Finish without waiting. It queues the finish of the
+// request that d admitted and returns at once, so that no response waits
+// for a Redis round trip. It is safe for concurrent use.
+//
+// This engine sees the finish at once: an Allow it makes after FinishAsync
+// returns sees the finish applied. Other processes see it within 1 ms plus
+// one or two round trips, plus a retry's delay when Redis fails. A decision
+// of the local fallback (Source "local") is finished before FinishAsync
+// returns. Close sends what is queued. A process that crashes first loses
+// it: the slots free when their lease ends, and the request stays charged
+// its estimate until it leaves its windows.
+//
+// Errors are logged, at most one line per 10 s, and counted, never
+// returned. They are an outcome Finish would refuse (nothing is changed), a
+// call after Close, and a Redis failure (the work is then queued and
+// retried, as by Finish).
 func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	t := d.taken
 	if t == nil || !d.Allowed {
@@ -75,8 +85,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 
 // finishAsyncFailures returns how many FinishAsync calls failed so far
 // (see FinishAsync): refused, made after Close, or met a Redis failure
-// and were queued to be retried. The benchmarks read it through
-// internal/access.
+// and were queued to be retried. Tools read it through internal/access.
 func (e *Engine) finishAsyncFailures() uint64 { return e.async.failed.Load() }
 
 // asyncQueue holds the finishes of FinishAsync from their call until

@@ -13,8 +13,8 @@ import (
 // The multi-window script as a Redis Function (lua.MultiWindowLibrary):
 // loaded once per server, it is called with FCALL, which runs only the
 // script's main function. EVALSHA runs the whole script each call,
-// re-creating its helpers, which cost about 3.5 µs of a decision's Redis
-// CPU (see docs/performance.md). The library is named by the script's
+// re-creating its helpers (docs/performance.md, Redis Functions, says
+// what that costs). The library is named by the script's
 // SHA1, so every version of slidelimit loads its own and none replaces
 // another's; it stays on the server (FUNCTION DELETE removes one).
 var (

@@ -181,10 +181,9 @@ func ping(c Client, timeout time.Duration) error {
 
 // probePing sends PING to c's server, waiting at most timeout, once the
 // server accepts connections (reach.Dial): probes through go-redis's pool
-// alone made it stop dialing after PoolSize failed probes (about 15 s of
-// outage on 2 cores), and then dial once a second only, so the engine came
-// back 1.5-1.6 s after a restart that followed a 35 s outage, against under
-// 0.5 s after a short one.
+// alone made it stop dialing after PoolSize failed probes, and then dial
+// once a second only, so the engine came back late after a long outage
+// (docs/performance.md, Outages, has the times).
 func probePing(c Client, timeout time.Duration) error {
 	if err := reach.Dial(c, timeout); err != nil {
 		return err

@@ -18,8 +18,8 @@ import (
 // An embedded store (miniredis started by this process: the demo's default,
 // quick tests, replays) cannot be down while the process runs: a call to it
 // that takes long only waited for this process's own CPU. Taking the fail
-// mode then would decide without the store for no reason (a sixth failed
-// login admitted by fail:local because miniredis missed 100 ms under load).
+// mode then would decide without the store for no reason (such as a sixth
+// failed login admitted by fail:local).
 // New therefore gives an engine whose client talks to an embedded store a
 // timeout of at least embeddedTimeout: a call waits for the store's answer
 // unless it stalls that long. A closed store refuses connections, which

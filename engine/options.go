@@ -12,8 +12,9 @@ import (
 
 // An Option configures an Engine in New. Every process sharing a Redis must
 // use the same WithPrefix and WithHashSubjects, or they count in different
-// keys. slidelimit.New passes the options given to
-// slidelimit.WithEngineOptions to the engine it creates.
+// keys. An invalid option makes New fail with an error matching ErrInvalid.
+// slidelimit.WithEngineOptions passes options to the engine slidelimit.New
+// creates.
 type Option func(*config) error
 
 type config struct {
@@ -58,7 +59,7 @@ const (
 	defaultLease     = 30 * time.Second
 )
 
-// WithPrefix sets the string every Redis key starts with; the default is
+// WithPrefix sets the string every Redis key starts with. The default is
 // "slidelimit:". The prefix may not contain braces, which would change the
 // Redis Cluster hash tag.
 func WithPrefix(prefix string) Option {
@@ -75,14 +76,13 @@ func WithPrefix(prefix string) Option {
 // members this process adds to sorted sets unique. The default is a random
 // node from crypto/rand.
 //
-// Two processes with the same node produce the same member only when they
-// admit a request in the same millisecond with the same per-millisecond
-// sequence number, and it matters only when both land in the same key. With
-// n processes on random nodes, some pair shares a node with probability
-// about 1-exp(-n(n-1)/2048): 4% for 10 processes, 50% for 38. That is why
-// the script detects a member that is already present and retries with a
-// suffixed one, so a shared node costs a retry, never a lost count; set
-// distinct nodes (for example from a pod ordinal) to avoid even that.
+// Two processes with the same node produce the same member only in the same
+// millisecond with the same sequence number. It matters only when both land
+// in the same key. With n processes on random nodes, some pair shares a node
+// with probability about 1-exp(-n(n-1)/2048): 4% for 10 processes, 50% for
+// 38. So the script retries a member already present with a suffixed one: a
+// shared node costs a retry, never a lost count. Set distinct nodes (from a
+// pod ordinal, say) to avoid even that.
 func WithNode(node int64) Option {
 	return func(c *config) error {
 		if node < 0 || node > 1023 {
@@ -93,12 +93,12 @@ func WithNode(node int64) Option {
 	}
 }
 
-// WithTimeout bounds each Redis call (one batch of concurrent requests);
-// the default is 100 ms. When it passes, the request's fail mode
-// decides. A miniredis running in this process (see New) is given at least
-// 5 s: it cannot be down, only slow. The deadline reaches the socket only when the go-redis client
-// has ContextTimeoutEnabled set; otherwise the client's own ReadTimeout and
-// WriteTimeout apply, and New logs a warning.
+// WithTimeout bounds each Redis call, one batch of concurrent requests. The
+// default is 100 ms. When it passes, the request's fail mode decides. A
+// miniredis running in this process (see New) gets at least 5 s: it cannot
+// be down, only slow. The deadline reaches the socket only when the go-redis
+// client has ContextTimeoutEnabled set. Otherwise the client's ReadTimeout
+// and WriteTimeout apply, and New logs a warning.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -109,16 +109,15 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithFailMode sets the fail mode of requests whose Fail is FailDefault;
-// the default is rules.FailLocal.
+// WithFailMode sets the fail mode of requests whose Fail is FailDefault.
+// The default is rules.FailLocal.
 //
 // FailLocal is the default because both alternatives turn a Redis outage
-// into a different outage: FailOpen removes every limit exactly when the
-// system is in trouble (and an attacker who can slow Redis down can switch
-// limiting off), FailClosed turns a Redis outage into a full outage of
-// every limited endpoint. FailLocal keeps enforcing the same windows per
-// process, so n processes admit at most n times the limit until Redis
-// answers again.
+// into another outage. FailOpen removes every limit exactly when the system
+// is in trouble, and lets an attacker who can slow Redis switch limiting
+// off. FailClosed turns a Redis outage into an outage of every limited
+// endpoint. FailLocal keeps enforcing the same windows per process: n
+// processes admit at most n times the limit until Redis answers again.
 func WithFailMode(m rules.FailMode) Option {
 	return func(c *config) error {
 		switch m {
@@ -131,13 +130,13 @@ func WithFailMode(m rules.FailMode) Option {
 }
 
 // WithHashSubjects makes the engine store every subject as a keyed hash
-// (HMAC-SHA-256 with secret) instead of its percent-encoded bytes, so that
-// Redis never holds IP addresses, user ids or header values. By default
-// only subjects longer than 128 bytes are hashed (with plain SHA-256).
+// (HMAC-SHA-256 with secret) instead of its percent-encoded bytes. Redis then
+// never holds IP addresses, user ids or header values. By default only
+// subjects longer than 128 bytes are hashed, with plain SHA-256.
 //
-// With an empty secret the hash is plain SHA-256, which hides nothing from
-// someone able to enumerate the subjects (all IPv4 addresses take seconds);
-// use a secret shared by every process and kept out of Redis.
+// With an empty secret the hash is plain SHA-256. That hides nothing from
+// someone able to enumerate the subjects: all IPv4 addresses take seconds.
+// Use a secret shared by every process and kept out of Redis.
 func WithHashSubjects(secret []byte) Option {
 	return func(c *config) error {
 		c.secret = append([]byte(nil), secret...)
@@ -146,12 +145,12 @@ func WithHashSubjects(secret []byte) Option {
 	}
 }
 
-// WithLogger sets the logger for backend trouble (Warn: a server down, its
-// memory policy, evictions, a client that ignores context deadlines;
-// Info: a server answering again) and rollbacks. The default is
-// slog.Default() as it is when New runs; pass a logger with a
-// slog.DiscardHandler to silence the engine. Logging happens off the fast
-// path only, and an outage logs a line per 10 s, never one per request.
+// WithLogger sets the logger for backend trouble and rollbacks. It logs at
+// Warn a server down, its memory policy, evictions and a client that
+// ignores context deadlines, and at Info a server answering again. The
+// default is slog.Default() as it is when New runs. A logger with a
+// slog.DiscardHandler silences the engine. Logging happens off the fast
+// path only: an outage logs a line per 10 s, never one per request.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
@@ -164,7 +163,7 @@ func WithLogger(l *slog.Logger) Option {
 
 // WithClock makes the engine take the decision time from clock instead of
 // the Redis server's TIME. It is meant for tests, which need time under
-// control: in production every process must use Redis time, or clock skew
+// control. In production every process must use Redis time, or clock skew
 // between processes makes the windows inexact. Key expiry still follows the
 // server's clock. The clock must return times between 2000 and 2250.
 func WithClock(clock func() time.Time) Option {
@@ -177,13 +176,12 @@ func WithClock(clock func() time.Time) Option {
 	}
 }
 
-// WithLocalKeys caps the number of keys the engine remembers in memory;
-// the default is 100,000. It bounds, each on its own, the
-// in-process fallback limiter (rules.FailLocal) and the cache of what
-// Redis last said per key (cached denials, and the state the fallback
-// starts from). When a cap is reached, keys whose entries have all left
-// their windows go first, then, if they must, arbitrary live keys, which
-// forgets what was known about them.
+// WithLocalKeys caps the number of keys the engine remembers in memory. The
+// default is 100,000. It bounds two stores, each on its own: the in-process
+// fallback limiter (rules.FailLocal), and what Redis last said per key
+// (cached denials, and where the fallback starts). At the cap, keys whose
+// entries have all left their windows go first. Then, if they must,
+// arbitrary live keys go, and what was known about them is forgotten.
 func WithLocalKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -194,11 +192,14 @@ func WithLocalKeys(n int) Option {
 	}
 }
 
-// WithCachedDenials turns cached denials on or off; they are on by
-// default. With them on, a request whose keys Redis last reported full,
-// unchanged since, is denied in-process without a Redis call; such a
-// decision has Source "cache" and is never wrong in the admitting
-// direction (see the package documentation, Cached denials).
+// WithCachedDenials turns cached denials on or off. They are on by default.
+// A request whose key Redis last reported full, unchanged since, is then
+// denied in process without a Redis call. Such a decision has Source
+// "cache" and never denies a request Redis would admit (see the package
+// documentation, Cached denials). Cached denials cost one connection and
+// one goroutine per engine, for the subscription that Close stops. A
+// client that cannot subscribe (not a *redis.Client, *redis.ClusterClient
+// or *redis.Ring) gets none, and New logs it.
 func WithCachedDenials(on bool) Option {
 	return func(c *config) error {
 		c.denials = on

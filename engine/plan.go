@@ -33,9 +33,8 @@ const (
 	// which stores one entry per admitted request. It is the engine's bound
 	// on the windows that rule text caps at 100,000: the rule language
 	// keeps Redis memory per subject small, while the engine
-	// also serves windows built in Go (the benchmarks count 1,000,000 a
-	// minute) and refuses only limits whose sorted sets no server could
-	// hold. Windows of weighted keys (a cost or a grain) accept up to
+	// also serves windows built in Go (such as 1,000,000 a minute) and
+	// refuses only limits whose sorted sets no server could hold. Windows of weighted keys (a cost or a grain) accept up to
 	// 2^50, as in rule text.
 	maxCountLimit = 1_000_000_000
 )

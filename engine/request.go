@@ -6,9 +6,8 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Check is one limiter applied to one subject: the windows of Limiter count
-// the requests of Subject (an IP, a user id, a header value, ...) within a
-// scope.
+// Check is one limiter applied to one subject. The windows of Limiter count
+// the requests of Subject (an IP, a user id, a header value) within a scope.
 type Check struct {
 	rules.Limiter
 	// Subject is the counted value. It may hold any bytes; the engine
@@ -16,47 +15,49 @@ type Check struct {
 	// change a Redis Cluster hash tag.
 	Subject string
 	// Hashed says that Subject is not the value but its stored hash, as
-	// the operator's page reports it: the subject of a key stored hashed (longer
-	// than 128 bytes, or any with WithHashSubjects), which an operator's
-	// tool knows by its hash only. The check then names the same keys as
-	// the value would. A Hashed Subject that is not a stored hash ("#"
-	// and 43 base64url characters) is an invalid request.
+	// the operator's page reports it. Keys are stored hashed for subjects
+	// over 128 bytes, or all with WithHashSubjects; an operator's tool
+	// knows them by hash only. The check then names the same keys as the
+	// value would. A Hashed Subject that is not a stored hash ("#" and 43
+	// base64url characters) is an invalid request.
 	Hashed bool
-	// Cost is what the request counts in this check's windows; 0 counts 1.
+	// Cost is what the request counts in this check's windows. Zero counts
+	// the limiter's constant cost (Limiter.Cost "5"), or 1. A negative
+	// cost, or one above 1 for a limiter without a cost, is invalid.
 	Cost int64
-	// Block, when positive, blocks Subject on this limiter (in this
-	// scope) for that long from the first time one of its windows denies
-	// it: until then every request of Subject with this check is denied,
-	// counts nowhere, and does not extend the block (see the package
-	// documentation, Blocks). It is rounded up to whole milliseconds.
-	// Checks sharing a key block for the longest of their Blocks. Zero
-	// blocks nothing.
+	// Block, when positive, blocks Subject on this limiter, in this scope,
+	// for that long from the first denial by one of its windows. Until the
+	// block ends, every request of Subject with this check is denied,
+	// counts nowhere, and does not extend the block. Block is rounded up to
+	// whole milliseconds. Checks sharing a key block for the longest of
+	// their Blocks. Zero blocks nothing.
 	Block time.Duration
 	// Distinct, when not empty, is the value the request counts in the
-	// check's windows instead of itself (the rule statement distinct:NAME,
-	// such as the URL path): a value that a window holds is admitted there
+	// check's windows instead of itself: the rule statement distinct:NAME,
+	// such as the URL path. A window that holds the value admits it
 	// without counting again. The limiter must have no cost and no grain.
-	// A value counts at its first request, and counts again in every window
-	// at a request that finds it older than the shortest window; each window
-	// holds the values whose last count lies inside it. It is stored as a
-	// member derived from the value, hashed when subjects are
-	// (WithHashSubjects). A give-back or a rollback leaves a value counted
-	// (others' requests may share it), erring on the side of denying; so
-	// does the local fallback, which counts requests, starting from the
+	//
+	// A value counts at its first request. It counts again in every window
+	// at a request that finds it older than the shortest window. Each
+	// window holds the values whose last count lies inside it. A value is
+	// stored as a member derived from it, hashed when subjects are
+	// (WithHashSubjects). A give-back or a rollback leaves a value counted,
+	// since others' requests may share it, erring on the side of denying.
+	// So does the local fallback: it counts requests, starting from the
 	// number of values Redis last reported.
 	Distinct string
 }
 
-// Request is one rate-limit decision: every window of every check must have
-// room for the request to be admitted, and then it is counted in all of
-// them; otherwise it is counted in none.
+// Request is one rate-limit decision. The request is admitted only if every
+// window of every check has room. It is then counted in all of them,
+// otherwise in none.
 type Request struct {
 	// Scope names the windows' owner: a route pattern such as
 	// "GET /files/{id}" or a shared scope name.
 	Scope string
 	// Checks are the limiters to apply.
 	Checks []Check
-	// Fail is the behaviour when Redis fails; FailDefault uses the
+	// Fail is the behaviour when Redis fails. FailDefault uses the
 	// engine's default (see WithFailMode).
 	Fail rules.FailMode
 	// Zone is the time zone of the request's calendar windows
@@ -66,8 +67,8 @@ type Request struct {
 }
 
 // One returns a Request with a single check: subject, counted by a limiter
-// of kind with the given windows, in scope. It is the one-line form of
-// "may user 42 reply? at most 5 per minute":
+// of kind with the given windows, in scope. It is the one-line form of "may
+// user 42 reply? At most 5 per minute":
 //
 //	d, err := eng.Allow(ctx, engine.One("reply", rules.User, "42", rules.Window{Limit: 5, Period: time.Minute}))
 //

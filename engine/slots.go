@@ -24,10 +24,18 @@ const slotRetry = time.Second
 const minLease = 30 * time.Millisecond
 
 // WithLease sets how long a request holds a slot of an in-flight window
-// unless renewed; the default is 30 s, the minimum 30 ms. The
-// engine renews held slots every lease/3, so a request may run far longer;
-// a dead process's slots free one lease after their last renewal (see the
-// package documentation, Leases).
+// unless renewed. The default is 30 s, the minimum 30 ms.
+//
+// The engine renews held slots every lease/3, in one pipelined call per
+// server, so a request may run far longer than its lease. A process that
+// dies stops renewing, and its slots free at most one lease after their
+// last renewal. Slots on a server that is down are not renewed. An outage
+// longer than two thirds of a lease loses them, which the first renewal
+// after it reports (see WithSlotLost). A shorter lease frees a dead
+// process's slots sooner, at the cost of more renewals. Keep the lease
+// well above three timeouts (WithTimeout): a renewal that meets a server
+// that stopped answering waits up to a timeout, and delays the others.
+// Engines sharing a Redis may use different leases.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d < minLease || d > time.Duration(maxTime/2)*time.Microsecond {
@@ -39,23 +47,24 @@ func WithLease(d time.Duration) Option {
 }
 
 // SlotLost describes a slot of an in-flight window that a renewal found
-// gone from Redis while its request still runs: a Reset, a FLUSHALL, a
-// failover that lost it, or a lease that ran out (a process paused for
-// longer than two thirds of a lease) and was then removed by an admission.
+// gone from Redis while its request still runs. A Reset, a FLUSHALL or a
+// failover may have lost it. Or its lease ran out, because the process
+// paused for over two thirds of a lease, and an admission removed it.
 type SlotLost struct {
 	// Key is the slot key, Member the request's member in it.
 	Key, Member string
 }
 
 // WithSlotLost sets a function called, from the engine's renewal
-// goroutine, for every slot a renewal finds gone. The request keeps
-// running (a renewal never ends healthy work) but no longer occupies a
-// slot, so one more request of its subject may be admitted while it runs:
-// the in-flight window may then have one request more running than its
-// limit per lost slot, until such requests end. Whatever the hook, lost
-// slots are logged (WithLogger) once per renewal period with their count,
-// never once per request. The default hook does nothing. f must not block
-// for long: the next renewal waits for it.
+// goroutine, for every slot a renewal finds gone. The default hook does
+// nothing. f must not block for long: the next renewal waits for it.
+//
+// The request keeps running, because a renewal never ends healthy work.
+// But it no longer occupies a slot, so one more request of its subject may
+// be admitted meanwhile. The in-flight window may then run one request
+// beyond its limit per lost slot, until such requests end. Whatever the
+// hook, lost slots are logged (WithLogger) once per renewal period with
+// their count, never once per request.
 func WithSlotLost(f func(SlotLost)) Option {
 	return func(c *config) error {
 		if f == nil {

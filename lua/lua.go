@@ -1,7 +1,7 @@
 // Package lua holds the Redis Lua scripts of slidelimit as Go strings, so
 // that they ship inside the binary. Each script's header specifies its
-// arguments and reply; the engine package documentation explains what
-// they decide and store. The scripts are returned by functions, so that
+// arguments and reply. The engine package documentation explains what
+// they decide, and docs/engine.md what they store. The scripts are returned by functions, so that
 // no importer can change the text a script's SHA1 was computed from.
 package lua
 

@@ -63,13 +63,12 @@
 // applicable limiters name once per request, after the cost functions,
 // and passes the windows with their limits in the engine.Check. A function
 // that returns an error, a limit below 1 or above the window's cap
-// (100,000
-// for an exact window of a limiter without a cost, 2^50 otherwise) is answered as a failing cost function is: 400
-// when the error wraps ErrBadRequest, else 500, nothing counted, the
-// error logged and passed to hooks, never to the client. The
-// RateLimit-Policy field advertises the resolved limits; it is rendered
-// per request only for plans with a limit function (three allocations),
-// other plans keep their precomputed field. Events and denials carry the
+// (100,000 for an exact window of a limiter without a cost, 2^50
+// otherwise) is answered as a failing cost function is: 400 when the
+// error wraps ErrBadRequest, else 500, nothing counted, the error logged
+// and passed to hooks, never to the client. The RateLimit-Policy field
+// advertises the resolved limits. It is rendered per request only for
+// plans with a limit function; other plans keep their precomputed field. Events and denials carry the
 // resolved window (Limit set, LimitFunc still naming the function).
 //
 // # Scope

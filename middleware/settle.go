@@ -19,9 +19,8 @@ type Settlement struct {
 	// ReadFrom of the middleware's ResponseWriter accepted, so a download
 	// the client abandoned counts what was sent before the connection
 	// broke, plus what the server's and the kernel's socket buffers took
-	// and never delivered (on loopback, 1 to 5 MiB beyond the 1 MiB a
-	// client read in TestSettleAbortedDownload); a HEAD request or a 304
-	// counts 0. Wrappers outside the middleware (compression) are not
+	// and never delivered (megabytes, on loopback); a HEAD request or a
+	// 304 counts 0. Wrappers outside the middleware (compression) are not
 	// seen.
 	Written bool
 	// MaxDebt caps what a request may be charged beyond its estimate (the

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/embedded"
 )
 
 // backend is the Redis the demo limits against.
@@ -19,7 +20,8 @@ type backend struct {
 }
 
 // openBackend connects to -cluster, else -redis, else starts an embedded
-// miniredis so that the demo runs on a machine with nothing but Go.
+// miniredis so that the demo runs on a machine with nothing but Go; its
+// close stops the client, then the store.
 func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error) {
 	switch {
 	case redisURL != "" && cluster != "":
@@ -54,7 +56,9 @@ func openBackend(ctx context.Context, redisURL, cluster string) (*backend, error
 		c := redis.NewClient(opt)
 		return ping(ctx, &backend{client: c, desc: "Redis " + opt.Addr, close: func() { c.Close() }})
 	default:
-		m, err := miniredis.Run()
+		// Its keys expire with the real clock, as on Redis (a plain
+		// miniredis keeps every key until told time passed).
+		m, err := embedded.Start()
 		if err != nil {
 			return nil, fmt.Errorf("demo: embedded miniredis: %w", err)
 		}

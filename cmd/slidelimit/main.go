@@ -128,7 +128,7 @@ denials per policy and subject.
 		rep.WriteSummary(stderr)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "slidelimit: %v\n", err)
+		fmt.Fprintf(stderr, "slidelimit: %s\n", replay.Printable(err.Error()))
 		var ce *replay.ConfigError
 		if errors.Is(err, replay.ErrEmpty) || errors.As(err, &ce) {
 			return 2
@@ -137,7 +137,7 @@ denials per policy and subject.
 	}
 	if *htmlOut != "" {
 		if err := writeHTML(*htmlOut, rep); err != nil {
-			fmt.Fprintf(stderr, "slidelimit: %v\n", err)
+			fmt.Fprintf(stderr, "slidelimit: %s\n", replay.Printable(err.Error()))
 			return 1
 		}
 	}
@@ -147,7 +147,7 @@ denials per policy and subject.
 		err = rep.WriteText(stdout)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "slidelimit: %v\n", err)
+		fmt.Fprintf(stderr, "slidelimit: %s\n", replay.Printable(err.Error()))
 		return 1
 	}
 	return 0
@@ -166,6 +166,6 @@ func writeHTML(name string, rep *replay.Report) error {
 }
 
 func usageErr(w io.Writer, msg string) int {
-	fmt.Fprintf(w, "slidelimit replay: %s (see slidelimit replay -h)\n", msg)
+	fmt.Fprintf(w, "slidelimit replay: %s (see slidelimit replay -h)\n", replay.Printable(msg))
 	return 2
 }

@@ -117,3 +117,69 @@ func TestReplayHTMLAndFile(t *testing.T) {
 		t.Errorf("HTML report not self-contained or lacks the chart")
 	}
 }
+
+// TestReplayHostileLine: control characters a log's writer put in its
+// fields, or in a file's name, reach neither the text report nor standard
+// error nor the HTML page raw: they are escaped (\x1b, \a), as JSON
+// escapes them.
+func TestReplayHostileLine(t *testing.T) {
+	t.Parallel()
+	evil := "\x1b[2J\x1b]0;PWN\a"
+	line := evil + ` - u` + "\u009b31m\x7f" + ` [26/Nov/2026:10:00:00 +0000] "GET /x HTTP/1.1" 200 1 "-" "` + evil + `"` + "\n"
+	log := line + line + evil + " not a line\n" + `1.2.3.4 - - [26/Nov/2026:10:00:00 +0000] "GET /x HTTP/1.1" 999 1` + "\n"
+	dir := t.TempDir()
+	name := filepath.Join(dir, "access"+evil+".log")
+	if err := os.WriteFile(name, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw := func(s string) bool {
+		for _, r := range s {
+			if r < 0x20 && r != '\n' || r >= 0x7f && r <= 0x9f {
+				return true
+			}
+		}
+		return false
+	}
+	page := filepath.Join(dir, "r.html")
+	code, out, errs := cmd(t, "", "replay", "-q", "-rules", "ip:1/min; user:1/min", "-html", page, name)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	html, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw(string(html)) || !strings.Contains(string(html), `peer:\x1b[2J\x1b]0;PWN\a`) {
+		t.Errorf("the HTML page holds the subject raw or not at all:\n%q", html)
+	}
+	for _, s := range []string{`peer:\x1b[2J\x1b]0;PWN\a`, `user:u\u009b31m\x7f`} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the report lacks %s:\n%s", s, out)
+		}
+	}
+	if !strings.Contains(errs, `access\x1b[2J\x1b]0;PWN\a.log:3: replay: unparseable line`) {
+		t.Errorf("stderr lacks the bad line, escaped:\n%s", errs)
+	}
+	if raw(out) || raw(errs) {
+		t.Errorf("control characters reach the output raw:\nstdout %q\nstderr %q", out, errs)
+	}
+	// An error names the file escaped as well.
+	code, _, errs = cmd(t, "", "replay", "-q", "-rules", "ip:1/min", filepath.Join(dir, "gone"+evil+".log"))
+	if code == 0 || !strings.Contains(errs, `gone\x1b[2J\x1b]0;PWN\a.log`) || raw(errs) {
+		t.Errorf("exit %d, stderr %q: want an error naming the file escaped", code, errs)
+	}
+}
+
+// TestReplayLongLine: a line over the cap (replay.MaxLine, 1 MiB) is
+// rejected with a message naming it and the cap; the other lines replay.
+func TestReplayLongLine(t *testing.T) {
+	t.Parallel()
+	ok := `1.2.3.4 - - [26/Nov/2026:10:00:00 +0000] "GET /x HTTP/1.1" 200 1` + "\n"
+	code, out, errs := cmd(t, ok+strings.Repeat("x", 2<<20)+"\n"+ok, "replay", "-q", "-rules", "ip:5/s", "-")
+	if code != 0 || !strings.HasPrefix(out, "2 requests replayed") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if !strings.Contains(errs, "stdin:2: replay: unparseable line: longer than 1048576 bytes") {
+		t.Errorf("stderr lacks the long line:\n%s", errs)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,10 +16,11 @@ import (
 
 // genLog is an io.Reader of n Combined Log Format lines, 20 a second
 // from a pool of ips client addresses (a fifth of them logged in), with
-// every 50th line up to 3 s out of order. It makes long logs without
-// holding them in memory.
+// every 50th line up to 3 s out of order; with oneSecond, every line is of
+// the same second. It makes long logs without holding them in memory.
 type genLog struct {
 	n, i, ips int
+	oneSecond bool
 	buf       []byte
 }
 
@@ -29,6 +31,9 @@ func (g *genLog) Read(p []byte) (int, error) {
 		at := t0.Add(time.Duration(i) * 50 * time.Millisecond)
 		if i%50 == 0 {
 			at = at.Add(-3 * time.Second)
+		}
+		if g.oneSecond {
+			at = t0
 		}
 		ip := (i * 7919) % g.ips
 		user := "-"
@@ -87,6 +92,47 @@ func BenchmarkReplay1M(b *testing.B) {
 	}
 }
 
+// BenchmarkReplayOneSecond replays 4,000,000 lines of one second (the
+// rules of BenchmarkReplay1M): memory must stay bounded by the live
+// windows, not grow with the lines that share a time. Run it with
+// -benchtime 1x.
+func BenchmarkReplayOneSecond(b *testing.B) {
+	rr := []RouteRules{
+		{Pattern: "GET /files/{id}", Text: "ip:5/s,20/min,100/h; user:1000/h; user[bytes]:2000000/10min; block:1m; count:2xx,3xx", Origin: "bench"},
+		{Pattern: "/", Text: "ip:10/s", Origin: "bench"},
+	}
+	const lines = 4_000_000
+	for b.Loop() {
+		runtime.GC()
+		start := time.Now()
+		var peak uint64
+		n := 0
+		sample := func(Record, bool) {
+			if n++; n%100_000 != 0 {
+				return
+			}
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+		}
+		rep, err := Run(context.Background(), Config{Routes: rr, Inputs: []Input{{Name: "gen", R: &genLog{n: lines, ips: 300, oneSecond: true}}}, Decider: InProcess, OnDecision: sample})
+		if err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(start)
+		if rep.Requests != lines || rep.Bad != 0 || rep.Late != 0 {
+			b.Fatalf("requests %d bad %d late %d", rep.Requests, rep.Bad, rep.Late)
+		}
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		b.ReportMetric(float64(rep.Requests)/el.Seconds(), "lines/s")
+		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+		b.ReportMetric(float64(m.HeapInuse)/(1<<20), "heap-after-MB")
+		runtime.KeepAlive(rep)
+	}
+}
+
 // TestMemoryBound replays a long log whose clients come and go and
 // requires the in-process state to stay within the live windows: keys of
 // subjects whose windows have emptied are swept, and each key holds only
@@ -123,7 +169,7 @@ func TestMemoryBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.fields, src.bad, src.lines = &DefaultFields, &badLines{}, new(int64)
-	s := &sorted{src: src, horizon: (10 * time.Second).Microseconds(), late: &badLines{}}
+	s := &sorted{src: src, horizon: (10 * time.Second).Microseconds(), late: &badLines{}, held: new(int64), budget: MaxReorder}
 	most := 0
 	for {
 		r, err := s.peek()
@@ -157,5 +203,50 @@ func BenchmarkReplayScriptEmbedded(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(rep.Requests)/time.Since(start).Seconds(), "lines/s")
+	}
+}
+
+// TestReorderBounded: lines that share a time do not accumulate in the
+// reorder buffer: it holds at most its budget (plus one line), hands every
+// line out in file order, and a line that comes behind one that left
+// because the buffer was full is late, with a message that says so.
+func TestReorderBounded(t *testing.T) {
+	const n, budget = 50_000, 1 << 20
+	src, err := open(Input{Name: "gen", R: io.MultiReader(&genLog{n: n, ips: 1000, oneSecond: true},
+		strings.NewReader(`10.0.0.1 - - [25/Nov/2026:09:59:59 +0000] "GET / HTTP/1.1" 200 1 "-" "early"`+"\n"))}, 0, new(atomic.Int64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.fields, src.bad, src.lines = &DefaultFields, &badLines{}, new(int64)
+	held := new(int64)
+	s := &sorted{src: src, horizon: DefaultReorder.Microseconds(), late: &badLines{}, held: held, budget: budget}
+	most, out, line := 0, 0, 0
+	for {
+		r, err := s.peek()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil {
+			break
+		}
+		most = max(most, len(s.h))
+		if *held > budget+MaxLine+recordOverhead {
+			t.Fatalf("the buffer holds %d bytes, over its budget of %d", *held, budget)
+		}
+		rec := s.pop()
+		if rec.Line <= line {
+			t.Fatalf("line %d handed out after line %d", rec.Line, line)
+		}
+		line = rec.Line
+		out++
+	}
+	if most > budget/recordOverhead+1 {
+		t.Errorf("the buffer held %d lines of one second (budget %d bytes)", most, budget)
+	}
+	if out != n || s.late.n != 1 || len(s.late.first) != 1 || !strings.Contains(s.late.first[0], "reorder buffers hold") {
+		t.Errorf("%d lines out, late %d %q; want %d and the last line late for the full buffer", out, s.late.n, s.late.first, n)
+	}
+	if *held != 0 {
+		t.Errorf("the buffer counts %d bytes held at the end", *held)
 	}
 }

@@ -19,15 +19,19 @@
 // engine itself (engine.WithClock at the log's time) on an embedded
 // miniredis or a Redis server, about 300 µs a request on miniredis.
 //
-// Memory is bounded by the live windows and the reorder horizon, not by
-// the log's length or span: keys whose entries have left their longest
-// window are swept, a key keeps only its longest window's entries, each
-// file's reorder buffer holds one horizon of lines, and a line over
+// Memory is bounded by the live windows and the reorder buffers, not by
+// the log's length, span or times: keys whose entries have left their
+// longest window are swept, a key keeps only its longest window's
+// entries, the reorder buffers hold one horizon of lines and at most
+// MaxReorder bytes of them (lines of one second included), and a line over
 // MaxLine is skipped without being held. The report's per-subject counts
 // grow with the number of distinct subjects; its time series has at most
 // maxBuckets buckets, coarser for a log spanning more than a week. Lines
 // dated outside 1970 to 2249 (2000 to 2249 through the engine's script,
 // whose clock starts in 2000) are bad lines.
+//
+// A log's text reaches the text report, the summary and the bad lines
+// through Printable, which escapes control characters.
 //
 // Run is not safe for concurrent use of one Config's readers; separate
 // runs are independent.

@@ -161,6 +161,7 @@ func (s *source) next(r *Record) (bool, error) {
 			continue
 		}
 		r.File, r.Line = s.file, s.line
+		r.size = int64(len(b)) + recordOverhead
 		return true, nil
 	}
 }
@@ -183,7 +184,7 @@ const maxBadShown = 5
 func (b *badLines) add(name string, line int, err error) {
 	b.n++
 	if len(b.first) < maxBadShown {
-		b.first = append(b.first, fmt.Sprintf("%s:%d: %v", name, line, err))
+		b.first = append(b.first, Printable(fmt.Sprintf("%s:%d: %v", name, line, err)))
 	}
 }
 
@@ -205,11 +206,24 @@ func (h *recHeap) Pop() any {
 	return r
 }
 
+// MaxReorder bounds the reorder buffers of a replay, every input
+// together: the bytes of the lines they hold, plus recordOverhead a line.
+// When they hold more, the earliest line leaves before its horizon is
+// read, so that memory is bounded whatever the times (a busy log, or
+// millions of lines of one second); a line that then comes behind it is
+// late.
+const MaxReorder = 64 << 20
+
+// recordOverhead is what a held record costs besides its line: the Record,
+// its pointer in the heap, and the rounding of its allocations.
+const recordOverhead = 200
+
 // sorted puts the records of one input in time order through a bounded
 // reorder buffer: a record leaves once a record at least horizon later has
-// been read, or at the end of the input. A record earlier than one already
-// handed out (more than horizon behind a later line) is late: counted,
-// reported and not replayed. Memory holds the records of one horizon.
+// been read, when the buffers of every input hold more than budget, or at
+// the end of the input. A record earlier than one already handed out is
+// late: counted, reported and not replayed. Memory holds the records of
+// one horizon, at most budget.
 type sorted struct {
 	src     *source
 	done    bool
@@ -218,11 +232,13 @@ type sorted struct {
 	horizon int64 // µs
 	last    int64 // time of the last record handed out
 	late    *badLines
+	held    *int64 // bytes the buffers of every input hold (Record.size)
+	budget  int64  // how many they may hold: MaxReorder
 }
 
 // peek returns the input's next record in time order, or nil at its end.
 func (s *sorted) peek() (*Record, error) {
-	for !s.done && (len(s.h) == 0 || s.h[0].Time > s.maxSeen-s.horizon) {
+	for !s.done && (len(s.h) == 0 || s.h[0].Time > s.maxSeen-s.horizon && *s.held <= s.budget) {
 		r := new(Record)
 		ok, err := s.src.next(r)
 		if err != nil {
@@ -233,10 +249,17 @@ func (s *sorted) peek() (*Record, error) {
 			break
 		}
 		if r.Time < s.last {
-			s.late.add(s.src.name, r.Line, errLate)
+			// Within the horizon of the newest line, it came behind a
+			// line that left because the buffers were full.
+			err := errLate
+			if r.Time >= s.maxSeen-s.horizon {
+				err = errLateFull
+			}
+			s.late.add(s.src.name, r.Line, err)
 			continue
 		}
 		s.maxSeen = max(s.maxSeen, r.Time)
+		*s.held += r.size
 		heap.Push(&s.h, r)
 	}
 	if len(s.h) == 0 {
@@ -248,10 +271,14 @@ func (s *sorted) peek() (*Record, error) {
 func (s *sorted) pop() Record {
 	r := heap.Pop(&s.h).(*Record)
 	s.last = r.Time
+	*s.held -= r.size
 	return *r
 }
 
-var errLate = errors.New("more than the reorder horizon behind a later line of its file; not replayed (raise -reorder)")
+var (
+	errLate     = errors.New("more than the reorder horizon behind a later line of its file; not replayed (raise -reorder)")
+	errLateFull = fmt.Errorf("behind a later line of its file by more than the reorder buffers hold (%d MiB of lines); not replayed", MaxReorder>>20)
+)
 
 // merger merges the time-ordered streams of several inputs, so that logs
 // of several servers covering the same hours replay interleaved and

@@ -37,7 +37,8 @@ func (rep *Report) WriteJSON(w io.Writer) error {
 const stamp = "2006-01-02 15:04:05"
 
 // WriteText writes rep for a reader: per policy its requests, denials,
-// subjects affected and blocks started, then its top subjects.
+// subjects affected and blocks started, then its top subjects. Text from
+// the log or the rules goes through Printable.
 func (rep *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	pct := func(n, of int64) string {
@@ -60,10 +61,10 @@ func (rep *Report) WriteText(w io.Writer) error {
 		if route == "" {
 			route = "every request"
 		}
-		fmt.Fprintf(&b, "\n%s  %s %s: %d requests, %d denied (%s), subjects affected: %d, blocks started: %d\n", route, p.Policy, p.Window,
+		fmt.Fprintf(&b, "\n%s  %s %s: %d requests, %d denied (%s), subjects affected: %d, blocks started: %d\n", Printable(route), Printable(p.Policy), Printable(p.Window),
 			p.Requests, p.Denied, pct(p.Denied, p.Requests), p.Subjects, p.Blocks)
 		for _, t := range p.Top {
-			fmt.Fprintf(&b, "    %-40s %8d denied  first %s  last %s\n", t.Subject, t.Denied, t.First.Format(stamp), t.Last.Format(stamp))
+			fmt.Fprintf(&b, "    %-40s %8d denied  first %s  last %s\n", Printable(t.Subject), t.Denied, t.First.Format(stamp), t.Last.Format(stamp))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -71,33 +72,34 @@ func (rep *Report) WriteText(w io.Writer) error {
 }
 
 // WriteSummary writes what a run read and skipped, and its notes: the
-// lines for standard error.
+// lines for standard error, through Printable.
 func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "replay: %d lines in %s (%.0f lines/s), decided %s\n", rep.Lines, rep.Elapsed.Round(time.Millisecond),
-		float64(rep.Lines)/max(rep.Elapsed.Seconds(), 1e-9), rep.Decider)
+		float64(rep.Lines)/max(rep.Elapsed.Seconds(), 1e-9), Printable(rep.Decider))
 	if rep.Unmatched > 0 {
 		fmt.Fprintf(w, "replay: %d requests matched no route: not counted\n", rep.Unmatched)
 	}
 	if rep.Bad > 0 {
 		fmt.Fprintf(w, "replay: %d unparseable lines, not replayed; the first (file:line):\n", rep.Bad)
 		for _, l := range rep.BadFirst {
-			fmt.Fprintf(w, "  %s\n", l)
+			fmt.Fprintf(w, "  %s\n", Printable(l))
 		}
 	}
 	if rep.Late > 0 {
 		fmt.Fprintf(w, "replay: %d lines too far out of order, not replayed; the first (file:line):\n", rep.Late)
 		for _, l := range rep.LateFirst {
-			fmt.Fprintf(w, "  %s\n", l)
+			fmt.Fprintf(w, "  %s\n", Printable(l))
 		}
 	}
 	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "replay: note: %s\n", n)
+		fmt.Fprintf(w, "replay: note: %s\n", Printable(n))
 	}
 }
 
 // WriteHTML writes a self-contained page (no external asset): a chart of
 // admitted against denied requests per minute, an inline SVG, then the
-// policies and the top subjects.
+// policies and the top subjects. Text from the log goes through Printable,
+// then HTML escaping.
 func (rep *Report) WriteHTML(w io.Writer) error {
 	return page.Execute(w, htmlData{Report: rep, Chart: rep.chart(960, 280)})
 }
@@ -171,7 +173,8 @@ func bucketLabels(d time.Duration) (layout, per string) {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"stamp": func(t time.Time) string { return t.Format(stamp) },
+	"stamp":     func(t time.Time) string { return t.Format(stamp) },
+	"printable": Printable,
 	"pct": func(n, of int64) string {
 		if of == 0 {
 			return "0%"
@@ -190,16 +193,16 @@ td:first-child,th:first-child{text-align:left}h2{margin-top:1.5em}
 {{.Chart}}
 <h2>Top subjects</h2>
 <table><tr><th>subject</th><th>requests</th><th>denied</th></tr>
-{{range .Top}}<tr><td>{{.Subject}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td></tr>
+{{range .Top}}<tr><td>{{printable .Subject}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td></tr>
 {{end}}</table>
 <h2>Policies</h2>
 <table><tr><th>route</th><th>policy</th><th>window</th><th>requests</th><th>denied</th><th>subjects affected</th><th>blocks started</th></tr>
-{{range .Policies}}<tr><td>{{.Route}}</td><td>{{.Policy}}</td><td>{{.Window}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
+{{range .Policies}}<tr><td>{{printable .Route}}</td><td>{{.Policy}}</td><td>{{.Window}}</td><td>{{.Requests}}</td><td>{{.Denied}}</td><td>{{.Subjects}}</td><td>{{.Blocks}}</td></tr>
 {{end}}</table>
-{{range .Policies}}{{if .Top}}<h3>{{.Route}} {{.Policy}} {{.Window}}: top subjects</h3>
+{{range .Policies}}{{if .Top}}<h3>{{printable .Route}} {{.Policy}} {{.Window}}: top subjects</h3>
 <table><tr><th>subject</th><th>denied</th><th>first denial</th><th>last denial</th></tr>
-{{range .Top}}<tr><td>{{.Subject}}</td><td>{{.Denied}}</td><td>{{stamp .First}}</td><td>{{stamp .Last}}</td></tr>
+{{range .Top}}<tr><td>{{printable .Subject}}</td><td>{{.Denied}}</td><td>{{stamp .First}}</td><td>{{stamp .Last}}</td></tr>
 {{end}}</table>{{end}}{{end}}
-{{if .Notes}}<h2>Notes</h2><ul>{{range .Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .Notes}}<h2>Notes</h2><ul>{{range .Notes}}<li>{{printable .}}</li>{{end}}</ul>{{end}}
 </body></html>
 `))

@@ -29,6 +29,8 @@ type Record struct {
 	// File is the index of the input the line came from, Line its line
 	// number (1-based).
 	File, Line int
+
+	size int64 // what the reorder buffer counts for it (see MaxReorder)
 }
 
 // Format is the syntax of an access log.

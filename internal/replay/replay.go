@@ -178,6 +178,7 @@ type run struct {
 	late     badLines
 	lines    int64
 	read     atomic.Int64 // bytes read from the inputs
+	held     int64        // bytes the reorder buffers hold
 	size     int64        // their total size; 0 when unknown
 	subjects map[string]*SubjectStats
 	minutes  timeline
@@ -211,7 +212,7 @@ func (r *run) inputs() error {
 			s.from = minScriptTime
 		}
 		r.srcs = append(r.srcs, s)
-		r.m.ins = append(r.m.ins, &sorted{src: s, horizon: horizon.Microseconds(), late: &r.late})
+		r.m.ins = append(r.m.ins, &sorted{src: s, horizon: horizon.Microseconds(), late: &r.late, held: &r.held, budget: MaxReorder})
 		if fi, err := os.Stat(in.Name); in.R == nil && in.Name != "-" && err == nil {
 			r.size += fi.Size()
 		} else {
