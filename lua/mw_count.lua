@@ -196,7 +196,8 @@ function bookkeep(key, q, longest, busy, weighted)
     marks[epoch_name] = marker
     marks_n = marks_n + 1
   end
-  local epoch = dec(-(${EPOCH} + floor(t / epoch_len)))
+  local epoch = -(${EPOCH} + floor(t / epoch_len))
+  epoch = decs[epoch] or dec(epoch) -- dec, inline: a call per admission
   if call('ZADD', key, 'CH', epoch, marker) ~= 1 then
     return
   end

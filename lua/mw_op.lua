@@ -167,7 +167,8 @@ function count_admitted(first, nkeys, remember, key_memo)
       -- A slot key: its bookkeeping once per epoch of one lease (see
       -- Slots).
       local key, lease = keys[first + k], key_state[at - 1]
-      if call('ZADD', key, 'CH', dec(-(${EPOCH} + floor(t / lease))), 'e') == 1 then
+      local epoch = -(${EPOCH} + floor(t / lease))
+      if call('ZADD', key, 'CH', decs[epoch] or dec(epoch), 'e') == 1 then
         call('ZREMRANGEBYSCORE', key, '0', '(' .. t_arg)
         local ttl = fmt('%d', ceil(2 * lease / 1000) + 1)
         if call('PEXPIRE', key, ttl, 'GT') == 0 then
