@@ -4,7 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/internal/scriptconst"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -57,16 +58,16 @@ type calKey struct {
 }
 
 // calUnits are the calendars of calKey.unit.
-var calUnits = [...]string{"", rulespec.Day, rulespec.Week, rulespec.Month}
+var calUnits = [...]string{"", ruletime.Day, ruletime.Week, ruletime.Month}
 
 // calUnit returns the index of c in calUnits, 0 for an unknown calendar.
 func calUnit(c string) uint8 {
 	switch c {
-	case rulespec.Day:
+	case ruletime.Day:
 		return 1
-	case rulespec.Week:
+	case ruletime.Week:
 		return 2
-	case rulespec.Month:
+	case ruletime.Month:
 		return 3
 	}
 	return 0
@@ -167,9 +168,9 @@ func (p *plan) zoneOf() *time.Location {
 // around now (µs since 1970) in loc: the previous period's start, the
 // current one's, the next one's and its end.
 func calBoundsAround(c string, now int64, loc *time.Location) [calBounds]int64 {
-	start, end := rulespec.Bounds(c, time.UnixMicro(now), loc)
-	prev, _ := rulespec.Bounds(c, start.Add(-time.Microsecond), loc)
-	_, next := rulespec.Bounds(c, end, loc)
+	start, end := ruletime.Bounds(c, time.UnixMicro(now), loc)
+	prev, _ := ruletime.Bounds(c, start.Add(-time.Microsecond), loc)
+	_, next := ruletime.Bounds(c, end, loc)
 	return [calBounds]int64{prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), next.UnixMicro()}
 }
 
@@ -255,7 +256,7 @@ func readCal(r *ireader, c *call, k int32, t int64) {
 	p := &c.plan
 	j := p.kstart[k]
 	used := r.int(scriptconst.MaxTotal)
-	left := r.int(calNominal(rulespec.Month))
+	left := r.int(calNominal(ruletime.Month))
 	if r.err == nil && left < 1 {
 		r.fail("calendar period ended")
 	}
@@ -286,7 +287,7 @@ func (p *plan) calStartAt(k int, at int64) int64 {
 	if s := p.kcals[k].start; s > 0 {
 		return s
 	}
-	start, _ := rulespec.Bounds(p.cal(k), time.UnixMicro(at), p.zoneOf())
+	start, _ := ruletime.Bounds(p.cal(k), time.UnixMicro(at), p.zoneOf())
 	return start.UnixMicro()
 }
 
@@ -306,7 +307,7 @@ func (k *keyer) calResetKeys(scope string, l *rules.Limiter, subject string, has
 // calSpan returns the start and end (µs since 1970) of the period of
 // calendar key k that holds t, for the local fallback.
 func (p *plan) calSpan(k int, t int64) (start, end int64) {
-	s, e := rulespec.Bounds(p.cal(k), time.UnixMicro(t), p.zoneOf())
+	s, e := ruletime.Bounds(p.cal(k), time.UnixMicro(t), p.zoneOf())
 	return s.UnixMicro(), e.UnixMicro()
 }
 
@@ -323,7 +324,7 @@ func (p *plan) calKeyOf(m int32) int32 {
 // validCalendar checks calendar window j of check i, w, which counts cost.
 func validCalendar(i, j int, w *rules.Window, cost int64) error {
 	switch {
-	case w.Limit < 1 || w.Limit > rulespec.MaxBoundedLimit:
+	case w.Limit < 1 || w.Limit > rulelimits.MaxBoundedLimit:
 		return &requestError{Check: i, Window: j, Reason: "limit outside 1..2^50"}
 	case cost > w.Limit:
 		return &requestError{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +

@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 // Distinct values (Check.Distinct, the rule statement distinct:NAME): a
@@ -102,4 +102,4 @@ func (p *plan) heldAt(m int32) bool { return p.nd > 0 && int(m) < len(p.held) &&
 
 // maxDistinctWindows bounds the windows of a distinct key, whose reply
 // holds one bit per window: the rule language's bound.
-const maxDistinctWindows = rulespec.MaxDistinctWindows
+const maxDistinctWindows = rulelimits.MaxDistinctWindows

@@ -15,19 +15,19 @@ import (
 	"unsafe"
 
 	"github.com/slidelimit/slidelimit/internal/access"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
 	// maxChecks is the largest number of checks in a Request: the rule
-	// language's [rulespec.MaxLimiters], so that a group that parses never
+	// language's [rulelimits.MaxLimiters], so that a group that parses never
 	// makes a request the engine refuses.
-	maxChecks = rulespec.MaxLimiters
+	maxChecks = rulelimits.MaxLimiters
 	// maxWindows is the largest number of windows in a Request, over all
-	// its checks: the rule language's [rulespec.MaxWindows].
-	maxWindows = rulespec.MaxWindows
+	// its checks: the rule language's [rulelimits.MaxWindows].
+	maxWindows = rulelimits.MaxWindows
 	// maxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
@@ -249,7 +249,7 @@ func (p *plan) keyBytes(i int32) []byte {
 func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err error) {
 	maxLimit := int64(maxCountLimit)
 	if kc != "" {
-		maxLimit = rulespec.MaxBoundedLimit
+		maxLimit = rulelimits.MaxBoundedLimit
 	}
 	rate, conc = len(c.Windows), -1
 	for j := range c.Windows {
@@ -282,7 +282,7 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 				return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
 			}
 			return 0, 0, &requestError{Check: i, Window: j, Reason: "limit outside 1..2^50"}
-		case w.Period < time.Microsecond || w.Period > rulespec.MaxPeriod:
+		case w.Period < time.Microsecond || w.Period > rulelimits.MaxPeriod:
 			return 0, 0, &requestError{Check: i, Window: j, Reason: "period outside 1µs..720h"}
 		case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
 			return 0, 0, &requestError{Check: i, Window: j, Reason: "grain outside 1µs..period"}
@@ -397,7 +397,7 @@ func (p *plan) mapOrigins(req *Request) {
 // block records check i's block d on key idx: the longest block of the
 // checks sharing the key.
 func (p *plan) block(i, idx int, d time.Duration) error {
-	if d < 0 || d > rulespec.MaxPeriod {
+	if d < 0 || d > rulelimits.MaxPeriod {
 		return &requestError{Check: i, Window: -1, Reason: "block outside 0..720h"}
 	}
 	for len(p.kblock) <= idx {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/internal/scriptconst"
 )
 
@@ -202,7 +202,7 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 		if p.isCal(int(k)) {
 			readCal(r, c, k, t)
 			if p.blockOf(int(k)) > 0 {
-				c.blockedFor(int(k), r.int(int64(rulespec.MaxPeriod/time.Microsecond)))
+				c.blockedFor(int(k), r.int(int64(rulelimits.MaxPeriod/time.Microsecond)))
 			}
 			continue
 		}
@@ -223,7 +223,7 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
 		if p.blockOf(int(k)) > 0 {
-			c.blockedFor(int(k), r.int(int64(rulespec.MaxPeriod/time.Microsecond)))
+			c.blockedFor(int(k), r.int(int64(rulelimits.MaxPeriod/time.Microsecond)))
 		}
 	}
 	return status, suffix

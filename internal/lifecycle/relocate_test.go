@@ -1,12 +1,22 @@
-package rulesx_test
+package lifecycle_test
 
 import (
 	"errors"
 	"testing"
 
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
+
+// checkRoles is role.Policy.Check for the declared roles.
+func checkRoles(g rules.Group, declared []string) error {
+	p := role.Policy{}
+	for _, r := range declared {
+		p.Roles = append(p.Roles, role.Role(r))
+	}
+	return p.Check(g)
+}
 
 func TestCheckRoles(t *testing.T) {
 	t.Parallel()
@@ -28,7 +38,7 @@ func TestCheckRoles(t *testing.T) {
 	for _, s := range steps {
 		t.Run(s.text, func(t *testing.T) {
 			t.Parallel()
-			err := rulesx.CheckRoles(rules.MustParse(s.text), s.declared)
+			err := checkRoles(rules.MustParse(s.text), s.declared)
 			switch {
 			case s.want == "" && err != nil:
 				t.Fatalf("got %v, want nil", err)
@@ -65,17 +75,17 @@ func TestCheckRolesRelocate(t *testing.T) {
 		t.Run(tt.text, func(t *testing.T) {
 			t.Parallel()
 			var e *rules.Error
-			if !errors.As(rulesx.CheckRoles(rules.MustParse(tt.text), declared), &e) {
+			if !errors.As(checkRoles(rules.MustParse(tt.text), declared), &e) {
 				t.Fatal("no *rules.Error")
 			}
-			r, ok := rulesx.Relocate(e, tt.text).(*rules.Error)
+			r, ok := lifecycle.Relocate(e, tt.text).(*rules.Error)
 			if !ok || r.Input != tt.text || r.Offset != tt.offset || r.Reason != e.Reason || r.Syntax {
 				t.Fatalf("relocated to %v, want offset %d of %q", r, tt.offset, tt.text)
 			}
-			if rulesx.Relocate(r, "ip:1/s; exempt:admin") != error(r) {
+			if lifecycle.Relocate(r, "ip:1/s; exempt:admin") != error(r) {
 				t.Error("a located error moved")
 			}
-			if rulesx.Relocate(e, "ip:1/s; exempt:other") != error(e) {
+			if lifecycle.Relocate(e, "ip:1/s; exempt:other") != error(e) {
 				t.Error("an error moved into a text without its role")
 			}
 		})

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -166,7 +166,7 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 		rt.blockAt[i] = -1
 		if g.Block > 0 {
 			rt.blockAt[i] = len(rt.stats)
-			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, l.ID()+"-block", l.ID(), "block:"+rulespec.FormatPeriod(g.Block), 0))
+			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, l.ID()+"-block", l.ID(), "block:"+ruletime.FormatPeriod(g.Block), 0))
 		}
 	}
 	return rt, nil

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 // jsonReport is the -json shape, exactly
@@ -167,9 +167,9 @@ func bucketLabels(d time.Duration) (layout, per string) {
 	case d <= time.Minute:
 		return "15:04", "minute"
 	case d < 24*time.Hour:
-		return "01-02 15:04", rulespec.FormatPeriod(d)
+		return "01-02 15:04", ruletime.FormatPeriod(d)
 	}
-	return "2006-01-02", rulespec.FormatPeriod(d)
+	return "2006-01-02", ruletime.FormatPeriod(d)
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{

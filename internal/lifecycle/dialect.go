@@ -1,7 +1,7 @@
-package rulesx
+package lifecycle
 
 import (
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulehooks"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -38,7 +38,13 @@ func (d Dialect) Parse(s string) (rules.Group, error) {
 			return d.Limiter(lim)
 		}
 	}
-	g, err := rulespec.ParseDialect(s, limiter, d.CountItem)
+	g, err := rulehooks.ParseDialect(s, limiter, d.CountItem)
 	grp, _ := g.(rules.Group)
 	return grp, err
 }
+
+// Relocate returns err, a *rules.Error pointing into the canonical form of
+// a group (as role.Policy.Check's do), pointing into text, the group as
+// the user wrote it: statements may be written in any order. Any other
+// error, or one that text does not spell, is returned as is.
+func Relocate(err error, text string) error { return rulehooks.Relocate(err, text) }

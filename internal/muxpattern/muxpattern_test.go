@@ -1,4 +1,4 @@
-package rulespec
+package muxpattern
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func TestParsePattern(t *testing.T) {
+func TestParse(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		pattern string
@@ -33,22 +33,22 @@ func TestParsePattern(t *testing.T) {
 		{"GET /a/../b", nil, 4},
 	}
 	for _, tt := range tests {
-		got, off, reason := ParsePattern(tt.pattern)
+		got, off, reason := Parse(tt.pattern)
 		if tt.off < 0 {
 			if reason != "" || !slices.Equal(got, tt.want) {
-				t.Errorf("ParsePattern(%q) = %q, %q; want %q", tt.pattern, got, reason, tt.want)
+				t.Errorf("Parse(%q) = %q, %q; want %q", tt.pattern, got, reason, tt.want)
 			}
 			continue
 		}
 		if reason == "" || off != tt.off || got != nil {
-			t.Errorf("ParsePattern(%q) = %q, %d, %q; want an error at offset %d", tt.pattern, got, off, reason, tt.off)
+			t.Errorf("Parse(%q) = %q, %d, %q; want an error at offset %d", tt.pattern, got, off, reason, tt.off)
 		}
 	}
 }
 
-// FuzzParsePattern checks that ParsePattern accepts exactly the patterns
-// http.ServeMux accepts, and finds the names PathValue serves.
-func FuzzParsePattern(f *testing.F) {
+// FuzzParse checks that Parse accepts exactly the patterns http.ServeMux
+// accepts, and finds the names PathValue serves.
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"/", "GET /files/{id}", "GET example.com/{a}/{b...}", "/a/{$}", "POST /{ä}/{_x1}",
 		"", "GET /{", "GET /a/{id}x", "GET /{a}/{a}", "GET /{a...}/b", "GET /{1a}", "G@T /a",
@@ -57,22 +57,22 @@ func FuzzParsePattern(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, pattern string) {
-		names, off, reason := ParsePattern(pattern)
+		names, off, reason := Parse(pattern)
 		var panicked any
 		func() {
 			defer func() { panicked = recover() }()
 			http.NewServeMux().Handle(pattern, http.NotFoundHandler())
 		}()
 		if (reason == "") != (panicked == nil) {
-			t.Fatalf("ParsePattern(%q) = %q, %q; ServeMux.Handle panicked with %v", pattern, names, reason, panicked)
+			t.Fatalf("Parse(%q) = %q, %q; ServeMux.Handle panicked with %v", pattern, names, reason, panicked)
 		}
 		if reason != "" {
 			if off < 0 || off > len(pattern) {
-				t.Fatalf("ParsePattern(%q) error %q at offset %d", pattern, reason, off)
+				t.Fatalf("Parse(%q) error %q at offset %d", pattern, reason, off)
 			}
 			if msg := fmt.Sprint(panicked); strings.Contains(msg, ": at offset ") &&
 				!strings.Contains(msg, fmt.Sprintf(": at offset %d: ", off)) {
-				t.Fatalf("ParsePattern(%q) = %q at %d; ServeMux says %s", pattern, reason, off, msg)
+				t.Fatalf("Parse(%q) = %q at %d; ServeMux says %s", pattern, reason, off, msg)
 			}
 		}
 	})

@@ -1,4 +1,7 @@
-package rulespec
+// Package muxpattern checks http.ServeMux patterns as net/http's parser
+// does, without a ServeMux, so that a bad pattern is reported with its
+// offset instead of a panic. It imports nothing of this module.
+package muxpattern
 
 import (
 	"path"
@@ -8,10 +11,9 @@ import (
 	"unicode"
 )
 
-// ParsePattern checks a ServeMux pattern as net/http's parser does and
-// returns its wildcard names in order. On error it returns the offset and
-// reason.
-func ParsePattern(s string) (wildcards []string, off int, reason string) {
+// Parse checks a ServeMux pattern as net/http's parser does and returns
+// its wildcard names in order. On error it returns the offset and reason.
+func Parse(s string) (wildcards []string, off int, reason string) {
 	if s == "" {
 		return nil, 0, "empty route pattern"
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -284,7 +283,7 @@ func (r *run) one(rec *Record) error {
 	r.rep.Requests++
 	r.checks(rt, rec, hreq)
 	if !r.oversized(rt) {
-		if err := r.dec.decide(rt.scope, &r.req, rulesx.Counts(&rt.group, rec.Status), rec.Time, &r.v); err != nil {
+		if err := r.dec.decide(rt.scope, &r.req, lifecycle.Counts(rt.group.Count, rec.Status), rec.Time, &r.v); err != nil {
 			return err
 		}
 	}

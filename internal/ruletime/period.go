@@ -1,4 +1,4 @@
-package rulespec
+package ruletime
 
 import (
 	"strconv"

@@ -1,4 +1,8 @@
-package rulespec
+// Package rulelimits holds the bounds of the rule language, shared by
+// package rules, which holds written rules to them, and the packages that
+// check rules built in Go or limits computed per request. It imports
+// nothing of this module.
+package rulelimits
 
 import (
 	"fmt"
@@ -38,9 +42,6 @@ const (
 	MaxDistinctWindows = 30
 )
 
-// DistinctPath is the Group.Distinct name of the request's URL path.
-const DistinctPath = "path"
-
 // LimitCap returns the largest limit of a window of a limiter with the
 // given cost ("" for none), grain and calendar unit: MaxLimit for an exact
 // sliding window of a limiter without a cost, MaxBoundedLimit otherwise (a
@@ -50,30 +51,6 @@ func LimitCap(cost string, grain time.Duration, calendar string) int64 {
 		return MaxLimit
 	}
 	return MaxBoundedLimit
-}
-
-// Named reports whether limiters of the kind take a name in parentheses,
-// as in header(X-API-Key).
-func Named(kind string) bool { return kind == "header" || kind == "param" || kind == "key" }
-
-// Counts reports whether an admitted request whose response has the given
-// status stays counted under a group's count: items (Group.Count): always
-// when there are none, otherwise when the status is listed by code or by
-// class. A status outside 100..599 matches no item.
-func Counts(items []string, status int) bool {
-	if len(items) == 0 {
-		return true
-	}
-	if status < 100 || status > 599 {
-		return false
-	}
-	code := [3]byte{byte('0' + status/100), byte('0' + status/10%10), byte('0' + status%10)}
-	for _, c := range items {
-		if len(c) == 3 && c[0] == code[0] && (c[1] == 'x' || c[1] == code[1] && c[2] == code[2]) {
-			return true
-		}
-	}
-	return false
 }
 
 // memoryNote is part of every "limit too high" message of an exact window

@@ -1,4 +1,8 @@
-package rulespec
+// Package ruletime is the time of the rule language, shared by package
+// rules and the packages that apply its groups: how a period is written,
+// the calendar units, a unit's bounds in a zone, and the zones a group
+// may name. It imports nothing of this module.
+package ruletime
 
 import (
 	"fmt"

@@ -1,9 +1,9 @@
-package rules
+package lifecycle
 
 import (
 	"testing"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 func TestCounts(t *testing.T) {
@@ -23,14 +23,14 @@ func TestCounts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.group, func(t *testing.T) {
 			t.Parallel()
-			g := MustParse(tt.group)
+			g := rules.MustParse(tt.group)
 			for _, s := range tt.counted {
-				if !rulespec.Counts(g.Count, s) {
+				if !Counts(g.Count, s) {
 					t.Errorf("Counts(%d) = false, want true", s)
 				}
 			}
 			for _, s := range tt.given {
-				if rulespec.Counts(g.Count, s) {
+				if Counts(g.Count, s) {
 					t.Errorf("Counts(%d) = true, want false", s)
 				}
 			}
