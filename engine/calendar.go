@@ -6,6 +6,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
+	"github.com/slidelimit/slidelimit/internal/scriptconst"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -254,7 +255,7 @@ func (f *flatArgs) bounds(c string, loc *time.Location, now int64) *calCached {
 func readCal(r *ireader, c *call, k int32, t int64) {
 	p := &c.plan
 	j := p.kstart[k]
-	used := r.int(1 << 53)
+	used := r.int(scriptconst.MaxTotal)
 	left := r.int(calNominal(ruletime.Month))
 	if r.err == nil && left < 1 {
 		r.fail("calendar period ended")

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/internal/scriptconst"
 )
 
 // Bounds of the decision time, in microseconds since 1970: the script's
@@ -164,9 +165,9 @@ const (
 
 // Op statuses of the script.
 const (
-	statusDenied    = 0
-	statusAdmitted  = 1
-	statusCollision = 2 // no unique member found; nothing written
+	statusDenied    = scriptconst.StatusDenied
+	statusAdmitted  = scriptconst.StatusAdmitted
+	statusCollision = scriptconst.StatusCollision // no unique member found; nothing written
 
 	// maxSuffix is how many suffixed members an admission tries after
 	// member collisions. This is its one definition: every script call
@@ -211,7 +212,7 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 		cost := p.kcost[k]
 		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
 			w := p.wins[j]
-			used := r.int(1 << 53)
+			used := r.int(scriptconst.MaxTotal)
 			var reset, wait int64
 			if used > 0 {
 				reset = r.score(t, w.period)
