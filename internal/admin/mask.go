@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/tally"
