@@ -33,7 +33,7 @@ func TestKnownBlockConcurrentAnswer(t *testing.T) {
 	answer := func(allowed bool, sent, recv int64) {
 		c := getCall()
 		defer putCall(c)
-		if err := c.plan.build(e.keyer, &r); err != nil {
+		if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
 			t.Fatal(err)
 		}
 		c.prepare()

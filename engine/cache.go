@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // knownCache keeps, per key the engine has seen recently, what Redis last
@@ -147,7 +149,7 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		return false
 	}
 	p := &c.plan
-	if p.nblock > 0 {
+	if p.Blocked > 0 {
 		// A denial of a key with a block must reach Redis, where it
 		// starts the block; once started, the block denies from here.
 		return k.blocked(c, now, since)
@@ -158,11 +160,11 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	full := false
 	var at int64
 	var sh *knownShard // locked while the next key may share it
-	for i, key := range p.keys {
-		if p.colocated(i) {
+	for i, key := range p.Keys {
+		if p.Colocated(i) {
 			continue // known in its rate key's entry
 		}
-		if p.priced(i) {
+		if p.Priced(i) {
 			// Its fullness depends on each request's cost: known for
 			// the fallback only (see store).
 			if sh != nil {
@@ -184,8 +186,8 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 		// clock that went back).
 		ok := kk != nil && kk.sent >= since && len(kk.wins) > 0 && now >= kk.sent && now-kk.sent < maxAge &&
 			kk.fill(c, i, 1, now, &full)
-		for ci := range p.kcals {
-			if ok && p.kcals[ci].parent == int32(i) && p.colocated(ci) {
+		for ci := range p.Cals {
+			if ok && p.Cals[ci].Parent == int32(i) && p.Colocated(ci) {
 				ok = kk.fill(c, ci, -1, now, &full)
 			}
 		}
@@ -212,8 +214,8 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 // -1 for a calendar key known in its rate key's entry (see colocated).
 func (kk *knownKey) fill(c *call, i int, sign, now int64, full *bool) bool {
 	p := &c.plan
-	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-		kw := kk.find(window{period: sign * p.wins[j].period, limit: p.wins[j].limit})
+	for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
+		kw := kk.find(plan.Window{Period: sign * p.Wins[j].Period, Limit: p.Wins[j].Limit})
 		if kw == nil || kw.used > 0 && now >= kk.sent+kw.reset {
 			return false
 		}
@@ -231,25 +233,11 @@ func (kk *knownKey) fill(c *call, i int, sign, now int64, full *bool) bool {
 	return true
 }
 
-// colocated reports whether calendar key k of p is known in the cache
-// entry of its rate key, which p also holds, instead of an entry of its
-// own: both come from the same answers, and a cached denial then looks up
-// one entry for the two. Its windows are kept there with their periods
-// negated, apart from the rate windows. Keys with a cost or a block keep
-// their own entries (see store and blocked).
-func (p *plan) colocated(k int) bool {
-	if k >= len(p.kcals) || p.nblock > 0 {
-		return false
-	}
-	ck := &p.kcals[k]
-	return ck.unit != 0 && ck.parent >= 0 && !ck.priced
-}
-
 // calParent returns the rate key that calendar key key (or its block key)
 // extends, or "" when key is not one: it invalidates its rate key's entry
 // too (see colocated).
 func calParent(key string) string {
-	if i := strings.LastIndex(key, calSuffix); i > strings.LastIndexByte(key, '}') {
+	if i := strings.LastIndex(key, plan.CalSuffix); i > strings.LastIndexByte(key, '}') {
 		return key[:i]
 	}
 	return ""
@@ -268,8 +256,8 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 	p := &c.plan
 	var at int64
 	found := false
-	for i, key := range p.keys {
-		if p.blockOf(i) == 0 {
+	for i, key := range p.Keys {
+		if p.BlockOf(i) == 0 {
 			continue
 		}
 		sh := k.shard(key)
@@ -280,7 +268,7 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 			// bleft holds the block's time left, res's wait of the
 			// key's windows what it will be once set below.
 			c.bleft[i] = kk.brecv + kk.bleft - now
-			c.res[3*p.kstart[i]+2] = kk.brecv + kk.bwait - now
+			c.res[3*p.WinStart[i]+2] = kk.brecv + kk.bwait - now
 			at = max(at, kk.bat+now-kk.brecv)
 		}
 		sh.mu.RUnlock()
@@ -288,15 +276,15 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 	if !found {
 		return false
 	}
-	for i, key := range p.keys {
+	for i, key := range p.Keys {
 		kn, ok := k.get(key)
 		left, wait := c.bleft[i], int64(0)
 		if left > 0 {
-			wait = c.res[3*p.kstart[i]+2]
+			wait = c.res[3*p.WinStart[i]+2]
 		}
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+		for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
 			var used, reset, w int64
-			if kw := kn.find(p.wins[j]); ok && kw != nil {
+			if kw := kn.find(p.Wins[j]); ok && kw != nil {
 				if kw.used > 0 && now < kn.sent+kw.reset {
 					used, reset = kw.used, kn.recv+kw.reset-now
 				}
@@ -323,15 +311,15 @@ func (kk *knownKey) storeBlock(c *call, i int, sent, recv, wall, at int64) {
 	kk.bsent, kk.brecv, kk.bwall, kk.bat, kk.bleft = sent, recv, wall, at, c.bleft[i]
 	p := &c.plan
 	kk.bwait = 0
-	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+	for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
 		kk.bwait = max(kk.bwait, c.res[3*j+2])
 	}
 }
 
 // find returns the known window with w's period and limit, or nil.
-func (kk *knownKey) find(w window) *knownWin {
+func (kk *knownKey) find(w plan.Window) *knownWin {
 	for i := range kk.wins {
-		if kw := &kk.wins[i]; kw.period == w.period && kw.limit == w.limit {
+		if kw := &kk.wins[i]; kw.period == w.Period && kw.limit == w.Limit {
 			return kw
 		}
 	}
@@ -345,8 +333,8 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	p := &c.plan
 	counted := c.status == statusAdmitted && c.mode == opAllow
 	at := c.sec*1e6 + c.usec
-	for i, key := range p.keys {
-		if p.ks[i] || p.colocated(i) {
+	for i, key := range p.Keys {
+		if p.Slot[i] || p.Colocated(i) {
 			// A slot frees whenever a request ends, in any process, so
 			// no answer says how long a slot key stays full: it is not
 			// kept. A colocated calendar key is stored with its rate
@@ -364,7 +352,7 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		// (a concurrent call) may have been decided before the block
 		// started, and would make the fallback forget it. A lifted block
 		// (Reset) invalidates the key anyway.
-		if p.blockOf(i) > 0 && sent >= kk.inval && sent >= kk.bsent &&
+		if p.BlockOf(i) > 0 && sent >= kk.inval && sent >= kk.bsent &&
 			(c.bleft[i] > 0 || kk.bleft == 0 || sent > kk.brecv) {
 			kk.storeBlock(c, i, sent, recv, wall, at)
 		}
@@ -376,8 +364,8 @@ func (k *knownCache) store(c *call, sent, recv, wall int64) {
 		}
 		var buf [6]knownWin // a rate key's windows and its calendar key's
 		ws := keep(buf[:0], c, i, 1, counted)
-		for ci := range p.kcals {
-			if p.kcals[ci].parent == int32(i) && p.colocated(ci) {
+		for ci := range p.Cals {
+			if p.Cals[ci].Parent == int32(i) && p.Colocated(ci) {
 				ws = keep(ws, c, ci, -1, counted)
 			}
 		}
@@ -430,28 +418,28 @@ func (k *knownCache) mayDenyUntil(t int64) {
 // times sign (see colocated), and returns it.
 func keep(ws []knownWin, c *call, i int, sign int64, counted bool) []knownWin {
 	p := &c.plan
-	for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-		w := p.wins[j]
+	for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
+		w := p.Wins[j]
 		used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
 		if counted {
 			if used == 0 && reset == 0 {
 				// The request itself is the oldest. (A calendar
 				// window's reset is its period's end, always sent.)
-				reset = w.period
+				reset = w.Period
 			}
-			if !p.heldAt(j) {
+			if !p.HeldAt(j) {
 				// A distinct value a window held counts nothing anew
 				// there (see distinct.go).
-				used += p.kcost[i]
+				used += p.Cost[i]
 			}
 			// Admitted, so there was room: full now only when this
 			// request filled it, until its oldest entry leaves.
 			wait = 0
-			if used >= w.limit {
+			if used >= w.Limit {
 				wait = reset
 			}
 		}
-		ws = append(ws, knownWin{period: sign * w.period, limit: w.limit, used: used, reset: reset, wait: wait})
+		ws = append(ws, knownWin{period: sign * w.Period, limit: w.Limit, used: used, reset: reset, wait: wait})
 	}
 	return ws
 }
@@ -481,7 +469,7 @@ func (sh *knownShard) get(key string) (cp knownKey, from *knownKey, nominal int6
 		if kk = sh.m[parent]; kk == nil || len(kk.wins) == 0 {
 			return knownKey{}, nil, 0, false
 		}
-		nominal = calNominal(string(key[len(parent)+len(calSuffix):]))
+		nominal = plan.CalNominal(string(key[len(parent)+len(plan.CalSuffix):]))
 		cp = knownKey{sent: kk.sent, recv: kk.recv, wall: kk.wall, at: kk.at}
 		for _, w := range kk.wins {
 			if w.period == -nominal {
@@ -535,7 +523,7 @@ func (k *knownCache) seedOf(key string) (knownKey, bool) {
 		if kk = sh.m[parent]; kk == nil || len(kk.seed) == 0 {
 			return knownKey{}, false
 		}
-		nominal = calNominal(string(key[len(parent)+len(calSuffix):]))
+		nominal = plan.CalNominal(string(key[len(parent)+len(plan.CalSuffix):]))
 	}
 	cp := knownKey{sent: kk.seedSent, wall: kk.seedWall}
 	for _, w := range kk.seed {

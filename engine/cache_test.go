@@ -268,7 +268,7 @@ func TestFallbackSeedWindows(t *testing.T) {
 	r := req(user("u", win(3, time.Second), win(10, time.Minute)))
 	c := getCall()
 	defer putCall(c)
-	if err := c.plan.build(e.keyer, &r); err != nil {
+	if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
 		t.Fatal(err)
 	}
 	c.prepare()

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/slidelimit/slidelimit/engine/internal/plan"
+
 // The known cache keeps one answer per key, the one whose call was sent
 // last: an answer to a call sent after another answer arrived was decided
 // after it. But calls in flight together (on several connections, or in
@@ -36,7 +38,7 @@ const maxFloor = 4
 // answer that arrived no earlier). Called with the shard locked.
 func (kk *knownKey) lift(ws []knownWin, recv, wall int64) {
 	for _, w := range ws {
-		if kw := kk.find(window{period: w.period, limit: w.limit}); kw != nil && kw.used >= w.used && kk.recv >= recv {
+		if kw := kk.find(plan.Window{Period: w.period, Limit: w.limit}); kw != nil && kw.used >= w.used && kk.recv >= recv {
 			continue
 		}
 		covered, n := false, 0
@@ -63,7 +65,7 @@ func (kk *knownKey) lift(ws []knownWin, recv, wall int64) {
 func (kk *knownKey) trim() {
 	out := kk.floor[:0]
 	for i, f := range kk.floor {
-		kw := kk.find(window{period: f.period, limit: f.limit})
+		kw := kk.find(plan.Window{Period: f.period, Limit: f.limit})
 		covered := kw != nil && kw.used >= f.used && kk.recv >= f.recv
 		for j, g := range kk.floor {
 			if covered {
@@ -131,7 +133,7 @@ func (kn *knownKey) raise(floor []floorWin, rename func(period int64) int64) {
 		if period == 0 {
 			continue
 		}
-		kw := kn.find(window{period: period, limit: f.limit})
+		kw := kn.find(plan.Window{Period: period, Limit: f.limit})
 		if kw == nil {
 			kn.wins = append(kn.wins, knownWin{period: period, limit: f.limit})
 			kw = &kn.wins[len(kn.wins)-1]

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -57,9 +58,9 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 			}
 			// The cache keeps the month's bytes for the fallback, which
 			// seeds them as one entry (TestFallbackSeedCost).
-			key := string(e.keyer.appendKey(nil, "s", rules.User, "", "bytes", "alice")) + calSuffix + string(rulespec.Month)
+			key := string(e.keyer.AppendKey(nil, "s", rules.User, "", "bytes", "alice")) + plan.CalSuffix + string(rulespec.Month)
 			kn, ok := e.known.get(key)
-			if kw := kn.find(window{period: calNominal(rulespec.Month), limit: 1000}); !ok || kw == nil || kw.used != 1000 {
+			if kw := kn.find(plan.Window{Period: plan.CalNominal(rulespec.Month), Limit: 1000}); !ok || kw == nil || kw.used != 1000 {
 				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.wins, ok)
 			}
 		})
@@ -106,18 +107,18 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 // invalidation of the calendar key forgets both.
 func TestCachedCalendarColocated(t *testing.T) {
 	t.Parallel()
-	e := &Engine{keyer: &keyer{prefix: "p:"}, known: newKnownCache(100)}
+	e := &Engine{keyer: newKeyer(&config{prefix: "p:"}), known: newKnownCache(100)}
 	r := req(user("u", win(100, time.Hour), calWin(5, rulespec.Month)))
 	c := getCall()
 	defer putCall(c)
-	if err := c.plan.build(e.keyer, &r); err != nil {
+	if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
 		t.Fatal(err)
 	}
 	c.prepare()
-	if len(c.plan.keys) != 2 || !c.plan.colocated(1) || c.plan.colocated(0) {
-		t.Fatalf("keys %q: want a rate key and its colocated calendar key", c.plan.keys)
+	if len(c.plan.Keys) != 2 || !c.plan.Colocated(1) || c.plan.Colocated(0) {
+		t.Fatalf("keys %q: want a rate key and its colocated calendar key", c.plan.Keys)
 	}
-	rate, cal := strings.Clone(c.plan.keys[0]), strings.Clone(c.plan.keys[1])
+	rate, cal := strings.Clone(c.plan.Keys[0]), strings.Clone(c.plan.Keys[1])
 	c.status, c.mode = statusDenied, opPeek
 	c.res = []int64{7, 3_000_000_000, 0, 5, 86_400_000_000, 86_400_000_000}
 	e.known.store(c, 10, 20, 30)
@@ -125,7 +126,7 @@ func TestCachedCalendarColocated(t *testing.T) {
 		t.Errorf("rate key: %+v %v, want its hour window only", got.wins, ok)
 	}
 	got, ok := e.known.get(cal)
-	if want := (knownWin{period: calNominal(rulespec.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
+	if want := (knownWin{period: plan.CalNominal(rulespec.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
 		t.Errorf("calendar key: %+v %v, want %+v from the same answer", got, ok, want)
 	}
 	e.known.invalidate(cal, 40)

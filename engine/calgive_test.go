@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
@@ -107,7 +108,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 
 			// The next period's first admission drops the records of the
 			// periods before: the key holds its count alone.
-			cal := prefix + "{s|user|z}" + calSuffix + string(rulespec.Day)
+			cal := prefix + "{s|user|z}" + plan.CalSuffix + string(rulespec.Day)
 			if v, err := b.c.HGetAll(ctx, cal).Result(); err != nil || len(v) < 2 {
 				t.Fatalf("calendar key %q after a give-back: %v, %v; want its record too", cal, v, err)
 			}

@@ -8,25 +8,27 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // split groups c's keys into parts, one script call each: keys of one hash
 // slot together on a Redis Cluster, each key alone otherwise.
 func (c *call) split(g grouping) {
 	c.parts, c.pends = c.parts[:0], c.pends[:0]
-	n := len(c.plan.keys)
+	n := len(c.plan.Keys)
 	if g == groupSlot {
 		// Every key holds one of the request's windows at least, so
 		// n <= maxWindows. (A uint64 here, for maxChecks keys, sent the
 		// keys past the 64th twice.)
-		var done [maxWindows]bool
+		var done [plan.MaxWindows]bool
 		for i := range n {
 			if done[i] {
 				continue
 			}
-			s := slot(c.plan.keys[i])
+			s := slot(c.plan.Keys[i])
 			for j := i; j < n; j++ {
-				if !done[j] && (j == i || slot(c.plan.keys[j]) == s) {
+				if !done[j] && (j == i || slot(c.plan.Keys[j]) == s) {
 					done[j] = true
 					c.parts = append(c.parts, int32(j))
 				}
@@ -145,9 +147,9 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 			first := fa.begin(t)
 			fa.op(c, keys, false)
 			args := make([]any, 0, 3+len(keys)+len(fa.ends)-first)
-			args = append(args, head, name, c.plan.nargs(keys))
+			args = append(args, head, name, c.plan.NArgs(keys))
 			for _, k := range keys {
-				args = c.plan.appendKeyArgs(args, int(k))
+				args = c.plan.AppendKeyArgs(args, int(k))
 			}
 			args = fa.appendFrom(args, first)
 			cmd := redis.NewIntSliceCmd(ctx, args...)

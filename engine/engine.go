@@ -15,6 +15,7 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -206,10 +207,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 
 // decideWith is decide with a call from getCall, which the caller returns.
 func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uint8) (Decision, error) {
-	if err := c.plan.build(e.keyer, req); err != nil {
+	if err := buildPlan(&c.plan, e.keyer, req); err != nil {
 		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
 	}
-	if len(c.plan.keys) == 0 {
+	if len(c.plan.Keys) == 0 {
 		return Decision{Allowed: true, Source: fromRedis.String(), Time: e.now(), Windows: []WindowState{}}, nil
 	}
 	c.mode = mode
@@ -221,7 +222,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	if err := ctx.Err(); err != nil {
 		return e.fallback(c, req, err)
 	}
-	if mode == opAllow && e.denials && c.plan.nd == 0 && e.cachedDenial(c) {
+	if mode == opAllow && e.denials && c.plan.NDistinct == 0 && e.cachedDenial(c) {
 		if !e.async.touches(c) {
 			return c.decision(req, fromCache), nil
 		}
@@ -250,7 +251,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	// windows may be full yet admit the values they hold).
 	e.known.store(c, c.sent, c.recv, c.wall)
 	d := c.decision(req, fromRedis)
-	if c.plan.slots > 0 && d.taken != nil {
+	if c.plan.Slots > 0 && d.taken != nil {
 		e.hold(d.taken)
 	}
 	if c.warn != nil {
@@ -328,14 +329,14 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	if hashed && !access.IsStoredHash(subject) {
 		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, subject)
 	}
-	keys := []string{string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, keyCost(&l), subject, hashed))}
+	keys := []string{string(e.keyer.AppendKeyOf(nil, scope, l.Kind, l.Name, plan.KeyCost(&l), subject, hashed))}
 	for _, w := range l.Windows {
 		if w.Concurrent {
-			keys = append(keys, string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, "", subject, hashed))+slotSuffix)
+			keys = append(keys, string(e.keyer.AppendKeyOf(nil, scope, l.Kind, l.Name, "", subject, hashed))+plan.SlotSuffix)
 			break
 		}
 	}
-	keys = append(keys, e.keyer.calResetKeys(scope, &l, subject, hashed)...)
+	keys = append(keys, e.keyer.CalResetKeys(scope, &l, subject, hashed)...)
 	for _, key := range keys {
 		e.local.forget(key)
 	}
@@ -350,12 +351,12 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	// The block key shares the key's hash tag (one slot); the slot key
 	// may not: with a grained window the key's hash tag differs.
 	if len(keys) == 1 {
-		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], blockKey(keys[0]))); err != nil {
+		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], plan.BlockKey(keys[0]))); err != nil {
 			return &backendError{Op: "reset", Err: err}
 		}
 	} else {
 		pipe := e.client.Pipeline()
-		pipe.Del(ctx, keys[0], blockKey(keys[0]))
+		pipe.Del(ctx, keys[0], plan.BlockKey(keys[0]))
 		for _, key := range keys[1:] {
 			pipe.Del(ctx, key)
 		}

@@ -93,7 +93,7 @@ func TestLocalEviction(t *testing.T) {
 	for i := range 25 {
 		c := &call{mode: opAllow}
 		r := req(user(string(rune('a'+i)), win(1, time.Second)))
-		if err := c.plan.build(k, &r); err != nil {
+		if err := buildPlan(&c.plan, k, &r); err != nil {
 			t.Fatal(err)
 		}
 		c.prepare()

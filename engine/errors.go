@@ -69,7 +69,7 @@ func newReplyError(reason, reply string) *replyError {
 }
 
 // requestError reports a Request the engine cannot evaluate. It matches
-// ErrInvalid.
+// ErrInvalid. A *plan.Error converts to it: their fields stay identical.
 type requestError struct {
 	// Check is the index of the offending check in Request.Checks, or -1
 	// when the request as a whole is at fault.

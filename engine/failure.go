@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -111,7 +112,7 @@ func (e *Engine) route(c *call) {
 	c.split(e.group)
 	c.pdom = c.pdom[:0]
 	for i := range c.pends {
-		d := e.domainOf(c.plan.keys[c.part(i)[0]])
+		d := e.domainOf(c.plan.Keys[c.part(i)[0]])
 		c.pdom = append(c.pdom, d)
 		if !containsDomain(c.doms, d) {
 			c.doms = append(c.doms, d)
@@ -178,11 +179,11 @@ func (e *Engine) observe(d *domain, answered bool, err error) {
 }
 
 // anyDown reports whether a domain of the plan's keys is down.
-func (e *Engine) anyDown(p *plan) bool {
+func (e *Engine) anyDown(p *plan.Plan) bool {
 	if e.group == groupAll {
 		return e.doms.one.down.Load()
 	}
-	for _, k := range p.keys {
+	for _, k := range p.Keys {
 		if e.domainOf(k).down.Load() {
 			return true
 		}

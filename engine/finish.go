@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // Outcome is how an admitted request ended, for Finish. The zero Outcome
@@ -200,7 +202,7 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 		}
 		c.fin = append(c.fin, u)
 	}
-	c.plan.finishKeys(c.fin)
+	finishKeys(&c.plan, c.fin)
 	c.res, c.all = c.res[:0], c.all[:0]
 	for i := range c.fin {
 		c.res, c.all = append(c.res, 0), append(c.all, int32(i))
@@ -225,7 +227,7 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 	// Indexed by key: every key holds one of the request's windows at
 	// least, so there are at most maxWindows. (A check has at most a rate
 	// and a slot key, but calendar keys come between them.)
-	var set [maxWindows]bool
+	var set [plan.MaxWindows]bool
 	for i, a := range actual {
 		k := t.checks[i].key
 		if a < 0 || k < 0 {
@@ -266,10 +268,9 @@ func (t *taken) claim(want uint32) uint32 {
 
 // finishKeys makes the keys of p those of fin, for routing and the
 // script's KEYS.
-func (p *plan) finishKeys(fin []undo) {
-	clear(p.args)
-	p.keys, p.args, p.nblock = p.keys[:0], p.args[:0], 0
+func finishKeys(p *plan.Plan, fin []undo) {
+	p.KeysOnly()
 	for i := range fin {
-		p.keys = append(p.keys, fin[i].key)
+		p.Keys = append(p.Keys, fin[i].key)
 	}
 }

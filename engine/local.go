@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // localLimiter is the in-process fallback of rules.FailLocal: the same
@@ -60,7 +62,7 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ok := true
-	for i, key := range p.keys {
+	for i, key := range p.Keys {
 		var times, costs []int64
 		k := l.keys[key]
 		if k != nil && k.expired(t) {
@@ -82,19 +84,19 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 		if k != nil {
 			times, costs = k.times, k.costs
 		}
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-			used, reset, wait := windowState(p, i, p.wins[j], times, costs, t)
+		for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
+			used, reset, wait := windowState(p, i, p.Wins[j], times, costs, t)
 			ok = ok && wait == 0
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
-		if p.blockOf(i) > 0 && k != nil && k.block > t {
+		if p.BlockOf(i) > 0 && k != nil && k.block > t {
 			ok = false
 			c.blockedFor(i, k.block-t)
 		}
 	}
 	c.status = statusDenied
 	if !ok {
-		if c.mode == opAllow && p.nblock > 0 {
+		if c.mode == opAllow && p.Blocked > 0 {
 			l.startBlocks(c, t)
 		}
 		return
@@ -109,29 +111,29 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 // key's entries (times and costs, oldest first), as the script replies:
 // used, the time to its reset and, when a request of the key's cost does
 // not fit, the wait until it does (0 when it fits).
-func windowState(p *plan, i int, w window, times, costs []int64, t int64) (used, reset, wait int64) {
+func windowState(p *plan.Plan, i int, w plan.Window, times, costs []int64, t int64) (used, reset, wait int64) {
 	// Entries after t (the clock went back) count, as in the script.
 	// Grains are treated as exact.
-	from, end := t-w.period+1, int64(0)
-	if p.isCal(i) {
-		from, end = p.calSpan(i, t) // the period, not a span of time
+	from, end := t-w.Period+1, int64(0)
+	if p.IsCal(i) {
+		from, end = p.CalSpan(i, t) // the period, not a span of time
 	}
 	lo, _ := slices.BinarySearch(times, from)
 	for _, c := range costs[lo:] {
 		used += c
 	}
-	cost := p.kcost[i]
+	cost := p.Cost[i]
 	if used > 0 {
-		reset = times[lo] + w.period - t
-		if used+cost > w.limit {
+		reset = times[lo] + w.Period - t
+		if used+cost > w.Limit {
 			// The request fits once the oldest entries whose costs make
 			// up the excess have left.
-			left := used + cost - w.limit
+			left := used + cost - w.Limit
 			e := lo
 			for ; e < len(costs)-1 && left > costs[e]; e++ {
 				left -= costs[e]
 			}
-			wait = times[e] + w.period - t
+			wait = times[e] + w.Period - t
 		}
 	}
 	if end > 0 {
@@ -147,9 +149,9 @@ func windowState(p *plan, i int, w window, times, costs []int64, t int64) (used,
 // trimming what no window of the key reaches any more.
 func (l *localLimiter) record(c *call, t int64) {
 	p := &c.plan
-	for i, key := range p.keys {
+	for i, key := range p.Keys {
 		k := l.add(key, t)
-		k.ret = max(k.ret, p.longest(i))
+		k.ret = max(k.ret, p.Longest(i))
 		drop, _ := slices.BinarySearch(k.times, t-k.ret+1)
 		if drop > 0 {
 			k.times, k.ids, k.costs = k.times[drop:], k.ids[drop:], k.costs[drop:]
@@ -160,7 +162,7 @@ func (l *localLimiter) record(c *call, t int64) {
 		at, _ := slices.BinarySearch(k.times, t+1)
 		k.times = slices.Insert(k.times, at, t)
 		k.ids = slices.Insert(k.ids, at, c.id)
-		k.costs = slices.Insert(k.costs, at, p.kcost[i])
+		k.costs = slices.Insert(k.costs, at, p.Cost[i])
 	}
 }
 
@@ -169,13 +171,13 @@ func (l *localLimiter) record(c *call, t int64) {
 // does. Called with l.mu held.
 func (l *localLimiter) startBlocks(c *call, t int64) {
 	p := &c.plan
-	for i, key := range p.keys {
-		b := p.blockOf(i)
+	for i, key := range p.Keys {
+		b := p.BlockOf(i)
 		if b == 0 || c.bleft[i] > 0 {
 			continue
 		}
 		full := false
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
+		for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
 			full = full || c.res[3*j+2] > 0
 		}
 		if full {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
@@ -89,10 +90,10 @@ func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) [
 	nkeys := 0
 	for ci, c := range batch {
 		fa.op(c, c.all, shared != nil && shared[ci])
-		for i := range c.plan.keys {
-			args = c.plan.appendKeyArgs(args, i)
+		for i := range c.plan.Keys {
+			args = c.plan.AppendKeyArgs(args, i)
 		}
-		nkeys += len(c.plan.keys) + c.plan.nblock
+		nkeys += len(c.plan.Keys) + c.plan.Blocked
 	}
 	args[2] = nkeys
 	args = fa.appendTo(args)
@@ -192,36 +193,36 @@ func readFlatOp(r *ireader, c *call, keys []int32, t int64) (status, suffix int6
 	}
 	p := &c.plan
 	for _, k := range keys {
-		if p.ks[k] {
+		if p.Slot[k] {
 			// A slot key replies its live slots only.
-			j := p.kstart[k]
-			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = r.int(maxCountLimit), 0, 0
+			j := p.WinStart[k]
+			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = r.int(plan.MaxCountLimit), 0, 0
 			continue
 		}
-		if p.isCal(int(k)) {
+		if p.IsCal(int(k)) {
 			readCal(r, c, k, t)
-			if p.blockOf(int(k)) > 0 {
+			if p.BlockOf(int(k)) > 0 {
 				c.blockedFor(int(k), r.int(int64(rulespec.MaxPeriod/time.Microsecond)))
 			}
 			continue
 		}
-		if p.isDistinct(int(k)) {
+		if p.IsDistinct(int(k)) {
 			readHeld(r, p, k, t)
 		}
-		cost := p.kcost[k]
-		for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
-			w := p.wins[j]
+		cost := p.Cost[k]
+		for j := p.WinStart[k]; j < p.WinStart[k+1]; j++ {
+			w := p.Wins[j]
 			used := r.int(1 << 53)
 			var reset, wait int64
 			if used > 0 {
-				reset = r.score(t, w.period)
-				if used+cost > w.limit {
-					wait = r.score(t, w.period)
+				reset = r.score(t, w.Period)
+				if used+cost > w.Limit {
+					wait = r.score(t, w.Period)
 				}
 			}
 			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
 		}
-		if p.blockOf(int(k)) > 0 {
+		if p.BlockOf(int(k)) > 0 {
 			c.blockedFor(int(k), r.int(int64(rulespec.MaxPeriod/time.Microsecond)))
 		}
 	}
@@ -236,7 +237,7 @@ func (c *call) blockedFor(k int, left int64) {
 		return
 	}
 	p := &c.plan
-	for j := p.kstart[k]; j < p.kstart[k+1]; j++ {
+	for j := p.WinStart[k]; j < p.WinStart[k+1]; j++ {
 		c.res[3*j+2] = max(c.res[3*j+2], left)
 	}
 }
@@ -317,14 +318,14 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 	}
 	f.ends = append(f.ends, int32(len(f.buf)))
 	p := &c.plan
-	nkeys := int64(p.nargs(keys))
+	nkeys := int64(p.NArgs(keys))
 	if shared {
 		nkeys = -nkeys
 	}
 	f.int(nkeys)
 	for _, k := range keys {
-		ws := p.wins[p.kstart[k]:p.kstart[k+1]]
-		if p.isCal(int(k)) {
+		ws := p.Wins[p.WinStart[k]:p.WinStart[k+1]]
+		if p.IsCal(int(k)) {
 			if f.now == 0 {
 				f.now = time.Now().UnixMicro()
 			}
@@ -332,36 +333,36 @@ func (f *flatArgs) op(c *call, keys []int32, shared bool) {
 			f.block(p, k)
 			continue
 		}
-		if p.ks[k] {
+		if p.Slot[k] {
 			f.int(0)
 			f.buf = append(f.buf, 'S')
 			f.ends = append(f.ends, int32(len(f.buf)))
-			f.int(ws[0].limit)
-			f.int(ws[0].period) // the lease
+			f.int(ws[0].Limit)
+			f.int(ws[0].Period) // the lease
 			continue
 		}
-		if p.isDistinct(int(k)) {
+		if p.IsDistinct(int(k)) {
 			f.distinctArgs(p, k)
 			f.block(p, k)
 			continue
 		}
-		if !p.kw[k] {
+		if !p.Weighted[k] {
 			f.int(int64(len(ws)))
-			f.int((ws[0].period + 7) / 8)
+			f.int((ws[0].Period + 7) / 8)
 			for _, w := range ws {
-				f.int(w.period)
-				f.int(w.limit)
+				f.int(w.Period)
+				f.int(w.Limit)
 			}
 			f.block(p, k)
 			continue
 		}
 		f.int(-int64(len(ws)))
-		f.int((ws[0].period + 7) / 8)
-		f.int(p.kcost[k])
+		f.int((ws[0].Period + 7) / 8)
+		f.int(p.Cost[k])
 		for _, w := range ws {
-			f.int(w.period)
-			f.int(w.limit)
-			f.int(w.grain)
+			f.int(w.Period)
+			f.int(w.Limit)
+			f.int(w.Grain)
 		}
 		f.block(p, k)
 	}
@@ -445,8 +446,8 @@ func readFinish(r *ireader, flags []int64) {
 }
 
 // block appends the fields of key k's block key, if it has a block.
-func (f *flatArgs) block(p *plan, k int32) {
-	if b := p.blockOf(int(k)); b > 0 {
+func (f *flatArgs) block(p *plan.Plan, k int32) {
+	if b := p.BlockOf(int(k)); b > 0 {
 		f.int(0)
 		f.buf = append(f.buf, 'B')
 		f.ends = append(f.ends, int32(len(f.buf)))

@@ -1,22 +1,20 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 func plannedCall(t testing.TB, r Request) *call {
 	t.Helper()
 	c := &call{mode: opAllow}
-	if err := c.plan.build(newKeyer(&config{prefix: "p:"}), &r); err != nil {
+	if err := buildPlan(&c.plan, newKeyer(&config{prefix: "p:"}), &r); err != nil {
 		t.Fatal(err)
 	}
 	c.prepare()
@@ -50,11 +48,11 @@ func FuzzReply(f *testing.F) {
 			// Reset and wait may exceed the period: an entry scored after t
 			// (admitted before the server's clock went back) leaves the
 			// window later than a period from now.
-			for j, w := range c.plan.wins {
+			for j, w := range c.plan.Wins {
 				used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
 				ok := used >= 0 &&
 					(used == 0) == (reset == 0) && reset >= 0 &&
-					(used >= w.limit) == (wait != 0) && wait >= 0
+					(used >= w.Limit) == (wait != 0) && wait >= 0
 				if !ok {
 					t.Fatalf("%v accepted with res %v", v, c.res)
 				}
@@ -65,20 +63,20 @@ func FuzzReply(f *testing.F) {
 
 func TestRequestValidation(t *testing.T) {
 	t.Parallel()
-	many := make([]Check, maxChecks+1)
+	many := make([]Check, plan.MaxChecks+1)
 	for _, tc := range []struct {
 		r     Request
 		check int
 	}{
 		{req(user("u", win(0, time.Second))), 0},
-		{req(user("u", win(1, time.Second)), user("v", win(maxCountLimit+1, time.Second))), 1},
+		{req(user("u", win(1, time.Second)), user("v", win(plan.MaxCountLimit+1, time.Second))), 1},
 		{req(user("u", win(1, 0))), 0},
 		{req(user("u", win(1, rulespec.MaxPeriod+1))), 0},
 		{Request{Checks: many}, -1},
 		{Request{Checks: []Check{user("u", win(1, time.Second))}, Fail: "sideways"}, -1},
 	} {
 		c := plannedCall(t, Request{})
-		err := c.plan.build(newKeyer(&config{}), &tc.r)
+		err := buildPlan(&c.plan, newKeyer(&config{}), &tc.r)
 		var re *requestError
 		if !errors.As(err, &re) || re.Check != tc.check || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err %v, want a requestError for check %d", tc.r, err, tc.check)
@@ -87,22 +85,11 @@ func TestRequestValidation(t *testing.T) {
 	// Duplicate checks merge: same period keeps the smaller limit; the
 	// 1µs-rounding rounds up.
 	c := plannedCall(t, req(user("u", win(3, time.Second), win(9, 1500*time.Nanosecond)), ip("i", win(1, time.Second)), user("u", win(2, time.Second))))
-	if len(c.plan.keys) != 2 || len(c.plan.wins) != 3 || c.plan.wins[0] != (window{1_000_000, 2, 0}) || c.plan.wins[1] != (window{2, 9, 0}) {
-		t.Errorf("merged plan: keys %v wins %v", c.plan.keys, c.plan.wins)
+	if len(c.plan.Keys) != 2 || len(c.plan.Wins) != 3 || c.plan.Wins[0] != (plan.Window{Period: 1_000_000, Limit: 2}) || c.plan.Wins[1] != (plan.Window{Period: 2, Limit: 9}) {
+		t.Errorf("merged plan: keys %v wins %v", c.plan.Keys, c.plan.Wins)
 	}
-	if want := []int32{0, 1, 2, 0}; len(c.plan.origin) != 4 || c.plan.origin[0] != want[0] || c.plan.origin[3] != want[3] {
-		t.Errorf("origin %v, want %v", c.plan.origin, want)
-	}
-}
-
-// TestKeyArgPrints checks that traces and errors show keys, not pointers.
-func TestKeyArgPrints(t *testing.T) {
-	t.Parallel()
-	c := plannedCall(t, req(user("u", win(1, time.Second))))
-	c.plan.keyArgs()
-	cmd := redis.NewCmd(context.Background(), "evalsha", "sha", 1, &c.plan.args[0], "[]")
-	if got, want := cmd.String(), "evalsha sha 1 p:{s|user|u} []"; got != want {
-		t.Errorf("cmd.String() = %q, want %q", got, want)
+	if want := []int32{0, 1, 2, 0}; len(c.plan.Origin) != 4 || c.plan.Origin[0] != want[0] || c.plan.Origin[3] != want[3] {
+		t.Errorf("origin %v, want %v", c.plan.Origin, want)
 	}
 }
 
@@ -237,9 +224,9 @@ func FuzzWeightedReply(f *testing.F) {
 		if rd.end() != nil {
 			return
 		}
-		for j, w := range c.plan.wins {
+		for j, w := range c.plan.Wins {
 			used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
-			if used < 0 || (used == 0) != (reset == 0) || reset < 0 || (used+7 > w.limit) != (wait != 0) && used > 0 || wait < 0 {
+			if used < 0 || (used == 0) != (reset == 0) || reset < 0 || (used+7 > w.Limit) != (wait != 0) && used > 0 || wait < 0 {
 				t.Fatalf("%v accepted with res %v", v, c.res)
 			}
 		}

@@ -147,7 +147,7 @@ func (h *slotHolder) holding(ref slotRef) bool {
 // renewLoop renews every held slot each lease/3 until Close.
 func (e *Engine) renewLoop(done chan struct{}) {
 	defer close(done)
-	tick := time.NewTicker(time.Duration(e.keyer.lease) * time.Microsecond / 3)
+	tick := time.NewTicker(time.Duration(e.keyer.Lease) * time.Microsecond / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -231,7 +231,7 @@ func (e *Engine) sendRenewals(ctx context.Context, groups map[string]map[string]
 		for key := range keys {
 			args = append(args, key)
 		}
-		args = append(args, t, e.keyer.lease)
+		args = append(args, t, e.keyer.Lease)
 		for _, a := range args[3 : 3+len(keys)] {
 			key := a.(string)
 			ms := keys[key]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 )
 
@@ -68,17 +69,17 @@ type undo struct {
 
 // undoOf returns the removal of member (with suffix, or -1) from key k of
 // p, at now (µs).
-func undoOf(p *plan, k int, member string, suffix, now int64) undo {
-	u := undo{key: strings.Clone(p.keys[k]), member: member, suffix: suffix, until: now + p.longest(k), kind: kindCount}
+func undoOf(p *plan.Plan, k int, member string, suffix, now int64) undo {
+	u := undo{key: strings.Clone(p.Keys[k]), member: member, suffix: suffix, until: now + p.Longest(k), kind: kindCount}
 	switch {
-	case p.ks[k]:
+	case p.Slot[k]:
 		u.kind = kindSlot
-	case p.kw[k]:
-		u.kind, u.cost, u.delta, u.mode = kindWeighted, p.kcost[k], -p.kcost[k], 'r'
-	case p.isCal(k):
-		p.calUndo(&u, k)
-	case p.isDistinct(k):
-		p.distinctUndo(&u, k)
+	case p.Weighted[k]:
+		u.kind, u.cost, u.delta, u.mode = kindWeighted, p.Cost[k], -p.Cost[k], 'r'
+	case p.IsCal(k):
+		calUndo(p, &u, k)
+	case p.IsDistinct(k):
+		distinctUndo(p, &u, k)
 	}
 	return u
 }
