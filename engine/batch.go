@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
@@ -154,14 +155,14 @@ type call struct {
 	shared []bool           // sharing's result, per call of the batch
 	args   []any            // command arguments built by a leader
 	ctx    batchCtx         // the context of the script calls it leads (single server)
-	flat   flatArgs
+	flat   codec.Args
 
 	// Failure domains: the servers the call needs.
 	doms []*domain
 
 	// Finish (opFinish): the work per key, the invalidation channel, and
 	// for FinishAsync the op's name in logs.
-	fin []undo
+	fin []codec.Undo
 	pub string
 	op  string
 

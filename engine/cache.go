@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
@@ -203,7 +204,7 @@ func (k *knownCache) deny(c *call, now, elapsed int64) bool {
 	if !full {
 		return false
 	}
-	c.status, c.suffix = statusDenied, 0
+	c.status, c.suffix = codec.StatusDenied, 0
 	c.sec, c.usec = at/1e6, at%1e6
 	return true
 }
@@ -300,7 +301,7 @@ func (k *knownCache) blocked(c *call, now, since int64) bool {
 		c.blockedFor(i, wait)
 		c.bleft[i] = left
 	}
-	c.status, c.suffix = statusDenied, 0
+	c.status, c.suffix = codec.StatusDenied, 0
 	c.sec, c.usec = at/1e6, at%1e6
 	return true
 }
@@ -331,7 +332,7 @@ func (kk *knownKey) find(w plan.Window) *knownWin {
 // the time it has room again.
 func (k *knownCache) store(c *call, sent, recv, wall int64) {
 	p := &c.plan
-	counted := c.status == statusAdmitted && c.mode == opAllow
+	counted := c.status == codec.StatusAdmitted && c.mode == opAllow
 	at := c.sec*1e6 + c.usec
 	for i, key := range p.Keys {
 		if p.Slot[i] || p.Colocated(i) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
@@ -273,7 +274,7 @@ func TestFallbackSeedWindows(t *testing.T) {
 	}
 	c.prepare()
 	// Redis said at t0: 8 entries in the minute, 1 of them in the second.
-	c.status, c.mode = statusDenied, opPeek
+	c.status, c.mode = codec.StatusDenied, opPeek
 	c.res = []int64{8, 30_000_000, 0, 1, 500_000, 0}
 	now := clk.Now().UnixMicro()
 	e.known.store(c, now, now, now)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
@@ -119,7 +120,7 @@ func TestCachedCalendarColocated(t *testing.T) {
 		t.Fatalf("keys %q: want a rate key and its colocated calendar key", c.plan.Keys)
 	}
 	rate, cal := strings.Clone(c.plan.Keys[0]), strings.Clone(c.plan.Keys[1])
-	c.status, c.mode = statusDenied, opPeek
+	c.status, c.mode = codec.StatusDenied, opPeek
 	c.res = []int64{7, 3_000_000_000, 0, 5, 86_400_000_000, 86_400_000_000}
 	e.known.store(c, 10, 20, 30)
 	if got, ok := e.known.get(rate); !ok || len(got.wins) != 1 || got.wins[0].period != 3_600_000_000 || got.wins[0].used != 7 {
@@ -147,23 +148,23 @@ func TestCalArgsKinds(t *testing.T) {
 	mk := func(subject string, limit int64) *call {
 		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, rulespec.Month))))
 	}
-	var f flatArgs
+	var f codec.Args
 	now := t0.UnixMicro()
 	kind := func(c *call) string {
-		f.calArgs(&c.plan, 1, now)
-		for i := len(f.ends) - 1; i > 0; i-- {
-			if v := string(f.buf[f.ends[i-1]:f.ends[i]]); v == "P" || v == "Q" || v == "q" {
+		f.Op(nil, &c.plan, []int32{1}, false) // key 1: the calendar key
+		for i := len(f.Ends) - 1; i > 0; i-- {
+			if v := string(f.Buf[f.Ends[i-1]:f.Ends[i]]); v == "P" || v == "Q" || v == "q" {
 				return v
 			}
 		}
 		return ""
 	}
-	f.reset(now)
+	f.Reset(now)
 	var got []string
 	for _, c := range []*call{mk("u", 5), mk("u", 5), mk("u", 6), mk("u", 6), mk("v", 6), mk("u", 6)} {
 		got = append(got, kind(c))
 	}
-	f.begin(now)
+	f.Begin(now)
 	got = append(got, kind(mk("u", 6)))
 	if want := "P q Q q Q Q P"; strings.Join(got, " ") != want {
 		t.Errorf("kinds %q, want %q", strings.Join(got, " "), want)

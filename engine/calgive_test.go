@@ -10,6 +10,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
@@ -18,7 +19,7 @@ import (
 
 // finishUndos returns the finish ops that Finish(d, o) sends, claiming
 // them in d as Finish does: what a retry of that Finish sends again.
-func finishUndos(t *testing.T, d Decision, o Outcome) []undo {
+func finishUndos(t *testing.T, d Decision, o Outcome) []codec.Undo {
 	t.Helper()
 	c := getCall()
 	defer putCall(c)
@@ -31,7 +32,7 @@ func finishUndos(t *testing.T, d Decision, o Outcome) []undo {
 }
 
 // removeOK runs us as finish ops, as the retry of a queued finish does.
-func removeOK(t *testing.T, e *Engine, us []undo) {
+func removeOK(t *testing.T, e *Engine, us []codec.Undo) {
 	t.Helper()
 	if failed, err := e.remove(context.Background(), us); len(failed) > 0 {
 		t.Fatalf("remove: %v failed: %v", failed, err)

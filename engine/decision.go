@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -99,7 +100,7 @@ type Decision struct {
 // the time), which Redis or the fallback limiter filled in.
 func (c *call) decision(req *Request, src source) Decision {
 	p := &c.plan
-	admitted := c.status == statusAdmitted
+	admitted := c.status == codec.StatusAdmitted
 	d := Decision{
 		Allowed: admitted,
 		Source:  src.String(),

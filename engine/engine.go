@@ -15,6 +15,7 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/lua"
@@ -312,7 +313,7 @@ func answered(err error) bool {
 // nil case allocates nothing (errors.As needs its targets on the heap).
 func answeredErr(err error) bool {
 	var re redis.Error
-	var ue *replyError
+	var ue *codec.ReplyError
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 

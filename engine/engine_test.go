@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -98,7 +99,7 @@ func TestLocalEviction(t *testing.T) {
 		}
 		c.prepare()
 		l.decide(c, now+int64(i)*100_000, newKnownCache(10)) // 100 ms apart: keys expire after 1 s
-		if c.status != statusAdmitted {
+		if c.status != codec.StatusAdmitted {
 			t.Fatalf("key %d denied", i)
 		}
 		if len(l.keys) > 10 {

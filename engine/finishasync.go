@@ -70,7 +70,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		// As in Finish: the batch that finds the server back runs it.
 		e.undos.push(e, c.fin...)
 		e.async.failed.Add(1)
-		e.warnFailed(op, c.fin[0].member, errNotAsked)
+		e.warnFailed(op, c.fin[0].Member, errNotAsked)
 		putCall(c)
 		return
 	}
@@ -290,7 +290,7 @@ func (e *Engine) land(fl *flight) {
 			if c.err != nil {
 				e.async.failed.Add(1) // queued, and logged by finished
 			} else {
-				e.asyncFailed(c.op, c.fin[0].member, err)
+				e.asyncFailed(c.op, c.fin[0].Member, err)
 			}
 		}
 	}
@@ -413,11 +413,11 @@ func (e *Engine) forgetAsync(c *call) {
 	var now int64
 	read := false // the clock, only for a finish that publishes
 	for i := range c.fin {
-		if c.fin[i].publishes() {
+		if c.fin[i].Publishes() {
 			if !read {
 				now, read = e.mono(), true
 			}
-			e.known.invalidate(c.fin[i].key, now)
+			e.known.invalidate(c.fin[i].Key, now)
 		}
 	}
 }

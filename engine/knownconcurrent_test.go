@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 )
 
 // TestFallbackConcurrentAnswers checks that the local fallback starts from
@@ -83,7 +85,7 @@ func TestFallbackConcurrentAnswers(t *testing.T) {
 				}
 				c.prepare()
 				c.mode = opAllow
-				c.status, c.res = statusAdmitted, []int64{a.before, 5_000_000, 0}
+				c.status, c.res = codec.StatusAdmitted, []int64{a.before, 5_000_000, 0}
 				if tc.distinct {
 					c.plan.Held = append(c.plan.Held[:0], a.held)
 				}

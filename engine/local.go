@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
@@ -94,14 +95,14 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			c.blockedFor(i, k.block-t)
 		}
 	}
-	c.status = statusDenied
+	c.status = codec.StatusDenied
 	if !ok {
 		if c.mode == opAllow && p.Blocked > 0 {
 			l.startBlocks(c, t)
 		}
 		return
 	}
-	c.status = statusAdmitted
+	c.status = codec.StatusAdmitted
 	if c.mode == opAllow {
 		l.record(c, t)
 	}
@@ -255,19 +256,19 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 // finish does the work of fin (see Finish) for request id, as the script
 // does in Redis: a removal deletes its entry, a settlement changes its
 // cost, never below zero, a debt at the request's own time, once.
-func (l *localLimiter) finish(t *taken, fin []undo) {
+func (l *localLimiter) finish(t *taken, fin []codec.Undo) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, u := range fin {
-		k := l.keys[u.key]
+		k := l.keys[u.Key]
 		if k == nil {
 			continue
 		}
 		j := slices.Index(k.ids, t.id)
 		switch {
 		case j < 0:
-		case u.mode == 's' || u.mode == 'g':
-			k.costs[j] = max(0, k.costs[j]+u.delta)
+		case u.Mode == 's' || u.Mode == 'g':
+			k.costs[j] = max(0, k.costs[j]+u.Delta)
 			k.ids[j] = settledID // settled once
 		default:
 			k.times, k.ids, k.costs = slices.Delete(k.times, j, j+1), slices.Delete(k.ids, j, j+1), slices.Delete(k.costs, j, j+1)

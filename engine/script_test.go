@@ -2,11 +2,13 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
@@ -41,10 +43,10 @@ func FuzzReply(f *testing.F) {
 			v = append(v, old2)
 		}
 		v = append(v, used3)
-		rd := ireader{v: v}
-		s, u := rd.int(maxTime/1e6), rd.int(999_999)
+		rd := codec.Reader{V: v}
+		s, u := rd.Int(codec.MaxTime/1e6), rd.Int(999_999)
 		readFlatOp(&rd, c, c.all, s*1e6+u)
-		if err := rd.end(); err == nil {
+		if err := rd.End(); err == nil {
 			// Reset and wait may exceed the period: an entry scored after t
 			// (admitted before the server's clock went back) leaves the
 			// window later than a period from now.
@@ -97,13 +99,13 @@ func TestFlatArgs(t *testing.T) {
 	t.Parallel()
 	c := plannedCall(t, req(user("u", win(5, time.Second), win(50, time.Minute)), ip("i", win(3, time.Millisecond))))
 	c.member = []byte("77")
-	var f flatArgs
-	f.reset(0)
-	f.op(c, c.all, false)
-	args := f.appendTo(nil)
+	var f codec.Args
+	f.Reset(0)
+	opArgs(&f, c, c.all, false)
+	args := f.AppendTo(nil)
 	var got []string
 	for _, a := range args {
-		got = append(got, a.(*bufArg).String())
+		got = append(got, a.(fmt.Stringer).String())
 	}
 	// t, max suffix, member, nkeys, then per key nwin, busy
 	// (ceil(longest/8)) and the windows longest first, in µs.
@@ -113,10 +115,10 @@ func TestFlatArgs(t *testing.T) {
 	}
 	// A peek sends an empty member.
 	c.mode = opPeek
-	f.reset(42)
-	f.op(c, c.all[:1], false)
-	if s := f.appendTo(nil)[2].(*bufArg).String(); s != "" || string(f.buf[:4]) != "4232" {
-		t.Errorf("peek member %q, buf %q", s, f.buf)
+	f.Reset(42)
+	opArgs(&f, c, c.all[:1], false)
+	if s := f.AppendTo(nil)[2].(fmt.Stringer).String(); s != "" || string(f.Buf[:4]) != "4232" {
+		t.Errorf("peek member %q, buf %q", s, f.Buf)
 	}
 }
 
@@ -141,19 +143,19 @@ func TestReadFlatOp(t *testing.T) {
 		{reply: []int64{2000000000, 0, 1, 0, 0, 7}, err: "trailing data"},
 		{reply: []int64{2000000000, 0, 1, -1, 0}, err: "out of range"},
 		{reply: []int64{2000000000, 0, 1, 1<<53 + 1, 0}, err: "out of range"},
-		{reply: []int64{2000000000, 0, 1 + 4*(maxSuffix+1), 0, 0}, err: "out of range"},
+		{reply: []int64{2000000000, 0, 1 + 4*(codec.MaxSuffix+1), 0, 0}, err: "out of range"},
 		{reply: []int64{2000000000, 0, 1, 1, 1999999998000000, 0}, err: "score outside"},
 		{reply: []int64{2000000000, 0, 1, 1, 2000000000000001, 1, 2000000000000001}, status: 1, res: []int64{1, 1000001, 0, 1, 100001, 0}},
 		{reply: nil, err: "missing number"},
 	} {
 		c := plannedCall(t, r)
-		rd := ireader{v: tc.reply}
-		sec, usec := rd.int(maxTime/1e6), rd.int(999_999)
-		if rd.err == nil && sec*1e6+usec != now {
+		rd := codec.Reader{V: tc.reply}
+		sec, usec := rd.Int(codec.MaxTime/1e6), rd.Int(999_999)
+		if rd.Err == nil && sec*1e6+usec != now {
 			t.Fatalf("%v: time %d.%06d", tc.reply, sec, usec)
 		}
 		status, _ := readFlatOp(&rd, c, c.all, now)
-		err := rd.end()
+		err := rd.End()
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%v: err %v, want %q", tc.reply, err, tc.err)
@@ -181,12 +183,12 @@ func TestWeightedArgs(t *testing.T) {
 	c := plannedCall(t, req(bytesOf("u", 7, win(100, time.Second), gwin(1000, time.Minute, 10*time.Second)),
 		user("u", win(5, time.Second), gwin(50, time.Hour, time.Minute))))
 	c.member = []byte("77")
-	var f flatArgs
-	f.reset(0)
-	f.op(c, c.all, false)
+	var f codec.Args
+	f.Reset(0)
+	opArgs(&f, c, c.all, false)
 	var got []string
-	for _, a := range f.appendTo(nil) {
-		got = append(got, a.(*bufArg).String())
+	for _, a := range f.AppendTo(nil) {
+		got = append(got, a.(fmt.Stringer).String())
 	}
 	want := "0 32 77 2 -2 7500000 7 60000000 1000 10000000 1000000 100 0 -2 450000000 1 3600000000 50 60000000 1000000 5 0"
 	if s := strings.Join(got, " "); s != want {
@@ -194,11 +196,11 @@ func TestWeightedArgs(t *testing.T) {
 	}
 	// A window is full when used + cost exceeds its limit: 94 + 7 > 100.
 	const now = 2_000_000_000_000_000
-	rd := ireader{v: []int64{2000000000, 0, 0, 500, 1999999999000001, 94, 1999999999500000, 1999999999600000, 0, 0}}
-	rd.int(maxTime / 1e6)
-	rd.int(999_999)
-	if st, _ := readFlatOp(&rd, c, c.all, now); st != 0 || rd.end() != nil {
-		t.Fatalf("status %d err %v", st, rd.err)
+	rd := codec.Reader{V: []int64{2000000000, 0, 0, 500, 1999999999000001, 94, 1999999999500000, 1999999999600000, 0, 0}}
+	rd.Int(codec.MaxTime / 1e6)
+	rd.Int(999_999)
+	if st, _ := readFlatOp(&rd, c, c.all, now); st != 0 || rd.End() != nil {
+		t.Fatalf("status %d err %v", st, rd.Err)
 	}
 	if want := []int64{500, 59000001, 0, 94, 500000, 600000, 0, 0, 0, 0, 0, 0}; !slices.Equal(c.res, want) {
 		t.Errorf("res %v, want %v", c.res, want)
@@ -218,10 +220,10 @@ func FuzzWeightedReply(f *testing.F) {
 			v = append(v, old)
 		}
 		v = append(v, used, old, edge)
-		rd := ireader{v: v}
-		s, u := rd.int(maxTime/1e6), rd.int(999_999)
+		rd := codec.Reader{V: v}
+		s, u := rd.Int(codec.MaxTime/1e6), rd.Int(999_999)
 		readFlatOp(&rd, c, c.all, s*1e6+u)
-		if rd.end() != nil {
+		if rd.End() != nil {
 			return
 		}
 		for j, w := range c.plan.Wins {

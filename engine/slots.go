@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/lua"
 )
@@ -38,7 +39,7 @@ const minLease = 30 * time.Millisecond
 // Engines sharing a Redis may use different leases.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
-		if d < minLease || d > time.Duration(maxTime/2)*time.Microsecond {
+		if d < minLease || d > time.Duration(codec.MaxTime/2)*time.Microsecond {
 			return &optionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
 		}
 		c.lease = d
@@ -110,7 +111,7 @@ func (e *Engine) hold(t *taken) {
 	}
 	member := t.member()
 	for i, k := range t.keys {
-		if k.kind == kindSlot {
+		if k.kind == codec.KindSlot {
 			// t.key(i) is a view of t.text: the registry keeps t alive
 			// while the slot is held, and no more.
 			h.held[slotRef{key: t.key(i), member: memberText(member, k.suffix)}] = struct{}{}
@@ -125,12 +126,12 @@ func (e *Engine) hold(t *taken) {
 }
 
 // unhold forgets the slots that t releases in fin.
-func (e *Engine) unhold(t *taken, fin []undo) {
+func (e *Engine) unhold(t *taken, fin []codec.Undo) {
 	h := &e.slots
 	h.mu.Lock()
 	for _, u := range fin {
-		if u.kind == kindSlot {
-			delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+		if u.Kind == codec.KindSlot {
+			delete(h.held, slotRef{key: u.Key, member: memberText(u.Member, u.Suffix)})
 		}
 	}
 	h.mu.Unlock()
@@ -272,7 +273,7 @@ func (e *Engine) renewed(calls []renewal) {
 	for _, s := range calls {
 		v, err := s.cmd.Result()
 		if err == nil && len(v) != len(s.refs) {
-			err = newReplyError("renewal reply of the wrong length", "")
+			err = codec.NewReplyError("renewal reply of the wrong length", "")
 		}
 		if err != nil {
 			failed += len(s.refs)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
@@ -36,16 +37,6 @@ const _ int8 = plan.MaxChecks - 1
 
 // maxIDLen is the longest id in decimal (an int64's).
 const maxIDLen = 20
-
-// Kinds of the keys a request took, as finish ops name them (see
-// lua/multi_window.lua).
-const (
-	kindCount    = 'C'
-	kindSlot     = 'S'
-	kindWeighted = 'W'
-	kindCal      = 'A' // a calendar key (see calendar.go)
-	kindDistinct = 'R' // a distinct key (see distinct.go)
-)
 
 // takenKey is one key a request was counted in.
 type takenKey struct {
@@ -103,12 +94,12 @@ func (c *call) take(req *Request, src source) *taken {
 	}
 	t.idLen = uint8(len(t.text) - len(keys))
 	for i := range p.Keys {
-		k := takenKey{end: int32(p.Ends[i]), kind: kindCount, suffix: c.suffixOf(i, src), longest: p.Longest(i)}
+		k := takenKey{end: int32(p.Ends[i]), kind: codec.KindCount, suffix: c.suffixOf(i, src), longest: p.Longest(i)}
 		switch {
 		case p.Slot[i]:
-			k.kind = kindSlot
+			k.kind = codec.KindSlot
 		case p.Weighted[i]:
-			k.kind, k.cost = kindWeighted, p.Cost[i]
+			k.kind, k.cost = codec.KindWeighted, p.Cost[i]
 			for _, w := range p.Wins[p.WinStart[i]:p.WinStart[i+1]] {
 				k.grain = max(k.grain, w.Grain)
 			}
