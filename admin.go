@@ -13,7 +13,6 @@ import (
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -83,7 +82,7 @@ func (s adminSource) Routes() []admin.Route {
 			out = append(out, admin.Route{Scope: g.scope})
 			i = len(out) - 1
 		}
-		for _, ls := range rulesx.Lists(&g.group) {
+		for _, ls := range lifecycle.Lists(&g.group) {
 			for _, lim := range ls {
 				if id := lim.ID(); !slices.Contains(out[i].Limiters, id) {
 					out[i].Limiters = append(out[i].Limiters, id)

@@ -12,7 +12,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -166,7 +166,7 @@ func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind
 	var block time.Duration // the longest block of the groups with the limiter
 	for _, g := range inScope {
 		var subject string
-		for _, ls := range rulesx.Lists(&g.group) {
+		for _, ls := range lifecycle.Lists(&g.group) {
 			for _, lim := range ls {
 				if lim.Kind != kind || lim.Name != id.Name || lim.Cost != id.Cost {
 					continue
@@ -180,7 +180,7 @@ func (l *Limiter) inspectWith(scope, limiterID string, subjectOf func(rules.Kind
 				}
 				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
 				block = max(block, g.group.Block)
-				if loc, err := rulesx.Zone(&g.group); err == nil && hasCalendar(g.group) {
+				if loc, err := ruletime.LoadZone(g.group.Calendar); err == nil && hasCalendar(g.group) {
 					req.Zone = loc // scopes that share calendar windows share a zone
 				}
 			}
@@ -213,7 +213,7 @@ func addWindows(checks []engine.Check, id rules.Limiter, subject string, ws []ru
 	for _, w := range ws {
 		if w.LimitFunc != "" {
 			// No request, no limit: the largest one the window may have.
-			w.Limit = rulesx.LimitCap(id, w)
+			w.Limit = lifecycle.LimitCap(id, w)
 		}
 		if !slices.Contains(checks[i].Windows, w) {
 			checks[i].Windows = append(checks[i].Windows, w)
@@ -250,7 +250,7 @@ func (l *Limiter) peek(ctx context.Context, req engine.Request) (engine.Decision
 // hasCalendar reports whether some limiter of g, default or override, has
 // a calendar window.
 func hasCalendar(g rules.Group) bool {
-	for _, ls := range rulesx.Lists(&g) {
+	for _, ls := range lifecycle.Lists(&g) {
 		for _, l := range ls {
 			for _, w := range l.Windows {
 				if w.Calendar != "" {

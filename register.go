@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/muxpattern"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -77,8 +77,8 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	}
 	// The pattern is checked first, and on its own, so that its error
 	// wraps errPattern as the ServeMux's own rejections do.
-	if _, err := rulesx.Wildcards(pattern); err != nil {
-		return fail(fmt.Errorf("%w: %w", errPattern, err))
+	if _, off, reason := muxpattern.Parse(pattern); reason != "" {
+		return fail(fmt.Errorf("%w: %w", errPattern, &rules.Error{Input: pattern, Offset: off, Reason: reason}))
 	}
 	g, err := rules.ParseRoute(pattern, rulesText)
 	if err != nil {

@@ -211,7 +211,7 @@ func TestHandle(t *testing.T) {
 	if want := `slidelimit: route "GET /a/{id}": rules: "ip:5/s; role(x)=param(other):1/s": param "other" is not a wildcard ({other} or {other...}) of route pattern "GET /a/{id}" at offset 22`; err == nil || err.Error() != want {
 		t.Errorf("Handle with an unknown param = %v, want %s", err, want)
 	}
-	// A malformed pattern is located by rulesx.Wildcards, as in a route tag.
+	// A malformed pattern is located by internal/muxpattern, as in a route tag.
 	err = offline(t).Handle(http.NewServeMux(), "GET /a/{id}x", ok, "ip:1/s")
 	if !isKind(err, "route") || !isError(err, errRuleInvalid) || !strings.Contains(err.Error(), "at offset 7") {
 		t.Errorf("Handle with a malformed pattern = %v, want kind route, errRuleInvalid at offset 7", err)

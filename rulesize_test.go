@@ -12,7 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 // windowList returns n windows "1/1ms,1/2ms,...", each of its own period.
@@ -121,7 +121,7 @@ func TestRuleSizeAtBound(t *testing.T) {
 }
 
 func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
-	keys := make([]string, rulespec.MaxLimiters)
+	keys := make([]string, rulelimits.MaxLimiters)
 	for i := range keys {
 		keys[i] = "header(X-H" + strconv.Itoa(i) + "):1 concurrent,2/min"
 	}
@@ -129,10 +129,10 @@ func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
 	for _, tt := range []struct {
 		path, text, want string
 	}{
-		{"/windows", "ip:1 concurrent," + windowList(rulespec.MaxWindows-1), "200"},
-		{"/limiters", headerLimiters(rulespec.MaxLimiters, rulespec.MaxWindows/rulespec.MaxLimiters), "200"},
-		{"/distinct", "user:1 concurrent," + windowList(rulespec.MaxDistinctWindows) + "; distinct:path", "200"},
-		{"/override", "ip:1/s; role(admin)=user:" + windowList(rulespec.MaxWindows), "200"},
+		{"/windows", "ip:1 concurrent," + windowList(rulelimits.MaxWindows-1), "200"},
+		{"/limiters", headerLimiters(rulelimits.MaxLimiters, rulelimits.MaxWindows/rulelimits.MaxLimiters), "200"},
+		{"/distinct", "user:1 concurrent," + windowList(rulelimits.MaxDistinctWindows) + "; distinct:path", "200"},
+		{"/override", "ip:1/s; role(admin)=user:" + windowList(rulelimits.MaxWindows), "200"},
 		{"/keys", strings.Join(keys, "; "), "200 200 429"},
 	} {
 		if err := lim.Handle(mux, "GET "+tt.path, ok, tt.text); err != nil {

@@ -12,8 +12,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -70,7 +69,7 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 		}
 	}
 	var err error
-	if p.zone, err = rulespec.LoadZone(g.Calendar); err != nil {
+	if p.zone, err = ruletime.LoadZone(g.Calendar); err != nil {
 		return nil, fmt.Errorf("slidelimit: throttle %q: %w", t.name, err)
 	}
 	return p, nil
@@ -115,7 +114,7 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 			}
 			ch.Cost, names[i] = n, l.Cost
 		}
-		if !rulesx.Dynamic(l) {
+		if !lifecycle.Dynamic(l) {
 			continue
 		}
 		ws := make([]rules.Window, len(l.Windows))
@@ -135,7 +134,7 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 				}
 				vals[w.LimitFunc] = n
 			}
-			rw, err := rulesx.Resolve(l, w, n)
+			rw, err := lifecycle.Resolve(l, w, n)
 			if err != nil {
 				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Limit: n, Err: err}
 			}

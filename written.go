@@ -4,7 +4,7 @@ import (
 	"errors"
 	"reflect"
 
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -19,7 +19,7 @@ func written(err error, text string) error {
 func relocate(err error, text string) (error, bool) {
 	switch e := err.(type) {
 	case *rules.Error:
-		r := rulesx.Relocate(e, text)
+		r := lifecycle.Relocate(e, text)
 		return r, r != error(e)
 	case interface{ Unwrap() []error }:
 		errs := e.Unwrap()

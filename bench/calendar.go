@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -43,7 +43,7 @@ func init() {
 // calMonth is the calendar month of the calendar groups: unreachable, or
 // filled by one request in the deny case.
 func calMonth(c benchCase) rules.Window {
-	month := rules.Window{Limit: unreachable, Calendar: rulespec.Month}
+	month := rules.Window{Limit: unreachable, Calendar: ruletime.Month}
 	if c.Deny {
 		month.Limit = 1
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -24,7 +24,7 @@ func init() {
 // names a limit function: per request it calls the function (here a map
 // lookup by subject, as an application would read a tenant's plan), copies
 // the limiter's windows into a fresh slice with the resolved limit
-// (internal/rulesx.Resolve, the middleware's check of the value) and asks the
+// (internal/lifecycle.Resolve, the middleware's check of the value) and asks the
 // engine. The limits are those of the static 2-window group, so the two
 // rows differ only by the resolution.
 func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiterSetup, error) {
@@ -40,7 +40,7 @@ func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiter
 	if err != nil {
 		return nil, err
 	}
-	// Resolve caps an exact window at rulespec.MaxLimit, as in rule text; the
+	// Resolve caps an exact window at rulelimits.MaxLimit, as in rule text; the
 	// bench's unreachable limit needs a cost-free limiter built in Go, so
 	// the check runs against a grained twin and the exact window is used.
 	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{static, dyn}}
@@ -63,7 +63,7 @@ func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiter
 						ws[i] = w
 						continue
 					}
-					r, err := rulesx.Resolve(check, w, limitOf(key))
+					r, err := lifecycle.Resolve(check, w, limitOf(key))
 					if err != nil {
 						return false, err
 					}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -135,7 +135,7 @@ func TestCachedDenialInvalidation(t *testing.T) {
 	}{
 		{"sliding", []rules.Window{win(2, time.Hour)}},
 		// The calendar key is known in its rate key's cache entry.
-		{"calendar", []rules.Window{win(100, time.Hour), {Limit: 2, Calendar: rulespec.Month}}},
+		{"calendar", []rules.Window{win(100, time.Hour), {Limit: 2, Calendar: ruletime.Month}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -382,7 +382,7 @@ func TestFallbackSeedCost(t *testing.T) {
 		{"bytes per hour", bytes(win(1000, time.Hour)),
 			[]step{{0, 400, true}, {ms, 300, true}},
 			[]step{{time.Second, 301, false}, {time.Second, 300, true}, {time.Second, 1, false}}},
-		{"bytes per calendar month", bytes(win(1_000_000, time.Hour), calWin(1000, rulespec.Month)),
+		{"bytes per calendar month", bytes(win(1_000_000, time.Hour), calWin(1000, ruletime.Month)),
 			[]step{{0, 400, true}, {ms, 300, true}},
 			[]step{{time.Second, 301, false}, {time.Second, 300, true}, {time.Second, 1, false}}},
 		// At 2 min the minute holds 300 of the hour's 700: the other 400

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -23,7 +23,7 @@ func BenchmarkCachedDenial(b *testing.B) {
 		ws   []rules.Window
 	}{
 		{"2-window", []rules.Window{win(1, time.Minute), win(10, time.Hour)}},
-		{"calendar", []rules.Window{win(10, time.Minute), calWin(1, rulespec.Month)}},
+		{"calendar", []rules.Window{win(10, time.Minute), calWin(1, ruletime.Month)}},
 	} {
 		b.Run(g.name, func(b *testing.B) {
 			e := newEngine(b, s.Client(), WithPrefix(testPrefix(b)))

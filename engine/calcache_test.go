@@ -8,7 +8,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -21,8 +21,8 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 		name string
 		ws   []rules.Window
 	}{
-		{"calendar only", []rules.Window{calWin(1000, rulespec.Month)}},
-		{"with a sliding window", []rules.Window{win(1_000_000, time.Hour), calWin(1000, rulespec.Month)}},
+		{"calendar only", []rules.Window{calWin(1000, ruletime.Month)}},
+		{"with a sliding window", []rules.Window{win(1_000_000, time.Hour), calWin(1000, ruletime.Month)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -59,9 +59,9 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 			}
 			// The cache keeps the month's bytes for the fallback, which
 			// seeds them as one entry (TestFallbackSeedCost).
-			key := string(e.keyer.AppendKey(nil, "s", rules.User, "", "bytes", "alice")) + plan.CalSuffix + string(rulespec.Month)
+			key := string(e.keyer.AppendKey(nil, "s", rules.User, "", "bytes", "alice")) + plan.CalSuffix + string(ruletime.Month)
 			kn, ok := e.known.get(key)
-			if kw := kn.find(plan.Window{Period: plan.CalNominal(rulespec.Month), Limit: 1000}); !ok || kw == nil || kw.used != 1000 {
+			if kw := kn.find(plan.Window{Period: plan.CalNominal(ruletime.Month), Limit: 1000}); !ok || kw == nil || kw.used != 1000 {
 				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.wins, ok)
 			}
 		})
@@ -77,8 +77,8 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 		name string
 		ws   []rules.Window
 	}{
-		{"calendar only", []rules.Window{calWin(1, rulespec.Day)}},
-		{"with a sliding window", []rules.Window{win(100, time.Hour), calWin(1, rulespec.Day)}},
+		{"calendar only", []rules.Window{calWin(1, ruletime.Day)}},
+		{"with a sliding window", []rules.Window{win(100, time.Hour), calWin(1, ruletime.Day)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -109,7 +109,7 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 func TestCachedCalendarColocated(t *testing.T) {
 	t.Parallel()
 	e := &Engine{keyer: newKeyer(&config{prefix: "p:"}), known: newKnownCache(100)}
-	r := req(user("u", win(100, time.Hour), calWin(5, rulespec.Month)))
+	r := req(user("u", win(100, time.Hour), calWin(5, ruletime.Month)))
 	c := getCall()
 	defer putCall(c)
 	if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
@@ -127,7 +127,7 @@ func TestCachedCalendarColocated(t *testing.T) {
 		t.Errorf("rate key: %+v %v, want its hour window only", got.wins, ok)
 	}
 	got, ok := e.known.get(cal)
-	if want := (knownWin{period: plan.CalNominal(rulespec.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
+	if want := (knownWin{period: plan.CalNominal(ruletime.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
 		t.Errorf("calendar key: %+v %v, want %+v from the same answer", got, ok, want)
 	}
 	e.known.invalidate(cal, 40)
@@ -146,7 +146,7 @@ func TestCachedCalendarColocated(t *testing.T) {
 func TestCalArgsKinds(t *testing.T) {
 	t.Parallel()
 	mk := func(subject string, limit int64) *call {
-		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, rulespec.Month))))
+		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, ruletime.Month))))
 	}
 	var f codec.Args
 	now := t0.UnixMicro()

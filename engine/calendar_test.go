@@ -14,7 +14,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -26,7 +26,7 @@ func calWin(limit int64, c string) rules.Window {
 // zone loads a time zone or fails the test.
 func zone(t *testing.T, name string) *time.Location {
 	t.Helper()
-	loc, err := rulespec.LoadZone(name)
+	loc, err := ruletime.LoadZone(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCalendar(t *testing.T) {
 // local midnight on the 1st three are admitted again.
 func calShanghai(t *testing.T, e *Engine, clk *fakeClock) {
 	sh := zone(t, "Asia/Shanghai")
-	r := req(user("u", calWin(3, rulespec.Month)))
+	r := req(user("u", calWin(3, ruletime.Month)))
 	r.Zone = sh
 	last := time.Date(2030, 1, 31, 23, 59, 50, 0, sh)
 	feb := time.Date(2030, 2, 1, 0, 0, 0, 0, sh)
@@ -142,7 +142,7 @@ func calShanghai(t *testing.T, e *Engine, clk *fakeClock) {
 
 // calFebruary: a leap February lasts 29 days, in UTC (the default zone).
 func calFebruary(t *testing.T, e *Engine, clk *fakeClock) {
-	r := req(user("u", calWin(1, rulespec.Month)))
+	r := req(user("u", calWin(1, ruletime.Month)))
 	feb := time.Date(2032, 2, 1, 0, 0, 0, 0, time.UTC)
 	runCal(t, e, clk, r, []calStep{
 		{at: feb, allow: true, used: 1},
@@ -156,7 +156,7 @@ func calFebruary(t *testing.T, e *Engine, clk *fakeClock) {
 // 2030: March 10 lasts 23 hours, November 3 25 hours.
 func calNewYork(t *testing.T, e *Engine, clk *fakeClock) {
 	ny := zone(t, "America/New_York")
-	r := req(user("u", calWin(2, rulespec.Day)))
+	r := req(user("u", calWin(2, ruletime.Day)))
 	r.Zone = ny
 	spring := time.Date(2030, 3, 10, 0, 0, 0, 0, ny)
 	fall := time.Date(2030, 11, 3, 0, 0, 0, 0, ny)
@@ -181,11 +181,11 @@ func calNewYork(t *testing.T, e *Engine, clk *fakeClock) {
 func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
 	ctx := context.Background()
 	day := time.Date(2030, 6, 3, 0, 0, 0, 0, time.UTC)
-	shared := req(user("u", win(2, time.Minute), calWin(3, rulespec.Day)))
-	apart := req(user("v", win(2, time.Minute)), ip("1.2.3.4", calWin(3, rulespec.Day)))
+	shared := req(user("u", win(2, time.Minute), calWin(3, ruletime.Day)))
+	apart := req(user("v", win(2, time.Minute)), ip("1.2.3.4", calWin(3, ruletime.Day)))
 	// The calendar key first: it counts at once, and takes the count back
 	// when a later key denies.
-	before := req(ip("5.6.7.8", calWin(3, rulespec.Day)), user("w", win(2, time.Minute)))
+	before := req(ip("5.6.7.8", calWin(3, ruletime.Day)), user("w", win(2, time.Minute)))
 	for _, r := range []Request{shared, apart, before} {
 		runCal(t, e, clk, r, []calStep{
 			{at: day, allow: true, used: 1},
@@ -215,7 +215,7 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	ctx := context.Background()
 	day := time.Date(2030, 6, 3, 10, 0, 0, 0, time.UTC)
 	r := func(cost int64) Request {
-		return req(bytesOf("u", cost, calWin(100, rulespec.Day)))
+		return req(bytesOf("u", cost, calWin(100, ruletime.Day)))
 	}
 	used := func(at time.Time) int64 {
 		t.Helper()
@@ -279,7 +279,7 @@ func TestCalendarTTL(t *testing.T) {
 	sh := zone(t, "Asia/Shanghai")
 	at := time.Date(2030, 1, 31, 20, 0, 0, 0, sh)
 	clk.us.Store(at.UnixMicro())
-	r := req(user("u", win(5, time.Minute), calWin(3, rulespec.Month)))
+	r := req(user("u", win(5, time.Minute), calWin(3, ruletime.Month)))
 	r.Zone = sh
 	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
 		t.Fatalf("allow: %+v, %v", d, err)
@@ -305,7 +305,7 @@ func TestCalendarTTL(t *testing.T) {
 	}
 	// A denial by another window (the minute's 5) counts nothing in the
 	// period, and leaves the expiry as it was.
-	r30 := req(user("u", win(5, time.Minute), calWin(30, rulespec.Month)))
+	r30 := req(user("u", win(5, time.Minute), calWin(30, ruletime.Month)))
 	r30.Zone = sh
 	for range 4 {
 		if d, err := e.Allow(ctx, r30); err != nil || !d.Allowed {
@@ -337,7 +337,7 @@ func TestCalendarMemory(t *testing.T) {
 	clk := newFakeClock()
 	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
 	ctx := context.Background()
-	r := req(user("u", calWin(100_000, rulespec.Month)))
+	r := req(user("u", calWin(100_000, ruletime.Month)))
 	// A first admission loads the script and makes the key.
 	if _, err := e.Allow(ctx, r); err != nil {
 		t.Fatal(err)
@@ -368,7 +368,7 @@ func TestCalendarConcurrent(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEngine(t, b.c, WithPrefix(testPrefix(t)))
-			r := req(user("u", win(1000, time.Minute), calWin(50, rulespec.Day)))
+			r := req(user("u", win(1000, time.Minute), calWin(50, ruletime.Day)))
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for range 200 {
@@ -414,7 +414,7 @@ func TestCalendarUpgrade(t *testing.T) {
 			e := newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now))
 			at := time.Date(2030, 1, 15, 12, 0, 0, 0, time.UTC)
 			clk.us.Store(at.UnixMicro())
-			r := req(user("u", win(100, time.Minute), calWin(3, rulespec.Month)))
+			r := req(user("u", win(100, time.Minute), calWin(3, ruletime.Month)))
 			if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
 				t.Fatalf("allow: %+v, %v", d, err)
 			}
@@ -460,7 +460,7 @@ func TestCalendarBatchMixed(t *testing.T) {
 			t.Parallel()
 			e := newEngine(t, b.c, WithPrefix(testPrefix(t)))
 			lim := func(limit int64) rules.Limiter {
-				return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, rulespec.Day)}}
+				return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, ruletime.Day)}}
 			}
 			var sum, over atomic.Int64
 			var wg sync.WaitGroup

@@ -13,7 +13,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -72,7 +72,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 			ctx := context.Background()
 
 			// A give-back applied twice: 3 admitted, one given back.
-			r := req(user("u", win(100, time.Minute), calWin(10, rulespec.Day)))
+			r := req(user("u", win(100, time.Minute), calWin(10, ruletime.Day)))
 			d := mustAllow(t, e, r, true)
 			mustAllow(t, e, r, true)
 			mustAllow(t, e, r, true)
@@ -85,7 +85,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 
 			// A settlement applied twice: 5 and 5 charged, the first
 			// settled to 2.
-			rb := req(bytesOf("b", 5, calWin(100, rulespec.Day)))
+			rb := req(bytesOf("b", 5, calWin(100, ruletime.Day)))
 			db := mustAllow(t, e, rb, true)
 			mustAllow(t, e, rb, true)
 			us = finishUndos(t, db, Outcome{Actual: []int64{2}})
@@ -97,7 +97,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 
 			// The record outlives the counter falling to 0 and the
 			// admission that raises it again (the period's first again).
-			rz := req(user("z", calWin(10, rulespec.Day)))
+			rz := req(user("z", calWin(10, ruletime.Day)))
 			dz := mustAllow(t, e, rz, true)
 			us = finishUndos(t, dz, Outcome{GiveBack: true})
 			removeOK(t, e, us)
@@ -109,7 +109,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 
 			// The next period's first admission drops the records of the
 			// periods before: the key holds its count alone.
-			cal := prefix + "{s|user|z}" + plan.CalSuffix + string(rulespec.Day)
+			cal := prefix + "{s|user|z}" + plan.CalSuffix + string(ruletime.Day)
 			if v, err := b.c.HGetAll(ctx, cal).Result(); err != nil || len(v) < 2 {
 				t.Fatalf("calendar key %q after a give-back: %v, %v; want its record too", cal, v, err)
 			}
@@ -135,7 +135,7 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
 	ctx := context.Background()
-	r := req(user("u", calWin(10, rulespec.Day)))
+	r := req(user("u", calWin(10, ruletime.Day)))
 	mustAllow(t, e, r, true)
 	mustAllow(t, e, r, true)
 	admitted := 2
@@ -210,7 +210,7 @@ func TestFallbackSeedAfterGiveBackCalendar(t *testing.T) {
 	t.Cleanup(m.Close)
 	clk := newFakeClock()
 	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
-	r := req(user("u", win(100, 10*time.Second), calWin(3, rulespec.Day)))
+	r := req(user("u", win(100, 10*time.Second), calWin(3, ruletime.Day)))
 	ctx := context.Background()
 	mustAllow(t, e, r, true)
 	d := mustAllow(t, e, r, true) // Redis: 2 of 3 in the day

@@ -8,7 +8,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/access"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -136,7 +136,7 @@ func TestStoredHash(t *testing.T) {
 		{"slot", false, check("", long, rules.Window{Limit: 1, Concurrent: true}), true},
 		{"hash all", true, check("", "user:alice", win(1, time.Minute)), true},
 		{"short", false, check("", "user:alice", win(1, time.Minute)), false},
-		{"calendar", false, check("", long, rules.Window{Limit: 2, Calendar: rulespec.Month}), false},
+		{"calendar", false, check("", long, rules.Window{Limit: 2, Calendar: ruletime.Month}), false},
 	} {
 		k := newKeyer(&config{prefix: "p}{:", hashAll: tc.hashAll})
 		check := tc.check

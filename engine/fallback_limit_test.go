@@ -7,7 +7,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -88,7 +88,7 @@ func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
 	e := newEngine(t, redisClient(m.Addr()), WithPrefix(testPrefix(t)), WithClock(clk.Now),
 		WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 	req := Request{Scope: "s", Checks: []Check{{
-		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, rulespec.Day)}},
+		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, ruletime.Day)}},
 		Subject: "alice",
 	}}}
 	ctx := context.Background()

@@ -22,7 +22,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/internal/faults"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -352,7 +352,7 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 	r.clk.Set(p.Start)
 	r.hist.Origin = t0
 	if p.Zone != "" {
-		zone, err := rulespec.LoadZone(p.Zone)
+		zone, err := ruletime.LoadZone(p.Zone)
 		if err != nil {
 			return r.hist, []string{fmt.Sprintf("zone: %v", err)}
 		}

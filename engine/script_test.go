@@ -10,7 +10,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 func plannedCall(t testing.TB, r Request) *call {
@@ -73,7 +73,7 @@ func TestRequestValidation(t *testing.T) {
 		{req(user("u", win(0, time.Second))), 0},
 		{req(user("u", win(1, time.Second)), user("v", win(plan.MaxCountLimit+1, time.Second))), 1},
 		{req(user("u", win(1, 0))), 0},
-		{req(user("u", win(1, rulespec.MaxPeriod+1))), 0},
+		{req(user("u", win(1, rulelimits.MaxPeriod+1))), 0},
 		{Request{Checks: many}, -1},
 		{Request{Checks: []Check{user("u", win(1, time.Second))}, Fail: "sideways"}, -1},
 	} {

@@ -10,7 +10,7 @@ import (
 )
 
 // manyKeys returns a request within the rule language's bounds
-// (rulespec.MaxLimiters, rulespec.MaxWindows) with as many keys as windows: 40
+// (rulelimits.MaxLimiters, rulelimits.MaxWindows) with as many keys as windows: 40
 // checks of an in-flight window, a rate window and three calendar windows
 // (five keys each), then a check with a cost, whose rate key is the 201st.
 func manyKeys() Request {

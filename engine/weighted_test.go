@@ -15,7 +15,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -114,7 +114,7 @@ func TestCostErrors(t *testing.T) {
 			"engine: invalid request: check 1: checks sharing a key (same scope, limiter and subject) count different costs"},
 		{req(user("u", gwin(10, time.Second, time.Second))), "engine: invalid request: check 0 window 0: grain outside 1µs..period"},
 		{req(user("u", win(plan.MaxCountLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..1000000000"},
-		{req(bytesOf("u", 1, win(rulespec.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..2^50"},
+		{req(bytesOf("u", 1, win(rulelimits.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..2^50"},
 	} {
 		d, err := e.Allow(context.Background(), tc.r)
 		var re *requestError

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -26,7 +26,7 @@ import (
 // loadZone returns the zone of g's calendar windows, UTC by default. A zone
 // that cannot be loaded fails New.
 func loadZone(g *rules.Group) (*time.Location, error) {
-	loc, err := rulesx.Zone(g)
+	loc, err := ruletime.LoadZone(g.Calendar)
 	if err != nil {
 		return nil, fmt.Errorf("middleware: calendar:%s: %w", g.Calendar, err)
 	}
@@ -40,7 +40,7 @@ func distinctFunc(g *rules.Group, keys map[string]keyFunc) (keyFunc, error) {
 	switch g.Distinct {
 	case "":
 		return nil, nil
-	case rulespec.DistinctPath:
+	case lifecycle.DistinctPath:
 		return func(r *http.Request) string { return r.URL.Path }, nil
 	}
 	fn, ok := keys[g.Distinct]
@@ -57,5 +57,5 @@ func periodPhrase(w rules.Window) string {
 	if w.Calendar != "" {
 		return "calendar " + string(w.Calendar)
 	}
-	return rulespec.FormatPeriod(w.Period)
+	return ruletime.FormatPeriod(w.Period)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -49,7 +49,7 @@ func clockServer(t *testing.T, text string, opts ...middleware.Option) (*httptes
 func TestCalendarHeaders(t *testing.T) {
 	t.Parallel()
 	srv, now, _ := clockServer(t, "ip:3/calendar month; calendar:Asia/Shanghai")
-	sh, err := rulespec.LoadZone("Asia/Shanghai")
+	sh, err := ruletime.LoadZone("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestDistinctStartup(t *testing.T) {
 		middleware.WithKeyFunc("file", func(r *http.Request) string { return r.URL.Query().Get("f") })); err != nil {
 		t.Fatal(err)
 	}
-	bad := rules.Group{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Calendar: rulespec.Day}}}}, Calendar: "Mars/Olympus"}
+	bad := rules.Group{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Calendar: ruletime.Day}}}}, Calendar: "Mars/Olympus"}
 	if _, err := middleware.New(bad, newMem()); err == nil || !strings.Contains(err.Error(), "Mars/Olympus") {
 		t.Fatalf("New with an unknown zone: %v; want an error naming it", err)
 	}
@@ -146,7 +146,7 @@ func TestCalendarItem(t *testing.T) {
 	t.Parallel()
 	srv, now, _ := clockServer(t, "user:10/min; user[bytes]:1Gi/d,100Gi/calendar month; calendar:Asia/Shanghai",
 		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 1 << 20, nil }))
-	sh, err := rulespec.LoadZone("Asia/Shanghai")
+	sh, err := ruletime.LoadZone("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)
 	}

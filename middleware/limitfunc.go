@@ -8,7 +8,6 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -42,7 +41,7 @@ func newLimitPlan(role string, ls []rules.Limiter, fns map[string]limitFunc) (*l
 	var lp *limitPlan
 	var errs []error
 	for i, l := range ls {
-		if !rulesx.Dynamic(l) {
+		if !lifecycle.Dynamic(l) {
 			continue
 		}
 		if lp == nil {
@@ -115,7 +114,7 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 				}
 				vals[k] = n
 			}
-			rw, err := rulesx.Resolve(*lim, w, vals[k])
+			rw, err := lifecycle.Resolve(*lim, w, vals[k])
 			if err != nil {
 				return "", &lifecycle.LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
 			}

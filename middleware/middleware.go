@@ -7,7 +7,6 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -96,7 +95,7 @@ func newLimiter(g rules.Group, d Decider, opts ...Option) (*limiter, error) {
 	errs = append(errs, zerr, derr)
 	var rerrs []error
 	count := g.Count
-	l.rules, rerrs = lifecycle.NewRules(&l.t, g, zone, func(status int) bool { return rulespec.Counts(count, status) }, l.addPlan)
+	l.rules, rerrs = lifecycle.NewRules(&l.t, g, zone, func(status int) bool { return lifecycle.Counts(count, status) }, l.addPlan)
 	errs = append(errs, rerrs...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -68,7 +68,7 @@ func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middlewa
 // first limiter with that window has used in d, or -1.
 func used(d engine.Decision, w string) int64 {
 	for _, ws := range d.Windows {
-		if ws.Window.Concurrent && w == "concurrent" || !ws.Window.Concurrent && rulespec.FormatPeriod(ws.Window.Period) == w {
+		if ws.Window.Concurrent && w == "concurrent" || !ws.Window.Concurrent && ruletime.FormatPeriod(ws.Window.Period) == w {
 			return ws.Used
 		}
 	}

@@ -31,7 +31,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/rulehooks"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -99,7 +99,7 @@ func (p Policy) Check(g rules.Group) error {
 	for i, r := range p.Roles {
 		declared[i] = string(r)
 	}
-	return rulesx.CheckRoles(g, declared)
+	return rulehooks.CheckRoles(g, declared)
 }
 
 // Resolution is the outcome of Policy.Resolve for one request.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/go-playground/validator/v10"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 // calendarWord introduces a calendar period after a window's "/".
@@ -13,7 +13,7 @@ const calendarWord = "calendar"
 
 // validCalendar reports whether c names a calendar period.
 func validCalendar(c string) bool {
-	return c == rulespec.Day || c == rulespec.Week || c == rulespec.Month
+	return c == ruletime.Day || c == ruletime.Week || c == ruletime.Month
 }
 
 // hasCalendar reports whether some limiter of g, default or override, has a

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 func TestCalendarParse(t *testing.T) {
@@ -20,13 +20,13 @@ func TestCalendarParse(t *testing.T) {
 			"user[bytes]:1073741824/d~15min,107374182400/calendar month; calendar:Asia/Shanghai",
 			Limiter{Kind: User, Cost: "bytes", Windows: []Window{
 				{Limit: 1 << 30, Period: 24 * time.Hour, Grain: 15 * time.Minute},
-				{Limit: 100 << 30, Calendar: rulespec.Month}}}},
+				{Limit: 100 << 30, Calendar: ruletime.Month}}}},
 		{"key(tenant):$quota/calendar month", "key(tenant):$quota/calendar month",
-			Limiter{Kind: Key, Name: "tenant", Windows: []Window{{LimitFunc: "quota", Calendar: rulespec.Month}}}},
+			Limiter{Kind: Key, Name: "tenant", Windows: []Window{{LimitFunc: "quota", Calendar: ruletime.Month}}}},
 		{"ip : 3 / calendar  day , 5/calendar week", "ip:3/calendar day,5/calendar week",
-			Limiter{Kind: IP, Windows: []Window{{Limit: 3, Calendar: rulespec.Day}, {Limit: 5, Calendar: rulespec.Week}}}},
+			Limiter{Kind: IP, Windows: []Window{{Limit: 3, Calendar: ruletime.Day}, {Limit: 5, Calendar: ruletime.Week}}}},
 		{"ip:200000/calendar day", "ip:200000/calendar day",
-			Limiter{Kind: IP, Windows: []Window{{Limit: 200000, Calendar: rulespec.Day}}}},
+			Limiter{Kind: IP, Windows: []Window{{Limit: 200000, Calendar: ruletime.Day}}}},
 		{"user:10/min,200/d; user[bytes]:1Gi/d; distinct:path", "user:10/min,200/d; user[bytes]:1073741824/d; distinct:path",
 			Limiter{Kind: User, Windows: []Window{{Limit: 10, Period: time.Minute}, {Limit: 200, Period: 24 * time.Hour}}}},
 	}
@@ -60,7 +60,7 @@ func TestCalendarStatements(t *testing.T) {
 	if g.Calendar != "Asia/Shanghai" || g.Distinct != "files" {
 		t.Fatalf("got %q, %q", g.Calendar, g.Distinct)
 	}
-	loc, err := rulespec.LoadZone(g.Calendar)
+	loc, err := ruletime.LoadZone(g.Calendar)
 	if err != nil || loc.String() != "Asia/Shanghai" {
 		t.Fatalf("Zone: %v, %v", loc, err)
 	}
@@ -68,7 +68,7 @@ func TestCalendarStatements(t *testing.T) {
 		t.Error("hasCalendar false")
 	}
 	var none Group
-	if loc, err := rulespec.LoadZone(none.Calendar); err != nil || loc != time.UTC {
+	if loc, err := ruletime.LoadZone(none.Calendar); err != nil || loc != time.UTC {
 		t.Errorf("default zone %v, %v; want UTC", loc, err)
 	}
 }
@@ -117,9 +117,9 @@ func TestCalendarValidateGo(t *testing.T) {
 		reason string
 	}{
 		{Window{Limit: 1, Calendar: "year"}, `unknown calendar unit "year"`},
-		{Window{Limit: 1, Calendar: rulespec.Day, Concurrent: true}, "no calendar period"},
-		{Window{Limit: 1, Calendar: rulespec.Day, Period: time.Hour}, "has no period"},
-		{Window{Limit: 1, Calendar: rulespec.Day, Grain: time.Hour}, "takes no grain"},
+		{Window{Limit: 1, Calendar: ruletime.Day, Concurrent: true}, "no calendar period"},
+		{Window{Limit: 1, Calendar: ruletime.Day, Period: time.Hour}, "has no period"},
+		{Window{Limit: 1, Calendar: ruletime.Day, Grain: time.Hour}, "takes no grain"},
 	}
 	for _, tt := range tests {
 		g := Group{Limiters: []Limiter{{Kind: IP, Windows: []Window{tt.w}}}}

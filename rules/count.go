@@ -2,7 +2,7 @@ package rules
 
 // A count: statement lists the response statuses whose requests stay
 // counted. Its items are codes ("401") or classes ("4xx"); validStatus says
-// which texts are items, internal/rulespec.Counts applies them.
+// which texts are items, internal/lifecycle.Counts applies them.
 
 // validStatus reports whether s is a count item: a status code from 100 to
 // 599, or a class 1xx to 5xx.

@@ -5,7 +5,7 @@ import (
 )
 
 // dialect adapts the rule language to a transport other than net/http,
-// such as gRPC (contrib/grpclimit, through internal/rulesx.Dialect), whose
+// such as gRPC (contrib/grpclimit, through internal/lifecycle.Dialect), whose
 // requests lack some of HTTP's parts and whose outcomes are not HTTP
 // statuses. The zero dialect reads the language exactly as Parse does.
 type dialect struct {

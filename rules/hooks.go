@@ -1,22 +1,23 @@
 package rules
 
-import "github.com/slidelimit/slidelimit/internal/rulespec"
+import "github.com/slidelimit/slidelimit/internal/rulehooks"
 
-// init hands internal/rulesx, through rulespec's hooks, what the sibling
-// packages need of the parser's offsets without exporting it to users.
+// init hands internal/rulehooks what role.Policy.Check and
+// internal/lifecycle (Dialect, Relocate) need of the parser's offsets,
+// without exporting it to users.
 func init() {
-	rulespec.CheckRoles = func(g any, declared []string) error {
+	rulehooks.CheckRoles = func(g any, declared []string) error {
 		grp, _ := g.(Group)
 		return grp.checkRoles(declared)
 	}
-	rulespec.Relocate = func(err error, text string) error {
+	rulehooks.Relocate = func(err error, text string) error {
 		e, ok := err.(*Error)
 		if !ok || e == nil {
 			return err
 		}
 		return e.relocate(text)
 	}
-	rulespec.ParseDialect = func(s string, limiter func(any) error, countItem func(string) (string, error)) (any, error) {
+	rulehooks.ParseDialect = func(s string, limiter func(any) error, countItem func(string) (string, error)) (any, error) {
 		d := dialect{countItem: countItem}
 		if limiter != nil {
 			d.limiter = func(l Limiter) error { return limiter(l) }

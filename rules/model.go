@@ -3,8 +3,6 @@ package rules
 import (
 	"iter"
 	"time"
-
-	"github.com/slidelimit/slidelimit/internal/rulespec"
 )
 
 // Kind names what a limiter counts by: the subject whose requests share a
@@ -34,10 +32,10 @@ const (
 
 // named reports whether limiters of kind k take a name in parentheses, as
 // in header(X-API-Key).
-func (k Kind) named() bool { return rulespec.Named(string(k)) }
+func (k Kind) named() bool { return k == Header || k == Param || k == Key }
 
 // Bounds of a window's grain; the other bounds of the rule language are
-// in internal/rulespec (see the package documentation, section Rules).
+// in internal/rulelimits (see the package documentation, section Rules).
 const (
 	// minGrain is the shortest grain a window may have.
 	minGrain = time.Millisecond

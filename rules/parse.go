@@ -9,7 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 // units maps the unit words of the grammar to their length.
@@ -398,7 +399,7 @@ func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	}
 	w.Limit = limit
 	if overflow {
-		return Window{}, invalidErr(p.s, start, "%s", rulespec.LimitAbove(digits+suffix, w.Grain == 0 && w.Calendar == "" && !costed))
+		return Window{}, invalidErr(p.s, start, "%s", rulelimits.LimitAbove(digits+suffix, w.Grain == 0 && w.Calendar == "" && !costed))
 	}
 	return w, nil
 }
@@ -431,8 +432,8 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		p.i += len(calendarWord)
 		return p.calendarSpan(ns, start, periodAt)
 	}
-	period, perr := p.duration("period", rulespec.MinPeriod, func(count, unit string) string {
-		return fmt.Sprintf("period %s%s is above %s", count, unit, rulespec.FormatPeriod(rulespec.MaxPeriod))
+	period, perr := p.duration("period", rulelimits.MinPeriod, func(count, unit string) string {
+		return fmt.Sprintf("period %s%s is above %s", count, unit, ruletime.FormatPeriod(rulelimits.MaxPeriod))
 	})
 	if perr != nil {
 		return Window{}, perr
@@ -446,7 +447,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		grainAt := p.i
 		p.pos[join(ns, "Grain")] = grainAt
 		grain, gerr := p.duration("grain", minGrain, func(count, unit string) string {
-			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, rulespec.FormatPeriod(period))
+			return fmt.Sprintf("grain %s%s is not shorter than the period %s", count, unit, ruletime.FormatPeriod(period))
 		})
 		if gerr != nil {
 			return Window{}, gerr
@@ -454,7 +455,7 @@ func (p *parser) windowSpan(ns string, start int) (Window, *Error) {
 		if grain == 0 {
 			// The zero Grain means an exact window; a written grain of 0
 			// is a mistake, not a way to say "exact".
-			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", rulespec.FormatPeriod(minGrain))
+			return Window{}, invalidErr(p.s, grainAt, "grain 0s is below %s", ruletime.FormatPeriod(minGrain))
 		}
 		w.Grain = grain
 	}
@@ -499,7 +500,7 @@ func (p *parser) concurrent(ns string, start int, suffix string, suffixAt int) (
 
 // concurrentAbove words the limit of an in-flight window above its cap.
 func concurrentAbove(limit string) string {
-	return fmt.Sprintf("limit %s is above %d, the most slots an in-flight window may hold", limit, rulespec.MaxLimit)
+	return fmt.Sprintf("limit %s is above %d, the most slots an in-flight window may hold", limit, rulelimits.MaxLimit)
 }
 
 // duration parses [COUNT]UNIT, the period or grain of a window, named by
@@ -528,7 +529,7 @@ func (p *parser) duration(what string, min time.Duration, above func(count, unit
 			return 0, syntaxErr(p.s, unitAt, "unknown unit %q", unit)
 		}
 		if count < int64(min/fine) {
-			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, rulespec.FormatPeriod(min))
+			return 0, invalidErr(p.s, at, "%s %s%s is below %s", what, countOr1(countText), unit, ruletime.FormatPeriod(min))
 		}
 		return 0, syntaxErr(p.s, unitAt, "unsupported unit %q; %ss are whole milliseconds", unit, what)
 	}
@@ -733,8 +734,8 @@ func (p *parser) block(start int) *Error {
 	}
 	p.space()
 	at := p.i
-	d, err := p.duration("block", rulespec.MinPeriod, func(count, unit string) string {
-		return fmt.Sprintf("block %s%s is above %s", count, unit, rulespec.FormatPeriod(rulespec.MaxPeriod))
+	d, err := p.duration("block", rulelimits.MinPeriod, func(count, unit string) string {
+		return fmt.Sprintf("block %s%s is above %s", count, unit, ruletime.FormatPeriod(rulelimits.MaxPeriod))
 	})
 	if err != nil {
 		return err
@@ -742,7 +743,7 @@ func (p *parser) block(start int) *Error {
 	if d == 0 {
 		// The zero Block means no block; a written block of 0 is a
 		// mistake, not a way to say "none".
-		return invalidErr(p.s, at, "block 0s is below %s", rulespec.FormatPeriod(rulespec.MinPeriod))
+		return invalidErr(p.s, at, "block 0s is below %s", ruletime.FormatPeriod(rulelimits.MinPeriod))
 	}
 	p.g.Block = d
 	p.pos["Block"] = at

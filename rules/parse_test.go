@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 const (
@@ -133,7 +133,7 @@ func TestParse(t *testing.T) {
 			grained(10, sec, 100*ms), grained(2, 1500*ms, 500*ms), grained(3, 30*day, 3*hr))}}},
 		{"ip:1/d~9s", Group{Limiters: []Limiter{lim(IP, "", grained(1, day, 9*sec))}}},
 		{"ip:1125899906842624/d~h; user[bytes]:1Ti/d; global[7]:1M/s", Group{Limiters: []Limiter{
-			lim(IP, "", grained(rulespec.MaxBoundedLimit, day, hr)),
+			lim(IP, "", grained(rulelimits.MaxBoundedLimit, day, hr)),
 			costly(User, "", "bytes", win(1<<40, day)),
 			costly(Global, "", "7", win(1_000_000, sec)),
 		}}},

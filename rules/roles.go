@@ -7,7 +7,7 @@ import (
 )
 
 // checkRoles reports whether g names only roles of declared in its exempt:
-// and role(...)= statements (internal/rulesx.CheckRoles). An empty
+// and role(...)= statements (role.Policy.Check). An empty
 // declared checks nothing. The returned *Error, for the first undeclared
 // role in g.String(), points into g.String() (relocate points it into the
 // text as written), names the role and lists the declared ones.

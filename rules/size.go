@@ -6,14 +6,14 @@ import (
 
 	"github.com/go-playground/validator/v10"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 // Tags of the size rules (struct level).
 const (
-	tagMaxLimiters = "maxlimiters" // at most rulespec.MaxLimiters limiters in a list
-	tagMaxWindows  = "maxwindows"  // at most rulespec.MaxWindows windows in a list
-	tagMaxDistinct = "maxdistinct" // at most rulespec.MaxDistinctWindows in a distinct limiter
+	tagMaxLimiters = "maxlimiters" // at most rulelimits.MaxLimiters limiters in a list
+	tagMaxWindows  = "maxwindows"  // at most rulelimits.MaxWindows windows in a list
+	tagMaxDistinct = "maxdistinct" // at most rulelimits.MaxDistinctWindows in a distinct limiter
 )
 
 // sizeLevel reports a limiter list ls of list (the group's defaults, or
@@ -21,21 +21,21 @@ const (
 // carry: at its first limiter, or window, beyond the bound. prefix is the
 // namespace of ls relative to the struct being validated.
 func sizeLevel(sl validator.StructLevel, prefix, list string, ls []Limiter) {
-	if len(ls) > rulespec.MaxLimiters {
-		name := prefix + "[" + strconv.Itoa(rulespec.MaxLimiters) + "]"
+	if len(ls) > rulelimits.MaxLimiters {
+		name := prefix + "[" + strconv.Itoa(rulelimits.MaxLimiters) + "]"
 		sl.ReportError(len(ls), name, name, tagMaxLimiters, list)
 	}
 	total := 0
 	for _, l := range ls {
 		total += len(l.Windows)
 	}
-	if total <= rulespec.MaxWindows {
+	if total <= rulelimits.MaxWindows {
 		return
 	}
 	n := 0
 	for i, l := range ls {
-		if n+len(l.Windows) > rulespec.MaxWindows {
-			name := prefix + "[" + strconv.Itoa(i) + "].Windows[" + strconv.Itoa(rulespec.MaxWindows-n) + "]"
+		if n+len(l.Windows) > rulelimits.MaxWindows {
+			name := prefix + "[" + strconv.Itoa(i) + "].Windows[" + strconv.Itoa(rulelimits.MaxWindows-n) + "]"
 			sl.ReportError(total, name, name, tagMaxWindows, list)
 			return
 		}
@@ -44,7 +44,7 @@ func sizeLevel(sl validator.StructLevel, prefix, list string, ls []Limiter) {
 }
 
 // distinctSize reports limiter l, at namespace ns, a limiter without a
-// cost of a group with distinct:, when it has more than rulespec.MaxDistinctWindows
+// cost of a group with distinct:, when it has more than rulelimits.MaxDistinctWindows
 // windows besides its in-flight one: at the first window beyond the bound.
 func distinctSize(sl validator.StructLevel, ns string, l Limiter) {
 	n := 0
@@ -52,7 +52,7 @@ func distinctSize(sl validator.StructLevel, ns string, l Limiter) {
 		if w.Concurrent {
 			continue
 		}
-		if n++; n == rulespec.MaxDistinctWindows+1 {
+		if n++; n == rulelimits.MaxDistinctWindows+1 {
 			name := ns + ".Windows[" + strconv.Itoa(j) + "]"
 			sl.ReportError(rateWindows(l), name, name, tagMaxDistinct, l.ID())
 			return
@@ -75,11 +75,11 @@ func rateWindows(l Limiter) int {
 func sizeReason(key string, fe validator.FieldError, val any) string {
 	switch key {
 	case "Limiters " + tagMaxLimiters:
-		return fmt.Sprintf("%s has %v limiters, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulespec.MaxLimiters)
+		return fmt.Sprintf("%s has %v limiters, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulelimits.MaxLimiters)
 	case "Windows " + tagMaxWindows:
-		return fmt.Sprintf("%s has %v windows, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulespec.MaxWindows)
+		return fmt.Sprintf("%s has %v windows, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulelimits.MaxWindows)
 	case "Windows " + tagMaxDistinct:
-		return fmt.Sprintf("limiter %s counts distinct values (distinct:) in %v windows, at most %d", fe.Param(), val, rulespec.MaxDistinctWindows)
+		return fmt.Sprintf("limiter %s counts distinct values (distinct:) in %v windows, at most %d", fe.Param(), val, rulelimits.MaxDistinctWindows)
 	}
 	return ""
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 // windows returns n windows "1/1ms,1/2ms,...", each of its own period.
@@ -41,8 +41,8 @@ func TestParseSize(t *testing.T) {
 		want string // empty for a valid group
 		at   string // the text the error's offset points at
 	}{
-		{"windows at the bound", "ip:" + windows(rulespec.MaxWindows, 0), "", ""},
-		{"limiters at the bound", keyLimiters(rulespec.MaxLimiters, rulespec.MaxWindows/rulespec.MaxLimiters, "; "), "", ""},
+		{"windows at the bound", "ip:" + windows(rulelimits.MaxWindows, 0), "", ""},
+		{"limiters at the bound", keyLimiters(rulelimits.MaxLimiters, rulelimits.MaxWindows/rulelimits.MaxLimiters, "; "), "", ""},
 		{"one limiter with 300 windows", "ip:" + windows(300, 0),
 			"group has 300 windows, at most 256", "1/257ms,"},
 		{"windows across limiters", keyLimiters(9, 30, "; "),
@@ -56,7 +56,7 @@ func TestParseSize(t *testing.T) {
 		// Each list is a request of its own: the defaults and an
 		// override together may exceed the bound.
 		{"lists apart", "ip:" + windows(200, 0) + "; role(admin)=user:" + windows(200, 0), "", ""},
-		{"distinct at the bound", "user:1 concurrent," + windows(rulespec.MaxDistinctWindows, 0) + "; distinct:path", "", ""},
+		{"distinct at the bound", "user:1 concurrent," + windows(rulelimits.MaxDistinctWindows, 0) + "; distinct:path", "", ""},
 		{"distinct beyond", "user:" + windows(31, 0) + "; user[bytes]:" + windows(40, 0) + "; distinct:path",
 			"limiter user counts distinct values (distinct:) in 31 windows, at most 30", "1/31ms"},
 	}
@@ -94,7 +94,7 @@ func TestValidateSize(t *testing.T) {
 	if err == nil || kindOf(err) != errInvalid || !strings.Contains(err.Error(), "group has 300 windows, at most 256") {
 		t.Fatalf("Validate = %v", err)
 	}
-	g.Limiters[0].Windows = ws[:rulespec.MaxWindows]
+	g.Limiters[0].Windows = ws[:rulelimits.MaxWindows]
 	if err := g.Validate(); err != nil {
 		t.Fatalf("Validate at the bound: %v", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 // periodText is the canonical period of a window: the largest unit dividing
@@ -15,7 +15,7 @@ import (
 // time.Duration's text so that invalid hand-built groups still print
 // something recognisable.
 func periodText(p time.Duration) string {
-	n, unit, ok := rulespec.SplitPeriod(p)
+	n, unit, ok := ruletime.SplitPeriod(p)
 	if !ok {
 		return p.String()
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 func TestWindowString(t *testing.T) {
@@ -24,7 +24,7 @@ func TestWindowString(t *testing.T) {
 		{win(1, 1500*ms), "1/1500ms"},
 		{win(1, 48*hr), "1/2d"},
 		{win(1, 36*hr), "1/36h"},
-		{win(1, rulespec.MaxPeriod), "1/30d"},
+		{win(1, rulelimits.MaxPeriod), "1/30d"},
 		{win(1, 0), "1/0s"},
 		{win(1, 1500*time.Microsecond), "1/1.5ms"},
 		{grained(20000, day, 15*mn), "20000/d~15min"},

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/muxpattern"
 )
 
 // Route is one handler declared by struct tags, ready to be registered on
@@ -127,7 +127,7 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 		if hasRoute {
 			var off int
 			var reason string
-			wildcards, off, reason = rulespec.ParsePattern(route)
+			wildcards, off, reason = muxpattern.Parse(route)
 			validRoute = reason == ""
 			switch {
 			case route == "":
@@ -175,7 +175,7 @@ func ParseRoute(pattern, text string) (Group, error) {
 	if perr != nil {
 		return Group{}, perr
 	}
-	wildcards, off, reason := rulespec.ParsePattern(pattern)
+	wildcards, off, reason := muxpattern.Parse(pattern)
 	if reason != "" {
 		return Group{}, invalidErr(pattern, off, "%s", reason)
 	}

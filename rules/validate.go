@@ -10,7 +10,9 @@ import (
 
 	"github.com/go-playground/validator/v10"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/muxpattern"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 // Validation is declared on the model (validate struct tags in model.go)
@@ -41,8 +43,8 @@ const (
 	tagCountClass     = "countclass" // a code not also listed by its class
 	tagCost           = "cost"       // a cost name or positive constant
 	tagCostLimit      = "costlimit"  // a constant cost within every limit
-	tagExactMax       = "exactmax"   // rulespec.MaxLimit for exact windows without cost
-	tagBoundedMax     = "boundedmax" // rulespec.MaxBoundedLimit for the others
+	tagExactMax       = "exactmax"   // rulelimits.MaxLimit for exact windows without cost
+	tagBoundedMax     = "boundedmax" // rulelimits.MaxBoundedLimit for the others
 	tagGrainMin       = "grainmin"   // grain at least minGrain
 	tagGrainMS        = "grainms"    // grain in whole milliseconds
 	tagGrainPeriod    = "grainper"   // grain shorter than the period
@@ -55,11 +57,11 @@ const (
 	tagConcGrain      = "concgrain"  // nor a grain
 	tagConcOne        = "uconc"      // at most one in-flight window per limiter
 	tagConcCost       = "conccost"   // none in a limiter with a cost
-	tagConcMax        = "concmax"    // at most rulespec.MaxLimit slots
+	tagConcMax        = "concmax"    // at most rulelimits.MaxLimit slots
 	tagPeriodMin      = "min"        // reported as the period's own tag would be
 	tagPeriodMax      = "max"
 	tagConcFunc       = "concfunc" // nor a limit function
-	tagZone           = "zone"     // an IANA time zone rulespec.LoadZone loads
+	tagZone           = "zone"     // an IANA time zone ruletime.LoadZone loads
 	tagCalUnit        = "calunit"  // day, week or month
 	tagCalConc        = "calconc"  // no in-flight window with a calendar period
 	tagCalPeriod      = "calper"   // a calendar window has no period
@@ -82,7 +84,7 @@ func newValidator() (*validator.Validate, error) {
 			return validStatus(fl.Field().String())
 		}),
 		v.RegisterValidation(tagZone, func(fl validator.FieldLevel) bool {
-			_, err := rulespec.LoadZone(fl.Field().String())
+			_, err := ruletime.LoadZone(fl.Field().String())
 			return err == nil
 		}),
 	)
@@ -132,7 +134,7 @@ func limiterLevel(sl validator.StructLevel) {
 		sl.ReportError(l.Name, "Name", "Name", tagNameRequired, string(l.Kind))
 	case !l.Kind.named() && l.Name != "" && kinds[string(l.Kind)] != "":
 		sl.ReportError(l.Name, "Name", "Name", tagNameForbidden, string(l.Kind))
-	case l.Kind == Header && !rulespec.ValidToken(l.Name):
+	case l.Kind == Header && !muxpattern.ValidToken(l.Name):
 		sl.ReportError(l.Name, "Name", "Name", tagHeaderName, "")
 	case l.Kind == Param && !validIdent(l.Name):
 		sl.ReportError(l.Name, "Name", "Name", tagParamName, "")
@@ -154,7 +156,7 @@ func limiterLevel(sl validator.StructLevel) {
 				sl.ReportError(w.Limit, name, name, tagConcCost, l.ID())
 			case concurrent:
 				sl.ReportError(w.Limit, name, name, tagConcOne, l.ID())
-			case w.Limit > rulespec.MaxLimit:
+			case w.Limit > rulelimits.MaxLimit:
 				sl.ReportError(w.Limit, name+".Limit", "Limit", tagConcMax, "")
 			}
 			concurrent = true
@@ -171,11 +173,11 @@ func limiterLevel(sl validator.StructLevel) {
 			}
 			seen[w.Period] = true
 		}
-		limitCap := rulespec.LimitCap(l.Cost, w.Grain, w.Calendar)
+		limitCap := rulelimits.LimitCap(l.Cost, w.Grain, w.Calendar)
 		switch {
-		case w.Limit > limitCap && limitCap == rulespec.MaxLimit:
+		case w.Limit > limitCap && limitCap == rulelimits.MaxLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagExactMax, "")
-		case w.Limit > rulespec.MaxBoundedLimit:
+		case w.Limit > rulelimits.MaxBoundedLimit:
 			sl.ReportError(w.Limit, name+".Limit", "Limit", tagBoundedMax, "")
 		case constant && w.Limit >= 1 && (cost < 0 || cost > w.Limit):
 			sl.ReportError(l.Cost, name, name, tagCostLimit, strconv.FormatInt(w.Limit, 10)+" of window "+w.String())
@@ -245,9 +247,9 @@ func windowLevel(sl validator.StructLevel) {
 		return
 	}
 	switch {
-	case w.Period < rulespec.MinPeriod:
+	case w.Period < rulelimits.MinPeriod:
 		sl.ReportError(w.Period, "Period", "Period", tagPeriodMin, "")
-	case w.Period > rulespec.MaxPeriod:
+	case w.Period > rulelimits.MaxPeriod:
 		sl.ReportError(w.Period, "Period", "Period", tagPeriodMax, "")
 	case w.Period%time.Millisecond != 0:
 		sl.ReportError(w.Period, "Period", "Period", tagWholeMS, "")
@@ -255,7 +257,7 @@ func windowLevel(sl validator.StructLevel) {
 	if w.Grain == 0 {
 		return
 	}
-	period := rulespec.FormatPeriod(w.Period)
+	period := ruletime.FormatPeriod(w.Period)
 	switch {
 	case w.Grain < minGrain:
 		sl.ReportError(w.Grain, "Grain", "Grain", tagGrainMin, "")
@@ -463,11 +465,11 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Limit min":
 		return fmt.Sprintf("limit %v is below 1", val)
 	case "Limit " + tagExactMax:
-		return rulespec.LimitAbove(fmt.Sprint(val), true)
+		return rulelimits.LimitAbove(fmt.Sprint(val), true)
 	case "Limit " + tagConcMax:
 		return concurrentAbove(fmt.Sprint(val))
 	case "Limit " + tagBoundedMax:
-		return rulespec.LimitAbove(fmt.Sprint(val), false)
+		return rulelimits.LimitAbove(fmt.Sprint(val), false)
 	case "LimitFunc " + tagLimitFunc:
 		return fmt.Sprintf("invalid limit function name %q; want a letter, then %s", fmt.Sprint(val), nameChars)
 	case "LimitFunc " + tagLimitBoth:
@@ -484,7 +486,7 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Windows " + tagCostLimit:
 		return fmt.Sprintf("cost %v is above the limit %s; such a request could never be admitted", val, fe.Param())
 	case "Grain " + tagGrainMin:
-		return fmt.Sprintf("grain %s is below %s", durValue(val), rulespec.FormatPeriod(minGrain))
+		return fmt.Sprintf("grain %s is below %s", durValue(val), ruletime.FormatPeriod(minGrain))
 	case "Grain " + tagGrainMS:
 		return fmt.Sprintf("grain %s is not a whole number of milliseconds", durValue(val))
 	case "Grain " + tagGrainPeriod:
@@ -494,7 +496,7 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Grain " + tagGrainCount:
 		return fmt.Sprintf("grain %s splits the period %s grains; at most %d are allowed (a grain denies at most one grain early, so finer ones gain little and cost memory)", durValue(val), fe.Param(), maxGrains)
 	case "Period min":
-		return fmt.Sprintf("period %s is below %s", durValue(val), rulespec.FormatPeriod(rulespec.MinPeriod))
+		return fmt.Sprintf("period %s is below %s", durValue(val), ruletime.FormatPeriod(rulelimits.MinPeriod))
 	case "Period " + tagConcPeriod:
 		return fmt.Sprintf("an in-flight window (N concurrent) has no period, found %s", durValue(val))
 	case "LimitFunc " + tagConcFunc:
@@ -514,13 +516,13 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 func statementReason(key string, fe validator.FieldError, val any) string {
 	switch key {
 	case "Period max":
-		return fmt.Sprintf("period %s is above %s", durValue(val), rulespec.FormatPeriod(rulespec.MaxPeriod))
+		return fmt.Sprintf("period %s is above %s", durValue(val), ruletime.FormatPeriod(rulelimits.MaxPeriod))
 	case "Period " + tagWholeMS:
 		return fmt.Sprintf("period %s is not a whole number of milliseconds", durValue(val))
 	case "Block min":
-		return fmt.Sprintf("block %s is below %s", durValue(val), rulespec.FormatPeriod(rulespec.MinPeriod))
+		return fmt.Sprintf("block %s is below %s", durValue(val), ruletime.FormatPeriod(rulelimits.MinPeriod))
 	case "Block max":
-		return fmt.Sprintf("block %s is above %s", durValue(val), rulespec.FormatPeriod(rulespec.MaxPeriod))
+		return fmt.Sprintf("block %s is above %s", durValue(val), ruletime.FormatPeriod(rulelimits.MaxPeriod))
 	case "Block " + tagWholeMS:
 		return fmt.Sprintf("block %s is not a whole number of milliseconds", durValue(val))
 	case "Calendar " + tagCalUnit:
@@ -534,7 +536,7 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 	case "Windows " + tagUniqueCalendar:
 		return fmt.Sprintf("duplicate calendar %v in limiter %s", val, fe.Param())
 	case "Calendar " + tagZone:
-		_, err := rulespec.LoadZone(fmt.Sprint(val))
+		_, err := ruletime.LoadZone(fmt.Sprint(val))
 		return strings.TrimPrefix(fmt.Sprint(err), "rules: ")
 	case "Windows " + tagDistinctWin:
 		return fmt.Sprintf("limiter %s counts distinct values (distinct:), which only exact sliding windows can do; window %v has a grain or a calendar period (give it its own limiter with a cost, or drop the grain)", fe.Param(), val)
@@ -594,7 +596,7 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 
 func durValue(v any) string {
 	if d, ok := v.(time.Duration); ok {
-		return rulespec.FormatPeriod(d)
+		return ruletime.FormatPeriod(d)
 	}
 	return fmt.Sprint(v)
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 func TestValidate(t *testing.T) {
@@ -27,10 +27,10 @@ func TestValidate(t *testing.T) {
 		{"bad kind", Group{Limiters: []Limiter{{Kind: "foo", Windows: one}}}, `rules: "foo:1/s": unknown kind "foo" at offset 0`},
 		{"no windows", Group{Limiters: []Limiter{ip()}}, `rules: "ip:": limiter has no windows at offset 3`},
 		{"negative limit", Group{Limiters: []Limiter{ip(win(-1, sec))}}, `rules: "ip:-1/s": limit -1 is below 1 at offset 3`},
-		{"limit above max", Group{Limiters: []Limiter{ip(win(rulespec.MaxLimit+1, sec))}}, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
+		{"limit above max", Group{Limiters: []Limiter{ip(win(rulelimits.MaxLimit+1, sec))}}, `rules: "ip:100001/s": limit 100001 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"fractional ms", Group{Limiters: []Limiter{ip(win(1, 1500*time.Microsecond))}}, `rules: "ip:1/1.5ms": period 1.5ms is not a whole number of milliseconds at offset 5`},
 		{"negative period", Group{Limiters: []Limiter{ip(win(1, -sec))}}, `rules: "ip:1/-1s": period -1s is below 1ms at offset 5`},
-		{"period above max", Group{Limiters: []Limiter{ip(win(1, rulespec.MaxPeriod+ms))}}, `rules: "ip:1/2592000001ms": period 2592000001ms is above 30d at offset 5`},
+		{"period above max", Group{Limiters: []Limiter{ip(win(1, rulelimits.MaxPeriod+ms))}}, `rules: "ip:1/2592000001ms": period 2592000001ms is above 30d at offset 5`},
 		{"bad header", Group{Limiters: []Limiter{{Kind: Header, Name: "a b", Windows: one}}}, `rules: "header(a b):1/s": invalid header name "a b"; want RFC 9110 token characters at offset 7`},
 		{"header case duplicate", Group{Limiters: []Limiter{{Kind: Header, Name: "x-a", Windows: one}, {Kind: Header, Name: "X-A", Windows: one}}}, `rules: "header(X-A):1/s; header(X-A):1/s": duplicate limiter header(X-A); put all its windows in one limiter at offset 17`},
 		{"name on ip", Group{Limiters: []Limiter{{Kind: IP, Name: "x", Windows: one}}}, `rules: "ip(x):1/s": kind ip takes no name at offset 3`},
@@ -51,13 +51,13 @@ func TestValidate(t *testing.T) {
 		{"negative cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "-1", Windows: one}}}, `rules: "ip[-1]:1/s": invalid cost "-1"; want a positive integer or a cost function name: a letter, then letters, digits, "_", "-" or "." at offset 3`},
 		{"cost above limit", Group{Limiters: []Limiter{{Kind: Key, Name: "k", Cost: "2", Windows: []Window{win(5, sec), win(1, mn)}}}}, `rules: "key(k)[2]:5/s,1/min": cost 2 is above the limit 1 of window 1/min; such a request could never be admitted at offset 14`},
 		{"cost equal to limit", Group{Limiters: []Limiter{{Kind: IP, Cost: "5", Windows: []Window{win(5, sec)}}}}, ""},
-		{"grain", Group{Limiters: []Limiter{ip(grained(rulespec.MaxBoundedLimit, day, 15*mn))}}, ""},
+		{"grain", Group{Limiters: []Limiter{ip(grained(rulelimits.MaxBoundedLimit, day, 15*mn))}}, ""},
 		{"negative grain", Group{Limiters: []Limiter{ip(grained(1, sec, -sec))}}, `rules: "ip:1/s~-1s": grain -1s is below 1ms at offset 7`},
 		{"fractional grain", Group{Limiters: []Limiter{ip(grained(1, 3*sec, 1500*time.Microsecond))}}, `rules: "ip:1/3s~1.5ms": grain 1.5ms is not a whole number of milliseconds at offset 8`},
 		{"grain of an invalid period", Group{Limiters: []Limiter{ip(grained(1, 0, sec))}}, `rules: "ip:1/0s~s": period 0s is below 1ms at offset 5`},
 		{"grain longer than period", Group{Limiters: []Limiter{ip(grained(1, mn, hr))}}, `rules: "ip:1/min~h": grain 1h is not shorter than the period 1min at offset 9`},
-		{"exact cap with cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "c", Windows: []Window{win(rulespec.MaxBoundedLimit+1, sec)}}}}, `rules: "ip[c]:1125899906842625/s": limit 1125899906842625 is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 6`},
-		{"exact cap without cost", Group{Limiters: []Limiter{ip(win(rulespec.MaxBoundedLimit+1, sec))}}, `rules: "ip:1125899906842625/s": limit 1125899906842625 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
+		{"exact cap with cost", Group{Limiters: []Limiter{{Kind: IP, Cost: "c", Windows: []Window{win(rulelimits.MaxBoundedLimit+1, sec)}}}}, `rules: "ip[c]:1125899906842625/s": limit 1125899906842625 is above 1125899906842624 (2^50), the largest limit, so that sums of costs stay exact in redis's lua numbers at offset 6`},
+		{"exact cap without cost", Group{Limiters: []Limiter{ip(win(rulelimits.MaxBoundedLimit+1, sec))}}, `rules: "ip:1125899906842625/s": limit 1125899906842625 is above 100000; redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624 at offset 3`},
 		{"first of several", Group{Limiters: []Limiter{ip(win(1, sec), win(0, 0))}, Exempt: []string{"a", "a"}}, `rules: "ip:1/s,0/0s; exempt:a,a": limit 0 is below 1 at offset 7`},
 	}
 	for _, tt := range tests {
@@ -81,7 +81,7 @@ func TestValidate(t *testing.T) {
 }
 
 // TestBoundsMatchConstants keeps the bounds written in model.go's struct
-// tags in step with rulespec.MaxLimit, rulespec.MinPeriod and rulespec.MaxPeriod.
+// tags in step with rulelimits.MaxLimit, rulelimits.MinPeriod and rulelimits.MaxPeriod.
 func TestBoundsMatchConstants(t *testing.T) {
 	t.Parallel()
 	check := func(w Window, ok bool) {
@@ -91,14 +91,14 @@ func TestBoundsMatchConstants(t *testing.T) {
 			t.Errorf("Validate(%v) = %v, want ok=%v", w, err, ok)
 		}
 	}
-	check(win(1, rulespec.MinPeriod), true)
-	check(win(rulespec.MaxLimit, rulespec.MaxPeriod), true)
+	check(win(1, rulelimits.MinPeriod), true)
+	check(win(rulelimits.MaxLimit, rulelimits.MaxPeriod), true)
 	check(win(0, sec), false)
-	check(win(rulespec.MaxLimit+1, sec), false)
-	check(win(1, rulespec.MinPeriod-time.Nanosecond), false)
-	check(win(1, rulespec.MaxPeriod+time.Millisecond), false)
-	check(grained(rulespec.MaxBoundedLimit, rulespec.MaxPeriod, rulespec.MaxPeriod/maxGrains), true)
-	check(grained(rulespec.MaxBoundedLimit+1, sec, ms), false)
+	check(win(rulelimits.MaxLimit+1, sec), false)
+	check(win(1, rulelimits.MinPeriod-time.Nanosecond), false)
+	check(win(1, rulelimits.MaxPeriod+time.Millisecond), false)
+	check(grained(rulelimits.MaxBoundedLimit, rulelimits.MaxPeriod, rulelimits.MaxPeriod/maxGrains), true)
+	check(grained(rulelimits.MaxBoundedLimit+1, sec, ms), false)
 	check(grained(1, 2*minGrain, minGrain), true)
 	check(grained(1, sec, minGrain-time.Nanosecond), false)
 	check(grained(1, maxGrains*ms, ms), true)
@@ -110,10 +110,10 @@ func TestBoundsMatchConstants(t *testing.T) {
 			t.Errorf("Validate(global[bytes]:%d/s) = %v, want ok=%v", limit, err, ok)
 		}
 	}
-	costed(rulespec.MaxBoundedLimit, true)
-	costed(rulespec.MaxBoundedLimit+1, false)
-	if rulespec.MaxBoundedLimit >= 1<<53 {
-		t.Errorf("rulespec.MaxBoundedLimit %d is not exact in a float64", rulespec.MaxBoundedLimit)
+	costed(rulelimits.MaxBoundedLimit, true)
+	costed(rulelimits.MaxBoundedLimit+1, false)
+	if rulelimits.MaxBoundedLimit >= 1<<53 {
+		t.Errorf("rulelimits.MaxBoundedLimit %d is not exact in a float64", rulelimits.MaxBoundedLimit)
 	}
 }
 

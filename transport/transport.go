@@ -45,7 +45,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -84,9 +84,9 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 // the roles against the WithPolicy policy (a nil t checks none). Errors
 // are *rules.Error values pointing into text as written.
 func (t *Transport) Parse(text string, limiter func(rules.Limiter) error, countItem func(item string) (string, error)) (rules.Group, error) {
-	g, err := rulesx.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
+	g, err := lifecycle.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
 	if err == nil && t != nil {
-		err = rulesx.Relocate(t.t.Policy.Check(g), text)
+		err = lifecycle.Relocate(t.t.Policy.Check(g), text)
 	}
 	return g, err
 }
@@ -105,7 +105,7 @@ func (t *Transport) Compile(g rules.Group, counts func(status int) bool) (*Group
 	if err := t.t.Policy.Check(g); err != nil {
 		return nil, err
 	}
-	zone, err := rulesx.Zone(&g)
+	zone, err := ruletime.LoadZone(g.Calendar)
 	if err != nil {
 		return nil, err
 	}

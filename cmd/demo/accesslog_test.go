@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,13 +12,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/slidelimit/slidelimit/internal/replay"
 )
 
 // TestLoadWritesCombinedLog: load -log writes one Combined Log Format line
-// per answer, which slidelimit replay reads back with the user, status
-// and size.
+// per answer, with the user, status and size.
 func TestLoadWritesCombinedLog(t *testing.T) {
 	t.Parallel()
 	var n atomic.Int64
@@ -43,14 +41,36 @@ func TestLoadWritesCombinedLog(t *testing.T) {
 	if len(lines) < 4 || !strings.Contains(lines[0], ` - alice [`) || !strings.Contains(lines[0], `"GET /files/1 HTTP/1.1" 200 5 "-" "demo-load"`) {
 		t.Fatalf("log:\n%s", data)
 	}
-	var statuses []int
-	rep, err := replay.Run(context.Background(), replay.Config{
-		Routes: []replay.RouteRules{{Text: "user:1000/s"}}, Inputs: []replay.Input{{Name: logf}},
-		OnDecision: func(r replay.Record, _ bool) { statuses = append(statuses, r.Status) }})
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/access.log")
+
+// TestAccessLogFixture: accessLog writes testdata/access.log, byte for
+// byte, which the replay package's tests read back (TestReplayDemoLog).
+func TestAccessLogFixture(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	l := &accessLog{w: &b}
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.FixedZone("", 3600))
+	for i := range 4 {
+		status, size := http.StatusOK, int64(5)
+		if i == 3 {
+			status, size = http.StatusTooManyRequests, 0
+		}
+		l.write(start.Add(time.Duration(i)*100*time.Millisecond), "alice", http.MethodGet, "/files/1", status, size)
+	}
+	l.write(start.Add(time.Second), "", http.MethodPost, "/login", http.StatusOK, 2)
+	const file = "testdata/access.log"
+	if *update {
+		if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Bad != 0 || rep.Requests != int64(len(lines)) || rep.Subjects[0].Subject != "user:alice" || statuses[0] != 200 || statuses[len(statuses)-1] != 429 {
-		t.Errorf("replayed %d of %d lines (bad %d), subjects %v, statuses %v", rep.Requests, len(lines), rep.Bad, rep.Subjects, statuses)
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Errorf("accessLog wrote\n%s\n%s holds\n%s", b.Bytes(), file, want)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/replay"
+	"github.com/slidelimit/slidelimit/cmd/slidelimit/internal/replay"
 )
 
 func main() {

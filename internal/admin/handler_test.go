@@ -12,7 +12,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/admin"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -37,7 +37,7 @@ func (f *fake) Peek(_ context.Context, scope, id, s string) (engine.Decision, er
 	}
 	return engine.Decision{Blocked: s == "alice", RetryAfter: 90 * time.Second,
 		Windows: []engine.WindowState{{Window: rules.Window{Limit: 5, Period: time.Minute}, Used: 5, Reset: time.Second},
-			{Window: rules.Window{Limit: 100, Calendar: rulespec.Month}, Used: 7, Remaining: 93, Reset: time.Hour}}}, f.err
+			{Window: rules.Window{Limit: 100, Calendar: ruletime.Month}, Used: 7, Remaining: 93, Reset: time.Hour}}}, f.err
 }
 func (f *fake) PeekByIP(ctx context.Context, scope, id, a string) (engine.Decision, error) {
 	return engine.Decision{Blocked: true, RetryAfter: time.Minute}, f.err

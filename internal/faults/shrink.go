@@ -47,3 +47,46 @@ func Shrink(p Plan, budget int, fails func(Plan) bool) Plan {
 	}
 	return p
 }
+
+// ShrinkThrottle is Shrink for a throttle's plan: it drops chunks of
+// steps, then calls of each step, while fails still reports a failure,
+// calling fails at most budget times.
+func ShrinkThrottle(p ThrottlePlan, budget int, fails func(ThrottlePlan) bool) ThrottlePlan {
+	calls := 0
+	try := func(q ThrottlePlan) bool {
+		if calls >= budget {
+			return false
+		}
+		calls++
+		return fails(q)
+	}
+	for chunk := len(p.Steps) / 2; chunk >= 1 && calls < budget; {
+		removed := false
+		for i := 0; i+chunk <= len(p.Steps); {
+			q := p
+			q.Steps = append(append([]ThrottleStep(nil), p.Steps[:i]...), p.Steps[i+chunk:]...)
+			if try(q) {
+				p, removed = q, true
+				continue
+			}
+			i += chunk
+		}
+		if !removed {
+			chunk /= 2
+		}
+	}
+	for i := range p.Steps {
+		for j := 0; j < len(p.Steps[i].Calls) && len(p.Steps[i].Calls) > 1; {
+			q := p
+			q.Steps = append([]ThrottleStep(nil), p.Steps...)
+			cs := p.Steps[i].Calls
+			q.Steps[i].Calls = append(append([]ThrottleCall(nil), cs[:j]...), cs[j+1:]...)
+			if try(q) {
+				p = q
+				continue
+			}
+			j++
+		}
+	}
+	return p
+}

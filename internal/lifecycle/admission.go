@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -243,7 +242,7 @@ func (a *Admission) checks() []engine.Check {
 	for i, lim := range p.Limiters {
 		cs[i].Limiter, cs[i].Block = lim, block
 		var v string
-		if rulesx.Named(lim.Kind) {
+		if named(lim.Kind) {
 			v = a.src.Value(p, i, lim)
 		}
 		if cs[i].Subject = SubjectFor(lim.Kind, a.id.User, a.res.ByIP, v); cs[i].Subject == "" {

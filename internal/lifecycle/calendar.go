@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -23,9 +23,9 @@ import (
 
 // calendarSeconds is the w parameter of each calendar period.
 var calendarSeconds = map[string]int64{
-	rulespec.Day:   int64(25 * time.Hour / time.Second),
-	rulespec.Week:  int64((7*24 + 1) * time.Hour / time.Second),
-	rulespec.Month: int64((31*24 + 1) * time.Hour / time.Second),
+	ruletime.Day:   int64(25 * time.Hour / time.Second),
+	ruletime.Week:  int64((7*24 + 1) * time.Hour / time.Second),
+	ruletime.Month: int64((31*24 + 1) * time.Hour / time.Second),
 }
 
 // calendarName is the policy name of calendar window w of l.

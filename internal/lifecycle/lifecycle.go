@@ -10,14 +10,16 @@
 // field values (Plan), subjects and client addresses (ClientIP), what a
 // group applies (Rules, Block, HoldsSlots), settlement (Plan.SettleWith,
 // the handler's Report, Plan.Actual), the one backend-error log and the
-// events hooks receive (Event).
+// events hooks receive (Event). So does what the module's packages need of
+// a rule group beyond package rules' API (group.go: Lists, Counts, limit
+// functions' Resolve) and the rule language of other transports
+// (dialect.go: Dialect, Relocate).
 package lifecycle
 
 import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -36,7 +38,7 @@ func Block(g *rules.Group) time.Duration {
 // an in-flight window: admitted requests then hold slots that the
 // transport must have released (Admission.End) when they end.
 func HoldsSlots(g *rules.Group) bool {
-	for _, ls := range rulesx.Lists(g) {
+	for _, ls := range Lists(g) {
 		for _, l := range ls {
 			for _, w := range l.Windows {
 				if w.Concurrent {

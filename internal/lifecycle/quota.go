@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -87,7 +86,7 @@ func NewPlan(ls []rules.Limiter) *Plan {
 			unit, per = UnitNone, -1
 		}
 		p.costs[i], per = per, max(per, 1)
-		p.Dynamic = p.Dynamic || rulesx.Dynamic(l)
+		p.Dynamic = p.Dynamic || Dynamic(l)
 		p.Index[i] = make([]int, len(l.Windows))
 		for j, w := range l.Windows {
 			p.Index[i][j] = len(p.Policies)
@@ -96,7 +95,7 @@ func NewPlan(ls []rules.Limiter) *Plan {
 				u, p.Slots = UnitConcurrent, true
 			}
 			p.Calendar = p.Calendar || w.Calendar != ""
-			p.Policies = append(p.Policies, Policy{Name: PolicyName(l, w), Period: rulespec.FormatPeriod(w.Period), Check: i, Window: w, Unit: u, Per: per})
+			p.Policies = append(p.Policies, Policy{Name: PolicyName(l, w), Period: ruletime.FormatPeriod(w.Period), Check: i, Window: w, Unit: u, Per: per})
 		}
 	}
 	uniqueNames(p.Policies)
@@ -128,7 +127,7 @@ func PolicyName(l rules.Limiter, w rules.Window) string {
 	if w.Calendar != "" {
 		return calendarName(l, w)
 	}
-	return l.ID() + "-" + rulespec.FormatPeriod(w.Period)
+	return l.ID() + "-" + ruletime.FormatPeriod(w.Period)
 }
 
 // CeilSeconds converts d to whole seconds, rounding up so that a client

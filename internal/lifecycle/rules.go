@@ -7,7 +7,6 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
-	"github.com/slidelimit/slidelimit/internal/rulesx"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -99,7 +98,7 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 	if t.Decider != nil && r.finisher == nil && (len(g.Count) > 0 || HoldsSlots(&g) || len(t.Settle) > 0) {
 		errs = append(errs, NoFinishError())
 	}
-	for role, ls := range rulesx.Lists(&g) {
+	for role, ls := range Lists(&g) {
 		if _, dup := r.byRole[role]; dup && role != "" {
 			continue // role.Policy.Resolve picks the first override of a role
 		}

@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 )
 
 // ReplyError reports a script reply the engine does not understand, which
@@ -52,7 +53,7 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 		if p.IsCal(int(k)) {
 			readCal(r, p, res, k, t)
 			if p.BlockOf(int(k)) > 0 {
-				BlockedFor(p, res, bleft, int(k), r.Int(int64(rulespec.MaxPeriod/time.Microsecond)))
+				BlockedFor(p, res, bleft, int(k), r.Int(int64(rulelimits.MaxPeriod/time.Microsecond)))
 			}
 			continue
 		}
@@ -73,7 +74,7 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 			res[3*j], res[3*j+1], res[3*j+2] = used, reset, wait
 		}
 		if p.BlockOf(int(k)) > 0 {
-			BlockedFor(p, res, bleft, int(k), r.Int(int64(rulespec.MaxPeriod/time.Microsecond)))
+			BlockedFor(p, res, bleft, int(k), r.Int(int64(rulelimits.MaxPeriod/time.Microsecond)))
 		}
 	}
 	return status, suffix
@@ -177,7 +178,7 @@ func (r *Reader) Score(t, per int64) int64 {
 func readCal(r *Reader, p *plan.Plan, res []int64, k int32, t int64) {
 	j := p.WinStart[k]
 	used := r.Int(1 << 53)
-	left := r.Int(plan.CalNominal(rulespec.Month))
+	left := r.Int(plan.CalNominal(ruletime.Month))
 	if r.Err == nil && left < 1 {
 		r.Fail("calendar period ended")
 	}

@@ -4,7 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -56,16 +57,16 @@ type CalKey struct {
 }
 
 // calUnits are the calendars of calKey.unit.
-var calUnits = [...]string{"", rulespec.Day, rulespec.Week, rulespec.Month}
+var calUnits = [...]string{"", ruletime.Day, ruletime.Week, ruletime.Month}
 
 // calUnit returns the index of c in calUnits, 0 for an unknown calendar.
 func calUnit(c string) uint8 {
 	switch c {
-	case rulespec.Day:
+	case ruletime.Day:
 		return 1
-	case rulespec.Week:
+	case ruletime.Week:
 		return 2
-	case rulespec.Month:
+	case ruletime.Month:
 		return 3
 	}
 	return 0
@@ -166,9 +167,9 @@ func (p *Plan) Location() *time.Location {
 // around now (µs since 1970) in loc: the previous period's start, the
 // current one's, the next one's and its end.
 func CalBoundsAround(c string, now int64, loc *time.Location) [CalBounds]int64 {
-	start, end := rulespec.Bounds(c, time.UnixMicro(now), loc)
-	prev, _ := rulespec.Bounds(c, start.Add(-time.Microsecond), loc)
-	_, next := rulespec.Bounds(c, end, loc)
+	start, end := ruletime.Bounds(c, time.UnixMicro(now), loc)
+	prev, _ := ruletime.Bounds(c, start.Add(-time.Microsecond), loc)
+	_, next := ruletime.Bounds(c, end, loc)
 	return [CalBounds]int64{prev.UnixMicro(), start.UnixMicro(), end.UnixMicro(), next.UnixMicro()}
 }
 
@@ -178,7 +179,7 @@ func (p *Plan) CalStartAt(k int, at int64) int64 {
 	if s := p.Cals[k].Start; s > 0 {
 		return s
 	}
-	start, _ := rulespec.Bounds(p.Cal(k), time.UnixMicro(at), p.Location())
+	start, _ := ruletime.Bounds(p.Cal(k), time.UnixMicro(at), p.Location())
 	return start.UnixMicro()
 }
 
@@ -198,7 +199,7 @@ func (k *Keyer) CalResetKeys(scope string, l *rules.Limiter, subject string, has
 // CalSpan returns the start and end (µs since 1970) of the period of
 // calendar key k that holds t, for the local fallback.
 func (p *Plan) CalSpan(k int, t int64) (start, end int64) {
-	s, e := rulespec.Bounds(p.Cal(k), time.UnixMicro(t), p.Location())
+	s, e := ruletime.Bounds(p.Cal(k), time.UnixMicro(t), p.Location())
 	return s.UnixMicro(), e.UnixMicro()
 }
 
@@ -215,7 +216,7 @@ func (p *Plan) CalKeyOf(m int32) int32 {
 // validCalendar checks calendar window j of check i, w, which counts cost.
 func validCalendar(i, j int, w *rules.Window, cost int64) error {
 	switch {
-	case w.Limit < 1 || w.Limit > rulespec.MaxBoundedLimit:
+	case w.Limit < 1 || w.Limit > rulelimits.MaxBoundedLimit:
 		return &Error{Check: i, Window: j, Reason: "limit outside 1..2^50"}
 	case cost > w.Limit:
 		return &Error{Check: i, Window: j, Reason: "cost " + strconv.FormatInt(cost, 10) +

@@ -1,8 +1,6 @@
 package plan
 
-import (
-	"github.com/slidelimit/slidelimit/internal/rulespec"
-)
+import "github.com/slidelimit/slidelimit/internal/rulelimits"
 
 // Distinct values (Check.Distinct, the rule statement distinct:NAME): a
 // check that names a value counts the value in its count key instead of the
@@ -57,4 +55,4 @@ func (p *Plan) HeldAt(m int32) bool { return p.NDistinct > 0 && int(m) < len(p.H
 
 // maxDistinctWindows bounds the windows of a distinct key, whose reply
 // holds one bit per window: the rule language's bound.
-const maxDistinctWindows = rulespec.MaxDistinctWindows
+const maxDistinctWindows = rulelimits.MaxDistinctWindows

@@ -15,19 +15,19 @@ import (
 	"unsafe"
 
 	"github.com/slidelimit/slidelimit/internal/access"
-	"github.com/slidelimit/slidelimit/internal/rulespec"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // Request limits, so that one request cannot make a script call unbounded.
 const (
 	// MaxChecks is the largest number of checks in a Request: the rule
-	// language's [rulespec.MaxLimiters], so that a group that parses never
+	// language's [rulelimits.MaxLimiters], so that a group that parses never
 	// makes a request the engine refuses.
-	MaxChecks = rulespec.MaxLimiters
+	MaxChecks = rulelimits.MaxLimiters
 	// MaxWindows is the largest number of windows in a Request, over all
-	// its checks: the rule language's [rulespec.MaxWindows].
-	MaxWindows = rulespec.MaxWindows
+	// its checks: the rule language's [rulelimits.MaxWindows].
+	MaxWindows = rulelimits.MaxWindows
 	// MaxCountLimit is the largest limit the engine accepts for a window of
 	// a count key: a limiter without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
@@ -248,7 +248,7 @@ func (p *Plan) keyBytes(i int32) []byte {
 func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err error) {
 	maxLimit := int64(MaxCountLimit)
 	if kc != "" {
-		maxLimit = rulespec.MaxBoundedLimit
+		maxLimit = rulelimits.MaxBoundedLimit
 	}
 	rate, conc = len(c.Windows), -1
 	for j := range c.Windows {
@@ -281,7 +281,7 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 				return 0, 0, &Error{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
 			}
 			return 0, 0, &Error{Check: i, Window: j, Reason: "limit outside 1..2^50"}
-		case w.Period < time.Microsecond || w.Period > rulespec.MaxPeriod:
+		case w.Period < time.Microsecond || w.Period > rulelimits.MaxPeriod:
 			return 0, 0, &Error{Check: i, Window: j, Reason: "period outside 1µs..720h"}
 		case w.Grain < 0 || w.Grain > 0 && (w.Grain < time.Microsecond || w.Grain >= w.Period):
 			return 0, 0, &Error{Check: i, Window: j, Reason: "grain outside 1µs..period"}
@@ -396,7 +396,7 @@ func (p *Plan) mapOrigins(req *Request) {
 // block records check i's block d on key idx: the longest block of the
 // checks sharing the key.
 func (p *Plan) block(i, idx int, d time.Duration) error {
-	if d < 0 || d > rulespec.MaxPeriod {
+	if d < 0 || d > rulelimits.MaxPeriod {
 		return &Error{Check: i, Window: -1, Reason: "block outside 0..720h"}
 	}
 	for len(p.BlockMicros) <= idx {

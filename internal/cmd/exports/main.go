@@ -2,8 +2,10 @@
 // slidelimit export, per package and in total, as issue 41 counts them:
 // exported top-level names (functions, types, variables, constants),
 // exported methods of exported types, and the exported methods of
-// exported interfaces. Test files are not counted. Run it from the
-// repository root:
+// exported interfaces. Test files are not counted. The public packages
+// are every package of the repository, the contrib module's included,
+// that is not a command and not under an internal, testdata or hidden
+// directory. Run it from the repository root:
 //
 //	go run ./internal/cmd/exports
 package main
@@ -15,15 +17,14 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 )
 
-// packages are the public packages, by directory from the repository
-// root; "." is the root package. The issue that set the budget of 170
-// counted the first six; transport, public since, counts too.
-var packages = []string{".", "middleware", "engine", "rules", "role", "contrib/grpclimit", "transport"}
+// budget is the most names one public package may export (issue 49).
+const budget = 185
 
 // list makes count print each name it counts, as package.Name or
 // package.Type.Method.
@@ -49,9 +50,14 @@ func main() {
 }
 
 func run(root string, w io.Writer) error {
+	pkgs, err := packages(root)
+	if err != nil {
+		return err
+	}
 	total := 0
-	fmt.Fprintf(w, "%-18s %5s %9s %7s %10s\n", "package", "total", "top-level", "methods", "interfaces")
-	for _, p := range packages {
+	var over []string
+	fmt.Fprintf(w, "%-20s %5s %9s %7s %10s\n", "package", "total", "top-level", "methods", "interfaces")
+	for _, p := range pkgs {
 		c, err := count(filepath.Join(root, p))
 		if err != nil {
 			return err
@@ -60,11 +66,75 @@ func run(root string, w io.Writer) error {
 		if p == "." {
 			name = "root"
 		}
-		fmt.Fprintf(w, "%-18s %5d %9d %7d %10d\n", name, c.total(), c.TopLevel, c.Methods, c.Interfaces)
+		fmt.Fprintf(w, "%-20s %5d %9d %7d %10d\n", name, c.total(), c.TopLevel, c.Methods, c.Interfaces)
 		total += c.total()
+		if c.total() > budget {
+			over = append(over, name)
+		}
 	}
-	fmt.Fprintf(w, "%-18s %5d\n", "total", total)
+	fmt.Fprintf(w, "%-20s %5d\n", "total", total)
+	if len(over) > 0 {
+		return fmt.Errorf("exports: above the budget of %d per package: %s", budget, strings.Join(over, ", "))
+	}
 	return nil
+}
+
+// packages returns the directories of the public packages under root,
+// "." for the root package, in lexical order: every directory with a
+// non-test Go file of a package other than main, skipping internal,
+// testdata, hidden and underscore directories and what they hold.
+func packages(root string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		name := d.Name()
+		if path != root && (name == "internal" || name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			return filepath.SkipDir
+		}
+		public, err := library(path)
+		if err != nil || !public {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		out = append(out, filepath.ToSlash(rel))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("exports: %w", err)
+	}
+	return out, nil
+}
+
+// library reports whether dir holds a non-test Go file of a package other
+// than main.
+func library(dir string) (bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.PackageClauseOnly)
+		if err != nil {
+			return false, err
+		}
+		if f.Name.Name != "main" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // count counts the exports of the package in dir, leaving out test files

@@ -8,7 +8,9 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,8 +69,51 @@ func TestCountRepository(t *testing.T) {
 			t.Errorf("%s: %d exports, go/doc finds %d", f[0], n, want)
 		}
 	}
-	if lines != len(packages) {
-		t.Errorf("%d package lines, want %d:\n%s", lines, len(packages), out.String())
+	pkgs, err := packages("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines != len(pkgs) {
+		t.Errorf("%d package lines, want %d:\n%s", lines, len(pkgs), out.String())
+	}
+}
+
+// TestPackagesAreGoList checks the packages counted against go list's view
+// of both modules: every package that is not a command and not internal.
+func TestPackagesAreGoList(t *testing.T) {
+	got, err := packages("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, m := range []struct{ dir, prefix string }{
+		{"../../..", "github.com/slidelimit/slidelimit"},
+		{"../../../contrib", "github.com/slidelimit/slidelimit"},
+	} {
+		cmd := exec.Command("go", "list", "-f", "{{if ne .Name \"main\"}}{{.ImportPath}}{{end}}", "./...")
+		cmd.Dir = m.dir
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list in %s: %v", m.dir, err)
+		}
+		for _, p := range strings.Fields(string(b)) {
+			if strings.Contains(p+"/", "/internal/") {
+				continue
+			}
+			if p = strings.TrimPrefix(strings.TrimPrefix(p, m.prefix), "/"); p == "" {
+				p = "."
+			}
+			want = append(want, p)
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("counted %q\ngo list %q", got, want)
+	}
+	for _, p := range []string{"lua", "contrib/chilimit", "contrib/echolimit", "contrib/ginlimit", "contrib/muxlimit", "contrib/otellimit", "contrib/promlimit"} {
+		if !slices.Contains(got, p) {
+			t.Errorf("%s is not counted", p)
+		}
 	}
 }
 
