@@ -430,7 +430,7 @@ func keep(ws []knownWin, c *call, i int, sign int64, counted bool) []knownWin {
 			}
 			if !p.HeldAt(j) {
 				// A distinct value a window held counts nothing anew
-				// there (see distinct.go).
+				// there (see Check.Distinct).
 				used += p.Cost[i]
 			}
 			// Admitted, so there was room: full now only when this

@@ -43,6 +43,6 @@ const (
 	KindCount    = 'C'
 	KindSlot     = 'S'
 	KindWeighted = 'W'
-	KindCal      = 'A' // a calendar key (see calendar.go)
-	KindDistinct = 'R' // a distinct key (see distinct.go)
+	KindCal      = 'A' // a calendar key (see plan.CalKey)
+	KindDistinct = 'R' // a distinct key (see plan.Plan.Distinct)
 )
