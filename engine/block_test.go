@@ -334,6 +334,6 @@ func TestBlockBesideSlots(t *testing.T) {
 
 // known reports whether e's cache knows key's windows.
 func known(e *Engine, key string) bool {
-	_, ok := e.known.get(key)
+	_, ok := e.known.Get(key)
 	return ok
 }

@@ -48,7 +48,7 @@ func TestKnownBlockConcurrentAnswer(t *testing.T) {
 			c.status, c.res = codec.StatusDenied, []int64{2, 1_000_000, 20_000_000}
 			c.bleft[0] = 20_000_000
 		}
-		e.known.store(c, sent, recv, now)
+		storeKnown(e.known, c, sent, recv, now)
 	}
 	answer(false, now-10, now-5) // the denial, received first
 	answer(true, now-8, now-2)   // sent before it was received

@@ -19,7 +19,7 @@ import (
 func waitTrusted(t *testing.T, e *Engine) {
 	t.Helper()
 	for range 500 {
-		if _, ok := e.known.trusted(e.elapsed()); ok {
+		if _, ok := e.known.Trusted(e.elapsed()); ok {
 			return
 		}
 		time.Sleep(10 * ms)
@@ -277,7 +277,7 @@ func TestFallbackSeedWindows(t *testing.T) {
 	c.status, c.mode = codec.StatusDenied, opPeek
 	c.res = []int64{8, 30_000_000, 0, 1, 500_000, 0}
 	now := clk.Now().UnixMicro()
-	e.known.store(c, now, now, now)
+	storeKnown(e.known, c, now, now, now)
 
 	want := []struct {
 		at      time.Duration

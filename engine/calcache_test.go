@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
@@ -60,9 +61,9 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 			// The cache keeps the month's bytes for the fallback, which
 			// seeds them as one entry (TestFallbackSeedCost).
 			key := string(e.keyer.AppendKey(nil, "s", rules.User, "", "bytes", "alice")) + plan.CalSuffix + string(ruletime.Month)
-			kn, ok := e.known.get(key)
-			if kw := kn.find(plan.Window{Period: plan.CalNominal(ruletime.Month), Limit: 1000}); !ok || kw == nil || kw.used != 1000 {
-				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.wins, ok)
+			kn, ok := e.known.Get(key)
+			if kw := kn.Find(plan.Window{Period: plan.CalNominal(ruletime.Month), Limit: 1000}); !ok || kw == nil || kw.Used != 1000 {
+				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.Wins, ok)
 			}
 		})
 	}
@@ -108,7 +109,7 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 // invalidation of the calendar key forgets both.
 func TestCachedCalendarColocated(t *testing.T) {
 	t.Parallel()
-	e := &Engine{keyer: newKeyer(&config{prefix: "p:"}), known: newKnownCache(100)}
+	e := &Engine{keyer: newKeyer(&config{prefix: "p:"}), known: denials.New(100)}
 	r := req(user("u", win(100, time.Hour), calWin(5, ruletime.Month)))
 	c := getCall()
 	defer putCall(c)
@@ -122,19 +123,19 @@ func TestCachedCalendarColocated(t *testing.T) {
 	rate, cal := strings.Clone(c.plan.Keys[0]), strings.Clone(c.plan.Keys[1])
 	c.status, c.mode = codec.StatusDenied, opPeek
 	c.res = []int64{7, 3_000_000_000, 0, 5, 86_400_000_000, 86_400_000_000}
-	e.known.store(c, 10, 20, 30)
-	if got, ok := e.known.get(rate); !ok || len(got.wins) != 1 || got.wins[0].period != 3_600_000_000 || got.wins[0].used != 7 {
-		t.Errorf("rate key: %+v %v, want its hour window only", got.wins, ok)
+	storeKnown(e.known, c, 10, 20, 30)
+	if got, ok := e.known.Get(rate); !ok || len(got.Wins) != 1 || got.Wins[0].Period != 3_600_000_000 || got.Wins[0].Used != 7 {
+		t.Errorf("rate key: %+v %v, want its hour window only", got.Wins, ok)
 	}
-	got, ok := e.known.get(cal)
-	if want := (knownWin{period: plan.CalNominal(ruletime.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
+	got, ok := e.known.Get(cal)
+	if want := (denials.Win{Period: plan.CalNominal(ruletime.Month), Limit: 5, Used: 5, Reset: 86_400_000_000, Wait: 86_400_000_000}); !ok || len(got.Wins) != 1 || got.Wins[0] != want || got.Sent != 10 || got.Recv != 20 || got.Wall != 30 {
 		t.Errorf("calendar key: %+v %v, want %+v from the same answer", got, ok, want)
 	}
-	e.known.invalidate(cal, 40)
-	if _, ok := e.known.get(rate); ok {
+	e.known.Invalidate(cal, 40)
+	if _, ok := e.known.Get(rate); ok {
 		t.Error("the rate key's entry outlived an invalidation of its calendar key")
 	}
-	if _, ok := e.known.get(cal); ok {
+	if _, ok := e.known.Get(cal); ok {
 		t.Error("the calendar key outlived its invalidation")
 	}
 }

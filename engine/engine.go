@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/lua"
@@ -50,9 +51,9 @@ type Engine struct {
 	log      *slog.Logger
 	clock    func() time.Time
 	local    *localLimiter
-	known    *knownCache // what Redis last said per key
-	denials  bool        // cached denials (WithCachedDenials)
-	base     time.Time   // origin of mono
+	known    *denials.Cache // what Redis last said per key
+	denials  bool           // cached denials (WithCachedDenials)
+	base     time.Time      // origin of mono
 	batch    batcher
 	undos    undoQueue  // of failed calls, run before the next script call
 	async    asyncQueue // of FinishAsync, sent with the next script call
@@ -131,7 +132,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		log:     cfg.logger,
 		clock:   cfg.clock,
 		local:   newLocalLimiter(cfg.localKeys),
-		known:   newKnownCache(cfg.localKeys),
+		known:   denials.New(cfg.localKeys),
 		base:    time.Now(),
 		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
@@ -250,7 +251,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	// A distinct request's answer is kept too: its counts seed the
 	// fallback (a distinct request makes no cached denial, see above: its
 	// windows may be full yet admit the values they hold).
-	e.known.store(c, c.sent, c.recv, c.wall)
+	storeKnown(e.known, c, c.sent, c.recv, c.wall)
 	d := c.decision(req, fromRedis)
 	if c.plan.Slots > 0 && d.taken != nil {
 		e.hold(d.taken)
@@ -262,10 +263,23 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 }
 
 // cachedDenial reports whether the known-answer cache denies c (see
-// knownCache.deny), which it then fills.
+// denials.Cache.Deny), which it then fills.
 func (e *Engine) cachedDenial(c *call) bool {
 	now, elapsed := e.monoElapsed()
-	return e.known.deny(c, now, elapsed)
+	at, ok := e.known.Deny(&c.plan, c.res, c.bleft, now, elapsed)
+	if !ok {
+		return false
+	}
+	c.status, c.suffix = codec.StatusDenied, 0
+	c.sec, c.usec = at/1e6, at%1e6
+	return true
+}
+
+// storeKnown keeps in k what Redis answered to c, which must have no error
+// (see denials.Cache.Store).
+func storeKnown(k *denials.Cache, c *call, sent, recv, wall int64) {
+	counted := c.status == codec.StatusAdmitted && c.mode == opAllow
+	k.Store(&c.plan, c.res, c.bleft, counted, c.sec*1e6+c.usec, sent, recv, wall)
 }
 
 // setID gives an Allow its snowflake id and member, which Redis stores,

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -98,7 +99,7 @@ func TestLocalEviction(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.prepare()
-		l.decide(c, now+int64(i)*100_000, newKnownCache(10)) // 100 ms apart: keys expire after 1 s
+		l.decide(c, now+int64(i)*100_000, denials.New(10)) // 100 ms apart: keys expire after 1 s
 		if c.status != codec.StatusAdmitted {
 			t.Fatalf("key %d denied", i)
 		}

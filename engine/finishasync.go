@@ -417,7 +417,7 @@ func (e *Engine) forgetAsync(c *call) {
 			if !read {
 				now, read = e.mono(), true
 			}
-			e.known.invalidate(c.fin[i].Key, now)
+			e.known.Invalidate(c.fin[i].Key, now)
 		}
 	}
 }

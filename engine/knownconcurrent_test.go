@@ -89,11 +89,11 @@ func TestFallbackConcurrentAnswers(t *testing.T) {
 				if tc.distinct {
 					c.plan.Held = append(c.plan.Held[:0], a.held)
 				}
-				e.known.store(c, now-a.sent, now-a.recv, now)
+				storeKnown(e.known, c, now-a.sent, now-a.recv, now)
 				putCall(c)
 			}
 			if tc.invalidate {
-				e.known.invalidate(e.keyOf("s", r().Checks[0]), now)
+				e.known.Invalidate(e.keyOf("s", r().Checks[0]), now)
 			}
 			allowed := 0
 			for range 3 {

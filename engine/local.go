@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
@@ -57,7 +58,7 @@ func newLocalLimiter(maxKeys int) *localLimiter {
 // decide fills c's outcome at time t (µs) like the script: every window
 // is read, and only when all have room (and c is an allow) is t added to
 // every key. Keys start from what Redis last said about them (see seed).
-func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
+func (l *localLimiter) decide(c *call, t int64, known *denials.Cache) {
 	c.sec, c.usec = t/1e6, t%1e6
 	p := &c.plan
 	l.mu.Lock()
@@ -70,17 +71,17 @@ func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
 			delete(l.keys, key)
 			k = nil
 		}
-		kn, found := known.seedOf(key)
+		kn, found := known.SeedOf(key)
 		// The known cache only ever holds an answer at least as new as
 		// the one the seeds stand for: reseeding from it is idempotent
 		// when it is the same, and takes a newer one sent at the same
 		// instant.
-		if found && (k == nil || kn.sent >= k.seedSent) {
+		if found && (k == nil || kn.Sent >= k.seedSent) {
 			k = l.seed(key, k, &kn, t)
 		}
-		if found && kn.bleft > 0 && k != nil {
+		if end := kn.BlockEnd(); found && end > 0 && k != nil {
 			// A block Redis reported holds here too.
-			k.block = max(k.block, kn.bwall+kn.bleft)
+			k.block = max(k.block, end)
 		}
 		if k != nil {
 			times, costs = k.times, k.costs
@@ -217,7 +218,7 @@ func (l *localLimiter) add(key string, t int64) *localKey {
 // a request of limit 5 three more instead of one). Seeds of an older
 // answer are replaced; entries this limiter admitted itself stay (Redis
 // never saw them). Called with l.mu held.
-func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *localKey {
+func (l *localLimiter) seed(key string, k *localKey, kn *denials.Key, t int64) *localKey {
 	if k == nil {
 		k = l.add(key, t)
 	} else {
@@ -230,15 +231,15 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 		}
 		k.times, k.ids, k.costs = k.times[:keep], k.ids[:keep], k.costs[:keep]
 	}
-	k.seed, k.seedSent = kn.wall, kn.sent
-	ws := slices.Clone(kn.wins)
-	slices.SortFunc(ws, func(a, b knownWin) int { return int(b.period - a.period) })
+	k.seed, k.seedSent = kn.Wall, kn.Sent
+	ws := slices.Clone(kn.Wins)
+	slices.SortFunc(ws, func(a, b denials.Win) int { return int(b.Period - a.Period) })
 	for i, w := range ws {
-		k.ret = max(k.ret, w.period)
-		at, n := kn.wall, w.used
+		k.ret = max(k.ret, w.Period)
+		at, n := kn.Wall, w.Used
 		if i+1 < len(ws) {
-			at -= ws[i+1].period
-			n -= ws[i+1].used
+			at -= ws[i+1].Period
+			n -= ws[i+1].Used
 		}
 		if n <= 0 {
 			continue

@@ -148,7 +148,7 @@ type admission struct{ at, cost, lat int64 }
 // next(i, cost) and a random cost 1..1000 until d has passed, and returns
 // per key (by check order of the request) the admissions, recording in ds
 // the denials. Every decision must come from Redis.
-func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *denials) map[string][]admission {
+func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *deniedLog) map[string][]admission {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string][]admission{}
@@ -244,7 +244,7 @@ func TestAuditCosts(t *testing.T) {
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	engines := auditEngines(t, func() Client { return rc }, WithPrefix(prefix))
-	var ds denials
+	var ds deniedLog
 	got := hammerCosts(t, engines, 16, auditDuration, func(_ int, cost int64) Request {
 		return req(bytesOf("hot", cost, costWindows...))
 	}, &ds)
@@ -291,7 +291,7 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 	ipOf := func(cost int64) Check {
 		return Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "bytes", Windows: ipWs}, Subject: "10.0.0.1", Cost: cost}
 	}
-	var ds denials
+	var ds deniedLog
 	got := hammerCosts(t, engines, 16, auditDuration, func(i int, cost int64) Request {
 		return req(bytesOf(fmt.Sprint("u", i%2), cost, costWindows...), ipOf(cost))
 	}, &ds)
