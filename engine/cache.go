@@ -108,7 +108,7 @@ func (e *Engine) applyInvalidation(payload string, now int64) {
 	for key := range strings.FieldsSeq(keys) {
 		e.known.Invalidate(key, now)
 		if kind == invalReset {
-			e.local.forget(key)
+			e.local.Forget(key)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
+	"github.com/slidelimit/slidelimit/engine/internal/fallback"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/lua"
@@ -50,7 +51,7 @@ type Engine struct {
 	fail     rules.FailMode
 	log      *slog.Logger
 	clock    func() time.Time
-	local    *localLimiter
+	local    *fallback.Limiter
 	known    *denials.Cache // what Redis last said per key
 	denials  bool           // cached denials (WithCachedDenials)
 	base     time.Time      // origin of mono
@@ -131,7 +132,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		fail:    cfg.fail,
 		log:     cfg.logger,
 		clock:   cfg.clock,
-		local:   newLocalLimiter(cfg.localKeys),
+		local:   fallback.New(cfg.localKeys),
 		known:   denials.New(cfg.localKeys),
 		base:    time.Now(),
 		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
@@ -353,7 +354,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	}
 	keys = append(keys, e.keyer.CalResetKeys(scope, &l, subject, hashed)...)
 	for _, key := range keys {
-		e.local.forget(key)
+		e.local.Forget(key)
 	}
 	if e.closed.Load() {
 		return ErrClosed

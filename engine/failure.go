@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
+	"github.com/slidelimit/slidelimit/engine/internal/fallback"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/rules"
@@ -27,7 +29,7 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	}
 	e.setID(c) // a call that failed before it had one (closed, ctx done)
 	t := e.now()
-	e.local.decide(c, t.UnixMicro(), e.known)
+	decideLocal(e.local, c, t.UnixMicro(), e.known)
 	return c.decision(req, fromLocal), cause
 }
 
@@ -189,4 +191,11 @@ func (e *Engine) anyDown(p *plan.Plan) bool {
 		}
 	}
 	return false
+}
+
+// decideLocal decides c at t (µs) with the local fallback l, which starts
+// keys from what known holds (see localLimiter.decide).
+func decideLocal(l *fallback.Limiter, c *call, t int64, known *denials.Cache) {
+	c.sec, c.usec = t/1e6, t%1e6
+	c.status = l.Decide(&c.plan, c.res, c.bleft, c.mode == opAllow, c.id, t, known)
 }

@@ -62,7 +62,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	}
 	if t.src == fromLocal {
 		c.finishing(t, o, deltas, keepSlots)
-		e.local.finish(t, c.fin)
+		e.local.Finish(t.id, c.fin)
 		return nil
 	}
 	if e.closed.Load() {

@@ -49,7 +49,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	}
 	if t.src == fromLocal {
 		c.finishing(t, &o, deltas, false)
-		e.local.finish(t, c.fin)
+		e.local.Finish(t.id, c.fin)
 		putCall(c)
 		return
 	}
