@@ -72,7 +72,7 @@ func (ln *lane) heard(ms int64) bool {
 // to maxHeld: without it, each renewal would read the long block again
 // and hold the lane anew.
 func (f *fleet) shorten(ln *lane) {
-	f.run(ln, "b", 0, f.t.maxHeld().Milliseconds())
+	f.run(ln, "b", 0, f.t.maxHeld().Milliseconds(), 0)
 }
 
 // note records, once, the subjects of req, a call of ln, as their

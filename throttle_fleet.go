@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/internal/access"
 )
 
@@ -41,6 +42,7 @@ type fleet struct {
 	channel string
 	member  string
 	offset  atomic.Int64 // Redis clock minus local clock, µs
+	seq     atomic.Int64 // the last sequence number given to a 'j' or 'p'
 
 	clockMu sync.Mutex
 	bestRTT time.Duration // the round trip of the sample offset came from
@@ -122,12 +124,12 @@ func (f *fleet) clock(redisTime, start time.Time) {
 
 func (f *fleet) keys(ln *lane) []string {
 	base := f.prefix + "throttle:{" + f.t.name + ":" + ln.id + "}:"
-	return []string{base + "q", base + "l", base + "b", base + "v"}
+	return []string{base + "q", base + "l", base + "b", base + "v", base + "s"}
 }
 
 // run calls the turn script; it returns nil when Redis failed, and the
-// waiters then go on by their timers.
-func (f *fleet) run(ln *lane, op string, score int64, arg int64) []int64 {
+// waiters then go on by their timers. seq numbers a 'j' or 'p' (next).
+func (f *fleet) run(ln *lane, op string, score, arg, seq int64) []int64 {
 	if f.client == nil {
 		return nil
 	}
@@ -136,55 +138,68 @@ func (f *fleet) run(ln *lane, op string, score int64, arg int64) []int64 {
 	f.t.stats.calls.Add(1)
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), op, f.member, score,
-		fleetLease.Microseconds(), f.channel, ln.id, arg).Int64Slice()
-	if err != nil || len(res) != 6 {
+		fleetLease.Microseconds(), f.channel, ln.id, arg, seq).Int64Slice()
+	if err != nil || len(res) != 7 {
 		return nil
 	}
 	f.clock(time.UnixMicro(res[5]), start)
 	return res
 }
 
-// join puts (or renews) this process's entry for ln with its head's
-// arrival stamp, and learns whether it has the turn.
-func (f *fleet) join(ln *lane, stamp int64) {
-	res := f.run(ln, "j", stamp, 0)
-	f.apply(ln, res, true)
+// An op is a change of this process's entry in a lane's queue, decided
+// under the lane's lock and sent after it is released: ops decided later
+// carry higher sequence numbers, so that the script refuses one that
+// reaches Redis after a later one (over another pooled connection), and
+// the lane applies a reply only if no later op of its own is on its way.
+type op struct {
+	kind  string // "j" (join or renew) or "p" (pass or leave)
+	stamp int64  // the entry's score; < 0: leave
+	hint  int64  // µs, "p": when the new first may ask
+	seq   int64
 }
 
-// pass moves this process's entry to the arrival of its next head (stamp),
-// or out of the queue (stamp < 0), telling the new first to ask after
-// hint.
-func (f *fleet) pass(ln *lane, stamp int64, hint time.Duration) {
-	res := f.run(ln, "p", stamp, hint.Microseconds())
-	f.apply(ln, res, stamp >= 0)
+// op numbers a change of ln's entry; ln.mu is held.
+func (f *fleet) op(ln *lane, kind string, stamp int64, hint time.Duration) op {
+	o := op{kind: kind, stamp: stamp, hint: hint.Microseconds(), seq: f.seq.Add(1)}
+	ln.sent = o.seq
+	return o
 }
 
-// apply notes a reply of the turn script.
-func (f *fleet) apply(ln *lane, res []int64, joined bool) {
+// send runs o and applies its reply; ln.mu is not held.
+func (f *fleet) send(ln *lane, o op) {
+	res := f.run(ln, o.kind, o.stamp, o.hint, o.seq)
+	f.apply(ln, res, o.seq)
+}
+
+// apply notes the reply to this process's op seq.
+func (f *fleet) apply(ln *lane, res []int64, seq int64) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	ln.renewed = time.Now()
-	if res != nil && !ln.fresh(res[4]) {
-		// A message made after this reply was applied already; it told
-		// what this reply would, and more.
-		ln.signalHead()
-		return
-	}
+	latest := seq == ln.sent // no later op of this lane is on its way
 	if res == nil {
-		// Redis failed: act as if alone, so that waiters are not stuck
-		// (and do not retry the script at once).
-		ln.joined, ln.onTurn, ln.othersMin = false, false, none
-		ln.signalHead()
+		if latest {
+			// Redis failed: act as if alone, so that waiters are not
+			// stuck (and do not retry the script at once).
+			ln.joined, ln.onTurn, ln.othersMin = false, false, none
+			ln.signalHead()
+		}
 		return
-	}
-	ln.joined = joined
-	ln.onTurn = joined && res[0] == 1
-	ln.othersMin = none
-	if res[1] >= 0 {
-		ln.othersMin = res[1]
 	}
 	if res[3] > 0 && ln.heard(res[3]) {
 		go f.shorten(ln)
+	}
+	if res[6] == 1 && ln.fresh(res[4]) {
+		// Else a later op of this process was applied first (its reply
+		// or a message after it tells more), or a message made after
+		// this reply was.
+		ln.othersMin = none
+		if res[1] >= 0 {
+			ln.othersMin = res[1]
+		}
+		if latest {
+			ln.onTurn = ln.joined && res[0] == 1
+		}
 	}
 	ln.signalHead()
 }
@@ -193,8 +208,8 @@ func (f *fleet) apply(ln *lane, res []int64, joined bool) {
 // upstream block holds it and whether other processes wait in it: a first
 // caller must then queue behind them instead of asking at once.
 func (f *fleet) learn(ln *lane) {
-	res := f.run(ln, "g", 0, 0)
-	if len(res) != 6 {
+	res := f.run(ln, "g", 0, 0, 0)
+	if len(res) != 7 {
 		return
 	}
 	ln.mu.Lock()
@@ -213,8 +228,21 @@ func (f *fleet) block(ln *lane, d time.Duration) {
 	ln.mu.Lock()
 	ln.holdUntil(time.Now().Add(d))
 	ln.mu.Unlock()
-	f.run(ln, "b", 0, ms)
+	f.run(ln, "b", 0, ms, 0)
 	f.listBlock(ln, ms)
+}
+
+// kick tells every process that ln's windows have room now (a call was
+// given back), when others wait: the head of the one on turn asks at
+// once instead of at the time it was told.
+func (f *fleet) kick(ln *lane) {
+	ln.kick()
+	ln.mu.Lock()
+	others := ln.othersMin != none
+	ln.mu.Unlock()
+	if others {
+		f.run(ln, "k", 0, 0, 0)
+	}
 }
 
 // listen applies the messages of the other participants.
@@ -235,11 +263,17 @@ func (f *fleet) listen() {
 		if ln == nil {
 			continue
 		}
-		f.message(ln, parts)
+		if o, ok := f.message(ln, parts); ok {
+			f.send(ln, o)
+		}
 	}
 }
 
-func (f *fleet) message(ln *lane, parts []string) {
+// message applies a message of the turn script. It returns an op to send
+// when the queue holds an entry of this process that it had given up
+// (its op's reply was lost): a leave, so that the others need not wait
+// for its lease to end.
+func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 	num := func(i int) int64 {
 		if i >= len(parts) {
 			return -1
@@ -253,36 +287,48 @@ func (f *fleet) message(ln *lane, parts []string) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	switch parts[0] {
-	case "j":
-		if len(parts) == 5 && parts[2] != f.member && ln.fresh(num(4)) {
-			if s := num(3); s >= 0 && s < ln.othersMin {
-				ln.othersMin = s
+	case "q":
+		if len(parts) != 8 || !ln.fresh(num(2)) {
+			return op{}, false
+		}
+		first, score, second := parts[3], num(5), num(6)
+		if first != f.member {
+			// Another process has the turn, or nobody waits.
+			ln.othersMin, ln.onTurn = none, false
+			if first != "" && score >= 0 {
+				ln.othersMin = score
+			}
+			ln.signalHead()
+			return op{}, false
+		}
+		ln.othersMin = none
+		if second >= 0 {
+			ln.othersMin = second
+		}
+		if num(4) != ln.sent {
+			// An op of this process made after this state is on its
+			// way: its reply tells whether the turn is still here.
+			ln.signalHead()
+			return op{}, false
+		}
+		switch {
+		case !ln.joined && len(ln.q) == 0:
+			return f.op(ln, "p", -1, 0), true
+		case !ln.joined:
+			// The entry made by an op whose reply was lost: keep it.
+			ln.joined = true
+		}
+		if !ln.onTurn {
+			ln.onTurn = true
+			if hint := num(7); hint >= 0 {
+				// Passed on by a process whose admission said when the
+				// windows have room.
+				ln.wakeAt = time.Now().Add(time.Duration(hint) * time.Microsecond)
 			}
 		}
-	case "t":
-		if len(parts) != 7 || !ln.fresh(num(6)) {
-			return
-		}
-		if parts[2] != f.member {
-			// Another process has the turn now.
-			ln.othersMin, ln.onTurn = num(5), false
-			return
-		}
-		if !ln.joined {
-			return
-		}
-		ln.onTurn = true
-		ln.othersMin = none
-		if o := num(4); o >= 0 {
-			ln.othersMin = o
-		}
-		ln.wakeAt = time.Now().Add(time.Duration(max(num(3), 0)) * time.Microsecond)
 		ln.signalHead()
-	case "e":
-		if len(parts) != 3 || !ln.fresh(num(2)) {
-			return
-		}
-		ln.othersMin = none
+	case "k":
+		ln.wakeAt = time.Time{}
 		ln.signalHead()
 	case "b":
 		if ms := num(2); ms > 0 {
@@ -290,4 +336,5 @@ func (f *fleet) message(ln *lane, parts []string) {
 			ln.signalHead()
 		}
 	}
+	return op{}, false
 }

@@ -36,6 +36,7 @@ type lane struct {
 	renewed   time.Time // the last call of the fleet script (lease renewal)
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
+	sent      int64     // the sequence number of the last op sent (fleet.op)
 
 	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
@@ -43,6 +44,7 @@ type lane struct {
 // A waiter is one caller of Wait.
 type waiter struct {
 	stamp int64         // arrival, µs on the Redis clock (fleet.now)
+	costs []int64       // its cost in each check of its request, at least 1
 	wake  chan struct{} // signalled when something it waits for changed
 }
 
@@ -126,37 +128,41 @@ func (ln *lane) remove(w *waiter) {
 		}
 	}
 	// The windows free up when they did: the next head asks then.
-	ln.handOver(head, max(time.Until(ln.wakeAt), 0))
+	at := ln.wakeAt
+	ln.handOver(head, func(*waiter) time.Duration { return max(time.Until(at), 0) })
 }
 
 // handOver ends the turn of a head that left (admitted, or its context
 // ended) and unlocks ln: the next caller, if any, becomes head and may ask
-// after hint; the fleet's turn passes on when another process's head
-// arrived before it, or when none is left here.
-func (ln *lane) handOver(wasHead bool, hint time.Duration) {
+// after hint(next); the fleet's turn passes on when another process's head
+// arrived before it, or when none is left here, telling it to ask after
+// hint(nil) (its costs are not known here).
+func (ln *lane) handOver(wasHead bool, hint func(next *waiter) time.Duration) {
 	if !wasHead {
 		ln.mu.Unlock()
 		return
 	}
-	ln.wakeAt = time.Now().Add(hint)
 	var next *waiter
 	if len(ln.q) > 0 {
 		next = ln.q[0]
 	}
+	ln.wakeAt = time.Now().Add(hint(next))
 	pass := ln.joined && (next == nil || next.stamp > ln.othersMin)
 	stamp := int64(-1)
 	if next != nil {
 		stamp = next.stamp
 	}
+	var o op
 	if pass {
 		ln.onTurn = false
 		if next == nil {
 			ln.joined = false
 		}
+		o = ln.t.fleet.op(ln, "p", stamp, hint(nil))
 	}
 	ln.mu.Unlock()
 	if pass {
-		ln.t.fleet.pass(ln, stamp, hint)
+		ln.t.fleet.send(ln, o)
 	}
 	if next != nil {
 		next.signal()
@@ -202,12 +208,13 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 				return nil
 			}
 		}
-		stamp := w.stamp
-		ln.mu.Unlock()
 		if join || renew && !now.Before(until) {
-			ln.t.fleet.join(ln, stamp)
+			o := ln.t.fleet.op(ln, "j", w.stamp, 0)
+			ln.mu.Unlock()
+			ln.t.fleet.send(ln, o)
 			continue
 		}
+		ln.mu.Unlock()
 		var tc <-chan time.Time
 		if !until.IsZero() {
 			if timer == nil {
@@ -250,24 +257,32 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 	// Joined from now: a message giving this process the turn may come
 	// before the reply.
 	ln.joined = true
+	var o op
+	if join {
+		o = ln.t.fleet.op(ln, "j", w.stamp, 0)
+	}
 	ln.mu.Unlock()
 	if join {
-		ln.t.fleet.join(ln, w.stamp)
+		ln.t.fleet.send(ln, o)
 	}
 	_ = err
 }
 
-// nextHint is how long after d admitted a call the next call of the lane,
-// of the same costs, should wait: until every full window has room again,
-// as far as d tells (the oldest entry's leaving; a call that needs more
-// learns the exact time from its refusal).
-func nextHint(req *engine.Request, d *engine.Decision) time.Duration {
+// nextHint is how long after d admitted a call the next caller w of the
+// lane should wait: until every window without room for w's cost has room
+// again, as far as d tells (the oldest entry's leaving; a call that needs
+// more learns the exact time from its refusal). A nil w, whose costs are
+// not known, counts 1 in each window.
+func nextHint(d *engine.Decision, w *waiter) time.Duration {
 	var hint time.Duration
 	for _, ws := range d.Windows {
 		if ws.Window.Concurrent {
 			continue // a slot frees when a call finishes, which kicks the lane
 		}
-		cost := max(req.Checks[ws.Check].Cost, 1)
+		cost := int64(1)
+		if w != nil && ws.Check < len(w.costs) {
+			cost = w.costs[ws.Check]
+		}
 		if ws.Remaining < cost && ws.Reset > hint {
 			hint = ws.Reset
 		}

@@ -42,7 +42,10 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 			t.release(ln)
 		}
 	}()
-	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1)}
+	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks))}
+	for i, c := range req.Checks {
+		w.costs[i] = max(c.Cost, 1)
+	}
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
 	ask := ln.enter(w)
@@ -65,6 +68,7 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 				// an ended Wait has counted nothing.
 				t.giveBack(d)
 				ln.remove(w)
+				t.fleet.kick(ln)
 				return nil, cerr
 			}
 			ln.mu.Lock()
@@ -72,7 +76,7 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 			if head {
 				ln.q = ln.q[1:]
 			}
-			ln.handOver(head, nextHint(&req, &d))
+			ln.handOver(head, func(next *waiter) time.Duration { return nextHint(&d, next) })
 			t.stats.admitted(time.Since(start))
 			kept = true
 			return t.newPermit(&req, d, names, ln), nil
