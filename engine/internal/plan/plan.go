@@ -619,11 +619,11 @@ func (k *keyArg) String() string { return k.s }
 // hashed so that keys stay short.
 const MaxRawSubject = 128
 
-// Escaped marks the bytes percent-encoded in keys (see the package
+// escaped marks the bytes percent-encoded in keys (see the package
 // documentation for the key format): the separators, the braces, the escape
 // and hash markers, and space and control bytes, which keep keys readable
 // in redis-cli.
-var Escaped = func() (t [256]bool) {
+var escaped = func() (t [256]bool) {
 	for c := range 0x21 {
 		t[c] = true
 	}
@@ -638,7 +638,7 @@ const hexDigits = "0123456789ABCDEF"
 func appendEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if Escaped[c] {
+		if escaped[c] {
 			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
 		} else {
 			b = append(b, c)
