@@ -9,6 +9,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// Cached denials are only as good as the news of removed entries: a Reset,
+// a give-back or a rollback in any process frees room that this process's
+// cache does not see. Every process therefore publishes the keys it
+// removed entries from on one channel (the key prefix + "invalidate"), after
+// the removal took effect, and every process with the cache subscribes to
+// it. A process that has not heard from its subscription for a while
+// (denials.Cache.Trusted; it pings every pingEvery when there is no traffic) makes no cached
+// denial until it hears again, and an answer stored before the current
+// subscription was confirmed never denies: invalidations sent meanwhile
+// may have been missed.
+
 // Invalidation message kinds, the message's first byte; keys follow,
 // separated by spaces (keys never hold a space: it is percent-encoded).
 const (

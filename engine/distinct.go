@@ -5,15 +5,9 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
-// Distinct values (Check.Distinct, the rule statement distinct:NAME): a
-// check that names a value counts the value in its count key instead of the
-// request. The key's member is then the value's member (distinctMember),
-// scored by the time the value last counted, not the request's id, so a
-// value counts once in every window that holds it (lua/multi_window.lua,
-// key kind 'D', specifies the rest).
-//
-// A distinct key is a count key sent with its value: the count key of the
-// check's limiter, so that handlers sharing a scope share it.
+// Distinct values (Check.Distinct) are planned in internal/plan (see its
+// distinct.go); what stays here is their restore after a rollback.
+
 // distinctUndo makes u, the undo of distinct key k of p, the restore of
 // its value: nothing (prev 0) when the op did not count the value anew or
 // its reply was not read (a failed call: the value stays counted, erring

@@ -328,15 +328,6 @@ func (f *Args) bounds(c string, loc *time.Location, now int64) *calCached {
 	return &f.cals[len(f.cals)-1]
 }
 
-// Distinct values (Check.Distinct, the rule statement distinct:NAME): a
-// check that names a value counts the value in its count key instead of the
-// request. The key's member is then the value's member (distinctMember),
-// scored by the time the value last counted, not the request's id, so a
-// value counts once in every window that holds it (lua/multi_window.lua,
-// key kind 'D', specifies the rest).
-//
-// A distinct key is a count key sent with its value: the count key of the
-// check's limiter, so that handlers sharing a scope share it.
 // distinctArgs appends the fields of distinct key k: 0, 'D', the value's
 // member, then its windows as a count key's.
 func (f *Args) distinctArgs(p *plan.Plan, k int32) {

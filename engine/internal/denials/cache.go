@@ -613,14 +613,3 @@ func (sh *knownShard) evict(now int64) {
 // maxTombstone is how long an invalidation is remembered at least, to
 // stop answers in flight when it arrived: longer than any call's timeout.
 const maxTombstone = 60_000_000 // µs
-
-// Cached denials are only as good as the news of removed entries: a Reset,
-// a give-back or a rollback in any process frees room that this process's
-// cache does not see. Every process therefore publishes the keys it
-// removed entries from on one channel (the key prefix + "invalidate"), after
-// the removal took effect, and every process with the cache subscribes to
-// it. A process that has not heard from its subscription for trustFor
-// (it pings every pingEvery when there is no traffic) makes no cached
-// denial until it hears again, and an answer stored before the current
-// subscription was confirmed never denies: invalidations sent meanwhile
-// may have been missed.

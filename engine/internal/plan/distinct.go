@@ -11,11 +11,12 @@ import "github.com/slidelimit/slidelimit/internal/rulelimits"
 //
 // A distinct key is a count key sent with its value: the count key of the
 // check's limiter, so that handlers sharing a scope share it.
+
 // DistinctPrefix starts a value's member: ids are decimal and markers
 // start with 'r' or 'e', so no request's member can equal a value's.
 const DistinctPrefix = "v:"
 
-// appendDistinct appends the member of value to b: distinctPrefix, then the
+// appendDistinct appends the member of value to b: DistinctPrefix, then the
 // value as a subject is written in keys: hashed when the engine hashes
 // subjects (WithHashSubjects) or the value is long, escaped otherwise.
 func (k *Keyer) appendDistinct(b []byte, value string) []byte {
