@@ -15,8 +15,8 @@ import (
 // removed entries from on one channel (the key prefix + "invalidate"), after
 // the removal took effect, and every process with the cache subscribes to
 // it. A process that has not heard from its subscription for a while
-// (denials.Cache.Trusted; it pings every pingEvery when there is no traffic) makes no cached
-// denial until it hears again, and an answer stored before the current
+// (see denials.Cache.Trusted; it pings every pingEvery when there is no
+// traffic) makes no cached denial until it hears again, and an answer stored before the current
 // subscription was confirmed never denies: invalidations sent meanwhile
 // may have been missed.
 
