@@ -15,7 +15,7 @@ import (
 )
 
 // The tests of this file call the script's finish ops directly (see
-// Finish steps in lua/multi_window.lua), on keys they write by hand, and
+// lua/mw_finish.lua), on keys they write by hand, and
 // check the keys after each step, on miniredis and on real Redis, where
 // they also count the commands each step runs (INFO commandstats).
 

@@ -7,8 +7,12 @@ package lua
 
 import (
 	"crypto/sha1"
-	_ "embed"
+	"embed"
 	"encoding/hex"
+	"strconv"
+	"strings"
+
+	"github.com/slidelimit/slidelimit/internal/scriptconst"
 )
 
 // MultiWindow returns the source of the multi-window sliding-log script: it
@@ -19,8 +23,8 @@ import (
 // documentation its semantics.
 //
 // It is the script's EVAL form: number.lua, then multi_window.lua, which
-// defines the function run, then a call of run with KEYS and ARGV.
-// MultiWindowLibrary is the same text as a Redis Function.
+// defines the function run, and its parts, then a call of run with KEYS
+// and ARGV. MultiWindowLibrary is the same text as a Redis Function.
 func MultiWindow() string { return multiWindowEval }
 
 // MultiWindowLibrary returns the multi-window script as a Redis Function
@@ -40,7 +44,7 @@ func MultiWindowLibrary() string { return multiWindowLib }
 func MultiWindowFunction() string { return multiWindowName }
 
 var (
-	multiWindowText = number + multiWindow
+	multiWindowText = joinMultiWindow()
 	multiWindowEval = multiWindowText + "return run(KEYS, ARGV)\n"
 	multiWindowName = "slidelimit_" + sha1Hex(multiWindowEval)
 	multiWindowLib  = "#!lua name=" + multiWindowName + "\n" + multiWindowText +
@@ -54,8 +58,58 @@ func sha1Hex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-//go:embed multi_window.lua
-var multiWindow string
+// multiWindowParts are the files of the multi-window script after
+// multi_window.lua, in the order its header lists them.
+var multiWindowParts = []string{
+	"mw_op.lua",
+	"mw_count.lua",
+	"mw_weighted.lua",
+	"mw_distinct.lua",
+	"mw_calendar.lua",
+	"mw_finish.lua",
+	"mw_weight_change.lua",
+}
+
+//go:embed multi_window.lua mw_*.lua
+var multiWindowFiles embed.FS
+
+// scriptConstants are the values of the constants that the multi-window
+// script's source names as ${NAME} (see its header, Constants).
+var scriptConstants = map[string]int64{
+	"EPOCH":       1 << 51, // offsets epoch markers below every -retention
+	"MAX_TOTAL":   scriptconst.MaxTotal,
+	"BUSY":        64, // entries in a key's longest window that make it busy
+	"CONF_MAX":    1024,
+	"SLOTS":       1 << 17, // reply indexes a memo entry can hold
+	"MERGE_SCAN":  257,
+	"WEIGHT_MOVE": 64,
+	"WEIGHT_READ": 2*64 + 4, // 2 * WEIGHT_MOVE + 4
+	"CAL_BOUNDS":  4,
+	"CAL_MARGIN":  1000, // ms
+	"SECOND":      1_000_000,
+	"MINUS":       '-',
+	"DENIED":      scriptconst.StatusDenied,
+	"ADMITTED":    scriptconst.StatusAdmitted,
+	"COLLISION":   scriptconst.StatusCollision,
+}
+
+// joinMultiWindow returns number.lua, multi_window.lua and its parts, in
+// order, as one chunk, each ${NAME} replaced with its constant. A part
+// that cannot be read leaves the text without it, which TestJoined
+// reports.
+func joinMultiWindow() string {
+	var b strings.Builder
+	b.WriteString(number)
+	for _, name := range append([]string{"multi_window.lua"}, multiWindowParts...) {
+		src, _ := multiWindowFiles.ReadFile(name)
+		b.Write(src)
+	}
+	pairs := make([]string, 0, 2*len(scriptConstants))
+	for name, v := range scriptConstants {
+		pairs = append(pairs, "${"+name+"}", strconv.FormatInt(v, 10))
+	}
+	return strings.NewReplacer(pairs...).Replace(b.String())
+}
 
 // Renew returns the source of the script that extends the leases of running
 // requests' slots (in-flight windows). Its header specifies its arguments

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,6 +87,84 @@ func TestNoExportedVariables(t *testing.T) {
 						t.Errorf("%s: exported variable %s", fset.Position(n.Pos()), n.Name)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestJoined: the multi-window script is number.lua, multi_window.lua and
+// every mw_*.lua file once, in the order its header lists them, with every
+// constant's placeholder replaced.
+func TestJoined(t *testing.T) {
+	src := MultiWindow()
+	if i := strings.Index(src, "${"); i >= 0 {
+		t.Errorf("placeholder left in the joined script: %q", src[i:min(len(src), i+24)])
+	}
+	files, err := filepath.Glob("mw_*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(multiWindowParts) {
+		t.Errorf("lua/ has %d parts %v, lua.go joins %d %v", len(files), files, len(multiWindowParts), multiWindowParts)
+	}
+	header, err := os.ReadFile("multi_window.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := 0
+	for _, name := range append([]string{"number.lua", "multi_window.lua"}, files...) {
+		head := "-- " + name + ":"
+		if n := strings.Count(src, "\n"+head) + boolInt(strings.HasPrefix(src, head)); n != 1 {
+			t.Errorf("%s is in the joined script %d times, want once", name, n)
+		}
+	}
+	for _, name := range multiWindowParts {
+		i := strings.Index(string(header), "--   "+name+" ")
+		if i < last {
+			t.Errorf("multi_window.lua's header does not list %s in the order lua.go joins it", name)
+		}
+		last = i
+		if !strings.Contains(src, "\n-- "+name+":") {
+			t.Errorf("%s is not in the joined script", name)
+		}
+	}
+	for name := range scriptConstants {
+		if !strings.Contains(string(header), name) {
+			t.Errorf("multi_window.lua's header does not name the constant %s", name)
+		}
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestLuaFunctionLength: no function of the scripts is over 80 lines,
+// counted from a line starting with "function" or "local function" to the
+// next line that is "end", as written at column 0.
+func TestLuaFunctionLength(t *testing.T) {
+	files, err := filepath.Glob("*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start, fn := 0, ""
+		for i, line := range strings.Split(string(src), "\n") {
+			switch {
+			case strings.HasPrefix(line, "function ") || strings.HasPrefix(line, "local function "):
+				start, fn = i+1, line
+			case line == "end" && start > 0:
+				if n := i + 1 - start; n > 80 {
+					t.Errorf("%s:%d: %s is %d lines, over 80", name, start, fn, n)
+				}
+				start = 0
 			}
 		}
 	}

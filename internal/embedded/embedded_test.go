@@ -82,10 +82,9 @@ func TestKeysExpire(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	// Early by one interval at most: Tick, or more on a loaded machine
-	// (a pass that comes late counts the time it waited).
+	// Not early: the time to live counts down with the real clock.
 	gone := waitGone(t, c, "short")
-	if after := gone.Sub(begin); after < 700*time.Millisecond {
+	if after := gone.Sub(begin); after < time.Second {
 		t.Errorf("a key of PX 1000 gone %v after it was set", after)
 	}
 	if n, err := c.Exists(ctx, "forever").Result(); err != nil || n != 1 {
@@ -137,9 +136,8 @@ func TestEngineKeysExpire(t *testing.T) {
 	}
 }
 
-// TestCloseStopsClock: Close ends the clock's goroutine and the server,
-// and may be called twice.
-func TestCloseStopsClock(t *testing.T) {
+// TestCloseStops: Close ends the server, and may be called twice.
+func TestCloseStops(t *testing.T) {
 	s, err := Start()
 	if err != nil {
 		t.Fatal(err)
@@ -147,32 +145,35 @@ func TestCloseStopsClock(t *testing.T) {
 	addr := s.Addr()
 	s.Close()
 	s.Close()
-	select {
-	case <-s.done:
-	default:
-		t.Fatal("the clock's goroutine still runs after Close")
-	}
 	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 		conn.Close()
 		t.Fatal("the store still accepts connections after Close")
 	}
 }
 
-// BenchmarkSweep measures one pass of the clock over 10,000 keys with an
-// expiry: passes come at least sweepShare times that apart.
-func BenchmarkSweep(b *testing.B) {
+// BenchmarkGet measures a command on a store holding 10,000 keys with an
+// expiry: each command counts their times to live down first.
+func BenchmarkGet(b *testing.B) {
 	s, err := Start()
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	for i := range 10_000 {
-		k := "k" + strconv.Itoa(i)
-		s.m.Set(k, "1")
-		s.m.SetTTL(k, time.Hour)
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		s.m.FastForward(time.Microsecond)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	for _, n := range []int{0, 10_000} {
+		for i := range n {
+			k := "k" + strconv.Itoa(i)
+			s.m.Set(k, "1")
+			s.m.SetTTL(k, time.Hour)
+		}
+		b.Run(strconv.Itoa(n)+"keys", func(b *testing.B) {
+			for b.Loop() {
+				if err := c.Get(ctx, "k0").Err(); err != nil && err != redis.Nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/scriptconst"
 )
 
 // Bounds of the decision time, in microseconds since 1970: the script's
@@ -23,9 +24,9 @@ const (
 
 // Op statuses of the script.
 const (
-	StatusDenied    = 0
-	StatusAdmitted  = 1
-	StatusCollision = 2 // no unique member found; nothing written
+	StatusDenied    = scriptconst.StatusDenied
+	StatusAdmitted  = scriptconst.StatusAdmitted
+	StatusCollision = scriptconst.StatusCollision // no unique member found; nothing written
 
 	// MaxSuffix is how many suffixed members an admission tries after
 	// member collisions. This is its one definition: every script call

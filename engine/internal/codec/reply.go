@@ -7,6 +7,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
+	"github.com/slidelimit/slidelimit/internal/scriptconst"
 )
 
 // ReplyError reports a script reply the engine does not understand, which
@@ -63,7 +64,7 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 		cost := p.Cost[k]
 		for j := p.WinStart[k]; j < p.WinStart[k+1]; j++ {
 			w := p.Wins[j]
-			used := r.Int(1 << 53)
+			used := r.Int(scriptconst.MaxTotal)
 			var reset, wait int64
 			if used > 0 {
 				reset = r.Score(t, w.Period)
@@ -177,7 +178,7 @@ func (r *Reader) Score(t, per int64) int64 {
 // and, when the request does not fit, its wait.
 func readCal(r *Reader, p *plan.Plan, res []int64, k int32, t int64) {
 	j := p.WinStart[k]
-	used := r.Int(1 << 53)
+	used := r.Int(scriptconst.MaxTotal)
 	left := r.Int(plan.CalNominal(ruletime.Month))
 	if r.Err == nil && left < 1 {
 		r.Fail("calendar period ended")
