@@ -6,6 +6,9 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // Wake-up messages of a queued call.
@@ -129,7 +132,7 @@ func (b *batcher) handOn(c *call, batch []*call) {
 // little beyond the Decision.
 type call struct {
 	mode   uint8 // opAllow or opPeek
-	plan   plan
+	plan   plan.Plan
 	id     int64  // snowflake id of an allow; 0 for peek
 	member []byte // id in decimal; empty for peek
 	all    []int32
@@ -152,14 +155,14 @@ type call struct {
 	shared []bool           // sharing's result, per call of the batch
 	args   []any            // command arguments built by a leader
 	ctx    batchCtx         // the context of the script calls it leads (single server)
-	flat   flatArgs
+	flat   codec.Args
 
 	// Failure domains: the servers the call needs.
 	doms []*domain
 
 	// Finish (opFinish): the work per key, the invalidation channel, and
 	// for FinishAsync the op's name in logs.
-	fin []undo
+	fin []codec.Undo
 	pub string
 	op  string
 
@@ -183,8 +186,8 @@ func putCall(c *call) {
 	c.err, c.warn = nil, nil
 	clear(c.fin)
 	c.fin = c.fin[:0]
-	clear(c.plan.keys) // drop the key string
-	c.plan.keys = c.plan.keys[:0]
+	clear(c.plan.Keys) // drop the key string
+	c.plan.Keys = c.plan.Keys[:0]
 	callPool.Put(c)
 }
 
@@ -213,7 +216,7 @@ func (c *call) sharing(batch []*call) []bool {
 		if o.mode == opFinish {
 			continue // its op reads no window (see Finish)
 		}
-		for _, k := range o.plan.keys {
+		for _, k := range o.plan.Keys {
 			if j, ok := c.seen[k]; ok {
 				c.shared[j], c.shared[i] = true, true
 			}
@@ -226,18 +229,18 @@ func (c *call) sharing(batch []*call) []bool {
 
 // prepare sizes the outcome fields for c.plan.
 func (c *call) prepare() {
-	n := 3 * len(c.plan.wins)
+	n := 3 * len(c.plan.Wins)
 	if cap(c.res) < n {
 		c.res = make([]int64, n)
 	}
 	c.res = c.res[:n]
 	c.bleft = c.bleft[:0]
-	if c.plan.nblock > 0 {
-		c.bleft = slices.Grow(c.bleft, len(c.plan.keys))[:len(c.plan.keys)]
+	if c.plan.Blocked > 0 {
+		c.bleft = slices.Grow(c.bleft, len(c.plan.Keys))[:len(c.plan.Keys)]
 		clear(c.bleft)
 	}
 	c.all = c.all[:0]
-	for i := range c.plan.keys {
+	for i := range c.plan.Keys {
 		c.all = append(c.all, int32(i))
 	}
 	c.status, c.suffix, c.err, c.warn = 0, 0, nil, nil

@@ -66,7 +66,7 @@ func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
 		// invalidation may reach the cache after a later answer (it
 		// is applied when it arrives). Never 4: a blocked request
 		// counts nowhere.
-		uk := string(e.keyer.appendKey(nil, "s", rules.User, "", "", "u"))
+		uk := string(e.keyer.AppendKey(nil, "s", rules.User, "", "", "u"))
 		if used := d.Windows[1].Used; used != 3 && (used != 0 || d.Source != "cache" || known(e, uk)) {
 			t.Errorf("at %v: the user's window holds %d (source %v), want 3: a blocked request counts nowhere", at, used, d.Source)
 		}
@@ -334,6 +334,6 @@ func TestBlockBesideSlots(t *testing.T) {
 
 // known reports whether e's cache knows key's windows.
 func known(e *Engine, key string) bool {
-	_, ok := e.known.get(key)
+	_, ok := e.known.Get(key)
 	return ok
 }

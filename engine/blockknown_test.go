@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 )
 
 // TestKnownBlockConcurrentAnswer checks that an admission's answer that
@@ -33,20 +35,20 @@ func TestKnownBlockConcurrentAnswer(t *testing.T) {
 	answer := func(allowed bool, sent, recv int64) {
 		c := getCall()
 		defer putCall(c)
-		if err := c.plan.build(e.keyer, &r); err != nil {
+		if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
 			t.Fatal(err)
 		}
 		c.prepare()
 		c.mode = opAllow
 		if allowed {
 			// The 2nd of 2: 1 used before it.
-			c.status, c.res = statusAdmitted, []int64{1, 1_000_000, 0}
+			c.status, c.res = codec.StatusAdmitted, []int64{1, 1_000_000, 0}
 		} else {
 			// Full: the denial started a block of 20 s.
-			c.status, c.res = statusDenied, []int64{2, 1_000_000, 20_000_000}
+			c.status, c.res = codec.StatusDenied, []int64{2, 1_000_000, 20_000_000}
 			c.bleft[0] = 20_000_000
 		}
-		e.known.store(c, sent, recv, now)
+		storeKnown(e.known, c, sent, recv, now)
 	}
 	answer(false, now-10, now-5) // the denial, received first
 	answer(true, now-8, now-2)   // sent before it was received

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
@@ -18,7 +19,7 @@ import (
 func waitTrusted(t *testing.T, e *Engine) {
 	t.Helper()
 	for range 500 {
-		if _, ok := e.known.trusted(e.elapsed()); ok {
+		if _, ok := e.known.Trusted(e.elapsed()); ok {
 			return
 		}
 		time.Sleep(10 * ms)
@@ -268,15 +269,15 @@ func TestFallbackSeedWindows(t *testing.T) {
 	r := req(user("u", win(3, time.Second), win(10, time.Minute)))
 	c := getCall()
 	defer putCall(c)
-	if err := c.plan.build(e.keyer, &r); err != nil {
+	if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
 		t.Fatal(err)
 	}
 	c.prepare()
 	// Redis said at t0: 8 entries in the minute, 1 of them in the second.
-	c.status, c.mode = statusDenied, opPeek
+	c.status, c.mode = codec.StatusDenied, opPeek
 	c.res = []int64{8, 30_000_000, 0, 1, 500_000, 0}
 	now := clk.Now().UnixMicro()
-	e.known.store(c, now, now, now)
+	storeKnown(e.known, c, now, now, now)
 
 	want := []struct {
 		at      time.Duration

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -57,10 +60,10 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 			}
 			// The cache keeps the month's bytes for the fallback, which
 			// seeds them as one entry (TestFallbackSeedCost).
-			key := string(e.keyer.appendKey(nil, "s", rules.User, "", "bytes", "alice")) + calSuffix + string(ruletime.Month)
-			kn, ok := e.known.get(key)
-			if kw := kn.find(window{period: calNominal(ruletime.Month), limit: 1000}); !ok || kw == nil || kw.used != 1000 {
-				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.wins, ok)
+			key := string(e.keyer.AppendKey(nil, "s", rules.User, "", "bytes", "alice")) + plan.CalSuffix + string(ruletime.Month)
+			kn, ok := e.known.Get(key)
+			if kw := kn.Find(plan.Window{Period: plan.CalNominal(ruletime.Month), Limit: 1000}); !ok || kw == nil || kw.Used != 1000 {
+				t.Errorf("the cache knows %s as %+v, %v; want its month at 1000 bytes", key, kn.Wins, ok)
 			}
 		})
 	}
@@ -106,33 +109,33 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 // invalidation of the calendar key forgets both.
 func TestCachedCalendarColocated(t *testing.T) {
 	t.Parallel()
-	e := &Engine{keyer: &keyer{prefix: "p:"}, known: newKnownCache(100)}
+	e := &Engine{keyer: newKeyer(&config{prefix: "p:"}), known: denials.New(100)}
 	r := req(user("u", win(100, time.Hour), calWin(5, ruletime.Month)))
 	c := getCall()
 	defer putCall(c)
-	if err := c.plan.build(e.keyer, &r); err != nil {
+	if err := buildPlan(&c.plan, e.keyer, &r); err != nil {
 		t.Fatal(err)
 	}
 	c.prepare()
-	if len(c.plan.keys) != 2 || !c.plan.colocated(1) || c.plan.colocated(0) {
-		t.Fatalf("keys %q: want a rate key and its colocated calendar key", c.plan.keys)
+	if len(c.plan.Keys) != 2 || !c.plan.Colocated(1) || c.plan.Colocated(0) {
+		t.Fatalf("keys %q: want a rate key and its colocated calendar key", c.plan.Keys)
 	}
-	rate, cal := strings.Clone(c.plan.keys[0]), strings.Clone(c.plan.keys[1])
-	c.status, c.mode = statusDenied, opPeek
+	rate, cal := strings.Clone(c.plan.Keys[0]), strings.Clone(c.plan.Keys[1])
+	c.status, c.mode = codec.StatusDenied, opPeek
 	c.res = []int64{7, 3_000_000_000, 0, 5, 86_400_000_000, 86_400_000_000}
-	e.known.store(c, 10, 20, 30)
-	if got, ok := e.known.get(rate); !ok || len(got.wins) != 1 || got.wins[0].period != 3_600_000_000 || got.wins[0].used != 7 {
-		t.Errorf("rate key: %+v %v, want its hour window only", got.wins, ok)
+	storeKnown(e.known, c, 10, 20, 30)
+	if got, ok := e.known.Get(rate); !ok || len(got.Wins) != 1 || got.Wins[0].Period != 3_600_000_000 || got.Wins[0].Used != 7 {
+		t.Errorf("rate key: %+v %v, want its hour window only", got.Wins, ok)
 	}
-	got, ok := e.known.get(cal)
-	if want := (knownWin{period: calNominal(ruletime.Month), limit: 5, used: 5, reset: 86_400_000_000, wait: 86_400_000_000}); !ok || len(got.wins) != 1 || got.wins[0] != want || got.sent != 10 || got.recv != 20 || got.wall != 30 {
+	got, ok := e.known.Get(cal)
+	if want := (denials.Win{Period: plan.CalNominal(ruletime.Month), Limit: 5, Used: 5, Reset: 86_400_000_000, Wait: 86_400_000_000}); !ok || len(got.Wins) != 1 || got.Wins[0] != want || got.Sent != 10 || got.Recv != 20 || got.Wall != 30 {
 		t.Errorf("calendar key: %+v %v, want %+v from the same answer", got, ok, want)
 	}
-	e.known.invalidate(cal, 40)
-	if _, ok := e.known.get(rate); ok {
+	e.known.Invalidate(cal, 40)
+	if _, ok := e.known.Get(rate); ok {
 		t.Error("the rate key's entry outlived an invalidation of its calendar key")
 	}
-	if _, ok := e.known.get(cal); ok {
+	if _, ok := e.known.Get(cal); ok {
 		t.Error("the calendar key outlived its invalidation")
 	}
 }
@@ -146,23 +149,23 @@ func TestCalArgsKinds(t *testing.T) {
 	mk := func(subject string, limit int64) *call {
 		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, ruletime.Month))))
 	}
-	var f flatArgs
+	var f codec.Args
 	now := t0.UnixMicro()
 	kind := func(c *call) string {
-		f.calArgs(&c.plan, 1, now)
-		for i := len(f.ends) - 1; i > 0; i-- {
-			if v := string(f.buf[f.ends[i-1]:f.ends[i]]); v == "P" || v == "Q" || v == "q" {
+		f.Op(nil, &c.plan, []int32{1}, false) // key 1: the calendar key
+		for i := len(f.Ends) - 1; i > 0; i-- {
+			if v := string(f.Buf[f.Ends[i-1]:f.Ends[i]]); v == "P" || v == "Q" || v == "q" {
 				return v
 			}
 		}
 		return ""
 	}
-	f.reset(now)
+	f.Reset(now)
 	var got []string
 	for _, c := range []*call{mk("u", 5), mk("u", 5), mk("u", 6), mk("u", 6), mk("v", 6), mk("u", 6)} {
 		got = append(got, kind(c))
 	}
-	f.begin(now)
+	f.Begin(now)
 	got = append(got, kind(mk("u", 6)))
 	if want := "P q Q q Q Q P"; strings.Join(got, " ") != want {
 		t.Errorf("kinds %q, want %q", strings.Join(got, " "), want)

@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
@@ -285,7 +286,7 @@ func TestCalendarTTL(t *testing.T) {
 	}
 	var cal string
 	for _, k := range scanKeys(t, rc, prefix) {
-		if strings.Contains(k, calSuffix) {
+		if strings.Contains(k, plan.CalSuffix) {
 			cal = k
 		}
 	}
@@ -419,7 +420,7 @@ func TestCalendarUpgrade(t *testing.T) {
 			}
 			var cal string
 			for _, k := range scanKeys(t, c, prefix) {
-				if strings.Contains(k, calSuffix) {
+				if strings.Contains(k, plan.CalSuffix) {
 					cal = k
 				}
 			}

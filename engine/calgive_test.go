@@ -10,6 +10,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
@@ -17,7 +19,7 @@ import (
 
 // finishUndos returns the finish ops that Finish(d, o) sends, claiming
 // them in d as Finish does: what a retry of that Finish sends again.
-func finishUndos(t *testing.T, d Decision, o Outcome) []undo {
+func finishUndos(t *testing.T, d Decision, o Outcome) []codec.Undo {
 	t.Helper()
 	c := getCall()
 	defer putCall(c)
@@ -30,7 +32,7 @@ func finishUndos(t *testing.T, d Decision, o Outcome) []undo {
 }
 
 // removeOK runs us as finish ops, as the retry of a queued finish does.
-func removeOK(t *testing.T, e *Engine, us []undo) {
+func removeOK(t *testing.T, e *Engine, us []codec.Undo) {
 	t.Helper()
 	if failed, err := e.remove(context.Background(), us); len(failed) > 0 {
 		t.Fatalf("remove: %v failed: %v", failed, err)
@@ -107,7 +109,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 
 			// The next period's first admission drops the records of the
 			// periods before: the key holds its count alone.
-			cal := prefix + "{s|user|z}" + calSuffix + string(ruletime.Day)
+			cal := prefix + "{s|user|z}" + plan.CalSuffix + string(ruletime.Day)
 			if v, err := b.c.HGetAll(ctx, cal).Result(); err != nil || len(v) < 2 {
 				t.Fatalf("calendar key %q after a give-back: %v, %v; want its record too", cal, v, err)
 			}

@@ -8,25 +8,28 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // split groups c's keys into parts, one script call each: keys of one hash
 // slot together on a Redis Cluster, each key alone otherwise.
 func (c *call) split(g grouping) {
 	c.parts, c.pends = c.parts[:0], c.pends[:0]
-	n := len(c.plan.keys)
+	n := len(c.plan.Keys)
 	if g == groupSlot {
 		// Every key holds one of the request's windows at least, so
 		// n <= maxWindows. (A uint64 here, for maxChecks keys, sent the
 		// keys past the 64th twice.)
-		var done [maxWindows]bool
+		var done [plan.MaxWindows]bool
 		for i := range n {
 			if done[i] {
 				continue
 			}
-			s := slot(c.plan.keys[i])
+			s := slot(c.plan.Keys[i])
 			for j := i; j < n; j++ {
-				if !done[j] && (j == i || slot(c.plan.keys[j]) == s) {
+				if !done[j] && (j == i || slot(c.plan.Keys[j]) == s) {
 					done[j] = true
 					c.parts = append(c.parts, int32(j))
 				}
@@ -120,9 +123,9 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 	var pipes []domainPipe
 	head, name := e.scriptHead()
 	fa := &lead.flat // every part's arguments; kept until the pipelines ran
-	fa.clear()
+	fa.Clear()
 	for _, c := range batch {
-		c.sec, c.usec, c.status, c.suffix = 0, 0, statusAdmitted, 0
+		c.sec, c.usec, c.status, c.suffix = 0, 0, codec.StatusAdmitted, 0
 		for i := range c.pends {
 			d := c.pdom[i]
 			pi := slices.IndexFunc(pipes, func(p domainPipe) bool { return p.d == d })
@@ -142,14 +145,14 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 				continue
 			}
 			keys := c.part(i)
-			first := fa.begin(t)
-			fa.op(c, keys, false)
-			args := make([]any, 0, 3+len(keys)+len(fa.ends)-first)
-			args = append(args, head, name, c.plan.nargs(keys))
+			first := fa.Begin(t)
+			opArgs(fa, c, keys, false)
+			args := make([]any, 0, 3+len(keys)+len(fa.Ends)-first)
+			args = append(args, head, name, c.plan.NArgs(keys))
 			for _, k := range keys {
-				args = c.plan.appendKeyArgs(args, int(k))
+				args = c.plan.AppendKeyArgs(args, int(k))
 			}
-			args = fa.appendFrom(args, first)
+			args = fa.AppendFrom(args, first)
 			cmd := redis.NewIntSliceCmd(ctx, args...)
 			_ = pipes[pi].pipe.Process(ctx, cmd) // queues; errors come from Exec
 			cmds = append(cmds, partCmd{c: c, part: i, cmd: cmd, pipe: pi})
@@ -214,9 +217,9 @@ func (e *Engine) readParts(cmds []partCmd, pipes []domainPipe) {
 		}
 		c.pstat[pc.part], c.psuf[pc.part] = st, suf
 		switch st {
-		case statusDenied:
-			c.status = statusDenied
-		case statusCollision:
+		case codec.StatusDenied:
+			c.status = codec.StatusDenied
+		case codec.StatusCollision:
 			if c.err == nil {
 				c.err = errCollision
 			}
@@ -228,10 +231,10 @@ func (e *Engine) readParts(cmds []partCmd, pipes []domainPipe) {
 // suffix. Each key always lives on the same server and uses its clock, so
 // windows stay exact; the decision reports the latest time.
 func (c *call) readPart(v []int64, i int) (st, suf int64, err error) {
-	r := ireader{v: v}
-	sec, usec := r.int(maxTime/1e6), r.int(999_999)
+	r := codec.Reader{V: v}
+	sec, usec := r.Int(codec.MaxTime/1e6), r.Int(999_999)
 	st, suf = readFlatOp(&r, c, c.part(i), sec*1e6+usec)
-	if rerr := r.end(); rerr != nil {
+	if rerr := r.End(); rerr != nil {
 		return 0, 0, rerr
 	}
 	if sec > c.sec || sec == c.sec && usec > c.usec {
@@ -271,13 +274,13 @@ func servedBy(e *Engine, pipes []domainPipe) func(key string) bool {
 func (e *Engine) rollback(batch []*call) {
 	now := time.Now().UnixMicro()
 	var owners []*call
-	var undos []undo
+	var undos []codec.Undo
 	for _, c := range batch {
-		if c.mode != opAllow || c.err == nil && c.status == statusAdmitted {
+		if c.mode != opAllow || c.err == nil && c.status == codec.StatusAdmitted {
 			continue
 		}
 		for i, st := range c.pstat {
-			if st != statusAdmitted {
+			if st != codec.StatusAdmitted {
 				continue
 			}
 			for _, k := range c.part(i) {
@@ -295,7 +298,7 @@ func (e *Engine) rollback(batch []*call) {
 	for _, i := range failed {
 		c := owners[i]
 		e.log.Warn("engine: rollback failed; retried before the next script call",
-			"key", undos[i].key, "member", undos[i].member, "err", err)
+			"key", undos[i].Key, "member", undos[i].Member, "err", err)
 		if c.err == nil && c.warn == nil {
 			c.warn = &backendError{Op: "rollback", Err: err}
 		}

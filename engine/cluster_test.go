@@ -134,7 +134,7 @@ func auditCluster(t *testing.T, cl *redistest.Cluster) {
 		}
 	}
 
-	var ds denials
+	var ds deniedLog
 	admitted := hammerRecord(t, engines, 16, auditDuration, func(i int) Request { return reqs[i%len(reqs)] }, &ds)
 
 	got := nodeEntries(t, cl, prefix)

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -99,12 +100,12 @@ type Decision struct {
 // the time), which Redis or the fallback limiter filled in.
 func (c *call) decision(req *Request, src source) Decision {
 	p := &c.plan
-	admitted := c.status == statusAdmitted
+	admitted := c.status == codec.StatusAdmitted
 	d := Decision{
 		Allowed: admitted,
 		Source:  src.String(),
 		Time:    time.Unix(c.sec, c.usec*1000),
-		Windows: make([]WindowState, len(p.origin)),
+		Windows: make([]WindowState, len(p.Origin)),
 	}
 	counted := admitted && c.mode == opAllow
 	var wait int64
@@ -113,12 +114,12 @@ func (c *call) decision(req *Request, src source) Decision {
 	for i := range req.Checks {
 		for n := range req.Checks[i].Windows {
 			w := &req.Checks[i].Windows[n] // a pointer: a Window is 48 bytes
-			m := p.origin[j]
-			mw := p.wins[m]
+			m := p.Origin[j]
+			mw := p.Wins[m]
 			used, reset, wait1 := c.res[3*m], c.res[3*m+1], c.res[3*m+2]
-			key := p.keyOf[i]
+			key := p.KeyOf[i]
 			if w.Calendar != "" {
-				key = p.calKeyOf(m) // a calendar window has a key of its own
+				key = p.CalKeyOf(m) // a calendar window has a key of its own
 			}
 			if w.Concurrent {
 				// A slot frees when a request ends: there is no time at
@@ -126,15 +127,15 @@ func (c *call) decision(req *Request, src source) Decision {
 				reset, wait1 = 0, 0
 				if counted {
 					used++
-				} else if !admitted && used >= mw.limit {
+				} else if !admitted && used >= mw.Limit {
 					wait1 = int64(slotRetry / time.Microsecond)
 				}
 			} else if counted {
 				if used == 0 && reset == 0 {
-					reset = mw.period // the request itself is the oldest
+					reset = mw.Period // the request itself is the oldest
 				}
-				if src != fromRedis || !p.heldAt(m) {
-					used += p.kcost[key]
+				if src != fromRedis || !p.HeldAt(m) {
+					used += p.Cost[key]
 				}
 			}
 			ws := &d.Windows[j]
@@ -148,7 +149,7 @@ func (c *call) decision(req *Request, src source) Decision {
 			ws.Reset = time.Duration(reset) * time.Microsecond
 			// A merged window reports the wait for its smallest limit; the
 			// check that set that limit is the one that denies.
-			if !admitted && w.Limit == mw.limit && wait1 > wait {
+			if !admitted && w.Limit == mw.Limit && wait1 > wait {
 				wait, denied = wait1, j
 			}
 			j++

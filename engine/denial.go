@@ -3,6 +3,7 @@ package engine
 import (
 	"unicode/utf8"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -64,7 +65,7 @@ func (e *Engine) noteDenial(req *Request, d *Decision) {
 // subject is hashed here. A hashed subject is given by its stored hash,
 // made at denial time, and at most its first denialPreview bytes: the
 // hook never sees a long subject whole, and its writes only send.
-func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan) {
+func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan.Plan) {
 	hook := e.denied
 	if hook == nil || d.Allowed || d.Denied.Window.Limit == 0 || d.Denied.Check >= len(req.Checks) {
 		return // allowed, or denied by no window (fail-closed)
@@ -74,17 +75,17 @@ func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan) {
 	switch {
 	case c.Hashed:
 		k.Hashed = true
-	case e.keyer.hashAll || len(c.Subject) > maxRawSubject:
+	case e.keyer.HashAll || len(c.Subject) > plan.MaxRawSubject:
 		k.Hashed, k.Shown = true, c.Subject
-		if len(c.Subject) > maxRawSubject {
+		if len(c.Subject) > plan.MaxRawSubject {
 			k.Shown, k.Cut = preview(c.Subject), true
 		}
 		k.Subject = ""
 		if p != nil {
-			k.Subject = p.storedHash(e.keyer, d.Denied.Check)
+			k.Subject = p.StoredHash(e.keyer.Keyer, d.Denied.Check)
 		}
 		if k.Subject == "" {
-			k.Subject = string(e.keyer.appendHashed(nil, c.Subject))
+			k.Subject = string(e.keyer.AppendHashed(nil, c.Subject))
 		}
 	}
 	hook(k)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -55,12 +56,12 @@ func TestDenialHook(t *testing.T) {
 	if d := deny(plain, r); d != (Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: "user:alice"}) {
 		t.Errorf("stored as is: %+v", d)
 	}
-	h := string(hashAll.keyer.appendHashed(nil, "user:alice"))
+	h := string(hashAll.keyer.AppendHashed(nil, "user:alice"))
 	if d := deny(hashAll, r); d != (Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: "user:alice", Hashed: true}) {
 		t.Errorf("hashed: %+v, want the hash %s", d, h)
 	}
 	r.Checks[0].Subject = long
-	h = string(plain.keyer.appendHashed(nil, long))
+	h = string(plain.keyer.AppendHashed(nil, long))
 	want := Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: long[:47], Hashed: true, Cut: true}
 	if d := deny(plain, r); d != want {
 		t.Errorf("long: %+v, want %+v", d, want)
@@ -139,12 +140,12 @@ func TestStoredHash(t *testing.T) {
 		k := newKeyer(&config{prefix: "p}{:", hashAll: tc.hashAll})
 		check := tc.check
 		req := Request{Scope: "s}|#", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{win(1, time.Hour)}}, Subject: "ip:1"}, check}}
-		var p plan
-		if err := p.build(k, &req); err != nil {
+		var p plan.Plan
+		if err := buildPlan(&p, k, &req); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		got := p.storedHash(k, 1)
-		if want := string(k.appendHashed(nil, check.Subject)); tc.want && got != want || !tc.want && got != "" {
+		got := p.StoredHash(k.Keyer, 1)
+		if want := string(k.AppendHashed(nil, check.Subject)); tc.want && got != want || !tc.want && got != "" {
 			t.Errorf("%s: stored hash %q, want %q (%v)", tc.name, got, want, tc.want)
 		}
 	}

@@ -21,15 +21,15 @@ type denial struct {
 	others         []string
 }
 
-// denials collects the audits' denials from concurrent callers.
-type denials struct {
+// deniedLog collects the audits' denials from concurrent callers.
+type deniedLog struct {
 	mu   sync.Mutex
 	list []denial
 }
 
 // record adds dec, which took took, to ds when Redis denied r by a window
 // (not a denial from the cache of Redis's answers, nor a fail-closed one).
-func (ds *denials) record(e *Engine, r Request, dec Decision, start time.Time) {
+func (ds *deniedLog) record(e *Engine, r Request, dec Decision, start time.Time) {
 	took := time.Since(start)
 	if dec.Allowed || dec.Source != "redis" || dec.Denied == (WindowState{}) {
 		return
@@ -93,7 +93,7 @@ func (ds *denials) record(e *Engine, r Request, dec Decision, start time.Time) {
 // before its script ran sees every entry newer than its stale window
 // start; the margins above should cover that, so the excess is not fully
 // explained yet). It returns the number of denials checked.
-func checkDenials(t *testing.T, name, key string, dl *denials, as []admission, cluster, fitOnly bool) int {
+func checkDenials(t *testing.T, name, key string, dl *deniedLog, as []admission, cluster, fitOnly bool) int {
 	t.Helper()
 	ds := dl.list
 	// The requests that may have left a reservation in key.

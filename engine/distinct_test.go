@@ -9,6 +9,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -140,7 +141,7 @@ func TestDistinctMember(t *testing.T) {
 		}
 		var value string
 		for _, m := range members {
-			if strings.HasPrefix(m, distinctPrefix) {
+			if strings.HasPrefix(m, plan.DistinctPrefix) {
 				value = m
 			}
 		}

@@ -15,6 +15,10 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
+	"github.com/slidelimit/slidelimit/engine/internal/fallback"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -47,10 +51,10 @@ type Engine struct {
 	fail     rules.FailMode
 	log      *slog.Logger
 	clock    func() time.Time
-	local    *localLimiter
-	known    *knownCache // what Redis last said per key
-	denials  bool        // cached denials (WithCachedDenials)
-	base     time.Time   // origin of mono
+	local    *fallback.Limiter
+	known    *denials.Cache // what Redis last said per key
+	denials  bool           // cached denials (WithCachedDenials)
+	base     time.Time      // origin of mono
 	batch    batcher
 	undos    undoQueue  // of failed calls, run before the next script call
 	async    asyncQueue // of FinishAsync, sent with the next script call
@@ -128,8 +132,8 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		fail:    cfg.fail,
 		log:     cfg.logger,
 		clock:   cfg.clock,
-		local:   newLocalLimiter(cfg.localKeys),
-		known:   newKnownCache(cfg.localKeys),
+		local:   fallback.New(cfg.localKeys),
+		known:   denials.New(cfg.localKeys),
 		base:    time.Now(),
 		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
@@ -206,10 +210,10 @@ func (e *Engine) decide(ctx context.Context, req *Request, mode uint8) (Decision
 
 // decideWith is decide with a call from getCall, which the caller returns.
 func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uint8) (Decision, error) {
-	if err := c.plan.build(e.keyer, req); err != nil {
+	if err := buildPlan(&c.plan, e.keyer, req); err != nil {
 		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
 	}
-	if len(c.plan.keys) == 0 {
+	if len(c.plan.Keys) == 0 {
 		return Decision{Allowed: true, Source: fromRedis.String(), Time: e.now(), Windows: []WindowState{}}, nil
 	}
 	c.mode = mode
@@ -221,7 +225,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	if err := ctx.Err(); err != nil {
 		return e.fallback(c, req, err)
 	}
-	if mode == opAllow && e.denials && c.plan.nd == 0 && e.cachedDenial(c) {
+	if mode == opAllow && e.denials && c.plan.NDistinct == 0 && e.cachedDenial(c) {
 		if !e.async.touches(c) {
 			return c.decision(req, fromCache), nil
 		}
@@ -248,9 +252,9 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	// A distinct request's answer is kept too: its counts seed the
 	// fallback (a distinct request makes no cached denial, see above: its
 	// windows may be full yet admit the values they hold).
-	e.known.store(c, c.sent, c.recv, c.wall)
+	storeKnown(e.known, c, c.sent, c.recv, c.wall)
 	d := c.decision(req, fromRedis)
-	if c.plan.slots > 0 && d.taken != nil {
+	if c.plan.Slots > 0 && d.taken != nil {
 		e.hold(d.taken)
 	}
 	if c.warn != nil {
@@ -260,10 +264,23 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 }
 
 // cachedDenial reports whether the known-answer cache denies c (see
-// knownCache.deny), which it then fills.
+// denials.Cache.Deny), which it then fills.
 func (e *Engine) cachedDenial(c *call) bool {
 	now, elapsed := e.monoElapsed()
-	return e.known.deny(c, now, elapsed)
+	at, ok := e.known.Deny(&c.plan, c.res, c.bleft, now, elapsed)
+	if !ok {
+		return false
+	}
+	c.status, c.suffix = codec.StatusDenied, 0
+	c.sec, c.usec = at/1e6, at%1e6
+	return true
+}
+
+// storeKnown keeps in k what Redis answered to c, which must have no error
+// (see denials.Cache.Store).
+func storeKnown(k *denials.Cache, c *call, sent, recv, wall int64) {
+	counted := c.status == codec.StatusAdmitted && c.mode == opAllow
+	k.Store(&c.plan, c.res, c.bleft, counted, c.sec*1e6+c.usec, sent, recv, wall)
 }
 
 // setID gives an Allow its snowflake id and member, which Redis stores,
@@ -311,7 +328,7 @@ func answered(err error) bool {
 // nil case allocates nothing (errors.As needs its targets on the heap).
 func answeredErr(err error) bool {
 	var re redis.Error
-	var ue *replyError
+	var ue *codec.ReplyError
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
@@ -327,16 +344,16 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	if hashed && !keyparts.IsStoredHash(subject) {
 		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, subject)
 	}
-	keys := []string{string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, keyCost(&l), subject, hashed))}
+	keys := []string{string(e.keyer.AppendKeyOf(nil, scope, l.Kind, l.Name, plan.KeyCost(&l), subject, hashed))}
 	for _, w := range l.Windows {
 		if w.Concurrent {
-			keys = append(keys, string(e.keyer.appendKeyOf(nil, scope, l.Kind, l.Name, "", subject, hashed))+slotSuffix)
+			keys = append(keys, string(e.keyer.AppendKeyOf(nil, scope, l.Kind, l.Name, "", subject, hashed))+plan.SlotSuffix)
 			break
 		}
 	}
-	keys = append(keys, e.keyer.calResetKeys(scope, &l, subject, hashed)...)
+	keys = append(keys, e.keyer.CalResetKeys(scope, &l, subject, hashed)...)
 	for _, key := range keys {
-		e.local.forget(key)
+		e.local.Forget(key)
 	}
 	if e.closed.Load() {
 		return ErrClosed
@@ -349,12 +366,12 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	// The block key shares the key's hash tag (one slot); the slot key
 	// may not: with a grained window the key's hash tag differs.
 	if len(keys) == 1 {
-		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], blockKey(keys[0]))); err != nil {
+		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], plan.BlockKey(keys[0]))); err != nil {
 			return &backendError{Op: "reset", Err: err}
 		}
 	} else {
 		pipe := e.client.Pipeline()
-		pipe.Del(ctx, keys[0], blockKey(keys[0]))
+		pipe.Del(ctx, keys[0], plan.BlockKey(keys[0]))
 		for _, key := range keys[1:] {
 			pipe.Del(ctx, key)
 		}

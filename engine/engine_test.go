@@ -44,7 +44,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.timeout != time.Second || e.fail != rules.FailOpen || e.keyer.prefix != "x:" || e.local.maxKeys != 5 {
+	if e.timeout != time.Second || e.fail != rules.FailOpen || e.keyer.prefix != "x:" || e.local.MaxKeys() != 5 {
 		t.Errorf("options not applied: %+v", e)
 	}
 	if e.group != groupAll || groupingOf(redis.NewClusterClient(&redis.ClusterOptions{})) != groupSlot ||
@@ -82,28 +82,6 @@ func TestInvalidAndEmptyRequests(t *testing.T) {
 	}
 	if err := e.resetSubject(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Reset after Close: %v", err)
-	}
-}
-
-func TestLocalEviction(t *testing.T) {
-	t.Parallel()
-	l := newLocalLimiter(10)
-	k := newKeyer(&config{prefix: "p:"})
-	now := t0.UnixMicro()
-	for i := range 25 {
-		c := &call{mode: opAllow}
-		r := req(user(string(rune('a'+i)), win(1, time.Second)))
-		if err := c.plan.build(k, &r); err != nil {
-			t.Fatal(err)
-		}
-		c.prepare()
-		l.decide(c, now+int64(i)*100_000, newKnownCache(10)) // 100 ms apart: keys expire after 1 s
-		if c.status != statusAdmitted {
-			t.Fatalf("key %d denied", i)
-		}
-		if len(l.keys) > 10 {
-			t.Fatalf("%d keys, cap 10", len(l.keys))
-		}
 	}
 }
 

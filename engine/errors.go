@@ -49,29 +49,8 @@ func (e *backendError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrBackend.
 func (e *backendError) Is(target error) bool { return target == ErrBackend }
 
-// replyError reports a script reply the engine does not understand, which
-// means the script and the engine disagree about the wire format (or the
-// server is not Redis). It is wrapped in a backendError.
-type replyError struct {
-	// Reason says what was wrong.
-	Reason string
-	// Reply holds the start of the reply, for diagnosis.
-	Reply string
-}
-
-func (e *replyError) Error() string {
-	return "engine: unexpected reply: " + e.Reason + " in " + strconv.Quote(e.Reply)
-}
-
-func newReplyError(reason, reply string) *replyError {
-	if len(reply) > 64 {
-		reply = reply[:64] + "..."
-	}
-	return &replyError{Reason: reason, Reply: reply}
-}
-
 // requestError reports a Request the engine cannot evaluate. It matches
-// ErrInvalid.
+// ErrInvalid. A *plan.Error converts to it: their fields stay identical.
 type requestError struct {
 	// Check is the index of the offending check in Request.Checks, or -1
 	// when the request as a whole is at fault.

@@ -39,7 +39,7 @@ func hammer(t *testing.T, engines []*Engine, callers int, d time.Duration, next 
 
 // hammerRecord is hammer, recording in ds (unless nil) the denials that
 // Redis decided.
-func hammerRecord(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int) Request, ds *denials) int64 {
+func hammerRecord(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int) Request, ds *deniedLog) int64 {
 	t.Helper()
 	var admitted atomic.Int64
 	hammerLoop(t, engines, callers, d, func(e *Engine, _, i int) error {
@@ -160,7 +160,7 @@ func TestAuditSingle(t *testing.T) {
 	// trimmed and every admission can be audited afterwards.
 	mustAllow(t, engines[0], req(user("hot", win(1_000_000, time.Hour))), true)
 
-	var ds denials
+	var ds deniedLog
 	admitted := hammerRecord(t, engines, 16, auditDuration, func(int) Request { return hot }, &ds)
 
 	ts := entries(t, rc, key)

@@ -234,7 +234,7 @@ func TestClusterFailover(t *testing.T) {
 		last := [2]bool{true, true}
 		for !stop.Load() {
 			for i, e := range engines {
-				_, ok := e.known.trusted(e.elapsed())
+				_, ok := e.known.Trusted(e.elapsed())
 				if ok != last[i] {
 					state := "off"
 					if ok {

@@ -8,6 +8,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
+	"github.com/slidelimit/slidelimit/engine/internal/fallback"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -26,7 +29,7 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	}
 	e.setID(c) // a call that failed before it had one (closed, ctx done)
 	t := e.now()
-	e.local.decide(c, t.UnixMicro(), e.known)
+	decideLocal(e.local, c, t.UnixMicro(), e.known)
 	return c.decision(req, fromLocal), cause
 }
 
@@ -111,7 +114,7 @@ func (e *Engine) route(c *call) {
 	c.split(e.group)
 	c.pdom = c.pdom[:0]
 	for i := range c.pends {
-		d := e.domainOf(c.plan.keys[c.part(i)[0]])
+		d := e.domainOf(c.plan.Keys[c.part(i)[0]])
 		c.pdom = append(c.pdom, d)
 		if !containsDomain(c.doms, d) {
 			c.doms = append(c.doms, d)
@@ -178,14 +181,21 @@ func (e *Engine) observe(d *domain, answered bool, err error) {
 }
 
 // anyDown reports whether a domain of the plan's keys is down.
-func (e *Engine) anyDown(p *plan) bool {
+func (e *Engine) anyDown(p *plan.Plan) bool {
 	if e.group == groupAll {
 		return e.doms.one.down.Load()
 	}
-	for _, k := range p.keys {
+	for _, k := range p.Keys {
 		if e.domainOf(k).down.Load() {
 			return true
 		}
 	}
 	return false
+}
+
+// decideLocal decides c at t (µs) with the local fallback l, which starts
+// keys from what known holds (see localLimiter.decide).
+func decideLocal(l *fallback.Limiter, c *call, t int64, known *denials.Cache) {
+	c.sec, c.usec = t/1e6, t%1e6
+	c.status = l.Decide(&c.plan, c.res, c.bleft, c.mode == opAllow, c.id, t, known)
 }

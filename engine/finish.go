@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // Outcome is how an admitted request ended, for Finish. The zero Outcome
@@ -59,7 +62,7 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	}
 	if t.src == fromLocal {
 		c.finishing(t, o, deltas, keepSlots)
-		e.local.finish(t, c.fin)
+		e.local.Finish(t.id, c.fin)
 		return nil
 	}
 	if e.closed.Load() {
@@ -98,18 +101,18 @@ func (e *Engine) finishRemote(c *call, op string) error {
 func (e *Engine) finished(c *call, op string) error {
 	if c.err != nil {
 		e.requeueFinish(c)
-		e.warnFailed(op, c.fin[0].member, c.err)
+		e.warnFailed(op, c.fin[0].Member, c.err)
 		return &backendError{Op: op, Err: c.err}
 	}
 	var gone []string
 	for i := range c.fin {
 		switch c.res[i] {
 		case 1:
-			if u := &c.fin[i]; u.publishes() {
-				gone = append(gone, u.key)
+			if u := &c.fin[i]; u.Publishes() {
+				gone = append(gone, u.Key)
 			}
 		case 2:
-			return &backendError{Op: op, Err: newReplyError("running total above 2^53", c.fin[i].key)}
+			return &backendError{Op: op, Err: codec.NewReplyError("running total above 2^53", c.fin[i].Key)}
 		}
 	}
 	// The script published the removals; this process forgets them now.
@@ -165,42 +168,42 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 	member := t.member()
 	for i := range t.keys {
 		k := &t.keys[i]
-		u := undo{key: t.key(i), member: member, suffix: k.suffix, longest: k.longest, kind: k.kind}
+		u := codec.Undo{Key: t.key(i), Member: member, Suffix: k.suffix, Longest: k.longest, Kind: k.kind}
 		switch {
 		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
-			if k.kind == kindSlot && before&doneRelease != 0 {
+			if k.kind == codec.KindSlot && before&doneRelease != 0 {
 				continue
 			}
-			if k.kind == kindWeighted {
-				u.cost, u.delta, u.mode, u.at = k.cost, -k.cost, 'r', t.at
+			if k.kind == codec.KindWeighted {
+				u.Cost, u.Delta, u.Mode, u.At = k.cost, -k.cost, 'r', t.at
 			}
-			if k.kind == kindCal && before&doneSettle != 0 {
+			if k.kind == codec.KindCal && before&doneSettle != 0 {
 				continue // a settled request is not given back, as in weighted keys
 			}
-			if k.kind == kindDistinct && t.src != fromLocal {
+			if k.kind == codec.KindDistinct && t.src != fromLocal {
 				// A give-back leaves the value counted (docs/limits.md):
 				// a request admitted since without counting it anew
 				// shares it, and a restore would leave that request's
 				// value uncounted. Only a rollback restores it.
 				continue
 			}
-			if (k.kind == kindCal || k.kind == kindDistinct) && !t.extraUndo(i, &u, -k.cost) {
+			if (k.kind == codec.KindCal || k.kind == codec.KindDistinct) && !t.extraUndo(i, &u, -k.cost) {
 				continue
 			}
-		case k.kind == kindSlot && want&doneRelease != 0 && before&(doneRelease|doneGiveBack) == 0:
-		case k.kind == kindWeighted && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
-			u.cost, u.delta, u.mode, u.at = k.cost, deltas[i], 's', t.at
+		case k.kind == codec.KindSlot && want&doneRelease != 0 && before&(doneRelease|doneGiveBack) == 0:
+		case k.kind == codec.KindWeighted && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
+			u.Cost, u.Delta, u.Mode, u.At = k.cost, deltas[i], 's', t.at
 			if k.grain > 0 {
-				u.mode, u.grain = 'g', k.grain
+				u.Mode, u.Grain = 'g', k.grain
 			}
-		case k.kind == kindCal && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
+		case k.kind == codec.KindCal && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
 			t.extraUndo(i, &u, deltas[i])
 		default:
 			continue
 		}
 		c.fin = append(c.fin, u)
 	}
-	c.plan.finishKeys(c.fin)
+	finishKeys(&c.plan, c.fin)
 	c.res, c.all = c.res[:0], c.all[:0]
 	for i := range c.fin {
 		c.res, c.all = append(c.res, 0), append(c.all, int32(i))
@@ -225,14 +228,14 @@ func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
 	// Indexed by key: every key holds one of the request's windows at
 	// least, so there are at most maxWindows. (A check has at most a rate
 	// and a slot key, but calendar keys come between them.)
-	var set [maxWindows]bool
+	var set [plan.MaxWindows]bool
 	for i, a := range actual {
 		k := t.checks[i].key
 		if a < 0 || k < 0 {
 			continue
 		}
 		delta := a - t.keys[k].cost
-		if t.keys[k].kind != kindWeighted {
+		if t.keys[k].kind != codec.KindWeighted {
 			delta = a - 1
 		}
 		switch {
@@ -266,10 +269,9 @@ func (t *taken) claim(want uint32) uint32 {
 
 // finishKeys makes the keys of p those of fin, for routing and the
 // script's KEYS.
-func (p *plan) finishKeys(fin []undo) {
-	clear(p.args)
-	p.keys, p.args, p.nblock = p.keys[:0], p.args[:0], 0
+func finishKeys(p *plan.Plan, fin []codec.Undo) {
+	p.KeysOnly()
 	for i := range fin {
-		p.keys = append(p.keys, fin[i].key)
+		p.Keys = append(p.Keys, fin[i].Key)
 	}
 }

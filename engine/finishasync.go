@@ -49,7 +49,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	}
 	if t.src == fromLocal {
 		c.finishing(t, &o, deltas, false)
-		e.local.finish(t, c.fin)
+		e.local.Finish(t.id, c.fin)
 		putCall(c)
 		return
 	}
@@ -70,7 +70,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		// As in Finish: the batch that finds the server back runs it.
 		e.undos.push(e, c.fin...)
 		e.async.failed.Add(1)
-		e.warnFailed(op, c.fin[0].member, errNotAsked)
+		e.warnFailed(op, c.fin[0].Member, errNotAsked)
 		putCall(c)
 		return
 	}
@@ -129,7 +129,7 @@ const flightIndex = 8
 func (fl *flight) uses(k string) bool {
 	if fl.nkeys <= flightIndex {
 		for _, c := range fl.calls {
-			if slices.Contains(c.plan.keys, k) {
+			if slices.Contains(c.plan.Keys, k) {
 				return true
 			}
 		}
@@ -140,7 +140,7 @@ func (fl *flight) uses(k string) bool {
 			fl.keys = make(map[string]struct{}, fl.nkeys)
 		}
 		for _, c := range fl.calls {
-			for _, key := range c.plan.keys {
+			for _, key := range c.plan.Keys {
 				fl.keys[key] = struct{}{}
 			}
 		}
@@ -207,7 +207,7 @@ func (a *asyncQueue) takeOff() *flight {
 	fl.calls, a.pending = a.pending, fl.calls[:0]
 	fl.nkeys = 0
 	for _, c := range fl.calls {
-		fl.nkeys += len(c.plan.keys)
+		fl.nkeys += len(c.plan.Keys)
 	}
 	a.air = append(a.air, fl)
 	return fl
@@ -222,7 +222,7 @@ func (a *asyncQueue) conflicts(batch []*call, wait []<-chan struct{}) []<-chan s
 			if c.mode == opFinish {
 				continue // finishes commute with finishes of other requests
 			}
-			for _, k := range c.plan.keys {
+			for _, k := range c.plan.Keys {
 				if fl.uses(k) {
 					wait = append(wait, fl.wait())
 					break calls
@@ -243,14 +243,14 @@ func (a *asyncQueue) touches(c *call) bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, k := range c.plan.keys {
+	for _, k := range c.plan.Keys {
 		for _, fl := range a.air {
 			if fl.uses(k) {
 				return true
 			}
 		}
 		for _, q := range a.pending {
-			if slices.Contains(q.plan.keys, k) {
+			if slices.Contains(q.plan.Keys, k) {
 				return true
 			}
 		}
@@ -290,7 +290,7 @@ func (e *Engine) land(fl *flight) {
 			if c.err != nil {
 				e.async.failed.Add(1) // queued, and logged by finished
 			} else {
-				e.asyncFailed(c.op, c.fin[0].member, err)
+				e.asyncFailed(c.op, c.fin[0].Member, err)
 			}
 		}
 	}
@@ -413,11 +413,11 @@ func (e *Engine) forgetAsync(c *call) {
 	var now int64
 	read := false // the clock, only for a finish that publishes
 	for i := range c.fin {
-		if c.fin[i].publishes() {
+		if c.fin[i].Publishes() {
 			if !read {
 				now, read = e.mono(), true
 			}
-			e.known.invalidate(c.fin[i].key, now)
+			e.known.Invalidate(c.fin[i].Key, now)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding"
 	"errors"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -88,8 +90,9 @@ func echoReply(args []any) ([]int64, int, error) {
 		a := argv[0]
 		argv = argv[1:]
 		switch a := a.(type) {
-		case *bufArg:
-			return a.b, true
+		case encoding.BinaryMarshaler:
+			b, _ := a.MarshalBinary()
+			return b, true
 		case string:
 			return stringBytes(a), true
 		}
@@ -161,7 +164,7 @@ func echoReply(args []any) ([]int64, int, error) {
 		if !ok {
 			return nil, 0, errEcho
 		}
-		out = append(out, statusAdmitted)
+		out = append(out, codec.StatusAdmitted)
 		for range max(n, -n) {
 			nwin, ok := num()
 			if !ok {

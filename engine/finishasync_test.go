@@ -224,7 +224,7 @@ func touchesEngine(t *testing.T) (*Engine, func(key string) *call) {
 	e.async.bound = time.Hour
 	return e, func(key string) *call {
 		c := &call{mode: opAllow}
-		c.plan.keys = []string{"other", key}
+		c.plan.Keys = []string{"other", key}
 		return c
 	}
 }
@@ -235,7 +235,7 @@ func TestFinishAsyncTouches(t *testing.T) {
 	t.Parallel()
 	e, ask := touchesEngine(t)
 	fin := &call{}
-	fin.plan.keys = []string{"k"}
+	fin.plan.Keys = []string{"k"}
 	if e.async.touches(ask("k")) {
 		t.Fatal("touches with nothing queued")
 	}
@@ -267,7 +267,7 @@ func TestFinishAsyncTouchesIndexed(t *testing.T) {
 	e, ask := touchesEngine(t)
 	for i := range flightIndex {
 		fin := &call{mode: opFinish}
-		fin.plan.keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
+		fin.plan.Keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
 		e.async.push(e, fin)
 	}
 	e.async.mu.Lock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/lua"
 )
 
@@ -390,7 +391,7 @@ func (g *diffGen) learn(keys []string, args []any, v []int64) {
 				}
 			}
 		}
-		if member != "" && code%4 == statusAdmitted {
+		if member != "" && code%4 == codec.StatusAdmitted {
 			g.admitted = append(g.admitted, a)
 		}
 	}

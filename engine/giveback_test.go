@@ -30,13 +30,13 @@ func TestGiveBackFails(t *testing.T) {
 		t.Fatalf("queued %d undos, want 2: %+v", len(q), q)
 	}
 	for _, u := range q {
-		if u.member != strconv.FormatInt(d.taken.id, 10) || u.suffix != 0 {
+		if u.Member != strconv.FormatInt(d.taken.id, 10) || u.Suffix != 0 {
 			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.taken.id)
 		}
 		// Kept while its entry may count: a minute from when it was
 		// queued, which is after the give-back began.
-		if lo := start + time.Minute.Microseconds(); u.until < lo || u.until > end+time.Minute.Microseconds() {
-			t.Errorf("queued undo until %d, want from %d to %d", u.until, lo, end+time.Minute.Microseconds())
+		if lo := start + time.Minute.Microseconds(); u.Until < lo || u.Until > end+time.Minute.Microseconds() {
+			t.Errorf("queued undo until %d, want from %d to %d", u.Until, lo, end+time.Minute.Microseconds())
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 )
 
 // TestFallbackConcurrentAnswers checks that the local fallback starts from
@@ -78,20 +80,20 @@ func TestFallbackConcurrentAnswers(t *testing.T) {
 			for _, a := range tc.answers {
 				c := getCall()
 				rq := r()
-				if err := c.plan.build(e.keyer, &rq); err != nil {
+				if err := buildPlan(&c.plan, e.keyer, &rq); err != nil {
 					t.Fatal(err)
 				}
 				c.prepare()
 				c.mode = opAllow
-				c.status, c.res = statusAdmitted, []int64{a.before, 5_000_000, 0}
+				c.status, c.res = codec.StatusAdmitted, []int64{a.before, 5_000_000, 0}
 				if tc.distinct {
-					c.plan.held = append(c.plan.held[:0], a.held)
+					c.plan.Held = append(c.plan.Held[:0], a.held)
 				}
-				e.known.store(c, now-a.sent, now-a.recv, now)
+				storeKnown(e.known, c, now-a.sent, now-a.recv, now)
 				putCall(c)
 			}
 			if tc.invalidate {
-				e.known.invalidate(e.keyOf("s", r().Checks[0]), now)
+				e.known.Invalidate(e.keyOf("s", r().Checks[0]), now)
 			}
 			allowed := 0
 			for range 3 {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -31,7 +32,7 @@ func TestKeys(t *testing.T) {
 	t.Parallel()
 	k := newKeyer(&config{prefix: "p:"})
 	key := func(scope string, kind rules.Kind, name, subject string) string {
-		return string(k.appendKey(nil, scope, kind, name, "", subject))
+		return string(k.AppendKey(nil, scope, kind, name, "", subject))
 	}
 	if got, want := key("GET /files/{id}", rules.Header, "X-Api-Key", "a b|c"), "p:{GET%20/files/%7Bid%7D|header:X-Api-Key|a%20b%7Cc}"; got != want {
 		t.Errorf("key = %q, want %q", got, want)
@@ -41,7 +42,7 @@ func TestKeys(t *testing.T) {
 	}
 
 	// Triples that a naive join would confuse.
-	long := strings.Repeat("x", maxRawSubject+1)
+	long := strings.Repeat("x", plan.MaxRawSubject+1)
 	triples := [][4]string{
 		{"a|b", "user", "", "c"}, {"a", "user", "", "b|c"}, {"a", "user|b", "", "c"},
 		{"a", "header", "b:c", "d"}, {"a", "header:b", "c", "d"}, {"a", "header", "b", "c:d"},
@@ -73,12 +74,12 @@ func TestKeys(t *testing.T) {
 	// WithHashSubjects: every subject hashed, keyed by the secret.
 	k1 := newKeyer(&config{prefix: "p:", hashAll: true, secret: []byte("s1")})
 	k2 := newKeyer(&config{prefix: "p:", hashAll: true, secret: []byte("s2")})
-	h1 := string(k1.appendKey(nil, "s", rules.IP, "", "", "10.0.0.1"))
-	h2 := string(k2.appendKey(nil, "s", rules.IP, "", "", "10.0.0.1"))
+	h1 := string(k1.AppendKey(nil, "s", rules.IP, "", "", "10.0.0.1"))
+	h2 := string(k2.AppendKey(nil, "s", rules.IP, "", "", "10.0.0.1"))
 	if strings.Contains(h1, "10.0.0.1") || !strings.Contains(h1, "|#") || h1 == h2 {
 		t.Errorf("hashed keys %q %q", h1, h2)
 	}
-	if again := string(k1.appendKey(nil, "s", rules.IP, "", "", "10.0.0.1")); again != h1 {
+	if again := string(k1.AppendKey(nil, "s", rules.IP, "", "", "10.0.0.1")); again != h1 {
 		t.Errorf("hash not stable: %q %q", h1, again)
 	}
 }
@@ -87,8 +88,8 @@ func FuzzKeys(f *testing.F) {
 	f.Add("s", "user", "", "42", "s", "user", "", "4|2")
 	f.Fuzz(func(t *testing.T, s1, k1, n1, sub1, s2, k2, n2, sub2 string) {
 		k := newKeyer(&config{prefix: "p:"})
-		a := string(k.appendKey(nil, s1, rules.Kind(k1), n1, "", sub1))
-		b := string(k.appendKey(nil, s2, rules.Kind(k2), n2, "", sub2))
+		a := string(k.AppendKey(nil, s1, rules.Kind(k1), n1, "", sub1))
+		b := string(k.AppendKey(nil, s2, rules.Kind(k2), n2, "", sub2))
 		same := s1 == s2 && k1 == k2 && n1 == n2 && sub1 == sub2
 		if (a == b) != same {
 			t.Fatalf("keys %q %q for %q and %q", a, b, []string{s1, k1, n1, sub1}, []string{s2, k2, n2, sub2})
@@ -105,15 +106,15 @@ func FuzzWeightedKeys(f *testing.F) {
 	f.Add("s", "user", "", "42", "bytes", "s", "user", "", "42|bytes", "")
 	f.Fuzz(func(t *testing.T, s1, k1, n1, sub1, c1, s2, k2, n2, sub2, c2 string) {
 		k := newKeyer(&config{prefix: "p:"})
-		a := string(k.appendKey(nil, s1, rules.Kind(k1), n1, c1, sub1))
-		b := string(k.appendKey(nil, s2, rules.Kind(k2), n2, c2, sub2))
+		a := string(k.AppendKey(nil, s1, rules.Kind(k1), n1, c1, sub1))
+		b := string(k.AppendKey(nil, s2, rules.Kind(k2), n2, c2, sub2))
 		same := s1 == s2 && k1 == k2 && n1 == n2 && sub1 == sub2 && c1 == c2
 		if (a == b) != same {
 			t.Fatalf("keys %q %q for %q and %q", a, b, []string{s1, k1, n1, sub1, c1}, []string{s2, k2, n2, sub2, c2})
 		}
 		// The cost segment follows the hash tag: a subject's keys share
 		// its count key's slot.
-		count := string(k.appendKey(nil, s1, rules.Kind(k1), n1, "", sub1))
+		count := string(k.AppendKey(nil, s1, rules.Kind(k1), n1, "", sub1))
 		if slot(a) != crc16(count[3:len(count)-1])&16383 || !strings.HasPrefix(a, count) {
 			t.Fatalf("hash tag of %q is not the encoded fields of %q", a, count)
 		}

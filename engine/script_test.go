@@ -1,22 +1,22 @@
 package engine
 
 import (
-	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
 )
 
 func plannedCall(t testing.TB, r Request) *call {
 	t.Helper()
 	c := &call{mode: opAllow}
-	if err := c.plan.build(newKeyer(&config{prefix: "p:"}), &r); err != nil {
+	if err := buildPlan(&c.plan, newKeyer(&config{prefix: "p:"}), &r); err != nil {
 		t.Fatal(err)
 	}
 	c.prepare()
@@ -43,18 +43,18 @@ func FuzzReply(f *testing.F) {
 			v = append(v, old2)
 		}
 		v = append(v, used3)
-		rd := ireader{v: v}
-		s, u := rd.int(maxTime/1e6), rd.int(999_999)
+		rd := codec.Reader{V: v}
+		s, u := rd.Int(codec.MaxTime/1e6), rd.Int(999_999)
 		readFlatOp(&rd, c, c.all, s*1e6+u)
-		if err := rd.end(); err == nil {
+		if err := rd.End(); err == nil {
 			// Reset and wait may exceed the period: an entry scored after t
 			// (admitted before the server's clock went back) leaves the
 			// window later than a period from now.
-			for j, w := range c.plan.wins {
+			for j, w := range c.plan.Wins {
 				used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
 				ok := used >= 0 &&
 					(used == 0) == (reset == 0) && reset >= 0 &&
-					(used >= w.limit) == (wait != 0) && wait >= 0
+					(used >= w.Limit) == (wait != 0) && wait >= 0
 				if !ok {
 					t.Fatalf("%v accepted with res %v", v, c.res)
 				}
@@ -65,20 +65,20 @@ func FuzzReply(f *testing.F) {
 
 func TestRequestValidation(t *testing.T) {
 	t.Parallel()
-	many := make([]Check, maxChecks+1)
+	many := make([]Check, plan.MaxChecks+1)
 	for _, tc := range []struct {
 		r     Request
 		check int
 	}{
 		{req(user("u", win(0, time.Second))), 0},
-		{req(user("u", win(1, time.Second)), user("v", win(maxCountLimit+1, time.Second))), 1},
+		{req(user("u", win(1, time.Second)), user("v", win(plan.MaxCountLimit+1, time.Second))), 1},
 		{req(user("u", win(1, 0))), 0},
 		{req(user("u", win(1, rulelimits.MaxPeriod+1))), 0},
 		{Request{Checks: many}, -1},
 		{Request{Checks: []Check{user("u", win(1, time.Second))}, Fail: "sideways"}, -1},
 	} {
 		c := plannedCall(t, Request{})
-		err := c.plan.build(newKeyer(&config{}), &tc.r)
+		err := buildPlan(&c.plan, newKeyer(&config{}), &tc.r)
 		var re *requestError
 		if !errors.As(err, &re) || re.Check != tc.check || !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: err %v, want a requestError for check %d", tc.r, err, tc.check)
@@ -87,22 +87,11 @@ func TestRequestValidation(t *testing.T) {
 	// Duplicate checks merge: same period keeps the smaller limit; the
 	// 1µs-rounding rounds up.
 	c := plannedCall(t, req(user("u", win(3, time.Second), win(9, 1500*time.Nanosecond)), ip("i", win(1, time.Second)), user("u", win(2, time.Second))))
-	if len(c.plan.keys) != 2 || len(c.plan.wins) != 3 || c.plan.wins[0] != (window{1_000_000, 2, 0}) || c.plan.wins[1] != (window{2, 9, 0}) {
-		t.Errorf("merged plan: keys %v wins %v", c.plan.keys, c.plan.wins)
+	if len(c.plan.Keys) != 2 || len(c.plan.Wins) != 3 || c.plan.Wins[0] != (plan.Window{Period: 1_000_000, Limit: 2}) || c.plan.Wins[1] != (plan.Window{Period: 2, Limit: 9}) {
+		t.Errorf("merged plan: keys %v wins %v", c.plan.Keys, c.plan.Wins)
 	}
-	if want := []int32{0, 1, 2, 0}; len(c.plan.origin) != 4 || c.plan.origin[0] != want[0] || c.plan.origin[3] != want[3] {
-		t.Errorf("origin %v, want %v", c.plan.origin, want)
-	}
-}
-
-// TestKeyArgPrints checks that traces and errors show keys, not pointers.
-func TestKeyArgPrints(t *testing.T) {
-	t.Parallel()
-	c := plannedCall(t, req(user("u", win(1, time.Second))))
-	c.plan.keyArgs()
-	cmd := redis.NewCmd(context.Background(), "evalsha", "sha", 1, &c.plan.args[0], "[]")
-	if got, want := cmd.String(), "evalsha sha 1 p:{s|user|u} []"; got != want {
-		t.Errorf("cmd.String() = %q, want %q", got, want)
+	if want := []int32{0, 1, 2, 0}; len(c.plan.Origin) != 4 || c.plan.Origin[0] != want[0] || c.plan.Origin[3] != want[3] {
+		t.Errorf("origin %v, want %v", c.plan.Origin, want)
 	}
 }
 
@@ -110,13 +99,13 @@ func TestFlatArgs(t *testing.T) {
 	t.Parallel()
 	c := plannedCall(t, req(user("u", win(5, time.Second), win(50, time.Minute)), ip("i", win(3, time.Millisecond))))
 	c.member = []byte("77")
-	var f flatArgs
-	f.reset(0)
-	f.op(c, c.all, false)
-	args := f.appendTo(nil)
+	var f codec.Args
+	f.Reset(0)
+	opArgs(&f, c, c.all, false)
+	args := f.AppendTo(nil)
 	var got []string
 	for _, a := range args {
-		got = append(got, a.(*bufArg).String())
+		got = append(got, a.(fmt.Stringer).String())
 	}
 	// t, max suffix, member, nkeys, then per key nwin, busy
 	// (ceil(longest/8)) and the windows longest first, in µs.
@@ -126,10 +115,10 @@ func TestFlatArgs(t *testing.T) {
 	}
 	// A peek sends an empty member.
 	c.mode = opPeek
-	f.reset(42)
-	f.op(c, c.all[:1], false)
-	if s := f.appendTo(nil)[2].(*bufArg).String(); s != "" || string(f.buf[:4]) != "4232" {
-		t.Errorf("peek member %q, buf %q", s, f.buf)
+	f.Reset(42)
+	opArgs(&f, c, c.all[:1], false)
+	if s := f.AppendTo(nil)[2].(fmt.Stringer).String(); s != "" || string(f.Buf[:4]) != "4232" {
+		t.Errorf("peek member %q, buf %q", s, f.Buf)
 	}
 }
 
@@ -154,19 +143,19 @@ func TestReadFlatOp(t *testing.T) {
 		{reply: []int64{2000000000, 0, 1, 0, 0, 7}, err: "trailing data"},
 		{reply: []int64{2000000000, 0, 1, -1, 0}, err: "out of range"},
 		{reply: []int64{2000000000, 0, 1, 1<<53 + 1, 0}, err: "out of range"},
-		{reply: []int64{2000000000, 0, 1 + 4*(maxSuffix+1), 0, 0}, err: "out of range"},
+		{reply: []int64{2000000000, 0, 1 + 4*(codec.MaxSuffix+1), 0, 0}, err: "out of range"},
 		{reply: []int64{2000000000, 0, 1, 1, 1999999998000000, 0}, err: "score outside"},
 		{reply: []int64{2000000000, 0, 1, 1, 2000000000000001, 1, 2000000000000001}, status: 1, res: []int64{1, 1000001, 0, 1, 100001, 0}},
 		{reply: nil, err: "missing number"},
 	} {
 		c := plannedCall(t, r)
-		rd := ireader{v: tc.reply}
-		sec, usec := rd.int(maxTime/1e6), rd.int(999_999)
-		if rd.err == nil && sec*1e6+usec != now {
+		rd := codec.Reader{V: tc.reply}
+		sec, usec := rd.Int(codec.MaxTime/1e6), rd.Int(999_999)
+		if rd.Err == nil && sec*1e6+usec != now {
 			t.Fatalf("%v: time %d.%06d", tc.reply, sec, usec)
 		}
 		status, _ := readFlatOp(&rd, c, c.all, now)
-		err := rd.end()
+		err := rd.End()
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%v: err %v, want %q", tc.reply, err, tc.err)
@@ -194,12 +183,12 @@ func TestWeightedArgs(t *testing.T) {
 	c := plannedCall(t, req(bytesOf("u", 7, win(100, time.Second), gwin(1000, time.Minute, 10*time.Second)),
 		user("u", win(5, time.Second), gwin(50, time.Hour, time.Minute))))
 	c.member = []byte("77")
-	var f flatArgs
-	f.reset(0)
-	f.op(c, c.all, false)
+	var f codec.Args
+	f.Reset(0)
+	opArgs(&f, c, c.all, false)
 	var got []string
-	for _, a := range f.appendTo(nil) {
-		got = append(got, a.(*bufArg).String())
+	for _, a := range f.AppendTo(nil) {
+		got = append(got, a.(fmt.Stringer).String())
 	}
 	want := "0 32 77 2 -2 7500000 7 60000000 1000 10000000 1000000 100 0 -2 450000000 1 3600000000 50 60000000 1000000 5 0"
 	if s := strings.Join(got, " "); s != want {
@@ -207,11 +196,11 @@ func TestWeightedArgs(t *testing.T) {
 	}
 	// A window is full when used + cost exceeds its limit: 94 + 7 > 100.
 	const now = 2_000_000_000_000_000
-	rd := ireader{v: []int64{2000000000, 0, 0, 500, 1999999999000001, 94, 1999999999500000, 1999999999600000, 0, 0}}
-	rd.int(maxTime / 1e6)
-	rd.int(999_999)
-	if st, _ := readFlatOp(&rd, c, c.all, now); st != 0 || rd.end() != nil {
-		t.Fatalf("status %d err %v", st, rd.err)
+	rd := codec.Reader{V: []int64{2000000000, 0, 0, 500, 1999999999000001, 94, 1999999999500000, 1999999999600000, 0, 0}}
+	rd.Int(codec.MaxTime / 1e6)
+	rd.Int(999_999)
+	if st, _ := readFlatOp(&rd, c, c.all, now); st != 0 || rd.End() != nil {
+		t.Fatalf("status %d err %v", st, rd.Err)
 	}
 	if want := []int64{500, 59000001, 0, 94, 500000, 600000, 0, 0, 0, 0, 0, 0}; !slices.Equal(c.res, want) {
 		t.Errorf("res %v, want %v", c.res, want)
@@ -231,15 +220,15 @@ func FuzzWeightedReply(f *testing.F) {
 			v = append(v, old)
 		}
 		v = append(v, used, old, edge)
-		rd := ireader{v: v}
-		s, u := rd.int(maxTime/1e6), rd.int(999_999)
+		rd := codec.Reader{V: v}
+		s, u := rd.Int(codec.MaxTime/1e6), rd.Int(999_999)
 		readFlatOp(&rd, c, c.all, s*1e6+u)
-		if rd.end() != nil {
+		if rd.End() != nil {
 			return
 		}
-		for j, w := range c.plan.wins {
+		for j, w := range c.plan.Wins {
 			used, reset, wait := c.res[3*j], c.res[3*j+1], c.res[3*j+2]
-			if used < 0 || (used == 0) != (reset == 0) || reset < 0 || (used+7 > w.limit) != (wait != 0) && used > 0 || wait < 0 {
+			if used < 0 || (used == 0) != (reset == 0) || reset < 0 || (used+7 > w.Limit) != (wait != 0) && used > 0 || wait < 0 {
 				t.Fatalf("%v accepted with res %v", v, c.res)
 			}
 		}

@@ -84,7 +84,7 @@ func TestSharedOpsDeriveExactly(t *testing.T) {
 				if members[i] != "" {
 					c.mode, c.member = opAllow, []byte(members[i])
 				}
-				if err := c.plan.build(newKeyer(&config{prefix: prefix}), &reqs[i]); err != nil {
+				if err := buildPlan(&c.plan, newKeyer(&config{prefix: prefix}), &reqs[i]); err != nil {
 					t.Fatal(err)
 				}
 				c.prepare()

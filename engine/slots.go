@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/lua"
 )
@@ -38,7 +39,7 @@ const minLease = 30 * time.Millisecond
 // Engines sharing a Redis may use different leases.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
-		if d < minLease || d > time.Duration(maxTime/2)*time.Microsecond {
+		if d < minLease || d > time.Duration(codec.MaxTime/2)*time.Microsecond {
 			return &optionError{Option: "WithLease", Reason: "lease below 30ms or beyond the engine's time bound"}
 		}
 		c.lease = d
@@ -110,7 +111,7 @@ func (e *Engine) hold(t *taken) {
 	}
 	member := t.member()
 	for i, k := range t.keys {
-		if k.kind == kindSlot {
+		if k.kind == codec.KindSlot {
 			// t.key(i) is a view of t.text: the registry keeps t alive
 			// while the slot is held, and no more.
 			h.held[slotRef{key: t.key(i), member: memberText(member, k.suffix)}] = struct{}{}
@@ -125,12 +126,12 @@ func (e *Engine) hold(t *taken) {
 }
 
 // unhold forgets the slots that t releases in fin.
-func (e *Engine) unhold(t *taken, fin []undo) {
+func (e *Engine) unhold(t *taken, fin []codec.Undo) {
 	h := &e.slots
 	h.mu.Lock()
 	for _, u := range fin {
-		if u.kind == kindSlot {
-			delete(h.held, slotRef{key: u.key, member: memberText(u.member, u.suffix)})
+		if u.Kind == codec.KindSlot {
+			delete(h.held, slotRef{key: u.Key, member: memberText(u.Member, u.Suffix)})
 		}
 	}
 	h.mu.Unlock()
@@ -147,7 +148,7 @@ func (h *slotHolder) holding(ref slotRef) bool {
 // renewLoop renews every held slot each lease/3 until Close.
 func (e *Engine) renewLoop(done chan struct{}) {
 	defer close(done)
-	tick := time.NewTicker(time.Duration(e.keyer.lease) * time.Microsecond / 3)
+	tick := time.NewTicker(time.Duration(e.keyer.Lease) * time.Microsecond / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -231,7 +232,7 @@ func (e *Engine) sendRenewals(ctx context.Context, groups map[string]map[string]
 		for key := range keys {
 			args = append(args, key)
 		}
-		args = append(args, t, e.keyer.lease)
+		args = append(args, t, e.keyer.Lease)
 		for _, a := range args[3 : 3+len(keys)] {
 			key := a.(string)
 			ms := keys[key]
@@ -272,7 +273,7 @@ func (e *Engine) renewed(calls []renewal) {
 	for _, s := range calls {
 		v, err := s.cmd.Result()
 		if err == nil && len(v) != len(s.refs) {
-			err = newReplyError("renewal reply of the wrong length", "")
+			err = codec.NewReplyError("renewal reply of the wrong length", "")
 		}
 		if err != nil {
 			failed += len(s.refs)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -373,7 +374,7 @@ func TestComboOutageSlots(t *testing.T) {
 	s.Restart()
 	select {
 	case l := <-lost:
-		if !strings.HasSuffix(l.Key, slotSuffix) {
+		if !strings.HasSuffix(l.Key, plan.SlotSuffix) {
 			t.Errorf("lost slot %+v", l)
 		}
 	case <-time.After(10 * time.Second):
@@ -473,7 +474,7 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	var ma, mb *redistest.Server
 	for i := 0; mb == nil; i++ {
 		r := req(user("s"+strconv.Itoa(i), conc(1)))
-		m := cl.MasterOf(t, e.keyOf("s", r.Checks[0])+slotSuffix)
+		m := cl.MasterOf(t, e.keyOf("s", r.Checks[0])+plan.SlotSuffix)
 		switch {
 		case ma == nil:
 			a, ma = r, m

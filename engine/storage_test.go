@@ -10,12 +10,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // keyOf returns the Redis key of a check in scope.
 func (e *Engine) keyOf(scope string, c Check) string {
-	return string(e.keyer.appendKey(nil, scope, c.Kind, c.Name, keyCost(&c.Limiter), c.Subject))
+	return string(e.keyer.AppendKey(nil, scope, c.Kind, c.Name, plan.KeyCost(&c.Limiter), c.Subject))
 }
 
 // entries returns the admission times (scores >= 0) of key; markers are

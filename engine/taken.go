@@ -4,6 +4,9 @@ import (
 	"strconv"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
 // taken is what an admitted request took, recorded when it was admitted so
@@ -28,18 +31,12 @@ type taken struct {
 	inText   [192]byte // keys of about 170 bytes and a member: a 480-byte object
 }
 
+// A taken key keeps its check's index in an int8: a plan.MaxChecks above
+// 128 must not compile.
+const _ int8 = plan.MaxChecks - 1
+
 // maxIDLen is the longest id in decimal (an int64's).
 const maxIDLen = 20
-
-// Kinds of the keys a request took, as finish ops name them (see
-// lua/multi_window.lua).
-const (
-	kindCount    = 'C'
-	kindSlot     = 'S'
-	kindWeighted = 'W'
-	kindCal      = 'A' // a calendar key (see calendar.go)
-	kindDistinct = 'R' // a distinct key (see distinct.go)
-)
 
 // takenKey is one key a request was counted in.
 type takenKey struct {
@@ -86,7 +83,7 @@ func (c *call) take(req *Request, src source) *taken {
 	// The member is kept after the keys, in the same allocation: holding
 	// a slot and finishing need it as text, and formatting it each time
 	// cost an allocation each.
-	keys := p.buf[:p.ends[len(p.ends)-1]]
+	keys := p.Buf[:p.Ends[len(p.Ends)-1]]
 	if len(keys)+maxIDLen <= len(t.inText) {
 		n := copy(t.inText[:], keys)
 		n = len(strconv.AppendInt(t.inText[:n], t.id, 10))
@@ -96,26 +93,26 @@ func (c *call) take(req *Request, src source) *taken {
 		t.text = unsafe.String(&b[0], len(b)) // b never changes again
 	}
 	t.idLen = uint8(len(t.text) - len(keys))
-	for i := range p.keys {
-		k := takenKey{end: int32(p.ends[i]), kind: kindCount, suffix: c.suffixOf(i, src), longest: p.longest(i)}
+	for i := range p.Keys {
+		k := takenKey{end: int32(p.Ends[i]), kind: codec.KindCount, suffix: c.suffixOf(i, src), longest: p.Longest(i)}
 		switch {
-		case p.ks[i]:
-			k.kind = kindSlot
-		case p.kw[i]:
-			k.kind, k.cost = kindWeighted, p.kcost[i]
-			for _, w := range p.wins[p.kstart[i]:p.kstart[i+1]] {
-				k.grain = max(k.grain, w.grain)
+		case p.Slot[i]:
+			k.kind = codec.KindSlot
+		case p.Weighted[i]:
+			k.kind, k.cost = codec.KindWeighted, p.Cost[i]
+			for _, w := range p.Wins[p.WinStart[i]:p.WinStart[i+1]] {
+				k.grain = max(k.grain, w.Grain)
 			}
 		}
 		t.keys = append(t.keys, k)
 	}
 	for i := range req.Checks {
-		t.checks = append(t.checks, takenCheck{key: p.keyOf[i], priced: req.Checks[i].Limiter.Cost != ""})
+		t.checks = append(t.checks, takenCheck{key: p.KeyOf[i], priced: req.Checks[i].Limiter.Cost != ""})
 	}
-	if len(p.kcals) > 0 {
+	if len(p.Cals) > 0 {
 		t.takeCalendars(p)
 	}
-	if p.nd > 0 {
+	if p.NDistinct > 0 {
 		t.takeExtra(p)
 	}
 	return t

@@ -12,6 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 )
 
@@ -36,58 +38,21 @@ import (
 // its windows, erring on the side of denying.
 const maxUndos = 4096
 
-// undo is the finish of a request in one key (see the finish ops of
-// lua/multi_window.lua): a removal of its member, or a change of its cost
-// in a weighted key. The undos of failed calls and rollbacks remove; a
-// Finish that fails queues its own.
-type undo struct {
-	key    string
-	member string
-	suffix int64 // the script's suffix, or -1 when unknown: remove all
-	// until is the local time in µs after which the entry counts no
-	// more. A finish's undo is made with until 0 and longest, its key's
-	// longest period in µs: push sets until when it is queued.
-	until   int64
-	longest int64
-	kind    byte  // kindCount, kindSlot or kindWeighted
-	cost    int64 // the request's cost in a weighted key; 0 in others
-	// A weighted key's change: the change of the request's cost and the
-	// mode ('r' removal, 's' settlement, 'g' settlement with grains).
-	delta int64
-	mode  byte
-	at    int64 // the request's decision time (µs since 1970); 0 when unknown
-	grain int64 // mode 'g': the key's coarsest grain (µs)
-	// kindCal: the counter of the period starting at cal (µs since 1970;
-	// 0: unknown, nothing changes) changes by delta.
-	cal int64
-	// kindDistinct: the value's member scored at gets its old score prev
-	// back (1: removed); prev 0 changes nothing.
-	value string
-	prev  int64
-}
-
 // undoOf returns the removal of member (with suffix, or -1) from key k of
 // p, at now (µs).
-func undoOf(p *plan, k int, member string, suffix, now int64) undo {
-	u := undo{key: strings.Clone(p.keys[k]), member: member, suffix: suffix, until: now + p.longest(k), kind: kindCount}
+func undoOf(p *plan.Plan, k int, member string, suffix, now int64) codec.Undo {
+	u := codec.Undo{Key: strings.Clone(p.Keys[k]), Member: member, Suffix: suffix, Until: now + p.Longest(k), Kind: codec.KindCount}
 	switch {
-	case p.ks[k]:
-		u.kind = kindSlot
-	case p.kw[k]:
-		u.kind, u.cost, u.delta, u.mode = kindWeighted, p.kcost[k], -p.kcost[k], 'r'
-	case p.isCal(k):
-		p.calUndo(&u, k)
-	case p.isDistinct(k):
-		p.distinctUndo(&u, k)
+	case p.Slot[k]:
+		u.Kind = codec.KindSlot
+	case p.Weighted[k]:
+		u.Kind, u.Cost, u.Delta, u.Mode = codec.KindWeighted, p.Cost[k], -p.Cost[k], 'r'
+	case p.IsCal(k):
+		calUndo(p, &u, k)
+	case p.IsDistinct(k):
+		distinctUndo(p, &u, k)
 	}
 	return u
-}
-
-// publishes reports whether u removes an entry that cached denials may
-// rely on: slot keys make none, and a settlement changes no count.
-func (u *undo) publishes() bool {
-	return u.kind == kindCount || u.kind == kindWeighted && u.mode == 'r' ||
-		u.kind == kindCal && u.delta < 0 || u.kind == kindDistinct
 }
 
 // memberText is the member the script adds for id after suffix collisions.
@@ -106,7 +71,7 @@ func memberText(id string, suffix int64) string {
 // member is idempotent, and members are unique per request, so a removal
 // never takes another request's entry. The script publishes the keys that
 // lost an entry, for cached denials in every process.
-func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first error) {
+func (e *Engine) remove(ctx context.Context, us []codec.Undo) (failed []int, first error) {
 	if len(us) == 0 {
 		return nil, nil
 	}
@@ -114,7 +79,7 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	if err != nil {
 		t = 0 // finish ops do not read the time
 	}
-	var fa flatArgs
+	var fa codec.Args
 	var groups [][]int32 // per script call: indices into us
 	if e.group == groupAll {
 		all := make([]int32, len(us))
@@ -133,13 +98,13 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 	for g, idx := range groups {
 		args := []any{head, name, len(idx)}
 		for _, i := range idx {
-			args = append(args, us[i].key)
+			args = append(args, us[i].Key)
 		}
-		first := fa.begin(t)
+		first := fa.Begin(t)
 		for _, i := range idx {
-			fa.finish(us[i].member, us[i:i+1], []int32{0}, e.chanName)
+			fa.Finish(us[i].Member, us[i:i+1], []int32{0}, e.chanName)
 		}
-		cmds[g] = redis.NewIntSliceCmd(ctx, fa.appendFrom(args, first)...)
+		cmds[g] = redis.NewIntSliceCmd(ctx, fa.AppendFrom(args, first)...)
 		_ = pipe.Process(ctx, cmds[g])
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
@@ -155,8 +120,8 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 			case err != nil:
 				failed = append(failed, int(i))
 				first = cmp.Or(first, err)
-			case flags[j] == 1 && us[i].publishes():
-				gone = append(gone, us[i].key)
+			case flags[j] == 1 && us[i].Publishes():
+				gone = append(gone, us[i].Key)
 			}
 		}
 	}
@@ -167,14 +132,14 @@ func (e *Engine) remove(ctx context.Context, us []undo) (failed []int, first err
 // readFinishes reads the reply of a script call of n finish ops of one
 // key each and returns each op's flag (see readFinish).
 func readFinishes(v []int64, n int) ([]int64, error) {
-	r := ireader{v: v}
-	r.int(maxTime / 1e6)
-	r.int(999_999)
+	r := codec.Reader{V: v}
+	r.Int(codec.MaxTime / 1e6)
+	r.Int(999_999)
 	flags := make([]int64, n)
 	for i := range flags {
-		readFinish(&r, flags[i:i+1])
+		codec.ReadFinish(&r, flags[i:i+1])
 	}
-	if err := r.end(); err != nil {
+	if err := r.End(); err != nil {
 		return nil, err
 	}
 	return flags, nil
@@ -183,7 +148,7 @@ func readFinishes(v []int64, n int) ([]int64, error) {
 type undoQueue struct {
 	n    atomic.Int32 // len(q), read without the lock on the fast path
 	mu   sync.Mutex
-	q    []undo
+	q    []codec.Undo
 	warn logthrottle.Throttle // of failed GiveBacks, Releases and Settles
 }
 
@@ -196,10 +161,10 @@ func (e *Engine) warnFailed(op, member string, err error) {
 	}
 }
 
-func (u *undoQueue) push(e *Engine, us ...undo) {
+func (u *undoQueue) push(e *Engine, us ...codec.Undo) {
 	var now int64
 	for i := range us {
-		if us[i].until == 0 {
+		if us[i].Until == 0 {
 			now = time.Now().UnixMicro()
 			break
 		}
@@ -214,17 +179,17 @@ func (u *undoQueue) push(e *Engine, us ...undo) {
 	start := len(u.q)
 	u.q = append(u.q, us...)
 	for i := range u.q[start:] {
-		if q := &u.q[start+i]; q.until == 0 {
+		if q := &u.q[start+i]; q.Until == 0 {
 			// A finish's: from now, later than the finish, so that the
 			// undo is kept longer, never dropped while its entry counts.
-			q.until = now + q.longest
+			q.Until = now + q.Longest
 		}
 	}
 	u.n.Store(int32(len(u.q)))
 	u.mu.Unlock()
 }
 
-func (u *undoQueue) take() []undo {
+func (u *undoQueue) take() []codec.Undo {
 	if u.n.Load() == 0 {
 		return nil
 	}
@@ -244,7 +209,7 @@ func (e *Engine) queueUndo(c *call, keys []int32, suffix int64) {
 	}
 	m := string(c.member)
 	now := time.Now().UnixMicro()
-	us := make([]undo, len(keys))
+	us := make([]codec.Undo, len(keys))
 	for i, k := range keys {
 		us[i] = undoOf(&c.plan, int(k), m, suffix, now)
 	}
@@ -260,12 +225,12 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 		return
 	}
 	now := time.Now().UnixMicro()
-	var later []undo
-	q = slices.DeleteFunc(q, func(u undo) bool {
-		if u.until < now {
+	var later []codec.Undo
+	q = slices.DeleteFunc(q, func(u codec.Undo) bool {
+		if u.Until < now {
 			return true
 		}
-		if answers != nil && !answers(u.key) {
+		if answers != nil && !answers(u.Key) {
 			later = append(later, u)
 			return true
 		}
@@ -277,7 +242,7 @@ func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
 	if len(q) == 0 {
 		return
 	}
-	var again []undo
+	var again []codec.Undo
 	failed, _ := e.remove(ctx, q)
 	for _, i := range failed {
 		again = append(again, q[i])

@@ -13,6 +13,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/rules"
@@ -112,7 +113,7 @@ func TestCostErrors(t *testing.T) {
 		{req(bytesOf("u", 2, win(10, time.Second)), bytesOf("u", 3, win(10, time.Minute))),
 			"engine: invalid request: check 1: checks sharing a key (same scope, limiter and subject) count different costs"},
 		{req(user("u", gwin(10, time.Second, time.Second))), "engine: invalid request: check 0 window 0: grain outside 1µs..period"},
-		{req(user("u", win(maxCountLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..1000000000"},
+		{req(user("u", win(plan.MaxCountLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..1000000000"},
 		{req(bytesOf("u", 1, win(rulelimits.MaxBoundedLimit+1, time.Second))), "engine: invalid request: check 0 window 0: limit outside 1..2^50"},
 	} {
 		d, err := e.Allow(context.Background(), tc.r)
@@ -125,47 +126,16 @@ func TestCostErrors(t *testing.T) {
 	// count limiter shares the key of the cost 1.
 	r := req(Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
 	c := plannedCall(t, r)
-	if c.plan.kcost[0] != 5 || !c.plan.kw[0] || c.plan.keys[0] != "p:{s|ip|i}|5" {
-		t.Errorf("constant cost: cost %d weighted %v key %q", c.plan.kcost[0], c.plan.kw[0], c.plan.keys[0])
+	if c.plan.Cost[0] != 5 || !c.plan.Weighted[0] || c.plan.Keys[0] != "p:{s|ip|i}|5" {
+		t.Errorf("constant cost: cost %d weighted %v key %q", c.plan.Cost[0], c.plan.Weighted[0], c.plan.Keys[0])
 	}
 	c = plannedCall(t, req(user("u", win(5, time.Second), gwin(100, time.Hour, time.Minute))))
 	c1 := plannedCall(t, req(Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "1", Windows: []rules.Window{win(5, time.Second)}}, Subject: "u"}))
-	if c.plan.keys[0] != "p:{s|user|u}|1" || c.plan.keys[0] != c1.plan.keys[0] {
-		t.Errorf("grained key %q, cost-1 key %q", c.plan.keys[0], c1.plan.keys[0])
+	if c.plan.Keys[0] != "p:{s|user|u}|1" || c.plan.Keys[0] != c1.plan.Keys[0] {
+		t.Errorf("grained key %q, cost-1 key %q", c.plan.Keys[0], c1.plan.Keys[0])
 	}
-	if c := plannedCall(t, req(user("u", win(5, time.Second)))); c.plan.keys[0] != "p:{s|user|u}" || c.plan.kw[0] {
-		t.Errorf("count key %q weighted %v", c.plan.keys[0], c.plan.kw[0])
-	}
-}
-
-func TestNestGrains(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in, want []int64 // grains, longest window first
-	}{
-		// An exact short window keeps tier 1 exact; the tiers beyond it
-		// only see the longer windows.
-		{[]int64{900, 0, 0}, []int64{900, 0, 0}},
-		{[]int64{900, 60, 0}, []int64{900, 60, 0}},
-		// Nested: a multiple of the next shorter tier's grain.
-		{[]int64{900, 70, 0}, []int64{840, 70, 0}},
-		{[]int64{900, 70, 30}, []int64{900, 60, 30}},
-		{[]int64{1000, 300, 70}, []int64{840, 280, 70}},
-		// A tier is no coarser than a longer window the entry is in.
-		{[]int64{60, 900, 0}, []int64{60, 60, 0}},
-		{[]int64{60, 900, 45}, []int64{45, 45, 45}},
-	} {
-		ws := make([]window, len(tc.in))
-		for i, g := range tc.in {
-			ws[i] = window{period: int64(10000 - i), limit: 1, grain: g}
-		}
-		nestGrains(ws)
-		for i := range ws {
-			if ws[i].grain != tc.want[i] {
-				t.Errorf("nestGrains(%v) = %v, want %v", tc.in, ws, tc.want)
-				break
-			}
-		}
+	if c := plannedCall(t, req(user("u", win(5, time.Second)))); c.plan.Keys[0] != "p:{s|user|u}" || c.plan.Weighted[0] {
+		t.Errorf("count key %q weighted %v", c.plan.Keys[0], c.plan.Weighted[0])
 	}
 }
 
@@ -178,7 +148,7 @@ type admission struct{ at, cost, lat int64 }
 // next(i, cost) and a random cost 1..1000 until d has passed, and returns
 // per key (by check order of the request) the admissions, recording in ds
 // the denials. Every decision must come from Redis.
-func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *denials) map[string][]admission {
+func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *deniedLog) map[string][]admission {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string][]admission{}
@@ -274,7 +244,7 @@ func TestAuditCosts(t *testing.T) {
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	engines := auditEngines(t, func() Client { return rc }, WithPrefix(prefix))
-	var ds denials
+	var ds deniedLog
 	got := hammerCosts(t, engines, 16, auditDuration, func(_ int, cost int64) Request {
 		return req(bytesOf("hot", cost, costWindows...))
 	}, &ds)
@@ -321,7 +291,7 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 	ipOf := func(cost int64) Check {
 		return Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "bytes", Windows: ipWs}, Subject: "10.0.0.1", Cost: cost}
 	}
-	var ds denials
+	var ds deniedLog
 	got := hammerCosts(t, engines, 16, auditDuration, func(i int, cost int64) Request {
 		return req(bytesOf(fmt.Sprint("u", i%2), cost, costWindows...), ipOf(cost))
 	}, &ds)

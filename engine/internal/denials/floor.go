@@ -1,4 +1,6 @@
-package engine
+package denials
+
+import "github.com/slidelimit/slidelimit/engine/internal/plan"
 
 // The known cache keeps one answer per key, the one whose call was sent
 // last: an answer to a call sent after another answer arrived was decided
@@ -34,25 +36,25 @@ const maxFloor = 4
 // (e.mono) and wall, except those an entry already covers: one of the kept
 // answer's or of the floor's with at least the count, known as long (an
 // answer that arrived no earlier). Called with the shard locked.
-func (kk *knownKey) lift(ws []knownWin, recv, wall int64) {
+func (kk *Key) lift(ws []Win, recv, wall int64) {
 	for _, w := range ws {
-		if kw := kk.find(window{period: w.period, limit: w.limit}); kw != nil && kw.used >= w.used && kk.recv >= recv {
+		if kw := kk.Find(plan.Window{Period: w.Period, Limit: w.Limit}); kw != nil && kw.Used >= w.Used && kk.Recv >= recv {
 			continue
 		}
 		covered, n := false, 0
 		for _, f := range kk.floor {
-			if f.period == w.period && f.limit == w.limit {
-				covered = covered || f.used >= w.used && f.recv >= recv
+			if f.period == w.Period && f.limit == w.Limit {
+				covered = covered || f.used >= w.Used && f.recv >= recv
 				n++
 			}
 		}
 		if covered {
 			continue
 		}
-		kk.floor = append(kk.floor, floorWin{period: w.period, limit: w.limit, used: w.used, recv: recv, wall: wall})
+		kk.floor = append(kk.floor, floorWin{period: w.Period, limit: w.Limit, used: w.Used, recv: recv, wall: wall})
 		kk.trim()
 		if n+1 > maxFloor {
-			kk.squash(w.period, w.limit)
+			kk.squash(w.Period, w.Limit)
 		}
 	}
 }
@@ -60,11 +62,11 @@ func (kk *knownKey) lift(ws []knownWin, recv, wall int64) {
 // trim drops the floor's entries another entry covers: the kept answer's
 // or the floor's, with at least the count, known at least as long.
 // Called with the shard locked.
-func (kk *knownKey) trim() {
+func (kk *Key) trim() {
 	out := kk.floor[:0]
 	for i, f := range kk.floor {
-		kw := kk.find(window{period: f.period, limit: f.limit})
-		covered := kw != nil && kw.used >= f.used && kk.recv >= f.recv
+		kw := kk.Find(plan.Window{Period: f.period, Limit: f.limit})
+		covered := kw != nil && kw.Used >= f.used && kk.Recv >= f.recv
 		for j, g := range kk.floor {
 			if covered {
 				break
@@ -83,7 +85,7 @@ func (kk *knownKey) trim() {
 
 // squash makes the two entries of the window (period, limit) that arrived
 // first one. Called with the shard locked.
-func (kk *knownKey) squash(period, limit int64) {
+func (kk *Key) squash(period, limit int64) {
 	a, b := -1, -1 // the first and second to arrive
 	for i, f := range kk.floor {
 		if f.period != period || f.limit != limit {
@@ -109,7 +111,7 @@ func (kk *knownKey) squash(period, limit int64) {
 // prune drops the floor's entries of answers that arrived before sent
 // (e.mono): a call sent then is decided after them. Called with the shard
 // locked.
-func (kk *knownKey) prune(sent int64) {
+func (kk *Key) prune(sent int64) {
 	out := kk.floor[:0]
 	for _, f := range kk.floor {
 		if f.recv >= sent {
@@ -125,20 +127,20 @@ func (kk *knownKey) prune(sent int64) {
 // entry's when it raised one: the fallback enters the counts as admitted
 // then (see localLimiter.seed), and the entries that answer counted may
 // have been admitted after kn's answer arrived.
-func (kn *knownKey) raise(floor []floorWin, rename func(period int64) int64) {
+func (kn *Key) raise(floor []floorWin, rename func(period int64) int64) {
 	for _, f := range floor {
 		period := rename(f.period)
 		if period == 0 {
 			continue
 		}
-		kw := kn.find(window{period: period, limit: f.limit})
+		kw := kn.Find(plan.Window{Period: period, Limit: f.limit})
 		if kw == nil {
-			kn.wins = append(kn.wins, knownWin{period: period, limit: f.limit})
-			kw = &kn.wins[len(kn.wins)-1]
+			kn.Wins = append(kn.Wins, Win{Period: period, Limit: f.limit})
+			kw = &kn.Wins[len(kn.Wins)-1]
 		}
-		if f.used > kw.used {
-			kw.used = f.used
-			kn.wall = max(kn.wall, f.wall)
+		if f.used > kw.Used {
+			kw.Used = f.used
+			kn.Wall = max(kn.Wall, f.wall)
 		}
 	}
 }

@@ -1,12 +1,18 @@
-package engine
+// Package fallback is the engine's in-process limiter for rules.FailLocal,
+// which decides while Redis fails.
+package fallback
 
 import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
-// localLimiter is the in-process fallback of rules.FailLocal: the same
+// Limiter is the in-process fallback of rules.FailLocal: the same
 // keys, windows and semantics as the script, in memory, counting only this
 // process's requests. A slot key is a key whose one window is the lease:
 // a slot is an entry that leaves at Release, or one lease after its
@@ -19,7 +25,7 @@ import (
 // A key whose entries have all left its retention is dropped when next
 // seen or when the key cap is reached; if every key is still live at the
 // cap, arbitrary keys are dropped, forgetting their counts.
-type localLimiter struct {
+type Limiter struct {
 	mu      sync.Mutex
 	keys    map[string]*localKey
 	maxKeys int
@@ -47,91 +53,91 @@ func (k *localKey) expired(t int64) bool {
 	return (len(k.times) == 0 || k.times[len(k.times)-1] <= t-k.ret) && k.block <= t
 }
 
-func newLocalLimiter(maxKeys int) *localLimiter {
-	return &localLimiter{keys: make(map[string]*localKey), maxKeys: maxKeys}
+// New returns a Limiter of at most maxKeys keys.
+func New(maxKeys int) *Limiter {
+	return &Limiter{keys: make(map[string]*localKey), maxKeys: maxKeys}
 }
 
-// decide fills c's outcome at time t (µs) like the script: every window
-// is read, and only when all have room (and c is an allow) is t added to
-// every key. Keys start from what Redis last said about them (see seed).
-func (l *localLimiter) decide(c *call, t int64, known *knownCache) {
-	c.sec, c.usec = t/1e6, t%1e6
-	p := &c.plan
+// Decide decides the request of plan p at time t (µs) like the script,
+// filling res and bleft (see codec.ReadOp): every window is read, and only
+// when all have room is the request admitted and, for an allow (id is its
+// id), t added to every key. Keys start from what Redis last said about
+// them in known (see seed). It returns the op's status.
+func (l *Limiter) Decide(p *plan.Plan, res, bleft []int64, allow bool, id, t int64, known *denials.Cache) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ok := true
-	for i, key := range p.keys {
+	for i, key := range p.Keys {
 		var times, costs []int64
 		k := l.keys[key]
 		if k != nil && k.expired(t) {
 			delete(l.keys, key)
 			k = nil
 		}
-		kn, found := known.seedOf(key)
+		kn, found := known.SeedOf(key)
 		// The known cache only ever holds an answer at least as new as
 		// the one the seeds stand for: reseeding from it is idempotent
 		// when it is the same, and takes a newer one sent at the same
 		// instant.
-		if found && (k == nil || kn.sent >= k.seedSent) {
+		if found && (k == nil || kn.Sent >= k.seedSent) {
 			k = l.seed(key, k, &kn, t)
 		}
-		if found && kn.bleft > 0 && k != nil {
+		if end := kn.BlockEnd(); found && end > 0 && k != nil {
 			// A block Redis reported holds here too.
-			k.block = max(k.block, kn.bwall+kn.bleft)
+			k.block = max(k.block, end)
 		}
 		if k != nil {
 			times, costs = k.times, k.costs
 		}
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-			used, reset, wait := windowState(p, i, p.wins[j], times, costs, t)
+		for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
+			used, reset, wait := windowState(p, i, p.Wins[j], times, costs, t)
 			ok = ok && wait == 0
-			c.res[3*j], c.res[3*j+1], c.res[3*j+2] = used, reset, wait
+			res[3*j], res[3*j+1], res[3*j+2] = used, reset, wait
 		}
-		if p.blockOf(i) > 0 && k != nil && k.block > t {
+		if p.BlockOf(i) > 0 && k != nil && k.block > t {
 			ok = false
-			c.blockedFor(i, k.block-t)
+			codec.BlockedFor(p, res, bleft, i, k.block-t)
 		}
 	}
-	c.status = statusDenied
 	if !ok {
-		if c.mode == opAllow && p.nblock > 0 {
-			l.startBlocks(c, t)
+		if allow && p.Blocked > 0 {
+			l.startBlocks(p, res, bleft, t)
 		}
-		return
+		return codec.StatusDenied
 	}
-	c.status = statusAdmitted
-	if c.mode == opAllow {
-		l.record(c, t)
+	if allow {
+		l.record(p, id, t)
 	}
+	return codec.StatusAdmitted
 }
 
 // windowState returns what window w of key i of p holds at t, given the
 // key's entries (times and costs, oldest first), as the script replies:
 // used, the time to its reset and, when a request of the key's cost does
 // not fit, the wait until it does (0 when it fits).
-func windowState(p *plan, i int, w window, times, costs []int64, t int64) (used, reset, wait int64) {
+func windowState(p *plan.Plan, i int, w plan.Window, times, costs []int64, t int64) (used, reset, wait int64) {
 	// Entries after t (the clock went back) count, as in the script.
 	// Grains are treated as exact.
-	from, end := t-w.period+1, int64(0)
-	if p.isCal(i) {
-		from, end = p.calSpan(i, t) // the period, not a span of time
+	from, end := t-w.Period+1, int64(0)
+	if p.IsCal(i) {
+		from, end = p.CalSpan(i, t) // the period, not a span of time
 	}
 	lo, _ := slices.BinarySearch(times, from)
 	for _, c := range costs[lo:] {
 		used += c
 	}
-	cost := p.kcost[i]
+	cost := p.Cost[i]
 	if used > 0 {
-		reset = times[lo] + w.period - t
-		if used+cost > w.limit {
+		reset = times[lo] + w.Period - t
+		if used+cost > w.Limit {
 			// The request fits once the oldest entries whose costs make
 			// up the excess have left.
-			left := used + cost - w.limit
+			left := used + cost - w.Limit
 			e := lo
 			for ; e < len(costs)-1 && left > costs[e]; e++ {
 				left -= costs[e]
 			}
-			wait = times[e] + w.period - t
+			wait = times[e] + w.Period - t
 		}
 	}
 	if end > 0 {
@@ -143,13 +149,12 @@ func windowState(p *plan, i int, w window, times, costs []int64, t int64) (used,
 	return used, reset, wait
 }
 
-// record counts the admitted request c at t in every key of its plan,
+// record counts the admitted request id of plan p at t in every key,
 // trimming what no window of the key reaches any more.
-func (l *localLimiter) record(c *call, t int64) {
-	p := &c.plan
-	for i, key := range p.keys {
+func (l *Limiter) record(p *plan.Plan, id, t int64) {
+	for i, key := range p.Keys {
 		k := l.add(key, t)
-		k.ret = max(k.ret, p.longest(i))
+		k.ret = max(k.ret, p.Longest(i))
 		drop, _ := slices.BinarySearch(k.times, t-k.ret+1)
 		if drop > 0 {
 			k.times, k.ids, k.costs = k.times[drop:], k.ids[drop:], k.costs[drop:]
@@ -159,34 +164,33 @@ func (l *localLimiter) record(c *call, t int64) {
 		}
 		at, _ := slices.BinarySearch(k.times, t+1)
 		k.times = slices.Insert(k.times, at, t)
-		k.ids = slices.Insert(k.ids, at, c.id)
-		k.costs = slices.Insert(k.costs, at, p.kcost[i])
+		k.ids = slices.Insert(k.ids, at, id)
+		k.costs = slices.Insert(k.costs, at, p.Cost[i])
 	}
 }
 
-// startBlocks starts the block of every key of c (a denied allow) that has
-// a block, is not blocked yet and had no room in a window, as the script
-// does. Called with l.mu held.
-func (l *localLimiter) startBlocks(c *call, t int64) {
-	p := &c.plan
-	for i, key := range p.keys {
-		b := p.blockOf(i)
-		if b == 0 || c.bleft[i] > 0 {
+// startBlocks starts the block of every key of p (a denied allow, whose
+// outcome is res and bleft) that has a block, is not blocked yet and had no
+// room in a window, as the script does. Called with l.mu held.
+func (l *Limiter) startBlocks(p *plan.Plan, res, bleft []int64, t int64) {
+	for i, key := range p.Keys {
+		b := p.BlockOf(i)
+		if b == 0 || bleft[i] > 0 {
 			continue
 		}
 		full := false
-		for j := p.kstart[i]; j < p.kstart[i+1]; j++ {
-			full = full || c.res[3*j+2] > 0
+		for j := p.WinStart[i]; j < p.WinStart[i+1]; j++ {
+			full = full || res[3*j+2] > 0
 		}
 		if full {
 			l.add(key, t).block = t + b
-			c.blockedFor(i, b)
+			codec.BlockedFor(p, res, bleft, i, b)
 		}
 	}
 }
 
 // add returns key's entry, creating it (and making room) if needed.
-func (l *localLimiter) add(key string, t int64) *localKey {
+func (l *Limiter) add(key string, t int64) *localKey {
 	k := l.keys[key]
 	if k == nil {
 		if len(l.keys) >= l.maxKeys {
@@ -214,7 +218,7 @@ func (l *localLimiter) add(key string, t int64) *localKey {
 // a request of limit 5 three more instead of one). Seeds of an older
 // answer are replaced; entries this limiter admitted itself stay (Redis
 // never saw them). Called with l.mu held.
-func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *localKey {
+func (l *Limiter) seed(key string, k *localKey, kn *denials.Key, t int64) *localKey {
 	if k == nil {
 		k = l.add(key, t)
 	} else {
@@ -227,15 +231,15 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 		}
 		k.times, k.ids, k.costs = k.times[:keep], k.ids[:keep], k.costs[:keep]
 	}
-	k.seed, k.seedSent = kn.wall, kn.sent
-	ws := slices.Clone(kn.wins)
-	slices.SortFunc(ws, func(a, b knownWin) int { return int(b.period - a.period) })
+	k.seed, k.seedSent = kn.Wall, kn.Sent
+	ws := slices.Clone(kn.Wins)
+	slices.SortFunc(ws, func(a, b denials.Win) int { return int(b.Period - a.Period) })
 	for i, w := range ws {
-		k.ret = max(k.ret, w.period)
-		at, n := kn.wall, w.used
+		k.ret = max(k.ret, w.Period)
+		at, n := kn.Wall, w.Used
 		if i+1 < len(ws) {
-			at -= ws[i+1].period
-			n -= ws[i+1].used
+			at -= ws[i+1].Period
+			n -= ws[i+1].Used
 		}
 		if n <= 0 {
 			continue
@@ -250,22 +254,22 @@ func (l *localLimiter) seed(key string, k *localKey, kn *knownKey, t int64) *loc
 	return k
 }
 
-// finish does the work of fin (see Finish) for request id, as the script
+// Finish does the work of fin (see Finish) for request id, as the script
 // does in Redis: a removal deletes its entry, a settlement changes its
 // cost, never below zero, a debt at the request's own time, once.
-func (l *localLimiter) finish(t *taken, fin []undo) {
+func (l *Limiter) Finish(id int64, fin []codec.Undo) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, u := range fin {
-		k := l.keys[u.key]
+		k := l.keys[u.Key]
 		if k == nil {
 			continue
 		}
-		j := slices.Index(k.ids, t.id)
+		j := slices.Index(k.ids, id)
 		switch {
 		case j < 0:
-		case u.mode == 's' || u.mode == 'g':
-			k.costs[j] = max(0, k.costs[j]+u.delta)
+		case u.Mode == 's' || u.Mode == 'g':
+			k.costs[j] = max(0, k.costs[j]+u.Delta)
 			k.ids[j] = settledID // settled once
 		default:
 			k.times, k.ids, k.costs = slices.Delete(k.times, j, j+1), slices.Delete(k.ids, j, j+1), slices.Delete(k.costs, j, j+1)
@@ -278,7 +282,7 @@ const settledID = -2
 
 // evict makes room for one key: expired keys first, then arbitrary ones
 // (map order is random) down to 90% of the cap.
-func (l *localLimiter) evict(t int64) {
+func (l *Limiter) evict(t int64) {
 	for key, k := range l.keys {
 		if k.expired(t) {
 			delete(l.keys, key)
@@ -292,9 +296,12 @@ func (l *localLimiter) evict(t int64) {
 	}
 }
 
-// forget drops key.
-func (l *localLimiter) forget(key string) {
+// Forget drops key.
+func (l *Limiter) Forget(key string) {
 	l.mu.Lock()
 	delete(l.keys, key)
 	l.mu.Unlock()
 }
+
+// MaxKeys returns the most keys l holds.
+func (l *Limiter) MaxKeys() int { return l.maxKeys }
