@@ -83,6 +83,14 @@ func (ln *lane) kick() {
 	ln.mu.Unlock()
 }
 
+// othersWait reports whether another process's head is known to wait in
+// ln.
+func (ln *lane) othersWait() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.othersMin != none
+}
+
 // enter reports whether w may ask Redis at once: nobody waits, here or
 // elsewhere, no block holds the lane and the windows were not found full.
 // Such callers ask concurrently; a refusal queues them (refused). Else

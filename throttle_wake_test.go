@@ -1,0 +1,102 @@
+package slidelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// twoProcesses returns a throttle of rules in each of two Limiters on one
+// real Redis, standing for two processes of a fleet.
+func twoProcesses(t *testing.T, rules string) [2]*Throttle {
+	t.Helper()
+	srv := redistest.Start(t)
+	var ths [2]*Throttle
+	for i := range ths {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		lim, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		if ths[i], err = lim.Throttle("api", rules); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ths
+}
+
+// finishWakes makes a's call hold the room b's call needs, starts b's
+// call, waits until a knows b waits, and finishes a's call with actual:
+// it returns how long b's call took to be admitted after that.
+func finishWakes(t *testing.T, ths [2]*Throttle, a, b Call, actual map[string]int64) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := ths[0].Wait(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := make(chan time.Time, 1)
+	go func() {
+		q, err := ths[1].Wait(ctx, b)
+		if err != nil {
+			t.Error(err)
+			close(admitted)
+			return
+		}
+		admitted <- time.Now()
+		q.Finish(nil)
+	}()
+	for ths[0].lanesWaiting() == none {
+		if ctx.Err() != nil {
+			t.Fatal("process a never learned that process b waits")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	start := time.Now()
+	p.Finish(actual)
+	at, ok := <-admitted
+	if !ok {
+		t.FailNow()
+	}
+	return at.Sub(start)
+}
+
+// wakeBound is the longest a finish in one process may take to wake the
+// fleet's head in another: far below the engine's slot retry (1 s) and
+// the windows' resets, so that only a wake-up meets it, even on a loaded
+// machine.
+const wakeBound = 500 * time.Millisecond
+
+// TestThrottleFinishWakesOtherProcessSlot: a slot released in process a
+// lets process b's waiter in at once, not at its slot retry.
+func TestThrottleFinishWakesOtherProcessSlot(t *testing.T) {
+	t.Parallel()
+	ths := twoProcesses(t, "key(k):1 concurrent")
+	call := Call{Keys: map[string]string{"k": "x"}}
+	took := finishWakes(t, ths, call, call, nil)
+	t.Logf("admitted %v after the other process's Finish", took.Round(time.Millisecond))
+	if took > wakeBound {
+		t.Fatalf("admitted %v after the slot was released in another process, want < %v", took, wakeBound)
+	}
+}
+
+// TestThrottleSettleWakesOtherProcess: a settlement below the estimate in
+// process a lets process b's waiter in at once, not at the window's reset.
+func TestThrottleSettleWakesOtherProcess(t *testing.T) {
+	t.Parallel()
+	ths := twoProcesses(t, "key(k)[tokens]:10/20s")
+	a := Call{Keys: map[string]string{"k": "x"}, Costs: map[string]int64{"tokens": 10}}
+	b := Call{Keys: map[string]string{"k": "x"}, Costs: map[string]int64{"tokens": 5}}
+	took := finishWakes(t, ths, a, b, map[string]int64{"tokens": 2})
+	t.Logf("admitted %v after the other process's settlement", took.Round(time.Millisecond))
+	if took > wakeBound {
+		t.Fatalf("admitted %v after a settlement made room in another process, want < %v", took, wakeBound)
+	}
+}
