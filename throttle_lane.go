@@ -37,6 +37,7 @@ type lane struct {
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
 	sent      int64     // the sequence number of the last op sent (fleet.op)
+	kicked    bool      // the fleet said the windows have room since the head last asked
 
 	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
@@ -212,6 +213,7 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 				until, renew = ln.renewed.Add(fleetLease/3), true
 			}
 			if !now.Before(until) && !renew {
+				ln.kicked = false
 				ln.mu.Unlock()
 				return nil
 			}

@@ -2,6 +2,7 @@ package slidelimit
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,36 @@ func TestThrottleSettleWakesOtherProcess(t *testing.T) {
 	t.Logf("admitted %v after the other process's settlement", took.Round(time.Millisecond))
 	if took > wakeBound {
 		t.Fatalf("admitted %v after a settlement made room in another process, want < %v", took, wakeBound)
+	}
+}
+
+// TestTurnKickOutranksPassHint: a process told that the windows have room
+// ('k') while another had the turn asks at once when the turn comes, not
+// after the hint the pass carries, which the passer may have computed
+// before the room was made (a head refused for a slot that gave up).
+func TestTurnKickOutranksPassHint(t *testing.T) {
+	t.Parallel()
+	for _, kick := range []bool{false, true} {
+		f := &fleet{member: "a"}
+		ln := &lane{othersMin: none, joined: true, sent: 3, q: []*waiter{{wake: make(chan struct{}, 1)}}}
+		msgs := []string{"q|L|5|b|1|100|200|-1", "q|L|6|a|3|200|-1|1000000"}
+		if kick {
+			msgs = []string{msgs[0], "k|L", msgs[1]}
+		}
+		for _, m := range msgs {
+			if o, ok := f.message(ln, strings.Split(m, "|")); ok {
+				t.Fatalf("unexpected op %+v", o)
+			}
+		}
+		if !ln.onTurn {
+			t.Fatal("the pass did not give a the turn")
+		}
+		late := ln.wakeAt.After(time.Now().Add(500 * time.Millisecond))
+		if kick && late {
+			t.Fatalf("after a room-now message the head waits until %v, want at once", time.Until(ln.wakeAt))
+		}
+		if !kick && !late {
+			t.Fatal("without a room-now message the head ignored the pass's hint of 1s")
+		}
 	}
 }
