@@ -38,6 +38,7 @@ type lane struct {
 	verAt     time.Time // when
 	sent      int64     // the sequence number of the last op sent (fleet.op)
 	kicked    bool      // the fleet said the windows have room since the head last asked
+	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 
 	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
@@ -108,13 +109,14 @@ func (ln *lane) enter(w *waiter) bool {
 }
 
 // queue puts w in arrival order; ln.mu is held. Callers that asked at
-// once and were refused may have arrived before some that queued.
+// once and were refused may have arrived before some that queued, the
+// head included: they go before it unless it is asking.
 func (ln *lane) queue(w *waiter) {
 	i := len(ln.q)
 	for i > 0 && ln.q[i-1].stamp > w.stamp {
 		i--
 	}
-	if i == 0 && len(ln.q) > 0 {
+	if i == 0 && len(ln.q) > 0 && ln.asking {
 		i = 1 // the head is asking; it keeps its place
 	}
 	ln.q = append(ln.q, nil)
@@ -151,6 +153,7 @@ func (ln *lane) handOver(wasHead bool, hint func(next *waiter) time.Duration) {
 		ln.mu.Unlock()
 		return
 	}
+	ln.asking = false
 	var next *waiter
 	if len(ln.q) > 0 {
 		next = ln.q[0]
@@ -213,7 +216,7 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 				until, renew = ln.renewed.Add(fleetLease/3), true
 			}
 			if !now.Before(until) && !renew {
-				ln.kicked = false
+				ln.kicked, ln.asking = false, true
 				ln.mu.Unlock()
 				return nil
 			}
@@ -253,8 +256,14 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		wait = 100 * time.Millisecond
 	}
 	ln.mu.Lock()
-	if !slices.Contains(ln.q, w) {
+	queued := slices.Contains(ln.q, w)
+	if queued && ln.q[0] == w {
+		ln.asking = false
+	}
+	var ahead bool // w went before the head, which was not asking
+	if !queued {
 		ln.queue(w)
+		ahead = ln.q[0] == w && len(ln.q) > 1
 	}
 	if ln.q[0] != w {
 		// Refused while asking at once, behind callers that queued: the
@@ -263,7 +272,9 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		return
 	}
 	ln.wakeAt = time.Now().Add(wait)
-	join := !ln.joined
+	// A new head earlier than the old moves this process's entry to its
+	// arrival.
+	join := !ln.joined || ahead
 	// Joined from now: a message giving this process the turn may come
 	// before the reply.
 	ln.joined = true

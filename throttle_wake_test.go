@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -129,6 +130,29 @@ func TestTurnKickOutranksPassHint(t *testing.T) {
 		}
 		if !kick && !late {
 			t.Fatal("without a room-now message the head ignored the pass's hint of 1s")
+		}
+	}
+}
+
+// TestLaneRefusedGoesBeforeWaitingHead: a caller that asked at once and
+// was refused goes before a head that arrived after it and is not asking
+// (it waits for its time), and moves the process's entry in the fleet's
+// queue to its arrival; before an asking head it stays second.
+func TestLaneRefusedGoesBeforeWaitingHead(t *testing.T) {
+	t.Parallel()
+	th := &Throttle{}
+	th.fleet = &fleet{t: th}
+	for _, asking := range []bool{false, true} {
+		head := &waiter{stamp: 200, wake: make(chan struct{}, 1)}
+		ln := &lane{t: th, othersMin: none, joined: true, q: []*waiter{head}, asking: asking}
+		early := &waiter{stamp: 100, wake: make(chan struct{}, 1)}
+		sent := ln.sent
+		ln.refused(early, engine.Decision{RetryAfter: time.Second}, nil)
+		switch {
+		case !asking && (ln.q[0] != early || ln.sent == sent):
+			t.Fatalf("a refused caller that arrived first stays behind a waiting head (head %d, op sent %v)", ln.q[0].stamp, ln.sent != sent)
+		case asking && ln.q[0] != head:
+			t.Fatal("a refused caller went before the head while it asked")
 		}
 	}
 }
