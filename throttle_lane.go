@@ -256,35 +256,43 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		wait = 100 * time.Millisecond
 	}
 	ln.mu.Lock()
-	queued := slices.Contains(ln.q, w)
-	if queued && ln.q[0] == w {
+	var prev *waiter // the head before w's refusal
+	if len(ln.q) > 0 {
+		prev = ln.q[0]
+	}
+	switch {
+	case prev == w:
+		// Callers refused while it asked may have arrived before it:
+		// it goes back in arrival order.
 		ln.asking = false
-	}
-	var ahead bool // w went before the head, which was not asking
-	if !queued {
+		ln.q = ln.q[1:]
 		ln.queue(w)
-		ahead = ln.q[0] == w && len(ln.q) > 1
+	case !slices.Contains(ln.q, w):
+		ln.queue(w)
 	}
-	if ln.q[0] != w {
+	head := ln.q[0]
+	if prev != w && head != w {
 		// Refused while asking at once, behind callers that queued: the
 		// head learns the time as well from its own refusal.
 		ln.mu.Unlock()
 		return
 	}
 	ln.wakeAt = time.Now().Add(wait)
-	// A new head earlier than the old moves this process's entry to its
-	// arrival.
-	join := !ln.joined || ahead
+	// A new head moves this process's entry to its arrival.
+	join := !ln.joined || head != prev
 	// Joined from now: a message giving this process the turn may come
 	// before the reply.
 	ln.joined = true
 	var o op
 	if join {
-		o = ln.t.fleet.op(ln, "j", w.stamp, 0)
+		o = ln.t.fleet.op(ln, "j", head.stamp, 0)
 	}
 	ln.mu.Unlock()
 	if join {
 		ln.t.fleet.send(ln, o)
+	}
+	if head != w {
+		head.signal()
 	}
 	_ = err
 }

@@ -156,3 +156,26 @@ func TestLaneRefusedGoesBeforeWaitingHead(t *testing.T) {
 		}
 	}
 }
+
+// TestLaneRefusedHeadYields: a head refused after a caller that arrived
+// before it was refused behind it (while the head asked) gives that caller
+// its place, and the process's entry moves to its arrival.
+func TestLaneRefusedHeadYields(t *testing.T) {
+	t.Parallel()
+	th := &Throttle{}
+	th.fleet = &fleet{t: th}
+	head := &waiter{stamp: 200, wake: make(chan struct{}, 1)}
+	early := &waiter{stamp: 100, wake: make(chan struct{}, 1)}
+	ln := &lane{t: th, othersMin: none, joined: true, q: []*waiter{head, early}, asking: true}
+	sent := ln.sent
+	ln.refused(head, engine.Decision{RetryAfter: time.Second}, nil)
+	if ln.q[0] != early || ln.sent == sent || ln.asking {
+		t.Fatalf("after the head's refusal: head %d, op sent %v, asking %v; want the earlier caller first, an op moving the entry, not asking",
+			ln.q[0].stamp, ln.sent != sent, ln.asking)
+	}
+	select {
+	case <-early.wake:
+	default:
+		t.Fatal("the new head was not told")
+	}
+}
