@@ -318,15 +318,17 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 		}
 		if !ln.onTurn {
 			ln.onTurn = true
-			if hint := num(7); hint >= 0 {
-				// Passed on by a process whose admission said when the
-				// windows have room.
+			if hint := num(7); hint >= 0 && !ln.kicked {
+				// Passed on by a process whose admission or refusal said
+				// when the windows have room. A room-now message heard
+				// since this head last asked may postdate that: it
+				// asks at once then.
 				ln.wakeAt = time.Now().Add(time.Duration(hint) * time.Microsecond)
 			}
 		}
 		ln.signalHead()
 	case "k":
-		ln.wakeAt = time.Time{}
+		ln.wakeAt, ln.kicked = time.Time{}, true
 		ln.signalHead()
 	case "b":
 		if ms := num(2); ms > 0 {

@@ -37,6 +37,8 @@ type lane struct {
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
 	sent      int64     // the sequence number of the last op sent (fleet.op)
+	kicked    bool      // the fleet said the windows have room since the head last asked
+	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 
 	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
@@ -83,6 +85,14 @@ func (ln *lane) kick() {
 	ln.mu.Unlock()
 }
 
+// othersWait reports whether another process's head is known to wait in
+// ln.
+func (ln *lane) othersWait() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.othersMin != none
+}
+
 // enter reports whether w may ask Redis at once: nobody waits, here or
 // elsewhere, no block holds the lane and the windows were not found full.
 // Such callers ask concurrently; a refusal queues them (refused). Else
@@ -99,13 +109,14 @@ func (ln *lane) enter(w *waiter) bool {
 }
 
 // queue puts w in arrival order; ln.mu is held. Callers that asked at
-// once and were refused may have arrived before some that queued.
+// once and were refused may have arrived before some that queued, the
+// head included: they go before it unless it is asking.
 func (ln *lane) queue(w *waiter) {
 	i := len(ln.q)
 	for i > 0 && ln.q[i-1].stamp > w.stamp {
 		i--
 	}
-	if i == 0 && len(ln.q) > 0 {
+	if i == 0 && len(ln.q) > 0 && ln.asking {
 		i = 1 // the head is asking; it keeps its place
 	}
 	ln.q = append(ln.q, nil)
@@ -142,6 +153,7 @@ func (ln *lane) handOver(wasHead bool, hint func(next *waiter) time.Duration) {
 		ln.mu.Unlock()
 		return
 	}
+	ln.asking = false
 	var next *waiter
 	if len(ln.q) > 0 {
 		next = ln.q[0]
@@ -204,6 +216,7 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 				until, renew = ln.renewed.Add(fleetLease/3), true
 			}
 			if !now.Before(until) && !renew {
+				ln.kicked, ln.asking = false, true
 				ln.mu.Unlock()
 				return nil
 			}
@@ -243,27 +256,43 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		wait = 100 * time.Millisecond
 	}
 	ln.mu.Lock()
-	if !slices.Contains(ln.q, w) {
+	var prev *waiter // the head before w's refusal
+	if len(ln.q) > 0 {
+		prev = ln.q[0]
+	}
+	switch {
+	case prev == w:
+		// Callers refused while it asked may have arrived before it:
+		// it goes back in arrival order.
+		ln.asking = false
+		ln.q = ln.q[1:]
+		ln.queue(w)
+	case !slices.Contains(ln.q, w):
 		ln.queue(w)
 	}
-	if ln.q[0] != w {
+	head := ln.q[0]
+	if prev != w && head != w {
 		// Refused while asking at once, behind callers that queued: the
 		// head learns the time as well from its own refusal.
 		ln.mu.Unlock()
 		return
 	}
 	ln.wakeAt = time.Now().Add(wait)
-	join := !ln.joined
+	// A new head moves this process's entry to its arrival.
+	join := !ln.joined || head != prev
 	// Joined from now: a message giving this process the turn may come
 	// before the reply.
 	ln.joined = true
 	var o op
 	if join {
-		o = ln.t.fleet.op(ln, "j", w.stamp, 0)
+		o = ln.t.fleet.op(ln, "j", head.stamp, 0)
 	}
 	ln.mu.Unlock()
 	if join {
 		ln.t.fleet.send(ln, o)
+	}
+	if head != w {
+		head.signal()
 	}
 	_ = err
 }

@@ -137,6 +137,19 @@ func (t *Throttle) lane(ctx context.Context, key string) (*lane, error) {
 	}
 }
 
+// retain counts one more use of ln while it is used (a caller or a
+// Permit keeps it), for work that outlives that use; it reports false when
+// no one uses ln. Release ends the use.
+func (t *Throttle) retain(ln *lane) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ln.ref.users == 0 || ln.ref.freed {
+		return false
+	}
+	ln.ref.users++
+	return true
+}
+
 // release ends a use of ln that lane counted. The last user's leaving
 // makes ln idle; the least recently used idle lanes past idleLanes are
 // freed, or held while a block or a fleet entry needs them.

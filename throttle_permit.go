@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"context"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -84,15 +85,37 @@ func (p *permit) finish(actual map[string]int64) bool {
 			o.Actual[i] = min(v, p.maxCost(i))
 		}
 	}
+	// A settlement or a released slot may make room before the time the
+	// waiters were told: the head of the lane tries again now.
+	room := o.Actual != nil || p.hold != nil
+	if room && p.lane.othersWait() {
+		// The fleet's head may be another process's, which learns of the
+		// room only from the fleet once the finish reached Redis. The
+		// goroutine keeps p's use of the lane and ends within
+		// finishTimeout and a script call.
+		go func() {
+			p.t.finishShared(p.lane, p.d, o)
+			p.t.release(p.lane)
+		}()
+		return true
+	}
 	// FinishAsync queues the work; this process's next admission sees it.
 	p.t.lim.engine.FinishAsync(p.d, o)
-	// A settlement or a released slot may make room before the time the
-	// waiters were told: let the head of the lane try again now.
-	if o.Actual != nil || p.hold != nil {
+	if room {
 		p.lane.kick()
 	}
 	p.t.release(p.lane)
 	return true
+}
+
+// finishShared finishes the call d admitted in ln, waiting for Redis at
+// most finishTimeout, then tells the heads of every process that ln's
+// windows may have room now (fleet.kick).
+func (t *Throttle) finishShared(ln *lane, d engine.Decision, o engine.Outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+	_ = t.lim.engine.Finish(ctx, d, o) // a failure is queued and logged by the engine
+	cancel()
+	t.fleet.kick(ln)
 }
 
 // dropped finishes p, whose Permit became unreachable unfinished: the
@@ -117,9 +140,18 @@ func (p *permit) overHeld() {
 	}
 	// Without Actual the engine only releases the slots; a later finish
 	// settles, releasing nothing twice (Engine.Finish is idempotent per
-	// part).
-	p.t.lim.engine.FinishAsync(p.d, engine.Outcome{})
-	p.lane.kick()
+	// part). This runs on the timer's goroutine, which may wait for
+	// Redis; it keeps a use of the lane, which a Finish meanwhile may end.
+	if !p.t.retain(p.lane) {
+		return // finished meanwhile
+	}
+	if p.lane.othersWait() {
+		p.t.finishShared(p.lane, p.d, engine.Outcome{})
+	} else {
+		p.t.lim.engine.FinishAsync(p.d, engine.Outcome{})
+		p.lane.kick()
+	}
+	p.t.release(p.lane)
 	if ok, n := p.t.warn.held.Allow(time.Now()); ok {
 		p.t.lim.engine.Logger().Warn("slidelimit: a throttle's Permit held its in-flight slots past the maximum hold without Finish; released them",
 			"throttle", p.t.name, "max_hold", p.t.maxHold, "suppressed", n)
