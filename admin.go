@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/tally"
@@ -28,7 +27,7 @@ import (
 // does not declare is a configuration error: AdminHandler logs it, a
 // *ConfigError, at error level, and the handler answers every request 500.
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
-	log := access.EngineLogger(l.engine)
+	log := l.engine.Logger()
 	if l.roles != nil {
 		if r, bad := l.roles.undeclared(roles); bad {
 			err := configError("", "", "", fmt.Errorf("%sAdminHandler: role %q is not declared (declared roles: %s)", prefix, r, l.roles.list()))
@@ -137,7 +136,7 @@ func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored s
 }
 
 func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {
-	_, o, err := s.l.rules(ctx)
+	_, o, err := s.l.RuleOverrides(ctx)
 	if errors.Is(err, errOverridesOff) {
 		return nil, nil
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -236,7 +236,7 @@ func TestAdminLongSubject(t *testing.T) {
 			top, body := topOf(t, s, 2)
 			d := top.Top[0]
 			if !d.Truncated || d.Masked || !strings.HasPrefix(d.Subject, "user-xxx") || !strings.HasSuffix(d.Subject, "…") ||
-				len(d.Subject) > 64 || !access.IsStoredHash(d.Ref) {
+				len(d.Subject) > 64 || !keyparts.IsStoredHash(d.Ref) {
 				t.Fatalf("top entry %+v, want the start of the id, truncated, with its stored hash as ref", d)
 			}
 			if strings.Contains(body, strings.Repeat("x", 100)) {

@@ -7,7 +7,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // isKind reports whether err, or one of the errors it joins, is a
@@ -25,19 +24,14 @@ func isKind(err error, kind string) bool {
 	return errors.As(err, &ce) && ce.Kind == kind
 }
 
-// The options this package keeps out of its API, for tests.
-func withRulesCheck(d time.Duration) slidelimit.Option {
-	return access.RulesCheck(d).(slidelimit.Option)
-}
+// The options this package keeps out of its API, for tests
+// (export_test.go).
+func withRulesCheck(d time.Duration) slidelimit.Option { return slidelimit.WithRulesCheck(d) }
 
-func withTallyFlush(d time.Duration) slidelimit.Option {
-	return access.TallyFlush(d).(slidelimit.Option)
-}
+func withTallyFlush(d time.Duration) slidelimit.Option { return slidelimit.WithTallyFlush(d) }
 
 // engineOf returns the Limiter's engine.
-func engineOf(lim *slidelimit.Limiter) *engine.Engine {
-	return access.LimiterEngine(lim).(*engine.Engine)
-}
+func engineOf(lim *slidelimit.Limiter) *engine.Engine { return slidelimit.EngineOf(lim) }
 
 // overridesInForce is what the Limiter lists of its rule overrides.
 type overridesInForce struct {
@@ -45,11 +39,11 @@ type overridesInForce struct {
 	Overrides []override
 }
 
-type override = access.Override
+type override = slidelimit.RuleOverride
 
 // rulesOf lists the rule overrides in force as lim reads them in Redis.
 func rulesOf(ctx context.Context, lim *slidelimit.Limiter) (overridesInForce, error) {
-	v, in, err := access.LimiterRules(lim, ctx)
+	v, in, err := lim.RuleOverrides(ctx)
 	return overridesInForce{v, in}, err
 }
 

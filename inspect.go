@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -82,9 +82,9 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	for _, c := range req.Checks {
 		var err error
 		if c.Hashed {
-			err = access.EngineReset(l.engine, ctx, req.Scope, c.Limiter, c.Subject, true)
+			err = l.engine.Reset(ctx, req.Scope, c.Limiter, c.Subject, true)
 		} else {
-			err = access.EngineReset(l.engine, ctx, req.Scope, c.Limiter, c.Subject, false)
+			err = l.engine.Reset(ctx, req.Scope, c.Limiter, c.Subject, false)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -117,7 +117,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 		if byIP {
 			kind = rules.IP
 		}
-		return access.MiddlewareSubject(kind, value, g.opts)
+		return middleware.Subject(kind, value, g.opts...)
 	})
 }
 
@@ -126,7 +126,7 @@ func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Req
 // a value, or its stored hash (hashed). It makes one check, for that
 // subject whatever the groups' options.
 func (l *Limiter) inspectStored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
-	if hashed && !access.IsStoredHash(stored) {
+	if hashed && !keyparts.IsStoredHash(stored) {
 		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", lifecycle.ErrSubject, stored)
 	}
 	req, err := l.inspectWith(scope, limiterID, func(rules.Kind, *registered) (string, error) { return stored, nil })
@@ -239,12 +239,9 @@ func parseLimiterID(id string) (rules.Limiter, bool) {
 	return rules.Limiter{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
 }
 
-// peek is the engine's peek (what Allow would decide, counting nothing),
-// which package engine keeps for this package.
+// peek is the engine's Peek: what Allow would decide, counting nothing.
 func (l *Limiter) peek(ctx context.Context, req engine.Request) (engine.Decision, error) {
-	d, err := access.EnginePeek(l.engine, ctx, req)
-	dec, _ := d.(engine.Decision)
-	return dec, err
+	return l.engine.Peek(ctx, req)
 }
 
 // hasCalendar reports whether some limiter of g, default or override, has

@@ -23,6 +23,7 @@ type config struct {
 	identity   func(*http.Request) (string, []string)
 	rulesCheck time.Duration
 	tallyFlush time.Duration
+	timeout    time.Duration // WithTimeout's, for the tallies' writes
 	masked     []rules.Kind
 	maxHold    time.Duration
 	maxHoldSet bool
@@ -96,7 +97,10 @@ func WithKeyPrefix(prefix string) Option {
 // A call that times out follows the fail
 // mode.
 func WithTimeout(d time.Duration) Option {
-	return func(c *config) { c.engine = append(c.engine, engine.WithTimeout(d)) }
+	return func(c *config) {
+		c.engine = append(c.engine, engine.WithTimeout(d))
+		c.timeout = d
+	}
 }
 
 // WithHashedSubjects stores subjects (IPs, user ids, keys) in Redis as

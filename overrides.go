@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -19,7 +18,7 @@ import (
 // Limiter builds the handlers that serve them.
 
 // defaultRulesCheck is how often a Limiter checks the version of the rule
-// overrides in Redis by default (tests change it through internal/access).
+// overrides in Redis by default (tests change it in export_test.go).
 const defaultRulesCheck = time.Second
 
 // SetRules replaces the rule group of scope (a route pattern or a scope:
@@ -60,11 +59,17 @@ func (l *Limiter) clearRules(ctx context.Context, scope string) error {
 	return l.ov.Write(ctx, scope, "")
 }
 
-// rules returns the version of the rule overrides (the number of changes
-// made since they were first stored under the prefix) and the overrides in
-// force as stored in Redis now, in scope order; the operator page and the
-// demo (through internal/access) list them.
-func (l *Limiter) rules(ctx context.Context) (int64, []access.Override, error) {
+// RuleOverride is a rule override in force: the rule text, in canonical
+// form, that replaces the group of Scope (SetRules).
+type RuleOverride struct {
+	Scope string `json:"scope"`
+	Rules string `json:"rules"`
+}
+
+// RuleOverrides returns the rule overrides in force as stored in Redis now,
+// in scope order. Version counts the changes made under the key prefix
+// since the overrides were first stored.
+func (l *Limiter) RuleOverrides(ctx context.Context) (version int64, in []RuleOverride, err error) {
 	if l.ov == nil {
 		return 0, nil, errOverridesOff
 	}
@@ -72,9 +77,9 @@ func (l *Limiter) rules(ctx context.Context) (int64, []access.Override, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	out := []access.Override{}
+	out := []RuleOverride{}
 	for _, s := range set.Scopes() {
-		out = append(out, access.Override{Scope: s, Rules: set.Texts[s]})
+		out = append(out, RuleOverride{Scope: s, Rules: set.Texts[s]})
 	}
 	return set.Version, out, nil
 }

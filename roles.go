@@ -35,12 +35,19 @@ type roleCheck struct {
 	full bool                // maxUndeclaredRoles logged, and said so
 }
 
+// middlewareParts returns what opts, the Limiter's middleware options,
+// configure for every transport; their errors are the middlewares'.
+func middlewareParts(opts []middleware.Option) *lifecycle.Transport {
+	var t lifecycle.Transport
+	middleware.ConfigureTransport(&t, opts...)
+	return &t
+}
+
 // newRoleCheck returns the check of the roles that opts, the Limiter's
 // middleware options, declare, logging to their logger, or nil when they
 // declare none.
 func newRoleCheck(opts []middleware.Option) *roleCheck {
-	var t lifecycle.Transport
-	lifecycle.TransportOptions(&t, opts) // their errors are the middlewares'
+	t := middlewareParts(opts)
 	if len(t.Policy.Roles) == 0 {
 		return nil
 	}

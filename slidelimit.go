@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -68,23 +67,30 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	if c.tallyFlush > 0 && (c.tallyFlush < tally.MinFlush || c.tallyFlush > tally.MaxFlush) {
 		return nil, optionError(fmt.Errorf("tally flush: %s is not between %s and %s (or <= 0, off)", c.tallyFlush, tally.MinFlush, tally.MaxFlush))
 	}
-	e, err := engine.New(client, c.engine...)
+	var tallies *tally.Tallies // fed by the engine once New returns
+	eopts := c.engine
+	if c.tallyFlush > 0 {
+		noted := engine.WithDenialHook(func(d engine.Denial) { tallies.Note(d) })
+		// Last: the tallies' hook is the engine's one denial hook.
+		eopts = append(slices.Clip(c.engine), noted)
+	}
+	e, err := engine.New(client, eopts...)
 	if err != nil {
 		if errors.Is(err, engine.ErrInvalid) {
 			return nil, optionError(err)
 		}
 		return nil, err
 	}
-	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tally.New(e),
+	// Before the Limiter is returned, so before the engine decides: its
+	// denial hook reads tallies without a lock.
+	tallies = tally.New(tally.Store{Client: client, Prefix: e.Prefix(), Timeout: c.timeout, Log: e.Logger(), Down: e.Down})
+	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tallies,
 		maxHold: c.maxHold, roles: newRoleCheck(c.middleware)}
 	if c.tallyFlush > 0 {
-		// Before the Limiter is returned: the engine reads its hook
-		// without a lock.
-		access.SetDenialHook(e, l.tally.Note)
 		l.tally.Start(c.tallyFlush)
 	}
 	if c.rulesCheck > 0 {
-		l.ov = overrides.New(client, access.EnginePrefix(e), c.rulesCheck, access.EngineLogger(e))
+		l.ov = overrides.New(client, e.Prefix(), c.rulesCheck, e.Logger())
 		l.ov.Start()
 	}
 	return l, nil

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/internal/backenderr"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -31,7 +31,7 @@ func backendError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return access.BackendError(op, err)
+	return &backenderr.Error{Op: op, Err: err}
 }
 
 // heldAtMost notes d, the WithMaxUpstreamBlock of a Transport of t: a

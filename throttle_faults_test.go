@@ -23,7 +23,6 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/faults"
 	"github.com/slidelimit/slidelimit/middleware"
 )
@@ -704,9 +703,7 @@ func (r *throttleRun) peekSlots(at time.Duration) {
 		req, _, err := pr.th.plan().request(ctx, nil, c)
 		var d engine.Decision
 		if err == nil {
-			var x any
-			x, err = access.EnginePeek(pr.lim.engine, ctx, req)
-			d, _ = x.(engine.Decision)
+			d, err = pr.lim.engine.Peek(ctx, req)
 		}
 		cancel()
 		if err != nil || d.Source != "redis" {

@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // turnScript orders the heads of one lane across the fleet; its header
@@ -60,7 +58,7 @@ type subscriber interface {
 // that cannot subscribe) the waiters renew their entries instead of being
 // told, so order holds at the cost of a call per lease.
 func newFleet(t *Throttle) *fleet {
-	prefix := access.EnginePrefix(t.lim.engine)
+	prefix := t.lim.engine.Prefix()
 	f := &fleet{
 		t:       t,
 		prefix:  prefix,

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 )
 
@@ -127,7 +126,7 @@ func (p *permit) dropped() {
 		return
 	}
 	if ok, n := p.t.warn.dropped.Allow(time.Now()); ok {
-		access.EngineLogger(p.t.lim.engine).Warn("slidelimit: a throttle's Permit became unreachable without Finish; finished with its estimates",
+		p.t.lim.engine.Logger().Warn("slidelimit: a throttle's Permit became unreachable without Finish; finished with its estimates",
 			"throttle", p.t.name, "suppressed", n)
 	}
 }
@@ -154,7 +153,7 @@ func (p *permit) overHeld() {
 	}
 	p.t.release(p.lane)
 	if ok, n := p.t.warn.held.Allow(time.Now()); ok {
-		access.EngineLogger(p.t.lim.engine).Warn("slidelimit: a throttle's Permit held its in-flight slots past the maximum hold without Finish; released them",
+		p.t.lim.engine.Logger().Warn("slidelimit: a throttle's Permit held its in-flight slots past the maximum hold without Finish; released them",
 			"throttle", p.t.name, "max_hold", p.t.maxHold, "suppressed", n)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -53,8 +52,7 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 	case len(g.Limiters) == 0:
 		return nil, fmt.Errorf("slidelimit: throttle %q: no limiter", t.name)
 	}
-	_, lv := access.MiddlewareParts(t.lim.opts)
-	limits, _ := lv.(map[string]func(*http.Request) (int64, error))
+	limits := middlewareParts(t.lim.opts).Limits
 	p := &throttlePlan{g: g, scope: t.name, limits: limits}
 	for _, l := range g.Limiters {
 		if l.Kind != rules.Global && l.Kind != rules.Key {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // TestThrottleSetRulesUndeclared: SetRules on a throttle refuses a key or
@@ -37,7 +36,7 @@ func TestThrottleSetRulesUndeclared(t *testing.T) {
 			t.Errorf("SetRules(%q, %q) = %v, want a *ConfigError naming %s", tc.scope, tc.rules, err, tc.want)
 		}
 	}
-	if _, in, err := access.LimiterRules(lim, ctx); err != nil || len(in) != 0 {
+	if _, in, err := lim.RuleOverrides(ctx); err != nil || len(in) != 0 {
 		t.Errorf("overrides in force after refusals: %v, %v; want none", in, err)
 	}
 	if r := plain.Stats().Rules; r != "global:100/s" {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 )
 
@@ -80,9 +79,7 @@ func (t *Throttle) Stats() ThrottleStats {
 
 // hooks returns the decision hooks of the Limiter's middleware options.
 func (l *Limiter) hooks() []func(middleware.Event) {
-	h, _ := access.MiddlewareParts(l.opts)
-	fns, _ := h.([]func(middleware.Event))
-	return fns
+	return middlewareParts(l.opts).Hooks
 }
 
 // emit gives the hooks an Event for one decision of t: Scope is the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -278,10 +277,7 @@ func TestThrottleCancelAtAdmission(t *testing.T) {
 	}
 }
 
-// enginePeek is the engine's peek, which package engine keeps for the
-// module (internal/access).
+// enginePeek is the engine's Peek.
 func enginePeek(e *engine.Engine, ctx context.Context, req engine.Request) (engine.Decision, error) {
-	d, err := access.EnginePeek(e, ctx, req)
-	dec, _ := d.(engine.Decision)
-	return dec, err
+	return e.Peek(ctx, req)
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -198,9 +197,6 @@ func latencyProbe(addr string, delay time.Duration, n int) error {
 	for j, r := range routes {
 		m := p50(lat[j])
 		fmt.Printf("| %s | %v | %v | %.2f× |\n", r.name, m.Round(time.Microsecond), lat[j][len(lat[j])*9/10].Round(time.Microsecond), float64(m)/float64(base))
-	}
-	if f := access.EngineFinishAsyncFailures(eng); f > 0 {
-		fmt.Printf("\nFinishAsync failures: %d\n", f)
 	}
 	return nil
 }

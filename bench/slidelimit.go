@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -100,14 +100,16 @@ func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64
 // the engine's denial hook and written every second, as the root
 // package's Limiter wires them) or without.
 func newSlidelimitTallies(rdb *redis.Client, opts []engine.Option, tallies bool, cost string, n int64, windows []rules.Window) (*limiterSetup, error) {
+	var tl *tally.Tallies // fed by the engine's denial hook once set
+	if tallies {
+		opts = append(slices.Clip(opts), engine.WithDenialHook(func(d engine.Denial) { tl.Note(d) }))
+	}
 	eng, err := engine.New(rdb, opts...)
 	if err != nil {
 		return nil, err
 	}
-	var tl *tally.Tallies
 	if tallies {
-		tl = tally.New(eng)
-		access.SetDenialHook(eng, tl.Note)
+		tl = tally.New(tally.Store{Client: rdb, Prefix: eng.Prefix(), Log: eng.Logger(), Down: eng.Down})
 		tl.Start(tally.DefaultFlush)
 	}
 	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: cost, Windows: windows}

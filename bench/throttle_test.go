@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // throttleRules saturate at 500 calls a second: every waiter waits.
@@ -67,7 +67,7 @@ func benchThrottleWait(b *testing.B, waiters int) {
 	for i := range procs {
 		rdb := redis.NewClient(&redis.Options{Addr: benchAddr, PoolSize: 64, ContextTimeoutEnabled: true})
 		defer rdb.Close()
-		lim, err := slidelimit.New(rdb, access.RulesCheck(0).(slidelimit.Option),
+		lim, err := slidelimit.New(rdb,
 			slidelimit.WithTimeout(2*time.Second))
 		if err != nil {
 			b.Fatal(err)

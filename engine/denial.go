@@ -4,7 +4,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // denialPreview is how much of a subject longer than maxRawSubject a
@@ -12,22 +12,36 @@ import (
 // that the denial tallies never hold a long subject.
 const denialPreview = 48
 
-// The root package's denial tallies (internal/tally) are fed by a hook
-// and write with the engine's client, prefix and clock; they reach both
-// through package access, so that they are no part of the engine's API.
-func init() {
-	access.SetDenialHook = func(e any, hook func(access.Denial)) { e.(*Engine).denied = hook }
-	access.EngineStore = func(e any) access.Store {
-		en := e.(*Engine)
-		return access.Store{
-			Client:        en.client,
-			Prefix:        en.keyer.prefix,
-			Timeout:       en.timeout,
-			Log:           en.log,
-			Now:           en.now,
-			Down:          func() bool { return en.group == groupAll && en.doms.one.down.Load() },
-			AppendEscaped: appendEscaped,
-		}
+// Denial is a denial of Allow by a window, as WithDenialHook reports it.
+// Its strings may be views of the request's: a hook that keeps one past
+// the call copies it.
+type Denial struct {
+	// Scope is the request's scope.
+	Scope string
+	// Kind, Name and Cost are those of the denying check's limiter.
+	Kind rules.Kind
+	Name string
+	Cost string
+	// Subject is the denying check's subject, or its stored hash ("#" and
+	// 43 base64url characters) when Hashed.
+	Subject string
+	// Shown is what may be shown of a hashed subject: the subject up to
+	// 128 bytes, or its first 48 bytes when longer (then Cut). It is ""
+	// for a check given by its hash.
+	Shown string
+	// Hashed reports that Subject is the stored hash.
+	Hashed bool
+	// Cut reports that Shown is the start of a longer subject.
+	Cut bool
+}
+
+// WithDenialHook sets a function called with each denial of Allow by a
+// window: by Redis, the cache of denials or the fallback limiter. It is
+// called on the request's goroutine, and should return quickly.
+func WithDenialHook(hook func(Denial)) Option {
+	return func(c *config) error {
+		c.denied = hook
+		return nil
 	}
 }
 
@@ -57,7 +71,7 @@ func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan.Plan) {
 		return // allowed, or denied by no window (fail-closed)
 	}
 	c := &req.Checks[d.Denied.Check]
-	k := access.Denial{Scope: req.Scope, Kind: c.Kind, Name: c.Name, Cost: c.Limiter.Cost, Subject: c.Subject}
+	k := Denial{Scope: req.Scope, Kind: c.Kind, Name: c.Name, Cost: c.Limiter.Cost, Subject: c.Subject}
 	switch {
 	case c.Hashed:
 		k.Hashed = true

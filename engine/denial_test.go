@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -17,8 +16,8 @@ func largeSubject(prefix string, size int) string {
 	return prefix + strings.Repeat("abcdefghijklmnopqrstuvwxyz", size/26+1)[:size-len(prefix)]
 }
 
-// TestDenialHook checks what Allow gives the denial hook (set through
-// package access, as the root package's tallies are): nothing for an
+// TestDenialHook checks what Allow gives the denial hook (WithDenialHook;
+// the root package's tallies use it): nothing for an
 // admission or a fail-closed denial; a subject stored as is as is; a
 // hashed subject by the stored hash of its key, with the subject to show
 // when short, its first 48 bytes cut at a UTF-8 character when longer
@@ -30,15 +29,15 @@ func TestDenialHook(t *testing.T) {
 	long := largeSubject("user:"+strings.Repeat("é", 22), 300) // byte 48 is in the middle of an 'é'
 	hashAll := newEngine(t, c, prefix, WithHashSubjects([]byte("s")))
 	plain := newEngine(t, c, prefix)
-	var got []access.Denial
-	hook := func(d access.Denial) {
+	var got []Denial
+	hook := func(d Denial) {
 		d.Subject, d.Shown = strings.Clone(d.Subject), strings.Clone(d.Shown)
 		got = append(got, d)
 	}
-	access.SetDenialHook(hashAll, hook)
-	access.SetDenialHook(plain, hook)
+	hashAll.denied = hook
+	plain.denied = hook
 	ctx := context.Background()
-	deny := func(e *Engine, r Request) access.Denial {
+	deny := func(e *Engine, r Request) Denial {
 		t.Helper()
 		got = nil
 		for i := range 2 {
@@ -54,29 +53,29 @@ func TestDenialHook(t *testing.T) {
 	}
 	r := One("s", rules.User, "user:alice", win(1, time.Hour))
 	r.Checks[0].Name, r.Checks[0].Limiter.Cost = "n", ""
-	if d := deny(plain, r); d != (access.Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: "user:alice"}) {
+	if d := deny(plain, r); d != (Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: "user:alice"}) {
 		t.Errorf("stored as is: %+v", d)
 	}
 	h := string(hashAll.keyer.AppendHashed(nil, "user:alice"))
-	if d := deny(hashAll, r); d != (access.Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: "user:alice", Hashed: true}) {
+	if d := deny(hashAll, r); d != (Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: "user:alice", Hashed: true}) {
 		t.Errorf("hashed: %+v, want the hash %s", d, h)
 	}
 	r.Checks[0].Subject = long
 	h = string(plain.keyer.AppendHashed(nil, long))
-	want := access.Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: long[:47], Hashed: true, Cut: true}
+	want := Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: h, Shown: long[:47], Hashed: true, Cut: true}
 	if d := deny(plain, r); d != want {
 		t.Errorf("long: %+v, want %+v", d, want)
 	}
 	r.Checks[0].Subject, r.Checks[0].Hashed = h, true
 	r.Scope = "by hash"
-	if d := deny(plain, r); d != (access.Denial{Scope: "by hash", Kind: rules.User, Name: "n", Subject: h, Hashed: true}) {
+	if d := deny(plain, r); d != (Denial{Scope: "by hash", Kind: rules.User, Name: "n", Subject: h, Hashed: true}) {
 		t.Errorf("given by its hash: %+v", d)
 	}
 	got = nil
 	fc := One("s", rules.User, "u", win(1, time.Hour))
 	fc.Fail = rules.FailClosed
 	closed := newEngine(t, c, prefix, WithFailMode(rules.FailClosed))
-	access.SetDenialHook(closed, hook)
+	closed.denied = hook
 	closed.Close()
 	if d, _ := closed.Allow(ctx, fc); d.Allowed || len(got) != 0 {
 		t.Errorf("fail-closed: %+v, %d calls of the hook, want a denial and none", d, len(got))
@@ -96,7 +95,7 @@ func TestDenialHookNoAlloc(t *testing.T) {
 	ctx := context.Background()
 	e := newEngine(t, c, WithPrefix(testPrefix(t)))
 	var n int
-	access.SetDenialHook(e, func(access.Denial) { n++ })
+	e.denied = func(Denial) { n++ }
 	deny := One("s", rules.User, "d", win(1, time.Hour))
 	e.Allow(ctx, deny)
 	d, err := e.Allow(ctx, deny)

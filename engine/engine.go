@@ -19,7 +19,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/fallback"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -78,7 +78,7 @@ type Engine struct {
 
 	// denied is called with each denial by a window (denial.go): the
 	// root package's denial tallies. Set before the engine decides.
-	denied func(access.Denial)
+	denied func(Denial)
 
 	// The invalidation subscription of cached denials (see cache.go).
 	pubsub     *redis.PubSub
@@ -143,6 +143,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 
 		slotLost: cfg.slotLost,
 	}
+	e.denied = cfg.denied
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.warn.Every = warnEvery
@@ -197,7 +198,6 @@ func (e *Engine) Allow(ctx context.Context, req Request) (Decision, error) {
 // writing anything. In its Decision, Used does not include req, and Allowed
 // says whether req would be admitted. It always asks Redis (it is for
 // inspection: it never makes a cached denial). Errors are as for Allow.
-// slidelimit.Limiter.Peek reaches it through internal/access.
 func (e *Engine) peek(ctx context.Context, req Request) (Decision, error) {
 	return e.decide(ctx, &req, opPeek)
 }
@@ -340,9 +340,8 @@ func answeredErr(err error) bool {
 // see WithSlotLost), so up to the limit more may be admitted while they
 // run. With hashed, subject is a stored hash (Denials.Hash), and reset
 // fails with an error matching ErrInvalid when it is not one.
-// slidelimit.Limiter.Reset reaches it through internal/access.
 func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
-	if hashed && !access.IsStoredHash(subject) {
+	if hashed && !keyparts.IsStoredHash(subject) {
 		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, subject)
 	}
 	keys := []string{string(e.keyer.AppendKeyOf(nil, scope, l.Kind, l.Name, plan.KeyCost(&l), subject, hashed))}

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"strconv"
+
+	"github.com/slidelimit/slidelimit/internal/backenderr"
 )
 
 // Sentinel errors. Match them with errors.Is; the unexported typed errors
@@ -13,11 +15,11 @@ var (
 	// failed or timed-out call, an unexpected reply, a call skipped while
 	// Redis is considered down. The Decision returned with it follows the
 	// request's fail mode.
-	ErrBackend = errors.New("engine: redis failed")
+	ErrBackend = backenderr.ErrBackend
 	// errNotAsked is wrapped by the backendError of a call that did not
 	// ask Redis because a server it needs did not answer an earlier call
 	// and has not answered the engine's background probe since.
-	errNotAsked = errors.New("engine: redis considered down, not asked")
+	errNotAsked = backenderr.ErrNotAsked
 	// ErrInvalid is matched by the error of a Request the engine cannot
 	// evaluate and of an invalid option given to New.
 	ErrInvalid = errors.New("engine: invalid argument")

@@ -85,7 +85,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 
 // finishAsyncFailures returns how many FinishAsync calls failed so far
 // (see FinishAsync): refused, made after Close, or met a Redis failure
-// and were queued to be retried. Tools read it through internal/access.
+// and were queued to be retried.
 func (e *Engine) finishAsyncFailures() uint64 { return e.async.failed.Load() }
 
 // asyncQueue holds the finishes of FinishAsync from their call until

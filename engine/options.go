@@ -37,6 +37,8 @@ type config struct {
 
 	lease    time.Duration
 	slotLost func(SlotLost)
+
+	denied func(Denial) // WithDenialHook
 }
 
 func defaultConfig() config {

@@ -4,25 +4,30 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// The root package keeps its rule overrides under the engine's prefix and
-// logs them with the engine's logger, and peeks and resets for its
-// operator page; it reaches them through package
-// access, so that they are no part of the engine's API.
-func init() {
-	access.EnginePrefix = func(e any) string { return e.(*Engine).keyer.prefix }
-	access.EngineLogger = func(e any) *slog.Logger { return e.(*Engine).log }
-	access.EnginePeek = func(e any, ctx context.Context, req any) (any, error) {
-		return e.(*Engine).peek(ctx, req.(Request))
-	}
-	access.EngineReset = func(e any, ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
-		return e.(*Engine).reset(ctx, scope, l, subject, hashed)
-	}
-	access.EngineFailMode = func(e any) rules.FailMode { return e.(*Engine).fail }
-	access.EngineFinishAsyncFailures = func(e any) uint64 { return e.(*Engine).finishAsyncFailures() }
-	access.ErrNotAsked = errNotAsked
-	access.BackendError = func(op string, err error) error { return &backendError{Op: op, Err: err} }
+// Prefix returns the key prefix of e's keys (WithPrefix).
+func (e *Engine) Prefix() string { return e.keyer.prefix }
+
+// Logger returns the logger e logs with (WithLogger).
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
+// Down reports whether e considers its one Redis server down: decisions
+// then follow their fail mode without asking it. With a Cluster or a Ring
+// it reports false.
+func (e *Engine) Down() bool { return e.group == groupAll && e.doms.one.down.Load() }
+
+// Peek reports what Allow would decide for req now, counting and writing
+// nothing. Used excludes req; Allowed says whether req would be admitted.
+// It always asks Redis. Errors are as for Allow.
+func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
+	return e.peek(ctx, req)
+}
+
+// Reset clears the windows of limiter l for subject in scope, and its
+// block, everywhere the engine keeps them; an in-flight window frees its
+// slots. With hashed, subject is a stored hash, else an ErrInvalid error.
+func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
+	return e.reset(ctx, scope, l, subject, hashed)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/internal/testutil"
@@ -165,10 +164,7 @@ func TestCalendarItem(t *testing.T) {
 	}
 }
 
-// enginePeek is the engine's peek, which package engine keeps for the
-// module (internal/access).
+// enginePeek is the engine's Peek.
 func enginePeek(e *engine.Engine, ctx context.Context, req engine.Request) (engine.Decision, error) {
-	d, err := access.EnginePeek(e, ctx, req)
-	dec, _ := d.(engine.Decision)
-	return dec, err
+	return e.Peek(ctx, req)
 }

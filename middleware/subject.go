@@ -10,9 +10,8 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// subject returns the subject under which the middleware built with opts
-// counts value in the windows of a limiter of kind, for the root
-// package's Peek and Reset (access.MiddlewareSubject):
+// Subject returns the subject under which middleware built with opts counts
+// value in the windows of a limiter of kind, as engine.Check takes it:
 //
 //   - rules.IP: value is a client address, canonicalized as CanonicalizeIP
 //     does with the WithIPv6Prefix of opts; the canonical network itself
@@ -22,9 +21,9 @@ import (
 //     counts by client IP.
 //   - rules.Global: value is ignored; there is one subject per scope.
 //
-// It fails with an error matching lifecycle.ErrSubject for a value the
-// middleware never counts under kind, and with the options' errors.
-func subject(kind rules.Kind, value string, opts ...Option) (string, error) {
+// It fails for a value the middleware never counts under kind, and with
+// the options' errors.
+func Subject(kind rules.Kind, value string, opts ...Option) (string, error) {
 	c := configOf(opts)
 	if len(c.errs) > 0 {
 		return "", errors.Join(c.errs...)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
@@ -104,5 +103,5 @@ func TestSubjectErrors(t *testing.T) {
 // subjectOf is the middleware's mapping of values to subjects, as the root
 // package's Peek and Reset reach it.
 func subjectOf(kind rules.Kind, value string, opts ...middleware.Option) (string, error) {
-	return access.MiddlewareSubject(kind, value, opts)
+	return middleware.Subject(kind, value, opts...)
 }

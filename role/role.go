@@ -31,7 +31,6 @@ import (
 	"context"
 	"slices"
 
-	"github.com/slidelimit/slidelimit/internal/rulehooks"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -99,7 +98,7 @@ func (p Policy) Check(g rules.Group) error {
 	for i, r := range p.Roles {
 		declared[i] = string(r)
 	}
-	return rulehooks.CheckRoles(g, declared)
+	return g.CheckRoles(declared)
 }
 
 // Resolution is the outcome of Policy.Resolve for one request.

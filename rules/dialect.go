@@ -4,25 +4,27 @@ import (
 	"strconv"
 )
 
-// dialect adapts the rule language to a transport other than net/http,
-// such as gRPC (contrib/grpclimit, through internal/lifecycle.Dialect), whose
-// requests lack some of HTTP's parts and whose outcomes are not HTTP
-// statuses. The zero dialect reads the language exactly as Parse does.
-type dialect struct {
-	// limiter, when not nil, is called for every limiter of the group, in
-	// text order; a non-nil error rejects the group with an *Error at the
-	// limiter's offset whose reason is the error's text.
-	limiter func(l Limiter) error
-	// countItem, when not nil, reads the items of a count: statement in
-	// place of HTTP statuses, returning an item's canonical spelling or
+// Dialect adapts the rule language to a transport other than net/http,
+// such as gRPC (contrib/grpclimit). Its requests may lack some of HTTP's
+// parts, and its outcomes may not be HTTP statuses. The zero Dialect
+// reads the language exactly as Parse does. A Dialect is safe for
+// concurrent use when its functions are.
+type Dialect struct {
+	// Limiter, when not nil, is called for every limiter of the group, in
+	// text order. A non-nil error rejects the group with an *Error at the
+	// limiter's offset, whose reason is the error's text.
+	Limiter func(l Limiter) error
+	// CountItem, when not nil, reads the items of a count: statement in
+	// place of HTTP statuses. It returns an item's canonical spelling, or
 	// why the text is not an item (an *Error at the item's offset). A
 	// canonical item listed twice is an error.
-	countItem func(item string) (string, error)
+	CountItem func(item string) (string, error)
 }
 
-// parse parses s as Parse does, with the changes d makes.
-func (d dialect) parse(s string) (Group, error) {
-	if d.limiter == nil && d.countItem == nil {
+// Parse parses s as the package's Parse does, with the changes d makes.
+// Errors are of type *Error.
+func (d Dialect) Parse(s string) (Group, error) {
+	if d.Limiter == nil && d.CountItem == nil {
 		return Parse(s)
 	}
 	p := parser{s: s, pos: map[string]int{"": 0}}
@@ -30,22 +32,22 @@ func (d dialect) parse(s string) (Group, error) {
 		return Group{}, err
 	}
 	items := p.g.Count
-	if d.countItem != nil {
+	if d.CountItem != nil {
 		p.g.Count = nil // checked below, by d rather than as HTTP statuses
 	}
 	if err := check(p.g, s, p.pos); err != nil {
 		return Group{}, err
 	}
-	if d.limiter != nil {
+	if d.Limiter != nil {
 		if err := d.limiters(&p); err != nil {
 			return Group{}, err
 		}
 	}
-	if d.countItem != nil && len(items) > 0 {
+	if d.CountItem != nil && len(items) > 0 {
 		canon := make([]string, len(items))
 		for i, it := range items {
 			at := p.pos["Count["+strconv.Itoa(i)+"]"]
-			c, err := d.countItem(it)
+			c, err := d.CountItem(it)
 			if err != nil {
 				return Group{}, invalidErr(s, at, "%v", err)
 			}
@@ -61,11 +63,11 @@ func (d dialect) parse(s string) (Group, error) {
 	return p.g, nil
 }
 
-// limiters calls d.limiter on every limiter of the group p parsed,
+// limiters calls d.Limiter on every limiter of the group p parsed,
 // reporting the first error at its limiter's offset.
-func (d dialect) limiters(p *parser) *Error {
+func (d Dialect) limiters(p *parser) *Error {
 	check := func(ns string, l Limiter) *Error {
-		if err := d.limiter(l); err != nil {
+		if err := d.Limiter(l); err != nil {
 			return invalidErr(p.s, p.pos[ns], "%v", err)
 		}
 		return nil

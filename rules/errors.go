@@ -46,16 +46,15 @@ type Error struct {
 
 	// ns and token, set when Input is a group's canonical form, name the
 	// offending element (its validator namespace) and its text, so that
-	// relocate can find it in the group as written.
+	// Relocate can find it in the group as written.
 	ns, token string
 }
 
-// relocate returns e pointing into text, the rule group as the user wrote
-// it, when e points into the canonical form of that group instead, as the
-// errors of checkRoles (and so of role.Policy.Check) do: statements may be
-// written in any order, so an offset in the canonical form is not one in
-// text. Otherwise it returns e.
-func (e *Error) relocate(text string) *Error {
+// Relocate returns e pointing into text, the group as the user wrote it,
+// when e points into the group's canonical form (as Group.CheckRoles's
+// errors do). Statements may be written in any order. Otherwise it
+// returns e.
+func (e *Error) Relocate(text string) *Error {
 	if e == nil || e.ns == "" {
 		return e
 	}

@@ -6,12 +6,11 @@ import (
 	"strings"
 )
 
-// checkRoles reports whether g names only roles of declared in its exempt:
-// and role(...)= statements (role.Policy.Check). An empty
-// declared checks nothing. The returned *Error, for the first undeclared
-// role in g.String(), points into g.String() (relocate points it into the
-// text as written), names the role and lists the declared ones.
-func (g Group) checkRoles(declared []string) error {
+// CheckRoles returns an *Error when g names a role outside declared in an
+// exempt: or role(...)= statement; an empty declared checks nothing. The
+// error names the first such role, lists the declared ones, and points
+// into g.String() (Error.Relocate points it into the text as written).
+func (g Group) CheckRoles(declared []string) error {
 	if len(declared) == 0 {
 		return nil
 	}

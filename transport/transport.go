@@ -70,7 +70,7 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 	if d != nil {
 		t.t.Decider = d // a nil Decider must stay a nil interface
 	}
-	if errs := lifecycle.TransportOptions(&t.t, opts); len(errs) > 0 {
+	if errs := middleware.ConfigureTransport(&t.t, opts...); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
 	return t, nil
@@ -84,7 +84,7 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 // the roles against the WithPolicy policy (a nil t checks none). Errors
 // are *rules.Error values pointing into text as written.
 func (t *Transport) Parse(text string, limiter func(rules.Limiter) error, countItem func(item string) (string, error)) (rules.Group, error) {
-	g, err := lifecycle.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
+	g, err := rules.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
 	if err == nil && t != nil {
 		err = lifecycle.Relocate(t.t.Policy.Check(g), text)
 	}

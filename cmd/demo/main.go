@@ -31,7 +31,6 @@ import (
 	// without one.
 	_ "time/tzdata"
 
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -155,7 +154,6 @@ func serve(ctx context.Context, addr, redisURL, cluster string, logger *slog.Log
 	defer d.lim.Close()
 
 	logger.Info("backend", "redis", b.desc)
-	logger.Info("fail mode (engine default, for groups without fail:)", "mode", access.EngineFailMode(access.LimiterEngine(d.lim)))
 	logger.Info("roles counted by IP in user limiters", "roles", roleAdmin)
 	d.logRoutes(logger)
 

@@ -7,7 +7,6 @@ import (
 	"net/http"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/internal/access"
 )
 
 // maxRulesBody bounds the rule text a PUT /admin/rules may send.
@@ -22,16 +21,15 @@ func (a *admin) rules(w http.ResponseWriter, r *http.Request) {
 	if !requireRole(w, r, roleSuperadmin) {
 		return
 	}
-	// The Limiter lists its overrides on its operator's page; the demo's
-	// JSON API reads them as the page does.
-	version, in, err := access.LimiterRules(a.lim, r.Context())
+	// The Limiter lists its overrides on its operator's page too.
+	version, in, err := a.lim.RuleOverrides(r.Context())
 	if err != nil {
 		a.storeFailed(w, r, "", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
-		Version   int64             `json:"version"`
-		Overrides []access.Override `json:"overrides"`
+		Version   int64                     `json:"version"`
+		Overrides []slidelimit.RuleOverride `json:"overrides"`
 	}{version, in})
 }
 

@@ -4,10 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/tally"
@@ -113,7 +114,7 @@ func (h *handler) shownValue(limiterID, value string, byIP bool) string {
 // subject of limiter limiterID in scope: a stored hash is one; a
 // fingerprint is looked for among the last hour's denied subjects.
 func (h *handler) resolve(ctx context.Context, scope, limiterID, ref string) (stored string, hashed bool, err error) {
-	if access.IsStoredHash(ref) {
+	if keyparts.IsStoredHash(ref) {
 		return ref, true, nil
 	}
 	if !strings.HasPrefix(ref, fingerprintPrefix) {

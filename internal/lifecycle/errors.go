@@ -8,7 +8,7 @@ import (
 // The errors of the steps before the handler, for every transport; their
 // text says "middleware:", the package users configure them through, and
 // middleware.ErrBadRequest is ErrBadRequest. NewRules reports ErrNoFinish
-// through NoFinishError.
+// as Transport.NoFinish.
 var (
 	// ErrCost means a cost function failed or returned a cost below 1. The
 	// request is not counted and is answered with 500, or with 400 when the
@@ -92,9 +92,3 @@ func (e *LimitError) Error() string {
 
 // Unwrap returns ErrLimit and the cause.
 func (e *LimitError) Unwrap() []error { return []error{ErrLimit, e.Err} }
-
-// NoFinishError returns the error NewRules reports for a group with work
-// after the handler whose Decider cannot finish requests. Package
-// middleware sets it to its *ConfigError wrapping ErrNoFinish, the type
-// users see from every transport.
-var NoFinishError = func() error { return ErrNoFinish }

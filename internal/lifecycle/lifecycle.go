@@ -13,7 +13,7 @@
 // events hooks receive (Event). So does what the module's packages need of
 // a rule group beyond package rules' API (group.go: Lists, Counts, limit
 // functions' Resolve) and the rule language of other transports
-// (dialect.go: Dialect, Relocate).
+// (dialect.go: Relocate; rules.Dialect parses).
 package lifecycle
 
 import (

@@ -1,8 +1,10 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -37,24 +39,24 @@ type Transport struct {
 	Settle  map[string]Settle
 	Logger  *slog.Logger
 	Hooks   []func(Event)
+	// Limits are the limit functions of the options (WithLimitFunc), which
+	// the root package's throttles call; the rules read them elsewhere.
+	Limits map[string]func(*http.Request) (int64, error)
 	// Noun names what the transport limits in log lines: "request" or
 	// "call".
 	Noun string
 	// Quotas makes a 429's Verdict list the windows the request does not
 	// fit in (Verdict.Quotas), which gRPC status details name.
 	Quotas bool
+	// NoFinish is what NewRules reports for a group with work after the
+	// handler whose Decider cannot finish requests; nil is ErrNoFinish.
+	// Package middleware's options set its *ConfigError.
+	NoFinish error
 
 	// backendLog keeps backend errors, which come with every request of an
 	// outage, to one warning per backendLogEvery.
 	backendLog logthrottle.Throttle
 }
-
-// TransportOptions sets on t what middleware options (a
-// []middleware.Option) configure for every transport — policy, client
-// addresses, settlements, logger, hooks — and returns their errors,
-// refusing net/http's own options. Package middleware, which owns the
-// options, sets it.
-var TransportOptions func(t *Transport, opts any) []error
 
 // backendLogEvery is the least time between two warnings about backend
 // errors of one transport instance.
@@ -83,7 +85,7 @@ type Rules struct {
 // transport's (an HTTP status, a gRPC code) is listed in g's count:
 // statement. plan, when not nil, is called with every plan NewRules makes,
 // for the transport to check it and attach what it keeps per plan
-// (Plan.Transport). NewRules fails with NoFinishError() when g has work after
+// (Plan.Transport). NewRules fails with t.NoFinish when g has work after
 // the handler and t's decider cannot finish requests, and with plan's
 // errors.
 func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(status int) bool, plan func(role string, p *Plan) error) (*Rules, []error) {
@@ -96,7 +98,7 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 	t.backendLog.Every = backendLogEvery
 	r.finisher, _ = t.Decider.(Finisher)
 	if t.Decider != nil && r.finisher == nil && (len(g.Count) > 0 || HoldsSlots(&g) || len(t.Settle) > 0) {
-		errs = append(errs, NoFinishError())
+		errs = append(errs, cmp.Or(t.NoFinish, ErrNoFinish))
 	}
 	for role, ls := range Lists(&g) {
 		if _, dup := r.byRole[role]; dup && role != "" {

@@ -18,7 +18,7 @@
 // The Store subscribes on a connection of its own, beside the engine's
 // invalidation subscription (engine/cache.go), rather than sharing its
 // receive loop: the two are switched independently (engine.WithCachedDenials
-// and the root's rules check, which tests set through internal/access), the engine's loop measures its own
+// and the root's rules check, which tests set in export_test.go), the engine's loop measures its own
 // subscription's health for cached denials, and a change of overrides is
 // rare and may wait for a version check, where an invalidation may not.
 package overrides

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -56,7 +55,7 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 
 // BenchmarkTallyNote measures Note alone on one hot subject.
 func BenchmarkTallyNote(b *testing.B) {
-	tl := newTallies(access.Store{}) // never written
+	tl := New(Store{}) // never written
 	d := denial("s", "hot")
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -68,7 +67,7 @@ func BenchmarkTallyNote(b *testing.B) {
 
 // BenchmarkTallyNoteSerial is BenchmarkTallyNote from one goroutine.
 func BenchmarkTallyNoteSerial(b *testing.B) {
-	tl := newTallies(access.Store{}) // never written
+	tl := New(Store{}) // never written
 	d := denial("s", "hot")
 	b.ReportAllocs()
 	for b.Loop() {

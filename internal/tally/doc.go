@@ -5,7 +5,7 @@
 // # Denial tallies
 //
 // The engine reports every denial of Allow by a window (by Redis, the
-// fallback limiter or the cache of denials) to a hook (access.Denial);
+// fallback limiter or the cache of denials) to a hook (engine.WithDenialHook);
 // [Tallies.Note] adds one, in process, to its (scope, limiter ID, subject
 // of the denying check), and a goroutine ([Tallies.Start]) writes what was
 // added every [DefaultFlush] in one pipeline, so that the tallies of
@@ -23,6 +23,6 @@
 // dropped and counted ([Tallies.Stats]), and logged once until writes
 // succeed again. [Tallies.TopDenied] reads them. The root package creates
 // a Limiter's tallies, wires the engine's hook and stops the writer on
-// Close; the period is 1 s (tests set it, or turn the tallies off,
-// through internal/access).
+// Close; the period is 1 s (the root package's tests set it, or turn the
+// tallies off, in its export_test.go).
 package tally

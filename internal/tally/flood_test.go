@@ -31,7 +31,9 @@ func TestTallyFloodBounded(t *testing.T) {
 	_, c := startRedis(t)
 	clk := newFakeClock()
 	prefix := testPrefix(t)
-	tl := New(newEngine(t, c, engine.WithPrefix(prefix), engine.WithClock(clk.Now)))
+	st := storeOf(newEngine(t, c, engine.WithPrefix(prefix), engine.WithClock(clk.Now)))
+	st.Now = clk.Now
+	tl := New(st)
 	ctx := context.Background()
 	before := redistest.UsedMemory(t, c)
 	var ms runtime.MemStats

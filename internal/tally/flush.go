@@ -5,7 +5,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/backenderr"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -76,7 +77,7 @@ func (t *Tallies) flush(keys []key, counts []int64) {
 	if t.store.Down() {
 		// Known down (see engine/health.go): no dial, no wait, as for
 		// decisions.
-		t.writeFailed(total, access.ErrNotAsked)
+		t.writeFailed(total, backenderr.ErrNotAsked)
 		return
 	}
 	t.remember(keys)
@@ -127,14 +128,14 @@ func (t *Tallies) writeFailed(n int64, err error) {
 // subject the keys store hashed is stored hashed here too (its '#' marks
 // it: escaping removes it from subjects stored as is).
 func (t *Tallies) member(b []byte, k key) []byte {
-	b = t.store.AppendEscaped(b, k.scope)
+	b = keyparts.AppendEscaped(b, k.scope)
 	b = append(b, '|')
-	b = t.store.AppendEscaped(b, rules.Limiter{Kind: k.kind, Name: k.name, Cost: k.cost}.ID())
+	b = keyparts.AppendEscaped(b, rules.Limiter{Kind: k.kind, Name: k.name, Cost: k.cost}.ID())
 	b = append(b, '|')
 	if k.hashed {
 		return append(b, k.subject...)
 	}
-	return t.store.AppendEscaped(b, k.subject)
+	return keyparts.AppendEscaped(b, k.subject)
 }
 
 // remember records what to show of the hashed subjects of keys, for

@@ -16,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -29,25 +28,51 @@ func testPrefix(t testing.TB) string {
 	return "t" + hex.EncodeToString(b[:]) + ":"
 }
 
+// testEngine is what newEngine keeps of an engine: its client, and the
+// tallies its denial hook feeds once withTallies sets them.
+type testEngine struct {
+	client engine.Client
+	feeds  atomic.Pointer[Tallies]
+}
+
+// engines maps each engine newEngine made to its testEngine.
+var engines sync.Map
+
 // newEngine returns an engine on c, closed at the test's end, with a
-// timeout for busy test machines unless opts set one.
+// timeout for busy test machines unless opts set one. Its denial hook
+// feeds the tallies withTallies gives it.
 func newEngine(t testing.TB, c engine.Client, opts ...engine.Option) *engine.Engine {
 	t.Helper()
-	opts = append([]engine.Option{engine.WithTimeout(5 * time.Second)}, opts...)
+	te := &testEngine{client: c}
+	hook := engine.WithDenialHook(func(d engine.Denial) {
+		if tl := te.feeds.Load(); tl != nil {
+			tl.Note(d)
+		}
+	})
+	opts = append([]engine.Option{engine.WithTimeout(5 * time.Second), hook}, opts...)
 	e, err := engine.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close() })
+	engines.Store(e, te)
+	t.Cleanup(func() { e.Close(); engines.Delete(e) })
 	return e
+}
+
+// storeOf returns the Store of e's tallies, as the root package builds
+// it, with the test engines' write deadline.
+func storeOf(e *engine.Engine) Store {
+	te, _ := engines.Load(e)
+	return Store{Client: te.(*testEngine).client, Prefix: e.Prefix(), Timeout: 5 * time.Second, Log: e.Logger(), Down: e.Down}
 }
 
 // withTallies returns e's tallies, fed by its denial hook and written
 // every flush (not written when flush is 0), as the root package wires
 // them; they are closed at the test's end, before the engine.
 func withTallies(t testing.TB, e *engine.Engine, flush time.Duration) *Tallies {
-	tl := New(e)
-	access.SetDenialHook(e, tl.Note)
+	tl := New(storeOf(e))
+	te, _ := engines.Load(e)
+	te.(*testEngine).feeds.Store(tl)
 	if flush > 0 {
 		tl.Start(flush)
 	}
@@ -67,8 +92,8 @@ func win(limit int64, period time.Duration) rules.Window {
 }
 
 // denial is a denial of subject, stored as is, by a user limiter.
-func denial(scope, subject string) access.Denial {
-	return access.Denial{Scope: scope, Kind: rules.User, Subject: subject}
+func denial(scope, subject string) engine.Denial {
+	return engine.Denial{Scope: scope, Kind: rules.User, Subject: subject}
 }
 
 // storedHash is the engine's stored hash of subject without a secret.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -127,7 +127,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	}
 	d := top[0]
 	if d.Denied != 2 || !d.Truncated || d.Hashed || len(d.Subject) != preview || !strings.HasPrefix(d.Subject, "header:key-") ||
-		!access.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
+		!keyparts.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
 		t.Fatalf("top entry: %+v", d)
 	}
 	// The hash is the key's: it finds the subject's windows and block.
@@ -138,12 +138,11 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	}
 	peek := req(d.Hash)
 	peek.Checks[0].Hashed = true
-	pa, err := access.EnginePeek(e, ctx, peek)
-	p, _ := pa.(engine.Decision)
+	p, err := e.Peek(ctx, peek)
 	if err != nil || !p.Blocked || p.Windows[0].Used != 1 {
 		t.Fatalf("peek by hash: %+v, %v; want blocked, 1 used", p, err)
 	}
-	if err := access.EngineReset(e, ctx, "GET /x", peek.Checks[0].Limiter, d.Hash, true); err != nil {
+	if err := e.Reset(ctx, "GET /x", peek.Checks[0].Limiter, d.Hash, true); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := e.Allow(ctx, req(raw)); err != nil || !a.Allowed {
@@ -162,7 +161,9 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 func TestTallyLargeFlood(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	tl := New(newEngine(t, c, engine.WithPrefix(testPrefix(t)), engine.WithTimeout(100*time.Millisecond)))
+	st := storeOf(newEngine(t, c, engine.WithPrefix(testPrefix(t)), engine.WithTimeout(100*time.Millisecond)))
+	st.Timeout = 100 * time.Millisecond // the engine's default
+	tl := New(st)
 	ctx := context.Background()
 	const flood, size, abuse = 300, 2 << 20, 304
 	// Distinct subjects without 600 MiB of allocations: views of one
@@ -170,11 +171,11 @@ func TestTallyLargeFlood(t *testing.T) {
 	buf := make([]byte, size+flood)
 	rand.Read(buf)
 	big := string(buf)
-	abuser := access.Denial{Scope: "GET /files", Kind: rules.Header, Subject: "header:abuser"}
+	abuser := engine.Denial{Scope: "GET /files", Kind: rules.Header, Subject: "header:abuser"}
 	abused := 0
 	for i := range flood {
 		s := big[i : i+size]
-		tl.Note(access.Denial{Scope: "GET /files", Kind: rules.Header, Subject: storedHash(s), Shown: s[:48], Hashed: true, Cut: true})
+		tl.Note(engine.Denial{Scope: "GET /files", Kind: rules.Header, Subject: storedHash(s), Shown: s[:48], Hashed: true, Cut: true})
 		if i%10 == 0 {
 			tl.Note(abuser)
 			abused++
@@ -195,7 +196,7 @@ func TestTallyLargeFlood(t *testing.T) {
 	if top[0].Subject != "header:abuser" || top[0].Denied != abuse {
 		t.Fatalf("top: %s %d; want header:abuser %d", top[0].Subject, top[0].Denied, abuse)
 	}
-	if top[1].Denied != 1 || !top[1].Truncated || !access.IsStoredHash(top[1].Hash) {
+	if top[1].Denied != 1 || !top[1].Truncated || !keyparts.IsStoredHash(top[1].Hash) {
 		t.Fatalf("second: %+v; want a flood subject denied once, truncated, with its hash", top[1])
 	}
 }

@@ -1,6 +1,7 @@
 package tally
 
 import (
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -9,11 +10,16 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 const (
+	// defaultTimeout is the deadline of a write when the Store sets
+	// none: engine.WithTimeout's default.
+	defaultTimeout = 100 * time.Millisecond
 	// DefaultFlush is how often the denial tallies are written to Redis.
 	DefaultFlush = time.Second
 	// MinFlush and MaxFlush bound the period of the writes.
@@ -80,7 +86,7 @@ type Stats struct {
 	Failed int64
 }
 
-// key is what one denial counts for: an access.Denial, whose subject is
+// key is what one denial counts for: an engine.Denial, whose subject is
 // the stored subject (as is, or its stored hash when hashed). Its strings
 // may be views of the request's until owned.
 type key struct {
@@ -180,21 +186,42 @@ type Tallies struct {
 	namesMu sync.Mutex
 	names   map[string]shownName // stored hash -> what to show of the subject
 
-	store access.Store
+	store Store
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
 }
 
-// New returns the tallies of engine (an *engine.Engine), which write to
-// and read from its Redis under its prefix. They count what Note is given
-// and write nothing until Start.
-func New(engine any) *Tallies {
-	return newTallies(access.EngineStore(engine))
+// Store is what the tallies write to and read from Redis with: the
+// engine's client, key prefix and logger, the deadline of a write, the
+// clock, and whether the engine considers its server down (then the
+// tallies neither write nor read, as decisions do not ask it).
+type Store struct {
+	Client  interface{ Pipeline() redis.Pipeliner }
+	Prefix  string
+	Timeout time.Duration
+	Log     *slog.Logger
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+	// Down is engine.Engine.Down; nil is never down.
+	Down func() bool
 }
 
-// newTallies returns the tallies that write to and read from store.
-func newTallies(store access.Store) *Tallies {
+// New returns the tallies that write to and read from store. They count
+// what Note is given and write nothing until Start.
+func New(store Store) *Tallies {
+	if store.Now == nil {
+		store.Now = time.Now
+	}
+	if store.Down == nil {
+		store.Down = func() bool { return false }
+	}
+	if store.Log == nil {
+		store.Log = slog.Default()
+	}
+	if store.Timeout <= 0 {
+		store.Timeout = defaultTimeout
+	}
 	t := &Tallies{names: map[string]shownName{}, store: store}
 	for i := range t.shards {
 		t.shards[i].idx = make(map[key]int, shardCap)
@@ -203,7 +230,7 @@ func newTallies(store access.Store) *Tallies {
 }
 
 // Note counts d, a denial reported by the engine's hook.
-func (t *Tallies) Note(d access.Denial) {
+func (t *Tallies) Note(d engine.Denial) {
 	k := key{scope: d.Scope, kind: d.Kind, name: d.Name, cost: d.Cost, subject: d.Subject, shown: d.Shown, hashed: d.Hashed, cut: d.Cut}
 	if h := t.hot.Load(); h != nil && h.key == k && h.add(1) {
 		return

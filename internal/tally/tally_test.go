@@ -16,7 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/backenderr"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -112,7 +113,7 @@ func TestTallyHashed(t *testing.T) {
 	prefix := testPrefix(t)
 	e1 := newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s")))
 	t1 := withTallies(t, e1, 20*time.Millisecond)
-	t2 := New(newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s"))))
+	t2 := New(storeOf(newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s")))))
 	ctx := context.Background()
 	for range 3 {
 		e1.Allow(ctx, engine.One("s|c%pe", rules.User, "d|a#n%", win(1, time.Hour)))
@@ -125,7 +126,7 @@ func TestTallyHashed(t *testing.T) {
 		t.Fatalf("top of the denying process: %+v", top)
 	}
 	top, err := t2.TopDenied(ctx, time.Minute, 0)
-	if err != nil || len(top) != 1 || !top[0].Hashed || !access.IsStoredHash(top[0].Subject) || top[0].Denied != 2 {
+	if err != nil || len(top) != 1 || !top[0].Hashed || !keyparts.IsStoredHash(top[0].Subject) || top[0].Denied != 2 {
 		t.Fatalf("top of another process: %+v, %v", top, err)
 	}
 	if _, err := t1.TopDenied(ctx, 2*time.Hour, 0); !errors.Is(err, engine.ErrInvalid) {
@@ -137,7 +138,7 @@ func TestTallyHashed(t *testing.T) {
 // most keeps its count, the others' counts are dropped and counted.
 func TestTallyOverflow(t *testing.T) {
 	t.Parallel()
-	m := newTallies(access.Store{}) // never written
+	m := New(Store{}) // never written
 	for i := range 100000 {
 		m.Note(denial("s", "heavy"))
 		m.Note(denial("s", fmt.Sprint("once-", i)))
@@ -198,7 +199,7 @@ func TestTallyOutage(t *testing.T) {
 // goroutines while writes take the tallies: every denial is counted once.
 func TestTallyHotExact(t *testing.T) {
 	t.Parallel()
-	tl := newTallies(access.Store{}) // never written
+	tl := New(Store{}) // never written
 	pattern := []string{"a", "a", "a", "b", "a", "a", "c", "b"}
 	const workers, each = 8, 20000
 	want := map[string]int64{}
@@ -257,7 +258,7 @@ func TestTopDeniedWhileDown(t *testing.T) {
 		_, _ = e.Allow(context.Background(), r)
 	}
 	_, err := tl.TopDenied(context.Background(), time.Minute, 10)
-	if !errors.Is(err, access.ErrNotAsked) || !errors.Is(err, engine.ErrBackend) {
+	if !errors.Is(err, backenderr.ErrNotAsked) || !errors.Is(err, engine.ErrBackend) {
 		t.Fatalf("TopDenied while down: %v, want not asked and ErrBackend", err)
 	}
 }
@@ -267,7 +268,7 @@ func TestTopDeniedWhileDown(t *testing.T) {
 // the process's goroutines.
 func TestTallyNoGoroutines(t *testing.T) {
 	_, c := startRedis(t)
-	tl := New(newEngine(t, c, engine.WithPrefix(testPrefix(t))))
+	tl := New(storeOf(newEngine(t, c, engine.WithPrefix(testPrefix(t)))))
 	before := runtime.NumGoroutine()
 	tl.Start(MaxFlush)
 	tl.Note(denial("s", "u"))

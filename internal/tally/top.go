@@ -5,14 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/backenderr"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 )
 
 // TopDenied returns the n (scope, limiter, subject) entries denied most in
@@ -34,7 +34,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 		// Known down (see engine/health.go): through the pool, each
 		// operator page view would wait for its deadline and go-redis
 		// would log a failed dial per retry of the pipeline.
-		return nil, access.BackendError("tally", access.ErrNotAsked)
+		return nil, &backenderr.Error{Op: "tally", Err: backenderr.ErrNotAsked}
 	}
 	span := coarseBucket
 	if since <= fineSpan {
@@ -51,7 +51,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 		cmds = append(cmds, pipe.ZRangeWithScores(ctx, key, 0, -1))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, access.BackendError("tally", err)
+		return nil, &backenderr.Error{Op: "tally", Err: err}
 	}
 	sums := map[string]int64{}
 	for _, c := range cmds {
@@ -91,9 +91,9 @@ func (t *Tallies) parseMember(m string) (Denials, bool) {
 	}
 	var d Denials
 	var ok1, ok2, ok3 bool
-	d.Scope, ok1 = unescape(parts[0])
-	d.Limiter, ok2 = unescape(parts[1])
-	d.Subject, ok3 = unescape(parts[2])
+	d.Scope, ok1 = keyparts.Unescape(parts[0])
+	d.Limiter, ok2 = keyparts.Unescape(parts[1])
+	d.Subject, ok3 = keyparts.Unescape(parts[2])
 	if !ok1 || !ok2 || !ok3 {
 		return Denials{}, false
 	}
@@ -107,28 +107,4 @@ func (t *Tallies) parseMember(m string) (Denials, bool) {
 		}
 	}
 	return d, true
-}
-
-// unescape reverses access.Store.AppendEscaped.
-func unescape(s string) (string, bool) {
-	if !strings.Contains(s, "%") {
-		return s, true
-	}
-	b := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b = append(b, s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", false
-		}
-		v, err := strconv.ParseUint(s[i+1:i+3], 16, 8)
-		if err != nil {
-			return "", false
-		}
-		b = append(b, byte(v))
-		i += 2
-	}
-	return string(b), true
 }

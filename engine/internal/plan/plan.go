@@ -14,7 +14,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/slidelimit/slidelimit/internal/access"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -169,7 +169,7 @@ func checkRequest(req *Request) error {
 // has an in-flight window, its rate key if it has rate windows.
 func (p *Plan) addCheck(k *Keyer, req *Request, i int) error {
 	c := &req.Checks[i]
-	if c.Hashed && !access.IsStoredHash(c.Subject) {
+	if c.Hashed && !keyparts.IsStoredHash(c.Subject) {
 		return &Error{Check: i, Window: -1, Reason: "a Hashed check's subject is not a stored hash"}
 	}
 	kc := KeyCost(&c.Limiter)

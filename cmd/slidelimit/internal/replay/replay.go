@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/access"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -107,7 +106,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	client := lifecycle.ClientIP{V6Bits: lifecycle.DefaultIPv6Prefix}
 	if cfg.IPv6Prefix != 0 {
-		if _, err := access.MiddlewareSubject(rules.IP, "::1", []middleware.Option{middleware.WithIPv6Prefix(cfg.IPv6Prefix)}); err != nil {
+		if _, err := middleware.Subject(rules.IP, "::1", middleware.WithIPv6Prefix(cfg.IPv6Prefix)); err != nil {
 			return nil, &ConfigError{fmt.Errorf("replay: -ipv6-prefix: %w", err)}
 		}
 		client.V6Bits = cfg.IPv6Prefix

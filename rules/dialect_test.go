@@ -1,4 +1,4 @@
-package lifecycle_test
+package rules_test
 
 import (
 	"errors"
@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // upperWords is a test dialect: no param limiters, and count items are
 // words, canonically upper case.
-var upperWords = lifecycle.Dialect{
+var upperWords = rules.Dialect{
 	Limiter: func(l rules.Limiter) error {
 		if l.Kind == rules.Param {
 			return fmt.Errorf("%s has no path here", l.ID())
@@ -70,7 +69,7 @@ func TestZeroDialectIsParse(t *testing.T) {
 	t.Parallel()
 	for _, in := range []string{"ip:5/s; param(id):1/min; count:401,5xx", "ip:5/s; count:fail"} {
 		g1, err1 := rules.Parse(in)
-		g2, err2 := lifecycle.Dialect{}.Parse(in)
+		g2, err2 := rules.Dialect{}.Parse(in)
 		if !reflect.DeepEqual(g1, g2) || fmt.Sprint(err1) != fmt.Sprint(err2) {
 			t.Errorf("%q: Parse = %v, %v; Dialect{}.Parse = %v, %v", in, g1, err1, g2, err2)
 		}
