@@ -29,6 +29,3 @@ func buildPlan(p *plan.Plan, k *keyer, req *Request) error {
 	}
 	return err
 }
-
-// appendEscaped appends s to b escaped as in keys (see plan.AppendEscaped).
-func appendEscaped(b []byte, s string) []byte { return plan.AppendEscaped(b, s) }

@@ -1,6 +1,9 @@
 package plan
 
-import "github.com/slidelimit/slidelimit/internal/rulelimits"
+import (
+	"github.com/slidelimit/slidelimit/internal/keyparts"
+	"github.com/slidelimit/slidelimit/internal/rulelimits"
+)
 
 // Distinct values (Check.Distinct, the rule statement distinct:NAME): a
 // check that names a value counts the value in its count key instead of the
@@ -24,7 +27,7 @@ func (k *Keyer) appendDistinct(b []byte, value string) []byte {
 	if k.HashAll || len(value) > MaxRawSubject {
 		return k.AppendHashed(b, value)
 	}
-	return appendEscaped(b, value)
+	return keyparts.AppendEscaped(b, value)
 }
 
 // distinct records that check i counts value in its count key idx.

@@ -619,34 +619,6 @@ func (k *keyArg) String() string { return k.s }
 // hashed so that keys stay short.
 const MaxRawSubject = 128
 
-// escaped marks the bytes percent-encoded in keys (see the package
-// documentation for the key format): the separators, the braces, the escape
-// and hash markers, and space and control bytes, which keep keys readable
-// in redis-cli.
-var escaped = func() (t [256]bool) {
-	for c := range 0x21 {
-		t[c] = true
-	}
-	for _, c := range "%{}|:#\x7f" {
-		t[c] = true
-	}
-	return t
-}()
-
-const hexDigits = "0123456789ABCDEF"
-
-func appendEscaped(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if escaped[c] {
-			b = append(b, '%', hexDigits[c>>4], hexDigits[c&15])
-		} else {
-			b = append(b, c)
-		}
-	}
-	return b
-}
-
 // Keyer builds Redis keys. It is safe for concurrent use.
 type Keyer struct {
 	Lease   int64 // the slot lease in µs (WithLease), the period of a slot key's window
@@ -669,10 +641,6 @@ func NewKeyer(prefix string, hashAll bool, secret []byte, lease time.Duration) *
 // Prefix returns the prefix of every key.
 func (k *Keyer) Prefix() string { return k.prefix }
 
-// AppendEscaped appends s to b as keys write a scope, a name or a subject:
-// the separators, braces, markers, spaces and control bytes percent-encoded.
-func AppendEscaped(b []byte, s string) []byte { return appendEscaped(b, s) }
-
 // AppendKey appends the key of (scope, limiter, subject) to b. cost is the
 // limiter's key cost (see keyCost): "" for a count key, whose name is its
 // hash tag of three segments; a weighted key has a fourth, the cost, after
@@ -686,12 +654,12 @@ func (k *Keyer) AppendKey(b []byte, scope string, kind rules.Kind, name, cost, s
 func (k *Keyer) AppendKeyOf(b []byte, scope string, kind rules.Kind, name, cost, subject string, hashed bool) []byte {
 	b = append(b, k.prefix...)
 	b = append(b, '{')
-	b = appendEscaped(b, scope)
+	b = keyparts.AppendEscaped(b, scope)
 	b = append(b, '|')
-	b = appendEscaped(b, string(kind))
+	b = keyparts.AppendEscaped(b, string(kind))
 	if name != "" {
 		b = append(b, ':')
-		b = appendEscaped(b, name)
+		b = keyparts.AppendEscaped(b, name)
 	}
 	b = append(b, '|')
 	switch {
@@ -700,7 +668,7 @@ func (k *Keyer) AppendKeyOf(b []byte, scope string, kind rules.Kind, name, cost,
 	case k.HashAll || len(subject) > MaxRawSubject:
 		b = k.AppendHashed(b, subject)
 	default:
-		b = appendEscaped(b, subject)
+		b = keyparts.AppendEscaped(b, subject)
 	}
 	b = append(b, '}')
 	if cost != "" {
@@ -708,7 +676,7 @@ func (k *Keyer) AppendKeyOf(b []byte, scope string, kind rules.Kind, name, cost,
 		// cost keys) lives in one cluster slot, so that one script call
 		// decides or finishes a request of a subject.
 		b = append(b, '|')
-		b = appendEscaped(b, cost)
+		b = keyparts.AppendEscaped(b, cost)
 	}
 	return b
 }
