@@ -35,7 +35,7 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-func (e *Engine) channel() string { return e.keyer.prefix + "invalidate" }
+func (e *Engine) channel() string { return e.keyer.Prefix() + "invalidate" }
 
 // listen starts the subscription to the invalidation channel. It waits up
 // to a second (or the engine's timeout, if longer) for the first

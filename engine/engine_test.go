@@ -44,7 +44,7 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.timeout != time.Second || e.fail != rules.FailOpen || e.keyer.prefix != "x:" || e.local.MaxKeys() != 5 {
+	if e.timeout != time.Second || e.fail != rules.FailOpen || e.keyer.Prefix() != "x:" || e.local.MaxKeys() != 5 {
 		t.Errorf("options not applied: %+v", e)
 	}
 	if e.group != groupAll || groupingOf(redis.NewClusterClient(&redis.ClusterOptions{})) != groupSlot ||

@@ -27,27 +27,12 @@ var (
 	ErrClosed = errors.New("engine: closed")
 )
 
-// backendError reports that Redis could not do what an operation asked.
-// It unwraps to the underlying error (a go-redis, network or context
-// error, a reply the engine does not understand, or errNotAsked) and
-// matches ErrBackend.
-type backendError struct {
-	// Op is the engine operation, such as "allow", "peek", "reset",
-	// "rollback" or "giveback".
-	Op string
-	// Err is the cause.
-	Err error
-}
-
-func (e *backendError) Error() string {
-	return "engine: redis " + e.Op + ": " + e.Err.Error()
-}
-
-// Unwrap returns the cause.
-func (e *backendError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrBackend.
-func (e *backendError) Is(target error) bool { return target == ErrBackend }
+// backendError reports that Redis could not do what an operation asked,
+// such as "allow", "peek", "reset", "rollback" or "giveback". It unwraps
+// to the cause (a go-redis, network or context error, a reply the engine
+// does not understand, or errNotAsked) and matches ErrBackend. The denial
+// tallies report their failures with the same type.
+type backendError = backenderr.Error
 
 // requestError reports a Request the engine cannot evaluate. It matches
 // ErrInvalid. A *plan.Error converts to it: their fields stay identical.

@@ -6,15 +6,11 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
-// keyer builds the engine's Redis keys; prefix is its prefix, which the
-// root package reads (prefix.go).
-type keyer struct {
-	*plan.Keyer
-	prefix string
-}
+// keyer builds the engine's Redis keys.
+type keyer struct{ *plan.Keyer }
 
 func newKeyer(c *config) *keyer {
-	return &keyer{Keyer: plan.NewKeyer(c.prefix, c.hashAll, c.secret, c.lease), prefix: c.prefix}
+	return &keyer{Keyer: plan.NewKeyer(c.prefix, c.hashAll, c.secret, c.lease)}
 }
 
 // buildPlan builds p, the plan of req, with the keys of k.

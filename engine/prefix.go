@@ -8,7 +8,7 @@ import (
 )
 
 // Prefix returns the key prefix of e's keys (WithPrefix).
-func (e *Engine) Prefix() string { return e.keyer.prefix }
+func (e *Engine) Prefix() string { return e.keyer.Prefix() }
 
 // Logger returns the logger e logs with (WithLogger).
 func (e *Engine) Logger() *slog.Logger { return e.log }
