@@ -24,7 +24,7 @@ import (
 // /admin/ui/ for the role ops.
 func keyService(t *testing.T, c engine.Client, prefix string, log *slog.Logger, opts ...slidelimit.Option) *httptest.Server {
 	t.Helper()
-	opts = append([]slidelimit.Option{slidelimit.WithEngineOptions(engine.WithPrefix(prefix),
+	opts = append([]slidelimit.Option{slidelimit.WithEngineOptions(engine.WithKeyPrefix(prefix),
 		engine.WithTimeout(5*time.Second), engine.WithLogger(log))}, opts...)
 	lim, err := slidelimit.New(c, opts...)
 	if err != nil {
@@ -82,7 +82,7 @@ func denials(top admin.TopAnswer) int64 {
 var hiddenField = regexp.MustCompile(`<input type="hidden" name="(\w+)" value="([^"]*)">`)
 
 // TestAdminMasksKeys: API keys (header subjects) are masked by default,
-// with WithHashSubjects too: the page, its forms, /api/top, /api/blocks,
+// with WithHashedSubjects too: the page, its forms, /api/top, /api/blocks,
 // a search's usage rows, a reset's answer and its log line never carry
 // them, only a fingerprint; the page's Lift block form lifts a key's
 // block by that fingerprint, from another process. A key over 128 bytes

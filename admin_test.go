@@ -42,7 +42,7 @@ func asUser(next http.Handler) http.Handler {
 // the admin handler under /admin/ui/ for the role ops.
 func adminService(t *testing.T, c engine.Client, prefix string, log *slog.Logger) *httptest.Server {
 	t.Helper()
-	lim, err := slidelimit.New(c, slidelimit.WithEngineOptions(engine.WithPrefix(prefix), engine.WithTimeout(5*time.Second),
+	lim, err := slidelimit.New(c, slidelimit.WithEngineOptions(engine.WithKeyPrefix(prefix), engine.WithTimeout(5*time.Second),
 		engine.WithLogger(log)))
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func newLoginServer(t *testing.T, client engine.Client) *loginServer {
 	t.Helper()
 	s := &loginServer{mux: http.NewServeMux(), prefix: "login" + rand.Text()[:8] + ":"}
 	lim, err := slidelimit.New(client,
-		slidelimit.WithEngineOptions(engine.WithPrefix(s.prefix), engine.WithTimeout(5*time.Second), engine.WithFailMode("closed")),
+		slidelimit.WithEngineOptions(engine.WithKeyPrefix(s.prefix), engine.WithTimeout(5*time.Second), engine.WithFailMode("closed")),
 		slidelimit.WithKeyFunc("account", func(r *http.Request) string { return r.PostFormValue("account") }),
 	)
 	if err != nil {

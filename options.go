@@ -90,7 +90,7 @@ func WithFailMode(m rules.FailMode) Option {
 // default is "slidelimit:". Processes that share windows and rule
 // overrides must use the same prefix.
 func WithKeyPrefix(prefix string) Option {
-	return func(c *config) { c.engine = append(c.engine, engine.WithPrefix(prefix)) }
+	return func(c *config) { c.engine = append(c.engine, engine.WithKeyPrefix(prefix)) }
 }
 
 // WithTimeout bounds each Redis call of a decision; the default is 100 ms.
@@ -108,7 +108,7 @@ func WithTimeout(d time.Duration) Option {
 // data. Every process sharing the windows must use the same secret; an
 // empty secret is plain SHA-256, which hides little.
 func WithHashedSubjects(secret []byte) Option {
-	return func(c *config) { c.engine = append(c.engine, engine.WithHashSubjects(secret)) }
+	return func(c *config) { c.engine = append(c.engine, engine.WithHashedSubjects(secret)) }
 }
 
 // WithCostFunc registers fn as the cost function name, as in

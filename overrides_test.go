@@ -41,7 +41,7 @@ func newProcess(t *testing.T, client engine.Client, prefix string, opts ...slide
 	t.Helper()
 	logger, logs := testutil.NewLogger(-4)
 	opts = append([]slidelimit.Option{
-		slidelimit.WithEngineOptions(engine.WithPrefix(prefix), engine.WithTimeout(time.Second), engine.WithLogger(logger)),
+		slidelimit.WithEngineOptions(engine.WithKeyPrefix(prefix), engine.WithTimeout(time.Second), engine.WithLogger(logger)),
 		slidelimit.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") }),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)

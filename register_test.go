@@ -226,7 +226,7 @@ func TestNewOptions(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { c.Close() })
-	for _, o := range []engine.Option{engine.WithNode(5000), engine.WithPrefix("{x}"), engine.WithTimeout(-1)} {
+	for _, o := range []engine.Option{engine.WithNode(5000), engine.WithKeyPrefix("{x}"), engine.WithTimeout(-1)} {
 		if _, err := slidelimit.New(c, slidelimit.WithEngineOptions(o)); !errors.Is(err, engine.ErrInvalid) {
 			t.Errorf("New = %v, want engine.ErrInvalid", err)
 		}

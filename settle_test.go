@@ -65,7 +65,7 @@ func TestSettleAbortedDownload(t *testing.T) {
 					return size, nil
 				}),
 				middleware.WithSettle("bytes", middleware.Settlement{Written: true}),
-			), slidelimit.WithEngineOptions(engine.WithPrefix(t.Name()+":"), engine.WithTimeout(5*time.Second)))
+			), slidelimit.WithEngineOptions(engine.WithKeyPrefix(t.Name()+":"), engine.WithTimeout(5*time.Second)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +150,7 @@ func TestSettleReported(t *testing.T) {
 						left.Store(ev.Decision.Windows[0].Remaining)
 					}
 				}),
-			), slidelimit.WithEngineOptions(engine.WithPrefix(t.Name()+":"), engine.WithTimeout(5*time.Second)))
+			), slidelimit.WithEngineOptions(engine.WithKeyPrefix(t.Name()+":"), engine.WithTimeout(5*time.Second)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func TestBlockHeaders(t *testing.T) {
 	for name, c := range backends(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			lim, err := slidelimit.New(c, slidelimit.WithEngineOptions(engine.WithPrefix(t.Name()+":"), engine.WithTimeout(5*time.Second)))
+			lim, err := slidelimit.New(c, slidelimit.WithEngineOptions(engine.WithKeyPrefix(t.Name()+":"), engine.WithTimeout(5*time.Second)))
 			if err != nil {
 				t.Fatal(err)
 			}

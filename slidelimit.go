@@ -83,14 +83,14 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	}
 	// Before the Limiter is returned, so before the engine decides: its
 	// denial hook reads tallies without a lock.
-	tallies = tally.New(tally.Store{Client: client, Prefix: e.Prefix(), Timeout: c.timeout, Log: e.Logger(), Down: e.Down})
+	tallies = tally.New(tally.Store{Client: client, Prefix: e.KeyPrefix(), Timeout: c.timeout, Log: e.Logger(), Down: e.Down})
 	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tallies,
 		maxHold: c.maxHold, roles: newRoleCheck(c.middleware)}
 	if c.tallyFlush > 0 {
 		l.tally.Start(c.tallyFlush)
 	}
 	if c.rulesCheck > 0 {
-		l.ov = overrides.New(client, e.Prefix(), c.rulesCheck, e.Logger())
+		l.ov = overrides.New(client, e.KeyPrefix(), c.rulesCheck, e.Logger())
 		l.ov.Start()
 	}
 	return l, nil

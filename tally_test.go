@@ -20,7 +20,7 @@ import (
 // minute, with the admin handler under /admin/ui/ for the role ops.
 func tallyService(t *testing.T, c engine.Client, prefix string, opts ...slidelimit.Option) (*slidelimit.Limiter, *httptest.Server) {
 	t.Helper()
-	opts = append([]slidelimit.Option{slidelimit.WithEngineOptions(engine.WithPrefix(prefix), engine.WithTimeout(5*time.Second))}, opts...)
+	opts = append([]slidelimit.Option{slidelimit.WithEngineOptions(engine.WithKeyPrefix(prefix), engine.WithTimeout(5*time.Second))}, opts...)
 	lim, err := slidelimit.New(c, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestCloseNoGoroutines(t *testing.T) {
 	c := redistest.Start(t).Client()
 	c.Ping(context.Background()) // let the client start what it starts
 	before := runtime.NumGoroutine()
-	lim, err := slidelimit.New(c, slidelimit.WithEngineOptions(engine.WithPrefix("t"+t.Name()+":")))
+	lim, err := slidelimit.New(c, slidelimit.WithEngineOptions(engine.WithKeyPrefix("t"+t.Name()+":")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestThrottleHeardBlockCapped(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { client.Close() })
-	lim, err := New(client, WithEngineOptions(engine.WithPrefix("capped:")))
+	lim, err := New(client, WithEngineOptions(engine.WithKeyPrefix("capped:")))
 	if err != nil {
 		t.Fatal(err)
 	}

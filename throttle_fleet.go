@@ -58,7 +58,7 @@ type subscriber interface {
 // that cannot subscribe) the waiters renew their entries instead of being
 // told, so order holds at the cost of a call per lease.
 func newFleet(t *Throttle) *fleet {
-	prefix := t.lim.engine.Prefix()
+	prefix := t.lim.engine.KeyPrefix()
 	f := &fleet{
 		t:       t,
 		prefix:  prefix,

@@ -22,7 +22,7 @@ import (
 func throttleLimiter(t *testing.T, client engine.Client, prefix string, opts ...slidelimit.Option) *slidelimit.Limiter {
 	t.Helper()
 	opts = append([]slidelimit.Option{
-		slidelimit.WithEngineOptions(engine.WithPrefix(prefix), engine.WithTimeout(2*time.Second)),
+		slidelimit.WithEngineOptions(engine.WithKeyPrefix(prefix), engine.WithTimeout(2*time.Second)),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)
 	if err != nil {

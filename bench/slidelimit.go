@@ -109,7 +109,7 @@ func newSlidelimitTallies(rdb *redis.Client, opts []engine.Option, tallies bool,
 		return nil, err
 	}
 	if tallies {
-		tl = tally.New(tally.Store{Client: rdb, Prefix: eng.Prefix(), Log: eng.Logger(), Down: eng.Down})
+		tl = tally.New(tally.Store{Client: rdb, Prefix: eng.KeyPrefix(), Log: eng.Logger(), Down: eng.Down})
 		tl.Start(tally.DefaultFlush)
 	}
 	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: cost, Windows: windows}

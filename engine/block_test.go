@@ -177,7 +177,7 @@ func TestBlock(t *testing.T) {
 					b.ttl(t, prefix)
 				}
 				clk := newFakeClock()
-				opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
+				opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
 				blockScenario(t, newEngine(t, b.c, opts...), clk)
 			})
 		}
@@ -207,8 +207,8 @@ func TestBlockCached(t *testing.T) {
 				cc.AddHook(hook)
 				c, other = cc, cl.Client(t)
 			}
-			e := newEngine(t, c, WithPrefix(prefix))
-			admin := newEngine(t, other, WithPrefix(prefix))
+			e := newEngine(t, c, WithKeyPrefix(prefix))
+			admin := newEngine(t, other, WithKeyPrefix(prefix))
 			waitTrusted(t, e)
 			ctx := context.Background()
 			r := req(blocked(ip("9.9.9.9", win(1, time.Minute)), time.Hour), user("u", win(100, time.Minute)))
@@ -265,7 +265,7 @@ func TestBlockConcurrent(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	e := newEngine(t, rc, WithPrefix(prefix))
+	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	r := req(blocked(ip("6.6.6.6", win(5, time.Hour)), time.Hour), user("u", win(1000, time.Hour)))
 	const n = 200
 	results := make(chan Decision, n)
@@ -305,7 +305,7 @@ func TestBlockBesideSlots(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
-	e := newEngine(t, rc, WithPrefix(prefix))
+	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	ctx := context.Background()
 	slot := rules.Window{Limit: 1, Concurrent: true}
 	r := req(user("u", slot), blocked(ip("7.7.7.7", win(2, time.Hour)), time.Hour))

@@ -36,8 +36,8 @@ func TestCachedDenials(t *testing.T) {
 	afterTTLs(t, rc, prefix)
 	hook := &redistest.CommandCounter{}
 	rc.AddHook(hook)
-	e := newEngine(t, rc, WithPrefix(prefix))
-	truth := newEngine(t, rc, WithPrefix(prefix), WithCachedDenials(false))
+	e := newEngine(t, rc, WithKeyPrefix(prefix))
+	truth := newEngine(t, rc, WithKeyPrefix(prefix), WithCachedDenials(false))
 	waitTrusted(t, e)
 	r := req(ip("10.0.0.1", win(100, time.Hour)), user("alice", win(3, time.Minute), win(10, time.Hour)))
 	for i := range 3 {
@@ -105,7 +105,7 @@ func TestCachedDenialDeadline(t *testing.T) {
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	waitTrusted(t, e)
 	r := req(user("u", win(2, time.Second), win(3, 10*time.Second)))
 	mustAllow(t, e, r, true)
@@ -148,8 +148,8 @@ func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	a := newEngine(t, rc, WithPrefix(prefix))
-	b := newEngine(t, rc, WithPrefix(prefix))
+	a := newEngine(t, rc, WithKeyPrefix(prefix))
+	b := newEngine(t, rc, WithKeyPrefix(prefix))
 	waitTrusted(t, a)
 	r := Request{Scope: "s", Checks: []Check{{Limiter: l, Subject: "u"}}}
 	fill := func() Decision {
@@ -221,7 +221,7 @@ func TestFallbackRemembers(t *testing.T) {
 	t.Parallel()
 	s, rc := startRedis(t)
 	prefix := testPrefix(t)
-	e := newEngine(t, rc, WithPrefix(prefix), WithTimeout(200*ms), WithFailMode(rules.FailLocal))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithTimeout(200*ms), WithFailMode(rules.FailLocal))
 	full := req(user("full", win(10, time.Minute), win(20, time.Hour)))
 	part := req(user("part", win(10, time.Minute), win(20, time.Hour)))
 	for range 10 {
@@ -314,7 +314,7 @@ func TestFallbackBoundProcesses(t *testing.T) {
 	const n, limit, used = 3, 10, 4
 	var engines []*Engine
 	for i := range n {
-		engines = append(engines, newEngine(t, rc, WithPrefix(prefix), WithNode(int64(i)), WithTimeout(200*ms)))
+		engines = append(engines, newEngine(t, rc, WithKeyPrefix(prefix), WithNode(int64(i)), WithTimeout(200*ms)))
 	}
 	part := req(user("part", win(limit, time.Minute)))
 	full := req(user("full", win(limit, time.Minute)))
@@ -404,7 +404,7 @@ func TestFallbackSeedCost(t *testing.T) {
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 			t.Cleanup(func() { rc.Close() })
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(200*ms),
+			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(200*ms),
 				WithFailMode(rules.FailLocal))
 			r := func(cost int64) Request {
 				return Request{Scope: "s", Checks: []Check{{Limiter: tc.lim, Subject: "alice", Cost: cost}}}

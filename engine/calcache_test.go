@@ -28,7 +28,7 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			_, rc := startRedis(t)
-			e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
 			waitTrusted(t, e)
 			lim := rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: tc.ws}
 			r := func(cost int64) Request {
@@ -85,7 +85,7 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 			t.Parallel()
 			_, rc := startRedis(t)
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
 			waitTrusted(t, e)
 			r := req(user("u", tc.ws...))
 			midnight := t0.Add(24 * time.Hour)

@@ -110,7 +110,7 @@ func TestCalendar(t *testing.T) {
 						b.ttl(t, prefix)
 					}
 					clk := newFakeClock()
-					opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
+					opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
 					sc.run(t, newEngine(t, b.c, opts...), clk)
 				})
 			}
@@ -274,7 +274,7 @@ func TestCalendarTTL(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	ctx := context.Background()
 	sh := zone(t, "Asia/Shanghai")
 	at := time.Date(2030, 1, 31, 20, 0, 0, 0, sh)
@@ -335,7 +335,7 @@ func TestCalendarMemory(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
 	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
 	ctx := context.Background()
 	r := req(user("u", calWin(100_000, ruletime.Month)))
 	// A first admission loads the script and makes the key.
@@ -367,7 +367,7 @@ func TestCalendarConcurrent(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, b.c, WithPrefix(testPrefix(t)))
+			e := newEngine(t, b.c, WithKeyPrefix(testPrefix(t)))
 			r := req(user("u", win(1000, time.Minute), calWin(50, ruletime.Day)))
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -411,7 +411,7 @@ func TestCalendarUpgrade(t *testing.T) {
 			ctx := context.Background()
 			prefix := testPrefix(t)
 			clk := newFakeClock()
-			e := newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now))
+			e := newEngine(t, c, WithKeyPrefix(prefix), WithClock(clk.Now))
 			at := time.Date(2030, 1, 15, 12, 0, 0, 0, time.UTC)
 			clk.us.Store(at.UnixMicro())
 			r := req(user("u", win(100, time.Minute), calWin(3, ruletime.Month)))
@@ -458,7 +458,7 @@ func TestCalendarBatchMixed(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, b.c, WithPrefix(testPrefix(t)))
+			e := newEngine(t, b.c, WithKeyPrefix(testPrefix(t)))
 			lim := func(limit int64) rules.Limiter {
 				return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, ruletime.Day)}}
 			}

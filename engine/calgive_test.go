@@ -68,7 +68,7 @@ func TestCalendarFinishTwice(t *testing.T) {
 			t.Parallel()
 			prefix := testPrefix(t)
 			clk := newFakeClock()
-			e := newEngine(t, b.c, WithPrefix(prefix), WithClock(clk.Now))
+			e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now))
 			ctx := context.Background()
 
 			// A give-back applied twice: 3 admitted, one given back.
@@ -133,7 +133,7 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	// A client that keeps WithTimeout, as docs/engine.md asks.
 	rc := redisClient(s.Addr)
 	t.Cleanup(func() { rc.Close() })
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
 	ctx := context.Background()
 	r := req(user("u", calWin(10, ruletime.Day)))
 	mustAllow(t, e, r, true)

@@ -64,7 +64,7 @@ func TestChaosSoak(t *testing.T) {
 	for node := range int64(2) {
 		rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 		clients = append(clients, rc)
-		e, err := New(rc, WithPrefix(prefix), WithNode(node+1), WithTimeout(timeout), WithFailMode(rules.FailLocal),
+		e, err := New(rc, WithKeyPrefix(prefix), WithNode(node+1), WithTimeout(timeout), WithFailMode(rules.FailLocal),
 			WithLogger(slog.New(h)))
 		if err != nil {
 			t.Fatal(err)

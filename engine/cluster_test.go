@@ -85,7 +85,7 @@ func TestCluster(t *testing.T) {
 		prefix := testPrefix(t)
 		afterClusterTTLs(t, cl, prefix)
 		cc := cl.Client(t)
-		e := newEngine(t, cc, WithPrefix(prefix))
+		e := newEngine(t, cc, WithKeyPrefix(prefix))
 		flushDuring(t, e, func() error {
 			return cc.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
 				return c.ScriptFlush(ctx).Err()
@@ -101,7 +101,7 @@ func TestCluster(t *testing.T) {
 				prefix := testPrefix(t)
 				afterClusterTTLs(t, cl, prefix)
 				clk := newFakeClock()
-				e := newEngine(t, cc, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
+				e := newEngine(t, cc, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				runScenario(t, e, clk, sc, fromRedis)
 			})
 		}
@@ -111,7 +111,7 @@ func TestCluster(t *testing.T) {
 func auditCluster(t *testing.T, cl *redistest.Cluster) {
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
-	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithPrefix(prefix))
+	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithKeyPrefix(prefix))
 	userWs := []rules.Window{win(20, 200*ms), win(60, time.Second)}
 	ipWs := []rules.Window{win(30, 200*ms), win(100, time.Second)}
 	globalWs := []rules.Window{win(20, 200*ms), win(50, time.Second)}

@@ -28,7 +28,7 @@ func TestClusterMasterDown(t *testing.T) {
 	cc := cl.ClientWith(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1,
 		ClusterStateReloadInterval: 200 * time.Millisecond})
 	prefix := testPrefix(t)
-	probe := newEngine(t, cc, WithPrefix(prefix))
+	probe := newEngine(t, cc, WithKeyPrefix(prefix))
 
 	// Two subjects on different masters, and the third master evicting.
 	var a, b Request
@@ -59,7 +59,7 @@ func TestClusterMasterDown(t *testing.T) {
 	}
 
 	h := &recordHandler{}
-	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(timeout), WithLogger(slog.New(h)))
+	e := newEngine(t, cc, WithKeyPrefix(prefix), WithTimeout(timeout), WithLogger(slog.New(h)))
 	if w := h.matching("may evict"); len(w) != 1 || w[0].attrs["server"].String() != evicting.Addr {
 		t.Errorf("eviction warnings %+v, want one naming %s", w, evicting.Addr)
 	}

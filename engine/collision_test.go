@@ -24,8 +24,8 @@ func forceIDs(e *Engine, first int64) {
 // whose members collide.
 func collidingPair(t *testing.T, c Client, prefix string) (a, b *Engine) {
 	clk := newFakeClock()
-	a = newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
-	b = newEngine(t, c, WithPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	a = newEngine(t, c, WithKeyPrefix(prefix), WithClock(clk.Now), WithNode(7))
+	b = newEngine(t, c, WithKeyPrefix(prefix), WithClock(clk.Now), WithNode(7))
 	forceIDs(a, 1001)
 	forceIDs(b, 1001)
 	return a, b

@@ -25,9 +25,9 @@ func largeSubject(prefix string, size int) string {
 func TestDenialHook(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	prefix := WithPrefix(testPrefix(t))
+	prefix := WithKeyPrefix(testPrefix(t))
 	long := largeSubject("user:"+strings.Repeat("é", 22), 300) // byte 48 is in the middle of an 'é'
-	hashAll := newEngine(t, c, prefix, WithHashSubjects([]byte("s")))
+	hashAll := newEngine(t, c, prefix, WithHashedSubjects([]byte("s")))
 	plain := newEngine(t, c, prefix)
 	var got []Denial
 	hook := func(d Denial) {
@@ -93,7 +93,7 @@ func TestDenialHookNoAlloc(t *testing.T) {
 	}
 	_, c := startRedis(t)
 	ctx := context.Background()
-	e := newEngine(t, c, WithPrefix(testPrefix(t)))
+	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
 	var n int
 	e.denied = func(Denial) { n++ }
 	deny := One("s", rules.User, "d", win(1, time.Hour))

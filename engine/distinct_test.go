@@ -45,7 +45,7 @@ func TestDistinct(t *testing.T) {
 					b.ttl(t, prefix)
 				}
 				clk := newFakeClock()
-				e := newEngine(t, b.c, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
+				e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				distinctScenario(t, e, clk)
 			})
 		}
@@ -125,9 +125,9 @@ func TestDistinctMember(t *testing.T) {
 	for _, hashed := range []bool{false, true} {
 		_, rc := startRedis(t)
 		prefix := testPrefix(t)
-		opts := []Option{WithPrefix(prefix)}
+		opts := []Option{WithKeyPrefix(prefix)}
 		if hashed {
-			opts = append(opts, WithHashSubjects([]byte("secret")))
+			opts = append(opts, WithHashedSubjects([]byte("secret")))
 		}
 		e := newEngine(t, rc, opts...)
 		if _, err := e.Allow(ctx, distinctReq("/files/report 1.pdf")); err != nil {

@@ -145,9 +145,9 @@
 // # Keys
 //
 // Each (scope, limiter kind and name, subject) is one sorted set under
-// [WithPrefix]. A subject's keys for one limiter share a Redis Cluster hash
+// [WithKeyPrefix]. A subject's keys for one limiter share a Redis Cluster hash
 // tag. No subject byte can change that tag or collide with another subject.
-// Subjects over 128 bytes, or all with [WithHashSubjects], are stored hashed.
+// Subjects over 128 bytes, or all with [WithHashedSubjects], are stored hashed.
 // Keys name no limit: a changed limit applies at once to the entries recorded.
 // Keys expire once every entry has left every window. A group that starts using
 // a live key with a longer window than the key has seen may admit more than its

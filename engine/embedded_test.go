@@ -47,7 +47,7 @@ func newTwin(t testing.TB, rc *redis.Client, start time.Time) *twin {
 	for i, c := range []*redis.Client{rc, mc} {
 		// Cached denials are off so that every decision is the script's;
 		// the long lease keeps renewals (real time) out of the run.
-		e := newEngine(t, c, WithClock(tw.clock.Now), WithPrefix(prefix), WithFailMode(rules.FailClosed),
+		e := newEngine(t, c, WithClock(tw.clock.Now), WithKeyPrefix(prefix), WithFailMode(rules.FailClosed),
 			WithCachedDenials(false), WithLease(time.Hour))
 		var n int64
 		e.newID = func() int64 { n++; return 1_000_000 + n }

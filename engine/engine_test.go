@@ -17,7 +17,7 @@ func TestOptions(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:0"})
 	t.Cleanup(func() { rc.Close() })
 	for _, o := range []Option{
-		WithPrefix("a{b"), WithPrefix("}"), WithNode(-1), WithNode(1024), WithTimeout(0),
+		WithKeyPrefix("a{b"), WithKeyPrefix("}"), WithNode(-1), WithNode(1024), WithTimeout(0),
 		WithFailMode("sideways"), WithFailMode(rules.FailDefault), WithLogger(nil), WithClock(nil), WithLocalKeys(0),
 	} {
 		var oe *optionError
@@ -39,8 +39,8 @@ func TestOptions(t *testing.T) {
 			t.Errorf("typed nil %s: %v %v, want an optionError for the client", name, e, err)
 		}
 	}
-	e, err := New(rc, WithPrefix("x:"), WithNode(1023), WithTimeout(time.Second), WithFailMode(rules.FailOpen),
-		WithHashSubjects([]byte("k")), WithClock(time.Now), WithLocalKeys(5), nil)
+	e, err := New(rc, WithKeyPrefix("x:"), WithNode(1023), WithTimeout(time.Second), WithFailMode(rules.FailOpen),
+		WithHashedSubjects([]byte("k")), WithClock(time.Now), WithLocalKeys(5), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestNoGoroutines(t *testing.T) {
 	afterTTLs(t, rc, prefix)
 	rc.Ping(context.Background()) // let the client start what it starts
 	before := runtime.NumGoroutine()
-	e, err := New(rc, WithPrefix(prefix))
+	e, err := New(rc, WithKeyPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

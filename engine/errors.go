@@ -64,7 +64,7 @@ func (e *requestError) Is(target error) bool { return target == ErrInvalid }
 // optionError reports an invalid Option given to New. It matches
 // ErrInvalid.
 type optionError struct {
-	// Option is the option's name, such as "WithPrefix".
+	// Option is the option's name, such as "WithKeyPrefix".
 	Option string
 	// Reason says what is wrong.
 	Reason string

@@ -152,7 +152,7 @@ func TestAuditSingle(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	engines := auditEngines(t, func() Client { return rc }, WithPrefix(prefix))
+	engines := auditEngines(t, func() Client { return rc }, WithKeyPrefix(prefix))
 	ws := []rules.Window{win(20, 200*ms), win(50, time.Second)}
 	hot := req(user("hot", ws...))
 	key := engines[0].keyOf("s", hot.Checks[0])

@@ -57,7 +57,7 @@ func ExampleOne() {
 func ExampleEngine_Allow() {
 	rdb, done := newRedis()
 	defer done()
-	eng, err := engine.New(rdb, engine.WithPrefix("example:"))
+	eng, err := engine.New(rdb, engine.WithKeyPrefix("example:"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func ExampleEngine_Allow() {
 func ExampleEngine_Finish() {
 	rdb, done := newRedis()
 	defer done()
-	eng, err := engine.New(rdb, engine.WithPrefix("example-giveback:"))
+	eng, err := engine.New(rdb, engine.WithKeyPrefix("example-giveback:"))
 	if err != nil {
 		log.Fatal(err)
 	}

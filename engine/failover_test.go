@@ -110,7 +110,7 @@ func TestClusterFailover(t *testing.T) {
 	}
 	var engines []*Engine
 	for node := range int64(2) {
-		e, err := New(cl.ClientWith(t, opts), WithPrefix(prefix), WithNode(node+1), WithFailMode(rules.FailLocal),
+		e, err := New(cl.ClientWith(t, opts), WithKeyPrefix(prefix), WithNode(node+1), WithFailMode(rules.FailLocal),
 			WithTimeout(failoverTimeout))
 		if err != nil {
 			t.Fatal(err)
@@ -166,7 +166,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// Another process fills "full" (with a long timeout, so it is counted
 	// in Redis), before the run.
-	filler := newEngine(t, cl.ClientWith(t, opts), WithPrefix(prefix), WithNode(3))
+	filler := newEngine(t, cl.ClientWith(t, opts), WithKeyPrefix(prefix), WithNode(3))
 	for range 5 {
 		mustAllow(t, filler, full, true)
 	}

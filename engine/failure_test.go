@@ -55,7 +55,7 @@ func TestScriptFlush(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	e := newEngine(t, rc, WithPrefix(prefix))
+	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	flushDuring(t, e, func() error { return rc.ScriptFlush(context.Background()).Err() }, time.Second)
 }
 
@@ -77,7 +77,7 @@ func TestKill(t *testing.T) {
 			t.Parallel()
 			s, rc := startRedis(t)
 			prefix := testPrefix(t)
-			e := newEngine(t, rc, WithPrefix(prefix), WithTimeout(timeout), WithFailMode(tc.mode))
+			e := newEngine(t, rc, WithKeyPrefix(prefix), WithTimeout(timeout), WithFailMode(tc.mode))
 			r := req(user("u", win(2, time.Minute)))
 			r.Fail = rules.FailDefault
 			mustAllow(t, e, req(user("other", win(2, time.Minute))), true)

@@ -53,7 +53,7 @@ func TestFallbackSeedDistinct(t *testing.T) {
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 			t.Cleanup(func() { rc.Close() })
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(2*time.Second),
+			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(2*time.Second),
 				WithFailMode(rules.FailLocal))
 			value := 0
 			r := func() Request {
@@ -104,7 +104,7 @@ func TestFallbackSeedDistinctCluster(t *testing.T) {
 	prefix := testPrefix(t)
 	var engines []*Engine
 	for node := range int64(2) {
-		engines = append(engines, newEngine(t, cl.ClientWith(t, opts), WithPrefix(prefix), WithNode(node+1),
+		engines = append(engines, newEngine(t, cl.ClientWith(t, opts), WithKeyPrefix(prefix), WithNode(node+1),
 			WithFailMode(rules.FailLocal)))
 	}
 	value := 0

@@ -36,7 +36,7 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 			}
 			t.Cleanup(m.Close)
 			clk := newFakeClock()
-			e := newEngine(t, redisClient(m.Addr()), WithPrefix(testPrefix(t)), WithClock(clk.Now),
+			e := newEngine(t, redisClient(m.Addr()), WithKeyPrefix(testPrefix(t)), WithClock(clk.Now),
 				WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 			req := func(limit int64) Request {
 				w := rules.Window{Limit: limit * tc.unit, Period: time.Minute, LimitFunc: "quota"}
@@ -85,7 +85,7 @@ func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
 	}
 	t.Cleanup(m.Close)
 	clk := newFakeClock()
-	e := newEngine(t, redisClient(m.Addr()), WithPrefix(testPrefix(t)), WithClock(clk.Now),
+	e := newEngine(t, redisClient(m.Addr()), WithKeyPrefix(testPrefix(t)), WithClock(clk.Now),
 		WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 	req := Request{Scope: "s", Checks: []Check{{
 		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, ruletime.Day)}},

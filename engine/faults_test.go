@@ -153,7 +153,7 @@ func TestTimedOutReservation(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	e := newEngine(t, rc, WithPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
 	r := req(user("u", win(10, time.Minute)), ip("1.2.3.4", win(10, time.Minute)))
 	// Loads the script; on a starved machine (the suite runs in parallel
 	// under -race) this first call may itself outlast the 100 ms.
@@ -188,7 +188,7 @@ func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
 	afterClusterTTLs(t, cl, prefix)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { cc.Close() })
-	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
+	e := newEngine(t, cc, WithKeyPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
 	ctx := context.Background()
 	// Two subjects whose keys live on different nodes.
 	a := user("a", win(10, time.Minute))
@@ -242,7 +242,7 @@ func TestClockBack(t *testing.T) {
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	r := req(user("u", win(1, time.Minute)))
 	clk.Set(100 * time.Second)
 	mustAllow(t, e, r, true)
@@ -261,7 +261,7 @@ func TestPersistedKey(t *testing.T) {
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	r := req(user("u", win(10, time.Second)))
 	mustAllow(t, e, r, true)
 	key := e.keyOf("s", r.Checks[0])

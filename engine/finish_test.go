@@ -81,7 +81,7 @@ func onEveryBackend(t *testing.T, scenario func(*testing.T, *Engine, *fakeClock)
 				b.ttl(t, prefix)
 			}
 			clk := newFakeClock()
-			opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now)}, b.opts...)
+			opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now)}, b.opts...)
 			scenario(t, newEngine(t, b.c, opts...), clk)
 		})
 	}
@@ -94,7 +94,7 @@ func TestFinishNothing(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	var h redistest.RoundTripCounter
-	e := newEngine(t, hooked(t, s.Addr, &h), WithPrefix(testPrefix(t)), WithCachedDenials(false))
+	e := newEngine(t, hooked(t, s.Addr, &h), WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
 	ctx := context.Background()
 	r := req(bytesOf("u", 100, win(150, time.Minute)), user("u", win(5, time.Minute), conc(2)))
 	d := mustAllow(t, e, r, true)
@@ -144,7 +144,7 @@ func TestSlotEpochs(t *testing.T) {
 	clk := newFakeClock()
 	prefix := testPrefix(t)
 	lost := make(chan SlotLost, 4)
-	e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithLease(time.Minute),
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now), WithLease(time.Minute),
 		WithSlotLost(func(l SlotLost) { lost <- l }))
 	ctx := context.Background()
 	r := req(user("u", conc(2)))

@@ -45,7 +45,7 @@ func TestFinishAsyncOrder(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, c, WithPrefix(testPrefix(t)))
+			e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
 			e.async.bound = time.Hour // only riding script calls carry them
 			ctx := context.Background()
 			const workers, rounds = 8, 100
@@ -94,8 +94,8 @@ func TestFinishAsyncOtherEngine(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			prefix := testPrefix(t)
-			a := newEngine(t, c, WithPrefix(prefix))
-			b := newEngine(t, c, WithPrefix(prefix), WithCachedDenials(false))
+			a := newEngine(t, c, WithKeyPrefix(prefix))
+			b := newEngine(t, c, WithKeyPrefix(prefix), WithCachedDenials(false))
 			ctx := context.Background()
 			r := req(user("u", conc(1)))
 			var worst time.Duration
@@ -139,12 +139,12 @@ func TestFinishAsyncClose(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			prefix := testPrefix(t)
-			a, err := New(c, WithPrefix(prefix), WithTimeout(5*time.Second))
+			a, err := New(c, WithKeyPrefix(prefix), WithTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
 			a.async.bound = time.Hour
-			check := newEngine(t, c, WithPrefix(prefix), WithCachedDenials(false))
+			check := newEngine(t, c, WithKeyPrefix(prefix), WithCachedDenials(false))
 			ctx := context.Background()
 			const n = 20
 			r := func(i int) Request {
@@ -186,7 +186,7 @@ func TestFinishAsyncClose(t *testing.T) {
 func TestFinishAsyncErrors(t *testing.T) {
 	t.Parallel()
 	s, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithTimeout(time.Second))
+	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithTimeout(time.Second))
 	ctx := context.Background()
 	r := req(user("u", conc(1)), bytesOf("u", 10, win(100, time.Hour)))
 	d, err := e.Allow(ctx, r)
@@ -303,7 +303,7 @@ func TestFinishAsyncTimerRearms(t *testing.T) {
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { mc.Close() })
-	e := newEngine(t, mc, WithPrefix(testPrefix(t)), WithCachedDenials(false))
+	e := newEngine(t, mc, WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
 	e.async.bound = time.Hour
 	ctx := context.Background()
 	r := req(user("u", conc(1)))

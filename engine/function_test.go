@@ -56,7 +56,7 @@ func TestFunctionFlush(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	e := newEngine(t, rc, WithPrefix(prefix), WithCachedDenials(false))
+	e := newEngine(t, rc, WithKeyPrefix(prefix), WithCachedDenials(false))
 	ctx := context.Background()
 	r := req(user("u", win(5, time.Minute)), ip("1.2.3.4", win(100, time.Minute)))
 	for range 3 {
@@ -97,7 +97,7 @@ func TestFunctionOutOfMemory(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
 	ctx := context.Background()
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
 	r := req(user("u", win(10, time.Minute)))
 	mustAllow(t, e, r, true)
 	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
@@ -135,7 +135,7 @@ func TestFunctionRefused(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			var sent commandNames
 			c.AddHook(&sent)
-			e := newEngine(t, c, WithPrefix(testPrefix(t)))
+			e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
 			r := req(user("u", win(2, time.Minute)))
 			mustAllow(t, e, r, true)
 			mustAllow(t, e, r, true)
@@ -163,7 +163,7 @@ func TestFunctionBusyLoad(t *testing.T) {
 	if err := rc.ConfigSet(ctx, "busy-reply-threshold", "20").Err(); err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(2*time.Second))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(2*time.Second))
 	r := req(user("u", win(10, time.Minute)))
 	done := busy(t, s.Addr, 500*ms)
 	time.Sleep(50 * ms) // past the threshold: the server answers BUSY
@@ -195,7 +195,7 @@ func TestFunctionClusterMaster(t *testing.T) {
 	prefix := testPrefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	cc := cl.Client(t)
-	e := newEngine(t, cc, WithPrefix(prefix), WithCachedDenials(false))
+	e := newEngine(t, cc, WithKeyPrefix(prefix), WithCachedDenials(false))
 	ctx := context.Background()
 	mustAllow(t, e, req(user("warm", win(5, time.Minute))), true)
 	masters := cl.Masters(t)

@@ -13,7 +13,7 @@ import (
 func TestGiveBackFails(t *testing.T) {
 	t.Parallel()
 	s, rc := startRedis(t)
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(200*ms))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(200*ms))
 	r := req(user("u", win(5, time.Minute)), ip("1.2.3.4", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 
@@ -46,7 +46,7 @@ func TestGiveBackFails(t *testing.T) {
 func TestGiveBackWhileDown(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	e.doms.one.down.Store(true)
@@ -71,7 +71,7 @@ func TestGiveBackWhileDown(t *testing.T) {
 func TestGiveBackErrors(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	// The Decision knows its keys: Finish checks what it is given.

@@ -106,7 +106,7 @@ var discardLog = slog.New(slog.DiscardHandler)
 func (r *faultRun) startEngine(i int) {
 	r.nextPID++
 	c := r.b.client()
-	e, err := New(c, WithPrefix(r.prefix), WithNode(int64(r.nextPID)), WithClock(r.clk.Now),
+	e, err := New(c, WithKeyPrefix(r.prefix), WithNode(int64(r.nextPID)), WithClock(r.clk.Now),
 		WithFailMode(r.fail), WithTimeout(r.b.timeout), WithLogger(discardLog),
 		// Slots outlive every history: the clock is the test's, and a
 		// dead holder's slots must stay held (the model counts them).
@@ -435,7 +435,7 @@ func (r *faultRun) audit() []string {
 			cl.Close()
 		}
 	}()
-	e, err := New(c, WithPrefix(r.prefix), WithClock(r.clk.Now), WithFailMode(rules.FailClosed),
+	e, err := New(c, WithKeyPrefix(r.prefix), WithClock(r.clk.Now), WithFailMode(rules.FailClosed),
 		WithTimeout(2*time.Second), WithLogger(discardLog))
 	if err != nil {
 		return []string{fmt.Sprintf("audit: New: %v", err)}

@@ -11,7 +11,7 @@ import (
 )
 
 // An Option configures an Engine in New. Every process sharing a Redis must
-// use the same WithPrefix and WithHashSubjects, or they count in different
+// use the same WithKeyPrefix and WithHashedSubjects, or they count in different
 // keys. An invalid option makes New fail with an error matching ErrInvalid.
 // slidelimit.WithEngineOptions passes options to the engine slidelimit.New
 // creates.
@@ -61,13 +61,13 @@ const (
 	defaultLease     = 30 * time.Second
 )
 
-// WithPrefix sets the string every Redis key starts with. The default is
+// WithKeyPrefix sets the string every Redis key starts with. The default is
 // "slidelimit:". The prefix may not contain braces, which would change the
 // Redis Cluster hash tag.
-func WithPrefix(prefix string) Option {
+func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		if strings.ContainsAny(prefix, "{}") {
-			return &optionError{Option: "WithPrefix", Reason: "prefix contains a brace"}
+			return &optionError{Option: "WithKeyPrefix", Reason: "prefix contains a brace"}
 		}
 		c.prefix = prefix
 		return nil
@@ -131,7 +131,7 @@ func WithFailMode(m rules.FailMode) Option {
 	}
 }
 
-// WithHashSubjects makes the engine store every subject as a keyed hash
+// WithHashedSubjects makes the engine store every subject as a keyed hash
 // (HMAC-SHA-256 with secret) instead of its percent-encoded bytes. Redis then
 // never holds IP addresses, user ids or header values. By default only
 // subjects longer than 128 bytes are hashed, with plain SHA-256.
@@ -139,7 +139,7 @@ func WithFailMode(m rules.FailMode) Option {
 // With an empty secret the hash is plain SHA-256. That hides nothing from
 // someone able to enumerate the subjects: all IPv4 addresses take seconds.
 // Use a secret shared by every process and kept out of Redis.
-func WithHashSubjects(secret []byte) Option {
+func WithHashedSubjects(secret []byte) Option {
 	return func(c *config) error {
 		c.secret = append([]byte(nil), secret...)
 		c.hashAll = true

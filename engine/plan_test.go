@@ -71,7 +71,7 @@ func TestKeys(t *testing.T) {
 		t.Errorf("long subject not hashed: %q", hashed)
 	}
 
-	// WithHashSubjects: every subject hashed, keyed by the secret.
+	// WithHashedSubjects: every subject hashed, keyed by the secret.
 	k1 := newKeyer(&config{prefix: "p:", hashAll: true, secret: []byte("s1")})
 	k2 := newKeyer(&config{prefix: "p:", hashAll: true, secret: []byte("s2")})
 	h1 := string(k1.AppendKey(nil, "s", rules.IP, "", "", "10.0.0.1"))

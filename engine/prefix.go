@@ -7,8 +7,8 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Prefix returns the key prefix of e's keys (WithPrefix).
-func (e *Engine) Prefix() string { return e.keyer.Prefix() }
+// KeyPrefix returns the key prefix of e's keys (WithKeyPrefix).
+func (e *Engine) KeyPrefix() string { return e.keyer.Prefix() }
 
 // Logger returns the logger e logs with (WithLogger).
 func (e *Engine) Logger() *slog.Logger { return e.log }

@@ -16,7 +16,7 @@ type Check struct {
 	Subject string
 	// Hashed says that Subject is not the value but its stored hash, as
 	// the operator's page reports it. Keys are stored hashed for subjects
-	// over 128 bytes, or all with WithHashSubjects; an operator's tool
+	// over 128 bytes, or all with WithHashedSubjects; an operator's tool
 	// knows them by hash only. The check then names the same keys as the
 	// value would. A Hashed Subject that is not a stored hash ("#" and 43
 	// base64url characters) is an invalid request.
@@ -41,7 +41,7 @@ type Check struct {
 	// at a request that finds it older than the shortest window. Each
 	// window holds the values whose last count lies inside it. A value is
 	// stored as a member derived from it, hashed when subjects are
-	// (WithHashSubjects). A give-back or a rollback leaves a value counted,
+	// (WithHashedSubjects). A give-back or a rollback leaves a value counted,
 	// since others' requests may share it, erring on the side of denying.
 	// So does the local fallback: it counts requests, starting from the
 	// number of values Redis last reported.

@@ -218,7 +218,7 @@ func TestSemantics(t *testing.T) {
 			prefix := testPrefix(t)
 			afterTTLs(t, rc, prefix)
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
+			e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
@@ -235,7 +235,7 @@ func TestSemanticsMiniredis(t *testing.T) {
 		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second), WithCachedDenials(cached))
+			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
@@ -333,7 +333,7 @@ func TestSemanticsRing(t *testing.T) {
 			afterTTLs(t, c1, prefix)
 			afterTTLs(t, c2, prefix)
 			clk := newFakeClock()
-			e := newEngine(t, ring, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
+			e := newEngine(t, ring, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}

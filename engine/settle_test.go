@@ -122,7 +122,7 @@ func TestSettleGrains(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
 	clk := newFakeClock()
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
 	ctx := context.Background()
 	w := gwin(1000, time.Minute, time.Second)
 	r := func(cost int64) Request { return req(bytesOf("g", cost, w)) }
@@ -165,7 +165,7 @@ func TestSettleGrains(t *testing.T) {
 func TestSettleErrors(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
 	ctx := context.Background()
 	r := req(user("u", win(5, time.Minute)), bytesOf("u", 10, win(100, time.Minute)))
 	d := mustAllow(t, e, r, true)
@@ -200,7 +200,7 @@ func TestSettleManyLater(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			clk := newFakeClock()
-			e := newEngine(t, b.c, WithPrefix(testPrefix(t)), WithClock(clk.Now))
+			e := newEngine(t, b.c, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
 			ctx := context.Background()
 			r := req(bytesOf("m", 10, win(1_000_000, time.Hour)))
 			ds := make([]Decision, 150)

@@ -150,7 +150,7 @@ func TestComboBlockSlots(t *testing.T) {
 						b.ttl(t, prefix)
 					}
 					clk := newFakeClock()
-					opts := append([]Option{WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
+					opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
 					rate := win(2, time.Minute)
 					rate.Grain = grain
 					comboBlockSlots(t, newEngine(t, b.c, opts...), clk, rate)
@@ -238,8 +238,8 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	t.Parallel()
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
-	e := newEngine(t, rc, WithPrefix(prefix))
-	other := newEngine(t, rc, WithPrefix(prefix))
+	e := newEngine(t, rc, WithKeyPrefix(prefix))
+	other := newEngine(t, rc, WithKeyPrefix(prefix))
 	waitTrusted(t, e)
 	ctx := context.Background()
 	c := blocked(user("u", win(3, time.Hour), conc(1)), time.Hour)
@@ -329,7 +329,7 @@ func TestComboOutageSlots(t *testing.T) {
 	h := &recordHandler{}
 	const lease = 90 * ms // renewed every 30 ms
 	lost := make(chan SlotLost, 10)
-	e, err := New(rc, WithPrefix(testPrefix(t)), WithTimeout(time.Second), WithFailMode(rules.FailLocal),
+	e, err := New(rc, WithKeyPrefix(testPrefix(t)), WithTimeout(time.Second), WithFailMode(rules.FailLocal),
 		WithLease(lease), WithLogger(slog.New(h)), WithSlotLost(func(l SlotLost) { lost <- l }))
 	if err != nil {
 		t.Fatal(err)
@@ -468,7 +468,7 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	// short timeout; 100 ms timed out the first Allow on a loaded machine.
 	// The lease stays above three timeouts (see WithLease).
 	const timeout, lease = 400 * ms, 1500 * ms // renewed every 500 ms
-	e := newEngine(t, cc, WithPrefix(prefix), WithTimeout(timeout), WithLease(lease), WithLogger(slog.New(h)),
+	e := newEngine(t, cc, WithKeyPrefix(prefix), WithTimeout(timeout), WithLease(lease), WithLogger(slog.New(h)),
 		WithSlotLost(func(l SlotLost) { lost <- l }))
 	var a, b Request
 	var ma, mb *redistest.Server
@@ -527,7 +527,7 @@ func TestComboReleaseHungServer(t *testing.T) {
 	h := &recordHandler{}
 	// Each call on the hung server waits for the timeout; 50 ms timed out
 	// the Allows before the hang on a loaded machine.
-	e := newEngine(t, rc, WithPrefix(testPrefix(t)), WithTimeout(500*ms), WithLogger(slog.New(h)))
+	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(500*ms), WithLogger(slog.New(h)))
 	ctx := context.Background()
 	r := req(bytesOf("u", 10, win(1000, time.Minute)), user("u", conc(6)))
 	var ds []Decision

@@ -65,7 +65,7 @@ func TestSlotsExact(t *testing.T) {
 
 func slotsExact(t *testing.T, c1, c2 Client) {
 	prefix := testPrefix(t)
-	es := []*Engine{newEngine(t, c1, WithPrefix(prefix)), newEngine(t, c2, WithPrefix(prefix))}
+	es := []*Engine{newEngine(t, c1, WithKeyPrefix(prefix)), newEngine(t, c2, WithKeyPrefix(prefix))}
 	req := One("reports", rules.User, "alice", conc(3))
 	ctx := context.Background()
 	for round := range 2 {
@@ -143,7 +143,7 @@ func TestSlotsAllOrNothing(t *testing.T) {
 
 func slotsAllOrNothing(t *testing.T, c Client) {
 	ctx := context.Background()
-	e := newEngine(t, c, WithPrefix(testPrefix(t)))
+	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
 	req := func(ip, user string) Request {
 		return Request{Scope: "files", Checks: []Check{
 			{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(5, time.Minute), conc(2)}}, Subject: user},
@@ -210,7 +210,7 @@ func TestSlotsRelease(t *testing.T) {
 	_, c := startRedis(t)
 	ctx := context.Background()
 	var lost atomic.Int64
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithLease(600*time.Millisecond),
+	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithLease(600*time.Millisecond),
 		WithSlotLost(func(SlotLost) { lost.Add(1) }))
 	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), conc(2)}}
 	req := Request{Scope: "r", Checks: []Check{{Limiter: l, Subject: "u"}}}
@@ -287,9 +287,9 @@ func TestSlotsRenewal(t *testing.T) {
 	log := renewalLog{start: time.Now()}
 	hc := s.Client()
 	hc.AddHook(&log)
-	holder := newEngine(t, hc, WithPrefix(prefix), WithLease(lease), WithTimeout(lease/4),
+	holder := newEngine(t, hc, WithKeyPrefix(prefix), WithLease(lease), WithTimeout(lease/4),
 		WithSlotLost(func(SlotLost) { lost.Add(1) }))
-	other := newEngine(t, c, WithPrefix(prefix), WithLease(lease))
+	other := newEngine(t, c, WithKeyPrefix(prefix), WithLease(lease))
 	req := One("r", rules.User, "u", conc(1))
 	d, err := holder.Allow(ctx, req)
 	if err != nil || !d.Allowed {
@@ -407,7 +407,7 @@ func TestSlotsRenewalBatched(t *testing.T) {
 	const periods = 9
 	run := func(t *testing.T, c Client, b *batchCounter) {
 		ctx := context.Background()
-		e := newEngine(t, c, WithPrefix(testPrefix(t)), WithLease(lease))
+		e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithLease(lease))
 		for i := range 40 {
 			d, err := e.Allow(ctx, One("r", rules.User, "u"+strconv.Itoa(i), conc(1)))
 			if err != nil || !d.Allowed {
@@ -452,7 +452,7 @@ func TestSlotsNoCachedDenial(t *testing.T) {
 	_, c := startRedis(t)
 	ctx := context.Background()
 	prefix := testPrefix(t)
-	a, b := newEngine(t, c, WithPrefix(prefix)), newEngine(t, c, WithPrefix(prefix))
+	a, b := newEngine(t, c, WithKeyPrefix(prefix)), newEngine(t, c, WithKeyPrefix(prefix))
 	req := One("r", rules.User, "u", conc(1))
 	d, err := b.Allow(ctx, req)
 	if err != nil || !d.Allowed {
@@ -552,7 +552,7 @@ func TestSlotsKilledHolder(t *testing.T) {
 	if err != nil || strings.TrimSpace(line) != "held 3" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
-	e := newEngine(t, c, WithPrefix(prefix), WithLease(lease))
+	e := newEngine(t, c, WithKeyPrefix(prefix), WithLease(lease))
 	req := slotChildRequest()
 	ctx := context.Background()
 	end := time.Now().Add(3 * lease)
@@ -600,7 +600,7 @@ func slotChild(spec string) int {
 		return 2
 	}
 	c := redis.NewClient(&redis.Options{Addr: parts[0]})
-	e, err := New(c, WithPrefix(parts[1]), WithLease(lease), WithTimeout(5*time.Second))
+	e, err := New(c, WithKeyPrefix(parts[1]), WithLease(lease), WithTimeout(5*time.Second))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -621,7 +621,7 @@ func TestSlotsMerged(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	prefix := testPrefix(t)
-	e := newEngine(t, c, WithPrefix(prefix))
+	e := newEngine(t, c, WithKeyPrefix(prefix))
 	ctx := context.Background()
 	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(3), conc(2)}}
 	req := Request{Scope: "m", Checks: []Check{{Limiter: l, Subject: "u"}, {Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(5)}}, Subject: "u"}}}
@@ -645,7 +645,7 @@ func TestSlotsMerged(t *testing.T) {
 func TestSlotsGrained(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)))
+	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
 	ctx := context.Background()
 	req := One("g", rules.User, "u", rules.Window{Limit: 100, Period: time.Minute, Grain: time.Second}, conc(2))
 	var first Decision
@@ -672,7 +672,7 @@ func TestSlotsGrained(t *testing.T) {
 func TestSlotsClose(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, WithPrefix(testPrefix(t)), WithLease(60*time.Millisecond))
+	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithLease(60*time.Millisecond))
 	ctx := context.Background()
 	req := One("c", rules.User, "u", conc(1))
 	d, err := e.Allow(ctx, req)

@@ -89,7 +89,7 @@ func TestSemanticsGrains(t *testing.T) {
 					afterTTLs(t, c, prefix)
 				}
 				clk := newFakeClock()
-				e := newEngine(t, b.c, WithPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
+				e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				runScenario(t, e, clk, sc, fromRedis)
 			})
 		}
@@ -243,7 +243,7 @@ func TestAuditCosts(t *testing.T) {
 	_, rc := startRedis(t)
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
-	engines := auditEngines(t, func() Client { return rc }, WithPrefix(prefix))
+	engines := auditEngines(t, func() Client { return rc }, WithKeyPrefix(prefix))
 	var ds deniedLog
 	got := hammerCosts(t, engines, 16, auditDuration, func(_ int, cost int64) Request {
 		return req(bytesOf("hot", cost, costWindows...))
@@ -286,7 +286,7 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 	afterClusterTTLs(t, cl, prefix)
 	// One clock per call for every slot: the audit reads admissions by
 	// their decision time, which is then each key's.
-	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithPrefix(prefix), WithClock(time.Now))
+	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithKeyPrefix(prefix), WithClock(time.Now))
 	ipWs := []rules.Window{win(30000, 200*ms), gwin(150000, time.Second, 100*ms)}
 	ipOf := func(cost int64) Check {
 		return Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "bytes", Windows: ipWs}, Subject: "10.0.0.1", Cost: cost}
@@ -355,7 +355,7 @@ func TestMemory(t *testing.T) {
 			prefix := testPrefix(t)
 			afterTTLs(t, rc, prefix)
 			clk := newFakeClock()
-			e := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+			e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 			c := tc.c
 			c.Cost = tc.cost
 			r := req(c)
@@ -409,7 +409,7 @@ func TestCostsDifferential(t *testing.T) {
 	prefix := testPrefix(t)
 	afterTTLs(t, rc, prefix)
 	clk := newFakeClock()
-	re := newEngine(t, rc, WithPrefix(prefix), WithClock(clk.Now))
+	re := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	le := newEngine(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}),
 		WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(false))
 	rng := rand.New(rand.NewPCG(9, 9))

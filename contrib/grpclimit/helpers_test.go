@@ -187,7 +187,7 @@ func newFixture(t testing.TB, s setup) *fixture {
 	// tests in parallel) the default 100 ms can pass, and the fail mode
 	// would then admit calls the assertions expect Redis to count.
 	eopts := append([]engine.Option{
-		engine.WithPrefix("t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"),
+		engine.WithKeyPrefix("t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"),
 		engine.WithTimeout(5 * time.Second),
 	}, s.engine...)
 	eng, err := engine.New(rc, eopts...)

@@ -98,7 +98,7 @@ func TestKeysExpire(t *testing.T) {
 func TestEngineKeysExpire(t *testing.T) {
 	_, c := start(t)
 	ctx := context.Background()
-	eng, err := engine.New(c, engine.WithPrefix("exp:"))
+	eng, err := engine.New(c, engine.WithKeyPrefix("exp:"))
 	if err != nil {
 		t.Fatal(err)
 	}

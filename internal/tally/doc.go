@@ -16,7 +16,7 @@
 // up to 5 min, 1 min buckets up to an hour, all under the hash tag
 // {tally} (one cluster slot; the key format is in the header of
 // lua/multi_window.lua). A subject stored hashed (over 128 bytes, or any
-// with engine.WithHashSubjects) is given by the engine by its stored
+// with engine.WithHashedSubjects) is given by the engine by its stored
 // hash, made at denial time, with at most its first 48 bytes to show: the
 // tallies never hold a long subject, and a write only sends, its deadline
 // (engine.WithTimeout) covering the Redis call alone. A failed write is

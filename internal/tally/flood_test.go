@@ -31,7 +31,7 @@ func TestTallyFloodBounded(t *testing.T) {
 	_, c := startRedis(t)
 	clk := newFakeClock()
 	prefix := testPrefix(t)
-	st := storeOf(newEngine(t, c, engine.WithPrefix(prefix), engine.WithClock(clk.Now)))
+	st := storeOf(newEngine(t, c, engine.WithKeyPrefix(prefix), engine.WithClock(clk.Now)))
 	st.Now = clk.Now
 	tl := New(st)
 	ctx := context.Background()
@@ -150,7 +150,7 @@ func TestTallyNoRoundTrip(t *testing.T) {
 	for i, on := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { c.Close() })
-		e := newEngine(t, c, engine.WithPrefix(testPrefix(t)+fmt.Sprint(on)))
+		e := newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)+fmt.Sprint(on)))
 		var tl *Tallies
 		if on {
 			tl = withTallies(t, e, MaxFlush)

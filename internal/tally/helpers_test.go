@@ -63,7 +63,7 @@ func newEngine(t testing.TB, c engine.Client, opts ...engine.Option) *engine.Eng
 // it, with the test engines' write deadline.
 func storeOf(e *engine.Engine) Store {
 	te, _ := engines.Load(e)
-	return Store{Client: te.(*testEngine).client, Prefix: e.Prefix(), Timeout: 5 * time.Second, Log: e.Logger(), Down: e.Down}
+	return Store{Client: te.(*testEngine).client, Prefix: e.KeyPrefix(), Timeout: 5 * time.Second, Log: e.Logger(), Down: e.Down}
 }
 
 // withTallies returns e's tallies, fed by its denial hook and written

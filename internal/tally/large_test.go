@@ -85,7 +85,7 @@ const storedHashLen = 1 + 43
 func TestTallyLargeSubjectsBounded(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	e := newEngine(t, c, engine.WithPrefix(testPrefix(t)))
+	e := newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)))
 	tl := withTallies(t, e, 0)
 	ctx := context.Background()
 	const subjects, size, preview = 100, 256 << 10, 48
@@ -161,7 +161,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 func TestTallyLargeFlood(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
-	st := storeOf(newEngine(t, c, engine.WithPrefix(testPrefix(t)), engine.WithTimeout(100*time.Millisecond)))
+	st := storeOf(newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)), engine.WithTimeout(100*time.Millisecond)))
 	st.Timeout = 100 * time.Millisecond // the engine's default
 	tl := New(st)
 	ctx := context.Background()

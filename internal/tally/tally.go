@@ -57,7 +57,7 @@ type Denials struct {
 	Limiter string
 	// Subject is the check's subject as the engine was given it
 	// (engine.Check.Subject). For a subject stored hashed
-	// (engine.WithHashSubjects, or longer than 128 bytes) it is, when
+	// (engine.WithHashedSubjects, or longer than 128 bytes) it is, when
 	// this process denied it lately, the subject, or only its first bytes
 	// for one longer than 128 bytes (Truncated: the process never keeps a
 	// long subject whole); otherwise it is the stored hash ("#" and

@@ -43,7 +43,7 @@ func TestTallyTop(t *testing.T) {
 	}{{"redis", rc}, {"miniredis", mc}, {"ring", ring}, {"cluster", cc}} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := engine.WithPrefix(testPrefix(t))
+			prefix := engine.WithKeyPrefix(testPrefix(t))
 			e1, e2 := newEngine(t, b.c, prefix), newEngine(t, b.c, prefix)
 			t1, t2 := withTallies(t, e1, 50*time.Millisecond), withTallies(t, e2, 50*time.Millisecond)
 			ctx := context.Background()
@@ -111,9 +111,9 @@ func TestTallyHashed(t *testing.T) {
 	t.Parallel()
 	_, c := startRedis(t)
 	prefix := testPrefix(t)
-	e1 := newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s")))
+	e1 := newEngine(t, c, engine.WithKeyPrefix(prefix), engine.WithHashedSubjects([]byte("s")))
 	t1 := withTallies(t, e1, 20*time.Millisecond)
-	t2 := New(storeOf(newEngine(t, c, engine.WithPrefix(prefix), engine.WithHashSubjects([]byte("s")))))
+	t2 := New(storeOf(newEngine(t, c, engine.WithKeyPrefix(prefix), engine.WithHashedSubjects([]byte("s")))))
 	ctx := context.Background()
 	for range 3 {
 		e1.Allow(ctx, engine.One("s|c%pe", rules.User, "d|a#n%", win(1, time.Hour)))
@@ -247,7 +247,7 @@ func TestTallyHotExact(t *testing.T) {
 func TestTopDeniedWhileDown(t *testing.T) {
 	t.Parallel()
 	srv, rc := startRedis(t)
-	e := newEngine(t, rc, engine.WithPrefix(testPrefix(t)))
+	e := newEngine(t, rc, engine.WithKeyPrefix(testPrefix(t)))
 	tl := withTallies(t, e, 0)
 	srv.Kill()
 	r := engine.One("s", rules.User, "u", win(10, time.Second))
@@ -268,7 +268,7 @@ func TestTopDeniedWhileDown(t *testing.T) {
 // the process's goroutines.
 func TestTallyNoGoroutines(t *testing.T) {
 	_, c := startRedis(t)
-	tl := New(storeOf(newEngine(t, c, engine.WithPrefix(testPrefix(t)))))
+	tl := New(storeOf(newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)))))
 	before := runtime.NumGoroutine()
 	tl.Start(MaxFlush)
 	tl.Note(denial("s", "u"))

@@ -21,7 +21,7 @@ const DistinctPrefix = "v:"
 
 // appendDistinct appends the member of value to b: DistinctPrefix, then the
 // value as a subject is written in keys: hashed when the engine hashes
-// subjects (WithHashSubjects) or the value is long, escaped otherwise.
+// subjects (WithHashedSubjects) or the value is long, escaped otherwise.
 func (k *Keyer) appendDistinct(b []byte, value string) []byte {
 	b = append(b, DistinctPrefix...)
 	if k.HashAll || len(value) > MaxRawSubject {

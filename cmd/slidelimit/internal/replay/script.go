@@ -51,7 +51,7 @@ func newScript(url string) (*script, error) {
 	e, err := engine.New(s.client,
 		// The engine reads its clock from background goroutines too.
 		engine.WithClock(func() time.Time { return time.UnixMicro(s.now.Load()) }),
-		engine.WithPrefix("slidelimit-replay:"+hex.EncodeToString(b[:])+":"),
+		engine.WithKeyPrefix("slidelimit-replay:"+hex.EncodeToString(b[:])+":"),
 		// A cached denial is timed by the wall clock, not the log's.
 		engine.WithCachedDenials(false),
 		engine.WithTimeout(10*time.Second))
