@@ -169,11 +169,11 @@ func (s adminSource) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, e
 	var out []admin.LearnedBlock
 	var seen []string
 	for _, t := range ts {
-		if slices.Contains(seen, t.name) {
+		if slices.Contains(seen, t.Name()) {
 			continue // the same list
 		}
-		seen = append(seen, t.name)
-		b, err := t.learnedBlocks(ctx)
+		seen = append(seen, t.Name())
+		b, err := t.t.LearnedBlocks(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -193,8 +193,7 @@ func (s adminSource) LiftLearned(ctx context.Context, scope, limiterID, ref stri
 	if !ok {
 		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", errUnknownLimiter, limiterID)))
 	}
-	n, err := ts[0].lift(ctx, limiterName(id)+" "+ref)
-	return n > 0, err
+	return ts[0].t.LiftRef(ctx, id, ref)
 }
 
 // badInput marks the errors of input that names no windows for the admin

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/slidelimit/slidelimit/internal/throttle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -72,15 +73,18 @@ var (
 	errPattern        = &kindError{"route", prefix + "pattern rejected by http.ServeMux"}
 	errUnknownScope   = &kindError{"scope", prefix + "unknown scope"}
 	errUnknownLimiter = &kindError{"limiter", prefix + "unknown limiter"}
-	errCall           = &kindError{"call", prefix + "call lacks a value the throttle needs"}
-	errNeverFits      = &kindError{"never-fits", prefix + "call can never fit"}
 	errOverridesOff   = &kindError{"option", prefix + "rule overrides are off"}
 )
 
 // kindOf returns the Kind of a ConfigError caused by err.
 func kindOf(err error) string {
-	if k := (*kindError)(nil); errors.As(err, &k) {
+	switch k := (*kindError)(nil); {
+	case errors.As(err, &k):
 		return k.kind
+	case errors.Is(err, throttle.ErrCall):
+		return "call"
+	case errors.Is(err, throttle.ErrNeverFits):
+		return "never-fits"
 	}
 	return "rule"
 }

@@ -95,7 +95,7 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	for _, t := range l.throttlesNamed(req.Scope) {
 		for _, c := range req.Checks {
 			if !c.Hashed {
-				if _, err := t.lift(ctx, liftLine(limiterName(c.Limiter), c.Subject)); err != nil {
+				if err := t.t.LiftSubject(ctx, c.Limiter, c.Subject); err != nil {
 					errs = append(errs, err)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/internal/tally"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -60,7 +61,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		}
 	}
 	if !c.maxHoldSet {
-		c.maxHold = defaultMaxHold
+		c.maxHold = throttle.DefaultMaxHold
 	} else if c.maxHold <= 0 {
 		return nil, optionError(fmt.Errorf("max hold: %s is not positive", c.maxHold))
 	}
@@ -106,7 +107,7 @@ func (l *Limiter) Close() error {
 	}
 	l.mu.RLock()
 	for _, t := range l.throttles {
-		t.fleet.close()
+		t.t.Close()
 	}
 	l.mu.RUnlock()
 	err := l.engine.Close()
