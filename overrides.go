@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -43,7 +44,7 @@ func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	// cannot serve is refused before anything is stored.
 	for _, s := range l.ov.Switches(scope) {
 		if err := s.Check(g); err != nil {
-			return configErrors(scope, "", rulesText, written(err, rulesText))
+			return configErrors(scope, "", rulesText, lifecycle.Relocate(err, rulesText))
 		}
 	}
 	g.Scope = ""

@@ -81,7 +81,7 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 		return nil, configError(name, "", rulesText, err)
 	}
 	// Known to Peek, Reset and the operator page like a route's scope.
-	l.remember(name, g, nil)
+	l.reg.Add(name, g, nil)
 	th := &Throttle{t: t}
 	l.mu.Lock()
 	l.throttles = append(l.throttles, th)
