@@ -1,4 +1,4 @@
--- block.lua: the learned blocks of one throttle (throttle_block.go),
+-- block.lua: the learned blocks of one throttle (block.go),
 -- so that Limiter.Reset finds the lanes a subject's block holds and the
 -- operator page lists them. A lane's block itself is its own key (KEYS[3]
 -- of turn.lua), in the lane's hash slot; this sorted set, in the
