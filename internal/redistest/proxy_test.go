@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -181,7 +182,20 @@ func TestProxyCutAndHeal(t *testing.T) {
 	// A call in flight fails at once, long before its own timeout.
 	errc := make(chan error, 1)
 	go func() { errc <- c.BLPop(ctx, 20*time.Second, "never").Err() }()
-	time.Sleep(300 * time.Millisecond) // the BLPOP reaches the server
+	// Wait until the BLPOP has reached the server and blocks there.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		info, err := direct.Info(ctx, "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "blocked_clients:1\r\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the BLPOP did not block on the server within 10s:\n%s", info)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	start := time.Now()
 	p.Cut()
 	select {
