@@ -18,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/fallback"
+	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/lua"
@@ -152,8 +153,8 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
 	}
-	if embedded(client, embeddedProbe) {
-		e.timeout = max(e.timeout, embeddedTimeout)
+	if rc, ok := client.(*redis.Client); ok && inprocess.Miniredis(rc, inprocess.Probe) {
+		e.timeout = max(e.timeout, inprocess.MinTimeout)
 	}
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
