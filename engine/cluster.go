@@ -132,7 +132,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 			if pi < 0 {
 				pi = len(pipes)
 				dp := domainPipe{d: d}
-				if !d.down.Load() {
+				if !d.Down.Load() {
 					dp.pipe = e.client.Pipeline()
 				}
 				pipes = append(pipes, dp)
@@ -258,7 +258,7 @@ func commonSuffix(psuf []int64) int64 {
 // batch's calls.
 func servedBy(e *Engine, pipes []domainPipe) func(key string) bool {
 	return func(key string) bool {
-		d := e.domainOf(key)
+		d := e.doms.Of(key)
 		for i := range pipes {
 			if pipes[i].d == d && pipes[i].answer {
 				return true

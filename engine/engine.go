@@ -18,6 +18,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/fallback"
+	"github.com/slidelimit/slidelimit/engine/internal/health"
 	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
@@ -70,8 +71,8 @@ type Engine struct {
 	// it for the time a finish was queued (see asyncQueue.since).
 	lastAnswer atomic.Int64
 
-	doms   domains    // failure domains: which servers timed out
-	bg     background // goroutines stopped by Close (probes, eviction guard)
+	doms   *health.Monitor   // failure domains: which servers timed out
+	bg     health.Background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
 	slots    slotHolder // slots of in-flight windows held by running requests
@@ -136,7 +137,6 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		local:   fallback.New(cfg.localKeys),
 		known:   denials.New(cfg.localKeys),
 		base:    time.Now(),
-		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  multiWindowSrc,
@@ -156,6 +156,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if rc, ok := client.(*redis.Client); ok && inprocess.Miniredis(rc, inprocess.Probe) {
 		e.timeout = max(e.timeout, inprocess.MinTimeout)
 	}
+	e.doms = e.newHealth()
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
 		return nil, err
@@ -306,8 +307,8 @@ func (e *Engine) run(lead *call, batch []*call) {
 		e.runParts(lead, batch)
 		return
 	}
-	d := e.doms.one
-	if d.down.Load() {
+	d := e.doms.One
+	if d.Down.Load() {
 		failAll(batch, errNotAsked)
 		return
 	}
@@ -399,7 +400,7 @@ func (e *Engine) Close() error {
 			_ = e.pubsub.Close()
 			<-e.listenDone
 		}
-		e.bg.stop()
+		e.bg.Stop()
 		e.slots.mu.Lock()
 		done := e.slots.done
 		e.slots.mu.Unlock()

@@ -69,7 +69,7 @@ func (e *Engine) startGuard(cfg *config) error {
 	if every <= 0 {
 		return nil
 	}
-	gc := eviction.Config{Client: e.client, Addr: e.doms.one.addr, Log: e.log, Answered: answered}
+	gc := eviction.Config{Client: e.client, Addr: e.doms.One.Addr, Log: e.log, Answered: answered}
 	if hook := cfg.evictionHook; hook != nil {
 		gc.Hook = func(ev eviction.Event) { hook(EvictionEvent(ev)) }
 	}
@@ -80,6 +80,6 @@ func (e *Engine) startGuard(cfg *config) error {
 		}
 		return &backendError{Op: "info", Err: err}
 	}
-	e.bg.start(func() { g.Run(every, e.timeout, e.stop) })
+	e.bg.Start(func() { g.Run(every, e.timeout, e.stop) })
 	return nil
 }

@@ -49,7 +49,7 @@ func TestGiveBackWhileDown(t *testing.T) {
 	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
-	e.doms.one.down.Store(true)
+	e.doms.One.Down.Store(true)
 	err := e.giveBack(context.Background(), r, d)
 	if !errors.Is(err, errNotAsked) || !errors.Is(err, ErrBackend) {
 		t.Fatalf("GiveBack while down: %v, want errNotAsked and ErrBackend", err)
@@ -59,7 +59,7 @@ func TestGiveBackWhileDown(t *testing.T) {
 	}
 	// Redis answers again: the next batch runs the queued removal after
 	// its script call, so the request after it no longer sees d's entry.
-	e.doms.one.down.Store(false)
+	e.doms.One.Down.Store(false)
 	if d2 := mustAllow(t, e, r, true); d2.Windows[0].Used != 2 {
 		t.Errorf("first request after recovery: used %d, want 2 (d's entry, then its own)", d2.Windows[0].Used)
 	}

@@ -205,7 +205,7 @@ func (e *Engine) renewGroups() map[string]map[string][]string {
 	h.mu.Unlock()
 	for g, keys := range groups {
 		for key := range keys {
-			if e.domainOf(key).down.Load() {
+			if e.doms.Of(key).Down.Load() {
 				delete(groups, g)
 			}
 			break // a group's keys share a server
