@@ -21,6 +21,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/health"
 	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/engine/internal/slots"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -75,8 +76,7 @@ type Engine struct {
 	bg     health.Background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
-	slots    slotHolder // slots of in-flight windows held by running requests
-	slotLost func(SlotLost)
+	slots *slots.Holder // slots of in-flight windows held by running requests
 
 	// denied is called with each denial by a window (denial.go): the
 	// root package's denial tallies. Set before the engine decides.
@@ -141,8 +141,6 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		shaArg:  script.Hash(),
 		srcArg:  multiWindowSrc,
 		fnArg:   fnName,
-
-		slotLost: cfg.slotLost,
 	}
 	e.denied = cfg.denied
 	e.chanName = e.channel()
@@ -157,6 +155,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		e.timeout = max(e.timeout, inprocess.MinTimeout)
 	}
 	e.doms = e.newHealth()
+	e.slots = e.newSlots(cfg.slotLost)
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
 		return nil, err
@@ -401,10 +400,7 @@ func (e *Engine) Close() error {
 			<-e.listenDone
 		}
 		e.bg.Stop()
-		e.slots.mu.Lock()
-		done := e.slots.done
-		e.slots.mu.Unlock()
-		if done != nil {
+		if done := e.slots.Done(); done != nil {
 			<-done
 		}
 	})

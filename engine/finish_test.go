@@ -157,7 +157,7 @@ func TestSlotEpochs(t *testing.T) {
 	if slotState(t, c).Used != 2 {
 		t.Fatalf("after a's lease: %+v", c)
 	}
-	e.renew() // a's slot expired: reported lost, not renewed
+	e.slots.Renew() // a's slot expired: reported lost, not renewed
 	select {
 	case l := <-lost:
 		if l.Member != a.taken.member() {
