@@ -5,14 +5,6 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
 
-// calUndo makes u, the undo of calendar key k of p, the adjustment of its
-// counter by -cost in the period the script counted in; a key whose
-// period is unknown (the script call failed: it may not have counted)
-// gets none (cal 0), erring on the side of denying.
-func calUndo(p *plan.Plan, u *codec.Undo, k int) {
-	u.Kind, u.Delta, u.Cal = codec.KindCal, -p.Cost[k], p.Cals[k].Start
-}
-
 // takenExtra is what Finish needs of a distinct key a request took,
 // beside its takenKey.
 type takenExtra struct {

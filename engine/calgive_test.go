@@ -180,12 +180,12 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	var used int64
 	for try := 0; ; try++ {
 		dp, err := e.peek(ctx, r)
-		if err == nil && dp.Source == "redis" && e.undos.n.Load() == 0 {
+		if err == nil && dp.Source == "redis" && e.undos.Len() == 0 {
 			used = calUsed(t, e, r)
 			break
 		}
 		if try == 100 {
-			t.Fatalf("Redis never answered again: %v (source %v, %d undos queued)", err, dp.Source, e.undos.n.Load())
+			t.Fatalf("Redis never answered again: %v (source %v, %d undos queued)", err, dp.Source, e.undos.Len())
 		}
 		time.Sleep(50 * ms)
 	}

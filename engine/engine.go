@@ -22,6 +22,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/engine/internal/slots"
+	"github.com/slidelimit/slidelimit/engine/internal/undo"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -59,7 +60,7 @@ type Engine struct {
 	denials  bool           // cached denials (WithCachedDenials)
 	base     time.Time      // origin of mono
 	batch    batcher
-	undos    undoQueue  // of failed calls, run before the next script call
+	undos    undo.Queue // of failed calls, run before the next script call
 	async    asyncQueue // of FinishAsync, sent with the next script call
 	shaArg   any        // script.Hash(), boxed once
 	srcArg   any        // multiWindowSrc, boxed once
@@ -145,7 +146,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	e.denied = cfg.denied
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
-	e.undos.warn.Every = warnEvery
+	e.undos.Init(e.log, warnEvery)
 	e.async.bound = asyncBound
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +

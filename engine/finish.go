@@ -88,7 +88,7 @@ func (e *Engine) finishRemote(c *call, op string) error {
 		// Redis timed out and has not answered since: queue the work for
 		// the batch that finds it back, instead of making the caller (a
 		// handler that has answered) wait for another timeout.
-		e.undos.push(e, c.fin...)
+		e.undos.Push(c.fin...)
 		return &backendError{Op: op, Err: errNotAsked}
 	}
 	e.join(c)
@@ -124,13 +124,13 @@ func (e *Engine) finished(c *call, op string) error {
 // a single server, the failed parts' elsewhere.
 func (e *Engine) requeueFinish(c *call) {
 	if e.group == groupAll {
-		e.undos.push(e, c.fin...)
+		e.undos.Push(c.fin...)
 		return
 	}
 	for i, st := range c.pstat {
 		if st < 0 {
 			for _, k := range c.part(i) {
-				e.undos.push(e, c.fin[k])
+				e.undos.Push(c.fin[k])
 			}
 		}
 	}

@@ -68,7 +68,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	e.route(c)
 	if needsDown(c) {
 		// As in Finish: the batch that finds the server back runs it.
-		e.undos.push(e, c.fin...)
+		e.undos.Push(c.fin...)
 		e.async.failed.Add(1)
 		e.warnFailed(op, c.fin[0].Member, errNotAsked)
 		putCall(c)
@@ -426,7 +426,5 @@ func (e *Engine) forgetAsync(c *call) {
 // other failed finishes.
 func (e *Engine) asyncFailed(op, member string, err error) {
 	e.async.failed.Add(1)
-	if ok, n := e.undos.warn.Allow(time.Now()); ok {
-		e.log.Warn("engine: FinishAsync's "+op+" failed; not retried", "member", member, "err", err, "suppressed", n)
-	}
+	e.undos.LogFailed("engine: FinishAsync's "+op+" failed; not retried", member, err)
 }

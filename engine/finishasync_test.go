@@ -207,7 +207,7 @@ func TestFinishAsyncErrors(t *testing.T) {
 	if got := e.finishAsyncFailures(); got != 2 {
 		t.Fatalf("after Redis stopped: FinishAsyncFailures %d, want 2", got)
 	}
-	if e.undos.n.Load() == 0 {
+	if e.undos.Len() == 0 {
 		t.Fatal("the failed release was not queued for retry")
 	}
 }

@@ -25,7 +25,7 @@ func TestGiveBackFails(t *testing.T) {
 	if !errors.Is(err, ErrBackend) || !errors.As(err, &be) || be.Op != "giveback" {
 		t.Fatalf("GiveBack with Redis down: %v, want a *backendError for giveback", err)
 	}
-	q := e.undos.take()
+	q := e.undos.Take()
 	if len(q) != 2 {
 		t.Fatalf("queued %d undos, want 2: %+v", len(q), q)
 	}
@@ -54,7 +54,7 @@ func TestGiveBackWhileDown(t *testing.T) {
 	if !errors.Is(err, errNotAsked) || !errors.Is(err, ErrBackend) {
 		t.Fatalf("GiveBack while down: %v, want errNotAsked and ErrBackend", err)
 	}
-	if n := e.undos.n.Load(); n != 1 {
+	if n := e.undos.Len(); n != 1 {
 		t.Fatalf("%d undos queued, want 1", n)
 	}
 	// Redis answers again: the next batch runs the queued removal after
