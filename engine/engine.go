@@ -15,6 +15,7 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/async"
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/fallback"
@@ -60,17 +61,17 @@ type Engine struct {
 	denials  bool           // cached denials (WithCachedDenials)
 	base     time.Time      // origin of mono
 	batch    batcher
-	undos    undo.Queue // of failed calls, run before the next script call
-	async    asyncQueue // of FinishAsync, sent with the next script call
-	shaArg   any        // script.Hash(), boxed once
-	srcArg   any        // multiWindowSrc, boxed once
-	fnArg    any        // fnName, boxed once
-	fn       fnState    // whether decisions go as FCALL (function.go)
-	chanName string     // the invalidation channel (see channel)
+	undos    undo.Queue         // of failed calls, run before the next script call
+	async    async.Queue[*call] // of FinishAsync, sent with the next script call
+	shaArg   any                // script.Hash(), boxed once
+	srcArg   any                // multiWindowSrc, boxed once
+	fnArg    any                // fnName, boxed once
+	fn       fnState            // whether decisions go as FCALL (function.go)
+	chanName string             // the invalidation channel (see channel)
 
 	// lastAnswer is when the last batch was answered (µs of e.elapsed;
 	// 0 before the first, and with WithClock): FinishAsync's queue reads
-	// it for the time a finish was queued (see asyncQueue.since).
+	// it for the time a finish was queued (see async.Config.Since).
 	lastAnswer atomic.Int64
 
 	doms   *health.Monitor   // failure domains: which servers timed out
@@ -147,7 +148,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
 	e.undos.Init(e.log, warnEvery)
-	e.async.bound = asyncBound
+	e.initAsync()
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
@@ -228,7 +229,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 		return e.fallback(c, req, err)
 	}
 	if mode == opAllow && e.denials && c.plan.NDistinct == 0 && e.cachedDenial(c) {
-		if !e.async.touches(c) {
+		if !e.async.Touches(c) {
 			return c.decision(req, fromCache), nil
 		}
 		// A queued finish may free room: Redis decides, after it.
@@ -362,7 +363,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	}
 	// A queued finish sent after the deletion could write to the keys
 	// again (a calendar counter's give-back).
-	e.drainAsync(false)
+	e.async.Drain(false)
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	// The block key shares the key's hash tag (one slot); the slot key
@@ -394,7 +395,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
-		e.drainAsync(true)
+		e.async.Drain(true)
 		close(e.stop)
 		if e.pubsub != nil {
 			_ = e.pubsub.Close()
