@@ -23,11 +23,11 @@ func finishUndos(t *testing.T, d Decision, o Outcome) []codec.Undo {
 	t.Helper()
 	c := getCall()
 	defer putCall(c)
-	deltas, err := c.deltas(d.taken, o.Actual)
+	deltas, err := c.deltas(d.admitted, o.Actual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.finishing(d.taken, &o, deltas, false)
+	c.finishing(d.admitted, &o, deltas, false)
 	return slices.Clone(c.fin)
 }
 

@@ -257,8 +257,8 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	// windows may be full yet admit the values they hold).
 	storeKnown(e.known, c, c.sent, c.recv, c.wall)
 	d := c.decision(req, fromRedis)
-	if c.plan.Slots > 0 && d.taken != nil {
-		e.hold(d.taken)
+	if c.plan.Slots > 0 && d.admitted != nil {
+		e.hold(d.admitted)
 	}
 	if c.warn != nil {
 		return d, c.warn

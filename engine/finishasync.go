@@ -34,7 +34,7 @@ const asyncBound = time.Millisecond
 // call after Close, and a Redis failure (the work is then queued and
 // retried, as by Finish).
 func (e *Engine) FinishAsync(d Decision, o Outcome) {
-	t := d.taken
+	t := d.admitted
 	if t == nil || !d.Allowed {
 		return
 	}
@@ -43,18 +43,18 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	deltas, err := c.deltas(t, o.Actual)
 	if err != nil {
 		putCall(c)
-		e.asyncFailed(op, t.member(), err)
+		e.asyncFailed(op, t.Member(), err)
 		return
 	}
-	if t.src == fromLocal {
+	if t.Local {
 		c.finishing(t, &o, deltas, false)
-		e.local.Finish(t.id, c.fin)
+		e.local.Finish(t.ID, c.fin)
 		putCall(c)
 		return
 	}
 	if e.closed.Load() {
 		putCall(c)
-		e.asyncFailed(op, t.member(), ErrClosed)
+		e.asyncFailed(op, t.Member(), ErrClosed)
 		return
 	}
 	c.finishing(t, &o, deltas, false)
@@ -78,7 +78,7 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 	e.forgetAsync(c)
 	if !e.async.Push(c) { // from here on, c is the queue's
 		putCall(c)
-		e.asyncFailed(op, t.member(), ErrClosed)
+		e.asyncFailed(op, t.Member(), ErrClosed)
 	}
 }
 

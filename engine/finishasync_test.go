@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/engine/internal/admission"
 	"github.com/slidelimit/slidelimit/engine/internal/async"
 )
 
@@ -173,7 +174,7 @@ func TestFinishAsyncClose(t *testing.T) {
 				}
 			}
 			// After Close a FinishAsync is refused and counted.
-			a.FinishAsync(Decision{Allowed: true, taken: &taken{src: fromRedis}}, Outcome{})
+			a.FinishAsync(Decision{Allowed: true, admitted: &admission.Record{}}, Outcome{})
 			if got := a.finishAsyncFailures(); got != 1 {
 				t.Errorf("FinishAsyncFailures after Close %d, want 1", got)
 			}

@@ -30,8 +30,8 @@ func TestGiveBackFails(t *testing.T) {
 		t.Fatalf("queued %d undos, want 2: %+v", len(q), q)
 	}
 	for _, u := range q {
-		if u.Member != strconv.FormatInt(d.taken.id, 10) || u.Suffix != 0 {
-			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.taken.id)
+		if u.Member != strconv.FormatInt(d.admitted.ID, 10) || u.Suffix != 0 {
+			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.admitted.ID)
 		}
 		// Kept while its entry may count: a minute from when it was
 		// queued, which is after the give-back began.

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/admission"
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/slots"
 )
@@ -97,19 +98,19 @@ func (e *Engine) renewalGroup(key string) string {
 }
 
 // hold registers the slots that t holds.
-func (e *Engine) hold(t *taken) {
-	member := t.member()
-	for i, k := range t.keys {
-		if k.kind == codec.KindSlot {
-			// t.key(i) is a view of t.text: the registry keeps t alive
+func (e *Engine) hold(t *admission.Record) {
+	member := t.Member()
+	for i, k := range t.Keys {
+		if k.Kind == codec.KindSlot {
+			// t.Key(i) is a view of the record: the registry keeps t alive
 			// while the slot is held, and no more.
-			e.slots.Hold(slots.Ref{Key: t.key(i), Member: memberText(member, k.suffix)})
+			e.slots.Hold(slots.Ref{Key: t.Key(i), Member: memberText(member, k.Suffix)})
 		}
 	}
 }
 
 // unhold forgets the slots that t releases in fin.
-func (e *Engine) unhold(t *taken, fin []codec.Undo) {
+func (e *Engine) unhold(t *admission.Record, fin []codec.Undo) {
 	for _, u := range fin {
 		if u.Kind == codec.KindSlot {
 			e.slots.Release(slots.Ref{Key: u.Key, Member: memberText(u.Member, u.Suffix)})
