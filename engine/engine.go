@@ -85,10 +85,9 @@ type Engine struct {
 	denied func(Denial)
 
 	// The invalidation subscription of cached denials (see cache.go).
-	pubsub     *redis.PubSub
-	listenDone chan struct{}
-	stop       chan struct{}
-	closeOnce  sync.Once
+	inval     *denials.Listener
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns an Engine deciding with client. The Engine does not own
@@ -163,7 +162,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	if cfg.denials {
-		if s, ok := client.(subscriber); ok {
+		if s, ok := client.(denials.Subscriber); ok {
 			e.denials = true
 			e.listen(s)
 		} else {
@@ -382,7 +381,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 			return &backendError{Op: "reset", Err: err}
 		}
 	}
-	e.publish(ctx, invalReset, keys...)
+	e.publish(ctx, denials.Reset, keys...)
 	return nil
 }
 
@@ -397,9 +396,8 @@ func (e *Engine) Close() error {
 		e.closed.Store(true)
 		e.async.Drain(true)
 		close(e.stop)
-		if e.pubsub != nil {
-			_ = e.pubsub.Close()
-			<-e.listenDone
+		if e.inval != nil {
+			e.inval.Close()
 		}
 		e.bg.Stop()
 		if done := e.slots.Done(); done != nil {
