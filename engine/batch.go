@@ -167,7 +167,7 @@ type call struct {
 	op  string
 
 	// ride holds a batch's calls after the queued finishes it carries
-	// (see board).
+	// (see async.Queue.Collect).
 	ride []*call
 
 	// Slot mode: the call's keys grouped by script call.

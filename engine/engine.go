@@ -146,7 +146,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	e.denied = cfg.denied
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
-	e.undos.Init(e.log, warnEvery)
+	e.undos.Init(e.log, warnEvery, e.remove)
 	e.initAsync()
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 
 	"github.com/slidelimit/slidelimit/engine/internal/admission"
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
@@ -179,7 +178,7 @@ func (c *call) deltas(t *admission.Record, actual []int64) ([]int64, error) {
 	}
 	d, changes, err := t.Deltas(actual, c.bleft)
 	c.bleft = d
-	if ce := (*admission.CostError)(nil); errors.As(err, &ce) {
+	if ce, ok := err.(*admission.CostError); ok {
 		return nil, &requestError{Check: ce.Check, Window: -1, Reason: ce.Reason}
 	}
 	if !changes {

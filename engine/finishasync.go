@@ -148,7 +148,7 @@ func (e *Engine) send(fl *flight) {
 // forgetAsync forgets, in this process's cache of denials, the keys that
 // c's finish removes entries from: an answer sent before now may still
 // count them. (The script publishes the removals for every process, and
-// land forgets them again once they are done.)
+// complete forgets them again once they are done.)
 func (e *Engine) forgetAsync(c *call) {
 	var now int64
 	read := false // the clock, only for a finish that publishes

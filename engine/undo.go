@@ -126,5 +126,5 @@ func (e *Engine) queueUndo(c *call, keys []int32, suffix int64) {
 // runUndos runs, within ctx, the queued undos of the keys for which
 // answers reports true (nil: every key).
 func (e *Engine) runUndos(ctx context.Context, answers func(key string) bool) {
-	e.undos.Run(ctx, answers, e.remove)
+	e.undos.Run(ctx, answers)
 }

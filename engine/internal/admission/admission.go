@@ -18,14 +18,14 @@ import (
 // that state once New returns, and safe for concurrent use.
 type Record struct {
 	ID     int64
-	Local  bool  // decided by the local fallback, not by Redis
 	At     int64 // the decision time, µs since 1970 (settlement of grained keys)
 	Keys   []Key
 	Checks []Check
-	idLen  uint8         // length of the member at the end of text
 	text   string        // every key, back to back, then the member
 	extra  []extra       // per key, for distinct keys; nil without them
 	state  atomic.Uint32 // Done* bits: what was finished already
+	idLen  uint8         // length of the member at the end of text
+	Local  bool          // decided by the local fallback, not by Redis
 
 	// Room for the usual request, so that it costs one allocation.
 	inKeys   [3]Key

@@ -69,17 +69,18 @@ func Of(p *plan.Plan, k int, member string, suffix, now int64) codec.Undo {
 // A Queue holds undos until a server runs them. It is safe for concurrent
 // use once Init has run.
 type Queue struct {
-	n    atomic.Int32 // len(q), read without the lock on the fast path
-	mu   sync.Mutex
-	q    []codec.Undo
-	log  *slog.Logger
-	warn logthrottle.Throttle // of failed GiveBacks, Releases and Settles
+	n      atomic.Int32 // len(q), read without the lock on the fast path
+	mu     sync.Mutex
+	q      []codec.Undo
+	log    *slog.Logger
+	warn   logthrottle.Throttle // of failed GiveBacks, Releases and Settles
+	remove Remove
 }
 
-// Init sets the logger of u, and the least time between two of its lines
-// about failed finishes.
-func (u *Queue) Init(log *slog.Logger, every time.Duration) {
-	u.log, u.warn.Every = log, every
+// Init sets the logger of u, the least time between two of its lines
+// about failed finishes, and how Run removes entries.
+func (u *Queue) Init(log *slog.Logger, every time.Duration, remove Remove) {
+	u.log, u.warn.Every, u.remove = log, every, remove
 }
 
 // Len returns how many undos are queued.
@@ -143,7 +144,7 @@ type Remove func(ctx context.Context, us []codec.Undo) (failed []int, first erro
 // Run runs, within ctx, the queued undos of the keys for which answers
 // reports true (nil: every key), and requeues the others and those that
 // failed, while their entries may still count.
-func (u *Queue) Run(ctx context.Context, answers func(key string) bool, remove Remove) {
+func (u *Queue) Run(ctx context.Context, answers func(key string) bool) {
 	q := u.Take()
 	if len(q) == 0 {
 		return
@@ -167,7 +168,7 @@ func (u *Queue) Run(ctx context.Context, answers func(key string) bool, remove R
 		return
 	}
 	var again []codec.Undo
-	failed, _ := remove(ctx, q)
+	failed, _ := u.remove(ctx, q)
 	for _, i := range failed {
 		again = append(again, q[i])
 	}
