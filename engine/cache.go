@@ -19,7 +19,7 @@ func (e *Engine) channel() string { return e.keyer.Prefix() + "invalidate" }
 func (e *Engine) listen(s denials.Subscriber) {
 	e.inval = denials.Listen(s, denials.ListenConfig{
 		Channel: e.channel(), Cache: e.known, Clock: e.monoElapsed, Reset: e.local.Forget,
-		Stop: e.stop, Closed: &e.closed,
+		Stop: e.stop, Closed: e.closed.Load,
 	}, max(e.timeout, time.Second))
 }
 

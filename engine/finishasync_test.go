@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/admission"
-	"github.com/slidelimit/slidelimit/engine/internal/async"
 )
 
 // TestFinishAsyncSteps runs finishSteps with FinishAsync on every backend:
@@ -213,76 +212,6 @@ func TestFinishAsyncErrors(t *testing.T) {
 	if e.undos.Len() == 0 {
 		t.Fatal("the failed release was not queued for retry")
 	}
-}
-
-// touchesEngine returns an engine on miniredis whose queued finishes are
-// not sent by the timer, and ask, which makes an Allow of keys "other"
-// and key.
-func touchesEngine(t *testing.T) (*Engine, func(key string) *call) {
-	t.Helper()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	e := newEngine(t, mc)
-	e.async.SetBound(time.Hour)
-	return e, func(key string) *call {
-		c := &call{mode: opAllow}
-		c.plan.Keys = []string{"other", key}
-		return c
-	}
-}
-
-// TestFinishAsyncTouches: a cached denial is not made for a key with a
-// finish queued or in the air (it may free room), and is for other keys.
-func TestFinishAsyncTouches(t *testing.T) {
-	t.Parallel()
-	e, ask := touchesEngine(t)
-	fin := &call{}
-	fin.plan.Keys = []string{"k"}
-	if e.async.Touches(ask("k")) {
-		t.Fatal("touches with nothing queued")
-	}
-	e.async.Push(fin)
-	if !e.async.Touches(ask("k")) || e.async.Touches(ask("j")) {
-		t.Fatal("queued: touches wrong")
-	}
-	fl := e.async.Detach()
-	if fl == nil || !e.async.Touches(ask("k")) || e.async.Touches(ask("j")) {
-		t.Fatal("in the air: touches wrong")
-	}
-	// Complete it by hand: nothing was sent.
-	e.async.Complete(fl, func(*call) {})
-	if e.async.Touches(ask("k")) {
-		t.Fatal("touches after landing")
-	}
-}
-
-// TestFinishAsyncTouchesIndexed is TestFinishAsyncTouches for a flight of
-// more keys than async.IndexAt, whose keys are indexed: a batch of one of
-// its keys waits for it, others do not.
-func TestFinishAsyncTouchesIndexed(t *testing.T) {
-	t.Parallel()
-	e, ask := touchesEngine(t)
-	for i := range async.IndexAt {
-		fin := &call{mode: opFinish}
-		fin.plan.Keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
-		e.async.Push(fin)
-	}
-	fl := e.async.Detach()
-	if fl == nil || fl.NKeys() <= async.IndexAt {
-		t.Fatalf("flight %+v: want more than %d keys", fl, async.IndexAt)
-	}
-	last := fmt.Sprint("x", async.IndexAt-1)
-	if !e.async.Touches(ask(last)) || !e.async.Touches(ask("k0")) || e.async.Touches(ask("j")) {
-		t.Fatal("in the air: touches wrong")
-	}
-	waitLast := e.async.Conflicts([]*call{ask("j"), ask(last)}, nil)
-	waitNone := e.async.Conflicts([]*call{ask("j"), ask("k")}, nil)
-	if len(waitLast) != 1 || len(waitNone) != 0 {
-		t.Fatalf("conflicts: %d flights for a batch of its key, want 1; %d for one of others, want 0", len(waitLast), len(waitNone))
-	}
-	// Complete it by hand (nothing was sent), or Close would wait for it.
-	e.async.Complete(fl, func(*call) {})
 }
 
 // TestFinishAsyncTimerRearms: the timer, armed for a finish a batch took

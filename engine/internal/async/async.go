@@ -66,9 +66,6 @@ type Flight[C Call] struct {
 // below, a scan costs less than building the index.
 const IndexAt = 8
 
-// NKeys returns how many keys fl's calls use, counted with repeats.
-func (fl *Flight[C]) NKeys() int { return fl.nkeys }
-
 // uses reports whether a call of fl uses key k. Called with the queue's
 // lock held.
 func (fl *Flight[C]) uses(k string) bool {
@@ -173,23 +170,8 @@ func (q *Queue[C]) detach() *Flight[C] {
 	return fl
 }
 
-// Detach is detach for tests: the pending calls as a flight, counted as
-// sent until Complete.
-func (q *Queue[C]) Detach() *Flight[C] {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.detach()
-}
-
-// Conflicts appends to wait the sent flights that carry a key of a call
-// of batch that is no finish, and returns it.
-func (q *Queue[C]) Conflicts(batch []C, wait []<-chan struct{}) []<-chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.conflicts(batch, wait)
-}
-
-// conflicts is Conflicts, called with q.mu held.
+// conflicts appends to wait the sent flights that carry a key of a call
+// of batch that is no finish, and returns it. Called with q.mu held.
 func (q *Queue[C]) conflicts(batch []C, wait []<-chan struct{}) []<-chan struct{} {
 	for _, fl := range q.sent {
 	calls:

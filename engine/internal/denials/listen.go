@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -47,7 +46,7 @@ type ListenConfig struct {
 	// Reset forgets a deleted key elsewhere (the local fallback).
 	Reset  func(key string)
 	Stop   <-chan struct{} // closed when the engine closes
-	Closed *atomic.Bool
+	Closed func() bool     // whether the engine closed
 }
 
 // A Listener applies the invalidations of other processes to a Cache.
@@ -87,7 +86,7 @@ func (l *Listener) receive(first chan struct{}) {
 	k := l.cfg.Cache
 	for {
 		msg, err := l.ps.ReceiveTimeout(ctx, PingEvery)
-		if l.cfg.Closed.Load() {
+		if l.cfg.Closed() {
 			return
 		}
 		if err != nil {
