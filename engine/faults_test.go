@@ -96,11 +96,11 @@ func TestLeaderPanic(t *testing.T) {
 
 	// A background probe whose client panics neither crashes the process
 	// nor leaves the server down: calls ask it again.
-	e.markDown(e.doms.one, errors.New("test"))
+	e.doms.MarkDown(e.doms.One, errors.New("test"))
 	panics.Store(1) // release is closed: the next Process panics at once
 	<-entered
 	deadline := time.Now().Add(5 * time.Second)
-	for e.doms.one.down.Load() || e.doms.one.probing.Load() {
+	for e.doms.One.Down.Load() || e.doms.One.Probing.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("server still down 5 s after its probe panicked")
 		}

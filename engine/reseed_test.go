@@ -40,7 +40,7 @@ func TestFallbackReseedsSameTime(t *testing.T) {
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); e.doms.one.down.Load(); {
+	for deadline := time.Now().Add(10 * time.Second); e.doms.One.Down.Load(); {
 		if time.Now().After(deadline) {
 			t.Fatal("the engine never saw Redis again")
 		}

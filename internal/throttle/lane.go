@@ -1,0 +1,348 @@
+package throttle
+
+import (
+	"context"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// none is othersMin when no other participant is known to wait.
+const none = math.MaxInt64
+
+// A lane holds this process's callers waiting for the same subjects, in
+// arrival order. Only its head asks Redis, and only when the fleet-wide
+// order (fleet.go) gives this process the turn: the callers behind it, and
+// the other processes' heads, sleep until they are told.
+type lane struct {
+	t        *Throttle
+	id       string        // names the lane in Redis keys and messages
+	key      string        // t.lanes's key: the subjects, length-prefixed (laneKey)
+	subjects []string      // the subjects of its calls, long ones hashed (laneSubject); views of key
+	ref      laneRef       // its users and place in the idle lists; t.mu guards it (lanes.go)
+	ready    chan struct{} // closed once the new lane learned the fleet's state (fleet.learn)
+
+	mu        sync.Mutex
+	q         []*waiter
+	wakeAt    time.Time // when the head may ask next (local clock)
+	blocked   time.Time // an upstream's Retry-After holds the lane until then
+	joined    bool      // this process has an entry in the fleet's queue
+	onTurn    bool      // that entry is the fleet's first
+	othersMin int64     // the earliest arrival of another process's head; none if none
+	renewed   time.Time // the last call of the fleet script (lease renewal)
+	ver       int64     // the version of the fleet's queue last applied
+	verAt     time.Time // when
+	sent      int64     // the sequence number of the last op sent (fleet.op)
+	kicked    bool      // the fleet said the windows have room since the head last asked
+	asking    bool      // the head is asking Redis (it left await and is not refused yet)
+
+	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
+}
+
+// A waiter is one caller of Wait.
+type waiter struct {
+	stamp int64         // arrival, µs on the Redis clock (fleet.now)
+	costs []int64       // its cost in each check of its request, at least 1
+	wake  chan struct{} // signalled when something it waits for changed
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// busy reports whether a caller of Allow must wait behind others: callers
+// wait here or in another process, or an upstream block holds the lane.
+func (ln *lane) busy() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return len(ln.q) > 0 || ln.othersMin != none || time.Now().Before(ln.blocked)
+}
+
+// learn notes what a refusal of Allow said: the time the windows free up.
+func (ln *lane) learn(d engine.Decision) {
+	ln.mu.Lock()
+	if at := time.Now().Add(d.RetryAfter); len(ln.q) == 0 && at.After(ln.wakeAt) {
+		ln.wakeAt = at
+	}
+	ln.mu.Unlock()
+}
+
+// kick lets the head ask at once: a settlement or a released slot may
+// have made room before the time it was told.
+func (ln *lane) kick() {
+	ln.mu.Lock()
+	ln.wakeAt = time.Time{}
+	if len(ln.q) > 0 {
+		ln.q[0].signal()
+	}
+	ln.mu.Unlock()
+}
+
+// othersWait reports whether another process's head is known to wait in
+// ln.
+func (ln *lane) othersWait() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.othersMin != none
+}
+
+// enter reports whether w may ask Redis at once: nobody waits, here or
+// elsewhere, no block holds the lane and the windows were not found full.
+// Such callers ask concurrently; a refusal queues them (refused). Else
+// enter queues w.
+func (ln *lane) enter(w *waiter) bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	now := time.Now()
+	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) {
+		return true
+	}
+	ln.queue(w)
+	return false
+}
+
+// queue puts w in arrival order; ln.mu is held. Callers that asked at
+// once and were refused may have arrived before some that queued, the
+// head included: they go before it unless it is asking.
+func (ln *lane) queue(w *waiter) {
+	i := len(ln.q)
+	for i > 0 && ln.q[i-1].stamp > w.stamp {
+		i--
+	}
+	if i == 0 && len(ln.q) > 0 && ln.asking {
+		i = 1 // the head is asking; it keeps its place
+	}
+	ln.q = append(ln.q, nil)
+	copy(ln.q[i+1:], ln.q[i:])
+	ln.q[i] = w
+	if i == 0 {
+		w.signal()
+	}
+}
+
+// remove takes w out, handing the head's place, and the fleet's turn if
+// this process had it, to the next caller.
+func (ln *lane) remove(w *waiter) {
+	ln.mu.Lock()
+	head := len(ln.q) > 0 && ln.q[0] == w
+	for i, x := range ln.q {
+		if x == w {
+			ln.q = append(ln.q[:i], ln.q[i+1:]...)
+			break
+		}
+	}
+	// The windows free up when they did: the next head asks then.
+	at := ln.wakeAt
+	ln.handOver(head, func(*waiter) time.Duration { return max(time.Until(at), 0) })
+}
+
+// handOver ends the turn of a head that left (admitted, or its context
+// ended) and unlocks ln: the next caller, if any, becomes head and may ask
+// after hint(next); the fleet's turn passes on when another process's head
+// arrived before it, or when none is left here, telling it to ask after
+// hint(nil) (its costs are not known here).
+func (ln *lane) handOver(wasHead bool, hint func(next *waiter) time.Duration) {
+	if !wasHead {
+		ln.mu.Unlock()
+		return
+	}
+	ln.asking = false
+	var next *waiter
+	if len(ln.q) > 0 {
+		next = ln.q[0]
+	}
+	ln.wakeAt = time.Now().Add(hint(next))
+	pass := ln.joined && (next == nil || next.stamp > ln.othersMin)
+	stamp := int64(-1)
+	if next != nil {
+		stamp = next.stamp
+	}
+	var o op
+	if pass {
+		ln.onTurn = false
+		if next == nil {
+			ln.joined = false
+		}
+		o = ln.t.fleet.op(ln, "p", stamp, hint(nil))
+	}
+	ln.mu.Unlock()
+	if pass {
+		ln.t.fleet.send(ln, o)
+	}
+	if next != nil {
+		next.signal()
+	}
+}
+
+// await returns when w is the head, the fleet's turn is this process's
+// (or it has no entry in the fleet's queue) and the time to ask has come;
+// or with ctx.Err() when ctx ends first.
+func (ln *lane) await(ctx context.Context, w *waiter) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		ln.mu.Lock()
+		now := time.Now()
+		var until time.Time // zero: wait for a signal only
+		renew := false
+		join := false
+		switch {
+		case ln.q[0] != w:
+		case !ln.joined && ln.othersMin != none:
+			// Other processes wait: take a place in the fleet's order
+			// before asking, or this head would race theirs.
+			ln.joined, join = true, true
+		case ln.joined && !ln.onTurn:
+			// Another process has the turn; renew this entry's lease in
+			// case it died, which also finds out.
+			until, renew = ln.renewed.Add(fleetLease/2), true
+		default:
+			until = ln.wakeAt
+			if ln.blocked.After(until) {
+				until = ln.blocked
+			}
+			if ln.joined && ln.renewed.Add(fleetLease/3).Before(until) {
+				until, renew = ln.renewed.Add(fleetLease/3), true
+			}
+			if !now.Before(until) && !renew {
+				ln.kicked, ln.asking = false, true
+				ln.mu.Unlock()
+				return nil
+			}
+		}
+		if join || renew && !now.Before(until) {
+			o := ln.t.fleet.op(ln, "j", w.stamp, 0)
+			ln.mu.Unlock()
+			ln.t.fleet.send(ln, o)
+			continue
+		}
+		ln.mu.Unlock()
+		var tc <-chan time.Time
+		if !until.IsZero() {
+			if timer == nil {
+				timer = time.NewTimer(until.Sub(now))
+			} else {
+				timer.Reset(until.Sub(now))
+			}
+			tc = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.wake:
+		case <-tc:
+		}
+	}
+}
+
+// refused notes a refusal of the head's call: it asks again when the
+// windows free up, and joins the fleet's order if not in it yet.
+func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
+	wait := d.RetryAfter
+	if wait <= 0 {
+		// No window said when (Redis failed and the fail mode is closed):
+		// ask again a little later.
+		wait = 100 * time.Millisecond
+	}
+	ln.mu.Lock()
+	var prev *waiter // the head before w's refusal
+	if len(ln.q) > 0 {
+		prev = ln.q[0]
+	}
+	switch {
+	case prev == w:
+		// Callers refused while it asked may have arrived before it:
+		// it goes back in arrival order.
+		ln.asking = false
+		ln.q = ln.q[1:]
+		ln.queue(w)
+	case !slices.Contains(ln.q, w):
+		ln.queue(w)
+	}
+	head := ln.q[0]
+	if prev != w && head != w {
+		// Refused while asking at once, behind callers that queued: the
+		// head learns the time as well from its own refusal.
+		ln.mu.Unlock()
+		return
+	}
+	ln.wakeAt = time.Now().Add(wait)
+	// A new head moves this process's entry to its arrival.
+	join := !ln.joined || head != prev
+	// Joined from now: a message giving this process the turn may come
+	// before the reply.
+	ln.joined = true
+	var o op
+	if join {
+		o = ln.t.fleet.op(ln, "j", head.stamp, 0)
+	}
+	ln.mu.Unlock()
+	if join {
+		ln.t.fleet.send(ln, o)
+	}
+	if head != w {
+		head.signal()
+	}
+	_ = err
+}
+
+// nextHint is how long after d admitted a call the next caller w of the
+// lane should wait: until every window without room for w's cost has room
+// again, as far as d tells (the oldest entry's leaving; a call that needs
+// more learns the exact time from its refusal). A nil w, whose costs are
+// not known, counts 1 in each window.
+func nextHint(d *engine.Decision, w *waiter) time.Duration {
+	var hint time.Duration
+	for _, ws := range d.Windows {
+		if ws.Window.Concurrent {
+			continue // a slot frees when a call finishes, which kicks the lane
+		}
+		cost := int64(1)
+		if w != nil && ws.Check < len(w.costs) {
+			cost = w.costs[ws.Check]
+		}
+		if ws.Remaining < cost && ws.Reset > hint {
+			hint = ws.Reset
+		}
+	}
+	return hint
+}
+
+// signalHead wakes the head; ln.mu is held.
+func (ln *lane) signalHead() {
+	if len(ln.q) > 0 {
+		ln.q[0].signal()
+	}
+}
+
+// holdUntil makes the lane wait for an upstream block until at; ln.mu is
+// held.
+func (ln *lane) holdUntil(at time.Time) {
+	if at.After(ln.blocked) {
+		ln.blocked = at
+	}
+}
+
+// fresh reports whether what the fleet's queue said at version v is newer
+// than what ln applied, and notes v; ln.mu is held. A version is ignored
+// only against one applied within a lease, since the counter restarts
+// when the queue's keys expire.
+func (ln *lane) fresh(v int64) bool {
+	now := time.Now()
+	if v < ln.ver && now.Sub(ln.verAt) < fleetLease {
+		return false
+	}
+	ln.ver, ln.verAt = v, now
+	return true
+}

@@ -1,0 +1,123 @@
+-- turn.lua: the fleet-wide order of the waiters of one throttle
+-- lane (fleet.go). It is a script of its own, beside its Go
+-- code, because it shares no key or reply with multi_window.lua: it orders
+-- which process asks the engine next, and never counts a call.
+--
+-- KEYS[1]  queue: sorted set; member a participant (one Throttle in one
+--          process), score the arrival (µs, Redis clock) of its head
+-- KEYS[2]  leases: sorted set; member a participant, score the end of
+--          its lease (µs, server TIME); a participant whose lease ended
+--          (a dead process) is dropped
+-- KEYS[3]  block: a string with an expiry, set while an upstream's
+--          Retry-After holds the lane
+-- KEYS[4]  version: a counter of the queue's changes, so that a process
+--          applies a reply and the messages in the order they were made
+--          (a reply may arrive after a later message)
+-- KEYS[5]  sequences: hash; field a participant, value the sequence
+--          number of its last applied 'j' or 'p'. A process numbers its
+--          ops in the order it decides them and may send them over
+--          different connections, which Redis may run in another order:
+--          an op older than one applied already is refused (it changes
+--          nothing), so a late pass cannot put back an entry that left.
+-- ARGV[1]  op: 'j' join or renew, 'p' pass the turn (ARGV[3] < 0:
+--          leave), 'b' block for ARGV[7] ms, 'g' read the block and
+--          the queue (a process's first call for the lane), 'k' tell
+--          the fleet that the windows have room now (a call given back)
+-- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
+--          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b'),
+--          ARGV[8] the op's sequence number ('j' and 'p', >= 1)
+--
+-- Reply: {mine, others, n, block, version, now, applied}: mine 1 when
+-- member is first; others the lowest score of another member, -1 for
+-- none; n the queue's size; block the block's PTTL (ms, negative for
+-- none); version the queue's version after the op (0 for 'b', 'g', 'k');
+-- now the server's TIME (µs), from which each process learns the clock
+-- its arrival stamps are read on; applied 0 when the op was refused as
+-- older than one applied (the rest of the reply is then the queue as it
+-- is). For 'g', others is the lowest score of any member, dead ones
+-- included.
+--
+-- Messages on ARGV[5], fields separated by '|':
+--   q|lane|version|first|seq|score|second|hint
+--                              the queue after an op that changed its
+--                              first member or the first two scores:
+--                              first the first member ('' when empty),
+--                              seq the sequence of its last applied op,
+--                              score its score, second the second
+--                              member's score (-1 for none); hint (µs)
+--                              when the turn moved to first by a pass:
+--                              it may ask after hint, else -1. Every
+--                              participant learns from it alone whether
+--                              it has the turn and the earliest arrival
+--                              of the others, whatever it missed before.
+--   b|lane|ms                  an upstream blocked the lane for ms
+--   k|lane                     the lane's windows have room now: the
+--                              head of the process on turn asks at once
+local op, me, ch, lane = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if op == 'b' then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[7])
+  redis.call('PUBLISH', ch, 'b|' .. lane .. '|' .. ARGV[7])
+  return {0, -1, 0, tonumber(ARGV[7]), 0, now, 1}
+end
+if op == 'k' then
+  redis.call('PUBLISH', ch, 'k|' .. lane)
+  return {0, -1, 0, -1, 0, now, 1}
+end
+if op == 'g' then
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local first = -1
+  if head[1] then first = tonumber(head[2]) end
+  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0, now, 1}
+end
+-- head returns the first member ('' for none), its score and the
+-- second's score (-1 for none).
+local function head()
+  local h = redis.call('ZRANGE', KEYS[1], 0, 1, 'WITHSCORES')
+  if h[1] == nil then return '', -1, -1 end
+  local second = -1
+  if h[3] then second = tonumber(h[4]) end
+  return h[1], tonumber(h[2]), second
+end
+local lease, seq = tonumber(ARGV[4]), tonumber(ARGV[8])
+local v = redis.call('INCR', KEYS[4])
+local f0, s0, t0 = head()
+local dead = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+for _, m in ipairs(dead) do
+  redis.call('ZREM', KEYS[1], m)
+  redis.call('ZREM', KEYS[2], m)
+  redis.call('HDEL', KEYS[5], m)
+end
+local applied = 0
+if seq > tonumber(redis.call('HGET', KEYS[5], me) or '0') then
+  applied = 1
+  redis.call('HSET', KEYS[5], me, seq)
+  local score = tonumber(ARGV[3])
+  if score >= 0 then
+    redis.call('ZADD', KEYS[1], score, me)
+    redis.call('ZADD', KEYS[2], now + lease, me)
+  else
+    redis.call('ZREM', KEYS[1], me)
+    redis.call('ZREM', KEYS[2], me)
+  end
+end
+local f1, s1, t1 = head()
+if f1 ~= f0 or s1 ~= s0 or t1 ~= t0 then
+  local hint, fseq = '-1', '0'
+  if op == 'p' and f1 ~= f0 and f1 ~= me then hint = ARGV[7] end
+  if f1 ~= '' then fseq = redis.call('HGET', KEYS[5], f1) or '0' end
+  redis.call('PUBLISH', ch, 'q|' .. lane .. '|' .. v .. '|' .. f1 .. '|' .. fseq .. '|' ..
+    string.format('%d', s1) .. '|' .. string.format('%d', t1) .. '|' .. hint)
+end
+local n = redis.call('ZCARD', KEYS[1])
+local mine, others = 0, s1
+if f1 == me then mine, others = 1, t1 end
+local ttl = math.floor(lease / 250)
+if n > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+redis.call('PEXPIRE', KEYS[4], ttl)
+redis.call('PEXPIRE', KEYS[5], ttl)
+return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied}

@@ -1,0 +1,89 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// Wait blocks until every window of the throttle has room for c, counts
+// it in all of them, and returns its Permit, which the caller must
+// Finish. Callers wait in arrival order across the fleet. When ctx ends
+// first Wait returns ctx.Err() having counted nothing.
+func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	req, names, err := t.plan().request(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	ln, err := t.lane(ctx, laneKey(&req))
+	if err != nil {
+		return nil, err
+	}
+	ln.note(&req)
+	kept := false // by the Permit, which releases the lane at Finish
+	defer func() {
+		if !kept {
+			t.release(ln)
+		}
+	}()
+	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks))}
+	for i, c := range req.Checks {
+		w.costs[i] = max(c.Cost, 1)
+	}
+	t.stats.waiting.Add(1)
+	defer t.stats.waiting.Add(-1)
+	ask := ln.enter(w)
+	for {
+		if !ask {
+			if err := ln.await(ctx, w); err != nil {
+				ln.remove(w)
+				return nil, err
+			}
+		}
+		ask = false
+		if err := ctx.Err(); err != nil {
+			ln.remove(w)
+			return nil, err
+		}
+		d, err := t.decide(ctx, &req)
+		if d.Allowed {
+			if cerr := ctx.Err(); cerr != nil {
+				// Admitted as ctx ended: take the call back out, so that
+				// an ended Wait has counted nothing.
+				t.giveBack(d)
+				ln.remove(w)
+				t.fleet.kick(ln)
+				return nil, cerr
+			}
+			ln.mu.Lock()
+			head := len(ln.q) > 0 && ln.q[0] == w // else it asked at once, unqueued
+			if head {
+				ln.q = ln.q[1:]
+			}
+			ln.handOver(head, func(next *waiter) time.Duration { return nextHint(&d, next) })
+			t.stats.admitted(time.Since(start))
+			kept = true
+			return t.newPermit(&req, d, names, ln), nil
+		}
+		if err != nil && errors.Is(err, engine.ErrInvalid) {
+			ln.remove(w)
+			return nil, err
+		}
+		ln.refused(w, d, err)
+	}
+}
+
+// giveBack takes an admitted call out of every window before it returns,
+// so that a Wait that ended with its context has counted nothing when it
+// returns.
+func (t *Throttle) giveBack(d engine.Decision) {
+	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
+	defer cancel()
+	_ = t.eng.Finish(ctx, d, engine.Outcome{GiveBack: true}) // a failure is queued and logged by the engine
+}
