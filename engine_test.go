@@ -94,7 +94,7 @@ func newFixture(t *testing.T, b redisBackend, opts ...slidelimit.Option) *fixtur
 			middleware.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
 			middleware.WithHook(f.events.Hook),
 		),
-		slidelimit.WithEngineOptions(engine.WithTimeout(time.Second), engine.WithKeyPrefix(randomPrefix(t))),
+		slidelimit.WithEngineOptions(engine.WithTimeout(time.Second), engine.WithKeyPrefix(redistest.Prefix(t))),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)
 	if err != nil {

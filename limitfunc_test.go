@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -30,9 +27,7 @@ func TestLimitFuncTenants(t *testing.T) {
 	})
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
+		m, c := redistest.Mini(t)
 		// miniredis's TIME follows the wall clock, but its keys expire
 		// only when told that time passed.
 		limitFuncScenario(t, c, m.FastForward)
@@ -46,7 +41,7 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	var calls atomic.Int64
 	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
 	lim, err := slidelimit.New(client,
-		slidelimit.WithKeyPrefix(randomPrefix(t)),
+		slidelimit.WithKeyPrefix(redistest.Prefix(t)),
 		slidelimit.WithMiddlewareOptions(
 			middleware.WithKeyFunc("tenant", tenant),
 			middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {

@@ -2,8 +2,6 @@ package slidelimit_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -29,11 +27,9 @@ type process struct {
 	logs *testutil.LogBuffer
 }
 
-func randomPrefix(t *testing.T) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return "t" + hex.EncodeToString(b) + ":"
-}
+// randomPrefix is redistest.Prefix under the name the throttle's tests
+// still use.
+func randomPrefix(t *testing.T) string { return redistest.Prefix(t) }
 
 // newProcess starts a process on client under prefix, with GET /search
 // limited to ip:100/min by its code.
@@ -114,7 +110,7 @@ func TestOverrides(t *testing.T) {
 
 func overrideScenario(t *testing.T, client func() engine.Client) {
 	ctx := context.Background()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	a, b := newProcess(t, client(), prefix), newProcess(t, client(), prefix)
 
 	if got := b.gets("192.0.2.1", 3); got != "200 200 200" {
@@ -211,7 +207,7 @@ func TestOverridesLostMessage(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	p := newProcess(t, noSubscribe{rdb}, prefix, withRulesCheck(200*time.Millisecond))
 	ctx := context.Background()
 	if err := rdb.HSet(ctx, prefix+"{rules}", "GET /search", "ip:1/min").Err(); err != nil {
@@ -233,7 +229,7 @@ func TestOverridesLostMessage(t *testing.T) {
 func TestOverridesRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	p := newProcess(t, client, prefix, withRulesCheck(50*time.Millisecond),
@@ -270,7 +266,7 @@ func TestOverridesRedisDown(t *testing.T) {
 func TestOverridesOff(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := newProcess(t, srv.Client(), randomPrefix(t), withRulesCheck(0))
+	p := newProcess(t, srv.Client(), redistest.Prefix(t), withRulesCheck(0))
 	if err := p.lim.SetRules(context.Background(), "GET /search", "ip:1/s"); !isKind(err, "option") {
 		t.Errorf("SetRules = %v", err)
 	}
@@ -285,7 +281,7 @@ func TestOverridesOff(t *testing.T) {
 func TestOverridesNamedScope(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := newProcess(t, srv.Client(), randomPrefix(t))
+	p := newProcess(t, srv.Client(), redistest.Prefix(t))
 	if err := p.lim.Handle(p.mux, "GET /a", ok, "ip:100/min; scope:shared"); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +329,7 @@ func TestOverridesStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	ctx := context.Background()
 	p := newProcess(t, rdb, prefix, withRulesCheck(100*time.Millisecond))
 	closed := newProcess(t, rdb, prefix)
@@ -376,7 +372,7 @@ func TestOverridesOutageLeavesPool(t *testing.T) {
 	s := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, PoolSize: 4})
 	t.Cleanup(func() { rc.Close() })
-	p := newProcess(t, rc, randomPrefix(t), withRulesCheck(10*time.Millisecond))
+	p := newProcess(t, rc, redistest.Prefix(t), withRulesCheck(10*time.Millisecond))
 	s.Kill()
 	time.Sleep(300 * time.Millisecond) // about 30 version checks
 	s.Restart()

@@ -160,7 +160,7 @@ func TestSetRulesSize(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	ctx := context.Background()
 	p := newProcess(t, rdb, prefix, withRulesCheck(50*time.Millisecond))
 	if err := p.lim.SetRules(ctx, "GET /search", "ip:2/min"); err != nil {

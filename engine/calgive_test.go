@@ -56,18 +56,16 @@ func calUsed(t *testing.T, e *Engine, r Request) int64 {
 // without a record of the op a retry frees a place never taken.
 func TestCalendarFinishTwice(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
 	for _, b := range []struct {
 		name string
 		c    *redis.Client
 	}{{"redis", rc}, {"miniredis", mc}} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
-			clk := newFakeClock()
+			prefix := redistest.Prefix(t)
+			clk := redistest.NewClock()
 			e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now))
 			ctx := context.Background()
 
@@ -133,7 +131,7 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	// A client that keeps WithTimeout, as docs/engine.md asks.
 	rc := redisClient(s.Addr)
 	t.Cleanup(func() { rc.Close() })
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(100*ms), WithLogger(discardLog))
 	ctx := context.Background()
 	r := req(user("u", calWin(10, ruletime.Day)))
 	mustAllow(t, e, r, true)
@@ -203,12 +201,8 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 // process's fallback then admitted a calendar day's whole limit again.
 func TestFallbackSeedAfterGiveBackCalendar(t *testing.T) {
 	t.Parallel()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	clk := newFakeClock()
+	m := miniredis.RunT(t)
+	clk := redistest.NewClock()
 	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 	r := req(user("u", win(100, 10*time.Second), calWin(3, ruletime.Day)))
 	ctx := context.Background()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -18,12 +19,8 @@ import (
 // values in a window of one.
 func TestDistinctGiveBackShared(t *testing.T) {
 	t.Parallel()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	clk := newFakeClock()
+	m := miniredis.RunT(t)
+	clk := redistest.NewClock()
 	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailClosed))
 	ctx := context.Background()
 	r := func(v string) Request {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -19,12 +20,8 @@ import (
 // fallback kept its seed of the older answer.
 func TestFallbackReseedsSameTime(t *testing.T) {
 	t.Parallel()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	clk := newFakeClock()
+	m := miniredis.RunT(t)
+	clk := redistest.NewClock()
 	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 	r := req(user("u", win(3, 10*time.Second)))
 	allow := func(want bool, src source) {
@@ -60,12 +57,8 @@ func TestFallbackReseedsSameTime(t *testing.T) {
 // limit again.
 func TestFallbackSeedAfterGiveBack(t *testing.T) {
 	t.Parallel()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	clk := newFakeClock()
+	m := miniredis.RunT(t)
+	clk := redistest.NewClock()
 	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
 	r := req(user("u", win(3, 10*time.Second)))
 	ctx := context.Background()

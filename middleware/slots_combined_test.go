@@ -14,6 +14,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -25,12 +26,7 @@ import (
 // A request's X-Test-Role header is its caller's role.
 func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middleware.Option) (srv *httptest.Server, peek func() engine.Decision) {
 	t.Helper()
-	s := redistest.Start(t)
-	e, err := engine.New(s.Client(), engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := testutil.NewEngine(t, redistest.Start(t).Client())
 	g := rules.MustParse(text)
 	mw, err := middleware.New(g, e, append([]middleware.Option{middleware.WithScope("s")}, opts...)...)
 	if err != nil {
@@ -444,11 +440,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 	client := s.Client()
 	hook := &redistest.RoundTripCounter{}
 	client.AddHook(hook)
-	e, err := engine.New(client, engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := testutil.NewEngine(t, client)
 	mw, err := middleware.New(rules.MustParse("ip:10/min,1 concurrent; count:2xx"), e, middleware.WithScope("s"))
 	if err != nil {
 		t.Fatal(err)

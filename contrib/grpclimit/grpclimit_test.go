@@ -18,6 +18,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -47,7 +48,7 @@ func backends(t *testing.T, test func(t *testing.T, redisAddr string)) {
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
-		test(t, redisServer(t))
+		test(t, redistest.Start(t).Addr)
 	})
 }
 
