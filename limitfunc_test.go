@@ -40,8 +40,10 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	quota["small"].Store(2)
 	var calls atomic.Int64
 	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+	clk := redistest.NewClock()
 	lim, err := slidelimit.New(client,
 		slidelimit.WithKeyPrefix(redistest.Prefix(t)),
+		slidelimit.WithEngineOptions(engine.WithClock(clk.Now)),
 		slidelimit.WithMiddlewareOptions(
 			middleware.WithKeyFunc("tenant", tenant),
 			middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {
@@ -74,7 +76,6 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	if got, want := send("acme", 5), strings.Repeat(okT+",", 4)+no; got != want {
 		t.Errorf("acme at 4: %s", got)
 	}
-	used := time.Now() // acme's 4 requests leave the 1s window before used+1s
 	if want := `"key(tenant)-1s";q=4;w=1, "ip-1min";q=1000;w=60`; policy != want {
 		t.Errorf("acme's RateLimit-Policy = %s, want %s", policy, want)
 	}
@@ -94,9 +95,10 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	if got := send("acme", 1); got != no {
 		t.Errorf("acme lowered to 2: %s", got)
 	}
-	wait := time.Until(used.Add(1050 * time.Millisecond))
-	time.Sleep(wait)
-	passed(wait)
+	// The clock has not moved: acme's 4 requests leave the 1s window
+	// 1 s later.
+	clk.Add(1050 * time.Millisecond)
+	passed(1050 * time.Millisecond)
 	if got := send("acme", 3); got != okT+","+okT+","+no {
 		t.Errorf("acme at 2 once the second passed: %s", got)
 	}

@@ -166,7 +166,10 @@ func TestFunctionBusyLoad(t *testing.T) {
 	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(2*time.Second))
 	r := req(user("u", win(10, time.Minute)))
 	done := busy(t, s.Addr, 500*ms)
-	time.Sleep(50 * ms) // past the threshold: the server answers BUSY
+	redistest.Eventually(t, "BUSY past the threshold", func() bool {
+		err := rc.Ping(ctx).Err()
+		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
+	})
 	if d, err := e.Allow(ctx, r); err == nil || d.Source == "redis" {
 		t.Fatalf("Allow during a busy script: source %v err %v, want the fail mode", d.Source, err)
 	}

@@ -63,3 +63,18 @@ func (c *Clock) SetTime(t time.Time) { c.us.Store(t.UnixMicro()) }
 
 // Add moves the clock on by d.
 func (c *Clock) Add(d time.Duration) { c.us.Add(d.Microseconds()) }
+
+// Eventually polls cond every 5 ms until it holds and returns how long
+// that took. It fails the test after 10 s: generous, so that a loaded
+// machine is not mistaken for a bug.
+func Eventually(tb testing.TB, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > 10*time.Second {
+			tb.Fatalf("not so within 10 s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}

@@ -46,3 +46,13 @@ func TestMini(t *testing.T) {
 		t.Fatalf("miniredis holds %q, want v", got)
 	}
 }
+
+// TestEventually: it returns once the condition holds, having polled it
+// until then.
+func TestEventually(t *testing.T) {
+	n := 0
+	redistest.Eventually(t, "the third poll", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("polled %d times, want 3", n)
+	}
+}

@@ -175,10 +175,12 @@ func TestTallyOutage(t *testing.T) {
 	e := newEngine(t, dc, engine.WithLogger(slog.New(h)), engine.WithFailMode(rules.FailLocal))
 	tl := withTallies(t, e, 10*time.Millisecond)
 	ctx := context.Background()
+	// Ten runs of denials, each written (and failed) before the next: the
+	// first is admitted, so after request i the i denials so far failed.
 	for i := range 200 {
 		e.Allow(ctx, engine.One("s", rules.User, "u", win(1, time.Hour)))
-		if i%20 == 0 {
-			time.Sleep(15 * time.Millisecond)
+		if i%20 == 0 && i > 0 {
+			redistest.Eventually(t, "a failed write", func() bool { return tl.Stats().Failed == int64(i) })
 		}
 	}
 	e.Close()
