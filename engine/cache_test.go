@@ -18,13 +18,10 @@ import (
 // waitTrusted waits until e's invalidation subscription is confirmed.
 func waitTrusted(t *testing.T, e *Engine) {
 	t.Helper()
-	for range 500 {
-		if _, ok := e.known.Trusted(e.elapsed()); ok {
-			return
-		}
-		time.Sleep(10 * ms)
-	}
-	t.Fatal("the invalidation subscription was never confirmed")
+	redistest.Eventually(t, "the invalidation subscription confirmed", func() bool {
+		_, ok := e.known.Trusted(e.elapsed())
+		return ok
+	})
 }
 
 // TestCachedDenials fills a window and checks that the denials that follow

@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
-	"github.com/slidelimit/slidelimit/rules"
 )
 
 // finishUndos returns the finish ops that Finish(d, o) sends, claiming
@@ -189,39 +187,5 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	}
 	if used != int64(admitted) {
 		t.Fatalf("calendar day used %d after a give-back retried, want %d", used, admitted)
-	}
-}
-
-// TestFallbackSeedAfterGiveBackCalendar is TestFallbackSeedAfterGiveBack
-// for a calendar window kept in its rate key's entry (see colocated): the
-// invalidation of a give-back keeps the last answer there as the seed,
-// and the fallback must start the calendar key from it too, not from 0.
-// Found by TestFaults (redis, seed 3859122395231807178): a give-back that
-// Redis ran when it woke from DEBUG SLEEP published its keys, and a
-// process's fallback then admitted a calendar day's whole limit again.
-func TestFallbackSeedAfterGiveBackCalendar(t *testing.T) {
-	t.Parallel()
-	m := miniredis.RunT(t)
-	clk := redistest.NewClock()
-	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
-	r := req(user("u", win(100, 10*time.Second), calWin(3, ruletime.Day)))
-	ctx := context.Background()
-	mustAllow(t, e, r, true)
-	d := mustAllow(t, e, r, true) // Redis: 2 of 3 in the day
-	if err := e.Finish(ctx, d, Outcome{GiveBack: true}); err != nil {
-		t.Fatal(err)
-	}
-	m.Close() // Redis holds 1 of 3: at most 2 more here
-	admitted := 0
-	for range 5 {
-		if d, _ := e.Allow(ctx, r); d.Allowed {
-			if d.Source != "local" {
-				t.Fatalf("admitted by %v, want local", d.Source)
-			}
-			admitted++
-		}
-	}
-	if admitted > 2 {
-		t.Fatalf("the fallback admitted %d with 1 of 3 used in the day, want at most 2", admitted)
 	}
 }

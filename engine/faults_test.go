@@ -99,13 +99,9 @@ func TestLeaderPanic(t *testing.T) {
 	e.markDown(e.doms.one, errors.New("test"))
 	panics.Store(1) // release is closed: the next Process panics at once
 	<-entered
-	deadline := time.Now().Add(5 * time.Second)
-	for e.doms.one.down.Load() || e.doms.one.probing.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("server still down 5 s after its probe panicked")
-		}
-		time.Sleep(ms)
-	}
+	redistest.Eventually(t, "the server up after its probe panicked", func() bool {
+		return !e.doms.one.down.Load() && !e.doms.one.probing.Load()
+	})
 }
 
 // busy blocks the server for d with a script (other clients' commands wait

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -92,6 +93,18 @@ func newEngine(t testing.TB, c Client, opts ...Option) *Engine {
 	}
 	t.Cleanup(func() { e.Close() })
 	return e
+}
+
+// miniEngine returns a miniredis the test may stop and restart, a Clock,
+// and an engine on both with fail mode mode, a 2 s timeout and opts.
+func miniEngine(t *testing.T, mode rules.FailMode, opts ...Option) (*miniredis.Miniredis, *redistest.Clock, *Engine) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	clk := redistest.NewClock()
+	rc := redisClient(m.Addr())
+	t.Cleanup(func() { rc.Close() })
+	opts = append([]Option{WithClock(clk.Now), WithFailMode(mode), WithTimeout(2 * time.Second)}, opts...)
+	return m, clk, newEngine(t, rc, opts...)
 }
 
 func win(limit int64, period time.Duration) rules.Window {
