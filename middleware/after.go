@@ -9,10 +9,10 @@ import (
 // run runs next for a request the Admission let through. When its
 // Verdict asks for a finish (count:, in-flight windows, WithSettle), the
 // handler runs with the context its costs are reported to and a writer
-// that sees its status and the bytes it writes, and the Admission's End
+// that sees its status and the bytes it writes, and the Admission's Finish
 // runs however the handler ends — normally, by panic, by hijack or after
 // the client hung up — so that nothing the request holds outlives it.
-// End queues the finish (engine.Engine.FinishAsync): the response does
+// Finish queues the finish (engine.Engine.FinishAsync): the response does
 // not wait for Redis.
 func (l *limiter) run(w http.ResponseWriter, next http.Handler, c *call) {
 	v := &c.Verdict
@@ -26,7 +26,7 @@ func (l *limiter) run(w http.ResponseWriter, next http.Handler, c *call) {
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	panicked := true
-	defer func() { c.End(sw.outcome(panicked)) }()
+	defer func() { c.Finish(sw.outcome(panicked)) }()
 	next.ServeHTTP(sw, r)
 	panicked = false
 }

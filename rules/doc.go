@@ -16,7 +16,7 @@
 //
 //	group     = statement { ";" statement } [ ";" ] .
 //	statement = limiter | override | exempt | scope | outcomes | mode | fail | block
-//	          | calendar | distinct .
+//	          | calendar | distinct | regions .
 //
 //	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
@@ -40,6 +40,7 @@
 //	block     = "block" ":" [ count ] unit .
 //	calendar  = "calendar" ":" zone .
 //	distinct  = "distinct" ":" name .
+//	regions   = "regions" ":" "local" .
 //	zone      = zonechar { zonechar } .
 //
 //	decimal   = digit { digit } .
@@ -173,10 +174,19 @@
 // counts nowhere. See the engine package (Check.Distinct) for how values
 // age out.
 //
-// # Scope, count, mode, fail, block, calendar, distinct
+// # Regions
 //
-// Within one group scope, count, mode, fail, block, calendar and distinct
-// may each appear once; exempt may
+// The statement regions:local keeps a group's counts in the region that
+// decides, for a limiter whose regions share their limits
+// (docs/regions.md); Group.Regional holds it. Without it a group is
+// shared, so regions:global is not written. No limiter shares limits
+// across regions yet: the statement is accepted, printed back, and
+// changes no decision.
+//
+// # Scope, count, mode, fail, block, calendar, distinct, regions
+//
+// Within one group scope, count, mode, fail, block, calendar, distinct and
+// regions may each appear once; exempt may
 // appear more than once and its roles are concatenated. Mode enforce is the
 // zero Mode and so is not printed back.
 //
@@ -277,7 +287,7 @@
 // # Canonical form
 //
 // Group.String prints a group canonically: limiters, overrides, exempt,
-// count, scope, mode, fail, block, calendar and distinct, in that order, joined by "; ", with each window's
+// count, scope, mode, fail, block, calendar, distinct and regions, in that order, joined by "; ", with each window's
 // period and grain in the largest unit among ms, s, min, h and d that
 // divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
 // "20000/d~15min"), calendar windows as "5/calendar month", in-flight windows as "3 concurrent", limits as plain numbers and costs without leading

@@ -101,6 +101,14 @@ var fuzzSeeds = []string{
 	"ip:$q$r/s",
 	"ip:$q/s,$r/s",
 	"ip[5]:$q/min",
+	// Regions.
+	"ip:5/s; regions:local",
+	" regions : local ; user:3 concurrent; fail:local",
+	"ip:5/s; regions:global",
+	"ip:5/s; regions:local; regions:local",
+	"ip:5/s; regions:",
+	"ip:5/s; regions:eu",
+	"ip:5/s; regions:local,eu",
 }
 
 func FuzzParse(f *testing.F) {

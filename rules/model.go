@@ -179,6 +179,10 @@ type Group struct {
 	// value a window already counts is admitted there without counting
 	// again.
 	Distinct string `validate:"omitempty,rulename"`
+	// Regional keeps the group's counts in the region that decides
+	// (statement regions:local) when a limiter spans regions. No limiter
+	// spans regions yet, so today it changes nothing; see docs/regions.md.
+	Regional bool
 }
 
 // lists yields the group's limiter lists: the defaults, with role "", then

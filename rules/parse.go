@@ -115,7 +115,7 @@ type parser struct {
 	g   Group
 
 	seenScope, seenMode, seenFail, seenCount, seenBlock bool
-	seenCalendar, seenDistinct                          bool
+	seenCalendar, seenDistinct, seenRegions             bool
 }
 
 func (p *parser) eof() bool { return p.i >= len(p.s) }
@@ -266,6 +266,8 @@ func (p *parser) statement() (follow string, err *Error) {
 		return `";"`, p.calendarStatement(start)
 	case "distinct":
 		return `";"`, p.distinctStatement(start)
+	case regionsWord:
+		return `";"`, p.regions(start)
 	}
 	k, ok := kinds[word]
 	if !ok {

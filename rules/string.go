@@ -75,8 +75,8 @@ func (o Override) String() string {
 }
 
 // String returns the group in canonical form: limiters, overrides, exempt,
-// scope, mode, fail, block, calendar and distinct statements in that order,
-// joined by "; ". For every
+// scope, mode, fail, block, calendar, distinct and regions statements in that
+// order, joined by "; ". For every
 // group g returned by Parse, Parse(g.String()) returns a group equal to g.
 func (g Group) String() string {
 	var p printer
@@ -253,5 +253,11 @@ func (p *printer) group(g Group) {
 		p.b.WriteString("distinct:")
 		p.mark("Distinct")
 		p.b.WriteString(g.Distinct)
+	}
+	if g.Regional {
+		sep()
+		p.b.WriteString(regionsWord + ":")
+		p.mark("Regional")
+		p.b.WriteString(regionsLocal)
 	}
 }

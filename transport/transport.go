@@ -6,7 +6,7 @@
 // net/http middleware uses directly; this package is their public face.
 // A transport only translates: its request into a Source (subjects and
 // costs), the Verdict into its answer (headers or metadata, a status),
-// and its handler's end into End's arguments.
+// and its handler's end into Finish's arguments.
 //
 // The name is the one the code gives a request's carrier (net/http, gRPC);
 // it has nothing to do with Throttle.Transport, the http.RoundTripper of
@@ -17,7 +17,7 @@
 // small on purpose (13 exported names and methods), because every name
 // here is a promise to code outside the module. What it exposes is what a
 // transport needs: New for what its groups share, Transport.Compile for
-// each group, and an Admission per request, with Admit and End.
+// each group, and an Admission per request, with Admit and Finish.
 // Everything else — plans, advertised policies, client addresses,
 // settlement, the log throttle — stays internal. A transport reuses
 // middleware's public API where it means the same thing:
@@ -36,7 +36,7 @@
 //	}
 //	// send v.Policy and v.Values, run the handler with v.Context when set,
 //	// then, however it ended:
-//	a.End(code, false, -1)
+//	a.Finish(code, false, -1)
 package transport
 
 import (
@@ -141,7 +141,7 @@ type Source interface {
 
 // Admission is one request's life. Keep it in the value the transport
 // makes per request (its zero value is ready), call Admit before the
-// handler and End after it.
+// handler and Finish after it.
 type Admission struct {
 	a   lifecycle.Admission
 	src source
@@ -155,9 +155,9 @@ type Admission struct {
 // values to send); Retry (the wait a 429 or 503 advertises, in seconds);
 // Quotas (for a 429, the windows the request does not fit in, the deciding
 // one first); Err (a refusal's error, also in the hooks' event); Finish
-// (End has work: call it however the handler ends); Context (when not
+// (Finish has work: call it however the handler ends); Context (when not
 // nil, the context to run the handler with, carrying the cost report of
-// middleware.ReportCost); Written (End wants the bytes written).
+// middleware.ReportCost); Written (Finish wants the bytes written).
 type Verdict = lifecycle.Verdict
 
 // Quota is an advertised window: Window (with its limit) of Limiter,
@@ -177,15 +177,15 @@ func (a *Admission) Admit(ctx context.Context, g *Group, scope string, src Sourc
 	return v
 }
 
-// End finishes the request after its handler, which ended with status
+// Finish finishes the request after its handler, which ended with status
 // (as the group's count: statement lists it), or unknown (it panicked or
 // took the connection: the request stays counted at its estimate), having
 // written written bytes (negative when not known): gives the request back
 // when count: does not list status, else settles its costs, and releases
 // its slots, in one call that the response does not wait for. It does
 // nothing unless the Verdict asked for it (Verdict.Finish).
-func (a *Admission) End(status int, unknown bool, written int64) {
-	a.a.End(lifecycle.Outcome{Status: status, Unknown: unknown, Written: written})
+func (a *Admission) Finish(status int, unknown bool, written int64) {
+	a.a.Finish(lifecycle.Outcome{Status: status, Unknown: unknown, Written: written})
 }
 
 // source is a Source as the lifecycle asks for it.

@@ -14,13 +14,13 @@ import (
 )
 
 // gcall is one call's way through the interceptors: its Admission, which
-// runs the call's life (package transport), and what the Limiter
+// runs the call's life (package transport), and what the Interceptors
 // translates into it. A *gcall is the Admission's transport.Source, which
 // puts it on the heap; calls keeps them for reuse, so that a call costs no
 // allocation of its own (an exempt caller's included).
 type gcall struct {
 	transport.Admission
-	l      *Limiter
+	l      *Interceptors
 	ctx    context.Context
 	method string
 	req    any // the request message of a unary call; nil for a stream
@@ -28,8 +28,8 @@ type gcall struct {
 	read   bool // md is read
 }
 
-// calls are gcalls to reuse: a gcall is free once its End has run, or
-// when its call was refused or needs no End.
+// calls are gcalls to reuse: a gcall is free once its Finish has run, or
+// when its call was refused or needs no Finish.
 var calls = sync.Pool{New: func() any { return new(gcall) }}
 
 // release makes c free for another call; nothing may use it after.
@@ -41,7 +41,7 @@ func (c *gcall) release() {
 // admit decides a call of m. It returns the call, which the caller must
 // release, and its Verdict when the handler must run; a status error, with
 // the refused call's metadata set on out, when the call is refused.
-func (l *Limiter) admit(ctx context.Context, m *method, fullMethod string, req any, out trailerSetter) (*gcall, transport.Verdict, error) {
+func (l *Interceptors) admit(ctx context.Context, m *method, fullMethod string, req any, out trailerSetter) (*gcall, transport.Verdict, error) {
 	c := calls.Get().(*gcall)
 	c.l, c.ctx, c.method, c.req = l, ctx, fullMethod, req
 	scope := m.scope
@@ -108,7 +108,7 @@ func responseMD(v *transport.Verdict) metadata.MD {
 // decides whether a group with count: gives it back; a handler that
 // panicked leaves it counted at its estimate. It releases c.
 func (c *gcall) end(err error, panicked bool, written int64) {
-	c.End(int(status.Code(err)), panicked, written)
+	c.Finish(int(status.Code(err)), panicked, written)
 	c.release()
 }
 

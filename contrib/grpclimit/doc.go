@@ -79,7 +79,7 @@
 // local, or the engine's default): fail:closed answers codes.Unavailable
 // with a RetryInfo of 1 s. A call the engine cannot evaluate is
 // codes.Internal. Errors are logged (middleware.WithLogger; backend errors
-// at most one line per 10 s per Limiter), never sent to clients. In shadow mode (mode:shadow)
+// at most one line per 10 s per Interceptors value), never sent to clients. In shadow mode (mode:shadow)
 // calls are counted but never denied and carry no rate-limit metadata.
 //
 // # Counting by status code

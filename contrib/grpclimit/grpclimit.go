@@ -14,11 +14,11 @@ import (
 	"github.com/slidelimit/slidelimit/transport"
 )
 
-// Limiter holds the interceptors' configuration: a compiled rule group per
+// Interceptors holds the interceptors' configuration: a compiled rule group per
 // method. It is immutable after New and safe for concurrent use. A call's
-// life is its group's (package transport); the Limiter translates it from
+// life is its group's (package transport); Interceptors translates it from
 // and to gRPC.
-type Limiter struct {
+type Interceptors struct {
 	t         *transport.Transport
 	methods   map[string]*method
 	defaults  *method // nil: methods not listed are not limited
@@ -35,7 +35,7 @@ type method struct {
 	group *transport.Group
 }
 
-// New returns a Limiter for the methods of methods, a map from full method
+// New returns Interceptors for the methods of methods, a map from full method
 // name ("/pkg.Service/Method", as grpc.UnaryServerInfo.FullMethod spells
 // it) to the rule text of its group, deciding with d (normally
 // *engine.Engine, as engine.New returns). Methods not in
@@ -53,7 +53,7 @@ type method struct {
 // group names that is not registered, or a d that is nil or cannot finish
 // calls (as *engine.Engine can) when a group has a count: statement or an
 // in-flight window, or WithSettle is given.
-func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limiter, error) {
+func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Interceptors, error) {
 	var c config
 	for _, o := range opts {
 		if o != nil {
@@ -66,7 +66,7 @@ func New(d middleware.Decider, methods map[string]string, opts ...Option) (*Limi
 		// Parse the groups all the same, to list every problem at once.
 		errs = append(errs, err)
 	}
-	l := &Limiter{
+	l := &Interceptors{
 		t:       t,
 		methods: make(map[string]*method, len(methods)),
 		exempt:  make(map[string]bool, len(c.exempt)),
@@ -153,7 +153,7 @@ func checkMethodName(name string, svc bool) error {
 
 // compile parses and prepares the rule text of method name ("" for the
 // default).
-func (l *Limiter) compile(name, text string) (*method, error) {
+func (l *Interceptors) compile(name, text string) (*method, error) {
 	g, err := l.t.Parse(text, l.limiterCheck, countItem)
 	if err == nil && g.Distinct != "" {
 		err = errDistinct
@@ -185,7 +185,7 @@ var errDistinct = errors.New("grpclimit: distinct: is not supported for gRPC: a 
 
 // limiterCheck refuses what gRPC cannot count by: param, and key and cost
 // functions not registered. (count: items are gRPC code names: countItem.)
-func (l *Limiter) limiterCheck(lim rules.Limiter) error {
+func (l *Interceptors) limiterCheck(lim rules.Limiter) error {
 	switch {
 	case lim.Kind == rules.Param:
 		return fmt.Errorf("%s has no meaning for gRPC, whose calls have no path values; use key(name) with WithKeyFunc", lim.ID())
@@ -208,7 +208,7 @@ func isDecimal(s string) bool {
 }
 
 // isExempt reports whether WithExempt exempts fullMethod.
-func (l *Limiter) isExempt(fullMethod string) bool {
+func (l *Interceptors) isExempt(fullMethod string) bool {
 	if l.exempt[fullMethod] {
 		return true
 	}
@@ -221,7 +221,7 @@ func (l *Limiter) isExempt(fullMethod string) bool {
 }
 
 // lookup returns the compiled group that limits fullMethod, or nil.
-func (l *Limiter) lookup(fullMethod string) *method {
+func (l *Interceptors) lookup(fullMethod string) *method {
 	if m, ok := l.methods[fullMethod]; ok {
 		return m
 	}

@@ -137,7 +137,7 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // fixture is a real grpc-go server on a loopback TCP port, limited by a
-// grpclimit.Limiter over an engine on miniredis (or a real redis-server),
+// grpclimit.Interceptors over an engine on miniredis (or a real redis-server),
 // and a client connection to it.
 type fixture struct {
 	mr      *miniredis.Miniredis // nil on a real redis-server

@@ -14,7 +14,7 @@ import (
 // caller in the context with role.NewContext:
 //
 //	grpc.NewServer(grpc.ChainUnaryInterceptor(auth, lim.UnaryServerInterceptor()))
-func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+func (l *Interceptors) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 		m := l.lookup(info.FullMethod)
 		if m == nil {
@@ -63,7 +63,7 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // authentication interceptor:
 //
 //	grpc.NewServer(grpc.ChainStreamInterceptor(auth, lim.StreamServerInterceptor()))
-func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+func (l *Interceptors) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		m := l.lookup(info.FullMethod)
 		if m == nil {

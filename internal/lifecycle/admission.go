@@ -52,10 +52,10 @@ type Source interface {
 //     header or metadata values and a status — and the event hooks see;
 //   - run: the transport runs its handler with Verdict.Context and
 //     measures its Outcome;
-//   - finish: End gives the request back, settles it and releases its
+//   - finish: Finish gives the request back, settles it and releases its
 //     slots, through the one Finisher.
 //
-// Admit runs the first four, End the last. A transport keeps its
+// Admit runs the first four, Finish the last. A transport keeps its
 // Admission inside its own per-request value, which can stay on the
 // stack: nothing keeps a pointer into it (Verdict.Values is a slice of
 // its own, and the Source is the transport's, not the Admission's
@@ -108,7 +108,7 @@ type Verdict struct {
 	// Err is the error refused requests and hooks see; nil when all went
 	// well.
 	Err error
-	// Finish reports that End has work: the transport must call it with
+	// Finish reports that Admission.Finish has work: the transport must call it with
 	// the handler's Outcome, however the handler ends.
 	Finish bool
 	// Context is the context the handler must run with, carrying the cost
@@ -373,7 +373,7 @@ func (a *Admission) respond() {
 }
 
 // admitted prepares the steps after the handler of an admitted request:
-// the Verdict asks for End when the group gives requests back, the plan
+// the Verdict asks for Finish when the group gives requests back, the plan
 // holds slots or settles costs, and a settled request's handler gets a
 // context to report its costs to.
 func (a *Admission) admitted() {
@@ -455,13 +455,13 @@ func (a *Admission) refuse(status int, err error) {
 // by panic, by hijack or after the client hung up — so that nothing the
 // request holds outlives it.
 
-// End is the finish step, after the handler: it ends the admitted
+// Finish is the last step, after the handler: it ends the admitted
 // request with outcome o — gives it back (count:, the one give-back
 // predicate Rules.givesBack), else settles it to its actual costs
 // (Plan.Actual), and releases its slots — in one call of the Finisher,
 // which queues the work and returns at once, so that no response waits
 // for Redis after its handler. It does nothing unless Verdict.Finish.
-func (a *Admission) End(o Outcome) {
+func (a *Admission) Finish(o Outcome) {
 	if !a.Verdict.Finish {
 		return
 	}

@@ -81,7 +81,7 @@ func traced(t *testing.T, text string, settle map[string]Settle) (*trace, *Rules
 
 // TestAdmissionStepOrder: Admit asks the transport for the scope, then
 // for each limiter in order its value, client address or cost, then the
-// decider, then emits the event; End finishes once, after the handler.
+// decider, then emits the event; Finish finishes once, after the handler.
 // A denial, a refusal and an exempt caller stop where they are decided.
 func TestAdmissionStepOrder(t *testing.T) {
 	t.Parallel()
@@ -111,7 +111,7 @@ func TestAdmissionStepOrder(t *testing.T) {
 			if v.Status == 0 {
 				tr.steps = append(tr.steps, "handler")
 			}
-			a.End(Outcome{Status: 200})
+			a.Finish(Outcome{Status: 200})
 			if !reflect.DeepEqual(tr.steps, tt.want) {
 				t.Errorf("steps\n%q, want\n%q", tr.steps, tt.want)
 			}
@@ -159,7 +159,7 @@ func TestFinishSeam(t *testing.T) {
 			if tt.report > 0 && !Report(v.Context, "bytes", tt.report) {
 				t.Fatal("the handler's context takes no report")
 			}
-			a.End(tt.o)
+			a.Finish(tt.o)
 			if !reflect.DeepEqual(tr.finished, tt.want) {
 				t.Errorf("finished %+v, want %+v", tr.finished, tt.want)
 			}
@@ -170,7 +170,7 @@ func TestFinishSeam(t *testing.T) {
 		tr.deny = true
 		var a Admission
 		a.Admit(ctx, r, tr)
-		a.End(Outcome{Status: 200})
+		a.Finish(Outcome{Status: 200})
 		if tr.finished != nil {
 			t.Errorf("a denial finished %+v", tr.finished)
 		}

@@ -1,7 +1,7 @@
 // Package lifecycle is a request's life under a rule group, written once
 // for every transport: the Admission (admission.go) runs resolve the
 // caller → price → decide → respond, the transport runs its handler, and
-// Admission.End finishes the request through the one Finisher. The
+// Admission.Finish finishes the request through the one Finisher. The
 // net/http middleware and contrib/grpclimit (through the public package
 // transport) only translate: their requests into a Source (scope,
 // subjects, costs, limits), the Verdict into headers, trailers and status
@@ -36,7 +36,7 @@ func Block(g *rules.Group) time.Duration {
 
 // HoldsSlots reports whether some limiter of g, default or override, has
 // an in-flight window: admitted requests then hold slots that the
-// transport must have released (Admission.End) when they end.
+// transport must have released (Admission.Finish) when they end.
 func HoldsSlots(g *rules.Group) bool {
 	for _, ls := range Lists(g) {
 		for _, l := range ls {
