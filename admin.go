@@ -12,6 +12,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/registry"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -29,8 +30,8 @@ import (
 func (l *Limiter) AdminHandler(roles ...role.Role) http.Handler {
 	log := l.engine.Logger()
 	if l.roles != nil {
-		if r, bad := l.roles.undeclared(roles); bad {
-			err := configError("", "", "", fmt.Errorf("%sAdminHandler: role %q is not declared (declared roles: %s)", prefix, r, l.roles.list()))
+		if r, bad := l.roles.Undeclared(roles); bad {
+			err := configError("", "", "", fmt.Errorf("%sAdminHandler: role %q is not declared (declared roles: %s)", prefix, r, l.roles.List()))
 			log.Error("slidelimit: AdminHandler refused; it answers 500", "error", err)
 			return http.HandlerFunc(adminMisconfigured)
 		}
@@ -62,44 +63,7 @@ func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) 
 
 // Routes lists the scopes registered with a known scope, and an override's
 // scope, with the IDs of their limiters in first-seen order.
-func (s adminSource) Routes() []admin.Route {
-	s.l.mu.RLock()
-	groups := slices.Clone(s.l.groups)
-	s.l.mu.RUnlock()
-	if s.l.ov != nil {
-		for scope, g := range s.l.ov.InForceAll() {
-			groups = append(groups, registered{scope: scope, group: g})
-		}
-	}
-	var out []admin.Route
-	for _, g := range groups {
-		if g.scope == "" {
-			continue
-		}
-		i := slices.IndexFunc(out, func(r admin.Route) bool { return r.Scope == g.scope })
-		if i < 0 {
-			out = append(out, admin.Route{Scope: g.scope})
-			i = len(out) - 1
-		}
-		for _, ls := range lifecycle.Lists(&g.group) {
-			for _, lim := range ls {
-				if id := lim.ID(); !slices.Contains(out[i].Limiters, id) {
-					out[i].Limiters = append(out[i].Limiters, id)
-				}
-			}
-		}
-	}
-	slices.SortStableFunc(out, func(a, b admin.Route) int {
-		switch {
-		case a.Scope < b.Scope:
-			return -1
-		case a.Scope > b.Scope:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
+func (s adminSource) Routes() []admin.Route { return s.l.reg.Routes() }
 
 func (s adminSource) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
 	d, err := s.l.Peek(ctx, scope, limiterID, subject, false)
@@ -120,17 +84,17 @@ func (s adminSource) ResetByIP(ctx context.Context, scope, limiterID, addr strin
 }
 
 func (s adminSource) PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error) {
-	req, err := s.l.inspectStored(scope, limiterID, stored, hashed)
+	req, err := s.l.reg.Stored(scope, limiterID, stored, hashed)
 	if err != nil {
-		return engine.Decision{}, badInput(err)
+		return engine.Decision{}, badInput(unknown(err))
 	}
-	return s.l.peek(ctx, req)
+	return s.l.engine.Peek(ctx, req)
 }
 
 func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error {
-	req, err := s.l.inspectStored(scope, limiterID, stored, hashed)
+	req, err := s.l.reg.Stored(scope, limiterID, stored, hashed)
 	if err != nil {
-		return badInput(err)
+		return badInput(unknown(err))
 	}
 	return s.l.resetChecks(ctx, req)
 }
@@ -169,11 +133,11 @@ func (s adminSource) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, e
 	var out []admin.LearnedBlock
 	var seen []string
 	for _, t := range ts {
-		if slices.Contains(seen, t.name) {
+		if slices.Contains(seen, t.Name()) {
 			continue // the same list
 		}
-		seen = append(seen, t.name)
-		b, err := t.learnedBlocks(ctx)
+		seen = append(seen, t.Name())
+		b, err := t.t.LearnedBlocks(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -189,18 +153,17 @@ func (s adminSource) LiftLearned(ctx context.Context, scope, limiterID, ref stri
 	if len(ts) == 0 {
 		return false, nil
 	}
-	id, ok := parseLimiterID(limiterID)
+	id, ok := registry.ParseLimiterID(limiterID)
 	if !ok {
-		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", errUnknownLimiter, limiterID)))
+		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", registry.ErrUnknownLimiter, limiterID)))
 	}
-	n, err := ts[0].lift(ctx, limiterName(id)+" "+ref)
-	return n > 0, err
+	return ts[0].t.LiftRef(ctx, id, ref)
 }
 
 // badInput marks the errors of input that names no windows for the admin
 // handler, which answers them 400.
 func badInput(err error) error {
-	if errors.Is(err, errUnknownScope) || errors.Is(err, errUnknownLimiter) || errors.Is(err, lifecycle.ErrSubject) {
+	if errors.Is(err, registry.ErrUnknownScope) || errors.Is(err, registry.ErrUnknownLimiter) || errors.Is(err, lifecycle.ErrSubject) {
 		return &admin.BadInputError{Err: err}
 	}
 	return err

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/slidelimit/slidelimit/internal/registry"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -67,20 +69,25 @@ func (e *kindError) Error() string { return e.msg }
 
 // Causes of ConfigErrors that are not the rule language's.
 var (
-	errNilMux         = &kindError{"route", prefix + "nil mux"}
-	errNilHandler     = &kindError{"route", prefix + "nil handler"}
-	errPattern        = &kindError{"route", prefix + "pattern rejected by http.ServeMux"}
-	errUnknownScope   = &kindError{"scope", prefix + "unknown scope"}
-	errUnknownLimiter = &kindError{"limiter", prefix + "unknown limiter"}
-	errCall           = &kindError{"call", prefix + "call lacks a value the throttle needs"}
-	errNeverFits      = &kindError{"never-fits", prefix + "call can never fit"}
-	errOverridesOff   = &kindError{"option", prefix + "rule overrides are off"}
+	errNilMux       = &kindError{"route", prefix + "nil mux"}
+	errNilHandler   = &kindError{"route", prefix + "nil handler"}
+	errPattern      = &kindError{"route", prefix + "pattern rejected by http.ServeMux"}
+	errOverridesOff = &kindError{"option", prefix + "rule overrides are off"}
 )
 
 // kindOf returns the Kind of a ConfigError caused by err.
 func kindOf(err error) string {
-	if k := (*kindError)(nil); errors.As(err, &k) {
+	switch k := (*kindError)(nil); {
+	case errors.As(err, &k):
 		return k.kind
+	case errors.Is(err, throttle.ErrCall):
+		return "call"
+	case errors.Is(err, throttle.ErrNeverFits):
+		return "never-fits"
+	case errors.Is(err, registry.ErrUnknownScope):
+		return "scope"
+	case errors.Is(err, registry.ErrUnknownLimiter):
+		return "limiter"
 	}
 	return "rule"
 }

@@ -1,6 +1,7 @@
 package slidelimit_test
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
 )
 
 // TestLimitFuncTenants checks limit functions end to end, on a real Redis
@@ -40,15 +42,19 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	quota["small"].Store(2)
 	var calls atomic.Int64
 	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+	// Authentication (WithIdentity) puts the tenant in the request's
+	// context, where the limit function reads it.
 	clk := redistest.NewClock()
 	lim, err := slidelimit.New(client,
 		slidelimit.WithKeyPrefix(redistest.Prefix(t)),
 		slidelimit.WithEngineOptions(engine.WithClock(clk.Now)),
+		slidelimit.WithIdentity(func(r *http.Request) (string, []string) { return tenant(r), nil }),
 		slidelimit.WithMiddlewareOptions(
 			middleware.WithKeyFunc("tenant", tenant),
-			middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {
+			middleware.WithLimitFunc("quota", func(ctx context.Context) (int64, error) {
 				calls.Add(1)
-				return quota[tenant(r)].Load(), nil
+				id, _ := role.FromContext(ctx)
+				return quota[id.User].Load(), nil
 			})))
 	if err != nil {
 		t.Fatal(err)

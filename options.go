@@ -1,6 +1,7 @@
 package slidelimit
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -126,9 +127,10 @@ func WithKeyFunc(name string, fn func(r *http.Request) string) Option {
 }
 
 // WithLimitFunc registers fn as the limit function name, as in
-// key(tenant):$quota/min, for requests and throttled calls alike. See
+// key(tenant):$quota/min, for requests and throttled calls alike. ctx is
+// the request's context, or the one given to Wait or the Transport. See
 // middleware.WithLimitFunc for its contract.
-func WithLimitFunc(name string, fn func(r *http.Request) (int64, error)) Option {
+func WithLimitFunc(name string, fn func(ctx context.Context) (int64, error)) Option {
 	return func(c *config) { c.mw(middleware.WithLimitFunc(name, fn)) }
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -42,8 +43,8 @@ func (l *Limiter) SetRules(ctx context.Context, scope, rulesText string) error {
 	// Build, do not install, the scope's handlers: a group this process
 	// cannot serve is refused before anything is stored.
 	for _, s := range l.ov.Switches(scope) {
-		if _, err := s.Build(g); err != nil {
-			return configErrors(scope, "", rulesText, written(err, rulesText))
+		if err := s.Check(g); err != nil {
+			return configErrors(scope, "", rulesText, lifecycle.Relocate(err, rulesText))
 		}
 	}
 	g.Scope = ""
@@ -90,31 +91,31 @@ func (l *Limiter) RuleOverrides(ctx context.Context) (version int64, in []RuleOv
 // Limiter's options and then opts.
 func (l *Limiter) follow(scope string, code, next http.Handler, opts []middleware.Option) http.Handler {
 	s := l.newSwitch(scope, code, next, opts)
-	l.ov.Add(s)
+	l.ov.Add(s.Switch)
 	return s
 }
 
 // join makes h, when route made it a Switch, follow its scope's overrides.
 func (l *Limiter) join(h http.Handler) {
-	if s, ok := h.(*overrides.Switch); ok {
-		l.ov.Add(s)
+	if s, ok := h.(overrides.Route); ok {
+		l.ov.Add(s.Switch)
 	}
 }
 
 // newSwitch returns the Switch of follow, not yet following.
-func (l *Limiter) newSwitch(scope string, code, next http.Handler, opts []middleware.Option) *overrides.Switch {
+func (l *Limiter) newSwitch(scope string, code, next http.Handler, opts []middleware.Option) overrides.Route {
 	named := scope // a scope: name, or "" for a route pattern, which opts give
 	if !validScopeName(scope) {
 		named = ""
 	}
-	return overrides.NewSwitch(scope, code, func(g rules.Group) (http.Handler, error) {
+	return overrides.Route{Switch: overrides.NewSwitch(scope, code, func(g rules.Group) (http.Handler, error) {
 		g.Scope = named
 		mw, err := l.wrapper(g, opts...)
 		if err != nil {
 			return nil, err
 		}
 		return mw(next), nil
-	})
+	})}
 }
 
 // validScopeName reports whether scope can be a scope: name (a route

@@ -25,7 +25,7 @@ func TestOverrideInflightLimitFunc(t *testing.T) {
 	ctx := context.Background()
 	lim, err := slidelimit.New(redistest.Start(t).Client(),
 		slidelimit.WithEngineOptions(engine.WithKeyPrefix(redistest.Prefix(t)), engine.WithTimeout(5*time.Second)),
-		slidelimit.WithLimitFunc("quota", func(*http.Request) (int64, error) { return 3, nil }))
+		slidelimit.WithLimitFunc("quota", func(context.Context) (int64, error) { return 3, nil }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/muxpattern"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
@@ -35,12 +36,12 @@ func (l *Limiter) Register(mux *http.ServeMux, handlers any) error {
 	for i, r := range routes {
 		h, err := l.route(r.Pattern, r.Group, r.Handler)
 		if err != nil {
-			err = written(err, limitTag(handlers, r.Pattern))
+			err = lifecycle.Relocate(err, lifecycle.LimitTag(handlers, r.Pattern))
 		} else {
 			err = handle(scratch, r.Pattern, h)
 		}
 		if err != nil {
-			errs = append(errs, configErrors(r.Pattern, r.Field, limitTag(handlers, r.Pattern), err))
+			errs = append(errs, configErrors(r.Pattern, r.Field, lifecycle.LimitTag(handlers, r.Pattern), err))
 			continue
 		}
 		wrapped[i] = h
@@ -86,7 +87,7 @@ func (l *Limiter) Handle(mux *http.ServeMux, pattern string, handler http.Handle
 	}
 	h, err := l.route(pattern, g, handler)
 	if err != nil {
-		return fail(written(err, rulesText))
+		return fail(lifecycle.Relocate(err, rulesText))
 	}
 	if err := handle(mux, pattern, l.identify(h)); err != nil {
 		return fail(err)

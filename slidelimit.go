@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
+	"github.com/slidelimit/slidelimit/internal/registry"
+	"github.com/slidelimit/slidelimit/internal/rolecheck"
 	"github.com/slidelimit/slidelimit/internal/tally"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -23,16 +27,17 @@ type Limiter struct {
 	client engine.Client
 	opts   []middleware.Option
 	ident  func(*http.Request) (string, []string) // WithIdentity
-	roles  *roleCheck                             // the declared roles; nil when none are
+	roles  *rolecheck.Check                       // the declared roles; nil when none are
 	ov     *overrides.Store                       // nil with overrides off (tests)
 	tally  *tally.Tallies                         // counting and writing unless off (tests)
 	masked []rules.Kind                           // kinds the operator's page masks
 
 	maxHold time.Duration // of a throttle's Permit's slots (WithMaxHold)
 
+	reg *registry.Registry // what Peek and Reset search
+
 	mu        sync.RWMutex
-	groups    []registered // what Peek and Reset search, in registration order
-	throttles []*Throttle  // in creation order
+	throttles []*Throttle // in creation order
 }
 
 // New returns a Limiter deciding with client (a *redis.Client,
@@ -60,7 +65,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		}
 	}
 	if !c.maxHoldSet {
-		c.maxHold = defaultMaxHold
+		c.maxHold = throttle.DefaultMaxHold
 	} else if c.maxHold <= 0 {
 		return nil, optionError(fmt.Errorf("max hold: %s is not positive", c.maxHold))
 	}
@@ -92,6 +97,9 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	if c.rulesCheck > 0 {
 		l.ov = overrides.New(client, e.KeyPrefix(), c.rulesCheck, e.Logger())
 		l.ov.Start()
+		l.reg = registry.New(c.middleware, l.ov)
+	} else {
+		l.reg = registry.New(c.middleware, nil)
 	}
 	return l, nil
 }
@@ -106,7 +114,7 @@ func (l *Limiter) Close() error {
 	}
 	l.mu.RLock()
 	for _, t := range l.throttles {
-		t.fleet.close()
+		t.t.Close()
 	}
 	l.mu.RUnlock()
 	err := l.engine.Close()
@@ -127,12 +135,12 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 	}
 	mw, err := l.wrapper(g, opts...)
 	if err != nil {
-		return nil, configErrors(g.Scope, "", rulesText, written(err, rulesText))
+		return nil, configErrors(g.Scope, "", rulesText, lifecycle.Relocate(err, rulesText))
 	}
 	// The scope is known here only from a scope: statement; WithScope,
 	// WithScopeFunc and the router's pattern are hidden in opts or decided
 	// per request, so "" records the group as possibly in any scope.
-	l.remember(g.Scope, g, opts)
+	l.reg.Add(g.Scope, g, opts)
 	if g.Scope == "" || l.ov == nil {
 		return func(next http.Handler) http.Handler { return l.identify(mw(next)) }, nil
 	}

@@ -3,20 +3,14 @@ package slidelimit
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"net/http"
 	"runtime"
-	"strconv"
-	"sync"
-	"sync/atomic"
+	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
-	"github.com/slidelimit/slidelimit/middleware"
-	"github.com/slidelimit/slidelimit/rules"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 )
 
 // A Throttle holds the calls a fleet of processes makes to another
@@ -26,25 +20,7 @@ import (
 // room for it. Create Throttles with Limiter.Throttle; a Throttle is safe
 // for concurrent use. See docs/throttle.md.
 type Throttle struct {
-	lim   *Limiter
-	name  string
-	code  *throttlePlan     // the plan of the rules the code declared
-	sw    *overrides.Switch // follows SetRules on the scope; nil with overrides off
-	fleet *fleet            // the fleet-wide order of waiters
-
-	maxHold time.Duration // the longest a Permit holds its slots unfinished (WithMaxHold)
-	warn    permitWarnings
-
-	mu    sync.Mutex
-	lanes map[string]*lane
-
-	byID  map[string]*lane // the lanes by id, for the fleet's messages
-	reg   laneRegistry     // the idle and held lanes (throttle_lanes.go); mu guards it
-	hooks []func(middleware.Event)
-
-	blockCap atomic.Int64 // the largest WithMaxUpstreamBlock of t's Transports; 0 none
-
-	stats throttleStats
+	t *throttle.Throttle
 }
 
 // Call is one call through a Throttle: the subjects and estimated costs its
@@ -68,14 +44,16 @@ type Call struct {
 // in-flight slots after the Limiter's maximum hold (WithMaxHold), and its
 // Finish then still settles its costs.
 type Permit struct {
-	_ noCopy // a copy would outlive the Permit its cleanup watches
-	*permit
-	cleanup runtime.Cleanup // finishes the permit once the Permit is unreachable
+	_       noCopy           // a copy would outlive the Permit its cleanup watches
+	p       *throttle.Permit // never refers back, so the cleanup can run
+	cleanup runtime.Cleanup  // finishes p once the Permit is unreachable
 }
 
-// errThrottleRules is the cause of a throttle's rule that has no meaning
-// for calls out.
-var errThrottleRules = errors.New("slidelimit: statement not allowed in a throttle")
+// noCopy makes go vet report copies of a Permit.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}
 
 // Throttle returns the throttle name enforcing rulesText over the calls
 // out of every process sharing the Limiter's Redis and key prefix:
@@ -83,10 +61,10 @@ var errThrottleRules = errors.New("slidelimit: statement not allowed in a thrott
 //	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
 // name is the scope of its windows, for SetRules too, which refuses
-// key(NAME) limiters and named costs that rulesText does not have. Statements that have
-// no meaning for calls out (roles, ip, user, header and param limiters,
-// count:, distinct:, mode:shadow) are a *ConfigError; docs/throttle.md
-// lists what a throttle accepts.
+// key(NAME) limiters and named costs that rulesText does not have.
+// Statements that have no meaning for calls out (roles, ip, user, header
+// and param limiters, count:, distinct:, mode:shadow) are a *ConfigError;
+// docs/throttle.md lists what a throttle accepts.
 func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if !validScopeName(name) {
 		return nil, configError(name, "", "", errors.New("the throttle name must be a valid scope: name"))
@@ -95,67 +73,39 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if err != nil {
 		return nil, configError(name, "", rulesText, err)
 	}
-	t := &Throttle{lim: l, name: name, lanes: map[string]*lane{}, byID: map[string]*lane{}, hooks: l.hooks(),
-		maxHold: l.maxHold}
-	t.warn.dropped.Every, t.warn.held.Every = permitWarnEvery, permitWarnEvery
-	if t.code, err = t.compile(g); err != nil {
+	mp := middlewareParts(l.opts)
+	t, err := throttle.New(throttle.Config{Name: name, Engine: l.engine, Client: l.client, Limits: mp.Limits,
+		Hooks: mp.Hooks, MaxHold: l.maxHold, Overrides: l.ov,
+		ConfigError: func(err error) error { return configError(name, "", "", err) }}, g)
+	if err != nil {
 		return nil, configError(name, "", rulesText, err)
 	}
-	t.fleet = newFleet(t)
-	if l.ov != nil {
-		t.sw = overrides.NewSwitch(name, t.code, func(g rules.Group) (http.Handler, error) {
-			if err := t.declared(g); err != nil {
-				return nil, err
-			}
-			p, err := t.compile(g)
-			if err != nil {
-				return nil, err
-			}
-			return p, nil
-		})
-		l.ov.Add(t.sw)
-	}
 	// Known to Peek, Reset and the operator page like a route's scope.
-	l.remember(name, g, nil)
-	l.addThrottle(t)
-	return t, nil
-}
-
-// declared refuses an override g with a key(NAME) limiter or a named
-// cost that the code's rules do not have: the callers give values and
-// estimates only for the code's, so every call would fail.
-func (t *Throttle) declared(g rules.Group) error {
-	keys, costs := map[string]bool{}, map[string]bool{}
-	for _, l := range t.code.g.Limiters {
-		if l.Kind == rules.Key {
-			keys[l.Name] = true
-		}
-		costs[l.Cost] = true
-	}
-	for _, l := range g.Limiters {
-		switch {
-		case l.Kind == rules.Key && !keys[l.Name]:
-			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no value for key %q (its code declares %s)",
-				errThrottleRules, t.name, l.ID(), l.Name, t.code.g.String())
-		case l.Cost != "" && !lifecycle.IsDecimal(l.Cost) && !costs[l.Cost]:
-			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no estimate of cost %q (its code declares %s)",
-				errThrottleRules, t.name, l.ID(), l.Cost, t.code.g.String())
-		}
-	}
-	return nil
+	l.reg.Add(name, g, nil)
+	th := &Throttle{t: t}
+	l.mu.Lock()
+	l.throttles = append(l.throttles, th)
+	l.mu.Unlock()
+	return th, nil
 }
 
 // Name returns the throttle's name, the scope of its windows.
-func (t *Throttle) Name() string { return t.name }
+func (t *Throttle) Name() string { return t.t.Name() }
 
-// plan returns the plan in force: the code's, or an override's.
-func (t *Throttle) plan() *throttlePlan {
-	if t.sw != nil {
-		if p, ok := t.sw.Current().(*throttlePlan); ok {
-			return p
-		}
+// Wait blocks until every window of the throttle has room for c, counts
+// it in all of them, and returns its Permit, which the caller must Finish.
+// Callers wait in arrival order across the fleet (docs/throttle.md,
+// Fairness). When ctx ends first Wait returns ctx.Err() having counted
+// nothing; a call that can never fit fails at once, and one missing a
+// value, with a *ConfigError of kind "never-fits" or "call". While Redis
+// fails, the group's fail mode decides: closed, unless a fail: statement
+// says otherwise.
+func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
+	p, err := t.t.Wait(ctx, throttle.Call(c))
+	if err != nil {
+		return nil, err
 	}
-	return t.code
+	return newPermit(p), nil
 }
 
 // Allow admits c at once if every window has room for it, without
@@ -163,34 +113,19 @@ func (t *Throttle) plan() *throttlePlan {
 // It returns a nil Permit and false when c must wait; errors are those of
 // Wait.
 func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
-	if err := ctx.Err(); err != nil {
+	p, ok, err := t.t.Allow(ctx, throttle.Call(c))
+	if !ok {
 		return nil, false, err
 	}
-	p := t.plan()
-	req, names, err := p.request(ctx, nil, c)
-	if err != nil {
-		return nil, false, err
-	}
-	ln, err := t.lane(ctx, laneKey(&req))
-	if err != nil {
-		return nil, false, err
-	}
-	ln.note(&req)
-	if ln.busy() {
-		t.release(ln)
-		return nil, false, nil
-	}
-	d, err := t.decide(ctx, &req)
-	if err != nil && !d.Allowed {
-		t.release(ln)
-		return nil, false, err
-	}
-	if !d.Allowed {
-		ln.learn(d)
-		t.release(ln)
-		return nil, false, nil
-	}
-	return t.newPermit(&req, d, names, ln), true, nil
+	return newPermit(p), true, err
+}
+
+// newPermit returns the Permit holding p, finished by a cleanup once it
+// becomes unreachable unfinished.
+func newPermit(p *throttle.Permit) *Permit {
+	h := &Permit{p: p}
+	h.cleanup = runtime.AddCleanup(h, (*throttle.Permit).Dropped, p)
+	return h
 }
 
 // Finish ends the call p admitted: the cost of each limiter named in
@@ -202,63 +137,157 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 // script call, or leaves within 1 ms (see Engine.FinishAsync). Finishing
 // a Permit again, or a nil Permit, does nothing.
 func (p *Permit) Finish(actual map[string]int64) {
-	if p == nil || p.permit == nil {
+	if p == nil || p.p == nil {
 		return
 	}
 	p.cleanup.Stop()
-	p.finish(actual)
-}
-
-// maxCost is the most check i may be settled to: the smallest limit of
-// its windows that count costs (in-flight windows count calls).
-func (p *permit) maxCost(i int) int64 {
-	m := int64(math.MaxInt64)
-	for _, ws := range p.d.Windows {
-		if ws.Check == i && !ws.Window.Concurrent && ws.Window.Limit > 0 {
-			m = min(m, ws.Window.Limit)
-		}
-	}
-	return m
+	p.p.Finish(actual)
 }
 
 // Decision returns the engine's decision that admitted the call.
 func (p *Permit) Decision() engine.Decision {
-	if p == nil || p.permit == nil {
+	if p == nil || p.p == nil {
 		return engine.Decision{}
 	}
-	return p.d
+	return p.p.Decision()
 }
 
-// decide asks the engine to admit req and reports the decision to the
-// hooks and statistics.
-func (t *Throttle) decide(ctx context.Context, req *engine.Request) (engine.Decision, error) {
-	start := time.Now()
-	d, err := t.lim.engine.Allow(ctx, *req)
-	t.fleet.clock(d.Time, start)
-	t.stats.calls.Add(1)
-	t.emit(req, d, err, time.Since(start))
-	return d, err
+// ThrottleStats is what a throttle did, for the operator page and tests.
+type ThrottleStats struct {
+	// Name is the throttle's name.
+	Name string `json:"name"`
+	// Rules is the rule group in force (the code's or an override's).
+	Rules string `json:"rules"`
+	// Waiting is the number of callers in Wait now, in this process.
+	Waiting int64 `json:"waiting"`
+	// WaitP50 and WaitP99 are percentiles of the time Wait took to admit,
+	// over the last 1,024 admissions in this process.
+	WaitP50 time.Duration `json:"wait_p50"`
+	WaitP99 time.Duration `json:"wait_p99"`
+	// Admitted counts the calls Wait admitted in this process.
+	Admitted int64 `json:"admitted"`
+	// RedisCalls counts the Redis calls made to admit them: decisions and
+	// the fleet order's script (not the finishes).
+	RedisCalls int64 `json:"redis_calls"`
+	// Upstream429s counts the 429 and 503 answers Transport passed back.
+	Upstream429s int64 `json:"upstream_429s"`
 }
 
-// neverFits reports a check whose cost is above the limit of one of its
-// windows.
-func neverFits(req *engine.Request) error {
-	if err := tooBig(req); err != nil {
-		return configError(req.Scope, "", "", err)
-	}
-	return nil
+// Stats returns what t did in this process.
+func (t *Throttle) Stats() ThrottleStats { return ThrottleStats(t.t.Stats()) }
+
+// TransportOption configures Throttle.Transport.
+type TransportOption func(*transportConfig)
+
+type transportConfig struct {
+	throttle.TransportConfig
+	call func(*http.Request) (Call, error)
 }
 
-// tooBig is neverFits's cause.
-func tooBig(req *engine.Request) error {
-	for _, c := range req.Checks {
-		cost := max(c.Cost, 1)
-		for _, w := range c.Windows {
-			if !w.Concurrent && cost > w.Limit {
-				return fmt.Errorf("%w: cost %s of limiter %s is above the limit of its window %s",
-					errNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), w.String())
-			}
+// WithCall makes the Transport build each request's Call with fn: the
+// values of its key(NAME) limiters (an API key from a header) and the
+// estimates of its costs (max_tokens from the body). An error fails the
+// round trip without sending it. Without WithCall every request is Call{}.
+func WithCall(fn func(*http.Request) (Call, error)) TransportOption {
+	return func(c *transportConfig) { c.call = fn }
+}
+
+// WithActual makes the Transport settle each admitted request's costs to
+// what fn reads from the response, such as a usage header, once the
+// response body is closed: headers and trailers are complete then. Cost
+// names fn leaves out keep their estimate; so do all of them without
+// WithActual, WithActualBody or WithActualBytes.
+func WithActual(fn func(*http.Response) map[string]int64) TransportOption {
+	return func(c *transportConfig) { c.Actual = fn }
+}
+
+// WithActualBody makes the Transport settle each admitted request's costs
+// to what fn reads from the response and the body the caller read, such
+// as the usage of a JSON completion or of a stream's last event. fn runs
+// once, when the body is first closed; body holds what the caller read:
+// all of it up to 1 MiB, else its last 1 MiB. A body closed before its
+// end, or whose read failed, is passed as far as it was read. Cost names
+// fn leaves out keep their estimate, or WithActual's value: with both,
+// both run and fn's value wins for the names it sets. If fn panics, the
+// panic reaches the caller of Close and the call keeps its estimates.
+func WithActualBody(fn func(resp *http.Response, body []byte) map[string]int64) TransportOption {
+	return func(c *transportConfig) { c.Body = fn }
+}
+
+// WithActualBytes makes the Transport settle cost name of each admitted
+// request to the number of body bytes the caller read before closing the
+// body, for downloads whose size is unknown until they end. The call's
+// Costs[name] is counted until then; a settlement above it is a debt,
+// capped as every throttle settlement is. Its value wins over WithActual's
+// and WithActualBody's for name. Given more than once, each name is
+// settled; a name no limiter of the rules has settles nothing.
+func WithActualBytes(name string) TransportOption {
+	return func(c *transportConfig) { c.Bytes = append(c.Bytes, name) }
+}
+
+// DefaultMaxUpstreamBlock is the longest block a Transport learns from an
+// upstream's answer, unless WithMaxUpstreamBlock says otherwise.
+const DefaultMaxUpstreamBlock = time.Hour
+
+// WithMaxUpstreamBlock caps the block a Transport learns from a 429 or 503
+// (retry-after-ms, or Retry-After in seconds or as an HTTP date) at d: a
+// longer wait asked for holds the call's subjects for d. d <= 0 means
+// DefaultMaxUpstreamBlock, one hour. The other processes are told the
+// capped block. A process holds a block it hears of from another at most
+// the largest cap of its own Transports of the throttle, one hour when it
+// has none.
+func WithMaxUpstreamBlock(d time.Duration) TransportOption {
+	return func(c *transportConfig) { c.MaxBlock = d }
+}
+
+// Transport returns an http.RoundTripper that sends each request through
+// base (http.DefaultTransport when nil) once t admits it, as Wait does, and
+// finishes the Permit when the response body is closed. A 429 or 503 with
+// Retry-After blocks the request's subjects fleet-wide for that long, at
+// most an hour (WithMaxUpstreamBlock); Limiter.Reset of one of the
+// subjects lifts the block. A header value that is no positive number or
+// future date is ignored.
+func (t *Throttle) Transport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
+	var c transportConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
 		}
 	}
-	return nil
+	if c.MaxBlock <= 0 {
+		c.MaxBlock = DefaultMaxUpstreamBlock
+	}
+	if fn := c.call; fn != nil {
+		c.Call = func(r *http.Request) (throttle.Call, error) {
+			call, err := fn(r)
+			return throttle.Call(call), err
+		}
+	}
+	return t.t.Transport(base, c.TransportConfig)
+}
+
+// throttlesNamed returns l's throttles named name.
+func (l *Limiter) throttlesNamed(name string) []*Throttle {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []*Throttle
+	for _, t := range l.throttles {
+		if t.t.Name() == name {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// throttleStats returns what each throttle of l did, in creation order,
+// for the operator page (a user reads Throttle.Stats of its own).
+func (l *Limiter) throttleStats() []ThrottleStats {
+	l.mu.RLock()
+	ts := slices.Clone(l.throttles)
+	l.mu.RUnlock()
+	out := make([]ThrottleStats, len(ts))
+	for i, t := range ts {
+		out[i] = t.Stats()
+	}
+	return out
 }

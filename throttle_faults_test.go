@@ -24,6 +24,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/faults"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 	"github.com/slidelimit/slidelimit/middleware"
 )
 
@@ -700,7 +701,7 @@ func (r *throttleRun) peekSlots(at time.Duration) {
 			c.Costs = map[string]int64{r.cost: 1}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		req, _, err := pr.th.plan().request(ctx, nil, c)
+		req, err := pr.th.t.Request(ctx, throttle.Call(c))
 		var d engine.Decision
 		if err == nil {
 			d, err = pr.lim.engine.Peek(ctx, req)
@@ -783,7 +784,7 @@ func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bou
 	r := &throttleRun{b: b, p: p, prefix: harnessPrefix(), keyed: p.HasKey(), cost: p.CostName(),
 		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}}
 	r.hist = faults.ThrottleHistory{Limiters: p.Limiters, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
-		MaxHold: harnessMaxHold, Bound: bound, Settle: fleetLease + fleetLease/2}
+		MaxHold: harnessMaxHold, Bound: bound, Settle: throttle.FleetLease + throttle.FleetLease/2}
 	for _, l := range p.Limiters {
 		r.slots = r.slots || slices.ContainsFunc(l.Windows, func(w faults.Window) bool { return w.Concurrent })
 	}
@@ -818,19 +819,16 @@ func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bou
 			continue
 		}
 		r.errs = append(r.errs, r.fleetLeft(pr)...)
-		if n := pr.th.stats.waiting.Load(); n != 0 {
+		if n := pr.th.Stats().Waiting; n != 0 {
 			r.errs = append(r.errs, fmt.Sprintf("process %d: %d callers still counted waiting after every call returned", pr.pid, n))
 		}
-		pr.th.mu.Lock()
-		lanes := len(pr.th.lanes)
-		for _, ln := range pr.th.lanes {
-			ln.mu.Lock()
-			if len(ln.q) > 0 {
-				r.errs = append(r.errs, fmt.Sprintf("process %d: lane %s holds %d waiters after every call returned", pr.pid, ln.id, len(ln.q)))
+		states := pr.th.t.Lanes()
+		lanes := len(states)
+		for _, ln := range states {
+			if ln.Waiters > 0 {
+				r.errs = append(r.errs, fmt.Sprintf("process %d: lane %s holds %d waiters after every call returned", pr.pid, ln.ID, ln.Waiters))
 			}
-			ln.mu.Unlock()
 		}
-		pr.th.mu.Unlock()
 		if lanes > p.Keys {
 			r.errs = append(r.errs, fmt.Sprintf("process %d: %d lanes for %d keys", pr.pid, lanes, p.Keys))
 		}
@@ -843,27 +841,18 @@ func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bou
 // returned: a waiter gone is one nobody waits behind.
 func (r *throttleRun) fleetLeft(pr *harnessProc) []string {
 	var out []string
-	pr.th.mu.Lock()
-	lanes := make([]*lane, 0, len(pr.th.lanes))
-	for _, ln := range pr.th.lanes {
-		lanes = append(lanes, ln)
-	}
-	pr.th.mu.Unlock()
-	for _, ln := range lanes {
-		ln.mu.Lock()
-		joined := ln.joined
-		ln.mu.Unlock()
-		if joined {
-			out = append(out, fmt.Sprintf("process %d: lane %s still joined to the fleet's queue after every call returned", pr.pid, ln.id))
+	for _, ln := range pr.th.t.Lanes() {
+		if ln.Joined {
+			out = append(out, fmt.Sprintf("process %d: lane %s still joined to the fleet's queue after every call returned", pr.pid, ln.ID))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := pr.client.ZScore(ctx, pr.th.fleet.keys(ln)[0], pr.th.fleet.member).Err()
+		err := pr.client.ZScore(ctx, ln.Queue, pr.th.t.Member()).Err()
 		cancel()
 		switch {
 		case err == nil:
-			out = append(out, fmt.Sprintf("process %d: the fleet's queue of lane %s still holds its entry after every call returned", pr.pid, ln.id))
+			out = append(out, fmt.Sprintf("process %d: the fleet's queue of lane %s still holds its entry after every call returned", pr.pid, ln.ID))
 		case !errors.Is(err, redis.Nil):
-			out = append(out, fmt.Sprintf("process %d: reading the fleet's queue of lane %s: %v", pr.pid, ln.id, err))
+			out = append(out, fmt.Sprintf("process %d: reading the fleet's queue of lane %s: %v", pr.pid, ln.ID, err))
 		}
 	}
 	return out

@@ -59,7 +59,8 @@
 // A window whose limit names a limit function, as in key(tenant):$quota/min
 // (see package rules), has the limit that the function registered with
 // WithLimitFunc("quota", fn) returns for the request: the figure of the
-// calling tenant's plan, say. The middleware calls each limit function the
+// calling tenant's plan, say. fn gets the request's context, where
+// authentication put the identity. The middleware calls each limit function the
 // applicable limiters name once per request, after the cost functions,
 // and passes the windows with their limits in the engine.Check. A function
 // that returns an error, a limit below 1 or above the window's cap

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -79,15 +80,19 @@ func ExampleWithKeyFunc() {
 
 func ExampleWithLimitFunc() {
 	// $quota takes each tenant's limit from its plan; the RateLimit-Policy
-	// field says every caller its own.
+	// field says every caller its own. Authentication put the tenant in
+	// the request's context, as the identity's user.
 	plans := map[string]int64{"acme": 7500, "tiny": 60}
-	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+	tenantOf := func(ctx context.Context) string {
+		id, _ := role.FromContext(ctx)
+		return id.User
+	}
 	mw, err := middleware.New(rules.MustParse("key(tenant):$quota/min"), allowAll{},
-		middleware.WithKeyFunc("tenant", tenant),
-		middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) {
-			n, ok := plans[tenant(r)]
+		middleware.WithKeyFunc("tenant", func(r *http.Request) string { return tenantOf(r.Context()) }),
+		middleware.WithLimitFunc("quota", func(ctx context.Context) (int64, error) {
+			n, ok := plans[tenantOf(ctx)]
 			if !ok {
-				return 0, fmt.Errorf("no plan for tenant %q: %w", tenant(r), middleware.ErrBadRequest)
+				return 0, fmt.Errorf("no plan for tenant %q: %w", tenantOf(ctx), middleware.ErrBadRequest)
 			}
 			return n, nil
 		}))
@@ -98,7 +103,7 @@ func ExampleWithLimitFunc() {
 	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for _, t := range []string{"acme", "tiny", "unknown"} {
 		r := httptest.NewRequest("GET", "/", nil)
-		r.Header.Set("X-Tenant", t)
+		r = r.WithContext(role.NewContext(r.Context(), role.Identity{User: t}))
 		r.Pattern = "GET /"
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -12,17 +13,18 @@ import (
 )
 
 // limitFunc is a limit function (WithLimitFunc).
-type limitFunc = func(r *http.Request) (int64, error)
+type limitFunc = func(ctx context.Context) (int64, error)
 
 // WithLimitFunc registers fn as the limit function name: every window whose
 // limit is $name, as in key(tenant):$quota/min, has the limit fn returns
 // for the request, from 1 to the window's cap (rules.Limiter.LimitCap).
+// ctx is the request's context, where authentication put the identity.
 // fn is called before the handler, at most once per request and name; an
 // error wrapping ErrBadRequest is answered with 400, any other error or
 // limit with 500, nothing counted. Every limit function a group names must
 // be registered when New is called (a *ConfigError otherwise). name is
 // spelled like a cost function name.
-func WithLimitFunc(name string, fn func(r *http.Request) (int64, error)) Option {
+func WithLimitFunc(name string, fn func(ctx context.Context) (int64, error)) Option {
 	return func(c *config) { registerFunc(c, &c.limits, "WithLimitFunc", "limit", name, fn, fn == nil) }
 }
 
@@ -105,7 +107,7 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 				continue
 			}
 			if vals[k] == 0 {
-				n, err := lp.fns[k](r)
+				n, err := lp.fns[k](r.Context())
 				if err == nil && n < 1 {
 					err = fmt.Errorf("returned limit %d, want at least 1", n)
 				}

@@ -21,6 +21,23 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
+// headersKey carries a request's header in its context to the limit
+// functions of these tests, as authentication carries an identity.
+type headersKey struct{}
+
+// withHeaders serves each request with its header in its context.
+func withHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), headersKey{}, r.Header)))
+	})
+}
+
+// header returns the value of header k of the request of ctx (withHeaders).
+func header(ctx context.Context, k string) string {
+	h, _ := ctx.Value(headersKey{}).(http.Header)
+	return h.Get(k)
+}
+
 // quotaFunc is a limit function reading the limit from the X-Quota header,
 // as an application would read it from the tenant's record; it counts its
 // calls.
@@ -28,9 +45,9 @@ type quotaFunc struct{ calls atomic.Int64 }
 
 var errNoTenant = errors.New("tenants: lookup acme: connection refused")
 
-func (q *quotaFunc) fn(r *http.Request) (int64, error) {
+func (q *quotaFunc) fn(ctx context.Context) (int64, error) {
 	q.calls.Add(1)
-	switch v := r.Header.Get("X-Quota"); v {
+	switch v := header(ctx, "X-Quota"); v {
 	case "fail":
 		return 0, errNoTenant
 	case "bad":
@@ -48,10 +65,10 @@ func TestLimitFuncReachesEngine(t *testing.T) {
 	t.Parallel()
 	var q quotaFunc
 	d := newRecorder(admitted)
-	mux := routed(t, "GET /", "key(tenant):10/s,$quota/min; user[bytes]:$quota/d~1h; ip:50/min", d,
+	mux := withHeaders(routed(t, "GET /", "key(tenant):10/s,$quota/min; user[bytes]:$quota/d~1h; ip:50/min", d,
 		middleware.WithLimitFunc("quota", q.fn),
 		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return 7, nil }),
-		middleware.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") }))
+		middleware.WithKeyFunc("tenant", func(r *http.Request) string { return r.Header.Get("X-Tenant") })))
 	for _, tt := range []struct {
 		tenant string
 		quota  int64
@@ -100,8 +117,8 @@ func TestLimitFuncDenial(t *testing.T) {
 		return engine.Decision{Windows: []engine.WindowState{ws}, Denied: ws, RetryAfter: 20 * time.Second}
 	})
 	var rec testutil.Events
-	mux := routed(t, "GET /", "key(tenant):$quota/min", d, middleware.WithLimitFunc("quota", q.fn), middleware.WithHook(rec.Hook),
-		middleware.WithKeyFunc("tenant", func(*http.Request) string { return "acme" }))
+	mux := withHeaders(routed(t, "GET /", "key(tenant):$quota/min", d, middleware.WithLimitFunc("quota", q.fn), middleware.WithHook(rec.Hook),
+		middleware.WithKeyFunc("tenant", func(*http.Request) string { return "acme" })))
 	r := request("GET", "/", "192.0.2.1:1", nil)
 	r.Header.Set("X-Quota", "42")
 	w := do(mux, r)
@@ -149,9 +166,9 @@ func TestLimitFuncErrors(t *testing.T) {
 				if shadow {
 					group += "; mode:shadow"
 				}
-				mux := routed(t, "GET /", group, d, middleware.WithLimitFunc("quota", q.fn),
+				mux := withHeaders(routed(t, "GET /", group, d, middleware.WithLimitFunc("quota", q.fn),
 					middleware.WithKeyFunc("tenant", func(*http.Request) string { return "acme" }),
-					middleware.WithLogger(logger), middleware.WithHook(rec.Hook))
+					middleware.WithLogger(logger), middleware.WithHook(rec.Hook)))
 				r := request("GET", "/", "192.0.2.1:1", nil)
 				r.Header.Set("X-Quota", tt.quota)
 				w := do(mux, r)
@@ -213,10 +230,10 @@ func TestLimitFuncConfig(t *testing.T) {
 	if ce := testutil.ConfigError(err, "unregistered", "WithLimitFunc"); ce == nil || ce.Name != "quota" {
 		t.Errorf("error %v holds no *ConfigError naming the limit function", err)
 	}
-	one := func(*http.Request) (int64, error) { return 1, nil }
+	one := func(context.Context) (int64, error) { return 1, nil }
 	for _, tt := range []struct {
 		name string
-		fn   func(*http.Request) (int64, error)
+		fn   func(context.Context) (int64, error)
 		want string
 	}{
 		{"quota", nil, `middleware: WithLimitFunc("quota"): nil limit function`},
@@ -239,9 +256,9 @@ func TestLimitFuncPerTenant(t *testing.T) {
 	quota["acme"].Store(5)
 	quota["small"].Store(2)
 	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
-	mux := routed(t, "GET /", "key(tenant):$quota/min", newMem(),
+	mux := withHeaders(routed(t, "GET /", "key(tenant):$quota/min", newMem(),
 		middleware.WithKeyFunc("tenant", tenant),
-		middleware.WithLimitFunc("quota", func(r *http.Request) (int64, error) { return quota[tenant(r)].Load(), nil }))
+		middleware.WithLimitFunc("quota", func(ctx context.Context) (int64, error) { return quota[header(ctx, "X-Tenant")].Load(), nil })))
 	req := func(tn string) *http.Request {
 		r := request("GET", "/", "192.0.2.1:1", nil)
 		r.Header.Set("X-Tenant", tn)
@@ -276,7 +293,7 @@ func TestLimitFuncPerTenant(t *testing.T) {
 func BenchmarkMiddlewareLimitFunc(b *testing.B) {
 	mw, err := middleware.New(rules.MustParse("ip:5/s,100/min; user:$quota/h"), allowAll{},
 		middleware.WithTrustedProxies("10.0.0.0/8"),
-		middleware.WithLimitFunc("quota", func(*http.Request) (int64, error) { return 1000, nil }))
+		middleware.WithLimitFunc("quota", func(context.Context) (int64, error) { return 1000, nil }))
 	if err != nil {
 		b.Fatal(err)
 	}

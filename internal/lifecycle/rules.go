@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -41,7 +40,7 @@ type Transport struct {
 	Hooks   []func(Event)
 	// Limits are the limit functions of the options (WithLimitFunc), which
 	// the root package's throttles call; the rules read them elsewhere.
-	Limits map[string]func(*http.Request) (int64, error)
+	Limits map[string]func(context.Context) (int64, error)
 	// Noun names what the transport limits in log lines: "request" or
 	// "call".
 	Noun string

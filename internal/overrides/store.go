@@ -89,7 +89,7 @@ type Store struct {
 	// applies after every load that read Redis before it.
 	syncMu   sync.Mutex
 	mu       sync.Mutex // serializes applying a Set and adding Switches
-	switches map[string][]*Switch
+	switches map[string][]Follower
 	cur      atomic.Pointer[Set]
 
 	down      atomic.Bool // the last Redis call failed; logged once
@@ -103,7 +103,7 @@ type Store struct {
 func New(client engine.Client, prefix string, every time.Duration, log *slog.Logger) *Store {
 	o := &Store{
 		client: client, hash: prefix + "{rules}", version: prefix + "{rules}version", log: log, every: every,
-		switches: map[string][]*Switch{}, stop: make(chan struct{}), done: make(chan struct{}),
+		switches: map[string][]Follower{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	o.cur.Store(&Set{})
 	return o
@@ -291,7 +291,7 @@ func (o *Store) apply(set *Set) {
 		}
 		if !ok {
 			for _, s := range o.switches[scope] {
-				s.set(s.code)
+				s.reset()
 			}
 			o.log.Info("slidelimit: rule override cleared; the code's rules apply", "scope", scope, "version", set.Version)
 			continue
@@ -326,12 +326,9 @@ func (o *Store) reject(old, set *Set, scope, text string, err error) {
 func (o *Store) install(scope string, g rules.Group, text string, version int64) {
 	var errs []error
 	for _, s := range o.switches[scope] {
-		h, err := s.build(g)
-		if err != nil {
+		if err := s.apply(g); err != nil {
 			errs = append(errs, err)
-			continue
 		}
-		s.set(h)
 	}
 	if len(errs) > 0 {
 		o.log.Error("slidelimit: rule override not applied to some handlers of the scope", "scope", scope, "rules", text, "version", version, "error", errors.Join(errs...))
@@ -341,15 +338,14 @@ func (o *Store) install(scope string, g rules.Group, text string, version int64)
 }
 
 // Add registers s, applying the override of its scope if one is in force.
-func (o *Store) Add(s *Switch) {
+func (o *Store) Add(s Follower) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.switches[s.scope] = append(o.switches[s.scope], s)
-	if g, ok := o.cur.Load().groups[s.scope]; ok {
-		if h, err := s.build(g); err == nil {
-			s.set(h)
-		} else {
-			o.log.Error("slidelimit: rule override not applied to a new handler", "scope", s.scope, "error", err)
+	scope := s.Scope()
+	o.switches[scope] = append(o.switches[scope], s)
+	if g, ok := o.cur.Load().groups[scope]; ok {
+		if err := s.apply(g); err != nil {
+			o.log.Error("slidelimit: rule override not applied to a new handler", "scope", scope, "error", err)
 		}
 	}
 }
@@ -373,7 +369,7 @@ func (o *Store) Load(ctx context.Context) (*Set, error) {
 }
 
 // Switches returns the Switches of scope.
-func (o *Store) Switches(scope string) []*Switch {
+func (o *Store) Switches(scope string) []Follower {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return slices.Clone(o.switches[scope])

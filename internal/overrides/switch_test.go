@@ -10,7 +10,7 @@ import (
 // handler that follows rule overrides adds no allocation: one atomic load.
 func TestSwitchServesWithoutAllocating(t *testing.T) {
 	var n int
-	s := NewSwitch("GET /", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n++ }), nil)
+	s := Route{NewSwitch[http.Handler]("GET /", http.HandlerFunc(func(http.ResponseWriter, *http.Request) { n++ }), nil)}
 	w, r := httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil)
 	if a := testing.AllocsPerRun(1000, func() { s.ServeHTTP(w, r) }); a != 0 {
 		t.Errorf("%v allocations per request", a)
@@ -32,7 +32,7 @@ func BenchmarkSwitch(b *testing.B) {
 		}
 	})
 	b.Run("switch", func(b *testing.B) {
-		s := NewSwitch("GET /", h, nil)
+		s := Route{NewSwitch[http.Handler]("GET /", h, nil)}
 		b.ReportAllocs()
 		for b.Loop() {
 			s.ServeHTTP(w, r)

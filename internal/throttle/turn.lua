@@ -1,5 +1,5 @@
--- throttle_turn.lua: the fleet-wide order of the waiters of one throttle
--- lane (throttle_fleet.go). It is a script of its own, beside its Go
+-- turn.lua: the fleet-wide order of the waiters of one throttle
+-- lane (fleet.go). It is a script of its own, beside its Go
 -- code, because it shares no key or reply with multi_window.lua: it orders
 -- which process asks the engine next, and never counts a call.
 --

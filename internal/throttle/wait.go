@@ -1,32 +1,22 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
 )
 
 // Wait blocks until every window of the throttle has room for c, counts
-// it in all of them, and returns its Permit, which the caller must Finish.
-// Callers wait in arrival order across the fleet (docs/throttle.md,
-// Fairness). When ctx ends first Wait returns ctx.Err() having counted
-// nothing; a call that can never fit fails at once, and one missing a
-// value, with a *ConfigError of kind "never-fits" or "call". While Redis fails, the group's fail mode
-// decides: closed, unless a fail: statement says otherwise.
+// it in all of them, and returns its Permit, which the caller must
+// Finish. Callers wait in arrival order across the fleet. When ctx ends
+// first Wait returns ctx.Err() having counted nothing.
 func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
-	return t.waitFor(ctx, nil, c)
-}
-
-// waitFor is Wait; r is the outgoing request of a Transport, for limit
-// functions.
-func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	req, names, err := t.plan().request(ctx, r, c)
+	req, names, err := t.plan().request(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -95,5 +85,5 @@ func (t *Throttle) waitFor(ctx context.Context, r *http.Request, c Call) (*Permi
 func (t *Throttle) giveBack(d engine.Decision) {
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
 	defer cancel()
-	_ = t.lim.engine.Finish(ctx, d, engine.Outcome{GiveBack: true}) // a failure is queued and logged by the engine
+	_ = t.eng.Finish(ctx, d, engine.Outcome{GiveBack: true}) // a failure is queued and logged by the engine
 }

@@ -1,7 +1,7 @@
--- throttle_block.lua: the learned blocks of one throttle (throttle_block.go),
+-- block.lua: the learned blocks of one throttle (block.go),
 -- so that Limiter.Reset finds the lanes a subject's block holds and the
 -- operator page lists them. A lane's block itself is its own key (KEYS[3]
--- of throttle_turn.lua), in the lane's hash slot; this sorted set, in the
+-- of turn.lua), in the lane's hash slot; this sorted set, in the
 -- throttle's slot, only names it.
 --
 -- KEYS[1]  blocks: sorted set; member a lane id, then for each of the
@@ -16,7 +16,7 @@
 -- Reply: 'a' {}; 'l' the lane ids; 's' {now, member, end, member, end, ...}
 --
 -- After 'l', the Go code deletes the lanes' block keys and publishes
--- "u|LIMITER FINGERPRINT" on the throttle's channel (throttle_turn.lua's
+-- "u|LIMITER FINGERPRINT" on the throttle's channel (turn.lua's
 -- ARGV[5]): every process ends its hold on its lanes with that subject.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func twoProcesses(t *testing.T, rules string) [2]*Throttle {
 	for i := range ths {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		lim, err := New(c)
+		lim, err := newLimiter(c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,7 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -10,17 +9,15 @@ import (
 	"github.com/slidelimit/slidelimit/internal/logthrottle"
 )
 
-// defaultMaxHold is the maximum hold of a throttle's in-flight slots
-// without WithMaxHold.
-const defaultMaxHold = 10 * time.Minute
-
 // permitWarnEvery is the least time between two lines about Permits that
 // were dropped or held too long, per throttle and kind.
 const permitWarnEvery = time.Minute
 
-// permit is what finishing a Permit takes. It never refers to its Permit,
-// so that a cleanup can finish it once the Permit is unreachable.
-type permit struct {
+// A Permit is a call a Throttle admitted: what finishing it takes. It
+// never refers to what the caller holds (the root package's Permit, a
+// response body), so that a cleanup attached there can finish it once
+// that is unreachable.
+type Permit struct {
 	t     *Throttle
 	d     engine.Decision
 	names []string // names[i] is the cost name of check i; "" for none
@@ -29,12 +26,6 @@ type permit struct {
 	hold  *time.Timer // releases the slots at the maximum hold; nil without slots
 }
 
-// noCopy makes go vet report copies of a Permit.
-type noCopy struct{}
-
-func (*noCopy) Lock()   {}
-func (*noCopy) Unlock() {}
-
 // permitWarnings throttles a throttle's lines about Permits.
 type permitWarnings struct {
 	dropped, held logthrottle.Throttle
@@ -42,11 +33,9 @@ type permitWarnings struct {
 
 // newPermit returns the Permit of the call d admitted, which uses ln.
 func (t *Throttle) newPermit(req *engine.Request, d engine.Decision, names []string, ln *lane) *Permit {
-	s := &permit{t: t, d: d, names: names, lane: ln}
-	p := &Permit{permit: s}
-	p.cleanup = runtime.AddCleanup(p, (*permit).dropped, s)
+	p := &Permit{t: t, d: d, names: names, lane: ln}
 	if holdsSlots(req) {
-		s.hold = time.AfterFunc(t.maxHold, s.overHeld)
+		p.hold = time.AfterFunc(t.maxHold, p.overHeld)
 	}
 	return p
 }
@@ -64,9 +53,12 @@ func holdsSlots(req *engine.Request) bool {
 	return false
 }
 
-// finish is Permit.Finish; it reports whether it finished p (false when p
-// was finished already).
-func (p *permit) finish(actual map[string]int64) bool {
+// Finish ends the call p admitted: the cost of each check named in
+// actual is settled to its value (capped at the smallest limit of its
+// windows; a negative value keeps the estimate), and in-flight slots are
+// released. It reports whether it finished p (false when p was finished
+// already).
+func (p *Permit) Finish(actual map[string]int64) bool {
 	if !p.done.CompareAndSwap(false, true) {
 		return false
 	}
@@ -100,7 +92,7 @@ func (p *permit) finish(actual map[string]int64) bool {
 		return true
 	}
 	// FinishAsync queues the work; this process's next admission sees it.
-	p.t.lim.engine.FinishAsync(p.d, o)
+	p.t.eng.FinishAsync(p.d, o)
 	if room {
 		p.lane.kick()
 	}
@@ -113,20 +105,20 @@ func (p *permit) finish(actual map[string]int64) bool {
 // windows may have room now (fleet.kick).
 func (t *Throttle) finishShared(ln *lane, d engine.Decision, o engine.Outcome) {
 	ctx, cancel := context.WithTimeout(context.Background(), finishTimeout)
-	_ = t.lim.engine.Finish(ctx, d, o) // a failure is queued and logged by the engine
+	_ = t.eng.Finish(ctx, d, o) // a failure is queued and logged by the engine
 	cancel()
 	t.fleet.kick(ln)
 }
 
-// dropped finishes p, whose Permit became unreachable unfinished: the
-// cleanup attached by newPermit, which runs on the runtime's cleanup
-// goroutine. It logs at most a line per permitWarnEvery per throttle.
-func (p *permit) dropped() {
-	if !p.finish(nil) {
+// Dropped finishes p, whose holder became unreachable unfinished: the
+// cleanup attached to what the caller holds, which runs on the runtime's
+// cleanup goroutine. It logs at most a line per permitWarnEvery per throttle.
+func (p *Permit) Dropped() {
+	if !p.Finish(nil) {
 		return
 	}
 	if ok, n := p.t.warn.dropped.Allow(time.Now()); ok {
-		p.t.lim.engine.Logger().Warn("slidelimit: a throttle's Permit became unreachable without Finish; finished with its estimates",
+		p.t.logger().Warn("slidelimit: a throttle's Permit became unreachable without Finish; finished with its estimates",
 			"throttle", p.t.name, "suppressed", n)
 	}
 }
@@ -134,7 +126,7 @@ func (p *permit) dropped() {
 // overHeld releases p's in-flight slots once it held them for the maximum
 // hold unfinished: its later Finish still settles its costs. It logs at
 // most a line per permitWarnEvery per throttle.
-func (p *permit) overHeld() {
+func (p *Permit) overHeld() {
 	if p.done.Load() {
 		return
 	}
@@ -148,12 +140,12 @@ func (p *permit) overHeld() {
 	if p.lane.othersWait() {
 		p.t.finishShared(p.lane, p.d, engine.Outcome{})
 	} else {
-		p.t.lim.engine.FinishAsync(p.d, engine.Outcome{})
+		p.t.eng.FinishAsync(p.d, engine.Outcome{})
 		p.lane.kick()
 	}
 	p.t.release(p.lane)
 	if ok, n := p.t.warn.held.Allow(time.Now()); ok {
-		p.t.lim.engine.Logger().Warn("slidelimit: a throttle's Permit held its in-flight slots past the maximum hold without Finish; released them",
+		p.t.logger().Warn("slidelimit: a throttle's Permit held its in-flight slots past the maximum hold without Finish; released them",
 			"throttle", p.t.name, "max_hold", p.t.maxHold, "suppressed", n)
 	}
 }

@@ -1,10 +1,8 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -16,27 +14,22 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// throttlePlan is a throttle's rule group made ready to build a call's
-// engine request. It is an http.Handler only so that an overrides.Switch
-// can hold it; it serves nothing.
-type throttlePlan struct {
+// Plan is a throttle's rule group made ready to build a call's engine
+// request.
+type Plan struct {
 	g      rules.Group
 	scope  string
 	zone   *time.Location
-	limits map[string]func(*http.Request) (int64, error)
-	slots  bool // some limiter has an in-flight window
+	limits map[string]func(context.Context) (int64, error)
+	wrap   func(error) error // Config.ConfigError
+	slots  bool              // some limiter has an in-flight window
 }
 
-// ServeHTTP answers 500: a throttle's plan is not a handler.
-func (p *throttlePlan) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	http.Error(w, "slidelimit: a throttle serves no requests", http.StatusInternalServerError)
-}
-
-// compile checks g for a throttle and prepares it.
-func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
+// Compile checks g for a throttle and prepares it.
+func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 	fail := func(stmt string) error {
 		return fmt.Errorf("%w: throttle %q: %s (a throttle counts calls out, which have no roles, client or request)",
-			errThrottleRules, t.name, stmt)
+			ErrRules, t.name, stmt)
 	}
 	switch {
 	case len(g.Overrides) > 0:
@@ -52,8 +45,8 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 	case len(g.Limiters) == 0:
 		return nil, fmt.Errorf("slidelimit: throttle %q: no limiter", t.name)
 	}
-	limits := middlewareParts(t.lim.opts).Limits
-	p := &throttlePlan{g: g, scope: t.name, limits: limits}
+	limits := t.limits
+	p := &Plan{g: g, scope: t.name, limits: limits, wrap: t.cfg.ConfigError}
 	for _, l := range g.Limiters {
 		if l.Kind != rules.Global && l.Kind != rules.Key {
 			return nil, fail("limiter " + l.ID() + " (only global and key(NAME) limiters)")
@@ -74,10 +67,8 @@ func (t *Throttle) compile(g rules.Group) (*throttlePlan, error) {
 }
 
 // request builds the engine request of c, with the cost name of each
-// check. r is the outgoing request of a Transport, given to limit
-// functions; nil for Wait and Allow, whose limit functions get a request
-// carrying only ctx.
-func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (engine.Request, []string, error) {
+// check. Limit functions get ctx.
+func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, error) {
 	fail := p.g.Fail
 	if fail == rules.FailDefault {
 		// Calls out wait when Redis fails: failing open would send the
@@ -93,7 +84,7 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 		var v string
 		if l.Kind == rules.Key {
 			if v = c.Keys[l.Name]; v == "" {
-				return req, nil, configError(p.scope, "", "", fmt.Errorf("%w: no value for limiter %s in Call.Keys[%q]", errCall, l.ID(), l.Name))
+				return req, nil, p.wrap(fmt.Errorf("%w: no value for limiter %s in Call.Keys[%q]", ErrCall, l.ID(), l.Name))
 			}
 		}
 		ch.Subject = lifecycle.SubjectOf(l.Kind, v)
@@ -102,13 +93,13 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 		case lifecycle.IsDecimal(l.Cost):
 			n, err := strconv.ParseInt(l.Cost, 10, 64)
 			if err != nil || n < 1 {
-				return req, nil, configError(p.scope, "", "", fmt.Errorf("%w: limiter %s: invalid constant cost %q", errCall, l.ID(), l.Cost))
+				return req, nil, p.wrap(fmt.Errorf("%w: limiter %s: invalid constant cost %q", ErrCall, l.ID(), l.Cost))
 			}
 			ch.Cost = n
 		default:
 			n, ok := c.Costs[l.Cost]
 			if !ok || n < 1 {
-				return req, nil, configError(p.scope, "", "", fmt.Errorf("%w: no estimate of at least 1 for limiter %s in Call.Costs[%q]", errCall, l.ID(), l.Cost))
+				return req, nil, p.wrap(fmt.Errorf("%w: no estimate of at least 1 for limiter %s in Call.Costs[%q]", ErrCall, l.ID(), l.Cost))
 			}
 			ch.Cost, names[i] = n, l.Cost
 		}
@@ -123,11 +114,8 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 			}
 			n, ok := vals[w.LimitFunc]
 			if !ok {
-				if r == nil {
-					r = (&http.Request{Method: http.MethodGet, URL: &url.URL{}, Header: http.Header{}}).WithContext(ctx)
-				}
 				var err error
-				if n, err = p.limits[w.LimitFunc](r); err != nil {
+				if n, err = p.limits[w.LimitFunc](ctx); err != nil {
 					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Err: err}
 				}
 				vals[w.LimitFunc] = n
@@ -140,5 +128,8 @@ func (p *throttlePlan) request(ctx context.Context, r *http.Request, c Call) (en
 		}
 		ch.Limiter.Windows = ws
 	}
-	return req, names, neverFits(&req)
+	if err := tooBig(&req); err != nil {
+		return req, nil, p.wrap(err)
+	}
+	return req, names, nil
 }

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"net/http"
@@ -14,8 +14,8 @@ import (
 // waitSamples is how many recent waits the percentiles are taken over.
 const waitSamples = 1024
 
-// throttleStats is what the operator page shows of a throttle.
-type throttleStats struct {
+// stats is what the operator page shows of a throttle.
+type stats struct {
 	waiting  atomic.Int64 // callers in Wait now
 	calls    atomic.Int64 // Redis calls made for waiting (decisions and turn script)
 	admits   atomic.Int64 // calls admitted by Wait
@@ -26,7 +26,7 @@ type throttleStats struct {
 	next  int
 }
 
-func (s *throttleStats) admitted(d time.Duration) {
+func (s *stats) admitted(d time.Duration) {
 	s.admits.Add(1)
 	s.mu.Lock()
 	if len(s.waits) < waitSamples {
@@ -38,8 +38,9 @@ func (s *throttleStats) admitted(d time.Duration) {
 	s.mu.Unlock()
 }
 
-// ThrottleStats is what a throttle did, for the operator page and tests.
-type ThrottleStats struct {
+// Stats is what a throttle did in this process; the root package's
+// ThrottleStats has the same fields.
+type Stats struct {
 	// Name is the throttle's name.
 	Name string `json:"name"`
 	// Rules is the rule group in force (the code's or an override's).
@@ -60,9 +61,9 @@ type ThrottleStats struct {
 }
 
 // Stats returns what t did in this process.
-func (t *Throttle) Stats() ThrottleStats {
+func (t *Throttle) Stats() Stats {
 	s := &t.stats
-	out := ThrottleStats{
+	out := Stats{
 		Name: t.name, Rules: t.plan().g.String(), Waiting: s.waiting.Load(), Admitted: s.admits.Load(),
 		RedisCalls: s.calls.Load(), Upstream429s: s.upstream.Load(),
 	}
@@ -75,11 +76,6 @@ func (t *Throttle) Stats() ThrottleStats {
 		out.WaitP99 = w[(len(w)-1)*99/100]
 	}
 	return out
-}
-
-// hooks returns the decision hooks of the Limiter's middleware options.
-func (l *Limiter) hooks() []func(middleware.Event) {
-	return middlewareParts(l.opts).Hooks
 }
 
 // emit gives the hooks an Event for one decision of t: Scope is the
@@ -109,37 +105,4 @@ func (t *Throttle) emit(req *engine.Request, d engine.Decision, err error, laten
 	for _, h := range t.hooks {
 		h(ev)
 	}
-}
-
-// addThrottle records t for the operator page and Close.
-func (l *Limiter) addThrottle(t *Throttle) {
-	l.mu.Lock()
-	l.throttles = append(l.throttles, t)
-	l.mu.Unlock()
-}
-
-// throttlesNamed returns l's throttles named name.
-func (l *Limiter) throttlesNamed(name string) []*Throttle {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	var out []*Throttle
-	for _, t := range l.throttles {
-		if t.name == name {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// throttleStats returns what each throttle of l did, in creation order,
-// for the operator page (a user reads Throttle.Stats of its own).
-func (l *Limiter) throttleStats() []ThrottleStats {
-	l.mu.RLock()
-	ts := slices.Clone(l.throttles)
-	l.mu.RUnlock()
-	out := make([]ThrottleStats, len(ts))
-	for i, t := range ts {
-		out[i] = t.Stats()
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
@@ -20,21 +20,21 @@ import (
 // blockScript keeps the list of a throttle's learned blocks; its header
 // specifies its key, arguments and reply.
 //
-//go:embed throttle_block.lua
+//go:embed block.lua
 var blockSource string
 
 var blockScript = redis.NewScript(blockSource)
 
-// backendError is the engine's error of operation op failing with err;
+// backendErr is the engine's error of operation op failing with err;
 // nil for none.
-func backendError(op string, err error) error {
+func backendErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	return &backenderr.Error{Op: op, Err: err}
 }
 
-// heldAtMost notes d, the WithMaxUpstreamBlock of a Transport of t: a
+// heldAtMost notes d, the MaxBlock of a Transport of t: a
 // block another process reports is held at most the largest.
 func (t *Throttle) heldAtMost(d time.Duration) {
 	for {
@@ -51,7 +51,7 @@ func (t *Throttle) maxHeld() time.Duration {
 	if c := t.blockCap.Load(); c > 0 {
 		return time.Duration(c)
 	}
-	return DefaultMaxUpstreamBlock
+	return DefaultMaxBlock
 }
 
 // heard holds ln for ms, as another process or Redis said, but at most
@@ -119,7 +119,7 @@ func (f *fleet) blocksKey() string {
 	return f.prefix + "throttle:{" + f.t.name + "}:blocks"
 }
 
-// blockKey is the block key of the lane named id (throttle_turn.lua's
+// blockKey is the block key of the lane named id (turn.lua's
 // KEYS[3]).
 func (f *fleet) blockKey(id string) string {
 	return f.keys(&lane{id: id})[2]
@@ -160,6 +160,21 @@ func (t *Throttle) unblock(line string) {
 	}
 }
 
+// LiftSubject ends the learned blocks of every lane with subject of
+// limiter l, in every process (lift).
+func (t *Throttle) LiftSubject(ctx context.Context, l rules.Limiter, subject string) error {
+	_, err := t.lift(ctx, liftLine(limiterName(l), subject))
+	return err
+}
+
+// LiftRef ends the learned blocks of every lane whose subject of limiter
+// l has the operator page's fingerprint ref, in every process (lift). It
+// reports whether Redis listed one.
+func (t *Throttle) LiftRef(ctx context.Context, l rules.Limiter, ref string) (bool, error) {
+	n, err := t.lift(ctx, limiterName(l)+" "+ref)
+	return n > 0, err
+}
+
 // lift ends the learned blocks of every lane that has the subject of
 // line, in every process: in Redis (the lanes' block keys, found in the
 // list of learned blocks), in the other processes by a message on the
@@ -174,21 +189,21 @@ func (t *Throttle) lift(ctx context.Context, line string) (int, error) {
 	}
 	ids, err := blockScript.Run(ctx, f.client, []string{f.blocksKey()}, "l", line).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, backendError("lift learned blocks", err)
+		return 0, backendErr("lift learned blocks", err)
 	}
-	pipe := t.lim.client.Pipeline()
+	pipe := t.client.Pipeline()
 	for _, id := range ids {
 		pipe.Del(ctx, f.blockKey(id))
 	}
 	pipe.Publish(ctx, f.channel, "u|"+line)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return len(ids), backendError("lift learned blocks", err)
+		return len(ids), backendErr("lift learned blocks", err)
 	}
 	return len(ids), nil
 }
 
-// learnedBlocks lists t's learned blocks in force, fleet-wide.
-func (t *Throttle) learnedBlocks(ctx context.Context) ([]admin.LearnedBlock, error) {
+// LearnedBlocks lists t's learned blocks in force, fleet-wide.
+func (t *Throttle) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, error) {
 	f := t.fleet
 	if f.client == nil {
 		return nil, nil
@@ -198,7 +213,7 @@ func (t *Throttle) learnedBlocks(ctx context.Context) ([]admin.LearnedBlock, err
 		if errors.Is(err, redis.Nil) {
 			err = nil
 		}
-		return nil, backendError("list learned blocks", err)
+		return nil, backendErr("list learned blocks", err)
 	}
 	now, _ := strconv.ParseFloat(res[0], 64)
 	var out []admin.LearnedBlock

@@ -1,35 +1,12 @@
-package slidelimit
+package throttle
 
 import (
 	"io"
 	"net/http"
+	"runtime"
 	"slices"
 	"sync"
 )
-
-// WithActualBody makes the Transport settle each admitted request's costs
-// to what fn reads from the response and the body the caller read, such
-// as the usage of a JSON completion or of a stream's last event. fn runs
-// once, when the body is first closed; body holds what the caller read:
-// all of it up to 1 MiB, else its last 1 MiB. A body closed before its
-// end, or whose read failed, is passed as far as it was read. Cost names
-// fn leaves out keep their estimate, or WithActual's value: with both,
-// both run and fn's value wins for the names it sets. If fn panics, the
-// panic reaches the caller of Close and the call keeps its estimates.
-func WithActualBody(fn func(resp *http.Response, body []byte) map[string]int64) TransportOption {
-	return func(c *transportConfig) { c.body = fn }
-}
-
-// WithActualBytes makes the Transport settle cost name of each admitted
-// request to the number of body bytes the caller read before closing the
-// body, for downloads whose size is unknown until they end. The call's
-// Costs[name] is counted until then; a settlement above it is a debt,
-// capped as every throttle settlement is. Its value wins over WithActual's
-// and WithActualBody's for name. Given more than once, each name is
-// settled; a name no limiter of the rules has settles nothing.
-func WithActualBytes(name string) TransportOption {
-	return func(c *transportConfig) { c.bytes = append(c.bytes, name) }
-}
 
 // bodyTail is the most of a response body WithActualBody passes: its last
 // bytes.
@@ -40,11 +17,13 @@ const bodyTail = 1 << 20
 // bytes the caller read.
 type finishBody struct {
 	io.ReadCloser
-	cfg  *transportConfig
+	cfg  *TransportConfig
 	resp *http.Response
 	p    *Permit
 	tap  bool // count the bytes read (WithActualBody, WithActualBytes)
 	once sync.Once
+
+	cleanup runtime.Cleanup // finishes p once the body is unreachable unclosed
 
 	mu     sync.Mutex // Close may run concurrently with Read
 	n      int64      // bytes read
@@ -53,12 +32,13 @@ type finishBody struct {
 }
 
 // newFinishBody wraps resp.Body to finish p when it is closed.
-func newFinishBody(cfg *transportConfig, resp *http.Response, p *Permit) *finishBody {
-	b := &finishBody{ReadCloser: resp.Body, cfg: cfg, resp: resp, p: p, tap: cfg.body != nil || len(cfg.bytes) > 0}
+func newFinishBody(cfg *TransportConfig, resp *http.Response, p *Permit) *finishBody {
+	b := &finishBody{ReadCloser: resp.Body, cfg: cfg, resp: resp, p: p, tap: cfg.Body != nil || len(cfg.Bytes) > 0}
 	b.tail.max = bodyTail
 	if b.ReadCloser == nil {
 		b.ReadCloser = http.NoBody
 	}
+	b.cleanup = runtime.AddCleanup(b, (*Permit).Dropped, p)
 	return b
 }
 
@@ -70,7 +50,7 @@ func (b *finishBody) Read(p []byte) (int, error) {
 		b.mu.Lock()
 		if !b.closed {
 			b.n += int64(len(read))
-			if b.cfg.body != nil {
+			if b.cfg.Body != nil {
 				b.tail.write(read)
 			}
 		}
@@ -90,6 +70,7 @@ func (b *finishBody) Close() error {
 // Permit. A function's panic goes on to the caller of Close, the Permit
 // finished with its estimates (Finish does nothing the second time).
 func (b *finishBody) finish() {
+	b.cleanup.Stop()
 	defer b.p.Finish(nil)
 	b.mu.Lock()
 	b.closed = true
@@ -97,13 +78,13 @@ func (b *finishBody) finish() {
 	b.tail = tail{} // fn may keep body
 	b.mu.Unlock()
 	var actual map[string]int64
-	if b.cfg.actual != nil {
-		actual = b.cfg.actual(b.resp)
+	if b.cfg.Actual != nil {
+		actual = b.cfg.Actual(b.resp)
 	}
-	if b.cfg.body != nil {
-		actual = merge(actual, b.cfg.body(b.resp, body))
+	if b.cfg.Body != nil {
+		actual = merge(actual, b.cfg.Body(b.resp, body))
 	}
-	for _, name := range b.cfg.bytes {
+	for _, name := range b.cfg.Bytes {
 		actual = merge(actual, map[string]int64{name: n})
 	}
 	b.p.Finish(actual)

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"

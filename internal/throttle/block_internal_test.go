@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestThrottleHeardBlockCapped(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { client.Close() })
-	lim, err := New(client, WithEngineOptions(engine.WithKeyPrefix("capped:")))
+	lim, err := newLimiter(client, WithEngineOptions(engine.WithKeyPrefix("capped:")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,8 +28,8 @@ func TestThrottleHeardBlockCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	th.Transport(nil, WithMaxUpstreamBlock(10*time.Minute)) // below the default: the default holds
-	th.Transport(nil, WithMaxUpstreamBlock(2*time.Hour))    // the largest cap holds
+	th.Transport(nil, TransportConfig{MaxBlock: 10 * time.Minute}) // below the default: the default holds
+	th.Transport(nil, TransportConfig{MaxBlock: 2 * time.Hour})    // the largest cap holds
 	const maxHeld = 2 * time.Hour
 	ctx := context.Background()
 	ln, err := th.lane(ctx, "lane")

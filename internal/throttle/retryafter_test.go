@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"cmp"
@@ -66,7 +66,7 @@ func TestThrottleRetryAfter(t *testing.T) {
 		{http.Header{"Retry-After-Ms": {"1500"}, "Retry-After": {"2"}}, 1500 * time.Millisecond, true},
 		{http.Header{}, 0, false},
 	} {
-		got, ok := retryAfter(tc.h, now, DefaultMaxUpstreamBlock)
+		got, ok := retryAfter(tc.h, now, DefaultMaxBlock)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("retryAfter(%v) = %v, %v; want %v, %v", tc.h, got, ok, tc.want, tc.ok)
 		}

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type lane struct {
 	id       string        // names the lane in Redis keys and messages
 	key      string        // t.lanes's key: the subjects, length-prefixed (laneKey)
 	subjects []string      // the subjects of its calls, long ones hashed (laneSubject); views of key
-	ref      laneRef       // its users and place in the idle lists; t.mu guards it (throttle_lanes.go)
+	ref      laneRef       // its users and place in the idle lists; t.mu guards it (lanes.go)
 	ready    chan struct{} // closed once the new lane learned the fleet's state (fleet.learn)
 
 	mu        sync.Mutex

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
@@ -247,7 +247,7 @@ func TestTurnGiveBackKicksFleet(t *testing.T) {
 		if i == 0 {
 			opts = append(opts, hook)
 		}
-		lim, err := New(c, opts...)
+		lim, err := newLimiter(c, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package slidelimit
+package throttle
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // turnScript orders the heads of one lane across the fleet; its header
 // specifies its keys, arguments, reply and messages.
 //
-//go:embed throttle_turn.lua
+//go:embed turn.lua
 var turnSource string
 
 var turnScript = redis.NewScript(turnSource)
@@ -58,7 +58,7 @@ type subscriber interface {
 // that cannot subscribe) the waiters renew their entries instead of being
 // told, so order holds at the cost of a call per lease.
 func newFleet(t *Throttle) *fleet {
-	prefix := t.lim.engine.KeyPrefix()
+	prefix := t.eng.KeyPrefix()
 	f := &fleet{
 		t:       t,
 		prefix:  prefix,
@@ -66,8 +66,8 @@ func newFleet(t *Throttle) *fleet {
 		member:  strconv.FormatUint(rand.Uint64(), 36),
 		done:    make(chan struct{}),
 	}
-	f.client, _ = t.lim.client.(redis.Scripter)
-	if s, ok := t.lim.client.(subscriber); ok {
+	f.client, _ = t.client.(redis.Scripter)
+	if s, ok := t.client.(subscriber); ok {
 		f.ps = s.Subscribe(context.Background(), f.channel)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, _ = f.ps.Receive(ctx) // the confirmation; a slow Redis only delays messages

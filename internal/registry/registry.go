@@ -1,0 +1,259 @@
+// Package registry keeps the rule groups a Limiter registered, by scope,
+// and builds from them the engine requests of Peek and Reset and the
+// operator page's list of routes.
+package registry
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/admin"
+	"github.com/slidelimit/slidelimit/internal/keyparts"
+	"github.com/slidelimit/slidelimit/internal/lifecycle"
+	"github.com/slidelimit/slidelimit/internal/ruletime"
+	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// Causes of input that names no windows, which the root package reports
+// as ConfigErrors of kind "scope" and "limiter".
+var (
+	ErrUnknownScope   = errors.New("slidelimit: unknown scope")
+	ErrUnknownLimiter = errors.New("slidelimit: unknown limiter")
+)
+
+// entry is a group wrapped by Register, Handle, Middleware or
+// Limiter.Throttle.
+type entry struct {
+	// scope is the group's scope, or "" when it is only known per request
+	// (Middleware without a scope: statement).
+	scope string
+	group rules.Group
+	// opts are the options the middleware was built with; they decide how
+	// values map to subjects (middleware.WithIPv6Prefix and WithPolicy).
+	opts []middleware.Option
+}
+
+// InForce returns the group of the rule override of a scope in force, if
+// any; InForceAll all of them, by scope.
+type InForce interface {
+	InForce(scope string) (rules.Group, bool)
+	InForceAll() map[string]rules.Group
+}
+
+// Registry holds the groups of one Limiter. It is safe for concurrent use.
+type Registry struct {
+	opts []middleware.Option // the Limiter's middleware options
+	ov   InForce             // nil with overrides off
+
+	mu     sync.RWMutex
+	groups []entry // in registration order
+}
+
+// New returns an empty Registry of a Limiter with middleware options
+// opts, following the overrides of ov (nil: none).
+func New(opts []middleware.Option, ov InForce) *Registry {
+	return &Registry{opts: opts, ov: ov}
+}
+
+// Add records g with the options its middleware was built with: the
+// Limiter's, then opts.
+func (r *Registry) Add(scope string, g rules.Group, opts []middleware.Option) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups = append(r.groups, entry{scope: scope, group: g, opts: append(slices.Clip(r.opts), opts...)})
+}
+
+// Request builds the engine request that Peek and Reset use: per stored
+// subject, one check with the union of the windows of every limiter with
+// the ID in the scope. value is the raw value the limiter counts or, with
+// byIP, a client address.
+func (r *Registry) Request(scope, limiterID, value string, byIP bool) (engine.Request, error) {
+	if byIP {
+		if id, ok := ParseLimiterID(limiterID); ok && id.Kind == rules.Global {
+			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", lifecycle.ErrSubject)
+		}
+	}
+	return r.request(scope, limiterID, func(kind rules.Kind, g *entry) (string, error) {
+		if byIP {
+			kind = rules.IP
+		}
+		return middleware.Subject(kind, value, g.opts...)
+	})
+}
+
+// Stored is Request for a subject as the engine stores it, as the denial
+// tallies report it (internal/tally): the middleware's encoding of a
+// value, or its stored hash (hashed). It makes one check, for that
+// subject whatever the groups' options.
+func (r *Registry) Stored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
+	if hashed && !keyparts.IsStoredHash(stored) {
+		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", lifecycle.ErrSubject, stored)
+	}
+	req, err := r.request(scope, limiterID, func(rules.Kind, *entry) (string, error) { return stored, nil })
+	for i := range req.Checks {
+		req.Checks[i].Hashed = hashed
+	}
+	return req, err
+}
+
+// inScope returns the entries that may count in scope: its own, those
+// whose scope is known only per request, and its override in force.
+func (r *Registry) inScope(scope string) []*entry {
+	var out []*entry
+	for i := range r.groups {
+		if g := &r.groups[i]; g.scope == scope || g.scope == "" {
+			out = append(out, g)
+		}
+	}
+	if r.ov != nil {
+		// An override in force counts in the scope's keys too.
+		if g, ok := r.ov.InForce(scope); ok {
+			out = append(out, &entry{scope: scope, group: g, opts: r.opts})
+		}
+	}
+	return out
+}
+
+// request is Request with subjectOf, which maps the value to the stored
+// subject of a group's limiter of kind.
+func (r *Registry) request(scope, limiterID string, subjectOf func(rules.Kind, *entry) (string, error)) (engine.Request, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	inScope := r.inScope(scope)
+	if scope == "" || len(inScope) == 0 {
+		return engine.Request{}, fmt.Errorf("%w %q", ErrUnknownScope, scope)
+	}
+	id, ok := ParseLimiterID(limiterID)
+	if !ok {
+		return engine.Request{}, fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", ErrUnknownLimiter, limiterID)
+	}
+	req := engine.Request{Scope: scope}
+	var block time.Duration // the longest block of the groups with the limiter
+	for _, g := range inScope {
+		var subject string
+		for _, ls := range lifecycle.Lists(&g.group) {
+			for _, lim := range ls {
+				if lim.Kind != id.Kind || lim.Name != id.Name || lim.Cost != id.Cost {
+					continue
+				}
+				if subject == "" {
+					s, err := subjectOf(id.Kind, g)
+					if err != nil {
+						return engine.Request{}, fmt.Errorf("slidelimit: limiter %s: %w", limiterID, err)
+					}
+					subject = s
+				}
+				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
+				block = max(block, g.group.Block)
+				if loc, err := ruletime.LoadZone(g.group.Calendar); err == nil && hasCalendar(g.group) {
+					req.Zone = loc // scopes that share calendar windows share a zone
+				}
+			}
+		}
+	}
+	if len(req.Checks) == 0 {
+		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownLimiter, limiterID, scope)
+	}
+	for i := range req.Checks {
+		// Peek reads the subject's block (a Peek never starts one).
+		req.Checks[i].Block = block
+		slices.SortFunc(req.Checks[i].Windows, func(a, b rules.Window) int {
+			return cmp.Or(cmp.Compare(a.Period, b.Period), cmp.Compare(a.Limit, b.Limit))
+		})
+	}
+	return req, nil
+}
+
+// addWindows adds to the check of subject the windows it does not have yet.
+// Windows equal in period but not in limit are both kept: each is what some
+// caller is limited by, and the engine counts them over the same entries.
+func addWindows(checks []engine.Check, id rules.Limiter, subject string, ws []rules.Window) []engine.Check {
+	i := slices.IndexFunc(checks, func(c engine.Check) bool { return c.Subject == subject })
+	if i < 0 {
+		checks = append(checks, engine.Check{Limiter: rules.Limiter{Kind: id.Kind, Name: id.Name, Cost: id.Cost}, Subject: subject})
+		i = len(checks) - 1
+	}
+	for _, w := range ws {
+		if w.LimitFunc != "" {
+			// No request, no limit: the largest one the window may have.
+			w.Limit = lifecycle.LimitCap(id, w)
+		}
+		if !slices.Contains(checks[i].Windows, w) {
+			checks[i].Windows = append(checks[i].Windows, w)
+		}
+	}
+	return checks
+}
+
+// ParseLimiterID returns the kind, name and cost of a limiter ID
+// (user, header(X-Api-Key), user[bytes]), canonicalized as the rule
+// language does (header names), by parsing it as a limiter with a
+// placeholder window; text with anything but an ID in it is rejected
+// before it could parse as more than one statement or window.
+func ParseLimiterID(id string) (rules.Limiter, bool) {
+	if id == "" || strings.ContainsAny(id, ";:,=&/ \t") {
+		return rules.Limiter{}, false
+	}
+	g, err := rules.Parse(id + ":100000/s") // room for a constant cost
+	if err != nil || len(g.Limiters) != 1 {
+		return rules.Limiter{}, false
+	}
+	l := g.Limiters[0]
+	return rules.Limiter{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
+}
+
+// hasCalendar reports whether some limiter of g, default or override, has
+// a calendar window.
+func hasCalendar(g rules.Group) bool {
+	for _, ls := range lifecycle.Lists(&g) {
+		for _, l := range ls {
+			for _, w := range l.Windows {
+				if w.Calendar != "" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Routes lists the scopes registered with a known scope, and an
+// override's scope, with the IDs of their limiters in first-seen order,
+// sorted by scope.
+func (r *Registry) Routes() []admin.Route {
+	r.mu.RLock()
+	groups := slices.Clone(r.groups)
+	r.mu.RUnlock()
+	if r.ov != nil {
+		for scope, g := range r.ov.InForceAll() {
+			groups = append(groups, entry{scope: scope, group: g})
+		}
+	}
+	var out []admin.Route
+	for _, g := range groups {
+		if g.scope == "" {
+			continue
+		}
+		i := slices.IndexFunc(out, func(r admin.Route) bool { return r.Scope == g.scope })
+		if i < 0 {
+			out = append(out, admin.Route{Scope: g.scope})
+			i = len(out) - 1
+		}
+		for _, ls := range lifecycle.Lists(&g.group) {
+			for _, lim := range ls {
+				if id := lim.ID(); !slices.Contains(out[i].Limiters, id) {
+					out[i].Limiters = append(out[i].Limiters, id)
+				}
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b admin.Route) int { return strings.Compare(a.Scope, b.Scope) })
+	return out
+}
