@@ -83,14 +83,14 @@ func (e *Engine) lead(c *call) {
 		}
 		if fl != nil {
 			clear(run) // c.ride: drop the pointers to other calls
-			e.land(fl)
+			e.complete(fl)
 		}
 		e.batch.handOn(c, batch)
 	}()
-	if e.async.n.Load() > 0 {
+	if e.async.Len() > 0 {
 		// Queued finishes (FinishAsync) ride this batch, ahead of its
 		// admissions.
-		run, fl = e.board(batch, c.ride)
+		run, fl = e.async.Collect(batch, c.ride)
 		if fl != nil {
 			c.ride = run[:0]
 		}
@@ -167,7 +167,7 @@ type call struct {
 	op  string
 
 	// ride holds a batch's calls after the queued finishes it carries
-	// (see board).
+	// (see async.Queue.Collect).
 	ride []*call
 
 	// Slot mode: the call's keys grouped by script call.

@@ -21,11 +21,11 @@ func finishUndos(t *testing.T, d Decision, o Outcome) []codec.Undo {
 	t.Helper()
 	c := getCall()
 	defer putCall(c)
-	deltas, err := c.deltas(d.taken, o.Actual)
+	deltas, err := c.deltas(d.admitted, o.Actual)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.finishing(d.taken, &o, deltas, false)
+	c.finishing(d.admitted, &o, deltas, false)
 	return slices.Clone(c.fin)
 }
 
@@ -176,12 +176,12 @@ func TestCalendarGiveBackRetried(t *testing.T) {
 	var used int64
 	for try := 0; ; try++ {
 		dp, err := e.peek(ctx, r)
-		if err == nil && dp.Source == "redis" && e.undos.n.Load() == 0 {
+		if err == nil && dp.Source == "redis" && e.undos.Len() == 0 {
 			used = calUsed(t, e, r)
 			break
 		}
 		if try == 100 {
-			t.Fatalf("Redis never answered again: %v (source %v, %d undos queued)", err, dp.Source, e.undos.n.Load())
+			t.Fatalf("Redis never answered again: %v (source %v, %d undos queued)", err, dp.Source, e.undos.Len())
 		}
 		time.Sleep(50 * ms)
 	}

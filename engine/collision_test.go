@@ -152,7 +152,7 @@ func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
 	mustAllow(t, a, req(u), true) // 1001 in u
 	r := req(u, ip1)
 	d := mustAllow(t, b, r, true) // 1001.1 in u, 1001 in ip1
-	if ks := d.taken.keys; len(ks) != 2 || ks[0].suffix == ks[1].suffix {
+	if ks := d.admitted.Keys; len(ks) != 2 || ks[0].Suffix == ks[1].Suffix {
 		t.Fatalf("taken keys %+v, want two with different suffixes (slots differ)", ks)
 	}
 	if err := b.giveBack(context.Background(), r, d); err != nil {

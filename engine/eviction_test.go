@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/eviction"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -54,10 +55,10 @@ func TestEvictionPolicy(t *testing.T) {
 			if e != nil {
 				e.Close()
 			}
-			var ee *evictionError
+			var ee *eviction.Error
 			if tc.evicting {
-				if !errors.As(err, &ee) || !errors.Is(err, errEviction) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
-					t.Errorf("New with WithRequireNoEviction: %v, want an *evictionError for %s", err, s.Addr)
+				if !errors.As(err, &ee) || !errors.Is(err, eviction.ErrMayEvict) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
+					t.Errorf("New with WithRequireNoEviction: %v, want an *eviction.Error for %s", err, s.Addr)
 				}
 			} else if err != nil {
 				t.Errorf("New with WithRequireNoEviction: %v", err)

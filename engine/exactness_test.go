@@ -227,10 +227,10 @@ func checkProgress(t *testing.T, name string, admitted int64, ws []rules.Window)
 }
 
 // admissionsOf returns the entry times ts as admissions of cost 1.
-func admissionsOf(ts []int64) []admission {
-	as := make([]admission, len(ts))
+func admissionsOf(ts []int64) []audited {
+	as := make([]audited, len(ts))
 	for i, at := range ts {
-		as[i] = admission{at: at, cost: 1}
+		as[i] = audited{at: at, cost: 1}
 	}
 	return as
 }

@@ -213,7 +213,7 @@ func TestClusterFailover(t *testing.T) {
 					}
 					if d.Source == "redis" && d.Allowed {
 						admits[k] = append(admits[k], failoverAdmit{subj: uint8(i),
-							member: memberText(d.taken.member(), d.taken.keys[0].suffix)})
+							member: memberText(d.admitted.Member(), d.admitted.Keys[0].Suffix)})
 					}
 					if r.errKind == errOther {
 						errMu.Lock()

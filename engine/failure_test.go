@@ -161,7 +161,7 @@ func TestHang(t *testing.T) {
 			t.Errorf("call %d while down: %v %v", i, d.Source, err)
 		}
 	}
-	if !e.doms.one.probing.Load() {
+	if !e.doms.One.Probing.Load() {
 		t.Error("no background probe while down")
 	}
 }

@@ -96,11 +96,11 @@ func TestLeaderPanic(t *testing.T) {
 
 	// A background probe whose client panics neither crashes the process
 	// nor leaves the server down: calls ask it again.
-	e.markDown(e.doms.one, errors.New("test"))
+	e.doms.MarkDown(e.doms.One, errors.New("test"))
 	panics.Store(1) // release is closed: the next Process panics at once
 	<-entered
 	redistest.Eventually(t, "the server up after its probe panicked", func() bool {
-		return !e.doms.one.down.Load() && !e.doms.one.probing.Load()
+		return !e.doms.One.Down.Load() && !e.doms.One.Probing.Load()
 	})
 }
 

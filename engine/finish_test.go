@@ -157,11 +157,11 @@ func TestSlotEpochs(t *testing.T) {
 	if slotState(t, c).Used != 2 {
 		t.Fatalf("after a's lease: %+v", c)
 	}
-	e.renew() // a's slot expired: reported lost, not renewed
+	e.slots.Renew() // a's slot expired: reported lost, not renewed
 	select {
 	case l := <-lost:
-		if l.Member != a.taken.member() {
-			t.Errorf("lost %+v, want a's member %s", l, a.taken.member())
+		if l.Member != a.admitted.Member() {
+			t.Errorf("lost %+v, want a's member %s", l, a.admitted.Member())
 		}
 	default:
 		t.Fatal("the renewal did not report a's expired slot")

@@ -47,7 +47,7 @@ func TestFinishAsyncNoAlloc(t *testing.T) {
 	if withFinish > alone {
 		t.Errorf("a request admitted and finished allocates %v times, one only admitted %v", withFinish, alone)
 	}
-	e.drainAsync(false)
+	e.async.Drain(false)
 	if got, want := h.ops.Load(), int64(2*len(reqs)+1001); got != want {
 		t.Errorf("%d finish ops answered, want %d", got, want)
 	}

@@ -247,9 +247,7 @@ func BenchmarkFinishAsyncClient(b *testing.B) {
 						// would be measured. Emptied, it holds at most one
 						// request per subject, as finished requests leave
 						// it.
-						e.slots.mu.Lock()
-						clear(e.slots.held)
-						e.slots.mu.Unlock()
+						e.slots.Clear()
 					}
 				}
 				b.ReportAllocs()

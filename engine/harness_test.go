@@ -318,12 +318,7 @@ func (r *faultRun) recovered() {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		down := false
 		for _, e := range r.engines {
-			down = down || e.doms.one.down.Load()
-			e.doms.mu.RLock()
-			for _, d := range e.doms.m {
-				down = down || d.down.Load()
-			}
-			e.doms.mu.RUnlock()
+			down = down || e.doms.AnyDown()
 		}
 		if !down {
 			return

@@ -34,7 +34,7 @@ func TestFallbackReseedsSameTime(t *testing.T) {
 	if err := m.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	redistest.Eventually(t, "the engine sees Redis again", func() bool { return !e.doms.one.down.Load() })
+	redistest.Eventually(t, "the engine sees Redis again", func() bool { return !e.doms.One.Down.Load() })
 	allow(true, fromRedis) // Redis: 2 of 3
 	allow(true, fromRedis) // Redis: 3 of 3, full, at the same time
 	m.Close()

@@ -27,7 +27,7 @@ func BenchmarkRenew(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		e.renew()
+		e.slots.Renew()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/held, "ns/slot")
 }

@@ -385,7 +385,7 @@ func TestComboOutageSlots(t *testing.T) {
 	}
 	e.Close()
 	select {
-	case <-e.slots.done:
+	case <-e.slots.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the renewal goroutine outlived Close")
 	}

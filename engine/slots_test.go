@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/slots"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -394,7 +395,7 @@ func (b *batchCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func isRenew(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == renewScript.Hash() || a[1] == lua.Renew())
+	return len(a) > 1 && (a[1] == slots.ScriptHash() || a[1] == lua.Renew())
 }
 
 // TestSlotsRenewalBatched: the renewals of 40 running requests on 40
@@ -679,9 +680,7 @@ func TestSlotsClose(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	e.slots.mu.Lock()
-	done := e.slots.done
-	e.slots.mu.Unlock()
+	done := e.slots.Done()
 	e.Close()
 	select {
 	case <-done:

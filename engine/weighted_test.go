@@ -136,19 +136,19 @@ func TestCostErrors(t *testing.T) {
 	}
 }
 
-// admission is one admitted request as the audits record it: its decision
+// audited is one admitted request as the audits record it: its decision
 // time and its cost, and how long its Allow call took (µs, wall clock; 0
 // when read from Redis's entries).
-type admission struct{ at, cost, lat int64 }
+type audited struct{ at, cost, lat int64 }
 
 // hammerCosts runs callers goroutines per engine, each calling Allow with
 // next(i, cost) and a random cost 1..1000 until d has passed, and returns
 // per key (by check order of the request) the admissions, recording in ds
 // the denials. Every decision must come from Redis.
-func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *deniedLog) map[string][]admission {
+func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *deniedLog) map[string][]audited {
 	t.Helper()
 	var mu sync.Mutex
-	got := map[string][]admission{}
+	got := map[string][]audited{}
 	rngs := make([]*rand.Rand, callers*len(engines))
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
@@ -173,7 +173,7 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 			mu.Lock()
 			for _, c := range r.Checks {
 				k := e.keyOf(r.Scope, c)
-				got[k] = append(got[k], admission{dec.Time.UnixMicro(), cost, took.Microseconds()})
+				got[k] = append(got[k], audited{dec.Time.UnixMicro(), cost, took.Microseconds()})
 			}
 			mu.Unlock()
 		}
@@ -191,11 +191,11 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 // than its limit, and returns the average fill of the tightest window,
 // sampled every millisecond from one longest window after the first
 // admission to the last.
-func checkCostWindows(t *testing.T, name string, as []admission, ws []rules.Window) float64 {
+func checkCostWindows(t *testing.T, name string, as []audited, ws []rules.Window) float64 {
 	t.Helper()
-	slices.SortFunc(as, func(a, b admission) int { return int(a.at - b.at) })
+	slices.SortFunc(as, func(a, b audited) int { return int(a.at - b.at) })
 	sumIn := func(lo, hi int64) (s int64) { // costs in (lo, hi]
-		i, _ := slices.BinarySearchFunc(as, lo+1, func(a admission, at int64) int { return int(a.at - at) })
+		i, _ := slices.BinarySearchFunc(as, lo+1, func(a audited, at int64) int { return int(a.at - at) })
 		for ; i < len(as) && as[i].at <= hi; i++ {
 			s += as[i].cost
 		}
@@ -318,7 +318,7 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 }
 
 // costOf returns the total cost of as.
-func costOf(as []admission) (s int64) {
+func costOf(as []audited) (s int64) {
 	for _, a := range as {
 		s += a.cost
 	}
@@ -447,7 +447,7 @@ func TestCostsDifferential(t *testing.T) {
 			t.Fatalf("step %d at %v, cost %d: redis %v %v %+v, local %v %v %+v", i, at, r.Checks[0].Cost,
 				rd.Allowed, rd.RetryAfter, rd.Windows, ld.Allowed, ld.RetryAfter, ld.Windows)
 		}
-		if rd.Allowed && rd.taken != nil {
+		if rd.Allowed && rd.admitted != nil {
 			admitted = append(admitted, pair{r, rd, ld})
 		}
 	}
