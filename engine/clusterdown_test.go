@@ -28,7 +28,7 @@ func TestClusterMasterDown(t *testing.T) {
 	ctx := context.Background()
 	cc := cl.ClientWith(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1,
 		ClusterStateReloadInterval: 200 * time.Millisecond})
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	probe := newEngine(t, cc, WithKeyPrefix(prefix))
 
 	// Two subjects on different masters, and the third master evicting.

@@ -134,7 +134,7 @@ func TestEvictionDetected(t *testing.T) {
 	h := &recordHandler{}
 	var mu sync.Mutex
 	var events []EvictionEvent
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithLogger(slog.New(h)), withEvictionCheck(50*ms),
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithLogger(slog.New(h)), withEvictionCheck(50*ms),
 		WithEvictionHook(func(ev EvictionEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() }))
 	r := req(user("alice", win(10, time.Minute)))
 	for range 10 {
@@ -187,7 +187,7 @@ func TestOutOfMemory(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	ctx := context.Background()
 	h := &recordHandler{}
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithLogger(slog.New(h)))
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithLogger(slog.New(h)))
 	r := req(user("u", win(1000, time.Minute)))
 	mustAllow(t, e, r, true)
 	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -149,8 +150,8 @@ func greedy(prior []int64, from, to int64, ws []rules.Window) int {
 
 func TestAuditSingle(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	engines := auditEngines(t, func() Client { return rc }, WithKeyPrefix(prefix))
 	ws := []rules.Window{win(20, 200*ms), win(50, time.Second)}

@@ -102,7 +102,7 @@ const failoverTimeout = 3 * time.Second
 func TestClusterFailover(t *testing.T) {
 	cl := redistest.StartClusterReplicas(t)
 	ctx := context.Background()
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	opts := &redis.ClusterOptions{
 		ClusterStateReloadInterval: 200 * ms,
 		ContextTimeoutEnabled:      true,

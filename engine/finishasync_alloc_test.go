@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestFinishAsyncNoAlloc: a download's FinishAsync, and carrying its
@@ -18,7 +20,7 @@ import (
 // are answered in process (scriptEcho), so that only the engine's
 // allocations count.
 func TestFinishAsyncNoAlloc(t *testing.T) {
-	s, _ := startRedis(t)
+	s, _ := redistest.StartClient(t)
 	e, h := echoEngine(t, s.Addr)
 	ctx := context.Background()
 	reqs := make([]Request, 100)

@@ -64,7 +64,7 @@ func echoEngine(tb testing.TB, addr string) (*Engine, *scriptEcho) {
 	tb.Cleanup(func() { rc.Close() })
 	h := &scriptEcho{}
 	rc.AddHook(h)
-	return newEngine(tb, rc, WithKeyPrefix(testPrefix(tb))), h
+	return newEngine(tb, rc, WithKeyPrefix(redistest.Prefix(tb))), h
 }
 
 var errEcho = errors.New("engine: scriptEcho cannot answer these arguments")

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/admission"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestFinishAsyncSteps runs finishSteps with FinishAsync on every backend:
@@ -19,7 +20,7 @@ import (
 // the order of script calls can make them see it.
 func TestFinishAsyncSteps(t *testing.T) {
 	t.Parallel()
-	onEveryBackend(t, func(t *testing.T, e *Engine, clk *fakeClock) {
+	onEveryBackend(t, func(t *testing.T, e *Engine, clk *redistest.Clock) {
 		e.async.SetBound(time.Hour)
 		finishStepsBy(t, e, clk, e.FinishAsync)
 		if n := e.finishAsyncFailures(); n != 0 {
@@ -30,7 +31,7 @@ func TestFinishAsyncSteps(t *testing.T) {
 
 // asyncClients returns a real Redis and a miniredis client.
 func asyncClients(t *testing.T) map[string]*redis.Client {
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { mc.Close() })
@@ -47,7 +48,7 @@ func TestFinishAsyncOrder(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
+			e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
 			e.async.SetBound(time.Hour) // only riding script calls carry them
 			ctx := context.Background()
 			const workers, rounds = 8, 100
@@ -95,7 +96,7 @@ func TestFinishAsyncOtherEngine(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			a := newEngine(t, c, WithKeyPrefix(prefix))
 			b := newEngine(t, c, WithKeyPrefix(prefix), WithCachedDenials(false))
 			ctx := context.Background()
@@ -140,7 +141,7 @@ func TestFinishAsyncClose(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			a, err := New(c, WithKeyPrefix(prefix), WithTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
@@ -187,8 +188,8 @@ func TestFinishAsyncClose(t *testing.T) {
 // an undo, which the next batch to reach Redis runs).
 func TestFinishAsyncErrors(t *testing.T) {
 	t.Parallel()
-	s, c := startRedis(t)
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithTimeout(time.Second))
+	s, c := redistest.StartClient(t)
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(time.Second))
 	ctx := context.Background()
 	r := req(user("u", conc(1)), bytesOf("u", 10, win(100, time.Hour)))
 	d, err := e.Allow(ctx, r)
@@ -223,7 +224,7 @@ func TestFinishAsyncTimerRearms(t *testing.T) {
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { mc.Close() })
-	e := newEngine(t, mc, WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
+	e := newEngine(t, mc, WithKeyPrefix(redistest.Prefix(t)), WithCachedDenials(false))
 	e.async.SetBound(time.Hour)
 	ctx := context.Background()
 	r := req(user("u", conc(1)))

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/lua"
 )
 
@@ -41,8 +42,8 @@ func TestFunctionMatchesEvalVaryingFields(t *testing.T) {
 }
 
 func testFunctionMatchesEval(t *testing.T, vary bool) {
-	_, fc := startRedis(t)
-	_, ec := startRedis(t)
+	_, fc := redistest.StartClient(t)
+	_, ec := redistest.StartClient(t)
 	ctx := context.Background()
 	if err := fc.FunctionLoad(ctx, lua.MultiWindowLibrary()).Err(); err != nil {
 		t.Fatal(err)

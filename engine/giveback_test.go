@@ -6,14 +6,16 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestGiveBackFails checks that a give-back Redis cannot run is reported
 // and queued, with the request's exact member, for a later batch.
 func TestGiveBackFails(t *testing.T) {
 	t.Parallel()
-	s, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(200*ms))
+	s, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(200*ms))
 	r := req(user("u", win(5, time.Minute)), ip("1.2.3.4", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 
@@ -45,8 +47,8 @@ func TestGiveBackFails(t *testing.T) {
 // while the engine considers it down: the removal is queued at once.
 func TestGiveBackWhileDown(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+	_, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	e.doms.One.Down.Store(true)
@@ -70,8 +72,8 @@ func TestGiveBackWhileDown(t *testing.T) {
 
 func TestGiveBackErrors(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+	_, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	// The Decision knows its keys: Finish checks what it is given.

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -100,13 +101,11 @@ func TestEmbeddedClosed(t *testing.T) {
 // nothing listens on.
 func TestEmbeddedOnlyInProcess(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, mc := redistest.Mini(t)
 	if !miniredisIn(mc, time.Second) {
 		t.Error("a miniredis of this process is not recognized")
 	}
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	if miniredisIn(rc, time.Second) {
 		t.Error("a real Redis is taken for an embedded store")
 	}

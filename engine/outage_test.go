@@ -89,7 +89,7 @@ func TestOutageDecidesAtOnce(t *testing.T) {
 	rc.Ping(context.Background()) // let the client start what it starts
 	before := runtime.NumGoroutine()
 	h := &recordHandler{}
-	e, err := New(rc, WithKeyPrefix(testPrefix(t)), WithTimeout(timeout), WithFailMode(rules.FailLocal), WithLogger(slog.New(h)))
+	e, err := New(rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(timeout), WithFailMode(rules.FailLocal), WithLogger(slog.New(h)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestCloseStopsProbe(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	rc.Ping(context.Background())
 	before := runtime.NumGoroutine()
-	e, err := New(rc, WithKeyPrefix(testPrefix(t)), withEvictionCheck(10*ms))
+	e, err := New(rc, WithKeyPrefix(redistest.Prefix(t)), withEvictionCheck(10*ms))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
@@ -68,12 +67,10 @@ func grainScenarios() []scenario {
 
 func TestSemanticsGrains(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	s1, c1 := startRedis(t)
-	s2, c2 := startRedis(t)
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
+	s1, c1 := redistest.StartClient(t)
+	s2, c2 := redistest.StartClient(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
 	t.Cleanup(func() { ring.Close() })
 	for _, b := range []struct {
@@ -84,11 +81,11 @@ func TestSemanticsGrains(t *testing.T) {
 		for sc, cached := range cacheModes(grainScenarios()) {
 			t.Run(b.name+"/"+sc.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
-				prefix := testPrefix(t)
+				prefix := redistest.Prefix(t)
 				for _, c := range b.ttl {
 					afterTTLs(t, c, prefix)
 				}
-				clk := newFakeClock()
+				clk := redistest.NewClock()
 				e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				runScenario(t, e, clk, sc, fromRedis)
 			})
@@ -240,8 +237,8 @@ var costWindows = []rules.Window{win(20000, 200*ms), gwin(100000, time.Second, 1
 
 func TestAuditCosts(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	engines := auditEngines(t, func() Client { return rc }, WithKeyPrefix(prefix))
 	var ds deniedLog
@@ -282,7 +279,7 @@ func checkMembers(t *testing.T, rc redis.Cmdable, key string, most int) {
 // request a check on its user and one on the IP, in different slots, so
 // that denials roll back reservations.
 func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	// One clock per call for every slot: the audit reads admissions by
 	// their decision time, which is then each key's.
@@ -332,7 +329,7 @@ func costOf(as []audited) (s int64) {
 // clock and measures the key with MEMORY USAGE on real Redis.
 func TestMemory(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	day := 24 * time.Hour
 	for _, tc := range []struct {
 		name  string
@@ -352,9 +349,9 @@ func TestMemory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			afterTTLs(t, rc, prefix)
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 			c := tc.c
 			c.Cost = tc.cost
@@ -405,10 +402,10 @@ func TestMemory(t *testing.T) {
 // the same decisions from both.
 func TestCostsDifferential(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	re := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	le := newEngine(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}),
 		WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(false))
