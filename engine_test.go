@@ -94,7 +94,7 @@ func newFixture(t *testing.T, b redisBackend, opts ...slidelimit.Option) *fixtur
 			middleware.WithPolicy(role.Policy{ByIP: []role.Role{"admin"}}),
 			middleware.WithHook(f.events.Hook),
 		),
-		slidelimit.WithEngineOptions(engine.WithTimeout(time.Second), engine.WithKeyPrefix(randomPrefix(t))),
+		slidelimit.WithEngineOptions(engine.WithTimeout(time.Second), engine.WithKeyPrefix(redistest.Prefix(t))),
 	}, opts...)
 	lim, err := slidelimit.New(client, opts...)
 	if err != nil {
@@ -227,9 +227,11 @@ func TestEndToEndRoleOverride(t *testing.T) {
 func TestEndToEndDenied(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, b redisBackend) {
-		f := newFixture(t, b, slidelimit.WithMiddlewareOptions(middleware.WithLegacyHeaders()))
+		clk := redistest.NewClock()
+		f := newFixture(t, b, slidelimit.WithMiddlewareOptions(middleware.WithLegacyHeaders()),
+			slidelimit.WithEngineOptions(engine.WithClock(clk.Now)))
 		f.do("GET", "/files/1", "192.0.2.1:1", nil)
-		time.Sleep(300 * time.Millisecond) // so the wait is not whole seconds
+		clk.Add(300 * time.Millisecond) // so the wait is not whole seconds
 		f.do("GET", "/files/1", "192.0.2.1:1", nil)
 		w := f.do("GET", "/files/1", "192.0.2.1:1", nil)
 		if w.Code != 429 {

@@ -40,9 +40,7 @@ const filesScope = "GET /files/{id}"
 func inspectBackends(t *testing.T, test func(t *testing.T, client *redis.Client)) {
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
-		mr := miniredis.RunT(t)
-		client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-		t.Cleanup(func() { client.Close() })
+		_, client := redistest.Mini(t)
 		test(t, client)
 	})
 	t.Run("redis", func(t *testing.T) {
@@ -306,9 +304,7 @@ func contains(err error, s string) bool { return err != nil && strings.Contains(
 // registered, for the race detector.
 func TestPeekConcurrentWithRegister(t *testing.T) {
 	t.Parallel()
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { client.Close() })
+	_, client := redistest.Mini(t)
 	lim, err := slidelimit.New(client, slidelimit.WithTimeout(time.Second))
 	if err != nil {
 		t.Fatal(err)

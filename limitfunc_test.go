@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -32,9 +29,7 @@ func TestLimitFuncTenants(t *testing.T) {
 	})
 	t.Run("miniredis", func(t *testing.T) {
 		t.Parallel()
-		m := miniredis.RunT(t)
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
+		m, c := redistest.Mini(t)
 		// miniredis's TIME follows the wall clock, but its keys expire
 		// only when told that time passed.
 		limitFuncScenario(t, c, m.FastForward)
@@ -49,8 +44,10 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	tenant := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
 	// Authentication (WithIdentity) puts the tenant in the request's
 	// context, where the limit function reads it.
+	clk := redistest.NewClock()
 	lim, err := slidelimit.New(client,
-		slidelimit.WithKeyPrefix(randomPrefix(t)),
+		slidelimit.WithKeyPrefix(redistest.Prefix(t)),
+		slidelimit.WithEngineOptions(engine.WithClock(clk.Now)),
 		slidelimit.WithIdentity(func(r *http.Request) (string, []string) { return tenant(r), nil }),
 		slidelimit.WithMiddlewareOptions(
 			middleware.WithKeyFunc("tenant", tenant),
@@ -85,7 +82,6 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	if got, want := send("acme", 5), strings.Repeat(okT+",", 4)+no; got != want {
 		t.Errorf("acme at 4: %s", got)
 	}
-	used := time.Now() // acme's 4 requests leave the 1s window before used+1s
 	if want := `"key(tenant)-1s";q=4;w=1, "ip-1min";q=1000;w=60`; policy != want {
 		t.Errorf("acme's RateLimit-Policy = %s, want %s", policy, want)
 	}
@@ -105,9 +101,10 @@ func limitFuncScenario(t *testing.T, client engine.Client, passed func(time.Dura
 	if got := send("acme", 1); got != no {
 		t.Errorf("acme lowered to 2: %s", got)
 	}
-	wait := time.Until(used.Add(1050 * time.Millisecond))
-	time.Sleep(wait)
-	passed(wait)
+	// The clock has not moved: acme's 4 requests leave the 1s window
+	// 1 s later.
+	clk.Add(1050 * time.Millisecond)
+	passed(1050 * time.Millisecond)
 	if got := send("acme", 3); got != okT+","+okT+","+no {
 		t.Errorf("acme at 2 once the second passed: %s", got)
 	}

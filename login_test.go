@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
@@ -43,9 +42,7 @@ func loginBackends() []loginBackend {
 			return c, c
 		}},
 		{"miniredis", func(t *testing.T) (engine.Client, redis.UniversalClient) {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { c.Close() })
+			_, c := redistest.Mini(t)
 			return c, c
 		}},
 		{"cluster", func(t *testing.T) (engine.Client, redis.UniversalClient) {

@@ -24,7 +24,7 @@ func TestOverrideInflightLimitFunc(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	lim, err := slidelimit.New(redistest.Start(t).Client(),
-		slidelimit.WithEngineOptions(engine.WithKeyPrefix(randomPrefix(t)), engine.WithTimeout(5*time.Second)),
+		slidelimit.WithEngineOptions(engine.WithKeyPrefix(redistest.Prefix(t)), engine.WithTimeout(5*time.Second)),
 		slidelimit.WithLimitFunc("quota", func(context.Context) (int64, error) { return 3, nil }))
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestOverrideInflightLimitFunc(t *testing.T) {
 			t.Errorf("held request: %v", res)
 		}
 	}
-	until(t, "both slots released", func() bool { return slots() == 0 })
+	redistest.Eventually(t, "both slots released", func() bool { return slots() == 0 })
 	res = get("")
 	if res == nil || res.StatusCode != 200 || res.Header.Get("RateLimit-Policy") != `"ip-1min";q=3;w=60, "ip-concurrent";q=2;qu="concurrent-requests"` {
 		t.Errorf("after the switch: %v", res)

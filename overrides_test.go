@@ -2,8 +2,6 @@ package slidelimit_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -29,11 +27,9 @@ type process struct {
 	logs *testutil.LogBuffer
 }
 
-func randomPrefix(t *testing.T) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return "t" + hex.EncodeToString(b) + ":"
-}
+// randomPrefix is redistest.Prefix under the name the throttle's tests
+// still use.
+func randomPrefix(t *testing.T) string { return redistest.Prefix(t) }
 
 // newProcess starts a process on client under prefix, with GET /search
 // limited to ip:100/min by its code.
@@ -73,21 +69,6 @@ func (p *process) gets(ip string, n int) string {
 	return strings.Join(s, " ")
 }
 
-// until polls cond every 5 ms for at most 3 s and returns how long it
-// took to hold, or fails.
-func until(t *testing.T, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for time.Since(start) < 3*time.Second {
-		if cond() {
-			return time.Since(start)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within 3s", what)
-	return 0
-}
-
 // TestOverrides runs the override scenario on a real Redis and on a
 // 3-master Redis Cluster: SetRules in one process tightens a scope in the
 // other within a second, counting the requests recorded before; a process
@@ -114,7 +95,7 @@ func TestOverrides(t *testing.T) {
 
 func overrideScenario(t *testing.T, client func() engine.Client) {
 	ctx := context.Background()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	a, b := newProcess(t, client(), prefix), newProcess(t, client(), prefix)
 
 	if got := b.gets("192.0.2.1", 3); got != "200 200 200" {
@@ -129,7 +110,7 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	if got := a.gets("192.0.2.1", 1); got != "429" {
 		t.Errorf("a right after SetRules: %s, want 429", got)
 	}
-	took := until(t, "b applies the override", func() bool { return b.get("192.0.2.1") == http.StatusTooManyRequests })
+	took := redistest.Eventually(t, "b applies the override", func() bool { return b.get("192.0.2.1") == http.StatusTooManyRequests })
 	took += time.Since(start) - took // from SetRules's call
 	t.Logf("SetRules propagated to the other process in %v", took)
 	if took > 1500*time.Millisecond {
@@ -188,12 +169,12 @@ func overrideScenario(t *testing.T, client func() engine.Client) {
 	if err := b.lim.SetRules(ctx, "GET /search", ""); err != nil {
 		t.Fatal(err)
 	}
-	took = until(t, "a restores the code's rules", func() bool { return a.get("192.0.2.1") == http.StatusOK })
+	took = redistest.Eventually(t, "a restores the code's rules", func() bool { return a.get("192.0.2.1") == http.StatusOK })
 	if took > 1500*time.Millisecond {
 		t.Errorf("clearing propagated in %v", took)
 	}
 	if got := c.gets("192.0.2.5", 3); got != "200 200 200" {
-		until(t, "c restores the code's rules", func() bool { return c.get("192.0.2.6") == http.StatusOK })
+		redistest.Eventually(t, "c restores the code's rules", func() bool { return c.get("192.0.2.6") == http.StatusOK })
 	}
 	if r, err := rulesOf(ctx, c.lim); err != nil || len(r.Overrides) != 0 || r.Version <= before.Version {
 		t.Errorf("overrides after clearing = %+v, %v", r, err)
@@ -211,7 +192,7 @@ func TestOverridesLostMessage(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	p := newProcess(t, noSubscribe{rdb}, prefix, withRulesCheck(200*time.Millisecond))
 	ctx := context.Background()
 	if err := rdb.HSet(ctx, prefix+"{rules}", "GET /search", "ip:1/min").Err(); err != nil {
@@ -220,7 +201,7 @@ func TestOverridesLostMessage(t *testing.T) {
 	if err := rdb.Incr(ctx, prefix+"{rules}version").Err(); err != nil {
 		t.Fatal(err)
 	}
-	took := until(t, "the check finds the change", func() bool {
+	took := redistest.Eventually(t, "the check finds the change", func() bool {
 		p.get("192.0.2.1")
 		return p.get("192.0.2.1") == http.StatusTooManyRequests
 	})
@@ -233,7 +214,7 @@ func TestOverridesLostMessage(t *testing.T) {
 func TestOverridesRedisDown(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { client.Close() })
 	p := newProcess(t, client, prefix, withRulesCheck(50*time.Millisecond),
@@ -244,7 +225,7 @@ func TestOverridesRedisDown(t *testing.T) {
 	srv.Kill()
 	// Wait for a failed check (every 50 ms; later than that on a loaded
 	// machine), then a few more.
-	until(t, "a failed version check", func() bool {
+	redistest.Eventually(t, "a failed version check", func() bool {
 		return strings.Contains(p.logs.String(), "cannot read rule overrides")
 	})
 	time.Sleep(200 * time.Millisecond)
@@ -270,7 +251,7 @@ func TestOverridesRedisDown(t *testing.T) {
 func TestOverridesOff(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := newProcess(t, srv.Client(), randomPrefix(t), withRulesCheck(0))
+	p := newProcess(t, srv.Client(), redistest.Prefix(t), withRulesCheck(0))
 	if err := p.lim.SetRules(context.Background(), "GET /search", "ip:1/s"); !isKind(err, "option") {
 		t.Errorf("SetRules = %v", err)
 	}
@@ -285,7 +266,7 @@ func TestOverridesOff(t *testing.T) {
 func TestOverridesNamedScope(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	p := newProcess(t, srv.Client(), randomPrefix(t))
+	p := newProcess(t, srv.Client(), redistest.Prefix(t))
 	if err := p.lim.Handle(p.mux, "GET /a", ok, "ip:100/min; scope:shared"); err != nil {
 		t.Fatal(err)
 	}
@@ -333,14 +314,14 @@ func TestOverridesStore(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	ctx := context.Background()
 	p := newProcess(t, rdb, prefix, withRulesCheck(100*time.Millisecond))
 	closed := newProcess(t, rdb, prefix)
 	if err := p.lim.SetRules(ctx, "GET /search", "ip:1/min"); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the other process applies the override", func() bool {
+	redistest.Eventually(t, "the other process applies the override", func() bool {
 		return closed.get("192.0.2.8") == http.StatusTooManyRequests
 	})
 	closed.lim.Close()
@@ -352,7 +333,7 @@ func TestOverridesStore(t *testing.T) {
 	if err := rdb.Del(ctx, prefix+"{rules}", prefix+"{rules}version").Err(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the code's rules after the store was emptied", func() bool {
+	redistest.Eventually(t, "the code's rules after the store was emptied", func() bool {
 		return p.gets("192.0.2.7", 6) == "200 200 200 200 200 200"
 	})
 	if l := p.logs.String(); !strings.Contains(l, "rule override cleared") {
@@ -376,12 +357,12 @@ func TestOverridesOutageLeavesPool(t *testing.T) {
 	s := redistest.Start(t)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, PoolSize: 4})
 	t.Cleanup(func() { rc.Close() })
-	p := newProcess(t, rc, randomPrefix(t), withRulesCheck(10*time.Millisecond))
+	p := newProcess(t, rc, redistest.Prefix(t), withRulesCheck(10*time.Millisecond))
 	s.Kill()
 	time.Sleep(300 * time.Millisecond) // about 30 version checks
 	s.Restart()
 	if err := rc.Ping(context.Background()).Err(); err != nil {
 		t.Errorf("the client's pool does not dial a restarted server: %v", err)
 	}
-	until(t, "overrides readable again", func() bool { return strings.Contains(p.logs.String(), "rule overrides readable again") })
+	redistest.Eventually(t, "overrides readable again", func() bool { return strings.Contains(p.logs.String(), "rule overrides readable again") })
 }

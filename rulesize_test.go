@@ -160,7 +160,7 @@ func TestSetRulesSize(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
 	rdb := srv.Client()
-	prefix := randomPrefix(t)
+	prefix := redistest.Prefix(t)
 	ctx := context.Background()
 	p := newProcess(t, rdb, prefix, withRulesCheck(50*time.Millisecond))
 	if err := p.lim.SetRules(ctx, "GET /search", "ip:2/min"); err != nil {
@@ -189,7 +189,7 @@ func TestSetRulesSize(t *testing.T) {
 	if err := rdb.Incr(ctx, prefix+"{rules}version").Err(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the process reads the oversized override", func() bool {
+	redistest.Eventually(t, "the process reads the oversized override", func() bool {
 		return strings.Contains(p.logs.String(), "rule override not applied")
 	})
 	if got := p.gets("192.0.2.2", 3); got != "200 200 429" {
@@ -202,7 +202,7 @@ func TestSetRulesSize(t *testing.T) {
 	if err := rdb.Incr(ctx, prefix+"{rules}version").Err(); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the process applies the next version", func() bool {
+	redistest.Eventually(t, "the process applies the next version", func() bool {
 		return strings.Contains(p.logs.String(), `scope=other`)
 	})
 	if l := p.logs.String(); strings.Count(l, "rule override not applied") != 1 || !strings.Contains(l, "group has 1000 windows, at most 256") {

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -23,9 +20,7 @@ import (
 // backends returns a real Redis, miniredis and a 3-master Redis Cluster.
 func backends(t *testing.T) map[string]engine.Client {
 	t.Helper()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, mc := redistest.Mini(t)
 	return map[string]engine.Client{
 		"redis":     redistest.Start(t).Client(),
 		"miniredis": mc,

@@ -7,10 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -27,8 +25,7 @@ type writtenTag struct {
 // Middleware and SetRules, however the statements are ordered.
 func TestErrorOffsetsAsWritten(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
-	t.Cleanup(func() { client.Close() })
+	_, client := redistest.Mini(t)
 	lim, err := slidelimit.New(client, slidelimit.WithMiddlewareOptions(
 		middleware.WithPolicy(role.Policy{Roles: []role.Role{"admin", "premium"}})))
 	if err != nil {

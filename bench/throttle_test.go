@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // throttleRules saturate at 500 calls a second: every waiter waits.
@@ -37,23 +38,6 @@ func BenchmarkThrottleWait(b *testing.B) {
 	}
 }
 
-// commandCounter is a go-redis hook counting the commands sent.
-type commandCounter struct{ n atomic.Int64 }
-
-func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
 func benchThrottleWait(b *testing.B, waiters int) {
 	ctx := context.Background()
 	admin := newClient(benchAddr, 4)
@@ -62,7 +46,7 @@ func benchThrottleWait(b *testing.B, waiters int) {
 		b.Fatal(err)
 	}
 	procs := min(waiters, 3)
-	var counter commandCounter
+	var counter redistest.CommandCounter
 	ths := make([]*slidelimit.Throttle, procs)
 	for i := range procs {
 		rdb := redis.NewClient(&redis.Options{Addr: benchAddr, PoolSize: 64, ContextTimeoutEnabled: true})
@@ -92,7 +76,7 @@ func benchThrottleWait(b *testing.B, waiters int) {
 	log := make([]admission, 0, b.N)
 	var left atomic.Int64
 	left.Store(int64(b.N))
-	calls0 := counter.n.Load()
+	calls0 := counter.Count()
 	c0 := sampleCPU(ctx, admin)
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -122,7 +106,7 @@ func benchThrottleWait(b *testing.B, waiters int) {
 	wg.Wait()
 	b.StopTimer()
 	c1 := sampleCPU(ctx, admin)
-	calls := counter.n.Load() - calls0
+	calls := counter.Count() - calls0
 	slices.SortFunc(log, func(x, y admission) int { return int(x.admitted - y.admitted) })
 	// overtake[i]: how long after the earliest arrival among the calls
 	// admitted after it call i arrived.

@@ -31,7 +31,7 @@ func BenchmarkAllow(b *testing.B) {
 			for _, par := range []int{1, 8, 64} {
 				name := nw + "/keys=" + strconv.Itoa(keys) + "/callers=" + strconv.Itoa(par)
 				b.Run(name, func(b *testing.B) {
-					e := newEngine(b, rc, WithKeyPrefix(testPrefix(b)))
+					e := newEngine(b, rc, WithKeyPrefix(redistest.Prefix(b)))
 					benchAllow(b, e, windows[nw], keys, par)
 				})
 			}
@@ -47,7 +47,7 @@ func BenchmarkAllowCluster(b *testing.B) {
 	ws := []rules.Window{win(100_000, 100*ms), win(1_000_000, time.Second)}
 	for _, par := range []int{1, 64} {
 		b.Run("2win/keys=10000/callers="+strconv.Itoa(par), func(b *testing.B) {
-			e := newEngine(b, cc, WithKeyPrefix(testPrefix(b)))
+			e := newEngine(b, cc, WithKeyPrefix(redistest.Prefix(b)))
 			benchAllow(b, e, ws, 10_000, par)
 		})
 	}

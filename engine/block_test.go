@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -24,7 +23,7 @@ func blocked(c Check, d time.Duration) Check {
 // blocks the IP for 3 s from that denial, though its 1 s window has room
 // again after 1 s; attempts meanwhile are denied with the time left, count
 // nowhere and do not extend the block; then the IP is admitted again.
-func blockScenario(t *testing.T, e *Engine, clk *fakeClock) {
+func blockScenario(t *testing.T, e *Engine, clk *redistest.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	r := req(blocked(ip("1.2.3.4", win(3, time.Second)), 3*time.Second), user("u", win(100, time.Minute)))
@@ -137,10 +136,8 @@ type backend struct {
 // two servers and a refusing server (the fallback limiter) for t.
 func testBackends(t *testing.T) []backend {
 	t.Helper()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
 	cl := redistest.StartCluster(t)
 	cc := cl.Client(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -151,8 +148,8 @@ func testBackends(t *testing.T) []backend {
 	l.Close() // nothing listens: every call is refused
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
-	s1, c1 := startRedis(t)
-	s2, c2 := startRedis(t)
+	s1, c1 := redistest.StartClient(t)
+	s2, c2 := redistest.StartClient(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
 	t.Cleanup(func() { ring.Close() })
 	return []backend{
@@ -172,11 +169,11 @@ func TestBlock(t *testing.T) {
 		for _, cached := range []bool{false, true} {
 			t.Run(b.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
-				prefix := testPrefix(t)
+				prefix := redistest.Prefix(t)
 				if b.ttl != nil {
 					b.ttl(t, prefix)
 				}
-				clk := newFakeClock()
+				clk := redistest.NewClock()
 				opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
 				blockScenario(t, newEngine(t, b.c, opts...), clk)
 			})
@@ -192,11 +189,11 @@ func TestBlockCached(t *testing.T) {
 	for _, b := range []string{"redis", "cluster"} {
 		t.Run(b, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			hook := &redistest.CommandCounter{}
 			var c, other Client
 			if b == "redis" {
-				_, rc := startRedis(t)
+				_, rc := redistest.StartClient(t)
 				afterTTLs(t, rc, prefix)
 				rc.AddHook(hook)
 				c, other = rc, rc
@@ -262,8 +259,8 @@ func TestBlockCached(t *testing.T) {
 // first denial started the block, no later request is admitted.
 func TestBlockConcurrent(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	r := req(blocked(ip("6.6.6.6", win(5, time.Hour)), time.Hour), user("u", win(1000, time.Hour)))
@@ -303,8 +300,8 @@ func TestBlockConcurrent(t *testing.T) {
 // and the slot the first request holds is not touched by the block.
 func TestBlockBesideSlots(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	ctx := context.Background()
 	slot := rules.Window{Limit: 1, Concurrent: true}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestKnownBlockConcurrentAnswer checks that an admission's answer that
@@ -26,7 +27,7 @@ func TestKnownBlockConcurrentAnswer(t *testing.T) {
 	l.Close() // nothing listens: every call goes to the fallback
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithClock(clk.Now))
 	c0 := user("u", win(2, time.Second))
 	c0.Block = 20 * time.Second

@@ -2,131 +2,30 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/denials"
 )
 
-// Cached denials are only as good as the news of removed entries: a Reset,
-// a give-back or a rollback in any process frees room that this process's
-// cache does not see. Every process therefore publishes the keys it
-// removed entries from on one channel (the key prefix + "invalidate"), after
-// the removal took effect, and every process with the cache subscribes to
-// it. A process that has not heard from its subscription for a while
-// (see denials.Cache.Trusted; it pings every pingEvery when there is no
-// traffic) makes no cached denial until it hears again, and an answer stored before the current
-// subscription was confirmed never denies: invalidations sent meanwhile
-// may have been missed.
-
-// Invalidation message kinds, the message's first byte; keys follow,
-// separated by spaces (keys never hold a space: it is percent-encoded).
-const (
-	invalReset   = 'R' // the keys were deleted: forget them everywhere
-	invalRemoved = 'E' // entries were removed: the known state is stale
-)
-
-const pingEvery = 250 * time.Millisecond
-
-// subscriber is implemented by *redis.Client, *redis.ClusterClient and
-// *redis.Ring.
-type subscriber interface {
-	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
+// The invalidations of cached denials: see denials.Listener.
 
 func (e *Engine) channel() string { return e.keyer.Prefix() + "invalidate" }
 
-// listen starts the subscription to the invalidation channel. It waits up
-// to a second (or the engine's timeout, if longer) for the first
-// confirmation, so that a new engine makes cached denials from its first
-// answers on; a Redis that refuses connections ends the wait at once, and
-// one that does not answer yet only delays cached denials.
-func (e *Engine) listen(s subscriber) {
-	ps := s.Subscribe(context.Background(), e.channel())
-	e.pubsub = ps
-	e.listenDone = make(chan struct{})
-	first := make(chan struct{})
-	go e.receive(ps, first)
-	select {
-	case <-first:
-	case <-time.After(max(e.timeout, time.Second)):
-	}
-}
-
-// receive runs until Close: it applies invalidations, keeps the
-// subscription's health in e.known, and pings when the channel is quiet.
-func (e *Engine) receive(ps *redis.PubSub, first chan struct{}) {
-	defer close(e.listenDone)
-	ctx := context.Background()
-	k := e.known
-	for {
-		msg, err := ps.ReceiveTimeout(ctx, pingEvery)
-		if e.closed.Load() {
-			return
-		}
-		if err != nil {
-			if errors.Is(err, redis.ErrClosed) {
-				return
-			}
-			if !isTimeout(err) {
-				// The connection broke; the next receive reconnects and
-				// subscribes again. Until confirmed, nothing is trusted.
-				k.Lost()
-				if first != nil { // New waits no longer for a Redis that is down
-					close(first)
-					first = nil
-				}
-				e.sleep(pingEvery)
-			}
-			_ = ps.Ping(ctx)
-			continue
-		}
-		now, heard := e.monoElapsed()
-		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				k.Confirmed(now, heard)
-				if first != nil {
-					close(first)
-					first = nil
-				}
-			}
-		case *redis.Pong:
-			k.HeardAt(heard)
-		case *redis.Message:
-			k.HeardAt(heard)
-			e.applyInvalidation(m.Payload, now)
-		}
-	}
-}
-
-// sleep waits for d or until Close.
-func (e *Engine) sleep(d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-e.stop:
-	}
-}
-
-func (e *Engine) applyInvalidation(payload string, now int64) {
-	if payload == "" {
-		return
-	}
-	kind, keys := payload[0], payload[1:]
-	for key := range strings.FieldsSeq(keys) {
-		e.known.Invalidate(key, now)
-		if kind == invalReset {
-			e.local.Forget(key)
-		}
-	}
+// listen starts the subscription to the invalidation channel, waiting at
+// most a second (or the engine's timeout, if longer) for its confirmation.
+func (e *Engine) listen(s denials.Subscriber) {
+	e.inval = denials.Listen(s, denials.ListenConfig{
+		Channel: e.channel(), Cache: e.known, Clock: e.monoElapsed, Reset: e.local.Forget,
+		Stop: e.stop, Closed: e.closed.Load,
+	}, max(e.timeout, time.Second))
 }
 
 // publishCmd returns the PUBLISH command announcing that entries were
-// removed from keys (kind invalRemoved) or that keys were deleted
-// (invalReset), or nil when there are no keys. Every engine publishes,
+// removed from keys (kind denials.Removed) or that keys were deleted
+// (denials.Reset), or nil when there are no keys. Every engine publishes,
 // also with cached denials off: other processes may have them on.
 func (e *Engine) publishCmd(ctx context.Context, kind byte, keys ...string) *redis.IntCmd {
 	if len(keys) == 0 {

@@ -18,21 +18,18 @@ import (
 // waitTrusted waits until e's invalidation subscription is confirmed.
 func waitTrusted(t *testing.T, e *Engine) {
 	t.Helper()
-	for range 500 {
-		if _, ok := e.known.Trusted(e.elapsed()); ok {
-			return
-		}
-		time.Sleep(10 * ms)
-	}
-	t.Fatal("the invalidation subscription was never confirmed")
+	redistest.Eventually(t, "the invalidation subscription confirmed", func() bool {
+		_, ok := e.known.Trusted(e.elapsed())
+		return ok
+	})
 }
 
 // TestCachedDenials fills a window and checks that the denials that follow
 // cost no Redis command, come from the cache and say what Redis says.
 func TestCachedDenials(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	hook := &redistest.CommandCounter{}
 	rc.AddHook(hook)
@@ -101,10 +98,10 @@ func TestCachedDenials(t *testing.T) {
 // ends exactly when Redis would admit again, not a microsecond later.
 func TestCachedDenialDeadline(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	waitTrusted(t, e)
 	r := req(user("u", win(2, time.Second), win(3, 10*time.Second)))
@@ -145,8 +142,8 @@ func TestCachedDenialInvalidation(t *testing.T) {
 }
 
 func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	a := newEngine(t, rc, WithKeyPrefix(prefix))
 	b := newEngine(t, rc, WithKeyPrefix(prefix))
@@ -219,8 +216,8 @@ func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
 // gets L-k more.
 func TestFallbackRemembers(t *testing.T) {
 	t.Parallel()
-	s, rc := startRedis(t)
-	prefix := testPrefix(t)
+	s, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithTimeout(200*ms), WithFailMode(rules.FailLocal))
 	full := req(user("full", win(10, time.Minute), win(20, time.Hour)))
 	part := req(user("part", win(10, time.Minute), win(20, time.Hour)))
@@ -264,7 +261,7 @@ func TestFallbackSeedWindows(t *testing.T) {
 	l.Close()
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithClock(clk.Now))
 	r := req(user("u", win(3, time.Second), win(10, time.Minute)))
 	c := getCall()
@@ -310,7 +307,7 @@ func TestFallbackBoundProcesses(t *testing.T) {
 	// not wait for a timeout per call.
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	const n, limit, used = 3, 10, 4
 	var engines []*Engine
 	for i := range n {
@@ -403,8 +400,8 @@ func TestFallbackSeedCost(t *testing.T) {
 			s := redistest.Start(t)
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 			t.Cleanup(func() { rc.Close() })
-			clk := newFakeClock()
-			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(200*ms),
+			clk := redistest.NewClock()
+			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now), WithTimeout(200*ms),
 				WithFailMode(rules.FailLocal))
 			r := func(cost int64) Request {
 				return Request{Scope: "s", Checks: []Check{{Limiter: tc.lim, Subject: "alice", Cost: cost}}}

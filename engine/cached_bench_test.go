@@ -26,7 +26,7 @@ func BenchmarkCachedDenial(b *testing.B) {
 		{"calendar", []rules.Window{win(10, time.Minute), calWin(1, ruletime.Month)}},
 	} {
 		b.Run(g.name, func(b *testing.B) {
-			e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)))
+			e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 			req := Request{
 				Scope:  "bench",
 				Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
@@ -35,7 +35,7 @@ func BenchmarkCachedDenial(b *testing.B) {
 			benchCachedDenial(b, e, req)
 		})
 		b.Run(g.name+"/parallel", func(b *testing.B) {
-			e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)))
+			e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 			req := Request{
 				Scope:  "bench",
 				Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},

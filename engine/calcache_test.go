@@ -9,6 +9,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -27,8 +28,8 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, rc := startRedis(t)
-			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+			_, rc := redistest.StartClient(t)
+			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 			waitTrusted(t, e)
 			lim := rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: tc.ws}
 			r := func(cost int64) Request {
@@ -83,19 +84,19 @@ func TestCachedDenialCalendarBoundary(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, rc := startRedis(t)
-			clk := newFakeClock()
-			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
+			_, rc := redistest.StartClient(t)
+			clk := redistest.NewClock()
+			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
 			waitTrusted(t, e)
 			r := req(user("u", tc.ws...))
-			midnight := t0.Add(24 * time.Hour)
-			clk.us.Store(midnight.Add(-400 * ms).UnixMicro())
+			midnight := redistest.Epoch.Add(24 * time.Hour)
+			clk.SetTime(midnight.Add(-400 * ms))
 			mustAllow(t, e, r, true)
 			d, err := e.Allow(context.Background(), r)
 			if err != nil || d.Allowed || d.RetryAfter != 400*ms {
 				t.Fatalf("before midnight: allowed %v retry %v err %v; want a denial for 400ms", d.Allowed, d.RetryAfter, err)
 			}
-			clk.us.Store(midnight.UnixMicro())
+			clk.SetTime(midnight)
 			if d, err := e.Allow(context.Background(), r); err != nil || !d.Allowed {
 				t.Errorf("at midnight: allowed %v source %v err %v; want admitted", d.Allowed, d.Source, err)
 			}
@@ -150,7 +151,7 @@ func TestCalArgsKinds(t *testing.T) {
 		return plannedCall(t, req(user(subject, win(10, time.Minute), calWin(limit, ruletime.Month))))
 	}
 	var f codec.Args
-	now := t0.UnixMicro()
+	now := redistest.Epoch.UnixMicro()
 	kind := func(c *call) string {
 		f.Op(nil, &c.plan, []int32{1}, false) // key 1: the calendar key
 		for i := len(f.Ends) - 1; i > 0; i-- {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
@@ -46,12 +45,12 @@ type calStep struct {
 }
 
 // runCal runs steps of r on e at the times of clk.
-func runCal(t *testing.T, e *Engine, clk *fakeClock, r Request, steps []calStep) []Decision {
+func runCal(t *testing.T, e *Engine, clk *redistest.Clock, r Request, steps []calStep) []Decision {
 	t.Helper()
 	ctx := context.Background()
 	var ds []Decision
 	for i, s := range steps {
-		clk.us.Store(s.at.UnixMicro())
+		clk.SetTime(s.at)
 		var d Decision
 		var err error
 		if s.peek {
@@ -92,7 +91,7 @@ func TestCalendar(t *testing.T) {
 	t.Parallel()
 	scenarios := []struct {
 		name string
-		run  func(t *testing.T, e *Engine, clk *fakeClock)
+		run  func(t *testing.T, e *Engine, clk *redistest.Clock)
 	}{
 		{"shanghai month", calShanghai},
 		{"february", calFebruary},
@@ -105,11 +104,11 @@ func TestCalendar(t *testing.T) {
 			for _, sc := range scenarios {
 				t.Run(b.name+cacheName(cached)+"/"+sc.name, func(t *testing.T) {
 					t.Parallel()
-					prefix := testPrefix(t)
+					prefix := redistest.Prefix(t)
 					if b.ttl != nil {
 						b.ttl(t, prefix)
 					}
-					clk := newFakeClock()
+					clk := redistest.NewClock()
 					opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
 					sc.run(t, newEngine(t, b.c, opts...), clk)
 				})
@@ -121,7 +120,7 @@ func TestCalendar(t *testing.T) {
 // calShanghai: 3/calendar month in Asia/Shanghai. The 4th request at
 // 23:59:50 on the month's last day is refused with Retry-After 10; at
 // local midnight on the 1st three are admitted again.
-func calShanghai(t *testing.T, e *Engine, clk *fakeClock) {
+func calShanghai(t *testing.T, e *Engine, clk *redistest.Clock) {
 	sh := zone(t, "Asia/Shanghai")
 	r := req(user("u", calWin(3, ruletime.Month)))
 	r.Zone = sh
@@ -141,7 +140,7 @@ func calShanghai(t *testing.T, e *Engine, clk *fakeClock) {
 }
 
 // calFebruary: a leap February lasts 29 days, in UTC (the default zone).
-func calFebruary(t *testing.T, e *Engine, clk *fakeClock) {
+func calFebruary(t *testing.T, e *Engine, clk *redistest.Clock) {
 	r := req(user("u", calWin(1, ruletime.Month)))
 	feb := time.Date(2032, 2, 1, 0, 0, 0, 0, time.UTC)
 	runCal(t, e, clk, r, []calStep{
@@ -154,7 +153,7 @@ func calFebruary(t *testing.T, e *Engine, clk *fakeClock) {
 
 // calNewYork: 2/calendar day in America/New_York across both changes of
 // 2030: March 10 lasts 23 hours, November 3 25 hours.
-func calNewYork(t *testing.T, e *Engine, clk *fakeClock) {
+func calNewYork(t *testing.T, e *Engine, clk *redistest.Clock) {
 	ny := zone(t, "America/New_York")
 	r := req(user("u", calWin(2, ruletime.Day)))
 	r.Zone = ny
@@ -178,7 +177,7 @@ func calNewYork(t *testing.T, e *Engine, clk *fakeClock) {
 // sliding windows of the group, and a denial by a sliding window nothing
 // in the calendar window, whether they share a limiter or not (an ip
 // limiter, in another cluster slot), before or after it.
-func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
+func calAllOrNothing(t *testing.T, e *Engine, clk *redistest.Clock) {
 	ctx := context.Background()
 	day := time.Date(2030, 6, 3, 0, 0, 0, 0, time.UTC)
 	shared := req(user("u", win(2, time.Minute), calWin(3, ruletime.Day)))
@@ -197,7 +196,7 @@ func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
 			// The day is full: the minute's window counts nothing.
 			{at: day.Add(2 * time.Minute), retry: 24*time.Hour - 2*time.Minute, used: 3},
 		})
-		clk.us.Store(day.Add(2*time.Minute + time.Second).UnixMicro())
+		clk.SetTime(day.Add(2*time.Minute + time.Second))
 		d, err := e.peek(ctx, r)
 		localOK(t, e, err)
 		for _, ws := range d.Windows {
@@ -211,7 +210,7 @@ func calAllOrNothing(t *testing.T, e *Engine, clk *fakeClock) {
 
 // calSettle: settlement and give-back take from the calendar window's
 // counter of the request's own period, never below zero.
-func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
+func calSettle(t *testing.T, e *Engine, clk *redistest.Clock) {
 	ctx := context.Background()
 	day := time.Date(2030, 6, 3, 10, 0, 0, 0, time.UTC)
 	r := func(cost int64) Request {
@@ -219,7 +218,7 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 	}
 	used := func(at time.Time) int64 {
 		t.Helper()
-		clk.us.Store(at.UnixMicro())
+		clk.SetTime(at)
 		d, err := e.peek(ctx, r(1))
 		localOK(t, e, err)
 		return calState(t, d).Used
@@ -271,14 +270,14 @@ func calSettle(t *testing.T, e *Engine, clk *fakeClock) {
 // field: the current period's count.
 func TestCalendarTTL(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
-	clk := newFakeClock()
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	ctx := context.Background()
 	sh := zone(t, "Asia/Shanghai")
 	at := time.Date(2030, 1, 31, 20, 0, 0, 0, sh)
-	clk.us.Store(at.UnixMicro())
+	clk.SetTime(at)
 	r := req(user("u", win(5, time.Minute), calWin(3, ruletime.Month)))
 	r.Zone = sh
 	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
@@ -319,7 +318,7 @@ func TestCalendarTTL(t *testing.T) {
 		t.Fatalf("count %q after a denial by the minute, want 5", v)
 	}
 	// The next period's first admission drops the old period's field.
-	clk.us.Store(time.Date(2030, 2, 1, 0, 0, 1, 0, sh).UnixMicro())
+	clk.SetTime(time.Date(2030, 2, 1, 0, 0, 1, 0, sh))
 	if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
 		t.Fatalf("allow in February: %+v, %v", d, err)
 	}
@@ -333,9 +332,9 @@ func TestCalendarTTL(t *testing.T) {
 // than 32 KiB.
 func TestCalendarMemory(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	clk := newFakeClock()
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
+	_, rc := redistest.StartClient(t)
+	clk := redistest.NewClock()
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
 	ctx := context.Background()
 	r := req(user("u", calWin(100_000, ruletime.Month)))
 	// A first admission loads the script and makes the key.
@@ -367,7 +366,7 @@ func TestCalendarConcurrent(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, b.c, WithKeyPrefix(testPrefix(t)))
+			e := newEngine(t, b.c, WithKeyPrefix(redistest.Prefix(t)))
 			r := req(user("u", win(1000, time.Minute), calWin(50, ruletime.Day)))
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -401,19 +400,17 @@ func TestCalendarConcurrent(t *testing.T) {
 // hash of the same count and expiry: an upgrade keeps the period's count.
 func TestCalendarUpgrade(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
 	for name, c := range map[string]*redis.Client{"redis": rc, "miniredis": mc} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			prefix := testPrefix(t)
-			clk := newFakeClock()
+			prefix := redistest.Prefix(t)
+			clk := redistest.NewClock()
 			e := newEngine(t, c, WithKeyPrefix(prefix), WithClock(clk.Now))
 			at := time.Date(2030, 1, 15, 12, 0, 0, 0, time.UTC)
-			clk.us.Store(at.UnixMicro())
+			clk.SetTime(at)
 			r := req(user("u", win(100, time.Minute), calWin(3, ruletime.Month)))
 			if d, err := e.Allow(ctx, r); err != nil || !d.Allowed {
 				t.Fatalf("allow: %+v, %v", d, err)
@@ -428,7 +425,7 @@ func TestCalendarUpgrade(t *testing.T) {
 			if err := c.Set(ctx, cal, strconv.FormatInt(start, 10)+":2", 10*time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			clk.us.Add(int64(time.Second / time.Microsecond))
+			clk.Add(time.Second)
 			d, err := e.Allow(ctx, r)
 			if err != nil || !d.Allowed || calState(t, d).Used != 3 {
 				t.Fatalf("allow over an old counter of 2: %+v, %v; want admitted, 3 used", d, err)
@@ -458,7 +455,7 @@ func TestCalendarBatchMixed(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, b.c, WithKeyPrefix(testPrefix(t)))
+			e := newEngine(t, b.c, WithKeyPrefix(redistest.Prefix(t)))
 			lim := func(limit int64) rules.Limiter {
 				return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, ruletime.Day)}}
 			}

@@ -50,7 +50,7 @@ func TestChaosSoak(t *testing.T) {
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialerRetries: 1})
 	defer admin.Close()
 	ctx := context.Background()
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 
 	runtime.GC()
 	var mem runtime.MemStats

@@ -47,7 +47,7 @@ func BenchmarkAllowClient(b *testing.B) {
 	s := redistest.Start(b)
 	rc := s.Client()
 	rc.AddHook(cannedScript{})
-	e := newEngine(b, rc, WithKeyPrefix(testPrefix(b)))
+	e := newEngine(b, rc, WithKeyPrefix(redistest.Prefix(b)))
 	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1e9, time.Second), win(1e9, time.Minute)}}
 	req := Request{Scope: "bench", Checks: []Check{{Limiter: lim}}, Fail: rules.FailClosed}
 	subjects := make([]string, 10_000)

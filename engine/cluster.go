@@ -11,6 +11,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/engine/internal/undo"
 )
 
 // split groups c's keys into parts, one script call each: keys of one hash
@@ -110,7 +111,7 @@ func (e *Engine) runParts(lead *call, batch []*call) {
 		c.suffix = commonSuffix(c.psuf)
 	}
 	e.rollback(batch)
-	if e.undos.n.Load() > 0 {
+	if e.undos.Len() > 0 {
 		e.runUndos(ctx, servedBy(e, pipes))
 	}
 }
@@ -132,7 +133,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 			if pi < 0 {
 				pi = len(pipes)
 				dp := domainPipe{d: d}
-				if !d.down.Load() {
+				if !d.Down.Load() {
 					dp.pipe = e.client.Pipeline()
 				}
 				pipes = append(pipes, dp)
@@ -258,7 +259,7 @@ func commonSuffix(psuf []int64) int64 {
 // batch's calls.
 func servedBy(e *Engine, pipes []domainPipe) func(key string) bool {
 	return func(key string) bool {
-		d := e.domainOf(key)
+		d := e.doms.Of(key)
 		for i := range pipes {
 			if pipes[i].d == d && pipes[i].answer {
 				return true
@@ -285,7 +286,7 @@ func (e *Engine) rollback(batch []*call) {
 			}
 			for _, k := range c.part(i) {
 				owners = append(owners, c)
-				undos = append(undos, undoOf(&c.plan, int(k), string(c.member), c.psuf[i], now))
+				undos = append(undos, undo.Of(&c.plan, int(k), string(c.member), c.psuf[i], now))
 			}
 		}
 	}
@@ -302,7 +303,7 @@ func (e *Engine) rollback(batch []*call) {
 		if c.err == nil && c.warn == nil {
 			c.warn = &backendError{Op: "rollback", Err: err}
 		}
-		e.undos.push(e, undos[i])
+		e.undos.Push(undos[i])
 	}
 }
 

@@ -82,7 +82,7 @@ func TestCluster(t *testing.T) {
 	t.Run("give back mixed suffixes", func(t *testing.T) { t.Parallel(); clusterGiveBack(t, cl) })
 	t.Run("script flush", func(t *testing.T) {
 		t.Parallel()
-		prefix := testPrefix(t)
+		prefix := redistest.Prefix(t)
 		afterClusterTTLs(t, cl, prefix)
 		cc := cl.Client(t)
 		e := newEngine(t, cc, WithKeyPrefix(prefix))
@@ -98,9 +98,9 @@ func TestCluster(t *testing.T) {
 		for sc, cached := range cacheModes(scenarios()) {
 			t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
-				prefix := testPrefix(t)
+				prefix := redistest.Prefix(t)
 				afterClusterTTLs(t, cl, prefix)
-				clk := newFakeClock()
+				clk := redistest.NewClock()
 				e := newEngine(t, cc, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				runScenario(t, e, clk, sc, fromRedis)
 			})
@@ -109,7 +109,7 @@ func TestCluster(t *testing.T) {
 }
 
 func auditCluster(t *testing.T, cl *redistest.Cluster) {
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithKeyPrefix(prefix))
 	userWs := []rules.Window{win(20, 200*ms), win(60, time.Second)}

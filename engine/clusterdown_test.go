@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/eviction"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -27,7 +28,7 @@ func TestClusterMasterDown(t *testing.T) {
 	ctx := context.Background()
 	cc := cl.ClientWith(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1,
 		ClusterStateReloadInterval: 200 * time.Millisecond})
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	probe := newEngine(t, cc, WithKeyPrefix(prefix))
 
 	// Two subjects on different masters, and the third master evicting.
@@ -63,8 +64,8 @@ func TestClusterMasterDown(t *testing.T) {
 	if w := h.matching("may evict"); len(w) != 1 || w[0].attrs["server"].String() != evicting.Addr {
 		t.Errorf("eviction warnings %+v, want one naming %s", w, evicting.Addr)
 	}
-	if _, err := New(cc, WithRequireNoEviction()); !errors.Is(err, errEviction) {
-		t.Errorf("New with WithRequireNoEviction: %v, want errEviction", err)
+	if _, err := New(cc, WithRequireNoEviction()); !errors.Is(err, eviction.ErrMayEvict) {
+		t.Errorf("New with WithRequireNoEviction: %v, want eviction.ErrMayEvict", err)
 	}
 	mustAllow(t, e, a, true)
 	mustAllow(t, e, b, true)

@@ -23,7 +23,7 @@ func forceIDs(e *Engine, first int64) {
 // shared fake clock and both producing the ids 1001, 1002, ...: processes
 // whose members collide.
 func collidingPair(t *testing.T, c Client, prefix string) (a, b *Engine) {
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	a = newEngine(t, c, WithKeyPrefix(prefix), WithClock(clk.Now), WithNode(7))
 	b = newEngine(t, c, WithKeyPrefix(prefix), WithClock(clk.Now), WithNode(7))
 	forceIDs(a, 1001)
@@ -43,8 +43,8 @@ func members(t *testing.T, rc redis.Cmdable, key string) []string {
 
 func TestMemberCollision(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	a, b := collidingPair(t, rc, prefix)
 	ws := win(10, time.Minute)
@@ -101,7 +101,7 @@ func TestMemberCollision(t *testing.T) {
 // had to be suffixed after a collision there.
 func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 	cc := cl.Client(t)
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	a, b := collidingPair(t, cc, prefix)
 	ipA := ip("10.0.0.1", win(10, time.Minute))
@@ -140,7 +140,7 @@ func clusterRollback(t *testing.T, cl *redistest.Cluster) {
 // loses exactly the request's own member.
 func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
 	cc := cl.Client(t)
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	a, b := collidingPair(t, cc, prefix)
 	ws := win(10, time.Minute)
@@ -152,7 +152,7 @@ func clusterGiveBack(t *testing.T, cl *redistest.Cluster) {
 	mustAllow(t, a, req(u), true) // 1001 in u
 	r := req(u, ip1)
 	d := mustAllow(t, b, r, true) // 1001.1 in u, 1001 in ip1
-	if ks := d.taken.keys; len(ks) != 2 || ks[0].suffix == ks[1].suffix {
+	if ks := d.admitted.Keys; len(ks) != 2 || ks[0].Suffix == ks[1].Suffix {
 		t.Fatalf("taken keys %+v, want two with different suffixes (slots differ)", ks)
 	}
 	if err := b.giveBack(context.Background(), r, d); err != nil {

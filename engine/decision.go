@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/admission"
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -91,9 +92,9 @@ type Decision struct {
 	// RetryAfter is then at least the time until the block ends.
 	Blocked bool
 
-	// taken is what an admitted Allow took, for Finish; nil when it
+	// admitted is what an admitted Allow took, for Finish; nil when it
 	// counted nothing.
-	taken *taken
+	admitted *admission.Record
 }
 
 // decision builds the Decision of c from its outcome (c.status, c.res and
@@ -160,7 +161,7 @@ func (c *call) decision(req *Request, src source) Decision {
 		d.Denied = d.Windows[denied]
 	}
 	if counted && (src == fromRedis || src == fromLocal) {
-		d.taken = c.take(req, src)
+		d.admitted = c.take(req, src)
 	}
 	return d
 }

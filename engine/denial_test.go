@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -24,8 +25,8 @@ func largeSubject(prefix string, size int) string {
 // than 128 bytes, nothing when the check gives the hash.
 func TestDenialHook(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	prefix := WithKeyPrefix(testPrefix(t))
+	_, c := redistest.StartClient(t)
+	prefix := WithKeyPrefix(redistest.Prefix(t))
 	long := largeSubject("user:"+strings.Repeat("é", 22), 300) // byte 48 is in the middle of an 'é'
 	hashAll := newEngine(t, c, prefix, WithHashedSubjects([]byte("s")))
 	plain := newEngine(t, c, prefix)
@@ -91,9 +92,9 @@ func TestDenialHookNoAlloc(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures allocations")
 	}
-	_, c := startRedis(t)
+	_, c := redistest.StartClient(t)
 	ctx := context.Background()
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
 	var n int
 	e.denied = func(Denial) { n++ }
 	deny := One("s", rules.User, "d", win(1, time.Hour))

@@ -93,7 +93,7 @@ func (ds *deniedLog) record(e *Engine, r Request, dec Decision, start time.Time)
 // before its script ran sees every entry newer than its stale window
 // start; the margins above should cover that, so the excess is not fully
 // explained yet). It returns the number of denials checked.
-func checkDenials(t *testing.T, name, key string, dl *deniedLog, as []admission, cluster, fitOnly bool) int {
+func checkDenials(t *testing.T, name, key string, dl *deniedLog, as []audited, cluster, fitOnly bool) int {
 	t.Helper()
 	ds := dl.list
 	// The requests that may have left a reservation in key.

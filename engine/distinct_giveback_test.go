@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -18,13 +16,7 @@ import (
 // values in a window of one.
 func TestDistinctGiveBackShared(t *testing.T) {
 	t.Parallel()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	clk := newFakeClock()
-	e := newEngine(t, redisClient(m.Addr()), WithClock(clk.Now), WithFailMode(rules.FailClosed))
+	_, _, e := miniEngine(t, rules.FailClosed)
 	ctx := context.Background()
 	r := func(v string) Request {
 		c := user("u", win(1, 10*time.Second))

@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -40,11 +38,11 @@ func TestDistinct(t *testing.T) {
 		for _, cached := range []bool{false, true} {
 			t.Run(b.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
-				prefix := testPrefix(t)
+				prefix := redistest.Prefix(t)
 				if b.ttl != nil {
 					b.ttl(t, prefix)
 				}
-				clk := newFakeClock()
+				clk := redistest.NewClock()
 				e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				distinctScenario(t, e, clk)
 			})
@@ -52,7 +50,7 @@ func TestDistinct(t *testing.T) {
 	}
 }
 
-func distinctScenario(t *testing.T, e *Engine, clk *fakeClock) {
+func distinctScenario(t *testing.T, e *Engine, clk *redistest.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	steps := []struct {
@@ -123,8 +121,8 @@ func TestDistinctMember(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, hashed := range []bool{false, true} {
-		_, rc := startRedis(t)
-		prefix := testPrefix(t)
+		_, rc := redistest.StartClient(t)
+		prefix := redistest.Prefix(t)
 		opts := []Option{WithKeyPrefix(prefix)}
 		if hashed {
 			opts = append(opts, WithHashedSubjects([]byte("secret")))
@@ -159,9 +157,7 @@ func TestDistinctMember(t *testing.T) {
 // TestDistinctRequestErrors: a distinct value needs a count key.
 func TestDistinctRequestErrors(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, mc := redistest.Mini(t)
 	e := newEngine(t, mc)
 	c := bytesOf("u", 5, win(10, time.Minute))
 	c.Distinct = "/a"

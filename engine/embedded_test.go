@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -26,7 +25,7 @@ var roundClock = time.UnixMicro(2_000_000_000_000_000)
 
 // twin is an engine on real Redis and one on miniredis, on one clock.
 type twin struct {
-	clock *fakeClock
+	clock *redistest.Clock
 	eng   [2]*Engine // real Redis, miniredis
 }
 
@@ -34,16 +33,10 @@ var twinNames = [2]string{"redis", "miniredis"}
 
 func newTwin(t testing.TB, rc *redis.Client, start time.Time) *twin {
 	t.Helper()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	tw := &twin{clock: &fakeClock{}}
-	tw.clock.us.Store(start.UnixMicro())
-	prefix := testPrefix(t)
+	_, mc := redistest.Mini(t)
+	tw := &twin{clock: redistest.NewClock()}
+	tw.clock.SetTime(start)
+	prefix := redistest.Prefix(t)
 	for i, c := range []*redis.Client{rc, mc} {
 		// Cached denials are off so that every decision is the script's;
 		// the long lease keeps renewals (real time) out of the run.
@@ -56,7 +49,7 @@ func newTwin(t testing.TB, rc *redis.Client, start time.Time) *twin {
 	return tw
 }
 
-func (tw *twin) advance(d time.Duration) { tw.clock.us.Add(int64(d / time.Microsecond)) }
+func (tw *twin) advance(d time.Duration) { tw.clock.Add(d) }
 
 // summary is what a decision says, for comparison.
 func summary(d Decision, err error) string {
@@ -129,14 +122,14 @@ func TestEmbeddedIssueCases(t *testing.T) {
 		rules string
 		start time.Time
 	}{
-		{"ip:30/5min", t0},
-		{"ip:30/10min", t0},
-		{"ip:30/100s", t0},
-		{"ip:30/15min", t0},
-		{"ip:10/50min", t0},
-		{"ip[bytes]:3000/10min", t0},
-		{"ip:30/10min~1min", t0},
-		{"ip:10/5min; block:5min", t0},
+		{"ip:30/5min", redistest.Epoch},
+		{"ip:30/10min", redistest.Epoch},
+		{"ip:30/100s", redistest.Epoch},
+		{"ip:30/15min", redistest.Epoch},
+		{"ip:10/50min", redistest.Epoch},
+		{"ip[bytes]:3000/10min", redistest.Epoch},
+		{"ip:30/10min~1min", redistest.Epoch},
+		{"ip:10/5min; block:5min", redistest.Epoch},
 		{"ip:30/5min", roundClock},
 		{"ip:5/s,30/5min; user[bytes]:3000/10min~1min; block:100s", roundClock},
 	} {
@@ -225,7 +218,7 @@ type held struct {
 // and fails with the rules and the seed at the first difference.
 func runDiff(t testing.TB, rc *redis.Client, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 33))
-	start := t0.Add(time.Duration(rng.Int64N(int64(24 * time.Hour))))
+	start := redistest.Epoch.Add(time.Duration(rng.Int64N(int64(24 * time.Hour))))
 	if rng.IntN(2) == 0 {
 		start = roundClock
 	}

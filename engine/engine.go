@@ -15,10 +15,15 @@ import (
 	"github.com/bwmarrin/snowflake"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/async"
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/fallback"
+	"github.com/slidelimit/slidelimit/engine/internal/health"
+	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/engine/internal/slots"
+	"github.com/slidelimit/slidelimit/engine/internal/undo"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -56,35 +61,33 @@ type Engine struct {
 	denials  bool           // cached denials (WithCachedDenials)
 	base     time.Time      // origin of mono
 	batch    batcher
-	undos    undoQueue  // of failed calls, run before the next script call
-	async    asyncQueue // of FinishAsync, sent with the next script call
-	shaArg   any        // script.Hash(), boxed once
-	srcArg   any        // multiWindowSrc, boxed once
-	fnArg    any        // fnName, boxed once
-	fn       fnState    // whether decisions go as FCALL (function.go)
-	chanName string     // the invalidation channel (see channel)
+	undos    undo.Queue         // of failed calls, run before the next script call
+	async    async.Queue[*call] // of FinishAsync, sent with the next script call
+	shaArg   any                // script.Hash(), boxed once
+	srcArg   any                // multiWindowSrc, boxed once
+	fnArg    any                // fnName, boxed once
+	fn       fnState            // whether decisions go as FCALL (function.go)
+	chanName string             // the invalidation channel (see channel)
 
 	// lastAnswer is when the last batch was answered (µs of e.elapsed;
 	// 0 before the first, and with WithClock): FinishAsync's queue reads
-	// it for the time a finish was queued (see asyncQueue.since).
+	// it for the time a finish was queued (see async.Config.Since).
 	lastAnswer atomic.Int64
 
-	doms   domains    // failure domains: which servers timed out
-	bg     background // goroutines stopped by Close (probes, eviction guard)
+	doms   *health.Monitor   // failure domains: which servers timed out
+	bg     health.Background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
-	slots    slotHolder // slots of in-flight windows held by running requests
-	slotLost func(SlotLost)
+	slots *slots.Holder // slots of in-flight windows held by running requests
 
 	// denied is called with each denial by a window (denial.go): the
 	// root package's denial tallies. Set before the engine decides.
 	denied func(Denial)
 
 	// The invalidation subscription of cached denials (see cache.go).
-	pubsub     *redis.PubSub
-	listenDone chan struct{}
-	stop       chan struct{}
-	closeOnce  sync.Once
+	inval     *denials.Listener
+	stop      chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns an Engine deciding with client. The Engine does not own
@@ -135,32 +138,31 @@ func New(client Client, opts ...Option) (*Engine, error) {
 		local:   fallback.New(cfg.localKeys),
 		known:   denials.New(cfg.localKeys),
 		base:    time.Now(),
-		doms:    domains{one: newDomain(addrOf(client)), m: map[string]*domain{}},
 		stop:    make(chan struct{}),
 		shaArg:  script.Hash(),
 		srcArg:  multiWindowSrc,
 		fnArg:   fnName,
-
-		slotLost: cfg.slotLost,
 	}
 	e.denied = cfg.denied
 	e.chanName = e.channel()
 	e.batch = batcher{maxInflight: defaultInflight, maxBatch: defaultBatch}
-	e.undos.warn.Every = warnEvery
-	e.async.bound = asyncBound
+	e.undos.Init(e.log, warnEvery, e.remove)
+	e.initAsync()
 	if enabled, known := contextTimeouts(client); known && !enabled {
 		e.log.Warn("engine: the go-redis client ignores context deadlines (ContextTimeoutEnabled is false), " +
 			"so its ReadTimeout and WriteTimeout bound Redis calls instead of WithTimeout")
 	}
-	if embedded(client, embeddedProbe) {
-		e.timeout = max(e.timeout, embeddedTimeout)
+	if rc, ok := client.(*redis.Client); ok && inprocess.Miniredis(rc, inprocess.Probe) {
+		e.timeout = max(e.timeout, inprocess.MinTimeout)
 	}
+	e.doms = e.newHealth()
+	e.slots = e.newSlots(cfg.slotLost)
 	if err := e.startGuard(&cfg); err != nil {
 		e.Close()
 		return nil, err
 	}
 	if cfg.denials {
-		if s, ok := client.(subscriber); ok {
+		if s, ok := client.(denials.Subscriber); ok {
 			e.denials = true
 			e.listen(s)
 		} else {
@@ -226,7 +228,7 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 		return e.fallback(c, req, err)
 	}
 	if mode == opAllow && e.denials && c.plan.NDistinct == 0 && e.cachedDenial(c) {
-		if !e.async.touches(c) {
+		if !e.async.Touches(c) {
 			return c.decision(req, fromCache), nil
 		}
 		// A queued finish may free room: Redis decides, after it.
@@ -254,8 +256,8 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	// windows may be full yet admit the values they hold).
 	storeKnown(e.known, c, c.sent, c.recv, c.wall)
 	d := c.decision(req, fromRedis)
-	if c.plan.Slots > 0 && d.taken != nil {
-		e.hold(d.taken)
+	if c.plan.Slots > 0 && d.admitted != nil {
+		e.hold(d.admitted)
 	}
 	if c.warn != nil {
 		return d, c.warn
@@ -305,8 +307,8 @@ func (e *Engine) run(lead *call, batch []*call) {
 		e.runParts(lead, batch)
 		return
 	}
-	d := e.doms.one
-	if d.down.Load() {
+	d := e.doms.One
+	if d.Down.Load() {
 		failAll(batch, errNotAsked)
 		return
 	}
@@ -360,7 +362,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 	}
 	// A queued finish sent after the deletion could write to the keys
 	// again (a calendar counter's give-back).
-	e.drainAsync(false)
+	e.async.Drain(false)
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	// The block key shares the key's hash tag (one slot); the slot key
@@ -379,7 +381,7 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 			return &backendError{Op: "reset", Err: err}
 		}
 	}
-	e.publish(ctx, invalReset, keys...)
+	e.publish(ctx, denials.Reset, keys...)
 	return nil
 }
 
@@ -392,17 +394,13 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subje
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.closed.Store(true)
-		e.drainAsync(true)
+		e.async.Drain(true)
 		close(e.stop)
-		if e.pubsub != nil {
-			_ = e.pubsub.Close()
-			<-e.listenDone
+		if e.inval != nil {
+			e.inval.Close()
 		}
-		e.bg.stop()
-		e.slots.mu.Lock()
-		done := e.slots.done
-		e.slots.mu.Unlock()
-		if done != nil {
+		e.bg.Stop()
+		if done := e.slots.Done(); done != nil {
 			<-done
 		}
 	})

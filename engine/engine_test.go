@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -88,9 +89,9 @@ func TestInvalidAndEmptyRequests(t *testing.T) {
 // TestNoGoroutines checks that an Engine starts no goroutine that outlives
 // Close (the client's are the client's).
 func TestNoGoroutines(t *testing.T) {
-	s, rc := startRedis(t)
+	s, rc := redistest.StartClient(t)
 	_ = s
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	rc.Ping(context.Background()) // let the client start what it starts
 	before := runtime.NumGoroutine()

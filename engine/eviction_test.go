@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/eviction"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
@@ -54,10 +55,10 @@ func TestEvictionPolicy(t *testing.T) {
 			if e != nil {
 				e.Close()
 			}
-			var ee *evictionError
+			var ee *eviction.Error
 			if tc.evicting {
-				if !errors.As(err, &ee) || !errors.Is(err, errEviction) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
-					t.Errorf("New with WithRequireNoEviction: %v, want an *evictionError for %s", err, s.Addr)
+				if !errors.As(err, &ee) || !errors.Is(err, eviction.ErrMayEvict) || ee.Server != s.Addr || ee.Policy != tc.args[len(tc.args)-1] || ee.MaxMemory != 3<<20 {
+					t.Errorf("New with WithRequireNoEviction: %v, want an *eviction.Error for %s", err, s.Addr)
 				}
 			} else if err != nil {
 				t.Errorf("New with WithRequireNoEviction: %v", err)
@@ -133,7 +134,7 @@ func TestEvictionDetected(t *testing.T) {
 	h := &recordHandler{}
 	var mu sync.Mutex
 	var events []EvictionEvent
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithLogger(slog.New(h)), withEvictionCheck(50*ms),
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithLogger(slog.New(h)), withEvictionCheck(50*ms),
 		WithEvictionHook(func(ev EvictionEvent) { mu.Lock(); events = append(events, ev); mu.Unlock() }))
 	r := req(user("alice", win(10, time.Minute)))
 	for range 10 {
@@ -186,7 +187,7 @@ func TestOutOfMemory(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	ctx := context.Background()
 	h := &recordHandler{}
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithLogger(slog.New(h)))
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithLogger(slog.New(h)))
 	r := req(user("u", win(1000, time.Minute)))
 	mustAllow(t, e, r, true)
 	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {

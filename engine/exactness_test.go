@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -149,8 +150,8 @@ func greedy(prior []int64, from, to int64, ws []rules.Window) int {
 
 func TestAuditSingle(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	engines := auditEngines(t, func() Client { return rc }, WithKeyPrefix(prefix))
 	ws := []rules.Window{win(20, 200*ms), win(50, time.Second)}
@@ -226,10 +227,10 @@ func checkProgress(t *testing.T, name string, admitted int64, ws []rules.Window)
 }
 
 // admissionsOf returns the entry times ts as admissions of cost 1.
-func admissionsOf(ts []int64) []admission {
-	as := make([]admission, len(ts))
+func admissionsOf(ts []int64) []audited {
+	as := make([]audited, len(ts))
 	for i, at := range ts {
-		as[i] = admission{at: at, cost: 1}
+		as[i] = audited{at: at, cost: 1}
 	}
 	return as
 }

@@ -102,7 +102,7 @@ const failoverTimeout = 3 * time.Second
 func TestClusterFailover(t *testing.T) {
 	cl := redistest.StartClusterReplicas(t)
 	ctx := context.Background()
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	opts := &redis.ClusterOptions{
 		ClusterStateReloadInterval: 200 * ms,
 		ContextTimeoutEnabled:      true,
@@ -213,7 +213,7 @@ func TestClusterFailover(t *testing.T) {
 					}
 					if d.Source == "redis" && d.Allowed {
 						admits[k] = append(admits[k], failoverAdmit{subj: uint8(i),
-							member: memberText(d.taken.member(), d.taken.keys[0].suffix)})
+							member: memberText(d.admitted.Member(), d.admitted.Keys[0].Suffix)})
 					}
 					if r.errKind == errOther {
 						errMu.Lock()

@@ -3,15 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/denials"
 	"github.com/slidelimit/slidelimit/engine/internal/fallback"
+	"github.com/slidelimit/slidelimit/engine/internal/health"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -33,74 +32,19 @@ func (e *Engine) fallback(c *call, req *Request, cause error) (Decision, error) 
 	return c.decision(req, fromLocal), cause
 }
 
-// A domain is one failure domain: the server a key lives on (the one
-// server of a *redis.Client, a cluster master, a Ring shard). A server that
-// did not answer (a timeout, a refused or broken connection) is considered
-// down: while it is, every call that needs it decides by its fail mode at
-// once, without touching the network, and one goroutine in the background
-// asks it again (see health.go). Calls whose keys all live on other
-// servers are not affected.
-type domain struct {
-	addr    string
-	down    atomic.Bool
-	probing atomic.Bool  // a probe goroutine runs for it
-	failed  atomic.Int64 // fail-mode decisions that needed it since the last log line
-	since   atomic.Int64 // when it went down, Unix ns
+// warnEvery is the least time between two lines of a kind that an outage
+// repeats: of one server's outage, of failed renewals or finishes.
+const warnEvery = 10 * time.Second
 
-	warn   logthrottle.Throttle // of its outage lines
-	oom    logthrottle.Throttle // of its out-of-memory lines
-	warned atomic.Bool          // the current outage's line was written: log its end
-}
+// domain is one failure domain: the server a key lives on.
+type domain = health.Domain
 
-// domains maps server addresses to their domains. one is the domain of
-// every key when the engine cannot tell servers apart (a *redis.Client,
-// an unknown Client, a cluster whose slot map cannot be read).
-type domains struct {
-	one *domain
-	mu  sync.RWMutex
-	m   map[string]*domain
-}
-
-func newDomain(addr string) *domain {
-	if addr == "" {
-		addr = "redis"
-	}
-	return &domain{addr: addr, warn: logthrottle.Throttle{Every: warnEvery}, oom: logthrottle.Throttle{Every: warnEvery}}
-}
-
-func (ds *domains) get(addr string) *domain {
-	ds.mu.RLock()
-	d := ds.m[addr]
-	ds.mu.RUnlock()
-	if d != nil {
-		return d
-	}
-	ds.mu.Lock()
-	defer ds.mu.Unlock()
-	if d = ds.m[addr]; d == nil {
-		d = newDomain(addr)
-		ds.m[addr] = d
-	}
-	return d
-}
-
-// domainOf returns the domain of key: the master of its slot on a Redis
-// Cluster, its shard on a Ring, the engine's one domain otherwise.
-func (e *Engine) domainOf(key string) *domain {
-	var node *redis.Client
-	var err error
-	switch c := e.client.(type) {
-	case *redis.ClusterClient:
-		node, err = c.MasterForKey(context.Background(), key)
-	case *redis.Ring:
-		node, err = c.GetShardClientForKey(key)
-	default:
-		return e.doms.one
-	}
-	if err != nil {
-		return e.doms.one
-	}
-	return e.doms.get(node.Options().Addr)
+// newHealth returns the failure domains of e's client.
+func (e *Engine) newHealth() *health.Monitor {
+	return health.New(health.Config{
+		Client: e.client, Addr: addrOf(e.client), Log: e.log, Timeout: e.timeout, LogEvery: warnEvery,
+		Answered: answered, Stop: e.stop, Closed: e.closed.Load, Run: &e.bg,
+	})
 }
 
 // route finds the domains c needs: one for a single server; otherwise c's
@@ -108,13 +52,13 @@ func (e *Engine) domainOf(key string) *domain {
 func (e *Engine) route(c *call) {
 	c.doms = c.doms[:0]
 	if e.group == groupAll {
-		c.doms = append(c.doms, e.doms.one)
+		c.doms = append(c.doms, e.doms.One)
 		return
 	}
 	c.split(e.group)
 	c.pdom = c.pdom[:0]
 	for i := range c.pends {
-		d := e.domainOf(c.plan.Keys[c.part(i)[0]])
+		d := e.doms.Of(c.plan.Keys[c.part(i)[0]])
 		c.pdom = append(c.pdom, d)
 		if !containsDomain(c.doms, d) {
 			c.doms = append(c.doms, d)
@@ -135,7 +79,7 @@ func containsDomain(ds []*domain, d *domain) bool {
 // Redis.
 func needsDown(c *call) bool {
 	for _, d := range c.doms {
-		if d.down.Load() {
+		if d.Down.Load() {
 			return true
 		}
 	}
@@ -147,12 +91,10 @@ func needsDown(c *call) bool {
 // out of memory.
 func (e *Engine) noteFailed(c *call) {
 	for _, d := range c.doms {
-		if d.down.Load() {
-			d.failed.Add(1)
-		}
+		d.NoteFailed()
 	}
 	if c.err != nil && len(c.doms) > 0 && outOfMemory(c.err) {
-		e.logOOM(c.doms[0], c.err)
+		e.doms.LogOOM(c.doms[0], c.err)
 	}
 }
 
@@ -161,14 +103,14 @@ func (e *Engine) noteFailed(c *call) {
 func (e *Engine) observe(d *domain, answered bool, err error) {
 	switch {
 	case answered:
-		if d.down.Load() {
-			e.markUp(d)
+		if d.Down.Load() {
+			e.doms.MarkUp(d)
 		}
 	case err != nil && !errors.Is(err, errNotAsked) && !errors.Is(err, errClock):
 		// A timeout, a refused or broken connection: asking again would
 		// cost each call up to a timeout (go-redis retries dials and
 		// redirects until the context expires).
-		e.markDown(d, err)
+		e.doms.MarkDown(d, err)
 	}
 	if err != nil {
 		// The slot map may be stale (a failover): let go-redis reload it,
@@ -183,10 +125,10 @@ func (e *Engine) observe(d *domain, answered bool, err error) {
 // anyDown reports whether a domain of the plan's keys is down.
 func (e *Engine) anyDown(p *plan.Plan) bool {
 	if e.group == groupAll {
-		return e.doms.one.down.Load()
+		return e.doms.One.Down.Load()
 	}
 	for _, k := range p.Keys {
-		if e.domainOf(k).down.Load() {
+		if e.doms.Of(k).Down.Load() {
 			return true
 		}
 	}
@@ -199,3 +141,6 @@ func decideLocal(l *fallback.Limiter, c *call, t int64, known *denials.Cache) {
 	c.sec, c.usec = t/1e6, t%1e6
 	c.status = l.Decide(&c.plan, c.res, c.bleft, c.mode == opAllow, c.id, t, known)
 }
+
+// outOfMemory reports whether err is Redis's OOM error reply.
+func outOfMemory(err error) bool { return health.OutOfMemory(err) }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -52,8 +53,8 @@ func flushDuring(t *testing.T, e *Engine, flush func() error, d time.Duration) {
 // must never reach them. (TestCluster does the same on a cluster.)
 func TestScriptFlush(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	flushDuring(t, e, func() error { return rc.ScriptFlush(context.Background()).Err() }, time.Second)
@@ -75,8 +76,8 @@ func TestKill(t *testing.T) {
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			t.Parallel()
-			s, rc := startRedis(t)
-			prefix := testPrefix(t)
+			s, rc := redistest.StartClient(t)
+			prefix := redistest.Prefix(t)
 			e := newEngine(t, rc, WithKeyPrefix(prefix), WithTimeout(timeout), WithFailMode(tc.mode))
 			r := req(user("u", win(2, time.Minute)))
 			r.Fail = rules.FailDefault
@@ -160,7 +161,7 @@ func TestHang(t *testing.T) {
 			t.Errorf("call %d while down: %v %v", i, d.Source, err)
 		}
 	}
-	if !e.doms.one.probing.Load() {
+	if !e.doms.One.Probing.Load() {
 		t.Error("no background probe while down")
 	}
 }

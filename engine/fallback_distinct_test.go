@@ -52,8 +52,8 @@ func TestFallbackSeedDistinct(t *testing.T) {
 			s := redistest.Start(t)
 			rc := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 			t.Cleanup(func() { rc.Close() })
-			clk := newFakeClock()
-			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(2*time.Second),
+			clk := redistest.NewClock()
+			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now), WithTimeout(2*time.Second),
 				WithFailMode(rules.FailLocal))
 			value := 0
 			r := func() Request {
@@ -101,7 +101,7 @@ func TestFallbackSeedDistinctCluster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
 	opts := &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1}
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	var engines []*Engine
 	for node := range int64(2) {
 		engines = append(engines, newEngine(t, cl.ClientWith(t, opts), WithKeyPrefix(prefix), WithNode(node+1),

@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -30,14 +29,7 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := miniredis.NewMiniRedis()
-			if err := m.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(m.Close)
-			clk := newFakeClock()
-			e := newEngine(t, redisClient(m.Addr()), WithKeyPrefix(testPrefix(t)), WithClock(clk.Now),
-				WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
+			m, clk, e := miniEngine(t, rules.FailLocal, WithKeyPrefix(redistest.Prefix(t)))
 			req := func(limit int64) Request {
 				w := rules.Window{Limit: limit * tc.unit, Period: time.Minute, LimitFunc: "quota"}
 				l := rules.Limiter{Kind: rules.User, Cost: tc.cost, Windows: []rules.Window{w}}
@@ -79,14 +71,7 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 // (found by TestFaults, miniredis seed 4156674472817935029).
 func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
 	t.Parallel()
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	clk := newFakeClock()
-	e := newEngine(t, redisClient(m.Addr()), WithKeyPrefix(testPrefix(t)), WithClock(clk.Now),
-		WithFailMode(rules.FailLocal), WithTimeout(2*time.Second))
+	m, clk, e := miniEngine(t, rules.FailLocal, WithKeyPrefix(redistest.Prefix(t)))
 	req := Request{Scope: "s", Checks: []Check{{
 		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, ruletime.Day)}},
 		Subject: "alice",

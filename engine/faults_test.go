@@ -96,16 +96,12 @@ func TestLeaderPanic(t *testing.T) {
 
 	// A background probe whose client panics neither crashes the process
 	// nor leaves the server down: calls ask it again.
-	e.markDown(e.doms.one, errors.New("test"))
+	e.doms.MarkDown(e.doms.One, errors.New("test"))
 	panics.Store(1) // release is closed: the next Process panics at once
 	<-entered
-	deadline := time.Now().Add(5 * time.Second)
-	for e.doms.one.down.Load() || e.doms.one.probing.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("server still down 5 s after its probe panicked")
-		}
-		time.Sleep(ms)
-	}
+	redistest.Eventually(t, "the server up after its probe panicked", func() bool {
+		return !e.doms.One.Down.Load() && !e.doms.One.Probing.Load()
+	})
 }
 
 // busy blocks the server for d with a script (other clients' commands wait
@@ -148,10 +144,10 @@ end`, nil, d.Microseconds()).Err()
 // counted in Redis.
 func TestTimedOutReservation(t *testing.T) {
 	t.Parallel()
-	s, _ := startRedis(t)
+	s, _ := redistest.StartClient(t)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithTimeout(100*ms), WithFailMode(rules.FailClosed))
 	r := req(user("u", win(10, time.Minute)), ip("1.2.3.4", win(10, time.Minute)))
@@ -184,7 +180,7 @@ func TestTimedOutReservation(t *testing.T) {
 // had counted the request leaves no entry once Redis answers again, and
 // that the other slot's reservation is rolled back at once.
 func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { cc.Close() })
@@ -238,10 +234,10 @@ func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
 // the requests admitted "in its future", and that such a key keeps a TTL.
 func TestClockBack(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	r := req(user("u", win(1, time.Minute)))
 	clk.Set(100 * time.Second)
@@ -257,10 +253,10 @@ func TestClockBack(t *testing.T) {
 // restore without TTL) gets one again at its next bookkeeping.
 func TestPersistedKey(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	r := req(user("u", win(10, time.Second)))
 	mustAllow(t, e, r, true)

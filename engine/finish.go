@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
-	"strconv"
 
+	"github.com/slidelimit/slidelimit/engine/internal/admission"
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
 )
@@ -50,7 +50,7 @@ func (e *Engine) Finish(ctx context.Context, d Decision, o Outcome) error {
 
 // finish is Finish; keepSlots leaves the slots held (the tests' settle).
 func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots bool) error {
-	t := d.taken
+	t := d.admitted
 	if t == nil || !d.Allowed {
 		return nil
 	}
@@ -60,9 +60,9 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	if err != nil {
 		return err
 	}
-	if t.src == fromLocal {
+	if t.Local {
 		c.finishing(t, o, deltas, keepSlots)
-		e.local.Finish(t.id, c.fin)
+		e.local.Finish(t.ID, c.fin)
 		return nil
 	}
 	if e.closed.Load() {
@@ -88,7 +88,7 @@ func (e *Engine) finishRemote(c *call, op string) error {
 		// Redis timed out and has not answered since: queue the work for
 		// the batch that finds it back, instead of making the caller (a
 		// handler that has answered) wait for another timeout.
-		e.undos.push(e, c.fin...)
+		e.undos.Push(c.fin...)
 		return &backendError{Op: op, Err: errNotAsked}
 	}
 	e.join(c)
@@ -124,13 +124,13 @@ func (e *Engine) finished(c *call, op string) error {
 // a single server, the failed parts' elsewhere.
 func (e *Engine) requeueFinish(c *call) {
 	if e.group == groupAll {
-		e.undos.push(e, c.fin...)
+		e.undos.Push(c.fin...)
 		return
 	}
 	for i, st := range c.pstat {
 		if st < 0 {
 			for _, k := range c.part(i) {
-				e.undos.push(e, c.fin[k])
+				e.undos.Push(c.fin[k])
 			}
 		}
 	}
@@ -149,60 +149,20 @@ func (c *call) finishName(o *Outcome) string {
 
 // finishing makes c the finish op of t for o, settling by deltas (per key
 // of t, nil for none): the work not done yet, one undo per key, claimed in
-// t's state. The undos' until is left to undoQueue.push: most finishes
-// are never queued, and a clock reading per finish costs.
-func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
-	c.mode, c.id = opFinish, t.id
-	c.fin = c.fin[:0]
+// t's state.
+func (c *call) finishing(t *admission.Record, o *Outcome, deltas []int64, keepSlots bool) {
+	c.mode, c.id = opFinish, t.ID
 	want := uint32(0)
 	if !keepSlots {
-		want |= doneRelease
+		want |= admission.DoneRelease
 	}
 	if o.GiveBack {
-		want |= doneGiveBack | doneRelease
+		want |= admission.DoneGiveBack | admission.DoneRelease
 	}
 	if deltas != nil {
-		want |= doneSettle
+		want |= admission.DoneSettle
 	}
-	before := t.claim(want)
-	member := t.member()
-	for i := range t.keys {
-		k := &t.keys[i]
-		u := codec.Undo{Key: t.key(i), Member: member, Suffix: k.suffix, Longest: k.longest, Kind: k.kind}
-		switch {
-		case want&doneGiveBack != 0 && before&doneGiveBack == 0:
-			if k.kind == codec.KindSlot && before&doneRelease != 0 {
-				continue
-			}
-			if k.kind == codec.KindWeighted {
-				u.Cost, u.Delta, u.Mode, u.At = k.cost, -k.cost, 'r', t.at
-			}
-			if k.kind == codec.KindCal && before&doneSettle != 0 {
-				continue // a settled request is not given back, as in weighted keys
-			}
-			if k.kind == codec.KindDistinct && t.src != fromLocal {
-				// A give-back leaves the value counted (docs/limits.md):
-				// a request admitted since without counting it anew
-				// shares it, and a restore would leave that request's
-				// value uncounted. Only a rollback restores it.
-				continue
-			}
-			if (k.kind == codec.KindCal || k.kind == codec.KindDistinct) && !t.extraUndo(i, &u, -k.cost) {
-				continue
-			}
-		case k.kind == codec.KindSlot && want&doneRelease != 0 && before&(doneRelease|doneGiveBack) == 0:
-		case k.kind == codec.KindWeighted && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
-			u.Cost, u.Delta, u.Mode, u.At = k.cost, deltas[i], 's', t.at
-			if k.grain > 0 {
-				u.Mode, u.Grain = 'g', k.grain
-			}
-		case k.kind == codec.KindCal && deltas != nil && deltas[i] != 0 && before&(doneSettle|doneGiveBack) == 0 && !o.GiveBack:
-			t.extraUndo(i, &u, deltas[i])
-		default:
-			continue
-		}
-		c.fin = append(c.fin, u)
-	}
+	c.fin = t.Finish(c.fin[:0], want, o.GiveBack, deltas)
 	finishKeys(&c.plan, c.fin)
 	c.res, c.all = c.res[:0], c.all[:0]
 	for i := range c.fin {
@@ -212,59 +172,19 @@ func (c *call) finishing(t *taken, o *Outcome, deltas []int64, keepSlots bool) {
 
 // deltas returns, per key of t, the change of its cost that actual asks
 // for (nil for no settlement), in c's scratch space.
-func (c *call) deltas(t *taken, actual []int64) ([]int64, error) {
+func (c *call) deltas(t *admission.Record, actual []int64) ([]int64, error) {
 	if actual == nil {
 		return nil, nil
 	}
-	if len(actual) != len(t.checks) {
-		return nil, &requestError{Check: -1, Window: -1, Reason: "Finish needs one actual cost per check, got " +
-			strconv.Itoa(len(actual)) + " for " + strconv.Itoa(len(t.checks))}
-	}
-	d := c.bleft[:0]
-	for range t.keys {
-		d = append(d, 0)
-	}
+	d, changes, err := t.Deltas(actual, c.bleft)
 	c.bleft = d
-	// Indexed by key: every key holds one of the request's windows at
-	// least, so there are at most maxWindows. (A check has at most a rate
-	// and a slot key, but calendar keys come between them.)
-	var set [plan.MaxWindows]bool
-	for i, a := range actual {
-		k := t.checks[i].key
-		if a < 0 || k < 0 {
-			continue
-		}
-		delta := a - t.keys[k].cost
-		if t.keys[k].kind != codec.KindWeighted {
-			delta = a - 1
-		}
-		switch {
-		case delta != 0 && !t.checks[i].priced:
-			return nil, &requestError{Check: i, Window: -1, Reason: "only a limiter with a cost settles: this one counts requests"}
-		case set[k] && d[k] != delta:
-			return nil, &requestError{Check: i, Window: -1, Reason: "checks sharing a key (same scope, limiter and subject) settle to different costs"}
-		}
-		d[k], set[k] = delta, true
+	if ce, ok := err.(*admission.CostError); ok {
+		return nil, &requestError{Check: ce.Check, Window: -1, Reason: ce.Reason}
 	}
-	if err := t.calDeltas(actual, d); err != nil {
-		return nil, err
+	if !changes {
+		return nil, nil // nothing to settle
 	}
-	for _, x := range d {
-		if x != 0 {
-			return d, nil
-		}
-	}
-	return nil, nil // nothing to settle
-}
-
-// claim marks want done and returns what was done before.
-func (t *taken) claim(want uint32) uint32 {
-	for {
-		old := t.state.Load()
-		if t.state.CompareAndSwap(old, old|want) {
-			return old
-		}
-	}
+	return d, nil
 }
 
 // finishKeys makes the keys of p those of fin, for routing and the

@@ -27,7 +27,7 @@ func BenchmarkFinish(b *testing.B) {
 			name += "+" + finish
 		}
 		b.Run(name, func(b *testing.B) {
-			e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)))
+			e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 			i := 0
 			for b.Loop() {
 				d, err := e.Allow(ctx, reqs[i%len(reqs)])

@@ -40,7 +40,7 @@ func benchFinishRedisCPU(b *testing.B, subjects int) {
 		reqs[i].Checks[0].Windows[1].Limit = 1e6
 	}
 	out := Outcome{Actual: []int64{-1, 512 << 10}}
-	e := newEngine(b, rc, WithKeyPrefix(testPrefix(b)))
+	e := newEngine(b, rc, WithKeyPrefix(redistest.Prefix(b)))
 	for i := 0; i < len(reqs); i += callers {
 		var wg sync.WaitGroup
 		for c := range min(callers, len(reqs)-i) {

@@ -12,14 +12,14 @@ import (
 // finishSteps runs sequences of Finish on a request of a byte quota and an
 // in-flight window: what each leaves counted, and that its slot is always
 // freed exactly once.
-func finishSteps(t *testing.T, e *Engine, clk *fakeClock) {
+func finishSteps(t *testing.T, e *Engine, clk *redistest.Clock) {
 	t.Helper()
 	finishStepsBy(t, e, clk, func(d Decision, o Outcome) { localOK(t, e, e.Finish(context.Background(), d, o)) })
 }
 
 // finishStepsBy is finishSteps finishing with finish; the Peek right
 // after it must see its work done.
-func finishStepsBy(t *testing.T, e *Engine, clk *fakeClock, finish func(Decision, Outcome)) {
+func finishStepsBy(t *testing.T, e *Engine, clk *redistest.Clock, finish func(Decision, Outcome)) {
 	t.Helper()
 	ctx := context.Background()
 	settle10 := []int64{10, -1}
@@ -72,15 +72,15 @@ func TestFinish(t *testing.T) {
 
 // onEveryBackend runs scenario on every backend of testBackends, each
 // with a random prefix and a fake clock.
-func onEveryBackend(t *testing.T, scenario func(*testing.T, *Engine, *fakeClock)) {
+func onEveryBackend(t *testing.T, scenario func(*testing.T, *Engine, *redistest.Clock)) {
 	for _, b := range testBackends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			if b.ttl != nil {
 				b.ttl(t, prefix)
 			}
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now)}, b.opts...)
 			scenario(t, newEngine(t, b.c, opts...), clk)
 		})
@@ -94,7 +94,7 @@ func TestFinishNothing(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	var h redistest.RoundTripCounter
-	e := newEngine(t, hooked(t, s.Addr, &h), WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
+	e := newEngine(t, hooked(t, s.Addr, &h), WithKeyPrefix(redistest.Prefix(t)), WithCachedDenials(false))
 	ctx := context.Background()
 	r := req(bytesOf("u", 100, win(150, time.Minute)), user("u", win(5, time.Minute), conc(2)))
 	d := mustAllow(t, e, r, true)
@@ -140,9 +140,9 @@ func TestFinishNothing(t *testing.T) {
 // revive it (an admission after its expiry may have counted without it).
 func TestSlotEpochs(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	clk := newFakeClock()
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	clk := redistest.NewClock()
+	prefix := redistest.Prefix(t)
 	lost := make(chan SlotLost, 4)
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now), WithLease(time.Minute),
 		WithSlotLost(func(l SlotLost) { lost <- l }))
@@ -157,11 +157,11 @@ func TestSlotEpochs(t *testing.T) {
 	if slotState(t, c).Used != 2 {
 		t.Fatalf("after a's lease: %+v", c)
 	}
-	e.renew() // a's slot expired: reported lost, not renewed
+	e.slots.Renew() // a's slot expired: reported lost, not renewed
 	select {
 	case l := <-lost:
-		if l.Member != a.taken.member() {
-			t.Errorf("lost %+v, want a's member %s", l, a.taken.member())
+		if l.Member != a.admitted.Member() {
+			t.Errorf("lost %+v, want a's member %s", l, a.admitted.Member())
 		}
 	default:
 		t.Fatal("the renewal did not report a's expired slot")

@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestFinishAsyncNoAlloc: a download's FinishAsync, and carrying its
@@ -18,7 +20,7 @@ import (
 // are answered in process (scriptEcho), so that only the engine's
 // allocations count.
 func TestFinishAsyncNoAlloc(t *testing.T) {
-	s, _ := startRedis(t)
+	s, _ := redistest.StartClient(t)
 	e, h := echoEngine(t, s.Addr)
 	ctx := context.Background()
 	reqs := make([]Request, 100)
@@ -45,7 +47,7 @@ func TestFinishAsyncNoAlloc(t *testing.T) {
 	if withFinish > alone {
 		t.Errorf("a request admitted and finished allocates %v times, one only admitted %v", withFinish, alone)
 	}
-	e.drainAsync(false)
+	e.async.Drain(false)
 	if got, want := h.ops.Load(), int64(2*len(reqs)+1001); got != want {
 		t.Errorf("%d finish ops answered, want %d", got, want)
 	}

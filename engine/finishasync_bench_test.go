@@ -64,7 +64,7 @@ func echoEngine(tb testing.TB, addr string) (*Engine, *scriptEcho) {
 	tb.Cleanup(func() { rc.Close() })
 	h := &scriptEcho{}
 	rc.AddHook(h)
-	return newEngine(tb, rc, WithKeyPrefix(testPrefix(tb))), h
+	return newEngine(tb, rc, WithKeyPrefix(redistest.Prefix(tb))), h
 }
 
 var errEcho = errors.New("engine: scriptEcho cannot answer these arguments")
@@ -247,9 +247,7 @@ func BenchmarkFinishAsyncClient(b *testing.B) {
 						// would be measured. Emptied, it holds at most one
 						// request per subject, as finished requests leave
 						// it.
-						e.slots.mu.Lock()
-						clear(e.slots.held)
-						e.slots.mu.Unlock()
+						e.slots.Clear()
 					}
 				}
 				b.ReportAllocs()

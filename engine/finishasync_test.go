@@ -9,6 +9,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine/internal/admission"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestFinishAsyncSteps runs finishSteps with FinishAsync on every backend:
@@ -17,8 +20,8 @@ import (
 // the order of script calls can make them see it.
 func TestFinishAsyncSteps(t *testing.T) {
 	t.Parallel()
-	onEveryBackend(t, func(t *testing.T, e *Engine, clk *fakeClock) {
-		e.async.bound = time.Hour
+	onEveryBackend(t, func(t *testing.T, e *Engine, clk *redistest.Clock) {
+		e.async.SetBound(time.Hour)
 		finishStepsBy(t, e, clk, e.FinishAsync)
 		if n := e.finishAsyncFailures(); n != 0 {
 			t.Errorf("FinishAsyncFailures %d, want 0", n)
@@ -28,7 +31,7 @@ func TestFinishAsyncSteps(t *testing.T) {
 
 // asyncClients returns a real Redis and a miniredis client.
 func asyncClients(t *testing.T) map[string]*redis.Client {
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { mc.Close() })
@@ -45,8 +48,8 @@ func TestFinishAsyncOrder(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
-			e.async.bound = time.Hour // only riding script calls carry them
+			e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
+			e.async.SetBound(time.Hour) // only riding script calls carry them
 			ctx := context.Background()
 			const workers, rounds = 8, 100
 			var wg sync.WaitGroup
@@ -93,7 +96,7 @@ func TestFinishAsyncOtherEngine(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			a := newEngine(t, c, WithKeyPrefix(prefix))
 			b := newEngine(t, c, WithKeyPrefix(prefix), WithCachedDenials(false))
 			ctx := context.Background()
@@ -117,7 +120,7 @@ func TestFinishAsyncOtherEngine(t *testing.T) {
 					if d.Allowed {
 						worst = max(worst, time.Since(start))
 						b.FinishAsync(d, Outcome{})
-						b.drainAsync(false)
+						b.async.Drain(false)
 						break
 					}
 					if time.Since(start) > time.Second {
@@ -138,12 +141,12 @@ func TestFinishAsyncClose(t *testing.T) {
 	for name, c := range asyncClients(t) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			a, err := New(c, WithKeyPrefix(prefix), WithTimeout(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
-			a.async.bound = time.Hour
+			a.async.SetBound(time.Hour)
 			check := newEngine(t, c, WithKeyPrefix(prefix), WithCachedDenials(false))
 			ctx := context.Background()
 			const n = 20
@@ -172,7 +175,7 @@ func TestFinishAsyncClose(t *testing.T) {
 				}
 			}
 			// After Close a FinishAsync is refused and counted.
-			a.FinishAsync(Decision{Allowed: true, taken: &taken{src: fromRedis}}, Outcome{})
+			a.FinishAsync(Decision{Allowed: true, admitted: &admission.Record{}}, Outcome{})
 			if got := a.finishAsyncFailures(); got != 1 {
 				t.Errorf("FinishAsyncFailures after Close %d, want 1", got)
 			}
@@ -185,8 +188,8 @@ func TestFinishAsyncClose(t *testing.T) {
 // an undo, which the next batch to reach Redis runs).
 func TestFinishAsyncErrors(t *testing.T) {
 	t.Parallel()
-	s, c := startRedis(t)
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithTimeout(time.Second))
+	s, c := redistest.StartClient(t)
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(time.Second))
 	ctx := context.Background()
 	r := req(user("u", conc(1)), bytesOf("u", 10, win(100, time.Hour)))
 	d, err := e.Allow(ctx, r)
@@ -197,101 +200,19 @@ func TestFinishAsyncErrors(t *testing.T) {
 	if got := e.finishAsyncFailures(); got != 1 {
 		t.Fatalf("after a refused Outcome: FinishAsyncFailures %d, want 1", got)
 	}
-	e.drainAsync(false)
+	e.async.Drain(false)
 	if p, err := e.peek(ctx, r); err != nil || slotState(t, p).Used != 1 {
 		t.Fatalf("a refused Outcome changed something: %+v, %v", p.Windows, err)
 	}
 	s.Stop()
 	e.FinishAsync(d, Outcome{})
-	e.drainAsync(false) // the timer's work, now
+	e.async.Drain(false) // the timer's work, now
 	if got := e.finishAsyncFailures(); got != 2 {
 		t.Fatalf("after Redis stopped: FinishAsyncFailures %d, want 2", got)
 	}
-	if e.undos.n.Load() == 0 {
+	if e.undos.Len() == 0 {
 		t.Fatal("the failed release was not queued for retry")
 	}
-}
-
-// touchesEngine returns an engine on miniredis whose queued finishes are
-// not sent by the timer, and ask, which makes an Allow of keys "other"
-// and key.
-func touchesEngine(t *testing.T) (*Engine, func(key string) *call) {
-	t.Helper()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	e := newEngine(t, mc)
-	e.async.bound = time.Hour
-	return e, func(key string) *call {
-		c := &call{mode: opAllow}
-		c.plan.Keys = []string{"other", key}
-		return c
-	}
-}
-
-// TestFinishAsyncTouches: a cached denial is not made for a key with a
-// finish queued or in the air (it may free room), and is for other keys.
-func TestFinishAsyncTouches(t *testing.T) {
-	t.Parallel()
-	e, ask := touchesEngine(t)
-	fin := &call{}
-	fin.plan.Keys = []string{"k"}
-	if e.async.touches(ask("k")) {
-		t.Fatal("touches with nothing queued")
-	}
-	e.async.push(e, fin)
-	if !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
-		t.Fatal("queued: touches wrong")
-	}
-	e.async.mu.Lock()
-	fl := e.async.takeOff()
-	e.async.mu.Unlock()
-	if fl == nil || !e.async.touches(ask("k")) || e.async.touches(ask("j")) {
-		t.Fatal("in the air: touches wrong")
-	}
-	// Land it by hand: nothing was sent.
-	e.async.mu.Lock()
-	e.async.air = nil
-	e.async.n.Add(-1)
-	e.async.mu.Unlock()
-	if e.async.touches(ask("k")) {
-		t.Fatal("touches after landing")
-	}
-}
-
-// TestFinishAsyncTouchesIndexed is TestFinishAsyncTouches for a flight of
-// more keys than flightIndex, whose keys are indexed: a batch of one of
-// its keys waits for it, others do not.
-func TestFinishAsyncTouchesIndexed(t *testing.T) {
-	t.Parallel()
-	e, ask := touchesEngine(t)
-	for i := range flightIndex {
-		fin := &call{mode: opFinish}
-		fin.plan.Keys = []string{fmt.Sprint("k", i), fmt.Sprint("x", i)}
-		e.async.push(e, fin)
-	}
-	e.async.mu.Lock()
-	fl := e.async.takeOff()
-	e.async.mu.Unlock()
-	if fl == nil || fl.nkeys <= flightIndex {
-		t.Fatalf("flight %+v: want more than %d keys", fl, flightIndex)
-	}
-	last := fmt.Sprint("x", flightIndex-1)
-	if !e.async.touches(ask(last)) || !e.async.touches(ask("k0")) || e.async.touches(ask("j")) {
-		t.Fatal("in the air: touches wrong")
-	}
-	e.async.mu.Lock()
-	waitLast := e.async.conflicts([]*call{ask("j"), ask(last)}, nil)
-	waitNone := e.async.conflicts([]*call{ask("j"), ask("k")}, nil)
-	e.async.mu.Unlock()
-	if len(waitLast) != 1 || len(waitNone) != 0 {
-		t.Fatalf("conflicts: %d flights for a batch of its key, want 1; %d for one of others, want 0", len(waitLast), len(waitNone))
-	}
-	// Land it by hand (nothing was sent), or Close would wait for it.
-	e.async.mu.Lock()
-	e.async.air = nil
-	e.async.n.Add(-flightIndex)
-	e.async.mu.Unlock()
 }
 
 // TestFinishAsyncTimerRearms: the timer, armed for a finish a batch took
@@ -303,15 +224,11 @@ func TestFinishAsyncTimerRearms(t *testing.T) {
 	m := miniredis.RunT(t)
 	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { mc.Close() })
-	e := newEngine(t, mc, WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
-	e.async.bound = time.Hour
+	e := newEngine(t, mc, WithKeyPrefix(redistest.Prefix(t)), WithCachedDenials(false))
+	e.async.SetBound(time.Hour)
 	ctx := context.Background()
 	r := req(user("u", conc(1)))
-	state := func() (pending int, armed bool) {
-		e.async.mu.Lock()
-		defer e.async.mu.Unlock()
-		return len(e.async.pending), e.async.armed
-	}
+	state := e.async.State
 	d, err := e.Allow(ctx, r)
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
@@ -326,14 +243,12 @@ func TestFinishAsyncTimerRearms(t *testing.T) {
 	if n, armed := state(); n != 1 || !armed {
 		t.Fatalf("pending %d, armed %v; want 1 and the timer armed", n, armed)
 	}
-	e.flushAsync() // the run armed for the first finish
+	e.async.Flush() // the run armed for the first finish
 	if n, armed := state(); n != 1 || !armed {
 		t.Fatalf("after a run before its bound: pending %d, armed %v; want the finish kept and the timer armed again", n, armed)
 	}
-	e.async.mu.Lock()
-	e.async.since = e.elapsed() - (2 * time.Hour).Microseconds()
-	e.async.mu.Unlock()
-	e.flushAsync() // the run at its bound
+	e.async.SetSince(e.elapsed() - (2 * time.Hour).Microseconds())
+	e.async.Flush() // the run at its bound
 	if n, armed := state(); n != 0 || armed {
 		t.Fatalf("after a run at its bound: pending %d, armed %v; want it sent and the timer idle", n, armed)
 	}

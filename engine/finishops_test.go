@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/lua"
 )
 
@@ -28,10 +28,8 @@ type stepServer struct {
 
 func stepServers(t *testing.T) []stepServer {
 	t.Helper()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
 	return []stepServer{{"miniredis", mc, false}, {"redis", rc, true}}
 }
 
@@ -163,7 +161,7 @@ func TestFinishStepRemove(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
 		ctx := context.Background()
-		p := testPrefix(t)
+		p := redistest.Prefix(t)
 		count, slots := p+"{u}", p+"{u}:slots"
 		s.c.ZAdd(ctx, count, redis.Z{Score: 1000, Member: "m"}, redis.Z{Score: 1001, Member: "n"}, redis.Z{Score: 1002, Member: "o.2"})
 		s.c.ZAdd(ctx, slots, redis.Z{Score: 9000, Member: "m"})
@@ -190,7 +188,7 @@ func TestFinishStepPublish(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
 		ctx := context.Background()
-		p := testPrefix(t)
+		p := redistest.Prefix(t)
 		count, slots := p+"{u}", p+"{u}:slots"
 		s.c.ZAdd(ctx, count, redis.Z{Score: 1000, Member: "m"})
 		s.c.ZAdd(ctx, slots, redis.Z{Score: 9000, Member: "m"})
@@ -216,7 +214,7 @@ func TestFinishStepPublish(t *testing.T) {
 func TestFinishStepSettleNewest(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
-		key := testPrefix(t) + "{u}:w"
+		key := redistest.Prefix(t) + "{u}:w"
 		weightedKey(t, s.c, key, 100, "a", 1000, 300, "m", 2000)
 		settle := []any{"W", 0, -150, "s", 2000, 0, 200}
 		if got := s.finishOp(t, "m", []string{key}, map[string]int64{"zpopmax": 1, "zadd": 1}, settle...); !slices.Equal(got, []int64{1}) {
@@ -245,7 +243,7 @@ func TestFinishStepSettleNewest(t *testing.T) {
 func TestFinishStepSettleLater(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
-		key := testPrefix(t) + "{u}:w"
+		key := redistest.Prefix(t) + "{u}:w"
 		weightedKey(t, s.c, key, 100, "a", 1000, 300, "m", 2000, 350, "b", 3000)
 		// The pop finds b, the read from 2000 on finds m: m is renamed,
 		// and b, already removed, is added back with its new total.
@@ -257,7 +255,7 @@ func TestFinishStepSettleLater(t *testing.T) {
 			total16(100)+":a@1000", total16(150)+":m!@2000", total16(200)+":b@3000")...)
 		// A later entry at the same time (b, admitted in the same
 		// microsecond) comes after m in rank: the pop finds b, not m.
-		same := testPrefix(t) + "{u}:w"
+		same := redistest.Prefix(t) + "{u}:w"
 		weightedKey(t, s.c, same, 100, "a", 1000, 300, "m", 2000, 350, "b", 2000)
 		if got := s.finishOp(t, "m", []string{same}, want, "W", 0, -150, "s", 2000, 0, 200); !slices.Equal(got, []int64{1}) {
 			t.Errorf("flags %v, want 1", got)
@@ -266,7 +264,7 @@ func TestFinishStepSettleLater(t *testing.T) {
 			total16(100)+":a@1000", total16(150)+":m!@2000", total16(200)+":b@2000")...)
 		// A debt that would take the newest total above 2^53 is refused,
 		// and the popped entry is back as it was.
-		big := testPrefix(t) + "{u}:w"
+		big := redistest.Prefix(t) + "{u}:w"
 		weightedKey(t, s.c, big, 300, "m", 2000, 9007199254740000, "b", 3000)
 		if got := s.finishOp(t, "m", []string{big}, nil, "W", 0, 5000, "s", 2000, 0, 200); !slices.Equal(got, []int64{2}) {
 			t.Errorf("debt above 2^53: flags %v, want 2", got)
@@ -281,7 +279,7 @@ func TestFinishStepSettleLater(t *testing.T) {
 func TestFinishStepGiveBackWeighted(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
-		key := testPrefix(t) + "{u}:w"
+		key := redistest.Prefix(t) + "{u}:w"
 		weightedKey(t, s.c, key, 100, "a", 1000, 300, "m", 2000)
 		giveBack := []any{"W", 0, -200, "r", 2000, 0, 200}
 		if got := s.finishOp(t, "m", []string{key}, map[string]int64{"zpopmax": 1, "zrange": 1}, giveBack...); !slices.Equal(got, []int64{1}) {
@@ -297,7 +295,7 @@ func TestFinishStepGiveBackWeighted(t *testing.T) {
 		// With a later entry (b, settled already), the pop finds b and puts
 		// it back; m is found from its decision time on, and b's total
 		// loses m's cost, its name kept.
-		later := testPrefix(t) + "{u}:w"
+		later := redistest.Prefix(t) + "{u}:w"
 		weightedKey(t, s.c, later, 100, "a", 1000, 300, "m", 2000, 320, "b!", 3000)
 		want := map[string]int64{"zpopmax": 1, "zrange": 2, "zrem": 2, "zadd": 2}
 		if got := s.finishOp(t, "m", []string{later}, want, giveBack...); !slices.Equal(got, []int64{1}) {
@@ -316,7 +314,7 @@ func TestFinishStepCalendar(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
 		ctx := context.Background()
-		key := testPrefix(t) + "{u}:cal:d"
+		key := redistest.Prefix(t) + "{u}:cal:d"
 		s.c.HSet(ctx, key, "1000", 5)
 		s.c.PExpire(ctx, key, time.Hour)
 		applied := map[string]int64{"hsetnx": 1, "hincrby": 1, "hset": 1}
@@ -344,7 +342,7 @@ func TestFinishStepCalendar(t *testing.T) {
 		if n := s.c.HExists(ctx, key, "1000").Val(); n {
 			t.Errorf("the count of a period at 0 exists, want gone")
 		}
-		fresh := testPrefix(t) + "{u}:cal:d"
+		fresh := redistest.Prefix(t) + "{u}:cal:d"
 		if got := s.finishOp(t, "m4", []string{fresh}, map[string]int64{"hsetnx": 1, "hincrby": 1, "hdel": 1}, "A", 1000, 3); !slices.Equal(got, []int64{0}) {
 			t.Errorf("debt to a period without a field: flags %v, want 0", got)
 		}
@@ -361,7 +359,7 @@ func TestFinishStepRestore(t *testing.T) {
 	t.Parallel()
 	onStepServers(t, func(t *testing.T, s stepServer) {
 		ctx := context.Background()
-		key := testPrefix(t) + "{u}:d"
+		key := redistest.Prefix(t) + "{u}:d"
 		s.c.ZAdd(ctx, key, redis.Z{Score: 2000, Member: "v:a"}, redis.Z{Score: 2000, Member: "v:b"})
 		if got := s.finishOp(t, "m", []string{key}, map[string]int64{"zscore": 1, "zadd": 1}, "R", "v:a", 2000, 500); !slices.Equal(got, []int64{1}) {
 			t.Errorf("flags %v, want 1", got)

@@ -53,8 +53,8 @@ func hasLibrary(t *testing.T, c *redis.Client) bool {
 // the missing function, and the library is loaded again.
 func TestFunctionFlush(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	e := newEngine(t, rc, WithKeyPrefix(prefix), WithCachedDenials(false))
 	ctx := context.Background()
@@ -95,9 +95,9 @@ func TestFunctionFlush(t *testing.T) {
 // it answers EVALSHA.
 func TestFunctionOutOfMemory(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	ctx := context.Background()
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 	r := req(user("u", win(10, time.Minute)))
 	mustAllow(t, e, r, true)
 	if err := rc.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
@@ -118,7 +118,7 @@ func TestFunctionOutOfMemory(t *testing.T) {
 func TestFunctionRefused(t *testing.T) {
 	t.Parallel()
 	m := miniredis.RunT(t)
-	_, admin := startRedis(t)
+	_, admin := redistest.StartClient(t)
 	ctx := context.Background()
 	if err := admin.Do(ctx, "acl", "setuser", "nofn", "on", ">pw", "~*", "&*", "+@all", "-function", "-fcall").Err(); err != nil {
 		t.Fatal(err)
@@ -135,7 +135,7 @@ func TestFunctionRefused(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 			var sent commandNames
 			c.AddHook(&sent)
-			e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
+			e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
 			r := req(user("u", win(2, time.Minute)))
 			mustAllow(t, e, r, true)
 			mustAllow(t, e, r, true)
@@ -158,15 +158,18 @@ func TestFunctionRefused(t *testing.T) {
 // the function on, so that the decisions after it go as FCALL.
 func TestFunctionBusyLoad(t *testing.T) {
 	t.Parallel()
-	s, rc := startRedis(t)
+	s, rc := redistest.StartClient(t)
 	ctx := context.Background()
 	if err := rc.ConfigSet(ctx, "busy-reply-threshold", "20").Err(); err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(2*time.Second))
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(2*time.Second))
 	r := req(user("u", win(10, time.Minute)))
 	done := busy(t, s.Addr, 500*ms)
-	time.Sleep(50 * ms) // past the threshold: the server answers BUSY
+	redistest.Eventually(t, "BUSY past the threshold", func() bool {
+		err := rc.Ping(ctx).Err()
+		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
+	})
 	if d, err := e.Allow(ctx, r); err == nil || d.Source == "redis" {
 		t.Fatalf("Allow during a busy script: source %v err %v, want the fail mode", d.Source, err)
 	}
@@ -192,7 +195,7 @@ func TestFunctionBusyLoad(t *testing.T) {
 func TestFunctionClusterMaster(t *testing.T) {
 	t.Parallel()
 	cl := redistest.StartCluster(t)
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	cc := cl.Client(t)
 	e := newEngine(t, cc, WithKeyPrefix(prefix), WithCachedDenials(false))

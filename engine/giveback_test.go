@@ -6,14 +6,16 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestGiveBackFails checks that a give-back Redis cannot run is reported
 // and queued, with the request's exact member, for a later batch.
 func TestGiveBackFails(t *testing.T) {
 	t.Parallel()
-	s, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(200*ms))
+	s, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(200*ms))
 	r := req(user("u", win(5, time.Minute)), ip("1.2.3.4", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 
@@ -25,13 +27,13 @@ func TestGiveBackFails(t *testing.T) {
 	if !errors.Is(err, ErrBackend) || !errors.As(err, &be) || be.Op != "giveback" {
 		t.Fatalf("GiveBack with Redis down: %v, want a *backendError for giveback", err)
 	}
-	q := e.undos.take()
+	q := e.undos.Take()
 	if len(q) != 2 {
 		t.Fatalf("queued %d undos, want 2: %+v", len(q), q)
 	}
 	for _, u := range q {
-		if u.Member != strconv.FormatInt(d.taken.id, 10) || u.Suffix != 0 {
-			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.taken.id)
+		if u.Member != strconv.FormatInt(d.admitted.ID, 10) || u.Suffix != 0 {
+			t.Errorf("queued undo %+v, want member %d suffix 0", u, d.admitted.ID)
 		}
 		// Kept while its entry may count: a minute from when it was
 		// queued, which is after the give-back began.
@@ -45,21 +47,21 @@ func TestGiveBackFails(t *testing.T) {
 // while the engine considers it down: the removal is queued at once.
 func TestGiveBackWhileDown(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+	_, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
-	e.doms.one.down.Store(true)
+	e.doms.One.Down.Store(true)
 	err := e.giveBack(context.Background(), r, d)
 	if !errors.Is(err, errNotAsked) || !errors.Is(err, ErrBackend) {
 		t.Fatalf("GiveBack while down: %v, want errNotAsked and ErrBackend", err)
 	}
-	if n := e.undos.n.Load(); n != 1 {
+	if n := e.undos.Len(); n != 1 {
 		t.Fatalf("%d undos queued, want 1", n)
 	}
 	// Redis answers again: the next batch runs the queued removal after
 	// its script call, so the request after it no longer sees d's entry.
-	e.doms.one.down.Store(false)
+	e.doms.One.Down.Store(false)
 	if d2 := mustAllow(t, e, r, true); d2.Windows[0].Used != 2 {
 		t.Errorf("first request after recovery: used %d, want 2 (d's entry, then its own)", d2.Windows[0].Used)
 	}
@@ -70,8 +72,8 @@ func TestGiveBackWhileDown(t *testing.T) {
 
 func TestGiveBackErrors(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+	_, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 	r := req(user("u", win(5, time.Minute)))
 	d := mustAllow(t, e, r, true)
 	// The Decision knows its keys: Finish checks what it is given.

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 
 	"github.com/slidelimit/slidelimit/internal/faults"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -78,7 +79,7 @@ type faultRun struct {
 	t       *testing.T
 	b       *faultBackend
 	p       faults.Plan
-	clk     *fakeClock
+	clk     *redistest.Clock
 	prefix  string
 	ws      []rules.Window
 	zone    *time.Location // the calendar windows' (Plan.Zone)
@@ -140,7 +141,7 @@ func sourceOf(name string) faults.Source {
 	return faults.Redis
 }
 
-func (r *faultRun) at() time.Duration { return r.clk.Now().Sub(t0) }
+func (r *faultRun) at() time.Duration { return r.clk.Now().Sub(redistest.Epoch) }
 
 // step runs step i of the plan.
 func (r *faultRun) step(i int, s faults.Step) {
@@ -179,7 +180,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 			}
 		}
 	case faults.Advance:
-		r.clk.us.Add(s.D.Microseconds())
+		r.clk.Add(s.D)
 	case faults.GiveBack:
 		if len(r.live) == 0 {
 			return
@@ -317,12 +318,7 @@ func (r *faultRun) recovered() {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		down := false
 		for _, e := range r.engines {
-			down = down || e.doms.one.down.Load()
-			e.doms.mu.RLock()
-			for _, d := range e.doms.m {
-				down = down || d.down.Load()
-			}
-			e.doms.mu.RUnlock()
+			down = down || e.doms.AnyDown()
 		}
 		if !down {
 			return
@@ -342,7 +338,7 @@ func (r *faultRun) settle() {
 // runPlan runs p on b and returns the history and its violations, model's
 // and the final audit's (what Redis holds against what was admitted).
 func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []string) {
-	r := &faultRun{t: t, b: b, p: p, clk: newFakeClock(), prefix: testPrefix(t),
+	r := &faultRun{t: t, b: b, p: p, clk: redistest.NewClock(), prefix: redistest.Prefix(t),
 		engines: make([]*Engine, p.Engines), procs: make([]int, p.Engines)}
 	for _, w := range p.Windows {
 		r.ws = append(r.ws, rules.Window{Limit: w.Limit, Period: w.Period, Concurrent: w.Concurrent, Calendar: string(w.Calendar)})
@@ -350,7 +346,7 @@ func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []st
 		r.limits = append(r.limits, w.Limit)
 	}
 	r.clk.Set(p.Start)
-	r.hist.Origin = t0
+	r.hist.Origin = redistest.Epoch
 	if p.Zone != "" {
 		zone, err := ruletime.LoadZone(p.Zone)
 		if err != nil {

@@ -26,7 +26,7 @@ func TestProbeBesidePool(t *testing.T) {
 	// A killed server refuses connections at once: the test needs no
 	// short timeout, and the default 100 ms timed out the first Allow on
 	// a loaded machine.
-	e, err := New(rc, WithKeyPrefix(testPrefix(t)), WithFailMode(rules.FailLocal), WithTimeout(5*time.Second),
+	e, err := New(rc, WithKeyPrefix(redistest.Prefix(t)), WithFailMode(rules.FailLocal), WithTimeout(5*time.Second),
 		WithLogger(slog.New(slog.DiscardHandler)), withEvictionCheck(0))
 	if err != nil {
 		t.Fatal(err)

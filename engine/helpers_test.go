@@ -2,26 +2,16 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
-
-// testPrefix returns a random key prefix, so tests sharing a server never
-// see each other's keys.
-func testPrefix(t testing.TB) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "t" + hex.EncodeToString(b[:]) + ":"
-}
 
 // scanner is a client whose keys can be listed: a single server, or every
 // master of a cluster.
@@ -89,22 +79,8 @@ func afterClusterTTLs(t *testing.T, cl *redistest.Cluster, prefix string) {
 	})
 }
 
-// fakeClock is a settable clock for WithClock.
-type fakeClock struct{ us atomic.Int64 }
-
-var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(t0.UnixMicro())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
-
-// Set sets the clock to t0 + d.
-func (c *fakeClock) Set(d time.Duration) { c.us.Store(t0.Add(d).UnixMicro()) }
-
+// newEngine is testutil.NewEngine for this package's own tests, which
+// cannot import a package that imports the engine.
 func newEngine(t testing.TB, c Client, opts ...Option) *Engine {
 	t.Helper()
 	// The default 100 ms timeout is for production; under -race on two busy
@@ -119,15 +95,20 @@ func newEngine(t testing.TB, c Client, opts ...Option) *Engine {
 	return e
 }
 
-func win(limit int64, period time.Duration) rules.Window {
-	return rules.Window{Limit: limit, Period: period}
+// miniEngine returns a miniredis the test may stop and restart, a Clock,
+// and an engine on both with fail mode mode, a 2 s timeout and opts.
+func miniEngine(t *testing.T, mode rules.FailMode, opts ...Option) (*miniredis.Miniredis, *redistest.Clock, *Engine) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	clk := redistest.NewClock()
+	rc := redisClient(m.Addr())
+	t.Cleanup(func() { rc.Close() })
+	opts = append([]Option{WithClock(clk.Now), WithFailMode(mode), WithTimeout(2 * time.Second)}, opts...)
+	return m, clk, newEngine(t, rc, opts...)
 }
 
-// startRedis starts a redis-server for the test (about 20 ms).
-func startRedis(t *testing.T) (*redistest.Server, *redis.Client) {
-	t.Helper()
-	s := redistest.Start(t)
-	return s, s.Client()
+func win(limit int64, period time.Duration) rules.Window {
+	return rules.Window{Limit: limit, Period: period}
 }
 
 // resetSubject is reset of a subject given as is.

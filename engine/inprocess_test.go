@@ -14,6 +14,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 
+	"github.com/slidelimit/slidelimit/engine/internal/inprocess"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -79,8 +81,8 @@ func TestEmbeddedClosed(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	e := newEngine(t, rc, WithFailMode(rules.FailLocal))
-	if e.timeout != embeddedTimeout {
-		t.Fatalf("timeout %v with an embedded store, want %v", e.timeout, embeddedTimeout)
+	if e.timeout != inprocess.MinTimeout {
+		t.Fatalf("timeout %v with an embedded store, want %v", e.timeout, inprocess.MinTimeout)
 	}
 	m.Close()
 	start := time.Now()
@@ -88,7 +90,7 @@ func TestEmbeddedClosed(t *testing.T) {
 	if d.Source != "local" || !errors.Is(err, ErrBackend) {
 		t.Fatalf("with the store closed: %+v, %v; want a local decision", d, err)
 	}
-	if took := time.Since(start); took >= embeddedTimeout {
+	if took := time.Since(start); took >= inprocess.MinTimeout {
 		t.Errorf("the decision took %v: a refused connection waited for the timeout", took)
 	}
 }
@@ -99,20 +101,18 @@ func TestEmbeddedClosed(t *testing.T) {
 // nothing listens on.
 func TestEmbeddedOnlyInProcess(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	if !embedded(mc, time.Second) {
+	_, mc := redistest.Mini(t)
+	if !miniredisIn(mc, time.Second) {
 		t.Error("a miniredis of this process is not recognized")
 	}
-	_, rc := startRedis(t)
-	if embedded(rc, time.Second) {
+	_, rc := redistest.StartClient(t)
+	if miniredisIn(rc, time.Second) {
 		t.Error("a real Redis is taken for an embedded store")
 	}
-	if embedded(hangingClient(t), 50*time.Millisecond) {
+	if miniredisIn(hangingClient(t), 50*time.Millisecond) {
 		t.Error("a server that does not answer is taken for an embedded store")
 	}
-	if here, err := listensHere("1"); err == nil && here {
+	if here, err := inprocess.ListensHere("1"); err == nil && here {
 		t.Error("port 1 listens in this process")
 	}
 }
@@ -157,7 +157,7 @@ func TestEmbeddedProbeQuiet(t *testing.T) {
 	if err := mc.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !embedded(mc, time.Second) {
+	if !miniredisIn(mc, time.Second) {
 		t.Fatal("a miniredis of this process is not recognized")
 	}
 	if err := mc.Ping(context.Background()).Err(); err != nil {
@@ -166,4 +166,11 @@ func TestEmbeddedProbeQuiet(t *testing.T) {
 	if lines := logs.all(); len(lines) > 0 {
 		t.Errorf("go-redis logged %d lines during the probe:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
+}
+
+// miniredisIn is inprocess.Miniredis for any client: only a *redis.Client
+// can be one.
+func miniredisIn(c Client, wait time.Duration) bool {
+	rc, ok := c.(*redis.Client)
+	return ok && inprocess.Miniredis(rc, wait)
 }

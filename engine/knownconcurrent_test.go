@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // TestFallbackConcurrentAnswers checks that the local fallback starts from
@@ -65,7 +66,7 @@ func TestFallbackConcurrentAnswers(t *testing.T) {
 			l.Close() // nothing listens: every call goes to the fallback
 			rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 			t.Cleanup(func() { rc.Close() })
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			e := newEngine(t, rc, WithClock(clk.Now), WithLogger(discardLog))
 			value := 0
 			r := func() Request {

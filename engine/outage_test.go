@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/health"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -88,12 +89,12 @@ func TestOutageDecidesAtOnce(t *testing.T) {
 	rc.Ping(context.Background()) // let the client start what it starts
 	before := runtime.NumGoroutine()
 	h := &recordHandler{}
-	e, err := New(rc, WithKeyPrefix(testPrefix(t)), WithTimeout(timeout), WithFailMode(rules.FailLocal), WithLogger(slog.New(h)))
+	e, err := New(rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(timeout), WithFailMode(rules.FailLocal), WithLogger(slog.New(h)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	e.doms.one.warn.Every = 500 * ms // the production 10 s would outlast the test
+	e.doms.One.SetLogEvery(500 * ms) // the production 10 s would outlast the test
 	r := req(user("u", win(100_000, time.Minute)))
 	mustAllow(t, e, r, true)
 
@@ -170,8 +171,8 @@ func TestOutageDecidesAtOnce(t *testing.T) {
 	}
 	back := time.Since(restarted)
 	t.Logf("back on Redis %v after the restart answered PING", back)
-	if back > 2*probeMaxEvery {
-		t.Errorf("back on Redis %v after the restart, want within about one probe interval (%v)", back, probeMaxEvery)
+	if back > 2*health.ProbeMaxEvery {
+		t.Errorf("back on Redis %v after the restart, want within about one probe interval (%v)", back, health.ProbeMaxEvery)
 	}
 	if ups := h.matching("answers again"); len(ups) != 1 || ups[0].level != slog.LevelInfo {
 		t.Errorf("recovery lines: %+v, want one", ups)
@@ -200,7 +201,7 @@ func TestCloseStopsProbe(t *testing.T) {
 	t.Cleanup(func() { rc.Close() })
 	rc.Ping(context.Background())
 	before := runtime.NumGoroutine()
-	e, err := New(rc, WithKeyPrefix(testPrefix(t)), withEvictionCheck(10*ms))
+	e, err := New(rc, WithKeyPrefix(redistest.Prefix(t)), withEvictionCheck(10*ms))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,12 +209,12 @@ func TestCloseStopsProbe(t *testing.T) {
 	if d, err := e.Allow(context.Background(), req(user("u", win(10, time.Minute)))); d.Source != "local" || err == nil {
 		t.Fatalf("after the kill: %v %v", d.Source, err)
 	}
-	if !e.doms.one.down.Load() || !e.doms.one.probing.Load() {
+	if !e.doms.One.Down.Load() || !e.doms.One.Probing.Load() {
 		t.Fatal("no probe running for the stopped server")
 	}
 	time.Sleep(50 * ms) // a few guard checks and probes fail meanwhile
 	e.Close()
-	if e.doms.one.probing.Load() {
+	if e.doms.One.Probing.Load() {
 		t.Error("probe still running after Close")
 	}
 	for range 200 {

@@ -33,7 +33,7 @@ func TestRestartPersistence(t *testing.T) {
 			t.Parallel()
 			s := redistest.StartWith(t, tc.args...)
 			rc := s.Client()
-			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
+			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithCachedDenials(false))
 			r := req(user("alice", win(10, time.Hour)))
 			for range 10 {
 				mustAllow(t, e, r, true)

@@ -16,7 +16,7 @@ func (e *Engine) Logger() *slog.Logger { return e.log }
 // Down reports whether e considers its one Redis server down: decisions
 // then follow their fail mode without asking it. With a Cluster or a Ring
 // it reports false.
-func (e *Engine) Down() bool { return e.group == groupAll && e.doms.one.down.Load() }
+func (e *Engine) Down() bool { return e.group == groupAll && e.doms.One.Down.Load() }
 
 // Peek reports what Allow would decide for req now, counting and writing
 // nothing. Used excludes req; Allowed says whether req would be admitted.

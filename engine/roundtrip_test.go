@@ -90,7 +90,7 @@ func TestRoundTripsDownload(t *testing.T) {
 			// Not parallel: one backend's bursts would starve another's
 			// of the CPU they batch with (see below).
 			var h redistest.RoundTripCounter
-			e := newEngine(t, b.client(&h), WithKeyPrefix(testPrefix(t)), WithCachedDenials(false))
+			e := newEngine(t, b.client(&h), WithKeyPrefix(redistest.Prefix(t)), WithCachedDenials(false))
 			for i := range 16 { // loads the script on every master
 				download(t, e, "warm"+strconv.Itoa(i), 1)
 			}

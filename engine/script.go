@@ -109,7 +109,7 @@ func failAll(batch []*call, err error) {
 }
 
 // failRun fails a batch whose script call was sent: Redis may have counted
-// its requests, so their undo is queued (see undoQueue).
+// its requests, so their undo is queued (see undo.Queue).
 func (e *Engine) failRun(batch []*call, err error) {
 	for _, c := range batch {
 		c.err = err

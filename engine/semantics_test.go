@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
 // step is one call of a semantics scenario at a controlled time.
 type step struct {
-	at    time.Duration // since t0
+	at    time.Duration // since redistest.Epoch
 	peek  bool
 	req   Request
 	allow bool
@@ -211,13 +211,13 @@ func cacheName(cached bool) string {
 // TestSemantics runs the scenarios on real Redis under a fake clock.
 func TestSemantics(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	for sc, cached := range cacheModes(scenarios()) {
 		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			afterTTLs(t, rc, prefix)
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})
@@ -228,14 +228,12 @@ func TestSemantics(t *testing.T) {
 // packages use in their unit tests: the script must work there too.
 func TestSemanticsMiniredis(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rc.Close() })
+	_, rc := redistest.Mini(t)
 	for sc, cached := range cacheModes(scenarios()) {
 		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
-			clk := newFakeClock()
-			e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second), WithCachedDenials(cached))
+			clk := redistest.NewClock()
+			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now), WithTimeout(10*time.Second), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
@@ -256,14 +254,14 @@ func TestSemanticsLocal(t *testing.T) {
 	for sc, cached := range cacheModes(scenarios()) {
 		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			e := newEngine(t, rc, WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromLocal)
 		})
 	}
 }
 
-func runScenario(t *testing.T, e *Engine, clk *fakeClock, sc scenario, src source) {
+func runScenario(t *testing.T, e *Engine, clk *redistest.Clock, sc scenario, src source) {
 	t.Helper()
 	decs := make([]Decision, len(sc.steps))
 	for i, s := range sc.steps {
@@ -322,17 +320,17 @@ func checkDecision(t *testing.T, where string, d Decision, s step, now time.Time
 // engine makes one script call per key and rolls back across shards.
 func TestSemanticsRing(t *testing.T) {
 	t.Parallel()
-	s1, c1 := startRedis(t)
-	s2, c2 := startRedis(t)
+	s1, c1 := redistest.StartClient(t)
+	s2, c2 := redistest.StartClient(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
 	t.Cleanup(func() { ring.Close() })
 	for sc, cached := range cacheModes(scenarios()) {
 		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			afterTTLs(t, c1, prefix)
 			afterTTLs(t, c2, prefix)
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			e := newEngine(t, ring, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})

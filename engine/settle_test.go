@@ -5,11 +5,13 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // settleScenario runs settlements of user[bytes]:1000/min on e at the
 // times of clk.
-func settleScenario(t *testing.T, e *Engine, clk *fakeClock) {
+func settleScenario(t *testing.T, e *Engine, clk *redistest.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	sec := time.Second
@@ -120,9 +122,9 @@ func TestSettle(t *testing.T) {
 // grain) settles there, a debt as a refund.
 func TestSettleGrains(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	clk := newFakeClock()
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
+	_, rc := redistest.StartClient(t)
+	clk := redistest.NewClock()
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
 	ctx := context.Background()
 	w := gwin(1000, time.Minute, time.Second)
 	r := func(cost int64) Request { return req(bytesOf("g", cost, w)) }
@@ -164,8 +166,8 @@ func TestSettleGrains(t *testing.T) {
 // TestSettleErrors checks the requests Settle refuses.
 func TestSettleErrors(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)))
+	_, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 	ctx := context.Background()
 	r := req(user("u", win(5, time.Minute)), bytesOf("u", 10, win(100, time.Minute)))
 	d := mustAllow(t, e, r, true)
@@ -199,8 +201,8 @@ func TestSettleManyLater(t *testing.T) {
 		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			clk := newFakeClock()
-			e := newEngine(t, b.c, WithKeyPrefix(testPrefix(t)), WithClock(clk.Now))
+			clk := redistest.NewClock()
+			e := newEngine(t, b.c, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
 			ctx := context.Background()
 			r := req(bytesOf("m", 10, win(1_000_000, time.Hour)))
 			ds := make([]Decision, 150)

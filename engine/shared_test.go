@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -22,7 +23,7 @@ import (
 // must have read less.
 func TestSharedOpsDeriveExactly(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	e := newEngine(t, rc)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -59,10 +60,10 @@ func TestSharedOpsDeriveExactly(t *testing.T) {
 		}
 		return req(checks...)
 	}
-	prefixes := [2]string{testPrefix(t), testPrefix(t)}
+	prefixes := [2]string{redistest.Prefix(t), redistest.Prefix(t)}
 	var zcounts [2]int64
 	marked := 0
-	now := t0.UnixMicro()
+	now := redistest.Epoch.UnixMicro()
 	for it := range 400 {
 		now += rng.Int64N(2_000_000)
 		if rng.IntN(8) == 0 {

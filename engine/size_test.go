@@ -35,7 +35,7 @@ func TestManyKeys(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			e := newEngine(t, client(t), WithKeyPrefix(testPrefix(t)))
+			e := newEngine(t, client(t), WithKeyPrefix(redistest.Prefix(t)))
 			ctx := context.Background()
 			req := manyKeys()
 			actual := make([]int64, len(req.Checks))

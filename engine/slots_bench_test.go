@@ -17,7 +17,7 @@ import (
 //	go test -run XXX -bench Renew ./engine
 func BenchmarkRenew(b *testing.B) {
 	s := redistest.Start(b)
-	e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)), WithLease(time.Hour))
+	e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)), WithLease(time.Hour))
 	const held = 1000
 	for i := range held {
 		d, err := e.Allow(context.Background(), One("r", rules.User, strconv.Itoa(i), rules.Window{Limit: 1, Concurrent: true}))
@@ -27,7 +27,7 @@ func BenchmarkRenew(b *testing.B) {
 	}
 	b.ResetTimer()
 	for b.Loop() {
-		e.renew()
+		e.slots.Renew()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/held, "ns/slot")
 }
@@ -40,7 +40,7 @@ func BenchmarkRelease(b *testing.B) {
 	ctx := context.Background()
 	rate := []rules.Window{win(1e9, time.Second), win(1e9, time.Minute)}
 	b.Run("allow", func(b *testing.B) {
-		e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)))
+		e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 		req := One("r", rules.User, "u", rate...)
 		for b.Loop() {
 			if d, err := e.Allow(ctx, req); err != nil || !d.Allowed {
@@ -49,7 +49,7 @@ func BenchmarkRelease(b *testing.B) {
 		}
 	})
 	b.Run("allow-slot", func(b *testing.B) {
-		e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)), WithLease(time.Hour))
+		e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)), WithLease(time.Hour))
 		req := One("r", rules.User, "u", append(rate, rules.Window{Limit: 1e6, Concurrent: true})...)
 		for b.Loop() {
 			if d, err := e.Allow(ctx, req); err != nil || !d.Allowed {
@@ -58,7 +58,7 @@ func BenchmarkRelease(b *testing.B) {
 		}
 	})
 	b.Run("allow+release", func(b *testing.B) {
-		e := newEngine(b, s.Client(), WithKeyPrefix(testPrefix(b)))
+		e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 		req := One("r", rules.User, "u", append(rate, rules.Window{Limit: 1000, Concurrent: true})...)
 		for b.Loop() {
 			d, err := e.Allow(ctx, req)

@@ -47,7 +47,7 @@ func localOK(t *testing.T, e *Engine, err error) {
 // slots say, Peek reports the block and the slots without writing, a
 // Release during the block frees the slot, and Reset lifts the block and
 // frees the slots.
-func comboBlockSlots(t *testing.T, e *Engine, clk *fakeClock, rate rules.Window) {
+func comboBlockSlots(t *testing.T, e *Engine, clk *redistest.Clock, rate rules.Window) {
 	t.Helper()
 	ctx := context.Background()
 	c := blocked(user("u", rate, conc(1)), time.Hour)
@@ -145,11 +145,11 @@ func TestComboBlockSlots(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					prefix := testPrefix(t)
+					prefix := redistest.Prefix(t)
 					if b.ttl != nil {
 						b.ttl(t, prefix)
 					}
-					clk := newFakeClock()
+					clk := redistest.NewClock()
 					opts := append([]Option{WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached)}, b.opts...)
 					rate := win(2, time.Minute)
 					rate.Grain = grain
@@ -163,7 +163,7 @@ func TestComboBlockSlots(t *testing.T) {
 // comboSettleSlots settles requests that also hold a slot (bytes:1000/min
 // beside user:1 concurrent) in every order with Release and GiveBack: each
 // frees the slot once and changes the cost once.
-func comboSettleSlots(t *testing.T, e *Engine, clk *fakeClock) {
+func comboSettleSlots(t *testing.T, e *Engine, clk *redistest.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	steps := []struct {
@@ -236,8 +236,8 @@ func TestComboSettleSlots(t *testing.T) {
 // elsewhere lifts the block at once.
 func TestComboCachedBlockSlots(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	e := newEngine(t, rc, WithKeyPrefix(prefix))
 	other := newEngine(t, rc, WithKeyPrefix(prefix))
 	waitTrusted(t, e)
@@ -329,7 +329,7 @@ func TestComboOutageSlots(t *testing.T) {
 	h := &recordHandler{}
 	const lease = 90 * ms // renewed every 30 ms
 	lost := make(chan SlotLost, 10)
-	e, err := New(rc, WithKeyPrefix(testPrefix(t)), WithTimeout(time.Second), WithFailMode(rules.FailLocal),
+	e, err := New(rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(time.Second), WithFailMode(rules.FailLocal),
 		WithLease(lease), WithLogger(slog.New(h)), WithSlotLost(func(l SlotLost) { lost <- l }))
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +385,7 @@ func TestComboOutageSlots(t *testing.T) {
 	}
 	e.Close()
 	select {
-	case <-e.slots.done:
+	case <-e.slots.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the renewal goroutine outlived Close")
 	}
@@ -394,7 +394,7 @@ func TestComboOutageSlots(t *testing.T) {
 // comboPeekBlockSlots: Peek of user:1/min,1 concurrent; block:1h reports
 // the slots used and a block in force, and never writes: it takes no slot
 // and starts no block where Allow would.
-func comboPeekBlockSlots(t *testing.T, e *Engine, clk *fakeClock) {
+func comboPeekBlockSlots(t *testing.T, e *Engine, clk *redistest.Clock) {
 	t.Helper()
 	ctx := context.Background()
 	r := req(blocked(user("u", win(1, time.Minute), conc(1)), time.Hour))
@@ -461,7 +461,7 @@ func TestComboClusterMasterDownSlots(t *testing.T) {
 	ctx := context.Background()
 	cc := cl.ClientWith(t, &redis.ClusterOptions{ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1,
 		ClusterStateReloadInterval: 200 * time.Millisecond})
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	h := &recordHandler{}
 	lost := make(chan SlotLost, 10)
 	// A stopped master refuses connections at once, so the test needs no
@@ -527,7 +527,7 @@ func TestComboReleaseHungServer(t *testing.T) {
 	h := &recordHandler{}
 	// Each call on the hung server waits for the timeout; 50 ms timed out
 	// the Allows before the hang on a loaded machine.
-	e := newEngine(t, rc, WithKeyPrefix(testPrefix(t)), WithTimeout(500*ms), WithLogger(slog.New(h)))
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithTimeout(500*ms), WithLogger(slog.New(h)))
 	ctx := context.Background()
 	r := req(bytesOf("u", 10, win(1000, time.Minute)), user("u", conc(6)))
 	var ds []Decision

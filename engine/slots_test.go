@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/slidelimit/slidelimit/engine/internal/slots"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
@@ -53,7 +54,7 @@ func TestSlotsExact(t *testing.T) {
 	t.Parallel()
 	t.Run("server", func(t *testing.T) {
 		t.Parallel()
-		_, c := startRedis(t)
+		_, c := redistest.StartClient(t)
 		slotsExact(t, c, c)
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestSlotsExact(t *testing.T) {
 }
 
 func slotsExact(t *testing.T, c1, c2 Client) {
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	es := []*Engine{newEngine(t, c1, WithKeyPrefix(prefix)), newEngine(t, c2, WithKeyPrefix(prefix))}
 	req := One("reports", rules.User, "alice", conc(3))
 	ctx := context.Background()
@@ -131,7 +132,7 @@ func TestSlotsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	t.Run("server", func(t *testing.T) {
 		t.Parallel()
-		_, c := startRedis(t)
+		_, c := redistest.StartClient(t)
 		slotsAllOrNothing(t, c)
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -143,7 +144,7 @@ func TestSlotsAllOrNothing(t *testing.T) {
 
 func slotsAllOrNothing(t *testing.T, c Client) {
 	ctx := context.Background()
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
 	req := func(ip, user string) Request {
 		return Request{Scope: "files", Checks: []Check{
 			{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(5, time.Minute), conc(2)}}, Subject: user},
@@ -207,10 +208,10 @@ func slotsAllOrNothing(t *testing.T, c Client) {
 // renewals of the requests still running report their slots lost).
 func TestSlotsRelease(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
+	_, c := redistest.StartClient(t)
 	ctx := context.Background()
 	var lost atomic.Int64
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithLease(600*time.Millisecond),
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)), WithLease(600*time.Millisecond),
 		WithSlotLost(func(SlotLost) { lost.Add(1) }))
 	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), conc(2)}}
 	req := Request{Scope: "r", Checks: []Check{{Limiter: l, Subject: "u"}}}
@@ -273,9 +274,9 @@ func TestSlotsRelease(t *testing.T) {
 // what it returned.
 func TestSlotsRenewal(t *testing.T) {
 	t.Parallel()
-	s, c := startRedis(t)
+	s, c := redistest.StartClient(t)
 	ctx := context.Background()
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	// Renewals every second, each allowed a quarter lease (a lease well
 	// above three timeouts, as WithLease asks). A loaded CI machine (race
 	// detector, parallel tests and builds, servers starting) ended shorter
@@ -394,7 +395,7 @@ func (b *batchCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func isRenew(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == renewScript.Hash() || a[1] == lua.Renew())
+	return len(a) > 1 && (a[1] == slots.ScriptHash() || a[1] == lua.Renew())
 }
 
 // TestSlotsRenewalBatched: the renewals of 40 running requests on 40
@@ -407,7 +408,7 @@ func TestSlotsRenewalBatched(t *testing.T) {
 	const periods = 9
 	run := func(t *testing.T, c Client, b *batchCounter) {
 		ctx := context.Background()
-		e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithLease(lease))
+		e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)), WithLease(lease))
 		for i := range 40 {
 			d, err := e.Allow(ctx, One("r", rules.User, "u"+strconv.Itoa(i), conc(1)))
 			if err != nil || !d.Allowed {
@@ -449,9 +450,9 @@ func TestSlotsRenewalBatched(t *testing.T) {
 // release in one process admits the next request in another at once.
 func TestSlotsNoCachedDenial(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
+	_, c := redistest.StartClient(t)
 	ctx := context.Background()
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	a, b := newEngine(t, c, WithKeyPrefix(prefix)), newEngine(t, c, WithKeyPrefix(prefix))
 	req := One("r", rules.User, "u", conc(1))
 	d, err := b.Allow(ctx, req)
@@ -535,7 +536,7 @@ func TestSlotsKilledHolder(t *testing.T) {
 	t.Parallel()
 	s := redistest.Start(t)
 	c := s.Client()
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	lease := 2 * time.Second // the child may stall on a loaded machine: a lapse needs 2 s without a renewal
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), slotChildEnv+"="+s.Addr+"|"+prefix+"|"+lease.String())
@@ -619,8 +620,8 @@ func slotChild(spec string) int {
 // one check) share one slot key, the smallest limit holding.
 func TestSlotsMerged(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	prefix := testPrefix(t)
+	_, c := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	e := newEngine(t, c, WithKeyPrefix(prefix))
 	ctx := context.Background()
 	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(3), conc(2)}}
@@ -644,8 +645,8 @@ func TestSlotsMerged(t *testing.T) {
 // beside an exact one.
 func TestSlotsGrained(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)))
+	_, c := redistest.StartClient(t)
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
 	ctx := context.Background()
 	req := One("g", rules.User, "u", rules.Window{Limit: 100, Period: time.Minute, Grain: time.Second}, conc(2))
 	var first Decision
@@ -671,17 +672,15 @@ func TestSlotsGrained(t *testing.T) {
 // Close reports ErrClosed.
 func TestSlotsClose(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	e := newEngine(t, c, WithKeyPrefix(testPrefix(t)), WithLease(60*time.Millisecond))
+	_, c := redistest.StartClient(t)
+	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)), WithLease(60*time.Millisecond))
 	ctx := context.Background()
 	req := One("c", rules.User, "u", conc(1))
 	d, err := e.Allow(ctx, req)
 	if err != nil || !d.Allowed {
 		t.Fatal(d, err)
 	}
-	e.slots.mu.Lock()
-	done := e.slots.done
-	e.slots.mu.Unlock()
+	done := e.slots.Done()
 	e.Close()
 	select {
 	case <-done:

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -46,15 +47,15 @@ func mustAllow(t *testing.T, e *Engine, r Request, want bool) Decision {
 
 func TestStorage(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	ctx := context.Background()
-	us := func(d time.Duration) int64 { return t0.Add(d).UnixMicro() }
+	us := func(d time.Duration) int64 { return redistest.Epoch.Add(d).UnixMicro() }
 
 	t.Run("groups sharing a key keep the longest retention", func(t *testing.T) {
 		t.Parallel()
-		prefix := testPrefix(t)
+		prefix := redistest.Prefix(t)
 		afterTTLs(t, rc, prefix)
-		clk := newFakeClock()
+		clk := redistest.NewClock()
 		e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 		long := req(user("u", win(10, time.Minute)))
 		short := req(user("u", win(10, time.Second)))
@@ -87,9 +88,9 @@ func TestStorage(t *testing.T) {
 
 	t.Run("first admission of an epoch trims", func(t *testing.T) {
 		t.Parallel()
-		prefix := testPrefix(t)
+		prefix := redistest.Prefix(t)
 		afterTTLs(t, rc, prefix)
-		clk := newFakeClock()
+		clk := redistest.NewClock()
 		e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 		r := req(user("u", win(10, time.Second)))
 		key := e.keyOf("s", r.Checks[0])
@@ -106,9 +107,9 @@ func TestStorage(t *testing.T) {
 
 	t.Run("denial and peek write nothing", func(t *testing.T) {
 		t.Parallel()
-		prefix := testPrefix(t)
+		prefix := redistest.Prefix(t)
 		afterTTLs(t, rc, prefix)
-		clk := newFakeClock()
+		clk := redistest.NewClock()
 		e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 		r := req(ip("10.0.0.1", win(100, time.Minute)), user("u", win(1, time.Minute)),
 			Check{Limiter: rules.Limiter{Kind: rules.Global, Windows: []rules.Window{win(100, time.Minute)}}})
@@ -152,7 +153,7 @@ func TestStorage(t *testing.T) {
 
 	t.Run("reset deletes the key", func(t *testing.T) {
 		t.Parallel()
-		prefix := testPrefix(t)
+		prefix := redistest.Prefix(t)
 		afterTTLs(t, rc, prefix)
 		e := newEngine(t, rc, WithKeyPrefix(prefix))
 		r := req(user("u", win(1, time.Minute)))
@@ -174,8 +175,8 @@ func TestStorage(t *testing.T) {
 // needs.
 func TestNewKeyNotTrimmed(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	clk := newFakeClock()
+	_, rc := redistest.StartClient(t)
+	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithClock(clk.Now))
 	r := req(user("u", win(10, time.Minute), win(5, time.Second)))
 	key := e.keyOf("s", r.Checks[0])
@@ -189,7 +190,7 @@ func TestNewKeyNotTrimmed(t *testing.T) {
 	// epoch's first admission trims it.
 	clk.Set(2 * time.Minute)
 	mustAllow(t, e, r, true)
-	if got := entries(t, rc, key); len(got) != 1 || got[0] != t0.Add(2*time.Minute).UnixMicro() {
+	if got := entries(t, rc, key); len(got) != 1 || got[0] != redistest.Epoch.Add(2*time.Minute).UnixMicro() {
 		t.Errorf("entries after the next epoch: %v, want only the new one", got)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
@@ -68,12 +67,10 @@ func grainScenarios() []scenario {
 
 func TestSemanticsGrains(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	s1, c1 := startRedis(t)
-	s2, c2 := startRedis(t)
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
+	s1, c1 := redistest.StartClient(t)
+	s2, c2 := redistest.StartClient(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": s1.Addr, "b": s2.Addr}})
 	t.Cleanup(func() { ring.Close() })
 	for _, b := range []struct {
@@ -84,11 +81,11 @@ func TestSemanticsGrains(t *testing.T) {
 		for sc, cached := range cacheModes(grainScenarios()) {
 			t.Run(b.name+"/"+sc.name+cacheName(cached), func(t *testing.T) {
 				t.Parallel()
-				prefix := testPrefix(t)
+				prefix := redistest.Prefix(t)
 				for _, c := range b.ttl {
 					afterTTLs(t, c, prefix)
 				}
-				clk := newFakeClock()
+				clk := redistest.NewClock()
 				e := newEngine(t, b.c, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 				runScenario(t, e, clk, sc, fromRedis)
 			})
@@ -139,19 +136,19 @@ func TestCostErrors(t *testing.T) {
 	}
 }
 
-// admission is one admitted request as the audits record it: its decision
+// audited is one admitted request as the audits record it: its decision
 // time and its cost, and how long its Allow call took (µs, wall clock; 0
 // when read from Redis's entries).
-type admission struct{ at, cost, lat int64 }
+type audited struct{ at, cost, lat int64 }
 
 // hammerCosts runs callers goroutines per engine, each calling Allow with
 // next(i, cost) and a random cost 1..1000 until d has passed, and returns
 // per key (by check order of the request) the admissions, recording in ds
 // the denials. Every decision must come from Redis.
-func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *deniedLog) map[string][]admission {
+func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, next func(i int, cost int64) Request, ds *deniedLog) map[string][]audited {
 	t.Helper()
 	var mu sync.Mutex
-	got := map[string][]admission{}
+	got := map[string][]audited{}
 	rngs := make([]*rand.Rand, callers*len(engines))
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
@@ -176,7 +173,7 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 			mu.Lock()
 			for _, c := range r.Checks {
 				k := e.keyOf(r.Scope, c)
-				got[k] = append(got[k], admission{dec.Time.UnixMicro(), cost, took.Microseconds()})
+				got[k] = append(got[k], audited{dec.Time.UnixMicro(), cost, took.Microseconds()})
 			}
 			mu.Unlock()
 		}
@@ -194,11 +191,11 @@ func hammerCosts(t *testing.T, engines []*Engine, callers int, d time.Duration, 
 // than its limit, and returns the average fill of the tightest window,
 // sampled every millisecond from one longest window after the first
 // admission to the last.
-func checkCostWindows(t *testing.T, name string, as []admission, ws []rules.Window) float64 {
+func checkCostWindows(t *testing.T, name string, as []audited, ws []rules.Window) float64 {
 	t.Helper()
-	slices.SortFunc(as, func(a, b admission) int { return int(a.at - b.at) })
+	slices.SortFunc(as, func(a, b audited) int { return int(a.at - b.at) })
 	sumIn := func(lo, hi int64) (s int64) { // costs in (lo, hi]
-		i, _ := slices.BinarySearchFunc(as, lo+1, func(a admission, at int64) int { return int(a.at - at) })
+		i, _ := slices.BinarySearchFunc(as, lo+1, func(a audited, at int64) int { return int(a.at - at) })
 		for ; i < len(as) && as[i].at <= hi; i++ {
 			s += as[i].cost
 		}
@@ -240,8 +237,8 @@ var costWindows = []rules.Window{win(20000, 200*ms), gwin(100000, time.Second, 1
 
 func TestAuditCosts(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	engines := auditEngines(t, func() Client { return rc }, WithKeyPrefix(prefix))
 	var ds deniedLog
@@ -282,7 +279,7 @@ func checkMembers(t *testing.T, rc redis.Cmdable, key string, most int) {
 // request a check on its user and one on the IP, in different slots, so
 // that denials roll back reservations.
 func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
-	prefix := testPrefix(t)
+	prefix := redistest.Prefix(t)
 	afterClusterTTLs(t, cl, prefix)
 	// One clock per call for every slot: the audit reads admissions by
 	// their decision time, which is then each key's.
@@ -321,7 +318,7 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 }
 
 // costOf returns the total cost of as.
-func costOf(as []admission) (s int64) {
+func costOf(as []audited) (s int64) {
 	for _, a := range as {
 		s += a.cost
 	}
@@ -332,7 +329,7 @@ func costOf(as []admission) (s int64) {
 // clock and measures the key with MEMORY USAGE on real Redis.
 func TestMemory(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
+	_, rc := redistest.StartClient(t)
 	day := 24 * time.Hour
 	for _, tc := range []struct {
 		name  string
@@ -352,9 +349,9 @@ func TestMemory(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := testPrefix(t)
+			prefix := redistest.Prefix(t)
 			afterTTLs(t, rc, prefix)
-			clk := newFakeClock()
+			clk := redistest.NewClock()
 			e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 			c := tc.c
 			c.Cost = tc.cost
@@ -405,10 +402,10 @@ func TestMemory(t *testing.T) {
 // the same decisions from both.
 func TestCostsDifferential(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	prefix := testPrefix(t)
+	_, rc := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
-	clk := newFakeClock()
+	clk := redistest.NewClock()
 	re := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 	le := newEngine(t, redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1}),
 		WithClock(clk.Now), WithFailMode(rules.FailLocal), WithCachedDenials(false))
@@ -450,7 +447,7 @@ func TestCostsDifferential(t *testing.T) {
 			t.Fatalf("step %d at %v, cost %d: redis %v %v %+v, local %v %v %+v", i, at, r.Checks[0].Cost,
 				rd.Allowed, rd.RetryAfter, rd.Windows, ld.Allowed, ld.RetryAfter, ld.Windows)
 		}
-		if rd.Allowed && rd.taken != nil {
+		if rd.Allowed && rd.admitted != nil {
 			admitted = append(admitted, pair{r, rd, ld})
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -49,9 +48,7 @@ var scoreCases = []int64{
 // exactly, on miniredis (which prints exponents) and on real Redis.
 func TestSciReadsScores(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, mc := redistest.Mini(t)
 	rc := redistest.Start(t).Client()
 	for name, c := range map[string]redis.Cmdable{"miniredis": mc, "redis": rc} {
 		for _, v := range scoreCases {
@@ -65,9 +62,7 @@ func TestSciReadsScores(t *testing.T) {
 // TestSciForms checks sci on the forms a Redis may print.
 func TestSciForms(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close() })
+	_, c := redistest.Mini(t)
 	for _, tc := range []struct{ in, want string }{
 		{"2e+15", "2000000000000000"},
 		{"-3e+08", "-300000000"},
@@ -95,13 +90,7 @@ func FuzzSciReadsScores(f *testing.F) {
 	for _, v := range scoreCases {
 		f.Add(v)
 	}
-	m := miniredis.NewMiniRedis()
-	if err := m.Start(); err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(m.Close)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	f.Cleanup(func() { c.Close() })
+	_, c := redistest.Mini(f)
 	f.Fuzz(func(t *testing.T, v int64) {
 		v %= 1 << 53 // scores are integers below 2^53 in magnitude
 		if got, want := readBack(t, c, "k", v), strconv.FormatInt(v, 10); got != want {

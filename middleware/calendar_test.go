@@ -6,7 +6,6 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,24 +20,18 @@ import (
 // clockServer serves an OK handler behind group text (scope "s"), deciding
 // with an engine on a real redis-server at the times of the returned clock
 // (µs since 1970).
-func clockServer(t *testing.T, text string, opts ...middleware.Option) (*httptest.Server, *atomic.Int64, *engine.Engine) {
+func clockServer(t *testing.T, text string, opts ...middleware.Option) (*httptest.Server, *redistest.Clock, *engine.Engine) {
 	t.Helper()
-	s := redistest.Start(t)
-	var now atomic.Int64
-	now.Store(time.Now().UnixMicro())
-	e, err := engine.New(s.Client(), engine.WithTimeout(5*time.Second),
-		engine.WithClock(func() time.Time { return time.UnixMicro(now.Load()) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	now := redistest.NewClock()
+	now.SetTime(time.Now())
+	e := testutil.NewEngine(t, redistest.Start(t).Client(), engine.WithClock(now.Now))
 	mw, err := middleware.New(rules.MustParse(text), e, append([]middleware.Option{middleware.WithScope("s")}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 	t.Cleanup(srv.Close)
-	return srv, &now, e
+	return srv, now, e
 }
 
 // TestCalendarHeaders: a calendar month in Asia/Shanghai advertises its
@@ -54,7 +47,7 @@ func TestCalendarHeaders(t *testing.T) {
 	}
 	get := func(at time.Time) *http.Response {
 		t.Helper()
-		now.Store(at.UnixMicro())
+		now.SetTime(at)
 		resp, err := http.Get(srv.URL + "/x")
 		if err != nil {
 			t.Fatal(err)
@@ -149,7 +142,7 @@ func TestCalendarItem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now.Store(time.Date(2030, 1, 31, 23, 0, 0, 0, sh).UnixMicro())
+	now.SetTime(time.Date(2030, 1, 31, 23, 0, 0, 0, sh))
 	resp, err := http.Get(srv.URL + "/x")
 	if err != nil {
 		t.Fatal(err)

@@ -24,12 +24,7 @@ import (
 // commands are proven on Redis, not on a fake).
 func inflightServer(t *testing.T, text string, h http.HandlerFunc) *httptest.Server {
 	t.Helper()
-	s := redistest.Start(t)
-	e, err := engine.New(s.Client(), engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := testutil.NewEngine(t, redistest.Start(t).Client())
 	mw, err := middleware.New(rules.MustParse(text), e, middleware.WithScope("s"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
@@ -22,15 +22,8 @@ import (
 // server, deciding with an engine on miniredis.
 func countServer(t *testing.T, text string, h http.HandlerFunc) (*httptest.Server, *miniredis.Miniredis) {
 	t.Helper()
-	m := miniredis.RunT(t)
-	rc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rc.Close() })
-	// A generous timeout: under -race on a loaded machine a miniredis call
-	// can outlast the default 100 ms, and the fail mode would then decide.
-	e, err := engine.New(rc, engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, rc := redistest.Mini(t)
+	e := testutil.NewEngine(t, rc)
 	mw, err := middleware.New(rules.MustParse(text), e, middleware.WithScope("s"))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/internal/ruletime"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -25,12 +26,7 @@ import (
 // A request's X-Test-Role header is its caller's role.
 func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middleware.Option) (srv *httptest.Server, peek func() engine.Decision) {
 	t.Helper()
-	s := redistest.Start(t)
-	e, err := engine.New(s.Client(), engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := testutil.NewEngine(t, redistest.Start(t).Client())
 	g := rules.MustParse(text)
 	mw, err := middleware.New(g, e, append([]middleware.Option{middleware.WithScope("s")}, opts...)...)
 	if err != nil {
@@ -73,17 +69,6 @@ func used(d engine.Decision, w string) int64 {
 		}
 	}
 	return -1
-}
-
-// eventually polls cond for a few seconds: the steps after a handler run
-// after the client has its response.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not so after 5s: %s", what)
-		}
-	}
 }
 
 // fetch gets url and returns the response with its body read and parsed as
@@ -143,14 +128,14 @@ func TestComboSlotAndBlock(t *testing.T) {
 	if code := <-done; code != 200 {
 		t.Fatalf("first request: %d", code)
 	}
-	eventually(t, "slot released", func() bool { return used(peek(), "concurrent") == 0 })
+	redistest.Eventually(t, "slot released", func() bool { return used(peek(), "concurrent") == 0 })
 	if d := peek(); d.Blocked || used(d, "1min") != 1 {
 		t.Fatalf("after a slot denial: blocked %v, used %d of the minute, want no block and 1", d.Blocked, used(d, "1min"))
 	}
 	if res, _ := fetch(t, srv.URL); res.StatusCode != 200 {
 		t.Fatalf("second admission: %d", res.StatusCode)
 	}
-	eventually(t, "slot released", func() bool { return used(peek(), "concurrent") == 0 })
+	redistest.Eventually(t, "slot released", func() bool { return used(peek(), "concurrent") == 0 })
 	// The third request in the minute is denied by the rate window and
 	// starts the block; so is every later one, with the block's time left.
 	for i := 0; i < 2; i++ {
@@ -185,7 +170,7 @@ func TestComboPanicCountSlot(t *testing.T) {
 		res.Body.Close()
 		t.Fatalf("panicking handler answered %d", res.StatusCode)
 	}
-	eventually(t, "slot released after panic", func() bool { return used(peek(), "concurrent") == 0 })
+	redistest.Eventually(t, "slot released after panic", func() bool { return used(peek(), "concurrent") == 0 })
 	if n := used(peek(), "1min"); n != 1 {
 		t.Errorf("after panic: minute used %d, want 1 (stays counted)", n)
 	}
@@ -193,7 +178,7 @@ func TestComboPanicCountSlot(t *testing.T) {
 	if res.StatusCode != 500 {
 		t.Fatalf("failing handler: %d", res.StatusCode)
 	}
-	eventually(t, "500 given back and released", func() bool {
+	redistest.Eventually(t, "500 given back and released", func() bool {
 		d := peek()
 		return used(d, "concurrent") == 0 && used(d, "1min") == 1
 	})
@@ -201,7 +186,7 @@ func TestComboPanicCountSlot(t *testing.T) {
 	if res.StatusCode != 200 || res.Header.Values("RateLimit")[0] != `"ip-1min";r=8;t=60` {
 		t.Errorf("after panic and 500: %d, RateLimit %q", res.StatusCode, res.Header.Values("RateLimit"))
 	}
-	eventually(t, "all released", func() bool { d := peek(); return used(d, "concurrent") == 0 && used(d, "1min") == 2 })
+	redistest.Eventually(t, "all released", func() bool { d := peek(); return used(d, "concurrent") == 0 && used(d, "1min") == 2 })
 }
 
 // TestComboSettleSlotCount: one route with a settled bytes limiter, an
@@ -240,7 +225,7 @@ func TestComboSettleSlotCount(t *testing.T) {
 	}
 	cancel()
 	res.Body.Close()
-	eventually(t, "abandoned download settled and released", func() bool {
+	redistest.Eventually(t, "abandoned download settled and released", func() bool {
 		d := peek()
 		return used(d, "concurrent") == 0 && used(d, "1min") == sent
 	})
@@ -249,7 +234,7 @@ func TestComboSettleSlotCount(t *testing.T) {
 	if res.StatusCode != 500 {
 		t.Fatalf("failing handler: %d", res.StatusCode)
 	}
-	eventually(t, "500 given back and released", func() bool {
+	redistest.Eventually(t, "500 given back and released", func() bool {
 		d := peek()
 		return used(d, "concurrent") == 0 && used(d, "1min") == sent
 	})
@@ -258,7 +243,7 @@ func TestComboSettleSlotCount(t *testing.T) {
 	if want := `"ip[bytes]-1min";r=` + strconv.Itoa(1<<20-sent-estimate) + `;t=60`; res.StatusCode != 200 || !contains(res.Header.Values("RateLimit"), want) {
 		t.Errorf("after: %d, RateLimit %q, want an item %s", res.StatusCode, res.Header.Values("RateLimit"), want)
 	}
-	eventually(t, "empty body settled to 0", func() bool {
+	redistest.Eventually(t, "empty body settled to 0", func() bool {
 		d := peek()
 		return used(d, "concurrent") == 0 && used(d, "1min") == sent
 	})
@@ -323,7 +308,7 @@ func TestComboShadowSlotBlock(t *testing.T) {
 	if a := admitted.Load(); a != 1 {
 		t.Errorf("the engine admitted %d of %d concurrent shadow requests, want 1", a, n)
 	}
-	eventually(t, "no slot held once every handler ended", func() bool { return used(peek(), "concurrent") == 0 })
+	redistest.Eventually(t, "no slot held once every handler ended", func() bool { return used(peek(), "concurrent") == 0 })
 	// Over the rate window: served all the same, and no block starts (it
 	// would refuse the client at once were the group switched to enforce).
 	for i := 0; i < 3; i++ {
@@ -334,7 +319,7 @@ func TestComboShadowSlotBlock(t *testing.T) {
 	if d := peek(); d.Blocked {
 		t.Errorf("shadow mode started a block: %+v", d)
 	}
-	eventually(t, "no slot held", func() bool { return used(peek(), "concurrent") == 0 })
+	redistest.Eventually(t, "no slot held", func() bool { return used(peek(), "concurrent") == 0 })
 }
 
 // TestComboExempt: an exempt role takes no slot, is not blocked, is not
@@ -407,7 +392,7 @@ func TestComboExempt(t *testing.T) {
 			t.Errorf("user request over the limit: %d", res.StatusCode)
 		}
 	}
-	eventually(t, "user blocked, settled to 7 bytes, no slot", func() bool {
+	redistest.Eventually(t, "user blocked, settled to 7 bytes, no slot", func() bool {
 		d := peek()
 		return d.Blocked && used(d, "concurrent") == 0 && used(d, "1min") == 7
 	})
@@ -444,11 +429,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 	client := s.Client()
 	hook := &redistest.RoundTripCounter{}
 	client.AddHook(hook)
-	e, err := engine.New(client, engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := testutil.NewEngine(t, client)
 	mw, err := middleware.New(rules.MustParse("ip:10/min,1 concurrent; count:2xx"), e, middleware.WithScope("s"))
 	if err != nil {
 		t.Fatal(err)
@@ -471,7 +452,14 @@ func TestComboGiveBackReleases(t *testing.T) {
 		fetch(t, srv.URL+warm)
 		<-cmds
 	}
-	time.Sleep(10 * time.Millisecond) // 10 times the FinishAsync bound: the warm-ups' finishes are sent
+	// The warm-ups' finishes are sent once Redis holds what they did: no
+	// slot, one request counted (the failed one was given back).
+	ipCheck := engine.Request{Scope: "s", Checks: []engine.Check{{
+		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}}
+	redistest.Eventually(t, "the warm-ups' finishes", func() bool {
+		d, err := enginePeek(e, context.Background(), ipCheck)
+		return err == nil && used(d, "concurrent") == 0 && used(d, "1min") == 1
+	})
 	start := hook.Count()
 	for _, tc := range []struct {
 		target string
@@ -487,8 +475,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 		}
 	}
 	// The Peek carries the last finish if it is still queued.
-	d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{
-		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}})
+	d, err := enginePeek(e, context.Background(), ipCheck)
 	if err != nil || used(d, "concurrent") != 0 || used(d, "1min") != 3 {
 		t.Errorf("after: slots %d, minute %d (%v); want 0, 3 (3 of 5 counted)", used(d, "concurrent"), used(d, "1min"), err)
 	}

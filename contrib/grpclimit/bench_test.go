@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
 )
 
 // BenchmarkUnary measures one unary call over loopback TCP through the
@@ -14,7 +16,7 @@ import (
 func BenchmarkUnary(b *testing.B) {
 	f := newFixture(b, setup{
 		methods:   map[string]string{ping: "ip:100000/s~10ms; exempt:root"},
-		redisAddr: redisServer(b),
+		redisAddr: redistest.Start(b).Addr,
 	})
 	for _, bc := range []struct {
 		name   string

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -47,7 +48,7 @@ func backends(t *testing.T, test func(t *testing.T, redisAddr string)) {
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
-		test(t, redisServer(t))
+		test(t, redistest.Start(t).Addr)
 	})
 }
 
@@ -58,7 +59,9 @@ func backends(t *testing.T, test func(t *testing.T, redisAddr string)) {
 func TestSixthCallDenied(t *testing.T) {
 	t.Parallel()
 	backends(t, func(t *testing.T, redisAddr string) {
-		f := newFixture(t, setup{methods: map[string]string{ping: "ip:5/s"}, redisAddr: redisAddr})
+		clk := redistest.NewClock()
+		f := newFixture(t, setup{methods: map[string]string{ping: "ip:5/s"}, redisAddr: redisAddr,
+			engine: []engine.Option{engine.WithClock(clk.Now)}})
 		for i := range 5 {
 			c := invoke(t, f.conn, ping)
 			if c.err != nil {
@@ -99,7 +102,7 @@ func TestSixthCallDenied(t *testing.T) {
 		if n := f.handled.Load(); n != 5 {
 			t.Errorf("handlers ran %d times, want 5", n)
 		}
-		time.Sleep(ri.RetryDelay.AsDuration())
+		clk.Add(ri.RetryDelay.AsDuration())
 		if c := invoke(t, f.conn, ping); c.err != nil {
 			t.Errorf("call after the RetryInfo delay: %v", c.err)
 		}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +26,8 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
@@ -183,19 +183,10 @@ func newFixture(t testing.TB, s setup) *fixture {
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	rc.AddHook(f.cmds)
 	t.Cleanup(func() { rc.Close() })
-	// A generous timeout: on a loaded machine (the race detector, other
-	// tests in parallel) the default 100 ms can pass, and the fail mode
-	// would then admit calls the assertions expect Redis to count.
-	eopts := append([]engine.Option{
-		engine.WithKeyPrefix("t" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"),
-		engine.WithTimeout(5 * time.Second),
-	}, s.engine...)
-	eng, err := engine.New(rc, eopts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	f.eng = eng
+	// NewEngine's generous timeout: on a loaded machine the default 100 ms
+	// can pass, and the fail mode would then admit calls the assertions
+	// expect Redis to count.
+	f.eng = testutil.NewEngine(t, rc, append([]engine.Option{engine.WithKeyPrefix(redistest.Prefix(t))}, s.engine...)...)
 	// Every event is kept; a backend error the test did not provoke fails
 	// it, so that no assertion passes on a fail-mode decision by accident.
 	opts := append([]grpclimit.Option{grpclimit.WithMiddlewareOptions(middleware.WithHook(f.record))}, s.opts...)
@@ -208,7 +199,7 @@ func newFixture(t testing.TB, s setup) *fixture {
 			}
 		})
 	}
-	lim, err := grpclimit.New(eng, s.methods, opts...)
+	lim, err := grpclimit.New(f.eng, s.methods, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,66 +319,13 @@ func readStream(ctx context.Context, conn *grpc.ClientConn, method string, newMs
 	}
 }
 
-// redisServer starts a redis-server of its own on a free loopback port
-// and returns its address. Without redis-server on the PATH the test is
-// skipped, or fails when SLIDELIMIT_REQUIRE_REDIS is set (as CI sets it).
-func redisServer(t testing.TB) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("SLIDELIMIT_REQUIRE_REDIS") != "" {
-			t.Fatal("redis-server not found and SLIDELIMIT_REQUIRE_REDIS is set")
-		}
-		t.Skip("redis-server not found")
-	}
-	for range 5 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
-		ln.Close()
-		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		addr := "127.0.0.1:" + port
-		rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		up := false
-		for range 100 {
-			if rc.Ping(context.Background()).Err() == nil {
-				up = true
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		rc.Close()
-		if up {
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			})
-			return addr
-		}
-		_ = cmd.Process.Kill() // the port was taken meanwhile; try another
-		_ = cmd.Wait()
-	}
-	t.Fatal("could not start redis-server")
-	return ""
-}
-
 // offlineEngine returns an engine that is never asked: New does not
 // contact Redis.
 func offlineEngine(t testing.TB) *engine.Engine {
 	t.Helper()
 	rc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rc.Close() })
-	eng, err := engine.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return eng
+	return testutil.NewEngine(t, rc)
 }
 
 // allowOnly hides every method of its engine but Allow.

@@ -3,11 +3,13 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,8 @@ import (
 
 	"github.com/slidelimit/slidelimit/contrib/grpclimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -105,10 +109,27 @@ type adapter interface {
 	call(t *testing.T, s step) string
 }
 
-// held holds calls until released, and tells when one entered.
+// held holds calls until released, and tells when one entered. It also
+// counts the calls in a server, their finish included (see syncFinish).
 type held struct {
 	entered chan struct{}
 	release chan struct{}
+	running atomic.Int64
+}
+
+// serve runs a call's server side, counted in running.
+func (h *held) serve(f func()) {
+	h.running.Add(1)
+	defer h.running.Add(-1)
+	f()
+}
+
+// syncFinish finishes a request before its handler chain returns, so that
+// a call has ended, finish included, once it leaves the server.
+type syncFinish struct{ *engine.Engine }
+
+func (s syncFinish) FinishAsync(d engine.Decision, o engine.Outcome) {
+	_ = s.Finish(context.Background(), d, o) // errors are the engine's to log
 }
 
 func newHeld() *held { return &held{entered: make(chan struct{}, 8), release: make(chan struct{})} }
@@ -140,6 +161,12 @@ func TestLifecycleTable(t *testing.T) {
 					a = newGRPCAdapter(t, eng, tc.grpc, h)
 				}
 				var wg sync.WaitGroup
+				holding := int64(0)
+				// The finish runs after the response: each step waits for
+				// the calls it made to leave the server.
+				finished := func(i int) {
+					redistest.Eventually(t, fmt.Sprintf("step %d's finish", i), func() bool { return h.running.Load() == holding })
+				}
 				for i, s := range tc.steps {
 					switch s.do {
 					case "hold", "hangup":
@@ -149,18 +176,20 @@ func TestLifecycleTable(t *testing.T) {
 						case <-time.After(10 * time.Second):
 							t.Fatalf("step %d: the held call never reached its handler", i)
 						}
+						holding++
 						continue
 					case "release":
 						close(h.release)
 						wg.Wait()
 						h.release = make(chan struct{})
-						time.Sleep(50 * time.Millisecond) // the finish runs after the response
+						holding = 0
+						finished(i)
 						continue
 					}
 					if got := a.call(t, s); got != s.want {
 						t.Fatalf("step %d (%+v): %s, want %s", i, s, got, s.want)
 					}
-					time.Sleep(20 * time.Millisecond) // the finish runs after the response
+					finished(i)
 				}
 				close(h.release)
 				wg.Wait()
@@ -177,18 +206,13 @@ func lifecycleEngine(t *testing.T, down bool) *engine.Engine {
 	}
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rc.Close() })
-	eng, err := engine.New(rc, engine.WithTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { eng.Close() })
-	return eng
+	return testutil.NewEngine(t, rc)
 }
 
 type httpAdapter struct{ srv *httptest.Server }
 
 func newHTTPAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *httpAdapter {
-	mw, err := middleware.New(rules.MustParse(text), eng, middleware.WithScope("s"),
+	mw, err := middleware.New(rules.MustParse(text), syncFinish{eng}, middleware.WithScope("s"),
 		middleware.WithCostFunc("bytes", func(*http.Request) (int64, error) { return lifeEstimate, nil }),
 		middleware.WithSettle("bytes", middleware.Settlement{}))
 	if err != nil {
@@ -225,7 +249,9 @@ func newHTTPAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *htt
 		}
 		handler.ServeHTTP(w, r)
 	})
-	a := &httpAdapter{srv: httptest.NewServer(auth)}
+	a := &httpAdapter{srv: httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.serve(func() { auth.ServeHTTP(w, r) })
+	}))}
 	t.Cleanup(a.srv.Close)
 	return a
 }
@@ -268,7 +294,7 @@ type grpcAdapter struct{ conn *grpc.ClientConn }
 const lifeUnary, lifeStream = "/life.Svc/Call", "/life.Svc/Stream"
 
 func newGRPCAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *grpcAdapter {
-	lim, err := grpclimit.New(eng, map[string]string{lifeUnary: text + "; scope:s", lifeStream: text + "; scope:s"},
+	lim, err := grpclimit.New(syncFinish{eng}, map[string]string{lifeUnary: text + "; scope:s", lifeStream: text + "; scope:s"},
 		grpclimit.WithCostFunc("bytes", func(context.Context, string, any) (int64, error) { return lifeEstimate, nil }),
 		grpclimit.WithMiddlewareOptions(middleware.WithSettle("bytes", middleware.Settlement{})))
 	if err != nil {
@@ -306,9 +332,14 @@ func newGRPCAdapter(t *testing.T, eng *engine.Engine, text string, h *held) *grp
 		}()
 		return hd(grpcAuth(ctx), req)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(recoverU, lim.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, hd grpc.StreamHandler) error {
-			return hd(srv, authStream{ss, grpcAuth(ss.Context())})
+	serveU := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, hd grpc.UnaryHandler) (resp any, err error) {
+		h.serve(func() { resp, err = hd(ctx, req) })
+		return resp, err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(serveU, recoverU, lim.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, hd grpc.StreamHandler) (err error) {
+			h.serve(func() { err = hd(srv, authStream{ss, grpcAuth(ss.Context())}) })
+			return err
 		}, lim.StreamServerInterceptor()))
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "life.Svc", HandlerType: (*any)(nil),

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -98,11 +99,7 @@ func TestKeysExpire(t *testing.T) {
 func TestEngineKeysExpire(t *testing.T) {
 	_, c := start(t)
 	ctx := context.Background()
-	eng, err := engine.New(c, engine.WithKeyPrefix("exp:"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := testutil.NewEngine(t, c, engine.WithKeyPrefix("exp:"))
 	req := engine.One("login", rules.Key, "alice", rules.Window{Limit: 1, Period: 200 * time.Millisecond})
 	req.Checks[0].Block = 400 * time.Millisecond
 	if d, err := eng.Allow(ctx, req); err != nil || !d.Allowed {

@@ -6,6 +6,9 @@
 // process it started answers (its process_id), and one whose port was
 // taken before it could bind it starts again on another.
 //
+// It also holds what tests of Redis share: a random key prefix, a
+// miniredis with its client, and a Clock the test sets.
+//
 // When redis-server is not installed the tests that need it are skipped,
 // unless SLIDELIMIT_REQUIRE_REDIS=1, in which case they fail: CI sets it so
 // that a skip can never pass for a success.

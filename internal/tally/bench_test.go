@@ -23,7 +23,7 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 	s := redistest.Start(b)
 	for _, on := range []bool{false, true} {
 		name := map[bool]string{false: "tallies=off", true: "tallies=on"}[on]
-		e := newEngine(b, s.Client(), engine.WithKeyPrefix(testPrefix(b)+name))
+		e := newEngine(b, s.Client(), engine.WithKeyPrefix(redistest.Prefix(b)+name))
 		if on {
 			withTallies(b, e, DefaultFlush)
 		}
@@ -84,7 +84,7 @@ func BenchmarkTallyNoteSerial(b *testing.B) {
 func BenchmarkTallyFlood(b *testing.B) {
 	s := redistest.Start(b)
 	c := s.Client()
-	prefix := testPrefix(b)
+	prefix := redistest.Prefix(b)
 	e := newEngine(b, c, engine.WithKeyPrefix(prefix))
 	tl := withTallies(b, e, 100*time.Millisecond)
 	lim := rules.Limiter{Kind: rules.Key, Name: "k", Windows: []rules.Window{win(1, time.Hour)}}

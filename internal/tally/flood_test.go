@@ -28,9 +28,9 @@ import (
 // Not parallel: the heap is the process's, and the parallel tests' own
 // allocations (tens of MiB under the race detector) would be counted.
 func TestTallyFloodBounded(t *testing.T) {
-	_, c := startRedis(t)
-	clk := newFakeClock()
-	prefix := testPrefix(t)
+	_, c := redistest.StartClient(t)
+	clk := redistest.NewClock()
+	prefix := redistest.Prefix(t)
 	st := storeOf(newEngine(t, c, engine.WithKeyPrefix(prefix), engine.WithClock(clk.Now)))
 	st.Now = clk.Now
 	tl := New(st)
@@ -143,14 +143,14 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // makes.
 func TestTallyNoRoundTrip(t *testing.T) {
 	t.Parallel()
-	s, _ := startRedis(t)
+	s, _ := redistest.StartClient(t)
 	ctx := context.Background()
 	var trips [2]int64
 	var closing [2]int64
 	for i, on := range []bool{true, false} {
 		c := redis.NewClient(&redis.Options{Addr: s.Addr})
 		t.Cleanup(func() { c.Close() })
-		e := newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)+fmt.Sprint(on)))
+		e := newEngine(t, c, engine.WithKeyPrefix(redistest.Prefix(t)+fmt.Sprint(on)))
 		var tl *Tallies
 		if on {
 			tl = withTallies(t, e, MaxFlush)

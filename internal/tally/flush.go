@@ -75,7 +75,7 @@ func (t *Tallies) flush(keys []key, counts []int64) {
 		total += n
 	}
 	if t.store.Down() {
-		// Known down (see engine/health.go): no dial, no wait, as for
+		// Known down (see engine/internal/health): no dial, no wait, as for
 		// decisions.
 		t.writeFailed(total, backenderr.ErrNotAsked)
 		return

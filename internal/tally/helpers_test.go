@@ -2,10 +2,8 @@ package tally
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,17 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/internal/testutil"
 	"github.com/slidelimit/slidelimit/rules"
 )
-
-// testPrefix returns a random key prefix, so tests sharing a server never
-// see each other's keys.
-func testPrefix(t testing.TB) string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "t" + hex.EncodeToString(b[:]) + ":"
-}
 
 // testEngine is what newEngine keeps of an engine: its client, and the
 // tallies its denial hook feeds once withTallies sets them.
@@ -38,8 +28,7 @@ type testEngine struct {
 // engines maps each engine newEngine made to its testEngine.
 var engines sync.Map
 
-// newEngine returns an engine on c, closed at the test's end, with a
-// timeout for busy test machines unless opts set one. Its denial hook
+// newEngine returns testutil.NewEngine's engine on c, whose denial hook
 // feeds the tallies withTallies gives it.
 func newEngine(t testing.TB, c engine.Client, opts ...engine.Option) *engine.Engine {
 	t.Helper()
@@ -49,13 +38,9 @@ func newEngine(t testing.TB, c engine.Client, opts ...engine.Option) *engine.Eng
 			tl.Note(d)
 		}
 	})
-	opts = append([]engine.Option{engine.WithTimeout(5 * time.Second), hook}, opts...)
-	e, err := engine.New(c, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := testutil.NewEngine(t, c, append([]engine.Option{hook}, opts...)...)
 	engines.Store(e, te)
-	t.Cleanup(func() { e.Close(); engines.Delete(e) })
+	t.Cleanup(func() { engines.Delete(e) })
 	return e
 }
 
@@ -78,13 +63,6 @@ func withTallies(t testing.TB, e *engine.Engine, flush time.Duration) *Tallies {
 	}
 	t.Cleanup(tl.Close)
 	return tl
-}
-
-// startRedis starts a redis-server for the test.
-func startRedis(t testing.TB) (*redistest.Server, *redis.Client) {
-	t.Helper()
-	s := redistest.Start(t)
-	return s, s.Client()
 }
 
 func win(limit int64, period time.Duration) rules.Window {
@@ -118,22 +96,6 @@ func scanKeys(t testing.TB, c *redis.Client, prefix string) []string {
 		}
 	}
 }
-
-var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// fakeClock is a clock the test sets, safe for concurrent use.
-type fakeClock struct{ us atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.us.Store(t0.UnixMicro())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time { return time.UnixMicro(c.us.Load()) }
-
-// Set sets the clock to t0 + d.
-func (c *fakeClock) Set(d time.Duration) { c.us.Store(t0.Add(d).UnixMicro()) }
 
 // recordHandler is a slog.Handler recording the messages logged.
 type recordHandler struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -84,8 +85,8 @@ const storedHashLen = 1 + 43
 // with the stored hash that peeks at it and resets it.
 func TestTallyLargeSubjectsBounded(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	e := newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)))
+	_, c := redistest.StartClient(t)
+	e := newEngine(t, c, engine.WithKeyPrefix(redistest.Prefix(t)))
 	tl := withTallies(t, e, 0)
 	ctx := context.Background()
 	const subjects, size, preview = 100, 256 << 10, 48
@@ -160,8 +161,8 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 // the abuser was missing; the tallies now have no way to hash.)
 func TestTallyLargeFlood(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	st := storeOf(newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)), engine.WithTimeout(100*time.Millisecond)))
+	_, c := redistest.StartClient(t)
+	st := storeOf(newEngine(t, c, engine.WithKeyPrefix(redistest.Prefix(t)), engine.WithTimeout(100*time.Millisecond)))
 	st.Timeout = 100 * time.Millisecond // the engine's default
 	tl := New(st)
 	ctx := context.Background()

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -28,12 +27,10 @@ import (
 // real Redis, miniredis, a ring and a cluster (the {tally} hash tag).
 func TestTallyTop(t *testing.T) {
 	t.Parallel()
-	_, rc := startRedis(t)
-	m := miniredis.RunT(t)
-	mc := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { mc.Close() })
-	_, c1 := startRedis(t)
-	_, c2 := startRedis(t)
+	_, rc := redistest.StartClient(t)
+	_, mc := redistest.Mini(t)
+	_, c1 := redistest.StartClient(t)
+	_, c2 := redistest.StartClient(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": c1.Options().Addr, "b": c2.Options().Addr}})
 	t.Cleanup(func() { ring.Close() })
 	cc := redistest.StartCluster(t).Client(t)
@@ -43,7 +40,7 @@ func TestTallyTop(t *testing.T) {
 	}{{"redis", rc}, {"miniredis", mc}, {"ring", ring}, {"cluster", cc}} {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			prefix := engine.WithKeyPrefix(testPrefix(t))
+			prefix := engine.WithKeyPrefix(redistest.Prefix(t))
 			e1, e2 := newEngine(t, b.c, prefix), newEngine(t, b.c, prefix)
 			t1, t2 := withTallies(t, e1, 50*time.Millisecond), withTallies(t, e2, 50*time.Millisecond)
 			ctx := context.Background()
@@ -109,8 +106,8 @@ func tallyText(top []Denials) string {
 // the tallies off) but read.
 func TestTallyHashed(t *testing.T) {
 	t.Parallel()
-	_, c := startRedis(t)
-	prefix := testPrefix(t)
+	_, c := redistest.StartClient(t)
+	prefix := redistest.Prefix(t)
 	e1 := newEngine(t, c, engine.WithKeyPrefix(prefix), engine.WithHashedSubjects([]byte("s")))
 	t1 := withTallies(t, e1, 20*time.Millisecond)
 	t2 := New(storeOf(newEngine(t, c, engine.WithKeyPrefix(prefix), engine.WithHashedSubjects([]byte("s")))))
@@ -178,10 +175,12 @@ func TestTallyOutage(t *testing.T) {
 	e := newEngine(t, dc, engine.WithLogger(slog.New(h)), engine.WithFailMode(rules.FailLocal))
 	tl := withTallies(t, e, 10*time.Millisecond)
 	ctx := context.Background()
+	// Ten runs of denials, each written (and failed) before the next: the
+	// first is admitted, so after request i the i denials so far failed.
 	for i := range 200 {
 		e.Allow(ctx, engine.One("s", rules.User, "u", win(1, time.Hour)))
-		if i%20 == 0 {
-			time.Sleep(15 * time.Millisecond)
+		if i%20 == 0 && i > 0 {
+			redistest.Eventually(t, "a failed write", func() bool { return tl.Stats().Failed == int64(i) })
 		}
 	}
 	e.Close()
@@ -246,8 +245,8 @@ func TestTallyHotExact(t *testing.T) {
 // operator page filled an outage's log).
 func TestTopDeniedWhileDown(t *testing.T) {
 	t.Parallel()
-	srv, rc := startRedis(t)
-	e := newEngine(t, rc, engine.WithKeyPrefix(testPrefix(t)))
+	srv, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, engine.WithKeyPrefix(redistest.Prefix(t)))
 	tl := withTallies(t, e, 0)
 	srv.Kill()
 	r := engine.One("s", rules.User, "u", win(10, time.Second))
@@ -267,8 +266,8 @@ func TestTopDeniedWhileDown(t *testing.T) {
 // writes what was counted since its last write. Not parallel: it counts
 // the process's goroutines.
 func TestTallyNoGoroutines(t *testing.T) {
-	_, c := startRedis(t)
-	tl := New(storeOf(newEngine(t, c, engine.WithKeyPrefix(testPrefix(t)))))
+	_, c := redistest.StartClient(t)
+	tl := New(storeOf(newEngine(t, c, engine.WithKeyPrefix(redistest.Prefix(t)))))
 	before := runtime.NumGoroutine()
 	tl.Start(MaxFlush)
 	tl.Note(denial("s", "u"))

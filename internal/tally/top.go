@@ -31,7 +31,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 		return nil, fmt.Errorf("%w: tally period %s is not between 1s and %s", engine.ErrInvalid, since, keep)
 	}
 	if t.store.Down() {
-		// Known down (see engine/health.go): through the pool, each
+		// Known down (see engine/internal/health): through the pool, each
 		// operator page view would wait for its deadline and go-redis
 		// would log a failed dial per retry of the pipeline.
 		return nil, &backenderr.Error{Op: "tally", Err: backenderr.ErrNotAsked}

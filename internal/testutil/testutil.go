@@ -1,6 +1,8 @@
-// Package testutil holds helpers shared by the module's tests: a log sink
-// and a hook recorder that tests read while the code under test may still
-// be writing to them.
+// Package testutil holds helpers shared by the module's tests: an engine
+// closed when the test ends, and a log sink and a hook recorder that tests
+// read while the code under test may still be writing to them. The
+// engine's own tests cannot import it; helpers that need no engine live
+// in redistest.
 package testutil
 
 import (

@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/chromedp/chromedp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/internal/browser"
+	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -45,8 +44,7 @@ func TestAdminPageInBrowser(t *testing.T) {
 		}
 		t.Skip("no chromium on PATH (apt-get install chromium)")
 	}
-	mc := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
-	t.Cleanup(func() { mc.Close() })
+	_, mc := redistest.Mini(t)
 	lim, err := slidelimit.New(mc)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,6 @@
-package engine
+// Package inprocess recognizes a Redis store that listens in this process:
+// an embedded miniredis, which cannot be down while the process runs.
+package inprocess
 
 import (
 	"bufio"
@@ -20,29 +22,25 @@ import (
 // that takes long only waited for this process's own CPU. Taking the fail
 // mode then would decide without the store for no reason (such as a sixth
 // failed login admitted by fail:local).
-// New therefore gives an engine whose client talks to an embedded store a
-// timeout of at least embeddedTimeout: a call waits for the store's answer
+// engine.New therefore gives an engine whose client talks to an embedded store a
+// timeout of at least MinTimeout: a call waits for the store's answer
 // unless it stalls that long. A closed store refuses connections, which
 // still goes to the fail mode at once.
-const embeddedTimeout = 5 * time.Second
+const MinTimeout = 5 * time.Second
 
-// embeddedProbe bounds the INFO call that recognizes miniredis at New,
+// Probe bounds the INFO call that recognizes miniredis at New,
 // whatever the timeout: a store in this process that is slow to answer it
 // (a loaded machine) must still be recognized, and a server of this
 // process that never answers (a test's fake) costs New no more.
-const embeddedProbe = time.Second
+const Probe = time.Second
 
-// embedded reports whether c is a *redis.Client of a miniredis listening
-// in this process. The listener is looked up in /proc (Linux): a loopback
+// Miniredis reports whether rc is a client of a miniredis listening in
+// this process, asking it for at most wait. The listener is looked up in /proc (Linux): a loopback
 // address stands in for it where /proc cannot be read. Only then is the
 // server asked INFO server, which miniredis refuses with "section (server)
 // is not supported" (a real Redis answers it, and a fake server of a test
 // that never answers is not recognized: its timeouts stay as configured).
-func embedded(c Client, wait time.Duration) bool {
-	rc, ok := c.(*redis.Client)
-	if !ok {
-		return false
-	}
+func Miniredis(rc *redis.Client, wait time.Duration) bool {
 	opt := rc.Options()
 	if opt.Network != "" && opt.Network != "tcp" {
 		return false
@@ -51,7 +49,7 @@ func embedded(c Client, wait time.Duration) bool {
 	if err != nil {
 		return false
 	}
-	here, err := listensHere(port)
+	here, err := ListensHere(port)
 	if err != nil {
 		here = isLoopback(host)
 	}
@@ -89,10 +87,10 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// listensHere reports whether a TCP socket listening on port belongs to
+// ListensHere reports whether a TCP socket listening on port belongs to
 // this process, from /proc/self/net/tcp{,6} and /proc/self/fd; an error
 // means it cannot tell (no /proc).
-func listensHere(port string) (bool, error) {
+func ListensHere(port string) (bool, error) {
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
 		return false, err
@@ -109,7 +107,7 @@ func listensHere(port string) (bool, error) {
 		}
 	}
 	if read == 0 {
-		return false, errors.New("engine: /proc/self/net unreadable")
+		return false, errors.New("inprocess: /proc/self/net unreadable")
 	}
 	if len(inodes) == 0 {
 		return false, nil
