@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
@@ -62,6 +64,7 @@ type Throttle struct {
 	cfg    Config
 	eng    *engine.Engine
 	client engine.Client
+	parts  bool // the engine may split a request across servers
 	name   string
 	code   *Plan                    // the plan of the rules the code declared
 	sw     *overrides.Switch[*Plan] // follows SetRules on the scope; nil with overrides off
@@ -102,6 +105,8 @@ func New(cfg Config, g rules.Group) (*Throttle, error) {
 	}
 	t := &Throttle{cfg: cfg, eng: cfg.Engine, client: cfg.Client, name: cfg.Name, hooks: cfg.Hooks,
 		limits: cfg.Limits, lanes: map[string]*lane{}, byID: map[string]*lane{}, maxHold: cfg.MaxHold}
+	_, single := cfg.Client.(*redis.Client)
+	t.parts = !single
 	t.warn.dropped.Every, t.warn.held.Every = permitWarnEvery, permitWarnEvery
 	var err error
 	if t.code, err = t.Compile(g); err != nil {
