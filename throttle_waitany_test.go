@@ -120,8 +120,11 @@ func waitAnyScenarios(t *testing.T, client func() engine.Client) {
 		// Every key is free: each call is admitted in the race, and only
 		// the winner may stay counted.
 		lim, th := setup(t)
-		keys := []string{"k0", "k1", "k2", "k3"}
-		for round := range 3 {
+		var keys []string
+		for i := range 8 {
+			keys = append(keys, fmt.Sprintf("k%d", i))
+		}
+		for round := range 5 {
 			p, i, err := th.WaitAny(context.Background(), keyCalls(keys...)...)
 			if err != nil || i < 0 || i >= len(keys) {
 				t.Fatalf("round %d: WaitAny = %d, %v", round, i, err)
