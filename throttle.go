@@ -75,7 +75,7 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	}
 	mp := middlewareParts(l.opts)
 	t, err := throttle.New(throttle.Config{Name: name, Engine: l.engine, Client: l.client, Limits: mp.Limits,
-		Hooks: mp.Hooks, MaxHold: l.maxHold, Overrides: l.ov,
+		Hooks: mp.Hooks, MaxHold: l.maxHold, Transit: l.transit, Overrides: l.ov,
 		ConfigError: func(err error) error { return configError(name, "", "", err) }}, g)
 	if err != nil {
 		return nil, configError(name, "", rulesText, err)
