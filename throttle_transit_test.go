@@ -2,10 +2,12 @@ package slidelimit_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,4 +170,21 @@ func transitRun(t *testing.T, client engine.Client, opts []slidelimit.Option) *e
 		accepted, elapsed.Round(time.Millisecond), up.period, up.busiest(), up.limit, refill.Round(time.Millisecond),
 		100*float64(up.period)/float64(refill), up.refused)
 	return up
+}
+
+// TestThrottleTransitBoundOption: a negative transit bound is a
+// *ConfigError of kind "option"; 0 is accepted.
+func TestThrottleTransitBoundOption(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	_, err := slidelimit.New(c, slidelimit.WithTransitBound(-time.Millisecond))
+	var ce *slidelimit.ConfigError
+	if !errors.As(err, &ce) || ce.Kind != "option" || !strings.Contains(err.Error(), "transit bound") {
+		t.Errorf("WithTransitBound(-1ms): %v, want a *ConfigError of kind option", err)
+	}
+	lim, err := slidelimit.New(c, slidelimit.WithTransitBound(0))
+	if err != nil {
+		t.Fatalf("WithTransitBound(0): %v", err)
+	}
+	lim.Close()
 }
