@@ -33,6 +33,22 @@ func stretch(ws []rules.Window, d time.Duration) []rules.Window {
 	return out
 }
 
+// declared returns the window w stretch made under d as it was declared,
+// for what the hooks report. A period stretch capped is left as it is.
+func declared(w rules.Window, d time.Duration) rules.Window {
+	if d <= 0 || w.Concurrent || w.Calendar != "" || w.Period >= rulelimits.MaxPeriod {
+		return w
+	}
+	ext := d
+	if w.Grain > 0 {
+		ext = (d + w.Grain - 1) / w.Grain * w.Grain
+	}
+	if w.Period > ext {
+		w.Period -= ext
+	}
+	return w
+}
+
 // calendars returns the calendar units of g's windows, each once.
 func calendars(g rules.Group) []string {
 	var units []string

@@ -12,6 +12,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/overrides"
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/rules"
 )
 
@@ -37,6 +38,9 @@ func TestTransitStretch(t *testing.T) {
 		got := stretch([]rules.Window{tc.w}, tc.bound)[0]
 		if got.Period != tc.period || got.Limit != tc.w.Limit || got.Grain != tc.w.Grain {
 			t.Errorf("stretch(%s, %v) = %s (period %v), want period %v", tc.w, tc.bound, got, got.Period, tc.period)
+		}
+		if back := declared(got, tc.bound); back != tc.w && tc.w.Period < rulelimits.MaxPeriod {
+			t.Errorf("declared(%s, %v) = %s, want %s", got, tc.bound, back, tc.w)
 		}
 	}
 }
@@ -155,5 +159,38 @@ func TestTransitCalendarWait(t *testing.T) {
 	}
 	if used := d.Windows[0].Used; used != 0 {
 		t.Errorf("the day counts %d calls, want 0", used)
+	}
+}
+
+// TestTransitHookWindow: the decision hooks see a throttle's window as
+// declared, not as the engine counts it.
+func TestTransitHookWindow(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer client.Close()
+	eng, err := engine.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	g, err := overrides.Group("api", "global:5/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []rules.Window
+	hook := func(ev middleware.Event) { seen = append(seen, ev.Window) }
+	th, err := New(Config{Name: "api", Engine: eng, Client: client, Transit: 50 * time.Millisecond,
+		Hooks: []func(middleware.Event){hook}}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.Close()
+	p, err := th.Wait(context.Background(), Call{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Finish(nil)
+	if len(seen) != 1 || seen[0].Period != time.Second || seen[0].Limit != 5 {
+		t.Errorf("the hook saw %v, want the window 5/s", seen)
 	}
 }
