@@ -60,6 +60,9 @@ func (*noCopy) Unlock() {}
 //
 //	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
+// Declare the upstream's own limits: the windows allow for a call's way
+// to the upstream, up to the transit bound (WithTransitBound).
+//
 // name is the scope of its windows, for SetRules too, which refuses
 // key(NAME) limiters and named costs that rulesText does not have.
 // Statements that have no meaning for calls out (roles, ip, user, header

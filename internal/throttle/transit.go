@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/internal/rulelimits"
@@ -54,21 +55,12 @@ func calendars(g rules.Group) []string {
 	var units []string
 	for _, l := range g.Limiters {
 		for _, w := range l.Windows {
-			if w.Calendar != "" && !contains(units, w.Calendar) {
+			if w.Calendar != "" && !slices.Contains(units, w.Calendar) {
 				units = append(units, w.Calendar)
 			}
 		}
 	}
 	return units
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // hold returns how long a call must wait at now before it may be
