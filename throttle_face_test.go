@@ -146,7 +146,11 @@ func TestThrottleLimitFuncContext(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
 	defer srv.Close()
 	client := &http.Client{Transport: th.Transport(srv.Client().Transport)}
-	req, _ := http.NewRequestWithContext(context.WithValue(context.Background(), planKey{}, "large"), http.MethodGet, srv.URL, nil)
+	// The small plan's refusal must not hold the large plan's call: a lane
+	// learns its windows' state only for the limits it was asked with.
+	lctx, cancel := context.WithTimeout(context.WithValue(context.Background(), planKey{}, "large"), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(lctx, http.MethodGet, srv.URL, nil)
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -59,7 +59,9 @@ func laneSubject(s string) string {
 // laneKey names the lane of req: its subjects (laneSubject), each after
 // its length as a uvarint. The encoding is injective whatever bytes the
 // subjects hold (up to SHA-256 collisions of long ones): calls with the
-// same subjects, and only they, wait in one lane.
+// same subjects, and only they, wait in one lane. When windows have
+// run-time limits (WithLimitFunc), 0xff and the limits follow: no length
+// of a subject up to maxLaneSubject bytes starts with that byte.
 func laneKey(req *engine.Request) string {
 	var buf [160]byte
 	b := buf[:0]
@@ -68,13 +70,22 @@ func laneKey(req *engine.Request) string {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
+	// Run-time limits split lanes: what a lane learns of its windows (full
+	// until, the fleet's turn) holds only for the limits it was asked with.
+	for i := range req.Checks {
+		for _, w := range req.Checks[i].Limiter.Windows {
+			if w.LimitFunc != "" {
+				b = binary.AppendUvarint(append(b, 0xff), uint64(w.Limit))
+			}
+		}
+	}
 	return string(b)
 }
 
 // laneSubjects returns the subjects key encodes, as views of it.
 func laneSubjects(key string) []string {
 	var out []string
-	for len(key) > 0 {
+	for len(key) > 0 && key[0] != 0xff { // 0xff starts the run-time limits
 		n, w := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
 		if w <= 0 || n > uint64(len(key)-w) {
 			break // not a laneKey; none is made so

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // laneLimiter returns a Limiter on a miniredis of its own.
@@ -346,6 +347,18 @@ func TestThrottleLaneKeysInjective(t *testing.T) {
 		if len(got) != 2 || got[0] != s[0] || got[1] != s[1] {
 			t.Errorf("laneSubjects(laneKey(%q)) = %q", s, got)
 		}
+	}
+	// Run-time limits follow the subjects: they split lanes and are not
+	// read back as subjects.
+	dyn := func(limit int64) *engine.Request {
+		w := rules.Window{Limit: limit, Period: time.Minute, LimitFunc: "quota"}
+		return &engine.Request{Checks: []engine.Check{{Subject: "k", Limiter: rules.Limiter{Kind: rules.Global, Windows: []rules.Window{w}}}}}
+	}
+	if laneKey(dyn(1)) == laneKey(dyn(100)) {
+		t.Error("calls with different run-time limits share a lane")
+	}
+	if got := laneSubjects(laneKey(dyn(300))); len(got) != 1 || got[0] != "k" {
+		t.Errorf("laneSubjects of a key with run-time limits = %q, want [k]", got)
 	}
 }
 
