@@ -115,12 +115,13 @@ func TestThrottleTransitBound(t *testing.T) {
 }
 
 // transitRun calls an exact upstream of 20/s through a throttle of the
-// same limit from 8 goroutines for 2.5 s, each call delayed 0–40 ms on
-// its way, and returns the upstream.
+// same limit from 8 goroutines for 3.1 s, each call delayed 0–40 ms on
+// its way, and returns the upstream. The run holds three refills of the
+// window without the bound.
 func transitRun(t *testing.T, client engine.Client, opts []slidelimit.Option) *exactUpstream {
 	const (
 		workers = 8
-		run     = 2500 * time.Millisecond
+		run     = 3100 * time.Millisecond
 	)
 	up := &exactUpstream{period: time.Second, limit: 20}
 	srv := httptest.NewServer(up)
