@@ -17,7 +17,11 @@ import (
 // much other processes on the machine took.
 type cpuSample struct {
 	self, redis, machine time.Duration
-	ok                   bool
+	// nvcsw is this process's voluntary context switches: a thread that
+	// blocks (a futex wait, an idle poll) and is woken again counts one,
+	// so their difference over a run counts the client's wake-ups.
+	nvcsw int64
+	ok    bool
 }
 
 // userHZ is the unit of /proc/stat (USER_HZ, 100 on every Linux platform Go
@@ -31,6 +35,7 @@ func sampleCPU(ctx context.Context, rdb *redis.Client) cpuSample {
 		return s
 	}
 	s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	s.nvcsw = int64(ru.Nvcsw)
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return s

@@ -98,7 +98,10 @@ type result struct {
 	// the machine.
 	SelfCPU, RedisCPU, OtherCPU time.Duration
 	CPUOK                       bool
-	RedisKeys, RedisBytes       int64
+	// Wakeups is this process's voluntary context switches during the
+	// measured phase (see cpuSample.nvcsw).
+	Wakeups               int64
+	RedisKeys, RedisBytes int64
 	// Subjects is the number of distinct keys the callers used.
 	Subjects int
 	// MinRate and MaxRate are the lowest and highest decisions/s over
@@ -364,6 +367,7 @@ func runOne(ctx context.Context, addr string, o options, lib library, c benchCas
 		r.SelfCPU = c1.self - c0.self
 		r.RedisCPU = c1.redis - c0.redis
 		r.OtherCPU = max(0, c1.machine-c0.machine-r.SelfCPU-r.RedisCPU)
+		r.Wakeups = c1.nvcsw - c0.nvcsw
 	}
 
 	var all hist
@@ -461,6 +465,15 @@ func medians(results []result) []result {
 	return out
 }
 
+// cpuPerDecision returns the CPU time of client and Redis together per
+// decision, or 0 when the run has no CPU samples.
+func (r result) cpuPerDecision() time.Duration {
+	if !r.CPUOK || r.Decisions == 0 {
+		return 0
+	}
+	return (r.SelfCPU + r.RedisCPU) / time.Duration(r.Decisions)
+}
+
 func (r result) rate() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -485,31 +498,32 @@ func printReport(w io.Writer, redisVersion string, o options, results []result) 
 	}
 	fmt.Fprint(w, "\n\n")
 
-	fmt.Fprintln(w, "| library | case | callers | decisions/s | allowed | p50 | p99 | allocs/decision | Redis CPU µs/decision | Go CPU µs/decision | Redis B/subject | Redis keys | other procs' CPU (cores) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| library | case | callers | decisions/s | allowed | p50 | p99 | allocs/decision | Redis CPU µs/decision | Go CPU µs/decision | CPU µs/decision (Redis + Go) | client wake-ups/decision | Redis B/subject | Redis keys | other procs' CPU (cores) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var notes []string
 	for _, r := range results {
 		if r.Decisions == 0 {
-			fmt.Fprintf(w, "| %s | %s | %d | error | | | | | | | | | |\n", r.Lib, r.Case, r.Callers)
+			fmt.Fprintf(w, "| %s | %s | %d | error | | | | | | | | | | | |\n", r.Lib, r.Case, r.Callers)
 			notes = append(notes, fmt.Sprintf("%s %s callers=%d: %v", r.Lib, r.Case, r.Callers, r.FirstErr))
 			continue
 		}
-		redisCPU, goCPU, other := "?", "?", "?"
+		redisCPU, goCPU, total, wakeups, other := "?", "?", "?", "?", "?"
 		if r.CPUOK {
 			per := func(d time.Duration) string {
 				return fmt.Sprintf("%.1f", float64(d)/float64(time.Microsecond)/float64(r.Decisions))
 			}
-			redisCPU, goCPU = per(r.RedisCPU), per(r.SelfCPU)
+			redisCPU, goCPU, total = per(r.RedisCPU), per(r.SelfCPU), per(r.RedisCPU+r.SelfCPU)
+			wakeups = fmt.Sprintf("%.2f", float64(r.Wakeups)/float64(r.Decisions))
 			other = fmt.Sprintf("%.2f", r.OtherCPU.Seconds()/r.Elapsed.Seconds())
 		}
 		rate := fmtRate(r.rate())
 		if r.Rounds > 1 {
 			rate += " (" + fmtRate(r.MinRate) + "–" + fmtRate(r.MaxRate) + ")"
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %d | %s |\n",
+		fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %d | %s |\n",
 			r.Lib, r.Case, r.Callers, rate,
 			fmtPct(r.Allowed, r.Decisions), fmtDur(r.P50), fmtDur(r.P99), r.AllocsPerDecision,
-			redisCPU, goCPU,
+			redisCPU, goCPU, total, wakeups,
 			fmtBytes(float64(r.RedisBytes)/float64(max(r.Subjects, 1))), r.RedisKeys, other)
 		if r.Errors > 0 {
 			notes = append(notes, fmt.Sprintf("%s %s callers=%d: %d errors of %d decisions, first: %v",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 )
 
 // pair names two libraries whose decisions/s the report divides, run
@@ -45,6 +46,7 @@ func printPairs(w io.Writer, results []result, pairs []pair) {
 		callers, round int
 	}
 	rate := map[runKey]float64{}
+	cpu := map[runKey]time.Duration{}
 	type rowKey struct {
 		cas     string
 		callers int
@@ -52,25 +54,31 @@ func printPairs(w io.Writer, results []result, pairs []pair) {
 	var rows []rowKey
 	for _, r := range results {
 		rate[runKey{r.Lib, r.Case, r.Callers, r.Round}] = r.rate()
+		cpu[runKey{r.Lib, r.Case, r.Callers, r.Round}] = r.cpuPerDecision()
 		if k := (rowKey{r.Case, r.Callers}); !slices.Contains(rows, k) {
 			rows = append(rows, k)
 		}
 	}
-	fmt.Fprintln(w, "\nPaired ratios (decisions/s of the first library ÷ the second's, per round; median and range over rounds):")
+	fmt.Fprintln(w, "\nPaired ratios (decisions/s of the first library ÷ the second's, per round; median and range over rounds;")
+	fmt.Fprintln(w, "CPU: the first's CPU per decision, Redis and Go together, ÷ the second's, median over rounds, below 1 when the first spends less):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| ratio | case | callers | median | range | per round |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---|---|")
+	fmt.Fprintln(w, "| ratio | case | callers | median | range | per round | CPU/decision ratio |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---|---|---:|")
 	for _, p := range pairs {
 		for _, k := range rows {
-			var rs []float64
+			var rs, cs []float64
 			for round := 1; ; round++ {
-				num, ok1 := rate[runKey{p.Num, k.cas, k.callers, round}]
-				den, ok2 := rate[runKey{p.Den, k.cas, k.callers, round}]
+				kn, kd := runKey{p.Num, k.cas, k.callers, round}, runKey{p.Den, k.cas, k.callers, round}
+				num, ok1 := rate[kn]
+				den, ok2 := rate[kd]
 				if !ok1 && !ok2 {
 					break
 				}
 				if ok1 && ok2 && den > 0 {
 					rs = append(rs, num/den)
+				}
+				if ok1 && ok2 && cpu[kn] > 0 && cpu[kd] > 0 {
+					cs = append(cs, float64(cpu[kn])/float64(cpu[kd]))
 				}
 			}
 			if len(rs) == 0 {
@@ -82,8 +90,13 @@ func printPairs(w io.Writer, results []result, pairs []pair) {
 			}
 			sorted := slices.Clone(rs)
 			slices.SortFunc(sorted, cmp.Compare)
-			fmt.Fprintf(w, "| %s ÷ %s | %s | %d | %.2f | %.2f–%.2f | %s |\n", p.Num, p.Den, k.cas, k.callers,
-				median(sorted), sorted[0], sorted[len(sorted)-1], strings.Join(each, " "))
+			cpuRatio := "?"
+			if len(cs) > 0 {
+				slices.SortFunc(cs, cmp.Compare)
+				cpuRatio = fmt.Sprintf("%.2f", median(cs))
+			}
+			fmt.Fprintf(w, "| %s ÷ %s | %s | %d | %.2f | %.2f–%.2f | %s | %s |\n", p.Num, p.Den, k.cas, k.callers,
+				median(sorted), sorted[0], sorted[len(sorted)-1], strings.Join(each, " "), cpuRatio)
 		}
 	}
 }

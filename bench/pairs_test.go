@@ -55,3 +55,26 @@ func TestPrintPairs(t *testing.T) {
 		t.Errorf("printPairs printed\n%s\nwant a line %q", sb.String(), want)
 	}
 }
+
+func TestPrintPairsCPU(t *testing.T) {
+	t.Parallel()
+	// CPU per decision, Redis and Go together: a's ÷ b's is 0.5, 0.6 and
+	// 2.0 in the three rounds, so the median is 0.6. A run without CPU
+	// samples (round 4) is left out.
+	run := func(lib string, round int, redis, self time.Duration) result {
+		return result{Lib: lib, Case: "c", Callers: 8, Round: round, Decisions: 100, Elapsed: time.Second,
+			CPUOK: redis > 0, RedisCPU: redis, SelfCPU: self}
+	}
+	results := []result{
+		run("a", 1, 300*time.Microsecond, 200*time.Microsecond), run("b", 1, 600*time.Microsecond, 400*time.Microsecond),
+		run("a", 2, 600*time.Microsecond, 0), run("b", 2, 500*time.Microsecond, 500*time.Microsecond),
+		run("a", 3, time.Millisecond, time.Millisecond), run("b", 3, 500*time.Microsecond, 500*time.Microsecond),
+		run("a", 4, 0, 0), run("b", 4, time.Millisecond, 0),
+	}
+	var sb strings.Builder
+	printPairs(&sb, results, []pair{{"a", "b"}})
+	want := "| a ÷ b | c | 8 | 1.00 | 1.00–1.00 | 1.00 1.00 1.00 1.00 | 0.60 |"
+	if !strings.Contains(sb.String(), want) {
+		t.Errorf("printPairs printed\n%s\nwant a line %q", sb.String(), want)
+	}
+}

@@ -199,19 +199,57 @@ func (c *call) sharing(batch []*call) []bool {
 	if len(batch) < 2 {
 		return nil
 	}
-	ops := 0 // admissions and peeks: a finish reads no window
+	ops, nkeys := 0, 0 // admissions and peeks: a finish reads no window
 	for _, o := range batch {
 		if o.mode != opFinish {
 			ops++
+			nkeys += len(o.plan.Keys)
 		}
 	}
 	if ops < 2 {
 		return nil // a lone admission with the finishes riding with it
 	}
+	c.shared = append(c.shared[:0], make([]bool, len(batch))...)
+	if nkeys <= maxScanKeys {
+		c.sharingScan(batch)
+	} else {
+		c.sharingMap(batch)
+	}
+	return c.shared
+}
+
+// maxScanKeys is the number of keys in a batch up to which sharing
+// compares them pair by pair: a few comparisons cost less than hashing
+// each key into a map and clearing it.
+const maxScanKeys = 16
+
+// sharingScan marks in c.shared the calls of batch that share a key, by
+// comparing each key with the keys before it.
+func (c *call) sharingScan(batch []*call) {
+	for i, o := range batch {
+		if o.mode == opFinish {
+			continue // its op reads no window (see Finish)
+		}
+		for ki, k := range o.plan.Keys {
+			for j, p := range batch[:i+1] {
+				before := p.plan.Keys
+				if j == i {
+					before = before[:ki]
+				}
+				if p.mode != opFinish && slices.Contains(before, k) {
+					c.shared[j], c.shared[i] = true, true
+				}
+			}
+		}
+	}
+}
+
+// sharingMap is sharingScan for a large batch, with a map of the keys
+// seen.
+func (c *call) sharingMap(batch []*call) {
 	if c.seen == nil {
 		c.seen = make(map[string]int32)
 	}
-	c.shared = append(c.shared[:0], make([]bool, len(batch))...)
 	for i, o := range batch {
 		if o.mode == opFinish {
 			continue // its op reads no window (see Finish)
@@ -224,7 +262,6 @@ func (c *call) sharing(batch []*call) []bool {
 		}
 	}
 	clear(c.seen) // its keys are views of the calls' buffers
-	return c.shared
 }
 
 // prepare sizes the outcome fields for c.plan.

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -86,5 +88,49 @@ func waitExpired(t *testing.T, ctx context.Context) {
 	}
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("err %v, want DeadlineExceeded", ctx.Err())
+	}
+}
+
+// TestSharingScanMatchesMap checks that the pairwise comparison of a small
+// batch's keys marks the same calls as the map a large batch uses, on
+// random batches with finishes, keys repeated within a call and none
+// shared.
+func TestSharingScanMatchesMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(52, 8))
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	var some, none int
+	for it := range 2000 {
+		batch := make([]*call, 1+rng.IntN(8))
+		for i := range batch {
+			c := &call{mode: opAllow}
+			switch rng.IntN(5) {
+			case 0:
+				c.mode = opFinish
+			case 1:
+				c.mode = opPeek
+			}
+			for range 1 + rng.IntN(3) {
+				c.plan.Keys = append(c.plan.Keys, names[rng.IntN(len(names))])
+			}
+			batch[i] = c
+		}
+		var scan, byMap call
+		got, want := scan.sharing(batch), []bool(nil)
+		if got != nil {
+			byMap.shared = make([]bool, len(batch))
+			byMap.sharingMap(batch)
+			want = byMap.shared
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("batch %d: pairwise %v, map %v", it, got, want)
+		}
+		if slices.Contains(got, true) {
+			some++
+		} else if got != nil {
+			none++
+		}
+	}
+	if some == 0 || none == 0 {
+		t.Fatalf("batches with a shared key: %d, without: %d", some, none)
 	}
 }
