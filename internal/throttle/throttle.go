@@ -50,6 +50,10 @@ type Config struct {
 	MaxHold time.Duration
 	// Overrides follows SetRules on the scope; nil with overrides off.
 	Overrides *overrides.Store
+	// Transit is the transit bound: the longest a call takes from its
+	// admission to the upstream, which the windows allow for; 0 means the
+	// upstream counts a call when it is sent (docs/throttle.md).
+	Transit time.Duration
 	// ConfigError turns a call's error (ErrCall, ErrNeverFits) into the
 	// error the caller sees.
 	ConfigError func(error) error
@@ -184,6 +188,9 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 	req, names, err := p.request(ctx, c)
 	if err != nil {
 		return nil, false, err
+	}
+	if p.hold(time.Now()) > 0 {
+		return nil, false, nil // a calendar period ends within the transit bound
 	}
 	ln, err := t.lane(ctx, laneKey(&req))
 	if err != nil {
