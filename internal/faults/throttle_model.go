@@ -46,7 +46,13 @@ type ThrottleHistory struct {
 	// its windows have room; Settle how long after a fault the bound does
 	// not apply (the fleet lease and a renewal: docs/throttle.md).
 	Bound, Settle time.Duration
-	End           time.Duration
+	// Skew is how far apart arrivals may be and still be in no known
+	// order: a process stamps its callers on the Redis clock as it
+	// estimates it (off by up to half a round trip), a little after the
+	// harness noted them. The fleet's oldest waiter is then any of those
+	// that arrived within Skew of the oldest.
+	Skew time.Duration `json:",omitempty"`
+	End  time.Duration
 }
 
 // Span is a time interval [From, To] of a history.
@@ -168,7 +174,8 @@ type ThrottleReport struct {
 //     processes hold (admitted, not finished Bound before), and the dead
 //     process's whose lease cannot have ended: no slot outlives its
 //     holder's lease;
-//   - idle: the fleet's oldest waiter of a lane whose windows have room
+//   - idle: the fleet's oldest waiter of a lane (any arrived within Skew
+//     of the oldest, all of which must have room) whose windows have room
 //     (by what the history admitted, counting each call at the larger of
 //     its estimate and its settlement, a dead process's slots held a full
 //     lease) is admitted within Bound, or within SlotRetry+Bound when the
@@ -400,7 +407,7 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string
 		reported := map[int]bool{}
 		for t := time.Duration(0); t <= h.End; t += idleStep {
 			w := h.oldest(lane, keyed, t)
-			if w < 0 || h.excluded(t) || !h.room(h.Calls[w], keyed, t) {
+			if w < 0 || h.excluded(t) || !h.roomAll(w, keyed, t) {
 				run = -1
 				continue
 			}
@@ -433,11 +440,7 @@ func (h ThrottleHistory) oldest(lane int, keyed bool, t time.Duration) int {
 		if keyed && c.Key != lane {
 			continue
 		}
-		end := c.Ended
-		if c.Admitted {
-			end = min(end, c.Decided)
-		}
-		if c.Arrived > t || end <= t {
+		if !h.waiting(c, t) {
 			continue
 		}
 		if best < 0 || c.Arrived < h.Calls[best].Arrived {
@@ -445,6 +448,32 @@ func (h ThrottleHistory) oldest(lane int, keyed bool, t time.Duration) int {
 		}
 	}
 	return best
+}
+
+// roomAll reports whether every waiter that may be the fleet's oldest at
+// t has room: w, the oldest by the harness's clock, and the waiters of its
+// lane that arrived within Skew after it. The fleet serves one of them
+// first, which may wait for room while the others have it.
+func (h ThrottleHistory) roomAll(w int, keyed bool, t time.Duration) bool {
+	o := h.Calls[w]
+	for i, c := range h.Calls {
+		if i != w && (keyed && c.Key != o.Key || c.Arrived > o.Arrived+h.Skew || !h.waiting(c, t)) {
+			continue
+		}
+		if !h.room(c, keyed, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// waiting reports whether c waits at t: arrived, neither admitted nor gone.
+func (h ThrottleHistory) waiting(c CallRecord, t time.Duration) bool {
+	end := c.Ended
+	if c.Admitted {
+		end = min(end, c.Decided)
+	}
+	return c.Arrived <= t && t < end
 }
 
 // excluded reports whether t lies within Settle after a fault.

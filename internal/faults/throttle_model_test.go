@@ -309,3 +309,27 @@ func TestThrottleMaxHold(t *testing.T) {
 		t.Fatal("a slot held 1.7 s past the longest hold, unnoticed")
 	}
 }
+
+// Arrivals within Skew are in no known order: the fleet may serve a
+// waiter without room first, and the oldest by the harness's clock waits.
+func TestThrottleIdleSkew(t *testing.T) {
+	// 3 tokens per 1000ms: after a call of cost 2 admitted at 100 ms, one
+	// of cost 1 arrived at 10 ms has room and waits until 950 ms, while
+	// one of cost 3 arrived 1 ms after it has none and gives up at 960 ms.
+	h := throttleHist(admitted(0, 100*ms), admitted(10*ms, 950*ms), CallRecord{Actual: -1, Arrived: 11 * ms, Ended: 960 * ms})
+	h.Limiters[0].Cost = "tokens"
+	h.Limiters[0].Windows[0].Limit = 3
+	h.Calls[0].Cost, h.Calls[1].Cost, h.Calls[2].Cost = 2, 1, 3
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
+		t.Fatal("the oldest waiter with room waited 800 ms unnoticed")
+	}
+	h.Skew = 5 * ms
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) > 0 {
+		t.Fatalf("a waiter within the skew had no room: %v", vs)
+	}
+	// Arrived 6 ms later, the one without room is no excuse.
+	h.Calls[2].Arrived = 16 * ms
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
+		t.Fatal("the oldest waiter with room waited 800 ms behind a later one unnoticed")
+	}
+}

@@ -246,6 +246,11 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 	}
 }
 
+// partsRecheck is how soon a caller that asked at once asks again after a
+// refusal, when the engine splits a request across servers: another
+// request's reservation, rolled back since, may have refused it.
+const partsRecheck = 50 * time.Millisecond
+
 // refused notes a refusal of the head's call: it asks again when the
 // windows free up, and joins the fleet's order if not in it yet.
 func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
@@ -259,6 +264,12 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 	var prev *waiter // the head before w's refusal
 	if len(ln.q) > 0 {
 		prev = ln.q[0]
+	}
+	if prev != w && !slices.Contains(ln.q, w) && ln.t.parts {
+		// Asked at once, as callers of other processes may have: their
+		// reservations on other servers, rolled back since, may have
+		// refused it. Ask again soon, in turn.
+		wait = min(wait, partsRecheck)
 	}
 	switch {
 	case prev == w:

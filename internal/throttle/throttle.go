@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/overrides"
@@ -48,6 +50,10 @@ type Config struct {
 	MaxHold time.Duration
 	// Overrides follows SetRules on the scope; nil with overrides off.
 	Overrides *overrides.Store
+	// Transit is the transit bound: the longest a call takes from its
+	// admission to the upstream, which the windows allow for; 0 means the
+	// upstream counts a call when it is sent (docs/throttle.md).
+	Transit time.Duration
 	// ConfigError turns a call's error (ErrCall, ErrNeverFits) into the
 	// error the caller sees.
 	ConfigError func(error) error
@@ -62,6 +68,7 @@ type Throttle struct {
 	cfg    Config
 	eng    *engine.Engine
 	client engine.Client
+	parts  bool // the engine may split a request across servers
 	name   string
 	code   *Plan                    // the plan of the rules the code declared
 	sw     *overrides.Switch[*Plan] // follows SetRules on the scope; nil with overrides off
@@ -102,6 +109,8 @@ func New(cfg Config, g rules.Group) (*Throttle, error) {
 	}
 	t := &Throttle{cfg: cfg, eng: cfg.Engine, client: cfg.Client, name: cfg.Name, hooks: cfg.Hooks,
 		limits: cfg.Limits, lanes: map[string]*lane{}, byID: map[string]*lane{}, maxHold: cfg.MaxHold}
+	_, single := cfg.Client.(*redis.Client)
+	t.parts = !single
 	t.warn.dropped.Every, t.warn.held.Every = permitWarnEvery, permitWarnEvery
 	var err error
 	if t.code, err = t.Compile(g); err != nil {
@@ -179,6 +188,9 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 	req, names, err := p.request(ctx, c)
 	if err != nil {
 		return nil, false, err
+	}
+	if p.hold(time.Now()) > 0 {
+		return nil, false, nil // a calendar period ends within the transit bound
 	}
 	ln, err := t.lane(ctx, laneKey(&req))
 	if err != nil {

@@ -16,7 +16,8 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	req, names, err := t.plan().request(ctx, c)
+	p := t.plan()
+	req, names, err := p.request(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +48,10 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 			}
 		}
 		ask = false
+		if err := p.holdOff(ctx); err != nil {
+			ln.remove(w)
+			return nil, err
+		}
 		if err := ctx.Err(); err != nil {
 			ln.remove(w)
 			return nil, err

@@ -179,3 +179,29 @@ func TestLaneRefusedHeadYields(t *testing.T) {
 		t.Fatal("the new head was not told")
 	}
 }
+
+// TestLaneRefusedAtOnceOnParts: when the engine splits requests across
+// servers, a caller that asked at once and was refused for a second asks
+// again within partsRecheck (another process's reservation may have
+// refused it and been rolled back); on one server it waits the second.
+func TestLaneRefusedAtOnceOnParts(t *testing.T) {
+	t.Parallel()
+	for _, parts := range []bool{false, true} {
+		th := &Throttle{parts: parts}
+		th.fleet = &fleet{t: th}
+		ln := &lane{t: th, othersMin: none}
+		w := &waiter{stamp: 100, wake: make(chan struct{}, 1)}
+		ln.refused(w, engine.Decision{RetryAfter: time.Second}, nil)
+		soon := time.Until(ln.wakeAt) <= partsRecheck
+		if parts != soon || ln.q[0] != w {
+			t.Fatalf("parts %v: the refused caller asks again in %v (head %v), want within %v: %v",
+				parts, time.Until(ln.wakeAt).Round(time.Millisecond), ln.q[0] == w, partsRecheck, parts)
+		}
+		// Refused again as the head, it waits what the refusal said.
+		ln.asking = true
+		ln.refused(w, engine.Decision{RetryAfter: time.Second}, nil)
+		if time.Until(ln.wakeAt) <= partsRecheck {
+			t.Fatalf("parts %v: a head refused in turn asks again in %v, want the second", parts, time.Until(ln.wakeAt))
+		}
+	}
+}
