@@ -135,7 +135,7 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 		}
 		ch.Limiter.Windows = ws
 	}
-	if err := tooBig(&req); err != nil {
+	if err := tooBig(&req, p.transit); err != nil {
 		return req, nil, p.wrap(err)
 	}
 	return req, names, nil

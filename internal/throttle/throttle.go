@@ -241,14 +241,15 @@ func (t *Throttle) decide(ctx context.Context, req *engine.Request) (engine.Deci
 }
 
 // tooBig reports a check whose cost is above the limit of one of its
-// windows: an error wrapping ErrNeverFits.
-func tooBig(req *engine.Request) error {
+// windows: an error wrapping ErrNeverFits, naming the window as declared
+// before stretch under transit bound d.
+func tooBig(req *engine.Request, d time.Duration) error {
 	for _, c := range req.Checks {
 		cost := max(c.Cost, 1)
 		for _, w := range c.Windows {
 			if !w.Concurrent && cost > w.Limit {
 				return fmt.Errorf("%w: cost %s of limiter %s is above the limit of its window %s",
-					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), w.String())
+					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), declared(w, d).String())
 			}
 		}
 	}

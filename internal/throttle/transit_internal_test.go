@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,5 +193,24 @@ func TestTransitHookWindow(t *testing.T) {
 	p.Finish(nil)
 	if len(seen) != 1 || seen[0].Period != time.Second || seen[0].Limit != 5 {
 		t.Errorf("the hook saw %v, want the window 5/s", seen)
+	}
+}
+
+// TestTransitNeverFitsWindow: a cost above a stretched window's limit is
+// reported with the window as declared.
+func TestTransitNeverFitsWindow(t *testing.T) {
+	d := 50 * time.Millisecond
+	declared := rules.Window{Limit: 1000, Period: time.Minute}
+	l := rules.Limiter{Kind: rules.Global, Cost: "tokens", Windows: stretch([]rules.Window{declared}, d)}
+	req := &engine.Request{Checks: []engine.Check{{Limiter: l, Cost: 1001}}}
+	err := tooBig(req, d)
+	if !errors.Is(err, ErrNeverFits) {
+		t.Fatalf("tooBig = %v, want ErrNeverFits", err)
+	}
+	if want, stretched := declared.String(), l.Windows[0].String(); !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), stretched) {
+		t.Errorf("tooBig = %q, want the declared window %s, not %s", err, want, stretched)
+	}
+	if err := tooBig(&engine.Request{Checks: []engine.Check{{Limiter: l, Cost: 1000}}}, d); err != nil {
+		t.Errorf("a cost of the whole limit: %v", err)
 	}
 }
