@@ -65,7 +65,7 @@
 // WithKeyPrefix, WithTimeout, WithHashedSubjects, the functions rule
 // text names (WithKeyFunc, WithCostFunc, WithLimitFunc) and WithHook.
 // Each translates to the option of the engine or middleware package that
-// owns the setting; WithMaxHold, of throttles only, belongs here. The rest, such as trusted proxies or a denied
+// owns the setting; WithMaxHold and WithTransitBound, of throttles only, belong here. The rest, such as trusted proxies or a denied
 // handler, goes through the escape hatches WithEngineOptions and
 // WithMiddlewareOptions. Later options win.
 //

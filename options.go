@@ -28,6 +28,8 @@ type config struct {
 	masked     []rules.Kind
 	maxHold    time.Duration
 	maxHoldSet bool
+	transit    time.Duration
+	transitSet bool
 	maskSet    bool
 }
 
@@ -78,6 +80,15 @@ func WithLogger(l *slog.Logger) Option {
 // positive.
 func WithMaxHold(d time.Duration) Option {
 	return func(c *config) { c.maxHold, c.maxHoldSet = d, true }
+}
+
+// WithTransitBound sets the longest a throttled call takes from its
+// admission to the upstream; the default is 50 ms. A throttle declared
+// with an upstream's own limits then draws no 429 from it while calls
+// arrive within d (docs/throttle.md, Transit bound). 0 means the upstream
+// counts a call when it is sent. d must not be negative.
+func WithTransitBound(d time.Duration) Option {
+	return func(c *config) { c.transit, c.transitSet = d, true }
 }
 
 // WithFailMode sets how groups without a fail: statement decide while Redis

@@ -33,6 +33,7 @@ type Limiter struct {
 	masked []rules.Kind                           // kinds the operator's page masks
 
 	maxHold time.Duration // of a throttle's Permit's slots (WithMaxHold)
+	transit time.Duration // a throttled call's transit bound (WithTransitBound)
 
 	reg *registry.Registry // what Peek and Reset search
 
@@ -64,6 +65,11 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 			return nil, optionError(fmt.Errorf("masked subjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
+	if !c.transitSet {
+		c.transit = throttle.DefaultTransit
+	} else if c.transit < 0 {
+		return nil, optionError(fmt.Errorf("transit bound: %s is negative", c.transit))
+	}
 	if !c.maxHoldSet {
 		c.maxHold = throttle.DefaultMaxHold
 	} else if c.maxHold <= 0 {
@@ -90,7 +96,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	// denial hook reads tallies without a lock.
 	tallies = tally.New(tally.Store{Client: client, Prefix: e.KeyPrefix(), Timeout: c.timeout, Log: e.Logger(), Down: e.Down})
 	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tallies,
-		maxHold: c.maxHold, roles: newRoleCheck(c.middleware)}
+		maxHold: c.maxHold, transit: c.transit, roles: newRoleCheck(c.middleware)}
 	if c.tallyFlush > 0 {
 		l.tally.Start(c.tallyFlush)
 	}

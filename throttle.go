@@ -60,6 +60,9 @@ func (*noCopy) Unlock() {}
 //
 //	t, err := lim.Throttle("openai", "key(apikey):500/min; key(apikey)[tokens]:90000/min")
 //
+// Declare the upstream's own limits: the windows allow for a call's way
+// to the upstream, up to the transit bound (WithTransitBound).
+//
 // name is the scope of its windows, for SetRules too, which refuses
 // key(NAME) limiters and named costs that rulesText does not have.
 // Statements that have no meaning for calls out (roles, ip, user, header
@@ -75,7 +78,7 @@ func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	}
 	mp := middlewareParts(l.opts)
 	t, err := throttle.New(throttle.Config{Name: name, Engine: l.engine, Client: l.client, Limits: mp.Limits,
-		Hooks: mp.Hooks, MaxHold: l.maxHold, Overrides: l.ov,
+		Hooks: mp.Hooks, MaxHold: l.maxHold, Transit: l.transit, Overrides: l.ov,
 		ConfigError: func(err error) error { return configError(name, "", "", err) }}, g)
 	if err != nil {
 		return nil, configError(name, "", rulesText, err)

@@ -118,12 +118,14 @@ func throttleEndToEnd(t *testing.T, slow bool, client func() engine.Client) {
 		up.requests, up.tokens, run = 30, 2500, 3*up.period
 		t.Logf("a slow backend (%v a decision): a quarter of the rate for %v", l, run)
 	}
-	rulesText := fmt.Sprintf("global:%d/2200ms; global[tokens]:%d/2200ms", up.requests, up.tokens)
+	// The upstream's own limits, with a transit bound for a loaded
+	// machine, where a decision's reply alone can take 100 ms.
+	rulesText := fmt.Sprintf("global:%d/2s; global[tokens]:%d/2s", up.requests, up.tokens)
 	srv := httptest.NewServer(up)
 	defer srv.Close()
 	var ths []*slidelimit.Throttle
 	for range processes {
-		lim := throttleLimiter(t, client(), prefix)
+		lim := throttleLimiter(t, client(), prefix, slidelimit.WithTransitBound(200*time.Millisecond))
 		th, err := lim.Throttle("upstream", rulesText)
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,6 +92,11 @@ const harnessSkew = 5 * time.Millisecond
 // harnessMaxHold is the processes' WithMaxHold: a Permit never finished
 // holds its slots that long (faults.ThrottleHistory.MaxHold).
 const harnessMaxHold = 1500 * time.Millisecond
+
+// harnessTransit is the processes' transit bound (WithTransitBound). Each
+// call's transit is drawn in [0, harnessTransit): the model counts it at
+// the upstream at its decision plus that transit.
+const harnessTransit = 50 * time.Millisecond
 
 func TestThrottleFaults(t *testing.T) {
 	// go-redis logs every refused dial of a killed server.
@@ -204,9 +210,6 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 		if rep.LongestIdle > longest {
 			longest, which = rep.LongestIdle, fmt.Sprintf("seed %d, %s", p.Seed, rep.Longest)
 		}
-		for _, n := range rep.Notes {
-			t.Logf("%s seed %d: %s", b.Name, p.Seed, n)
-		}
 		vs := throttleFailures(rep, errs)
 		if len(vs) == 0 {
 			continue
@@ -318,6 +321,7 @@ type throttleRun struct {
 	procs   []*harnessProc // by the plan's process number: the current incarnation
 	all     []*harnessProc
 	nextPID int
+	rng     *rand.Rand // the calls' transits
 	errs    []string
 	byG     map[uint64]*harnessCall // the calls waiting now, by goroutine
 	kept    []any                   // the Permits and bodies never finished, kept reachable
@@ -399,7 +403,7 @@ func (r *throttleRun) startProc(i int) {
 	r.mu.Unlock()
 	c := r.b.Client()
 	lim, err := New(c, WithKeyPrefix(r.prefix), WithTimeout(r.b.Timeout), WithLogger(slog.New(slog.DiscardHandler)),
-		WithHook(r.hook), WithMaxHold(harnessMaxHold),
+		WithHook(r.hook), WithMaxHold(harnessMaxHold), WithTransitBound(harnessTransit),
 		WithEngineOptions(engine.WithLease(harnessLease), engine.WithSlotLost(r.slotLost)))
 	if err != nil {
 		c.Close()
@@ -501,7 +505,7 @@ func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 	r.mu.Lock()
 	hc.idx = len(r.hist.Calls)
 	r.hist.Calls = append(r.hist.Calls, faults.CallRecord{Step: step, Proc: pr.pid, Key: c.Key, Cost: c.Cost, Actual: -1,
-		Arrived: r.now(), Upstream: -1})
+		Arrived: r.now(), Upstream: -1, Transit: time.Duration(r.rng.Int64N(int64(harnessTransit)))})
 	r.byG[g] = hc
 	r.mu.Unlock()
 	defer func() {
@@ -772,9 +776,10 @@ func (r *throttleRun) step(i int, s faults.ThrottleStep) {
 // found, and what went wrong outside the model.
 func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bound time.Duration) (faults.ThrottleHistory, faults.ThrottleReport, []string) {
 	r := &throttleRun{b: b, p: p, prefix: harnessPrefix(), keyed: p.HasKey(), cost: p.CostName(),
-		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}}
+		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}, rng: rand.New(rand.NewPCG(p.Seed, 0x7a))}
 	r.hist = faults.ThrottleHistory{Limiters: p.Limiters, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
-		MaxHold: harnessMaxHold, Bound: bound, Skew: harnessSkew, Settle: throttle.FleetLease + throttle.FleetLease/2}
+		MaxHold: harnessMaxHold, Bound: bound, Skew: harnessSkew, Settle: throttle.FleetLease + throttle.FleetLease/2,
+		Transit: harnessTransit}
 	for _, l := range p.Limiters {
 		r.slots = r.slots || slices.ContainsFunc(l.Windows, func(w faults.Window) bool { return w.Concurrent })
 	}

@@ -187,6 +187,14 @@ func waitAnyScenarios(t *testing.T, client func() engine.Client) {
 	t.Run("CancelCountsNothing", func(t *testing.T) {
 		lim, th := setup(t)
 		held := []*slidelimit.Permit{hold(t, th, "k0"), hold(t, th, "k1")}
+		// A first WaitAny grows the client's pool of connections (and a
+		// miniredis's goroutines per connection); the second must leave
+		// nothing more behind.
+		warm, cancelWarm := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancelWarm()
+		if _, _, err := th.WaitAny(warm, keyCalls("k0", "k1")...); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitAny with every key full = %v, want the context's error", err)
+		}
 		before := runtime.NumGoroutine()
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
@@ -204,7 +212,8 @@ func waitAnyScenarios(t *testing.T, client func() engine.Client) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		if n := runtime.NumGoroutine(); n > before {
-			t.Errorf("%d goroutines after WaitAny ended, %d before", n, before)
+			buf := make([]byte, 1<<20)
+			t.Errorf("%d goroutines after WaitAny ended, %d before\n%s", n, before, buf[:runtime.Stack(buf, true)])
 		}
 		for _, p := range held {
 			p.Finish(nil)

@@ -26,10 +26,10 @@ func (c *call) suffixOf(i int, src source) int64 {
 	case c.suffix >= 0:
 		return c.suffix
 	}
-	for j := range c.pends {
+	for j := range c.parts {
 		for _, k := range c.part(j) {
 			if int(k) == i {
-				return c.psuf[j]
+				return c.parts[j].suf
 			}
 		}
 	}

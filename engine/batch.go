@@ -171,11 +171,17 @@ type call struct {
 	ride []*call
 
 	// Slot mode: the call's keys grouped by script call.
-	parts []int32 // key indices, part by part
-	pends []int32 // end of part i in parts
-	pstat []int64 // per part: status, or -1 when the part failed
-	psuf  []int64 // per part: suffix
-	pdom  []*domain
+	pkeys []int32 // key indices, part by part
+	parts []part
+}
+
+// part is one script call of a call in slot mode: its keys, the server
+// that runs it, and its outcome.
+type part struct {
+	start, end int32 // its key indices: call.pkeys[start:end]
+	dom        *domain
+	stat       int64 // status, or -1 when the part failed
+	suf        int64 // suffix
 }
 
 var callPool = sync.Pool{New: func() any { return &call{wake: make(chan uint8, 1)} }}

@@ -17,7 +17,7 @@ import (
 // split groups c's keys into parts, one script call each: keys of one hash
 // slot together on a Redis Cluster, each key alone otherwise.
 func (c *call) split(g grouping) {
-	c.parts, c.pends = c.parts[:0], c.pends[:0]
+	c.pkeys, c.parts = c.pkeys[:0], c.parts[:0]
 	n := len(c.plan.Keys)
 	if g == groupSlot {
 		// Every key holds one of the request's windows at least, so
@@ -29,34 +29,26 @@ func (c *call) split(g grouping) {
 				continue
 			}
 			s := slot(c.plan.Keys[i])
+			start := int32(len(c.pkeys))
 			for j := i; j < n; j++ {
 				if !done[j] && (j == i || slot(c.plan.Keys[j]) == s) {
 					done[j] = true
-					c.parts = append(c.parts, int32(j))
+					c.pkeys = append(c.pkeys, int32(j))
 				}
 			}
-			c.pends = append(c.pends, int32(len(c.parts)))
+			c.parts = append(c.parts, part{start: start, end: int32(len(c.pkeys))})
 		}
 	} else {
 		for i := range n {
-			c.parts = append(c.parts, int32(i))
-			c.pends = append(c.pends, int32(len(c.parts)))
+			c.pkeys = append(c.pkeys, int32(i))
+			c.parts = append(c.parts, part{start: int32(i), end: int32(i + 1)})
 		}
 	}
-	np := len(c.pends)
-	if cap(c.pstat) < np {
-		c.pstat, c.psuf = make([]int64, np), make([]int64, np)
-	}
-	c.pstat, c.psuf = c.pstat[:np], c.psuf[:np]
 }
 
 // part returns the key indices of part i.
 func (c *call) part(i int) []int32 {
-	start := int32(0)
-	if i > 0 {
-		start = c.pends[i-1]
-	}
-	return c.parts[start:c.pends[i]]
+	return c.pkeys[c.parts[i].start:c.parts[i].end]
 }
 
 type partCmd struct {
@@ -108,7 +100,7 @@ func (e *Engine) runParts(lead *call, batch []*call) {
 		}
 	}
 	for _, c := range batch {
-		c.suffix = commonSuffix(c.psuf)
+		c.suffix = commonSuffix(c.parts)
 	}
 	e.rollback(batch)
 	if e.undos.Len() > 0 {
@@ -127,8 +119,8 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 	fa.Clear()
 	for _, c := range batch {
 		c.sec, c.usec, c.status, c.suffix = 0, 0, codec.StatusAdmitted, 0
-		for i := range c.pends {
-			d := c.pdom[i]
+		for i := range c.parts {
+			d := c.parts[i].dom
 			pi := slices.IndexFunc(pipes, func(p domainPipe) bool { return p.d == d })
 			if pi < 0 {
 				pi = len(pipes)
@@ -139,7 +131,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 				pipes = append(pipes, dp)
 			}
 			if pipes[pi].pipe == nil {
-				c.pstat[i], c.psuf[i] = -1, 0
+				c.parts[i].stat, c.parts[i].suf = -1, 0
 				if c.err == nil {
 					c.err = errNotAsked
 				}
@@ -173,19 +165,24 @@ func (e *Engine) execPipes(ctx context.Context, pipes []domainPipe, cmds []partC
 		}
 	}
 	wg.Wait()
-	var idx []int
 	var failed []*redis.IntSliceCmd
 	for i := range cmds {
 		if cmds[i].cmd.Err() != nil {
-			idx, failed = append(idx, i), append(failed, cmds[i].cmd)
+			failed = append(failed, cmds[i].cmd)
 		}
 	}
 	if failed == nil {
 		return
 	}
 	e.retryScripts(ctx, failed)
-	for j, i := range idx {
-		cmds[i].cmd = failed[j]
+	// retryScripts replaced the commands it sent again, in order, and left
+	// the errors of the ones it replaced as they were.
+	j := 0
+	for i := range cmds {
+		if cmds[i].cmd.Err() != nil {
+			cmds[i].cmd = failed[j]
+			j++
+		}
 	}
 }
 
@@ -209,14 +206,14 @@ func (e *Engine) readParts(cmds []partCmd, pipes []domainPipe) {
 			st, suf, err = c.readPart(v, pc.part)
 		}
 		if err != nil {
-			c.pstat[pc.part] = -1
+			c.parts[pc.part].stat = -1
 			if c.err == nil {
 				c.err = err
 			}
 			e.queueUndo(c, c.part(pc.part), -1)
 			continue
 		}
-		c.pstat[pc.part], c.psuf[pc.part] = st, suf
+		c.parts[pc.part].stat, c.parts[pc.part].suf = st, suf
 		switch st {
 		case codec.StatusDenied:
 			c.status = codec.StatusDenied
@@ -246,13 +243,13 @@ func (c *call) readPart(v []int64, i int) (st, suf int64, err error) {
 
 // commonSuffix returns the suffix shared by every part, or -1 when parts
 // differ (see receipt).
-func commonSuffix(psuf []int64) int64 {
-	for _, s := range psuf[1:] {
-		if s != psuf[0] {
+func commonSuffix(parts []part) int64 {
+	for _, p := range parts[1:] {
+		if p.suf != parts[0].suf {
 			return -1
 		}
 	}
-	return psuf[0]
+	return parts[0].suf
 }
 
 // servedBy returns whether key lives on a server that answered one of the
@@ -280,13 +277,13 @@ func (e *Engine) rollback(batch []*call) {
 		if c.mode != opAllow || c.err == nil && c.status == codec.StatusAdmitted {
 			continue
 		}
-		for i, st := range c.pstat {
-			if st != codec.StatusAdmitted {
+		for i, p := range c.parts {
+			if p.stat != codec.StatusAdmitted {
 				continue
 			}
 			for _, k := range c.part(i) {
 				owners = append(owners, c)
-				undos = append(undos, undo.Of(&c.plan, int(k), string(c.member), c.psuf[i], now))
+				undos = append(undos, undo.Of(&c.plan, int(k), string(c.member), p.suf, now))
 			}
 		}
 	}

@@ -33,7 +33,7 @@ import (
 // sends this text and EVALSHA the SHA1 script computed from it. Where the
 // servers can, decisions call it as a Redis Function (function.go).
 var (
-	multiWindowSrc = lua.MultiWindow()
+	multiWindowSrc = lua.Script("multi_window")
 	script         = redis.NewScript(multiWindowSrc)
 )
 

@@ -56,10 +56,9 @@ func (e *Engine) route(c *call) {
 		return
 	}
 	c.split(e.group)
-	c.pdom = c.pdom[:0]
-	for i := range c.pends {
+	for i := range c.parts {
 		d := e.doms.Of(c.plan.Keys[c.part(i)[0]])
-		c.pdom = append(c.pdom, d)
+		c.parts[i].dom = d
 		if !containsDomain(c.doms, d) {
 			c.doms = append(c.doms, d)
 		}

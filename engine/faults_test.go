@@ -206,7 +206,7 @@ func clusterTimedOut(t *testing.T, cl *redistest.Cluster) {
 	mustAllow(t, e, req(user("warm", win(10, time.Minute))), true)
 	for _, n := range cl.Nodes { // load the script everywhere
 		c := redis.NewClient(&redis.Options{Addr: n.Addr})
-		c.ScriptLoad(ctx, lua.MultiWindow())
+		c.ScriptLoad(ctx, lua.Script("multi_window"))
 		c.Close()
 	}
 

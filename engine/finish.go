@@ -127,8 +127,8 @@ func (e *Engine) requeueFinish(c *call) {
 		e.undos.Push(c.fin...)
 		return
 	}
-	for i, st := range c.pstat {
-		if st < 0 {
+	for i, p := range c.parts {
+		if p.stat < 0 {
 			for _, k := range c.part(i) {
 				e.undos.Push(c.fin[k])
 			}

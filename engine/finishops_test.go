@@ -54,7 +54,7 @@ func (s stepServer) finishOp(t *testing.T, member string, keys []string, want ma
 		}
 	}
 	args := append([]any{0, 3, "-" + member, len(keys)}, finishFields(fields)...)
-	v, err := s.c.Eval(ctx, lua.MultiWindow(), keys, args...).Int64Slice()
+	v, err := s.c.Eval(ctx, lua.Script("multi_window"), keys, args...).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestFinishStepPublish(t *testing.T) {
 		if _, err := sub.Receive(ctx); err != nil {
 			t.Fatal(err)
 		}
-		v, err := s.c.Eval(ctx, lua.MultiWindow(), []string{count, slots}, 0, 3, "-m", -2, p+"ch", "C", "S").Int64Slice()
+		v, err := s.c.Eval(ctx, lua.Script("multi_window"), []string{count, slots}, 0, 3, "-m", -2, p+"ch", "C", "S").Int64Slice()
 		if err != nil || !slices.Equal(v, []int64{0, 0, 1, 1, 1}) {
 			t.Fatalf("reply %v, %v", v, err)
 		}

@@ -10,17 +10,14 @@ import (
 	"github.com/slidelimit/slidelimit/lua"
 )
 
-// The multi-window script as a Redis Function (lua.MultiWindowLibrary):
+// The multi-window script as a Redis Function (lua.Library):
 // loaded once per server, it is called with FCALL, which runs only the
 // script's main function. EVALSHA runs the whole script each call,
 // re-creating its helpers (docs/performance.md, Redis Functions, says
 // what that costs). The library is named by the script's
 // SHA1, so every version of slidelimit loads its own and none replaces
 // another's; it stays on the server (FUNCTION DELETE removes one).
-var (
-	fnLibrary = lua.MultiWindowLibrary()
-	fnName    = lua.MultiWindowFunction()
-)
+var fnName, fnLibrary = lua.Library()
 
 // Function states of an engine (fnState.on).
 const (

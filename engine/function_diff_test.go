@@ -45,7 +45,8 @@ func testFunctionMatchesEval(t *testing.T, vary bool) {
 	_, fc := redistest.StartClient(t)
 	_, ec := redistest.StartClient(t)
 	ctx := context.Background()
-	if err := fc.FunctionLoad(ctx, lua.MultiWindowLibrary()).Err(); err != nil {
+	fn, lib := lua.Library()
+	if err := fc.FunctionLoad(ctx, lib).Err(); err != nil {
 		t.Fatal(err)
 	}
 	for seed := range uint64(4) {
@@ -54,8 +55,8 @@ func testFunctionMatchesEval(t *testing.T, vary bool) {
 		for i := range 150 {
 			keys, args := g.call()
 			holdExpiring(t, g.keys(), fc, ec)
-			fv, ferr := fc.FCall(ctx, lua.MultiWindowFunction(), keys, args...).Int64Slice()
-			ev, eerr := ec.Eval(ctx, lua.MultiWindow(), keys, args...).Int64Slice()
+			fv, ferr := fc.FCall(ctx, fn, keys, args...).Int64Slice()
+			ev, eerr := ec.Eval(ctx, lua.Script("multi_window"), keys, args...).Int64Slice()
 			if fmt.Sprint(ferr) != fmt.Sprint(eerr) || !slices.Equal(fv, ev) {
 				t.Fatalf("seed %d call %d %v %v:\nFCALL %v %v\nEVAL  %v %v", seed, i, keys, args, fv, ferr, ev, eerr)
 			}

@@ -395,7 +395,7 @@ func (b *batchCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 
 func isRenew(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return len(a) > 1 && (a[1] == slots.ScriptHash() || a[1] == lua.Renew())
+	return len(a) > 1 && (a[1] == slots.ScriptHash() || a[1] == lua.Script("renew"))
 }
 
 // TestSlotsRenewalBatched: the renewals of 40 running requests on 40

@@ -1,8 +1,9 @@
-// Package lua holds the Redis Lua scripts of slidelimit as Go strings, so
-// that they ship inside the binary. Each script's header specifies its
-// arguments and reply. The engine package documentation explains what
-// they decide, and docs/engine.md what they store. The scripts are returned by functions, so that
-// no importer can change the text a script's SHA1 was computed from.
+// Package lua holds the Redis Lua scripts of slidelimit, embedded in the
+// binary. Script returns a script's source by name, Library the decision
+// script as a Redis Function. Each script's header specifies its arguments
+// and reply; multi_window.lua is the wire format's spec. The engine package
+// documentation explains what the scripts decide, docs/engine.md what they
+// store. Functions return the text, so no importer can change it.
 package lua
 
 import (
@@ -15,34 +16,42 @@ import (
 	"github.com/slidelimit/slidelimit/internal/scriptconst"
 )
 
-// MultiWindow returns the source of the multi-window sliding-log script: it
-// checks, admits and peeks at batches of rate-limit requests against
-// sorted sets, each request atomically, and finishes admitted ones (gives
-// them back, releases their slots, settles their costs). The header of
-// multi_window.lua specifies its wire format, the engine package
-// documentation its semantics.
+// Script returns the source of the named script, to run with EVAL, or ""
+// if there is no such script. The names are those of the scripts' entry
+// files without ".lua":
 //
-// It is the script's EVAL form: number.lua, then multi_window.lua, which
-// defines the function run, and its parts, then a call of run with KEYS
-// and ARGV. MultiWindowLibrary is the same text as a Redis Function.
-func MultiWindow() string { return multiWindowEval }
+//   - "multi_window": checks, admits and peeks at batches of rate-limit
+//     requests, each atomically, and finishes admitted ones.
+//   - "renew": extends the leases of running requests' slots.
+//   - "set_rules": stores or removes one rule override.
+//   - "load_rules": reads the rule overrides with their version.
+//
+// Each entry file's header specifies the script's arguments and reply.
+func Script(name string) string {
+	switch name {
+	case "multi_window":
+		return multiWindowEval
+	case "renew":
+		return renewSrc
+	case "set_rules":
+		return setRules
+	case "load_rules":
+		return loadRules
+	}
+	return ""
+}
 
-// MultiWindowLibrary returns the multi-window script as a Redis Function
-// library, for FUNCTION LOAD: number.lua and multi_window.lua, as in
-// MultiWindow, after a shebang naming the library and followed by the
-// registration of run as the function MultiWindowFunction. FCALL of that
-// function with the script's KEYS and ARGV replies exactly as EVAL of
-// MultiWindow does; it only skips re-creating the script's helpers, which
-// the library creates once, when it is loaded.
-func MultiWindowLibrary() string { return multiWindowLib }
+// Library returns the multi-window script as a Redis Function library, for
+// FUNCTION LOAD, and the name of the one function it registers. FCALL of
+// that function replies exactly as EVAL of Script("multi_window") does.
+func Library() (name, src string) { return multiWindowName, multiWindowLib }
 
-// MultiWindowFunction returns the name of the function, and of the
-// library, that MultiWindowLibrary registers: "slidelimit_" followed by
-// the SHA1 of MultiWindow (the EVALSHA hash), so that each version of the
-// script is its own library, and two versions of slidelimit sharing a
-// server do not replace each other's.
-func MultiWindowFunction() string { return multiWindowName }
-
+// The multi-window script's EVAL form is number.lua, then multi_window.lua,
+// which defines the function run, and its parts, then a call of run with
+// KEYS and ARGV. The library is the same text after a shebang naming it,
+// with run registered instead of called; the library and its function are
+// named "slidelimit_" followed by the EVALSHA hash, so that two versions of
+// slidelimit sharing a server do not replace each other's.
 var (
 	multiWindowText = joinMultiWindow()
 	multiWindowEval = multiWindowText + "return run(KEYS, ARGV)\n"
@@ -111,13 +120,7 @@ func joinMultiWindow() string {
 	return strings.NewReplacer(pairs...).Replace(b.String())
 }
 
-// Renew returns the source of the script that extends the leases of running
-// requests' slots (in-flight windows). Its header specifies its arguments
-// and reply; slot keys are specified in multi_window.lua.
-//
-// It is number.lua followed by renew.lua.
-func Renew() string { return renewSrc }
-
+// renewSrc is number.lua followed by renew.lua.
 var renewSrc = number + renew
 
 //go:embed renew.lua
@@ -130,18 +133,8 @@ var renew string
 //go:embed number.lua
 var number string
 
-// SetRules returns the source of the script that stores or removes one
-// rule override and increments the overrides' version in the same call.
-// Its header specifies its arguments and reply.
-func SetRules() string { return setRules }
-
 //go:embed set_rules.lua
 var setRules string
-
-// LoadRules returns the source of the script that reads the rule
-// overrides with their version. Its header specifies its arguments and
-// reply.
-func LoadRules() string { return loadRules }
 
 //go:embed load_rules.lua
 var loadRules string

@@ -13,47 +13,56 @@ import (
 )
 
 func TestEmbedded(t *testing.T) {
-	if !strings.Contains(MultiWindow(), "\n-- multi_window.lua") || !strings.HasSuffix(MultiWindow(), "\nreturn run(KEYS, ARGV)\n") {
-		t.Fatalf("MultiWindow() does not hold the script: %.60q", MultiWindow())
+	if !strings.Contains(Script("multi_window"), "\n-- multi_window.lua") || !strings.HasSuffix(Script("multi_window"), "\nreturn run(KEYS, ARGV)\n") {
+		t.Fatalf(`Script("multi_window") does not hold the script: %.60q`, Script("multi_window"))
 	}
 }
 
 // TestLibrary: the Function form is the EVAL form's text, named by the
 // EVALSHA hash, with run registered instead of called.
 func TestLibrary(t *testing.T) {
-	h := sha1.Sum([]byte(MultiWindow()))
+	h := sha1.Sum([]byte(Script("multi_window")))
 	name := "slidelimit_" + hex.EncodeToString(h[:])
-	if MultiWindowFunction() != name {
-		t.Fatalf("MultiWindowFunction() = %q, want %q", MultiWindowFunction(), name)
+	fn, lib := Library()
+	if fn != name {
+		t.Fatalf("Library() names %q, want %q", fn, name)
 	}
-	lib := MultiWindowLibrary()
 	head := "#!lua name=" + name + "\n"
 	tail := "redis.register_function('" + name + "', run)\n"
 	if !strings.HasPrefix(lib, head) || !strings.HasSuffix(lib, tail) {
-		t.Fatalf("MultiWindowLibrary() lacks its shebang or registration: %.80q ... %q", lib, lib[max(0, len(lib)-80):])
+		t.Fatalf("Library() lacks its shebang or registration: %.80q ... %q", lib, lib[max(0, len(lib)-80):])
 	}
 	body := strings.TrimSuffix(strings.TrimPrefix(lib, head), tail)
-	if body+"return run(KEYS, ARGV)\n" != MultiWindow() {
-		t.Fatal("MultiWindowLibrary() and MultiWindow() hold different scripts")
+	if body+"return run(KEYS, ARGV)\n" != Script("multi_window") {
+		t.Fatal(`Library() and Script("multi_window") hold different scripts`)
 	}
 }
 
 func TestEmbeddedRenew(t *testing.T) {
-	if !strings.Contains(Renew(), "\n-- renew.lua") || !strings.Contains(Renew(), "return reply") {
-		t.Fatalf("Renew() does not hold the script: %.60q", Renew())
+	if !strings.Contains(Script("renew"), "\n-- renew.lua") || !strings.Contains(Script("renew"), "return reply") {
+		t.Fatalf(`Script("renew") does not hold the script: %.60q`, Script("renew"))
 	}
 }
 
 func TestNumberPrecedesScripts(t *testing.T) {
-	for name, src := range map[string]string{"MultiWindow": MultiWindow(), "Renew": Renew()} {
+	for name, src := range map[string]string{"multi_window": Script("multi_window"), "renew": Script("renew")} {
 		if !strings.HasPrefix(src, "-- number.lua") {
 			t.Errorf("%s does not start with number.lua: %.60q", name, src)
 		}
 	}
 }
 
+// TestUnknownScript: a name that is no script's gives no source.
+func TestUnknownScript(t *testing.T) {
+	for _, name := range []string{"", "number", "multi_window.lua", "mw_op"} {
+		if src := Script(name); src != "" {
+			t.Errorf("Script(%q) = %.40q, want \"\"", name, src)
+		}
+	}
+}
+
 func TestEmbeddedRules(t *testing.T) {
-	for name, src := range map[string]string{"SetRules": SetRules(), "LoadRules": LoadRules()} {
+	for name, src := range map[string]string{"set_rules": Script("set_rules"), "load_rules": Script("load_rules")} {
 		if !strings.HasPrefix(src, "-- ") || !strings.Contains(src, "KEYS[2]") {
 			t.Errorf("%s does not hold its script: %.60q", name, src)
 		}
@@ -96,7 +105,7 @@ func TestNoExportedVariables(t *testing.T) {
 // every mw_*.lua file once, in the order its header lists them, with every
 // constant's placeholder replaced.
 func TestJoined(t *testing.T) {
-	src := MultiWindow()
+	src := Script("multi_window")
 	if i := strings.Index(src, "${"); i >= 0 {
 		t.Errorf("placeholder left in the joined script: %q", src[i:min(len(src), i+24)])
 	}

@@ -99,7 +99,7 @@
 --   at the server's time:
 --     EVALSHA sha 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --   or, with the script loaded as a Redis Function (lua/lua.go,
---   MultiWindowLibrary; same KEYS, ARGV and reply):
+--   Library; same KEYS, ARGV and reply):
 --     FCALL slidelimit_<sha> 1 key 0 32 77 1 2 7500000 60000000 50 1000000 5
 --
 -- Reply: an array of integers (a Lua table of numbers):
@@ -388,7 +388,7 @@
 -- ops the engine marked, constants are literals once joined, and the
 -- locals are declared in the order that makes binding upvalues cheapest
 -- (see Declarations). The engine therefore loads the script as a
--- Redis Function where it can (lua/lua.go, MultiWindowLibrary): the
+-- Redis Function where it can (lua/lua.go, Library): the
 -- chunk then runs once, at FUNCTION LOAD, and each FCALL runs only run,
 -- which resets the call's state (see run). The library also keeps pure
 -- memos from call to call (conf, decs, marks, lo_text): the numbers of

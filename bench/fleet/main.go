@@ -10,7 +10,8 @@
 //
 //   - utilization: the calls the upstream accepted over the run, as a share
 //     of what its limit allows (limit × ⌈run / period⌉), and as a share of
-//     what the throttle's own (margined) limit allows;
+//     what the throttle's own limit allows (its windows kept the transit
+//     bound longer);
 //
 //   - the upstream's 429s;
 //
@@ -45,6 +46,10 @@ import (
 	"github.com/slidelimit/slidelimit"
 )
 
+// transit is the Limiter's default transit bound (WithTransitBound): the
+// throttle keeps each call that much longer in its windows.
+const transit = 50 * time.Millisecond
+
 type config struct {
 	procs, workers, limit int
 	period, duration      time.Duration
@@ -62,7 +67,7 @@ func main() {
 	flag.IntVar(&c.workers, "workers", 24, "workers per process")
 	flag.IntVar(&c.limit, "limit", 60, "the upstream's limit: calls per -period")
 	flag.DurationVar(&c.period, "period", time.Second, "the upstream's window")
-	flag.Float64Var(&c.margin, "margin", 0.1, "the throttle's window is -period × (1 + margin)")
+	flag.Float64Var(&c.margin, "margin", 0, "declare the throttle's window as -period × (1 + margin); the transit bound keeps the upstream's limits at 0")
 	flag.DurationVar(&c.duration, "duration", 20*time.Second, "how long the workers call")
 	flag.Int64Var(&c.tokens, "tokens", 0, "the upstream's token limit per -period (0: none); a call is estimated 150 tokens, "+
 		"costs 50..150 known only to the upstream, and is settled to it")
@@ -212,7 +217,7 @@ func runOnce(c config, addr, prefix string) error {
 	// ⌈run/period⌉ calls over the run [start, end): all at once at start,
 	// start+period, ...
 	span := c.duration
-	throttlePeriod := time.Duration(float64(c.period) * (1 + c.margin))
+	throttlePeriod := time.Duration(float64(c.period)*(1+c.margin)) + transit
 	allowed := float64(c.limit) * float64((span+c.period-1)/c.period)
 	allowedThrottle := float64(c.limit) * float64((span+throttlePeriod-1)/throttlePeriod)
 	util, utilThrottle := float64(len(up.accepted))/allowed, float64(len(up.accepted))/allowedThrottle

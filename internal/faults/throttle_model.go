@@ -52,7 +52,11 @@ type ThrottleHistory struct {
 	// harness noted them. The fleet's oldest waiter is then any of those
 	// that arrived within Skew of the oldest.
 	Skew time.Duration `json:",omitempty"`
-	End  time.Duration
+	// Transit is the processes' transit bound: each admission counts
+	// that much longer in the throttle's sliding windows, and reaches the
+	// upstream within it (CallRecord.Transit).
+	Transit time.Duration `json:",omitempty"`
+	End     time.Duration
 }
 
 // Span is a time interval [From, To] of a history.
@@ -93,11 +97,14 @@ type CallRecord struct {
 	Arrived time.Duration // Wait was called
 	Ended   time.Duration // Wait returned
 	// Admitted marks a call Redis admitted at Decided (its decision time,
-	// Redis's clock) and the upstream saw at Upstream (-1: never, its
-	// process died first).
+	// Redis's clock) and the harness's upstream saw at Upstream (-1:
+	// never, its process died first).
 	Admitted bool
 	Decided  time.Duration
 	Upstream time.Duration
+	// Transit is the call's transit, in [0, ThrottleHistory.Transit): the
+	// upstream counts the call at Decided+Transit.
+	Transit time.Duration `json:",omitempty"`
 	// Finished is when Permit.Finish was called (or the body closed); 0:
 	// never (dropped, or its process died first).
 	Finished time.Duration
@@ -144,27 +151,22 @@ type ThrottleViolation struct {
 
 func (v ThrottleViolation) String() string { return v.Property + ": " + v.Detail }
 
-// ThrottleReport is what CheckThrottle found: violations, notes (spans
-// over a limit only because a call's latency exceeded the documented
-// timing margin) and the longest wait of an oldest waiter with room
-// outside the periods after faults.
+// ThrottleReport is what CheckThrottle found: violations and the longest
+// wait of an oldest waiter with room outside the periods after faults.
 type ThrottleReport struct {
 	Violations  []ThrottleViolation
-	Notes       []string
 	LongestIdle time.Duration
 	Longest     string // which waiter waited LongestIdle, and since when
 }
 
 // CheckThrottle checks a throttle's history against its properties:
 //
-//   - window: no span of a sliding window's period holds more of a
-//     subject's admissions than its limit, per epoch between losses of
-//     Redis's data (a span holding k losses may hold (k+1)·L), by the
-//     decision times (within their Spread); and none of the upstream's spans of the period less
-//     the documented timing margin (a tenth of the throttle's window:
-//     docs/throttle.md, Timing margin), by the times the upstream saw the
-//     calls, unless a call of the span took longer than that margin to get
-//     there (then a note);
+//   - window: no span of a sliding window's period plus Transit holds
+//     more of a subject's admissions than its limit, per epoch between
+//     losses of Redis's data (a span holding k losses may hold (k+1)·L),
+//     by the decision times (within their Spread); and no span of the
+//     period itself does by the arrivals at the upstream, each call's
+//     decision plus its transit (docs/throttle.md, Transit bound);
 //   - slots: at every admission at most N admissions of the epoch hold a
 //     slot of an N concurrent window (from admission to Finish; a dead
 //     process's slots until two thirds of a lease after its death, the
@@ -176,9 +178,9 @@ type ThrottleReport struct {
 //     holder's lease;
 //   - idle: the fleet's oldest waiter of a lane (any arrived within Skew
 //     of the oldest, all of which must have room) whose windows have room
-//     (by what the history admitted, counting each call at the larger of
-//     its estimate and its settlement, a dead process's slots held a full
-//     lease) is admitted within Bound, or within SlotRetry+Bound when the
+//     (by what the history admitted in each period plus Transit, counting
+//     each call at the larger of its estimate and its settlement, a dead
+//     process's slots held a full lease) is admitted within Bound, or within SlotRetry+Bound when the
 //     room came from a dead holder's lease ending; except during Settle
 //     after a fault.
 func CheckThrottle(h ThrottleHistory) ThrottleReport {
@@ -190,9 +192,7 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 					rep.Violations = append(rep.Violations, h.checkSlots(li, s, w)...)
 					continue
 				}
-				vs, notes := h.checkWindow(li, s, w)
-				rep.Violations = append(rep.Violations, vs...)
-				rep.Notes = append(rep.Notes, notes...)
+				rep.Violations = append(rep.Violations, h.checkWindow(li, s, w)...)
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (h ThrottleHistory) epoch(at time.Duration) int {
 	return n
 }
 
-func (h ThrottleHistory) checkWindow(li int, s int, w Window) (vs []ThrottleViolation, notes []string) {
+func (h ThrottleHistory) checkWindow(li int, s int, w Window) []ThrottleViolation {
 	l := h.Limiters[li]
 	var cs []CallRecord
 	for _, c := range h.Calls {
@@ -262,50 +262,42 @@ func (h ThrottleHistory) checkWindow(li int, s int, w Window) (vs []ThrottleViol
 		}
 	}
 	seen := func(c CallRecord, view string) bool { return view == "redis" || c.Upstream >= 0 }
-	margin := w.Period / 11 // the throttle's window is the upstream's plus a tenth
-	up := w.Period - margin
+	at := func(c CallRecord, view string) time.Duration {
+		if view == "upstream" {
+			return c.Decided + c.Transit
+		}
+		return c.Decided
+	}
 	name := fmt.Sprintf("limiter %v subject %d window %v", l, s, w)
 	for _, view := range []string{"redis", "upstream"} {
+		span := w.Period + h.Transit // the throttle keeps each admission the transit bound longer
+		if view == "upstream" {
+			span = w.Period
+		}
 		for _, end := range cs {
 			if !seen(end, view) {
 				continue
 			}
-			t, span := end.Decided, w.Period
-			if view == "upstream" {
-				t, span = end.Upstream, up
-			}
+			t := at(end, view)
 			byEpoch := map[int]int64{}
-			var late []string
 			for _, c := range cs {
-				at := c.Decided
-				if view == "upstream" {
-					at = c.Upstream
-				}
-				if !seen(c, view) || at <= t-span || at > t {
+				if a := at(c, view); !seen(c, view) || a <= t-span || a > t {
 					continue
 				}
-				if view == "redis" && c.Decided-c.Spread <= t+end.Spread-span {
+				if a := at(c, view); a-c.Spread <= t+end.Spread-span {
 					continue // perhaps out of the span by its master's clock
 				}
 				byEpoch[h.epoch(c.Decided)] += low(c, l)
-				if lat := c.Upstream - c.Decided; view == "upstream" && lat > margin {
-					late = append(late, fmt.Sprintf("%v (step %d, p%d)", lat, c.Step, c.Proc))
-				}
 			}
 			for e, n := range byEpoch {
-				if n <= w.Limit {
-					continue
+				if n > w.Limit {
+					return []ThrottleViolation{{Property: "window", Detail: fmt.Sprintf(
+						"%s: %d in (%v, %v] by the %s's clock, epoch %d, limit %d", name, n, t-span, t, view, e, w.Limit)}}
 				}
-				msg := fmt.Sprintf("%s: %d in (%v, %v] by the %s's clock, epoch %d, limit %d", name, n, t-span, t, view, e, w.Limit)
-				if len(late) > 0 {
-					notes = append(notes, msg+fmt.Sprintf("; calls took longer than the %v margin to reach the upstream: %v", margin, late))
-					continue
-				}
-				return append(vs, ThrottleViolation{Property: "window", Detail: msg}), notes
 			}
 		}
 	}
-	return vs, notes
+	return nil
 }
 
 // deathOf returns when proc died, or -1.
@@ -513,7 +505,7 @@ func (h ThrottleHistory) room(w CallRecord, keyed bool, t time.Duration) bool {
 					if end, _ := h.releaseHigh(c); !c.Phantom && c.Decided <= t && t < end {
 						used++
 					}
-				} else if c.Decided > t-win.Period && c.Decided <= t {
+				} else if c.Decided > t-win.Period-h.Transit && c.Decided <= t {
 					used += high(c, l)
 				}
 			}

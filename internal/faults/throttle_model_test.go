@@ -79,27 +79,47 @@ func TestThrottleWindowCosts(t *testing.T) {
 	}
 }
 
-// The upstream's view: its window is the throttle's less a tenth. Calls the
-// throttle spaced a period apart but that reached the upstream closer
-// together fit, unless one took longer than the margin to get there.
-func TestThrottleWindowUpstream(t *testing.T) {
-	h := throttleHist(admitted(0, 0), admitted(0, 10*ms), admitted(0, 1000*ms))
-	// Seen at 1 ms, 11 ms and 1001 ms: within the upstream's 909 ms? No.
-	if rep := CheckThrottle(h); len(rep.Violations) > 0 || len(rep.Notes) > 0 {
-		t.Fatalf("spaced calls: %v %v", rep.Violations, rep.Notes)
+// The transit bound: the throttle keeps each admission Transit longer, and
+// the upstream counts each call at its decision plus its transit.
+func TestThrottleWindowTransit(t *testing.T) {
+	h := throttleHist(admitted(0, 0), admitted(0, 10*ms), admitted(0, 1060*ms))
+	h.Transit = 50 * ms
+	h.Calls[0].Transit = 49 * ms
+	if vs := violations(CheckThrottle(h), "window"); len(vs) > 0 {
+		t.Fatalf("calls a period plus the transit bound apart: %v", vs)
 	}
-	h.Calls[1].Upstream = 200 * ms // 190 ms late: beyond the 90 ms margin
-	h.Calls[0].Upstream = 150 * ms
-	rep := CheckThrottle(h)
-	if len(rep.Violations) > 0 || len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "margin") {
-		t.Fatalf("late calls: violations %v, notes %v; want a note", rep.Violations, rep.Notes)
-	}
-	// The upstream sees three within its window although no call was
-	// late: the throttle admitted them too close.
-	h = throttleHist(admitted(0, 0), admitted(0, 10*ms), admitted(0, 1000*ms))
-	h.Limiters[0].Windows[0].Period = 1050 * ms
+	// A third call a period after the first but within the transit bound:
+	// the upstream may see three in one of its windows.
+	h.Calls[2].Decided = 1000 * ms
 	if vs := violations(CheckThrottle(h), "window"); len(vs) == 0 {
-		t.Fatal("three in the throttle's window passed")
+		t.Fatal("three within a period plus the transit bound passed")
+	}
+	// Spaced right, but two calls took longer than the bound to arrive:
+	// the upstream's window at 1060 ms holds 65, 80 and 1060 ms.
+	h.Calls[2].Decided = 1060 * ms
+	h.Calls[0].Transit, h.Calls[1].Transit = 65*ms, 70*ms
+	vs := violations(CheckThrottle(h), "window")
+	if len(vs) == 0 || !strings.Contains(vs[0], "upstream") {
+		t.Fatalf("three arrivals in one upstream window: %v", vs)
+	}
+	// Calls never seen by the upstream count only in the throttle's view.
+	h.Calls[0].Upstream = -1
+	if vs := violations(CheckThrottle(h), "window"); len(vs) > 0 {
+		t.Fatalf("a call that never reached the upstream: %v", vs)
+	}
+}
+
+// The idle property counts room over the period plus the transit bound.
+func TestThrottleIdleTransit(t *testing.T) {
+	w := CallRecord{Actual: -1, Arrived: 1000 * ms, Ended: 1605 * ms, Admitted: true, Decided: 1605 * ms,
+		Upstream: 1606 * ms, Finished: 1610 * ms}
+	h := throttleHist(admitted(0, 0), admitted(0, 10*ms), w)
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
+		t.Fatal("a waiter with room from 1010 ms admitted at 1605 ms passed")
+	}
+	h.Transit = 600 * ms // room from 1610 ms on
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) > 0 {
+		t.Fatalf("no room before 1610 ms: %v", vs)
 	}
 }
 

@@ -203,7 +203,7 @@ func (o *Store) sync(check bool) {
 			return
 		}
 	}
-	res, err := eval(ctx, o.client, lua.LoadRules(), o.hash, o.version).Slice()
+	res, err := eval(ctx, o.client, lua.Script("load_rules"), o.hash, o.version).Slice()
 	if o.failed(err) {
 		return
 	}
@@ -239,7 +239,7 @@ func (o *Store) failed(err error) bool {
 	return false
 }
 
-// parseSet reads the reply of lua.LoadRules. Texts that are not valid
+// parseSet reads the reply of load_rules.lua. Texts that are not valid
 // rule groups (a newer library's syntax) are refused with a log line by
 // apply.
 func parseSet(res []any) (*Set, error) {
@@ -361,7 +361,7 @@ func (o *Store) Close() {
 // Load reads the overrides stored in Redis now (not as this process last
 // applied them).
 func (o *Store) Load(ctx context.Context) (*Set, error) {
-	res, err := eval(ctx, o.client, lua.LoadRules(), o.hash, o.version).Slice()
+	res, err := eval(ctx, o.client, lua.Script("load_rules"), o.hash, o.version).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("slidelimit: rule overrides: %w", err)
 	}
@@ -411,7 +411,7 @@ func Group(scope, text string) (rules.Group, error) {
 // and applies the overrides here, so that the change is in force in this
 // process when SetRules returns.
 func (o *Store) Write(ctx context.Context, scope, text string) error {
-	if _, err := eval(ctx, o.client, lua.SetRules(), o.hash, o.version, scope, text).Int64(); err != nil {
+	if _, err := eval(ctx, o.client, lua.Script("set_rules"), o.hash, o.version, scope, text).Int64(); err != nil {
 		return fmt.Errorf("slidelimit: rule overrides: %w", err)
 	}
 	o.sync(false)

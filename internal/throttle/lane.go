@@ -40,6 +40,11 @@ type lane struct {
 	kicked    bool      // the fleet said the windows have room since the head last asked
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 
+	// afterKick: the head's ask followed a kick; recheck: the last wait of
+	// a kicked head that the engine's cached denials refused (refused).
+	afterKick bool
+	recheck   time.Duration
+
 	liftLines atomic.Pointer[[]string] // its calls' subjects as a Reset names them (note)
 }
 
@@ -216,7 +221,10 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 				until, renew = ln.renewed.Add(fleetLease/3), true
 			}
 			if !now.Before(until) && !renew {
-				ln.kicked, ln.asking = false, true
+				ln.afterKick, ln.kicked, ln.asking = ln.kicked, false, true
+				if !ln.afterKick {
+					ln.recheck = 0
+				}
 				ln.mu.Unlock()
 				return nil
 			}
@@ -251,6 +259,13 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 // request's reservation, rolled back since, may have refused it.
 const partsRecheck = 50 * time.Millisecond
 
+// kickRecheck is the first wait of a kicked head refused by the engine's
+// cached denials, doubling on each such refusal until kickPatience.
+const (
+	kickRecheck  = 10 * time.Millisecond
+	kickPatience = time.Second
+)
+
 // refused notes a refusal of the head's call: it asks again when the
 // windows free up, and joins the fleet's order if not in it yet.
 func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
@@ -270,6 +285,13 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		// reservations on other servers, rolled back since, may have
 		// refused it. Ask again soon, in turn.
 		wait = min(wait, partsRecheck)
+	}
+	if ln.afterKick && d.Source == "cache" && ln.recheck < kickPatience {
+		// Refused in process after a kick: the give back that made room
+		// clears this process's cached denials by a message of its own,
+		// which may come after the kick. Ask again soon, backing off.
+		ln.recheck = max(2*ln.recheck, kickRecheck)
+		wait, ln.kicked = min(wait, ln.recheck), true
 	}
 	switch {
 	case prev == w:

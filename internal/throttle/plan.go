@@ -23,6 +23,10 @@ type Plan struct {
 	limits map[string]func(context.Context) (int64, error)
 	wrap   func(error) error // Config.ConfigError
 	slots  bool              // some limiter has an in-flight window
+
+	transit time.Duration    // the transit bound (Config.Transit)
+	wins    [][]rules.Window // per limiter, the windows counted: stretch's
+	cals    []string         // the calendar units of the windows
 }
 
 // Compile checks g for a throttle and prepares it.
@@ -46,8 +50,10 @@ func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 		return nil, fmt.Errorf("slidelimit: throttle %q: no limiter", t.name)
 	}
 	limits := t.limits
-	p := &Plan{g: g, scope: t.name, limits: limits, wrap: t.cfg.ConfigError}
-	for _, l := range g.Limiters {
+	p := &Plan{g: g, scope: t.name, limits: limits, wrap: t.cfg.ConfigError, transit: max(t.cfg.Transit, 0),
+		wins: make([][]rules.Window, len(g.Limiters)), cals: calendars(g)}
+	for i, l := range g.Limiters {
+		p.wins[i] = stretch(l.Windows, p.transit)
 		if l.Kind != rules.Global && l.Kind != rules.Key {
 			return nil, fail("limiter " + l.ID() + " (only global and key(NAME) limiters)")
 		}
@@ -81,6 +87,7 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 	for i, l := range p.g.Limiters {
 		ch := &req.Checks[i]
 		ch.Limiter, ch.Block = l, p.g.Block
+		ch.Limiter.Windows = p.wins[i]
 		var v string
 		if l.Kind == rules.Key {
 			if v = c.Keys[l.Name]; v == "" {
@@ -107,7 +114,7 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 			continue
 		}
 		ws := make([]rules.Window, len(l.Windows))
-		for j, w := range l.Windows {
+		for j, w := range p.wins[i] {
 			ws[j] = w
 			if w.LimitFunc == "" {
 				continue
@@ -116,19 +123,19 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 			if !ok {
 				var err error
 				if n, err = p.limits[w.LimitFunc](ctx); err != nil {
-					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Err: err}
+					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: l.Windows[j].String(), Err: err}
 				}
 				vals[w.LimitFunc] = n
 			}
 			rw, err := lifecycle.Resolve(l, w, n)
 			if err != nil {
-				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: w.String(), Limit: n, Err: err}
+				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: l.Windows[j].String(), Limit: n, Err: err}
 			}
 			ws[j] = rw
 		}
 		ch.Limiter.Windows = ws
 	}
-	if err := tooBig(&req); err != nil {
+	if err := tooBig(&req, p.transit); err != nil {
 		return req, nil, p.wrap(err)
 	}
 	return req, names, nil

@@ -38,26 +38,18 @@ func (s *stats) admitted(d time.Duration) {
 	s.mu.Unlock()
 }
 
-// Stats is what a throttle did in this process; the root package's
-// ThrottleStats has the same fields.
+// Stats is what a throttle did in this process. It is converted to the
+// root package's ThrottleStats, which documents each field: the two keep
+// the same fields in the same order.
 type Stats struct {
-	// Name is the throttle's name.
-	Name string `json:"name"`
-	// Rules is the rule group in force (the code's or an override's).
-	Rules string `json:"rules"`
-	// Waiting is the number of callers in Wait now, in this process.
-	Waiting int64 `json:"waiting"`
-	// WaitP50 and WaitP99 are percentiles of the time Wait took to admit,
-	// over the last 1,024 admissions in this process.
-	WaitP50 time.Duration `json:"wait_p50"`
-	WaitP99 time.Duration `json:"wait_p99"`
-	// Admitted counts the calls Wait admitted in this process.
-	Admitted int64 `json:"admitted"`
-	// RedisCalls counts the Redis calls made to admit them: decisions and
-	// the fleet order's script (not the finishes).
-	RedisCalls int64 `json:"redis_calls"`
-	// Upstream429s counts the 429 and 503 answers Transport passed back.
-	Upstream429s int64 `json:"upstream_429s"`
+	Name         string        `json:"name"`
+	Rules        string        `json:"rules"`
+	Waiting      int64         `json:"waiting"`
+	WaitP50      time.Duration `json:"wait_p50"`
+	WaitP99      time.Duration `json:"wait_p99"`
+	Admitted     int64         `json:"admitted"`
+	RedisCalls   int64         `json:"redis_calls"`
+	Upstream429s int64         `json:"upstream_429s"`
 }
 
 // Stats returns what t did in this process.
@@ -100,7 +92,7 @@ func (t *Throttle) emit(req *engine.Request, d engine.Decision, err error, laten
 		}
 	}
 	if ws.Window.Limit > 0 && ws.Check < len(req.Checks) {
-		ev.Limiter, ev.Window = req.Checks[ws.Check].Limiter.ID(), ws.Window
+		ev.Limiter, ev.Window = req.Checks[ws.Check].Limiter.ID(), declared(ws.Window, t.cfg.Transit)
 	}
 	for _, h := range t.hooks {
 		h(ev)

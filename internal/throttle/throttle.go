@@ -50,6 +50,10 @@ type Config struct {
 	MaxHold time.Duration
 	// Overrides follows SetRules on the scope; nil with overrides off.
 	Overrides *overrides.Store
+	// Transit is the transit bound: the longest a call takes from its
+	// admission to the upstream, which the windows allow for; 0 means the
+	// upstream counts a call when it is sent (docs/throttle.md).
+	Transit time.Duration
 	// ConfigError turns a call's error (ErrCall, ErrNeverFits) into the
 	// error the caller sees.
 	ConfigError func(error) error
@@ -185,6 +189,9 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if p.hold(time.Now()) > 0 {
+		return nil, false, nil // a calendar period ends within the transit bound
+	}
 	ln, err := t.lane(ctx, laneKey(&req))
 	if err != nil {
 		return nil, false, err
@@ -234,14 +241,15 @@ func (t *Throttle) decide(ctx context.Context, req *engine.Request) (engine.Deci
 }
 
 // tooBig reports a check whose cost is above the limit of one of its
-// windows: an error wrapping ErrNeverFits.
-func tooBig(req *engine.Request) error {
+// windows: an error wrapping ErrNeverFits, naming the window as declared
+// before stretch under transit bound d.
+func tooBig(req *engine.Request, d time.Duration) error {
 	for _, c := range req.Checks {
 		cost := max(c.Cost, 1)
 		for _, w := range c.Windows {
 			if !w.Concurrent && cost > w.Limit {
 				return fmt.Errorf("%w: cost %s of limiter %s is above the limit of its window %s",
-					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), w.String())
+					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), declared(w, d).String())
 			}
 		}
 	}

@@ -16,16 +16,17 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	req, names, err := t.plan().request(ctx, c)
+	p := t.plan()
+	req, names, err := p.request(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	return t.wait(ctx, &req, names)
+	return t.wait(ctx, p, &req, names)
 }
 
-// wait is Wait of the request req of a call, whose check i has the cost
-// name names[i].
-func (t *Throttle) wait(ctx context.Context, req *engine.Request, names []string) (*Permit, error) {
+// wait is Wait of the request req that plan p made of a call, whose
+// check i has the cost name names[i].
+func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names []string) (*Permit, error) {
 	start := time.Now()
 	ln, err := t.lane(ctx, laneKey(req))
 	if err != nil {
@@ -53,6 +54,10 @@ func (t *Throttle) wait(ctx context.Context, req *engine.Request, names []string
 			}
 		}
 		ask = false
+		if err := p.holdOff(ctx); err != nil {
+			ln.remove(w)
+			return nil, err
+		}
 		if err := ctx.Err(); err != nil {
 			ln.remove(w)
 			return nil, err

@@ -18,7 +18,7 @@ import (
 // renewScript extends the leases of running requests; renewSrc is its
 // text, read once, from which its SHA1 is computed.
 var (
-	renewSrc    = lua.Renew()
+	renewSrc    = lua.Script("renew")
 	renewScript = redis.NewScript(renewSrc)
 )
 
