@@ -1,9 +1,11 @@
 package slidelimit
 
 import (
+	"context"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 )
 
 // WithRulesCheck sets how often the Limiter checks the rule overrides'
@@ -16,3 +18,8 @@ func WithTallyFlush(d time.Duration) Option { return func(c *config) { c.tallyFl
 
 // EngineOf returns lim's engine.
 func EngineOf(lim *Limiter) *engine.Engine { return lim.engine }
+
+// ThrottleRequest returns the engine request th would ask for c.
+func ThrottleRequest(th *Throttle, c Call) (engine.Request, error) {
+	return th.t.Request(context.Background(), throttle.Call(c))
+}

@@ -123,6 +123,26 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 	return newPermit(p), true, err
 }
 
+// WaitAny blocks until one of calls fits, such as the same call under
+// several API keys, counts it, and returns its Permit and index. The
+// other calls count nothing once WaitAny returns. A call whose key an
+// upstream blocked (Transport's learned blocks, fleet-wide) is not asked
+// until the block ends; the others are admitted meanwhile. A call that
+// lacks a value fails with its index before any call is asked; no calls
+// is a *ConfigError of kind "call". When ctx ends first WaitAny returns
+// ctx.Err() and -1, having counted nothing. See docs/throttle.md.
+func (t *Throttle) WaitAny(ctx context.Context, calls ...Call) (*Permit, int, error) {
+	cs := make([]throttle.Call, len(calls))
+	for i, c := range calls {
+		cs[i] = throttle.Call(c)
+	}
+	p, i, err := t.t.WaitAny(ctx, cs...)
+	if err != nil {
+		return nil, i, err
+	}
+	return newPermit(p), i, nil
+}
+
 // newPermit returns the Permit holding p, finished by a cleanup once it
 // becomes unreachable unfinished.
 func newPermit(p *throttle.Permit) *Permit {

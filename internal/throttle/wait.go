@@ -21,12 +21,18 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
+	return t.wait(ctx, p, &req, names)
+}
+
+// wait is Wait of the request req that plan p made of a call, whose
+// check i has the cost name names[i].
+func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names []string) (*Permit, error) {
 	start := time.Now()
-	ln, err := t.lane(ctx, laneKey(&req))
+	ln, err := t.lane(ctx, laneKey(req))
 	if err != nil {
 		return nil, err
 	}
-	ln.note(&req)
+	ln.note(req)
 	kept := false // by the Permit, which releases the lane at Finish
 	defer func() {
 		if !kept {
@@ -56,7 +62,7 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 			ln.remove(w)
 			return nil, err
 		}
-		d, err := t.decide(ctx, &req)
+		d, err := t.decide(ctx, req)
 		if d.Allowed {
 			if cerr := ctx.Err(); cerr != nil {
 				// Admitted as ctx ended: take the call back out, so that
@@ -74,7 +80,7 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 			ln.handOver(head, func(next *waiter) time.Duration { return nextHint(&d, next) })
 			t.stats.admitted(time.Since(start))
 			kept = true
-			return t.newPermit(&req, d, names, ln), nil
+			return t.newPermit(req, d, names, ln), nil
 		}
 		if err != nil && errors.Is(err, engine.ErrInvalid) {
 			ln.remove(w)
