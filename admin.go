@@ -14,6 +14,7 @@ import (
 	"github.com/slidelimit/slidelimit/internal/lifecycle"
 	"github.com/slidelimit/slidelimit/internal/registry"
 	"github.com/slidelimit/slidelimit/internal/tally"
+	"github.com/slidelimit/slidelimit/internal/throttle"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -107,19 +108,23 @@ func (s adminSource) Overrides(ctx context.Context) ([]admin.Override, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]admin.Override, 0, len(o))
-	for _, ov := range o {
-		out = append(out, admin.Override{Scope: ov.Scope, Rules: ov.Rules})
+	out := make([]admin.Override, len(o))
+	for i, ov := range o {
+		out[i] = admin.Override(ov)
 	}
 	return out, nil
 }
 
-// Throttles lists the Limiter's throttles for the page.
+// Throttles lists the Limiter's throttles for the page, in creation order.
 func (s adminSource) Throttles() []admin.Throttle {
-	var out []admin.Throttle
-	for _, t := range s.l.throttleStats() {
-		out = append(out, admin.Throttle{Name: t.Name, Rules: t.Rules, Waiting: t.Waiting,
-			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s})
+	s.l.mu.RLock()
+	ts := slices.Clone(s.l.throttles)
+	s.l.mu.RUnlock()
+	out := make([]admin.Throttle, len(ts))
+	for i, th := range ts {
+		t := th.Stats()
+		out[i] = admin.Throttle{Name: t.Name, Rules: t.Rules, Waiting: t.Waiting,
+			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s}
 	}
 	return out
 }
@@ -128,22 +133,12 @@ func (s adminSource) Throttles() []admin.Throttle {
 // their upstreams, fleet-wide.
 func (s adminSource) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, error) {
 	s.l.mu.RLock()
-	ts := slices.Clone(s.l.throttles)
-	s.l.mu.RUnlock()
-	var out []admin.LearnedBlock
-	var seen []string
-	for _, t := range ts {
-		if slices.Contains(seen, t.Name()) {
-			continue // the same list
-		}
-		seen = append(seen, t.Name())
-		b, err := t.t.LearnedBlocks(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b...)
+	ts := make([]*throttle.Throttle, len(s.l.throttles))
+	for i, t := range s.l.throttles {
+		ts[i] = t.t
 	}
-	return out, nil
+	s.l.mu.RUnlock()
+	return throttle.LearnedBlocksOf(ctx, ts)
 }
 
 // LiftLearned lifts the learned blocks of throttle scope that hold the

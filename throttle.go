@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -298,19 +297,6 @@ func (l *Limiter) throttlesNamed(name string) []*Throttle {
 		if t.t.Name() == name {
 			out = append(out, t)
 		}
-	}
-	return out
-}
-
-// throttleStats returns what each throttle of l did, in creation order,
-// for the operator page (a user reads Throttle.Stats of its own).
-func (l *Limiter) throttleStats() []ThrottleStats {
-	l.mu.RLock()
-	ts := slices.Clone(l.throttles)
-	l.mu.RUnlock()
-	out := make([]ThrottleStats, len(ts))
-	for i, t := range ts {
-		out[i] = t.Stats()
 	}
 	return out
 }

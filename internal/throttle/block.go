@@ -233,3 +233,22 @@ func (t *Throttle) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, err
 	}
 	return out, nil
 }
+
+// LearnedBlocksOf lists the learned blocks of ts, fleet-wide: once per
+// name, as throttles of one name share their list.
+func LearnedBlocksOf(ctx context.Context, ts []*Throttle) ([]admin.LearnedBlock, error) {
+	var out []admin.LearnedBlock
+	seen := map[string]bool{}
+	for _, t := range ts {
+		if seen[t.name] {
+			continue
+		}
+		seen[t.name] = true
+		b, err := t.LearnedBlocks(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
