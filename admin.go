@@ -66,34 +66,34 @@ func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) 
 // scope, with the IDs of their limiters in first-seen order.
 func (s adminSource) Routes() []admin.Route { return s.l.reg.Routes() }
 
-func (s adminSource) Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error) {
-	d, err := s.l.Peek(ctx, scope, limiterID, subject, false)
+func (s adminSource) Peek(ctx context.Context, scope, ruleID, subject string) (engine.Decision, error) {
+	d, err := s.l.Peek(ctx, scope, ruleID, subject, false)
 	return d, badInput(err)
 }
 
-func (s adminSource) PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error) {
-	d, err := s.l.Peek(ctx, scope, limiterID, addr, true)
+func (s adminSource) PeekByIP(ctx context.Context, scope, ruleID, addr string) (engine.Decision, error) {
+	d, err := s.l.Peek(ctx, scope, ruleID, addr, true)
 	return d, badInput(err)
 }
 
-func (s adminSource) Reset(ctx context.Context, scope, limiterID, subject string) error {
-	return badInput(s.l.Reset(ctx, scope, limiterID, subject, false))
+func (s adminSource) Reset(ctx context.Context, scope, ruleID, subject string) error {
+	return badInput(s.l.Reset(ctx, scope, ruleID, subject, false))
 }
 
-func (s adminSource) ResetByIP(ctx context.Context, scope, limiterID, addr string) error {
-	return badInput(s.l.Reset(ctx, scope, limiterID, addr, true))
+func (s adminSource) ResetByIP(ctx context.Context, scope, ruleID, addr string) error {
+	return badInput(s.l.Reset(ctx, scope, ruleID, addr, true))
 }
 
-func (s adminSource) PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error) {
-	req, err := s.l.reg.Stored(scope, limiterID, stored, hashed)
+func (s adminSource) PeekStored(ctx context.Context, scope, ruleID, stored string, hashed bool) (engine.Decision, error) {
+	req, err := s.l.reg.Stored(scope, ruleID, stored, hashed)
 	if err != nil {
 		return engine.Decision{}, badInput(unknown(err))
 	}
 	return s.l.engine.Peek(ctx, req)
 }
 
-func (s adminSource) ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error {
-	req, err := s.l.reg.Stored(scope, limiterID, stored, hashed)
+func (s adminSource) ResetStored(ctx context.Context, scope, ruleID, stored string, hashed bool) error {
+	req, err := s.l.reg.Stored(scope, ruleID, stored, hashed)
 	if err != nil {
 		return badInput(unknown(err))
 	}
@@ -142,15 +142,15 @@ func (s adminSource) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, e
 }
 
 // LiftLearned lifts the learned blocks of throttle scope that hold the
-// subject of limiterID whose fingerprint is ref.
-func (s adminSource) LiftLearned(ctx context.Context, scope, limiterID, ref string) (bool, error) {
+// subject of ruleID whose fingerprint is ref.
+func (s adminSource) LiftLearned(ctx context.Context, scope, ruleID, ref string) (bool, error) {
 	ts := s.l.throttlesNamed(scope)
 	if len(ts) == 0 {
 		return false, nil
 	}
-	id, ok := registry.ParseLimiterID(limiterID)
+	id, ok := registry.ParseRuleID(ruleID)
 	if !ok {
-		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", registry.ErrUnknownLimiter, limiterID)))
+		return false, badInput(configError("", "", "", fmt.Errorf("%w %q", registry.ErrUnknownRule, ruleID)))
 	}
 	return ts[0].t.LiftRef(ctx, id, ref)
 }
@@ -158,7 +158,7 @@ func (s adminSource) LiftLearned(ctx context.Context, scope, limiterID, ref stri
 // badInput marks the errors of input that names no windows for the admin
 // handler, which answers them 400.
 func badInput(err error) error {
-	if errors.Is(err, registry.ErrUnknownScope) || errors.Is(err, registry.ErrUnknownLimiter) || errors.Is(err, lifecycle.ErrSubject) {
+	if errors.Is(err, registry.ErrUnknownScope) || errors.Is(err, registry.ErrUnknownRule) || errors.Is(err, lifecycle.ErrSubject) {
 		return &admin.BadInputError{Err: err}
 	}
 	return err

@@ -88,7 +88,7 @@
 // # Inspecting subjects
 //
 // Limiter.Peek and Reset take a scope (a route pattern given to Register
-// or Handle, or a scope: name), a limiter ID as rules.Limiter.ID writes it
+// or Handle, or a scope: name), a rule ID as rules.Rule.ID writes it
 // ("ip", "user", "global", "header(X-Api-Key)", "param(id)",
 // "key(tenant)"; header names in any case) and the raw subject the limiter
 // counts: an address for ip ("192.0.2.7", or an IPv6 network

@@ -76,7 +76,7 @@ func TestEmbeddedSlowLogin(t *testing.T) {
 func waitForStore(t *testing.T, e *engine.Engine) {
 	t.Helper()
 	r := engine.Request{Scope: "probe", Checks: []engine.Check{{Subject: "p",
-		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Minute}}}}}}
+		Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Minute}}}}}}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		d, err := enginePeek(e, context.Background(), r)
 		if err == nil && d.Source == "redis" {

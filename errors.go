@@ -86,7 +86,7 @@ func kindOf(err error) string {
 		return "never-fits"
 	case errors.Is(err, registry.ErrUnknownScope):
 		return "scope"
-	case errors.Is(err, registry.ErrUnknownLimiter):
+	case errors.Is(err, registry.ErrUnknownRule):
 		return "limiter"
 	}
 	return "rule"

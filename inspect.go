@@ -21,28 +21,28 @@ func (l *Limiter) rememberRoute(pattern string, g rules.Group) {
 	l.reg.Add(scope, g, nil)
 }
 
-// Peek reports, counting nothing, the windows that limiter limiterID
+// Peek reports, counting nothing, the windows that rule ruleID
 // ("ip", "user", "header(X-Api-Key)", ...) of scope keeps for subject: the
 // raw value the limiter counts or, with byIP, the client address of the
 // requests it counted by address. Input that names no windows is a
 // *ConfigError; see the package documentation, Inspecting subjects.
-func (l *Limiter) Peek(ctx context.Context, scope, limiterID, subject string, byIP bool) (engine.Decision, error) {
-	req, err := l.inspect(scope, limiterID, subject, byIP)
+func (l *Limiter) Peek(ctx context.Context, scope, ruleID, subject string, byIP bool) (engine.Decision, error) {
+	req, err := l.inspect(scope, ruleID, subject, byIP)
 	if err != nil {
 		return engine.Decision{}, err
 	}
 	return l.engine.Peek(ctx, req)
 }
 
-// Reset forgets every request that limiter limiterID of scope counted for
+// Reset forgets every request that rule ruleID of scope counted for
 // subject, in every window of every limiter with that ID in the scope, and
 // lifts the subject's block. On a throttle's scope it also lifts, in every
 // process within a second, the blocks learned from the upstream for calls
 // with that subject (see docs/throttle.md, Learned blocks). Its arguments
 // and errors are Peek's; it fails with an error matching engine.ErrBackend
 // when Redis does.
-func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string, byIP bool) error {
-	req, err := l.inspect(scope, limiterID, subject, byIP)
+func (l *Limiter) Reset(ctx context.Context, scope, ruleID, subject string, byIP bool) error {
+	req, err := l.inspect(scope, ruleID, subject, byIP)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (l *Limiter) Reset(ctx context.Context, scope, limiterID, subject string, b
 func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	var errs []error
 	for _, c := range req.Checks {
-		if err := l.engine.Reset(ctx, req.Scope, c.Limiter, c.Subject, c.Hashed); err != nil {
+		if err := l.engine.Reset(ctx, req.Scope, c.Rule, c.Subject, c.Hashed); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -62,7 +62,7 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	for _, t := range l.throttlesNamed(req.Scope) {
 		for _, c := range req.Checks {
 			if !c.Hashed {
-				if err := t.t.LiftSubject(ctx, c.Limiter, c.Subject); err != nil {
+				if err := t.t.LiftSubject(ctx, c.Rule, c.Subject); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -73,15 +73,15 @@ func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 
 // inspect builds the engine request that Peek and Reset use
 // (registry.Registry.Request); input naming no windows is a *ConfigError.
-func (l *Limiter) inspect(scope, limiterID, value string, byIP bool) (engine.Request, error) {
-	req, err := l.reg.Request(scope, limiterID, value, byIP)
+func (l *Limiter) inspect(scope, ruleID, value string, byIP bool) (engine.Request, error) {
+	req, err := l.reg.Request(scope, ruleID, value, byIP)
 	return req, unknown(err)
 }
 
 // unknown returns err as a *ConfigError when it names no scope or no
 // limiter.
 func unknown(err error) error {
-	if errors.Is(err, registry.ErrUnknownScope) || errors.Is(err, registry.ErrUnknownLimiter) {
+	if errors.Is(err, registry.ErrUnknownScope) || errors.Is(err, registry.ErrUnknownRule) {
 		return configError("", "", "", err)
 	}
 	return err

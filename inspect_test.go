@@ -25,8 +25,8 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// inspectAPI has a limiter ID ("user", "ip") declared with different
-// windows by the defaults and by role overrides, which Peek must show as
+// inspectAPI has a rule ID ("user", "ip") declared with different
+// windows by the defaults and by role rules, which Peek must show as
 // one union.
 type inspectAPI struct {
 	Files  http.HandlerFunc `route:"GET /files/{id}" limit:"user:3/min,10/h; ip:5/min,50/h; exempt:superadmin; role(admin)=ip:4/min,40/h; role(trial)=user:2/min"`
@@ -272,11 +272,11 @@ func TestPeekErrors(t *testing.T) {
 		{"GET /health", "ip", "192.0.2.1", false, nil, "scope", `unknown scope "GET /health"`},
 		{filesScope, "global", "", false, nil, "limiter", `slidelimit: unknown limiter "global" in scope "GET /files/{id}"`},
 		{filesScope, "header(X-Api-Key)", "k", false, nil, "limiter", `unknown limiter "header(X-Api-Key)" in scope`},
-		{filesScope, "bogus", "x", false, nil, "limiter", `unknown limiter "bogus": not a limiter ID`},
-		{filesScope, "", "x", false, nil, "limiter", `unknown limiter "": not a limiter ID`},
-		{filesScope, "ip:5/s", "x", false, nil, "limiter", "not a limiter ID"},
-		{filesScope, "ip; user", "x", false, nil, "limiter", "not a limiter ID"},
-		{filesScope, "header(X-A", "x", false, nil, "limiter", "not a limiter ID"},
+		{filesScope, "bogus", "x", false, nil, "limiter", `unknown limiter "bogus": not a rule ID`},
+		{filesScope, "", "x", false, nil, "limiter", `unknown limiter "": not a rule ID`},
+		{filesScope, "ip:5/s", "x", false, nil, "limiter", "not a rule ID"},
+		{filesScope, "ip; user", "x", false, nil, "limiter", "not a rule ID"},
+		{filesScope, "header(X-A", "x", false, nil, "limiter", "not a rule ID"},
 		{filesScope, "ip", "localhost", false, lifecycle.ErrSubject, "", `slidelimit: limiter ip: middleware: invalid subject: "localhost" is not an IP address`},
 		{filesScope, "user", "", false, lifecycle.ErrSubject, "", "empty user value"},
 		{filesScope, "user", "alice", true, lifecycle.ErrSubject, "", `"alice" is not an IP address`},

@@ -122,7 +122,7 @@ func (l *Limiter) route(pattern string, g rules.Group, h http.Handler) (http.Han
 }
 
 func isZero(g rules.Group) bool {
-	return len(g.Limiters) == 0 && len(g.Overrides) == 0 && len(g.Exempt) == 0 &&
+	return len(g.Rules) == 0 && len(g.RoleRules) == 0 && len(g.Exempt) == 0 &&
 		g.Scope == "" && g.Mode == rules.Enforce && g.Fail == rules.FailDefault
 }
 

@@ -252,7 +252,7 @@ func TestWithMiddlewareOptions(t *testing.T) {
 		t.Fatalf("registered cost function: %v", err)
 	}
 	err := lim.Handle(mux, "GET /other", http.NotFoundHandler(), "user[tokens]:5k/d")
-	if !isError(err, unregistered("WithCostFunc")) || !strings.Contains(err.Error(), `unknown cost function "tokens" in limiter user[tokens]`) {
+	if !isError(err, unregistered("WithCostFunc")) || !strings.Contains(err.Error(), `unknown cost function "tokens" in rule user[tokens]`) {
 		t.Errorf("unregistered cost function: %v", err)
 	}
 }

@@ -24,9 +24,9 @@ func windowList(n int) string {
 	return strings.Join(ws, ",")
 }
 
-// headerLimiters returns n limiters header(X-H0)..., each with per
+// headerRules returns n limiters header(X-H0)..., each with per
 // windows. A request without the header counts by its client address.
-func headerLimiters(n, per int) string {
+func headerRules(n, per int) string {
 	ls := make([]string, n)
 	for i := range ls {
 		ls[i] = "header(X-H" + strconv.Itoa(i) + "):" + windowList(per)
@@ -58,8 +58,8 @@ func TestRuleSizeRefused(t *testing.T) {
 		name, text, want string
 	}{
 		{"windows", "ip:" + windowList(300), "group has 300 windows, at most 256"},
-		{"limiters", headerLimiters(65, 1), "group has 65 limiters, at most 64"},
-		{"override", "ip:1/s; role(admin)=user:" + windowList(257), "override role(admin)= has 257 windows, at most 256"},
+		{"limiters", headerRules(65, 1), "group has 65 rules, at most 64"},
+		{"override", "ip:1/s; role(admin)=user:" + windowList(257), "role(admin)= has 257 windows, at most 256"},
 		{"distinct", "user:" + windowList(31) + "; distinct:path", "in 31 windows, at most 30"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,7 +121,7 @@ func TestRuleSizeAtBound(t *testing.T) {
 }
 
 func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
-	keys := make([]string, rulelimits.MaxLimiters)
+	keys := make([]string, rulelimits.MaxRules)
 	for i := range keys {
 		keys[i] = "header(X-H" + strconv.Itoa(i) + "):1 concurrent,2/min"
 	}
@@ -130,7 +130,7 @@ func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
 		path, text, want string
 	}{
 		{"/windows", "ip:1 concurrent," + windowList(rulelimits.MaxWindows-1), "200"},
-		{"/limiters", headerLimiters(rulelimits.MaxLimiters, rulelimits.MaxWindows/rulelimits.MaxLimiters), "200"},
+		{"/limiters", headerRules(rulelimits.MaxRules, rulelimits.MaxWindows/rulelimits.MaxRules), "200"},
 		{"/distinct", "user:1 concurrent," + windowList(rulelimits.MaxDistinctWindows) + "; distinct:path", "200"},
 		{"/override", "ip:1/s; role(admin)=user:" + windowList(rulelimits.MaxWindows), "200"},
 		{"/keys", strings.Join(keys, "; "), "200 200 429"},

@@ -62,7 +62,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 		switch k {
 		case rules.IP, rules.User, rules.Header, rules.Param, rules.Key:
 		default:
-			return nil, optionError(fmt.Errorf("masked subjects: %q is not a kind of limiter with subjects (ip, user, header, param, key)", string(k)))
+			return nil, optionError(fmt.Errorf("masked subjects: %q is not a kind of rule with subjects (ip, user, header, param, key)", string(k)))
 		}
 	}
 	if !c.transitSet {

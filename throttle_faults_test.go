@@ -54,11 +54,11 @@ var throttleFaultsBudget = map[string]int{"miniredis": 4, "redis": 3, "cluster":
 
 const throttleFaultsTime = 25 * time.Second
 
-// throttleRegressions holds every throttle plan that ever failed, as
+// throttleRegressions holds every throttle scenario that ever failed, as
 // <backend>-<seed>.json, run before the budget's seeds.
 const throttleRegressions = "testdata/throttle-faults"
 
-// throttleOpen holds the plans that found a hole not closed yet, as
+// throttleOpen holds the scenarios that found a hole not closed yet, as
 // <backend>-<seed>.json, with what they find in throttleOpen/README.md:
 // CI skips them; SLIDELIMIT_THROTTLE_OPEN=1 runs them first. Once the
 // hole is closed they move to throttleRegressions.
@@ -127,11 +127,11 @@ func throttleSettings(t *testing.T) (uint64, time.Duration) {
 	return seed, d
 }
 
-// throttlePlans returns a backend's regression plans then its budget's
+// throttleScenarios returns a backend's regression scenarios then its budget's
 // seeds, or the one seed asked for.
-func throttlePlans(t *testing.T, b *faults.Backend, seed uint64) []faults.ThrottlePlan {
+func throttleScenarios(t *testing.T, b *faults.Backend, seed uint64) []faults.ThrottleScenario {
 	if seed != 0 {
-		return []faults.ThrottlePlan{faults.GenerateThrottle(seed, b.Caps)}
+		return []faults.ThrottleScenario{faults.GenerateThrottle(seed, b.Caps)}
 	}
 	files, err := filepath.Glob(filepath.Join(throttleRegressions, b.Name+"-*.json"))
 	if err != nil {
@@ -144,17 +144,17 @@ func throttlePlans(t *testing.T, b *faults.Backend, seed uint64) []faults.Thrott
 		}
 		files = append(open, files...)
 	}
-	var plans []faults.ThrottlePlan
+	var scenarios []faults.ThrottleScenario
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var p faults.ThrottlePlan
+		var p faults.ThrottleScenario
 		if err := json.Unmarshal(data, &p); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		plans = append(plans, p)
+		scenarios = append(scenarios, p)
 	}
 	for i := range throttleFaultsBudget[b.Name] {
 		seed := uint64(i + 1)
@@ -162,9 +162,9 @@ func throttlePlans(t *testing.T, b *faults.Backend, seed uint64) []faults.Thrott
 			t.Logf("%s: seed %d set aside (%s)", b.Name, seed, throttleOpen)
 			continue
 		}
-		plans = append(plans, faults.GenerateThrottle(seed, b.Caps))
+		scenarios = append(scenarios, faults.GenerateThrottle(seed, b.Caps))
 	}
-	return plans
+	return scenarios
 }
 
 func runThrottleFaults(t *testing.T, b *faults.Backend) {
@@ -178,9 +178,9 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 		defer b.Mini.ClockTTL(false)
 	}
 	seed, endless := throttleSettings(t)
-	open := os.Getenv(throttleOpenEnv) == "1" // every plan runs, whatever the time
+	open := os.Getenv(throttleOpenEnv) == "1" // every scenario runs, whatever the time
 	bound := harnessBound(t, b)
-	plans := throttlePlans(t, b, seed)
+	scenarios := throttleScenarios(t, b, seed)
 	began := time.Now()
 	next := uint64(time.Now().UnixNano())
 	var histories, calls int
@@ -188,23 +188,23 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 	var which string
 	failed := 0
 	for i := 0; ; i++ {
-		var p faults.ThrottlePlan
+		var p faults.ThrottleScenario
 		switch {
 		case endless > 0 && time.Since(began) < endless:
-			if i < len(plans) {
-				p = plans[i]
+			if i < len(scenarios) {
+				p = scenarios[i]
 			} else {
 				next = next*6364136223846793005 + 1442695040888963407
 				p = faults.GenerateThrottle(next>>1, b.Caps)
 			}
-		case i < len(plans) && (seed != 0 || open || time.Since(began) < throttleFaultsTime):
-			p = plans[i]
+		case i < len(scenarios) && (seed != 0 || open || time.Since(began) < throttleFaultsTime):
+			p = scenarios[i]
 		default:
 			t.Logf("%s: %d histories, %d calls in %v; an oldest waiter with room waited at most %v (bound %v; %s)",
 				b.Name, histories, calls, time.Since(began).Round(time.Millisecond), longest, bound, which)
 			return
 		}
-		h, rep, errs := runThrottlePlan(t, b, p, bound)
+		h, rep, errs := runThrottleScenario(t, b, p, bound)
 		histories++
 		calls += len(h.Calls)
 		if rep.LongestIdle > longest {
@@ -221,21 +221,21 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 		}
 		// Each try runs a history of seconds: at most 8, for at most 60 s.
 		deadline := time.Now().Add(60 * time.Second)
-		shrunk := faults.ShrinkThrottle(p, 8, func(q faults.ThrottlePlan) bool {
+		shrunk := faults.ShrinkThrottle(p, 8, func(q faults.ThrottleScenario) bool {
 			if time.Now().After(deadline) {
 				return false
 			}
-			_, rep, errs := runThrottlePlan(t, b, q, bound)
+			_, rep, errs := runThrottleScenario(t, b, q, bound)
 			return len(throttleFailures(rep, errs)) > 0
 		})
 		keep := shrunk
-		sh, srep, serrs := runThrottlePlan(t, b, shrunk, bound)
+		sh, srep, serrs := runThrottleScenario(t, b, shrunk, bound)
 		svs := throttleFailures(srep, serrs)
 		if len(svs) == 0 {
-			keep = p // the shrunk plan passed this time: keep the whole one
+			keep = p // the shrunk scenario passed this time: keep the whole one
 		}
 		js, _ := json.MarshalIndent(keep, "", "\t")
-		t.Errorf("%s: seed %d failed (replay: %s=%d go test -run 'TestThrottleFaults/%s' .):\n  %s\nplan:\n%vhistory:\n%s\nshrunk plan:\n%vits violations:\n  %s\nits history:\n%s\nkeep it as %s/%s-%d.json:\n%s",
+		t.Errorf("%s: seed %d failed (replay: %s=%d go test -run 'TestThrottleFaults/%s' .):\n  %s\nplan:\n%vhistory:\n%s\nshrunk scenario:\n%vits violations:\n  %s\nits history:\n%s\nkeep it as %s/%s-%d.json:\n%s",
 			b.Name, p.Seed, throttleSeedEnv, p.Seed, b.Name, strings.Join(vs, "\n  "), p, historyString(h),
 			shrunk, strings.Join(svs, "\n  "), historyString(sh), throttleRegressions, b.Name, p.Seed, js)
 	}
@@ -310,7 +310,7 @@ func harnessPrefix() string {
 // throttleRun is one throttle history being run.
 type throttleRun struct {
 	b      *faults.Backend
-	p      faults.ThrottlePlan
+	p      faults.ThrottleScenario
 	prefix string
 	origin time.Time
 	keyed  bool
@@ -318,7 +318,7 @@ type throttleRun struct {
 
 	mu      sync.Mutex
 	hist    faults.ThrottleHistory
-	procs   []*harnessProc // by the plan's process number: the current incarnation
+	procs   []*harnessProc // by the scenario's process number: the current incarnation
 	all     []*harnessProc
 	nextPID int
 	rng     *rand.Rand // the calls' transits
@@ -410,11 +410,11 @@ func (r *throttleRun) startProc(i int) {
 		r.fail("New: %v", err)
 		return
 	}
-	th, err := lim.Throttle("tf", r.p.Rules())
+	th, err := lim.Throttle("tf", r.p.Text())
 	if err != nil {
 		lim.Close()
 		c.Close()
-		r.fail("Throttle(%q): %v", r.p.Rules(), err)
+		r.fail("Throttle(%q): %v", r.p.Text(), err)
 		return
 	}
 	pr := &harnessProc{pid: pid, client: c, lim: lim, th: th}
@@ -453,7 +453,7 @@ func (r *throttleRun) callOf(idx int) Call {
 
 // harnessUpstream is the fake upstream behind the Transport: it notes
 // when it saw each call, and answers 429 with retry-after-ms when the
-// plan says so.
+// scenario says so.
 type harnessUpstream struct{ r *throttleRun }
 
 func (u harnessUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -484,7 +484,7 @@ func (r *throttleRun) seen(idx int) {
 	}
 }
 
-// call runs one call of the plan on process pr.
+// call runs one call of the scenario on process pr.
 func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 	defer r.calls.Done()
 	wait := harnessPatience
@@ -709,7 +709,7 @@ func (r *throttleRun) peekSlots(at time.Duration) {
 				continue
 			}
 			subject := -1
-			if r.p.Limiters[ws.Check].Key {
+			if r.p.Rules[ws.Check].Key {
 				subject = k
 			}
 			r.mu.Lock()
@@ -719,7 +719,7 @@ func (r *throttleRun) peekSlots(at time.Duration) {
 	}
 }
 
-// step runs step i of the plan.
+// step runs step i of the scenario.
 func (r *throttleRun) step(i int, s faults.ThrottleStep) {
 	switch s.Kind {
 	case faults.TCalls:
@@ -772,15 +772,15 @@ func (r *throttleRun) step(i int, s faults.ThrottleStep) {
 	}
 }
 
-// runThrottlePlan runs p on b and returns its history, what the model
+// runThrottleScenario runs p on b and returns its history, what the model
 // found, and what went wrong outside the model.
-func runThrottlePlan(t *testing.T, b *faults.Backend, p faults.ThrottlePlan, bound time.Duration) (faults.ThrottleHistory, faults.ThrottleReport, []string) {
+func runThrottleScenario(t *testing.T, b *faults.Backend, p faults.ThrottleScenario, bound time.Duration) (faults.ThrottleHistory, faults.ThrottleReport, []string) {
 	r := &throttleRun{b: b, p: p, prefix: harnessPrefix(), keyed: p.HasKey(), cost: p.CostName(),
 		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}, rng: rand.New(rand.NewPCG(p.Seed, 0x7a))}
-	r.hist = faults.ThrottleHistory{Limiters: p.Limiters, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
+	r.hist = faults.ThrottleHistory{Rules: p.Rules, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
 		MaxHold: harnessMaxHold, Bound: bound, Skew: harnessSkew, Settle: throttle.FleetLease + throttle.FleetLease/2,
 		Transit: harnessTransit}
-	for _, l := range p.Limiters {
+	for _, l := range p.Rules {
 		r.slots = r.slots || slices.ContainsFunc(l.Windows, func(w faults.Window) bool { return w.Concurrent })
 	}
 	r.origin = time.Now()

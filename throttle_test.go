@@ -184,7 +184,7 @@ func TestThrottleAllowAndSettle(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		d, err := enginePeek(engineOf(lim), ctx, engine.Request{Scope: "llm", Checks: []engine.Check{{
-			Limiter: rules.Limiter{Kind: rules.Global, Cost: "tokens", Windows: []rules.Window{w}}, Subject: "global", Cost: 1}}})
+			Rule: rules.Rule{Kind: rules.Global, Cost: "tokens", Windows: []rules.Window{w}}, Subject: "global", Cost: 1}}})
 		if err != nil {
 			t.Fatal(err)
 		}

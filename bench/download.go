@@ -59,10 +59,10 @@ func setupDownload(rdb *redis.Client, c benchCase, finish int) (*limiterSetup, e
 		quota = 1 << 20
 	}
 	const slots = 1024
-	user := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{
+	user := rules.Rule{Kind: rules.Key, Name: "bench", Windows: []rules.Window{
 		w(unreachable, time.Minute), {Limit: slots, Concurrent: true},
 	}}
-	bytes := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: "bytes", Windows: []rules.Window{w(quota, 24*time.Hour)}}
+	bytes := rules.Rule{Kind: rules.Key, Name: "bench", Cost: "bytes", Windows: []rules.Window{w(quota, 24*time.Hour)}}
 	what := "acquire"
 	switch finish {
 	case syncFinish:
@@ -73,7 +73,7 @@ func setupDownload(rdb *redis.Client, c benchCase, finish int) (*limiterSetup, e
 	return &limiterSetup{
 		Config: fmt.Sprintf("%d/1m + %d concurrent; bytes %d/1d, 1 MiB per request, %s", int64(unreachable), slots, quota, what),
 		NewCaller: func() decideFunc {
-			req := engine.Request{Scope: "bench", Checks: []engine.Check{{Limiter: user}, {Limiter: bytes, Cost: 1 << 20}}, Fail: rules.FailClosed}
+			req := engine.Request{Scope: "bench", Checks: []engine.Check{{Rule: user}, {Rule: bytes, Cost: 1 << 20}}, Fail: rules.FailClosed}
 			out := engine.Outcome{Actual: []int64{-1, 512 << 10}}
 			return func(ctx context.Context, key string) (bool, error) {
 				req.Checks[0].Subject, req.Checks[1].Subject = key, key

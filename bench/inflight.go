@@ -34,13 +34,13 @@ func setupInflight(_ context.Context, rdb *redis.Client, c benchCase) (*limiterS
 	if c.Deny {
 		slots = 1
 	}
-	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{
+	lim := rules.Rule{Kind: rules.Key, Name: "bench", Windows: []rules.Window{
 		w(unreachable, time.Second), w(unreachable, time.Minute), {Limit: slots, Concurrent: true},
 	}}
 	return &limiterSetup{
 		Config: fmt.Sprintf("%d/1s + %d/1m + %d concurrent, acquire + release", int64(unreachable), int64(unreachable), slots),
 		NewCaller: func() decideFunc {
-			req := engine.Request{Scope: "bench", Checks: []engine.Check{{Limiter: lim}}, Fail: rules.FailClosed}
+			req := engine.Request{Scope: "bench", Checks: []engine.Check{{Rule: lim}}, Fail: rules.FailClosed}
 			return func(ctx context.Context, key string) (bool, error) {
 				req.Checks[0].Subject = key
 				d, err := eng.Allow(ctx, req)

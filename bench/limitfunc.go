@@ -43,7 +43,7 @@ func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiter
 	// Resolve caps an exact window at rulelimits.MaxLimit, as in rule text; the
 	// bench's unreachable limit needs a cost-free limiter built in Go, so
 	// the check runs against a grained twin and the exact window is used.
-	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{static, dyn}}
+	lim := rules.Rule{Kind: rules.Key, Name: "bench", Windows: []rules.Window{static, dyn}}
 	plans := map[string]int64{} // subject → limit; every subject has the same plan here
 	limitOf := func(key string) int64 {
 		if n, ok := plans[key]; ok {
@@ -54,8 +54,8 @@ func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiter
 	return &limiterSetup{
 		Config: fmt.Sprintf("%d/%v + $quota/%v (quota %d)", static.Limit, static.Period, dyn.Period, quota),
 		NewCaller: func() decideFunc {
-			req := engine.Request{Scope: "bench", Checks: []engine.Check{{Limiter: lim}}, Fail: rules.FailClosed}
-			check := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: "1"} // no MaxLimit cap: see above
+			req := engine.Request{Scope: "bench", Checks: []engine.Check{{Rule: lim}}, Fail: rules.FailClosed}
+			check := rules.Rule{Kind: rules.Key, Name: "bench", Cost: "1"} // no MaxLimit cap: see above
 			return func(ctx context.Context, key string) (bool, error) {
 				ws := make([]rules.Window, len(lim.Windows))
 				for i, w := range lim.Windows {

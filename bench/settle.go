@@ -40,14 +40,14 @@ func newSettled(rdb *redis.Client, windows []rules.Window) (*limiterSetup, error
 		s.Close()
 		return nil, err
 	}
-	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: "bytes", Windows: windows}
+	lim := rules.Rule{Kind: rules.Key, Name: "bench", Cost: "bytes", Windows: windows}
 	s.Config = "[bytes, 1024 per request, settled to 512] " + s.Config[len("[bytes, 1024 per request] "):]
 	closeFirst := s.Close
 	s.Close = func() { closeFirst(); eng.Close() }
 	s.NewCaller = func() decideFunc {
 		req := engine.Request{
 			Scope:  "bench",
-			Checks: []engine.Check{{Limiter: lim, Cost: 1024}},
+			Checks: []engine.Check{{Rule: lim, Cost: 1024}},
 			Fail:   rules.FailClosed,
 		}
 		actual := []int64{512}

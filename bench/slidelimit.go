@@ -90,7 +90,7 @@ func setupSlidelimit(rdb *redis.Client, opts ...engine.Option) func(windows ...r
 	return func(windows ...rules.Window) (*limiterSetup, error) { return newSlidelimit(rdb, opts, "", 0, windows) }
 }
 
-// newSlidelimit is setupSlidelimit with a limiter cost (rules.Limiter.Cost)
+// newSlidelimit is setupSlidelimit with a rule cost (rules.Rule.Cost)
 // and the cost of each request (0: the limiter's).
 func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64, windows []rules.Window) (*limiterSetup, error) {
 	return newSlidelimitTallies(rdb, opts, true, cost, n, windows)
@@ -112,7 +112,7 @@ func newSlidelimitTallies(rdb *redis.Client, opts []engine.Option, tallies bool,
 		tl = tally.New(tally.Store{Client: rdb, Prefix: eng.KeyPrefix(), Log: eng.Logger(), Down: eng.Down})
 		tl.Start(tally.DefaultFlush)
 	}
-	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Cost: cost, Windows: windows}
+	lim := rules.Rule{Kind: rules.Key, Name: "bench", Cost: cost, Windows: windows}
 	var desc []string
 	for _, w := range windows {
 		d := fmt.Sprintf("%d/%v", w.Limit, w.Period)
@@ -132,7 +132,7 @@ func newSlidelimitTallies(rdb *redis.Client, opts []engine.Option, tallies bool,
 		NewCaller: func() decideFunc {
 			req := engine.Request{
 				Scope:  "bench",
-				Checks: []engine.Check{{Limiter: lim, Cost: n}},
+				Checks: []engine.Check{{Rule: lim, Cost: n}},
 				Fail:   rules.FailClosed,
 			}
 			return func(ctx context.Context, key string) (bool, error) {

@@ -11,7 +11,7 @@ func (c *call) take(req *Request, src source) *admission.Record {
 	p := &c.plan
 	t := admission.New(p, c.id, src == fromLocal, c.sec*1e6+c.usec, func(i int) int64 { return c.suffixOf(i, src) })
 	for i := range req.Checks {
-		t.Checks = append(t.Checks, admission.Check{Key: p.KeyOf[i], Priced: req.Checks[i].Limiter.Cost != ""})
+		t.Checks = append(t.Checks, admission.Check{Key: p.KeyOf[i], Priced: req.Checks[i].Rule.Cost != ""})
 	}
 	return t
 }

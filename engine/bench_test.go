@@ -67,7 +67,7 @@ func benchAllow(b *testing.B, e *Engine, ws []rules.Window, keys, callers int) {
 	b.ResetTimer()
 	start := time.Now()
 	run := func(pb func() bool) {
-		req := Request{Scope: "bench", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.User, Windows: ws}}}}
+		req := Request{Scope: "bench", Checks: []Check{{Rule: rules.Rule{Kind: rules.User, Windows: ws}}}}
 		local := make([]time.Duration, 0, 1024)
 		for i := 0; pb(); i++ {
 			req.Checks[0].Subject = subjects[int(next.Add(1))%keys]

@@ -90,7 +90,7 @@ func blockScenario(t *testing.T, e *Engine, clk *redistest.Clock) {
 	if d := allow2(5 * time.Second); d.Allowed || !d.Blocked || d.RetryAfter != time.Hour {
 		t.Fatalf("second IP: allowed %v blocked %v retry %v, want blocked for 1h", d.Allowed, d.Blocked, d.RetryAfter)
 	}
-	if err := e.resetSubject(ctx, "s", r2.Checks[0].Limiter, "5.6.7.8"); err != nil && e.fail != rules.FailLocal {
+	if err := e.resetSubject(ctx, "s", r2.Checks[0].Rule, "5.6.7.8"); err != nil && e.fail != rules.FailLocal {
 		t.Fatal(err)
 	}
 	if d := allow2(6 * time.Second); !d.Allowed || d.Blocked {
@@ -232,7 +232,7 @@ func TestBlockCached(t *testing.T) {
 			if d, err := admin.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked || d.Source != "redis" {
 				t.Fatalf("another engine: allowed %v blocked %v source %v err %v; want blocked by Redis", d.Allowed, d.Blocked, d.Source, err)
 			}
-			if err := admin.resetSubject(ctx, "s", r.Checks[0].Limiter, "9.9.9.9"); err != nil {
+			if err := admin.resetSubject(ctx, "s", r.Checks[0].Rule, "9.9.9.9"); err != nil {
 				t.Fatal(err)
 			}
 			// The invalidation reaches e within its trust window.

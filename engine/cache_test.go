@@ -136,19 +136,19 @@ func TestCachedDenialInvalidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testCachedDenialInvalidation(t, rules.Limiter{Kind: rules.User, Windows: tc.ws})
+			testCachedDenialInvalidation(t, rules.Rule{Kind: rules.User, Windows: tc.ws})
 		})
 	}
 }
 
-func testCachedDenialInvalidation(t *testing.T, l rules.Limiter) {
+func testCachedDenialInvalidation(t *testing.T, l rules.Rule) {
 	_, rc := redistest.StartClient(t)
 	prefix := redistest.Prefix(t)
 	afterTTLs(t, rc, prefix)
 	a := newEngine(t, rc, WithKeyPrefix(prefix))
 	b := newEngine(t, rc, WithKeyPrefix(prefix))
 	waitTrusted(t, a)
-	r := Request{Scope: "s", Checks: []Check{{Limiter: l, Subject: "u"}}}
+	r := Request{Scope: "s", Checks: []Check{{Rule: l, Subject: "u"}}}
 	fill := func() Decision {
 		t.Helper()
 		var last Decision
@@ -361,8 +361,8 @@ func TestFallbackSeedCost(t *testing.T) {
 		cost  int64
 		allow bool
 	}
-	bytes := func(ws ...rules.Window) rules.Limiter {
-		return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: ws}
+	bytes := func(ws ...rules.Window) rules.Rule {
+		return rules.Rule{Kind: rules.User, Cost: "bytes", Windows: ws}
 	}
 	ones := func(n int, at time.Duration, allow bool) []step {
 		var s []step
@@ -373,7 +373,7 @@ func TestFallbackSeedCost(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name         string
-		lim          rules.Limiter
+		lim          rules.Rule
 		before, down []step
 	}{
 		{"bytes per hour", bytes(win(1000, time.Hour)),
@@ -392,7 +392,7 @@ func TestFallbackSeedCost(t *testing.T) {
 				{3*time.Minute + 2*time.Second, 101, false}, // the hour's 900 + 101 > 1000
 				{3*time.Minute + 2*time.Second, 100, true},
 			}},
-		{"grained count", rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 10, Period: time.Minute, Grain: 10 * time.Second}}},
+		{"grained count", rules.Rule{Kind: rules.User, Windows: []rules.Window{{Limit: 10, Period: time.Minute, Grain: 10 * time.Second}}},
 			ones(7, 0, true), append(ones(3, time.Second, true), ones(1, time.Second, false)...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -404,7 +404,7 @@ func TestFallbackSeedCost(t *testing.T) {
 			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now), WithTimeout(200*ms),
 				WithFailMode(rules.FailLocal))
 			r := func(cost int64) Request {
-				return Request{Scope: "s", Checks: []Check{{Limiter: tc.lim, Subject: "alice", Cost: cost}}}
+				return Request{Scope: "s", Checks: []Check{{Rule: tc.lim, Subject: "alice", Cost: cost}}}
 			}
 			for i, st := range append(tc.before, tc.down...) {
 				if i == len(tc.before) {

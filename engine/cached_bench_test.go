@@ -29,7 +29,7 @@ func BenchmarkCachedDenial(b *testing.B) {
 			e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 			req := Request{
 				Scope:  "bench",
-				Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
+				Checks: []Check{{Rule: rules.Rule{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
 				Fail:   rules.FailClosed,
 			}
 			benchCachedDenial(b, e, req)
@@ -38,7 +38,7 @@ func BenchmarkCachedDenial(b *testing.B) {
 			e := newEngine(b, s.Client(), WithKeyPrefix(redistest.Prefix(b)))
 			req := Request{
 				Scope:  "bench",
-				Checks: []Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
+				Checks: []Check{{Rule: rules.Rule{Kind: rules.Key, Name: "bench", Windows: g.ws}, Subject: "hot"}},
 				Fail:   rules.FailClosed,
 			}
 			ctx := context.Background()

@@ -31,9 +31,9 @@ func TestCachedDenialCalendarCost(t *testing.T) {
 			_, rc := redistest.StartClient(t)
 			e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
 			waitTrusted(t, e)
-			lim := rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: tc.ws}
+			lim := rules.Rule{Kind: rules.User, Cost: "bytes", Windows: tc.ws}
 			r := func(cost int64) Request {
-				return Request{Scope: "s", Checks: []Check{{Limiter: lim, Subject: "alice", Cost: cost}}, Fail: rules.FailClosed}
+				return Request{Scope: "s", Checks: []Check{{Rule: lim, Subject: "alice", Cost: cost}}, Fail: rules.FailClosed}
 			}
 			ctx := context.Background()
 			for i, s := range []struct {

@@ -256,7 +256,7 @@ func calSettle(t *testing.T, e *Engine, clk *redistest.Clock) {
 	}
 	// A reset empties the counter; giving back a request counted before
 	// it refunds no one else's cost and goes no lower than zero.
-	localOK(t, e, e.resetSubject(ctx, "s", r(1).Checks[0].Limiter, "u"))
+	localOK(t, e, e.resetSubject(ctx, "s", r(1).Checks[0].Rule, "u"))
 	runCal(t, e, clk, r(5), []calStep{{at: next.Add(2 * time.Second), allow: true, used: 5}})
 	localOK(t, e, e.giveBack(ctx, r(20), ds[0]))
 	if u := used(next.Add(3 * time.Second)); u != 0 {
@@ -456,8 +456,8 @@ func TestCalendarBatchMixed(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEngine(t, b.c, WithKeyPrefix(redistest.Prefix(t)))
-			lim := func(limit int64) rules.Limiter {
-				return rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, ruletime.Day)}}
+			lim := func(limit int64) rules.Rule {
+				return rules.Rule{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{calWin(limit, ruletime.Day)}}
 			}
 			var sum, over atomic.Int64
 			var wg sync.WaitGroup
@@ -469,7 +469,7 @@ func TestCalendarBatchMixed(t *testing.T) {
 					if i%3 == 0 {
 						limit = 300
 					}
-					r := Request{Scope: "s", Checks: []Check{{Limiter: lim(limit), Subject: "u", Cost: cost}}, Fail: rules.FailClosed}
+					r := Request{Scope: "s", Checks: []Check{{Rule: lim(limit), Subject: "u", Cost: cost}}, Fail: rules.FailClosed}
 					d, err := e.Allow(context.Background(), r)
 					if err != nil {
 						t.Error(err)
@@ -483,7 +483,7 @@ func TestCalendarBatchMixed(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			d, err := e.peek(context.Background(), Request{Scope: "s", Checks: []Check{{Limiter: lim(500), Subject: "u", Cost: 1}}})
+			d, err := e.peek(context.Background(), Request{Scope: "s", Checks: []Check{{Rule: lim(500), Subject: "u", Cost: 1}}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -48,8 +48,8 @@ func BenchmarkAllowClient(b *testing.B) {
 	rc := s.Client()
 	rc.AddHook(cannedScript{})
 	e := newEngine(b, rc, WithKeyPrefix(redistest.Prefix(b)))
-	lim := rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1e9, time.Second), win(1e9, time.Minute)}}
-	req := Request{Scope: "bench", Checks: []Check{{Limiter: lim}}, Fail: rules.FailClosed}
+	lim := rules.Rule{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1e9, time.Second), win(1e9, time.Minute)}}
+	req := Request{Scope: "bench", Checks: []Check{{Rule: lim}}, Fail: rules.FailClosed}
 	subjects := make([]string, 10_000)
 	for i := range subjects {
 		subjects[i] = strconv.Itoa(i)

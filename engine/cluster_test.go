@@ -15,7 +15,7 @@ import (
 )
 
 func global(ws ...rules.Window) Check {
-	return Check{Limiter: rules.Limiter{Kind: rules.Global, Windows: ws}}
+	return Check{Rule: rules.Rule{Kind: rules.Global, Windows: ws}}
 }
 
 // nodeEntries reads every key under prefix on every node of cl directly

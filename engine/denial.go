@@ -71,7 +71,7 @@ func (e *Engine) noteDenialOf(req *Request, d *Decision, p *plan.Plan) {
 		return // allowed, or denied by no window (fail-closed)
 	}
 	c := &req.Checks[d.Denied.Check]
-	k := Denial{Scope: req.Scope, Kind: c.Kind, Name: c.Name, Cost: c.Limiter.Cost, Subject: c.Subject}
+	k := Denial{Scope: req.Scope, Kind: c.Kind, Name: c.Name, Cost: c.Rule.Cost, Subject: c.Subject}
 	switch {
 	case c.Hashed:
 		k.Hashed = true

@@ -53,7 +53,7 @@ func TestDenialHook(t *testing.T) {
 		return got[0]
 	}
 	r := One("s", rules.User, "user:alice", win(1, time.Hour))
-	r.Checks[0].Name, r.Checks[0].Limiter.Cost = "n", ""
+	r.Checks[0].Name, r.Checks[0].Rule.Cost = "n", ""
 	if d := deny(plain, r); d != (Denial{Scope: "s", Kind: rules.User, Name: "n", Subject: "user:alice"}) {
 		t.Errorf("stored as is: %+v", d)
 	}
@@ -119,7 +119,7 @@ func TestStoredHash(t *testing.T) {
 	t.Parallel()
 	long := largeSubject("user:", 300)
 	check := func(cost string, subject string, ws ...rules.Window) Check {
-		c := Check{Limiter: rules.Limiter{Kind: rules.User, Name: "n|}", Cost: cost, Windows: ws}, Subject: subject}
+		c := Check{Rule: rules.Rule{Kind: rules.User, Name: "n|}", Cost: cost, Windows: ws}, Subject: subject}
 		if cost != "" {
 			c.Cost = 5
 		}
@@ -140,7 +140,7 @@ func TestStoredHash(t *testing.T) {
 	} {
 		k := newKeyer(&config{prefix: "p}{:", hashAll: tc.hashAll})
 		check := tc.check
-		req := Request{Scope: "s}|#", Checks: []Check{{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{win(1, time.Hour)}}, Subject: "ip:1"}, check}}
+		req := Request{Scope: "s}|#", Checks: []Check{{Rule: rules.Rule{Kind: rules.IP, Windows: []rules.Window{win(1, time.Hour)}}, Subject: "ip:1"}, check}}
 		var p plan.Plan
 		if err := buildPlan(&p, k, &req); err != nil {
 			t.Fatalf("%s: %v", tc.name, err)

@@ -105,9 +105,9 @@ func checksOf(t testing.TB, text string) []Check {
 	if err != nil {
 		t.Fatalf("rules %q: %v", text, err)
 	}
-	checks := make([]Check, len(g.Limiters))
-	for i, l := range g.Limiters {
-		checks[i] = Check{Limiter: l, Block: g.Block}
+	checks := make([]Check, len(g.Rules))
+	for i, l := range g.Rules {
+		checks[i] = Check{Rule: l, Block: g.Block}
 	}
 	return checks
 }
@@ -144,7 +144,7 @@ func TestEmbeddedIssueCases(t *testing.T) {
 				req := Request{Scope: "s", Checks: append([]Check(nil), checks...)}
 				for c := range req.Checks {
 					req.Checks[c].Subject = "a"
-					if req.Checks[c].Limiter.Cost != "" {
+					if req.Checks[c].Rule.Cost != "" {
 						req.Checks[c].Cost = int64(1 + rng.IntN(300))
 					}
 				}
@@ -237,7 +237,7 @@ func runDiff(t testing.TB, rc *redis.Client, seed uint64, steps int) {
 			subject := fmt.Sprintf("s%d", rng.IntN(2))
 			for c := range req.Checks {
 				req.Checks[c].Subject = subject
-				if req.Checks[c].Limiter.Cost != "" {
+				if req.Checks[c].Rule.Cost != "" {
 					req.Checks[c].Cost = 1 + rng.Int64N(min(700, smallestLimit(req.Checks[c].Windows)))
 				}
 			}
@@ -257,7 +257,7 @@ func runDiff(t testing.TB, rc *redis.Client, seed uint64, steps int) {
 				actual := make([]int64, len(h.req.Checks))
 				for c := range actual {
 					actual[c] = -1 // a limiter counting requests keeps its count
-					if h.req.Checks[c].Limiter.Cost != "" {
+					if h.req.Checks[c].Rule.Cost != "" {
 						actual[c] = int64(rng.IntN(1400)) - 1
 					}
 				}

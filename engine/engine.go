@@ -342,7 +342,7 @@ func answeredErr(err error) bool {
 // see WithSlotLost), so up to the limit more may be admitted while they
 // run. With hashed, subject is a stored hash (Denials.Hash), and reset
 // fails with an error matching ErrInvalid when it is not one.
-func (e *Engine) reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
+func (e *Engine) reset(ctx context.Context, scope string, l rules.Rule, subject string, hashed bool) error {
 	if hashed && !keyparts.IsStoredHash(subject) {
 		return fmt.Errorf("%w: %q is not a stored hash", ErrInvalid, subject)
 	}

@@ -81,7 +81,7 @@ func TestInvalidAndEmptyRequests(t *testing.T) {
 	if !errors.Is(err, ErrClosed) || d.Source != "fail-open" {
 		t.Errorf("after Close: %+v %v", d, err)
 	}
-	if err := e.resetSubject(context.Background(), "s", rules.Limiter{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
+	if err := e.resetSubject(context.Background(), "s", rules.Rule{Kind: rules.User}, "u"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Reset after Close: %v", err)
 	}
 }

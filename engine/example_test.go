@@ -67,8 +67,8 @@ func ExampleEngine_Allow() {
 		return engine.Request{
 			Scope: "POST /upload",
 			Checks: []engine.Check{
-				{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{{Limit: 100, Period: time.Minute}}}, Subject: ip},
-				{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{
+				{Rule: rules.Rule{Kind: rules.IP, Windows: []rules.Window{{Limit: 100, Period: time.Minute}}}, Subject: ip},
+				{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{
 					{Limit: 2, Period: time.Second},
 					{Limit: 10, Period: time.Hour},
 				}}, Subject: user},
@@ -146,8 +146,8 @@ func ExampleEngine_Finish_settle() {
 	defer eng.Close()
 
 	ctx := context.Background()
-	tokens := rules.Limiter{Kind: rules.User, Cost: "tokens", Windows: []rules.Window{{Limit: 1000, Period: time.Minute}}}
-	req := engine.Request{Scope: "complete", Checks: []engine.Check{{Limiter: tokens, Subject: "42", Cost: 500}}}
+	tokens := rules.Rule{Kind: rules.User, Cost: "tokens", Windows: []rules.Window{{Limit: 1000, Period: time.Minute}}}
+	req := engine.Request{Scope: "complete", Checks: []engine.Check{{Rule: tokens, Subject: "42", Cost: 500}}}
 	d, _ := eng.Allow(ctx, req)
 	fmt.Println(d.Allowed, d.Windows[0].Used)
 	if err := eng.Finish(ctx, d, engine.Outcome{Actual: []int64{120}}); err != nil {

@@ -135,7 +135,7 @@ func (e *Engine) anyDown(p *plan.Plan) bool {
 }
 
 // decideLocal decides c at t (µs) with the local fallback l, which starts
-// keys from what known holds (see localLimiter.decide).
+// keys from what known holds (see fallback.Limiter.decide).
 func decideLocal(l *fallback.Limiter, c *call, t int64, known *denials.Cache) {
 	c.sec, c.usec = t/1e6, t%1e6
 	c.status = l.Decide(&c.plan, c.res, c.bleft, c.mode == opAllow, c.id, t, known)

@@ -32,8 +32,8 @@ func TestFallbackSeedLimitChanged(t *testing.T) {
 			m, clk, e := miniEngine(t, rules.FailLocal, WithKeyPrefix(redistest.Prefix(t)))
 			req := func(limit int64) Request {
 				w := rules.Window{Limit: limit * tc.unit, Period: time.Minute, LimitFunc: "quota"}
-				l := rules.Limiter{Kind: rules.User, Cost: tc.cost, Windows: []rules.Window{w}}
-				return Request{Scope: "s", Checks: []Check{{Limiter: l, Subject: "alice", Cost: tc.unit}}}
+				l := rules.Rule{Kind: rules.User, Cost: tc.cost, Windows: []rules.Window{w}}
+				return Request{Scope: "s", Checks: []Check{{Rule: l, Subject: "alice", Cost: tc.unit}}}
 			}
 			ctx := context.Background()
 			for i := range 4 {
@@ -73,7 +73,7 @@ func TestFallbackSeedCalendarAfterGiveBack(t *testing.T) {
 	t.Parallel()
 	m, clk, e := miniEngine(t, rules.FailLocal, WithKeyPrefix(redistest.Prefix(t)))
 	req := Request{Scope: "s", Checks: []Check{{
-		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, ruletime.Day)}},
+		Rule:    rules.Rule{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), calWin(3, ruletime.Day)}},
 		Subject: "alice",
 	}}}
 	ctx := context.Background()

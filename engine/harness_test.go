@@ -32,21 +32,21 @@ import (
 // backend and checked against the model of internal/faults.
 var (
 	faultsDuration = flag.Duration("faults.duration", 0, "run TestFaults's generated histories for this long per backend instead of its CI budget")
-	faultsSkip     = flag.String("faults.skip", "", "skip TestFaults's plans whose \"mode/fail\" (such as \"distinct/local\") matches this regexp, to set a known hole aside while looking for others")
+	faultsSkip     = flag.String("faults.skip", "", "skip TestFaults's scenarios whose \"mode/fail\" (such as \"distinct/local\") matches this regexp, to set a known hole aside while looking for others")
 	faultsSeed     = flag.Uint64("faults.seed", 0, "run TestFaults on this one seed (with its regression seeds skipped)")
 )
 
 // faultsBudget is the number of seeded histories each backend runs in CI.
 var faultsBudget = map[string]int{"miniredis": 40, "redis": 12, "cluster": 5}
 
-// faultsRegressions is where every plan that ever failed stays, as
+// faultsRegressions is where every scenario that ever failed stays, as
 // <backend>-<seed>.json, run every time before the budget's seeds: the
-// failure message prints the plan to save there. A plan is kept whole
-// rather than as a seed, since a seed's plan changes with the generator.
+// failure message prints the scenario to save there. A scenario is kept whole
+// rather than as a seed, since a seed's scenario changes with the generator.
 const faultsRegressions = "testdata/faults"
 
 // faultsOpen are the budget's seeds that find a hole not fixed yet: CI
-// skips them, and their plans stay in faultsOpenDir (outside the
+// skips them, and their scenarios stay in faultsOpenDir (outside the
 // regressions) with what they find, until the hole is closed and they
 // move to faultsRegressions. -faults.seed still runs them.
 var faultsOpen = map[string][]uint64{}
@@ -78,11 +78,11 @@ type faultBackend struct {
 type faultRun struct {
 	t       *testing.T
 	b       *faultBackend
-	p       faults.Plan
+	p       faults.Scenario
 	clk     *redistest.Clock
 	prefix  string
 	ws      []rules.Window
-	zone    *time.Location // the calendar windows' (Plan.Zone)
+	zone    *time.Location // the calendar windows' (Scenario.Zone)
 	fail    rules.FailMode
 	engines []*Engine
 	procs   []int
@@ -120,7 +120,7 @@ func (r *faultRun) startEngine(i int) {
 	r.clients = append(r.clients, c)
 }
 
-// requestOf returns the engine's request for q in the plan's group (see
+// requestOf returns the engine's request for q in the scenario's group (see
 // checkOf), or false when q reaches no engine.
 func (r *faultRun) requestOf(q faults.Req) (Request, bool) {
 	c, _, _, ok := r.checkOf(q)
@@ -143,7 +143,7 @@ func sourceOf(name string) faults.Source {
 
 func (r *faultRun) at() time.Duration { return r.clk.Now().Sub(redistest.Epoch) }
 
-// step runs step i of the plan.
+// step runs step i of the scenario.
 func (r *faultRun) step(i int, s faults.Step) {
 	ctx := context.Background()
 	switch s.Kind {
@@ -335,9 +335,9 @@ func (r *faultRun) settle() {
 	}
 }
 
-// runPlan runs p on b and returns the history and its violations, model's
+// runFaultScenario runs p on b and returns the history and its violations, model's
 // and the final audit's (what Redis holds against what was admitted).
-func runPlan(t *testing.T, b *faultBackend, p faults.Plan) (faults.History, []string) {
+func runFaultScenario(t *testing.T, b *faultBackend, p faults.Scenario) (faults.History, []string) {
 	r := &faultRun{t: t, b: b, p: p, clk: redistest.NewClock(), prefix: redistest.Prefix(t),
 		engines: make([]*Engine, p.Engines), procs: make([]int, p.Engines)}
 	for _, w := range p.Windows {
@@ -467,12 +467,12 @@ func (r *faultRun) audit() []string {
 	return out
 }
 
-// faultsPlans returns the plans a backend runs first: its regression
-// plans (none when -faults.seed is set), then its budget's seeds, or the
+// faultsScenarios returns the scenarios a backend runs first: its regression
+// scenarios (none when -faults.seed is set), then its budget's seeds, or the
 // one seed of -faults.seed; endless says to go on with random seeds.
-func faultsPlans(t *testing.T, b *faultBackend) (plans []faults.Plan, endless bool) {
+func faultsScenarios(t *testing.T, b *faultBackend) (scenarios []faults.Scenario, endless bool) {
 	if *faultsSeed != 0 {
-		return []faults.Plan{faults.Generate(*faultsSeed, b.caps)}, false
+		return []faults.Scenario{faults.Generate(*faultsSeed, b.caps)}, false
 	}
 	files, err := filepath.Glob(filepath.Join(faultsRegressions, b.name+"-*.json"))
 	if err != nil {
@@ -483,34 +483,34 @@ func faultsPlans(t *testing.T, b *faultBackend) (plans []faults.Plan, endless bo
 		if err != nil {
 			t.Fatal(err)
 		}
-		var p faults.Plan
+		var p faults.Scenario
 		if err := json.Unmarshal(data, &p); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		plans = append(plans, p)
+		scenarios = append(scenarios, p)
 	}
 	for i := range faultsBudget[b.name] {
 		if seed := uint64(i + 1); slices.Contains(faultsOpen[b.name], seed) {
 			t.Logf("%s: seed %d set aside (engine/%s)", b.name, seed, faultsOpenDir)
 		} else {
-			plans = append(plans, faults.Generate(seed, b.caps))
+			scenarios = append(scenarios, faults.Generate(seed, b.caps))
 		}
 	}
-	return plans, *faultsDuration > 0
+	return scenarios, *faultsDuration > 0
 }
 
 // runFaults runs a backend's seeds, and on the first failure shrinks it and
-// reports the seed, the shrunk plan and its violations.
+// reports the seed, the shrunk scenario and its violations.
 func runFaults(t *testing.T, b *faultBackend) {
-	plans, endless := faultsPlans(t, b)
+	scenarios, endless := faultsScenarios(t, b)
 	began := time.Now()
 	var histories, steps, decisions, failed int
 	next := uint64(time.Now().UnixNano())
 	for i := 0; ; i++ {
-		var p faults.Plan
+		var p faults.Scenario
 		switch {
-		case i < len(plans):
-			p = plans[i]
+		case i < len(scenarios):
+			p = scenarios[i]
 		case endless && time.Since(began) < *faultsDuration:
 			next = next*6364136223846793005 + 1442695040888963407
 			p = faults.Generate(next>>1, b.caps)
@@ -522,7 +522,7 @@ func runFaults(t *testing.T, b *faultBackend) {
 		if *faultsSkip != "" && regexp.MustCompile(*faultsSkip).MatchString(p.Mode+"/"+p.Fail) {
 			continue
 		}
-		h, vs := runPlan(t, b, p)
+		h, vs := runFaultScenario(t, b, p)
 		histories++
 		steps += len(p.Steps)
 		decisions += len(h.Decisions)
@@ -534,23 +534,23 @@ func runFaults(t *testing.T, b *faultBackend) {
 			t.Errorf("%s: seed %d failed too (-faults.seed=%d):\n  %s", b.name, seed, seed, strings.Join(vs, "\n  "))
 			continue
 		}
-		// Shrinking runs the plan again and again: at most 40 times, for
+		// Shrinking runs the scenario again and again: at most 40 times, for
 		// at most 30 s (a cluster's history takes seconds).
 		deadline := time.Now().Add(30 * time.Second)
-		shrunk := faults.Shrink(p, 40, func(q faults.Plan) bool {
+		shrunk := faults.Shrink(p, 40, func(q faults.Scenario) bool {
 			if time.Now().After(deadline) {
 				return false
 			}
-			_, vs := runPlan(t, b, q)
+			_, vs := runFaultScenario(t, b, q)
 			return len(vs) > 0
 		})
-		sh, svs := runPlan(t, b, shrunk)
+		sh, svs := runFaultScenario(t, b, shrunk)
 		keep := shrunk
 		if len(svs) == 0 {
-			keep = p // the shrunk plan passed this time: keep the whole one
+			keep = p // the shrunk scenario passed this time: keep the whole one
 		}
 		js, _ := json.MarshalIndent(keep, "", "\t")
-		t.Errorf("%s: seed %d failed (replay: go test -run 'TestFaults/%s' ./engine -faults.seed=%d):\n  %s\nplan:\n%vhistory:\n%s\nshrunk plan:\n%vits violations:\n  %s\nits history:\n%s\nkeep it as engine/%s/%s-%d.json:\n%s",
+		t.Errorf("%s: seed %d failed (replay: go test -run 'TestFaults/%s' ./engine -faults.seed=%d):\n  %s\nplan:\n%vhistory:\n%s\nshrunk scenario:\n%vits violations:\n  %s\nits history:\n%s\nkeep it as engine/%s/%s-%d.json:\n%s",
 			b.name, seed, b.name, seed, strings.Join(vs, "\n  "), p, h, shrunk, strings.Join(svs, "\n  "), sh,
 			faultsRegressions, b.name, seed, js)
 	}

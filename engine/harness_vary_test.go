@@ -19,11 +19,11 @@ import (
 
 // checkOf returns the engine check of q as the middleware builds it, the
 // subject the history names its key by, and the limits it is checked
-// against by window (nil: the plan's own); ok is false for a request that
+// against by window (nil: the scenario's own); ok is false for a request that
 // reaches no engine: an exempt caller, or one costing more than a window's
 // whole limit (the middleware refuses it, lifecycle.Plan.Oversized).
 func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int64, ok bool) {
-	c = Check{Limiter: rules.Limiter{Kind: rules.User}, Subject: "s" + strconv.Itoa(q.Subject), Block: r.p.Block}
+	c = Check{Rule: rules.Rule{Kind: rules.User}, Subject: "s" + strconv.Itoa(q.Subject), Block: r.p.Block}
 	subject = c.Subject
 	limits = slices.Clone(r.limits)
 	switch q.Role {
@@ -48,13 +48,13 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 		}
 		if i == r.p.LimitFunc-1 && q.Role != faults.RoleOverride && q.Limit > 0 {
 			// Resolved by the middleware: the function's value, the
-			// window still naming it (rules.Limiter.Resolve).
+			// window still naming it (rules.Rule.Resolve).
 			c.Windows[i].Limit, c.Windows[i].LimitFunc = q.Limit, "quota"
 		}
 	}
 	switch r.p.Mode {
 	case "cost":
-		c.Limiter.Cost = "bytes"
+		c.Rule.Cost = "bytes"
 		c.Cost = max(q.Cost, 1)
 		for _, w := range c.Windows {
 			if c.Cost > w.Limit {
@@ -76,8 +76,8 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 	return c, subject, limits, true
 }
 
-// subjectReqs returns a request of each key the plan's requests may use,
-// by the subject the history names it: the plan's subjects, and with roles
+// subjectReqs returns a request of each key the scenario's requests may use,
+// by the subject the history names it: the scenario's subjects, and with roles
 // the IPs of callers counted by IP and of the role with an override.
 func (r *faultRun) subjectReqs() (names []string, reqs []faults.Req) {
 	for s := range r.p.Subjects {

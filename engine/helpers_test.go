@@ -112,12 +112,12 @@ func win(limit int64, period time.Duration) rules.Window {
 }
 
 // resetSubject is reset of a subject given as is.
-func (e *Engine) resetSubject(ctx context.Context, scope string, l rules.Limiter, subject string) error {
+func (e *Engine) resetSubject(ctx context.Context, scope string, l rules.Rule, subject string) error {
 	return e.reset(ctx, scope, l, subject, false)
 }
 
 // resetHashed is reset of a subject known by its stored hash.
-func (e *Engine) resetHashed(ctx context.Context, scope string, l rules.Limiter, hash string) error {
+func (e *Engine) resetHashed(ctx context.Context, scope string, l rules.Rule, hash string) error {
 	return e.reset(ctx, scope, l, hash, true)
 }
 

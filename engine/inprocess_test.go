@@ -48,7 +48,7 @@ func TestEmbeddedSlowNotDown(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { e.Close() })
-			login := req(Check{Limiter: rules.Limiter{Kind: rules.Key, Name: "account",
+			login := req(Check{Rule: rules.Rule{Kind: rules.Key, Name: "account",
 				Windows: []rules.Window{win(5, time.Minute)}}, Subject: "bob"})
 			ctx := context.Background()
 			for i := range 6 {

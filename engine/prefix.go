@@ -25,9 +25,9 @@ func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
 	return e.peek(ctx, req)
 }
 
-// Reset clears the windows of limiter l for subject in scope, and its
+// Reset clears the windows of rule l for subject in scope, and its
 // block, everywhere the engine keeps them; an in-flight window frees its
 // slots. With hashed, subject is a stored hash, else an ErrInvalid error.
-func (e *Engine) Reset(ctx context.Context, scope string, l rules.Limiter, subject string, hashed bool) error {
+func (e *Engine) Reset(ctx context.Context, scope string, l rules.Rule, subject string, hashed bool) error {
 	return e.reset(ctx, scope, l, subject, hashed)
 }

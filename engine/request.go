@@ -6,10 +6,10 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Check is one limiter applied to one subject. The windows of Limiter count
+// Check is one rule applied to one subject. The windows of Rule count
 // the requests of Subject (an IP, a user id, a header value) within a scope.
 type Check struct {
-	rules.Limiter
+	rules.Rule
 	// Subject is the counted value. It may hold any bytes; the engine
 	// encodes it so that it can never collide with another subject or
 	// change a Redis Cluster hash tag.
@@ -78,7 +78,7 @@ func One(scope string, kind rules.Kind, subject string, windows ...rules.Window)
 	return Request{
 		Scope: scope,
 		Checks: []Check{{
-			Limiter: rules.Limiter{Kind: kind, Windows: windows},
+			Rule:    rules.Rule{Kind: kind, Windows: windows},
 			Subject: subject,
 		}},
 	}

@@ -26,8 +26,8 @@ func downloadRequest(t testing.TB, subject string, est int64) Request {
 		t.Fatal(err)
 	}
 	r := Request{Scope: "GET /files/{id}"}
-	for _, l := range g.Limiters {
-		c := Check{Limiter: l, Subject: subject}
+	for _, l := range g.Rules {
+		c := Check{Rule: l, Subject: subject}
 		if l.Cost == "bytes" {
 			c.Cost = est
 		}

@@ -31,18 +31,18 @@ type step struct {
 }
 
 func user(subject string, ws ...rules.Window) Check {
-	return Check{Limiter: rules.Limiter{Kind: rules.User, Windows: ws}, Subject: subject}
+	return Check{Rule: rules.Rule{Kind: rules.User, Windows: ws}, Subject: subject}
 }
 
 func ip(subject string, ws ...rules.Window) Check {
-	return Check{Limiter: rules.Limiter{Kind: rules.IP, Windows: ws}, Subject: subject}
+	return Check{Rule: rules.Rule{Kind: rules.IP, Windows: ws}, Subject: subject}
 }
 
 func req(checks ...Check) Request { return Request{Scope: "s", Checks: checks} }
 
 // bytes is a check of the cost limiter user[bytes] counting cost.
 func bytesOf(subject string, cost int64, ws ...rules.Window) Check {
-	return Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: ws}, Subject: subject, Cost: cost}
+	return Check{Rule: rules.Rule{Kind: rules.User, Cost: "bytes", Windows: ws}, Subject: subject, Cost: cost}
 }
 
 const ms = time.Millisecond

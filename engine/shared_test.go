@@ -56,7 +56,7 @@ func TestSharedOpsDeriveExactly(t *testing.T) {
 		}
 		if len(checks) == 0 || rng.IntN(6) == 0 {
 			// A weighted key in a marked op is read in full and forgotten.
-			checks = append(checks, Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "bytes", Windows: []rules.Window{win(50, time.Minute)}}, Subject: "w", Cost: 1 + rng.Int64N(9)})
+			checks = append(checks, Check{Rule: rules.Rule{Kind: rules.IP, Cost: "bytes", Windows: []rules.Window{win(50, time.Minute)}}, Subject: "w", Cost: 1 + rng.Int64N(9)})
 		}
 		return req(checks...)
 	}

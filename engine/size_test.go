@@ -10,17 +10,17 @@ import (
 )
 
 // manyKeys returns a request within the rule language's bounds
-// (rulelimits.MaxLimiters, rulelimits.MaxWindows) with as many keys as windows: 40
+// (rulelimits.MaxRules, rulelimits.MaxWindows) with as many keys as windows: 40
 // checks of an in-flight window, a rate window and three calendar windows
 // (five keys each), then a check with a cost, whose rate key is the 201st.
 func manyKeys() Request {
 	req := Request{Scope: "s"}
 	for i := range 40 {
 		g := rules.MustParse("header(X-H" + strconv.Itoa(i) + "):1 concurrent,2/min,2/calendar day,2/calendar week,2/calendar month")
-		req.Checks = append(req.Checks, Check{Limiter: g.Limiters[0], Subject: "a"})
+		req.Checks = append(req.Checks, Check{Rule: g.Rules[0], Subject: "a"})
 	}
 	g := rules.MustParse("user[tokens]:100/min")
-	return Request{Scope: "s", Checks: append(req.Checks, Check{Limiter: g.Limiters[0], Subject: "a", Cost: 10})}
+	return Request{Scope: "s", Checks: append(req.Checks, Check{Rule: g.Rules[0], Subject: "a", Cost: 10})}
 }
 
 // TestManyKeys decides and settles requests of 201 keys on one Redis and

@@ -97,7 +97,7 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *redistest.Clock, rate rules.W
 	if p.Allowed || !p.Blocked || slotState(t, p).Used != 0 {
 		t.Fatalf("peek during the block: %+v", p)
 	}
-	if err := e.resetSubject(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
+	if err := e.resetSubject(ctx, "s", c.Rule, "u"); err != nil && e.fail != rules.FailLocal {
 		t.Fatal(err)
 	}
 	x := allow(32 * time.Minute)
@@ -108,7 +108,7 @@ func comboBlockSlots(t *testing.T, e *Engine, clk *redistest.Clock, rate rules.W
 		t.Fatalf("peek with the slot held: %+v", p)
 	}
 	// A Reset while x runs frees its slot (x then holds none).
-	if err := e.resetSubject(ctx, "s", c.Limiter, "u"); err != nil && e.fail != rules.FailLocal {
+	if err := e.resetSubject(ctx, "s", c.Rule, "u"); err != nil && e.fail != rules.FailLocal {
 		t.Fatal(err)
 	}
 	y := allow(33 * time.Minute)
@@ -302,7 +302,7 @@ func TestComboCachedBlockSlots(t *testing.T) {
 	if d, err := e.Allow(ctx, r); err != nil || d.Allowed || !d.Blocked {
 		t.Fatalf("after the release during the block: %+v, %v; want still blocked", d, err)
 	}
-	if err := other.resetSubject(ctx, "s", c.Limiter, "u"); err != nil {
+	if err := other.resetSubject(ctx, "s", c.Rule, "u"); err != nil {
 		t.Fatal(err)
 	}
 	var d Decision

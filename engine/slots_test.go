@@ -147,8 +147,8 @@ func slotsAllOrNothing(t *testing.T, c Client) {
 	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)))
 	req := func(ip, user string) Request {
 		return Request{Scope: "files", Checks: []Check{
-			{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(5, time.Minute), conc(2)}}, Subject: user},
-			{Limiter: rules.Limiter{Kind: rules.IP, Windows: []rules.Window{conc(1)}}, Subject: ip},
+			{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{win(5, time.Minute), conc(2)}}, Subject: user},
+			{Rule: rules.Rule{Kind: rules.IP, Windows: []rules.Window{conc(1)}}, Subject: ip},
 		}}
 	}
 	a := req("10.0.0.1", "alice")
@@ -213,8 +213,8 @@ func TestSlotsRelease(t *testing.T) {
 	var lost atomic.Int64
 	e := newEngine(t, c, WithKeyPrefix(redistest.Prefix(t)), WithLease(600*time.Millisecond),
 		WithSlotLost(func(SlotLost) { lost.Add(1) }))
-	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), conc(2)}}
-	req := Request{Scope: "r", Checks: []Check{{Limiter: l, Subject: "u"}}}
+	l := rules.Rule{Kind: rules.User, Windows: []rules.Window{win(100, time.Minute), conc(2)}}
+	req := Request{Scope: "r", Checks: []Check{{Rule: l, Subject: "u"}}}
 	allow := func(want bool) Decision {
 		t.Helper()
 		d, err := e.Allow(ctx, req)
@@ -516,9 +516,9 @@ func TestSlotsRequestErrors(t *testing.T) {
 		name string
 		c    Check
 	}{
-		{"cost", Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{conc(1)}}, Cost: 5}},
-		{"period", Check{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Concurrent: true, Period: time.Second}}}}},
-		{"limit", Check{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(0)}}}},
+		{"cost", Check{Rule: rules.Rule{Kind: rules.User, Cost: "bytes", Windows: []rules.Window{conc(1)}}, Cost: 5}},
+		{"period", Check{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Concurrent: true, Period: time.Second}}}}},
+		{"limit", Check{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{conc(0)}}}},
 	}
 	for _, tt := range tests {
 		d, err := e.Allow(context.Background(), Request{Scope: "s", Checks: []Check{tt.c}})
@@ -624,8 +624,8 @@ func TestSlotsMerged(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	e := newEngine(t, c, WithKeyPrefix(prefix))
 	ctx := context.Background()
-	l := rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(3), conc(2)}}
-	req := Request{Scope: "m", Checks: []Check{{Limiter: l, Subject: "u"}, {Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{conc(5)}}, Subject: "u"}}}
+	l := rules.Rule{Kind: rules.User, Windows: []rules.Window{conc(3), conc(2)}}
+	req := Request{Scope: "m", Checks: []Check{{Rule: l, Subject: "u"}, {Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{conc(5)}}, Subject: "u"}}}
 	for i := range 3 {
 		d, err := e.Allow(ctx, req)
 		if err != nil || d.Allowed != (i < 2) {

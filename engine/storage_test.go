@@ -17,7 +17,7 @@ import (
 
 // keyOf returns the Redis key of a check in scope.
 func (e *Engine) keyOf(scope string, c Check) string {
-	return string(e.keyer.AppendKey(nil, scope, c.Kind, c.Name, plan.KeyCost(&c.Limiter), c.Subject))
+	return string(e.keyer.AppendKey(nil, scope, c.Kind, c.Name, plan.KeyCost(&c.Rule), c.Subject))
 }
 
 // entries returns the admission times (scores >= 0) of key; markers are
@@ -112,7 +112,7 @@ func TestStorage(t *testing.T) {
 		clk := redistest.NewClock()
 		e := newEngine(t, rc, WithKeyPrefix(prefix), WithClock(clk.Now))
 		r := req(ip("10.0.0.1", win(100, time.Minute)), user("u", win(1, time.Minute)),
-			Check{Limiter: rules.Limiter{Kind: rules.Global, Windows: []rules.Window{win(100, time.Minute)}}})
+			Check{Rule: rules.Rule{Kind: rules.Global, Windows: []rules.Window{win(100, time.Minute)}}})
 		mustAllow(t, e, r, true)
 		dump := func() []string {
 			var all []string
@@ -159,7 +159,7 @@ func TestStorage(t *testing.T) {
 		r := req(user("u", win(1, time.Minute)))
 		mustAllow(t, e, r, true)
 		mustAllow(t, e, r, false)
-		if err := e.resetSubject(ctx, "s", r.Checks[0].Limiter, "u"); err != nil {
+		if err := e.resetSubject(ctx, "s", r.Checks[0].Rule, "u"); err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := rc.Exists(ctx, e.keyOf("s", r.Checks[0])).Result(); n != 0 {

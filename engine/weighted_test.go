@@ -104,7 +104,7 @@ func TestCostErrors(t *testing.T) {
 			"engine: invalid request: check 0 window 0: cost 11 is above the window's limit 10: the request can never be admitted"},
 		{req(user("u", win(10, time.Second)), bytesOf("u", 5, win(100, time.Minute), win(4, time.Second))),
 			"engine: invalid request: check 1 window 1: cost 5 is above the window's limit 4: the request can never be admitted"},
-		{req(Check{Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{win(10, time.Second)}}, Subject: "u", Cost: 2}),
+		{req(Check{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{win(10, time.Second)}}, Subject: "u", Cost: 2}),
 			"engine: invalid request: check 0: cost 2 above 1 needs a limiter with a cost (Limiter.Cost), which names its own key"},
 		{req(bytesOf("u", -1, win(10, time.Second))), "engine: invalid request: check 0: negative cost -1"},
 		{req(bytesOf("u", 2, win(10, time.Second)), bytesOf("u", 3, win(10, time.Minute))),
@@ -121,13 +121,13 @@ func TestCostErrors(t *testing.T) {
 	}
 	// A constant cost counts when the check leaves Cost 0, and a grained
 	// count limiter shares the key of the cost 1.
-	r := req(Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
+	r := req(Check{Rule: rules.Rule{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
 	c := plannedCall(t, r)
 	if c.plan.Cost[0] != 5 || !c.plan.Weighted[0] || c.plan.Keys[0] != "p:{s|ip|i}|5" {
 		t.Errorf("constant cost: cost %d weighted %v key %q", c.plan.Cost[0], c.plan.Weighted[0], c.plan.Keys[0])
 	}
 	c = plannedCall(t, req(user("u", win(5, time.Second), gwin(100, time.Hour, time.Minute))))
-	c1 := plannedCall(t, req(Check{Limiter: rules.Limiter{Kind: rules.User, Cost: "1", Windows: []rules.Window{win(5, time.Second)}}, Subject: "u"}))
+	c1 := plannedCall(t, req(Check{Rule: rules.Rule{Kind: rules.User, Cost: "1", Windows: []rules.Window{win(5, time.Second)}}, Subject: "u"}))
 	if c.plan.Keys[0] != "p:{s|user|u}|1" || c.plan.Keys[0] != c1.plan.Keys[0] {
 		t.Errorf("grained key %q, cost-1 key %q", c.plan.Keys[0], c1.plan.Keys[0])
 	}
@@ -286,7 +286,7 @@ func auditCostsCluster(t *testing.T, cl *redistest.Cluster) {
 	engines := auditEngines(t, func() Client { return cl.Client(t) }, WithKeyPrefix(prefix), WithClock(time.Now))
 	ipWs := []rules.Window{win(30000, 200*ms), gwin(150000, time.Second, 100*ms)}
 	ipOf := func(cost int64) Check {
-		return Check{Limiter: rules.Limiter{Kind: rules.IP, Cost: "bytes", Windows: ipWs}, Subject: "10.0.0.1", Cost: cost}
+		return Check{Rule: rules.Rule{Kind: rules.IP, Cost: "bytes", Windows: ipWs}, Subject: "10.0.0.1", Cost: cost}
 	}
 	var ds deniedLog
 	got := hammerCosts(t, engines, 16, auditDuration, func(i int, cost int64) Request {

@@ -108,7 +108,7 @@ func TestDistinctPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := rules.MustParse("user[bytes]:100k/min")
-	d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{Limiter: g.Limiters[0], Subject: sub}}})
+	d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: []engine.Check{{Rule: g.Rules[0], Subject: sub}}})
 	if err != nil || d.Windows[0].Used != 70_000 {
 		t.Fatalf("bytes used %d, %v; want 70000: every admitted request, not the refused one", d.Windows[0].Used, err)
 	}
@@ -126,7 +126,7 @@ func TestDistinctStartup(t *testing.T) {
 		middleware.WithKeyFunc("file", func(r *http.Request) string { return r.URL.Query().Get("f") })); err != nil {
 		t.Fatal(err)
 	}
-	bad := rules.Group{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Calendar: ruletime.Day}}}}, Calendar: "Mars/Olympus"}
+	bad := rules.Group{Rules: []rules.Rule{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Calendar: ruletime.Day}}}}, Calendar: "Mars/Olympus"}
 	if _, err := middleware.New(bad, newMem()); err == nil || !strings.Contains(err.Error(), "Mars/Olympus") {
 		t.Fatalf("New with an unknown zone: %v; want an error naming it", err)
 	}

@@ -115,8 +115,8 @@ func TestCostReachesEngine(t *testing.T) {
 	if n := size.calls.Load(); n != 2 {
 		t.Errorf("cost function called %d times for 2 requests, want 2", n)
 	}
-	if c := d.reqs[0].Checks[1]; c.Limiter.Cost != "bytes" || c.Windows[0].Grain != time.Hour {
-		t.Errorf("check limiter = %+v", c.Limiter)
+	if c := d.reqs[0].Checks[1]; c.Rule.Cost != "bytes" || c.Windows[0].Grain != time.Hour {
+		t.Errorf("check limiter = %+v", c.Rule)
 	}
 }
 
@@ -350,8 +350,8 @@ func TestCostFuncConfig(t *testing.T) {
 	_, err := middleware.New(rules.MustParse("user[bytes]:1Gi/d; ip[3]:9/s; role(a)=key(k)[tokens]:5/s"), newMem(),
 		middleware.WithKeyFunc("k", func(*http.Request) string { return "" }))
 	for _, want := range []string{
-		`middleware: unknown cost function "bytes" in limiter user[bytes] (use WithCostFunc)`,
-		`middleware: unknown cost function "tokens" in limiter key(k)[tokens] of role(a) override (use WithCostFunc)`,
+		`middleware: unknown cost function "bytes" in rule user[bytes] (use WithCostFunc)`,
+		`middleware: unknown cost function "tokens" in rule key(k)[tokens] of role(a)= (use WithCostFunc)`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New error %v\nwant it to contain %s", err, want)

@@ -72,7 +72,7 @@ func noFinish() error {
 // that option did not register; role is the override naming it, or "".
 func unregistered(option, name, what, role string) error {
 	if role != "" {
-		what += " of role(" + role + ") override"
+		what += " of role(" + role + ")="
 	}
 	return &ConfigError{Kind: kindUnregistered, Option: option, Name: name, Reason: what + " (use " + option + ")"}
 }

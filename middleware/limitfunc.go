@@ -17,7 +17,7 @@ type limitFunc = func(ctx context.Context) (int64, error)
 
 // WithLimitFunc registers fn as the limit function name: every window whose
 // limit is $name, as in key(tenant):$quota/min, has the limit fn returns
-// for the request, from 1 to the window's cap (rules.Limiter.LimitCap).
+// for the request, from 1 to the window's cap (rules.Rule.LimitCap).
 // ctx is the request's context, where authentication put the identity.
 // fn is called before the handler, at most once per request and name; an
 // error wrapping ErrBadRequest is answered with 400, any other error or
@@ -39,7 +39,7 @@ type limitPlan struct {
 
 // newLimitPlan prepares the dynamic windows of ls; it returns nil when ls
 // has none.
-func newLimitPlan(role string, ls []rules.Limiter, fns map[string]limitFunc) (*limitPlan, error) {
+func newLimitPlan(role string, ls []rules.Rule, fns map[string]limitFunc) (*limitPlan, error) {
 	var lp *limitPlan
 	var errs []error
 	for i, l := range ls {
@@ -57,7 +57,7 @@ func newLimitPlan(role string, ls []rules.Limiter, fns map[string]limitFunc) (*l
 				if k < 0 {
 					fn, ok := fns[w.LimitFunc]
 					if !ok {
-						errs = append(errs, unregistered("WithLimitFunc", w.LimitFunc, "unknown limit function "+strconv.Quote(w.LimitFunc)+" in window "+w.String()+" of limiter "+l.ID(), role))
+						errs = append(errs, unregistered("WithLimitFunc", w.LimitFunc, "unknown limit function "+strconv.Quote(w.LimitFunc)+" in window "+w.String()+" of rule "+l.ID(), role))
 					}
 					k = len(lp.names)
 					lp.names, lp.fns = append(lp.names, w.LimitFunc), append(lp.fns, fn)
@@ -98,7 +98,7 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 	ws := make([]rules.Window, len(lp.fnOf))
 	at := 0
 	for _, i := range lp.checks {
-		lim := &p.Limiters[i]
+		lim := &p.Rules[i]
 		dst := ws[at : at+len(lim.Windows) : at+len(lim.Windows)]
 		for j, w := range lim.Windows {
 			k := lp.fnOf[at+j]

@@ -220,8 +220,8 @@ func TestLimitFuncConfig(t *testing.T) {
 	t.Parallel()
 	_, err := middleware.New(rules.MustParse("ip:$quota/min,5/s; role(a)=user:$gold/d~1h"), newMem())
 	for _, want := range []string{
-		`middleware: unknown limit function "quota" in window $quota/min of limiter ip (use WithLimitFunc)`,
-		`middleware: unknown limit function "gold" in window $gold/d~h of limiter user of role(a) override (use WithLimitFunc)`,
+		`middleware: unknown limit function "quota" in window $quota/min of rule ip (use WithLimitFunc)`,
+		`middleware: unknown limit function "gold" in window $gold/d~h of rule user of role(a)= (use WithLimitFunc)`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("New error %v\nwant it to contain %s", err, want)

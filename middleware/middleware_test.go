@@ -915,9 +915,9 @@ func TestNewValidatesGroup(t *testing.T) {
 	t.Parallel()
 	bad := []rules.Group{
 		{},
-		{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 0, Period: time.Second}}}}},
-		{Limiters: []rules.Limiter{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Period: 0}}}}},
-		{Limiters: []rules.Limiter{{Kind: "cookie", Name: "x", Windows: []rules.Window{{Limit: 1, Period: time.Second}}}}},
+		{Rules: []rules.Rule{{Kind: rules.IP, Windows: []rules.Window{{Limit: 0, Period: time.Second}}}}},
+		{Rules: []rules.Rule{{Kind: rules.IP, Windows: []rules.Window{{Limit: 1, Period: 0}}}}},
+		{Rules: []rules.Rule{{Kind: "cookie", Name: "x", Windows: []rules.Window{{Limit: 1, Period: time.Second}}}}},
 	}
 	for i, g := range bad {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {

@@ -14,8 +14,8 @@ import (
 // list's limiters name, found once by New so that serving a request only
 // calls them.
 type plan struct {
-	keys   []keyFunc  // keys[i] is the function of Limiters[i] when it is a key(name)
-	costs  []costFunc // costs[i] is the function of Limiters[i] when its cost names one
+	keys   []keyFunc  // keys[i] is the function of Rules[i] when it is a key(name)
+	costs  []costFunc // costs[i] is the function of Rules[i] when its cost names one
 	limits *limitPlan // the windows with limit functions; nil when there are none
 }
 
@@ -28,7 +28,7 @@ func planOf(p *lifecycle.Plan) *plan { return p.Transport.(*plan) }
 // registered, has an invalid constant cost or a kind this package does
 // not know.
 func (l *limiter) addPlan(role string, lp *lifecycle.Plan) error {
-	ls := lp.Limiters
+	ls := lp.Rules
 	p := &plan{keys: make([]keyFunc, len(ls)), costs: make([]costFunc, len(ls))}
 	var errs []error
 	for i, lim := range ls {
@@ -41,18 +41,18 @@ func (l *limiter) addPlan(role string, lp *lifecycle.Plan) error {
 			}
 			p.keys[i] = fn
 		default:
-			errs = append(errs, fmt.Errorf("middleware: limiter %q: unsupported kind %q", lim.ID(), lim.Kind))
+			errs = append(errs, fmt.Errorf("middleware: rule %q: unsupported kind %q", lim.ID(), lim.Kind))
 		}
 		switch {
 		case lim.Cost == "":
 		case isDecimal(lim.Cost):
 			if n, err := strconv.ParseInt(lim.Cost, 10, 64); err != nil || n < 1 {
-				errs = append(errs, fmt.Errorf("middleware: limiter %q: invalid constant cost %q", lim.ID(), lim.Cost))
+				errs = append(errs, fmt.Errorf("middleware: rule %q: invalid constant cost %q", lim.ID(), lim.Cost))
 			}
 		default:
 			fn, ok := l.costs[lim.Cost]
 			if !ok {
-				errs = append(errs, unregistered("WithCostFunc", lim.Cost, "unknown cost function "+strconv.Quote(lim.Cost)+" in limiter "+lim.ID(), role))
+				errs = append(errs, unregistered("WithCostFunc", lim.Cost, "unknown cost function "+strconv.Quote(lim.Cost)+" in rule "+lim.ID(), role))
 			}
 			p.costs[i] = fn
 		}

@@ -60,7 +60,7 @@ func (l *limiter) deny(w http.ResponseWriter, c *call) {
 		}
 		pol := c.Decided.Policy
 		d.Policy, d.Limiter, d.Window = pol.Name, c.Event.Limiter, c.Event.Window
-		d.Cost = c.Plan.Limiters[pol.Check].Cost
+		d.Cost = c.Plan.Rules[pol.Check].Cost
 		l.denied(w, c.r, d)
 		return
 	case v.Status == http.StatusServiceUnavailable:
@@ -71,7 +71,7 @@ func (l *limiter) deny(w http.ResponseWriter, c *call) {
 		l.setFields(h, c, v.Retry)
 		if pol := c.Decided.Policy; pol != nil {
 			d.Policy, d.Limiter, d.Window = pol.Name, c.Event.Limiter, c.Event.Window
-			d.Cost = c.Plan.Limiters[pol.Check].Cost
+			d.Cost = c.Plan.Rules[pol.Check].Cost
 		}
 	}
 	d.RetryAfter, d.Decision = secondsDuration(v.Retry), *dec
@@ -128,7 +128,7 @@ func (s *source) Peer() (string, lifecycle.HeaderValues) { return s.r.RemoteAddr
 
 // Value implements lifecycle.Source: header values, path values and key
 // functions.
-func (s *source) Value(p *lifecycle.Plan, i int, lim rules.Limiter) string {
+func (s *source) Value(p *lifecycle.Plan, i int, lim rules.Rule) string {
 	switch lim.Kind {
 	case rules.Header:
 		return s.r.Header.Get(lim.Name)

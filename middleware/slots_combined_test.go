@@ -44,12 +44,12 @@ func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middlewa
 	peek = func() engine.Decision {
 		t.Helper()
 		var cs []engine.Check
-		for _, l := range g.Limiters {
+		for _, l := range g.Rules {
 			sub, err := subjectOf(l.Kind, "127.0.0.1")
 			if err != nil {
 				t.Fatal(err)
 			}
-			cs = append(cs, engine.Check{Limiter: l, Subject: sub, Block: g.Block})
+			cs = append(cs, engine.Check{Rule: l, Subject: sub, Block: g.Block})
 		}
 		d, err := enginePeek(e, context.Background(), engine.Request{Scope: "s", Checks: cs})
 		if err != nil {
@@ -455,7 +455,7 @@ func TestComboGiveBackReleases(t *testing.T) {
 	// The warm-ups' finishes are sent once Redis holds what they did: no
 	// slot, one request counted (the failed one was given back).
 	ipCheck := engine.Request{Scope: "s", Checks: []engine.Check{{
-		Limiter: rules.MustParse("ip:10/min,1 concurrent").Limiters[0], Subject: "ip:127.0.0.1"}}}
+		Rule: rules.MustParse("ip:10/min,1 concurrent").Rules[0], Subject: "ip:127.0.0.1"}}}
 	redistest.Eventually(t, "the warm-ups' finishes", func() bool {
 		d, err := enginePeek(e, context.Background(), ipCheck)
 		return err == nil && used(d, "concurrent") == 0 && used(d, "1min") == 1

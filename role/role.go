@@ -110,7 +110,7 @@ type Resolution struct {
 	Role Role
 	// Limiters are the limiters to apply; they are shared with the group
 	// and must not be modified.
-	Limiters []rules.Limiter
+	Rules []rules.Rule
 	// ByIP reports that user limiters count the client IP instead of the
 	// user id.
 	ByIP bool
@@ -124,10 +124,10 @@ func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
 			return Resolution{Exempt: true}
 		}
 	}
-	res := Resolution{Limiters: g.Limiters}
-	for _, o := range g.Overrides {
+	res := Resolution{Rules: g.Rules}
+	for _, o := range g.RoleRules {
 		if id.Has(Role(o.Role)) {
-			res = Resolution{Role: Role(o.Role), Limiters: o.Limiters}
+			res = Resolution{Role: Role(o.Role), Rules: o.Rules}
 			break
 		}
 	}

@@ -11,17 +11,17 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-func lim(k rules.Kind, limit int64, period time.Duration) rules.Limiter {
-	return rules.Limiter{Kind: k, Windows: []rules.Window{{Limit: limit, Period: period}}}
+func lim(k rules.Kind, limit int64, period time.Duration) rules.Rule {
+	return rules.Rule{Kind: k, Windows: []rules.Window{{Limit: limit, Period: period}}}
 }
 
 // files is the demo's download group:
 // user:10/min; ip:30/min; exempt:superadmin; role(admin)=ip:30/min & global:1000/h; role(ops)=ip:5/min
 var files = rules.Group{
-	Limiters: []rules.Limiter{lim(rules.User, 10, time.Minute), lim(rules.IP, 30, time.Minute)},
-	Overrides: []rules.Override{
-		{Role: "admin", Limiters: []rules.Limiter{lim(rules.IP, 30, time.Minute), lim(rules.Global, 1000, time.Hour)}},
-		{Role: "ops", Limiters: []rules.Limiter{lim(rules.IP, 5, time.Minute)}},
+	Rules: []rules.Rule{lim(rules.User, 10, time.Minute), lim(rules.IP, 30, time.Minute)},
+	RoleRules: []rules.RoleRules{
+		{Role: "admin", Rules: []rules.Rule{lim(rules.IP, 30, time.Minute), lim(rules.Global, 1000, time.Hour)}},
+		{Role: "ops", Rules: []rules.Rule{lim(rules.IP, 5, time.Minute)}},
 	},
 	Exempt: []string{"superadmin"},
 }
@@ -37,31 +37,31 @@ func TestResolve(t *testing.T) {
 		want   role.Resolution
 	}{
 		{"anonymous gets defaults", role.Policy{}, files, role.Identity{},
-			role.Resolution{Limiters: files.Limiters}},
+			role.Resolution{Rules: files.Rules}},
 		{"plain user gets defaults", shared, files, role.Identity{User: "alice", Roles: []role.Role{"user"}},
-			role.Resolution{Limiters: files.Limiters}},
+			role.Resolution{Rules: files.Rules}},
 		{"exempt role", shared, files, role.Identity{User: "root", Roles: []role.Role{"superadmin"}},
 			role.Resolution{Exempt: true}},
 		{"exemption beats override", shared, files, role.Identity{User: "x", Roles: []role.Role{"admin", "superadmin"}},
 			role.Resolution{Exempt: true}},
 		{"override replaces defaults", role.Policy{}, files, role.Identity{User: "a", Roles: []role.Role{"admin"}},
-			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters}},
+			role.Resolution{Role: "admin", Rules: files.RoleRules[0].Rules}},
 		{"first override in declaration order wins", role.Policy{}, files, role.Identity{User: "a", Roles: []role.Role{"ops", "admin"}},
-			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters}},
+			role.Resolution{Role: "admin", Rules: files.RoleRules[0].Rules}},
 		{"route override beats service-wide by-ip", shared, files, role.Identity{User: "a", Roles: []role.Role{"admin"}},
-			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters}},
-		{"service-wide by-ip without route override", shared, rules.Group{Limiters: files.Limiters},
+			role.Resolution{Role: "admin", Rules: files.RoleRules[0].Rules}},
+		{"service-wide by-ip without route override", shared, rules.Group{Rules: files.Rules},
 			role.Identity{User: "a", Roles: []role.Role{"admin"}},
-			role.Resolution{Limiters: files.Limiters, ByIP: true}},
-		{"by-ip role listed second", shared, rules.Group{Limiters: files.Limiters},
+			role.Resolution{Rules: files.Rules, ByIP: true}},
+		{"by-ip role listed second", shared, rules.Group{Rules: files.Rules},
 			role.Identity{User: "s", Roles: []role.Role{"user", "support"}},
-			role.Resolution{Limiters: files.Limiters, ByIP: true}},
+			role.Resolution{Rules: files.Rules, ByIP: true}},
 		{"shared account with another role's override stays by-ip", shared, files,
 			role.Identity{User: "a", Roles: []role.Role{"ops", "support"}},
-			role.Resolution{Role: "ops", Limiters: files.Overrides[1].Limiters, ByIP: true}},
+			role.Resolution{Role: "ops", Rules: files.RoleRules[1].Rules, ByIP: true}},
 		{"a second shared role still counts by ip", shared, files,
 			role.Identity{User: "a", Roles: []role.Role{"admin", "support"}},
-			role.Resolution{Role: "admin", Limiters: files.Overrides[0].Limiters, ByIP: true}},
+			role.Resolution{Role: "admin", Rules: files.RoleRules[0].Rules, ByIP: true}},
 		{"only-exempt group", shared, rules.Group{Exempt: []string{"ops"}}, role.Identity{User: "a"},
 			role.Resolution{}},
 	}

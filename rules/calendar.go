@@ -16,7 +16,7 @@ func validCalendar(c string) bool {
 	return c == ruletime.Day || c == ruletime.Week || c == ruletime.Month
 }
 
-// hasCalendar reports whether some limiter of g, default or override, has a
+// hasCalendar reports whether some rule of g, default or per role, has a
 // calendar window.
 func (g *Group) hasCalendar() bool {
 	for _, ls := range g.lists() {
@@ -66,14 +66,14 @@ func (p *parser) distinctStatement(start int) *Error {
 }
 
 // distinctLevel reports, in a group with a distinct: statement, every
-// window of a limiter counting requests (no cost) that cannot count
+// window of a rule counting requests (no cost) that cannot count
 // distinct values: one with a grain (its entries merge) or a calendar
 // period (a counter).
 func distinctLevel(sl validator.StructLevel, g Group) {
 	if g.Distinct == "" {
 		return
 	}
-	check := func(ns string, ls []Limiter) {
+	check := func(ns string, ls []Rule) {
 		for i, l := range ls {
 			if l.Cost != "" {
 				continue
@@ -87,8 +87,8 @@ func distinctLevel(sl validator.StructLevel, g Group) {
 			}
 		}
 	}
-	check("Limiters", g.Limiters)
-	for i, o := range g.Overrides {
-		check("Overrides["+strconv.Itoa(i)+"].Limiters", o.Limiters)
+	check("Rules", g.Rules)
+	for i, o := range g.RoleRules {
+		check("RoleRules["+strconv.Itoa(i)+"].Rules", o.Rules)
 	}
 }

@@ -14,21 +14,21 @@ func TestCalendarParse(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		in, want string
-		limiter  Limiter
+		rule     Rule
 	}{
 		{"user[bytes]:1Gi/d~15min,100Gi/calendar month; calendar:Asia/Shanghai",
 			"user[bytes]:1073741824/d~15min,107374182400/calendar month; calendar:Asia/Shanghai",
-			Limiter{Kind: User, Cost: "bytes", Windows: []Window{
+			Rule{Kind: User, Cost: "bytes", Windows: []Window{
 				{Limit: 1 << 30, Period: 24 * time.Hour, Grain: 15 * time.Minute},
 				{Limit: 100 << 30, Calendar: ruletime.Month}}}},
 		{"key(tenant):$quota/calendar month", "key(tenant):$quota/calendar month",
-			Limiter{Kind: Key, Name: "tenant", Windows: []Window{{LimitFunc: "quota", Calendar: ruletime.Month}}}},
+			Rule{Kind: Key, Name: "tenant", Windows: []Window{{LimitFunc: "quota", Calendar: ruletime.Month}}}},
 		{"ip : 3 / calendar  day , 5/calendar week", "ip:3/calendar day,5/calendar week",
-			Limiter{Kind: IP, Windows: []Window{{Limit: 3, Calendar: ruletime.Day}, {Limit: 5, Calendar: ruletime.Week}}}},
+			Rule{Kind: IP, Windows: []Window{{Limit: 3, Calendar: ruletime.Day}, {Limit: 5, Calendar: ruletime.Week}}}},
 		{"ip:200000/calendar day", "ip:200000/calendar day",
-			Limiter{Kind: IP, Windows: []Window{{Limit: 200000, Calendar: ruletime.Day}}}},
+			Rule{Kind: IP, Windows: []Window{{Limit: 200000, Calendar: ruletime.Day}}}},
 		{"user:10/min,200/d; user[bytes]:1Gi/d; distinct:path", "user:10/min,200/d; user[bytes]:1073741824/d; distinct:path",
-			Limiter{Kind: User, Windows: []Window{{Limit: 10, Period: time.Minute}, {Limit: 200, Period: 24 * time.Hour}}}},
+			Rule{Kind: User, Windows: []Window{{Limit: 10, Period: time.Minute}, {Limit: 200, Period: 24 * time.Hour}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -37,8 +37,8 @@ func TestCalendarParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(g.Limiters[0], tt.limiter) {
-				t.Errorf("limiter %#v, want %#v", g.Limiters[0], tt.limiter)
+			if !reflect.DeepEqual(g.Rules[0], tt.rule) {
+				t.Errorf("rule %#v, want %#v", g.Rules[0], tt.rule)
 			}
 			if g.String() != tt.want {
 				t.Errorf("String %q, want %q", g.String(), tt.want)
@@ -122,7 +122,7 @@ func TestCalendarValidateGo(t *testing.T) {
 		{Window{Limit: 1, Calendar: ruletime.Day, Grain: time.Hour}, "takes no grain"},
 	}
 	for _, tt := range tests {
-		g := Group{Limiters: []Limiter{{Kind: IP, Windows: []Window{tt.w}}}}
+		g := Group{Rules: []Rule{{Kind: IP, Windows: []Window{tt.w}}}}
 		if err := g.Validate(); err == nil || !strings.Contains(err.Error(), tt.reason) {
 			t.Errorf("%+v: %v, want %q", tt.w, err, tt.reason)
 		}

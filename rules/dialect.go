@@ -10,10 +10,10 @@ import (
 // reads the language exactly as Parse does. A Dialect is safe for
 // concurrent use when its functions are.
 type Dialect struct {
-	// Limiter, when not nil, is called for every limiter of the group, in
+	// Rule, when not nil, is called for every rule of the group, in
 	// text order. A non-nil error rejects the group with an *Error at the
-	// limiter's offset, whose reason is the error's text.
-	Limiter func(l Limiter) error
+	// rule's offset, whose reason is the error's text.
+	Rule func(l Rule) error
 	// CountItem, when not nil, reads the items of a count: statement in
 	// place of HTTP statuses. It returns an item's canonical spelling, or
 	// why the text is not an item (an *Error at the item's offset). A
@@ -24,7 +24,7 @@ type Dialect struct {
 // Parse parses s as the package's Parse does, with the changes d makes.
 // Errors are of type *Error.
 func (d Dialect) Parse(s string) (Group, error) {
-	if d.Limiter == nil && d.CountItem == nil {
+	if d.Rule == nil && d.CountItem == nil {
 		return Parse(s)
 	}
 	p := parser{s: s, pos: map[string]int{"": 0}}
@@ -38,8 +38,8 @@ func (d Dialect) Parse(s string) (Group, error) {
 	if err := check(p.g, s, p.pos); err != nil {
 		return Group{}, err
 	}
-	if d.Limiter != nil {
-		if err := d.limiters(&p); err != nil {
+	if d.Rule != nil {
+		if err := d.rules(&p); err != nil {
 			return Group{}, err
 		}
 	}
@@ -63,29 +63,29 @@ func (d Dialect) Parse(s string) (Group, error) {
 	return p.g, nil
 }
 
-// limiters calls d.Limiter on every limiter of the group p parsed,
-// reporting the first error at its limiter's offset.
-func (d Dialect) limiters(p *parser) *Error {
-	check := func(ns string, l Limiter) *Error {
-		if err := d.Limiter(l); err != nil {
+// rules calls d.Rule on every rule of the group p parsed,
+// reporting the first error at its rule's offset.
+func (d Dialect) rules(p *parser) *Error {
+	check := func(ns string, l Rule) *Error {
+		if err := d.Rule(l); err != nil {
 			return invalidErr(p.s, p.pos[ns], "%v", err)
 		}
 		return nil
 	}
 	// Text order: a group's statements may interleave defaults and
-	// overrides, so pick the earliest offender across both.
+	// role rules, so pick the earliest offender across both.
 	var first *Error
 	keep := func(e *Error) {
 		if e != nil && (first == nil || e.Offset < first.Offset) {
 			first = e
 		}
 	}
-	for i, l := range p.g.Limiters {
-		keep(check("Limiters["+strconv.Itoa(i)+"]", l))
+	for i, l := range p.g.Rules {
+		keep(check("Rules["+strconv.Itoa(i)+"]", l))
 	}
-	for i, o := range p.g.Overrides {
-		for j, l := range o.Limiters {
-			keep(check("Overrides["+strconv.Itoa(i)+"].Limiters["+strconv.Itoa(j)+"]", l))
+	for i, o := range p.g.RoleRules {
+		for j, l := range o.Rules {
+			keep(check("RoleRules["+strconv.Itoa(i)+"].Rules["+strconv.Itoa(j)+"]", l))
 		}
 	}
 	return first

@@ -10,10 +10,10 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// upperWords is a test dialect: no param limiters, and count items are
+// upperWords is a test dialect: no param rules, and count items are
 // words, canonically upper case.
 var upperWords = rules.Dialect{
-	Limiter: func(l rules.Limiter) error {
+	Rule: func(l rules.Rule) error {
 		if l.Kind == rules.Param {
 			return fmt.Errorf("%s has no path here", l.ID())
 		}

@@ -7,7 +7,7 @@
 //
 // allows each user at most 10 requests in any minute and 200 in any day,
 // each client IP at most 30 a minute, and everyone together at most 1000 an
-// hour. A request is admitted only if every window of every limiter that
+// hour. A request is admitted only if every window of every rule that
 // applies to it admits it.
 //
 // # Grammar
@@ -15,10 +15,10 @@
 // In the EBNF of the Go specification, with the lexical rules below:
 //
 //	group     = statement { ";" statement } [ ";" ] .
-//	statement = limiter | override | exempt | scope | outcomes | mode | fail | block
+//	statement = rule | roleRules | exempt | scope | outcomes | mode | fail | block
 //	          | calendar | distinct | regions .
 //
-//	limiter   = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
+//	rule      = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
 //	cost      = decimal | costname .
 //	window    = limit "/" [ count ] unit [ "~" [ count ] unit ]
@@ -30,7 +30,7 @@
 //	count     = decimal .
 //	unit      = "ms" | "s" | "sec" | "m" | "min" | "h" | "hour" | "d" | "day" .
 //
-//	override  = "role" "(" name ")" "=" limiter { "&" limiter } .
+//	roleRules = "role" "(" name ")" "=" rule { "&" rule } .
 //	exempt    = "exempt" ":" name { "," name } .
 //	scope     = "scope" ":" name .
 //	outcomes  = "count" ":" status { "," status } .
@@ -67,7 +67,7 @@
 //
 // # Costs
 //
-// By default a request counts 1 in every window of its limiters. A cost in
+// By default a request counts 1 in every window of its rules. A cost in
 // brackets after the kind (and its name) says what it counts instead:
 //
 //	user:10/min; user[bytes]:2Gi/d
@@ -76,8 +76,8 @@
 // a positive decimal constant, as in ip[5]:100/min (each request counts 5,
 // so 20 fit in a minute), or the name of a cost function (a letter, then
 // letters, digits, '_', '-' or '.') that the middleware calls for every
-// request before its handler runs (middleware.WithCostFunc). A limiter with
-// a cost is a limiter of its own: its ID carries the cost ("user[bytes]",
+// request before its handler runs (middleware.WithCostFunc). A rule with
+// a cost is a rule of its own: its ID carries the cost ("user[bytes]",
 // "key(account)[bytes]"), so user and user[bytes] may share a list and
 // never share entries, while user[bytes] twice in a list is a duplicate. A
 // constant cost larger than the limit of one of its windows could never be
@@ -126,12 +126,12 @@
 //
 // lets each user run at most 3 requests at the same time (in the second
 // group, also at most 10 a minute, and only 2 at once). A request is
-// admitted only if every window of every limiter has room and it finds a
+// admitted only if every window of every rule has room and it finds a
 // free slot in every in-flight window; it then holds one slot per such
-// limiter until its handler ends, however it ends (see the middleware and
-// engine packages). Its Window has Concurrent set and no period. A limiter
+// rule until its handler ends, however it ends (see the middleware and
+// engine packages). Its Window has Concurrent set and no period. A rule
 // has at most one in-flight window, it takes no grain, its limit is at
-// most 100,000, and a limiter with a cost has none: user[bytes] counts
+// most 100,000, and a rule with a cost has none: user[bytes] counts
 // units of cost, while slots count requests.
 //
 // # Calendar windows
@@ -151,7 +151,7 @@
 // window is checked with every other window of the request, all or
 // nothing, and stores one counter per subject and period whatever its
 // limit, so its limit may go up to 2^50; it takes no grain, is
-// not an in-flight window, and a limiter has at most one per unit. Its
+// not an in-flight window, and a rule has at most one per unit. Its
 // Window has Calendar set and no Period. A zone name that time.LoadLocation
 // cannot load (or "Local") is an error naming the zone; loading the zone
 // database is the application's concern (import time/tzdata to embed it
@@ -159,7 +159,7 @@
 //
 // # Distinct values
 //
-// The statement distinct:NAME makes every limiter of the group that counts
+// The statement distinct:NAME makes every rule of the group that counts
 // requests (no cost, and not in-flight windows) count distinct values
 // instead: NAME is path (the request's URL path) or a key function
 // registered with the middleware's WithKeyFunc:
@@ -169,7 +169,7 @@
 // lets each user fetch 10 different files a minute and 200 a day, however
 // many range requests each takes, while the byte quota counts every
 // request. A request whose value a window already counts is admitted
-// there without counting again; cost limiters count every request and
+// there without counting again; cost rules count every request and
 // in-flight windows every running request; a request refused anywhere
 // counts nowhere. See the engine package (Check.Distinct) for how values
 // age out.
@@ -177,9 +177,9 @@
 // # Regions
 //
 // The statement regions:local keeps a group's counts in the region that
-// decides, for a limiter whose regions share their limits
+// decides, for a rule whose regions share their limits
 // (docs/regions.md); Group.Regional holds it. Without it a group is
-// shared, so regions:global is not written. No limiter shares limits
+// shared, so regions:global is not written. No rule shares limits
 // across regions yet: the statement is accepted, printed back, and
 // changes no decision.
 //
@@ -210,27 +210,27 @@
 // whose outcome will not count still takes room while its handler runs,
 // and a handler that panics stays counted.
 //
-// Other transports may refuse limiters they cannot serve and read count:
+// Other transports may refuse rules they cannot serve and read count:
 // items of their own, such as gRPC status code names (contrib/grpclimit).
 //
 // # Blocking
 //
-// A block: statement makes a denial last: once a limiter of the group
-// denies a subject, that subject is blocked on that limiter for the block's
+// A block: statement makes a denial last: once a rule of the group
+// denies a subject, that subject is blocked on that rule for the block's
 // duration from that first denial, whatever room its windows get back:
 //
 //	key(account):5/d; count:401; block:15m
 //	ip:100/min; block:1h
 //
-// Every request the subject makes on that limiter meanwhile is denied,
+// Every request the subject makes on that rule meanwhile is denied,
 // with a Retry-After of the time left, and counts in no window; attempts
 // during a block do not extend it (a subject that keeps trying is free
 // again at the end, and a window's limit is not to be confused with the
-// block's duration). Other subjects, and other limiters of the same
+// block's duration). Other subjects, and other rules of the same
 // subject, are not blocked. Exempt roles are never blocked. The duration is
 // a whole number of milliseconds from 1ms to 30 days, written
 // like a period; Group.Block holds it (zero: no block). Resetting the
-// limiter and subject (slidelimit.Limiter.Reset) lifts the block. A group in shadow mode starts
+// rule and subject (slidelimit.Limiter.Reset) lifts the block. A group in shadow mode starts
 // no block (the transports apply Block only when the group enforces): it
 // never refuses, and a block it started would refuse the subject the
 // moment the group is switched to enforce.
@@ -241,7 +241,7 @@
 // '.'. Param names must be ASCII Go identifiers, because they name
 // http.ServeMux wildcards (see http.Request.PathValue). Header names are
 // RFC 9110 tokens and are canonicalized with http.CanonicalHeaderKey, so
-// header(x-api-key) and header(X-API-Key) are the same limiter,
+// header(x-api-key) and header(X-API-Key) are the same rule,
 // header(X-Api-Key). The kinds header, param and key require a name; ip,
 // user and global forbid one.
 //
@@ -252,41 +252,41 @@
 // github.com/go-playground/validator/v10:
 //
 //   - A limit is at least 1. The limit of an exact window (no grain) of a
-//     limiter without a cost is at most 100,000: every admitted
+//     rule without a cost is at most 100,000: every admitted
 //     request is a member of a Redis sorted set for the longest window of
-//     its limiter, so memory grows with the limit. The limit of a window
-//     with a grain, and of any window of a limiter with a cost, is at most
+//     its rule, so memory grows with the limit. The limit of a window
+//     with a grain, and of any window of a rule with a cost, is at most
 //     2^50 (1,125,899,906,842,624), below 2^53 so that
 //     sums of costs stay exact in the doubles of Redis's Lua; their memory
-//     does not grow with the limit (an exact window of a cost limiter still
-//     stores one entry per request: give it a grain, or a request limiter,
+//     does not grow with the limit (an exact window of a cost rule still
+//     stores one entry per request: give it a grain, or a request rule,
 //     to bound it).
-//   - A constant cost is at most the limit of each window of its limiter.
+//   - A constant cost is at most the limit of each window of its rule.
 //   - A grain obeys the rules of the Grains section.
 //   - A period is between 1ms and 30 days and a whole number of
 //     milliseconds; an in-flight window has none.
-//   - A limiter has at most one in-flight window (N concurrent), with at
+//   - A rule has at most one in-flight window (N concurrent), with at
 //     most 100,000 slots, and none when it has a cost.
-//   - A limiter has at least one window and no two with the same period.
-//   - A list of limiters (the defaults, or one override's) has no two with
-//     the same ID (see Limiter.ID); write one limiter with several windows
-//     instead. A limiter of only in-flight windows may share its ID with
+//   - A rule has at least one window and no two with the same period.
+//   - A list of rules (the defaults, or one role's) has no two with
+//     the same ID (see Rule.ID); write one rule with several windows
+//     instead. A rule of only in-flight windows may share its ID with
 //     one of only rate windows ("user:1 concurrent; user:20/h"), which
 //     count apart.
-//   - A list of limiters has at most 64 limiters and 256 windows over
+//   - A list of rules has at most 64 rules and 256 windows over
 //     all of them: a request is decided in
 //     one Redis call over its list, and the engine refuses larger ones. In a
-//     group with distinct:, a limiter without a cost has at most
+//     group with distinct:, a rule without a cost has at most
 //     30 windows besides its in-flight one.
-//   - A role has at most one override, is exempt at most once, and is not
-//     both exempt and overridden: an exemption would make its override dead
+//   - A role has at most one role(...)= statement, is exempt at most once, and is not
+//     both exempt and overridden: an exemption would make its role rules dead
 //     text, which is more likely a mistake than intent.
-//   - A group has at least one limiter, default or per role, unless it
+//   - A group has at least one rule, default or per role, unless it
 //     exempts some role.
 //
 // # Canonical form
 //
-// Group.String prints a group canonically: limiters, overrides, exempt,
+// Group.String prints a group canonically: rules, role rules, exempt,
 // count, scope, mode, fail, block, calendar, distinct and regions, in that order, joined by "; ", with each window's
 // period and grain in the largest unit among ms, s, min, h and d that
 // divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
@@ -327,7 +327,7 @@
 // Every exported field with a route tag, including fields promoted from
 // embedded structs, must have a type implementing http.Handler and a
 // non-nil value. Its limit tag, unless "none", is parsed and validated, and every
-// param limiter in it must name a wildcard of the pattern ({name} or
+// param rule in it must name a wildcard of the pattern ({name} or
 // {name...}), because any other name would count every request under the
 // empty string. Tags are checked once per struct type and the result
 // cached, so calling Routes per request or per server is cheap; handler

@@ -12,7 +12,7 @@ func ExampleParse() {
 	if err != nil {
 		panic(err)
 	}
-	for _, l := range g.Limiters {
+	for _, l := range g.Rules {
 		fmt.Println(l.ID(), l.Windows)
 	}
 	// Output:
@@ -39,7 +39,7 @@ func ExampleGroup_String() {
 }
 
 func ExampleGroup_Validate() {
-	g := rules.Group{Limiters: []rules.Limiter{
+	g := rules.Group{Rules: []rules.Rule{
 		{Kind: rules.IP, Windows: []rules.Window{{Limit: 5, Period: 1e9}, {Limit: 500_000, Period: 60e9}}},
 	}}
 	fmt.Println(g.Validate())

@@ -10,7 +10,7 @@ func TestLimitFuncParse(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		in, canonical string
-		want          []Window // of the first limiter
+		want          []Window // of the first rule
 	}{
 		{"key(tenant):$quota/min", "key(tenant):$quota/min", []Window{{Period: time.Minute, LimitFunc: "quota"}}},
 		{" ip : 5 / s , $q.x-1 / 30 s ~ 3s", "ip:5/s,$q.x-1/30s~3s",
@@ -28,10 +28,10 @@ func TestLimitFuncParse(t *testing.T) {
 			if got := g.String(); got != tt.canonical {
 				t.Errorf("String() = %q, want %q", got, tt.canonical)
 			}
-			if got := g.Limiters[0].Windows; !equalWindows(got, tt.want) {
+			if got := g.Rules[0].Windows; !equalWindows(got, tt.want) {
 				t.Errorf("windows = %+v, want %+v", got, tt.want)
 			}
-			if !slices.ContainsFunc(g.Limiters[0].Windows, func(w Window) bool { return w.LimitFunc != "" }) {
+			if !slices.ContainsFunc(g.Rules[0].Windows, func(w Window) bool { return w.LimitFunc != "" }) {
 				t.Error("no window has a limit function")
 			}
 			if err := g.Validate(); err != nil {
@@ -65,7 +65,7 @@ func TestLimitFuncErrors(t *testing.T) {
 		{"ip:$q", errSyntax, `rules: "ip:$q": expected "/" after the limit, found end of input at offset 5`},
 		{"ip:5/s,$1q/min", errInvalid, `rules: "ip:5/s,$1q/min": invalid limit function name "1q"; want a letter, then letters, digits, "_", "-" or "." at offset 7`},
 		{"ip:$q$r/s", errInvalid, `rules: "ip:$q$r/s": invalid limit function name "q$r"; want a letter, then letters, digits, "_", "-" or "." at offset 3`},
-		{"ip:$q/s,$r/1s", errInvalid, `rules: "ip:$q/s,$r/1s": duplicate period 1s in limiter ip at offset 8`},
+		{"ip:$q/s,$r/1s", errInvalid, `rules: "ip:$q/s,$r/1s": duplicate period 1s in rule ip at offset 8`},
 		{"ip:$q/s~2s", errInvalid, `rules: "ip:$q/s~2s": grain 2s is not shorter than the period 1s at offset 8`},
 	}
 	for _, tt := range tests {
@@ -92,7 +92,7 @@ func TestLimitFuncValidate(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			g := Group{Limiters: []Limiter{{Kind: IP, Windows: []Window{tt.w}}}}
+			g := Group{Rules: []Rule{{Kind: IP, Windows: []Window{tt.w}}}}
 			if err := g.Validate(); err == nil || err.Error() != tt.want {
 				t.Errorf("Validate = %v, want %s", err, tt.want)
 			}

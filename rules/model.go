@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Kind names what a limiter counts by: the subject whose requests share a
+// Kind names what a rule counts by: the subject whose requests share a
 // set of windows.
 type Kind string
 
-// The limiter kinds of the rule language.
+// The rule kinds of the rule language.
 const (
 	// IP counts by client IP address (the middleware decides which address
 	// is the client's; see the middleware package).
@@ -20,17 +20,17 @@ const (
 	// Global counts every request of the scope together.
 	Global Kind = "global"
 	// Header counts by the value of the request header named by the
-	// limiter's Name.
+	// rule's Name.
 	Header Kind = "header"
-	// Param counts by the route path value named by the limiter's Name
+	// Param counts by the route path value named by the rule's Name
 	// (http.Request.PathValue).
 	Param Kind = "param"
 	// Key counts by the value of a key function registered under the
-	// limiter's Name.
+	// rule's Name.
 	Key Kind = "key"
 )
 
-// named reports whether limiters of kind k take a name in parentheses, as
+// named reports whether rules of kind k take a name in parentheses, as
 // in header(X-API-Key).
 func (k Kind) named() bool { return k == Header || k == Param || k == Key }
 
@@ -69,14 +69,14 @@ const (
 // at most Limit requests of the subject running at once, across every
 // process, instead of a count over time. Its Period and Grain are zero. A
 // request holds one slot of each in-flight window from its admission until
-// it ends (see the engine package: Engine.Release). A limiter has at most
-// one in-flight window, and a limiter with a cost none: a cost counts
+// it ends (see the engine package: Engine.Release). A rule has at most
+// one in-flight window, and a rule with a cost none: a cost counts
 // units, an in-flight window counts requests.
 type Window struct {
 	// The bounds of Period (1ms to 30 days, whole milliseconds) and the
-	// caps of Limit (100,000 for an exact window of a limiter without a
+	// caps of Limit (100,000 for an exact window of a rule without a
 	// cost, 2^50 otherwise) are struct-level rules: the period's depend on
-	// Concurrent, the limit's on the limiter's cost. A Limit of 0 is checked against LimitFunc by a
+	// Concurrent, the limit's on the rule's cost. A Limit of 0 is checked against LimitFunc by a
 	// struct-level rule of Window.
 	Limit      int64 `validate:"omitempty,min=1"`
 	Period     time.Duration
@@ -92,25 +92,25 @@ type Window struct {
 	Calendar string
 }
 
-// Limiter is a set of windows applied to one subject kind. Name is set only
+// Rule is a set of windows applied to one subject kind. Name is set only
 // for named kinds (header, param, key).
 //
 // Cost says what a request counts in the windows: empty for 1, a positive
 // decimal integer such as "5" for that constant, or the name of a cost
 // function the middleware calls per request (WithCostFunc), such as
-// "bytes". A limiter with a cost is a limiter of its own (see ID): user and
+// "bytes". A rule with a cost is a rule of its own (see ID): user and
 // user[bytes] may both appear in a list and never share entries.
-type Limiter struct {
+type Rule struct {
 	Kind    Kind     `validate:"required,oneof=ip user global header param key"`
 	Name    string   // checked against Kind by a struct-level rule
 	Cost    string   // checked by a struct-level rule
 	Windows []Window `validate:"min=1,dive"`
 }
 
-// Override replaces a group's default limiters for requests by Role.
-type Override struct {
-	Role     string    `validate:"required,rulename"`
-	Limiters []Limiter `validate:"min=1,dive"`
+// RoleRules replaces a group's default rules for requests by Role.
+type RoleRules struct {
+	Role  string `validate:"required,rulename"`
+	Rules []Rule `validate:"min=1,dive"`
 }
 
 // Mode says whether a group denies requests.
@@ -142,12 +142,12 @@ const (
 // limits. A Group returned by this package must be treated as read-only; its
 // slices may be shared.
 type Group struct {
-	// Limiters apply to every request without an override or exemption.
-	Limiters []Limiter `validate:"dive"`
-	// Overrides replace Limiters for requests by their role, in
+	// Rules apply to every request without role rules or an exemption.
+	Rules []Rule `validate:"dive"`
+	// RoleRules replace Rules for requests by their role, in
 	// declaration order.
-	Overrides []Override `validate:"dive"`
-	// Exempt lists roles whose requests skip every limiter.
+	RoleRules []RoleRules `validate:"dive"`
+	// Exempt lists roles whose requests skip every rule.
 	Exempt []string `validate:"dive,rulename"`
 	// Count, when not empty, lists the response statuses whose requests
 	// stay counted: each a code such as "401" or a class such as "4xx".
@@ -161,8 +161,8 @@ type Group struct {
 	Mode Mode `validate:"omitempty,oneof=shadow"`
 	// Fail is the behaviour when Redis is unreachable.
 	Fail FailMode `validate:"omitempty,oneof=open closed local"`
-	// Block, when not zero, blocks a subject on a limiter for that long
-	// from the first time the limiter denies it: every request the subject
+	// Block, when not zero, blocks a subject on a rule for that long
+	// from the first time the rule denies it: every request the subject
 	// makes there is denied until then, without counting in any window,
 	// and attempts meanwhile do not extend the block (statement
 	// block:15m). It is a whole number of milliseconds from 1ms to 30
@@ -172,7 +172,7 @@ type Group struct {
 	// (statement calendar:Asia/Shanghai); empty means UTC, never the
 	// process's local zone. Validation loads it with time.LoadLocation.
 	Calendar string `validate:"omitempty,zone"`
-	// Distinct, when set, makes every limiter of the group that counts
+	// Distinct, when set, makes every rule of the group that counts
 	// requests (no cost; not in-flight windows) count distinct values
 	// instead of requests (statement distinct:path): "path" for the
 	// request's URL path, or the name of a key function. A request whose
@@ -180,20 +180,20 @@ type Group struct {
 	// again.
 	Distinct string `validate:"omitempty,rulename"`
 	// Regional keeps the group's counts in the region that decides
-	// (statement regions:local) when a limiter spans regions. No limiter
+	// (statement regions:local) when a rule spans regions. No rule
 	// spans regions yet, so today it changes nothing; see docs/regions.md.
 	Regional bool
 }
 
-// lists yields the group's limiter lists: the defaults, with role "", then
-// each override's limiters with its role, in declaration order.
-func (g *Group) lists() iter.Seq2[string, []Limiter] {
-	return func(yield func(string, []Limiter) bool) {
-		if !yield("", g.Limiters) {
+// lists yields the group's rule lists: the defaults, with role "", then
+// each role's rules with its role, in declaration order.
+func (g *Group) lists() iter.Seq2[string, []Rule] {
+	return func(yield func(string, []Rule) bool) {
+		if !yield("", g.Rules) {
 			return
 		}
-		for _, o := range g.Overrides {
-			if !yield(o.Role, o.Limiters) {
+		for _, o := range g.RoleRules {
+			if !yield(o.Role, o.Rules) {
 				return
 			}
 		}

@@ -70,7 +70,7 @@ func MustParse(s string) Group {
 // parseWindow parses and validates a single window such as "10/30s" or
 // "20000/d~15min".
 //
-// A bare window is checked as the window of a limiter without a cost, so an
+// A bare window is checked as the window of a rule without a cost, so an
 // exact window is capped at 100,000 and one with a grain at 2^50.
 func parseWindow(s string) (Window, error) {
 	p := parser{s: s, pos: map[string]int{"": 0}}
@@ -83,7 +83,7 @@ func parseWindow(s string) (Window, error) {
 		}
 	}
 	if err == nil {
-		err = check(Limiter{Kind: Global, Windows: []Window{w}}, s, p.pos)
+		err = check(Rule{Kind: Global, Windows: []Window{w}}, s, p.pos)
 	}
 	if err != nil {
 		return Window{}, err
@@ -182,7 +182,7 @@ const costStop = "[]();:,="
 const limitStop = "/~[]();:,=&"
 
 // canonicalCost drops the leading zeros of a constant cost, so that ip[05]
-// and ip[5] are one limiter; a cost of only zeros becomes "0", which
+// and ip[5] are one rule; a cost of only zeros becomes "0", which
 // validation rejects. Names are returned unchanged.
 func canonicalCost(c string) string {
 	for i := 0; i < len(c); i++ {
@@ -247,11 +247,11 @@ func (p *parser) statement() (follow string, err *Error) {
 	word := p.run(isWord)
 	switch word {
 	case "":
-		return "", syntaxErr(p.s, start, "expected a limiter kind or keyword, found %s", p.found())
+		return "", syntaxErr(p.s, start, "expected a rule kind or keyword, found %s", p.found())
 	case "exempt":
 		return `"," or ";"`, p.exempt()
 	case "role":
-		return `",", "&" or ";"`, p.override(start)
+		return `",", "&" or ";"`, p.roleRules(start)
 	case "scope":
 		return `";"`, p.scope(start)
 	case "count":
@@ -273,12 +273,12 @@ func (p *parser) statement() (follow string, err *Error) {
 	if !ok {
 		return "", syntaxErr(p.s, start, "unknown kind or keyword %q", word)
 	}
-	ns := "Limiters[" + strconv.Itoa(len(p.g.Limiters)) + "]"
-	l, err := p.limiter(k, start, ns)
+	ns := "Rules[" + strconv.Itoa(len(p.g.Rules)) + "]"
+	l, err := p.rule(k, start, ns)
 	if err != nil {
 		return "", err
 	}
-	p.g.Limiters = append(p.g.Limiters, l)
+	p.g.Rules = append(p.g.Rules, l)
 	return `"," or ";"`, nil
 }
 
@@ -293,13 +293,13 @@ func (p *parser) windowAt(ns string, start, periodAt int) {
 	p.pos[join(ns, "Grain")] = periodAt
 }
 
-// limiter parses the rest of a limiter whose kind word, at start, has been
+// rule parses the rest of a rule whose kind word, at start, has been
 // read.
-func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
+func (p *parser) rule(k Kind, start int, ns string) (Rule, *Error) {
 	p.pos[ns] = start
 	p.pos[ns+".Kind"] = start
 	p.pos[ns+".Name"] = start
-	l := Limiter{Kind: k}
+	l := Rule{Kind: k}
 	p.space()
 	if p.peek() == '(' {
 		p.i++
@@ -307,14 +307,14 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 		nameAt := p.i
 		l.Name = p.name(parenStop)
 		if l.Name == "" {
-			return Limiter{}, syntaxErr(p.s, p.i, "expected a name after %q, found %s", string(k)+"(", p.found())
+			return Rule{}, syntaxErr(p.s, p.i, "expected a name after %q, found %s", string(k)+"(", p.found())
 		}
 		if k == Header {
 			l.Name = http.CanonicalHeaderKey(l.Name)
 		}
 		p.pos[ns+".Name"] = nameAt
 		if err := p.expect(')', "the name"); err != nil {
-			return Limiter{}, err
+			return Rule{}, err
 		}
 		p.space()
 	}
@@ -325,23 +325,23 @@ func (p *parser) limiter(k Kind, start int, ns string) (Limiter, *Error) {
 		costAt := p.i
 		l.Cost = p.name(costStop)
 		if l.Cost == "" {
-			return Limiter{}, syntaxErr(p.s, p.i, "expected a cost function name or a positive integer after %q, found %s", l.ID()+"[", p.found())
+			return Rule{}, syntaxErr(p.s, p.i, "expected a cost function name or a positive integer after %q, found %s", l.ID()+"[", p.found())
 		}
 		l.Cost = canonicalCost(l.Cost)
 		p.pos[ns+".Cost"] = costAt
 		if err := p.expect(']', "the cost"); err != nil {
-			return Limiter{}, err
+			return Rule{}, err
 		}
 	}
 	if err := p.expect(':', strconv.Quote(l.ID())); err != nil {
-		return Limiter{}, err
+		return Rule{}, err
 	}
 	p.pos[ns+".Windows"] = p.i
 	for {
 		p.space()
 		w, err := p.window(ns+".Windows["+strconv.Itoa(len(l.Windows))+"]", l.Cost != "")
 		if err != nil {
-			return Limiter{}, err
+			return Rule{}, err
 		}
 		l.Windows = append(l.Windows, w)
 		p.space()
@@ -363,7 +363,7 @@ var limitSuffixes = map[string]int64{
 // window parses LIMIT/[COUNT]UNIT[~[COUNT]UNIT]. Overflow is reported here,
 // in the words the validator would use, because an overflowed number cannot
 // be stored for the validator to see; costed says whether the window's
-// limiter has a cost, which decides the cap the message names.
+// rule has a cost, which decides the cap the message names.
 func (p *parser) window(ns string, costed bool) (Window, *Error) {
 	start := p.i
 	if p.peek() == '$' {
@@ -584,15 +584,15 @@ func (p *parser) list(field string, items *[]string, what string, read func() st
 	}
 }
 
-func (p *parser) override(start int) *Error {
-	ns := "Overrides[" + strconv.Itoa(len(p.g.Overrides)) + "]"
+func (p *parser) roleRules(start int) *Error {
+	ns := "RoleRules[" + strconv.Itoa(len(p.g.RoleRules)) + "]"
 	p.pos[ns] = start
 	if err := p.expect('(', `"role"`); err != nil {
 		return err
 	}
 	p.space()
 	at := p.i
-	o := Override{Role: p.name(parenStop)}
+	o := RoleRules{Role: p.name(parenStop)}
 	if o.Role == "" {
 		return syntaxErr(p.s, p.i, "expected a role name, found %s", p.found())
 	}
@@ -603,29 +603,29 @@ func (p *parser) override(start int) *Error {
 	if err := p.expect('=', strconv.Quote("role("+o.Role+")")); err != nil {
 		return err
 	}
-	p.pos[ns+".Limiters"] = p.i
+	p.pos[ns+".Rules"] = p.i
 	for {
 		p.space()
-		if len(o.Limiters) == 0 && (p.eof() || p.peek() == ';') {
-			return syntaxErr(p.s, p.i, "override for role %q has no limiters", o.Role)
+		if len(o.Rules) == 0 && (p.eof() || p.peek() == ';') {
+			return syntaxErr(p.s, p.i, "role(%s)= has no rules", o.Role)
 		}
 		kindAt := p.i
 		word := p.run(isWord)
 		if word == "" {
-			return syntaxErr(p.s, kindAt, "expected a limiter kind, found %s", p.found())
+			return syntaxErr(p.s, kindAt, "expected a rule kind, found %s", p.found())
 		}
 		k, ok := kinds[word]
 		if !ok {
 			return syntaxErr(p.s, kindAt, "unknown kind %q", word)
 		}
-		l, err := p.limiter(k, kindAt, ns+".Limiters["+strconv.Itoa(len(o.Limiters))+"]")
+		l, err := p.rule(k, kindAt, ns+".Rules["+strconv.Itoa(len(o.Rules))+"]")
 		if err != nil {
 			return err
 		}
-		o.Limiters = append(o.Limiters, l)
+		o.Rules = append(o.Rules, l)
 		p.space()
 		if p.peek() != '&' {
-			p.g.Overrides = append(p.g.Overrides, o)
+			p.g.RoleRules = append(p.g.RoleRules, o)
 			return nil
 		}
 		p.i++

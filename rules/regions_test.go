@@ -61,7 +61,7 @@ func TestRegionsChangesNothingElse(t *testing.T) {
 
 func TestRegionsHandBuilt(t *testing.T) {
 	t.Parallel()
-	g := Group{Limiters: []Limiter{lim(IP, "", win(5, sec))}, Regional: true}
+	g := Group{Rules: []Rule{lim(IP, "", win(5, sec))}, Regional: true}
 	if err := g.Validate(); err != nil {
 		t.Fatal(err)
 	}

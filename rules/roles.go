@@ -16,9 +16,9 @@ func (g Group) CheckRoles(declared []string) error {
 	}
 	var bad string
 	ns := ""
-	for i, o := range g.Overrides {
+	for i, o := range g.RoleRules {
 		if !slices.Contains(declared, o.Role) {
-			bad, ns = o.Role, "Overrides["+strconv.Itoa(i)+"].Role"
+			bad, ns = o.Role, "RoleRules["+strconv.Itoa(i)+"].Role"
 			break
 		}
 	}
@@ -33,7 +33,7 @@ func (g Group) CheckRoles(declared []string) error {
 	if bad == "" {
 		return nil
 	}
-	// The printer writes overrides before exempt:, so the first override
+	// The printer writes role rules before exempt:, so the first role(...)=
 	// found is also the first in the text.
 	p := printer{pos: map[string]int{}}
 	p.group(g)

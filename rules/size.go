@@ -11,19 +11,19 @@ import (
 
 // Tags of the size rules (struct level).
 const (
-	tagMaxLimiters = "maxlimiters" // at most rulelimits.MaxLimiters limiters in a list
+	tagMaxRules    = "maxrules"    // at most rulelimits.MaxRules rules in a list
 	tagMaxWindows  = "maxwindows"  // at most rulelimits.MaxWindows windows in a list
-	tagMaxDistinct = "maxdistinct" // at most rulelimits.MaxDistinctWindows in a distinct limiter
+	tagMaxDistinct = "maxdistinct" // at most rulelimits.MaxDistinctWindows in a distinct rule
 )
 
-// sizeLevel reports a limiter list ls of list (the group's defaults, or
-// "override role(NAME)=") with more limiters or windows than a request may
-// carry: at its first limiter, or window, beyond the bound. prefix is the
+// sizeLevel reports a rule list ls of list (the group's defaults, or
+// "role(NAME)=") with more rules or windows than a request may
+// carry: at its first rule, or window, beyond the bound. prefix is the
 // namespace of ls relative to the struct being validated.
-func sizeLevel(sl validator.StructLevel, prefix, list string, ls []Limiter) {
-	if len(ls) > rulelimits.MaxLimiters {
-		name := prefix + "[" + strconv.Itoa(rulelimits.MaxLimiters) + "]"
-		sl.ReportError(len(ls), name, name, tagMaxLimiters, list)
+func sizeLevel(sl validator.StructLevel, prefix, list string, ls []Rule) {
+	if len(ls) > rulelimits.MaxRules {
+		name := prefix + "[" + strconv.Itoa(rulelimits.MaxRules) + "]"
+		sl.ReportError(len(ls), name, name, tagMaxRules, list)
 	}
 	total := 0
 	for _, l := range ls {
@@ -43,10 +43,10 @@ func sizeLevel(sl validator.StructLevel, prefix, list string, ls []Limiter) {
 	}
 }
 
-// distinctSize reports limiter l, at namespace ns, a limiter without a
+// distinctSize reports rule l, at namespace ns, a rule without a
 // cost of a group with distinct:, when it has more than rulelimits.MaxDistinctWindows
 // windows besides its in-flight one: at the first window beyond the bound.
-func distinctSize(sl validator.StructLevel, ns string, l Limiter) {
+func distinctSize(sl validator.StructLevel, ns string, l Rule) {
 	n := 0
 	for j, w := range l.Windows {
 		if w.Concurrent {
@@ -61,7 +61,7 @@ func distinctSize(sl validator.StructLevel, ns string, l Limiter) {
 }
 
 // rateWindows counts the windows of l that are not in-flight.
-func rateWindows(l Limiter) int {
+func rateWindows(l Rule) int {
 	n := 0
 	for _, w := range l.Windows {
 		if !w.Concurrent {
@@ -74,12 +74,12 @@ func rateWindows(l Limiter) int {
 // sizeReason words the failures of the size rules, or returns "".
 func sizeReason(key string, fe validator.FieldError, val any) string {
 	switch key {
-	case "Limiters " + tagMaxLimiters:
-		return fmt.Sprintf("%s has %v limiters, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulelimits.MaxLimiters)
+	case "Rules " + tagMaxRules:
+		return fmt.Sprintf("%s has %v rules, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulelimits.MaxRules)
 	case "Windows " + tagMaxWindows:
 		return fmt.Sprintf("%s has %v windows, at most %d (one request checks them all in one redis call)", fe.Param(), val, rulelimits.MaxWindows)
 	case "Windows " + tagMaxDistinct:
-		return fmt.Sprintf("limiter %s counts distinct values (distinct:) in %v windows, at most %d", fe.Param(), val, rulelimits.MaxDistinctWindows)
+		return fmt.Sprintf("rule %s counts distinct values (distinct:) in %v windows, at most %d", fe.Param(), val, rulelimits.MaxDistinctWindows)
 	}
 	return ""
 }

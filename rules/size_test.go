@@ -19,9 +19,9 @@ func windows(n, from int) string {
 	return strings.Join(ws, ",")
 }
 
-// keyLimiters returns n limiters key(k0)..., each with per windows,
-// separated by sep: "; " for statements, " & " in an override.
-func keyLimiters(n, per int, sep string) string {
+// keyRules returns n rules key(k0)..., each with per windows,
+// separated by sep: "; " for statements, " & " in role rules.
+func keyRules(n, per int, sep string) string {
 	ls := make([]string, n)
 	for i := range ls {
 		ls[i] = "key(k" + strconv.Itoa(i) + "):" + windows(per, 0)
@@ -29,9 +29,9 @@ func keyLimiters(n, per int, sep string) string {
 	return strings.Join(ls, sep)
 }
 
-// TestParseSize checks that a limiter list with more limiters or windows
+// TestParseSize checks that a rule list with more rules or windows
 // than the engine takes in one request fails Parse, naming the bound and
-// the count, at the first limiter or window beyond the bound; and that a
+// the count, at the first rule or window beyond the bound; and that a
 // list at the bounds parses.
 func TestParseSize(t *testing.T) {
 	t.Parallel()
@@ -42,23 +42,23 @@ func TestParseSize(t *testing.T) {
 		at   string // the text the error's offset points at
 	}{
 		{"windows at the bound", "ip:" + windows(rulelimits.MaxWindows, 0), "", ""},
-		{"limiters at the bound", keyLimiters(rulelimits.MaxLimiters, rulelimits.MaxWindows/rulelimits.MaxLimiters, "; "), "", ""},
-		{"one limiter with 300 windows", "ip:" + windows(300, 0),
+		{"rules at the bound", keyRules(rulelimits.MaxRules, rulelimits.MaxWindows/rulelimits.MaxRules, "; "), "", ""},
+		{"one rule with 300 windows", "ip:" + windows(300, 0),
 			"group has 300 windows, at most 256", "1/257ms,"},
-		{"windows across limiters", keyLimiters(9, 30, "; "),
+		{"windows across rules", keyRules(9, 30, "; "),
 			"group has 270 windows, at most 256", "1/17ms,1/18ms"},
-		{"65 limiters", keyLimiters(65, 1, "; "),
-			"group has 65 limiters, at most 64", "key(k64):"},
-		{"an override's windows", "ip:1/s; role(admin)=user:" + windows(257, 0),
-			"override role(admin)= has 257 windows, at most 256", "1/257ms"},
-		{"an override's limiters", "ip:1/s; role(admin)=" + keyLimiters(70, 1, " & "),
-			"override role(admin)= has 70 limiters, at most 64", "key(k64):"},
+		{"65 rules", keyRules(65, 1, "; "),
+			"group has 65 rules, at most 64", "key(k64):"},
+		{"an role's windows", "ip:1/s; role(admin)=user:" + windows(257, 0),
+			"role(admin)= has 257 windows, at most 256", "1/257ms"},
+		{"an role's rules", "ip:1/s; role(admin)=" + keyRules(70, 1, " & "),
+			"role(admin)= has 70 rules, at most 64", "key(k64):"},
 		// Each list is a request of its own: the defaults and an
 		// override together may exceed the bound.
 		{"lists apart", "ip:" + windows(200, 0) + "; role(admin)=user:" + windows(200, 0), "", ""},
 		{"distinct at the bound", "user:1 concurrent," + windows(rulelimits.MaxDistinctWindows, 0) + "; distinct:path", "", ""},
 		{"distinct beyond", "user:" + windows(31, 0) + "; user[bytes]:" + windows(40, 0) + "; distinct:path",
-			"limiter user counts distinct values (distinct:) in 31 windows, at most 30", "1/31ms"},
+			"rule user counts distinct values (distinct:) in 31 windows, at most 30", "1/31ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,12 +89,12 @@ func TestValidateSize(t *testing.T) {
 	for i := range ws {
 		ws[i] = win(1, sec*time.Duration(i+1))
 	}
-	g := Group{Limiters: []Limiter{{Kind: IP, Windows: ws}}}
+	g := Group{Rules: []Rule{{Kind: IP, Windows: ws}}}
 	err := g.Validate()
 	if err == nil || kindOf(err) != errInvalid || !strings.Contains(err.Error(), "group has 300 windows, at most 256") {
 		t.Fatalf("Validate = %v", err)
 	}
-	g.Limiters[0].Windows = ws[:rulelimits.MaxWindows]
+	g.Rules[0].Windows = ws[:rulelimits.MaxWindows]
 	if err := g.Validate(); err != nil {
 		t.Fatalf("Validate at the bound: %v", err)
 	}

@@ -33,13 +33,13 @@ func (w Window) String() string {
 	return p.b.String()
 }
 
-// ID returns the identity of the limiter: its kind, followed for named kinds
-// by the name in parentheses and for a limiter with a cost by the cost in
+// ID returns the identity of the rule: its kind, followed for named kinds
+// by the name in parentheses and for a rule with a cost by the cost in
 // brackets, as in "ip", "header(X-Api-Key)", "user[bytes]" or
-// "key(account)[5]". Two limiters with the same ID in one list would count
-// the same subject twice, so validation rejects that; limiters that differ
+// "key(account)[5]". Two rules with the same ID in one list would count
+// the same subject twice, so validation rejects that; rules that differ
 // only in their cost count different things and may share a list.
-func (l Limiter) ID() string {
+func (l Rule) ID() string {
 	id := string(l.Kind)
 	if l.Kind.named() || l.Name != "" {
 		id += "(" + l.canonicalName() + ")"
@@ -52,29 +52,29 @@ func (l Limiter) ID() string {
 
 // canonicalName folds header names to their canonical MIME form because
 // header lookups ignore case; other names are case-sensitive.
-func (l Limiter) canonicalName() string {
+func (l Rule) canonicalName() string {
 	if l.Kind == Header {
 		return http.CanonicalHeaderKey(l.Name)
 	}
 	return l.Name
 }
 
-// String returns the limiter in canonical form, such as "ip:5/s,100/min".
-func (l Limiter) String() string {
+// String returns the rule in canonical form, such as "ip:5/s,100/min".
+func (l Rule) String() string {
 	var p printer
-	p.limiter("", l)
+	p.rule("", l)
 	return p.b.String()
 }
 
-// String returns the override in canonical form, such as
+// String returns the role rules in canonical form, such as
 // "role(admin)=ip:30/min & global:1000/h".
-func (o Override) String() string {
+func (o RoleRules) String() string {
 	var p printer
-	p.override("", o)
+	p.roleRules("", o)
 	return p.b.String()
 }
 
-// String returns the group in canonical form: limiters, overrides, exempt,
+// String returns the group in canonical form: rules, role rules, exempt,
 // scope, mode, fail, block, calendar, distinct and regions statements in that
 // order, joined by "; ". For every
 // group g returned by Parse, Parse(g.String()) returns a group equal to g.
@@ -135,7 +135,7 @@ func (p *printer) window(ns string, w Window) {
 	}
 }
 
-func (p *printer) limiter(ns string, l Limiter) {
+func (p *printer) rule(ns string, l Rule) {
 	p.mark(ns)
 	p.mark(ns + ".Kind")
 	p.mark(ns + ".Name")
@@ -163,23 +163,23 @@ func (p *printer) limiter(ns string, l Limiter) {
 	}
 }
 
-func (p *printer) limiters(ns string, ls []Limiter, sep string) {
+func (p *printer) rules(ns string, ls []Rule, sep string) {
 	p.mark(ns)
 	for i, l := range ls {
 		if i > 0 {
 			p.b.WriteString(sep)
 		}
-		p.limiter(ns+"["+strconv.Itoa(i)+"]", l)
+		p.rule(ns+"["+strconv.Itoa(i)+"]", l)
 	}
 }
 
-func (p *printer) override(ns string, o Override) {
+func (p *printer) roleRules(ns string, o RoleRules) {
 	p.mark(ns)
 	p.b.WriteString("role(")
 	p.mark(ns + ".Role")
 	p.b.WriteString(o.Role)
 	p.b.WriteString(")=")
-	p.limiters(ns+".Limiters", o.Limiters, " & ")
+	p.rules(ns+".Rules", o.Rules, " & ")
 }
 
 // list prints a statement of comma-separated items, marking each under
@@ -202,13 +202,13 @@ func (p *printer) group(g Group) {
 			p.b.WriteString("; ")
 		}
 	}
-	for i, l := range g.Limiters {
+	for i, l := range g.Rules {
 		sep()
-		p.limiter("Limiters["+strconv.Itoa(i)+"]", l)
+		p.rule("Rules["+strconv.Itoa(i)+"]", l)
 	}
-	for i, o := range g.Overrides {
+	for i, o := range g.RoleRules {
 		sep()
-		p.override("Overrides["+strconv.Itoa(i)+"]", o)
+		p.roleRules("RoleRules["+strconv.Itoa(i)+"]", o)
 	}
 	if len(g.Exempt) > 0 {
 		sep()

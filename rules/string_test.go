@@ -80,7 +80,7 @@ func TestCanonical(t *testing.T) {
 func TestLimiterMethods(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		l       Limiter
+		l       Rule
 		id, str string
 	}{
 		{lim(IP, "", win(5, sec), win(100, mn)), "ip", "ip:5/s,100/min"},
@@ -102,8 +102,8 @@ func TestLimiterMethods(t *testing.T) {
 			}
 		})
 	}
-	o := Override{Role: "admin", Limiters: []Limiter{lim(IP, "", win(30, mn)), lim(Global, "", win(1000, hr))}}
+	o := RoleRules{Role: "admin", Rules: []Rule{lim(IP, "", win(30, mn)), lim(Global, "", win(1000, hr))}}
 	if got, want := o.String(), "role(admin)=ip:30/min & global:1000/h"; got != want {
-		t.Errorf("Override.String() = %q, want %q", got, want)
+		t.Errorf("RoleRules.String() = %q, want %q", got, want)
 	}
 }

@@ -167,7 +167,7 @@ func computeRoutes(t reflect.Type) []fieldRoute {
 
 // ParseRoute parses the rule group text that limits the route with the
 // http.ServeMux pattern, as Routes parses a limit tag: every param(name)
-// limiter must also name a wildcard of the pattern. It fails with an *Error
+// rule must also name a wildcard of the pattern. It fails with an *Error
 // located in text or pattern, several joined with errors.Join. It is safe
 // for concurrent use.
 func ParseRoute(pattern, text string) (Group, error) {
@@ -189,12 +189,12 @@ func ParseRoute(pattern, text string) (Group, error) {
 	return g, nil
 }
 
-// paramErrors reports param limiters whose name is not a wildcard of the
+// paramErrors reports param rules whose name is not a wildcard of the
 // route, in input order. It is the one check of both Routes and
 // ParseRoute.
 func paramErrors(g Group, pos map[string]int, input, route string, wildcards []string) []*Error {
 	var errs []*Error
-	checkList := func(ns string, ls []Limiter) {
+	checkList := func(ns string, ls []Rule) {
 		for i, l := range ls {
 			if l.Kind == Param && !slices.Contains(wildcards, l.Name) {
 				off := offset(pos, ns+"["+strconv.Itoa(i)+"].Name")
@@ -204,11 +204,11 @@ func paramErrors(g Group, pos map[string]int, input, route string, wildcards []s
 			}
 		}
 	}
-	checkList("Limiters", g.Limiters)
-	for i, o := range g.Overrides {
-		checkList("Overrides["+strconv.Itoa(i)+"].Limiters", o.Limiters)
+	checkList("Rules", g.Rules)
+	for i, o := range g.RoleRules {
+		checkList("RoleRules["+strconv.Itoa(i)+"].Rules", o.Rules)
 	}
-	// Overrides are printed after limiters canonically but may be written
+	// RoleRules are printed after rules canonically but may be written
 	// first; keep the report in reading order.
 	for i := 1; i < len(errs); i++ {
 		for j := i; j > 0 && errs[j].Offset < errs[j-1].Offset; j-- {

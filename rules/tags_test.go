@@ -283,7 +283,7 @@ func TestRoutesConcurrent(t *testing.T) {
 func TestParseRoute(t *testing.T) {
 	t.Parallel()
 	g, err := ParseRoute("GET /f/{id}/{rest...}", "param(id):1/s; role(a)=param(rest):2/s")
-	if err != nil || len(g.Limiters) != 1 || g.Limiters[0].Name != "id" || len(g.Overrides) != 1 {
+	if err != nil || len(g.Rules) != 1 || g.Rules[0].Name != "id" || len(g.RoleRules) != 1 {
 		t.Fatalf("ParseRoute of a valid route = %+v, %v", g, err)
 	}
 	g, err = ParseRoute("GET /f/{id}/{rest...}", "param(x):1/s; role(a)=param(id):1/s & param(y):2/s")
@@ -355,7 +355,7 @@ func TestRoutesCostAndGrain(t *testing.T) {
 	if len(routes) != 1 || routes[0].Field != "Files" {
 		t.Fatalf("routes = %+v", routes)
 	}
-	g := Group{Limiters: []Limiter{
+	g := Group{Rules: []Rule{
 		{Kind: User, Windows: []Window{{Limit: 10, Period: time.Minute}}},
 		{Kind: User, Cost: "bytes", Windows: []Window{{Limit: 2 << 30, Period: 24 * time.Hour, Grain: time.Hour}}},
 		{Kind: Param, Name: "id", Cost: "3", Windows: []Window{{Limit: 30, Period: time.Minute}}},

@@ -33,11 +33,11 @@ const (
 	tagParamName      = "paramname"  // ServeMux wildcard name
 	tagKeyName        = "keyname"    // same characters as roles
 	tagUniquePeriod   = "uperiod"    // one window per period
-	tagUniqueLimiter  = "ulimiter"   // one limiter per ID in a list
+	tagUniqueRule     = "urule"      // one rule per ID in a list
 	tagUniqueRole     = "urole"      // one override per role
 	tagUniqueExempt   = "uexempt"    // each exempt role once
 	tagExemptOverride = "exemptrole" // a role is either exempt or overridden
-	tagNoLimiters     = "nolimiters" // something must be limited or exempt
+	tagNoRules        = "norules"    // something must be limited or exempt
 	tagStatus         = "status"     // a count: item, 401 or 4xx
 	tagUniqueCount    = "ucount"     // each count: item once
 	tagCountClass     = "countclass" // a code not also listed by its class
@@ -55,8 +55,8 @@ const (
 	tagLimitBoth      = "limitboth"  // a limit or a limit function, not both
 	tagConcPeriod     = "concperiod" // an in-flight window has no period
 	tagConcGrain      = "concgrain"  // nor a grain
-	tagConcOne        = "uconc"      // at most one in-flight window per limiter
-	tagConcCost       = "conccost"   // none in a limiter with a cost
+	tagConcOne        = "uconc"      // at most one in-flight window per rule
+	tagConcCost       = "conccost"   // none in a rule with a cost
 	tagConcMax        = "concmax"    // at most rulelimits.MaxLimit slots
 	tagPeriodMin      = "min"        // reported as the period's own tag would be
 	tagPeriodMax      = "max"
@@ -89,8 +89,8 @@ func newValidator() (*validator.Validate, error) {
 		}),
 	)
 	v.RegisterStructValidation(windowLevel, Window{})
-	v.RegisterStructValidation(limiterLevel, Limiter{})
-	v.RegisterStructValidation(overrideLevel, Override{})
+	v.RegisterStructValidation(ruleLevel, Rule{})
+	v.RegisterStructValidation(roleRulesLevel, RoleRules{})
 	v.RegisterStructValidation(groupLevel, Group{})
 	return v, err
 }
@@ -124,8 +124,8 @@ func validIdent(s string) bool {
 	return true
 }
 
-func limiterLevel(sl validator.StructLevel) {
-	l, ok := sl.Current().Interface().(Limiter)
+func ruleLevel(sl validator.StructLevel) {
+	l, ok := sl.Current().Interface().(Rule)
 	if !ok {
 		return
 	}
@@ -185,7 +185,7 @@ func limiterLevel(sl validator.StructLevel) {
 	}
 }
 
-// parseCost interprets the cost of a limiter: constant reports a decimal
+// parseCost interprets the cost of a rule: constant reports a decimal
 // constant, whose value is n, or -1 when it overflows an int64 (and so
 // exceeds every limit); ok is false for a cost that is neither a valid
 // constant (positive, without leading zeros, the form Parse stores) nor a
@@ -288,13 +288,13 @@ func calendarLevel(sl validator.StructLevel, w Window) {
 	}
 }
 
-// uniqueLimiters reports every limiter whose ID repeats an earlier one in
+// uniqueRules reports every rule whose ID repeats an earlier one in
 // the list: the engine keys windows by ID, so two would count one subject
 // twice against different limits. Rate windows and in-flight windows are
-// counted apart (a log and a slot key), so a limiter of only the one may
-// repeat the ID of a limiter of only the other, as in
+// counted apart (a log and a slot key), so a rule of only the one may
+// repeat the ID of a rule of only the other, as in
 // "user:1 concurrent; user:20/h".
-func uniqueLimiters(sl validator.StructLevel, prefix string, ls []Limiter) {
+func uniqueRules(sl validator.StructLevel, prefix string, ls []Rule) {
 	seen := make(map[string]bool, len(ls))
 	for i, l := range ls {
 		id := l.ID()
@@ -307,17 +307,17 @@ func uniqueLimiters(sl validator.StructLevel, prefix string, ls []Limiter) {
 		}
 		if rate && seen[id] || conc && seen[id+" concurrent"] {
 			name := prefix + "[" + strconv.Itoa(i) + "]"
-			sl.ReportError(id, name, name, tagUniqueLimiter, id)
+			sl.ReportError(id, name, name, tagUniqueRule, id)
 		}
 		seen[id] = seen[id] || rate
 		seen[id+" concurrent"] = seen[id+" concurrent"] || conc
 	}
 }
 
-func overrideLevel(sl validator.StructLevel) {
-	if o, ok := sl.Current().Interface().(Override); ok {
-		uniqueLimiters(sl, "Limiters", o.Limiters)
-		sizeLevel(sl, "Limiters", "override role("+o.Role+")=", o.Limiters)
+func roleRulesLevel(sl validator.StructLevel) {
+	if o, ok := sl.Current().Interface().(RoleRules); ok {
+		uniqueRules(sl, "Rules", o.Rules)
+		sizeLevel(sl, "Rules", "role("+o.Role+")=", o.Rules)
 	}
 }
 
@@ -326,13 +326,13 @@ func groupLevel(sl validator.StructLevel) {
 	if !ok {
 		return
 	}
-	uniqueLimiters(sl, "Limiters", g.Limiters)
-	sizeLevel(sl, "Limiters", "group", g.Limiters)
+	uniqueRules(sl, "Rules", g.Rules)
+	sizeLevel(sl, "Rules", "group", g.Rules)
 	distinctLevel(sl, g)
-	overridden := make(map[string]bool, len(g.Overrides))
-	for i, o := range g.Overrides {
+	overridden := make(map[string]bool, len(g.RoleRules))
+	for i, o := range g.RoleRules {
 		if overridden[o.Role] {
-			name := "Overrides[" + strconv.Itoa(i) + "].Role"
+			name := "RoleRules[" + strconv.Itoa(i) + "].Role"
 			sl.ReportError(o.Role, name, name, tagUniqueRole, o.Role)
 		}
 		overridden[o.Role] = true
@@ -363,8 +363,8 @@ func groupLevel(sl validator.StructLevel) {
 			sl.ReportError(c, name, name, tagCountClass, statusClass(c))
 		}
 	}
-	if len(g.Limiters) == 0 && len(g.Overrides) == 0 && len(g.Exempt) == 0 {
-		sl.ReportError(g.Limiters, "Limiters", "Limiters", tagNoLimiters, "")
+	if len(g.Rules) == 0 && len(g.RoleRules) == 0 && len(g.Exempt) == 0 {
+		sl.ReportError(g.Rules, "Rules", "Rules", tagNoRules, "")
 	}
 }
 
@@ -405,9 +405,9 @@ func check(v any, input string, pos map[string]int) *Error {
 			ns = ""
 		}
 		e := invalidErr(input, offset(pos, ns), "%s", reason(fe, ns))
-		// "no limiters" is about the whole group and sits at offset 0;
+		// "no rules" is about the whole group and sits at offset 0;
 		// anything more specific is the better thing to fix first.
-		vague := fe.Tag() == tagNoLimiters
+		vague := fe.Tag() == tagNoRules
 		if first == nil || firstVague && !vague || vague == firstVague && e.Offset < first.Offset {
 			first, firstVague = e, vague
 		}
@@ -504,9 +504,9 @@ func windowReason(key string, fe validator.FieldError, val any) string {
 	case "Grain " + tagConcGrain:
 		return fmt.Sprintf("an in-flight window (N concurrent) takes no grain, found %s", durValue(val))
 	case "Windows " + tagConcOne:
-		return fmt.Sprintf("a second in-flight window in limiter %s; a limiter has at most one N concurrent", fe.Param())
+		return fmt.Sprintf("a second in-flight window in rule %s; a rule has at most one N concurrent", fe.Param())
 	case "Windows " + tagConcCost:
-		return fmt.Sprintf("limiter %s counts units of cost, not requests, so it takes no in-flight window; put N concurrent in a limiter without a cost", fe.Param())
+		return fmt.Sprintf("rule %s counts units of cost, not requests, so it takes no in-flight window; put N concurrent in a rule without a cost", fe.Param())
 	}
 	return ""
 }
@@ -534,22 +534,22 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 	case "Grain " + tagCalGrain:
 		return fmt.Sprintf("a calendar window takes no grain: it counts in one counter per period, found %s", durValue(val))
 	case "Windows " + tagUniqueCalendar:
-		return fmt.Sprintf("duplicate calendar %v in limiter %s", val, fe.Param())
+		return fmt.Sprintf("duplicate calendar %v in rule %s", val, fe.Param())
 	case "Calendar " + tagZone:
 		_, err := ruletime.LoadZone(fmt.Sprint(val))
 		return strings.TrimPrefix(fmt.Sprint(err), "rules: ")
 	case "Windows " + tagDistinctWin:
-		return fmt.Sprintf("limiter %s counts distinct values (distinct:), which only exact sliding windows can do; window %v has a grain or a calendar period (give it its own limiter with a cost, or drop the grain)", fe.Param(), val)
+		return fmt.Sprintf("rule %s counts distinct values (distinct:), which only exact sliding windows can do; window %v has a grain or a calendar period (give it its own rule with a cost, or drop the grain)", fe.Param(), val)
 	case "Distinct " + tagRuleName:
 		return fmt.Sprintf("invalid distinct name %q; want path or a key function name: %s", fmt.Sprint(val), nameChars)
 	case "Kind required":
-		return "missing limiter kind"
+		return "missing rule kind"
 	case "Kind oneof":
 		return fmt.Sprintf("unknown kind %q", fmt.Sprint(val))
 	case "Windows min":
-		return "limiter has no windows"
-	case "Limiters min":
-		return "override has no limiters"
+		return "rule has no windows"
+	case "Rules min":
+		return "role(...)= has no rules"
 	case "Role required":
 		return "missing role name"
 	case "Role " + tagRuleName, "Exempt " + tagRuleName:
@@ -573,23 +573,23 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 	case "Name " + tagKeyName:
 		return fmt.Sprintf("invalid key name %q; want %s", fmt.Sprint(val), nameChars)
 	case "Windows " + tagUniquePeriod:
-		return fmt.Sprintf("duplicate period %s in limiter %s", durValue(val), fe.Param())
-	case "Limiters " + tagUniqueLimiter:
-		return fmt.Sprintf("duplicate limiter %s; put all its windows in one limiter", fe.Param())
+		return fmt.Sprintf("duplicate period %s in rule %s", durValue(val), fe.Param())
+	case "Rules " + tagUniqueRule:
+		return fmt.Sprintf("duplicate rule %s; put all its windows in one rule", fe.Param())
 	case "Role " + tagUniqueRole:
-		return fmt.Sprintf("duplicate override for role %q", fe.Param())
+		return fmt.Sprintf("duplicate role(%s)=", fe.Param())
 	case "Exempt " + tagUniqueExempt:
 		return fmt.Sprintf("duplicate exempt role %q", fe.Param())
 	case "Exempt " + tagExemptOverride:
-		return fmt.Sprintf("role %q is both exempt and overridden", fe.Param())
+		return fmt.Sprintf("role %q is both exempt and given role rules", fe.Param())
 	case "Count " + tagStatus:
 		return fmt.Sprintf("invalid status %q in count; want a code 100..599 or a class 1xx..5xx", fmt.Sprint(val))
 	case "Count " + tagUniqueCount:
 		return fmt.Sprintf("duplicate status %s in count", fe.Param())
 	case "Count " + tagCountClass:
 		return fmt.Sprintf("status %v is already counted by class %s", val, fe.Param())
-	case "Limiters " + tagNoLimiters:
-		return "rule group has no limiters"
+	case "Rules " + tagNoRules:
+		return "rule group has no rules"
 	}
 	return ""
 }

@@ -83,8 +83,8 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 // of an HTTP status and returns its canonical spelling. Parse also checks
 // the roles against the WithPolicy policy (a nil t checks none). Errors
 // are *rules.Error values pointing into text as written.
-func (t *Transport) Parse(text string, limiter func(rules.Limiter) error, countItem func(item string) (string, error)) (rules.Group, error) {
-	g, err := rules.Dialect{Limiter: limiter, CountItem: countItem}.Parse(text)
+func (t *Transport) Parse(text string, rule func(rules.Rule) error, countItem func(item string) (string, error)) (rules.Group, error) {
+	g, err := rules.Dialect{Rule: rule, CountItem: countItem}.Parse(text)
 	if err == nil && t != nil {
 		err = lifecycle.Relocate(t.t.Policy.Check(g), text)
 	}
@@ -132,7 +132,7 @@ type Source interface {
 	Peer() (addr string, header interface{ Values(name string) []string })
 	// Value returns the value a limiter of kind header(name) or key(name)
 	// counts the request by; "" counts it by its client address.
-	Value(l rules.Limiter) string
+	Value(l rules.Rule) string
 	// Cost returns what the cost function name says the request costs, at
 	// least 1; an error wrapping middleware.ErrBadRequest refuses the
 	// request with 400, any other (or a cost below 1) with 500.
@@ -204,7 +204,7 @@ func (s *source) Peer() (string, lifecycle.HeaderValues) {
 	return addr, h
 }
 
-func (s *source) Value(_ *lifecycle.Plan, _ int, l rules.Limiter) string { return s.s.Value(l) }
+func (s *source) Value(_ *lifecycle.Plan, _ int, l rules.Rule) string { return s.s.Value(l) }
 
 func (s *source) Cost(_ *lifecycle.Plan, _ int, name string) (int64, error) {
 	return s.s.Cost(name)

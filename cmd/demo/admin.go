@@ -20,7 +20,7 @@ import (
 //	GET    /admin/limits?scope=GET /files/{id}&kind=user&ip=127.0.0.1
 //	DELETE /admin/limits?scope=GET /files/{id}&kind=user&subject=alice
 //
-// scope is a route pattern (or a scope: name), kind a limiter ID (ip, user,
+// scope is a route pattern (or a scope: name), kind a rule ID (ip, user,
 // global, header(X-Api-Key), ...), subject the raw value that limiter
 // counts: a user id, an address for ip, nothing for global. ip= instead of
 // subject= asks for the requests the limiter counted by client address —
@@ -62,7 +62,7 @@ type peekView struct {
 	target
 	// Allowed says whether one more request would fit in every window
 	// listed, which may be stricter than a given caller's limits when the
-	// defaults and role overrides declare different windows.
+	// defaults and role rules declare different windows.
 	Allowed bool `json:"allowed"`
 	// Blocked, when not zero, is the time in seconds the subject stays
 	// blocked (a block: statement).
@@ -82,9 +82,9 @@ func (a *admin) peek(w http.ResponseWriter, r *http.Request) {
 	}
 	// The ID was accepted by Peek, so it parses; the canonical one names
 	// the policies as the RateLimit-Policy field does.
-	lim := rules.Limiter{Kind: rules.Kind(t.Kind)}
-	if g, err := rules.Parse(t.Kind + ":1/s"); err == nil && len(g.Limiters) == 1 {
-		lim = g.Limiters[0]
+	lim := rules.Rule{Kind: rules.Kind(t.Kind)}
+	if g, err := rules.Parse(t.Kind + ":1/s"); err == nil && len(g.Rules) == 1 {
+		lim = g.Rules[0]
 	}
 	v := peekView{target: t, Allowed: d.Allowed, Windows: make([]windowView, 0, len(d.Windows))}
 	if d.Blocked {
@@ -153,7 +153,7 @@ func (a *admin) fail(w http.ResponseWriter, r *http.Request, t target, err error
 	case ce != nil && ce.Kind == "scope":
 		badRequest(w, fmt.Sprintf("unknown scope %q: give a route pattern such as %q", t.Scope, "GET /files/{id}"))
 	case ce != nil && ce.Kind == "limiter":
-		badRequest(w, fmt.Sprintf("no limiter %q in scope %q: give a limiter ID of the route's rules, such as ip, user, global or header(X-Api-Key)", t.Kind, t.Scope))
+		badRequest(w, fmt.Sprintf("no limiter %q in scope %q: give a rule ID of the route's rules, such as ip, user, global or header(X-Api-Key)", t.Kind, t.Scope))
 	case errors.Is(err, lifecycle.ErrSubject) && t.IP != "":
 		badRequest(w, fmt.Sprintf("limiter %q never counts by ip %q: give an IP address (global limiters never count by IP)", t.Kind, t.IP))
 	case errors.Is(err, lifecycle.ErrSubject):

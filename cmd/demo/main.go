@@ -47,7 +47,7 @@ root (superadmin).
 
 Admin endpoint (superadmin only; GET never counts, DELETE resets):
   /admin/limits?scope=S&kind=K&subject=V
-        S is a route pattern such as "GET /files/{id}", K a limiter ID
+        S is a route pattern such as "GET /files/{id}", K a rule ID
         (ip, user, global, header(X-Api-Key)), V the raw value (alice,
         127.0.0.1); ip=ADDR instead of subject=V shows what a user limiter
         counted by client address (anonymous callers, the admin role).

@@ -124,7 +124,7 @@ func (c *gcall) Peer() (string, interface{ Values(string) []string }) {
 
 // Value implements transport.Source: incoming metadata for header(name),
 // the key functions for key(name).
-func (c *gcall) Value(lim rules.Limiter) string {
+func (c *gcall) Value(lim rules.Rule) string {
 	switch lim.Kind {
 	case rules.Header:
 		if vs := c.metadata().Get(lim.Name); len(vs) > 0 {

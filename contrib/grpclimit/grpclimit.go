@@ -154,7 +154,7 @@ func checkMethodName(name string, svc bool) error {
 // compile parses and prepares the rule text of method name ("" for the
 // default).
 func (l *Interceptors) compile(name, text string) (*method, error) {
-	g, err := l.t.Parse(text, l.limiterCheck, countItem)
+	g, err := l.t.Parse(text, l.ruleCheck, countItem)
 	if err == nil && g.Distinct != "" {
 		err = errDistinct
 	}
@@ -183,9 +183,9 @@ func methodError(name string, err error) error {
 
 var errDistinct = errors.New("grpclimit: distinct: is not supported for gRPC: a call has no URL path, and its method is already the scope")
 
-// limiterCheck refuses what gRPC cannot count by: param, and key and cost
+// ruleCheck refuses what gRPC cannot count by: param, and key and cost
 // functions not registered. (count: items are gRPC code names: countItem.)
-func (l *Interceptors) limiterCheck(lim rules.Limiter) error {
+func (l *Interceptors) ruleCheck(lim rules.Rule) error {
 	switch {
 	case lim.Kind == rules.Param:
 		return fmt.Errorf("%s has no meaning for gRPC, whose calls have no path values; use key(name) with WithKeyFunc", lim.ID())

@@ -96,8 +96,8 @@ func (h *handler) topOf(ctx context.Context, d time.Duration) ([]Denied, error) 
 	return out, nil
 }
 
-// limiterKind is the kind of a limiter ID.
-func limiterKind(id string) rules.Kind {
+// ruleKind is the kind of a rule ID.
+func ruleKind(id string) rules.Kind {
 	if i := strings.IndexAny(id, "(["); i >= 0 {
 		id = id[:i]
 	}
@@ -163,8 +163,8 @@ func (h *handler) subject(w http.ResponseWriter, r *http.Request) {
 func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error) {
 	out := []Usage{}
 	for _, rt := range h.src.Routes() {
-		for _, id := range rt.Limiters {
-			kind := limiterKind(id)
+		for _, id := range rt.Rules {
+			kind := ruleKind(id)
 			if kind == rules.Global {
 				continue
 			}
@@ -320,7 +320,7 @@ func learnedRows(lbs []LearnedBlock) []Block {
 	for _, b := range lbs {
 		var rows []LearnedSubject
 		for _, s := range b.Subjects {
-			if limiterKind(s.Limiter) != rules.Global {
+			if ruleKind(s.Limiter) != rules.Global {
 				rows = append(rows, s)
 			}
 		}
@@ -329,7 +329,7 @@ func learnedRows(lbs []LearnedBlock) []Block {
 		}
 		for _, s := range rows {
 			blk := Block{Scope: b.Throttle, Limiter: s.Limiter, Left: b.Left, Learned: true}
-			if limiterKind(s.Limiter) != rules.Global {
+			if ruleKind(s.Limiter) != rules.Global {
 				blk.Subject, blk.Masked, blk.Ref = s.Fingerprint, true, s.Fingerprint
 			}
 			k := [3]string{blk.Scope, blk.Limiter, blk.Subject}

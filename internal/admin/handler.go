@@ -39,7 +39,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
+	"github.com/slidelimit/slidelimit/internal/logevery"
 	"github.com/slidelimit/slidelimit/internal/tally"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
@@ -50,28 +50,28 @@ import (
 type Source interface {
 	// TopDenied is tally.Tallies.TopDenied.
 	TopDenied(ctx context.Context, since time.Duration, n int) ([]tally.Denials, error)
-	// Routes lists the registered scopes and their limiter IDs.
+	// Routes lists the registered scopes and their rule IDs.
 	Routes() []Route
 	// Peek and PeekByIP are slidelimit.Limiter.Peek without and with byIP.
-	Peek(ctx context.Context, scope, limiterID, subject string) (engine.Decision, error)
-	PeekByIP(ctx context.Context, scope, limiterID, addr string) (engine.Decision, error)
+	Peek(ctx context.Context, scope, ruleID, subject string) (engine.Decision, error)
+	PeekByIP(ctx context.Context, scope, ruleID, addr string) (engine.Decision, error)
 	// Reset and ResetByIP are slidelimit.Limiter.Reset without and with byIP.
-	Reset(ctx context.Context, scope, limiterID, subject string) error
-	ResetByIP(ctx context.Context, scope, limiterID, addr string) error
+	Reset(ctx context.Context, scope, ruleID, subject string) error
+	ResetByIP(ctx context.Context, scope, ruleID, addr string) error
 	// PeekStored and ResetStored are Peek and Reset of a subject as the
 	// engine stores it (tally.Denials): the middleware's encoding of a
 	// value ("header:k", "ip:192.0.2.7" for a request counted by address),
 	// or, hashed, its stored hash (engine.Check.Hashed).
-	PeekStored(ctx context.Context, scope, limiterID, stored string, hashed bool) (engine.Decision, error)
-	ResetStored(ctx context.Context, scope, limiterID, stored string, hashed bool) error
+	PeekStored(ctx context.Context, scope, ruleID, stored string, hashed bool) (engine.Decision, error)
+	ResetStored(ctx context.Context, scope, ruleID, stored string, hashed bool) error
 	// Overrides lists the rule overrides in force.
 	Overrides(ctx context.Context) ([]Override, error)
 }
 
-// Route is a registered scope and the IDs of its limiters.
+// Route is a registered scope and the IDs of its rules.
 type Route struct {
-	Scope    string   `json:"scope"`
-	Limiters []string `json:"limiters"`
+	Scope string   `json:"scope"`
+	Rules []string `json:"limiters"`
 }
 
 // Override is a rule override in force.
@@ -112,7 +112,7 @@ type handler struct {
 	mux    *http.ServeMux
 	// storeLog keeps the store's failures, which come with every view of
 	// an outage, to one warning per storeLogEvery.
-	storeLog logthrottle.Throttle
+	storeLog logevery.Gate
 }
 
 // storeLogEvery is the least time between two warnings about the store's
@@ -126,7 +126,7 @@ func New(src Source, cfg Config, roles ...role.Role) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{src: src, log: log, masked: slices.Clone(cfg.Masked), roles: slices.Clone(roles), mux: http.NewServeMux(),
-		storeLog: logthrottle.Throttle{Every: storeLogEvery}}
+		storeLog: logevery.Gate{Every: storeLogEvery}}
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /api/top", h.top)
 	h.mux.HandleFunc("GET /api/subject", h.subject)

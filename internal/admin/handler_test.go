@@ -29,7 +29,7 @@ func (f *fake) TopDenied(context.Context, time.Duration, int) ([]tally.Denials, 
 	return f.top, f.err
 }
 func (f *fake) Routes() []admin.Route {
-	return []admin.Route{{Scope: "GET /x", Limiters: []string{"user", "ip", "global"}}}
+	return []admin.Route{{Scope: "GET /x", Rules: []string{"user", "ip", "global"}}}
 }
 func (f *fake) Peek(_ context.Context, scope, id, s string) (engine.Decision, error) {
 	if id == "ip" {

@@ -71,12 +71,12 @@ func (h *handler) denied(t tally.Denials) entry {
 		kind, v, ok = lifecycle.SubjectValue(t.Subject)
 	}
 	if ok {
-		e.ByIP = kind == rules.IP && limiterKind(t.Limiter) != rules.IP
+		e.ByIP = kind == rules.IP && ruleKind(t.Limiter) != rules.IP
 	} else {
 		// A value no process of this handler knows (or not the
 		// middleware's): masked by its limiter's kind, so that every
 		// process shows a masked subject alike.
-		kind = limiterKind(t.Limiter)
+		kind = ruleKind(t.Limiter)
 	}
 	switch {
 	case h.masks(kind):
@@ -97,10 +97,10 @@ func (h *handler) denied(t tally.Denials) entry {
 }
 
 // shownValue returns what the handler may show or log of value, a subject
-// of limiter limiterID (by client address when byIP) given by the caller:
+// of rule ruleID (by client address when byIP) given by the caller:
 // value, or its fingerprint when masked.
-func (h *handler) shownValue(limiterID, value string, byIP bool) string {
-	kind := limiterKind(limiterID)
+func (h *handler) shownValue(ruleID, value string, byIP bool) string {
+	kind := ruleKind(ruleID)
 	if byIP {
 		kind = rules.IP
 	}
@@ -111,9 +111,9 @@ func (h *handler) shownValue(limiterID, value string, byIP bool) string {
 }
 
 // resolve maps ref, from an entry of the page or the API, to the stored
-// subject of limiter limiterID in scope: a stored hash is one; a
+// subject of rule ruleID in scope: a stored hash is one; a
 // fingerprint is looked for among the last hour's denied subjects.
-func (h *handler) resolve(ctx context.Context, scope, limiterID, ref string) (stored string, hashed bool, err error) {
+func (h *handler) resolve(ctx context.Context, scope, ruleID, ref string) (stored string, hashed bool, err error) {
 	if keyparts.IsStoredHash(ref) {
 		return ref, true, nil
 	}
@@ -125,7 +125,7 @@ func (h *handler) resolve(ctx context.Context, scope, limiterID, ref string) (st
 		return "", false, err
 	}
 	for _, t := range top {
-		if e := h.denied(t); e.Scope == scope && e.Limiter == limiterID && e.Ref == ref {
+		if e := h.denied(t); e.Scope == scope && e.Limiter == ruleID && e.Ref == ref {
 			return e.stored, e.hashed, nil
 		}
 	}

@@ -78,7 +78,7 @@ type LearnedSubject struct {
 type LearnedSource interface {
 	LearnedBlocks(ctx context.Context) ([]LearnedBlock, error)
 	// LiftLearned lifts, in every process, the learned blocks of scope
-	// that hold the subject of limiterID whose fingerprint is ref; it
+	// that hold the subject of ruleID whose fingerprint is ref; it
 	// reports whether any was listed.
-	LiftLearned(ctx context.Context, scope, limiterID, ref string) (bool, error)
+	LiftLearned(ctx context.Context, scope, ruleID, ref string) (bool, error)
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Kind is what a step of a plan does.
+// Kind is what a step of a scenario does.
 type Kind uint8
 
 // Kinds of steps.
@@ -45,16 +45,16 @@ type Req struct {
 	Engine, Subject int
 	Cost            int64 `json:",omitempty"`
 	Value           int   `json:",omitempty"`
-	// Role is the caller's role in a plan with roles (Plan.RoleLimits):
+	// Role is the caller's role in a scenario with roles (Scenario.RoleLimits):
 	// "" for none, or RoleExempt, RoleByIP or RoleOverride. A caller of
 	// RoleByIP or RoleOverride comes from IP number Subject.
 	Role string `json:",omitempty"`
-	// Limit is what the limit function of the window Plan.LimitFunc
+	// Limit is what the limit function of the window Scenario.LimitFunc
 	// returned for the request.
 	Limit int64 `json:",omitempty"`
 }
 
-// The roles of a plan with roles, as a group declares them:
+// The roles of a scenario with roles, as a group declares them:
 //
 //	user:...; exempt:superadmin; role(partner)=ip:...
 //
@@ -66,11 +66,11 @@ const (
 	// client IP instead of the user.
 	RoleByIP = "admin"
 	// RoleOverride has an override of its own: an ip limiter with the
-	// group's windows and the limits Plan.RoleLimits.
+	// group's windows and the limits Scenario.RoleLimits.
 	RoleOverride = "partner"
 )
 
-// Step is one step of a plan.
+// Step is one step of a scenario.
 type Step struct {
 	Kind   Kind          `json:",omitempty"`
 	Reqs   []Req         `json:",omitempty"` // Requests
@@ -79,8 +79,8 @@ type Step struct {
 	Engine int           `json:",omitempty"` // RestartEngine
 	Node   int           `json:",omitempty"` // Kill, Restart, RestartEmpty, Evict: which master of a cluster
 	Actual int64         `json:",omitempty"` // Settle
-	// Limits are an Override's limits, by window of the plan; 0 keeps the
-	// window's limit function (Plan.LimitFunc).
+	// Limits are an Override's limits, by window of the scenario; 0 keeps the
+	// window's limit function (Scenario.LimitFunc).
 	Limits []int64 `json:",omitempty"`
 }
 
@@ -133,9 +133,9 @@ type Caps struct {
 	Nodes   int  // masters: 1 for a single server
 }
 
-// Plan is a generated history to run: a rule group, engines standing in for
+// Scenario is a generated history to run: a rule group, engines standing in for
 // processes, subjects, and the steps.
-type Plan struct {
+type Scenario struct {
 	Seed    uint64
 	Windows []Window
 	Fail    string
@@ -145,7 +145,7 @@ type Plan struct {
 	Mode string `json:",omitempty"`
 	// Zone is the IANA zone of the group's calendar windows ("" for UTC),
 	// and Start how long after the harness's origin the clock starts: a
-	// plan with a calendar window starts shortly before a local midnight,
+	// scenario with a calendar window starts shortly before a local midnight,
 	// so that its steps cross into a new day.
 	Zone  string        `json:",omitempty"`
 	Start time.Duration `json:",omitempty"`
@@ -162,7 +162,7 @@ type Plan struct {
 	Steps     []Step
 }
 
-func (p Plan) String() string {
+func (p Scenario) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: windows %v, fail:%s, mode %q, %d engines, %d subjects, %d steps",
 		p.Seed, p.Windows, p.Fail, p.Mode, p.Engines, p.Subjects, len(p.Steps))
@@ -189,7 +189,7 @@ func (p Plan) String() string {
 // step to cross them, several apart so that groups mix them.
 var periods = []time.Duration{time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute}
 
-// Origin is the time a plan's clock counts from (Plan.Start), as the
+// Origin is the time a scenario's clock counts from (Scenario.Start), as the
 // engine's tests' clock does.
 var Origin = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -197,11 +197,11 @@ var Origin = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 // both sides of it.
 var zones = []string{"", "Asia/Kolkata", "America/New_York", "Pacific/Chatham"}
 
-// Generate returns the plan of seed for a backend with caps: the same seed
-// and caps always give the same plan.
-func Generate(seed uint64, caps Caps) Plan {
+// Generate returns the scenario of seed for a backend with caps: the same seed
+// and caps always give the same scenario.
+func Generate(seed uint64, caps Caps) Scenario {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
-	p := Plan{Seed: seed, Engines: 2 + r.IntN(2), Subjects: 1 + r.IntN(3)}
+	p := Scenario{Seed: seed, Engines: 2 + r.IntN(2), Subjects: 1 + r.IntN(3)}
 	// One to three windows of distinct periods, longer ones with limits at
 	// least as large (a longer window with a smaller limit makes the
 	// shorter one moot, which is legal but tests less).
@@ -229,8 +229,8 @@ func Generate(seed uint64, caps Caps) Plan {
 	// distinct:, docs/rules.md): its limit from below the shortest
 	// window's (a cost's at least its: a cost may be as large) to above
 	// the longest's, so that either may bind.
-	// Its draws come from a stream of their own: the plans without one
-	// stay the plans those seeds gave before calendars were generated.
+	// Its draws come from a stream of their own: the scenarios without one
+	// stay the scenarios those seeds gave before calendars were generated.
 	rc := rand.New(rand.NewPCG(seed, 0xca1))
 	calendar := p.Mode != "distinct" && rc.IntN(3) == 0
 	if calendar {

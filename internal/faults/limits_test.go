@@ -155,7 +155,7 @@ func TestModelVaryingLimits(t *testing.T) {
 }
 
 // TestModelVaryingLimitsOld: a history without per-request limits (every
-// kept plan's) is checked as before: by the windows' own limits.
+// kept scenario's) is checked as before: by the windows' own limits.
 func TestModelVaryingLimitsOld(t *testing.T) {
 	h := newHist("local")
 	h.add(3, 1, 1*sec, true, Redis)

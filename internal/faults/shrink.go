@@ -1,13 +1,13 @@
 package faults
 
-// Shrink returns a plan with as few steps as it can find that still fails:
+// Shrink returns a scenario with as few steps as it can find that still fails:
 // delta debugging over the steps (drop chunks of halving size while fails
 // still reports a failure), then over the requests of each step. fails runs
-// a plan and reports whether it failed; it is called at most budget times,
+// a scenario and reports whether it failed; it is called at most budget times,
 // since each call runs a history against a backend.
-func Shrink(p Plan, budget int, fails func(Plan) bool) Plan {
+func Shrink(p Scenario, budget int, fails func(Scenario) bool) Scenario {
 	calls := 0
-	try := func(q Plan) bool {
+	try := func(q Scenario) bool {
 		if calls >= budget {
 			return false
 		}
@@ -48,12 +48,12 @@ func Shrink(p Plan, budget int, fails func(Plan) bool) Plan {
 	return p
 }
 
-// ShrinkThrottle is Shrink for a throttle's plan: it drops chunks of
+// ShrinkThrottle is Shrink for a throttle's scenario: it drops chunks of
 // steps, then calls of each step, while fails still reports a failure,
 // calling fails at most budget times.
-func ShrinkThrottle(p ThrottlePlan, budget int, fails func(ThrottlePlan) bool) ThrottlePlan {
+func ShrinkThrottle(p ThrottleScenario, budget int, fails func(ThrottleScenario) bool) ThrottleScenario {
 	calls := 0
-	try := func(q ThrottlePlan) bool {
+	try := func(q ThrottleScenario) bool {
 		if calls >= budget {
 			return false
 		}

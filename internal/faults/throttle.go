@@ -16,14 +16,14 @@ import (
 // process that dies holding permits. A throttle's history runs in real
 // time (the throttle waits on real timers), so its periods are short.
 
-// ThrottleLimiter is one limiter of a generated throttle.
-type ThrottleLimiter struct {
+// ThrottleRule is one rule of a generated throttle.
+type ThrottleRule struct {
 	Key     bool     `json:",omitempty"` // key(k); else global
 	Cost    string   `json:",omitempty"` // a named cost ([tokens]); "" counts calls
 	Windows []Window // sliding windows, and at most one Concurrent
 }
 
-func (l ThrottleLimiter) String() string {
+func (l ThrottleRule) String() string {
 	var b strings.Builder
 	if l.Key {
 		b.WriteString("key(k)")
@@ -153,19 +153,19 @@ func (s ThrottleStep) String() string {
 	return s.Kind.String()
 }
 
-// ThrottlePlan is a generated throttle history.
-type ThrottlePlan struct {
-	Seed     uint64
-	Limiters []ThrottleLimiter
-	Procs    int
-	Keys     int // key values, when a limiter is key(k); 1 otherwise
-	Steps    []ThrottleStep
+// ThrottleScenario is a generated throttle history.
+type ThrottleScenario struct {
+	Seed  uint64
+	Rules []ThrottleRule
+	Procs int
+	Keys  int // key values, when a limiter is key(k); 1 otherwise
+	Steps []ThrottleStep
 }
 
 // Rules returns the throttle's rules text.
-func (p ThrottlePlan) Rules() string {
+func (p ThrottleScenario) Text() string {
 	var parts []string
-	for _, l := range p.Limiters {
+	for _, l := range p.Rules {
 		parts = append(parts, l.String())
 	}
 	return strings.Join(parts, "; ")
@@ -173,8 +173,8 @@ func (p ThrottlePlan) Rules() string {
 
 // HasKey reports whether a limiter is key(k): calls of different key
 // values then wait in different lanes.
-func (p ThrottlePlan) HasKey() bool {
-	for _, l := range p.Limiters {
+func (p ThrottleScenario) HasKey() bool {
+	for _, l := range p.Rules {
 		if l.Key {
 			return true
 		}
@@ -183,8 +183,8 @@ func (p ThrottlePlan) HasKey() bool {
 }
 
 // CostName returns the throttle's named cost, "" for none.
-func (p ThrottlePlan) CostName() string {
-	for _, l := range p.Limiters {
+func (p ThrottleScenario) CostName() string {
+	for _, l := range p.Rules {
 		if l.Cost != "" {
 			return l.Cost
 		}
@@ -192,9 +192,9 @@ func (p ThrottlePlan) CostName() string {
 	return ""
 }
 
-func (p ThrottlePlan) String() string {
+func (p ThrottleScenario) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d: %q, %d processes, %d keys, %d steps\n", p.Seed, p.Rules(), p.Procs, p.Keys, len(p.Steps))
+	fmt.Fprintf(&b, "seed %d: %q, %d processes, %d keys, %d steps\n", p.Seed, p.Text(), p.Procs, p.Keys, len(p.Steps))
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "  %3d %v\n", i, s)
 	}
@@ -206,31 +206,31 @@ func (p ThrottlePlan) String() string {
 // machine's Redis calls.
 var throttlePeriods = []time.Duration{400 * time.Millisecond, 600 * time.Millisecond, time.Second, 1500 * time.Millisecond}
 
-// GenerateThrottle returns the throttle plan of seed for a backend with
-// caps: the same seed and caps always give the same plan.
-func GenerateThrottle(seed uint64, caps Caps) ThrottlePlan {
+// GenerateThrottle returns the throttle scenario of seed for a backend with
+// caps: the same seed and caps always give the same scenario.
+func GenerateThrottle(seed uint64, caps Caps) ThrottleScenario {
 	r := rand.New(rand.NewPCG(seed, 0x7407))
-	p := ThrottlePlan{Seed: seed, Procs: 2 + r.IntN(2), Keys: 1}
+	p := ThrottleScenario{Seed: seed, Procs: 2 + r.IntN(2), Keys: 1}
 	window := func(limit int64) Window {
 		return Window{Limit: limit, Period: throttlePeriods[r.IntN(len(throttlePeriods))]}
 	}
 	global := r.IntN(5) < 2
 	key := !global || r.IntN(2) == 0
 	if global {
-		p.Limiters = append(p.Limiters, ThrottleLimiter{Windows: []Window{window(2 + r.Int64N(5))}})
+		p.Rules = append(p.Rules, ThrottleRule{Windows: []Window{window(2 + r.Int64N(5))}})
 	}
 	if key {
 		p.Keys = 1 + r.IntN(3)
-		l := ThrottleLimiter{Key: true, Windows: []Window{window(1 + r.Int64N(3))}}
+		l := ThrottleRule{Key: true, Windows: []Window{window(1 + r.Int64N(3))}}
 		if w := window(l.Windows[0].Limit + 1 + r.Int64N(3)); r.IntN(3) == 0 && w.Period > l.Windows[0].Period {
 			l.Windows = append(l.Windows, w)
 		}
-		p.Limiters = append(p.Limiters, l)
+		p.Rules = append(p.Rules, l)
 	}
 	var tokens int64
 	if r.IntN(10) < 3 {
 		tokens = 8 + r.Int64N(23)
-		p.Limiters = append(p.Limiters, ThrottleLimiter{Key: key, Cost: "tokens", Windows: []Window{window(tokens)}})
+		p.Rules = append(p.Rules, ThrottleRule{Key: key, Cost: "tokens", Windows: []Window{window(tokens)}})
 	}
 	if r.IntN(10) < 3 {
 		// On the first limiter counting calls: the key's when there is one.
@@ -238,7 +238,7 @@ func GenerateThrottle(seed uint64, caps Caps) ThrottlePlan {
 		if key && global {
 			i = 1
 		}
-		p.Limiters[i].Windows = append(p.Limiters[i].Windows, Window{Limit: 1 + r.Int64N(2), Concurrent: true})
+		p.Rules[i].Windows = append(p.Rules[i].Windows, Window{Limit: 1 + r.Int64N(2), Concurrent: true})
 	}
 	faults := 0
 	switch x := r.IntN(10); {

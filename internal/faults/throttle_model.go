@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// ThrottleHistory is what a run of a ThrottlePlan did. Its times are
+// ThrottleHistory is what a run of a ThrottleScenario did. Its times are
 // offsets from the run's start on the local clock; Redis's TIME, which the
 // engine decides by, is read on the same machine (a real Redis and a
 // Cluster on loopback, miniredis in the process).
 type ThrottleHistory struct {
-	Limiters []ThrottleLimiter
-	Keys     int
-	Calls    []CallRecord
+	Rules []ThrottleRule
+	Keys  int
+	Calls []CallRecord
 	// Losses are the moments Redis lost every key (a restart empty; on a
 	// Cluster, any master's: the model takes it for every key).
 	Losses []time.Duration `json:",omitempty"`
@@ -78,7 +78,7 @@ type Block struct {
 	From, To time.Duration
 }
 
-// SlotPeek is a look at the slots of limiter Limiter's subject Subject
+// SlotPeek is a look at the slots of rule Limiter's subject Subject
 // (-1: global) at At: Used of them were live in Redis.
 type SlotPeek struct {
 	At      time.Duration
@@ -185,7 +185,7 @@ type ThrottleReport struct {
 //     after a fault.
 func CheckThrottle(h ThrottleHistory) ThrottleReport {
 	var rep ThrottleReport
-	for li, l := range h.Limiters {
+	for li, l := range h.Rules {
 		for _, s := range h.subjects(l) {
 			for _, w := range l.Windows {
 				if w.Concurrent {
@@ -203,9 +203,9 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 	return rep
 }
 
-// subjects returns the subjects of limiter l: the key values of a key(k)
+// subjects returns the subjects of rule l: the key values of a key(k)
 // limiter, -1 for a global one.
-func (h ThrottleHistory) subjects(l ThrottleLimiter) []int {
+func (h ThrottleHistory) subjects(l ThrottleRule) []int {
 	if !l.Key {
 		return []int{-1}
 	}
@@ -216,12 +216,12 @@ func (h ThrottleHistory) subjects(l ThrottleLimiter) []int {
 	return out
 }
 
-// in reports whether call c counts in limiter l's subject s.
-func in(c CallRecord, l ThrottleLimiter, s int) bool { return !l.Key || c.Key == s }
+// in reports whether call c counts in rule l's subject s.
+func in(c CallRecord, l ThrottleRule, s int) bool { return !l.Key || c.Key == s }
 
 // low is what c counts in l at the least: its estimate, or its settlement
 // when lower (one that raises it is a debt the windows may exceed by).
-func low(c CallRecord, l ThrottleLimiter) int64 {
+func low(c CallRecord, l ThrottleRule) int64 {
 	if l.Cost == "" {
 		return 1
 	}
@@ -232,7 +232,7 @@ func low(c CallRecord, l ThrottleLimiter) int64 {
 }
 
 // high is what c counts in l at the most.
-func high(c CallRecord, l ThrottleLimiter) int64 {
+func high(c CallRecord, l ThrottleRule) int64 {
 	if l.Cost == "" {
 		return 1
 	}
@@ -254,7 +254,7 @@ func (h ThrottleHistory) epoch(at time.Duration) int {
 }
 
 func (h ThrottleHistory) checkWindow(li int, s int, w Window) []ThrottleViolation {
-	l := h.Limiters[li]
+	l := h.Rules[li]
 	var cs []CallRecord
 	for _, c := range h.Calls {
 		if c.Admitted && !c.Phantom && in(c, l, s) {
@@ -346,7 +346,7 @@ func (h ThrottleHistory) releaseHigh(c CallRecord) (time.Duration, bool) {
 }
 
 func (h ThrottleHistory) checkSlots(li int, s int, w Window) []ThrottleViolation {
-	l := h.Limiters[li]
+	l := h.Rules[li]
 	for i, c := range h.Calls {
 		if !c.Admitted || c.Phantom || !in(c, l, s) {
 			continue
@@ -383,7 +383,7 @@ const idleStep = 5 * time.Millisecond
 // lasted.
 func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string) {
 	keyed := false
-	for _, l := range h.Limiters {
+	for _, l := range h.Rules {
 		keyed = keyed || l.Key
 	}
 	lanes := 1
@@ -486,7 +486,7 @@ func (h ThrottleHistory) room(w CallRecord, keyed bool, t time.Duration) bool {
 			return false
 		}
 	}
-	for _, l := range h.Limiters {
+	for _, l := range h.Rules {
 		s := -1
 		if l.Key {
 			s = w.Key
@@ -521,7 +521,7 @@ func (h ThrottleHistory) room(w CallRecord, keyed bool, t time.Duration) bool {
 // the longest hold) within SlotRetry before since: the head refused for it
 // asks again SlotRetry after its refusal.
 func (h ThrottleHistory) expiredNear(w CallRecord, since time.Duration) bool {
-	for _, l := range h.Limiters {
+	for _, l := range h.Rules {
 		if !slices.ContainsFunc(l.Windows, func(x Window) bool { return x.Concurrent }) {
 			continue
 		}
@@ -548,10 +548,10 @@ func (h ThrottleHistory) expiredNear(w CallRecord, since time.Duration) bool {
 func (h ThrottleHistory) checkPeeks() []ThrottleViolation {
 	var out []ThrottleViolation
 	for _, p := range h.Peeks {
-		if p.Limiter < 0 || p.Limiter >= len(h.Limiters) {
+		if p.Limiter < 0 || p.Limiter >= len(h.Rules) {
 			continue
 		}
-		l := h.Limiters[p.Limiter]
+		l := h.Rules[p.Limiter]
 		var may int64
 		for _, c := range h.Calls {
 			if !c.Admitted || !in(c, l, p.Subject) || c.Decided-c.Spread > p.At {

@@ -12,8 +12,8 @@ const ms = time.Millisecond
 // harness's settings.
 func throttleHist(calls ...CallRecord) ThrottleHistory {
 	return ThrottleHistory{
-		Limiters: []ThrottleLimiter{{Key: true, Windows: []Window{{Limit: 2, Period: time.Second}}}},
-		Keys:     1, Calls: calls, Lease: time.Second, SlotRetry: time.Second,
+		Rules: []ThrottleRule{{Key: true, Windows: []Window{{Limit: 2, Period: time.Second}}}},
+		Keys:  1, Calls: calls, Lease: time.Second, SlotRetry: time.Second,
 		Bound: 500 * ms, Settle: 4500 * ms, End: 3 * time.Second,
 	}
 }
@@ -59,7 +59,7 @@ func TestThrottleWindow(t *testing.T) {
 
 func TestThrottleWindowCosts(t *testing.T) {
 	h := throttleHist()
-	h.Limiters = []ThrottleLimiter{{Key: true, Cost: "tokens", Windows: []Window{{Limit: 10, Period: time.Second}}}}
+	h.Rules = []ThrottleRule{{Key: true, Cost: "tokens", Windows: []Window{{Limit: 10, Period: time.Second}}}}
 	a, b := admitted(0, 10*ms), admitted(0, 20*ms)
 	a.Cost, b.Cost = 6, 6
 	a.Actual = 3 // settled lower: 9 of 10
@@ -125,7 +125,7 @@ func TestThrottleIdleTransit(t *testing.T) {
 
 func TestThrottleSlots(t *testing.T) {
 	h := throttleHist()
-	h.Limiters[0].Windows = []Window{{Limit: 1, Concurrent: true}}
+	h.Rules[0].Windows = []Window{{Limit: 1, Concurrent: true}}
 	a, b := admitted(0, 10*ms), admitted(0, 15*ms)
 	a.Finished = 500 * ms
 	h.Calls = []CallRecord{a, b}
@@ -192,7 +192,7 @@ func TestThrottleIdle(t *testing.T) {
 // again SlotRetry later.
 func TestThrottleIdleSlots(t *testing.T) {
 	h := throttleHist()
-	h.Limiters[0].Windows = []Window{{Limit: 1, Concurrent: true}}
+	h.Rules[0].Windows = []Window{{Limit: 1, Concurrent: true}}
 	a := admitted(0, 0)
 	a.Finished, a.Proc = 0, 7
 	h.Deaths = []Death{{Proc: 7, At: 100 * ms}}
@@ -220,16 +220,16 @@ func TestGenerateThrottle(t *testing.T) {
 	caps := Caps{Sleep: true, Persist: true, Nodes: 1}
 	a, b := GenerateThrottle(5, caps), GenerateThrottle(5, caps)
 	if a.String() != b.String() {
-		t.Fatal("a seed gave two plans")
+		t.Fatal("a seed gave two scenarios")
 	}
 	kinds := map[ThrottleKind]bool{}
 	var costs, concurrent, transport, blocks, drops, cancels bool
 	for seed := uint64(1); seed <= 200; seed++ {
 		p := GenerateThrottle(seed, caps)
-		if len(p.Limiters) == 0 || p.Procs < 2 {
+		if len(p.Rules) == 0 || p.Procs < 2 {
 			t.Fatalf("seed %d: %v", seed, p)
 		}
-		for _, l := range p.Limiters {
+		for _, l := range p.Rules {
 			costs = costs || l.Cost != ""
 			for _, w := range l.Windows {
 				concurrent = concurrent || w.Concurrent
@@ -271,7 +271,7 @@ func TestThrottleWindowSpread(t *testing.T) {
 // A slot lost to a late renewal lets the window hold one call more.
 func TestThrottleSlotsLost(t *testing.T) {
 	h := throttleHist()
-	h.Limiters[0].Windows = []Window{{Limit: 1, Concurrent: true}}
+	h.Rules[0].Windows = []Window{{Limit: 1, Concurrent: true}}
 	a, b := admitted(0, 10*ms), admitted(0, 1500*ms)
 	a.Finished = 0 // never finished, its process alive: held for good
 	h.Calls = []CallRecord{a, b}
@@ -287,7 +287,7 @@ func TestThrottleSlotsLost(t *testing.T) {
 // A lease after its holder died, a slot must be free.
 func TestThrottleLease(t *testing.T) {
 	h := throttleHist()
-	h.Limiters[0].Windows = []Window{{Limit: 2, Concurrent: true}}
+	h.Rules[0].Windows = []Window{{Limit: 2, Concurrent: true}}
 	a, b := admitted(0, 10*ms), admitted(0, 20*ms)
 	a.Finished, a.Proc = 0, 7 // held when its process died
 	b.Finished = 0            // never finished, its process alive
@@ -310,7 +310,7 @@ func TestThrottleLease(t *testing.T) {
 // With a longest hold, a Permit never finished frees its slot then.
 func TestThrottleMaxHold(t *testing.T) {
 	h := throttleHist()
-	h.Limiters[0].Windows = []Window{{Limit: 1, Concurrent: true}}
+	h.Rules[0].Windows = []Window{{Limit: 1, Concurrent: true}}
 	h.MaxHold = 1500 * ms
 	h.End = 4 * time.Second
 	a, b := admitted(0, 10*ms), admitted(20*ms, 1200*ms)
@@ -337,8 +337,8 @@ func TestThrottleIdleSkew(t *testing.T) {
 	// of cost 1 arrived at 10 ms has room and waits until 950 ms, while
 	// one of cost 3 arrived 1 ms after it has none and gives up at 960 ms.
 	h := throttleHist(admitted(0, 100*ms), admitted(10*ms, 950*ms), CallRecord{Actual: -1, Arrived: 11 * ms, Ended: 960 * ms})
-	h.Limiters[0].Cost = "tokens"
-	h.Limiters[0].Windows[0].Limit = 3
+	h.Rules[0].Cost = "tokens"
+	h.Rules[0].Windows[0].Limit = 3
 	h.Calls[0].Cost, h.Calls[1].Cost, h.Calls[2].Cost = 2, 1, 3
 	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
 		t.Fatal("the oldest waiter with room waited 800 ms unnoticed")

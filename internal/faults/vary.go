@@ -2,21 +2,21 @@ package faults
 
 import "math/rand/v2"
 
-// vary gives a plan the statements that make limits vary, each to about a
-// third of the plans, independently: roles (an exempt role, a role counted
+// vary gives a scenario the statements that make limits vary, each to about a
+// third of the scenarios, independently: roles (an exempt role, a role counted
 // by IP, a role with an override of its own: see RoleExempt), a window
 // whose limit is a limit function's ($quota, a value per request), and
 // rule overrides pushed at run time (Override steps, changing the group's
 // limits for every engine from that step on). Its draws come from a stream
-// of their own, after the rest of the plan is drawn: a plan without them
-// is the plan its seed gave before they were generated, and one with them
+// of their own, after the rest of the scenario is drawn: a scenario without them
+// is the scenario its seed gave before they were generated, and one with them
 // has the same windows, requests and faults.
 //
 // An override changes limits, never periods: the engine's keys keep what
 // their longest window needs, so a change that lengthens a window may
 // admit more than its limit during its first window (docs/limits.md), a
 // documented limit the model does not bound.
-func vary(p *Plan, seed uint64) {
+func vary(p *Scenario, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0x11e175))
 	roles := r.IntN(3) == 0
 	dynamic := r.IntN(3) == 0

@@ -25,7 +25,7 @@ type Source interface {
 	Peer() (addr string, h HeaderValues)
 	// Value returns the value that limiter i of p, l, of kind header,
 	// param or key counts by; "" counts the request by its client address.
-	Value(p *Plan, i int, l rules.Limiter) string
+	Value(p *Plan, i int, l rules.Rule) string
 	// Cost returns the result of cost function name, which limiter i of p
 	// names; an error is reported as a *CostError.
 	Cost(p *Plan, i int, name string) (int64, error)
@@ -125,7 +125,7 @@ type Verdict struct {
 type Quota struct {
 	Name    string
 	Period  string // the window's period as the rules write it, as in "1min"
-	Limiter rules.Limiter
+	Limiter rules.Rule
 	Window  rules.Window
 	Cost    int64
 }
@@ -165,7 +165,7 @@ func (a *Admission) resolve() bool {
 	a.res = r.t.Policy.Resolve(r.group, a.id)
 	a.Plan = r.planFor(a.res)
 	a.Event = Event{Request: a.HTTP, Role: a.res.Role}
-	if a.res.Exempt || a.Plan == nil || len(a.Plan.Limiters) == 0 {
+	if a.res.Exempt || a.Plan == nil || len(a.Plan.Rules) == 0 {
 		a.Event.Exempt = true
 		a.pass()
 		return false
@@ -215,7 +215,7 @@ func (a *Admission) price() bool {
 	if pol == nil {
 		return true
 	}
-	lim := p.Limiters[pol.Check]
+	lim := p.Rules[pol.Check]
 	a.Event.Limiter, a.Event.Policy, a.Event.Window = lim.ID(), pol.Name, win
 	a.Decided.Policy = pol
 	r.t.Logger.LogAttrs(a.ctx, slog.LevelInfo, r.msg.oversized,
@@ -233,14 +233,14 @@ func (a *Admission) price() bool {
 // of 1), the group's block and the distinct value.
 func (a *Admission) checks() []engine.Check {
 	r, p := a.rules, a.Plan
-	cs := make([]engine.Check, len(p.Limiters))
+	cs := make([]engine.Check, len(p.Rules))
 	block := Block(&r.group)
 	var distinct string
 	if r.distinct {
 		distinct = a.src.Distinct()
 	}
-	for i, lim := range p.Limiters {
-		cs[i].Limiter, cs[i].Block = lim, block
+	for i, lim := range p.Rules {
+		cs[i].Rule, cs[i].Block = lim, block
 		var v string
 		if named(lim.Kind) {
 			v = a.src.Value(p, i, lim)
@@ -272,13 +272,13 @@ func (a *Admission) clientIP() string {
 // calling each function once. It fails with a *CostError.
 func (a *Admission) cost() error {
 	p, cs := a.Plan, a.Checks
-	for i, lim := range p.Limiters {
+	for i, lim := range p.Rules {
 		if p.costs[i] >= 0 {
 			continue
 		}
 		n, called := int64(0), false
 		for j := range i {
-			if p.costs[j] < 0 && p.Limiters[j].Cost == lim.Cost {
+			if p.costs[j] < 0 && p.Rules[j].Cost == lim.Cost {
 				n, called = cs[j].Cost, true
 				break
 			}
@@ -312,7 +312,7 @@ func (a *Admission) decide() bool {
 	if d.Primary >= 0 {
 		ws := &d.Decision.Windows[d.Primary]
 		if d.Policy = a.Plan.Lookup(ws.Check, ws.Window); d.Policy != nil {
-			ev.Limiter, ev.Policy, ev.Window = a.Plan.Limiters[d.Policy.Check].ID(), d.Policy.Name, ws.Window
+			ev.Limiter, ev.Policy, ev.Window = a.Plan.Rules[d.Policy.Check].ID(), d.Policy.Name, ws.Window
 		}
 	}
 	if !dec.Allowed && !r.shadow {
@@ -414,7 +414,7 @@ func (a *Admission) quotas() []Quota {
 	cs, dec := a.Checks, &a.Decision
 	add := func(ws engine.WindowState) {
 		if pol := a.Plan.Lookup(ws.Check, ws.Window); pol != nil && ws.Check < len(cs) {
-			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Limiter: a.Plan.Limiters[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
+			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Limiter: a.Plan.Rules[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
 		}
 	}
 	if a.Primary >= 0 {

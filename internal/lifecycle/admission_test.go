@@ -28,7 +28,7 @@ func (t *trace) Peer() (string, HeaderValues) {
 	t.steps = append(t.steps, "peer")
 	return "192.0.2.7:1", nil
 }
-func (t *trace) Value(_ *Plan, _ int, l rules.Limiter) string {
+func (t *trace) Value(_ *Plan, _ int, l rules.Rule) string {
 	t.steps = append(t.steps, "value "+l.ID())
 	return "k"
 }

@@ -29,7 +29,7 @@ var calendarSeconds = map[string]int64{
 }
 
 // calendarName is the policy name of calendar window w of l.
-func calendarName(l rules.Limiter, w rules.Window) string {
+func calendarName(l rules.Rule, w rules.Window) string {
 	return l.ID() + "-calendar-" + string(w.Calendar)
 }
 

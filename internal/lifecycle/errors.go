@@ -53,7 +53,7 @@ type CostError struct {
 
 // Error implements the error interface.
 func (e *CostError) Error() string {
-	s := "middleware: cost function " + strconv.Quote(e.Name) + " of limiter " + e.Limiter + ": "
+	s := "middleware: cost function " + strconv.Quote(e.Name) + " of rule " + e.Limiter + ": "
 	if e.Err != nil {
 		return s + e.Err.Error()
 	}
@@ -86,7 +86,7 @@ type LimitError struct {
 
 // Error implements the error interface.
 func (e *LimitError) Error() string {
-	return "middleware: limit function " + strconv.Quote(e.Name) + " for window " + e.Window + " of limiter " +
+	return "middleware: limit function " + strconv.Quote(e.Name) + " for window " + e.Window + " of rule " +
 		e.Limiter + ": " + e.Err.Error()
 }
 

@@ -14,13 +14,13 @@ import (
 
 // Lists yields g's limiter lists: the defaults, with role "", then each
 // override's limiters with its role, in declaration order.
-func Lists(g *rules.Group) iter.Seq2[string, []rules.Limiter] {
-	return func(yield func(string, []rules.Limiter) bool) {
-		if !yield("", g.Limiters) {
+func Lists(g *rules.Group) iter.Seq2[string, []rules.Rule] {
+	return func(yield func(string, []rules.Rule) bool) {
+		if !yield("", g.Rules) {
 			return
 		}
-		for _, o := range g.Overrides {
-			if !yield(o.Role, o.Limiters) {
+		for _, o := range g.RoleRules {
+			if !yield(o.Role, o.Rules) {
 				return
 			}
 		}
@@ -55,7 +55,7 @@ func Counts(items []string, status int) bool {
 }
 
 // Dynamic reports whether some window of l has a limit function.
-func Dynamic(l rules.Limiter) bool {
+func Dynamic(l rules.Rule) bool {
 	for _, w := range l.Windows {
 		if w.LimitFunc != "" {
 			return true
@@ -67,7 +67,7 @@ func Dynamic(l rules.Limiter) bool {
 // LimitCap returns the largest limit window w of l may have (see
 // rulelimits.LimitCap). Validation holds written limits to it, and Resolve
 // the values of limit functions.
-func LimitCap(l rules.Limiter, w rules.Window) int64 {
+func LimitCap(l rules.Rule, w rules.Window) int64 {
 	return rulelimits.LimitCap(l.Cost, w.Grain, w.Calendar)
 }
 
@@ -75,7 +75,7 @@ func LimitCap(l rules.Limiter, w rules.Window) int64 {
 // returned for one request. It keeps LimitFunc, so the result still prints
 // as $name, and fails when n is below 1 or above LimitCap(l, w): a limit
 // function is held to the rules a written limit obeys.
-func Resolve(l rules.Limiter, w rules.Window, n int64) (rules.Window, error) {
+func Resolve(l rules.Rule, w rules.Window, n int64) (rules.Window, error) {
 	if n < 1 {
 		return rules.Window{}, fmt.Errorf("rules: limit %d of window %s is below 1", n, w)
 	}

@@ -53,7 +53,7 @@ func HoldsSlots(g *rules.Group) bool {
 // countsDistinct reports whether limiter l counts the group's distinct
 // values (distinct:NAME): a limiter without a cost with a window that is
 // not in-flight.
-func countsDistinct(l rules.Limiter) bool {
+func countsDistinct(l rules.Rule) bool {
 	if l.Cost != "" {
 		return false
 	}

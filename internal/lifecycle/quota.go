@@ -43,13 +43,13 @@ type Policy struct {
 // advertised policies of its windows and their RateLimit-Policy value. It
 // is immutable and safe for concurrent use.
 type Plan struct {
-	Limiters []rules.Limiter
+	Rules    []rules.Rule
 	Policies []Policy // in check order then window order, as Decision.Windows
 	Index    [][]int  // Index[check][window] is the position in Policies
 	Field    string   // the RateLimit-Policy value (per request for windows with limit functions)
 	Slots    bool     // some limiter has an in-flight window: admitted requests hold slots
 	Calendar bool     // some limiter has a calendar window (see calendarItems)
-	// Settle[i] is how Limiters[i] settles after the handler, nil if it
+	// Settle[i] is how Rules[i] settles after the handler, nil if it
 	// does not; Settle is nil when no limiter settles (see SettleWith).
 	Settle  []*Settle
 	settled []string // the settled cost function names, once each
@@ -59,7 +59,7 @@ type Plan struct {
 	// Transport is what the transport keeps per plan (the middleware's
 	// key and limit functions), set by NewRules' plan function.
 	Transport any
-	// costs[i] is the constant cost of Limiters[i] (1 for none, 1 for an
+	// costs[i] is the constant cost of Rules[i] (1 for none, 1 for an
 	// invalid constant, which the transport reports), or -1 for a cost
 	// function.
 	costs []int64
@@ -70,8 +70,8 @@ type Plan struct {
 // quota; an invalid one, which the transport reports, divides by 1), the
 // cost function bytes counts content-bytes, other cost functions are not
 // advertised, and an in-flight window counts concurrent requests.
-func NewPlan(ls []rules.Limiter) *Plan {
-	p := &Plan{Limiters: ls, Index: make([][]int, len(ls)), costs: make([]int64, len(ls))}
+func NewPlan(ls []rules.Rule) *Plan {
+	p := &Plan{Rules: ls, Index: make([][]int, len(ls)), costs: make([]int64, len(ls))}
 	for i, l := range ls {
 		unit, per := UnitRequests, int64(1)
 		switch {
@@ -113,14 +113,14 @@ func IsDecimal(s string) bool {
 	return s != ""
 }
 
-// PolicyName returns the name under which window w of limiter l is
+// PolicyName returns the name under which window w of rule l is
 // advertised in the RateLimit-Policy and RateLimit fields: the limiter's ID,
 // a hyphen and the period with its count, as in "ip-1s", "user-1min",
 // "header(X-Api-Key)-30s" or "global-500ms"; an in-flight window (N
 // concurrent) is named by the limiter's ID and "-concurrent", as in
 // "user-concurrent", and a calendar window by the ID, "-calendar-" and its
 // unit, as in "user[bytes]-calendar-month".
-func PolicyName(l rules.Limiter, w rules.Window) string {
+func PolicyName(l rules.Rule, w rules.Window) string {
 	if w.Concurrent {
 		return l.ID() + "-concurrent"
 	}
@@ -346,7 +346,7 @@ func (p *Plan) Constrained(d *engine.Decision) (items []int, primary int) {
 }
 
 // uniqueNames makes policy names unique by suffixing repeats with "-2",
-// "-3", ...; validated groups never repeat a limiter ID or period, but a
+// "-3", ...; validated groups never repeat a rule ID or period, but a
 // hand-built group may, and duplicate names would make the fields ambiguous.
 func uniqueNames(ps []Policy) {
 	seen := make(map[string]int, len(ps))
@@ -387,10 +387,10 @@ func (p *Plan) Oversized(cs []engine.Check) (*Policy, rules.Window) {
 }
 
 func (p *Plan) Lookup(c int, w rules.Window) *Policy {
-	if c < 0 || c >= len(p.Limiters) {
+	if c < 0 || c >= len(p.Rules) {
 		return nil
 	}
-	for j, pw := range p.Limiters[c].Windows {
+	for j, pw := range p.Rules[c].Windows {
 		// A window with a limit function comes back with the limit of
 		// the request.
 		if pw == w || pw.LimitFunc != "" && pw.LimitFunc == w.LimitFunc && pw.Period == w.Period && pw.Grain == w.Grain && pw.Calendar == w.Calendar {

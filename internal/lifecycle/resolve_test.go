@@ -16,19 +16,19 @@ func TestResolve(t *testing.T) {
 	grained := rules.Window{Period: time.Hour, Grain: time.Minute, LimitFunc: "quota"}
 	tests := []struct {
 		name string
-		l    rules.Limiter
+		l    rules.Rule
 		w    rules.Window
 		n    int64
 		err  string // a substring; "" for success
 	}{
-		{"exact", rules.Limiter{Kind: rules.Key, Name: "t"}, dyn, 7500, ""},
-		{"exact at cap", rules.Limiter{Kind: rules.Key, Name: "t"}, dyn, rulelimits.MaxLimit, ""},
-		{"exact above cap", rules.Limiter{Kind: rules.Key, Name: "t"}, dyn, rulelimits.MaxLimit + 1, "limit 100001 is above 100000"},
-		{"grained above exact cap", rules.Limiter{Kind: rules.Key, Name: "t"}, grained, rulelimits.MaxLimit + 1, ""},
-		{"costed", rules.Limiter{Kind: rules.User, Cost: "bytes"}, dyn, rulelimits.MaxBoundedLimit, ""},
-		{"costed above cap", rules.Limiter{Kind: rules.User, Cost: "bytes"}, dyn, rulelimits.MaxBoundedLimit + 1, "(2^50)"},
-		{"zero", rules.Limiter{Kind: rules.IP}, dyn, 0, "limit 0 of window $quota/min is below 1"},
-		{"negative", rules.Limiter{Kind: rules.IP}, dyn, -3, "is below 1"},
+		{"exact", rules.Rule{Kind: rules.Key, Name: "t"}, dyn, 7500, ""},
+		{"exact at cap", rules.Rule{Kind: rules.Key, Name: "t"}, dyn, rulelimits.MaxLimit, ""},
+		{"exact above cap", rules.Rule{Kind: rules.Key, Name: "t"}, dyn, rulelimits.MaxLimit + 1, "limit 100001 is above 100000"},
+		{"grained above exact cap", rules.Rule{Kind: rules.Key, Name: "t"}, grained, rulelimits.MaxLimit + 1, ""},
+		{"costed", rules.Rule{Kind: rules.User, Cost: "bytes"}, dyn, rulelimits.MaxBoundedLimit, ""},
+		{"costed above cap", rules.Rule{Kind: rules.User, Cost: "bytes"}, dyn, rulelimits.MaxBoundedLimit + 1, "(2^50)"},
+		{"zero", rules.Rule{Kind: rules.IP}, dyn, 0, "limit 0 of window $quota/min is below 1"},
+		{"negative", rules.Rule{Kind: rules.IP}, dyn, -3, "is below 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
+	"github.com/slidelimit/slidelimit/internal/logevery"
 	"github.com/slidelimit/slidelimit/role"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -54,7 +54,7 @@ type Transport struct {
 
 	// backendLog keeps backend errors, which come with every request of an
 	// outage, to one warning per backendLogEvery.
-	backendLog logthrottle.Throttle
+	backendLog logevery.Gate
 }
 
 // backendLogEvery is the least time between two warnings about backend
@@ -88,7 +88,7 @@ type Rules struct {
 // the handler and t's decider cannot finish requests, and with plan's
 // errors.
 func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(status int) bool, plan func(role string, p *Plan) error) (*Rules, []error) {
-	r := &Rules{t: t, group: g, byRole: make(map[string]*Plan, len(g.Overrides)), shadow: g.Mode == rules.Shadow,
+	r := &Rules{t: t, group: g, byRole: make(map[string]*Plan, len(g.RoleRules)), shadow: g.Mode == rules.Shadow,
 		distinct: g.Distinct != "", zone: zone, plan: plan, msg: messagesFor(t.Noun)}
 	if len(g.Count) > 0 {
 		r.counts = counts
@@ -117,7 +117,7 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 }
 
 // newPlan makes the plan of one limiter list.
-func (r *Rules) newPlan(role string, ls []rules.Limiter) (*Plan, error) {
+func (r *Rules) newPlan(role string, ls []rules.Rule) (*Plan, error) {
 	p := NewPlan(ls)
 	p.SettleWith(r.t.Settle)
 	if r.plan != nil {
@@ -138,7 +138,7 @@ func (r *Rules) planFor(res role.Resolution) *Plan {
 	}
 	// Unreachable with role.Policy, which only returns roles of the group's
 	// overrides; an ad hoc plan keeps serving correct if that changes.
-	if p, err := r.newPlan(string(res.Role), res.Limiters); err == nil {
+	if p, err := r.newPlan(string(res.Role), res.Rules); err == nil {
 		return p
 	}
 	return r.defaults

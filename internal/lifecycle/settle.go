@@ -65,13 +65,13 @@ func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <
 // settle; a limiter whose cost is none or a constant never settles.
 func (p *Plan) SettleWith(settle map[string]Settle) {
 	p.Settle, p.settled = nil, nil
-	for i, l := range p.Limiters {
+	for i, l := range p.Rules {
 		s, ok := settle[l.Cost]
 		if !ok || l.Cost == "" || IsDecimal(l.Cost) {
 			continue
 		}
 		if p.Settle == nil {
-			p.Settle = make([]*Settle, len(p.Limiters))
+			p.Settle = make([]*Settle, len(p.Rules))
 		}
 		p.Settle[i] = &s
 		if !contains(p.settled, l.Cost) {
@@ -162,7 +162,7 @@ func (p *Plan) Actual(checks []engine.Check, rep *CostReport, written int64) []i
 		if s == nil {
 			continue
 		}
-		n, ok := rep.get(p.Limiters[i].Cost)
+		n, ok := rep.get(p.Rules[i].Cost)
 		if !ok && s.Written && written >= 0 {
 			n, ok = written, true
 		}

@@ -36,7 +36,7 @@ func TestActual(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := NewPlan(g.Limiters)
+			p := NewPlan(g.Rules)
 			p.SettleWith(tt.settle)
 			ctx, rep := p.Reporting(context.Background())
 			for name, n := range tt.report {

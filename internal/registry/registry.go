@@ -24,8 +24,8 @@ import (
 // Causes of input that names no windows, which the root package reports
 // as ConfigErrors of kind "scope" and "limiter".
 var (
-	ErrUnknownScope   = errors.New("slidelimit: unknown scope")
-	ErrUnknownLimiter = errors.New("slidelimit: unknown limiter")
+	ErrUnknownScope = errors.New("slidelimit: unknown scope")
+	ErrUnknownRule  = errors.New("slidelimit: unknown limiter")
 )
 
 // entry is a group wrapped by Register, Handle, Middleware or
@@ -74,13 +74,13 @@ func (r *Registry) Add(scope string, g rules.Group, opts []middleware.Option) {
 // subject, one check with the union of the windows of every limiter with
 // the ID in the scope. value is the raw value the limiter counts or, with
 // byIP, a client address.
-func (r *Registry) Request(scope, limiterID, value string, byIP bool) (engine.Request, error) {
+func (r *Registry) Request(scope, ruleID, value string, byIP bool) (engine.Request, error) {
 	if byIP {
-		if id, ok := ParseLimiterID(limiterID); ok && id.Kind == rules.Global {
+		if id, ok := ParseRuleID(ruleID); ok && id.Kind == rules.Global {
 			return engine.Request{}, fmt.Errorf("slidelimit: %w: a global limiter never counts by client IP", lifecycle.ErrSubject)
 		}
 	}
-	return r.request(scope, limiterID, func(kind rules.Kind, g *entry) (string, error) {
+	return r.request(scope, ruleID, func(kind rules.Kind, g *entry) (string, error) {
 		if byIP {
 			kind = rules.IP
 		}
@@ -92,11 +92,11 @@ func (r *Registry) Request(scope, limiterID, value string, byIP bool) (engine.Re
 // tallies report it (internal/tally): the middleware's encoding of a
 // value, or its stored hash (hashed). It makes one check, for that
 // subject whatever the groups' options.
-func (r *Registry) Stored(scope, limiterID, stored string, hashed bool) (engine.Request, error) {
+func (r *Registry) Stored(scope, ruleID, stored string, hashed bool) (engine.Request, error) {
 	if hashed && !keyparts.IsStoredHash(stored) {
 		return engine.Request{}, fmt.Errorf("slidelimit: %w: %q is not a stored hash", lifecycle.ErrSubject, stored)
 	}
-	req, err := r.request(scope, limiterID, func(rules.Kind, *entry) (string, error) { return stored, nil })
+	req, err := r.request(scope, ruleID, func(rules.Kind, *entry) (string, error) { return stored, nil })
 	for i := range req.Checks {
 		req.Checks[i].Hashed = hashed
 	}
@@ -123,16 +123,16 @@ func (r *Registry) inScope(scope string) []*entry {
 
 // request is Request with subjectOf, which maps the value to the stored
 // subject of a group's limiter of kind.
-func (r *Registry) request(scope, limiterID string, subjectOf func(rules.Kind, *entry) (string, error)) (engine.Request, error) {
+func (r *Registry) request(scope, ruleID string, subjectOf func(rules.Kind, *entry) (string, error)) (engine.Request, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	inScope := r.inScope(scope)
 	if scope == "" || len(inScope) == 0 {
 		return engine.Request{}, fmt.Errorf("%w %q", ErrUnknownScope, scope)
 	}
-	id, ok := ParseLimiterID(limiterID)
+	id, ok := ParseRuleID(ruleID)
 	if !ok {
-		return engine.Request{}, fmt.Errorf("%w %q: not a limiter ID such as ip, user or header(X-Api-Key)", ErrUnknownLimiter, limiterID)
+		return engine.Request{}, fmt.Errorf("%w %q: not a rule ID such as ip, user or header(X-Api-Key)", ErrUnknownRule, ruleID)
 	}
 	req := engine.Request{Scope: scope}
 	var block time.Duration // the longest block of the groups with the limiter
@@ -146,7 +146,7 @@ func (r *Registry) request(scope, limiterID string, subjectOf func(rules.Kind, *
 				if subject == "" {
 					s, err := subjectOf(id.Kind, g)
 					if err != nil {
-						return engine.Request{}, fmt.Errorf("slidelimit: limiter %s: %w", limiterID, err)
+						return engine.Request{}, fmt.Errorf("slidelimit: limiter %s: %w", ruleID, err)
 					}
 					subject = s
 				}
@@ -159,7 +159,7 @@ func (r *Registry) request(scope, limiterID string, subjectOf func(rules.Kind, *
 		}
 	}
 	if len(req.Checks) == 0 {
-		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownLimiter, limiterID, scope)
+		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownRule, ruleID, scope)
 	}
 	for i := range req.Checks {
 		// Peek reads the subject's block (a Peek never starts one).
@@ -174,10 +174,10 @@ func (r *Registry) request(scope, limiterID string, subjectOf func(rules.Kind, *
 // addWindows adds to the check of subject the windows it does not have yet.
 // Windows equal in period but not in limit are both kept: each is what some
 // caller is limited by, and the engine counts them over the same entries.
-func addWindows(checks []engine.Check, id rules.Limiter, subject string, ws []rules.Window) []engine.Check {
+func addWindows(checks []engine.Check, id rules.Rule, subject string, ws []rules.Window) []engine.Check {
 	i := slices.IndexFunc(checks, func(c engine.Check) bool { return c.Subject == subject })
 	if i < 0 {
-		checks = append(checks, engine.Check{Limiter: rules.Limiter{Kind: id.Kind, Name: id.Name, Cost: id.Cost}, Subject: subject})
+		checks = append(checks, engine.Check{Rule: rules.Rule{Kind: id.Kind, Name: id.Name, Cost: id.Cost}, Subject: subject})
 		i = len(checks) - 1
 	}
 	for _, w := range ws {
@@ -192,21 +192,21 @@ func addWindows(checks []engine.Check, id rules.Limiter, subject string, ws []ru
 	return checks
 }
 
-// ParseLimiterID returns the kind, name and cost of a limiter ID
+// ParseRuleID returns the kind, name and cost of a rule ID
 // (user, header(X-Api-Key), user[bytes]), canonicalized as the rule
 // language does (header names), by parsing it as a limiter with a
 // placeholder window; text with anything but an ID in it is rejected
 // before it could parse as more than one statement or window.
-func ParseLimiterID(id string) (rules.Limiter, bool) {
+func ParseRuleID(id string) (rules.Rule, bool) {
 	if id == "" || strings.ContainsAny(id, ";:,=&/ \t") {
-		return rules.Limiter{}, false
+		return rules.Rule{}, false
 	}
 	g, err := rules.Parse(id + ":100000/s") // room for a constant cost
-	if err != nil || len(g.Limiters) != 1 {
-		return rules.Limiter{}, false
+	if err != nil || len(g.Rules) != 1 {
+		return rules.Rule{}, false
 	}
-	l := g.Limiters[0]
-	return rules.Limiter{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
+	l := g.Rules[0]
+	return rules.Rule{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
 }
 
 // hasCalendar reports whether some limiter of g, default or override, has
@@ -248,8 +248,8 @@ func (r *Registry) Routes() []admin.Route {
 		}
 		for _, ls := range lifecycle.Lists(&g.group) {
 			for _, lim := range ls {
-				if id := lim.ID(); !slices.Contains(out[i].Limiters, id) {
-					out[i].Limiters = append(out[i].Limiters, id)
+				if id := lim.ID(); !slices.Contains(out[i].Rules, id) {
+					out[i].Rules = append(out[i].Rules, id)
 				}
 			}
 		}

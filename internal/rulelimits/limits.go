@@ -29,9 +29,9 @@ const (
 	MinPeriod = time.Millisecond
 	// MaxPeriod is the longest period a window may have.
 	MaxPeriod = 30 * 24 * time.Hour
-	// MaxLimiters is the largest number of limiters in a limiter list:
+	// MaxRules is the largest number of limiters in a limiter list:
 	// one request checks them all in one Redis call (engine.MaxChecks).
-	MaxLimiters = 64
+	MaxRules = 64
 	// MaxWindows is the largest number of windows over every limiter of a
 	// limiter list, in-flight and calendar windows included
 	// (engine.MaxWindows).

@@ -29,7 +29,7 @@ func BenchmarkCachedDenialTallies(b *testing.B) {
 		}
 		req := engine.Request{
 			Scope:  "bench",
-			Checks: []engine.Check{{Limiter: rules.Limiter{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1, time.Minute), win(10, time.Hour)}}, Subject: "hot"}},
+			Checks: []engine.Check{{Rule: rules.Rule{Kind: rules.Key, Name: "bench", Windows: []rules.Window{win(1, time.Minute), win(10, time.Hour)}}, Subject: "hot"}},
 			Fail:   rules.FailClosed,
 		}
 		ctx := context.Background()
@@ -87,13 +87,13 @@ func BenchmarkTallyFlood(b *testing.B) {
 	prefix := redistest.Prefix(b)
 	e := newEngine(b, c, engine.WithKeyPrefix(prefix))
 	tl := withTallies(b, e, 100*time.Millisecond)
-	lim := rules.Limiter{Kind: rules.Key, Name: "k", Windows: []rules.Window{win(1, time.Hour)}}
+	lim := rules.Rule{Kind: rules.Key, Name: "k", Windows: []rules.Window{win(1, time.Hour)}}
 	ctx := context.Background()
 	var n atomic.Int64
 	var denied atomic.Int64
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		req := engine.Request{Scope: "flood", Checks: []engine.Check{{Limiter: lim}}}
+		req := engine.Request{Scope: "flood", Checks: []engine.Check{{Rule: lim}}}
 		for pb.Next() {
 			req.Checks[0].Subject = "s" + strconv.FormatInt(n.Add(1), 10)
 			e.Allow(ctx, req)

@@ -130,7 +130,7 @@ func (t *Tallies) writeFailed(n int64, err error) {
 func (t *Tallies) member(b []byte, k key) []byte {
 	b = keyparts.AppendEscaped(b, k.scope)
 	b = append(b, '|')
-	b = keyparts.AppendEscaped(b, rules.Limiter{Kind: k.kind, Name: k.name, Cost: k.cost}.ID())
+	b = keyparts.AppendEscaped(b, rules.Rule{Kind: k.kind, Name: k.name, Cost: k.cost}.ID())
 	b = append(b, '|')
 	if k.hashed {
 		return append(b, k.subject...)

@@ -143,7 +143,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	if err != nil || !p.Blocked || p.Windows[0].Used != 1 {
 		t.Fatalf("peek by hash: %+v, %v; want blocked, 1 used", p, err)
 	}
-	if err := e.Reset(ctx, "GET /x", peek.Checks[0].Limiter, d.Hash, true); err != nil {
+	if err := e.Reset(ctx, "GET /x", peek.Checks[0].Rule, d.Hash, true); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := e.Allow(ctx, req(raw)); err != nil || !a.Allowed {

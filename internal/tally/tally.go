@@ -52,7 +52,7 @@ const (
 type Denials struct {
 	// Scope is the request's scope (a route pattern or a scope: name).
 	Scope string
-	// Limiter is the limiter's ID (rules.Limiter.ID): "ip", "user",
+	// Limiter is the limiter's ID (rules.Rule.ID): "ip", "user",
 	// "header(X-Api-Key)", "user[bytes]".
 	Limiter string
 	// Subject is the check's subject as the engine was given it

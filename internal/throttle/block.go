@@ -84,7 +84,7 @@ func (ln *lane) note(req *engine.Request) {
 	}
 	lines := make([]string, 0, len(req.Checks))
 	for _, c := range req.Checks {
-		if l := liftLine(limiterName(c.Limiter), c.Subject); !slices.Contains(lines, l) {
+		if l := liftLine(ruleName(c.Rule), c.Subject); !slices.Contains(lines, l) {
 			lines = append(lines, l)
 		}
 	}
@@ -100,10 +100,10 @@ func (ln *lane) lines() []string {
 	return nil
 }
 
-// limiterName is l's ID without its cost: a Reset of any cost of a
+// ruleName is l's ID without its cost: a Reset of any cost of a
 // limiter lifts the blocks of its subjects.
-func limiterName(l rules.Limiter) string {
-	return rules.Limiter{Kind: l.Kind, Name: l.Name}.ID()
+func ruleName(l rules.Rule) string {
+	return rules.Rule{Kind: l.Kind, Name: l.Name}.ID()
 }
 
 // liftLine names a subject in the list of learned blocks and in the
@@ -162,16 +162,16 @@ func (t *Throttle) unblock(line string) {
 
 // LiftSubject ends the learned blocks of every lane with subject of
 // limiter l, in every process (lift).
-func (t *Throttle) LiftSubject(ctx context.Context, l rules.Limiter, subject string) error {
-	_, err := t.lift(ctx, liftLine(limiterName(l), subject))
+func (t *Throttle) LiftSubject(ctx context.Context, l rules.Rule, subject string) error {
+	_, err := t.lift(ctx, liftLine(ruleName(l), subject))
 	return err
 }
 
 // LiftRef ends the learned blocks of every lane whose subject of limiter
 // l has the operator page's fingerprint ref, in every process (lift). It
 // reports whether Redis listed one.
-func (t *Throttle) LiftRef(ctx context.Context, l rules.Limiter, ref string) (bool, error) {
-	n, err := t.lift(ctx, limiterName(l)+" "+ref)
+func (t *Throttle) LiftRef(ctx context.Context, l rules.Rule, ref string) (bool, error) {
+	n, err := t.lift(ctx, ruleName(l)+" "+ref)
 	return n > 0, err
 }
 

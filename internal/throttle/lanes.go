@@ -73,7 +73,7 @@ func laneKey(req *engine.Request) string {
 	// Run-time limits split lanes: what a lane learns of its windows (full
 	// until, the fleet's turn) holds only for the limits it was asked with.
 	for i := range req.Checks {
-		for _, w := range req.Checks[i].Limiter.Windows {
+		for _, w := range req.Checks[i].Rule.Windows {
 			if w.LimitFunc != "" {
 				b = binary.AppendUvarint(append(b, 0xff), uint64(w.Limit))
 			}

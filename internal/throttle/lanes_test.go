@@ -352,7 +352,7 @@ func TestThrottleLaneKeysInjective(t *testing.T) {
 	// read back as subjects.
 	dyn := func(limit int64) *engine.Request {
 		w := rules.Window{Limit: limit, Period: time.Minute, LimitFunc: "quota"}
-		return &engine.Request{Checks: []engine.Check{{Subject: "k", Limiter: rules.Limiter{Kind: rules.Global, Windows: []rules.Window{w}}}}}
+		return &engine.Request{Checks: []engine.Check{{Subject: "k", Rule: rules.Rule{Kind: rules.Global, Windows: []rules.Window{w}}}}}
 	}
 	if laneKey(dyn(1)) == laneKey(dyn(100)) {
 		t.Error("calls with different run-time limits share a lane")

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
+	"github.com/slidelimit/slidelimit/internal/logevery"
 )
 
 // permitWarnEvery is the least time between two lines about Permits that
@@ -28,7 +28,7 @@ type Permit struct {
 
 // permitWarnings throttles a throttle's lines about Permits.
 type permitWarnings struct {
-	dropped, held logthrottle.Throttle
+	dropped, held logevery.Gate
 }
 
 // newPermit returns the Permit of the call d admitted, which uses ln.

@@ -36,8 +36,8 @@ func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 			ErrRules, t.name, stmt)
 	}
 	switch {
-	case len(g.Overrides) > 0:
-		return nil, fail("role(" + g.Overrides[0].Role + ") override")
+	case len(g.RoleRules) > 0:
+		return nil, fail("role(" + g.RoleRules[0].Role + ") override")
 	case len(g.Exempt) > 0:
 		return nil, fail("exempt:" + strings.Join(g.Exempt, ","))
 	case len(g.Count) > 0:
@@ -46,13 +46,13 @@ func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 		return nil, fail("distinct:" + g.Distinct)
 	case g.Mode == rules.Shadow:
 		return nil, fail("mode:shadow")
-	case len(g.Limiters) == 0:
+	case len(g.Rules) == 0:
 		return nil, fmt.Errorf("slidelimit: throttle %q: no limiter", t.name)
 	}
 	limits := t.limits
 	p := &Plan{g: g, scope: t.name, limits: limits, wrap: t.cfg.ConfigError, transit: max(t.cfg.Transit, 0),
-		wins: make([][]rules.Window, len(g.Limiters)), cals: calendars(g)}
-	for i, l := range g.Limiters {
+		wins: make([][]rules.Window, len(g.Rules)), cals: calendars(g)}
+	for i, l := range g.Rules {
 		p.wins[i] = stretch(l.Windows, p.transit)
 		if l.Kind != rules.Global && l.Kind != rules.Key {
 			return nil, fail("limiter " + l.ID() + " (only global and key(NAME) limiters)")
@@ -61,7 +61,7 @@ func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 			p.slots = p.slots || w.Concurrent
 			if w.LimitFunc != "" && limits[w.LimitFunc] == nil {
 				return nil, &middleware.ConfigError{Kind: "unregistered", Option: "WithLimitFunc", Name: w.LimitFunc,
-					Reason: "unknown limit function " + strconv.Quote(w.LimitFunc) + " in window " + w.String() + " of limiter " + l.ID() + " (use WithLimitFunc)"}
+					Reason: "unknown limit function " + strconv.Quote(w.LimitFunc) + " in window " + w.String() + " of rule " + l.ID() + " (use WithLimitFunc)"}
 			}
 		}
 	}
@@ -81,13 +81,13 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 		// whole fleet's calls into the upstream's limits at once.
 		fail = rules.FailClosed
 	}
-	req := engine.Request{Scope: p.scope, Fail: fail, Zone: p.zone, Checks: make([]engine.Check, len(p.g.Limiters))}
-	names := make([]string, len(p.g.Limiters))
+	req := engine.Request{Scope: p.scope, Fail: fail, Zone: p.zone, Checks: make([]engine.Check, len(p.g.Rules))}
+	names := make([]string, len(p.g.Rules))
 	vals := map[string]int64{}
-	for i, l := range p.g.Limiters {
+	for i, l := range p.g.Rules {
 		ch := &req.Checks[i]
-		ch.Limiter, ch.Block = l, p.g.Block
-		ch.Limiter.Windows = p.wins[i]
+		ch.Rule, ch.Block = l, p.g.Block
+		ch.Rule.Windows = p.wins[i]
 		var v string
 		if l.Kind == rules.Key {
 			if v = c.Keys[l.Name]; v == "" {
@@ -133,7 +133,7 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 			}
 			ws[j] = rw
 		}
-		ch.Limiter.Windows = ws
+		ch.Rule.Windows = ws
 	}
 	if err := tooBig(&req, p.transit); err != nil {
 		return req, nil, p.wrap(err)

@@ -140,13 +140,13 @@ func (t *Throttle) logger() *slog.Logger { return t.eng.Logger() }
 // estimates only for the code's, so every call would fail.
 func (t *Throttle) declared(g rules.Group) error {
 	keys, costs := map[string]bool{}, map[string]bool{}
-	for _, l := range t.code.g.Limiters {
+	for _, l := range t.code.g.Rules {
 		if l.Kind == rules.Key {
 			keys[l.Name] = true
 		}
 		costs[l.Cost] = true
 	}
-	for _, l := range g.Limiters {
+	for _, l := range g.Rules {
 		switch {
 		case l.Kind == rules.Key && !keys[l.Name]:
 			return fmt.Errorf("%w: throttle %q: limiter %s: the throttle's callers give no value for key %q (its code declares %s)",
@@ -249,7 +249,7 @@ func tooBig(req *engine.Request, d time.Duration) error {
 		for _, w := range c.Windows {
 			if !w.Concurrent && cost > w.Limit {
 				return fmt.Errorf("%w: cost %s of limiter %s is above the limit of its window %s",
-					ErrNeverFits, strconv.FormatInt(cost, 10), c.Limiter.ID(), declared(w, d).String())
+					ErrNeverFits, strconv.FormatInt(cost, 10), c.Rule.ID(), declared(w, d).String())
 			}
 		}
 	}

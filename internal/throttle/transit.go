@@ -53,7 +53,7 @@ func declared(w rules.Window, d time.Duration) rules.Window {
 // calendars returns the calendar units of g's windows, each once.
 func calendars(g rules.Group) []string {
 	var units []string
-	for _, l := range g.Limiters {
+	for _, l := range g.Rules {
 		for _, w := range l.Windows {
 			if w.Calendar != "" && !slices.Contains(units, w.Calendar) {
 				units = append(units, w.Calendar)

@@ -201,8 +201,8 @@ func TestTransitHookWindow(t *testing.T) {
 func TestTransitNeverFitsWindow(t *testing.T) {
 	d := 50 * time.Millisecond
 	declared := rules.Window{Limit: 1000, Period: time.Minute}
-	l := rules.Limiter{Kind: rules.Global, Cost: "tokens", Windows: stretch([]rules.Window{declared}, d)}
-	req := &engine.Request{Checks: []engine.Check{{Limiter: l, Cost: 1001}}}
+	l := rules.Rule{Kind: rules.Global, Cost: "tokens", Windows: stretch([]rules.Window{declared}, d)}
+	req := &engine.Request{Checks: []engine.Check{{Rule: l, Cost: 1001}}}
 	err := tooBig(req, d)
 	if !errors.Is(err, ErrNeverFits) {
 		t.Fatalf("tooBig = %v, want ErrNeverFits", err)
@@ -210,7 +210,7 @@ func TestTransitNeverFitsWindow(t *testing.T) {
 	if want, stretched := declared.String(), l.Windows[0].String(); !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), stretched) {
 		t.Errorf("tooBig = %q, want the declared window %s, not %s", err, want, stretched)
 	}
-	if err := tooBig(&engine.Request{Checks: []engine.Check{{Limiter: l, Cost: 1000}}}, d); err != nil {
+	if err := tooBig(&engine.Request{Checks: []engine.Check{{Rule: l, Cost: 1000}}}, d); err != nil {
 		t.Errorf("a cost of the whole limit: %v", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 //     exactly the state a Redis denial would report (see Deny);
 //   - the FailLocal fallback, which starts each key from the known state
 //     (or a concurrent answer's higher counts: see floor.go)
-//     instead of from nothing (the engine's localLimiter.seed), keys counted in
+//     instead of from nothing (fallback.Limiter.seed), keys counted in
 //     units (bytes) and keys counting distinct values included (the
 //     latter seed with their number of values: the fallback counts
 //     requests there, see Check.Distinct).

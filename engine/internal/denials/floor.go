@@ -125,7 +125,7 @@ func (kk *Key) prune(sent int64) {
 // raise raises kn's windows to the counts of floor's entries, each for the
 // window of period rename(its period) (none when 0), and kn's wall to the
 // entry's when it raised one: the fallback enters the counts as admitted
-// then (see localLimiter.seed), and the entries that answer counted may
+// then (see fallback.Limiter.seed), and the entries that answer counted may
 // have been admitted after kn's answer arrived.
 func (kn *Key) raise(floor []floorWin, rename func(period int64) int64) {
 	for _, f := range floor {

@@ -18,7 +18,7 @@ func TestLocalEviction(t *testing.T) {
 	for i := range 25 {
 		var p plan.Plan
 		r := plan.Request{Scope: "s", Checks: []plan.Check{{
-			Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Second}}},
+			Rule:    rules.Rule{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Second}}},
 			Subject: string(rune('a' + i)),
 		}}}
 		if err := p.Build(k, &r); err != nil {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
+	"github.com/slidelimit/slidelimit/internal/logevery"
 	"github.com/slidelimit/slidelimit/internal/reach"
 )
 
@@ -39,9 +39,9 @@ type Domain struct {
 	failed  atomic.Int64 // fail-mode decisions that needed it since the last log line
 	since   atomic.Int64 // when it went down, Unix ns
 
-	warn   logthrottle.Throttle // of its outage lines
-	oom    logthrottle.Throttle // of its out-of-memory lines
-	warned atomic.Bool          // the current outage's line was written: log its end
+	warn   logevery.Gate // of its outage lines
+	oom    logevery.Gate // of its out-of-memory lines
+	warned atomic.Bool   // the current outage's line was written: log its end
 }
 
 // NoteFailed counts a fail-mode decision that needed d, when d is down,
@@ -97,7 +97,7 @@ func (m *Monitor) newDomain(addr string) *Domain {
 		addr = "redis"
 	}
 	every := m.cfg.LogEvery
-	return &Domain{Addr: addr, warn: logthrottle.Throttle{Every: every}, oom: logthrottle.Throttle{Every: every}}
+	return &Domain{Addr: addr, warn: logevery.Gate{Every: every}, oom: logevery.Gate{Every: every}}
 }
 
 func (m *Monitor) get(addr string) *Domain {

@@ -185,7 +185,7 @@ func (p *Plan) CalStartAt(k int, at int64) int64 {
 
 // CalResetKeys returns the calendar keys of l's calendar windows for
 // subject in scope and their block keys, for Reset.
-func (k *Keyer) CalResetKeys(scope string, l *rules.Limiter, subject string, hashed bool) []string {
+func (k *Keyer) CalResetKeys(scope string, l *rules.Rule, subject string, hashed bool) []string {
 	var keys []string
 	for _, w := range l.Windows {
 		if w.Calendar != "" {

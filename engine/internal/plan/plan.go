@@ -22,9 +22,9 @@ import (
 // Request limits, so that one request cannot make a script call unbounded.
 const (
 	// MaxChecks is the largest number of checks in a Request: the rule
-	// language's [rulelimits.MaxLimiters], so that a group that parses never
+	// language's [rulelimits.MaxRules], so that a group that parses never
 	// makes a request the engine refuses.
-	MaxChecks = rulelimits.MaxLimiters
+	MaxChecks = rulelimits.MaxRules
 	// MaxWindows is the largest number of windows in a Request, over all
 	// its checks: the rule language's [rulelimits.MaxWindows].
 	MaxWindows = rulelimits.MaxWindows
@@ -172,7 +172,7 @@ func (p *Plan) addCheck(k *Keyer, req *Request, i int) error {
 	if c.Hashed && !keyparts.IsStoredHash(c.Subject) {
 		return &Error{Check: i, Window: -1, Reason: "a Hashed check's subject is not a stored hash"}
 	}
-	kc := KeyCost(&c.Limiter)
+	kc := KeyCost(&c.Rule)
 	cost, err := checkCost(i, c, kc)
 	if err != nil {
 		return err
@@ -265,7 +265,7 @@ func validWindows(i int, c *Check, kc string, cost int64) (rate, conc int, err e
 			// scope, merged by Limiter.Peek) share its slot key: the
 			// smallest limit holds, as for equal periods.
 			switch {
-			case c.Limiter.Cost != "" || c.Cost > 1:
+			case c.Rule.Cost != "" || c.Cost > 1:
 				return 0, 0, &Error{Check: i, Window: j, Reason: "in-flight window in a check with a cost: slots count requests, not units"}
 			case w.Limit < 1 || w.Limit > MaxCountLimit:
 				return 0, 0, &Error{Check: i, Window: j, Reason: "limit outside 1..1000000000"}
@@ -525,7 +525,7 @@ func (p *Plan) mergeSlot(first int32, lease int64, ws []rules.Window) {
 // KeyCost returns the cost segment of l's key: l.Cost for a limiter with a
 // cost, "1" for a limiter without one but with a grained window (its key is
 // weighted, like that of a cost of 1), "" for a count key.
-func KeyCost(l *rules.Limiter) string {
+func KeyCost(l *rules.Rule) string {
 	if l.Cost != "" {
 		return l.Cost
 	}
@@ -549,12 +549,12 @@ func checkCost(i int, c *Check, kc string) (int64, error) {
 	case c.Cost > 0:
 		return c.Cost, nil
 	}
-	if c.Limiter.Cost == "" {
+	if c.Rule.Cost == "" {
 		return 1, nil
 	}
-	if n, err := strconv.ParseInt(c.Limiter.Cost, 10, 64); err == nil {
+	if n, err := strconv.ParseInt(c.Rule.Cost, 10, 64); err == nil {
 		if n < 1 {
-			return 0, &Error{Check: i, Window: -1, Reason: "constant cost " + c.Limiter.Cost + " below 1"}
+			return 0, &Error{Check: i, Window: -1, Reason: "constant cost " + c.Rule.Cost + " below 1"}
 		}
 		return n, nil
 	}

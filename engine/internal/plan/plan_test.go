@@ -15,7 +15,7 @@ func TestKeyArgPrints(t *testing.T) {
 	t.Parallel()
 	var p Plan
 	r := Request{Scope: "s", Checks: []Check{{
-		Limiter: rules.Limiter{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Second}}},
+		Rule:    rules.Rule{Kind: rules.User, Windows: []rules.Window{{Limit: 1, Period: time.Second}}},
 		Subject: "u",
 	}}}
 	if err := p.Build(NewKeyer("p:", false, nil, time.Minute), &r); err != nil {

@@ -14,7 +14,7 @@ import (
 // Check is the engine's Check: the engine converts one to the other, so
 // their fields must stay identical (the compiler checks it).
 type Check struct {
-	rules.Limiter
+	rules.Rule
 	Subject  string
 	Hashed   bool
 	Cost     int64

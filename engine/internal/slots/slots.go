@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
+	"github.com/slidelimit/slidelimit/internal/logevery"
 	"github.com/slidelimit/slidelimit/lua"
 )
 
@@ -61,13 +61,13 @@ type Holder struct {
 	mu      sync.Mutex
 	held    map[Ref]struct{}
 	started bool
-	done    chan struct{}        // closed when the renewal goroutine has returned
-	warn    logthrottle.Throttle // of failed renewals' lines
+	done    chan struct{} // closed when the renewal goroutine has returned
+	warn    logevery.Gate // of failed renewals' lines
 }
 
 // New returns a Holder that holds no slot.
 func New(cfg Config) *Holder {
-	return &Holder{cfg: cfg, warn: logthrottle.Throttle{Every: cfg.LogEvery}}
+	return &Holder{cfg: cfg, warn: logevery.Gate{Every: cfg.LogEvery}}
 }
 
 // Hold registers ref, unless the engine is closed.

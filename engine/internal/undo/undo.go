@@ -33,7 +33,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine/internal/codec"
 	"github.com/slidelimit/slidelimit/engine/internal/plan"
-	"github.com/slidelimit/slidelimit/internal/logthrottle"
+	"github.com/slidelimit/slidelimit/internal/logevery"
 )
 
 // Max is the most undos a Queue holds.
@@ -73,7 +73,7 @@ type Queue struct {
 	mu     sync.Mutex
 	q      []codec.Undo
 	log    *slog.Logger
-	warn   logthrottle.Throttle // of failed GiveBacks, Releases and Settles
+	warn   logevery.Gate // of failed GiveBacks, Releases and Settles
 	remove Remove
 }
 

@@ -147,7 +147,7 @@ func TestMemoryBound(t *testing.T) {
 	for i := range n {
 		at := t0.Add(time.Duration(i) * 10 * time.Millisecond).UnixMicro() // 100/s
 		// A new client every 100 requests: 4,000 subjects over 67 minutes.
-		req := engine.Request{Checks: []engine.Check{{Limiter: rules.Limiter{Kind: rules.IP, Windows: w}, Subject: fmt.Sprintf("ip:%d", i/100)}}}
+		req := engine.Request{Checks: []engine.Check{{Rule: rules.Rule{Kind: rules.IP, Windows: w}, Subject: fmt.Sprintf("ip:%d", i/100)}}}
 		if err := l.decide("s", &req, true, at, &v); err != nil {
 			t.Fatal(err)
 		}

@@ -241,7 +241,7 @@ func TestInexpressible(t *testing.T) {
 		t.Fatal(err)
 	}
 	notes := strings.Join(rep.Notes, "\n")
-	if !strings.Contains(notes, "role overrides and exempt roles ignored") || !strings.Contains(notes, "shadow mode replayed as enforced") {
+	if !strings.Contains(notes, "role rules and exempt roles ignored") || !strings.Contains(notes, "shadow mode replayed as enforced") {
 		t.Errorf("notes %q", notes)
 	}
 }

@@ -89,7 +89,7 @@ func (l *local) key(scope string, c *engine.Check) string {
 	b := l.buf[:0]
 	b = append(b, scope...)
 	b = append(b, 0)
-	b = append(b, c.Limiter.ID()...)
+	b = append(b, c.Rule.ID()...)
 	b = append(b, 0)
 	b = append(b, c.Subject...)
 	l.buf = b

@@ -298,11 +298,11 @@ func (r *run) one(rec *Record) error {
 // address and authuser (anonymous is counted by IP), the group's block, and
 // costs (bytes is the logged size, at least 1).
 func (r *run) checks(rt *route, rec *Record, hreq *http.Request) {
-	ls := rt.group.Limiters
+	ls := rt.group.Rules
 	cs := r.req.Checks[:0]
 	var ip string
 	for _, l := range ls {
-		c := engine.Check{Limiter: l, Block: rt.group.Block}
+		c := engine.Check{Rule: l, Block: rt.group.Block}
 		var v string
 		if l.Kind == rules.Param {
 			v = hreq.PathValue(l.Name)

@@ -108,11 +108,11 @@ func reference(g rules.Group, rs []req) (map[string][2]int64, []bool) {
 			cost         int64
 			full         bool
 			blocked      bool
-			l            rules.Limiter
+			l            rules.Rule
 		}
 		var cs []chk
 		ok, over := true, false
-		for _, l := range g.Limiters {
+		for _, l := range g.Rules {
 			ipSub := "ip:" + canon(r.ip)
 			sub := ipSub
 			if l.Kind == rules.User && r.user != "" {

@@ -109,7 +109,7 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 	}
 	var errs []error
 	refuse := func(stmt, why string) { errs = append(errs, &Refused{Origin: rr.Origin, Statement: stmt, Why: why}) }
-	for _, l := range g.Limiters {
+	for _, l := range g.Rules {
 		switch l.Kind {
 		case rules.Header:
 			refuse(l.ID(), "an access log has no request headers")
@@ -147,8 +147,8 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 		rt.grains = true // the script decides it
 		*notes = append(*notes, where+": "+strings.Join(slices.Compact(windows), ", ")+": windows the in-process decider does not model; every request goes through the engine's script (slower)")
 	}
-	if len(g.Overrides) > 0 || len(g.Exempt) > 0 {
-		*notes = append(*notes, where+": role overrides and exempt roles ignored: a log carries no roles, so every request is replayed with the default limiters")
+	if len(g.RoleRules) > 0 || len(g.Exempt) > 0 {
+		*notes = append(*notes, where+": role rules and exempt roles ignored: a log carries no roles, so every request is replayed with the default limiters")
 	}
 	if g.Mode == rules.Shadow {
 		*notes = append(*notes, where+": shadow mode replayed as enforced: the replay reports what enforcing would deny, blocks included")
@@ -156,9 +156,9 @@ func newRoute(rr RouteRules, notes *[]string) (*route, error) {
 	if g.Fail != rules.FailDefault {
 		*notes = append(*notes, where+": fail mode ignored: the replay never loses its Redis")
 	}
-	rt.index = make([][]int, len(g.Limiters))
-	rt.blockAt = make([]int, len(g.Limiters))
-	for i, l := range g.Limiters {
+	rt.index = make([][]int, len(g.Rules))
+	rt.blockAt = make([]int, len(g.Rules))
+	for i, l := range g.Rules {
 		for _, w := range l.Windows {
 			rt.index[i] = append(rt.index[i], len(rt.stats))
 			rt.stats = append(rt.stats, newPolicyStats(rt.pattern, lifecycle.PolicyName(l, w), l.ID(), w.String(), w.Limit))

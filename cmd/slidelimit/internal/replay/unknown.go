@@ -15,9 +15,9 @@ import (
 // does not build, so such a route is refused. Either is better than a
 // wrong decision in process.
 var (
-	knownGroup   = []string{"Limiters", "Overrides", "Exempt", "Count", "Scope", "Mode", "Fail", "Block"}
-	knownLimiter = []string{"Kind", "Name", "Cost", "Windows"}
-	knownWindow  = []string{"Limit", "Period", "Grain", "LimitFunc", "Concurrent"}
+	knownGroup  = []string{"Rules", "RoleRules", "Exempt", "Count", "Scope", "Mode", "Fail", "Block"}
+	knownRule   = []string{"Kind", "Name", "Cost", "Windows"}
+	knownWindow = []string{"Limit", "Period", "Grain", "LimitFunc", "Concurrent"}
 )
 
 // unknownStatements returns the names of the fields of g and its limiters
@@ -25,8 +25,8 @@ var (
 // not modelled in process.
 func unknownStatements(g *rules.Group) (refused, windows []string) {
 	refused = unknownFields(reflect.ValueOf(*g), "Group", knownGroup)
-	for _, l := range g.Limiters {
-		refused = append(refused, unknownFields(reflect.ValueOf(l), "Limiter", knownLimiter)...)
+	for _, l := range g.Rules {
+		refused = append(refused, unknownFields(reflect.ValueOf(l), "Rule", knownRule)...)
 		for _, w := range l.Windows {
 			windows = append(windows, unknownFields(reflect.ValueOf(w), "Window", knownWindow)...)
 		}

@@ -1,4 +1,4 @@
-package logthrottle
+package logevery
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 
 func TestThrottle(t *testing.T) {
 	t.Parallel()
-	th := Throttle{Every: 10 * time.Second}
+	th := Gate{Every: 10 * time.Second}
 	t0 := time.Unix(1000, 0)
 	for _, tc := range []struct {
 		at         time.Duration

@@ -1,15 +1,15 @@
-// Package logthrottle limits how often a recurring log line is written, so
+// Package logevery limits how often a recurring log line is written, so
 // that an outage costs a few lines, not one per request.
-package logthrottle
+package logevery
 
 import (
 	"sync"
 	"time"
 )
 
-// A Throttle lets one line through per period and counts the others. The
+// A Gate lets one line through per period and counts the others. The
 // zero value lets every line through; it is safe for concurrent use.
-type Throttle struct {
+type Gate struct {
 	// Every is the least time between two lines.
 	Every time.Duration
 
@@ -21,15 +21,15 @@ type Throttle struct {
 // Allow reports whether a line may be written at now. When it may, it also
 // returns how many lines were held back since the last one written, and
 // resets that count.
-func (t *Throttle) Allow(now time.Time) (ok bool, suppressed int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.last.IsZero() && now.Sub(t.last) < t.Every {
-		t.suppressed++
+func (g *Gate) Allow(now time.Time) (ok bool, suppressed int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.last.IsZero() && now.Sub(g.last) < g.Every {
+		g.suppressed++
 		return false, 0
 	}
-	t.last = now
-	n := t.suppressed
-	t.suppressed = 0
+	g.last = now
+	n := g.suppressed
+	g.suppressed = 0
 	return true, n
 }
