@@ -177,7 +177,7 @@ func TestCostHeaders(t *testing.T) {
 		r := request("GET", "/", "192.0.2.1:1", user("alice"))
 		r.Header.Set("X-Size", "1000000000") // fits in 2Gi/d: the decider denies
 		res := do(mux, r).Result()
-		if ev := rec.All(); len(ev) != 1 || ev[0].Status != http.StatusTooManyRequests || ev[0].Limiter != d.reqs[0].Checks[check].ID() {
+		if ev := rec.All(); len(ev) != 1 || ev[0].Status != http.StatusTooManyRequests || ev[0].Rule != d.reqs[0].Checks[check].ID() {
 			t.Errorf("events = %+v", ev)
 		}
 		return res
@@ -329,7 +329,7 @@ func TestCostFuncErrors(t *testing.T) {
 					t.Fatalf("events = %+v", ev)
 				}
 				var ce *lifecycle.CostError
-				if !errors.As(ev[0].Err, &ce) || ce.Name != "bytes" || ce.Limiter != "user[bytes]" {
+				if !errors.As(ev[0].Err, &ce) || ce.Name != "bytes" || ce.Rule != "user[bytes]" {
 					t.Errorf("event error = %#v", ev[0].Err)
 				}
 				if tt.size == "fail" && !errors.Is(ev[0].Err, errNoObject) {

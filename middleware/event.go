@@ -34,9 +34,9 @@ type Denial struct {
 	// Policy is the name of the violated policy, such as "ip-1s"; empty for
 	// a 503.
 	Policy string
-	// Limiter is the ID of the violated limiter, such as "ip"; empty for a
+	// Rule is the ID of the violated limiter, such as "ip"; empty for a
 	// 503.
-	Limiter string
+	Rule string
 	// Window is the violated window; zero for a 503.
 	Window rules.Window
 	// Cost is the cost of the violated limiter as the rule states it ("" for

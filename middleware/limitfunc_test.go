@@ -202,7 +202,7 @@ func TestLimitFuncErrors(t *testing.T) {
 					t.Fatalf("events = %+v", ev)
 				}
 				var le *lifecycle.LimitError
-				if !errors.As(ev[0].Err, &le) || le.Name != "quota" || le.Limiter != "key(tenant)" || le.Window != "$quota/min" {
+				if !errors.As(ev[0].Err, &le) || le.Name != "quota" || le.Rule != "key(tenant)" || le.Window != "$quota/min" {
 					t.Errorf("event error = %#v", ev[0].Err)
 				}
 				if tt.quota == "fail" && !errors.Is(ev[0].Err, errNoTenant) {

@@ -69,7 +69,7 @@ type LearnedBlock struct {
 // the stored subject), never its value, which may be the API key the
 // calls are made with.
 type LearnedSubject struct {
-	Limiter     string
+	Rule        string
 	Fingerprint string
 }
 

@@ -82,7 +82,7 @@ type Block struct {
 // (-1: global) at At: Used of them were live in Redis.
 type SlotPeek struct {
 	At      time.Duration
-	Limiter int
+	Rule    int
 	Subject int
 	Used    int64
 }
@@ -548,10 +548,10 @@ func (h ThrottleHistory) expiredNear(w CallRecord, since time.Duration) bool {
 func (h ThrottleHistory) checkPeeks() []ThrottleViolation {
 	var out []ThrottleViolation
 	for _, p := range h.Peeks {
-		if p.Limiter < 0 || p.Limiter >= len(h.Rules) {
+		if p.Rule < 0 || p.Rule >= len(h.Rules) {
 			continue
 		}
-		l := h.Rules[p.Limiter]
+		l := h.Rules[p.Rule]
 		var may int64
 		for _, c := range h.Calls {
 			if !c.Admitted || !in(c, l, p.Subject) || c.Decided-c.Spread > p.At {

@@ -123,11 +123,11 @@ type Verdict struct {
 // request) of Limiter, named Name in the RateLimit fields, and the
 // request's cost in it.
 type Quota struct {
-	Name    string
-	Period  string // the window's period as the rules write it, as in "1min"
-	Limiter rules.Rule
-	Window  rules.Window
-	Cost    int64
+	Name   string
+	Period string // the window's period as the rules write it, as in "1min"
+	Rule   rules.Rule
+	Window rules.Window
+	Cost   int64
 }
 
 // Outcome is what the transport saw of the handler's run.
@@ -216,13 +216,13 @@ func (a *Admission) price() bool {
 		return true
 	}
 	lim := p.Rules[pol.Check]
-	a.Event.Limiter, a.Event.Policy, a.Event.Window = lim.ID(), pol.Name, win
+	a.Event.Rule, a.Event.Policy, a.Event.Window = lim.ID(), pol.Name, win
 	a.Decided.Policy = pol
 	r.t.Logger.LogAttrs(a.ctx, slog.LevelInfo, r.msg.oversized,
 		slog.String("scope", a.Scope), slog.String("policy", pol.Name))
 	if !r.shadow {
 		a.Verdict = Verdict{Never: true, Policy: a.Field,
-			Quotas: []Quota{{Name: pol.Name, Period: pol.Period, Limiter: lim, Window: win, Cost: max(1, a.Checks[pol.Check].Cost)}}}
+			Quotas: []Quota{{Name: pol.Name, Period: pol.Period, Rule: lim, Window: win, Cost: max(1, a.Checks[pol.Check].Cost)}}}
 	}
 	a.refuse(http.StatusTooManyRequests, nil)
 	return false
@@ -286,7 +286,7 @@ func (a *Admission) cost() error {
 		if !called {
 			var err error
 			if n, err = a.src.Cost(p, i, lim.Cost); err != nil || n < 1 {
-				return &CostError{Name: lim.Cost, Limiter: lim.ID(), Cost: n, Err: err}
+				return &CostError{Name: lim.Cost, Rule: lim.ID(), Cost: n, Err: err}
 			}
 		}
 		cs[i].Cost = n
@@ -312,7 +312,7 @@ func (a *Admission) decide() bool {
 	if d.Primary >= 0 {
 		ws := &d.Decision.Windows[d.Primary]
 		if d.Policy = a.Plan.Lookup(ws.Check, ws.Window); d.Policy != nil {
-			ev.Limiter, ev.Policy, ev.Window = a.Plan.Rules[d.Policy.Check].ID(), d.Policy.Name, ws.Window
+			ev.Rule, ev.Policy, ev.Window = a.Plan.Rules[d.Policy.Check].ID(), d.Policy.Name, ws.Window
 		}
 	}
 	if !dec.Allowed && !r.shadow {
@@ -414,7 +414,7 @@ func (a *Admission) quotas() []Quota {
 	cs, dec := a.Checks, &a.Decision
 	add := func(ws engine.WindowState) {
 		if pol := a.Plan.Lookup(ws.Check, ws.Window); pol != nil && ws.Check < len(cs) {
-			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Limiter: a.Plan.Rules[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
+			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Rule: a.Plan.Rules[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
 		}
 	}
 	if a.Primary >= 0 {

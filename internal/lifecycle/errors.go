@@ -43,8 +43,8 @@ var (
 type CostError struct {
 	// Name is the cost function name.
 	Name string
-	// Limiter is the ID of the first limiter that names it.
-	Limiter string
+	// Rule is the ID of the first limiter that names it.
+	Rule string
 	// Cost is what the function returned.
 	Cost int64
 	// Err is the function's error, or nil when the cost was below 1.
@@ -53,7 +53,7 @@ type CostError struct {
 
 // Error implements the error interface.
 func (e *CostError) Error() string {
-	s := "middleware: cost function " + strconv.Quote(e.Name) + " of rule " + e.Limiter + ": "
+	s := "middleware: cost function " + strconv.Quote(e.Name) + " of rule " + e.Rule + ": "
 	if e.Err != nil {
 		return s + e.Err.Error()
 	}
@@ -75,9 +75,9 @@ func (e *CostError) Unwrap() []error {
 type LimitError struct {
 	// Name is the limit function name.
 	Name string
-	// Limiter is the ID of the limiter whose window names it, and Window
+	// Rule is the ID of the limiter whose window names it, and Window
 	// the window as rule text writes it.
-	Limiter, Window string
+	Rule, Window string
 	// Limit is what the function returned.
 	Limit int64
 	// Err is the cause.
@@ -87,7 +87,7 @@ type LimitError struct {
 // Error implements the error interface.
 func (e *LimitError) Error() string {
 	return "middleware: limit function " + strconv.Quote(e.Name) + " for window " + e.Window + " of rule " +
-		e.Limiter + ": " + e.Err.Error()
+		e.Rule + ": " + e.Err.Error()
 }
 
 // Unwrap returns ErrLimit and the cause.

@@ -29,10 +29,10 @@ type Event struct {
 	// Exempt reports that no limiter applied (an exempt role, or a group
 	// without limiters for the caller) and the engine was not called.
 	Exempt bool
-	// Limiter is the ID of the limiter of the deciding window, such as
+	// Rule is the ID of the limiter of the deciding window, such as
 	// "ip" or "header(X-Api-Key)": the denying window for a denial, else
 	// the most constrained one. Empty when the decision has no windows.
-	Limiter string
+	Rule string
 	// Policy is the name of the deciding window as advertised in the
 	// RateLimit fields, such as "ip-1s".
 	Policy string

@@ -52,9 +52,9 @@ const (
 type Denials struct {
 	// Scope is the request's scope (a route pattern or a scope: name).
 	Scope string
-	// Limiter is the limiter's ID (rules.Rule.ID): "ip", "user",
+	// Rule is the limiter's ID (rules.Rule.ID): "ip", "user",
 	// "header(X-Api-Key)", "user[bytes]".
-	Limiter string
+	Rule string
 	// Subject is the check's subject as the engine was given it
 	// (engine.Check.Subject). For a subject stored hashed
 	// (engine.WithHashedSubjects, or longer than 128 bytes) it is, when

@@ -75,7 +75,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 			}
 			return 1
 		}
-		return strings.Compare(a.Scope+"\x00"+a.Limiter+"\x00"+a.Subject, b.Scope+"\x00"+b.Limiter+"\x00"+b.Subject)
+		return strings.Compare(a.Scope+"\x00"+a.Rule+"\x00"+a.Subject, b.Scope+"\x00"+b.Rule+"\x00"+b.Subject)
 	})
 	if n > 0 && len(out) > n {
 		out = out[:n]
@@ -92,7 +92,7 @@ func (t *Tallies) parseMember(m string) (Denials, bool) {
 	var d Denials
 	var ok1, ok2, ok3 bool
 	d.Scope, ok1 = keyparts.Unescape(parts[0])
-	d.Limiter, ok2 = keyparts.Unescape(parts[1])
+	d.Rule, ok2 = keyparts.Unescape(parts[1])
 	d.Subject, ok3 = keyparts.Unescape(parts[2])
 	if !ok1 || !ok2 || !ok3 {
 		return Denials{}, false

@@ -226,7 +226,7 @@ func (t *Throttle) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, err
 		b := admin.LearnedBlock{Throttle: t.name, Left: (end - now) / 1000}
 		for _, l := range lines[1:] {
 			if lim, fp, ok := strings.Cut(l, " "); ok {
-				b.Subjects = append(b.Subjects, admin.LearnedSubject{Limiter: lim, Fingerprint: fp})
+				b.Subjects = append(b.Subjects, admin.LearnedSubject{Rule: lim, Fingerprint: fp})
 			}
 		}
 		out = append(out, b)

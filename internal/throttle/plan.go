@@ -123,13 +123,13 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 			if !ok {
 				var err error
 				if n, err = p.limits[w.LimitFunc](ctx); err != nil {
-					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: l.Windows[j].String(), Err: err}
+					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Rule: l.ID(), Window: l.Windows[j].String(), Err: err}
 				}
 				vals[w.LimitFunc] = n
 			}
 			rw, err := lifecycle.Resolve(l, w, n)
 			if err != nil {
-				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: l.Windows[j].String(), Limit: n, Err: err}
+				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Rule: l.ID(), Window: l.Windows[j].String(), Limit: n, Err: err}
 			}
 			ws[j] = rw
 		}

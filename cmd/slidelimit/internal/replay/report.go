@@ -61,7 +61,7 @@ type SubjectStats struct {
 type PolicyStats struct {
 	Route    string `json:"route"`
 	Policy   string `json:"policy"`
-	Limiter  string `json:"limiter"`
+	Rule     string `json:"limiter"`
 	Window   string `json:"window"`
 	Limit    int64  `json:"limit,omitempty"`
 	Requests int64  `json:"requests"`
@@ -99,7 +99,7 @@ type policyStats struct {
 }
 
 func newPolicyStats(route, policy, limiter, window string, limit int64) *policyStats {
-	return &policyStats{PolicyStats: PolicyStats{Route: route, Policy: policy, Limiter: limiter, Window: window, Limit: limit},
+	return &policyStats{PolicyStats: PolicyStats{Route: route, Policy: policy, Rule: limiter, Window: window, Limit: limit},
 		denied: map[string]*TopSubject{}}
 }
 
