@@ -34,12 +34,12 @@ type Denial struct {
 	// Policy is the name of the violated policy, such as "ip-1s"; empty for
 	// a 503.
 	Policy string
-	// Rule is the ID of the violated limiter, such as "ip"; empty for a
+	// Rule is the ID of the violated rule, such as "ip"; empty for a
 	// 503.
 	Rule string
 	// Window is the violated window; zero for a 503.
 	Window rules.Window
-	// Cost is the cost of the violated limiter as the rule states it ("" for
+	// Cost is the cost of the violated rule as its text states it ("" for
 	// one per request, a constant such as "5", or a cost function name such
 	// as "bytes"), which says the unit of Window.Limit; empty for a 503.
 	Cost string

@@ -27,13 +27,13 @@ var (
 type Denied struct {
 	Scope string `json:"scope"`
 	Rule  string `json:"limiter"`
-	// Subject is the value the limiter counts: a user id, a canonical IP
+	// Subject is the value the rule counts: a user id, a canonical IP
 	// address, a header, path or key value; "" for a global limiter. For
 	// a subject of a masked kind it is the subject's fingerprint.
 	Subject string `json:"subject"`
 	Denied  int64  `json:"denied"`
-	// ByIP marks a subject counted by client address by a limiter of
-	// another kind (a user limiter's anonymous callers).
+	// ByIP marks a subject counted by client address by a rule of
+	// another kind (a user rule's anonymous callers).
 	ByIP bool `json:"by_ip,omitempty"`
 	// Hashed marks a subject stored hashed whose value no process of
 	// this handler saw lately: Subject is then the stored hash.
@@ -118,12 +118,12 @@ type Window struct {
 	Reset     float64 `json:"reset"`
 }
 
-// Usage is a subject's windows under one limiter of one route.
+// Usage is a subject's windows under one rule of one route.
 type Usage struct {
 	Scope string `json:"scope"`
 	Rule  string `json:"limiter"`
 	// Subject is the subject asked for, or its fingerprint (Masked) under
-	// a limiter whose subjects are masked.
+	// a rule whose subjects are masked.
 	Subject string `json:"subject"`
 	ByIP    bool   `json:"by_ip,omitempty"`
 	Masked  bool   `json:"masked,omitempty"`
@@ -158,7 +158,7 @@ func (h *handler) subject(w http.ResponseWriter, r *http.Request) {
 }
 
 // usage peeks at subject (or what was counted by address ip) under every
-// limiter of every route but global ones, which count no one in
+// rule of every route but global ones, which count no one in
 // particular.
 func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error) {
 	out := []Usage{}
@@ -177,7 +177,7 @@ func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error
 			}
 			var bad *BadInputError
 			if errors.As(err, &bad) {
-				continue // not a subject of this limiter (an ip limiter and a user id)
+				continue // not a subject of this rule (an ip rule and a user id)
 			}
 			if err != nil {
 				return nil, err
@@ -310,9 +310,9 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 	return out, nil
 }
 
-// learnedRows lists learned blocks as the page does: one row per limiter
+// learnedRows lists learned blocks as the page does: one row per rule
 // and subject, the longest block of a subject when several lanes have it
-// (lifting it lifts them all). A global limiter's subject, which every
+// (lifting it lifts them all). A global rule's subject, which every
 // call has, is listed only for a block of no other subject.
 func learnedRows(lbs []LearnedBlock) []Block {
 	var out []Block
@@ -357,7 +357,7 @@ func cmpOr(a, b error) error {
 type ResetRequest struct {
 	Scope string `json:"scope"`
 	Rule  string `json:"limiter"`
-	// Subject is the limiter's value; IP instead resets what the limiter
+	// Subject is the rule's value; IP instead resets what the rule
 	// counted by client address; Ref instead names a subject by the ref
 	// of an entry of /api/top or /api/blocks (a stored hash, or a masked
 	// subject's fingerprint).

@@ -74,7 +74,7 @@ func (h *handler) denied(t tally.Denials) entry {
 		e.ByIP = kind == rules.IP && ruleKind(t.Rule) != rules.IP
 	} else {
 		// A value no process of this handler knows (or not the
-		// middleware's): masked by its limiter's kind, so that every
+		// middleware's): masked by its rule's kind, so that every
 		// process shows a masked subject alike.
 		kind = ruleKind(t.Rule)
 	}

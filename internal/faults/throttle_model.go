@@ -111,7 +111,7 @@ type CallRecord struct {
 	// Phantom marks an admission the caller never got: its context ended
 	// as it was admitted, and Wait gave it back.
 	Phantom bool `json:",omitempty"`
-	// Spread bounds how far from Decided the time a limiter's key was
+	// Spread bounds how far from Decided the time a rule's key was
 	// decided at may lie: 0 on one Redis (one script, one TIME); on a
 	// Cluster, whose keys of one call may live on several masters, each
 	// reading its own TIME during the call, the call's duration.
@@ -204,7 +204,7 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 }
 
 // subjects returns the subjects of rule l: the key values of a key(k)
-// limiter, -1 for a global one.
+// rule, -1 for a global one.
 func (h ThrottleHistory) subjects(l ThrottleRule) []int {
 	if !l.Key {
 		return []int{-1}

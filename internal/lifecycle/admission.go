@@ -13,9 +13,9 @@ import (
 )
 
 // Source is what a transport translates its request into: the scope,
-// the client's address, the values limiters count by, the costs and the
+// the client's address, the values rules count by, the costs and the
 // limits. The Admission calls each method at most once per request and
-// only when a limiter needs it.
+// only when a rule needs it.
 type Source interface {
 	// FindScope returns the request's scope; "" when it has none (answered
 	// 500, ErrNoScope).
@@ -23,10 +23,10 @@ type Source interface {
 	// Peer returns the address of the request's peer (for net/http,
 	// r.RemoteAddr) and the header the proxy header is read from.
 	Peer() (addr string, h HeaderValues)
-	// Value returns the value that limiter i of p, l, of kind header,
+	// Value returns the value that rule i of p, l, of kind header,
 	// param or key counts by; "" counts the request by its client address.
 	Value(p *Plan, i int, l rules.Rule) string
-	// Cost returns the result of cost function name, which limiter i of p
+	// Cost returns the result of cost function name, which rule i of p
 	// names; an error is reported as a *CostError.
 	Cost(p *Plan, i int, name string) (int64, error)
 	// Limits gives the windows of p with limit functions their limits for
@@ -156,7 +156,7 @@ func (a *Admission) Admit(ctx context.Context, r *Rules, src Source) Verdict {
 }
 
 // resolve finds the caller's identity, role, plan and scope. An exempt
-// caller (or one no limiter applies to) passes uncounted; a request
+// caller (or one no rule applies to) passes uncounted; a request
 // without a scope is a configuration error, refused with 500 (passed on
 // in shadow mode).
 func (a *Admission) resolve() bool {
@@ -228,7 +228,7 @@ func (a *Admission) price() bool {
 	return false
 }
 
-// checks returns the engine checks of the request: one per limiter of the
+// checks returns the engine checks of the request: one per rule of the
 // plan, in order, with its subject, its constant cost (Cost 0 for a cost
 // of 1), the group's block and the distinct value.
 func (a *Admission) checks() []engine.Check {
@@ -268,7 +268,7 @@ func (a *Admission) clientIP() string {
 	return a.ip
 }
 
-// cost sets the cost of every check whose limiter names a cost function,
+// cost sets the cost of every check whose rule names a cost function,
 // calling each function once. It fails with a *CostError.
 func (a *Admission) cost() error {
 	p, cs := a.Plan, a.Checks

@@ -22,8 +22,8 @@ var (
 	// 1..the window's cap. The request is not counted and is answered with
 	// 500, or with 400 when the error wraps ErrBadRequest.
 	ErrLimit = errors.New("middleware: limit function failed")
-	// ErrSubject means a value that a limiter of its kind never counts,
-	// such as an IP limiter's value that is not an address (Peek, Reset).
+	// ErrSubject means a value that a rule of its kind never counts,
+	// such as an IP rule's value that is not an address (Peek, Reset).
 	ErrSubject = errors.New("middleware: invalid subject")
 	// ErrNoScope means no scope could be found for a request: the group has
 	// no scope: statement, neither WithScope nor WithScopeFunc gave one, and
@@ -43,7 +43,7 @@ var (
 type CostError struct {
 	// Name is the cost function name.
 	Name string
-	// Rule is the ID of the first limiter that names it.
+	// Rule is the ID of the first rule that names it.
 	Rule string
 	// Cost is what the function returned.
 	Cost int64
@@ -75,7 +75,7 @@ func (e *CostError) Unwrap() []error {
 type LimitError struct {
 	// Name is the limit function name.
 	Name string
-	// Rule is the ID of the limiter whose window names it, and Window
+	// Rule is the ID of the rule whose window names it, and Window
 	// the window as rule text writes it.
 	Rule, Window string
 	// Limit is what the function returned.

@@ -15,8 +15,8 @@ import (
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 )
 
-// TopDenied returns the n (scope, limiter, subject) entries denied most in
-// the last since, fleet-wide, most denied first (then by scope, limiter and
+// TopDenied returns the n (scope, rule, subject) entries denied most in
+// the last since, fleet-wide, most denied first (then by scope, rule and
 // subject). since must be between 1 s and an hour; it is rounded up to
 // whole buckets of 10 s (up to 5 min) or 1 min (beyond), and the bucket in
 // progress is included, so a 1 min view covers 60 to 70 s. Denials of the
