@@ -15,7 +15,7 @@ import (
 // span taken from Request's context. Its fields are documented with its
 // definition, which is shared with contrib/grpclimit's hooks: Request,
 // the request decided on (nil for a gRPC call); Scope; Role; Exempt;
-// Limiter, Policy and Window, the deciding window; Allowed, the engine's
+// Rule, Policy and Window, the deciding window; Allowed, the engine's
 // verdict; Shadow; Status, the status answered with (429, 503, or 500
 // when no scope was found or for an engine.ErrInvalid error; 0 when passed on);
 // RetryAfter; Source; Err, the decision's or cost function's error; Decision,

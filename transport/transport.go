@@ -160,7 +160,7 @@ type Admission struct {
 // middleware.ReportCost); Written (Finish wants the bytes written).
 type Verdict = lifecycle.Verdict
 
-// Quota is an advertised window: Window (with its limit) of Limiter,
+// Quota is an advertised window: Window (with its limit) of Rule,
 // named Name in the RateLimit fields, and what the request costs in it
 // (at least 1).
 type Quota = lifecycle.Quota

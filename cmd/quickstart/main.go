@@ -45,7 +45,7 @@ func main() {
 }
 
 // caller returns who made r, as the service's authentication established:
-// the Limiter never trusts a client header on its own. Use your own
+// the limiter never trusts a client header on its own. Use your own
 // authentication; this one trusts a made-up header and is for trying the
 // example only.
 func caller(r *http.Request) (user string, roles []string) {

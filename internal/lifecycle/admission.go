@@ -120,7 +120,7 @@ type Verdict struct {
 }
 
 // Quota is an advertised window: Window (with its limit for the
-// request) of Limiter, named Name in the RateLimit fields, and the
+// request) of Rule, named Name in the RateLimit fields, and the
 // request's cost in it.
 type Quota struct {
 	Name   string
