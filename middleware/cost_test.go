@@ -65,7 +65,7 @@ func admitted(req engine.Request) engine.Decision {
 }
 
 // TestCostReachesEngine checks that every check carries its cost: 0 for a
-// limiter without cost, the constant for ip[5], the function's value for
+// rule without cost, the constant for ip[5], the function's value for
 // user[bytes] and key(k)[bytes] (the function called once), in defaults and
 // overrides.
 func TestCostReachesEngine(t *testing.T) {
@@ -343,7 +343,7 @@ func TestCostFuncErrors(t *testing.T) {
 	}
 }
 
-// TestCostFuncConfig checks that New names every limiter whose cost
+// TestCostFuncConfig checks that New names every rule whose cost
 // function is missing, and rejects bad WithCostFunc arguments.
 func TestCostFuncConfig(t *testing.T) {
 	t.Parallel()

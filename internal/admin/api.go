@@ -28,7 +28,7 @@ type Denied struct {
 	Scope string `json:"scope"`
 	Rule  string `json:"limiter"`
 	// Subject is the value the rule counts: a user id, a canonical IP
-	// address, a header, path or key value; "" for a global limiter. For
+	// address, a header, path or key value; "" for a global rule. For
 	// a subject of a masked kind it is the subject's fingerprint.
 	Subject string `json:"subject"`
 	Denied  int64  `json:"denied"`
@@ -227,7 +227,7 @@ type Block struct {
 	// Learned marks a block a throttle learned from its upstream's
 	// answer (LearnedBlock): Scope is the throttle, Left the block's time
 	// left, and Subject the subject's fingerprint (Masked, whatever
-	// Config.Masked says), or "" for a global limiter. Lifting it by its
+	// Config.Masked says), or "" for a global rule. Lifting it by its
 	// Ref lifts it in every process.
 	Learned bool `json:"learned,omitempty"`
 }

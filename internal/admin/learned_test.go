@@ -23,7 +23,7 @@ func (f *learnedFake) LiftLearned(context.Context, string, string, string) (bool
 	return false, nil
 }
 
-// TestLearnedBlocks: learned blocks are listed one row per limiter and
+// TestLearnedBlocks: learned blocks are listed one row per rule and
 // subject, masked, the longest of a subject that several lanes have, a
 // global subject only for a block of no other.
 func TestLearnedBlocks(t *testing.T) {

@@ -53,7 +53,7 @@ func (l ThrottleRule) String() string {
 type ThrottleCall struct {
 	Proc int
 	Key  int   `json:",omitempty"`
-	Cost int64 `json:",omitempty"` // the estimate of [tokens], when a limiter has it
+	Cost int64 `json:",omitempty"` // the estimate of [tokens], when a rule has it
 	// Cancel ends the caller's context this long after it arrived; 0:
 	// the caller waits as long as the history's patience.
 	Cancel time.Duration `json:",omitempty"`

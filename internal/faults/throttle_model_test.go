@@ -8,7 +8,7 @@ import (
 
 const ms = time.Millisecond
 
-// throttleHist returns a history of one key(k):2/1000ms limiter with the
+// throttleHist returns a history of one key(k):2/1000ms rule with the
 // harness's settings.
 func throttleHist(calls ...CallRecord) ThrottleHistory {
 	return ThrottleHistory{
