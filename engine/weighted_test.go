@@ -105,7 +105,7 @@ func TestCostErrors(t *testing.T) {
 		{req(user("u", win(10, time.Second)), bytesOf("u", 5, win(100, time.Minute), win(4, time.Second))),
 			"engine: invalid request: check 1 window 1: cost 5 is above the window's limit 4: the request can never be admitted"},
 		{req(Check{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{win(10, time.Second)}}, Subject: "u", Cost: 2}),
-			"engine: invalid request: check 0: cost 2 above 1 needs a limiter with a cost (Limiter.Cost), which names its own key"},
+			"engine: invalid request: check 0: cost 2 above 1 needs a rule with a cost (Rule.Cost), which names its own key"},
 		{req(bytesOf("u", -1, win(10, time.Second))), "engine: invalid request: check 0: negative cost -1"},
 		{req(bytesOf("u", 2, win(10, time.Second)), bytesOf("u", 3, win(10, time.Minute))),
 			"engine: invalid request: check 1: checks sharing a key (same scope, limiter and subject) count different costs"},
