@@ -22,10 +22,10 @@ type Plan struct {
 	zone   *time.Location
 	limits map[string]func(context.Context) (int64, error)
 	wrap   func(error) error // Config.ConfigError
-	slots  bool              // some limiter has an in-flight window
+	slots  bool              // some rule has an in-flight window
 
 	transit time.Duration    // the transit bound (Config.Transit)
-	wins    [][]rules.Window // per limiter, the windows counted: stretch's
+	wins    [][]rules.Window // per rule, the windows counted: stretch's
 	cals    []string         // the calendar units of the windows
 }
 
