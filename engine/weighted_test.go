@@ -120,7 +120,7 @@ func TestCostErrors(t *testing.T) {
 		}
 	}
 	// A constant cost counts when the check leaves Cost 0, and a grained
-	// count limiter shares the key of the cost 1.
+	// count rule shares the key of the cost 1.
 	r := req(Check{Rule: rules.Rule{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
 	c := plannedCall(t, r)
 	if c.plan.Cost[0] != 5 || !c.plan.Weighted[0] || c.plan.Keys[0] != "p:{s|ip|i}|5" {
@@ -325,7 +325,7 @@ func costOf(as []audited) (s int64) {
 	return s
 }
 
-// TestMemory drives limiters through a day of admissions under a test
+// TestMemory drives rules through a day of admissions under a test
 // clock and measures the key with MEMORY USAGE on real Redis.
 func TestMemory(t *testing.T) {
 	t.Parallel()
@@ -397,7 +397,7 @@ func TestMemory(t *testing.T) {
 }
 
 // TestCostsDifferential drives random costs, peeks and give-backs through
-// exact windows of a cost limiter on real Redis (weighted key: running
+// exact windows of a cost rule on real Redis (weighted key: running
 // totals) and on the fallback limiter (a plain log of costs), and requires
 // the same decisions from both.
 func TestCostsDifferential(t *testing.T) {
