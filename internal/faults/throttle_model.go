@@ -78,7 +78,7 @@ type Block struct {
 	From, To time.Duration
 }
 
-// SlotPeek is a look at the slots of rule Limiter's subject Subject
+// SlotPeek is a look at the slots of rule Rule's subject Subject
 // (-1: global) at At: Used of them were live in Redis.
 type SlotPeek struct {
 	At      time.Duration
