@@ -14,19 +14,19 @@
 //	slidelimit_backend_errors_total{scope}                   counter
 //	slidelimit_decision_duration_seconds{scope}              histogram
 //
-// Throttles given to Collector.Throttle add, read from Throttle.Stats and
-// the hook when scraped (per process; throttle is the throttle's name):
-//
-//	slidelimit_throttle_queued_calls{throttle}                     gauge
-//	slidelimit_throttle_call_time_in_queue_seconds{throttle,quantile} gauge
-//	slidelimit_throttle_calls_total{throttle,result}               counter
-//
-// result is acquired, rejected (a refusal: the caller waits) or
-// upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
-//
 // outcome is allowed, denied, shadow_denied, exempt or error (a 500); source
 // is the engine's decision source (redis, fail-open, fail-closed, local, or
 // none for exempt requests). Exempt requests have an empty scope and policy.
+//
+// Throttles given to Collector.Throttle add, read from Throttle.Stats and
+// the hook when scraped (per process; throttle is the throttle's name):
+//
+//	slidelimit_throttle_queued_calls{throttle}                         gauge
+//	slidelimit_throttle_call_time_in_queue_seconds{throttle,quantile}  gauge
+//	slidelimit_throttle_calls_total{throttle,result}                   counter
+//
+// result is acquired, rejected (a refusal: the caller waits) or
+// upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
 package promlimit
 
 import (
