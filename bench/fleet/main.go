@@ -46,10 +46,6 @@ import (
 	"github.com/slidelimit/slidelimit"
 )
 
-// transit is the Limiter's default transit bound (WithTransitBound): the
-// throttle keeps each call that much longer in its windows.
-const transit = 50 * time.Millisecond
-
 type config struct {
 	procs, workers, limit int
 	period, duration      time.Duration
@@ -59,6 +55,7 @@ type config struct {
 	pause                 time.Duration
 	redisBin              string
 	runs                  int
+	transit               time.Duration // WithTransitBound: each call counted that much longer
 }
 
 func main() {
@@ -75,6 +72,7 @@ func main() {
 	flag.DurationVar(&c.pause, "pause", 0, "after each call a worker pauses 0..pause (random): the lane empties and fills again")
 	flag.StringVar(&c.redisBin, "redis-server", "redis-server", "the redis-server binary")
 	flag.IntVar(&c.runs, "runs", 1, "runs, each on a fresh key prefix")
+	flag.DurationVar(&c.transit, "transit", 50*time.Millisecond, "the processes' transit bound (WithTransitBound)")
 	child := flag.Bool("child", false, "internal: run as one process of the fleet")
 	flag.Parse()
 	if *child {
@@ -194,7 +192,7 @@ func runOnce(c config, addr, prefix string) error {
 		cmd.Env = append(os.Environ(),
 			"FLEET_REDIS="+addr, "FLEET_URL="+hs.URL, "FLEET_PREFIX="+prefix, "FLEET_RULES="+c.rules(),
 			"FLEET_WORKERS="+strconv.Itoa(c.workers), "FLEET_LEAVE="+strconv.FormatFloat(c.leave, 'g', -1, 64),
-			"FLEET_PAUSE="+c.pause.String(),
+			"FLEET_PAUSE="+c.pause.String(), "FLEET_TRANSIT="+c.transit.String(),
 			"FLEET_START="+strconv.FormatInt(start.UnixMicro(), 10), "FLEET_END="+strconv.FormatInt(end.UnixMicro(), 10))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -217,7 +215,7 @@ func runOnce(c config, addr, prefix string) error {
 	// ⌈run/period⌉ calls over the run [start, end): all at once at start,
 	// start+period, ...
 	span := c.duration
-	throttlePeriod := time.Duration(float64(c.period)*(1+c.margin)) + transit
+	throttlePeriod := time.Duration(float64(c.period)*(1+c.margin)) + c.transit
 	allowed := float64(c.limit) * float64((span+c.period-1)/c.period)
 	allowedThrottle := float64(c.limit) * float64((span+throttlePeriod-1)/throttlePeriod)
 	util, utilThrottle := float64(len(up.accepted))/allowed, float64(len(up.accepted))/allowedThrottle
@@ -306,7 +304,11 @@ func runChild() error {
 	endUS, _ := strconv.ParseInt(env("END"), 10, 64)
 	rdb := redis.NewClient(&redis.Options{Addr: env("REDIS"), ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	lim, err := slidelimit.New(rdb, slidelimit.WithKeyPrefix(env("PREFIX")))
+	transit, err := time.ParseDuration(env("TRANSIT"))
+	if err != nil {
+		return fmt.Errorf("FLEET_TRANSIT: %w", err)
+	}
+	lim, err := slidelimit.New(rdb, slidelimit.WithKeyPrefix(env("PREFIX")), slidelimit.WithTransitBound(transit))
 	if err != nil {
 		return err
 	}

@@ -12,15 +12,27 @@
 //	slidelimit.decision.duration  histogram, s: slidelimit.scope
 //
 // Outcomes and sources are named as in package promlimit.
+//
+// Throttles given to Metrics.Throttle add observable instruments, read from
+// Throttle.Stats and the hook at each collection (per process; named after
+// ASP.NET Core's aspnetcore.rate_limiting metrics):
+//
+//	slidelimit.throttle.queued_calls        up-down counter, {call}: slidelimit.throttle.name
+//	slidelimit.throttle.call.time_in_queue  gauge, s: slidelimit.throttle.name, slidelimit.throttle.quantile
+//	slidelimit.throttle.calls               counter, {call}: slidelimit.throttle.name, slidelimit.throttle.result
+//
+// Results and quantiles are those of package promlimit.
 package otellimit
 
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/internal/adapt"
 	"github.com/slidelimit/slidelimit/middleware"
 )
@@ -34,6 +46,7 @@ type Metrics struct {
 	decisions metric.Int64Counter
 	errors    metric.Int64Counter
 	latency   metric.Float64Histogram
+	throttles adapt.Throttles
 }
 
 // New returns Metrics whose instruments come from a meter of mp.
@@ -54,12 +67,56 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	if err := errors.Join(e1, e2, e3); err != nil {
 		return nil, err
 	}
+	if err := m.observeThrottles(meter); err != nil {
+		return nil, err
+	}
 	return &m, nil
 }
+
+// observeThrottles creates the throttles' observable instruments and their
+// callback. A class attribute joins the name when throttles have classes.
+func (m *Metrics) observeThrottles(meter metric.Meter) error {
+	queued, e1 := meter.Int64ObservableUpDownCounter("slidelimit.throttle.queued_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Callers waiting in the throttle now, in this process."))
+	wait, e2 := meter.Float64ObservableGauge("slidelimit.throttle.call.time_in_queue", metric.WithUnit("s"),
+		metric.WithDescription("Percentiles of the time Wait took to admit, over the last 1,024 admissions in this process."))
+	calls, e3 := meter.Int64ObservableCounter("slidelimit.throttle.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("The throttle's decisions and the upstream's 429s, in this process."))
+	if err := errors.Join(e1, e2, e3); err != nil {
+		return err
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, st := range m.throttles.Stats() {
+			name := attribute.String("slidelimit.throttle.name", st.Name)
+			o.ObserveInt64(queued, st.Waiting, metric.WithAttributes(name))
+			for _, q := range []struct {
+				q float64
+				v float64
+			}{{0.5, st.WaitP50.Seconds()}, {0.99, st.WaitP99.Seconds()}} {
+				o.ObserveFloat64(wait, q.v, metric.WithAttributes(name,
+					attribute.String("slidelimit.throttle.quantile", strconv.FormatFloat(q.q, 'g', -1, 64))))
+			}
+			for _, r := range []struct {
+				result string
+				n      int64
+			}{{adapt.ResultAcquired, st.Admitted}, {adapt.ResultRejected, st.Rejected}, {adapt.ResultUpstream429, st.Upstream429s}} {
+				o.ObserveInt64(calls, r.n, metric.WithAttributes(name, attribute.String("slidelimit.throttle.result", r.result)))
+			}
+		}
+		return nil
+	}, queued, wait, calls)
+	return err
+}
+
+// Throttle adds t's instruments to m. Its refusals are counted only if m's
+// Hook is a hook of t's Limiter. A second throttle of the same name is
+// ignored.
+func (m *Metrics) Throttle(t *slidelimit.Throttle) { m.throttles.Add(t) }
 
 // Hook records one decision; give it to slidelimit.WithHook for a
 // Limiter, or to middleware.WithHook.
 func (m *Metrics) Hook(ev middleware.Event) {
+	m.throttles.Hook(ev)
 	ctx := context.Background()
 	if ev.Request != nil {
 		ctx = ev.Request.Context()

@@ -93,3 +93,61 @@ func attrs(s attribute.Set) string {
 	source, _ := get("slidelimit.source")
 	return outcome + " " + policy + " " + scope + " " + source
 }
+
+// TestMetricsThrottle: a throttle's queue, wait percentiles and calls by
+// result, observed at collection.
+func TestMetricsThrottle(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	m, err := otellimit.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := routertest.ThrottleSequence(t, slidelimit.WithHook(m.Hook), m.Throttle)
+	st := th.Stats()
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	ints := map[string]int64{}    // "instrument attributes" → value
+	waits := map[string]float64{} // quantile → seconds
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			switch data := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range data.DataPoints {
+					name, _ := dp.Attributes.Value("slidelimit.throttle.name")
+					k := mt.Name + " " + name.AsString()
+					if r, ok := dp.Attributes.Value("slidelimit.throttle.result"); ok {
+						k += " " + r.AsString()
+					}
+					ints[k] = dp.Value
+				}
+			case metricdata.Gauge[float64]:
+				if mt.Name != "slidelimit.throttle.call.time_in_queue" || mt.Unit != "s" {
+					t.Errorf("gauge %s in %q, want slidelimit.throttle.call.time_in_queue in s", mt.Name, mt.Unit)
+				}
+				for _, dp := range data.DataPoints {
+					q, _ := dp.Attributes.Value("slidelimit.throttle.quantile")
+					waits[q.AsString()] = dp.Value
+				}
+			}
+		}
+	}
+	for k, want := range map[string]int64{
+		"slidelimit.throttle.queued_calls api":       0,
+		"slidelimit.throttle.calls api acquired":     3,
+		"slidelimit.throttle.calls api rejected":     1,
+		"slidelimit.throttle.calls api upstream_429": 1,
+	} {
+		if got, ok := ints[k]; !ok || got != want {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, want)
+		}
+	}
+	if waits["0.5"] != st.WaitP50.Seconds() || waits["0.99"] != st.WaitP99.Seconds() || waits["0.99"] <= 0 {
+		t.Errorf("time in queue %v, want p50 %v and p99 %v from Stats, above 0", waits, st.WaitP50, st.WaitP99)
+	}
+}

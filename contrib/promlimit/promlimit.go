@@ -17,11 +17,24 @@
 // outcome is allowed, denied, shadow_denied, exempt or error (a 500); source
 // is the engine's decision source (redis, fail-open, fail-closed, local, or
 // none for exempt requests). Exempt requests have an empty scope and policy.
+//
+// Throttles given to Collector.Throttle add, read from Throttle.Stats and
+// the hook when scraped (per process; throttle is the throttle's name):
+//
+//	slidelimit_throttle_queued_calls{throttle}                         gauge
+//	slidelimit_throttle_call_time_in_queue_seconds{throttle,quantile}  gauge
+//	slidelimit_throttle_calls_total{throttle,result}                   counter
+//
+// result is acquired, rejected (a refusal: the caller waits) or
+// upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
 package promlimit
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/contrib/internal/adapt"
 	"github.com/slidelimit/slidelimit/middleware"
 )
@@ -32,7 +45,20 @@ type Collector struct {
 	decisions *prometheus.CounterVec
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	throttles adapt.Throttles
 }
+
+// Descriptions of the throttles' metrics. A class label joins throttle
+// when throttles have classes.
+var (
+	throttleQueued = prometheus.NewDesc("slidelimit_throttle_queued_calls",
+		"Callers waiting in the throttle now, in this process.", []string{"throttle"}, nil)
+	throttleWait = prometheus.NewDesc("slidelimit_throttle_call_time_in_queue_seconds",
+		"Percentiles of the time Wait took to admit, over the last 1,024 admissions in this process.",
+		[]string{"throttle", "quantile"}, nil)
+	throttleCalls = prometheus.NewDesc("slidelimit_throttle_calls_total",
+		"The throttle's decisions and the upstream's 429s, in this process.", []string{"throttle", "result"}, nil)
+)
 
 var _ prometheus.Collector = (*Collector)(nil)
 
@@ -60,6 +86,7 @@ func New() *Collector {
 // Hook records one decision; give it to slidelimit.WithHook for a
 // Limiter, or to middleware.WithHook.
 func (c *Collector) Hook(ev middleware.Event) {
+	c.throttles.Hook(ev)
 	c.decisions.WithLabelValues(ev.Scope, ev.Policy, adapt.Outcome(ev), adapt.Source(ev)).Inc()
 	if adapt.BackendError(ev) {
 		c.errors.WithLabelValues(ev.Scope).Inc()
@@ -69,11 +96,19 @@ func (c *Collector) Hook(ev middleware.Event) {
 	}
 }
 
+// Throttle adds t's metrics to c. Its refusals are counted only if c's
+// Hook is a hook of t's Limiter. A second throttle of the same name is
+// ignored.
+func (c *Collector) Throttle(t *slidelimit.Throttle) { c.throttles.Add(t) }
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.decisions.Describe(ch)
 	c.errors.Describe(ch)
 	c.latency.Describe(ch)
+	ch <- throttleQueued
+	ch <- throttleWait
+	ch <- throttleCalls
 }
 
 // Collect implements prometheus.Collector.
@@ -81,4 +116,30 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.decisions.Collect(ch)
 	c.errors.Collect(ch)
 	c.latency.Collect(ch)
+	for _, st := range c.throttles.Stats() {
+		ch <- constMetric(throttleQueued, prometheus.GaugeValue, float64(st.Waiting), st.Name)
+		for _, q := range []struct {
+			q float64
+			v float64
+		}{{0.5, st.WaitP50.Seconds()}, {0.99, st.WaitP99.Seconds()}} {
+			ch <- constMetric(throttleWait, prometheus.GaugeValue, q.v, st.Name,
+				strconv.FormatFloat(q.q, 'g', -1, 64))
+		}
+		for _, r := range []struct {
+			result string
+			n      int64
+		}{{adapt.ResultAcquired, st.Admitted}, {adapt.ResultRejected, st.Rejected}, {adapt.ResultUpstream429, st.Upstream429s}} {
+			ch <- constMetric(throttleCalls, prometheus.CounterValue, float64(r.n), st.Name, r.result)
+		}
+	}
+}
+
+// constMetric is prometheus.NewConstMetric, the error reported as an
+// invalid metric to the registry.
+func constMetric(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) prometheus.Metric {
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		return prometheus.NewInvalidMetric(d, err)
+	}
+	return m
 }

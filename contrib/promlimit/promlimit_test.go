@@ -56,3 +56,48 @@ slidelimit_decisions_total{outcome="shadow_denied",policy="ip-1min",scope="GET /
 		t.Errorf("%d latency observations, want 6", count)
 	}
 }
+
+// TestCollectorThrottle: a throttle's queue, wait percentiles and calls by
+// result, read when scraped.
+func TestCollectorThrottle(t *testing.T) {
+	t.Parallel()
+	m := promlimit.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	th := routertest.ThrottleSequence(t, slidelimit.WithHook(m.Hook), m.Throttle)
+	st := th.Stats()
+	want := `
+# HELP slidelimit_throttle_calls_total The throttle's decisions and the upstream's 429s, in this process.
+# TYPE slidelimit_throttle_calls_total counter
+slidelimit_throttle_calls_total{result="acquired",throttle="api"} 3
+slidelimit_throttle_calls_total{result="rejected",throttle="api"} 1
+slidelimit_throttle_calls_total{result="upstream_429",throttle="api"} 1
+# HELP slidelimit_throttle_queued_calls Callers waiting in the throttle now, in this process.
+# TYPE slidelimit_throttle_queued_calls gauge
+slidelimit_throttle_queued_calls{throttle="api"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_throttle_calls_total", "slidelimit_throttle_queued_calls"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m, "slidelimit_throttle_call_time_in_queue_seconds"); n != 2 {
+		t.Errorf("%d time-in-queue series, want 2 (p50 and p99)", n)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "slidelimit_throttle_call_time_in_queue_seconds" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			want := st.WaitP50.Seconds()
+			if mm.GetLabel()[0].GetValue() == "0.99" {
+				want = st.WaitP99.Seconds()
+			}
+			if got := mm.GetGauge().GetValue(); got != want || got <= 0 {
+				t.Errorf("time in queue %v = %v, want %v from Stats, above 0", mm.GetLabel(), got, want)
+			}
+		}
+	}
+}

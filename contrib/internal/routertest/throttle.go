@@ -1,0 +1,61 @@
+package routertest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+)
+
+// ThrottleSequence makes a throttle "api" (global:3/min) on miniredis with
+// a Limiter made with opt, gives it to observe, and runs its calls: two
+// admitted by Wait, one admitted by Transport to which the upstream
+// answers 429, then one refused by Allow. Afterwards the throttle has
+// admitted 3, refused 1 and seen 1 upstream 429, with nobody waiting.
+func ThrottleSequence(t *testing.T, opt slidelimit.Option, observe func(*slidelimit.Throttle)) *slidelimit.Throttle {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rc := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rc.Close() })
+	lim, err := slidelimit.New(rc, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	th, err := lim.Throttle("api", "global:3/min")
+	if err != nil {
+		t.Fatal(err)
+	}
+	observe(th)
+	ctx := context.Background()
+	for i := range 2 {
+		p, err := th.Wait(ctx, slidelimit.Call{})
+		if err != nil {
+			t.Fatalf("Wait %d: %v", i, err)
+		}
+		p.Finish(nil)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	t.Cleanup(srv.Close)
+	resp, err := (&http.Client{Transport: th.Transport(nil)}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("Transport: status %d, want the upstream's 429", resp.StatusCode)
+	}
+	if _, ok, err := th.Allow(ctx, slidelimit.Call{}); ok || err != nil {
+		t.Fatalf("last Allow: %v, %v; want a refusal", ok, err)
+	}
+	return th
+}
