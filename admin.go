@@ -63,7 +63,7 @@ func (s adminSource) TopDenied(ctx context.Context, since time.Duration, n int) 
 }
 
 // Routes lists the scopes registered with a known scope, and an override's
-// scope, with the IDs of their limiters in first-seen order.
+// scope, with the IDs of their rules in first-seen order.
 func (s adminSource) Routes() []admin.Route { return s.l.reg.Routes() }
 
 func (s adminSource) Peek(ctx context.Context, scope, ruleID, subject string) (engine.Decision, error) {

@@ -186,7 +186,7 @@ func TestAdminMasksKeys(t *testing.T) {
 				var usage admin.SubjectAnswer
 				json.Unmarshal([]byte(body), &usage)
 				for _, u := range usage.Usage {
-					if u.Limiter == "header(X-Api-Key)" && (!u.Masked || strings.Contains(u.Subject, "SECRET")) {
+					if u.Rule == "header(X-Api-Key)" && (!u.Masked || strings.Contains(u.Subject, "SECRET")) {
 						t.Errorf("hashed %v: usage row %+v, want masked", hashed, u)
 					}
 				}

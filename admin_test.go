@@ -109,8 +109,8 @@ func TestAdminHandler(t *testing.T) {
 					}
 				}
 			}
-			want := []admin.Denied{{Scope: "GET /files", Limiter: "user", Subject: "alice", Denied: 18}, {Scope: "GET /files", Limiter: "user", Subject: "bob", Denied: 8},
-				{Scope: "GET /files", Limiter: "user", Subject: "carol", Denied: 1}}
+			want := []admin.Denied{{Scope: "GET /files", Rule: "user", Subject: "alice", Denied: 18}, {Scope: "GET /files", Rule: "user", Subject: "bob", Denied: 8},
+				{Scope: "GET /files", Rule: "user", Subject: "carol", Denied: 1}}
 			var top admin.TopAnswer
 			for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(100 * time.Millisecond) {
 				res, body := call(t, "GET", s2.URL+"/admin/ui/api/top?since=1h", "root", "ops", nil)

@@ -12,7 +12,7 @@ import (
 
 // TestByteQuota runs a byte quota with a grain end to end on real Redis:
 // small downloads pass, a large one that does not fit the day's bytes is
-// denied while the request limiter still has room, and is not counted.
+// denied while the request rule still has room, and is not counted.
 func TestByteQuota(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Start(t).Client()

@@ -45,7 +45,7 @@
 // reset, from denial tallies the Limiter keeps and writes to Redis once a
 // second (see docs/operations.md).
 //
-// A cost limiter can settle after the handler to what a request really
+// A cost rule can settle after the handler to what a request really
 // consumed: middleware.WithSettle with middleware.Settlement{Written: true}
 // counts the bytes a download actually sent, and middleware.ReportCost lets
 // a handler report an application cost such as tokens (see
@@ -90,21 +90,21 @@
 // Limiter.Peek and Reset take a scope (a route pattern given to Register
 // or Handle, or a scope: name), a rule ID as rules.Rule.ID writes it
 // ("ip", "user", "global", "header(X-Api-Key)", "param(id)",
-// "key(tenant)"; header names in any case) and the raw subject the limiter
+// "key(tenant)"; header names in any case) and the raw subject the rule
 // counts: an address for ip ("192.0.2.7", or an IPv6 network
 // "2001:db8::/64"), a user id, a header, path or key value; it is ignored
 // for global. The subject is mapped as the group's middleware maps it,
 // with the options it was built with. The requests a user, header,
-// param or key limiter counted by client IP (callers without identity or
+// param or key rule counted by client IP (callers without identity or
 // value, roles in role.Policy.ByIP) are seen with byIP set; a global
-// limiter never counts by IP. Input that names no windows is a
+// rule never counts by IP. Input that names no windows is a
 // *ConfigError of kind "scope" or "limiter", or another error
-// for a subject the limiter never counts; when Redis fails, Peek returns the fail mode's
+// for a subject the rule never counts; when Redis fails, Peek returns the fail mode's
 // Decision with the error.
 //
-// Every limiter with that ID in the scope, in the defaults or a role's
+// Every rule with that ID in the scope, in the defaults or a role's
 // override of any group registered in it, counts into the same Redis key:
-// a key is (scope, limiter ID, subject), not the windows. Those limiters
+// a key is (scope, rule ID, subject), not the windows. Those rules
 // may declare different windows ("user:10/min" for everyone,
 // "role(trial)=user:3/min,20/d"), so Peek reports the union of their
 // windows, one WindowState per distinct limit and period, ordered by

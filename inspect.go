@@ -23,7 +23,7 @@ func (l *Limiter) rememberRoute(pattern string, g rules.Group) {
 
 // Peek reports, counting nothing, the windows that rule ruleID
 // ("ip", "user", "header(X-Api-Key)", ...) of scope keeps for subject: the
-// raw value the limiter counts or, with byIP, the client address of the
+// raw value the rule counts or, with byIP, the client address of the
 // requests it counted by address. Input that names no windows is a
 // *ConfigError; see the package documentation, Inspecting subjects.
 func (l *Limiter) Peek(ctx context.Context, scope, ruleID, subject string, byIP bool) (engine.Decision, error) {
@@ -35,7 +35,7 @@ func (l *Limiter) Peek(ctx context.Context, scope, ruleID, subject string, byIP 
 }
 
 // Reset forgets every request that rule ruleID of scope counted for
-// subject, in every window of every limiter with that ID in the scope, and
+// subject, in every window of every rule with that ID in the scope, and
 // lifts the subject's block. On a throttle's scope it also lifts, in every
 // process within a second, the blocks learned from the upstream for calls
 // with that subject (see docs/throttle.md, Learned blocks). Its arguments
@@ -79,7 +79,7 @@ func (l *Limiter) inspect(scope, ruleID, value string, byIP bool) (engine.Reques
 }
 
 // unknown returns err as a *ConfigError when it names no scope or no
-// limiter.
+// rule.
 func unknown(err error) error {
 	if errors.Is(err, registry.ErrUnknownScope) || errors.Is(err, registry.ErrUnknownRule) {
 		return configError("", "", "", err)

@@ -162,7 +162,7 @@ func TestPeekByIP(t *testing.T) {
 		f := newInspectFixture(t, client, slidelimit.WithMiddlewareOptions(middleware.WithPolicy(role.Policy{ByIP: []role.Role{"shared"}})))
 		ctx := context.Background()
 		// An anonymous caller and a role counted by IP land in the user
-		// limiter's IP form; a user whose id spells the address does not.
+		// rule's IP form; a user whose id spells the address does not.
 		f.get(t, "/files/1", "192.0.2.9:1", nil)
 		f.get(t, "/files/1", "192.0.2.9:2", ident("ops", "shared"))
 		f.get(t, "/files/1", "192.0.2.9:3", ident("192.0.2.9", "user"))

@@ -52,7 +52,7 @@ func WithRoles(names ...string) Option {
 // WithIdentity sets how the Limiter learns who made a request: fn returns
 // the user id and roles the service's authentication established, or ""
 // and nil for an anonymous caller. It runs on the request's goroutine,
-// before the limiter, in every handler the Limiter wraps, and must be safe
+// before the middleware, in every handler the Limiter wraps, and must be safe
 // for concurrent use. Without it the identity is the one stored with
 // role.NewContext.
 func WithIdentity(fn func(r *http.Request) (user string, roles []string)) Option {
@@ -124,13 +124,13 @@ func WithHashedSubjects(secret []byte) Option {
 }
 
 // WithCostFunc registers fn as the cost function name, as in
-// user[bytes]:2Gi/d: those limiters count what fn returns for a request
+// user[bytes]:2Gi/d: those rules count what fn returns for a request
 // instead of 1. See middleware.WithCostFunc for its contract.
 func WithCostFunc(name string, fn func(r *http.Request) (int64, error)) Option {
 	return func(c *config) { c.mw(middleware.WithCostFunc(name, fn)) }
 }
 
-// WithKeyFunc registers fn as the subject of key(name) limiters, such as a
+// WithKeyFunc registers fn as the subject of key(name) rules, such as a
 // tenant id taken from a verified token. See middleware.WithKeyFunc for
 // its contract.
 func WithKeyFunc(name string, fn func(r *http.Request) string) Option {
@@ -145,7 +145,7 @@ func WithLimitFunc(name string, fn func(ctx context.Context) (int64, error)) Opt
 	return func(c *config) { c.mw(middleware.WithLimitFunc(name, fn)) }
 }
 
-// WithMaskedSubjects sets the kinds of limiters whose subjects the
+// WithMaskedSubjects sets the kinds of rules whose subjects the
 // operator's page (AdminHandler) shows, sends and logs only by a
 // fingerprint. The default masks rules.Header; no kind masks nothing. New
 // fails for a kind without subjects (docs/operations.md, Masked subjects).

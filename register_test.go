@@ -205,7 +205,7 @@ func TestHandle(t *testing.T) {
 			}
 		})
 	}
-	// A param limiter naming no wildcard is reported as in a limit tag, by
+	// A param rule naming no wildcard is reported as in a limit tag, by
 	// rules.ParseRoute.
 	err := offline(t).Handle(http.NewServeMux(), "GET /a/{id}", ok, "ip:5/s; role(x)=param(other):1/s")
 	if want := `slidelimit: route "GET /a/{id}": rules: "ip:5/s; role(x)=param(other):1/s": param "other" is not a wildcard ({other} or {other...}) of route pattern "GET /a/{id}" at offset 22`; err == nil || err.Error() != want {

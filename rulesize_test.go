@@ -24,7 +24,7 @@ func windowList(n int) string {
 	return strings.Join(ws, ",")
 }
 
-// headerRules returns n limiters header(X-H0)..., each with per
+// headerRules returns n rules header(X-H0)..., each with per
 // windows. A request without the header counts by its client address.
 func headerRules(n, per int) string {
 	ls := make([]string, n)
@@ -47,7 +47,7 @@ func tagged(route, limit string) any {
 	return v.Interface()
 }
 
-// TestRuleSizeRefused checks that a group with more windows or limiters
+// TestRuleSizeRefused checks that a group with more windows or rules
 // than the engine takes in one request fails Register, Handle and
 // Middleware, naming the bound and the count, and registers nothing: such
 // a group used to be accepted, and every request then failed with 500.
@@ -89,7 +89,7 @@ func TestRuleSizeRefused(t *testing.T) {
 // TestRuleSizeAtBound checks that groups at the bounds are served, and
 // exactly, on a real Redis, on miniredis and on a 3-master Cluster: the
 // rule language's bounds are the engine's, not stricter. A request of 64
-// limiters with an in-flight and a rate window each has 128 keys; on a
+// rules with an in-flight and a rate window each has 128 keys; on a
 // Cluster, keys past the 64th were sent twice (a bitmask of 64 bits),
 // counting the request twice.
 func TestRuleSizeAtBound(t *testing.T) {

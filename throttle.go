@@ -23,13 +23,13 @@ type Throttle struct {
 }
 
 // Call is one call through a Throttle: the subjects and estimated costs its
-// limiters count.
+// rules count.
 type Call struct {
-	// Keys gives the value of each key(NAME) limiter, by NAME, such as
-	// the API key the call is made with. Every key(NAME) limiter of the
+	// Keys gives the value of each key(NAME) rule, by NAME, such as
+	// the API key the call is made with. Every key(NAME) rule of the
 	// throttle's rules needs a non-empty value.
 	Keys map[string]string
-	// Costs gives the estimated cost of each limiter with a named cost
+	// Costs gives the estimated cost of each rule with a named cost
 	// ([tokens]), by name, such as the tokens a completion may use at
 	// most. Every named cost of the rules needs a value of at least 1;
 	// Permit.Finish settles it to what the call really cost.
@@ -63,9 +63,9 @@ func (*noCopy) Unlock() {}
 // to the upstream, up to the transit bound (WithTransitBound).
 //
 // name is the scope of its windows, for SetRules too, which refuses
-// key(NAME) limiters and named costs that rulesText does not have.
+// key(NAME) rules and named costs that rulesText does not have.
 // Statements that have no meaning for calls out (roles, ip, user, header
-// and param limiters, count:, distinct:, mode:shadow) are a *ConfigError;
+// and param rules, count:, distinct:, mode:shadow) are a *ConfigError;
 // docs/throttle.md lists what a throttle accepts.
 func (l *Limiter) Throttle(name, rulesText string) (*Throttle, error) {
 	if !validScopeName(name) {
@@ -150,10 +150,10 @@ func newPermit(p *throttle.Permit) *Permit {
 	return h
 }
 
-// Finish ends the call p admitted: the cost of each limiter named in
+// Finish ends the call p admitted: the cost of each rule named in
 // actual (by cost name, as in Call.Costs) is settled to its value, the
 // others keep their estimate, and in-flight slots are released. A value
-// is capped at the smallest limit of the limiter's windows (no call can
+// is capped at the smallest limit of the rule's windows (no call can
 // use more than a whole window allows); a negative value is ignored, the
 // estimate kept. It does not block: the work rides the engine's next
 // script call, or leaves within 1 ms (see Engine.FinishAsync). Finishing
@@ -207,7 +207,7 @@ type transportConfig struct {
 }
 
 // WithCall makes the Transport build each request's Call with fn: the
-// values of its key(NAME) limiters (an API key from a header) and the
+// values of its key(NAME) rules (an API key from a header) and the
 // estimates of its costs (max_tokens from the body). An error fails the
 // round trip without sending it. Without WithCall every request is Call{}.
 func WithCall(fn func(*http.Request) (Call, error)) TransportOption {
@@ -242,7 +242,7 @@ func WithActualBody(fn func(resp *http.Response, body []byte) map[string]int64) 
 // Costs[name] is counted until then; a settlement above it is a debt,
 // capped as every throttle settlement is. Its value wins over WithActual's
 // and WithActualBody's for name. Given more than once, each name is
-// settled; a name no limiter of the rules has settles nothing.
+// settled; a name no rule has settles nothing.
 func WithActualBytes(name string) TransportOption {
 	return func(c *transportConfig) { c.Bytes = append(c.Bytes, name) }
 }

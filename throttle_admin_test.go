@@ -37,7 +37,7 @@ func TestThrottleVisible(t *testing.T) {
 	th.Allow(ctx, slidelimit.Call{})
 	mu.Lock()
 	if len(events) != 2 || events[0].Scope != "payments" || !events[0].Allowed || events[1].Allowed ||
-		events[1].Status != http.StatusTooManyRequests || events[1].Limiter != "global" {
+		events[1].Status != http.StatusTooManyRequests || events[1].Rule != "global" {
 		t.Errorf("hook events = %+v, want an admission then a refusal of global in payments", events)
 	}
 	mu.Unlock()

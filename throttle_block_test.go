@@ -326,7 +326,7 @@ func TestThrottleLearnedBlocksListed(t *testing.T) {
 		t.Errorf("GET /api/blocks after the lift = %s", body)
 	}
 
-	// A throttle of a global limiter only: its block is listed and
+	// A throttle of a global rule only: its block is listed and
 	// lifted as the global subject's.
 	plain, err := lim.Throttle("plain", "global:10/s")
 	if err != nil {

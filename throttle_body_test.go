@@ -22,7 +22,7 @@ import (
 	"github.com/slidelimit/slidelimit"
 )
 
-// waitUsed waits until limiter id of scope holds want for subject in its
+// waitUsed waits until rule id of scope holds want for subject in its
 // first window (a settlement leaves within about 1 ms), failing after 5 s.
 func waitUsed(t *testing.T, lim *slidelimit.Limiter, scope, id, subject string, want int64) {
 	t.Helper()

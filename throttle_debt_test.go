@@ -9,7 +9,7 @@ import (
 )
 
 // TestThrottleDebtCapped: Finish settles a cost to at most the smallest
-// limit of the limiter's windows (2^52 tokens on a 90,000/min window
+// limit of the rule's windows (2^52 tokens on a 90,000/min window
 // would hold the key for the whole period, a calendar month's rest), and
 // a negative actual keeps the estimate.
 func TestThrottleDebtCapped(t *testing.T) {

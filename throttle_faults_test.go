@@ -713,7 +713,7 @@ func (r *throttleRun) peekSlots(at time.Duration) {
 				subject = k
 			}
 			r.mu.Lock()
-			r.hist.Peeks = append(r.hist.Peeks, faults.SlotPeek{At: r.at(d.Time), Limiter: ws.Check, Subject: subject, Used: ws.Used})
+			r.hist.Peeks = append(r.hist.Peeks, faults.SlotPeek{At: r.at(d.Time), Rule: ws.Check, Subject: subject, Used: ws.Used})
 			r.mu.Unlock()
 		}
 	}

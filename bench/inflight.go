@@ -12,7 +12,7 @@ import (
 )
 
 // slidelimitIF is the in-flight group: the 2-window group with an
-// in-flight window (N concurrent) in the same limiter, each decision an
+// in-flight window (N concurrent) in the same rule, each decision an
 // Allow and, once admitted, the Release that frees its slot (the work a
 // middleware does around a handler). Its slot limit is above the callers,
 // so that allow cases never deny; the deny case keeps the first admitted

@@ -23,7 +23,7 @@ func init() {
 // setupLimitFunc models what the middleware does for a window whose limit
 // names a limit function: per request it calls the function (here a map
 // lookup by subject, as an application would read a tenant's plan), copies
-// the limiter's windows into a fresh slice with the resolved limit
+// the rule's windows into a fresh slice with the resolved limit
 // (internal/lifecycle.Resolve, the middleware's check of the value) and asks the
 // engine. The limits are those of the static 2-window group, so the two
 // rows differ only by the resolution.
@@ -41,7 +41,7 @@ func setupLimitFunc(_ context.Context, rdb *redis.Client, c benchCase) (*limiter
 		return nil, err
 	}
 	// Resolve caps an exact window at rulelimits.MaxLimit, as in rule text; the
-	// bench's unreachable limit needs a cost-free limiter built in Go, so
+	// bench's unreachable limit needs a cost-free rule built in Go, so
 	// the check runs against a grained twin and the exact window is used.
 	lim := rules.Rule{Kind: rules.Key, Name: "bench", Windows: []rules.Window{static, dyn}}
 	plans := map[string]int64{} // subject → limit; every subject has the same plan here

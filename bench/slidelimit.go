@@ -80,7 +80,7 @@ func w(limit int64, period time.Duration) rules.Window {
 }
 
 // setupSlidelimit configures a slidelimit engine with default options
-// (and opts) and its denial tallies, as a slidelimit.Limiter has, on rdb and one limiter of kind key with the given windows.
+// (and opts) and its denial tallies, as a slidelimit.Limiter has, on rdb and one rule of kind key with the given windows.
 // Each caller reuses one Request and only changes its subject, so the
 // caller itself allocates nothing. Requests fail closed, and a decision not
 // made by Redis (or, for a denial, by the cache of Redis's answers) counts
@@ -91,7 +91,7 @@ func setupSlidelimit(rdb *redis.Client, opts ...engine.Option) func(windows ...r
 }
 
 // newSlidelimit is setupSlidelimit with a rule cost (rules.Rule.Cost)
-// and the cost of each request (0: the limiter's).
+// and the cost of each request (0: the rule's).
 func newSlidelimit(rdb *redis.Client, opts []engine.Option, cost string, n int64, windows []rules.Window) (*limiterSetup, error) {
 	return newSlidelimitTallies(rdb, opts, true, cost, n, windows)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// TestCachedDenialCalendarCost checks that a calendar window of a limiter
+// TestCachedDenialCalendarCost checks that a calendar window of a rule
 // with a cost makes no cached denial of a request that fits: a denial of a
 // large request says nothing of a smaller one.
 func TestCachedDenialCalendarCost(t *testing.T) {

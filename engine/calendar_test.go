@@ -175,8 +175,8 @@ func calNewYork(t *testing.T, e *Engine, clk *redistest.Clock) {
 
 // calAllOrNothing: a denial by the calendar window counts nothing in the
 // sliding windows of the group, and a denial by a sliding window nothing
-// in the calendar window, whether they share a limiter or not (an ip
-// limiter, in another cluster slot), before or after it.
+// in the calendar window, whether they share a rule or not (an ip
+// rule, in another cluster slot), before or after it.
 func calAllOrNothing(t *testing.T, e *Engine, clk *redistest.Clock) {
 	ctx := context.Background()
 	day := time.Date(2030, 6, 3, 0, 0, 0, 0, time.UTC)

@@ -18,7 +18,7 @@ const denialPreview = 48
 type Denial struct {
 	// Scope is the request's scope.
 	Scope string
-	// Kind, Name and Cost are those of the denying check's limiter.
+	// Kind, Name and Cost are those of the denying check's rule.
 	Kind rules.Kind
 	Name string
 	Cost string

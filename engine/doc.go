@@ -17,7 +17,7 @@
 // # Semantics
 //
 // A window of period W and limit L admits a request at time t iff fewer than L
-// requests were admitted in (t-W, t]. A Request holds checks, each a limiter (a
+// requests were admitted in (t-W, t]. A Request holds checks, each a rule (a
 // set of windows) applied to one subject. The request is admitted iff every
 // window of every check admits it. It is then counted in all of them, otherwise
 // in none: a denied request leaves no entry. There is no approximation: no
@@ -39,7 +39,7 @@
 // Counts are in cost units. A window admits a request of cost c iff the costs
 // admitted in (t-W, t] sum to at most L-c. Used and Remaining count in the same
 // units. RetryAfter waits until enough cost has left every window for c to fit.
-// A cost above 1 needs a limiter with a cost (Limiter.Cost), which is a key of
+// A cost above 1 needs a rule with a cost (Rule.Cost), which is a key of
 // its own: user and user[bytes] never share a log. A cost above a window's
 // limit is never admitted: Allow returns an error matching [ErrInvalid] that
 // names the check and window.
@@ -47,7 +47,7 @@
 // # Precedence
 //
 // Where several settings apply, the most specific one wins:
-//   - Cost: Check.Cost, else the limiter's constant cost (Limiter.Cost "5"), else 1.
+//   - Cost: Check.Cost, else the rule's constant cost (Rule.Cost "5"), else 1.
 //   - Fail mode: Request.Fail, else [WithFailMode], else rules.FailLocal.
 //   - Calendar zone: Request.Zone, else UTC, never the process's local zone.
 //   - Checks counting in one key (same scope, kind, name and subject) merge:
@@ -65,7 +65,7 @@
 // with different grains err by the coarsest grain.
 //
 // A check with a Block (the rule language's block:) blocks its subject on its
-// limiter for that long, from the first denial by one of its windows. While the
+// rule for that long, from the first denial by one of its windows. While the
 // block lasts, every Allow of the subject with that check is denied and counted
 // nowhere. Attempts never extend it, and a peek never starts one.
 // [Decision.Blocked] is set; RetryAfter, and each of the check's windows'
@@ -128,7 +128,7 @@
 // processes admit at most n·(L-k) beyond a window's limit during an outage.
 // Keys never asked about start from nothing, at most L per process. An
 // in-flight window admits up to N at once per process, whatever Redis held.
-// Blocks Redis reported still deny, and the limiter starts its own.
+// Blocks Redis reported still deny, and the in-process limiter starts its own.
 //
 // A server that does not answer is considered down. Calls that need it take the
 // fail mode at once, without touching the network; other servers' calls are
@@ -144,8 +144,8 @@
 //
 // # Keys
 //
-// Each (scope, limiter kind and name, subject) is one sorted set under
-// [WithKeyPrefix]. A subject's keys for one limiter share a Redis Cluster hash
+// Each (scope, rule kind and name, subject) is one sorted set under
+// [WithKeyPrefix]. A subject's keys for one rule share a Redis Cluster hash
 // tag. No subject byte can change that tag or collide with another subject.
 // Subjects over 128 bytes, or all with [WithHashedSubjects], are stored hashed.
 // Keys name no limit: a changed limit applies at once to the entries recorded.

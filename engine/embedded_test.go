@@ -183,8 +183,8 @@ func randomWindows(rng *rand.Rand, n int, maxLimit int, grains bool) string {
 	return strings.Join(ws, ",")
 }
 
-// randomRules returns a valid rule text: a count limiter with one to three
-// windows and maybe an in-flight window, maybe a byte limiter with grains,
+// randomRules returns a valid rule text: a count rule with one to three
+// windows and maybe an in-flight window, maybe a byte rule with grains,
 // maybe a block.
 func randomRules(t testing.TB, rng *rand.Rand) string {
 	t.Helper()
@@ -256,7 +256,7 @@ func runDiff(t testing.TB, rc *redis.Client, seed uint64, steps int) {
 			case op < 90: // settlement to a random actual cost; -1 keeps one
 				actual := make([]int64, len(h.req.Checks))
 				for c := range actual {
-					actual[c] = -1 // a limiter counting requests keeps its count
+					actual[c] = -1 // a rule counting requests keeps its count
 					if h.req.Checks[c].Rule.Cost != "" {
 						actual[c] = int64(rng.IntN(1400)) - 1
 					}

@@ -334,7 +334,7 @@ func answeredErr(err error) bool {
 	return errors.Is(err, errCollision) || errors.As(err, &re) || errors.As(err, &ue)
 }
 
-// reset forgets every request counted for subject by limiter l in scope
+// reset forgets every request counted for subject by rule l in scope
 // and lifts the subject's block there (Check.Block): it deletes the key and
 // its block key, in Redis and in the fallback limiter, and tells every
 // engine's cache. When l has an in-flight window, its slots are freed too:

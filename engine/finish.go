@@ -17,7 +17,7 @@ type Outcome struct {
 	GiveBack bool
 	// Actual, when non-nil, settles the request: Actual[i] is the actual
 	// cost of check i of its Request, or -1 to keep what the check was
-	// charged. It must have one element per check. Only limiters with a
+	// charged. It must have one element per check. Only rules with a
 	// cost settle: a check without one must have -1 or its cost, and so
 	// must checks sharing a key with different actual costs. A request is
 	// settled at most once; settle to 0 to give it back in full. A request
@@ -37,7 +37,7 @@ type Outcome struct {
 // decision, or an Allow without windows. A decision of the local fallback
 // (Source "local") is finished in process. Finish returns:
 //   - an error matching ErrInvalid, changing nothing, when o.Actual has the
-//     wrong length or settles a limiter without a cost to another cost;
+//     wrong length or settles a rule without a cost to another cost;
 //   - ErrClosed after Close;
 //   - an error matching ErrBackend when Redis fails or is considered down.
 //     The work is then queued and retried before later script calls, best

@@ -105,7 +105,7 @@ func TestFinishNothing(t *testing.T) {
 	}
 	for _, bad := range []Outcome{
 		{Actual: []int64{1}},     // one per check
-		{Actual: []int64{-1, 3}}, // the user limiter counts requests
+		{Actual: []int64{-1, 3}}, // the user rule counts requests
 	} {
 		if err := e.Finish(ctx, d, bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("Finish(%+v): %v, want ErrInvalid", bad, err)

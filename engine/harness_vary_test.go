@@ -30,12 +30,12 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 	case faults.RoleExempt:
 		return Check{}, "", nil, false
 	case faults.RoleByIP:
-		// A shared account: the user limiter counts the client's IP
+		// A shared account: the user rule counts the client's IP
 		// (lifecycle.SubjectFor), a key of its own.
 		c.Subject = "ip:" + strconv.Itoa(q.Subject)
 		subject = "user/" + c.Subject
 	case faults.RoleOverride:
-		// The role's override replaces the limiters: an ip limiter, of
+		// The role's override replaces the rules: an ip rule, of
 		// the same kind of windows, with its own limits.
 		c.Kind, c.Subject = rules.IP, "ip:"+strconv.Itoa(q.Subject)
 		subject = "ip/" + c.Subject

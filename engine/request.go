@@ -22,10 +22,10 @@ type Check struct {
 	// base64url characters) is an invalid request.
 	Hashed bool
 	// Cost is what the request counts in this check's windows. Zero counts
-	// the limiter's constant cost (Limiter.Cost "5"), or 1. A negative
-	// cost, or one above 1 for a limiter without a cost, is invalid.
+	// the rule's constant cost (Rule.Cost "5"), or 1. A negative
+	// cost, or one above 1 for a rule without a cost, is invalid.
 	Cost int64
-	// Block, when positive, blocks Subject on this limiter, in this scope,
+	// Block, when positive, blocks Subject on this rule, in this scope,
 	// for that long from the first denial by one of its windows. Until the
 	// block ends, every request of Subject with this check is denied,
 	// counts nowhere, and does not extend the block. Block is rounded up to
@@ -35,7 +35,7 @@ type Check struct {
 	// Distinct, when not empty, is the value the request counts in the
 	// check's windows instead of itself: the rule statement distinct:NAME,
 	// such as the URL path. A window that holds the value admits it
-	// without counting again. The limiter must have no cost and no grain.
+	// without counting again. The rule must have no cost and no grain.
 	//
 	// A value counts at its first request. It counts again in every window
 	// at a request that finds it older than the shortest window. Each
@@ -55,7 +55,7 @@ type Request struct {
 	// Scope names the windows' owner: a route pattern such as
 	// "GET /files/{id}" or a shared scope name.
 	Scope string
-	// Checks are the limiters to apply.
+	// Checks are the rules to apply.
 	Checks []Check
 	// Fail is the behaviour when Redis fails. FailDefault uses the
 	// engine's default (see WithFailMode).
@@ -66,7 +66,7 @@ type Request struct {
 	Zone *time.Location
 }
 
-// One returns a Request with a single check: subject, counted by a limiter
+// One returns a Request with a single check: subject, counted by a rule
 // of kind with the given windows, in scope. It is the one-line form of "may
 // user 42 reply? At most 5 per minute":
 //

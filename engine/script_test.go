@@ -177,7 +177,7 @@ func TestReadFlatOp(t *testing.T) {
 
 func TestWeightedArgs(t *testing.T) {
 	t.Parallel()
-	// A cost limiter (cost 7) and a count limiter with a grain (cost 1):
+	// A cost rule (cost 7) and a count rule with a grain (cost 1):
 	// weighted keys, given as -nwin, busy (flat only), cost, then period,
 	// limit and the tier's grain per window, longest first.
 	c := plannedCall(t, req(bytesOf("u", 7, win(100, time.Second), gwin(1000, time.Minute, 10*time.Second)),

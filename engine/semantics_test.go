@@ -40,7 +40,7 @@ func ip(subject string, ws ...rules.Window) Check {
 
 func req(checks ...Check) Request { return Request{Scope: "s", Checks: checks} }
 
-// bytes is a check of the cost limiter user[bytes] counting cost.
+// bytes is a check of the cost rule user[bytes] counting cost.
 func bytesOf(subject string, cost int64, ws ...rules.Window) Check {
 	return Check{Rule: rules.Rule{Kind: rules.User, Cost: "bytes", Windows: ws}, Subject: subject, Cost: cost}
 }
@@ -136,7 +136,7 @@ func scenarios() []scenario {
 			{at: 400 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), retry: 600 * ms, wins: [][3]time.Duration{{10, 0, 600 * ms}}},
 			{at: sec, req: req(bytesOf("u", 5, win(10, sec))), retry: 100 * ms, wins: [][3]time.Duration{{6, 4, 100 * ms}}},
 			{at: 1100 * ms, req: req(bytesOf("u", 5, win(10, sec))), allow: true, wins: [][3]time.Duration{{6, 4, 200 * ms}}},
-			// The count limiter of the same kind and subject is another key.
+			// The count rule of the same kind and subject is another key.
 			{at: 1100 * ms, req: req(user("u", win(1, sec))), allow: true, wins: [][3]time.Duration{{1, 0, sec}}},
 		}},
 		{"costs across keys and windows", []step{

@@ -105,7 +105,7 @@ func TestCostErrors(t *testing.T) {
 		{req(user("u", win(10, time.Second)), bytesOf("u", 5, win(100, time.Minute), win(4, time.Second))),
 			"engine: invalid request: check 1 window 1: cost 5 is above the window's limit 4: the request can never be admitted"},
 		{req(Check{Rule: rules.Rule{Kind: rules.User, Windows: []rules.Window{win(10, time.Second)}}, Subject: "u", Cost: 2}),
-			"engine: invalid request: check 0: cost 2 above 1 needs a limiter with a cost (Limiter.Cost), which names its own key"},
+			"engine: invalid request: check 0: cost 2 above 1 needs a rule with a cost (Rule.Cost), which names its own key"},
 		{req(bytesOf("u", -1, win(10, time.Second))), "engine: invalid request: check 0: negative cost -1"},
 		{req(bytesOf("u", 2, win(10, time.Second)), bytesOf("u", 3, win(10, time.Minute))),
 			"engine: invalid request: check 1: checks sharing a key (same scope, limiter and subject) count different costs"},
@@ -120,7 +120,7 @@ func TestCostErrors(t *testing.T) {
 		}
 	}
 	// A constant cost counts when the check leaves Cost 0, and a grained
-	// count limiter shares the key of the cost 1.
+	// count rule shares the key of the cost 1.
 	r := req(Check{Rule: rules.Rule{Kind: rules.IP, Cost: "5", Windows: []rules.Window{win(100, time.Second)}}, Subject: "i"})
 	c := plannedCall(t, r)
 	if c.plan.Cost[0] != 5 || !c.plan.Weighted[0] || c.plan.Keys[0] != "p:{s|ip|i}|5" {
@@ -325,7 +325,7 @@ func costOf(as []audited) (s int64) {
 	return s
 }
 
-// TestMemory drives limiters through a day of admissions under a test
+// TestMemory drives rules through a day of admissions under a test
 // clock and measures the key with MEMORY USAGE on real Redis.
 func TestMemory(t *testing.T) {
 	t.Parallel()
@@ -397,7 +397,7 @@ func TestMemory(t *testing.T) {
 }
 
 // TestCostsDifferential drives random costs, peeks and give-backs through
-// exact windows of a cost limiter on real Redis (weighted key: running
+// exact windows of a cost rule on real Redis (weighted key: running
 // totals) and on the fallback limiter (a plain log of costs), and requires
 // the same decisions from both.
 func TestCostsDifferential(t *testing.T) {

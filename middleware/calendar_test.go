@@ -103,7 +103,7 @@ func TestDistinctPath(t *testing.T) {
 			t.Errorf("third request for one path: RateLimit %q, want r=2: the path counted once", resp.Header.Get("RateLimit"))
 		}
 	}
-	sub, err := subjectOf(rules.IP, "127.0.0.1") // no identity: the user limiters count by IP
+	sub, err := subjectOf(rules.IP, "127.0.0.1") // no identity: the user rules count by IP
 	if err != nil {
 		t.Fatal(err)
 	}

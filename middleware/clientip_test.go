@@ -40,7 +40,7 @@ func TestCanonicalizeIP(t *testing.T) {
 	}
 }
 
-// TestClientIP checks which address an ip limiter counts, for direct
+// TestClientIP checks which address an ip rule counts, for direct
 // clients, spoofing attempts and proxy chains.
 func TestClientIP(t *testing.T) {
 	t.Parallel()

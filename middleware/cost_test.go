@@ -65,7 +65,7 @@ func admitted(req engine.Request) engine.Decision {
 }
 
 // TestCostReachesEngine checks that every check carries its cost: 0 for a
-// limiter without cost, the constant for ip[5], the function's value for
+// rule without cost, the constant for ip[5], the function's value for
 // user[bytes] and key(k)[bytes] (the function called once), in defaults and
 // overrides.
 func TestCostReachesEngine(t *testing.T) {
@@ -177,7 +177,7 @@ func TestCostHeaders(t *testing.T) {
 		r := request("GET", "/", "192.0.2.1:1", user("alice"))
 		r.Header.Set("X-Size", "1000000000") // fits in 2Gi/d: the decider denies
 		res := do(mux, r).Result()
-		if ev := rec.All(); len(ev) != 1 || ev[0].Status != http.StatusTooManyRequests || ev[0].Limiter != d.reqs[0].Checks[check].ID() {
+		if ev := rec.All(); len(ev) != 1 || ev[0].Status != http.StatusTooManyRequests || ev[0].Rule != d.reqs[0].Checks[check].ID() {
 			t.Errorf("events = %+v", ev)
 		}
 		return res
@@ -329,7 +329,7 @@ func TestCostFuncErrors(t *testing.T) {
 					t.Fatalf("events = %+v", ev)
 				}
 				var ce *lifecycle.CostError
-				if !errors.As(ev[0].Err, &ce) || ce.Name != "bytes" || ce.Limiter != "user[bytes]" {
+				if !errors.As(ev[0].Err, &ce) || ce.Name != "bytes" || ce.Rule != "user[bytes]" {
 					t.Errorf("event error = %#v", ev[0].Err)
 				}
 				if tt.size == "fail" && !errors.Is(ev[0].Err, errNoObject) {
@@ -343,7 +343,7 @@ func TestCostFuncErrors(t *testing.T) {
 	}
 }
 
-// TestCostFuncConfig checks that New names every limiter whose cost
+// TestCostFuncConfig checks that New names every rule whose cost
 // function is missing, and rejects bad WithCostFunc arguments.
 func TestCostFuncConfig(t *testing.T) {
 	t.Parallel()

@@ -1,7 +1,7 @@
 // Package middleware enforces a rule group on net/http handlers: New turns a
 // rules.Group and a Decider (normally *engine.Engine) into a
 // func(http.Handler) http.Handler that makes one atomic decision per request
-// across every window of every limiter that applies to the caller.
+// across every window of every rule that applies to the caller.
 //
 // # Identity and roles
 //
@@ -12,7 +12,7 @@
 //
 // # Subjects
 //
-// Each limiter counts the requests of one subject:
+// Each rule counts the requests of one subject:
 //
 //   - ip: the client address. It is the peer address (RemoteAddr) unless
 //     trusted proxies are configured (WithTrustedProxies) and the peer is one
@@ -41,18 +41,18 @@
 //
 // # Costs
 //
-// A limiter with a cost counts more than one per request (see package
+// A rule with a cost counts more than one per request (see package
 // rules): user[bytes]:2Gi/d counts, per user, what the function registered
 // with WithCostFunc("bytes", fn) returns, and ip[5]:100/min counts 5 per
 // request. Before calling the Decider the middleware calls each cost
-// function the applicable limiters name, once per request whatever the
-// number of limiters naming it, and passes the cost in engine.Check.Cost (0
-// for limiters without a cost, which count 1). A cost function that returns
+// function the applicable rules name, once per request whatever the
+// number of rules naming it, and passes the cost in engine.Check.Cost (0
+// for rules without a cost, which count 1). A cost function that returns
 // an error, or a cost below 1, makes the middleware answer without deciding
 // or counting: 400 when the error wraps ErrBadRequest (the request itself
 // cannot be costed, such as a malformed Range header), else 500, with a
 // problem body that only names the status. The error goes to the logger
-// (naming the function and limiter) and to hooks, never to the client. In shadow mode the request is served, uncounted.
+// (naming the function and rule) and to hooks, never to the client. In shadow mode the request is served, uncounted.
 //
 // # Limit functions
 //
@@ -61,10 +61,10 @@
 // WithLimitFunc("quota", fn) returns for the request: the figure of the
 // calling tenant's plan, say. fn gets the request's context, where
 // authentication put the identity. The middleware calls each limit function the
-// applicable limiters name once per request, after the cost functions,
+// applicable rules name once per request, after the cost functions,
 // and passes the windows with their limits in the engine.Check. A function
 // that returns an error, a limit below 1 or above the window's cap
-// (100,000 for an exact window of a limiter without a cost, 2^50
+// (100,000 for an exact window of a rule without a cost, 2^50
 // otherwise) is answered as a failing cost function is: 400 when the
 // error wraps ErrBadRequest, else 500, nothing counted, the error logged
 // and passed to hooks, never to the client. The RateLimit-Policy field
@@ -86,8 +86,8 @@
 //
 // A limited response carries the RateLimit-Policy and RateLimit fields of
 // draft-ietf-httpapi-ratelimit-headers-11 (Structured Field Lists). The
-// policy field has one item per window of the limiters that applied, named
-// by its limiter and period, with q the limit and w the period in seconds:
+// policy field has one item per window of the rules that applied, named
+// by its rule and period, with q the limit and w the period in seconds:
 //
 //	RateLimit-Policy: "ip-1s";q=5;w=1, "ip-1min";q=100;w=60, "user-1h";q=1000;w=3600
 //
@@ -122,7 +122,7 @@
 // WithLegacyHeaders adds X-RateLimit-Limit, -Remaining and -Reset.
 //
 // Quota units. The draft's q and r are counted in quota units, requests
-// unless the qu parameter says otherwise. Windows of a limiter whose cost
+// unless the qu parameter says otherwise. Windows of a rule whose cost
 // function is named bytes are advertised with qu="content-bytes", the
 // draft's unit for content bytes:
 //
@@ -157,7 +157,7 @@
 // Nested middlewares, such as a service-wide limit in front of a route's
 // own, each add their members to RateLimit-Policy and RateLimit (a
 // Structured Field List may span several field lines); give their
-// limiters different IDs or periods, or their policy names collide.
+// rules different IDs or periods, or their policy names collide.
 //
 // When Redis fails, the Decision's source decides: fail-open and local
 // decisions are served like any other, and fail-closed answers 503 with
@@ -182,12 +182,12 @@
 // is not listed. A handler that panics or hijacks the connection stays counted:
 // its outcome is unknown. The rate-limit fields sent before the handler
 // runs describe the windows with the request counted. Groups without
-// count: (or a settled limiter, see Settlement) are served without the
+// count: (or a settled rule, see Settlement) are served without the
 // wrapper.
 //
 // # Settlement
 //
-// WithSettle(name, s) makes the limiters whose cost function is name settle
+// WithSettle(name, s) makes the rules whose cost function is name settle
 // after the handler (through the Decider's FinishAsync): the request
 // is admitted against the cost function's estimate, then counts its actual
 // cost instead, the one the handler reported with ReportCost(ctx, name, n)
@@ -196,7 +196,7 @@
 // debt charged at the request's admission time, capped by s.MaxDebt (-1
 // refuses it). A request given back by count:, or whose handler panicked
 // or hijacked the connection, keeps its estimate. Only requests of groups
-// with a settled limiter get the wrapper and a context to report to.
+// with a settled rule get the wrapper and a context to report to.
 // contrib/grpclimit takes WithSettle for gRPC calls, whose handlers report
 // with the same ReportCost.
 //
@@ -233,7 +233,7 @@
 // # In-flight requests
 //
 // A request admitted by a group with an in-flight window holds one slot
-// per such limiter while its handler runs. A step after the handler
+// per such rule while its handler runs. A step after the handler
 // releases them (the Decider's FinishAsync) however the handler ends:
 // normally, by panic, by hijack, or after the client hung up. The engine
 // renews the slots of long requests (engine.WithLease). New fails with a
@@ -242,7 +242,7 @@
 //
 // # Observability
 //
-// WithHook receives an Event for every request: scope, deciding limiter and
+// WithHook receives an Event for every request: scope, deciding rule and
 // window, verdict, retry delay, decision source, backend error and whether
 // the group is in shadow mode.
 package middleware

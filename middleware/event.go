@@ -15,7 +15,7 @@ import (
 // span taken from Request's context. Its fields are documented with its
 // definition, which is shared with contrib/grpclimit's hooks: Request,
 // the request decided on (nil for a gRPC call); Scope; Role; Exempt;
-// Limiter, Policy and Window, the deciding window; Allowed, the engine's
+// Rule, Policy and Window, the deciding window; Allowed, the engine's
 // verdict; Shadow; Status, the status answered with (429, 503, or 500
 // when no scope was found or for an engine.ErrInvalid error; 0 when passed on);
 // RetryAfter; Source; Err, the decision's or cost function's error; Decision,
@@ -34,12 +34,12 @@ type Denial struct {
 	// Policy is the name of the violated policy, such as "ip-1s"; empty for
 	// a 503.
 	Policy string
-	// Limiter is the ID of the violated limiter, such as "ip"; empty for a
+	// Rule is the ID of the violated rule, such as "ip"; empty for a
 	// 503.
-	Limiter string
+	Rule string
 	// Window is the violated window; zero for a 503.
 	Window rules.Window
-	// Cost is the cost of the violated limiter as the rule states it ("" for
+	// Cost is the cost of the violated rule as its text states it ("" for
 	// one per request, a constant such as "5", or a cost function name such
 	// as "bytes"), which says the unit of Window.Limit; empty for a 503.
 	Cost string

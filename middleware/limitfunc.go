@@ -112,13 +112,13 @@ func (mp *plan) resolveLimits(r *http.Request, p *lifecycle.Plan, cs []engine.Ch
 					err = fmt.Errorf("returned limit %d, want at least 1", n)
 				}
 				if err != nil {
-					return "", &lifecycle.LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: n, Err: err}
+					return "", &lifecycle.LimitError{Name: lp.names[k], Rule: lim.ID(), Window: w.String(), Limit: n, Err: err}
 				}
 				vals[k] = n
 			}
 			rw, err := lifecycle.Resolve(*lim, w, vals[k])
 			if err != nil {
-				return "", &lifecycle.LimitError{Name: lp.names[k], Limiter: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
+				return "", &lifecycle.LimitError{Name: lp.names[k], Rule: lim.ID(), Window: w.String(), Limit: vals[k], Err: err}
 			}
 			dst[j] = rw
 		}

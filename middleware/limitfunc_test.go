@@ -140,7 +140,7 @@ func TestLimitFuncDenial(t *testing.T) {
 // TestLimitFuncErrors checks that a limit function that fails, or returns a
 // limit below 1 or above its window's cap, is answered 400 or 500 without
 // asking the engine, echoing nothing, and logged with the function and the
-// limiter; shadow mode serves the request uncounted.
+// rule; shadow mode serves the request uncounted.
 func TestLimitFuncErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -202,7 +202,7 @@ func TestLimitFuncErrors(t *testing.T) {
 					t.Fatalf("events = %+v", ev)
 				}
 				var le *lifecycle.LimitError
-				if !errors.As(ev[0].Err, &le) || le.Name != "quota" || le.Limiter != "key(tenant)" || le.Window != "$quota/min" {
+				if !errors.As(ev[0].Err, &le) || le.Name != "quota" || le.Rule != "key(tenant)" || le.Window != "$quota/min" {
 					t.Errorf("event error = %#v", ev[0].Err)
 				}
 				if tt.quota == "fail" && !errors.Is(ev[0].Err, errNoTenant) {
@@ -214,7 +214,7 @@ func TestLimitFuncErrors(t *testing.T) {
 }
 
 // TestLimitFuncConfig checks that New names every window whose limit
-// function is missing, with its limiter and role, and rejects bad
+// function is missing, with its rule and role, and rejects bad
 // WithLimitFunc arguments.
 func TestLimitFuncConfig(t *testing.T) {
 	t.Parallel()

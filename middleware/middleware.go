@@ -36,8 +36,8 @@ type limiter struct {
 // New returns middleware that limits the requests of the next handler by
 // group g, deciding with d. It fails, listing every problem at once, when g
 // is not valid (see rules.Group.Validate), an option is invalid, a
-// key(name) limiter of g (including its overrides) has no function
-// registered with WithKeyFunc, a limiter's cost names no function
+// key(name) rule of g (including its overrides) has no function
+// registered with WithKeyFunc, a rule's cost names no function
 // registered with WithCostFunc, a window's limit ($name) names no
 // function registered with WithLimitFunc, or g names a role that the
 // WithPolicy policy does not declare (role.Policy.Roles).
@@ -47,10 +47,10 @@ type limiter struct {
 //   - takes the caller's identity from the request context (role.FromContext;
 //     never from a client header) and resolves it against g and the
 //     WithPolicy policy (see package role for the precedence);
-//   - passes an exempt request (or one to which no limiter applies) straight
+//   - passes an exempt request (or one to which no rule applies) straight
 //     to next, without calling d;
-//   - otherwise calls the cost functions the limiters name, each once, and
-//     d.Allow once with a Check per limiter carrying its cost
+//   - otherwise calls the cost functions the rules name, each once, and
+//     d.Allow once with a Check per rule carrying its cost
 //     (engine.Check.Cost), and passes the request on, answers 429, or
 //     answers 503 when Redis failed and the fail mode is closed. A cost
 //     function that fails is answered with 400 or 500 without calling d

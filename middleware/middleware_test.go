@@ -549,8 +549,8 @@ func TestDeniedResponse(t *testing.T) {
 		!slices.Equal(p.ViolatedPolicies, []string{"ip-1s"}) {
 		t.Errorf("problem = %+v", p)
 	}
-	if last.Policy != "ip-1s" || last.Limiter != "ip" || last.Window != (rules.Window{Limit: 2, Period: time.Second}) || last.Scope != "GET /files/{id}" {
-		t.Errorf("event deciding window = %q %q %v %q", last.Policy, last.Limiter, last.Window, last.Scope)
+	if last.Policy != "ip-1s" || last.Rule != "ip" || last.Window != (rules.Window{Limit: 2, Period: time.Second}) || last.Scope != "GET /files/{id}" {
+		t.Errorf("event deciding window = %q %q %v %q", last.Policy, last.Rule, last.Window, last.Scope)
 	}
 }
 
@@ -665,7 +665,7 @@ func TestDeniedHandler(t *testing.T) {
 	if w.Code != deny || w.Body.String() != "slow down" || w.Header().Get("Retry-After") != "60" || w.Header().Get("RateLimit") == "" {
 		t.Errorf("response %d %q %v", w.Code, w.Body, w.Header())
 	}
-	if got.Status != deny || got.Policy != "ip-1min" || got.Limiter != "ip" || got.RetryAfter != time.Minute || got.Scope != "GET /" {
+	if got.Status != deny || got.Policy != "ip-1min" || got.Rule != "ip" || got.RetryAfter != time.Minute || got.Scope != "GET /" {
 		t.Errorf("denial = %+v", got)
 	}
 }

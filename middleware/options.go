@@ -100,13 +100,13 @@ func WithIPv6Prefix(bits int) Option {
 }
 
 // WithPolicy sets the service-wide role policy applied with each group, such
-// as the roles whose user limiters count by IP. The default is the zero
+// as the roles whose user rules count by IP. The default is the zero
 // Policy.
 func WithPolicy(p role.Policy) Option {
 	return func(c *config) { c.policy = p }
 }
 
-// WithKeyFunc registers fn as the subject of key(name) limiters. Every
+// WithKeyFunc registers fn as the subject of key(name) rules. Every
 // key(name) of a group must have a function when New is called, or New fails
 // with a *ConfigError. fn returns the subject, such as a tenant id taken
 // from a verified token; "" counts the request by client IP. It is called
@@ -125,7 +125,7 @@ func WithKeyFunc(name string, fn func(r *http.Request) string) Option {
 	}
 }
 
-// WithCostFunc registers fn as the cost function name: every limiter whose
+// WithCostFunc registers fn as the cost function name: every rule whose
 // cost is name, as in user[bytes]:2Gi/d, counts what fn returns for the
 // request instead of 1. fn is called before the handler, at most once per
 // request and name, and must return at least 1; an error wrapping
@@ -205,7 +205,7 @@ func WithDeniedHandler(h func(w http.ResponseWriter, r *http.Request, d Denial))
 }
 
 // WithScope sets the scope of the windows for groups that declare no scope:
-// every handler wrapped with the same scope and limiter shares its windows.
+// every handler wrapped with the same scope and rule shares its windows.
 // A group's own scope: statement takes precedence.
 func WithScope(scope string) Option {
 	return func(c *config) { c.scope, c.httpOnly = scope, append(c.httpOnly, "WithScope") }

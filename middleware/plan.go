@@ -9,9 +9,9 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// plan is what the middleware keeps per limiter list (a group's defaults
+// plan is what the middleware keeps per rule list (a group's defaults
 // or one override), in its lifecycle.Plan's Transport: the functions the
-// list's limiters name, found once by New so that serving a request only
+// list's rules name, found once by New so that serving a request only
 // calls them.
 type plan struct {
 	keys   []keyFunc  // keys[i] is the function of Rules[i] when it is a key(name)
@@ -22,9 +22,9 @@ type plan struct {
 // planOf returns the middleware's part of p.
 func planOf(p *lifecycle.Plan) *plan { return p.Transport.(*plan) }
 
-// addPlan checks the limiter list of p, of role ("" for the defaults), and
+// addPlan checks the rule list of p, of role ("" for the defaults), and
 // attaches the functions it names (lifecycle.NewRules' plan function); it
-// fails when a limiter needs a key, cost or limit function that is not
+// fails when a rule needs a key, cost or limit function that is not
 // registered, has an invalid constant cost or a kind this package does
 // not know.
 func (l *limiter) addPlan(role string, lp *lifecycle.Plan) error {

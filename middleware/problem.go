@@ -37,7 +37,7 @@ type problem struct {
 //	 "detail":"Quota of policy \"ip-1s\" (5 requests per 1s) exceeded; retry after 1s.",
 //	 "violated-policies":["ip-1s"]}
 //
-// The detail words the limit in the violated limiter's unit (see
+// The detail words the limit in the violated rule's unit (see
 // Denial.Cost), such as "(2147483648 bytes per 1d)" for user[bytes].
 //
 // A 503 (Redis failed and the group fails closed) has the draft's

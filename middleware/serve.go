@@ -59,7 +59,7 @@ func (l *limiter) deny(w http.ResponseWriter, c *call) {
 			h.Add(headerPolicy, v.Policy)
 		}
 		pol := c.Decided.Policy
-		d.Policy, d.Limiter, d.Window = pol.Name, c.Event.Limiter, c.Event.Window
+		d.Policy, d.Rule, d.Window = pol.Name, c.Event.Rule, c.Event.Window
 		d.Cost = c.Plan.Rules[pol.Check].Cost
 		l.denied(w, c.r, d)
 		return
@@ -70,7 +70,7 @@ func (l *limiter) deny(w http.ResponseWriter, c *call) {
 	default:
 		l.setFields(h, c, v.Retry)
 		if pol := c.Decided.Policy; pol != nil {
-			d.Policy, d.Limiter, d.Window = pol.Name, c.Event.Limiter, c.Event.Window
+			d.Policy, d.Rule, d.Window = pol.Name, c.Event.Rule, c.Event.Window
 			d.Cost = c.Plan.Rules[pol.Check].Cost
 		}
 	}

@@ -10,7 +10,7 @@ import (
 // must be the lifecycle's NoDebt.
 var _ = [1]struct{}{}[-1-lifecycle.NoDebt]
 
-// Settlement says how the limiters whose cost is one cost function settle
+// Settlement says how the rules whose cost is one cost function settle
 // after the handler (see WithSettle). The zero Settlement settles only to
 // a cost the handler reports with ReportCost, with no cap on the debt.
 type Settlement struct {
@@ -32,7 +32,7 @@ type Settlement struct {
 	MaxDebt int64
 }
 
-// WithSettle makes the limiters whose cost is the cost function name (as
+// WithSettle makes the rules whose cost is the cost function name (as
 // in user[bytes]:2Gi/d) settle once the handler has run: the request is
 // admitted against its estimate, the cost function's result, as without
 // WithSettle; afterwards it counts its actual cost instead, the one the
@@ -54,11 +54,11 @@ func WithSettle(name string, s Settlement) Option {
 
 // ReportCost reports n, the actual cost of the request whose context is
 // ctx for the cost function name, to the middleware, which settles the
-// request's limiters with that cost once the handler returns (see
+// request's rules with that cost once the handler returns (see
 // WithSettle): a handler calls it when it knows what the request consumed,
 // such as the tokens of a completion. A later report replaces an earlier
 // one. It returns false, and does nothing, when no settlement of name
-// awaits the request (no limiter of its group settles name, the request
+// awaits the request (no rule of its group settles name, the request
 // was not admitted, or ctx is not the request's) or n is negative. It is
 // safe for concurrent use. It serves gRPC handlers under contrib/grpclimit
 // too.

@@ -31,7 +31,7 @@ func (s *settleRecorder) FinishAsync(_ engine.Decision, o engine.Outcome) {
 
 // TestSettleSteps checks what the settlement step asks for: the bytes
 // written (by Write or ReadFrom), a reported cost first, the debt cap, and
-// nothing for a request that count: gives back or whose limiters do not
+// nothing for a request that count: gives back or whose rules do not
 // settle.
 func TestSettleSteps(t *testing.T) {
 	t.Parallel()

@@ -61,7 +61,7 @@ func comboServer(t *testing.T, text string, h http.HandlerFunc, opts ...middlewa
 }
 
 // used returns what window w (as written, "1min" or "concurrent") of the
-// first limiter with that window has used in d, or -1.
+// first rule with that window has used in d, or -1.
 func used(d engine.Decision, w string) int64 {
 	for _, ws := range d.Windows {
 		if ws.Window.Concurrent && w == "concurrent" || !ws.Window.Concurrent && ruletime.FormatPeriod(ws.Window.Period) == w {
@@ -189,7 +189,7 @@ func TestComboPanicCountSlot(t *testing.T) {
 	redistest.Eventually(t, "all released", func() bool { d := peek(); return used(d, "concurrent") == 0 && used(d, "1min") == 2 })
 }
 
-// TestComboSettleSlotCount: one route with a settled bytes limiter, an
+// TestComboSettleSlotCount: one route with a settled bytes rule, an
 // in-flight window and count:2xx. A download the client abandons releases
 // its slot and counts what was written instead of the estimate; a 500 is
 // given back whole (slot and estimate), not settled.

@@ -11,7 +11,7 @@ import (
 )
 
 // Subject returns the subject under which middleware built with opts counts
-// value in the windows of a limiter of kind, as engine.Check takes it:
+// value in the windows of a rule of kind, as engine.Check takes it:
 //
 //   - rules.IP: value is a client address, canonicalized as CanonicalizeIP
 //     does with the WithIPv6Prefix of opts; the canonical network itself

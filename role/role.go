@@ -1,6 +1,6 @@
 // Package role carries who made a request — a user id and roles, as
 // established by the service's own authentication — and resolves which
-// limiters of a rule group apply to that identity.
+// rules of a rule group apply to that identity.
 //
 // Identity enters a request only through NewContext, called by the
 // service's authentication code; slidelimit never reads roles or users from
@@ -12,19 +12,19 @@
 // decides in this order:
 //
 //  1. If the identity holds any role listed in g.Exempt, the request is
-//     exempt: no limiter applies and Redis is never called.
+//     exempt: no rule applies and Redis is never called.
 //  2. Otherwise, if the identity holds the role of one or more of g's
 //     role(...)= overrides, the first such override in the group's
-//     declaration order replaces the default limiters.
-//  3. Otherwise the group's default limiters apply.
+//     declaration order replaces the default rules.
+//  3. Otherwise the group's default rules apply.
 //
 // Then, if the identity holds a role in Policy.ByIP (an account shared by
-// several people), the user limiters chosen in 2 or 3 count the client IP
+// several people), the user rules chosen in 2 or 3 count the client IP
 // instead of the user id, unless the chosen override is for that very role:
 // role(admin)=user:5/min on a route says how admins are counted there.
 //
-// A request without identity gets the default limiters; the middleware counts
-// its user limiters by client IP.
+// A request without identity gets the default rules; the middleware counts
+// its user rules by client IP.
 package role
 
 import (
@@ -71,7 +71,7 @@ func FromContext(ctx context.Context) (Identity, bool) {
 // modified while Resolve runs.
 type Policy struct {
 	// ByIP lists roles whose accounts are shared by several people, such as
-	// an admin account: for their requests the user limiters of a group
+	// an admin account: for their requests the user rules of a group
 	// count the client IP rather than the user id, so that one person's
 	// bursts do not lock out the others. A route's own role(...)= override
 	// for the role takes precedence.
@@ -103,20 +103,20 @@ func (p Policy) Check(g rules.Group) error {
 
 // Resolution is the outcome of Policy.Resolve for one request.
 type Resolution struct {
-	// Exempt reports that no limiter applies.
+	// Exempt reports that no rule applies.
 	Exempt bool
-	// Role is the role whose override chose Limiters; empty when the group's
+	// Role is the role whose override chose Rules; empty when the group's
 	// defaults apply.
 	Role Role
-	// Limiters are the limiters to apply; they are shared with the group
+	// Rules are the rules to apply; they are shared with the group
 	// and must not be modified.
 	Rules []rules.Rule
-	// ByIP reports that user limiters count the client IP instead of the
+	// ByIP reports that user rules count the client IP instead of the
 	// user id.
 	ByIP bool
 }
 
-// Resolve returns the limiters of g that apply to a request by id, following
+// Resolve returns the rules of g that apply to a request by id, following
 // the precedence in the package documentation. It does not allocate.
 func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
 	for _, r := range id.Roles {
@@ -133,7 +133,7 @@ func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
 	}
 	for _, r := range p.ByIP {
 		// A route's override for the shared role itself says how that role
-		// is counted on this route; any other choice of limiters still
+		// is counted on this route; any other choice of rules still
 		// belongs to a shared account.
 		if r != res.Role && id.Has(r) {
 			res.ByIP = true

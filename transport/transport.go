@@ -77,8 +77,8 @@ func New(d middleware.Decider, noun string, opts ...middleware.Option) (*Transpo
 }
 
 // Parse parses text as rules.Parse does, in a transport's dialect:
-// limiter, when not nil, is called for every limiter of the group in text
-// order, and a non-nil error rejects the group at the limiter's offset;
+// rule, when not nil, is called for every rule of the group in text
+// order, and a non-nil error rejects the group at the rule's offset;
 // countItem, when not nil, reads each item of a count: statement in place
 // of an HTTP status and returns its canonical spelling. Parse also checks
 // the roles against the WithPolicy policy (a nil t checks none). Errors
@@ -123,14 +123,14 @@ type Group struct {
 }
 
 // Source is what a transport translates its request into. The Admission
-// calls each method at most once per request and limiter, only when a
-// limiter needs it.
+// calls each method at most once per request and rule, only when a
+// rule needs it.
 type Source interface {
 	// Peer returns the address of the request's peer, as "host:port",
 	// and the request's header (or metadata) the proxy header is read
 	// from, which is read only for a trusted peer; nil for none.
 	Peer() (addr string, header interface{ Values(name string) []string })
-	// Value returns the value a limiter of kind header(name) or key(name)
+	// Value returns the value a rule of kind header(name) or key(name)
 	// counts the request by; "" counts it by its client address.
 	Value(l rules.Rule) string
 	// Cost returns what the cost function name says the request costs, at
@@ -160,7 +160,7 @@ type Admission struct {
 // middleware.ReportCost); Written (Finish wants the bytes written).
 type Verdict = lifecycle.Verdict
 
-// Quota is an advertised window: Window (with its limit) of Limiter,
+// Quota is an advertised window: Window (with its limit) of Rule,
 // named Name in the RateLimit fields, and what the request costs in it
 // (at least 1).
 type Quota = lifecycle.Quota

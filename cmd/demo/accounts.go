@@ -42,7 +42,7 @@ func loginAccount(r *http.Request) string { return r.PostFormValue("account") }
 // authenticate is the demo's authentication, and the only source of
 // identity: "Authorization: Bearer <name>" with a built-in account name, or
 // HTTP basic authentication with an account's name and password; anything
-// else is anonymous. It runs before the rate limiter so that the limiter
+// else is anonymous. It runs before the rate limiter so that the Limiter
 // sees who is calling.
 func authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

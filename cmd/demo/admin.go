@@ -21,11 +21,11 @@ import (
 //	DELETE /admin/limits?scope=GET /files/{id}&kind=user&subject=alice
 //
 // scope is a route pattern (or a scope: name), kind a rule ID (ip, user,
-// global, header(X-Api-Key), ...), subject the raw value that limiter
+// global, header(X-Api-Key), ...), subject the raw value that rule
 // counts: a user id, an address for ip, nothing for global. ip= instead of
-// subject= asks for the requests the limiter counted by client address —
+// subject= asks for the requests the rule counted by client address —
 // for user, those of anonymous callers and of roles counted by IP; for ip
-// limiters both forms are the same. GET is a peek: it never counts.
+// rules both forms are the same. GET is a peek: it never counts.
 type admin struct {
 	lim    *slidelimit.Limiter
 	logger *slog.Logger

@@ -13,7 +13,7 @@ import (
 )
 
 // api is the demo service. Each handler's route and limits are declared in
-// its tags and registered by slidelimit.Register; the limiter runs before the
+// its tags and registered by slidelimit.Register; the Limiter runs before the
 // handler, so a handler only runs for admitted requests.
 type api struct {
 	Health http.HandlerFunc `route:"GET /health" limit:"ip:5/s,100/min"`
@@ -21,7 +21,7 @@ type api struct {
 	// 1 GiB a day and 100 GiB a calendar month (as billed, in Shanghai's
 	// time) per user (bytes is the object's size, see objectSize), at most
 	// 2 downloads of a user at once, super-admins unlimited, and the shared
-	// admin account counted by IP. The request limiters count distinct
+	// admin account counted by IP. The request rules count distinct
 	// files (distinct:path): a download manager fetching one file in many
 	// range requests uses one of the minute's 10, while the byte quotas
 	// count every request.

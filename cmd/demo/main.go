@@ -139,7 +139,7 @@ func parseExit(err error) int {
 }
 
 // serve runs the demo server until ctx is done, then shuts it down
-// gracefully: requests in flight finish, then the limiter and the backend
+// gracefully: requests in flight finish, then the Limiter and the backend
 // are closed.
 func serve(ctx context.Context, addr, redisURL, cluster string, logger *slog.Logger) error {
 	b, err := openBackend(ctx, redisURL, cluster)

@@ -10,7 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// demo is the demo service: its handler tree and the limiter behind it.
+// demo is the demo service: its handler tree and the Limiter behind it.
 type demo struct {
 	handler http.Handler
 	lim     *slidelimit.Limiter
@@ -18,7 +18,7 @@ type demo struct {
 }
 
 // newServer builds the demo's handler tree on b: the tagged api registered
-// through a Limiter on a ServeMux, behind authenticate so that the limiter
+// through a Limiter on a ServeMux, behind authenticate so that the Limiter
 // sees who calls. extra options come last (tests lengthen the timeout).
 // Close the Limiter when done; b stays open.
 func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*demo, error) {
@@ -27,7 +27,7 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 		slidelimit.WithKeyFunc("account", loginAccount),
 		slidelimit.WithCostFunc("bytes", objectSize),
 		// The admin account is shared by several people: count its user
-		// limiters (POST /pictures) by IP, as its route overrides do. The
+		// rules (POST /pictures) by IP, as its route overrides do. The
 		// root package has no option for that, so the policy, which also
 		// declares the roles (a misspelt one in a tag is an error at
 		// start-up), goes to the middleware.
@@ -67,7 +67,7 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 	return &demo{handler: authenticate(mux), lim: lim, routes: routes}, nil
 }
 
-// logRoutes logs every route with its rules, as the limiter enforces them.
+// logRoutes logs every route with its rules, as the Limiter enforces them.
 func (d *demo) logRoutes(logger *slog.Logger) {
 	for _, r := range d.routes {
 		logger.Info("route", "pattern", r.Pattern, "limit", limitText(r.Group))

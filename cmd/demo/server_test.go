@@ -294,8 +294,8 @@ func checkAdminLimits(t *testing.T, td *testDemo) {
 		t.Errorf("reset not logged:\n%s", td.log)
 	}
 
-	// The IP the downloads came from, through the ip limiter, and an
-	// anonymous download counted by IP in the user limiter.
+	// The IP the downloads came from, through the ip rule, and an
+	// anonymous download counted by IP in the user rule.
 	if _, p := td.peek("root", limitsURL(files, "ip", "subject", "::ffff:192.0.2.1")); !slices.Equal(used(p), []string{"ip-1min=11/30"}) {
 		t.Errorf("ip windows: %+v", p)
 	}

@@ -1,6 +1,6 @@
 // Package chilimit gives slidelimit the route template of go-chi/chi as
 // the windows' scope. chi (v5.1 and later) sets http.Request path values
-// itself, so param(name) limiters need nothing more.
+// itself, so param(name) rules need nothing more.
 //
 // Use the middleware inline, after chi has matched the route, so that the
 // template is complete:

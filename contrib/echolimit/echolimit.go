@@ -3,7 +3,7 @@
 // The windows' scope is the request's method and echo route template
 // ("GET /files/:id"), so every path of a route shares its windows; echo's
 // path parameters are copied into http.Request.SetPathValue, so param(name)
-// limiters count them; a denied request (429, 503 or 500) is answered by
+// rules count them; a denied request (429, 503 or 500) is answered by
 // slidelimit and the rest of the chain never runs.
 package echolimit
 

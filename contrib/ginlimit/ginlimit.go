@@ -3,7 +3,7 @@
 // The windows' scope is the request's method and gin route template
 // ("GET /files/:id"), so every path of a route shares its windows; gin's
 // path parameters are copied into http.Request.SetPathValue, so param(name)
-// limiters count them; a denied request (429, 503 or 500) aborts gin's
+// rules count them; a denied request (429, 503 or 500) aborts gin's
 // chain, so later middleware and the handler never run.
 package ginlimit
 

@@ -1,6 +1,6 @@
 // Package grpclimit enforces slidelimit rule groups on gRPC methods: unary
 // and stream server interceptors that make one atomic decision per call
-// across every window of every limiter that applies to the caller, with
+// across every window of every rule that applies to the caller, with
 // the status and details gRPC clients understand.
 //
 //	lim, err := grpclimit.New(eng, map[string]string{
@@ -126,7 +126,7 @@
 //
 // # Settlement
 //
-// middleware.WithSettle(name, s) makes the limiters whose cost function
+// middleware.WithSettle(name, s) makes the rules whose cost function
 // is name settle after the handler, as for HTTP: a call is admitted
 // against its estimate (the WithCostFunc result) and then counts the cost
 // its handler reported with middleware.ReportCost(ctx, name, n) on its

@@ -55,11 +55,11 @@ func WithMiddlewareOptions(opts ...middleware.Option) Option {
 	return func(c *config) { c.mw = append(c.mw, opts...) }
 }
 
-// WithKeyFunc registers fn as the subject of key(name) limiters, such as
+// WithKeyFunc registers fn as the subject of key(name) rules, such as
 // a tenant id the service's authentication put in the context; "" counts
 // the call by client IP. Every key(name) of every group must have a
 // function when New is called, or New fails naming the method and the
-// limiter's position. Registering a name again replaces fn.
+// rule's position. Registering a name again replaces fn.
 func WithKeyFunc(name string, fn func(ctx context.Context) string) Option {
 	return func(c *config) {
 		if fn == nil {
@@ -73,7 +73,7 @@ func WithKeyFunc(name string, fn func(ctx context.Context) string) Option {
 	}
 }
 
-// WithCostFunc registers fn as the cost function name: every limiter whose
+// WithCostFunc registers fn as the cost function name: every rule whose
 // cost is name counts what fn returns for the call instead of 1. req is
 // the request message of a unary call, nil for a stream (costed at its
 // start). fn must return at least 1; an error wrapping

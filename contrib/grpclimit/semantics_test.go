@@ -215,7 +215,7 @@ func TestHandlerErrorsStayRetryable(t *testing.T) {
 }
 
 // TestRolesAndPolicy: a role's override replaces the defaults, and a role
-// of WithPolicy's ByIP counts its user limiters by client IP.
+// of WithPolicy's ByIP counts its user rules by client IP.
 func TestRolesAndPolicy(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, setup{

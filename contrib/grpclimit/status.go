@@ -19,9 +19,9 @@ func formatInt(n int64) string { return strconv.FormatInt(n, 10) }
 // violation describes one window a call does not fit in, for QuotaFailure:
 // its subject is the policy name of the RateLimit fields ("ip-1s").
 func violation(q transport.Quota) *errdetails.QuotaFailure_Violation {
-	desc := fmt.Sprintf("at most %d per %s by %s", q.Window.Limit, q.Period, q.Limiter.ID())
-	if q.Limiter.Cost != "" {
-		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", q.Window.Limit, q.Period, q.Limiter.ID(), q.Cost)
+	desc := fmt.Sprintf("at most %d per %s by %s", q.Window.Limit, q.Period, q.Rule.ID())
+	if q.Rule.Cost != "" {
+		desc = fmt.Sprintf("at most %d units per %s by %s; this call costs %d", q.Window.Limit, q.Period, q.Rule.ID(), q.Cost)
 	}
 	return &errdetails.QuotaFailure_Violation{Subject: q.Name, Description: desc}
 }

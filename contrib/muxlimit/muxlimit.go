@@ -3,7 +3,7 @@
 // The windows' scope is the request's method and the route's path template
 // ("GET /files/{id}"), so every path of a route shares its windows; mux
 // variables are copied into http.Request.SetPathValue, so param(name)
-// limiters count them. Add the middleware with Router.Use or Route.Use, which
+// rules count them. Add the middleware with Router.Use or Route.Use, which
 // gorilla/mux runs after matching.
 package muxlimit
 

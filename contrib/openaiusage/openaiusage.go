@@ -21,7 +21,7 @@ import (
 // Tokens returns the usage a response of the OpenAI API reports in body,
 // by cost name: "tokens" (total_tokens), "input_tokens" (prompt_tokens or
 // input_tokens) and "output_tokens" (completion_tokens or output_tokens),
-// for a throttle's [tokens], [input_tokens] or [output_tokens] limiters;
+// for a throttle's [tokens], [input_tokens] or [output_tokens] rules;
 // the names a throttle does not have are ignored. Of a stream it takes the
 // last event that carries usage. It returns nil when body holds no usage
 // (an error, a stream closed before its end), so that the call keeps its

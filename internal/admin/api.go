@@ -25,15 +25,15 @@ var (
 
 // Denied is one entry of GET /api/top.
 type Denied struct {
-	Scope   string `json:"scope"`
-	Limiter string `json:"limiter"`
-	// Subject is the value the limiter counts: a user id, a canonical IP
-	// address, a header, path or key value; "" for a global limiter. For
+	Scope string `json:"scope"`
+	Rule  string `json:"limiter"`
+	// Subject is the value the rule counts: a user id, a canonical IP
+	// address, a header, path or key value; "" for a global rule. For
 	// a subject of a masked kind it is the subject's fingerprint.
 	Subject string `json:"subject"`
 	Denied  int64  `json:"denied"`
-	// ByIP marks a subject counted by client address by a limiter of
-	// another kind (a user limiter's anonymous callers).
+	// ByIP marks a subject counted by client address by a rule of
+	// another kind (a user rule's anonymous callers).
 	ByIP bool `json:"by_ip,omitempty"`
 	// Hashed marks a subject stored hashed whose value no process of
 	// this handler saw lately: Subject is then the stored hash.
@@ -118,12 +118,12 @@ type Window struct {
 	Reset     float64 `json:"reset"`
 }
 
-// Usage is a subject's windows under one limiter of one route.
+// Usage is a subject's windows under one rule of one route.
 type Usage struct {
-	Scope   string `json:"scope"`
-	Limiter string `json:"limiter"`
+	Scope string `json:"scope"`
+	Rule  string `json:"limiter"`
 	// Subject is the subject asked for, or its fingerprint (Masked) under
-	// a limiter whose subjects are masked.
+	// a rule whose subjects are masked.
 	Subject string `json:"subject"`
 	ByIP    bool   `json:"by_ip,omitempty"`
 	Masked  bool   `json:"masked,omitempty"`
@@ -158,7 +158,7 @@ func (h *handler) subject(w http.ResponseWriter, r *http.Request) {
 }
 
 // usage peeks at subject (or what was counted by address ip) under every
-// limiter of every route but global ones, which count no one in
+// rule of every route but global ones, which count no one in
 // particular.
 func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error) {
 	out := []Usage{}
@@ -177,12 +177,12 @@ func (h *handler) usage(ctx context.Context, subject, ip string) ([]Usage, error
 			}
 			var bad *BadInputError
 			if errors.As(err, &bad) {
-				continue // not a subject of this limiter (an ip limiter and a user id)
+				continue // not a subject of this rule (an ip rule and a user id)
 			}
 			if err != nil {
 				return nil, err
 			}
-			u := Usage{Scope: rt.Scope, Limiter: id, Subject: subject + ip, ByIP: ip != "" && kind != rules.IP,
+			u := Usage{Scope: rt.Scope, Rule: id, Subject: subject + ip, ByIP: ip != "" && kind != rules.IP,
 				Allowed: d.Allowed, Windows: windows(d)}
 			if shown := h.shownValue(id, u.Subject, ip != ""); shown != u.Subject {
 				u.Subject, u.Masked = shown, true
@@ -211,8 +211,8 @@ func windows(d engine.Decision) []Window {
 
 // Block is an active block.
 type Block struct {
-	Scope   string `json:"scope"`
-	Limiter string `json:"limiter"`
+	Scope string `json:"scope"`
+	Rule  string `json:"limiter"`
 	// Subject, ByIP, Hashed, Truncated, Masked and Ref are as in Denied.
 	Subject   string `json:"subject"`
 	ByIP      bool   `json:"by_ip,omitempty"`
@@ -227,7 +227,7 @@ type Block struct {
 	// Learned marks a block a throttle learned from its upstream's
 	// answer (LearnedBlock): Scope is the throttle, Left the block's time
 	// left, and Subject the subject's fingerprint (Masked, whatever
-	// Config.Masked says), or "" for a global limiter. Lifting it by its
+	// Config.Masked says), or "" for a global rule. Lifting it by its
 	// Ref lifts it in every process.
 	Learned bool `json:"learned,omitempty"`
 }
@@ -273,7 +273,7 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 			defer func() { <-sem; wg.Done() }()
 			// By the stored subject: the very key, whatever its value
 			// (hashed, long or masked).
-			dec, err := h.src.PeekStored(ctx, d.Scope, d.Limiter, d.stored, d.hashed)
+			dec, err := h.src.PeekStored(ctx, d.Scope, d.Rule, d.stored, d.hashed)
 			mu.Lock()
 			defer mu.Unlock()
 			var bad *BadInputError
@@ -282,7 +282,7 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 			case err != nil:
 				first = cmpOr(first, err)
 			case dec.Blocked:
-				out = append(out, Block{Scope: d.Scope, Limiter: d.Limiter, Subject: d.Subject, ByIP: d.ByIP,
+				out = append(out, Block{Scope: d.Scope, Rule: d.Rule, Subject: d.Subject, ByIP: d.ByIP,
 					Hashed: d.Hashed, Truncated: d.Truncated, Masked: d.Masked, Ref: d.Ref, Left: dec.RetryAfter.Seconds()})
 			}
 		}()
@@ -305,14 +305,14 @@ func (h *handler) activeBlocks(ctx context.Context) ([]Block, error) {
 		case a.Left < b.Left:
 			return 1
 		}
-		return strings.Compare(a.Scope+a.Limiter+a.Subject, b.Scope+b.Limiter+b.Subject)
+		return strings.Compare(a.Scope+a.Rule+a.Subject, b.Scope+b.Rule+b.Subject)
 	})
 	return out, nil
 }
 
-// learnedRows lists learned blocks as the page does: one row per limiter
+// learnedRows lists learned blocks as the page does: one row per rule
 // and subject, the longest block of a subject when several lanes have it
-// (lifting it lifts them all). A global limiter's subject, which every
+// (lifting it lifts them all). A global rule's subject, which every
 // call has, is listed only for a block of no other subject.
 func learnedRows(lbs []LearnedBlock) []Block {
 	var out []Block
@@ -320,7 +320,7 @@ func learnedRows(lbs []LearnedBlock) []Block {
 	for _, b := range lbs {
 		var rows []LearnedSubject
 		for _, s := range b.Subjects {
-			if ruleKind(s.Limiter) != rules.Global {
+			if ruleKind(s.Rule) != rules.Global {
 				rows = append(rows, s)
 			}
 		}
@@ -328,11 +328,11 @@ func learnedRows(lbs []LearnedBlock) []Block {
 			rows = b.Subjects
 		}
 		for _, s := range rows {
-			blk := Block{Scope: b.Throttle, Limiter: s.Limiter, Left: b.Left, Learned: true}
-			if ruleKind(s.Limiter) != rules.Global {
+			blk := Block{Scope: b.Throttle, Rule: s.Rule, Left: b.Left, Learned: true}
+			if ruleKind(s.Rule) != rules.Global {
 				blk.Subject, blk.Masked, blk.Ref = s.Fingerprint, true, s.Fingerprint
 			}
-			k := [3]string{blk.Scope, blk.Limiter, blk.Subject}
+			k := [3]string{blk.Scope, blk.Rule, blk.Subject}
 			if i, ok := at[k]; ok {
 				out[i].Left = max(out[i].Left, blk.Left)
 				continue
@@ -355,9 +355,9 @@ func cmpOr(a, b error) error {
 // (application/x-www-form-urlencoded, or the same fields in the query) or
 // a JSON object.
 type ResetRequest struct {
-	Scope   string `json:"scope"`
-	Limiter string `json:"limiter"`
-	// Subject is the limiter's value; IP instead resets what the limiter
+	Scope string `json:"scope"`
+	Rule  string `json:"limiter"`
+	// Subject is the rule's value; IP instead resets what the rule
 	// counted by client address; Ref instead names a subject by the ref
 	// of an entry of /api/top or /api/blocks (a stored hash, or a masked
 	// subject's fingerprint).
@@ -389,7 +389,7 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 		}
 		// The body's fields, or the query's (r.Form holds both, the body's
 		// first).
-		req = ResetRequest{Scope: r.Form.Get("scope"), Limiter: r.Form.Get("limiter"),
+		req = ResetRequest{Scope: r.Form.Get("scope"), Rule: r.Form.Get("limiter"),
 			Subject: r.Form.Get("subject"), IP: r.Form.Get("ip"), Ref: r.Form.Get("ref")}
 		fromPage = r.PostForm.Get("page") != ""
 	}
@@ -399,7 +399,7 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 			given++
 		}
 	}
-	if req.Scope == "" || req.Limiter == "" || given > 1 {
+	if req.Scope == "" || req.Rule == "" || given > 1 {
 		problem(w, http.StatusBadRequest, "give scope, limiter and one of subject, ip or ref")
 		return
 	}
@@ -410,22 +410,22 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 		// denial tallies need not know.
 		lifted := false
 		if ls, ok := h.src.(LearnedSource); ok && strings.HasPrefix(req.Ref, fingerprintPrefix) {
-			lifted, err = ls.LiftLearned(r.Context(), req.Scope, req.Limiter, req.Ref)
+			lifted, err = ls.LiftLearned(r.Context(), req.Scope, req.Rule, req.Ref)
 		}
 		if err != nil {
 			break
 		}
 		var stored string
 		var hashed bool
-		if stored, hashed, err = h.resolve(r.Context(), req.Scope, req.Limiter, req.Ref); err == nil {
-			err = h.src.ResetStored(r.Context(), req.Scope, req.Limiter, stored, hashed)
+		if stored, hashed, err = h.resolve(r.Context(), req.Scope, req.Rule, req.Ref); err == nil {
+			err = h.src.ResetStored(r.Context(), req.Scope, req.Rule, stored, hashed)
 		} else if lifted && errors.Is(err, errUnknownRef) {
 			err = nil
 		}
 	case req.IP != "":
-		err = h.src.ResetByIP(r.Context(), req.Scope, req.Limiter, req.IP)
+		err = h.src.ResetByIP(r.Context(), req.Scope, req.Rule, req.IP)
 	default:
-		err = h.src.Reset(r.Context(), req.Scope, req.Limiter, req.Subject)
+		err = h.src.Reset(r.Context(), req.Scope, req.Rule, req.Subject)
 	}
 	if err != nil {
 		h.fail(w, r, "reset", err)
@@ -433,10 +433,10 @@ func (h *handler) reset(w http.ResponseWriter, r *http.Request) {
 	}
 	// A masked subject given by value is logged and answered by its
 	// fingerprint.
-	req.Subject = h.shownValue(req.Limiter, req.Subject, false)
-	req.IP = h.shownValue(req.Limiter, req.IP, true)
+	req.Subject = h.shownValue(req.Rule, req.Subject, false)
+	req.IP = h.shownValue(req.Rule, req.IP, true)
 	id, _ := role.FromContext(r.Context())
-	h.log.Info("admin: reset", "by", id.User, "roles", id.Roles, "scope", req.Scope, "limiter", req.Limiter,
+	h.log.Info("admin: reset", "by", id.User, "roles", id.Roles, "scope", req.Scope, "limiter", req.Rule,
 		"subject", req.Subject, "ip", req.IP, "ref", req.Ref, "remote", r.RemoteAddr)
 	if fromPage {
 		// Back to the page, at the prefix's root whatever it is: a relative

@@ -81,7 +81,7 @@ type Override struct {
 }
 
 // BadInputError is returned by a Source for input that names nothing it
-// knows (an unknown scope or limiter, a value that is no subject); the
+// knows (an unknown scope or rule, a value that is no subject); the
 // handler answers it with 400. Sources wrap it around their own errors.
 type BadInputError struct{ Err error }
 

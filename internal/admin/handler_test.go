@@ -71,10 +71,10 @@ func serve(h http.Handler, method, target string) *httptest.ResponseRecorder {
 func TestAPI(t *testing.T) {
 	t.Parallel()
 	f := &fake{top: []tally.Denials{
-		{Scope: "GET /x", Limiter: "user", Subject: "user:alice", Denied: 9},
-		{Scope: "GET /x", Limiter: "user", Subject: "ip:192.0.2.1", Denied: 4},
-		{Scope: "GET /x", Limiter: "global", Subject: "global", Denied: 3},
-		{Scope: "GET /x", Limiter: "key(k)", Subject: "#abc", Hashed: true, Denied: 2},
+		{Scope: "GET /x", Rule: "user", Subject: "user:alice", Denied: 9},
+		{Scope: "GET /x", Rule: "user", Subject: "ip:192.0.2.1", Denied: 4},
+		{Scope: "GET /x", Rule: "global", Subject: "global", Denied: 3},
+		{Scope: "GET /x", Rule: "key(k)", Subject: "#abc", Hashed: true, Denied: 2},
 	}}
 	h := admin.New(f, admin.Config{}, "ops")
 	for _, tc := range []struct{ target, want string }{

@@ -23,7 +23,7 @@ func (f *learnedFake) LiftLearned(context.Context, string, string, string) (bool
 	return false, nil
 }
 
-// TestLearnedBlocks: learned blocks are listed one row per limiter and
+// TestLearnedBlocks: learned blocks are listed one row per rule and
 // subject, masked, the longest of a subject that several lanes have, a
 // global subject only for a block of no other.
 func TestLearnedBlocks(t *testing.T) {
@@ -41,10 +41,10 @@ func TestLearnedBlocks(t *testing.T) {
 		t.Fatalf("GET /api/blocks: %d %s", w.Code, w.Body)
 	}
 	want := []admin.Block{
-		{Scope: "llm", Limiter: "key(apikey)", Subject: fp("key:k1"), Masked: true, Ref: fp("key:k1"), Left: 50, Learned: true},
-		{Scope: "llm", Limiter: "key(model)", Subject: m2, Masked: true, Ref: m2, Left: 50, Learned: true},
-		{Scope: "llm", Limiter: "key(model)", Subject: m1, Masked: true, Ref: m1, Left: 30, Learned: true},
-		{Scope: "plain", Limiter: "global", Left: 10, Learned: true},
+		{Scope: "llm", Rule: "key(apikey)", Subject: fp("key:k1"), Masked: true, Ref: fp("key:k1"), Left: 50, Learned: true},
+		{Scope: "llm", Rule: "key(model)", Subject: m2, Masked: true, Ref: m2, Left: 50, Learned: true},
+		{Scope: "llm", Rule: "key(model)", Subject: m1, Masked: true, Ref: m1, Left: 30, Learned: true},
+		{Scope: "plain", Rule: "global", Left: 10, Learned: true},
 	}
 	if len(ans.Blocks) != len(want) {
 		t.Fatalf("GET /api/blocks = %+v, want %+v", ans.Blocks, want)

@@ -57,7 +57,7 @@ type entry struct {
 // process of this handler knows the value of (Hashed), or a fingerprint
 // (Masked). Ref is set when Subject is not the whole value.
 func (h *handler) denied(t tally.Denials) entry {
-	e := entry{Denied: Denied{Scope: t.Scope, Limiter: t.Limiter, Subject: t.Subject, Denied: t.Denied}, stored: t.Subject}
+	e := entry{Denied: Denied{Scope: t.Scope, Rule: t.Rule, Subject: t.Subject, Denied: t.Denied}, stored: t.Subject}
 	if t.Hashed && t.Hash == "" {
 		t.Hash = t.Subject
 	}
@@ -71,12 +71,12 @@ func (h *handler) denied(t tally.Denials) entry {
 		kind, v, ok = lifecycle.SubjectValue(t.Subject)
 	}
 	if ok {
-		e.ByIP = kind == rules.IP && ruleKind(t.Limiter) != rules.IP
+		e.ByIP = kind == rules.IP && ruleKind(t.Rule) != rules.IP
 	} else {
 		// A value no process of this handler knows (or not the
-		// middleware's): masked by its limiter's kind, so that every
+		// middleware's): masked by its rule's kind, so that every
 		// process shows a masked subject alike.
-		kind = ruleKind(t.Limiter)
+		kind = ruleKind(t.Rule)
 	}
 	switch {
 	case h.masks(kind):
@@ -125,7 +125,7 @@ func (h *handler) resolve(ctx context.Context, scope, ruleID, ref string) (store
 		return "", false, err
 	}
 	for _, t := range top {
-		if e := h.denied(t); e.Scope == scope && e.Limiter == ruleID && e.Ref == ref {
+		if e := h.denied(t); e.Scope == scope && e.Rule == ruleID && e.Ref == ref {
 			return e.stored, e.hashed, nil
 		}
 	}

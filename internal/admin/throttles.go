@@ -53,7 +53,7 @@ func ms(s float64) string {
 
 // LearnedBlock is a block a throttle learned from its upstream's answer (a
 // 429 or 503 with Retry-After), held in every process: GET /api/blocks and
-// the page list one entry per limiter and subject, with "learned":true.
+// the page list one entry per rule and subject, with "learned":true.
 type LearnedBlock struct {
 	// Throttle is the throttle's name, the scope of its windows.
 	Throttle string
@@ -64,12 +64,12 @@ type LearnedBlock struct {
 	Left float64
 }
 
-// LearnedSubject is a subject of a learned block: the ID of the limiter
+// LearnedSubject is a subject of a learned block: the ID of the rule
 // that counts it, without its cost, and its fingerprint (Fingerprint of
 // the stored subject), never its value, which may be the API key the
 // calls are made with.
 type LearnedSubject struct {
-	Limiter     string
+	Rule        string
 	Fingerprint string
 }
 

@@ -60,12 +60,12 @@ type Req struct {
 //
 // with role.Policy{ByIP: admin}.
 const (
-	// RoleExempt skips every limiter: the request reaches no engine.
+	// RoleExempt skips every rule: the request reaches no engine.
 	RoleExempt = "superadmin"
-	// RoleByIP is a shared account: the group's user limiter counts the
+	// RoleByIP is a shared account: the group's user rule counts the
 	// client IP instead of the user.
 	RoleByIP = "admin"
-	// RoleOverride has an override of its own: an ip limiter with the
+	// RoleOverride has an override of its own: an ip rule with the
 	// group's windows and the limits Scenario.RoleLimits.
 	RoleOverride = "partner"
 )
@@ -140,7 +140,7 @@ type Scenario struct {
 	Windows []Window
 	Fail    string
 	// Mode is the group's kind: "" counts requests, "cost" units (a
-	// limiter with a cost, settled), "distinct" distinct values,
+	// rule with a cost, settled), "distinct" distinct values,
 	// "concurrent" requests with an in-flight window too.
 	Mode string `json:",omitempty"`
 	// Zone is the IANA zone of the group's calendar windows ("" for UTC),

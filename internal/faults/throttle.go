@@ -8,7 +8,7 @@ import (
 )
 
 // The throttle's part of the harness: a generated throttle (global and
-// key(k) limiters, short sliding windows with small limits, a named cost,
+// key(k) rules, short sliding windows with small limits, a named cost,
 // N concurrent), processes each with its own Limiter and Throttle on one
 // backend, callers that wait, give up, finish with a settlement or never,
 // an upstream that answers some calls 429 with retry-after-ms, and faults:
@@ -48,12 +48,12 @@ func (l ThrottleRule) String() string {
 }
 
 // ThrottleCall is one call of a history: a caller of process Proc waits
-// for key value Key (when the throttle has key(k) limiters) at an
+// for key value Key (when the throttle has key(k) rules) at an
 // estimated cost, calls the upstream once admitted, and finishes.
 type ThrottleCall struct {
 	Proc int
 	Key  int   `json:",omitempty"`
-	Cost int64 `json:",omitempty"` // the estimate of [tokens], when a limiter has it
+	Cost int64 `json:",omitempty"` // the estimate of [tokens], when a rule has it
 	// Cancel ends the caller's context this long after it arrived; 0:
 	// the caller waits as long as the history's patience.
 	Cancel time.Duration `json:",omitempty"`
@@ -158,7 +158,7 @@ type ThrottleScenario struct {
 	Seed  uint64
 	Rules []ThrottleRule
 	Procs int
-	Keys  int // key values, when a limiter is key(k); 1 otherwise
+	Keys  int // key values, when a rule is key(k); 1 otherwise
 	Steps []ThrottleStep
 }
 
@@ -171,7 +171,7 @@ func (p ThrottleScenario) Text() string {
 	return strings.Join(parts, "; ")
 }
 
-// HasKey reports whether a limiter is key(k): calls of different key
+// HasKey reports whether a rule is key(k): calls of different key
 // values then wait in different lanes.
 func (p ThrottleScenario) HasKey() bool {
 	for _, l := range p.Rules {
@@ -233,7 +233,7 @@ func GenerateThrottle(seed uint64, caps Caps) ThrottleScenario {
 		p.Rules = append(p.Rules, ThrottleRule{Key: key, Cost: "tokens", Windows: []Window{window(tokens)}})
 	}
 	if r.IntN(10) < 3 {
-		// On the first limiter counting calls: the key's when there is one.
+		// On the first rule counting calls: the key's when there is one.
 		i := 0
 		if key && global {
 			i = 1

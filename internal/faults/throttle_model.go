@@ -78,11 +78,11 @@ type Block struct {
 	From, To time.Duration
 }
 
-// SlotPeek is a look at the slots of rule Limiter's subject Subject
+// SlotPeek is a look at the slots of rule Rule's subject Subject
 // (-1: global) at At: Used of them were live in Redis.
 type SlotPeek struct {
 	At      time.Duration
-	Limiter int
+	Rule    int
 	Subject int
 	Used    int64
 }
@@ -111,7 +111,7 @@ type CallRecord struct {
 	// Phantom marks an admission the caller never got: its context ended
 	// as it was admitted, and Wait gave it back.
 	Phantom bool `json:",omitempty"`
-	// Spread bounds how far from Decided the time a limiter's key was
+	// Spread bounds how far from Decided the time a rule's key was
 	// decided at may lie: 0 on one Redis (one script, one TIME); on a
 	// Cluster, whose keys of one call may live on several masters, each
 	// reading its own TIME during the call, the call's duration.
@@ -204,7 +204,7 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 }
 
 // subjects returns the subjects of rule l: the key values of a key(k)
-// limiter, -1 for a global one.
+// rule, -1 for a global one.
 func (h ThrottleHistory) subjects(l ThrottleRule) []int {
 	if !l.Key {
 		return []int{-1}
@@ -548,10 +548,10 @@ func (h ThrottleHistory) expiredNear(w CallRecord, since time.Duration) bool {
 func (h ThrottleHistory) checkPeeks() []ThrottleViolation {
 	var out []ThrottleViolation
 	for _, p := range h.Peeks {
-		if p.Limiter < 0 || p.Limiter >= len(h.Rules) {
+		if p.Rule < 0 || p.Rule >= len(h.Rules) {
 			continue
 		}
-		l := h.Rules[p.Limiter]
+		l := h.Rules[p.Rule]
 		var may int64
 		for _, c := range h.Calls {
 			if !c.Admitted || !in(c, l, p.Subject) || c.Decided-c.Spread > p.At {

@@ -8,7 +8,7 @@ import (
 
 const ms = time.Millisecond
 
-// throttleHist returns a history of one key(k):2/1000ms limiter with the
+// throttleHist returns a history of one key(k):2/1000ms rule with the
 // harness's settings.
 func throttleHist(calls ...CallRecord) ThrottleHistory {
 	return ThrottleHistory{
@@ -293,7 +293,7 @@ func TestThrottleLease(t *testing.T) {
 	b.Finished = 0            // never finished, its process alive
 	h.Calls = []CallRecord{a, b}
 	h.Deaths = []Death{{Proc: 7, At: 100 * ms}}
-	h.Peeks = []SlotPeek{{At: 1350 * ms, Limiter: 0, Subject: 0, Used: 1}}
+	h.Peeks = []SlotPeek{{At: 1350 * ms, Rule: 0, Subject: 0, Used: 1}}
 	if vs := violations(CheckThrottle(h), "lease"); len(vs) > 0 {
 		t.Fatalf("one live slot, the dead one's gone: %v", vs)
 	}

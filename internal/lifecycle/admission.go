@@ -13,9 +13,9 @@ import (
 )
 
 // Source is what a transport translates its request into: the scope,
-// the client's address, the values limiters count by, the costs and the
+// the client's address, the values rules count by, the costs and the
 // limits. The Admission calls each method at most once per request and
-// only when a limiter needs it.
+// only when a rule needs it.
 type Source interface {
 	// FindScope returns the request's scope; "" when it has none (answered
 	// 500, ErrNoScope).
@@ -23,10 +23,10 @@ type Source interface {
 	// Peer returns the address of the request's peer (for net/http,
 	// r.RemoteAddr) and the header the proxy header is read from.
 	Peer() (addr string, h HeaderValues)
-	// Value returns the value that limiter i of p, l, of kind header,
+	// Value returns the value that rule i of p, l, of kind header,
 	// param or key counts by; "" counts the request by its client address.
 	Value(p *Plan, i int, l rules.Rule) string
-	// Cost returns the result of cost function name, which limiter i of p
+	// Cost returns the result of cost function name, which rule i of p
 	// names; an error is reported as a *CostError.
 	Cost(p *Plan, i int, name string) (int64, error)
 	// Limits gives the windows of p with limit functions their limits for
@@ -120,14 +120,14 @@ type Verdict struct {
 }
 
 // Quota is an advertised window: Window (with its limit for the
-// request) of Limiter, named Name in the RateLimit fields, and the
+// request) of Rule, named Name in the RateLimit fields, and the
 // request's cost in it.
 type Quota struct {
-	Name    string
-	Period  string // the window's period as the rules write it, as in "1min"
-	Limiter rules.Rule
-	Window  rules.Window
-	Cost    int64
+	Name   string
+	Period string // the window's period as the rules write it, as in "1min"
+	Rule   rules.Rule
+	Window rules.Window
+	Cost   int64
 }
 
 // Outcome is what the transport saw of the handler's run.
@@ -156,7 +156,7 @@ func (a *Admission) Admit(ctx context.Context, r *Rules, src Source) Verdict {
 }
 
 // resolve finds the caller's identity, role, plan and scope. An exempt
-// caller (or one no limiter applies to) passes uncounted; a request
+// caller (or one no rule applies to) passes uncounted; a request
 // without a scope is a configuration error, refused with 500 (passed on
 // in shadow mode).
 func (a *Admission) resolve() bool {
@@ -216,19 +216,19 @@ func (a *Admission) price() bool {
 		return true
 	}
 	lim := p.Rules[pol.Check]
-	a.Event.Limiter, a.Event.Policy, a.Event.Window = lim.ID(), pol.Name, win
+	a.Event.Rule, a.Event.Policy, a.Event.Window = lim.ID(), pol.Name, win
 	a.Decided.Policy = pol
 	r.t.Logger.LogAttrs(a.ctx, slog.LevelInfo, r.msg.oversized,
 		slog.String("scope", a.Scope), slog.String("policy", pol.Name))
 	if !r.shadow {
 		a.Verdict = Verdict{Never: true, Policy: a.Field,
-			Quotas: []Quota{{Name: pol.Name, Period: pol.Period, Limiter: lim, Window: win, Cost: max(1, a.Checks[pol.Check].Cost)}}}
+			Quotas: []Quota{{Name: pol.Name, Period: pol.Period, Rule: lim, Window: win, Cost: max(1, a.Checks[pol.Check].Cost)}}}
 	}
 	a.refuse(http.StatusTooManyRequests, nil)
 	return false
 }
 
-// checks returns the engine checks of the request: one per limiter of the
+// checks returns the engine checks of the request: one per rule of the
 // plan, in order, with its subject, its constant cost (Cost 0 for a cost
 // of 1), the group's block and the distinct value.
 func (a *Admission) checks() []engine.Check {
@@ -268,7 +268,7 @@ func (a *Admission) clientIP() string {
 	return a.ip
 }
 
-// cost sets the cost of every check whose limiter names a cost function,
+// cost sets the cost of every check whose rule names a cost function,
 // calling each function once. It fails with a *CostError.
 func (a *Admission) cost() error {
 	p, cs := a.Plan, a.Checks
@@ -286,7 +286,7 @@ func (a *Admission) cost() error {
 		if !called {
 			var err error
 			if n, err = a.src.Cost(p, i, lim.Cost); err != nil || n < 1 {
-				return &CostError{Name: lim.Cost, Limiter: lim.ID(), Cost: n, Err: err}
+				return &CostError{Name: lim.Cost, Rule: lim.ID(), Cost: n, Err: err}
 			}
 		}
 		cs[i].Cost = n
@@ -312,7 +312,7 @@ func (a *Admission) decide() bool {
 	if d.Primary >= 0 {
 		ws := &d.Decision.Windows[d.Primary]
 		if d.Policy = a.Plan.Lookup(ws.Check, ws.Window); d.Policy != nil {
-			ev.Limiter, ev.Policy, ev.Window = a.Plan.Rules[d.Policy.Check].ID(), d.Policy.Name, ws.Window
+			ev.Rule, ev.Policy, ev.Window = a.Plan.Rules[d.Policy.Check].ID(), d.Policy.Name, ws.Window
 		}
 	}
 	if !dec.Allowed && !r.shadow {
@@ -414,7 +414,7 @@ func (a *Admission) quotas() []Quota {
 	cs, dec := a.Checks, &a.Decision
 	add := func(ws engine.WindowState) {
 		if pol := a.Plan.Lookup(ws.Check, ws.Window); pol != nil && ws.Check < len(cs) {
-			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Limiter: a.Plan.Rules[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
+			qs = append(qs, Quota{Name: pol.Name, Period: pol.Period, Rule: a.Plan.Rules[ws.Check], Window: pol.Window, Cost: max(1, cs[ws.Check].Cost)})
 		}
 	}
 	if a.Primary >= 0 {

@@ -80,7 +80,7 @@ func traced(t *testing.T, text string, settle map[string]Settle) (*trace, *Rules
 }
 
 // TestAdmissionStepOrder: Admit asks the transport for the scope, then
-// for each limiter in order its value, client address or cost, then the
+// for each rule in order its value, client address or cost, then the
 // decider, then emits the event; Finish finishes once, after the handler.
 // A denial, a refusal and an exempt caller stop where they are decided.
 func TestAdmissionStepOrder(t *testing.T) {

@@ -22,8 +22,8 @@ var (
 	// 1..the window's cap. The request is not counted and is answered with
 	// 500, or with 400 when the error wraps ErrBadRequest.
 	ErrLimit = errors.New("middleware: limit function failed")
-	// ErrSubject means a value that a limiter of its kind never counts,
-	// such as an IP limiter's value that is not an address (Peek, Reset).
+	// ErrSubject means a value that a rule of its kind never counts,
+	// such as an IP rule's value that is not an address (Peek, Reset).
 	ErrSubject = errors.New("middleware: invalid subject")
 	// ErrNoScope means no scope could be found for a request: the group has
 	// no scope: statement, neither WithScope nor WithScopeFunc gave one, and
@@ -43,8 +43,8 @@ var (
 type CostError struct {
 	// Name is the cost function name.
 	Name string
-	// Limiter is the ID of the first limiter that names it.
-	Limiter string
+	// Rule is the ID of the first rule that names it.
+	Rule string
 	// Cost is what the function returned.
 	Cost int64
 	// Err is the function's error, or nil when the cost was below 1.
@@ -53,7 +53,7 @@ type CostError struct {
 
 // Error implements the error interface.
 func (e *CostError) Error() string {
-	s := "middleware: cost function " + strconv.Quote(e.Name) + " of rule " + e.Limiter + ": "
+	s := "middleware: cost function " + strconv.Quote(e.Name) + " of rule " + e.Rule + ": "
 	if e.Err != nil {
 		return s + e.Err.Error()
 	}
@@ -75,9 +75,9 @@ func (e *CostError) Unwrap() []error {
 type LimitError struct {
 	// Name is the limit function name.
 	Name string
-	// Limiter is the ID of the limiter whose window names it, and Window
+	// Rule is the ID of the rule whose window names it, and Window
 	// the window as rule text writes it.
-	Limiter, Window string
+	Rule, Window string
 	// Limit is what the function returned.
 	Limit int64
 	// Err is the cause.
@@ -87,7 +87,7 @@ type LimitError struct {
 // Error implements the error interface.
 func (e *LimitError) Error() string {
 	return "middleware: limit function " + strconv.Quote(e.Name) + " for window " + e.Window + " of rule " +
-		e.Limiter + ": " + e.Err.Error()
+		e.Rule + ": " + e.Err.Error()
 }
 
 // Unwrap returns ErrLimit and the cause.

@@ -23,16 +23,16 @@ type Event struct {
 	// Scope is the scope the windows were counted in; empty for exempt
 	// requests, which are decided before a scope is needed.
 	Scope string
-	// Role is the role whose override chose the limiters, or empty when the
+	// Role is the role whose override chose the rules, or empty when the
 	// group's defaults applied.
 	Role role.Role
-	// Exempt reports that no limiter applied (an exempt role, or a group
-	// without limiters for the caller) and the engine was not called.
+	// Exempt reports that no rule applied (an exempt role, or a group
+	// without rules for the caller) and the engine was not called.
 	Exempt bool
-	// Limiter is the ID of the limiter of the deciding window, such as
+	// Rule is the ID of the rule of the deciding window, such as
 	// "ip" or "header(X-Api-Key)": the denying window for a denial, else
 	// the most constrained one. Empty when the decision has no windows.
-	Limiter string
+	Rule string
 	// Policy is the name of the deciding window as advertised in the
 	// RateLimit fields, such as "ip-1s".
 	Policy string

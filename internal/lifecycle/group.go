@@ -9,11 +9,11 @@ import (
 )
 
 // What the packages of this module need of rule groups beyond package
-// rules' public API: a group's limiter lists, which statuses count, limit
+// rules' public API: a group's rule lists, which statuses count, limit
 // functions and their values.
 
-// Lists yields g's limiter lists: the defaults, with role "", then each
-// override's limiters with its role, in declaration order.
+// Lists yields g's rule lists: the defaults, with role "", then each
+// override's rules with its role, in declaration order.
 func Lists(g *rules.Group) iter.Seq2[string, []rules.Rule] {
 	return func(yield func(string, []rules.Rule) bool) {
 		if !yield("", g.Rules) {
@@ -27,7 +27,7 @@ func Lists(g *rules.Group) iter.Seq2[string, []rules.Rule] {
 	}
 }
 
-// named reports whether limiters of kind k take a name in parentheses, as
+// named reports whether rules of kind k take a name in parentheses, as
 // in header(X-API-Key).
 func named(k rules.Kind) bool { return k == rules.Header || k == rules.Param || k == rules.Key }
 

@@ -23,7 +23,7 @@ import (
 	"github.com/slidelimit/slidelimit/rules"
 )
 
-// Block returns the block a denial by one of g's limiters starts: g.Block,
+// Block returns the block a denial by one of g's rules starts: g.Block,
 // or zero in shadow mode. A shadow group never refuses a request, and a
 // block it started would refuse the subject at once, for the rest of the
 // block, when the group is switched to enforce.
@@ -34,7 +34,7 @@ func Block(g *rules.Group) time.Duration {
 	return g.Block
 }
 
-// HoldsSlots reports whether some limiter of g, default or override, has
+// HoldsSlots reports whether some rule of g, default or override, has
 // an in-flight window: admitted requests then hold slots that the
 // transport must have released (Admission.Finish) when they end.
 func HoldsSlots(g *rules.Group) bool {
@@ -50,8 +50,8 @@ func HoldsSlots(g *rules.Group) bool {
 	return false
 }
 
-// countsDistinct reports whether limiter l counts the group's distinct
-// values (distinct:NAME): a limiter without a cost with a window that is
+// countsDistinct reports whether rule l counts the group's distinct
+// values (distinct:NAME): a rule without a cost with a window that is
 // not in-flight.
 func countsDistinct(l rules.Rule) bool {
 	if l.Cost != "" {

@@ -12,8 +12,8 @@ import (
 // Quota units of the advertised windows (draft-ietf-httpapi-ratelimit-
 // headers-11, Section 3.1.2).
 const (
-	// UnitRequests is the draft's default unit: windows of limiters without
-	// a cost, and of limiters with a constant cost, advertised in requests
+	// UnitRequests is the draft's default unit: windows of rules without
+	// a cost, and of rules with a constant cost, advertised in requests
 	// (the limit and remaining divided by the cost).
 	UnitRequests = iota
 	// UnitBytes is "content-bytes", the unit of a cost function named
@@ -38,7 +38,7 @@ type Policy struct {
 	Per    int64 // a constant cost: quota values are divided by it; else 1
 }
 
-// Plan is what enforcing one limiter list (a group's defaults or one
+// Plan is what enforcing one rule list (a group's defaults or one
 // role's override) needs that depends on no request and no transport: the
 // advertised policies of its windows and their RateLimit-Policy value. It
 // is immutable and safe for concurrent use.
@@ -47,10 +47,10 @@ type Plan struct {
 	Policies []Policy // in check order then window order, as Decision.Windows
 	Index    [][]int  // Index[check][window] is the position in Policies
 	Field    string   // the RateLimit-Policy value (per request for windows with limit functions)
-	Slots    bool     // some limiter has an in-flight window: admitted requests hold slots
-	Calendar bool     // some limiter has a calendar window (see calendarItems)
+	Slots    bool     // some rule has an in-flight window: admitted requests hold slots
+	Calendar bool     // some rule has a calendar window (see calendarItems)
 	// Settle[i] is how Rules[i] settles after the handler, nil if it
-	// does not; Settle is nil when no limiter settles (see SettleWith).
+	// does not; Settle is nil when no rule settles (see SettleWith).
 	Settle  []*Settle
 	settled []string // the settled cost function names, once each
 	// Dynamic reports that some window has a limit function ($name): its
@@ -65,7 +65,7 @@ type Plan struct {
 	costs []int64
 }
 
-// NewPlan returns the plan of ls. A limiter's cost names its unit: none
+// NewPlan returns the plan of ls. A rule's cost names its unit: none
 // or a constant counts requests (the constant divides the advertised
 // quota; an invalid one, which the transport reports, divides by 1), the
 // cost function bytes counts content-bytes, other cost functions are not
@@ -114,10 +114,10 @@ func IsDecimal(s string) bool {
 }
 
 // PolicyName returns the name under which window w of rule l is
-// advertised in the RateLimit-Policy and RateLimit fields: the limiter's ID,
+// advertised in the RateLimit-Policy and RateLimit fields: the rule's ID,
 // a hyphen and the period with its count, as in "ip-1s", "user-1min",
 // "header(X-Api-Key)-30s" or "global-500ms"; an in-flight window (N
-// concurrent) is named by the limiter's ID and "-concurrent", as in
+// concurrent) is named by the rule's ID and "-concurrent", as in
 // "user-concurrent", and a calendar window by the ID, "-calendar-" and its
 // unit, as in "user[bytes]-calendar-month".
 func PolicyName(l rules.Rule, w rules.Window) string {

@@ -116,7 +116,7 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 	return r, errs
 }
 
-// newPlan makes the plan of one limiter list.
+// newPlan makes the plan of one rule list.
 func (r *Rules) newPlan(role string, ls []rules.Rule) (*Plan, error) {
 	p := NewPlan(ls)
 	p.SettleWith(r.t.Settle)

@@ -7,7 +7,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 )
 
-// Settle is how the limiters whose cost is one cost function settle after
+// Settle is how the rules whose cost is one cost function settle after
 // the handler: middleware.Settlement, which grpclimit.WithSettle takes too
 // (see middleware.WithSettle for the meaning of the fields).
 type Settle struct {
@@ -61,8 +61,8 @@ func ValidCostName(s string) bool {
 
 func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
-// SettleWith marks the limiters of p whose cost function has a Settle in
-// settle; a limiter whose cost is none or a constant never settles.
+// SettleWith marks the rules of p whose cost function has a Settle in
+// settle; a rule whose cost is none or a constant never settles.
 func (p *Plan) SettleWith(settle map[string]Settle) {
 	p.Settle, p.settled = nil, nil
 	for i, l := range p.Rules {
@@ -80,10 +80,10 @@ func (p *Plan) SettleWith(settle map[string]Settle) {
 	}
 }
 
-// Settles reports whether some limiter of p settles (SettleWith).
+// Settles reports whether some rule of p settles (SettleWith).
 func (p *Plan) Settles() bool { return p.Settle != nil }
 
-// SettlesWritten reports whether some limiter of p settles to the bytes
+// SettlesWritten reports whether some rule of p settles to the bytes
 // written (Settle.Written): the transport must count them.
 func (p *Plan) SettlesWritten() bool {
 	for _, s := range p.Settle {
@@ -147,7 +147,7 @@ func (rep *CostReport) get(name string) (int64, bool) {
 }
 
 // Actual returns the actual costs of an admitted request of p's checks,
-// for engine.Outcome.Actual: each settled limiter's cost as the handler
+// for engine.Outcome.Actual: each settled rule's cost as the handler
 // reported it in rep or, with Settle.Written, written (the bytes the
 // transport sent; negative when it does not know), capped by MaxDebt; -1
 // for the others. It returns nil when no cost is known: the request keeps

@@ -4,7 +4,7 @@ import "github.com/slidelimit/slidelimit/rules"
 
 // Subject prefixes. Every subject starts with one, so that a user id can
 // never be counted together with an IP address, or a header value with
-// either, even when a user limiter falls back to the client IP.
+// either, even when a user rule falls back to the client IP.
 const (
 	subjectIP     = "ip:"
 	subjectPeer   = "peer:" // a peer that is not an IP address (a Unix socket)
@@ -15,7 +15,7 @@ const (
 	subjectGlobal = "global"
 )
 
-// SubjectOf is the one mapping from a limiter kind and value to a subject,
+// SubjectOf is the one mapping from a rule kind and value to a subject,
 // for every transport. For rules.IP, v must already be canonical
 // (CanonicalizeIP). It returns "" when v is empty and the kind needs a
 // value: the request is then counted by client IP.
@@ -41,8 +41,8 @@ func SubjectOf(kind rules.Kind, v string) string {
 	return ""
 }
 
-// SubjectFor is the one mapping from a limiter of kind to its subject, for
-// a request by user (counted by IP when byIP) whose value for the limiter
+// SubjectFor is the one mapping from a rule of kind to its subject, for
+// a request by user (counted by IP when byIP) whose value for the rule
 // (a header value, path value or key) is v. It returns "" when the request
 // is counted by its client address instead.
 func SubjectFor(kind rules.Kind, user string, byIP bool, v string) string {

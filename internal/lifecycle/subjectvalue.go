@@ -10,8 +10,8 @@ import (
 // subject the middleware counts (as found in engine.Check.Subject and the
 // engine's denial tallies), so that an admin view shows "alice" or
 // "192.0.2.7" rather than the middleware's encoding. kind is rules.IP for
-// a request counted by client address, whatever its limiter, and
-// rules.Global, with an empty value, for a global limiter's subject. ok is
+// a request counted by client address, whatever its rule, and
+// rules.Global, with an empty value, for a global rule's subject. ok is
 // false for a subject the middleware never makes.
 func SubjectValue(subject string) (kind rules.Kind, value string, ok bool) {
 	if subject == subjectGlobal {

@@ -71,8 +71,8 @@ func (r *Registry) Add(scope string, g rules.Group, opts []middleware.Option) {
 }
 
 // Request builds the engine request that Peek and Reset use: per stored
-// subject, one check with the union of the windows of every limiter with
-// the ID in the scope. value is the raw value the limiter counts or, with
+// subject, one check with the union of the windows of every rule with
+// the ID in the scope. value is the raw value the rule counts or, with
 // byIP, a client address.
 func (r *Registry) Request(scope, ruleID, value string, byIP bool) (engine.Request, error) {
 	if byIP {
@@ -122,7 +122,7 @@ func (r *Registry) inScope(scope string) []*entry {
 }
 
 // request is Request with subjectOf, which maps the value to the stored
-// subject of a group's limiter of kind.
+// subject of a group's rule of kind.
 func (r *Registry) request(scope, ruleID string, subjectOf func(rules.Kind, *entry) (string, error)) (engine.Request, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -135,7 +135,7 @@ func (r *Registry) request(scope, ruleID string, subjectOf func(rules.Kind, *ent
 		return engine.Request{}, fmt.Errorf("%w %q: not a rule ID such as ip, user or header(X-Api-Key)", ErrUnknownRule, ruleID)
 	}
 	req := engine.Request{Scope: scope}
-	var block time.Duration // the longest block of the groups with the limiter
+	var block time.Duration // the longest block of the groups with the rule
 	for _, g := range inScope {
 		var subject string
 		for _, ls := range lifecycle.Lists(&g.group) {
@@ -194,7 +194,7 @@ func addWindows(checks []engine.Check, id rules.Rule, subject string, ws []rules
 
 // ParseRuleID returns the kind, name and cost of a rule ID
 // (user, header(X-Api-Key), user[bytes]), canonicalized as the rule
-// language does (header names), by parsing it as a limiter with a
+// language does (header names), by parsing it as a rule with a
 // placeholder window; text with anything but an ID in it is rejected
 // before it could parse as more than one statement or window.
 func ParseRuleID(id string) (rules.Rule, bool) {
@@ -209,7 +209,7 @@ func ParseRuleID(id string) (rules.Rule, bool) {
 	return rules.Rule{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
 }
 
-// hasCalendar reports whether some limiter of g, default or override, has
+// hasCalendar reports whether some rule of g, default or override, has
 // a calendar window.
 func hasCalendar(g rules.Group) bool {
 	for _, ls := range lifecycle.Lists(&g) {
@@ -225,7 +225,7 @@ func hasCalendar(g rules.Group) bool {
 }
 
 // Routes lists the scopes registered with a known scope, and an
-// override's scope, with the IDs of their limiters in first-seen order,
+// override's scope, with the IDs of their rules in first-seen order,
 // sorted by scope.
 func (r *Registry) Routes() []admin.Route {
 	r.mu.RLock()

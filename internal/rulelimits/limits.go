@@ -12,11 +12,11 @@ import (
 // Limits of the rule language (see the rules package documentation,
 // section Rules). Every request admitted by an exact window (one without a
 // grain) is an entry of a Redis sorted set for the longest window of its
-// limiter, so Redis memory per subject grows with the limit; a window with
-// a grain, or of a limiter with a cost, does not, and may have a far larger
+// rule, so Redis memory per subject grows with the limit; a window with
+// a grain, or of a rule with a cost, does not, and may have a far larger
 // limit.
 const (
-	// MaxLimit is the largest limit of an exact window of a limiter
+	// MaxLimit is the largest limit of an exact window of a rule
 	// without a cost, and the most slots of an in-flight window. The
 	// engine, which also takes windows built in Go, accepts such windows up
 	// to its own, larger bound, engine.MaxCountLimit.
@@ -29,22 +29,22 @@ const (
 	MinPeriod = time.Millisecond
 	// MaxPeriod is the longest period a window may have.
 	MaxPeriod = 30 * 24 * time.Hour
-	// MaxRules is the largest number of limiters in a limiter list:
+	// MaxRules is the largest number of rules in a rule list:
 	// one request checks them all in one Redis call (engine.MaxChecks).
 	MaxRules = 64
-	// MaxWindows is the largest number of windows over every limiter of a
-	// limiter list, in-flight and calendar windows included
+	// MaxWindows is the largest number of windows over every rule of a
+	// rule list, in-flight and calendar windows included
 	// (engine.MaxWindows).
 	MaxWindows = 256
-	// MaxDistinctWindows is the largest number of windows of a limiter
+	// MaxDistinctWindows is the largest number of windows of a rule
 	// that counts distinct values, besides its in-flight window: Redis
 	// answers which windows held the value in one bit per window.
 	MaxDistinctWindows = 30
 )
 
-// LimitCap returns the largest limit of a window of a limiter with the
+// LimitCap returns the largest limit of a window of a rule with the
 // given cost ("" for none), grain and calendar unit: MaxLimit for an exact
-// sliding window of a limiter without a cost, MaxBoundedLimit otherwise (a
+// sliding window of a rule without a cost, MaxBoundedLimit otherwise (a
 // calendar window is one counter whatever its limit).
 func LimitCap(cost string, grain time.Duration, calendar string) int64 {
 	if cost == "" && grain == 0 && calendar == "" {
@@ -59,7 +59,7 @@ func LimitCap(cost string, grain time.Duration, calendar string) int64 {
 const memoryNote = "redis sorted-set memory grows with the limit; a window with a grain, as in 20000/d~15min, may go up to 1125899906842624"
 
 // LimitAbove words a limit above its cap: exact is true for an exact window
-// (no grain, no calendar) of a limiter without a cost.
+// (no grain, no calendar) of a rule without a cost.
 func LimitAbove(limit string, exact bool) string {
 	if exact {
 		return fmt.Sprintf("limit %s is above %d; %s", limit, MaxLimit, memoryNote)

@@ -1,12 +1,12 @@
 // Package tally keeps the fleet-wide denial tallies that the operator's
 // page (Limiter.AdminHandler in the root package, internal/admin) shows:
-// which subjects are denied most, by which limiter of which scope.
+// which subjects are denied most, by which rule of which scope.
 //
 // # Denial tallies
 //
 // The engine reports every denial of Allow by a window (by Redis, the
 // fallback limiter or the cache of denials) to a hook (engine.WithDenialHook);
-// [Tallies.Note] adds one, in process, to its (scope, limiter ID, subject
+// [Tallies.Note] adds one, in process, to its (scope, rule ID, subject
 // of the denying check), and a goroutine ([Tallies.Start]) writes what was
 // added every [DefaultFlush] in one pipeline, so that the tallies of
 // every process sharing the Redis and prefix add up and a request pays no

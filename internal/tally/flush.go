@@ -123,7 +123,7 @@ func (t *Tallies) writeFailed(n int64, err error) {
 	}
 }
 
-// member appends the member of k in a bucket: the escaped scope, limiter
+// member appends the member of k in a bucket: the escaped scope, rule
 // ID and subject, separated by '|' (which escaping removes from each). A
 // subject the keys store hashed is stored hashed here too (its '#' marks
 // it: escaping removes it from subjects stored as is).

@@ -69,7 +69,7 @@ func win(limit int64, period time.Duration) rules.Window {
 	return rules.Window{Limit: limit, Period: period}
 }
 
-// denial is a denial of subject, stored as is, by a user limiter.
+// denial is a denial of subject, stored as is, by a user rule.
 func denial(scope, subject string) engine.Denial {
 	return engine.Denial{Scope: scope, Kind: rules.User, Subject: subject}
 }

@@ -128,7 +128,7 @@ func TestTallyLargeSubjectsBounded(t *testing.T) {
 	}
 	d := top[0]
 	if d.Denied != 2 || !d.Truncated || d.Hashed || len(d.Subject) != preview || !strings.HasPrefix(d.Subject, "header:key-") ||
-		!keyparts.IsStoredHash(d.Hash) || d.Limiter != "header(X-Api-Key)" {
+		!keyparts.IsStoredHash(d.Hash) || d.Rule != "header(X-Api-Key)" {
 		t.Fatalf("top entry: %+v", d)
 	}
 	// The hash is the key's: it finds the subject's windows and block.

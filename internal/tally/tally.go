@@ -26,7 +26,7 @@ const (
 	MinFlush = 10 * time.Millisecond
 	MaxFlush = 10 * time.Second
 
-	// bucketTop is the number of (scope, limiter, subject) entries a tally
+	// bucketTop is the number of (scope, rule, subject) entries a tally
 	// bucket keeps in Redis: the most denied ones; the others are dropped
 	// at every write.
 	bucketTop = 256
@@ -47,14 +47,14 @@ const (
 	coarseBucket = time.Minute // the buckets of longer views
 )
 
-// Denials is how many times a subject was denied by one limiter of one
+// Denials is how many times a subject was denied by one rule of one
 // scope, fleet-wide, in the period asked of TopDenied.
 type Denials struct {
 	// Scope is the request's scope (a route pattern or a scope: name).
 	Scope string
-	// Limiter is the limiter's ID (rules.Rule.ID): "ip", "user",
+	// Rule is the rule's ID (rules.Rule.ID): "ip", "user",
 	// "header(X-Api-Key)", "user[bytes]".
-	Limiter string
+	Rule string
 	// Subject is the check's subject as the engine was given it
 	// (engine.Check.Subject). For a subject stored hashed
 	// (engine.WithHashedSubjects, or longer than 128 bytes) it is, when

@@ -95,7 +95,7 @@ func TestTallyTop(t *testing.T) {
 func tallyText(top []Denials) string {
 	var s []string
 	for _, d := range top {
-		s = append(s, fmt.Sprintf("%s %s %s %d", d.Scope, d.Limiter, d.Subject, d.Denied))
+		s = append(s, fmt.Sprintf("%s %s %s %d", d.Scope, d.Rule, d.Subject, d.Denied))
 	}
 	return strings.Join(s, "; ")
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/slidelimit/slidelimit/internal/keyparts"
 )
 
-// TopDenied returns the n (scope, limiter, subject) entries denied most in
-// the last since, fleet-wide, most denied first (then by scope, limiter and
+// TopDenied returns the n (scope, rule, subject) entries denied most in
+// the last since, fleet-wide, most denied first (then by scope, rule and
 // subject). since must be between 1 s and an hour; it is rounded up to
 // whole buckets of 10 s (up to 5 min) or 1 min (beyond), and the bucket in
 // progress is included, so a 1 min view covers 60 to 70 s. Denials of the
@@ -75,7 +75,7 @@ func (t *Tallies) TopDenied(ctx context.Context, since time.Duration, n int) ([]
 			}
 			return 1
 		}
-		return strings.Compare(a.Scope+"\x00"+a.Limiter+"\x00"+a.Subject, b.Scope+"\x00"+b.Limiter+"\x00"+b.Subject)
+		return strings.Compare(a.Scope+"\x00"+a.Rule+"\x00"+a.Subject, b.Scope+"\x00"+b.Rule+"\x00"+b.Subject)
 	})
 	if n > 0 && len(out) > n {
 		out = out[:n]
@@ -92,7 +92,7 @@ func (t *Tallies) parseMember(m string) (Denials, bool) {
 	var d Denials
 	var ok1, ok2, ok3 bool
 	d.Scope, ok1 = keyparts.Unescape(parts[0])
-	d.Limiter, ok2 = keyparts.Unescape(parts[1])
+	d.Rule, ok2 = keyparts.Unescape(parts[1])
 	d.Subject, ok3 = keyparts.Unescape(parts[2])
 	if !ok1 || !ok2 || !ok3 {
 		return Denials{}, false

@@ -101,13 +101,13 @@ func (ln *lane) lines() []string {
 }
 
 // ruleName is l's ID without its cost: a Reset of any cost of a
-// limiter lifts the blocks of its subjects.
+// rule lifts the blocks of its subjects.
 func ruleName(l rules.Rule) string {
 	return rules.Rule{Kind: l.Kind, Name: l.Name}.ID()
 }
 
 // liftLine names a subject in the list of learned blocks and in the
-// messages that lift them: the limiter's ID and the subject's
+// messages that lift them: the rule's ID and the subject's
 // fingerprint (the operator page's), never the subject itself, which may
 // be the API key the calls are made with.
 func liftLine(limiter, subject string) string {
@@ -161,13 +161,13 @@ func (t *Throttle) unblock(line string) {
 }
 
 // LiftSubject ends the learned blocks of every lane with subject of
-// limiter l, in every process (lift).
+// rule l, in every process (lift).
 func (t *Throttle) LiftSubject(ctx context.Context, l rules.Rule, subject string) error {
 	_, err := t.lift(ctx, liftLine(ruleName(l), subject))
 	return err
 }
 
-// LiftRef ends the learned blocks of every lane whose subject of limiter
+// LiftRef ends the learned blocks of every lane whose subject of rule
 // l has the operator page's fingerprint ref, in every process (lift). It
 // reports whether Redis listed one.
 func (t *Throttle) LiftRef(ctx context.Context, l rules.Rule, ref string) (bool, error) {
@@ -226,7 +226,7 @@ func (t *Throttle) LearnedBlocks(ctx context.Context) ([]admin.LearnedBlock, err
 		b := admin.LearnedBlock{Throttle: t.name, Left: (end - now) / 1000}
 		for _, l := range lines[1:] {
 			if lim, fp, ok := strings.Cut(l, " "); ok {
-				b.Subjects = append(b.Subjects, admin.LearnedSubject{Limiter: lim, Fingerprint: fp})
+				b.Subjects = append(b.Subjects, admin.LearnedSubject{Rule: lim, Fingerprint: fp})
 			}
 		}
 		out = append(out, b)

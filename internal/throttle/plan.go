@@ -22,10 +22,10 @@ type Plan struct {
 	zone   *time.Location
 	limits map[string]func(context.Context) (int64, error)
 	wrap   func(error) error // Config.ConfigError
-	slots  bool              // some limiter has an in-flight window
+	slots  bool              // some rule has an in-flight window
 
 	transit time.Duration    // the transit bound (Config.Transit)
-	wins    [][]rules.Window // per limiter, the windows counted: stretch's
+	wins    [][]rules.Window // per rule, the windows counted: stretch's
 	cals    []string         // the calendar units of the windows
 }
 
@@ -123,13 +123,13 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 			if !ok {
 				var err error
 				if n, err = p.limits[w.LimitFunc](ctx); err != nil {
-					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: l.Windows[j].String(), Err: err}
+					return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Rule: l.ID(), Window: l.Windows[j].String(), Err: err}
 				}
 				vals[w.LimitFunc] = n
 			}
 			rw, err := lifecycle.Resolve(l, w, n)
 			if err != nil {
-				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Limiter: l.ID(), Window: l.Windows[j].String(), Limit: n, Err: err}
+				return req, nil, &lifecycle.LimitError{Name: w.LimitFunc, Rule: l.ID(), Window: l.Windows[j].String(), Limit: n, Err: err}
 			}
 			ws[j] = rw
 		}

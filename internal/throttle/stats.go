@@ -92,7 +92,7 @@ func (t *Throttle) emit(req *engine.Request, d engine.Decision, err error, laten
 		}
 	}
 	if ws.Window.Limit > 0 && ws.Check < len(req.Checks) {
-		ev.Limiter, ev.Window = req.Checks[ws.Check].Rule.ID(), declared(ws.Window, t.cfg.Transit)
+		ev.Rule, ev.Window = req.Checks[ws.Check].Rule.ID(), declared(ws.Window, t.cfg.Transit)
 	}
 	for _, h := range t.hooks {
 		h(ev)

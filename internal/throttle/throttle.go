@@ -90,7 +90,7 @@ type Throttle struct {
 	stats stats
 }
 
-// Call is one call: the values of its key(NAME) limiters and the
+// Call is one call: the values of its key(NAME) rules and the
 // estimates of its named costs, by name.
 type Call struct {
 	Keys  map[string]string
@@ -135,7 +135,7 @@ func (t *Throttle) Close() { t.fleet.close() }
 // logger is the engine's logger.
 func (t *Throttle) logger() *slog.Logger { return t.eng.Logger() }
 
-// declared refuses an override g with a key(NAME) limiter or a named
+// declared refuses an override g with a key(NAME) rule or a named
 // cost that the code's rules do not have: the callers give values and
 // estimates only for the code's, so every call would fail.
 func (t *Throttle) declared(g rules.Group) error {

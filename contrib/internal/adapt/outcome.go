@@ -12,7 +12,7 @@ const (
 	Allowed      = "allowed"       // passed on by the engine's verdict
 	Denied       = "denied"        // answered 429 or, fail-closed, 503
 	ShadowDenied = "shadow_denied" // would have been denied; mode:shadow let it through
-	Exempt       = "exempt"        // no limiter applied; the engine was not asked
+	Exempt       = "exempt"        // no rule applied; the engine was not asked
 	Error        = "error"         // answered 500: no scope, or a request the engine rejected
 )
 

@@ -21,11 +21,11 @@ import (
 
 // Counts are what a router's chain saw.
 type Counts struct {
-	Later   atomic.Int64 // requests that reached the middleware after the limiter
+	Later   atomic.Int64 // requests that reached the middleware after the Limiter
 	Reached atomic.Int64 // requests that reached the handler
 
 	mu     sync.Mutex
-	scopes []string // of every decision, from the limiter's hook
+	scopes []string // of every decision, from the Limiter's hook
 }
 
 func (c *Counts) hook(ev middleware.Event) {
@@ -35,7 +35,7 @@ func (c *Counts) hook(ev middleware.Event) {
 }
 
 // Build returns a router serving GET /files/{id} (in the router's own
-// syntax) through the limiter for rulesText, then a middleware that adds to
+// syntax) through the Limiter for rulesText, then a middleware that adds to
 // c.Later, then a handler that adds to c.Reached and answers with the
 // status in the query parameter "status" (200 without one).
 type Build func(t *testing.T, lim *slidelimit.Limiter, rulesText string, c *Counts) http.Handler

@@ -55,7 +55,7 @@ type Key struct {
 // Check is one check of the request.
 type Check struct {
 	Key    int32 // index in Keys of its rate key; -1 for a check without one
-	Priced bool  // its limiter has a cost (Limiter.Cost): it settles
+	Priced bool  // its rule has a cost (Rule.Cost): it settles
 }
 
 // extra is what a finish needs of a distinct key, beside its Key.

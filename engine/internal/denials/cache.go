@@ -49,7 +49,7 @@ type Cache struct {
 	// fullUntil is the e.mono time after which no kept answer can make a
 	// cached denial: the latest sent+maxAge of an answer that showed a
 	// window full. Until a window fills, deny has nothing to find and
-	// looks nothing up (most answers of a limiter far from its limits).
+	// looks nothing up (most answers of a rule far from its limits).
 	fullUntil atomic.Int64
 }
 
@@ -347,7 +347,7 @@ func (k *Cache) Store(p *plan.Plan, res, bleft []int64, counted bool, at, sent, 
 			// no answer says how long a slot key stays full: it is not
 			// kept. A colocated calendar key is stored with its rate
 			// key. A priced key (a weighted key, or the calendar key of
-			// a limiter with a cost) is kept, but its fullness depends
+			// a rule with a cost) is kept, but its fullness depends
 			// on each request's cost: it makes no cached denial (see
 			// deny), and its counts, in units, seed the fallback.
 			continue

@@ -10,7 +10,7 @@ import (
 )
 
 // Calendar windows (rules.Window.Calendar) count in a calendar key of
-// their own per check and unit: the limiter's key (with its hash tag, so
+// their own per check and unit: the rule's key (with its hash tag, so
 // the same cluster slot) followed by CalSuffix and the unit, as in
 // "{scope|user|42}:cal:month". It is a hash of one field: the start of the
 // period it counts (µs since 1970), holding what was admitted since; a
@@ -50,7 +50,7 @@ var calNominals = [...]int64{
 // (unit is 0 for the others).
 type CalKey struct {
 	Unit   uint8 // index in calUnits (0: not a calendar key); no pointer makes it cheap to append
-	Priced bool  // the limiter has a cost: requests count different amounts
+	Priced bool  // the rule has a cost: requests count different amounts
 	Parent int32 // the rate key whose name it extends, -1 when not in the plan
 	Start  int64 // the start of the period the script counted in (µs, 0: unknown)
 	Bounds [CalBounds]int64
@@ -81,7 +81,7 @@ type CalRef struct {
 }
 
 // calendar registers window j of check i, a calendar window, with its own
-// calendar key; kc is the limiter's key cost, cost what the check counts
+// calendar key; kc is the rule's key cost, cost what the check counts
 // and rate the index of its rate key, which the calendar key extends (-1:
 // none, the key is built).
 func (p *Plan) calendar(k *Keyer, req *Request, i, j int, kc string, cost int64, rate int32) error {
@@ -119,7 +119,7 @@ func (p *Plan) calendar(k *Keyer, req *Request, i, j int, kc string, cost int64,
 }
 
 // Priced reports whether requests may count different amounts in key k:
-// a weighted key, or the calendar key of a limiter with a cost.
+// a weighted key, or the calendar key of a rule with a cost.
 func (p *Plan) Priced(k int) bool {
 	return p.Weighted[k] || k < len(p.Cals) && p.Cals[k].Priced
 }

@@ -13,7 +13,7 @@ import (
 // key kind 'D', specifies the rest).
 //
 // A distinct key is a count key sent with its value: the count key of the
-// check's limiter, so that handlers sharing a scope share it.
+// check's rule, so that handlers sharing a scope share it.
 
 // DistinctPrefix starts a value's member: ids are decimal and markers
 // start with 'r' or 'e', so no request's member can equal a value's.

@@ -29,7 +29,7 @@ const (
 	// its checks: the rule language's [rulelimits.MaxWindows].
 	MaxWindows = rulelimits.MaxWindows
 	// MaxCountLimit is the largest limit the engine accepts for a window of
-	// a count key: a limiter without a cost whose windows are all exact,
+	// a count key: a rule without a cost whose windows are all exact,
 	// which stores one entry per admitted request. It is the engine's bound
 	// on the windows that rule text caps at 100,000: the rule language
 	// keeps Redis memory per subject small, while the engine
@@ -184,7 +184,7 @@ func (p *Plan) addCheck(k *Keyer, req *Request, i int) error {
 	slot := int32(-1)
 	if conc >= 0 {
 		// The slot key of the subject: its count key's name and hash
-		// tag (whatever the limiter's grains) and a suffix.
+		// tag (whatever the rule's grains) and a suffix.
 		start := len(p.Buf)
 		p.Buf = append(k.AppendKeyOf(p.Buf, req.Scope, c.Kind, c.Name, "", c.Subject, c.Hashed), SlotSuffix...)
 		slot = p.key(start, 1, false, true)
@@ -410,9 +410,9 @@ func (p *Plan) block(i, idx int, d time.Duration) error {
 	return nil
 }
 
-// blockSuffix ends a block key: the limiter key it guards, then this
+// blockSuffix ends a block key: the rule's key it guards, then this
 // suffix, which keeps it in the key's hash tag (its cluster slot) and
-// apart from every limiter key (those end with '}' or a cost, in which ':'
+// apart from every rule's key (those end with '}' or a cost, in which ':'
 // is escaped).
 const blockSuffix = ":block"
 
@@ -522,8 +522,8 @@ func (p *Plan) mergeSlot(first int32, lease int64, ws []rules.Window) {
 	}
 }
 
-// KeyCost returns the cost segment of l's key: l.Cost for a limiter with a
-// cost, "1" for a limiter without one but with a grained window (its key is
+// KeyCost returns the cost segment of l's key: l.Cost for a rule with a
+// cost, "1" for a rule without one but with a grained window (its key is
 // weighted, like that of a cost of 1), "" for a count key.
 func KeyCost(l *rules.Rule) string {
 	if l.Cost != "" {
@@ -538,14 +538,14 @@ func KeyCost(l *rules.Rule) string {
 }
 
 // checkCost returns what check i counts: c.Cost, or when it is 0 the
-// limiter's constant cost, or 1.
+// rule's constant cost, or 1.
 func checkCost(i int, c *Check, kc string) (int64, error) {
 	switch {
 	case c.Cost < 0:
 		return 0, &Error{Check: i, Window: -1, Reason: "negative cost " + strconv.FormatInt(c.Cost, 10)}
 	case c.Cost > 1 && kc == "":
 		return 0, &Error{Check: i, Window: -1, Reason: "cost " + strconv.FormatInt(c.Cost, 10) +
-			" above 1 needs a limiter with a cost (Limiter.Cost), which names its own key"}
+			" above 1 needs a rule with a cost (Rule.Cost), which names its own key"}
 	case c.Cost > 0:
 		return c.Cost, nil
 	}
@@ -641,8 +641,8 @@ func NewKeyer(prefix string, hashAll bool, secret []byte, lease time.Duration) *
 // Prefix returns the prefix of every key.
 func (k *Keyer) Prefix() string { return k.prefix }
 
-// AppendKey appends the key of (scope, limiter, subject) to b. cost is the
-// limiter's key cost (see keyCost): "" for a count key, whose name is its
+// AppendKey appends the key of (scope, rule, subject) to b. cost is the
+// rule's key cost (see keyCost): "" for a count key, whose name is its
 // hash tag of three segments; a weighted key has a fourth, the cost, after
 // the hash tag.
 func (k *Keyer) AppendKey(b []byte, scope string, kind rules.Kind, name, cost, subject string) []byte {
@@ -702,7 +702,7 @@ func (p *Plan) StoredHash(k *Keyer, i int) string {
 		return ""
 	}
 	// The subject ends the hash tag, and nothing before it holds a '}'
-	// (the scope and the limiter's name are escaped).
+	// (the scope and the rule's name are escaped).
 	key := p.Keys[ki]
 	if len(key) < len(k.prefix) {
 		return ""

@@ -8,7 +8,7 @@ func (r *run) account(rt *route, rec *Record) {
 		r.rep.Denied++
 	}
 	r.minutes.add(rec.Time, r.v.allowed)
-	// A subject is counted once per request, even when two limiters count
+	// A subject is counted once per request, even when two rules count
 	// it (ip and an anonymous user's ip); it is denied when one of its own
 	// windows or blocks refused.
 	r.seen = r.seen[:0]

@@ -88,7 +88,7 @@ func shuffleNear(rng *rand.Rand, rs []req, d time.Duration) []req {
 }
 
 // reference is an independent brute-force replay: it sorts the requests
-// by time (stable), keeps every admitted request per limiter and subject,
+// by time (stable), keeps every admitted request per rule and subject,
 // and sums each window by scanning them all. It returns the denials per
 // subject, attributed as the report does (a subject is denied when one of
 // its own windows or blocks refused), and each request's decision in

@@ -24,8 +24,8 @@ type Report struct {
 	// Subjects lists every subject with at least one request, most denied
 	// first.
 	Subjects []SubjectStats
-	// Policies lists, per route, every window of every limiter and each
-	// limiter's block, in rule order.
+	// Policies lists, per route, every window of every rule and each
+	// rule's block, in rule order.
 	Policies []PolicyStats
 	// Minutes holds admitted and denied requests per Bucket of the log,
 	// from its first bucket to its last, at most maxBuckets of them.
@@ -53,15 +53,15 @@ type SubjectStats struct {
 	Denied   int64  `json:"denied"`
 }
 
-// PolicyStats is one window of one limiter of a route (Policy is its
+// PolicyStats is one window of one rule of a route (Policy is its
 // middleware policy name, as in "ip-1s"; Denied counts the requests it had
-// no room for, but for those a block in force refused), or a limiter's
+// no room for, but for those a block in force refused), or a rule's
 // block (Policy "ip-block", Window "block:15m"; Denied counts the requests
 // a block in force refused). A request two windows refused counts in both.
 type PolicyStats struct {
 	Route    string `json:"route"`
 	Policy   string `json:"policy"`
-	Limiter  string `json:"limiter"`
+	Rule     string `json:"limiter"`
 	Window   string `json:"window"`
 	Limit    int64  `json:"limit,omitempty"`
 	Requests int64  `json:"requests"`
@@ -99,7 +99,7 @@ type policyStats struct {
 }
 
 func newPolicyStats(route, policy, limiter, window string, limit int64) *policyStats {
-	return &policyStats{PolicyStats: PolicyStats{Route: route, Policy: policy, Limiter: limiter, Window: window, Limit: limit},
+	return &policyStats{PolicyStats: PolicyStats{Route: route, Policy: policy, Rule: limiter, Window: window, Limit: limit},
 		denied: map[string]*TopSubject{}}
 }
 

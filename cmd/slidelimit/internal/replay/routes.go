@@ -71,11 +71,11 @@ type route struct {
 	pattern string
 	scope   string // the engine scope: the group's Scope, else the pattern
 	group   rules.Group
-	params  bool // some limiter is a param(name): the path values are needed
+	params  bool // some rule is a param(name): the path values are needed
 	grains  bool // some window has a grain: only the script replays it
 	stats   []*policyStats
 	index   [][]int // index[check][window] in stats
-	blockAt []int   // blockAt[check] in stats: the limiter's block, or -1
+	blockAt []int   // blockAt[check] in stats: the rule's block, or -1
 }
 
 // Refused is a statement a log cannot express: the replay stops.

@@ -11,7 +11,7 @@ import (
 // another field, which unknownStatements finds: a new field of a window
 // (a kind of window) is the engine's business, so such a route goes
 // through the engine's script, which knows every window; a new field of a
-// group or limiter may need a value from each request, which the replay
+// group or rule may need a value from each request, which the replay
 // does not build, so such a route is refused. Either is better than a
 // wrong decision in process.
 var (
@@ -20,7 +20,7 @@ var (
 	knownWindow = []string{"Limit", "Period", "Grain", "LimitFunc", "Concurrent"}
 )
 
-// unknownStatements returns the names of the fields of g and its limiters
+// unknownStatements returns the names of the fields of g and its rules
 // (refused), and of their windows (left to the script), that are set and
 // not modelled in process.
 func unknownStatements(g *rules.Group) (refused, windows []string) {
