@@ -58,6 +58,8 @@ var (
 		[]string{"throttle", "quantile"}, nil)
 	throttleCalls = prometheus.NewDesc("slidelimit_throttle_calls_total",
 		"The throttle's decisions and the upstream's 429s, in this process.", []string{"throttle", "result"}, nil)
+	throttleActive = prometheus.NewDesc("slidelimit_throttle_active_permits",
+		"Permits admitted and not yet finished, in this process.", []string{"throttle"}, nil)
 )
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -109,6 +111,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- throttleQueued
 	ch <- throttleWait
 	ch <- throttleCalls
+	ch <- throttleActive
 }
 
 // Collect implements prometheus.Collector.
@@ -118,6 +121,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.latency.Collect(ch)
 	for _, st := range c.throttles.Stats() {
 		ch <- constMetric(throttleQueued, prometheus.GaugeValue, float64(st.Waiting), st.Name)
+		ch <- constMetric(throttleActive, prometheus.GaugeValue, float64(st.Active), st.Name)
 		for _, q := range []struct {
 			q float64
 			v float64
