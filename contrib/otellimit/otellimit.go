@@ -20,6 +20,7 @@
 //	slidelimit.throttle.queued_calls        up-down counter, {call}: slidelimit.throttle.name
 //	slidelimit.throttle.call.time_in_queue  gauge, s: slidelimit.throttle.name, slidelimit.throttle.quantile
 //	slidelimit.throttle.calls               counter, {call}: slidelimit.throttle.name, slidelimit.throttle.result
+//	slidelimit.throttle.active_permits      up-down counter, {permit}: slidelimit.throttle.name
 //
 // Results and quantiles are those of package promlimit.
 package otellimit

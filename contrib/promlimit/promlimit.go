@@ -24,9 +24,11 @@
 //	slidelimit_throttle_queued_calls{throttle}                         gauge
 //	slidelimit_throttle_call_time_in_queue_seconds{throttle,quantile}  gauge
 //	slidelimit_throttle_calls_total{throttle,result}                   counter
+//	slidelimit_throttle_active_permits{throttle}                       gauge
 //
 // result is acquired, rejected (a refusal: the caller waits) or
 // upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
+// Active permits are those admitted and not yet finished.
 package promlimit
 
 import (
