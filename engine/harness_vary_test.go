@@ -35,7 +35,7 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 		c.Subject = "ip:" + strconv.Itoa(q.Subject)
 		subject = "user/" + c.Subject
 	case faults.RoleOverride:
-		// The role's override replaces the rules: an ip rule, of
+		// The role's rules replace the defaults: an ip rule, of
 		// the same kind of windows, with its own limits.
 		c.Kind, c.Subject = rules.IP, "ip:"+strconv.Itoa(q.Subject)
 		subject = "ip/" + c.Subject
@@ -78,7 +78,7 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 
 // subjectReqs returns a request of each key the scenario's requests may use,
 // by the subject the history names it: the scenario's subjects, and with roles
-// the IPs of callers counted by IP and of the role with an override.
+// the IPs of callers counted by IP and of the role with rules of its own.
 func (r *faultRun) subjectReqs() (names []string, reqs []faults.Req) {
 	for s := range r.p.Subjects {
 		roles := []string{""}

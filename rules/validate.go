@@ -34,9 +34,9 @@ const (
 	tagKeyName        = "keyname"    // same characters as roles
 	tagUniquePeriod   = "uperiod"    // one window per period
 	tagUniqueRule     = "urule"      // one rule per ID in a list
-	tagUniqueRole     = "urole"      // one override per role
+	tagUniqueRole     = "urole"      // one role(...)= statement per role
 	tagUniqueExempt   = "uexempt"    // each exempt role once
-	tagExemptOverride = "exemptrole" // a role is either exempt or overridden
+	tagExemptOverride = "exemptrole" // a role is either exempt or has role rules
 	tagNoRules        = "norules"    // something must be limited or exempt
 	tagStatus         = "status"     // a count: item, 401 or 4xx
 	tagUniqueCount    = "ucount"     // each count: item once

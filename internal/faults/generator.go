@@ -65,7 +65,7 @@ const (
 	// RoleByIP is a shared account: the group's user rule counts the
 	// client IP instead of the user.
 	RoleByIP = "admin"
-	// RoleOverride has an override of its own: an ip rule with the
+	// RoleOverride has rules of its own: an ip rule with the
 	// group's windows and the limits Scenario.RoleLimits.
 	RoleOverride = "partner"
 )
@@ -152,7 +152,7 @@ type Scenario struct {
 	// Block is the group's block:DURATION, 0 for none.
 	Block time.Duration `json:",omitempty"`
 	// RoleLimits, when set, gives the group roles (see RoleExempt): the
-	// limits of the role(partner)= override, by window.
+	// limits of the role(partner)= rules, by window.
 	RoleLimits []int64 `json:",omitempty"`
 	// LimitFunc, when not 0, makes the limit of window LimitFunc-1 a limit
 	// function's ($quota): each request's is its Req.Limit.
