@@ -307,7 +307,7 @@ func TestAdminByIP(t *testing.T) {
 	})
 }
 
-func TestRoleOverride(t *testing.T) {
+func TestRoleRules(t *testing.T) {
 	t.Parallel()
 	mem := newMem()
 	mux := routed(t, "GET /", "ip:1/min; role(premium)=ip:3/min & user:10/min", mem)

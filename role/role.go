@@ -125,9 +125,9 @@ func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
 		}
 	}
 	res := Resolution{Rules: g.Rules}
-	for _, o := range g.RoleRules {
-		if id.Has(Role(o.Role)) {
-			res = Resolution{Role: Role(o.Role), Rules: o.Rules}
+	for _, rr := range g.RoleRules {
+		if id.Has(Role(rr.Role)) {
+			res = Resolution{Role: Role(rr.Role), Rules: rr.Rules}
 			break
 		}
 	}

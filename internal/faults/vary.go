@@ -74,7 +74,7 @@ func vary(p *Scenario, seed uint64) {
 					case x < 7:
 						q.Role = RoleByIP
 					case x < 10:
-						q.Role = RoleOverride
+						q.Role = RoleWithRules
 					}
 				}
 				if dynamic {

@@ -19,8 +19,8 @@ func Lists(g *rules.Group) iter.Seq2[string, []rules.Rule] {
 		if !yield("", g.Rules) {
 			return
 		}
-		for _, o := range g.RoleRules {
-			if !yield(o.Role, o.Rules) {
+		for _, rr := range g.RoleRules {
+			if !yield(rr.Role, rr.Rules) {
 				return
 			}
 		}
