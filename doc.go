@@ -1,6 +1,6 @@
 // Package slidelimit rate-limits HTTP APIs with exact sliding windows kept
 // in Redis. A handler declares a rule group — several limits over several
-// subjects, with role exemptions and overrides — and every request is
+// subjects, with role exemptions and role rules — and every request is
 // checked against all of its windows in one atomic Redis call.
 //
 //	type API struct {
@@ -20,7 +20,7 @@
 //   - Package rules defines the rule language (rules.Parse) and reads struct
 //     tags (rules.Routes).
 //   - Package role carries the caller's identity in the request context and
-//     resolves exemptions and overrides; the service's authentication sets
+//     resolves exemptions and role rules; the service's authentication sets
 //     it, and no client header is ever trusted for it.
 //   - Package engine makes the decisions in Redis.
 //   - Package middleware turns a group into net/http middleware: it finds

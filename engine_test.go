@@ -208,7 +208,7 @@ func TestEndToEndAdminByIP(t *testing.T) {
 	})
 }
 
-func TestEndToEndRoleOverride(t *testing.T) {
+func TestEndToEndRoleRules(t *testing.T) {
 	t.Parallel()
 	onBackends(t, func(t *testing.T, b redisBackend) {
 		f := newFixture(t, b)

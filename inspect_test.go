@@ -127,7 +127,7 @@ func TestPeekAndReset(t *testing.T) {
 				t.Fatalf("request %d: %d", i, c)
 			}
 		}
-		// The union: the trial override's 2/min is full although alice, not
+		// The union: the trial role's 2/min is full although alice, not
 		// a trial user, still has a request left in her own 3/min.
 		first := peek(t, f.lim, false, filesScope, "user", "alice")
 		wantWindows(t, "after two", first, "0:2/min used=2 rem=0", "0:3/min used=2 rem=1", "0:10/h used=2 rem=8")
@@ -138,7 +138,7 @@ func TestPeekAndReset(t *testing.T) {
 		if c := f.get(t, "/files/9", "192.0.2.1:1", alice); c != 429 {
 			t.Fatalf("fourth request: %d, want 429", c)
 		}
-		wantWindows(t, "the ip limiter, with the admin override's window",
+		wantWindows(t, "the ip limiter, with the admin role's window",
 			peek(t, f.lim, false, filesScope, "ip", "192.0.2.1"), "0:4/min used=3 rem=1", "0:5/min used=3 rem=2", "0:40/h used=3 rem=37", "0:50/h used=3 rem=47")
 		wantWindows(t, "an IPv4-mapped address is the IPv4 one",
 			peek(t, f.lim, false, filesScope, "ip", "::ffff:192.0.2.1"), "0:4/min used=3 rem=1", "0:5/min used=3 rem=2", "0:40/h used=3 rem=37", "0:50/h used=3 rem=47")
@@ -355,7 +355,7 @@ func ExampleLimiter_Peek() {
 		mux.ServeHTTP(httptest.NewRecorder(), r)
 	}
 
-	// The union of the windows of "user" in the scope: the trial override's
+	// The union of the windows of "user" in the scope: the trial role's
 	// 3/min as well as the defaults.
 	d, err := lim.Peek(context.Background(), "GET /files/{id}", "user", "alice", false)
 	if err != nil {

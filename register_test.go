@@ -181,7 +181,7 @@ func TestHandle(t *testing.T) {
 		{"invalid pattern", "GET /{", "ip:5/s", ok, kindErr("route"), ""},
 		{"duplicate pattern", "GET /taken", "ip:5/s", ok, kindErr("route"), ""},
 		{"param without wildcard", "GET /a/{id}", "param(name):5/s", ok, errRuleInvalid, ""},
-		{"param in override", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, errRuleInvalid, ""},
+		{"param in role rules", "GET /a/{id}", "ip:5/s; role(x)=param(other):1/s", ok, errRuleInvalid, ""},
 		{"unknown key", "GET /a", "key(k):5/s", ok, unregistered("WithKeyFunc"), ""},
 		{"unknown cost", "GET /a", "user[tokens]:5k/d", ok, unregistered("WithCostFunc"), ""},
 		{"nil handler", "GET /a", "ip:5/s", nil, nil, "nil handler"},

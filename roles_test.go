@@ -29,7 +29,7 @@ func TestDeclaredRoles(t *testing.T) {
 		name, text, bad string
 	}{
 		{"exempt", "ip:5/s; exempt:superadmn; role(admin)=ip:30/min", "superadmn"},
-		{"override", "ip:5/s; exempt:superadmin; role(admn)=ip:30/min", "admn"},
+		{"role rules", "ip:5/s; exempt:superadmin; role(admn)=ip:30/min", "admn"},
 		{"both, first in text", "exempt:superadmn; role(admn)=ip:30/min", "admn"},
 	}
 	type register func(lim *slidelimit.Limiter, text string) error

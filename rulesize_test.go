@@ -59,7 +59,7 @@ func TestRuleSizeRefused(t *testing.T) {
 	}{
 		{"windows", "ip:" + windowList(300), "group has 300 windows, at most 256"},
 		{"limiters", headerRules(65, 1), "group has 65 rules, at most 64"},
-		{"override", "ip:1/s; role(admin)=user:" + windowList(257), "role(admin)= has 257 windows, at most 256"},
+		{"role rules", "ip:1/s; role(admin)=user:" + windowList(257), "role(admin)= has 257 windows, at most 256"},
 		{"distinct", "user:" + windowList(31) + "; distinct:path", "in 31 windows, at most 30"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -132,7 +132,7 @@ func serveAtBound(t *testing.T, lim *slidelimit.Limiter) {
 		{"/windows", "ip:1 concurrent," + windowList(rulelimits.MaxWindows-1), "200"},
 		{"/limiters", headerRules(rulelimits.MaxRules, rulelimits.MaxWindows/rulelimits.MaxRules), "200"},
 		{"/distinct", "user:1 concurrent," + windowList(rulelimits.MaxDistinctWindows) + "; distinct:path", "200"},
-		{"/override", "ip:1/s; role(admin)=user:" + windowList(rulelimits.MaxWindows), "200"},
+		{"/role-rules", "ip:1/s; role(admin)=user:" + windowList(rulelimits.MaxWindows), "200"},
 		{"/keys", strings.Join(keys, "; "), "200 200 429"},
 	} {
 		if err := lim.Handle(mux, "GET "+tt.path, ok, tt.text); err != nil {

@@ -34,8 +34,8 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 		// (lifecycle.SubjectFor), a key of its own.
 		c.Subject = "ip:" + strconv.Itoa(q.Subject)
 		subject = "user/" + c.Subject
-	case faults.RoleOverride:
-		// The role's override replaces the rules: an ip rule, of
+	case faults.RoleWithRules:
+		// The role's rules replace the defaults: an ip rule, of
 		// the same kind of windows, with its own limits.
 		c.Kind, c.Subject = rules.IP, "ip:"+strconv.Itoa(q.Subject)
 		subject = "ip/" + c.Subject
@@ -46,7 +46,7 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 		if i < len(limits) && limits[i] > 0 {
 			c.Windows[i].Limit = limits[i]
 		}
-		if i == r.p.LimitFunc-1 && q.Role != faults.RoleOverride && q.Limit > 0 {
+		if i == r.p.LimitFunc-1 && q.Role != faults.RoleWithRules && q.Limit > 0 {
 			// Resolved by the middleware: the function's value, the
 			// window still naming it (rules.Rule.Resolve).
 			c.Windows[i].Limit, c.Windows[i].LimitFunc = q.Limit, "quota"
@@ -78,12 +78,12 @@ func (r *faultRun) checkOf(q faults.Req) (c Check, subject string, limits []int6
 
 // subjectReqs returns a request of each key the scenario's requests may use,
 // by the subject the history names it: the scenario's subjects, and with roles
-// the IPs of callers counted by IP and of the role with an override.
+// the IPs of callers counted by IP and of the role with rules of its own.
 func (r *faultRun) subjectReqs() (names []string, reqs []faults.Req) {
 	for s := range r.p.Subjects {
 		roles := []string{""}
 		if r.p.RoleLimits != nil {
-			roles = append(roles, faults.RoleByIP, faults.RoleOverride)
+			roles = append(roles, faults.RoleByIP, faults.RoleWithRules)
 		}
 		for _, role := range roles {
 			q := faults.Req{Subject: s, Role: role}

@@ -69,7 +69,7 @@ func noFinish() error {
 }
 
 // unregistered is the error of a function the rules name, as in what,
-// that option did not register; role is the override naming it, or "".
+// that option did not register; role is the role whose rules name it, or "".
 func unregistered(option, name, what, role string) error {
 	if role != "" {
 		what += " of role(" + role + ")="

@@ -36,7 +36,7 @@ type limiter struct {
 // New returns middleware that limits the requests of the next handler by
 // group g, deciding with d. It fails, listing every problem at once, when g
 // is not valid (see rules.Group.Validate), an option is invalid, a
-// key(name) rule of g (including its overrides) has no function
+// key(name) rule of g (including its role rules) has no function
 // registered with WithKeyFunc, a rule's cost names no function
 // registered with WithCostFunc, a window's limit ($name) names no
 // function registered with WithLimitFunc, or g names a role that the

@@ -307,7 +307,7 @@ func TestAdminByIP(t *testing.T) {
 	})
 }
 
-func TestRoleOverride(t *testing.T) {
+func TestRoleRules(t *testing.T) {
 	t.Parallel()
 	mem := newMem()
 	mux := routed(t, "GET /", "ip:1/min; role(premium)=ip:3/min & user:10/min", mem)
@@ -321,7 +321,7 @@ func TestRoleOverride(t *testing.T) {
 	if want := []int{ok, ok, ok, deny, ok, deny}; !slices.Equal(got, want) {
 		t.Errorf("statuses = %v, want %v", got, want)
 	}
-	// The override's policies are advertised to the role's requests.
+	// The role rules' policies are advertised to the role's requests.
 	w := do(mux, request("GET", "/", "192.0.2.9:1", user("p2", "premium")))
 	if got := w.Header().Get("RateLimit-Policy"); got != `"ip-1min";q=3;w=60, "user-1min";q=10;w=60` {
 		t.Errorf("RateLimit-Policy = %q", got)
@@ -335,7 +335,7 @@ func TestUnknownKey(t *testing.T) {
 		want        []string
 	}{
 		{"default limiters", "key(tenant):5/s", []string{"tenant"}},
-		{"override", "ip:5/s; role(a)=key(org):5/s", []string{"org"}},
+		{"role rules", "ip:5/s; role(a)=key(org):5/s", []string{"org"}},
 		{"both", "key(tenant):5/s; role(a)=key(org):5/s", []string{"tenant", "org"}},
 	}
 	for _, tt := range tests {

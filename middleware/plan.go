@@ -10,7 +10,7 @@ import (
 )
 
 // plan is what the middleware keeps per rule list (a group's defaults
-// or one override), in its lifecycle.Plan's Transport: the functions the
+// or one role's rules), in its lifecycle.Plan's Transport: the functions the
 // list's rules name, found once by New so that serving a request only
 // calls them.
 type plan struct {

@@ -14,13 +14,13 @@
 //  1. If the identity holds any role listed in g.Exempt, the request is
 //     exempt: no rule applies and Redis is never called.
 //  2. Otherwise, if the identity holds the role of one or more of g's
-//     role(...)= overrides, the first such override in the group's
-//     declaration order replaces the default rules.
+//     role(...)= statements, the first such role's rules in the group's
+//     declaration order replace the default rules.
 //  3. Otherwise the group's default rules apply.
 //
 // Then, if the identity holds a role in Policy.ByIP (an account shared by
 // several people), the user rules chosen in 2 or 3 count the client IP
-// instead of the user id, unless the chosen override is for that very role:
+// instead of the user id, unless the chosen rules are that very role's:
 // role(admin)=user:5/min on a route says how admins are counted there.
 //
 // A request without identity gets the default rules; the middleware counts
@@ -73,8 +73,8 @@ type Policy struct {
 	// ByIP lists roles whose accounts are shared by several people, such as
 	// an admin account: for their requests the user rules of a group
 	// count the client IP rather than the user id, so that one person's
-	// bursts do not lock out the others. A route's own role(...)= override
-	// for the role takes precedence.
+	// bursts do not lock out the others. A route's own role(...)= rules
+	// for the role take precedence.
 	ByIP []Role
 	// Roles declares the roles that exist. When it is not empty, a group
 	// that names any other role in exempt: or role(...)= is an error (see
@@ -105,7 +105,7 @@ func (p Policy) Check(g rules.Group) error {
 type Resolution struct {
 	// Exempt reports that no rule applies.
 	Exempt bool
-	// Role is the role whose override chose Rules; empty when the group's
+	// Role is the role whose rules were chosen; empty when the group's
 	// defaults apply.
 	Role Role
 	// Rules are the rules to apply; they are shared with the group
@@ -125,14 +125,14 @@ func (p Policy) Resolve(g rules.Group, id Identity) Resolution {
 		}
 	}
 	res := Resolution{Rules: g.Rules}
-	for _, o := range g.RoleRules {
-		if id.Has(Role(o.Role)) {
-			res = Resolution{Role: Role(o.Role), Rules: o.Rules}
+	for _, rr := range g.RoleRules {
+		if id.Has(Role(rr.Role)) {
+			res = Resolution{Role: Role(rr.Role), Rules: rr.Rules}
 			break
 		}
 	}
 	for _, r := range p.ByIP {
-		// A route's override for the shared role itself says how that role
+		// A route's rules for the shared role itself say how that role
 		// is counted on this route; any other choice of rules still
 		// belongs to a shared account.
 		if r != res.Role && id.Has(r) {

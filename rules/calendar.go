@@ -88,7 +88,7 @@ func distinctLevel(sl validator.StructLevel, g Group) {
 		}
 	}
 	check("Rules", g.Rules)
-	for i, o := range g.RoleRules {
-		check("RoleRules["+strconv.Itoa(i)+"].Rules", o.Rules)
+	for i, rr := range g.RoleRules {
+		check("RoleRules["+strconv.Itoa(i)+"].Rules", rr.Rules)
 	}
 }

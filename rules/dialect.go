@@ -83,8 +83,8 @@ func (d Dialect) rules(p *parser) *Error {
 	for i, l := range p.g.Rules {
 		keep(check("Rules["+strconv.Itoa(i)+"]", l))
 	}
-	for i, o := range p.g.RoleRules {
-		for j, l := range o.Rules {
+	for i, rr := range p.g.RoleRules {
+		for j, l := range rr.Rules {
 			keep(check("RoleRules["+strconv.Itoa(i)+"].Rules["+strconv.Itoa(j)+"]", l))
 		}
 	}

@@ -38,7 +38,7 @@ func TestDialectParse(t *testing.T) {
 		{name: "words", in: "ip:5/s; count:Denied,fail", count: []string{"DENIED", "FAIL"}},
 		{name: "no count", in: "user:5/s; role(a)=ip:1/s"},
 		{name: "param default", in: "ip:5/s; param(id):1/s", err: "param(id) has no path here", errOffset: 8},
-		{name: "param override", in: "ip:5/s; role(a)=ip:1/s&param(id):1/s", err: "param(id) has no path here", errOffset: 23},
+		{name: "param in role rules", in: "ip:5/s; role(a)=ip:1/s&param(id):1/s", err: "param(id) has no path here", errOffset: 23},
 		{name: "earliest in text", in: "role(a)=param(x):1/s; param(y):1/s", err: "param(x)", errOffset: 8},
 		{name: "bad item", in: "ip:5/s; count:fail, 401", err: `count item "401" is not a word`, errOffset: 20},
 		{name: "duplicate canonical", in: "ip:5/s; count:fail,FAIL", err: "duplicate FAIL in count (listed as fail before)", errOffset: 19},

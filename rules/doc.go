@@ -279,7 +279,7 @@
 //     group with distinct:, a rule without a cost has at most
 //     30 windows besides its in-flight one.
 //   - A role has at most one role(...)= statement, is exempt at most once, and is not
-//     both exempt and overridden: an exemption would make its role rules dead
+//     both exempt and given role rules: an exemption would make those rules dead
 //     text, which is more likely a mistake than intent.
 //   - A group has at least one rule, default or per role, unless it
 //     exempts some role.

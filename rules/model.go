@@ -192,8 +192,8 @@ func (g *Group) lists() iter.Seq2[string, []Rule] {
 		if !yield("", g.Rules) {
 			return
 		}
-		for _, o := range g.RoleRules {
-			if !yield(o.Role, o.Rules) {
+		for _, rr := range g.RoleRules {
+			if !yield(rr.Role, rr.Rules) {
 				return
 			}
 		}

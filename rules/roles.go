@@ -16,9 +16,9 @@ func (g Group) CheckRoles(declared []string) error {
 	}
 	var bad string
 	ns := ""
-	for i, o := range g.RoleRules {
-		if !slices.Contains(declared, o.Role) {
-			bad, ns = o.Role, "RoleRules["+strconv.Itoa(i)+"].Role"
+	for i, rr := range g.RoleRules {
+		if !slices.Contains(declared, rr.Role) {
+			bad, ns = rr.Role, "RoleRules["+strconv.Itoa(i)+"].Role"
 			break
 		}
 	}

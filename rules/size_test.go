@@ -53,8 +53,8 @@ func TestParseSize(t *testing.T) {
 			"role(admin)= has 257 windows, at most 256", "1/257ms"},
 		{"an role's rules", "ip:1/s; role(admin)=" + keyRules(70, 1, " & "),
 			"role(admin)= has 70 rules, at most 64", "key(k64):"},
-		// Each list is a request of its own: the defaults and an
-		// override together may exceed the bound.
+		// Each list is a request of its own: the defaults and a
+		// role's rules together may exceed the bound.
 		{"lists apart", "ip:" + windows(200, 0) + "; role(admin)=user:" + windows(200, 0), "", ""},
 		{"distinct at the bound", "user:1 concurrent," + windows(rulelimits.MaxDistinctWindows, 0) + "; distinct:path", "", ""},
 		{"distinct beyond", "user:" + windows(31, 0) + "; user[bytes]:" + windows(40, 0) + "; distinct:path",

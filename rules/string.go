@@ -206,9 +206,9 @@ func (p *printer) group(g Group) {
 		sep()
 		p.rule("Rules["+strconv.Itoa(i)+"]", l)
 	}
-	for i, o := range g.RoleRules {
+	for i, rr := range g.RoleRules {
 		sep()
-		p.roleRules("RoleRules["+strconv.Itoa(i)+"]", o)
+		p.roleRules("RoleRules["+strconv.Itoa(i)+"]", rr)
 	}
 	if len(g.Exempt) > 0 {
 		sep()

@@ -205,8 +205,8 @@ func paramErrors(g Group, pos map[string]int, input, route string, wildcards []s
 		}
 	}
 	checkList("Rules", g.Rules)
-	for i, o := range g.RoleRules {
-		checkList("RoleRules["+strconv.Itoa(i)+"].Rules", o.Rules)
+	for i, rr := range g.RoleRules {
+		checkList("RoleRules["+strconv.Itoa(i)+"].Rules", rr.Rules)
 	}
 	// RoleRules are printed after rules canonically but may be written
 	// first; keep the report in reading order.

@@ -34,9 +34,9 @@ const (
 	tagKeyName        = "keyname"    // same characters as roles
 	tagUniquePeriod   = "uperiod"    // one window per period
 	tagUniqueRule     = "urule"      // one rule per ID in a list
-	tagUniqueRole     = "urole"      // one override per role
+	tagUniqueRole     = "urole"      // one role(...)= statement per role
 	tagUniqueExempt   = "uexempt"    // each exempt role once
-	tagExemptOverride = "exemptrole" // a role is either exempt or overridden
+	tagExemptAndRules = "exemptrole" // a role is either exempt or has role rules
 	tagNoRules        = "norules"    // something must be limited or exempt
 	tagStatus         = "status"     // a count: item, 401 or 4xx
 	tagUniqueCount    = "ucount"     // each count: item once
@@ -329,13 +329,13 @@ func groupLevel(sl validator.StructLevel) {
 	uniqueRules(sl, "Rules", g.Rules)
 	sizeLevel(sl, "Rules", "group", g.Rules)
 	distinctLevel(sl, g)
-	overridden := make(map[string]bool, len(g.RoleRules))
-	for i, o := range g.RoleRules {
-		if overridden[o.Role] {
+	hasRules := make(map[string]bool, len(g.RoleRules))
+	for i, rr := range g.RoleRules {
+		if hasRules[rr.Role] {
 			name := "RoleRules[" + strconv.Itoa(i) + "].Role"
-			sl.ReportError(o.Role, name, name, tagUniqueRole, o.Role)
+			sl.ReportError(rr.Role, name, name, tagUniqueRole, rr.Role)
 		}
-		overridden[o.Role] = true
+		hasRules[rr.Role] = true
 	}
 	exempt := make(map[string]bool, len(g.Exempt))
 	for i, r := range g.Exempt {
@@ -343,8 +343,8 @@ func groupLevel(sl validator.StructLevel) {
 		switch {
 		case exempt[r]:
 			sl.ReportError(r, name, name, tagUniqueExempt, r)
-		case overridden[r]:
-			sl.ReportError(r, name, name, tagExemptOverride, r)
+		case hasRules[r]:
+			sl.ReportError(r, name, name, tagExemptAndRules, r)
 		}
 		exempt[r] = true
 	}
@@ -580,7 +580,7 @@ func statementReason(key string, fe validator.FieldError, val any) string {
 		return fmt.Sprintf("duplicate role(%s)=", fe.Param())
 	case "Exempt " + tagUniqueExempt:
 		return fmt.Sprintf("duplicate exempt role %q", fe.Param())
-	case "Exempt " + tagExemptOverride:
+	case "Exempt " + tagExemptAndRules:
 		return fmt.Sprintf("role %q is both exempt and given role rules", fe.Param())
 	case "Count " + tagStatus:
 		return fmt.Sprintf("invalid status %q in count; want a code 100..599 or a class 1xx..5xx", fmt.Sprint(val))

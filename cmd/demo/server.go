@@ -27,7 +27,7 @@ func newServer(b *backend, logger *slog.Logger, extra ...slidelimit.Option) (*de
 		slidelimit.WithKeyFunc("account", loginAccount),
 		slidelimit.WithCostFunc("bytes", objectSize),
 		// The admin account is shared by several people: count its user
-		// rules (POST /pictures) by IP, as its route overrides do. The
+		// rules (POST /pictures) by IP, as its routes' role rules do. The
 		// root package has no option for that, so the policy, which also
 		// declares the roles (a misspelt one in a tag is an error at
 		// start-up), goes to the middleware.

@@ -382,7 +382,7 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"param", map[string]string{ping: "ip:5/s; param(id):1/s"}, nil,
 			[]string{`method "/test.Svc/Ping"`, "param(id) has no meaning for gRPC", "at offset 8"}},
-		{"param in override", map[string]string{ping: "ip:5/s; role(a)=param(id):1/s"}, nil,
+		{"param in role rules", map[string]string{ping: "ip:5/s; role(a)=param(id):1/s"}, nil,
 			[]string{"param(id) has no meaning", "at offset 16"}},
 		{"HTTP status in count", map[string]string{ping: "ip:5/s; count:401"}, nil,
 			[]string{"401 is an HTTP status", "at offset 14"}},

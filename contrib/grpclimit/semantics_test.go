@@ -214,7 +214,7 @@ func TestHandlerErrorsStayRetryable(t *testing.T) {
 	_ = cs.CloseSend()
 }
 
-// TestRolesAndPolicy: a role's override replaces the defaults, and a role
+// TestRolesAndPolicy: a role's rules replace the defaults, and a role
 // of WithPolicy's ByIP counts its user rules by client IP.
 func TestRolesAndPolicy(t *testing.T) {
 	t.Parallel()

@@ -46,8 +46,8 @@ type Req struct {
 	Cost            int64 `json:",omitempty"`
 	Value           int   `json:",omitempty"`
 	// Role is the caller's role in a scenario with roles (Scenario.RoleLimits):
-	// "" for none, or RoleExempt, RoleByIP or RoleOverride. A caller of
-	// RoleByIP or RoleOverride comes from IP number Subject.
+	// "" for none, or RoleExempt, RoleByIP or RoleWithRules. A caller of
+	// RoleByIP or RoleWithRules comes from IP number Subject.
 	Role string `json:",omitempty"`
 	// Limit is what the limit function of the window Scenario.LimitFunc
 	// returned for the request.
@@ -65,9 +65,9 @@ const (
 	// RoleByIP is a shared account: the group's user rule counts the
 	// client IP instead of the user.
 	RoleByIP = "admin"
-	// RoleOverride has an override of its own: an ip rule with the
+	// RoleWithRules has rules of its own: an ip rule with the
 	// group's windows and the limits Scenario.RoleLimits.
-	RoleOverride = "partner"
+	RoleWithRules = "partner"
 )
 
 // Step is one step of a scenario.
@@ -152,7 +152,7 @@ type Scenario struct {
 	// Block is the group's block:DURATION, 0 for none.
 	Block time.Duration `json:",omitempty"`
 	// RoleLimits, when set, gives the group roles (see RoleExempt): the
-	// limits of the role(partner)= override, by window.
+	// limits of the role(partner)= rules, by window.
 	RoleLimits []int64 `json:",omitempty"`
 	// LimitFunc, when not 0, makes the limit of window LimitFunc-1 a limit
 	// function's ($quota): each request's is its Req.Limit.
@@ -173,7 +173,7 @@ func (p Scenario) String() string {
 		fmt.Fprintf(&b, ", block:%v", p.Block)
 	}
 	if p.RoleLimits != nil {
-		fmt.Fprintf(&b, ", exempt:%s, %s by IP, role(%s)=ip:%v", RoleExempt, RoleByIP, RoleOverride, p.RoleLimits)
+		fmt.Fprintf(&b, ", exempt:%s, %s by IP, role(%s)=ip:%v", RoleExempt, RoleByIP, RoleWithRules, p.RoleLimits)
 	}
 	if p.LimitFunc > 0 {
 		fmt.Fprintf(&b, ", window %d's limit $quota", p.LimitFunc-1)

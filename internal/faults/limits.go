@@ -7,7 +7,7 @@ import (
 
 // Limits that vary from request to request: a limit function's value
 // ($name, docs/rules.md, Limit functions), a rule override pushed at run
-// time (SetRules), a role's own override. The engine's keys name the
+// time (SetRules), a role's own rules. The engine's keys name the
 // scope, rule and subject, never the limits (docs/rules.md, "keys name
 // those, never the limits"), so every admission of a key counts against
 // every later request of that key, whatever limit it was admitted under:

@@ -38,7 +38,7 @@ func (e ev) decisions(nw int) []Decision {
 
 // TestModelVaryingLimits: every admission is bounded by the limit its own
 // request was checked against (a limit function's value, a rule override,
-// a role's override): the entries of its key in its window, itself
+// a role's rules): the entries of its key in its window, itself
 // included, at most that limit; a fallback's by its limit less what Redis
 // last said; slots at most that limit held at once.
 func TestModelVaryingLimits(t *testing.T) {

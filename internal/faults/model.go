@@ -116,7 +116,7 @@ type Decision struct {
 	Released int
 	// Limits are the limits the request was checked against, by window of
 	// the history (see limitOf): a limit function's value ($name), a
-	// rule override pushed at run time, a role's override. Nil: the
+	// rule override pushed at run time, a role's rules. Nil: the
 	// windows' own.
 	Limits []int64 `json:",omitempty"`
 }

@@ -4,7 +4,7 @@ import "math/rand/v2"
 
 // vary gives a scenario the statements that make limits vary, each to about a
 // third of the scenarios, independently: roles (an exempt role, a role counted
-// by IP, a role with an override of its own: see RoleExempt), a window
+// by IP, a role with rules of its own: see RoleExempt), a window
 // whose limit is a limit function's ($quota, a value per request), and
 // rule overrides pushed at run time (Override steps, changing the group's
 // limits for every engine from that step on). Its draws come from a stream
@@ -74,7 +74,7 @@ func vary(p *Scenario, seed uint64) {
 					case x < 7:
 						q.Role = RoleByIP
 					case x < 10:
-						q.Role = RoleOverride
+						q.Role = RoleWithRules
 					}
 				}
 				if dynamic {

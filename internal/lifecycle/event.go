@@ -23,7 +23,7 @@ type Event struct {
 	// Scope is the scope the windows were counted in; empty for exempt
 	// requests, which are decided before a scope is needed.
 	Scope string
-	// Role is the role whose override chose the rules, or empty when the
+	// Role is the role whose rules applied, or empty when the
 	// group's defaults applied.
 	Role role.Role
 	// Exempt reports that no rule applied (an exempt role, or a group

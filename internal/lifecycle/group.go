@@ -13,14 +13,14 @@ import (
 // functions and their values.
 
 // Lists yields g's rule lists: the defaults, with role "", then each
-// override's rules with its role, in declaration order.
+// role's rules with its role, in declaration order.
 func Lists(g *rules.Group) iter.Seq2[string, []rules.Rule] {
 	return func(yield func(string, []rules.Rule) bool) {
 		if !yield("", g.Rules) {
 			return
 		}
-		for _, o := range g.RoleRules {
-			if !yield(o.Role, o.Rules) {
+		for _, rr := range g.RoleRules {
+			if !yield(rr.Role, rr.Rules) {
 				return
 			}
 		}

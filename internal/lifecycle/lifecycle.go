@@ -34,7 +34,7 @@ func Block(g *rules.Group) time.Duration {
 	return g.Block
 }
 
-// HoldsSlots reports whether some rule of g, default or override, has
+// HoldsSlots reports whether some rule of g, default or a role's, has
 // an in-flight window: admitted requests then hold slots that the
 // transport must have released (Admission.Finish) when they end.
 func HoldsSlots(g *rules.Group) bool {

@@ -39,7 +39,7 @@ type Policy struct {
 }
 
 // Plan is what enforcing one rule list (a group's defaults or one
-// role's override) needs that depends on no request and no transport: the
+// role's rules) needs that depends on no request and no transport: the
 // advertised policies of its windows and their RateLimit-Policy value. It
 // is immutable and safe for concurrent use.
 type Plan struct {

@@ -29,7 +29,7 @@ func TestCheckRoles(t *testing.T) {
 		{"ip:5/s; exempt:superadmin; role(admin)=ip:30/min", declared, ""},
 		{"ip:5/s; exempt:superadmn", declared, `rules: "ip:5/s; exempt:superadmn": role "superadmn" is not declared (declared roles: admin, superadmin, user) at offset 15`},
 		{"ip:5/s; role(admn)=ip:30/min", declared, `rules: "ip:5/s; role(admn)=ip:30/min": role "admn" is not declared (declared roles: admin, superadmin, user) at offset 13`},
-		// Overrides print before exempt:, so the override is first in the text.
+		// Role rules print before exempt:, so they come first in the text.
 		{"exempt:superadmn; role(admn)=ip:30/min", declared, `rules: "role(admn)=ip:30/min; exempt:superadmn": role "admn" is not declared (declared roles: admin, superadmin, user) at offset 5`},
 		{"exempt:admin,ops", declared, `rules: "exempt:admin,ops": role "ops" is not declared (declared roles: admin, superadmin, user) at offset 13`},
 		// Without a declaration nothing is checked.

@@ -101,7 +101,7 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 	}
 	for role, ls := range Lists(&g) {
 		if _, dup := r.byRole[role]; dup && role != "" {
-			continue // role.Policy.Resolve picks the first override of a role
+			continue // role.Policy.Resolve picks a role's first role(...)= rules
 		}
 		p, err := r.newPlan(role, ls)
 		switch {
@@ -137,7 +137,7 @@ func (r *Rules) planFor(res role.Resolution) *Plan {
 		return p
 	}
 	// Unreachable with role.Policy, which only returns roles of the group's
-	// overrides; an ad hoc plan keeps serving correct if that changes.
+	// role rules; an ad hoc plan keeps serving correct if that changes.
 	if p, err := r.newPlan(string(res.Role), res.Rules); err == nil {
 		return p
 	}

@@ -209,7 +209,7 @@ func ParseRuleID(id string) (rules.Rule, bool) {
 	return rules.Rule{Kind: l.Kind, Name: l.Name, Cost: l.Cost}, true
 }
 
-// hasCalendar reports whether some rule of g, default or override, has
+// hasCalendar reports whether some rule of g, default or a role's, has
 // a calendar window.
 func hasCalendar(g rules.Group) bool {
 	for _, ls := range lifecycle.Lists(&g) {

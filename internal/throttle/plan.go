@@ -37,7 +37,7 @@ func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 	}
 	switch {
 	case len(g.RoleRules) > 0:
-		return nil, fail("role(" + g.RoleRules[0].Role + ") override")
+		return nil, fail("role(" + g.RoleRules[0].Role + ")= rules")
 	case len(g.Exempt) > 0:
 		return nil, fail("exempt:" + strings.Join(g.Exempt, ","))
 	case len(g.Count) > 0:
