@@ -124,7 +124,8 @@ func (s adminSource) Throttles() []admin.Throttle {
 	for i, th := range ts {
 		t := th.Stats()
 		out[i] = admin.Throttle{Name: t.Name, Rules: t.Rules, Waiting: t.Waiting,
-			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted, Upstream429s: t.Upstream429s}
+			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted,
+			Active: t.Active, Upstream429s: t.Upstream429s}
 	}
 	return out
 }

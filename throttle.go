@@ -186,8 +186,11 @@ type ThrottleStats struct {
 	// over the last 1,024 admissions in this process.
 	WaitP50 time.Duration `json:"wait_p50"`
 	WaitP99 time.Duration `json:"wait_p99"`
-	// Admitted counts the calls Wait admitted in this process.
+	// Admitted counts the calls admitted in this process.
 	Admitted int64 `json:"admitted"`
+	// Active is the number of permits admitted and not yet finished, in
+	// this process. A permit held past the maximum hold leaves it then.
+	Active int64 `json:"active"`
 	// RedisCalls counts the Redis calls made to admit them: decisions and
 	// the fleet order's script (not the finishes).
 	RedisCalls int64 `json:"redis_calls"`

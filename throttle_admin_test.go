@@ -33,8 +33,7 @@ func TestThrottleVisible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Finish(nil)
-	th.Allow(ctx, slidelimit.Call{})
+	th.Allow(ctx, slidelimit.Call{}) // p is still active
 	mu.Lock()
 	if len(events) != 2 || events[0].Scope != "payments" || !events[0].Allowed || events[1].Allowed ||
 		events[1].Status != http.StatusTooManyRequests || events[1].Rule != "global" {
@@ -57,10 +56,15 @@ func TestThrottleVisible(t *testing.T) {
 		}
 		return w.Body.String()
 	}
-	if page := get("/"); !strings.Contains(page, `id="throttles"`) || !strings.Contains(page, "payments") {
-		t.Errorf("the page does not list the throttle:\n%s", page)
+	if page := get("/"); !strings.Contains(page, `id="throttles"`) || !strings.Contains(page, "payments") ||
+		!strings.Contains(page, "<th>Active</th>") {
+		t.Errorf("the page does not list the throttle and its active permits:\n%s", page)
 	}
-	if api := get("/api/throttles"); !strings.Contains(api, `"name":"payments"`) || !strings.Contains(api, `"admitted":1`) {
-		t.Errorf("GET /api/throttles = %s", api)
+	if api := get("/api/throttles"); !strings.Contains(api, `"name":"payments"`) || !strings.Contains(api, `"admitted":1,"active":1`) {
+		t.Errorf("GET /api/throttles = %s, want 1 admitted and active", api)
+	}
+	p.Finish(nil)
+	if api := get("/api/throttles"); !strings.Contains(api, `"admitted":1,"active":0`) {
+		t.Errorf("GET /api/throttles after Finish = %s, want 1 admitted, none active", api)
 	}
 }

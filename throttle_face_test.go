@@ -66,6 +66,9 @@ func TestThrottleDroppedPermitFinished(t *testing.T) {
 		dropPermit(t, th, call)
 		admitAfterGC(t, th, call)
 	}
+	if s := th.Stats(); s.Active != 0 || s.Admitted != 6 {
+		t.Errorf("Active %d, Admitted %d after the dropped permits; want 0, 6", s.Active, s.Admitted)
+	}
 	if n := strings.Count(logs.String(), "without Finish"); n != 1 {
 		t.Errorf("%d lines about dropped Permits, want 1:\n%s", n, logs.String())
 	}

@@ -20,6 +20,7 @@
 //	slidelimit.throttle.queued_calls        up-down counter, {call}: slidelimit.throttle.name
 //	slidelimit.throttle.call.time_in_queue  gauge, s: slidelimit.throttle.name, slidelimit.throttle.quantile
 //	slidelimit.throttle.calls               counter, {call}: slidelimit.throttle.name, slidelimit.throttle.result
+//	slidelimit.throttle.active_permits      up-down counter, {permit}: slidelimit.throttle.name
 //
 // Results and quantiles are those of package promlimit.
 package otellimit
@@ -82,13 +83,16 @@ func (m *Metrics) observeThrottles(meter metric.Meter) error {
 		metric.WithDescription("Percentiles of the time Wait took to admit, over the last 1,024 admissions in this process."))
 	calls, e3 := meter.Int64ObservableCounter("slidelimit.throttle.calls", metric.WithUnit("{call}"),
 		metric.WithDescription("The throttle's decisions and the upstream's 429s, in this process."))
-	if err := errors.Join(e1, e2, e3); err != nil {
+	active, e4 := meter.Int64ObservableUpDownCounter("slidelimit.throttle.active_permits", metric.WithUnit("{permit}"),
+		metric.WithDescription("Permits admitted and not yet finished, in this process."))
+	if err := errors.Join(e1, e2, e3, e4); err != nil {
 		return err
 	}
 	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, st := range m.throttles.Stats() {
 			name := attribute.String("slidelimit.throttle.name", st.Name)
 			o.ObserveInt64(queued, st.Waiting, metric.WithAttributes(name))
+			o.ObserveInt64(active, st.Active, metric.WithAttributes(name))
 			for _, q := range []struct {
 				q float64
 				v float64
@@ -104,7 +108,7 @@ func (m *Metrics) observeThrottles(meter metric.Meter) error {
 			}
 		}
 		return nil
-	}, queued, wait, calls)
+	}, queued, wait, calls, active)
 	return err
 }
 

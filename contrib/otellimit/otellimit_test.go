@@ -139,6 +139,7 @@ func TestMetricsThrottle(t *testing.T) {
 	}
 	for k, want := range map[string]int64{
 		"slidelimit.throttle.queued_calls api":       0,
+		"slidelimit.throttle.active_permits api":     1,
 		"slidelimit.throttle.calls api acquired":     3,
 		"slidelimit.throttle.calls api rejected":     1,
 		"slidelimit.throttle.calls api upstream_429": 1,

@@ -24,9 +24,11 @@
 //	slidelimit_throttle_queued_calls{throttle}                         gauge
 //	slidelimit_throttle_call_time_in_queue_seconds{throttle,quantile}  gauge
 //	slidelimit_throttle_calls_total{throttle,result}                   counter
+//	slidelimit_throttle_active_permits{throttle}                       gauge
 //
 // result is acquired, rejected (a refusal: the caller waits) or
 // upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
+// Active permits are those admitted and not yet finished.
 package promlimit
 
 import (
@@ -58,6 +60,8 @@ var (
 		[]string{"throttle", "quantile"}, nil)
 	throttleCalls = prometheus.NewDesc("slidelimit_throttle_calls_total",
 		"The throttle's decisions and the upstream's 429s, in this process.", []string{"throttle", "result"}, nil)
+	throttleActive = prometheus.NewDesc("slidelimit_throttle_active_permits",
+		"Permits admitted and not yet finished, in this process.", []string{"throttle"}, nil)
 )
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -109,6 +113,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- throttleQueued
 	ch <- throttleWait
 	ch <- throttleCalls
+	ch <- throttleActive
 }
 
 // Collect implements prometheus.Collector.
@@ -118,6 +123,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.latency.Collect(ch)
 	for _, st := range c.throttles.Stats() {
 		ch <- constMetric(throttleQueued, prometheus.GaugeValue, float64(st.Waiting), st.Name)
+		ch <- constMetric(throttleActive, prometheus.GaugeValue, float64(st.Active), st.Name)
 		for _, q := range []struct {
 			q float64
 			v float64

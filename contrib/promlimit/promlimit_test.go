@@ -67,6 +67,9 @@ func TestCollectorThrottle(t *testing.T) {
 	th := routertest.ThrottleSequence(t, slidelimit.WithHook(m.Hook), m.Throttle)
 	st := th.Stats()
 	want := `
+# HELP slidelimit_throttle_active_permits Permits admitted and not yet finished, in this process.
+# TYPE slidelimit_throttle_active_permits gauge
+slidelimit_throttle_active_permits{throttle="api"} 1
 # HELP slidelimit_throttle_calls_total The throttle's decisions and the upstream's 429s, in this process.
 # TYPE slidelimit_throttle_calls_total counter
 slidelimit_throttle_calls_total{result="acquired",throttle="api"} 3
@@ -76,7 +79,8 @@ slidelimit_throttle_calls_total{result="upstream_429",throttle="api"} 1
 # TYPE slidelimit_throttle_queued_calls gauge
 slidelimit_throttle_queued_calls{throttle="api"} 0
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_throttle_calls_total", "slidelimit_throttle_queued_calls"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_throttle_active_permits",
+		"slidelimit_throttle_calls_total", "slidelimit_throttle_queued_calls"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(m, "slidelimit_throttle_call_time_in_queue_seconds"); n != 2 {

@@ -13,7 +13,7 @@
 //	GET  /api/top?since=1m|5m|1h   {"since":"1h","top":[{"scope","limiter","subject","denied"}, ...]}
 //	GET  /api/subject?subject=S    S's usage across routes (or ?ip=A: what was counted by address A)
 //	GET  /api/blocks               the active blocks, and the throttles' blocks learned from their upstreams
-//	GET  /api/throttles            {"throttles":[{"name","rules","waiting","wait_p50","wait_p99","admitted","upstream_429s"}, ...]}
+//	GET  /api/throttles            {"throttles":[{"name","rules","waiting","wait_p50","wait_p99","admitted","active","upstream_429s"}, ...]}
 //	POST /api/reset                scope, limiter, subject (or ip, or ref): lifts the block, clears the windows
 //
 // The subjects of the kinds in Config.Masked (header values, by default of

@@ -20,6 +20,8 @@ type Throttle struct {
 	WaitP99 float64 `json:"wait_p99"`
 	// Admitted counts the calls admitted.
 	Admitted int64 `json:"admitted"`
+	// Active is the number of permits admitted and not yet finished.
+	Active int64 `json:"active"`
 	// Upstream429s counts the 429 and 503 answers of the upstream.
 	Upstream429s int64 `json:"upstream_429s"`
 }

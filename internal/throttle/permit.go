@@ -23,6 +23,7 @@ type Permit struct {
 	names []string // names[i] is the cost name of check i; "" for none
 	lane  *lane    // counted as used (Throttle.lane) until finished
 	done  atomic.Bool
+	live  atomic.Bool // counted in stats.active, until finished or released at the maximum hold
 	hold  *time.Timer // releases the slots at the maximum hold; nil without slots
 }
 
@@ -34,6 +35,8 @@ type permitWarnings struct {
 // newPermit returns the Permit of the call d admitted, which uses ln.
 func (t *Throttle) newPermit(req *engine.Request, d engine.Decision, names []string, ln *lane) *Permit {
 	p := &Permit{t: t, d: d, names: names, lane: ln}
+	p.live.Store(true)
+	t.stats.active.Add(1)
 	if holdsSlots(req) {
 		p.hold = time.AfterFunc(t.maxHold, p.overHeld)
 	}
@@ -65,6 +68,7 @@ func (p *Permit) Finish(actual map[string]int64) bool {
 	if p.hold != nil {
 		p.hold.Stop()
 	}
+	p.leave()
 	var o engine.Outcome
 	for i, n := range p.names {
 		if v, ok := actual[n]; ok && n != "" && v >= 0 {
@@ -98,6 +102,14 @@ func (p *Permit) Finish(actual map[string]int64) bool {
 	}
 	p.t.release(p.lane)
 	return true
+}
+
+// leave takes p out of the permits in flight, once whichever of its
+// finish, its cancel or its release at the maximum hold comes first.
+func (p *Permit) leave() {
+	if p.live.CompareAndSwap(true, false) {
+		p.t.stats.active.Add(-1)
+	}
 }
 
 // finishShared finishes the call d admitted in ln, waiting for Redis at
@@ -137,6 +149,7 @@ func (p *Permit) overHeld() {
 	if !p.t.retain(p.lane) {
 		return // finished meanwhile
 	}
+	p.leave()
 	if p.lane.othersWait() {
 		p.t.finishShared(p.lane, p.d, engine.Outcome{})
 	} else {

@@ -18,7 +18,8 @@ const waitSamples = 1024
 type stats struct {
 	waiting  atomic.Int64 // callers in Wait now
 	calls    atomic.Int64 // Redis calls made for waiting (decisions and turn script)
-	admits   atomic.Int64 // calls admitted by Wait
+	admits   atomic.Int64 // calls admitted (Allow, Wait), less WaitAny's cancelled ones
+	active   atomic.Int64 // permits admitted and not yet finished
 	upstream atomic.Int64 // 429 and 503 answers seen by Transport
 
 	mu    sync.Mutex
@@ -48,6 +49,7 @@ type Stats struct {
 	WaitP50      time.Duration `json:"wait_p50"`
 	WaitP99      time.Duration `json:"wait_p99"`
 	Admitted     int64         `json:"admitted"`
+	Active       int64         `json:"active"`
 	RedisCalls   int64         `json:"redis_calls"`
 	Upstream429s int64         `json:"upstream_429s"`
 }
@@ -57,7 +59,7 @@ func (t *Throttle) Stats() Stats {
 	s := &t.stats
 	out := Stats{
 		Name: t.name, Rules: t.plan().g.String(), Waiting: s.waiting.Load(), Admitted: s.admits.Load(),
-		RedisCalls: s.calls.Load(), Upstream429s: s.upstream.Load(),
+		Active: s.active.Load(), RedisCalls: s.calls.Load(), Upstream429s: s.upstream.Load(),
 	}
 	s.mu.Lock()
 	w := slices.Clone(s.waits)

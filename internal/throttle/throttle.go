@@ -211,6 +211,7 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 		t.release(ln)
 		return nil, false, nil
 	}
+	t.stats.admits.Add(1)
 	return t.newPermit(&req, d, names, ln), true, nil
 }
 

@@ -99,6 +99,7 @@ func (p *Permit) cancel() {
 	if p.hold != nil {
 		p.hold.Stop()
 	}
+	p.leave()
 	p.t.giveBack(p.d)
 	p.t.stats.admits.Add(-1)
 	p.t.fleet.kick(p.lane)

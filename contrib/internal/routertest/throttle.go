@@ -17,7 +17,8 @@ import (
 // a Limiter made with opt, gives it to observe, and runs its calls: two
 // admitted by Wait, one admitted by Transport to which the upstream
 // answers 429, then one refused by Allow. Afterwards the throttle has
-// admitted 3, refused 1 and seen 1 upstream 429, with nobody waiting.
+// admitted 3, refused 1 and seen 1 upstream 429, with nobody waiting and
+// one permit active: the second Wait's, finished when the test ends.
 func ThrottleSequence(t *testing.T, opt slidelimit.Option, observe func(*slidelimit.Throttle)) *slidelimit.Throttle {
 	t.Helper()
 	m := miniredis.RunT(t)
@@ -39,7 +40,11 @@ func ThrottleSequence(t *testing.T, opt slidelimit.Option, observe func(*slideli
 		if err != nil {
 			t.Fatalf("Wait %d: %v", i, err)
 		}
-		p.Finish(nil)
+		if i == 0 {
+			p.Finish(nil)
+		} else {
+			t.Cleanup(func() { p.Finish(nil) })
+		}
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
