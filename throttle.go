@@ -114,7 +114,7 @@ func (t *Throttle) Name() string { return t.t.Name() }
 // Wait blocks until every window of the throttle has room for c, counts
 // it in all of them, and returns its Permit, which the caller must Finish.
 // Callers wait in arrival order across the fleet (docs/throttle.md,
-// Fairness). When ctx ends first Wait returns ctx.Err() having counted
+// Fairness), or by class and tenant (Call.Class, Call.Tenant). When ctx ends first Wait returns ctx.Err() having counted
 // nothing; a call that can never fit fails at once, and one missing a
 // value, with a *ConfigError of kind "never-fits" or "call". While Redis
 // fails, the group's fail mode decides: closed, unless a fail: statement
