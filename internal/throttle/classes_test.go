@@ -73,3 +73,61 @@ func TestFlowStateEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestTurnTags: the turn script's tags are start-time fair queuing: a
+// flow's tags grow by its increment, a new flow starts at virtual time,
+// a class's increment is its fair interval over its share split between
+// its tenants, and a flow whose finish tag virtual time passed is
+// forgotten.
+func TestTurnTags(t *testing.T) {
+	lim := laneLimiter(t)
+	th, err := lim.Throttle("api", "global:10/s; share(critical):25%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ln, err := th.lane(ctx, laneKeyOf(t, th, Call{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.release(ln)
+	const step = 1000 // µs
+	batch := func(tenant string) *flow { return &flow{field: "\n" + tenant, split: "\n", weight: 75, step: step} }
+	critical := &flow{field: "critical\nx", split: "critical\n", weight: 25, step: step}
+	tag := func(fl *flow) int64 { return th.fleet.tag(ln, fl, -1) }
+	v := tag(batch("a"))
+	if v < 0 {
+		t.Fatal("no tag: the script failed")
+	}
+	// One tenant of batch: increments of step × 100/75.
+	incA := int64(step * 100 / 75)
+	if got := tag(batch("a")); got != v+incA {
+		t.Errorf("batch a's second tag %d, want %d", got-v, incA)
+	}
+	// A new flow starts at virtual time: no waiter in the fleet's queue,
+	// so the V the last tag read.
+	if got := tag(critical); got != v {
+		t.Errorf("critical's first tag %d after the first, want 0", got-v)
+	}
+	if got := tag(critical); got != v+step*100/25 {
+		t.Errorf("critical's second tag %d after the first, want %d", got-v, step*100/25)
+	}
+	// A second tenant of batch splits the class's share: increments of
+	// twice as much, for it (and for a from its next tag).
+	if got := tag(batch("b")); got != v {
+		t.Errorf("batch b's first tag %d, want 0", got-v)
+	}
+	if got := tag(batch("b")); got != v+2*incA {
+		t.Errorf("batch b's second tag %d, want %d", got-v, 2*incA)
+	}
+	// A head in the fleet's queue far ahead moves virtual time there:
+	// flows behind it are forgotten and start again at it.
+	far := v + 1_000_000
+	th.fleet.run(ln, "j", far, 0, th.fleet.seq.Add(1))
+	if got := tag(batch("a")); got != far {
+		t.Errorf("batch a's tag after virtual time passed it: %d, want %d", got-v, far-v)
+	}
+	if n := lim.client.(*redis.Client).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 2 {
+		t.Errorf("the flows hash holds %d fields, want 2 (virtual time and batch a)", n)
+	}
+}
