@@ -48,8 +48,9 @@ type Call struct {
 	// a class, waiting calls are served round-robin across tenants,
 	// fleet-wide, and in arrival order within a tenant, so a tenant with
 	// many waiters gets no more turns than one with few. "" is a tenant
-	// like any other. With one class and one tenant, callers wait in
-	// arrival order.
+	// like any other. In a throttle without shares, calls with Tenant ""
+	// wait in arrival order while no call for the same subjects has a
+	// tenant.
 	Tenant string
 }
 

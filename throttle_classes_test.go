@@ -371,3 +371,28 @@ func TestThrottleTenantFIFO(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleTenantsMixed: callers without a tenant in a lane where
+// tenants wait are served as tenant "": a tenant with many waiters does
+// not starve them, nor do they starve the tenants.
+func TestThrottleTenantsMixed(t *testing.T) {
+	ths := fleetOf(t, miniClient(t), 2, "api", "global:40/500ms")
+	var ws []worker
+	for _, th := range ths {
+		for range 10 {
+			ws = append(ws, worker{th: th, call: slidelimit.Call{Tenant: "noisy"}, label: "noisy"})
+		}
+		for range 2 {
+			ws = append(ws, worker{th: th, call: slidelimit.Call{Tenant: "quiet"}, label: "quiet"},
+				worker{th: th, label: "none"})
+		}
+	}
+	n := byLabel(runLoad(t, ws, time.Second, 3*time.Second))
+	t.Logf("%v", n)
+	mean := float64(n["noisy"]+n["quiet"]+n["none"]) / 3
+	for _, l := range []string{"noisy", "quiet", "none"} {
+		if float64(n[l]) < 0.5*mean {
+			t.Errorf("%s was admitted %d times, below half the mean %.1f", l, n[l], mean)
+		}
+	}
+}

@@ -34,6 +34,9 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 		return nil, err
 	}
 	ln.note(req)
+	if fl == nil && ln.tagged() {
+		fl = p.flow(Call{}, req) // its lane's other calls are tagged
+	}
 	kept := false // by the Permit, which releases the lane at Finish
 	defer func() {
 		if !kept {
