@@ -53,6 +53,14 @@ type WindowState struct {
 	// what it counted. It is zero when the window is empty, and for an
 	// in-flight window.
 	//
+	// Redis reads it exactly for every window of a denied request, and
+	// otherwise for the windows that have the least room of their key: the
+	// shortest of a check's windows (calendar and in-flight windows aside)
+	// that has more remaining than another of them reports, when the
+	// request was not denied, its period instead: an upper bound, as its
+	// oldest entry leaves within a period. The window with the fewest
+	// remaining, which the RateLimit header reports, is always exact.
+	//
 	// While the check's subject is blocked (Check.Block), Remaining is 0
 	// and Reset at least the time until the block ends: nothing is free
 	// before then.
@@ -131,13 +139,15 @@ func (c *call) decision(req *Request, src source) Decision {
 				} else if !admitted && used >= mw.Limit {
 					wait1 = int64(slotRetry / time.Microsecond)
 				}
-			} else if counted {
-				if used == 0 && reset == 0 {
-					reset = mw.Period // the request itself is the oldest
-				}
-				if src != fromRedis || !p.HeldAt(m) {
-					used += p.Cost[key]
-				}
+			} else if reset == codec.ResetUnread {
+				// Not read, as the request was not denied: at most the
+				// period (see WindowState.Reset).
+				reset = mw.Period
+			} else if counted && used == 0 && reset == 0 {
+				reset = mw.Period // the request itself is the oldest
+			}
+			if counted && !w.Concurrent && (src != fromRedis || !p.HeldAt(m)) {
+				used += p.Cost[key]
 			}
 			ws := &d.Windows[j]
 			ws.Check, ws.Window, ws.Used = i, *w, used
