@@ -53,13 +53,13 @@ type WindowState struct {
 	// what it counted. It is zero when the window is empty, and for an
 	// in-flight window.
 	//
-	// Redis reads it exactly for every window of a denied request, and
-	// otherwise for the windows that have the least room of their key: the
-	// shortest of a check's windows (calendar and in-flight windows aside)
-	// that has more remaining than another of them reports, when the
-	// request was not denied, its period instead: an upper bound, as its
-	// oldest entry leaves within a period. The window with the fewest
-	// remaining, which the RateLimit header reports, is always exact.
+	// It is exact for every window of a denied request and for the window
+	// with the fewest remaining of each key, which the RateLimit header
+	// reports. When the request was not denied, the shortest window of a
+	// key (a check's count windows, calendar and in-flight ones aside)
+	// that has more remaining than another window of that key reports its
+	// period instead: an upper bound, as its oldest entry leaves within a
+	// period. Redis then does not read that entry.
 	//
 	// While the check's subject is blocked (Check.Block), Remaining is 0
 	// and Reset at least the time until the block ends: nothing is free

@@ -84,3 +84,41 @@ func TestUnreadOldestRing(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreadOldestCalls counts the ZRANGEs of admissions into a key whose
+// shorter window holds an entry and has more room than the longer one: one
+// per admission (the longer window's oldest entry), none for the shorter
+// window's, which the script read too before (two per admission).
+func TestUnreadOldestCalls(t *testing.T) {
+	t.Parallel()
+	_, rc := redistest.StartClient(t)
+	clk := redistest.NewClock()
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
+	r := req(user("u", win(1000, time.Minute), win(2000, time.Second)))
+	const n = 40
+	var before cmdStats
+	for i := range n + 2 {
+		// 600 ms apart: the second window holds the entry before only.
+		clk.Set(time.Duration(i) * 600 * ms)
+		d, err := e.Allow(t.Context(), r)
+		if err != nil || !d.Allowed {
+			t.Fatalf("admission %d: %+v, %v", i, d, err)
+		}
+		if i > 0 && d.Windows[1].Reset != time.Second {
+			t.Errorf("admission %d: the second window's Reset %v, want its period", i, d.Windows[1].Reset)
+		}
+		if i == 1 {
+			// The first admission found the key empty, the second the
+			// longer window's oldest entry inside the shorter one.
+			before = readCmdStats(t, rc)
+		}
+	}
+	s := cmdStats{}
+	s.add(readCmdStats(t, rc), before)
+	if got := s["zrange"].calls; got != n {
+		t.Errorf("%d ZRANGEs in %d admissions, want %d", got, n, n)
+	}
+	if got := s["zcount"].calls; got != 2*n {
+		t.Errorf("%d ZCOUNTs in %d admissions, want %d", got, n, 2*n)
+	}
+}
