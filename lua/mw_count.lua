@@ -35,9 +35,6 @@ function count_windows(key, q, nwin, q0, r, added)
       local period = conf[s] or conf_num(s)
       longest = longest or period
       local lo = t - period + 1
-      s = args[q + 1]
-      local limit = conf[s] or conf_num(s)
-      local unread_w = w == nwin and w > 1 and not read_all -- see unread
       if prev_oldest and prev_oldest >= lo then
         -- The longer window's oldest entry is inside this one, so all of
         -- its entries are.
@@ -50,31 +47,34 @@ function count_windows(key, q, nwin, q0, r, added)
           lo_num[w], lo_text[w] = lo, lo_s
         end
         used = call('ZCOUNT', key, lo_s, '+inf')
-        if used > 0 and not (unread_w and used < limit and limit - used > room) then
+      end
+      if used > 0 then
+        s = args[q + 1]
+        local limit = conf[s] or conf_num(s)
+        if w == nwin and w > 1 and used < limit and limit - used > room and not read_all then
+          -- The last window, with more room than another: the reply holds
+          -- 0, and unread what a denial reads (see unread).
+          unread_n = unread_n + 3
+          unread[unread_n - 2], unread[unread_n - 1], unread[unread_n] = n + 2, oldest == nil and key, oldest or used
+          oldest = 0
+        elseif not oldest then
           local rank = decs[-used] or dec(-used)
           local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
           oldest = num(s) or sci(s)
         end
-      end
-      if unread_w and used > 0 and used < limit and limit - used > room then
-        -- It has more room than another window: the reply holds 0, and
-        -- unread what a denial reads (the score, when known here).
-        unread_n = unread_n + 3
-        unread[unread_n - 2], unread[unread_n - 1], unread[unread_n] = n + 2, oldest == nil and key, oldest or used
-        oldest = 0
-      end
-      if limit - used < room then
-        room = limit - used
-      end
-      -- The edge and the reply, inline: two calls per window cost about
-      -- 4% of a decision over many keys (measured).
-      if used >= limit then
-        fits = false
-        edge = oldest
-        if used > limit then
-          local rank = dec(-limit)
-          local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
-          edge = num(s) or sci(s)
+        if limit - used < room then
+          room = limit - used
+        end
+        -- The edge and the reply, inline: two calls per window cost
+        -- about 4% of a decision over many keys (measured).
+        if used >= limit then
+          fits = false
+          edge = oldest
+          if used > limit then
+            local rank = dec(-limit)
+            local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+            edge = num(s) or sci(s)
+          end
         end
       end
     end
