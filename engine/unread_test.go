@@ -18,22 +18,21 @@ import (
 // a cached denial after it says the same.
 func unreadScenarios(split bool) []scenario {
 	sec, min := time.Second, time.Minute
-	bound := func(d time.Duration) time.Duration { return sec } // the short window's period
+	bound := func(time.Duration) time.Duration { return sec } // the short window's period
 	bound2 := bound
 	if split {
 		bound2 = func(d time.Duration) time.Duration { return d }
 	}
 	one := req(user("u", win(3, min), win(10, sec)))
 	two := req(user("u", win(5, min), win(10, sec)), ip("i", win(2, min)))
-	type w = [3]time.Duration
 	return []scenario{
 		{"short window with more room", []step{
 			{at: 0, req: one, allow: true, wins: [][3]time.Duration{{1, 2, min}, {1, 9, sec}}},
 			{at: 100 * ms, req: one, allow: true, wins: [][3]time.Duration{{2, 1, min - 100*ms}, {2, 8, bound(900 * ms)}}},
 			{at: 200 * ms, req: one, allow: true, wins: [][3]time.Duration{{3, 0, min - 200*ms}, {3, 7, bound(800 * ms)}}},
-			{at: 300 * ms, req: one, retry: min - 300*ms, wins: [][3]time.Duration{w{3, 0, min - 300*ms}, w{3, 7, 700 * ms}}},
-			{at: 400 * ms, req: one, retry: min - 400*ms, wins: [][3]time.Duration{w{3, 0, min - 400*ms}, w{3, 7, 600 * ms}}},
-			{at: 400 * ms, peek: true, req: one, retry: min - 400*ms, wins: [][3]time.Duration{w{3, 0, min - 400*ms}, w{3, 7, 600 * ms}}},
+			{at: 300 * ms, req: one, retry: min - 300*ms, wins: [][3]time.Duration{{3, 0, min - 300*ms}, {3, 7, 700 * ms}}},
+			{at: 400 * ms, req: one, retry: min - 400*ms, wins: [][3]time.Duration{{3, 0, min - 400*ms}, {3, 7, 600 * ms}}},
+			{at: 400 * ms, peek: true, req: one, retry: min - 400*ms, wins: [][3]time.Duration{{3, 0, min - 400*ms}, {3, 7, 600 * ms}}},
 		}},
 		{"denied by another key", []step{
 			{at: 0, req: two, allow: true, wins: [][3]time.Duration{{1, 4, min}, {1, 9, sec}, {1, 1, min}}},
@@ -80,6 +79,26 @@ func TestUnreadOldestRing(t *testing.T) {
 			t.Parallel()
 			clk := redistest.NewClock()
 			e := newEngine(t, ring, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now), WithCachedDenials(cached))
+			runScenario(t, e, clk, sc, fromRedis)
+		})
+	}
+}
+
+// TestUnreadOldestCluster runs unreadScenarios on a Redis Cluster: the
+// request of one key is decided by one call, which leaves the unread entry
+// out, the request of two keys in two slots by a call per slot, which
+// replies every oldest entry.
+func TestUnreadOldestCluster(t *testing.T) {
+	t.Parallel()
+	cl := redistest.StartCluster(t)
+	cc := cl.Client(t)
+	for sc, cached := range cacheModes(unreadScenarios(true)) {
+		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
+			t.Parallel()
+			prefix := redistest.Prefix(t)
+			afterClusterTTLs(t, cl, prefix)
+			clk := redistest.NewClock()
+			e := newEngine(t, cc, WithKeyPrefix(prefix), WithClock(clk.Now), WithCachedDenials(cached))
 			runScenario(t, e, clk, sc, fromRedis)
 		})
 	}
