@@ -78,7 +78,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 				ln.q = ln.q[1:]
 			}
 			ln.handOver(head, func(next *waiter) time.Duration { return nextHint(&d, next) })
-			t.stats.admitted(time.Since(start))
+			t.stats.admitted(nil, time.Since(start))
 			kept = true
 			return t.newPermit(req, d, names, ln), nil
 		}
