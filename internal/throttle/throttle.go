@@ -93,8 +93,10 @@ type Throttle struct {
 // Call is one call: the values of its key(NAME) rules and the
 // estimates of its named costs, by name.
 type Call struct {
-	Keys  map[string]string
-	Costs map[string]int64
+	Keys   map[string]string
+	Costs  map[string]int64
+	Class  string
+	Tenant string
 }
 
 // New returns the throttle of cfg enforcing g, which overrides.Group
