@@ -34,32 +34,21 @@
 // tenant with Jain's fairness index, the arrivals per key in any period,
 // and the calls other processes sent on a key the upstream blocked.
 //
-//     cd bench && go run ./fleet -procs 3 -limit 20 -duration 8s -rules 'share(critical):30%' -classes critical:4,batch:20
-//     cd bench && go run ./fleet -procs 3 -limit 20 -duration 8s -tenants 10 -heavy 10 -workers 2
-//     cd bench && go run ./fleet -procs 3 -limit 10 -duration 8s -keys 3 -workers 12 -block 2
+//	cd bench && go run ./fleet -procs 3 -limit 20 -duration 8s -rules 'share(critical):30%' -classes critical:4,batch:20
+//	cd bench && go run ./fleet -procs 3 -limit 20 -duration 8s -tenants 10 -heavy 10 -workers 2
+//	cd bench && go run ./fleet -procs 3 -limit 10 -duration 8s -keys 3 -workers 12 -block 2
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/slidelimit/slidelimit"
 )
 
 type config struct {
@@ -73,13 +62,13 @@ type config struct {
 	runs                  int
 	transit               time.Duration // WithTransitBound: each call counted that much longer
 
-	extra            string // statements added to the rules (-rules)
-	classes          string // -classes: class:workers,...
-	tenants, heavy   int
-	keys             int           // WaitAny over this many keys; <= 1: Wait on one
-	block            int           // seconds of the upstream's block of k0 halfway (0: none)
-	delay, respond   time.Duration // the most a call's transit and the upstream's answer take
-	spec             []workers     // parsed from classes, tenants, heavy and workers
+	extra          string // statements added to the rules (-rules)
+	classes        string // -classes: class:workers,...
+	tenants, heavy int
+	keys           int           // WaitAny over this many keys; <= 1: Wait on one
+	block          int           // seconds of the upstream's block of k0 halfway (0: none)
+	delay, respond time.Duration // the most a call's transit and the upstream's answer take
+	spec           []workers     // parsed from classes, tenants, heavy and workers
 }
 
 func main() {
@@ -143,8 +132,12 @@ func run(c config) error {
 		return err
 	}
 	defer srv.stop()
-	fmt.Printf("fleet: %d processes × %d workers, upstream %d/%v, throttle %q, %v per run, redis %s\n",
-		c.procs, c.workers, c.limit, c.period, c.rules(), c.duration, srv.addr)
+	n := 0
+	for _, w := range c.spec {
+		n += w.n
+	}
+	fmt.Printf("fleet: %d processes × %d workers (%s), %d keys, upstream %d/%v per key, throttle %q, %v per run, redis %s\n",
+		c.procs, n, encodeSpec(c.spec), max(c.keys, 1), c.limit, c.period, c.rules(), c.duration, srv.addr)
 	for i := range c.runs {
 		if err := runOnce(c, srv.addr, fmt.Sprintf("fleet%d:%d:", os.Getpid(), i)); err != nil {
 			return err
@@ -252,3 +245,5 @@ func idleGap(adm []time.Time, waits []span, limit int, period, long time.Duratio
 	return worst, at, n
 }
 
+// span is a time interval [from, to).
+type span struct{ from, to time.Time }

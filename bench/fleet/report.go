@@ -15,11 +15,11 @@ func report(c config, up *upstream, start time.Time) {
 	// A sliding window of limit calls per period admits at most limit ×
 	// ⌈run/period⌉ calls over the run [start, end): all at once at start,
 	// start+period, ... (per key: each key has its own).
-	span := c.duration
+	run := c.duration
 	keys := float64(max(c.keys, 1))
 	throttlePeriod := time.Duration(float64(c.period)*(1+c.margin)) + c.transit
-	allowed := keys * float64(c.limit) * float64((span+c.period-1)/c.period)
-	allowedThrottle := keys * float64(c.limit) * float64((span+throttlePeriod-1)/throttlePeriod)
+	allowed := keys * float64(c.limit) * float64((run+c.period-1)/c.period)
+	allowedThrottle := keys * float64(c.limit) * float64((run+throttlePeriod-1)/throttlePeriod)
 	util, utilThrottle := float64(len(up.accepted))/allowed, float64(len(up.accepted))/allowedThrottle
 	what, gaps := "calls", ""
 	switch {
@@ -27,8 +27,8 @@ func report(c config, up *upstream, start time.Time) {
 		// The token limit binds (calls cost 100 on average), and when its
 		// window has room is not known here: no idle gap.
 		what, gaps = "tokens", "idle gap not measured (a token window)"
-		util = float64(up.used) / (float64(c.tokens) * float64((span+c.period-1)/c.period))
-		utilThrottle = float64(up.used) / (float64(c.tokens) * float64((span+throttlePeriod-1)/throttlePeriod))
+		util = float64(up.used) / (float64(c.tokens) * float64((run+c.period-1)/c.period))
+		utilThrottle = float64(up.used) / (float64(c.tokens) * float64((run+throttlePeriod-1)/throttlePeriod))
 	case c.keys > 1:
 		gaps = "idle gap not measured (several keys)"
 	default:
@@ -47,7 +47,7 @@ func report(c config, up *upstream, start time.Time) {
 			gap.Round(time.Millisecond), at.Sub(start).Round(time.Millisecond), over)
 	}
 	fmt.Printf("accepted %d calls in %v: %s utilization %.1f%% of the upstream's limit, %.1f%% of the throttle's; 429s %d; %s\n",
-		len(up.accepted), span.Round(time.Millisecond), what, 100*util, 100*utilThrottle, up.refused, gaps)
+		len(up.accepted), run.Round(time.Millisecond), what, 100*util, 100*utilThrottle, up.refused, gaps)
 	reportClasses(up)
 	reportTenants(up)
 	if c.keys > 1 {
