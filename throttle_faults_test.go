@@ -441,7 +441,7 @@ func (r *throttleRun) callOf(idx int) Call {
 	r.mu.Lock()
 	rec := r.hist.Calls[idx]
 	r.mu.Unlock()
-	var c Call
+	c := Call{Class: rec.Class, Tenant: rec.Tenant}
 	if r.keyed {
 		c.Keys = map[string]string{"k": "k" + strconv.Itoa(rec.Key)}
 	}
@@ -505,7 +505,7 @@ func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 	r.mu.Lock()
 	hc.idx = len(r.hist.Calls)
 	r.hist.Calls = append(r.hist.Calls, faults.CallRecord{Step: step, Proc: pr.pid, Key: c.Key, Cost: c.Cost, Actual: -1,
-		Arrived: r.now(), Upstream: -1, Transit: time.Duration(r.rng.Int64N(int64(harnessTransit)))})
+		Arrived: r.now(), Upstream: -1, Transit: time.Duration(r.rng.Int64N(int64(harnessTransit))), Class: c.Class, Tenant: c.Tenant})
 	r.byG[g] = hc
 	r.mu.Unlock()
 	defer func() {
@@ -779,7 +779,7 @@ func runThrottleScenario(t *testing.T, b *faults.Backend, p faults.ThrottleScena
 		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}, rng: rand.New(rand.NewPCG(p.Seed, 0x7a))}
 	r.hist = faults.ThrottleHistory{Rules: p.Rules, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
 		MaxHold: harnessMaxHold, Bound: bound, Skew: harnessSkew, Settle: throttle.FleetLease + throttle.FleetLease/2,
-		Transit: harnessTransit}
+		Transit: harnessTransit, Shares: p.Shares, Fair: p.Fair()}
 	for _, l := range p.Rules {
 		r.slots = r.slots || slices.ContainsFunc(l.Windows, func(w faults.Window) bool { return w.Concurrent })
 	}
