@@ -77,7 +77,9 @@ func (h ThrottleHistory) keyed() bool {
 }
 
 // inLane reports whether c waits in lane.
-func (h ThrottleHistory) inLane(c CallRecord, lane int, keyed bool) bool { return !keyed || c.Key == lane }
+func (h ThrottleHistory) inLane(c CallRecord, lane int, keyed bool) bool {
+	return !keyed || c.Key == lane
+}
 
 // admittedBy returns how many calls of lane were admitted by t.
 func (h ThrottleHistory) admittedBy(lane int, keyed bool, t time.Duration) int {
