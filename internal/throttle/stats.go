@@ -9,6 +9,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
+	"github.com/slidelimit/slidelimit/rules"
 )
 
 // waitSamples is how many recent waits the percentiles are taken over.
@@ -93,7 +94,11 @@ func (s *stats) class(name string) *classStats {
 			other = c
 		}
 	}
-	if len(s.classes) >= maxClasses-1 && name != OtherClass {
+	room := maxClasses - len(s.classes) // less one for OtherClass until it is kept
+	if other == nil {
+		room--
+	}
+	if room <= 0 && name != OtherClass {
 		if other != nil {
 			return other
 		}
@@ -104,14 +109,57 @@ func (s *stats) class(name string) *classStats {
 	return c
 }
 
-// admitted counts an admission after a wait of d, of class c (nil: the
-// throttle has no classes).
-func (s *stats) admitted(c *classStats, d time.Duration) {
+// admitted counts an admission after a wait of d.
+func (s *stats) admitted(d time.Duration) {
 	s.admits.Add(1)
 	s.waits.add(d)
-	if c != nil {
+}
+
+// classStats returns the statistics of the calls of class under p: of
+// class if a share statement of p names it, else of OtherClass; nil when
+// p has no share statements.
+func (t *Throttle) classStats(p *Plan, class string) *classStats {
+	if len(p.g.Shares) == 0 {
+		return nil
+	}
+	if !slices.ContainsFunc(p.g.Shares, func(s rules.Share) bool { return s.Class == class }) {
+		class = OtherClass
+	}
+	return t.stats.class(class)
+}
+
+// counted runs wait, the wait of a call of class under p, counting it in
+// its class's statistics, and marks the Permit it returns as of that
+// class.
+func (t *Throttle) counted(p *Plan, class string, wait func() (*Permit, error)) (*Permit, error) {
+	c := t.classStats(p, class)
+	if c == nil {
+		return wait()
+	}
+	c.waiting.Add(1)
+	defer c.waiting.Add(-1)
+	start := time.Now()
+	pm, err := wait()
+	if pm != nil {
 		c.admits.Add(1)
-		c.waits.add(d)
+		c.waits.add(time.Since(start))
+		pm.class = c
+	}
+	return pm, err
+}
+
+// unadmit takes back an admission of c, nil for none: WaitAny cancelled
+// it.
+func (c *classStats) unadmit() {
+	if c != nil {
+		c.admits.Add(-1)
+	}
+}
+
+// upstream429 counts a 429 or 503 answer to a call of c, nil for none.
+func (c *classStats) upstream429() {
+	if c != nil {
+		c.upstream.Add(1)
 	}
 }
 

@@ -21,7 +21,7 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.wait(ctx, p, &req, names)
+	return t.counted(p, c.Class, func() (*Permit, error) { return t.wait(ctx, p, &req, names) })
 }
 
 // wait is Wait of the request req that plan p made of a call, whose
@@ -78,7 +78,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 				ln.q = ln.q[1:]
 			}
 			ln.handOver(head, func(next *waiter) time.Duration { return nextHint(&d, next) })
-			t.stats.admitted(nil, time.Since(start))
+			t.stats.admitted(time.Since(start))
 			kept = true
 			return t.newPermit(req, d, names, ln), nil
 		}
