@@ -163,9 +163,8 @@ func (c *classStats) upstream429() {
 	}
 }
 
-// Stats is what a throttle did in this process. It is converted to the
-// root package's ThrottleStats, which documents each field: the two keep
-// the same fields in the same order.
+// Stats is what a throttle did in this process. The root package's
+// ThrottleStats, which documents each field, is made of it field by field.
 type Stats struct {
 	Name         string        `json:"name"`
 	Rules        string        `json:"rules"`
