@@ -23,7 +23,8 @@
 //     cd bench && go run ./fleet -procs 3 -workers 24 -limit 60 -period 1s -duration 20s
 //
 // Classes, tenants and keys (workload.go, report.go): -classes gives each
-// class its workers per process (Call.Class), -rules adds statements such
+// class its workers per process (Call.Class), and optionally their pause
+// (critical:1:2s, a class of low demand), -rules adds statements such
 // as share(critical):30%; -tenants spreads the workers of every class over
 // tenants (Call.Tenant), the first with -heavy times the workers of the
 // others; -keys K makes every call a WaitAny over K API keys, each of
@@ -87,7 +88,7 @@ func main() {
 	flag.IntVar(&c.runs, "runs", 1, "runs, each on a fresh key prefix")
 	flag.DurationVar(&c.transit, "transit", 50*time.Millisecond, "the processes' transit bound (WithTransitBound)")
 	flag.StringVar(&c.extra, "rules", "", "statements added to the throttle's rules, such as 'share(critical):30%'")
-	flag.StringVar(&c.classes, "classes", "", "workers per process by class (Call.Class), such as critical:4,batch:20; else -workers of no class")
+	flag.StringVar(&c.classes, "classes", "", "workers per process by class (Call.Class), such as critical:4,batch:20 or critical:1:2s,batch:20 (pausing 0..2s after each call); else -workers of no class")
 	flag.IntVar(&c.tenants, "tenants", 0, "tenants (Call.Tenant): each class's workers, per tenant; 0: no tenant")
 	flag.IntVar(&c.heavy, "heavy", 1, "the first tenant has this many times the workers of the others")
 	flag.IntVar(&c.keys, "keys", 1, "API keys: with 2 or more every call is a WaitAny over them, each limited by the upstream on its own")

@@ -32,8 +32,8 @@ func report(c config, up *upstream, start time.Time) {
 	case c.keys > 1:
 		gaps = "idle gap not measured (several keys)"
 	default:
-		var adm []time.Time
-		for _, a := range up.accepted {
+		var adm []time.Time // every call the throttle admitted, the refused too
+		for _, a := range up.arrivals {
 			if !a.admitted.IsZero() {
 				adm = append(adm, a.admitted)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -18,31 +19,44 @@ import (
 	"github.com/slidelimit/slidelimit"
 )
 
-// workers are n workers of one class and tenant in each process.
+// workers are n workers of one class and tenant in each process, each
+// pausing 0..pause (random) after each call when pause is not 0 (else
+// -pause).
 type workers struct {
 	class, tenant string
 	n             int
+	pause         time.Duration
 }
 
 // parseSpec returns the workers of each process: per class of classes
-// ("critical:4,batch:20"; "" for perClass workers of no class), spread
-// over tenants (t0 with heavy times the workers of the others) when
-// tenants > 0.
+// ("critical:4,batch:20", or "critical:1:2s" for workers pausing up to 2 s
+// after each call; "" for perClass workers of no class), spread over
+// tenants (t0 with heavy times the workers of the others) when tenants >
+// 0.
 func parseSpec(classes string, perClass, tenants, heavy int) ([]workers, error) {
 	type class struct {
-		name string
-		n    int
+		name  string
+		n     int
+		pause time.Duration
 	}
-	cs := []class{{"", perClass}}
+	cs := []class{{"", perClass, 0}}
 	if classes != "" {
 		cs = nil
 		for part := range strings.SplitSeq(classes, ",") {
-			name, num, ok := strings.Cut(strings.TrimSpace(part), ":")
-			n, err := strconv.Atoi(num)
-			if !ok || err != nil || n < 1 || name == "" {
-				return nil, fmt.Errorf("-classes %q: want class:workers,... with workers >= 1", classes)
+			f := strings.Split(strings.TrimSpace(part), ":")
+			var n int
+			var pause time.Duration
+			err := fmt.Errorf("want class:workers[:pause],... with workers >= 1")
+			if len(f) == 2 || len(f) == 3 {
+				n, err = strconv.Atoi(f[1])
 			}
-			cs = append(cs, class{name, n})
+			if err == nil && len(f) == 3 {
+				pause, err = time.ParseDuration(f[2])
+			}
+			if err != nil || n < 1 || f[0] == "" {
+				return nil, fmt.Errorf("-classes %q: %v", classes, err)
+			}
+			cs = append(cs, class{f[0], n, pause})
 		}
 	}
 	if tenants < 0 || heavy < 1 {
@@ -51,7 +65,7 @@ func parseSpec(classes string, perClass, tenants, heavy int) ([]workers, error) 
 	var out []workers
 	for _, c := range cs {
 		if tenants == 0 {
-			out = append(out, workers{class: c.name, n: c.n})
+			out = append(out, workers{class: c.name, n: c.n, pause: c.pause})
 			continue
 		}
 		for t := range tenants {
@@ -59,17 +73,18 @@ func parseSpec(classes string, perClass, tenants, heavy int) ([]workers, error) 
 			if t == 0 {
 				n *= heavy
 			}
-			out = append(out, workers{class: c.name, tenant: "t" + strconv.Itoa(t), n: n})
+			out = append(out, workers{class: c.name, tenant: "t" + strconv.Itoa(t), n: n, pause: c.pause})
 		}
 	}
 	return out, nil
 }
 
-// encodeSpec and decodeSpec pass the workers to a child: class/tenant/n,...
+// encodeSpec and decodeSpec pass the workers to a child:
+// class/tenant/n/pause,...
 func encodeSpec(spec []workers) string {
 	var parts []string
 	for _, w := range spec {
-		parts = append(parts, w.class+"/"+w.tenant+"/"+strconv.Itoa(w.n))
+		parts = append(parts, w.class+"/"+w.tenant+"/"+strconv.Itoa(w.n)+"/"+w.pause.String())
 	}
 	return strings.Join(parts, ",")
 }
@@ -78,11 +93,12 @@ func decodeSpec(s string) []workers {
 	var out []workers
 	for part := range strings.SplitSeq(s, ",") {
 		f := strings.Split(part, "/")
-		if len(f) != 3 {
+		if len(f) != 4 {
 			continue
 		}
 		n, _ := strconv.Atoi(f[2])
-		out = append(out, workers{class: f[0], tenant: f[1], n: n})
+		pause, _ := time.ParseDuration(f[3])
+		out = append(out, workers{class: f[0], tenant: f[1], n: n, pause: pause})
 	}
 	return out
 }
@@ -144,7 +160,7 @@ func runChild() error {
 	for _, w := range spec {
 		for range w.n {
 			wg.Go(func() {
-				if err := ch.work(ctx, w.class, w.tenant); err != nil {
+				if err := ch.work(ctx, w); err != nil {
 					errs <- err
 				}
 			})
@@ -200,8 +216,10 @@ func (ch *child) calls(class, tenant string) ([]slidelimit.Call, []string) {
 	return out, keys
 }
 
-// work calls the upstream in a loop until ctx ends: wait, send, finish.
-func (ch *child) work(ctx context.Context, class, tenant string) error {
+// work calls the upstream in a loop until ctx ends: wait, send, finish,
+// and pause.
+func (ch *child) work(ctx context.Context, w workers) error {
+	class, tenant, pause := w.class, w.tenant, cmp.Or(w.pause, ch.pause)
 	calls, keys := ch.calls(class, tenant)
 	for ctx.Err() == nil {
 		wctx, wcancel := ctx, context.CancelFunc(func() {})
@@ -238,10 +256,10 @@ func (ch *child) work(ctx context.Context, class, tenant string) error {
 			continue
 		}
 		ch.send(p, class, tenant, keys[i])
-		if ch.pause > 0 {
+		if pause > 0 {
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Duration(rand.Int64N(int64(ch.pause)))):
+			case <-time.After(time.Duration(rand.Int64N(int64(pause)))):
 			}
 		}
 	}
