@@ -50,9 +50,11 @@ type lane struct {
 
 // A waiter is one caller of Wait.
 type waiter struct {
-	stamp int64         // arrival, µs on the Redis clock (fleet.now)
-	costs []int64       // its cost in each check of its request, at least 1
-	wake  chan struct{} // signalled when something it waits for changed
+	stamp  int64         // arrival, µs on the Redis clock (fleet.now), or its tag once tagged
+	costs  []int64       // its cost in each check of its request, at least 1
+	wake   chan struct{} // signalled when something it waits for changed
+	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
+	tagged bool          // stamp is the tag the turn script gave it (classes.go)
 }
 
 func (w *waiter) signal() {
@@ -101,15 +103,34 @@ func (ln *lane) othersWait() bool {
 // enter reports whether w may ask Redis at once: nobody waits, here or
 // elsewhere, no block holds the lane and the windows were not found full.
 // Such callers ask concurrently; a refusal queues them (refused). Else
-// enter queues w.
+// enter queues w, having tagged it first when it has a flow.
 func (ln *lane) enter(w *waiter) bool {
 	ln.mu.Lock()
-	defer ln.mu.Unlock()
 	now := time.Now()
 	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) {
+		ln.mu.Unlock()
 		return true
 	}
+	if w.fl == nil {
+		ln.queue(w)
+		ln.mu.Unlock()
+		return false
+	}
+	ln.mu.Unlock()
+	ln.t.fleet.tagWaiter(ln, w)
+	ln.mu.Lock()
 	ln.queue(w)
+	// A tag may go before the head's: this process's entry in the
+	// fleet's queue moves to it at once.
+	join := ln.joined && ln.q[0] == w
+	var o op
+	if join {
+		o = ln.t.fleet.op(ln, "j", w.stamp, 0)
+	}
+	ln.mu.Unlock()
+	if join {
+		ln.t.fleet.send(ln, o)
+	}
 	return false
 }
 

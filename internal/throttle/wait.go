@@ -21,12 +21,13 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.counted(p, c.Class, func() (*Permit, error) { return t.wait(ctx, p, &req, names) })
+	fl := p.flowOf(c, &req)
+	return t.counted(p, c.Class, func() (*Permit, error) { return t.wait(ctx, p, &req, names, fl) })
 }
 
 // wait is Wait of the request req that plan p made of a call, whose
-// check i has the cost name names[i].
-func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names []string) (*Permit, error) {
+// check i has the cost name names[i] and whose flow is fl (nil for none).
+func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names []string, fl *flow) (*Permit, error) {
 	start := time.Now()
 	ln, err := t.lane(ctx, laneKey(req))
 	if err != nil {
@@ -39,7 +40,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			t.release(ln)
 		}
 	}()
-	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks))}
+	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks)), fl: fl}
 	for i, c := range req.Checks {
 		w.costs[i] = max(c.Cost, 1)
 	}
@@ -86,6 +87,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			ln.remove(w)
 			return nil, err
 		}
+		t.fleet.tagWaiter(ln, w) // it asked at once: not queued yet
 		ln.refused(w, d, err)
 	}
 }
