@@ -19,9 +19,11 @@ import (
 //     admissions (N of them, calls counted, not costs: a lane whose rules
 //     count a cost is not checked) give each class at least
 //     ⌊P·N/100⌋ − ShareSlack of them;
-//   - turns: once a waiter has waited Bound, no other tenant of its class
-//     is admitted twice before it is admitted or gone (round robin across
-//     tenants, Bound allowing for the fleet's news of its arrival);
+//   - turns: once a waiter is the oldest of its flow (its tenant's in its
+//     class: first come first served within a tenant) and has waited
+//     Bound, no other tenant of its class is admitted twice before it is
+//     admitted or gone (round robin across tenants, Bound allowing for the
+//     fleet's news of its arrival);
 //   - starve: once a waiter is the oldest of its flow and has waited
 //     Bound, the calls of other flows admitted before it is admitted or
 //     gone are at most Σ (⌈P_f/P_w⌉·n_w + 1) over the flows f admitted
@@ -116,6 +118,21 @@ func end(c CallRecord) time.Duration {
 	return c.Ended
 }
 
+// oldestOfFlow returns when w, call i, became the oldest waiter of its
+// flow in lane: when it arrived, or when the last of the flow's calls
+// that may have arrived before it (by then, or within Skew after it)
+// stopped waiting.
+func (h ThrottleHistory) oldestOfFlow(i int, lane int, keyed bool) time.Duration {
+	w := h.Calls[i]
+	oldest := w.Arrived
+	for j, o := range h.Calls {
+		if j != i && h.inLane(o, lane, keyed) && h.flow(o) == h.flow(w) && o.Arrived <= w.Arrived+h.Skew && end(o) > oldest {
+			oldest = end(o)
+		}
+	}
+	return oldest
+}
+
 // checkFair checks the properties of a Fair history.
 func (h ThrottleHistory) checkFair() []ThrottleViolation {
 	keyed := h.keyed()
@@ -187,11 +204,11 @@ func (h ThrottleHistory) shareSpan(lane int, keyed bool, from, to time.Duration)
 // tenant of its class has waited Bound.
 func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 	var out []ThrottleViolation
-	for _, w := range h.Calls {
+	for i, w := range h.Calls {
 		if !h.inLane(w, lane, keyed) || w.Phantom {
 			continue
 		}
-		from, to := w.Arrived+h.Bound, end(w)
+		from, to := h.oldestOfFlow(i, lane, keyed)+h.Bound, end(w)
 		if from >= to || !h.quiet(lane, keyed, w.Arrived, to) {
 			continue
 		}
@@ -205,8 +222,8 @@ func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 		for _, tenant := range slices.Sorted(maps.Keys(by)) {
 			if ds := slices.Sorted(slices.Values(by[tenant])); len(ds) >= 2 {
 				out = append(out, ThrottleViolation{Property: "turns", Detail: fmt.Sprintf(
-					"lane %d: %v had waited %v when tenant %q of its class was admitted at %v and again at %v",
-					lane, w, h.Bound, tenant, ds[0], ds[1])})
+					"lane %d: %v, its tenant's oldest from %v, had waited %v when tenant %q of its class was admitted at %v and again at %v",
+					lane, w, from-h.Bound, h.Bound, tenant, ds[0], ds[1])})
 				break
 			}
 		}
@@ -218,16 +235,11 @@ func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 // is its flow's oldest.
 func (h ThrottleHistory) checkStarve(lane int, keyed bool) []ThrottleViolation {
 	var out []ThrottleViolation
-	for _, w := range h.Calls {
+	for i, w := range h.Calls {
 		if !h.inLane(w, lane, keyed) || w.Phantom {
 			continue
 		}
-		oldest := w.Arrived // when it became its flow's oldest waiter
-		for _, o := range h.Calls {
-			if h.inLane(o, lane, keyed) && h.flow(o) == h.flow(w) && o.Arrived < w.Arrived && end(o) > oldest {
-				oldest = end(o)
-			}
-		}
+		oldest := h.oldestOfFlow(i, lane, keyed)
 		from, to := oldest+h.Bound, end(w)
 		if from >= to || !h.quiet(lane, keyed, w.Arrived, to) {
 			continue

@@ -141,3 +141,18 @@ func TestGenerateThrottleFair(t *testing.T) {
 		}
 	}
 }
+
+// A tenant's younger waiter waits for its own older ones: the other
+// tenants' turns meanwhile are no breach.
+func TestThrottleFairTurnsOwnQueue(t *testing.T) {
+	h := fairHist(of(admitted(0, 1500*ms), "", "t1"), of(admitted(20*ms, 2500*ms), "", "t1"),
+		of(admitted(10*ms, 1000*ms), "", "t0"), of(admitted(30*ms, 2000*ms), "", "t0"), of(admitted(40*ms, 3000*ms), "", "t0"))
+	h.End = 4 * time.Second
+	if vs := violations(CheckThrottle(h), "turns"); len(vs) > 0 {
+		t.Fatalf("alternating tenants: %v", vs)
+	}
+	h.Calls[3].Decided, h.Calls[4].Decided = 2100*ms, 2200*ms // t0 twice while t1's second, its oldest from 1.5 s, waits
+	if vs := violations(CheckThrottle(h), "turns"); len(vs) == 0 {
+		t.Fatal("t0 admitted twice while t1's oldest waited, unnoticed")
+	}
+}
