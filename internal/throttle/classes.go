@@ -11,19 +11,14 @@ import (
 // Classes and tenants (docs/throttle.md, Classes and tenants) order the
 // waiters of a lane by start-time fair queuing: a waiting call of flow f,
 // its class and tenant, is given a tag in Redis by the turn script (op
-// 't'), tag = max(now, V, F[f]), and F[f] becomes tag + inc(f), where V is
-// the lowest tag of a head in the fleet's queue (the next to be admitted)
-// and inc(f) grows as f's part of the admissions shrinks. The tag takes
-// the place of the arrival stamp: in the local queue, and as this
-// process's score in the fleet's queue, where the lowest score has the
-// turn. Calls with neither class nor tenant, in a throttle without
+// 't'), tag = max(V, F[f]), and F[f] becomes tag + inc(f), where virtual
+// time V is the lowest tag of a head in the fleet's queue (the next to be
+// admitted) and inc(f) is the call's fair interval over f's part of the
+// admissions: its class's share, split between the class's tenants with
+// waiters. The tag takes the place of the arrival stamp: in the local
+// queue, and as this process's score in the fleet's queue, where the
+// lowest score has the turn. Calls with no tenant, in a throttle without
 // shares, are not tagged and keep their arrival stamps.
-
-// tagSpread multiplies a call's fair interval into the tag's increment:
-// an increment at least as long as the interval at which the windows
-// admit keeps the tags of waiting flows ahead of the clock, where the
-// order is that of fair queuing and not of arrival.
-const tagSpread = 4
 
 // maxTagStep caps a tag's increment (µs), so that tags stay exact in the
 // doubles that Redis and Lua hold them in.
@@ -36,9 +31,9 @@ const defaultInterval = 100 * time.Millisecond
 // flow is what the turn script needs to tag a waiting call.
 type flow struct {
 	field  string // the hash field of its flow: class, "\n", tenant
-	class  string // its class as shared, "" for the calls without a share
+	split  string // its class and "\n" when the throttle has shares: the class's tenants split its share
 	weight int    // its class's share, percent; the others': what the shares leave, at least 1
-	step   int64  // µs per 100% of the admissions: tagSpread times its fair interval
+	step   int64  // its fair interval, µs
 }
 
 // shares returns the throttle's shares by class, and the part the calls
@@ -63,11 +58,15 @@ func (p *Plan) flowOf(c Call, req *engine.Request) *flow {
 		return nil
 	}
 	f := &flow{weight: p.rest}
+	class := ""
 	if w, ok := p.shares[c.Class]; ok {
-		f.class, f.weight = c.Class, w
+		class, f.weight = c.Class, w
 	}
-	f.field = f.class + "\n" + laneSubject(c.Tenant)
-	f.step = min(tagSpread*interval(req).Microseconds(), maxTagStep/100)
+	f.field = class + "\n" + laneSubject(c.Tenant)
+	if len(p.shares) > 0 {
+		f.split = class + "\n"
+	}
+	f.step = min(interval(req).Microseconds(), maxTagStep/100)
 	return f
 }
 
@@ -104,7 +103,7 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) int64 {
 	f.t.stats.calls.Add(1)
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
-		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.class).Int64Slice()
+		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split).Int64Slice()
 	if err != nil || len(res) != 7 {
 		return arrival
 	}

@@ -39,6 +39,7 @@ type lane struct {
 	sent      int64     // the sequence number of the last op sent (fleet.op)
 	kicked    bool      // the fleet said the windows have room since the head last asked
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
+	direct    int       // callers with a flow asking at once, not queued: at most one
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
@@ -55,6 +56,7 @@ type waiter struct {
 	wake   chan struct{} // signalled when something it waits for changed
 	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
 	tagged bool          // stamp is the tag the turn script gave it (classes.go)
+	direct bool          // it has a flow and asks at once (lane.direct counts it)
 }
 
 func (w *waiter) signal() {
@@ -107,7 +109,14 @@ func (ln *lane) othersWait() bool {
 func (ln *lane) enter(w *waiter) bool {
 	ln.mu.Lock()
 	now := time.Now()
-	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) {
+	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) &&
+		(w.fl == nil || ln.direct == 0) {
+		// Callers with a flow ask at once one at a time: callers that
+		// arrive together queue in their tags' order behind the first.
+		if w.fl != nil {
+			ln.direct++
+			w.direct = true
+		}
 		ln.mu.Unlock()
 		return true
 	}
@@ -132,6 +141,18 @@ func (ln *lane) enter(w *waiter) bool {
 		ln.t.fleet.send(ln, o)
 	}
 	return false
+}
+
+// asked ends w's asking at once, if it did: its answer came, or it
+// left before asking.
+func (ln *lane) asked(w *waiter) {
+	if !w.direct {
+		return
+	}
+	w.direct = false
+	ln.mu.Lock()
+	ln.direct--
+	ln.mu.Unlock()
 }
 
 // queue puts w in arrival order; ln.mu is held. Callers that asked at

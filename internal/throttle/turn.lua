@@ -20,9 +20,9 @@
 --          an op older than one applied already is refused (it changes
 --          nothing), so a late pass cannot put back an entry that left.
 -- KEYS[6]  flows: hash; field a flow (class, newline, tenant), value its
---          finish tag F (µs); only op 't' uses it (classes.go). A field
---          whose F virtual time passed is deleted by the next 't', and
---          the key expires a lease after the last F.
+--          finish tag F (µs), and field '' virtual time V; op 't' sets
+--          it (classes.go). A field whose F virtual time passed is
+--          deleted by the next 't'; the key expires with the queue's.
 -- ARGV[1]  op: 'j' join or renew, 'p' pass the turn (ARGV[3] < 0:
 --          leave), 'b' block for ARGV[7] ms, 'g' read the block and
 --          the queue (a process's first call for the lane), 'k' tell
@@ -32,13 +32,16 @@
 --          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b'),
 --          ARGV[8] the op's sequence number ('j' and 'p', >= 1)
 --
--- Op 't': ARGV[3] the flow's field, ARGV[7] its increment (µs) per
--- tenant of its class at a weight of 1%, ARGV[8] its class's weight (%),
--- ARGV[9] its class. Virtual time V is the lowest score in the queue, or
--- now; the call's tag is max(now, V, F), and F becomes tag + ARGV[7] *
--- n / ARGV[8], n the flows of the class with an F ahead of virtual time
--- (the call's own included), at most 1e12. Reply {tag, -1, n, -1, 0,
--- now, 1}; no message.
+-- Op 't': ARGV[3] the flow's field, ARGV[7] its increment (µs) at a
+-- weight of 1%, ARGV[8] its class's weight (%), ARGV[9] its class and a
+-- newline when the class's weight is split between its tenants, else ''.
+-- Virtual time V is the larger of the lowest score in the queue and the
+-- V of the last 't' (field '' of KEYS[6]), or now for a new hash. The
+-- call's tag is max(V, F), and F becomes tag + ARGV[7] * n / ARGV[8],
+-- n the flows of ARGV[9] with an F ahead of V (the call's own
+-- included), 1 without ARGV[9]; the increment is at most 1e12. Fields
+-- whose F is not ahead of V are deleted. Reply {tag, -1, n, -1, 0, now,
+-- 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
 --
 -- Reply: {mine, others, n, block, version, now, applied}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
@@ -69,30 +72,26 @@
 local op, me, ch, lane = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
 -- tag is op 't' at time now.
 local function tag(now)
-  local v = now
+  local v = tonumber(redis.call('HGET', KEYS[6], '') or tostring(now))
   local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if h[2] and tonumber(h[2]) > v then v = tonumber(h[2]) end
-  local field, class = ARGV[3], ARGV[9] .. '\n'
+  local field, class = ARGV[3], ARGV[9]
   local flows = redis.call('HGETALL', KEYS[6])
-  local n, start, last = 1, v, v
+  local n, start = 1, v
   for i = 1, #flows, 2 do
     local f = tonumber(flows[i + 1])
-    if f <= v then
+    if flows[i] == '' then
+    elseif f <= v then
       redis.call('HDEL', KEYS[6], flows[i])
-    else
-      if f > last then last = f end
-      if flows[i] == field then
-        start = f
-      elseif string.sub(flows[i], 1, #class) == class then
-        n = n + 1
-      end
+    elseif flows[i] == field then
+      start = f
+    elseif class ~= '' and string.sub(flows[i], 1, #class) == class then
+      n = n + 1
     end
   end
   local inc = math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12)
-  local finish = start + math.max(inc, 1)
-  redis.call('HSET', KEYS[6], field, string.format('%d', finish))
-  if finish > last then last = finish end
-  redis.call('PEXPIRE', KEYS[6], math.floor((last - now + tonumber(ARGV[4])) / 1000) + 1)
+  redis.call('HSET', KEYS[6], field, string.format('%d', start + math.max(inc, 1)), '', string.format('%d', v))
+  redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
   return {start, -1, n, -1, 0, now, 1}
 end
 local t = redis.call('TIME')
@@ -164,4 +163,5 @@ if n > 0 then
 end
 redis.call('PEXPIRE', KEYS[4], ttl)
 redis.call('PEXPIRE', KEYS[5], ttl)
+redis.call('PEXPIRE', KEYS[6], ttl)
 return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied}

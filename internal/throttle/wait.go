@@ -47,6 +47,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
 	ask := ln.enter(w)
+	defer ln.asked(w)
 	for {
 		if !ask {
 			if err := ln.await(ctx, w); err != nil {
@@ -64,6 +65,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			return nil, err
 		}
 		d, err := t.decide(ctx, req)
+		ln.asked(w)
 		if d.Allowed {
 			if cerr := ctx.Err(); cerr != nil {
 				// Admitted as ctx ended: take the call back out, so that
