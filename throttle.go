@@ -48,8 +48,9 @@ type Call struct {
 	// a class, waiting calls are served round-robin across tenants,
 	// fleet-wide, and in arrival order within a tenant, so a tenant with
 	// many waiters gets no more turns than one with few. "" is a tenant
-	// like any other. With one class and one tenant, callers wait in
-	// arrival order.
+	// like any other. In a throttle without shares, calls with Tenant ""
+	// wait in arrival order while no call for the same subjects has a
+	// tenant.
 	Tenant string
 }
 
@@ -114,7 +115,7 @@ func (t *Throttle) Name() string { return t.t.Name() }
 // Wait blocks until every window of the throttle has room for c, counts
 // it in all of them, and returns its Permit, which the caller must Finish.
 // Callers wait in arrival order across the fleet (docs/throttle.md,
-// Fairness). When ctx ends first Wait returns ctx.Err() having counted
+// Fairness), or by class and tenant (Call.Class, Call.Tenant). When ctx ends first Wait returns ctx.Err() having counted
 // nothing; a call that can never fit fails at once, and one missing a
 // value, with a *ConfigError of kind "never-fits" or "call". While Redis
 // fails, the group's fail mode decides: closed, unless a fail: statement

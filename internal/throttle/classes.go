@@ -18,7 +18,9 @@ import (
 // waiters. The tag takes the place of the arrival stamp: in the local
 // queue, and as this process's score in the fleet's queue, where the
 // lowest score has the turn. Calls with no tenant, in a throttle without
-// shares, are not tagged and keep their arrival stamps.
+// shares, are not tagged and keep their arrival stamps, unless calls of
+// their lane are tagged in the fleet (the lane's flows hash exists, as
+// the turn script's replies say): they are then tagged as tenant "".
 
 // maxTagStep caps a tag's increment (µs), so that tags stay exact in the
 // doubles that Redis and Lua hold them in.
@@ -57,6 +59,11 @@ func (p *Plan) flowOf(c Call, req *engine.Request) *flow {
 	if len(p.shares) == 0 && c.Tenant == "" {
 		return nil
 	}
+	return p.flow(c, req)
+}
+
+// flow returns the flow of c, whose request is req.
+func (p *Plan) flow(c Call, req *engine.Request) *flow {
 	f := &flow{weight: p.rest}
 	class := ""
 	if w, ok := p.shares[c.Class]; ok {
@@ -104,7 +111,7 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) int64 {
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
 		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split).Int64Slice()
-	if err != nil || len(res) != 7 {
+	if err != nil || len(res) < 7 {
 		return arrival
 	}
 	f.clock(time.UnixMicro(res[5]), start)

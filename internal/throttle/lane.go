@@ -40,6 +40,7 @@ type lane struct {
 	kicked    bool      // the fleet said the windows have room since the head last asked
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 	direct    int       // callers with a flow asking at once, not queued: at most one
+	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
@@ -141,6 +142,14 @@ func (ln *lane) enter(w *waiter) bool {
 		ln.t.fleet.send(ln, o)
 	}
 	return false
+}
+
+// tagged reports whether calls of the lane are tagged in the fleet, so
+// that a call without a flow is tagged too (as tenant "").
+func (ln *lane) tagged() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.flows
 }
 
 // asked ends w's asking at once, if it did: its answer came, or it

@@ -41,16 +41,18 @@
 -- n the flows of ARGV[9] with an F ahead of V (the call's own
 -- included), 1 without ARGV[9]; the increment is at most 1e12. Fields
 -- whose F is not ahead of V are deleted. Reply {tag, -1, n, -1, 0, now,
--- 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
+-- 1, 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
 --
--- Reply: {mine, others, n, block, version, now, applied}: mine 1 when
+-- Reply: {mine, others, n, block, version, now, applied, flows}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
 -- none; n the queue's size; block the block's PTTL (ms, negative for
 -- none); version the queue's version after the op (0 for 'b', 'g', 'k');
 -- now the server's TIME (µs), from which each process learns the clock
 -- its arrival stamps are read on; applied 0 when the op was refused as
 -- older than one applied (the rest of the reply is then the queue as it
--- is). For 'g', others is the lowest score of any member, dead ones
+-- is); flows 1 when KEYS[6] exists (calls with a class or tenant are
+-- tagged in the lane: the others are tagged too), left out for 'b' and
+-- 'k'. For 'g', others is the lowest score of any member, dead ones
 -- included.
 --
 -- Messages on ARGV[5], fields separated by '|':
@@ -92,7 +94,7 @@ local function tag(now)
   local inc = math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12)
   redis.call('HSET', KEYS[6], field, string.format('%d', start + math.max(inc, 1)), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
-  return {start, -1, n, -1, 0, now, 1}
+  return {start, -1, n, -1, 0, now, 1, 1}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -112,7 +114,8 @@ if op == 'g' then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local first = -1
   if head[1] then first = tonumber(head[2]) end
-  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0, now, 1}
+  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0, now, 1,
+    redis.call('EXISTS', KEYS[6])}
 end
 -- head returns the first member ('' for none), its score and the
 -- second's score (-1 for none).
@@ -164,4 +167,4 @@ end
 redis.call('PEXPIRE', KEYS[4], ttl)
 redis.call('PEXPIRE', KEYS[5], ttl)
 redis.call('PEXPIRE', KEYS[6], ttl)
-return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied}
+return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied, redis.call('EXISTS', KEYS[6])}

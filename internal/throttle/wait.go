@@ -10,7 +10,8 @@ import (
 
 // Wait blocks until every window of the throttle has room for c, counts
 // it in all of them, and returns its Permit, which the caller must
-// Finish. Callers wait in arrival order across the fleet. When ctx ends
+// Finish. Callers wait in arrival order across the fleet, or by the tags
+// of their classes and tenants (classes.go). When ctx ends
 // first Wait returns ctx.Err() having counted nothing.
 func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
@@ -34,6 +35,9 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 		return nil, err
 	}
 	ln.note(req)
+	if fl == nil && ln.tagged() {
+		fl = p.flow(Call{}, req) // its lane's other calls are tagged
+	}
 	kept := false // by the Permit, which releases the lane at Finish
 	defer func() {
 		if !kept {
