@@ -27,9 +27,10 @@ import (
 //   - starve: once a waiter is the oldest of its flow and has waited
 //     Bound, the calls of other flows admitted before it is admitted or
 //     gone are at most Σ (⌈P_f/P_w⌉·n_w + 1) over the flows f admitted
-//     meanwhile, P_w its class's part, n_w the tenants of its class that
-//     waited meanwhile: start-time fair queuing's bound, its class's part
-//     split between those tenants.
+//     meanwhile, P_w its class's part, n_w the tenants of its class seen
+//     by then (a tenant's finish tag may stay ahead after its waiters
+//     left): start-time fair queuing's bound (docs/throttle.md, Classes
+//     and tenants), its class's part split between those tenants.
 
 // OtherClass is the class of the calls whose class no share names.
 const OtherClass = "other"
@@ -246,10 +247,11 @@ func (h ThrottleHistory) checkStarve(lane int, keyed bool) []ThrottleViolation {
 		}
 		passed, flows, tenants := 0, map[string]bool{}, map[string]bool{}
 		for _, c := range h.Calls {
-			if !h.inLane(c, lane, keyed) || h.classOf(c) != h.classOf(w) || c.Arrived > to || end(c) < from {
-				continue
+			// A tenant's finish tag may stay ahead after its waiters left:
+			// every tenant of the class seen by then counts.
+			if h.inLane(c, lane, keyed) && h.classOf(c) == h.classOf(w) && c.Arrived <= to {
+				tenants[c.Tenant] = true
 			}
-			tenants[c.Tenant] = true
 		}
 		for _, c := range h.Calls {
 			if c.Admitted && !c.Phantom && h.inLane(c, lane, keyed) && h.flow(c) != h.flow(w) && c.Decided > from && c.Decided < to {
