@@ -30,7 +30,8 @@
 // others; -keys K makes every call a WaitAny over K API keys, each of
 // which the upstream limits to -limit per -period on its own, and -block
 // has the upstream answer one call on key k0, halfway through, 429 with
-// Retry-After. -delay and -respond add a transit and a response time. The
+// Retry-After. -delay and -respond add a transit and a response time;
+// -ramp spreads the workers' starts. The
 // report adds the admissions and waits per class, the admissions per
 // tenant with Jain's fairness index, the arrivals per key in any period,
 // and the calls other processes sent on a key the upstream blocked.
@@ -69,6 +70,7 @@ type config struct {
 	keys           int           // WaitAny over this many keys; <= 1: Wait on one
 	block          int           // seconds of the upstream's block of k0 halfway (0: none)
 	delay, respond time.Duration // the most a call's transit and the upstream's answer take
+	ramp           time.Duration // each worker starts 0..ramp after the run's start
 	spec           []workers     // parsed from classes, tenants, heavy and workers
 }
 
@@ -95,6 +97,7 @@ func main() {
 	flag.IntVar(&c.block, "block", 0, "halfway, the upstream answers a call on key k0 429 with Retry-After of this many seconds")
 	flag.DurationVar(&c.delay, "delay", 0, "a call's transit: the worker sleeps 0..delay (random) between admission and sending")
 	flag.DurationVar(&c.respond, "respond", 0, "the upstream answers 0..respond (random) after counting a call")
+	flag.DurationVar(&c.ramp, "ramp", 0, "each worker starts 0..ramp (random) after the run's start, not all at once")
 	child := flag.Bool("child", false, "internal: run as one process of the fleet")
 	flag.Parse()
 	if *child {
@@ -163,7 +166,7 @@ func runOnce(c config, addr, prefix string) error {
 			"FLEET_REDIS="+addr, "FLEET_URL="+hs.URL, "FLEET_PREFIX="+prefix, "FLEET_RULES="+c.rules(),
 			"FLEET_SPEC="+encodeSpec(c.spec), "FLEET_LEAVE="+strconv.FormatFloat(c.leave, 'g', -1, 64),
 			"FLEET_PAUSE="+c.pause.String(), "FLEET_TRANSIT="+c.transit.String(), "FLEET_DELAY="+c.delay.String(),
-			"FLEET_KEYS="+strconv.Itoa(c.keys), "FLEET_PROC="+strconv.Itoa(i),
+			"FLEET_KEYS="+strconv.Itoa(c.keys), "FLEET_PROC="+strconv.Itoa(i), "FLEET_RAMP="+c.ramp.String(),
 			"FLEET_START="+strconv.FormatInt(start.UnixMicro(), 10), "FLEET_END="+strconv.FormatInt(end.UnixMicro(), 10))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

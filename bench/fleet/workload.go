@@ -117,6 +117,7 @@ type child struct {
 	leave   float64
 	pause   time.Duration
 	delay   time.Duration
+	ramp    time.Duration
 	mu      sync.Mutex
 	waits   strings.Builder
 	workers int
@@ -145,6 +146,7 @@ func runChild() error {
 	ch.leave, _ = strconv.ParseFloat(env("LEAVE"), 64)
 	ch.pause, _ = time.ParseDuration(env("PAUSE"))
 	ch.delay, _ = time.ParseDuration(env("DELAY"))
+	ch.ramp, _ = time.ParseDuration(env("RAMP"))
 	for _, w := range spec {
 		ch.workers += w.n
 	}
@@ -221,6 +223,12 @@ func (ch *child) calls(class, tenant string) ([]slidelimit.Call, []string) {
 func (ch *child) work(ctx context.Context, w workers) error {
 	class, tenant, pause := w.class, w.tenant, cmp.Or(w.pause, ch.pause)
 	calls, keys := ch.calls(class, tenant)
+	if ch.ramp > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(rand.Int64N(int64(ch.ramp)))):
+		}
+	}
 	for ctx.Err() == nil {
 		wctx, wcancel := ctx, context.CancelFunc(func() {})
 		if rand.Float64() < ch.leave {
