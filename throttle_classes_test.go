@@ -215,8 +215,8 @@ func TestThrottleShares(t *testing.T) {
 	for _, b := range classBackends {
 		t.Run(b.name, func(t *testing.T) {
 			client := b.client(t)
-			ths := fleetOf(t, client, 3, "api", "global:20/500ms; share(critical):30%")
-			plain := fleetOf(t, client, 3, "api", "global:20/500ms")
+			ths := fleetOf(t, client, 3, "api", "global:40/500ms; share(critical):30%")
+			plain := fleetOf(t, client, 3, "api", "global:40/500ms")
 			var ws []worker
 			for _, th := range ths {
 				for range 4 {
@@ -232,7 +232,7 @@ func TestThrottleShares(t *testing.T) {
 			if share < 0.27 {
 				t.Errorf("critical got %.1f%% of %d admissions, want at least 27%%", 100*share, total)
 			}
-			atLeastPlain(t, as, base, 20, 500*time.Millisecond)
+			atLeastPlain(t, as, base, 40, 500*time.Millisecond)
 		})
 	}
 }

@@ -38,7 +38,7 @@ type flow struct {
 	step   int64  // its fair interval, µs
 }
 
-// shares returns the throttle's shares by class, and the part the calls
+// sharesOf returns the shares of p's rules by class, and the part the calls
 // without one share: what the shares leave, at least 1.
 func sharesOf(p *Plan) (map[string]int, int) {
 	if len(p.g.Shares) == 0 {

@@ -80,7 +80,26 @@ func TestFlowStateEnds(t *testing.T) {
 // its tenants, and a flow whose finish tag virtual time passed is
 // forgotten.
 func TestTurnTags(t *testing.T) {
-	lim := laneLimiter(t)
+	srv := redistest.Start(t)
+	for _, b := range []struct {
+		name   string
+		client func() engine.Client
+	}{
+		{"miniredis", func() engine.Client { _, c := redistest.Mini(t); return c }},
+		{"redis", func() engine.Client { return srv.Client() }},
+		{"cluster", func() engine.Client { return redistest.StartCluster(t).Client(t) }},
+	} {
+		t.Run(b.name, func(t *testing.T) { turnTags(t, b.client()) })
+	}
+}
+
+// turnTags is TestTurnTags on client.
+func turnTags(t *testing.T, client engine.Client) {
+	lim, err := newLimiter(client, WithEngineOptions(engine.WithKeyPrefix(redistest.Prefix(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
 	th, err := lim.Throttle("api", "global:10/s; share(critical):25%")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +146,7 @@ func TestTurnTags(t *testing.T) {
 	if got := tag(batch("a")); got != far {
 		t.Errorf("batch a's tag after virtual time passed it: %d, want %d", got-v, far-v)
 	}
-	if n := lim.client.(*redis.Client).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 2 {
+	if n := client.(redis.Cmdable).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 2 {
 		t.Errorf("the flows hash holds %d fields, want 2 (virtual time and batch a)", n)
 	}
 }
