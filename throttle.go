@@ -214,10 +214,37 @@ type ThrottleStats struct {
 	RedisCalls int64 `json:"redis_calls"`
 	// Upstream429s counts the 429 and 503 answers Transport passed back.
 	Upstream429s int64 `json:"upstream_429s"`
+	// Classes holds the same, per class, once the rules have share
+	// statements: one entry for each class they name and one of class
+	// "other" for the calls of any other class, each from its first call
+	// in this process, in that order. Classes a rule group named before a
+	// SetRules stay; at most 32 classes are kept, later ones count as
+	// "other".
+	Classes []ThrottleClassStats `json:"classes,omitempty"`
+}
+
+// ThrottleClassStats is what a throttle did for the calls of one class
+// (Call.Class) in this process. Its fields mean what ThrottleStats's of
+// the same names do.
+type ThrottleClassStats struct {
+	Class        string        `json:"class"`
+	Waiting      int64         `json:"waiting"`
+	WaitP50      time.Duration `json:"wait_p50"`
+	WaitP99      time.Duration `json:"wait_p99"`
+	Admitted     int64         `json:"admitted"`
+	Upstream429s int64         `json:"upstream_429s"`
 }
 
 // Stats returns what t did in this process.
-func (t *Throttle) Stats() ThrottleStats { return ThrottleStats(t.t.Stats()) }
+func (t *Throttle) Stats() ThrottleStats {
+	s := t.t.Stats()
+	out := ThrottleStats{Name: s.Name, Rules: s.Rules, Waiting: s.Waiting, WaitP50: s.WaitP50, WaitP99: s.WaitP99,
+		Admitted: s.Admitted, Active: s.Active, RedisCalls: s.RedisCalls, Upstream429s: s.Upstream429s}
+	for _, c := range s.Classes {
+		out.Classes = append(out.Classes, ThrottleClassStats(c))
+	}
+	return out
+}
 
 // TransportOption configures Throttle.Transport.
 type TransportOption func(*transportConfig)

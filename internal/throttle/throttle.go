@@ -214,7 +214,11 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 		return nil, false, nil
 	}
 	t.stats.admits.Add(1)
-	return t.newPermit(&req, d, names, ln), true, nil
+	pm := t.newPermit(&req, d, names, ln)
+	if pm.class = t.classStats(p, c.Class); pm.class != nil {
+		pm.class.admits.Add(1)
+	}
+	return pm, true, nil
 }
 
 // maxCost is the most check i may be settled to: the smallest limit of

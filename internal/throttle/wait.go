@@ -22,7 +22,8 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.wait(ctx, p, &req, names, p.flowOf(c, &req))
+	fl := p.flowOf(c, &req)
+	return t.counted(p, c.Class, func() (*Permit, error) { return t.wait(ctx, p, &req, names, fl) })
 }
 
 // wait is Wait of the request req that plan p made of a call, whose
