@@ -27,11 +27,10 @@ type TransportConfig struct {
 const DefaultMaxBlock = time.Hour
 
 // Transport returns an http.RoundTripper that sends each request through
-// base (http.DefaultTransport when nil) once t admits it, as Wait does,
-// and finishes its Permit when the response body is closed, or once the
-// body becomes unreachable unclosed. A 429 or 503 with a wait asked for
-// blocks the request's subjects fleet-wide for that long, at most
-// cfg.MaxBlock.
+// base (http.DefaultTransport when nil) once t admits it, as Wait does
+// (as WaitAny does with cfg.Calls), and finishes its Permit when the
+// response body is closed, or once the body becomes unreachable
+// unclosed. Every response is given to Permit.Learn with cfg.MaxBlock.
 func (t *Throttle) Transport(base http.RoundTripper, cfg TransportConfig) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
