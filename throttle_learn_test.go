@@ -52,6 +52,27 @@ func refused(retryAfter string) *http.Response {
 // waits for a learned block only.
 const learnRules = "key(apikey):1000/min"
 
+// heldWithin polls th.Allow for c until it is refused, for at most d,
+// finishing what it admits meanwhile.
+func heldWithin(t *testing.T, th *slidelimit.Throttle, c slidelimit.Call, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		p, ok, err := th.Allow(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return
+		}
+		p.Finish(nil)
+		if time.Now().After(deadline) {
+			t.Fatalf("%v still admitted %v after the block", c.Keys, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func learnScenarios(t *testing.T, client func() engine.Client) {
 	// procs returns the throttle "llm" in n processes.
 	procs := func(t *testing.T, n int) []*slidelimit.Throttle {
@@ -109,6 +130,9 @@ func learnScenarios(t *testing.T, client func() engine.Client) {
 		if n := a.Stats().Upstream429s; n != 1 {
 			t.Errorf("Upstream429s = %d after one 429 learned, want 1", n)
 		}
+		// b's lane of k0 hears of the block by a message on the
+		// throttle's channel, within milliseconds.
+		heldWithin(t, b, keyCall("k0"), 2*time.Second)
 		picksK1(t, b, 5)
 		picksK1(t, a, 2)
 		picksK1(t, c, 3) // c never called with k0 before
@@ -230,11 +254,20 @@ func transportWithCalls(t *testing.T, fleet func(*testing.T) (a, b *slidelimit.T
 
 // TestThrottleLearnCapped: a Retry-After of years learned through
 // Permit.Learn blocks the key for DefaultMaxUpstreamBlock at most, in
-// Redis too.
+// Redis too, on miniredis and Redis.
 func TestThrottleLearnCapped(t *testing.T) {
+	t.Run("miniredis", func(t *testing.T) { learnCapped(t, miniClient(t)) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		learnCapped(t, c)
+	})
+}
+
+func learnCapped(t *testing.T, client *redis.Client) {
 	for _, v := range []string{"99999999", "999999999999999999999", fmt.Sprint(100 * 365 * 24 * 3600)} {
 		t.Run(v, func(t *testing.T) {
-			client := miniClient(t)
 			prefix := randomPrefix(t)
 			th, err := throttleLimiter(t, client, prefix).Throttle("api", "key(k):100/s")
 			if err != nil {
@@ -251,5 +284,48 @@ func TestThrottleLearnCapped(t *testing.T) {
 				t.Fatalf("learned block keys' time left: %v, want one of at most %v", ttls, slidelimit.DefaultMaxUpstreamBlock)
 			}
 		})
+	}
+}
+
+// TestThrottleLearnClassStats: a 429 learned counts in the call's class
+// too; a 503 without Retry-After counts and blocks nothing.
+func TestThrottleLearnClassStats(t *testing.T) {
+	client := miniClient(t)
+	prefix := randomPrefix(t)
+	th, err := throttleLimiter(t, client, prefix).Throttle("api", "key(k):100/s; share(critical):30%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := slidelimit.Call{Keys: map[string]string{"k": "k1"}, Class: "critical"}
+	learn := func(resp *http.Response) {
+		p, err := th.Wait(context.Background(), call)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Learn(resp)
+		p.Finish(nil)
+	}
+	learn(&http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}})
+	if ttls := blockTTLs(t, client, prefix); len(ttls) != 0 {
+		t.Errorf("learned block keys' time left: %v, want none (the 503 asked no wait)", ttls)
+	}
+	if !admittedWithin(th, call, 100*time.Millisecond) {
+		t.Error("k1 held after a 503 that asked no wait")
+	}
+	learn(refused("1"))
+	if admittedWithin(th, call, 100*time.Millisecond) {
+		t.Error("k1 admitted after a 429 asking 1 s")
+	}
+	if !admittedWithin(th, call, 3*time.Second) {
+		t.Error("k1 still held 3 s after a block of 1 s")
+	}
+	s := th.Stats()
+	if s.Upstream429s != 2 {
+		t.Errorf("Upstream429s = %d, want 2", s.Upstream429s)
+	}
+	for _, c := range s.Classes {
+		if want := map[bool]int64{true: 2}[c.Class == "critical"]; c.Upstream429s != want {
+			t.Errorf("class %s: Upstream429s = %d, want %d", c.Class, c.Upstream429s, want)
+		}
 	}
 }
