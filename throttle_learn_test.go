@@ -247,6 +247,11 @@ func transportWithCalls(t *testing.T, fleet func(*testing.T) (a, b *slidelimit.T
 	if _, err := both.Do(req); !isKind(err, "call") {
 		t.Errorf("WithCall and WithCalls: %v, want a ConfigError of kind call", err)
 	}
+	// A call lacking its key's value fails the round trip, unsent.
+	req, _ = http.NewRequest(http.MethodGet, up.URL, nil)
+	if _, err := hb.Do(req); !isKind(err, "call") {
+		t.Errorf("no key: %v, want a ConfigError of kind call", err)
+	}
 	if n := seen[1].Load(); n != 6 {
 		t.Errorf("the upstream saw k1 %d times, want 6", n)
 	}
