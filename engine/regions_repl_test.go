@@ -117,3 +117,51 @@ func replicationGoroutines() int {
 	}
 	return n
 }
+
+// TestRegionsPartitionSumsToLimit checks the partition bound: with every
+// region cut off from the others, each admits its share of a fresh
+// subject's limit, ⌊(L + r) / R⌋, and the shares sum to exactly L, never
+// R × L; after healing, every region holds all L entries and admits no
+// more.
+func TestRegionsPartitionSumsToLimit(t *testing.T) {
+	ctx := context.Background()
+	rs, engines, locals := threeRegions(t)
+	for i := range engines {
+		rs.Cut(i)
+	}
+	const limit = 31
+	req := One("s", rules.User, "fresh", win(limit, time.Minute))
+	total := 0
+	for i, e := range engines {
+		n := 0
+		for range limit {
+			if d, _ := e.Allow(ctx, req); d.Allowed {
+				n++
+			}
+		}
+		if want := (limit + i) / 3; n != want {
+			t.Errorf("region %d admitted %d cut off, want its share %d", i, n, want)
+		}
+		total += n
+	}
+	if total != limit {
+		t.Fatalf("cut off, the regions admitted %d together, want %d", total, limit)
+	}
+	for i := range engines {
+		rs.Heal(i)
+	}
+	key := string(engines[0].keyer.AppendKeyOf(nil, "s", rules.User, "", "", "fresh", false))
+	redistest.Eventually(t, "healed: every entry in every region", func() bool {
+		for _, c := range locals {
+			if c.ZCount(ctx, key, "0", "+inf").Val() != limit || c.ZCount(ctx, key+":u", "0", "+inf").Val() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, e := range engines {
+		if d, _ := e.Allow(ctx, req); d.Allowed {
+			t.Errorf("region %d admitted beyond the limit after healing", i)
+		}
+	}
+}
