@@ -131,6 +131,21 @@ func (e *Engine) shareKeys(c *call, req *Request) error {
 	return nil
 }
 
+// shared completes the decision d of c, whose plan has unstable keys:
+// an admission goes to the replicator; a denial by the share rule alone
+// (no window full) waits for the share's room. That wait stays out of
+// c's windows, so the cache of denials, which knows full windows, does
+// not hold it: the next request asks Redis.
+func (e *Engine) shared(c *call, d *Decision) {
+	if d.admitted != nil {
+		e.replicate(c)
+		return
+	}
+	if !d.Allowed && c.plan.ShareLeft > 0 {
+		d.RetryAfter = max(d.RetryAfter, time.Duration(c.plan.ShareLeft)*time.Microsecond)
+	}
+}
+
 // replicate hands what c's admission counted in shared keys to the
 // replicator: one entry per count key with an unstable key.
 func (e *Engine) replicate(c *call) {
