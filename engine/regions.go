@@ -27,6 +27,12 @@ type regionsConfig struct {
 // New takes). Every region must run the same set of names. The engine does
 // not own the peers' clients: Close leaves them open.
 //
+// A Request that is not Regional then may count only sliding windows
+// without a cost or grain (and in-flight windows, which stay local): a
+// cost, a grain, a calendar window or a distinct value make it invalid.
+// A denial by the share alone has no Denied window and a RetryAfter of at
+// most 250 ms. Close sends what is queued for at most about a second.
+//
 // An empty local, an empty peer name, local among peers or a nil peer
 // client make New fail with an error matching ErrInvalid.
 func WithRegions(local string, peers map[string]Client) Option {
