@@ -31,17 +31,27 @@ func deadPeers(t *testing.T) map[string]Client {
 // requests, then denies with a wait of at most 250 ms and no full window, and each admission is in the unstable
 // key; a regional request is decided as without regions.
 func shareCase(t *testing.T, c redis.UniversalClient, p int) {
+	shareCaseWindows(t, c, p, win(10, time.Minute))
+	// A second, shorter window with more room: the longer one binds.
+	shareCaseWindows(t, c, p, win(10, time.Hour), win(50, time.Minute))
+}
+
+// shareCaseWindows is shareCase with the windows ws, the first of limit 10
+// and binding.
+func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.Window) {
 	ctx := context.Background()
 	clk := redistest.NewClock()
 	e := newEngine(t, c, WithClock(clk.Now), WithKeyPrefix(redistest.Prefix(t)), WithRegions("eu", deadPeers(t)))
-	req := One("s", rules.User, "u1", win(10, time.Minute))
+	req := One("s", rules.User, "u1", ws...)
 	// The key's name, from a peek, which writes nothing.
 	if _, err := e.Peek(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	key := e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false)
 	for i := range p {
-		c.ZAdd(ctx, string(key), redis.Z{Score: float64(clk.Now().UnixMicro() - int64(i)), Member: "peer" + string(rune('a'+i))})
+		// Halfway back in the first window: outside a shorter one.
+		at := clk.Now().Add(-ws[0].Period / 2).UnixMicro()
+		c.ZAdd(ctx, string(key), redis.Z{Score: float64(at - int64(i)), Member: "peer" + string(rune('a'+i))})
 	}
 	want := (10 - p + 1) / 3
 	for i := range want + 2 {
