@@ -47,7 +47,8 @@
 --     or a special key, whose first field is 0 and second a one-letter
 --     kind:
 --       0, 'S', limit, lease     a slot key (in-flight window, see Slots)
---       0, 'B', block            the block key of the key just before it
+--       0, 'B', block            the block key of the key just before it,
+--                                or before that key's unstable key
 --                                (see Blocks below); block is its length.
 --       0, 'P', cost, limit, b1, b2, b3, b4
 --                                a calendar key (see Calendars below):
