@@ -129,3 +129,29 @@ func TestRegionsOptions(t *testing.T) {
 		t.Errorf("empty local: %v", err)
 	}
 }
+
+// TestRegionsBlock checks that under regions a denial by the share rule
+// starts no block, and a full window's denial does.
+func TestRegionsBlock(t *testing.T) {
+	ctx := context.Background()
+	_, c := redistest.Mini(t)
+	clk := redistest.NewClock()
+	e := newEngine(t, c, WithClock(clk.Now), WithKeyPrefix(redistest.Prefix(t)), WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(10, time.Minute))
+	req.Checks[0].Block = time.Minute
+	for i := range 4 {
+		clk.Add(time.Millisecond)
+		d, _ := e.Allow(ctx, req)
+		if d.Allowed != (i < 3) || d.Blocked {
+			t.Fatalf("request %d: allowed %v, blocked %v; want the share, 3, and no block", i, d.Allowed, d.Blocked)
+		}
+	}
+	key := string(e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false))
+	for i := range 7 {
+		c.ZAdd(ctx, key, redis.Z{Score: float64(clk.Now().UnixMicro() - int64(i)), Member: "peer" + string(rune('a'+i))})
+	}
+	clk.Add(time.Millisecond)
+	if d, _ := e.Allow(ctx, req); d.Allowed || !d.Blocked {
+		t.Fatalf("a full window: allowed %v, blocked %v; want a block", d.Allowed, d.Blocked)
+	}
+}
