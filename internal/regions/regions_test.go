@@ -72,15 +72,20 @@ func regionGoroutines() int {
 	return n
 }
 
-// TestReplicateAndStabilize checks on miniredis that entries reach every
-// peer, that the local unstable set loses them once both have, that a
-// batch applied twice changes nothing, that a give-back removes the
-// member, and that Close leaves no goroutine.
+// TestReplicateAndStabilize checks on miniredis and real redis-servers
+// that entries reach every peer, that the local unstable set loses them
+// once both have, that a batch applied twice changes nothing, that a
+// give-back removes the member, and that Close leaves no goroutine.
 func TestReplicateAndStabilize(t *testing.T) {
+	mini := func() *redis.Client { _, c := redistest.Mini(t); return c }
+	real := func() *redis.Client { _, c := redistest.StartClient(t); return c }
+	for _, start := range []func() *redis.Client{mini, real} {
+		replicateAndStabilize(t, start(), start(), start())
+	}
+}
+
+func replicateAndStabilize(t *testing.T, local, us, ap *redis.Client) {
 	ctx := context.Background()
-	_, local := redistest.Mini(t)
-	_, us := redistest.Mini(t)
-	_, ap := redistest.Mini(t)
 	now := time.Now().UnixMicro()
 	for i, m := range []string{"m1", "m2"} {
 		local.ZAdd(ctx, "k:u", redis.Z{Score: float64(now + int64(i)), Member: m})
