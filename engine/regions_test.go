@@ -155,3 +155,29 @@ func TestRegionsBlock(t *testing.T) {
 		t.Fatalf("a full window: allowed %v, blocked %v; want a block", d.Allowed, d.Blocked)
 	}
 }
+
+// TestRegionsOffWritesNothing checks that an engine without regions, and
+// a regional request with them, write no unstable key.
+func TestRegionsOffWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	_, c := redistest.Mini(t)
+	prefix := redistest.Prefix(t)
+	off := newEngine(t, c, WithKeyPrefix(prefix))
+	on := newEngine(t, c, WithKeyPrefix(prefix), WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(10, time.Minute))
+	regional := req
+	regional.Regional = true
+	for range 3 {
+		if _, err := off.Allow(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := on.Allow(ctx, regional); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range scanKeys(t, c, prefix) {
+		if strings.HasSuffix(k, ":u") {
+			t.Errorf("unstable key %q written without a shared request", k)
+		}
+	}
+}
