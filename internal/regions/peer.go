@@ -26,13 +26,12 @@ type peer struct {
 	send sync.Mutex
 
 	// Catching up after a partition (see BehindKey). behind: the local
-	// Redis says to the peer that this region has entries it could not
-	// send; marked: when that was last written (only the watcher touches
-	// them). held: entries the peer applied while it said it was behind
-	// this region, whose acknowledgement waits until it has caught up
-	// (only the goroutine holding send touches it).
+	// Redis says to the peer that this process has entries it could not
+	// send (only the watcher touches it). held: entries the peer applied
+	// while it said it was behind this region, whose acknowledgement
+	// waits until it has caught up (only the goroutine holding send
+	// touches it).
 	behind bool
-	marked time.Time
 	held   []*pending
 }
 
@@ -137,8 +136,8 @@ func (pr *peer) sendOne(ctx context.Context) (int, error) {
 
 // mark keeps the local Redis's flag that this region is behind with the
 // peer (see BehindKey): set while its oldest unsent entry is older than
-// behindAfter (a partition, a slow link), refreshed while it waits,
-// removed once the queue has drained. Only the watcher calls it. Failures
+// behindAfter (a partition, a slow link), written again at every look
+// while it waits, removed once the queue has drained. Only the watcher calls it. Failures
 // to write are ignored: the flag expires.
 func (pr *peer) mark(now time.Time) {
 	pr.mu.Lock()
@@ -150,10 +149,9 @@ func (pr *peer) mark(now time.Time) {
 	defer cancel()
 	switch {
 	case late || pr.behind && !empty:
-		if pr.behind && now.Sub(pr.marked) < behindTTL/4 {
-			return
-		}
-		pr.behind, pr.marked = true, now
+		// Each time: another process of the region may delete the flag
+		// once its own queue has drained.
+		pr.behind = true
 		pipe := pr.r.cfg.Local.Pipeline()
 		pipe.Set(ctx, key, "1", behindTTL)
 		_, _ = pipe.Exec(ctx)
