@@ -144,23 +144,22 @@ func (pr *peer) mark(now time.Time) {
 	late := len(pr.queue) > 0 && now.Sub(pr.queue[0].queued) > behindAfter
 	empty := len(pr.queue) == 0
 	pr.mu.Unlock()
-	key := pr.r.behindKey(pr.name)
+	set := late || pr.behind && !empty
+	if !set && !(pr.behind && empty) {
+		return
+	}
+	// Written at each look while set: another process of the region may
+	// delete the flag once its own queue has drained.
+	pr.behind = set
 	ctx, cancel := context.WithTimeout(pr.r.ctx, callTimeout)
 	defer cancel()
-	switch {
-	case late || pr.behind && !empty:
-		// Each time: another process of the region may delete the flag
-		// once its own queue has drained.
-		pr.behind = true
-		pipe := pr.r.cfg.Local.Pipeline()
-		pipe.Set(ctx, key, "1", behindTTL)
-		_, _ = pipe.Exec(ctx)
-	case pr.behind && empty:
-		pr.behind = false
-		pipe := pr.r.cfg.Local.Pipeline()
-		pipe.Del(ctx, key)
-		_, _ = pipe.Exec(ctx)
+	pipe := pr.r.cfg.Local.Pipeline()
+	if set {
+		pipe.Set(ctx, pr.r.behindKey(pr.name), "1", behindTTL)
+	} else {
+		pipe.Del(ctx, pr.r.behindKey(pr.name))
 	}
+	_, _ = pipe.Exec(ctx)
 }
 
 // noteReach logs a peer that becomes unreachable, once, and once when it
