@@ -25,6 +25,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/slots"
 	"github.com/slidelimit/slidelimit/engine/internal/undo"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
+	"github.com/slidelimit/slidelimit/internal/regions"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -78,6 +79,11 @@ type Engine struct {
 	bg     health.Background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
 
+	// Regions (WithRegions; regions.go): the replicator of admissions to
+	// the peer regions, nil without regions, and this region's share.
+	rep   *regions.Replicator
+	share plan.Share
+
 	slots *slots.Holder // slots of in-flight windows held by running requests
 
 	// denied is called with each denial by a window (denial.go): the
@@ -103,6 +109,9 @@ type Engine struct {
 //     at all when Redis refuses connections.
 //   - When the client's server listens in this process, it asks INFO
 //     server, waiting at most a second, to recognize an embedded miniredis.
+//   - With WithRegions, it writes the hash of the region set (SET with
+//     GET), waiting at most the timeout or a second, to log processes of
+//     the region that disagree.
 //
 // It sends no other command: the script is loaded by the first call that
 // needs it.
@@ -155,6 +164,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if rc, ok := client.(*redis.Client); ok && inprocess.Miniredis(rc, inprocess.Probe) {
 		e.timeout = max(e.timeout, inprocess.MinTimeout)
 	}
+	e.startRegions(cfg.regions)
 	e.doms = e.newHealth()
 	e.slots = e.newSlots(cfg.slotLost)
 	if err := e.startGuard(&cfg); err != nil {
@@ -215,6 +225,9 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	if err := buildPlan(&c.plan, e.keyer, req); err != nil {
 		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
 	}
+	if err := e.shareKeys(c, req); err != nil {
+		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
+	}
 	if len(c.plan.Keys) == 0 {
 		return Decision{Allowed: true, Source: fromRedis.String(), Time: e.now(), Windows: []WindowState{}}, nil
 	}
@@ -258,6 +271,9 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	d := c.decision(req, fromRedis)
 	if c.plan.Slots > 0 && d.admitted != nil {
 		e.hold(d.admitted)
+	}
+	if c.plan.NUnstable > 0 {
+		e.shared(c, &d)
 	}
 	if c.warn != nil {
 		return d, c.warn
@@ -367,13 +383,19 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Rule, subject 
 	defer cancel()
 	// The block key shares the key's hash tag (one slot); the slot key
 	// may not: with a grained window the key's hash tag differs.
+	// With regions, its unstable key goes too (same hash tag); the reset
+	// is this region's: peers keep what they received.
+	first := []any{"del", keys[0], plan.BlockKey(keys[0])}
+	if e.rep != nil {
+		first = append(first, keys[0]+plan.UnstableSuffix)
+	}
 	if len(keys) == 1 {
-		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, "del", keys[0], plan.BlockKey(keys[0]))); err != nil {
+		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, first...)); err != nil {
 			return &backendError{Op: "reset", Err: err}
 		}
 	} else {
 		pipe := e.client.Pipeline()
-		pipe.Del(ctx, keys[0], plan.BlockKey(keys[0]))
+		pipe.Do(ctx, first...)
 		for _, key := range keys[1:] {
 			pipe.Del(ctx, key)
 		}
@@ -400,6 +422,9 @@ func (e *Engine) Close() error {
 			e.inval.Close()
 		}
 		e.bg.Stop()
+		if e.rep != nil {
+			e.rep.Close()
+		}
 		if done := e.slots.Done(); done != nil {
 			<-done
 		}

@@ -84,6 +84,9 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 			}
 			res[3*j], res[3*j+1], res[3*j+2] = used, reset, wait
 		}
+		if p.HasUnstable(int(k)) {
+			p.ShareWait(r.Int(int64(rulelimits.MaxPeriod / time.Microsecond)))
+		}
 		if p.BlockOf(int(k)) > 0 {
 			BlockedFor(p, res, bleft, int(k), r.Int(int64(rulelimits.MaxPeriod/time.Microsecond)))
 		}

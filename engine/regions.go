@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/regions"
+)
+
+// regionsConfig is what WithRegions configured: this region's name and
+// its peers' clients.
+type regionsConfig struct {
+	local string
+	peers map[string]Client
+}
+
+// WithRegions makes the engine one region of several that keep one limit
+// together (docs/regions.md). Each region decides on its own client, as
+// without regions; its admissions are then replicated in the background to
+// every peer's Redis, and near the limit it admits only its share of the
+// headroom its unacknowledged admissions leave. local is this region's name;
+// peers maps every other region's name to a client of its Redis (any client
+// New takes). Every region must run the same set of names. The engine does
+// not own the peers' clients: Close leaves them open.
+//
+// A Request that is not Regional then may count only sliding windows
+// without a cost or grain (and in-flight windows, which stay local): a
+// cost, a grain, a calendar window or a distinct value make it invalid.
+// A denial by the share alone has no Denied window and a RetryAfter of at
+// most 250 ms. Close sends what is queued for at most about a second.
+//
+// An empty local, an empty peer name, local among peers or a nil peer
+// client make New fail with an error matching ErrInvalid.
+func WithRegions(local string, peers map[string]Client) Option {
+	return func(c *config) error {
+		if err := checkRegions(local, peers); err != nil {
+			return err
+		}
+		m := make(map[string]Client, len(peers))
+		for name, cl := range peers {
+			m[name] = cl
+		}
+		c.regions = &regionsConfig{local: local, peers: m}
+		return nil
+	}
+}
+
+// checkRegions reports the first mistake in WithRegions' arguments.
+func checkRegions(local string, peers map[string]Client) error {
+	bad := func(reason string) error { return &optionError{Option: "WithRegions", Reason: reason} }
+	if local == "" {
+		return bad("empty local region name")
+	}
+	names := make([]string, 0, len(peers))
+	for name := range peers {
+		names = append(names, name)
+	}
+	sort.Strings(names) // the first mistake is the same on every run
+	for _, name := range names {
+		switch {
+		case name == "":
+			return bad("empty peer region name")
+		case name == local:
+			return bad("local region " + strconv.Quote(local) + " is among the peers")
+		case isNil(peers[name]):
+			return bad("nil client for peer region " + strconv.Quote(name))
+		}
+	}
+	return nil
+}
+
+// RegionStats is what an engine with regions reports of one peer region
+// (see Engine.RegionStats).
+type RegionStats struct {
+	// Region is the peer's name.
+	Region string
+	// Lag is the age of the oldest admission the peer has not
+	// acknowledged; 0 when it has them all.
+	Lag time.Duration
+	// Queue is the number of admissions and give-backs waiting to be sent
+	// to the peer, in this process's memory.
+	Queue int
+	// Dropped counts the entries the peer's full queue refused since New:
+	// they stay unacknowledged here until they leave their windows.
+	Dropped int64
+	// Reachable reports whether the last call to the peer succeeded.
+	Reachable bool
+}
+
+// RegionStats returns the replication figures of every peer region,
+// ordered by name, or nil without WithRegions. It is safe for concurrent
+// use.
+func (e *Engine) RegionStats() []RegionStats {
+	if e.rep == nil {
+		return nil
+	}
+	ps := e.rep.Stats()
+	out := make([]RegionStats, len(ps))
+	for i, p := range ps {
+		out[i] = RegionStats{Region: p.Region, Lag: p.Lag, Queue: p.Queue, Dropped: p.Dropped, Reachable: p.Reachable}
+	}
+	return out
+}
+
+// startRegions starts the replicator of cfg's regions, if any.
+func (e *Engine) startRegions(cfg *regionsConfig) {
+	if cfg == nil {
+		return
+	}
+	peers := make(map[string]regions.Client, len(cfg.peers))
+	names := make([]string, 0, len(cfg.peers))
+	for name, c := range cfg.peers {
+		peers[name] = c
+		names = append(names, name)
+	}
+	r, n := regions.Index(cfg.local, names)
+	e.share = plan.Share{Index: r, Regions: n}
+	regions.CheckSet(e.client, e.keyer.Prefix()+regions.SetKey, regions.SetHash(cfg.local, names), min(e.timeout, time.Second), e.log)
+	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Suffix: plan.UnstableSuffix, Peers: peers, Log: e.log})
+}
+
+// shareKeys gives c's count keys their unstable keys when the engine has
+// regions and req is not regional.
+func (e *Engine) shareKeys(c *call, req *Request) error {
+	if e.rep == nil || req.Regional {
+		return nil
+	}
+	if err := c.plan.ShareKeys(e.share); err != nil {
+		if pe, ok := err.(*plan.Error); ok {
+			return (*requestError)(pe)
+		}
+		return err
+	}
+	return nil
+}
+
+// shared completes the decision d of c, whose plan has unstable keys:
+// an admission goes to the replicator; a denial by the share rule alone
+// (no window full) waits for the share's room. That wait stays out of
+// c's windows, so the cache of denials, which knows full windows, does
+// not hold it: the next request asks Redis.
+func (e *Engine) shared(c *call, d *Decision) {
+	if d.admitted != nil {
+		e.replicate(c)
+		return
+	}
+	if !d.Allowed && c.plan.ShareLeft > 0 {
+		d.RetryAfter = max(d.RetryAfter, time.Duration(c.plan.ShareLeft)*time.Microsecond)
+	}
+}
+
+// replicate hands what c's admission counted in shared keys to the
+// replicator: one entry per count key with an unstable key.
+func (e *Engine) replicate(c *call) {
+	p := &c.plan
+	member := string(c.member)
+	if c.suffix > 0 {
+		member += "." + strconv.FormatInt(c.suffix, 10)
+	}
+	stamp := c.sec*1_000_000 + c.usec
+	for k, key := range p.Keys {
+		if p.HasUnstable(k) {
+			keep := p.Wins[p.WinStart[k]].Period // longest first
+			e.rep.Add(regions.Entry{Key: strings.Clone(key), Member: member, Stamp: stamp, Keep: keep})
+		}
+	}
+}
+
+// replicateGiveBack hands the removals of a give-back that succeeded to
+// the replicator: a peer's ZREM of a member it lacks changes nothing, so
+// regional keys' removals are sent too.
+func (e *Engine) replicateGiveBack(fin []codec.Undo) {
+	for i := range fin {
+		u := &fin[i]
+		if u.Kind != codec.KindCount || u.Suffix < 0 {
+			continue
+		}
+		member := u.Member
+		if u.Suffix > 0 {
+			member += "." + strconv.FormatInt(u.Suffix, 10)
+		}
+		e.rep.Add(regions.Entry{Key: strings.Clone(u.Key), Member: strings.Clone(member), Remove: true})
+	}
+}

@@ -1,0 +1,203 @@
+package regions
+
+import (
+	"context"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// TestShareSplitsHeadroom checks the share arithmetic: the shares of R
+// regions sum to the headroom (Hermite's identity), the first regions
+// getting one less when R does not divide it, and a negative headroom
+// gives nothing.
+func TestShareSplitsHeadroom(t *testing.T) {
+	for n := int64(1); n <= 7; n++ {
+		for h := int64(-3); h <= 50; h++ {
+			sum := int64(0)
+			for r := range n {
+				s := Share(h, r, n)
+				if r > 0 && s < Share(h, r-1, n) {
+					t.Fatalf("Share(%d, %d, %d) = %d below region %d's", h, r, n, s, r-1)
+				}
+				sum += s
+			}
+			if want := max(h, 0); sum != want {
+				t.Fatalf("%d regions, headroom %d: shares sum to %d", n, h, sum)
+			}
+		}
+	}
+	if got := Share(100, 0, 3); got != 33 {
+		t.Errorf("Share(100, 0, 3) = %d, want 33", got)
+	}
+	if got := Share(100, 2, 3); got != 34 {
+		t.Errorf("Share(100, 2, 3) = %d, want 34", got)
+	}
+}
+
+// TestIndex checks that regions are ordered by name.
+func TestIndex(t *testing.T) {
+	for _, tc := range []struct {
+		local string
+		peers []string
+		r, n  int64
+	}{
+		{"eu", []string{"us", "ap"}, 1, 3},
+		{"ap", []string{"us", "eu"}, 0, 3},
+		{"us", []string{"eu", "ap"}, 2, 3},
+		{"a", nil, 0, 1},
+	} {
+		if r, n := Index(tc.local, tc.peers); r != tc.r || n != tc.n {
+			t.Errorf("Index(%q, %v) = %d, %d; want %d, %d", tc.local, tc.peers, r, n, tc.r, tc.n)
+		}
+	}
+}
+
+// regionGoroutines counts the goroutines running this package's code.
+func regionGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "internal/regions.(*") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReplicateAndStabilize checks on miniredis and real redis-servers
+// that entries reach every peer, that the local unstable set loses them
+// once both have, that a batch applied twice changes nothing, that a
+// later batch trims entries older than the key's retention, that a
+// give-back removes the member, and that Close leaves no goroutine.
+func TestReplicateAndStabilize(t *testing.T) {
+	mini := func() *redis.Client { _, c := redistest.Mini(t); return c }
+	real := func() *redis.Client { _, c := redistest.StartClient(t); return c }
+	for _, start := range []func() *redis.Client{mini, real} {
+		replicateAndStabilize(t, start(), start(), start())
+	}
+}
+
+func replicateAndStabilize(t *testing.T, local, us, ap *redis.Client) {
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	for i, m := range []string{"m1", "m2"} {
+		local.ZAdd(ctx, "k:u", redis.Z{Score: float64(now + int64(i)), Member: m})
+	}
+	r := New(Config{Local: local, Suffix: ":u", Peers: map[string]Client{"us": us, "ap": ap}})
+	r.Add(Entry{Key: "k", Member: "m1", Stamp: now, Keep: int64(time.Minute / time.Microsecond)})
+	r.Add(Entry{Key: "k", Member: "m2", Stamp: now + 1, Keep: int64(time.Minute / time.Microsecond)})
+	redistest.Eventually(t, "entries applied and stable", func() bool {
+		return us.ZCard(ctx, "k").Val() == 2 && ap.ZCard(ctx, "k").Val() == 2 && local.ZCard(ctx, "k:u").Val() == 0
+	})
+	if ttl := us.PTTL(ctx, "k").Val(); ttl <= 0 {
+		t.Errorf("peer key PTTL %v, want > 0", ttl)
+	}
+	// The same batch again: nothing changes.
+	p := &pending{Entry: Entry{Key: "k", Member: "m1", Stamp: now, Keep: int64(time.Minute / time.Microsecond)}}
+	if _, err := apply(ctx, us, []*pending{p, p}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := us.ZCard(ctx, "k").Val(); n != 2 {
+		t.Errorf("after a duplicate batch the peer holds %d entries, want 2", n)
+	}
+	if s := us.ZScore(ctx, "k", "m1").Val(); s != float64(now) {
+		t.Errorf("m1's score %v, want %d", s, now)
+	}
+	// A later batch trims what left the key's retention.
+	minute := int64(time.Minute / time.Microsecond)
+	old := &pending{Entry: Entry{Key: "k2", Member: "old", Stamp: now - 2*minute, Keep: minute}}
+	young := &pending{Entry: Entry{Key: "k2", Member: "young", Stamp: now, Keep: minute}}
+	for _, b := range [][]*pending{{old}, {young}} {
+		if _, err := apply(ctx, us, b, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := us.ZRange(ctx, "k2", 0, -1).Val(); len(m) != 1 || m[0] != "young" {
+		t.Errorf("after a trim the peer's key holds %v, want [young]", m)
+	}
+	r.Add(Entry{Key: "k", Member: "m1", Remove: true})
+	redistest.Eventually(t, "give-back applied", func() bool {
+		return us.ZCard(ctx, "k").Val() == 1 && ap.ZCard(ctx, "k").Val() == 1
+	})
+	for _, s := range r.Stats() {
+		if !s.Reachable || s.Queue != 0 || s.Lag != 0 {
+			t.Errorf("stats %+v, want reachable, empty", s)
+		}
+	}
+	r.Close()
+	// Close has waited for them; one may still be returning from its
+	// last deferred call.
+	redistest.Eventually(t, "no goroutine left after Close", func() bool { return regionGoroutines() == 0 })
+}
+
+// TestCutPeerHoldsOwnQueue checks that a peer that does not answer holds
+// back only its own queue, shows in the stats, bounds its queue, and that
+// Close gives up on it within about a second.
+func TestCutPeerHoldsOwnQueue(t *testing.T) {
+	ctx := context.Background()
+	_, local := redistest.Mini(t)
+	_, us := redistest.Mini(t)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
+	t.Cleanup(func() { dead.Close() })
+	local.ZAdd(ctx, "k:u", redis.Z{Score: 1, Member: "m1"})
+	r := New(Config{Local: local, Suffix: ":u", Peers: map[string]Client{"us": us, "ap": dead}, Queue: 3})
+	for i := range 5 {
+		if i == 3 {
+			// The live peer's queue holds 3 too: let it drain.
+			redistest.Eventually(t, "the live peer's first entries", func() bool {
+				return us.ZCard(ctx, "k").Val() == 3 && r.Stats()[1].Queue == 0
+			})
+		}
+		r.Add(Entry{Key: "k", Member: "m" + string(rune('1'+i)), Stamp: time.Now().UnixMicro(), Keep: 60_000_000})
+	}
+	redistest.Eventually(t, "the live peer has every entry", func() bool { return us.ZCard(ctx, "k").Val() == 5 })
+	redistest.Eventually(t, "the dead peer shows", func() bool {
+		s := r.Stats()
+		return s[0].Region == "ap" && !s[0].Reachable && s[0].Queue == 3 && s[0].Dropped == 2 && s[0].Lag > 0 &&
+			s[1].Reachable && s[1].Queue == 0
+	})
+	if n := local.ZCard(ctx, "k:u").Val(); n != 1 {
+		t.Errorf("unstable entries %d, want 1: not stable without every peer", n)
+	}
+	start := time.Now()
+	r.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close took %v with a dead peer, want about 1 s at most", d)
+	}
+	// Close has waited for them; one may still be returning from its
+	// last deferred call.
+	redistest.Eventually(t, "no goroutine left after Close", func() bool { return regionGoroutines() == 0 })
+}
+
+// TestCheckSetLogsDisagreement checks that a process whose region set
+// differs from the one another process of its region wrote is logged at
+// error level, and one that agrees is not.
+func TestCheckSetLogsDisagreement(t *testing.T) {
+	_, c := redistest.Mini(t)
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a := SetHash("eu", []string{"us", "ap"})
+	if b := SetHash("eu", []string{"ap", "us"}); a != b {
+		t.Fatalf("the hash depends on the peers' order: %s, %s", a, b)
+	}
+	CheckSet(c, "p{regions}:set", a, time.Second, log)
+	CheckSet(c, "p{regions}:set", a, time.Second, log)
+	if buf.Len() != 0 {
+		t.Fatalf("agreeing processes logged: %s", buf.String())
+	}
+	CheckSet(c, "p{regions}:set", SetHash("eu", []string{"us"}), time.Second, log)
+	if !strings.Contains(buf.String(), "level=ERROR") {
+		t.Fatalf("a disagreeing process was not logged: %q", buf.String())
+	}
+	if ttl := c.PTTL(context.Background(), "p{regions}:set").Val(); ttl <= 0 {
+		t.Errorf("the set's key PTTL %v, want > 0", ttl)
+	}
+}

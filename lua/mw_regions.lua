@@ -1,0 +1,81 @@
+-- mw_regions.lua: the share rule of regions (see Regions in
+-- multi_window.lua's header; the proof is in docs/regions.md). An
+-- unstable key holds this region's admissions in a count key that its
+-- peers have not all acknowledged: the same members, scored the same,
+-- kept by the same bookkeeping (epochs, retention, expiry), and removed by
+-- the engine once every peer has the entry.
+
+-- read_unstable reads unstable key key, whose fields start at args[q],
+-- for count key ckey, the key just before it, whose fields start at
+-- args[kq] and which had room or not (key_fits): per window of ckey
+-- (period P, limit L) with V entries, of which U are in key (this
+-- region's unacknowledged entries), it has room when
+-- U + 1 <= floor((max(L - (V - U), 0) + r) / R), r being this region's
+-- index and R the number of regions. It replies left: 0 when every window
+-- has room, else the most time until an entry that holds a window back
+-- leaves it (at least 1). It sets key_state so that an admission adds
+-- the member here as in a count key, with ckey's bookkeeping.
+--
+-- What it costs. A key without room needs no check (the op is denied).
+-- Otherwise each window's V is in the reply already, as ckey's last
+-- windows: a window with room replies used, then oldest when used > 0,
+-- and oldest is a time (above 2^49), used a count (at most 2^30), so
+-- they are read from the reply's end. Should the last of several windows
+-- reply 0 for an oldest entry it did not read, a count (1 to 2^30) before
+-- that 0 tells it from an empty window's used: the window before the last
+-- ends with a time or with 0. Since U <= V, a window with
+-- V <= floor((L - R + r) / R) has room whatever U is (R * V <= L - R + r
+-- gives L - V + U + r >= R * (U + 1)), so U is counted (ZCOUNT) only near
+-- the limit. It is the chunk's one function for regions: an EVAL creates
+-- every function of the chunk anew (see Cost in multi_window.lua).
+function read_unstable(key, q, at, ckey, kq, key_fits)
+  local r, regions = conf_num(args[q + 2]), conf_num(args[q + 3])
+  local nwin = conf_num(args[kq])
+  local left, fits, longest_used, j = 0, true, 0, n
+  for w = nwin, 1, -1 do
+    if not key_fits then
+      break
+    end
+    local v = reply[j]
+    if v > ${COUNT_MAX} or v == 0 and w > 1 and w == nwin and reply[j - 1] > 0 and reply[j - 1] <= ${COUNT_MAX} then
+      v, j = reply[j - 1], j - 2
+    else
+      j = j - 1
+    end
+    local period, limit = conf_num(args[kq + 2 * w]), conf_num(args[kq + 2 * w + 1])
+    if regions * v > limit - regions + r then
+      local lo = fmt('%d', t - period + 1)
+      local u = call('ZCOUNT', key, lo, '+inf')
+      if w == 1 then
+        longest_used = u
+      end
+      local head = limit - v + u
+      if head < 0 then
+        head = 0
+      end
+      if u + 1 > floor((head + r) / regions) then
+        -- The oldest unstable entry leaving the window, or with none
+        -- its oldest entry, makes room at the latest (an
+        -- acknowledgement mostly sooner).
+        local from, wait = key, 1
+        if u == 0 then
+          from = ckey
+        end
+        local s = call('ZRANGEBYSCORE', from, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
+        if s then
+          wait = (num(s) or sci(s)) + period - t
+        end
+        if wait > left then
+          left = wait
+        end
+        fits = false
+      end
+    end
+  end
+  local key_state = key_state_table
+  key_state[at - 3], key_state[at - 2] = kq, conf_num(args[kq + 2])
+  key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, false
+  n = n + 1
+  reply[n] = left
+  return q + 4, fits
+end
