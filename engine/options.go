@@ -39,6 +39,8 @@ type config struct {
 	slotLost func(SlotLost)
 
 	denied func(Denial) // WithDenialHook
+
+	regions *regionsConfig // WithRegions, or nil
 }
 
 func defaultConfig() config {

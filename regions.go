@@ -1,0 +1,30 @@
+package slidelimit
+
+import "github.com/slidelimit/slidelimit/engine"
+
+// Regions names the regions that keep one limit together: this process's
+// region and a client of every other region's Redis (docs/regions.md).
+// Every region runs the same names, each with its own as Local.
+type Regions struct {
+	// Local is this process's region, whose Redis is the client given to
+	// New. It must not be empty.
+	Local string
+	// Peers maps every other region's name to a client of its Redis: a
+	// *redis.Client, *redis.ClusterClient or any client New takes. Names
+	// must not be empty nor Local; clients must not be nil. The Limiter
+	// does not own them: Close leaves them open.
+	Peers map[string]engine.Client
+}
+
+// WithRegions makes the Limiter one region of several that keep one limit
+// together. Each region decides on its own Redis in one call, as without
+// regions, and no request waits on another region; admissions are
+// replicated to the peers in the background, and near the limit a region
+// admits only its share of the headroom its unacknowledged admissions
+// leave, which bounds the overshoot (docs/regions.md). A rule group with
+// the statement regions:local is not replicated. An empty Local, an empty
+// peer name, Local among Peers or a nil client make New fail with a
+// *ConfigError.
+func WithRegions(r Regions) Option {
+	return func(c *config) { c.engine = append(c.engine, engine.WithRegions(r.Local, r.Peers)) }
+}
