@@ -58,7 +58,9 @@ type RegionCaps struct {
 	Duration time.Duration // the run's length
 	// MinLag and MaxLag are the links' one-way lag without a spike.
 	MinLag, MaxLag time.Duration
-	Kill           bool // a region's Redis can be killed and restarted
+	// Kill: a region's Redis can be killed and restarted with its data;
+	// RestartEmpty: killed and restarted empty.
+	Kill, RestartEmpty bool
 }
 
 // RegionsPlan is a generated run of regions: a limit per window for one
@@ -114,7 +116,10 @@ func GenerateRegions(seed uint64, caps RegionCaps) RegionsPlan {
 	}
 	kinds := []RegionFaultKind{RegionPartition, RegionLagSpike}
 	if caps.Kill {
-		kinds = append(kinds, RegionKill, RegionRestartEmpty)
+		kinds = append(kinds, RegionKill)
+	}
+	if caps.RestartEmpty {
+		kinds = append(kinds, RegionRestartEmpty)
 	}
 	for range 1 + r.IntN(3) {
 		f := RegionFault{Kind: kinds[r.IntN(len(kinds))], Region: r.IntN(regions)}

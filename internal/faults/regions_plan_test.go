@@ -8,7 +8,7 @@ import (
 
 // modelCaps are the links, 30-80 ms each way, on runs of 20 s.
 var modelCaps = RegionCaps{Regions: 3, Duration: 20 * time.Second, MinLag: 30 * time.Millisecond,
-	MaxLag: 80 * time.Millisecond, Kill: true}
+	MaxLag: 80 * time.Millisecond, Kill: true, RestartEmpty: true}
 
 func TestGenerateRegions(t *testing.T) {
 	t.Parallel()
@@ -29,7 +29,7 @@ func TestGenerateRegions(t *testing.T) {
 			}
 		}
 		noKill := modelCaps
-		noKill.Kill = false
+		noKill.Kill, noKill.RestartEmpty = false, false
 		for _, f := range GenerateRegions(seed, noKill).Faults {
 			if f.Kind == RegionKill || f.Kind == RegionRestartEmpty {
 				t.Fatalf("seed %d: %v without Kill", seed, f)

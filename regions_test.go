@@ -1,0 +1,275 @@
+package slidelimit_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/faults"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/middleware"
+)
+
+// regionNames are the test regions, in the order of their indexes.
+var regionNames = []string{"ap", "eu", "us"}
+
+// regionsRig is three regions on one machine (redistest.StartRegions), a
+// Limiter in each with WithRegions and one route whose rule group limits
+// one user, and a record of every admission with its time.
+type regionsRig struct {
+	rs     *redistest.Regions
+	lims   []*slidelimit.Limiter
+	routes []http.Handler
+	start  time.Time
+
+	mu  sync.Mutex
+	adm []faults.RegionAdmission
+}
+
+// regionClient is a client of addr that fails at once when the server is
+// down, as the README advises.
+func regionClient(tb testing.TB, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// startRegionsRig starts three regions whose links delay each way by min
+// to max, and a Limiter in each deciding rulesText for the user "u".
+func startRegionsRig(t *testing.T, rulesText string, min, max time.Duration) *regionsRig {
+	t.Helper()
+	g := &regionsRig{rs: redistest.StartRegions(t, len(regionNames), min, max)}
+	prefix := redistest.Prefix(t)
+	for i, name := range regionNames {
+		peers := map[string]engine.Client{}
+		for j, peer := range regionNames {
+			if j != i {
+				peers[peer] = regionClient(t, g.rs.Link(i, j).Addr)
+			}
+		}
+		lim, err := slidelimit.New(regionClient(t, g.rs.Servers[i].Addr),
+			slidelimit.WithKeyPrefix(prefix),
+			slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}),
+			slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		mw, err := lim.Middleware(rulesText, middleware.WithScope("api"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.lims = append(g.lims, lim)
+		g.routes = append(g.routes, mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
+	}
+	g.start = time.Now()
+	return g
+}
+
+// ask sends one request to region r's route and records it if admitted,
+// at the moment it was sent: an admission is made after it.
+func (g *regionsRig) ask(r int) bool {
+	at := time.Since(g.start)
+	w := httptest.NewRecorder()
+	g.routes[r].ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
+	if w.Code != http.StatusOK {
+		return false
+	}
+	g.mu.Lock()
+	g.adm = append(g.adm, faults.RegionAdmission{Region: r, At: at})
+	g.mu.Unlock()
+	return true
+}
+
+// drive sends each region's requests at its rate (per second) from now
+// until d after the rig started, and returns when every sender has.
+func (g *regionsRig) drive(rates []float64, d time.Duration) {
+	var wg sync.WaitGroup
+	for r, rate := range rates {
+		if rate <= 0 {
+			continue
+		}
+		wg.Go(func() {
+			every := time.Duration(float64(time.Second) / rate)
+			for next := time.Since(g.start); next < d; next += every {
+				time.Sleep(time.Until(g.start.Add(next)))
+				g.ask(r)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// admissions returns every admission so far.
+func (g *regionsRig) admissions() []faults.RegionAdmission {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]faults.RegionAdmission(nil), g.adm...)
+}
+
+// regionsSlack is how late, beyond the links' lag and a batch, the tests
+// let a replicated admission arrive: the time a loaded machine adds.
+const regionsSlack = 250 * time.Millisecond
+
+// checkRegionWindows checks every window of the rig's admissions against
+// the bound of docs/regions.md for plan (its limit, window, links and
+// faults), and returns the most admissions any window held.
+func checkRegionWindows(t *testing.T, g *regionsRig, plan faults.RegionsPlan) int64 {
+	t.Helper()
+	c := plan.CheckRegions(g.admissions(), regionsSlack)
+	if c.MaxOver > 0 {
+		t.Errorf("the bound of docs/regions.md failed: %s", c.Violation)
+	}
+	return c.MaxInWindow
+}
+
+// mostInWindow is the most admissions any window of w held.
+func mostInWindow(adm []faults.RegionAdmission, w time.Duration) int {
+	most, from := 0, 0
+	for i := range adm {
+		for adm[i].At-adm[from].At >= w {
+			from++
+		}
+		most = max(most, i+1-from)
+	}
+	return most
+}
+
+// regionsLimit and regionsWindow scale the issue's 100/10s down to a
+// window of 2 s: the bounds of docs/regions.md are stated per window.
+const (
+	regionsLimit  = 100
+	regionsWindow = 2 * time.Second
+)
+
+var regionsRule = fmt.Sprintf("user:%d/%v; fail:closed", regionsLimit, regionsWindow)
+
+// regionsPlan describes a run of the rig for the checker.
+func regionsPlan(rates []float64, d time.Duration, fs ...faults.RegionFault) faults.RegionsPlan {
+	return faults.RegionsPlan{Limit: regionsLimit, Window: regionsWindow, Duration: d,
+		MinLag: 30 * time.Millisecond, MaxLag: 80 * time.Millisecond, Batch: 10 * time.Millisecond,
+		Rates: rates, Faults: fs}
+}
+
+// TestRegionsSteady runs three regions 30-80 ms apart, each with its own
+// Redis, under even and 90/5/5 traffic at more than twice the limit: every
+// window holds at most the bound of docs/regions.md, and the regions
+// together use at least 95% of the limit.
+func TestRegionsSteady(t *testing.T) {
+	for name, rates := range map[string][]float64{"even": {40, 40, 40}, "90/5/5": {108, 6, 6}} {
+		t.Run(name, func(t *testing.T) {
+			g := startRegionsRig(t, regionsRule, 30*time.Millisecond, 80*time.Millisecond)
+			const d = 2 * regionsWindow
+			g.drive(rates, d)
+			adm := g.admissions()
+			most := checkRegionWindows(t, g, regionsPlan(rates, d))
+			// Two windows' worth of time: up to 2L, and at least 95% of it.
+			if min := int(0.95 * 2 * regionsLimit); len(adm) < min {
+				t.Errorf("%d admitted in %v, want at least %d (95%% of the limit)", len(adm), d, min)
+			}
+			t.Logf("%s: %d admitted in %v; most in any %v: %d", name, len(adm), d, regionsWindow, most)
+		})
+	}
+}
+
+// TestRegionsPartition cuts one region off from the others for a window
+// while traffic continues everywhere: every window, during the cut and
+// after it heals, holds at most the bound of docs/regions.md, and at most
+// 110% of the limit (the target).
+func TestRegionsPartition(t *testing.T) {
+	rates := []float64{40, 40, 40}
+	g := startRegionsRig(t, regionsRule, 30*time.Millisecond, 80*time.Millisecond)
+	cutAt, d := regionsWindow*3/4, 3*regionsWindow
+	cut := faults.RegionFault{Kind: faults.RegionPartition, Region: 1, At: cutAt, For: regionsWindow}
+	done := make(chan struct{})
+	go func() { defer close(done); g.drive(rates, d) }()
+	time.Sleep(time.Until(g.start.Add(cutAt)))
+	g.rs.Cut(1)
+	time.Sleep(time.Until(g.start.Add(cutAt + regionsWindow)))
+	g.rs.Heal(1)
+	<-done
+	// The cut's times as the test made them, which the checker needs.
+	adm := g.admissions()
+	most := checkRegionWindows(t, g, regionsPlan(rates, d, cut))
+	if most > regionsLimit*11/10 {
+		t.Errorf("a window of %v held %d, above 110%% of %d", regionsWindow, most, regionsLimit)
+	}
+	t.Logf("%d admitted in %v with region %s cut off for %v; most in any %v: %d",
+		len(adm), d, regionNames[1], regionsWindow, regionsWindow, most)
+}
+
+// TestRegionsLocalGroup checks that a group with regions:local stays in
+// its region: each region admits the whole limit, while a replicated
+// group's regions together admit it once (and the bound).
+func TestRegionsLocalGroup(t *testing.T) {
+	const limit = 20
+	for _, tc := range []struct {
+		rules    string
+		min, max int
+	}{
+		{fmt.Sprintf("user:%d/min; regions:local", limit), 3 * limit, 3 * limit},
+		{fmt.Sprintf("user:%d/min", limit), limit, limit + len(regionNames) - 1},
+	} {
+		g := startRegionsRig(t, tc.rules, 5*time.Millisecond, 10*time.Millisecond)
+		// Each region in turn, until it is denied three times in a row a
+		// second apart: by then every admission has been acknowledged.
+		for r := range regionNames {
+			for denied := 0; denied < 3; {
+				if g.ask(r) {
+					denied = 0
+					continue
+				}
+				denied++
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		if n := len(g.admissions()); n < tc.min || n > tc.max {
+			t.Errorf("%q: the regions admitted %d, want %d to %d", tc.rules, n, tc.min, tc.max)
+		}
+	}
+}
+
+// TestRegionsCloseLeavesNoGoroutine checks that a Limiter with regions,
+// having replicated, returns every goroutine it started at Close.
+func TestRegionsCloseLeavesNoGoroutine(t *testing.T) {
+	rs := redistest.StartRegions(t, 2, time.Millisecond, 2*time.Millisecond)
+	local, peer := regionClient(t, rs.Servers[0].Addr), regionClient(t, rs.Link(0, 1).Addr)
+	local.Ping(context.Background())
+	peer.Ping(context.Background())
+	before := runtime.NumGoroutine()
+	lim, err := slidelimit.New(local, slidelimit.WithKeyPrefix(redistest.Prefix(t)),
+		slidelimit.WithRegions(slidelimit.Regions{Local: "eu", Peers: map[string]engine.Client{"us": peer}}),
+		slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := lim.Middleware("user:5/s", middleware.WithScope("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for range 10 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/api", nil))
+	}
+	rs.Cut(1) // a peer unreachable at Close must not hold it
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
