@@ -31,6 +31,7 @@ type config struct {
 	transit    time.Duration
 	transitSet bool
 	maskSet    bool
+	regions    bool // WithRegions
 }
 
 func (c *config) mw(o middleware.Option) { c.middleware = append(c.middleware, o) }

@@ -1,6 +1,11 @@
 package slidelimit
 
-import "github.com/slidelimit/slidelimit/engine"
+import (
+	"errors"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/rules"
+)
 
 // Regions names the regions that keep one limit together: this process's
 // region and a client of every other region's Redis (docs/regions.md).
@@ -26,5 +31,41 @@ type Regions struct {
 // peer name, Local among Peers or a nil client make New fail with a
 // *ConfigError.
 func WithRegions(r Regions) Option {
-	return func(c *config) { c.engine = append(c.engine, engine.WithRegions(r.Local, r.Peers)) }
+	return func(c *config) {
+		c.engine = append(c.engine, engine.WithRegions(r.Local, r.Peers))
+		c.regions = true
+	}
 }
+
+// errNotShared is why a group that regions cannot share is refused.
+var errNotShared = errors.New(prefix + "a cost, a grain, a calendar window or distinct: is not shared across regions; " +
+	"add regions:local to keep the group's counts in each region (docs/regions.md)")
+
+// checkShared reports, under regions, a group the share rule does not
+// cover yet: one with a cost, a grained or calendar window or distinct:,
+// unless it is regions:local.
+func checkShared(g *rules.Group) error {
+	if g.Regional {
+		return nil
+	}
+	if g.Distinct != "" {
+		return errNotShared
+	}
+	for _, r := range g.Rules {
+		if r.Cost != "" {
+			return errNotShared
+		}
+		for _, w := range r.Windows {
+			if w.Grain != 0 || w.Calendar != "" {
+				return errNotShared
+			}
+		}
+	}
+	return nil
+}
+
+// RegionStats returns the replication figures of every peer region,
+// ordered by name: the age of its oldest unacknowledged admission, its
+// queue and whether it answers. It returns nil without WithRegions. It is
+// safe for concurrent use.
+func (l *Limiter) RegionStats() []engine.RegionStats { return l.engine.RegionStats() }

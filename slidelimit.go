@@ -34,6 +34,7 @@ type Limiter struct {
 
 	maxHold time.Duration // of a throttle's Permit's slots (WithMaxHold)
 	transit time.Duration // a throttled call's transit bound (WithTransitBound)
+	regions bool          // WithRegions: groups must be shareable (checkShared)
 
 	reg *registry.Registry // what Peek and Reset search
 
@@ -96,7 +97,7 @@ func New(client engine.Client, opts ...Option) (*Limiter, error) {
 	// denial hook reads tallies without a lock.
 	tallies = tally.New(tally.Store{Client: client, Prefix: e.KeyPrefix(), Timeout: c.timeout, Log: e.Logger(), Down: e.Down})
 	l := &Limiter{engine: e, client: client, opts: c.middleware, ident: c.identity, masked: masked, tally: tallies,
-		maxHold: c.maxHold, transit: c.transit, roles: newRoleCheck(c.middleware)}
+		maxHold: c.maxHold, transit: c.transit, roles: newRoleCheck(c.middleware), regions: c.regions}
 	if c.tallyFlush > 0 {
 		l.tally.Start(c.tallyFlush)
 	}
@@ -158,5 +159,10 @@ func (l *Limiter) Middleware(rulesText string, opts ...middleware.Option) (func(
 
 // wrapper builds middleware for g with the Limiter's options and then opts.
 func (l *Limiter) wrapper(g rules.Group, opts ...middleware.Option) (func(http.Handler) http.Handler, error) {
+	if l.regions {
+		if err := checkShared(&g); err != nil {
+			return nil, err
+		}
+	}
 	return middleware.New(g, l.engine, append(slices.Clip(l.opts), opts...)...)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/slidelimit/slidelimit/engine/internal/slots"
 	"github.com/slidelimit/slidelimit/engine/internal/undo"
 	"github.com/slidelimit/slidelimit/internal/keyparts"
+	"github.com/slidelimit/slidelimit/internal/regions"
 	"github.com/slidelimit/slidelimit/lua"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -77,6 +78,11 @@ type Engine struct {
 	doms   *health.Monitor   // failure domains: which servers timed out
 	bg     health.Background // goroutines stopped by Close (probes, eviction guard)
 	closed atomic.Bool
+
+	// Regions (WithRegions; regions.go): the replicator of admissions to
+	// the peer regions, nil without regions, and this region's share.
+	rep   *regions.Replicator
+	share plan.Share
 
 	slots *slots.Holder // slots of in-flight windows held by running requests
 
@@ -155,6 +161,7 @@ func New(client Client, opts ...Option) (*Engine, error) {
 	if rc, ok := client.(*redis.Client); ok && inprocess.Miniredis(rc, inprocess.Probe) {
 		e.timeout = max(e.timeout, inprocess.MinTimeout)
 	}
+	e.startRegions(cfg.regions)
 	e.doms = e.newHealth()
 	e.slots = e.newSlots(cfg.slotLost)
 	if err := e.startGuard(&cfg); err != nil {
@@ -215,6 +222,9 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	if err := buildPlan(&c.plan, e.keyer, req); err != nil {
 		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
 	}
+	if err := e.shareKeys(c, req); err != nil {
+		return Decision{Source: fromFailClosed.String(), Time: e.now()}, err
+	}
 	if len(c.plan.Keys) == 0 {
 		return Decision{Allowed: true, Source: fromRedis.String(), Time: e.now(), Windows: []WindowState{}}, nil
 	}
@@ -258,6 +268,9 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	d := c.decision(req, fromRedis)
 	if c.plan.Slots > 0 && d.admitted != nil {
 		e.hold(d.admitted)
+	}
+	if c.plan.NUnstable > 0 && d.admitted != nil {
+		e.replicate(c)
 	}
 	if c.warn != nil {
 		return d, c.warn
@@ -400,6 +413,9 @@ func (e *Engine) Close() error {
 			e.inval.Close()
 		}
 		e.bg.Stop()
+		if e.rep != nil {
+			e.rep.Close()
+		}
 		if done := e.slots.Done(); done != nil {
 			<-done
 		}

@@ -77,7 +77,11 @@ func (e *Engine) finish(ctx context.Context, d *Decision, o *Outcome, keepSlots 
 	}
 	e.unhold(t, c.fin)
 	c.pub = e.chanName
-	return e.finishRemote(c, c.finishName(o))
+	err = e.finishRemote(c, c.finishName(o))
+	if err == nil && o.GiveBack && e.rep != nil {
+		e.replicateGiveBack(c.fin)
+	}
+	return err
 }
 
 // finishRemote sends c's finish op through the batcher; what fails is

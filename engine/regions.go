@@ -3,6 +3,12 @@ package engine
 import (
 	"sort"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine/internal/codec"
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
+	"github.com/slidelimit/slidelimit/internal/regions"
 )
 
 // regionsConfig is what WithRegions configured: this region's name and
@@ -59,4 +65,102 @@ func checkRegions(local string, peers map[string]Client) error {
 		}
 	}
 	return nil
+}
+
+// RegionStats is what an engine with regions reports of one peer region
+// (see Engine.RegionStats).
+type RegionStats struct {
+	// Region is the peer's name.
+	Region string
+	// Lag is the age of the oldest admission the peer has not
+	// acknowledged; 0 when it has them all.
+	Lag time.Duration
+	// Queue is the number of admissions and give-backs waiting to be sent
+	// to the peer, in this process's memory.
+	Queue int
+	// Dropped counts the entries the peer's full queue refused since New:
+	// they stay unacknowledged here until they leave their windows.
+	Dropped int64
+	// Reachable reports whether the last call to the peer succeeded.
+	Reachable bool
+}
+
+// RegionStats returns the replication figures of every peer region,
+// ordered by name, or nil without WithRegions. It is safe for concurrent
+// use.
+func (e *Engine) RegionStats() []RegionStats {
+	if e.rep == nil {
+		return nil
+	}
+	ps := e.rep.Stats()
+	out := make([]RegionStats, len(ps))
+	for i, p := range ps {
+		out[i] = RegionStats{Region: p.Region, Lag: p.Lag, Queue: p.Queue, Dropped: p.Dropped, Reachable: p.Reachable}
+	}
+	return out
+}
+
+// startRegions starts the replicator of cfg's regions, if any.
+func (e *Engine) startRegions(cfg *regionsConfig) {
+	if cfg == nil {
+		return
+	}
+	peers := make(map[string]regions.Client, len(cfg.peers))
+	names := make([]string, 0, len(cfg.peers))
+	for name, c := range cfg.peers {
+		peers[name] = c
+		names = append(names, name)
+	}
+	r, n := regions.Index(cfg.local, names)
+	e.share = plan.Share{Index: r, Regions: n}
+	e.rep = regions.New(regions.Config{Local: e.client, Suffix: plan.UnstableSuffix, Peers: peers, Log: e.log})
+}
+
+// shareKeys gives c's count keys their unstable keys when the engine has
+// regions and req is not regional.
+func (e *Engine) shareKeys(c *call, req *Request) error {
+	if e.rep == nil || req.Regional {
+		return nil
+	}
+	if err := c.plan.ShareKeys(e.share); err != nil {
+		if pe, ok := err.(*plan.Error); ok {
+			return (*requestError)(pe)
+		}
+		return err
+	}
+	return nil
+}
+
+// replicate hands what c's admission counted in shared keys to the
+// replicator: one entry per count key with an unstable key.
+func (e *Engine) replicate(c *call) {
+	p := &c.plan
+	member := string(c.member)
+	if c.suffix > 0 {
+		member += "." + strconv.FormatInt(c.suffix, 10)
+	}
+	stamp := c.sec*1_000_000 + c.usec
+	for k, key := range p.Keys {
+		if p.HasUnstable(k) {
+			keep := p.Wins[p.WinStart[k]].Period // longest first
+			e.rep.Add(regions.Entry{Key: strings.Clone(key), Member: member, Stamp: stamp, Keep: keep})
+		}
+	}
+}
+
+// replicateGiveBack hands the removals of a give-back that succeeded to
+// the replicator: a peer's ZREM of a member it lacks changes nothing, so
+// regional keys' removals are sent too.
+func (e *Engine) replicateGiveBack(fin []codec.Undo) {
+	for i := range fin {
+		u := &fin[i]
+		if u.Kind != codec.KindCount || u.Suffix < 0 {
+			continue
+		}
+		member := u.Member
+		if u.Suffix > 0 {
+			member += "." + strconv.FormatInt(u.Suffix, 10)
+		}
+		e.rep.Add(regions.Entry{Key: strings.Clone(u.Key), Member: strings.Clone(member), Remove: true})
+	}
 }

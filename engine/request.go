@@ -64,6 +64,11 @@ type Request struct {
 	// (rules.Window.Calendar): their periods start at its local midnight.
 	// Nil is UTC, never the process's local zone.
 	Zone *time.Location
+	// Regional keeps the request's counts in this region, as the
+	// statement regions:local does (rules.Group.Regional): with
+	// WithRegions, it is decided as without regions and not replicated.
+	// Without WithRegions it changes nothing.
+	Regional bool
 }
 
 // One returns a Request with a single check: subject, counted by a rule

@@ -82,7 +82,7 @@ func (e *Engine) scriptArgs(lead *call, batch []*call, t int64, shared []bool) [
 		for i := range c.plan.Keys {
 			args = c.plan.AppendKeyArgs(args, i)
 		}
-		nkeys += len(c.plan.Keys) + c.plan.Blocked
+		nkeys += len(c.plan.Keys) + c.plan.Blocked + c.plan.NUnstable
 	}
 	args[2] = nkeys
 	args = fa.AppendTo(args)

@@ -77,6 +77,7 @@ var multiWindowParts = []string{
 	"mw_calendar.lua",
 	"mw_finish.lua",
 	"mw_weight_change.lua",
+	"mw_regions.lua",
 }
 
 //go:embed multi_window.lua mw_*.lua

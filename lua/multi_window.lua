@@ -17,6 +17,7 @@
 --   mw_calendar.lua       calendar keys
 --   mw_finish.lua         finish ops
 --   mw_weight_change.lua  a finish op's change of a weighted key
+--   mw_regions.lua        an unstable key (see Regions)
 -- The source names each constant by a placeholder, its name in braces
 -- after a dollar sign, which lua/lua.go replaces with its value, defined
 -- once in Go (see Constants below).
@@ -63,6 +64,10 @@
 --                                a count key whose op counts the member
 --                                value instead of the op's (see
 --                                Distinct).
+--       0, 'U', r, R             the unstable key of the count key
+--                                just before it (see Regions): r is
+--                                this region's index among the R
+--                                regions ordered by name.
 --     Windows come longest first. busy is ceil(longest period / 8), the
 --     epoch length of a busy key (see bookkeep), which also names its
 --     epoch marker. grain is the tier's merge grain (0: exact). lease is
@@ -197,7 +202,21 @@
 -- (ZADD) and reads as before: two calls more.
 --
 -- A block key's reply is one integer, left: the time until its block
--- ends (0: not blocked).
+-- ends (0: not blocked). An unstable key's reply is one integer, left:
+-- 0 when every window of its count key has room for this region's share, else
+-- the most time until an entry that holds one back leaves the window.
+--
+-- Regions. With regions (engine WithRegions; docs/regions.md, which
+-- proves the bound), an op whose count key (KEYS[i]) is followed by an
+-- unstable key (KEYS[i+1]: the count key's name and ':u', same hash
+-- tag) also needs, per window of the count key (period P, limit L),
+-- U + 1 <= floor((max(L - (V - U), 0) + r) / R), where V is the window's
+-- count and U its entries that are in the unstable key: this region's
+-- admissions its peers have not all acknowledged. An admission adds its
+-- member to the unstable key as to a count key (scored t, same
+-- bookkeeping: retention, trims, expiry); the engine removes it (ZREM)
+-- once every peer has the entry, and writes peers' entries to their own
+-- count keys (ZADD, never here). A denial by the share starts no block.
 --
 -- Blocks. A block key holds the time its block ends (t + block, %d) and
 -- expires with it (PX, block rounded up to ms; the value, not the expiry,
@@ -410,6 +429,7 @@
 -- run sets: a Redis Function's library is loaded where only
 -- redis.register_function and redis.log exist (no string, math or
 -- redis.call), so nothing at the top level may call anything.
+local read_unstable -- first: captured once per EVAL (see Regions)
 local run
 local conf_n, decs_n, reply_table, finish_op, decide_op, USEC_PAD, cal_fields, span_end, read_keys
 local span_start, add_member, admit_weighted, count_admitted, remember_op, key_memo, span_stop

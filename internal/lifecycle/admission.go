@@ -302,7 +302,7 @@ func (a *Admission) cost() error {
 // its limit, so 429 would lie.
 func (a *Admission) decide() bool {
 	r := a.rules
-	a.Request = engine.Request{Scope: a.Scope, Checks: a.Checks, Fail: r.group.Fail, Zone: r.zone}
+	a.Request = engine.Request{Scope: a.Scope, Checks: a.Checks, Fail: r.group.Fail, Zone: r.zone, Regional: r.group.Regional}
 	start := time.Now()
 	dec, err := r.t.Decider.Allow(a.ctx, a.Request)
 	a.Decided = Decided{Decision: dec, Err: err, Latency: time.Since(start)}

@@ -81,7 +81,8 @@ func (p *Plan) request(ctx context.Context, c Call) (engine.Request, []string, e
 		// whole fleet's calls into the upstream's limits at once.
 		fail = rules.FailClosed
 	}
-	req := engine.Request{Scope: p.scope, Fail: fail, Zone: p.zone, Checks: make([]engine.Check, len(p.g.Rules))}
+	// Regional: a throttle's turns stay in its region (docs/regions.md).
+	req := engine.Request{Scope: p.scope, Fail: fail, Zone: p.zone, Checks: make([]engine.Check, len(p.g.Rules)), Regional: true}
 	names := make([]string, len(p.g.Rules))
 	vals := map[string]int64{}
 	for i, l := range p.g.Rules {

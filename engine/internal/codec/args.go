@@ -134,6 +134,9 @@ func (f *Args) Op(member []byte, p *plan.Plan, keys []int32, shared bool) {
 				f.Int(w.Period)
 				f.Int(w.Limit)
 			}
+			if p.HasUnstable(int(k)) {
+				f.unstable(p)
+			}
 			f.block(p, k)
 			continue
 		}
@@ -223,6 +226,16 @@ func (f *Args) block(p *plan.Plan, k int32) {
 		f.Ends = append(f.Ends, int32(len(f.Buf)))
 		f.Int(b)
 	}
+}
+
+// unstable appends the fields of an unstable key (see Regions in
+// lua/multi_window.lua): 0, 'U', the region's index, the regions' number.
+func (f *Args) unstable(p *plan.Plan) {
+	f.Int(0)
+	f.Buf = append(f.Buf, 'U')
+	f.Ends = append(f.Ends, int32(len(f.Buf)))
+	f.Int(p.Share.Index)
+	f.Int(p.Share.Regions)
 }
 
 // AppendTo appends the arguments to args, each a pointer into f: f must

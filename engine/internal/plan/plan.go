@@ -90,6 +90,8 @@ type Plan struct {
 	Held         []bool
 	DistinctPrev []int64 // per key: what a rollback restores (see readHeld)
 	DistinctAt   []int64 // per key: the time the script decided at
+
+	regions // unstable keys (regions.go)
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -150,6 +152,7 @@ func (p *Plan) Reset() {
 	if len(p.Cals) > 0 || len(p.CalWindows) > 0 {
 		p.Cals, p.CalWindows = p.Cals[:0], p.CalWindows[:0]
 	}
+	p.resetRegions()
 }
 
 // checkRequest checks what of req does not depend on its checks.
@@ -453,7 +456,7 @@ func (p *Plan) BlockOf(i int) int64 {
 }
 
 // NArgs returns the number of script KEYS of keys (indices into p.Keys):
-// one per key, and one more per block key.
+// one per key, and one more per unstable key and per block key.
 func (p *Plan) NArgs(keys []int32) int {
 	n := len(keys)
 	if p.Blocked > 0 {
@@ -463,16 +466,26 @@ func (p *Plan) NArgs(keys []int32) int {
 			}
 		}
 	}
+	if p.NUnstable > 0 {
+		for _, k := range keys {
+			if p.Unstable[k] {
+				n++
+			}
+		}
+	}
 	return n
 }
 
-// AppendKeyArgs appends the script's KEYS for key k of p: the key, then
-// its block key if it has a block.
+// AppendKeyArgs appends the script's KEYS for key k of p: the key, its
+// unstable key if it has one, then its block key if it has a block.
 func (p *Plan) AppendKeyArgs(args []any, k int) []any {
 	if len(p.args) < len(p.Keys) {
 		p.KeyArgs()
 	}
 	args = append(args, &p.args[k])
+	if p.HasUnstable(k) {
+		args = append(args, &p.uargs[k])
+	}
 	if p.BlockOf(k) > 0 {
 		args = append(args, &p.bargs[k])
 	}

@@ -58,6 +58,7 @@ func (e *Error) Error() string {
 func (p *Plan) KeysOnly() {
 	clear(p.args)
 	p.Keys, p.args, p.Blocked = p.Keys[:0], p.args[:0], 0
+	p.resetRegions()
 }
 
 // stringBytes returns the bytes of s without copying; they must not be

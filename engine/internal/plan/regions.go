@@ -1,0 +1,87 @@
+package plan
+
+import "unsafe"
+
+// UnstableSuffix ends the name of an unstable key (see lua/multi_window.lua,
+// Regions): after the hash tag, so that it lives in its count key's slot.
+const UnstableSuffix = ":u"
+
+// Share is where a region stands among the regions that keep one limit
+// together: its index among them ordered by name, and their number. The
+// zero Share (Regions 0) is a limiter without regions.
+type Share struct {
+	Index, Regions int64
+}
+
+// regions is the part of a Plan for regions: per key whether it has an
+// unstable key, their number, their names and arguments.
+type regions struct {
+	Unstable  []bool
+	NUnstable int
+	ubuf      []byte
+	uargs     []keyArg
+	Share     Share
+}
+
+// resetRegions empties p's regions part.
+func (p *Plan) resetRegions() {
+	if p.NUnstable > 0 || len(p.Unstable) > 0 {
+		clear(p.uargs)
+		p.Unstable, p.NUnstable, p.ubuf, p.uargs = p.Unstable[:0], 0, p.ubuf[:0], p.uargs[:0]
+	}
+	p.Share = Share{}
+}
+
+// ShareKeys gives every count key of p an unstable key, for the share
+// rule of region s. It reports with an *Error a key the share rule does
+// not cover: a weighted key (a cost or a grain), a calendar key or a
+// distinct key. Slot keys (in-flight windows) stay local.
+func (p *Plan) ShareKeys(s Share) error {
+	for k := range p.Keys {
+		switch {
+		case p.Slot[k]:
+			continue
+		case p.Weighted[k], p.IsCal(k), p.IsDistinct(k):
+			return &Error{Check: p.checkOf(k), Window: -1, Reason: "a cost, a grain, a calendar window or a distinct value is not shared across regions (make the group regions:local)"}
+		}
+	}
+	p.Share = s
+	for k, key := range p.Keys {
+		on := !p.Slot[k]
+		p.Unstable = append(p.Unstable, on)
+		if on {
+			p.NUnstable++
+			p.ubuf = append(p.ubuf, key...)
+			p.ubuf = append(p.ubuf, UnstableSuffix...)
+		}
+	}
+	str := unsafe.String(unsafe.SliceData(p.ubuf), len(p.ubuf))
+	end := 0
+	for k, key := range p.Keys {
+		var a keyArg
+		if p.Unstable[k] {
+			start := end
+			end += len(key) + len(UnstableSuffix)
+			a = keyArg{b: p.ubuf[start:end:end], s: str[start:end]}
+		}
+		p.uargs = append(p.uargs, a)
+	}
+	return nil
+}
+
+// HasUnstable reports whether key k has an unstable key.
+func (p *Plan) HasUnstable(k int) bool { return p.NUnstable > 0 && p.Unstable[k] }
+
+// UnstableKey returns the name of key k's unstable key, a view valid until
+// the next build.
+func (p *Plan) UnstableKey(k int) string { return p.uargs[k].s }
+
+// checkOf returns the first check counted in key k, or -1.
+func (p *Plan) checkOf(k int) int {
+	for i, key := range p.KeyOf {
+		if int(key) == k {
+			return i
+		}
+	}
+	return -1
+}

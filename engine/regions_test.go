@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// deadPeers returns peer clients of regions "ap" and "us" that never
+// answer: nothing this region admits becomes stable.
+func deadPeers(t *testing.T) map[string]Client {
+	peers := map[string]Client{}
+	for _, name := range []string{"ap", "us"} {
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
+		t.Cleanup(func() { c.Close() })
+		peers[name] = c
+	}
+	return peers
+}
+
+// shareCase checks the share rule on the engine of client c, region "eu"
+// (index 1 of ap, eu, us) with peers that never acknowledge: with p peer
+// entries in a window of limit 10, it admits floor((10 - p + 1) / 3)
+// requests, then denies with a wait, and each admission is in the unstable
+// key; a regional request is decided as without regions.
+func shareCase(t *testing.T, c redis.UniversalClient, p int) {
+	ctx := context.Background()
+	clk := redistest.NewClock()
+	e := newEngine(t, c, WithClock(clk.Now), WithKeyPrefix(redistest.Prefix(t)), WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(10, time.Minute))
+	// The key's name, from a peek, which writes nothing.
+	if _, err := e.Peek(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	key := e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false)
+	for i := range p {
+		c.ZAdd(ctx, string(key), redis.Z{Score: float64(clk.Now().UnixMicro() - int64(i)), Member: "peer" + string(rune('a'+i))})
+	}
+	want := (10 - p + 1) / 3
+	for i := range want + 2 {
+		clk.Add(time.Millisecond)
+		d, err := e.Allow(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < want) {
+			t.Fatalf("%d peer entries: request %d allowed %v, want %v (share %d)", p, i, d.Allowed, i < want, want)
+		}
+		if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > time.Minute) {
+			t.Errorf("share denial's RetryAfter = %v, want in (0, 1m]", d.RetryAfter)
+		}
+	}
+	if n := c.ZCount(ctx, string(key)+":u", "0", "+inf").Val(); n != int64(want) {
+		t.Errorf("unstable entries = %d, want %d", n, want)
+	}
+	if ttl := c.PTTL(ctx, string(key)+":u").Val(); want > 0 && ttl <= 0 {
+		t.Errorf("unstable key PTTL = %v, want > 0", ttl)
+	}
+	// A regional request: (a) alone.
+	reg := One("s2", rules.User, "u1", win(10, time.Minute))
+	reg.Regional = true
+	for i := range 11 {
+		d, _ := e.Allow(ctx, reg)
+		if d.Allowed != (i < 10) {
+			t.Fatalf("regional request %d allowed %v", i, d.Allowed)
+		}
+	}
+}
+
+// TestRegionsShareRule checks the share rule (rule (b) of docs/regions.md)
+// in the deciding script on miniredis and a real redis-server.
+func TestRegionsShareRule(t *testing.T) {
+	for _, p := range []int{0, 4, 9} {
+		_, mc := redistest.Mini(t)
+		shareCase(t, mc, p)
+	}
+	_, rc := redistest.StartClient(t)
+	for _, p := range []int{0, 4, 9} {
+		shareCase(t, rc, p)
+	}
+}
+
+// TestRegionsRefused checks that with regions a request the share rule
+// does not cover (a cost, a calendar window) is invalid unless regional.
+func TestRegionsRefused(t *testing.T) {
+	_, mc := redistest.Mini(t)
+	e := newEngine(t, mc, WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(10, time.Minute))
+	req.Checks[0].Rule.Cost = "bytes"
+	req.Checks[0].Cost = 5
+	_, err := e.Allow(context.Background(), req)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "regions:local") {
+		t.Fatalf("a cost under regions: %v, want ErrInvalid naming regions:local", err)
+	}
+	req.Regional = true
+	if d, err := e.Allow(context.Background(), req); err != nil || !d.Allowed {
+		t.Fatalf("regional with a cost: %v, %v", d.Allowed, err)
+	}
+}
+
+// TestRegionsOptions checks WithRegions' mistakes.
+func TestRegionsOptions(t *testing.T) {
+	_, mc := redistest.Mini(t)
+	for _, peers := range []map[string]Client{
+		{"eu": mc}, {"": mc}, {"us": nil}, {"us": (*redis.Client)(nil)},
+	} {
+		if _, err := New(mc, WithRegions("eu", peers)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("peers %v: %v, want ErrInvalid", peers, err)
+		}
+	}
+	if _, err := New(mc, WithRegions("", map[string]Client{"us": mc})); !errors.Is(err, ErrInvalid) {
+		t.Errorf("empty local: %v", err)
+	}
+}

@@ -1,0 +1,236 @@
+package regions
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Client is the part of a go-redis client the replicator uses; every
+// client the engine takes satisfies it.
+type Client interface {
+	Pipeline() redis.Pipeliner
+}
+
+// Defaults of Config.
+const (
+	DefaultBatch = 512
+	DefaultEvery = 10 * time.Millisecond
+	DefaultQueue = 1 << 16
+	// flushFor is the most Close waits for the queues to drain.
+	flushFor = time.Second
+	// callTimeout bounds one batch's round trip to a peer.
+	callTimeout = 2 * time.Second
+	// backoff is the most a peer that failed waits before it is tried
+	// again.
+	backoff = time.Second
+)
+
+// Config configures a Replicator.
+type Config struct {
+	// Local is the region's own Redis, whose unstable keys lose the
+	// admissions every peer has acknowledged.
+	Local Client
+	// Suffix ends an unstable key's name after its count key's.
+	Suffix string
+	// Peers maps each peer region's name to a client of its Redis.
+	Peers map[string]Client
+	// Log receives a warning when a peer becomes unreachable and an info
+	// line when it is back, once each time.
+	Log *slog.Logger
+	// Batch is the most entries one call to a peer carries; Every how
+	// long the replicator waits to fill a batch; Queue the most entries
+	// waiting per peer. Zero means the default.
+	Batch int
+	Every time.Duration
+	Queue int
+}
+
+// pending is an entry on its way to the peers. left counts the peers that
+// have not acknowledged it; an entry a full queue dropped never reaches 0
+// (it stays unstable in the local Redis until it leaves its window, which
+// costs capacity, never the bound).
+type pending struct {
+	Entry
+	queued time.Time
+	left   atomic.Int32
+}
+
+// A Replicator sends entries to every peer in the background (see the
+// package documentation). Its methods are safe for concurrent use.
+type Replicator struct {
+	cfg    Config
+	peers  []*peer
+	stable chan []*pending // acknowledged by every peer, for the local ZREM
+	stop   chan struct{}
+	ctx    context.Context // of the senders' calls, cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+}
+
+// New starts a Replicator; Close stops it.
+func New(cfg Config) *Replicator {
+	if cfg.Batch <= 0 {
+		cfg.Batch = DefaultBatch
+	}
+	if cfg.Every <= 0 {
+		cfg.Every = DefaultEvery
+	}
+	if cfg.Queue <= 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	r := &Replicator{cfg: cfg, stable: make(chan []*pending, 64), stop: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	names := make([]string, 0, len(cfg.Peers))
+	for name := range cfg.Peers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := &peer{name: name, client: cfg.Peers[name], r: r, wake: make(chan struct{}, 1)}
+		p.reachable.Store(true)
+		r.peers = append(r.peers, p)
+	}
+	r.wg.Add(len(r.peers) + 1)
+	for _, p := range r.peers {
+		go p.run()
+	}
+	go r.stabilizer()
+	return r
+}
+
+// Add queues e for every peer. It never blocks: a peer whose queue is
+// full does not get e, which then stays unstable locally until it leaves
+// its window. After Close it does nothing.
+func (r *Replicator) Add(e Entry) {
+	if r.closed.Load() || len(r.peers) == 0 {
+		return
+	}
+	p := &pending{Entry: e, queued: time.Now()}
+	p.left.Store(int32(len(r.peers)))
+	for _, pr := range r.peers {
+		if !pr.push(p) {
+			p.left.Add(1) // never acknowledged by every peer
+		}
+	}
+}
+
+// PeerStats is what the replicator reports of one peer.
+type PeerStats struct {
+	Region    string        // the peer's name
+	Lag       time.Duration // age of its oldest unacknowledged entry; 0 when none
+	Queue     int           // entries waiting for it
+	Dropped   int64         // entries its full queue refused, since New
+	Reachable bool          // whether its last call succeeded
+}
+
+// Stats returns every peer's figures, ordered by name.
+func (r *Replicator) Stats() []PeerStats {
+	out := make([]PeerStats, 0, len(r.peers))
+	now := time.Now()
+	for _, p := range r.peers {
+		p.mu.Lock()
+		s := PeerStats{Region: p.name, Queue: len(p.queue), Dropped: p.dropped, Reachable: p.reachable.Load()}
+		if len(p.queue) > 0 {
+			s.Lag = now.Sub(p.queue[0].queued)
+		}
+		p.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}
+
+// Close sends what is queued for at most about a second, then stops every
+// goroutine and returns. Entries not sent stay unstable locally. Close is
+// idempotent.
+func (r *Replicator) Close() {
+	r.once.Do(func() {
+		r.closed.Store(true)
+		deadline := time.Now().Add(flushFor)
+		for _, p := range r.peers {
+			p.flushUntil(deadline)
+		}
+		r.cancel()
+		close(r.stop)
+		r.wg.Wait()
+	})
+}
+
+// acked records that a peer acknowledged entries: those every peer has
+// acknowledged go to the stabilizer.
+func (r *Replicator) acked(entries []*pending) {
+	var done []*pending
+	for _, p := range entries {
+		if p.left.Add(-1) == 0 && !p.Remove {
+			done = append(done, p)
+		}
+	}
+	if len(done) > 0 {
+		select {
+		case r.stable <- done:
+		default: // the stabilizer is behind: these stay unstable, trimmed with their window
+		}
+	}
+}
+
+// stabilizer removes acknowledged admissions from the local unstable
+// keys, merging what arrives within one batch period.
+func (r *Replicator) stabilizer() {
+	defer r.wg.Done()
+	for {
+		var batch []*pending
+		select {
+		case <-r.stop:
+			r.drainStable()
+			return
+		case b := <-r.stable:
+			batch = b
+		}
+		timer := time.NewTimer(r.cfg.Every)
+	merge:
+		for len(batch) < r.cfg.Batch {
+			select {
+			case b := <-r.stable:
+				batch = append(batch, b...)
+			case <-timer.C:
+				break merge
+			case <-r.stop:
+				break merge
+			}
+		}
+		timer.Stop()
+		r.removeStable(batch)
+	}
+}
+
+// drainStable removes what is acknowledged when the replicator stops.
+func (r *Replicator) drainStable() {
+	for {
+		select {
+		case b := <-r.stable:
+			r.removeStable(b)
+		default:
+			return
+		}
+	}
+}
+
+func (r *Replicator) removeStable(batch []*pending) {
+	if r.cfg.Local == nil || len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	// A failure leaves the entries unstable: they leave with their window.
+	_ = stabilize(ctx, r.cfg.Local, r.cfg.Suffix, batch)
+}
