@@ -23,6 +23,14 @@
 //	slidelimit.throttle.active_permits      up-down counter, {permit}: slidelimit.throttle.name
 //
 // Results and quantiles are those of package promlimit.
+//
+// A Limiter with regions given to Metrics.Regions adds, read from
+// Limiter.RegionStats at each collection (per process):
+//
+//	slidelimit.region.replication.lag      gauge, s: slidelimit.region.name
+//	slidelimit.region.replication.queue    up-down counter, {entry}: slidelimit.region.name
+//	slidelimit.region.replication.dropped  counter, {entry}: slidelimit.region.name
+//	slidelimit.region.reachable            gauge, 1 or 0: slidelimit.region.name
 package otellimit
 
 import (
@@ -48,6 +56,7 @@ type Metrics struct {
 	errors    metric.Int64Counter
 	latency   metric.Float64Histogram
 	throttles adapt.Throttles
+	regions   adapt.Regions
 }
 
 // New returns Metrics whose instruments come from a meter of mp.
@@ -69,6 +78,9 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		return nil, err
 	}
 	if err := m.observeThrottles(meter); err != nil {
+		return nil, err
+	}
+	if err := m.observeRegions(meter); err != nil {
 		return nil, err
 	}
 	return &m, nil

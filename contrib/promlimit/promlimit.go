@@ -29,6 +29,14 @@
 // result is acquired, rejected (a refusal: the caller waits) or
 // upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
 // Active permits are those admitted and not yet finished.
+//
+// A Limiter with regions given to Collector.Regions adds, read from
+// Limiter.RegionStats when scraped (per process; region is a peer's name):
+//
+//	slidelimit_region_replication_lag_seconds{region}    gauge
+//	slidelimit_region_replication_queue{region}          gauge
+//	slidelimit_region_replication_dropped_total{region}  counter
+//	slidelimit_region_reachable{region}                  gauge, 1 or 0
 package promlimit
 
 import (
@@ -48,6 +56,7 @@ type Collector struct {
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	throttles adapt.Throttles
+	regions   adapt.Regions
 }
 
 // Descriptions of the throttles' metrics. A class label joins throttle
@@ -114,6 +123,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- throttleWait
 	ch <- throttleCalls
 	ch <- throttleActive
+	describeRegions(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -121,6 +131,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.decisions.Collect(ch)
 	c.errors.Collect(ch)
 	c.latency.Collect(ch)
+	c.collectRegions(ch)
 	for _, st := range c.throttles.Stats() {
 		ch <- constMetric(throttleQueued, prometheus.GaugeValue, float64(st.Waiting), st.Name)
 		ch <- constMetric(throttleActive, prometheus.GaugeValue, float64(st.Active), st.Name)
