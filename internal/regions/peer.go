@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,7 @@ func (pr *peer) sendOne(ctx context.Context) (int, error) {
 		pr.mu.Unlock()
 		return 0, nil
 	}
-	batch := pr.queue[:n:n]
+	batch := slices.Clone(pr.queue[:n]) // the queue's array is cleared as it moves on
 	pr.sending = true
 	pr.mu.Unlock()
 

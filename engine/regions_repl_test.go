@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/rules"
+)
+
+// threeRegions starts regions ap, eu and us (indexes 0, 1, 2) on three
+// redis-servers with delaying proxies between them, and an engine for
+// each, sharing prefix.
+func threeRegions(t *testing.T) (*redistest.Regions, []*Engine, []*redis.Client) {
+	rs := redistest.StartRegions(t, 3, 5*time.Millisecond, 15*time.Millisecond)
+	names := []string{"ap", "eu", "us"}
+	prefix := redistest.Prefix(t)
+	var engines []*Engine
+	var locals []*redis.Client
+	for i, name := range names {
+		peers := map[string]Client{}
+		for j, peer := range names {
+			if j != i {
+				peers[peer] = rs.Peer(i, j)
+			}
+		}
+		locals = append(locals, rs.Local(i))
+		engines = append(engines, newEngine(t, locals[i], WithKeyPrefix(prefix), WithRegions(name, peers)))
+	}
+	return rs, engines, locals
+}
+
+// TestRegionsReplicate checks replication between three redis-servers:
+// admissions reach every peer and leave the unstable key once both have
+// acknowledged them; a region cut off keeps its admissions unstable and is
+// held to its share; healing delivers them and stabilizes them; a
+// give-back reaches the peers; Close leaves no replication goroutine.
+func TestRegionsReplicate(t *testing.T) {
+	ctx := context.Background()
+	rs, engines, locals := threeRegions(t)
+	req := One("s", rules.User, "u1", win(30, time.Minute))
+	key := string(engines[0].keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false))
+	var first Decision
+	for i := range 3 {
+		d, err := engines[0].Allow(ctx, req)
+		if err != nil || !d.Allowed {
+			t.Fatalf("request %d: %v, %v", i, d.Allowed, err)
+		}
+		if i == 0 {
+			first = d
+		}
+	}
+	redistest.Eventually(t, "3 entries in every region, none unstable", func() bool {
+		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 3 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 3 &&
+			locals[0].ZCount(ctx, key+":u", "0", "+inf").Val() == 0
+	})
+
+	// Cut off: region ap (index 0) holds 3 stable entries, so its share is
+	// floor((30 - 3 + 0) / 3) = 9.
+	rs.Cut(0)
+	admitted := 0
+	for range 12 {
+		if d, _ := engines[0].Allow(ctx, req); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 9 {
+		t.Errorf("cut off, region ap admitted %d, want its share 9", admitted)
+	}
+	if n := locals[0].ZCount(ctx, key+":u", "0", "+inf").Val(); n != 9 {
+		t.Errorf("cut off: %d unstable entries, want 9", n)
+	}
+	redistest.Eventually(t, "peers unreachable in the stats", func() bool {
+		st := engines[0].RegionStats()
+		return len(st) == 2 && !st[0].Reachable && !st[1].Reachable && st[0].Queue == 9 && st[0].Lag > 0
+	})
+
+	rs.Heal(0)
+	redistest.Eventually(t, "healed: 12 entries everywhere, none unstable", func() bool {
+		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 12 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 12 &&
+			locals[0].ZCount(ctx, key+":u", "0", "+inf").Val() == 0
+	})
+	redistest.Eventually(t, "peers reachable in the stats", func() bool {
+		st := engines[0].RegionStats()
+		return st[0].Reachable && st[1].Reachable && st[0].Queue == 0 && st[1].Queue == 0
+	})
+
+	if err := engines[0].Finish(ctx, first, Outcome{GiveBack: true}); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Eventually(t, "the give-back in every region", func() bool {
+		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 11 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 11
+	})
+
+	for _, e := range engines {
+		e.Close()
+	}
+	if n := replicationGoroutines(); n != 0 {
+		t.Errorf("%d replication goroutines left after Close", n)
+	}
+}
+
+// replicationGoroutines counts the goroutines running internal/regions.
+func replicationGoroutines() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "internal/regions.(*") {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,157 @@
+package regions
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// TestShareSplitsHeadroom checks the share arithmetic: the shares of R
+// regions sum to the headroom (Hermite's identity), the first regions
+// getting one less when R does not divide it, and a negative headroom
+// gives nothing.
+func TestShareSplitsHeadroom(t *testing.T) {
+	for n := int64(1); n <= 7; n++ {
+		for h := int64(-3); h <= 50; h++ {
+			sum := int64(0)
+			for r := range n {
+				s := Share(h, r, n)
+				if r > 0 && s < Share(h, r-1, n) {
+					t.Fatalf("Share(%d, %d, %d) = %d below region %d's", h, r, n, s, r-1)
+				}
+				sum += s
+			}
+			if want := max(h, 0); sum != want {
+				t.Fatalf("%d regions, headroom %d: shares sum to %d", n, h, sum)
+			}
+		}
+	}
+	if got := Share(100, 0, 3); got != 33 {
+		t.Errorf("Share(100, 0, 3) = %d, want 33", got)
+	}
+	if got := Share(100, 2, 3); got != 34 {
+		t.Errorf("Share(100, 2, 3) = %d, want 34", got)
+	}
+}
+
+// TestIndex checks that regions are ordered by name.
+func TestIndex(t *testing.T) {
+	for _, tc := range []struct {
+		local string
+		peers []string
+		r, n  int64
+	}{
+		{"eu", []string{"us", "ap"}, 1, 3},
+		{"ap", []string{"us", "eu"}, 0, 3},
+		{"us", []string{"eu", "ap"}, 2, 3},
+		{"a", nil, 0, 1},
+	} {
+		if r, n := Index(tc.local, tc.peers); r != tc.r || n != tc.n {
+			t.Errorf("Index(%q, %v) = %d, %d; want %d, %d", tc.local, tc.peers, r, n, tc.r, tc.n)
+		}
+	}
+}
+
+// regionGoroutines counts the goroutines running this package's code.
+func regionGoroutines() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "internal/regions.(*") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestReplicateAndStabilize checks on miniredis that entries reach every
+// peer, that the local unstable set loses them once both have, that a
+// batch applied twice changes nothing, that a give-back removes the
+// member, and that Close leaves no goroutine.
+func TestReplicateAndStabilize(t *testing.T) {
+	ctx := context.Background()
+	_, local := redistest.Mini(t)
+	_, us := redistest.Mini(t)
+	_, ap := redistest.Mini(t)
+	now := time.Now().UnixMicro()
+	for i, m := range []string{"m1", "m2"} {
+		local.ZAdd(ctx, "k:u", redis.Z{Score: float64(now + int64(i)), Member: m})
+	}
+	r := New(Config{Local: local, Suffix: ":u", Peers: map[string]Client{"us": us, "ap": ap}})
+	r.Add(Entry{Key: "k", Member: "m1", Stamp: now, Keep: int64(time.Minute / time.Microsecond)})
+	r.Add(Entry{Key: "k", Member: "m2", Stamp: now + 1, Keep: int64(time.Minute / time.Microsecond)})
+	redistest.Eventually(t, "entries applied and stable", func() bool {
+		return us.ZCard(ctx, "k").Val() == 2 && ap.ZCard(ctx, "k").Val() == 2 && local.ZCard(ctx, "k:u").Val() == 0
+	})
+	if ttl := us.PTTL(ctx, "k").Val(); ttl <= 0 {
+		t.Errorf("peer key PTTL %v, want > 0", ttl)
+	}
+	// The same batch again: nothing changes.
+	p := &pending{Entry: Entry{Key: "k", Member: "m1", Stamp: now, Keep: int64(time.Minute / time.Microsecond)}}
+	if err := apply(ctx, us, []*pending{p, p}); err != nil {
+		t.Fatal(err)
+	}
+	if n := us.ZCard(ctx, "k").Val(); n != 2 {
+		t.Errorf("after a duplicate batch the peer holds %d entries, want 2", n)
+	}
+	if s := us.ZScore(ctx, "k", "m1").Val(); s != float64(now) {
+		t.Errorf("m1's score %v, want %d", s, now)
+	}
+	r.Add(Entry{Key: "k", Member: "m1", Remove: true})
+	redistest.Eventually(t, "give-back applied", func() bool {
+		return us.ZCard(ctx, "k").Val() == 1 && ap.ZCard(ctx, "k").Val() == 1
+	})
+	for _, s := range r.Stats() {
+		if !s.Reachable || s.Queue != 0 || s.Lag != 0 {
+			t.Errorf("stats %+v, want reachable, empty", s)
+		}
+	}
+	r.Close()
+	if n := regionGoroutines(); n != 0 {
+		t.Errorf("%d goroutines left after Close", n)
+	}
+}
+
+// TestCutPeerHoldsOwnQueue checks that a peer that does not answer holds
+// back only its own queue, shows in the stats, bounds its queue, and that
+// Close gives up on it within about a second.
+func TestCutPeerHoldsOwnQueue(t *testing.T) {
+	ctx := context.Background()
+	_, local := redistest.Mini(t)
+	_, us := redistest.Mini(t)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 20 * time.Millisecond})
+	t.Cleanup(func() { dead.Close() })
+	local.ZAdd(ctx, "k:u", redis.Z{Score: 1, Member: "m1"})
+	r := New(Config{Local: local, Suffix: ":u", Peers: map[string]Client{"us": us, "ap": dead}, Queue: 3})
+	for i := range 5 {
+		if i == 3 {
+			// The live peer's queue holds 3 too: let it drain.
+			redistest.Eventually(t, "the live peer's first entries", func() bool { return us.ZCard(ctx, "k").Val() == 3 })
+		}
+		r.Add(Entry{Key: "k", Member: "m" + string(rune('1'+i)), Stamp: time.Now().UnixMicro(), Keep: 60_000_000})
+	}
+	redistest.Eventually(t, "the live peer has every entry", func() bool { return us.ZCard(ctx, "k").Val() == 5 })
+	redistest.Eventually(t, "the dead peer shows", func() bool {
+		s := r.Stats()
+		return s[0].Region == "ap" && !s[0].Reachable && s[0].Queue == 3 && s[0].Dropped == 2 && s[0].Lag > 0 &&
+			s[1].Reachable && s[1].Queue == 0
+	})
+	if n := local.ZCard(ctx, "k:u").Val(); n != 1 {
+		t.Errorf("unstable entries %d, want 1: not stable without every peer", n)
+	}
+	start := time.Now()
+	r.Close()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Close took %v with a dead peer, want about 1 s at most", d)
+	}
+	if n := regionGoroutines(); n != 0 {
+		t.Errorf("%d goroutines left after Close", n)
+	}
+}
