@@ -3,7 +3,6 @@ package faults
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 )
 
@@ -41,10 +40,10 @@ type RegionCut struct {
 // acknowledgement comes back after another, and a cut holds both until it
 // heals. A region whose Redis is down (RegionKill, RegionRestartEmpty)
 // admits nothing and neither sends nor receives; one restarted empty
-// forgets its own admissions and what it received, loses what its log had
-// not sent, and receives its peers' windows again. It checks the theorem's
-// bound at every millisecond, but in windows holding an admission its own
-// region forgot, which the theorem does not cover.
+// forgets its own admissions and what it received: what it admitted still
+// reaches its peers (the replication queues are in the processes), but no
+// peer sends again what it had received. It checks the theorem's bound at every
+// millisecond, but in windows holding an admission a region forgot.
 type RegionsSim struct {
 	Limit            int64
 	Window, Duration time.Duration
@@ -83,13 +82,12 @@ type RegionsResult struct {
 type simAdmission struct {
 	region   int
 	at       int64
-	recvAt   []int64 // per region; -1 until received; its own region's is at
+	recvAt   []int64 // per region; -1 until received or once forgotten; its own region's is at
 	acked    []bool  // per peer region
 	acks     int
 	stableAt int64 // -1 until stable
-	// forgotten: its region restarted empty since; lost: its region's log
-	// was lost before every peer received it.
-	forgotten, lost bool
+	// forgotten: a region that had it restarted empty since.
+	forgotten bool
 }
 
 type simEvent struct {
@@ -238,9 +236,6 @@ func (m *sim) deliver(t int64) {
 			}
 			continue
 		}
-		if e.a.lost {
-			continue
-		}
 		if e.a.recvAt[e.to] < 0 {
 			e.a.recvAt[e.to] = t
 		}
@@ -250,18 +245,14 @@ func (m *sim) deliver(t int64) {
 }
 
 // forget restarts region r's Redis empty at t: it forgets its own
-// admissions and loses those its log had not sent everywhere; it forgets
-// what it received, and its peers send their windows again.
+// admissions, which its process still sends to its peers, and what it
+// had received, which no peer sends again (the replication queues are in
+// the processes, and hold only what was not yet acknowledged).
 func (m *sim) forget(r int, t int64) {
 	for _, a := range m.all {
-		if a.region == r {
-			a.forgotten = true
-			a.lost = a.acks < len(m.Rates)-1 && slices.Contains(a.recvAt, -1)
-			continue
-		}
 		if a.recvAt[r] >= 0 {
 			a.recvAt[r] = -1
-			m.schedule(m.arrival(a.region, r, t, true), t, simEvent{a: a, to: r})
+			a.forgotten = true
 		}
 	}
 }
@@ -275,14 +266,12 @@ func (m *sim) request(r int, t int64) {
 	regions := len(m.Rates)
 	var v, u int64
 	for _, a := range m.all {
-		switch {
-		case a.region == r && !a.forgotten:
-			v++
-			if a.stableAt < 0 {
-				u++
-			}
-		case a.region != r && a.recvAt[r] >= 0:
-			v++
+		if a.recvAt[r] < 0 {
+			continue // not received, or forgotten
+		}
+		v++
+		if a.region == r && a.stableAt < 0 {
+			u++
 		}
 	}
 	if v+1 > m.Limit || !m.Naive && u+1 > RegionShare(r, regions, m.Limit-(v-u)) {

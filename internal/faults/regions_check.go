@@ -27,19 +27,20 @@ type RegionsCheck struct {
 // admissions' regions and times and the plan's faults alone. For the
 // window (t-W, t] ending at an admission, it is
 //
-//	L + F + Σ_r ⌈N_r / R⌉
+//	L + Σ_r F_r + Σ_r ⌈N_r / R⌉
 //
-// over the regions r that admitted in the window, t_r the last of them,
-// where N_r counts the window's admissions of r's peers that may not have
-// reached r at t_r, and F the window's admissions that their own region
-// forgot (made before its Redis restarted empty). An admission made at x
-// reaches a peer by x plus the lag bound (the links' most, or a spike's,
-// plus the batch interval and slack, the time a loaded machine adds);
-// one that a cut or a Redis down holds, by the lag bound after that ends;
-// and a region restarted empty at y receives its peers' windows by y plus
-// the lag bound. These are the theorem's terms made larger: the stable
-// admissions N_r counts are among these, and a region holding unstable
-// admissions at t is among those that admitted in the window.
+// F_r counts the window's admissions made before region r's Redis last
+// restarted empty (by t): r forgot them, its own and what it had
+// received, and no peer sends them again, so r may admit them once more,
+// as a single Redis that restarts empty does. N_r, for a region r with an
+// admission in the window that may still be unacknowledged at t (t_r its
+// last), counts the window's other admissions of r's peers that may be
+// stable at t (two least lags after they were made, or after a fault
+// holding either end then ends) and may not have reached r at t_r: a
+// message sent at x arrives by x plus the lag bound (the links' most, or
+// a spike's, plus the batch interval and slack, the time a loaded machine
+// adds), or by the lag bound after a cut or a Redis down holding it ends.
+// These are the theorem's terms made larger, never smaller.
 func (p RegionsPlan) CheckRegions(adm []RegionAdmission, slack time.Duration) RegionsCheck {
 	adm = slices.Clone(adm)
 	slices.SortStableFunc(adm, func(a, b RegionAdmission) int { return int(a.At - b.At) })
@@ -72,10 +73,9 @@ const never = time.Duration(1<<63 - 1)
 
 // admTimes are what the checker knows of one admission from the plan.
 type admTimes struct {
-	reach       []time.Duration // by region: the latest it reaches it
-	stableFrom  time.Duration   // the earliest it may be stable
-	stableBy    time.Duration   // the latest it is stable, never if lost
-	forgottenAt time.Duration   // when its own region forgot it, never if not
+	reach      []time.Duration // by region: the latest it reaches it
+	stableFrom time.Duration   // the earliest it may be stable
+	stableBy   time.Duration   // the latest it is stable
 }
 
 // timeline computes each admission's times.
@@ -83,22 +83,13 @@ func (p RegionsPlan) timeline(adm []RegionAdmission, slack time.Duration) []admT
 	regions := len(p.Rates)
 	tl := make([]admTimes, len(adm))
 	for i, a := range adm {
-		x := admTimes{reach: make([]time.Duration, regions), forgottenAt: never}
-		for _, f := range p.Faults {
-			if f.Kind == RegionRestartEmpty && f.Region == a.Region && a.At < f.At {
-				x.forgottenAt = min(x.forgottenAt, f.At)
-			}
-		}
+		x := admTimes{reach: make([]time.Duration, regions)}
 		for r := range regions {
 			if r == a.Region {
 				continue
 			}
 			x.reach[r] = p.reach(a, r, slack)
-			back := never
-			if x.reach[r] != never {
-				back = p.latest(r, a.Region, x.reach[r], slack)
-			}
-			x.stableBy = max(x.stableBy, back)
+			x.stableBy = max(x.stableBy, p.latest(r, a.Region, p.latest(a.Region, r, a.At, slack), slack))
 			x.stableFrom = max(x.stableFrom, p.earliest(r, a.Region, p.earliest(a.Region, r, a.At)))
 		}
 		tl[i] = x
@@ -114,28 +105,34 @@ func (p RegionsPlan) windowBound(adm []RegionAdmission, tl []admTimes, from, to 
 	busy := make([]bool, regions)
 	last := make([]time.Duration, regions)
 	for j := from; j <= to; j++ {
-		b, x := adm[j], tl[j]
-		last[b.Region] = b.At
-		switch {
-		case x.forgottenAt <= t:
-			bound++ // F
-		case x.stableBy > t:
-			busy[b.Region] = true
+		last[adm[j].Region] = adm[j].At
+		if tl[j].stableBy > t {
+			busy[adm[j].Region] = true
 		}
 	}
 	var terms []int64
-	for r := range busy {
-		if !busy[r] {
-			continue
+	for r := range regions {
+		// F: what region r forgot, its own and what it had received,
+		// when its Redis restarted empty.
+		forgot := time.Duration(-1)
+		for _, f := range p.Faults {
+			if f.Kind == RegionRestartEmpty && int64(f.Region) == r && f.At <= t {
+				forgot = max(forgot, f.At)
+			}
 		}
 		var n int64
 		for j := from; j <= to; j++ {
-			if adm[j].Region != r && tl[j].stableFrom <= t && tl[j].reach[r] > last[r] {
+			switch {
+			case adm[j].At < forgot:
+				bound++
+			case busy[r] && int64(adm[j].Region) != r && tl[j].stableFrom <= t && tl[j].reach[r] > last[r]:
 				n++
 			}
 		}
-		terms = append(terms, n)
-		bound += (n + regions - 1) / regions
+		if busy[r] {
+			terms = append(terms, n)
+			bound += (n + regions - 1) / regions
+		}
 	}
 	return bound, terms
 }
@@ -151,20 +148,15 @@ func (p RegionsPlan) lagBound(t, slack time.Duration) time.Duration {
 	return lag + p.Batch + slack
 }
 
-// reach is the latest admission a reaches region r: never when it is
-// lost with its region's log.
+// reach is the latest admission a reaches region r: never when r's Redis
+// may have received it and then restarted empty (no peer sends it again).
 func (p RegionsPlan) reach(a RegionAdmission, r int, slack time.Duration) time.Duration {
-	at := p.latest(a.Region, r, a.At, slack)
 	for _, f := range p.Faults {
-		switch {
-		case f.Kind == RegionRestartEmpty && f.Region == a.Region && a.At < f.At && at > f.At:
+		if f.Kind == RegionRestartEmpty && f.Region == r && a.At < f.At {
 			return never
-		case f.Kind == RegionRestartEmpty && f.Region == r && a.At < f.end():
-			// Its peers send their windows again.
-			at = max(at, f.end()+p.lagBound(f.end(), slack))
 		}
 	}
-	return at
+	return p.latest(a.Region, r, a.At, slack)
 }
 
 // latest is the latest a message from region from to region to, sent at
