@@ -95,7 +95,8 @@ var scriptConstants = map[string]int64{
 	"WEIGHT_MOVE": 64,
 	"WEIGHT_READ": 2*64 + 4, // 2 * WEIGHT_MOVE + 4
 	"CAL_BOUNDS":  4,
-	"CAL_MARGIN":  1000, // ms
+	"CAL_MARGIN":  1000,    // ms
+	"COUNT_MAX":   1 << 30, // above every count key's count, below every time (see mw_regions.lua)
 	"SECOND":      1_000_000,
 	"MINUS":       '-',
 	"DENIED":      scriptconst.StatusDenied,

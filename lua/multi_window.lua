@@ -429,7 +429,7 @@
 -- run sets: a Redis Function's library is loaded where only
 -- redis.register_function and redis.log exist (no string, math or
 -- redis.call), so nothing at the top level may call anything.
-local read_unstable -- first: captured once per EVAL (see Regions)
+local read_unstable, share_wait -- first: captured once per EVAL (see Regions)
 local run
 local conf_n, decs_n, reply_table, finish_op, decide_op, USEC_PAD, cal_fields, span_end, read_keys
 local span_start, add_member, admit_weighted, count_admitted, remember_op, key_memo, span_stop
@@ -457,7 +457,8 @@ local call
 -- ADMITTED or COLLISION. MINUS is the byte of '-', which starts a finish
 -- op's member and a marker's score. SECOND is one second in µs. SLOTS,
 -- CONF_MAX, MERGE_SCAN, WEIGHT_MOVE, WEIGHT_READ, CAL_BOUNDS and
--- CAL_MARGIN are described where they are used.
+-- CAL_MARGIN are described where they are used. COUNT_MAX, 2^30, lies
+-- above every count key's count and below every time (see Regions).
 
 -- USEC_PAD[#usec] is string.sub('00000', #usec), the zeros that pad
 -- TIME's microseconds (1 to 6 digits) to six: a lookup, not a call.

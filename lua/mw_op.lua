@@ -135,7 +135,7 @@ function read_keys(q, used_keys, nkeys, member, remember)
       elseif kind == 'U' then
         -- key_fits stays the count key's, before it (see Regions).
         local share_fits
-        q, share_fits = read_unstable(key, q, at, keys[used_keys + k - 1], key_state[at - 7])
+        q, share_fits = read_unstable(key, q, at, keys[used_keys + k - 1], key_state[at - 7], key_fits)
         fits = fits and share_fits
       else
         return nil, redis.error_reply('ERR slidelimit: unknown key kind ' .. kind)

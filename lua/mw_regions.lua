@@ -7,43 +7,55 @@
 
 -- read_unstable reads unstable key key, whose fields start at args[q],
 -- for count key ckey, the key just before it, whose fields start at
--- args[kq]: per window of ckey (period P, limit L) it counts U, this
--- region's unacknowledged entries, and V, every entry, and has room when
+-- args[kq] and which had room or not (key_fits): per window of ckey
+-- (period P, limit L) with V entries, of which U are in key (this
+-- region's unacknowledged entries), it has room when
 -- U + 1 <= floor((max(L - (V - U), 0) + r) / R), r being this region's
 -- index and R the number of regions. It replies left: 0 when every window
 -- has room, else the most time until an entry that holds a window back
 -- leaves it (at least 1). It sets key_state so that an admission adds
 -- the member here as in a count key, with ckey's bookkeeping.
-function read_unstable(key, q, at, ckey, kq)
+--
+-- What it costs. A key without room needs no check (the op is denied).
+-- Otherwise each window's V is in the reply already, as ckey's last
+-- windows: a window with room replies used, then oldest when used > 0,
+-- and oldest is a time (above 2^49), used a count (at most 2^30), so
+-- they are read from the reply's end. Since U <= V, a window with
+-- V <= floor((L - R + r) / R) has room whatever U is (R * V <= L - R + r
+-- gives L - V + U + r >= R * (U + 1)), so U is counted (ZCOUNT) only near
+-- the limit.
+function read_unstable(key, q, at, ckey, kq, key_fits)
   local r, regions = conf_num(args[q + 2]), conf_num(args[q + 3])
-  local left, fits, longest_used = 0, true, 0
-  for w = 1, conf_num(args[kq]) do
+  local nwin = conf_num(args[kq])
+  local left, fits, longest_used, j = 0, true, 0, n
+  for w = nwin, 1, -1 do
+    if not key_fits then
+      break
+    end
+    local v = reply[j]
+    if v > ${COUNT_MAX} then
+      v, j = reply[j - 1], j - 2
+    else
+      j = j - 1
+    end
     local period, limit = conf_num(args[kq + 2 * w]), conf_num(args[kq + 2 * w + 1])
-    local lo = fmt('%d', t - period + 1)
-    local u = call('ZCOUNT', key, lo, '+inf')
-    if w == 1 then
-      longest_used = u
-    end
-    local head = limit - call('ZCOUNT', ckey, lo, '+inf') + u
-    if head < 0 then
-      head = 0
-    end
-    if u + 1 > floor((head + r) / regions) then
-      -- The oldest unstable entry leaving (or, with none, the oldest
-      -- entry) makes room at the latest.
-      local from = key
-      if u == 0 then
-        from = ckey
+    if regions * v > limit - regions + r then
+      local lo = fmt('%d', t - period + 1)
+      local u = call('ZCOUNT', key, lo, '+inf')
+      if w == 1 then
+        longest_used = u
       end
-      local s = call('ZRANGEBYSCORE', from, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
-      local wait = 1
-      if s then
-        wait = (num(s) or sci(s)) + period - t
+      local head = limit - v + u
+      if head < 0 then
+        head = 0
       end
-      if wait > left then
-        left = wait
+      if u + 1 > floor((head + r) / regions) then
+        local wait = share_wait(key, ckey, u, lo, period)
+        if wait > left then
+          left = wait
+        end
+        fits = false
       end
-      fits = false
     end
   end
   local key_state = key_state_table
@@ -52,4 +64,20 @@ function read_unstable(key, q, at, ckey, kq)
   n = n + 1
   reply[n] = left
   return q + 4, fits
+end
+
+-- share_wait returns the time until the oldest of the window's u
+-- unstable entries (in key), or with none its oldest entry (in ckey),
+-- leaves the window of period starting at lo: room comes then at the
+-- latest (an acknowledgement mostly brings it sooner).
+function share_wait(key, ckey, u, lo, period)
+  local from = key
+  if u == 0 then
+    from = ckey
+  end
+  local s = call('ZRANGEBYSCORE', from, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
+  if not s then
+    return 1
+  end
+  return (num(s) or sci(s)) + period - t
 end

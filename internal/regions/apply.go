@@ -8,53 +8,89 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// applySrc adds a batch's entries of one key to a peer's count key:
-// KEYS[1] the key; ARGV[1] how long its entries must stay (µs); then
-// score, member pairs. ZADD of a member already there with its score
-// changes nothing, so a batch sent twice is applied once. Entries older
-// than the key's retention (the longer of ARGV[1] and the key's own 'r'
-// marker, see lua/multi_window.lua) are trimmed, as the key's own
+// applySrc applies a batch's entries to a peer's count keys, KEYS[1..m].
+// ARGV holds, per key in order: keep (how long its entries must stay, µs),
+// na and nr, then na score, member pairs to add and nr members to remove
+// (give-backs, after the admissions: a give-back follows its admission).
+// ZADD of a member already there with its score, and ZREM of one already
+// gone, change nothing, so a batch sent twice is applied once. Entries
+// older than the key's retention (the longer of keep and the key's own
+// 'r' marker, see lua/multi_window.lua) are trimmed, as the key's own
 // bookkeeping would, and the key's expiry is extended to cover them,
 // never shortened. It replies the number of members added.
 const applySrc = `
-local key, keep = KEYS[1], tonumber(ARGV[1])
-local added, newest = 0, 0
-for i = 2, #ARGV, 2 do
-  added = added + redis.call('ZADD', key, ARGV[i], ARGV[i + 1])
-  local s = tonumber(ARGV[i])
-  if s > newest then newest = s end
-end
-local r = redis.call('ZSCORE', key, 'r')
-if r and -tonumber(r) > keep then keep = -tonumber(r) end
-redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
-local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
-if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
-  redis.call('PEXPIRE', key, ttl, 'NX')
+local p, added = 1, 0
+for k = 1, #KEYS do
+  local key, keep, na, nr = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
+  p = p + 3
+  local newest = 0
+  for i = 1, na do
+    added = added + redis.call('ZADD', key, ARGV[p], ARGV[p + 1])
+    local s = tonumber(ARGV[p])
+    if s > newest then newest = s end
+    p = p + 2
+  end
+  for i = 1, nr do
+    redis.call('ZREM', key, ARGV[p])
+    p = p + 1
+  end
+  if na > 0 then
+    local r = redis.call('ZSCORE', key, 'r')
+    if r and -tonumber(r) > keep then keep = -tonumber(r) end
+    redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
+    local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
+    if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+      redis.call('PEXPIRE', key, ttl, 'NX')
+    end
+  end
 end
 return added
 `
 
-var applyScript = redis.NewScript(applySrc)
+// stableSrc removes acknowledged members from unstable keys, KEYS[1..m]:
+// ARGV holds, per key, a count n and n members.
+const stableSrc = `
+local p = 1
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[p])
+  for i = 1, n do
+    redis.call('ZREM', KEYS[k], ARGV[p + i])
+  end
+  p = p + n + 1
+end
+return 0
+`
+
+var (
+	applyScript  = redis.NewScript(applySrc)
+	stableScript = redis.NewScript(stableSrc)
+)
 
 // keyBatch is what one batch changes in one key.
 type keyBatch struct {
-	key     string
 	keep    int64
 	add     []any // score, member pairs
 	removed []any // members
 }
 
-// group groups entries by key, in the order keys first appear.
-func group(entries []*pending) []*keyBatch {
-	var out []*keyBatch
+// call is one script call: its keys and arguments.
+type call struct {
+	keys []string
+	args []any
+}
+
+// calls turns entries into the script calls of applySrc: their keys in
+// the order they first appear, grouped by hash tag when byTag.
+func calls(entries []*pending, byTag bool) []call {
+	var keys []string
 	at := map[string]*keyBatch{}
 	for _, p := range entries {
 		e := &p.Entry
 		b := at[e.Key]
 		if b == nil {
-			b = &keyBatch{key: e.Key}
+			b = &keyBatch{}
 			at[e.Key] = b
-			out = append(out, b)
+			keys = append(keys, e.Key)
 		}
 		if e.Remove {
 			b.removed = append(b.removed, e.Member)
@@ -63,35 +99,56 @@ func group(entries []*pending) []*keyBatch {
 		b.keep = max(b.keep, e.Keep)
 		b.add = append(b.add, strconv.FormatInt(e.Stamp, 10), e.Member)
 	}
+	var out []call
+	for _, group := range groupKeys(keys, byTag) {
+		var x call
+		for _, k := range group {
+			b := at[k]
+			x.keys = append(x.keys, k)
+			x.args = append(x.args, b.keep, len(b.add)/2, len(b.removed))
+			x.args = append(x.args, b.add...)
+			x.args = append(x.args, b.removed...)
+		}
+		out = append(out, x)
+	}
 	return out
 }
 
-// apply sends entries to a peer in one pipeline: a script call per key
-// with admissions, a ZREM per key with give-backs (after the admissions:
-// a give-back follows its admission). Cluster clients route each command
-// to its key's slot. A script the server lacks is sent again in full.
-func apply(ctx context.Context, c Client, entries []*pending) error {
-	batches := group(entries)
-	err := applyWith(ctx, c, batches, false)
+// hashTag returns the part of key Redis Cluster hashes: the text between
+// its first '{' and the next '}', when not empty, else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// byTag reports whether c's keys must be grouped by hash tag: any client
+// but a single server's may spread keys over servers.
+func byTag(c Client) bool {
+	_, single := c.(*redis.Client)
+	return !single
+}
+
+// run runs s's calls in one pipeline; a script the server lacks is sent
+// again in full.
+func run(ctx context.Context, c Client, s *redis.Script, cs []call) error {
+	err := runWith(ctx, c, s, cs, false)
 	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		err = applyWith(ctx, c, batches, true)
+		err = runWith(ctx, c, s, cs, true)
 	}
 	return err
 }
 
-func applyWith(ctx context.Context, c Client, batches []*keyBatch, full bool) error {
+func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full bool) error {
 	pipe := c.Pipeline()
-	for _, b := range batches {
-		if len(b.add) > 0 {
-			args := append([]any{b.keep}, b.add...)
-			if full {
-				pipe.Eval(ctx, applySrc, []string{b.key}, args...)
-			} else {
-				pipe.EvalSha(ctx, applyScript.Hash(), []string{b.key}, args...)
-			}
-		}
-		if len(b.removed) > 0 {
-			pipe.ZRem(ctx, b.key, b.removed...)
+	for _, x := range cs {
+		if full {
+			s.Eval(ctx, pipe, x.keys, x.args...)
+		} else {
+			s.EvalSha(ctx, pipe, x.keys, x.args...)
 		}
 	}
 	cmds, err := pipe.Exec(ctx)
@@ -106,22 +163,53 @@ func applyWith(ctx context.Context, c Client, batches []*keyBatch, full bool) er
 	return nil
 }
 
+// apply sends entries to a peer (see applySrc).
+func apply(ctx context.Context, c Client, entries []*pending) error {
+	return run(ctx, c, applyScript, calls(entries, byTag(c)))
+}
+
 // stabilize removes acknowledged admissions from the local unstable keys
-// (key + suffix), one ZREM per key, in one pipeline.
+// (key + suffix), in one script call per hash tag (see stableSrc).
 func stabilize(ctx context.Context, c Client, suffix string, entries []*pending) error {
-	at := map[string][]any{}
 	var keys []string
+	members := map[string][]any{}
 	for _, p := range entries {
 		k := p.Key + suffix
-		if _, ok := at[k]; !ok {
+		if _, ok := members[k]; !ok {
 			keys = append(keys, k)
 		}
-		at[k] = append(at[k], p.Member)
+		members[k] = append(members[k], p.Member)
 	}
-	pipe := c.Pipeline()
+	var out []call
+	for _, group := range groupKeys(keys, byTag(c)) {
+		var x call
+		for _, k := range group {
+			x.keys = append(x.keys, k)
+			x.args = append(x.args, len(members[k]))
+			x.args = append(x.args, members[k]...)
+		}
+		out = append(out, x)
+	}
+	return run(ctx, c, stableScript, out)
+}
+
+// groupKeys groups keys, in order, into the keys of script calls: one per
+// hash tag when byTag (a cluster's keys must share a slot), else one.
+func groupKeys(keys []string, byTag bool) [][]string {
+	if !byTag {
+		return [][]string{keys}
+	}
+	var out [][]string
+	at := map[string]int{}
 	for _, k := range keys {
-		pipe.ZRem(ctx, k, at[k]...)
+		tag := hashTag(k)
+		i, ok := at[tag]
+		if !ok {
+			i = len(out)
+			at[tag] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], k)
 	}
-	_, err := pipe.Exec(ctx)
-	return err
+	return out
 }
