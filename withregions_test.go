@@ -2,11 +2,13 @@ package slidelimit_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/middleware"
 )
 
 // TestWithRegionsMistakes checks that each mistake in Regions makes New
@@ -37,4 +39,30 @@ func TestWithRegionsMistakes(t *testing.T) {
 		t.Fatalf("valid regions: %v", err)
 	}
 	lim.Close()
+}
+
+// TestWithRegionsRefusesUnshared checks that under regions a group the
+// share rule does not cover (a grain, a calendar window) is a *ConfigError
+// unless it says regions:local, and that a plain group registers.
+func TestWithRegionsRefusesUnshared(t *testing.T) {
+	_, local := redistest.Mini(t)
+	_, peer := redistest.Mini(t)
+	lim, err := slidelimit.New(local, slidelimit.WithRegions(slidelimit.Regions{Local: "eu", Peers: map[string]engine.Client{"us": peer}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	for _, text := range []string{"ip:20000/d~15min", "ip:5/calendar day"} {
+		_, err := lim.Middleware(text, middleware.WithScope("a"))
+		var ce *slidelimit.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "regions:local") {
+			t.Errorf("%q under regions: %v, want a *ConfigError naming regions:local", text, err)
+		}
+		if _, err := lim.Middleware(text+"; regions:local", middleware.WithScope("b")); err != nil {
+			t.Errorf("%q with regions:local: %v", text, err)
+		}
+	}
+	if _, err := lim.Middleware("ip:10/min", middleware.WithScope("c")); err != nil {
+		t.Errorf("a plain group under regions: %v", err)
+	}
 }

@@ -179,9 +179,8 @@
 // The statement regions:local keeps a group's counts in the region that
 // decides, for a rule whose regions share their limits
 // (docs/regions.md); Group.Regional holds it. Without it a group is
-// shared, so regions:global is not written. No rule shares limits
-// across regions yet: the statement is accepted, printed back, and
-// changes no decision.
+// shared, so regions:global is not written. Without regions
+// (slidelimit.WithRegions) the statement changes no decision.
 //
 // # Scope, count, mode, fail, block, calendar, distinct, regions
 //
