@@ -288,6 +288,7 @@ func latency(c config, w *world) error {
 	var times [2][]time.Duration
 	var count [2]int
 	var seq atomic.Int64
+	bytes0 := w.linkBytes() // only the limiters with regions use the links
 	for slice := 0; time.Duration(slice)*time.Second < c.latency; slice++ {
 		mode := slice % 2
 		end := time.Now().Add(time.Second)
@@ -308,6 +309,8 @@ func latency(c config, w *world) error {
 		}
 		wg.Wait()
 	}
+	time.Sleep(time.Second) // replication of the last admissions
+	linkBytes := w.linkBytes() - bytes0
 	fmt.Printf("\ndecision time of one region's route, %d workers, %v in alternating 1 s slices:\n\n", c.workers, c.latency)
 	fmt.Println("| limiter | p50 | p99 | decisions/s |")
 	fmt.Println("|---|---|---|---|")
@@ -321,5 +324,8 @@ func latency(c config, w *world) error {
 		fmt.Printf("| %s | %v | %v | %.0f |\n", name, t[len(t)/2].Round(time.Microsecond),
 			t[len(t)*99/100].Round(time.Microsecond), float64(count[i])/secs)
 	}
+	// Every request of this run is admitted (a new user each time).
+	fmt.Printf("\nreplication at that rate, batched: %.0f bytes per admission on the links, both ways\n",
+		float64(linkBytes)/float64(max(count[1], 1)))
 	return nil
 }
