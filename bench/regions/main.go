@@ -21,6 +21,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/http"
@@ -209,7 +210,7 @@ func run(c config) error {
 	}()
 	fmt.Printf("3 regions, %v each way, user limited to %d per %v, %.0f requests/s in all, %v per run\n\n",
 		c.delay, c.limit, c.window, c.rate, c.duration)
-	fmt.Println("| traffic | admitted | most in any window | share of the limit used | replication bytes per admission |")
+	fmt.Println("| traffic | admitted | most in any window, by Redis's stamps | share of the limit used | replication bytes per admission |")
 	fmt.Println("|---|---|---|---|---|")
 	for i, tc := range []struct {
 		name   string
@@ -230,6 +231,10 @@ func run(c config) error {
 // and prints a row.
 func traffic(c config, w *world, routes []http.Handler, user, name string, shares []float64, cut bool) {
 	start, bytes0 := time.Now(), w.linkBytes()
+	stamps := map[string]int64{}
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() { defer close(polled); w.poll(user, stamps, stop) }()
 	var mu sync.Mutex
 	var at []time.Duration
 	var wg sync.WaitGroup
@@ -254,18 +259,60 @@ func traffic(c config, w *world, routes []http.Handler, user, name string, share
 	}
 	wg.Wait()
 	time.Sleep(time.Second) // replication of the last admissions
-	slices.Sort(at)
+	close(stop)
+	<-polled
+	var redisAt []time.Duration
+	for _, us := range stamps {
+		redisAt = append(redisAt, time.Duration(us)*time.Microsecond)
+	}
+	windows := int((c.duration + c.window - 1) / c.window)
+	bytes := float64(w.linkBytes()-bytes0) / float64(max(len(at), 1))
+	fmt.Printf("| %s | %d (%d in Redis) | %d (%d by the clients' clock) | %.1f%% | %.0f |\n", name, len(at), len(stamps),
+		mostIn(redisAt, c.window), mostIn(at, c.window), 100*float64(len(at))/float64(c.limit*windows), bytes)
+}
+
+// mostIn is the most of ts in any window of w.
+func mostIn(ts []time.Duration, w time.Duration) int {
+	slices.Sort(ts)
 	most, from := 0, 0
-	for i := range at {
-		for at[i]-at[from] >= c.window {
+	for i := range ts {
+		for ts[i]-ts[from] >= w {
 			from++
 		}
 		most = max(most, i+1-from)
 	}
-	windows := int((c.duration + c.window - 1) / c.window)
-	bytes := float64(w.linkBytes()-bytes0) / float64(max(len(at), 1))
-	fmt.Printf("| %s | %d | %d | %.1f%% | %.0f |\n", name, len(at), most,
-		100*float64(len(at))/float64(c.limit*windows), bytes)
+	return most
+}
+
+// poll reads the user's entries (member → Redis stamp, µs) from every
+// region's Redis every 500 ms until stop, and once more: an entry stays
+// in a count key for its window, so none is missed.
+func (w *world) poll(user string, stamps map[string]int64, stop <-chan struct{}) {
+	ctx := context.Background()
+	read := func() {
+		for _, s := range w.servers {
+			c := redis.NewClient(&redis.Options{Addr: s.addr})
+			keys, _ := c.Keys(ctx, "regions:*"+user+"}").Result()
+			for _, k := range keys {
+				zs, _ := c.ZRangeWithScores(ctx, k, 0, -1).Result()
+				for _, z := range zs {
+					if m, ok := z.Member.(string); ok && z.Score > 0 {
+						stamps[m] = int64(z.Score)
+					}
+				}
+			}
+			c.Close()
+		}
+	}
+	for {
+		select {
+		case <-stop:
+			read()
+			return
+		case <-time.After(500 * time.Millisecond):
+			read()
+		}
+	}
 }
 
 // latency measures the decision time and throughput of region eu's route
