@@ -63,6 +63,11 @@ func (e *Engine) FinishAsync(d Decision, o Outcome) {
 		return
 	}
 	e.unhold(t, c.fin)
+	if o.GiveBack && e.rep != nil {
+		// Queued for the peers now: a removal that arrives before the
+		// local one makes a peer count less a moment early, never more.
+		e.replicateGiveBack(c.fin)
+	}
 	c.pub, c.op = e.chanName, op
 	e.route(c)
 	if needsDown(c) {

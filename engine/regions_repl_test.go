@@ -38,21 +38,24 @@ func threeRegions(t *testing.T) (*redistest.Regions, []*Engine, []*redis.Client)
 // TestRegionsReplicate checks replication between three redis-servers:
 // admissions reach every peer and leave the unstable key once both have
 // acknowledged them; a region cut off keeps its admissions unstable and is
-// held to its share; healing delivers them and stabilizes them; a
-// give-back reaches the peers; Close leaves no replication goroutine.
+// held to its share; healing delivers them and stabilizes them; give-backs
+// (Finish and FinishAsync) reach the peers; Close leaves no replication goroutine.
 func TestRegionsReplicate(t *testing.T) {
 	ctx := context.Background()
 	rs, engines, locals := threeRegions(t)
 	req := One("s", rules.User, "u1", win(30, time.Minute))
 	key := string(engines[0].keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false))
-	var first Decision
+	var first, second Decision
 	for i := range 3 {
 		d, err := engines[0].Allow(ctx, req)
 		if err != nil || !d.Allowed {
 			t.Fatalf("request %d: %v, %v", i, d.Allowed, err)
 		}
-		if i == 0 {
+		switch i {
+		case 0:
 			first = d
+		case 1:
+			second = d
 		}
 	}
 	redistest.Eventually(t, "3 entries in every region, none unstable", func() bool {
@@ -96,6 +99,11 @@ func TestRegionsReplicate(t *testing.T) {
 	redistest.Eventually(t, "the give-back in every region", func() bool {
 		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 11 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 11
 	})
+	engines[0].FinishAsync(second, Outcome{GiveBack: true})
+	redistest.Eventually(t, "the asynchronous give-back in every region", func() bool {
+		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 10 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 10 &&
+			locals[0].ZCount(ctx, key, "0", "+inf").Val() == 10
+	})
 
 	for _, e := range engines {
 		e.Close()
@@ -116,4 +124,52 @@ func replicationGoroutines() int {
 		}
 	}
 	return n
+}
+
+// TestRegionsPartitionSumsToLimit checks the partition bound: with every
+// region cut off from the others, each admits its share of a fresh
+// subject's limit, ⌊(L + r) / R⌋, and the shares sum to exactly L, never
+// R × L; after healing, every region holds all L entries and admits no
+// more.
+func TestRegionsPartitionSumsToLimit(t *testing.T) {
+	ctx := context.Background()
+	rs, engines, locals := threeRegions(t)
+	for i := range engines {
+		rs.Cut(i)
+	}
+	const limit = 31
+	req := One("s", rules.User, "fresh", win(limit, time.Minute))
+	total := 0
+	for i, e := range engines {
+		n := 0
+		for range limit {
+			if d, _ := e.Allow(ctx, req); d.Allowed {
+				n++
+			}
+		}
+		if want := (limit + i) / 3; n != want {
+			t.Errorf("region %d admitted %d cut off, want its share %d", i, n, want)
+		}
+		total += n
+	}
+	if total != limit {
+		t.Fatalf("cut off, the regions admitted %d together, want %d", total, limit)
+	}
+	for i := range engines {
+		rs.Heal(i)
+	}
+	key := string(engines[0].keyer.AppendKeyOf(nil, "s", rules.User, "", "", "fresh", false))
+	redistest.Eventually(t, "healed: every entry in every region", func() bool {
+		for _, c := range locals {
+			if c.ZCount(ctx, key, "0", "+inf").Val() != limit || c.ZCount(ctx, key+":u", "0", "+inf").Val() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, e := range engines {
+		if d, _ := e.Allow(ctx, req); d.Allowed {
+			t.Errorf("region %d admitted beyond the limit after healing", i)
+		}
+	}
 }

@@ -136,6 +136,7 @@ func (r *Registry) request(scope, ruleID string, subjectOf func(rules.Kind, *ent
 	}
 	req := engine.Request{Scope: scope}
 	var block time.Duration // the longest block of the groups with the rule
+	shared := false         // a group with the rule is shared across regions
 	for _, g := range inScope {
 		var subject string
 		for _, ls := range lifecycle.Lists(&g.group) {
@@ -152,6 +153,7 @@ func (r *Registry) request(scope, ruleID string, subjectOf func(rules.Kind, *ent
 				}
 				req.Checks = addWindows(req.Checks, id, subject, lim.Windows)
 				block = max(block, g.group.Block)
+				shared = shared || !g.group.Regional
 				if loc, err := ruletime.LoadZone(g.group.Calendar); err == nil && hasCalendar(g.group) {
 					req.Zone = loc // scopes that share calendar windows share a zone
 				}
@@ -161,6 +163,8 @@ func (r *Registry) request(scope, ruleID string, subjectOf func(rules.Kind, *ent
 	if len(req.Checks) == 0 {
 		return engine.Request{}, fmt.Errorf("%w %q in scope %q", ErrUnknownRule, ruleID, scope)
 	}
+	// Peek decides as the groups do: regional when none is shared.
+	req.Regional = !shared
 	for i := range req.Checks {
 		// Peek reads the subject's block (a Peek never starts one).
 		req.Checks[i].Block = block
