@@ -105,6 +105,7 @@ type sim struct {
 	all                []*simAdmission // in the window, in order of at
 	last               []int64         // each region's last admission
 	forgetAt           map[int64][]int // regions restarted empty at a millisecond
+	block              [][]span        // per region, when it is cut off or down
 	res                RegionsResult
 }
 
@@ -119,7 +120,7 @@ func (s RegionsSim) Run() (RegionsResult, error) {
 	}
 	m := &sim{RegionsSim: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x9e3779b97f4a7c15)),
 		end: msOf(s.Duration), window: msOf(s.Window), batch: msOf(s.Batch),
-		last: make([]int64, regions), forgetAt: map[int64][]int{}}
+		last: make([]int64, regions), forgetAt: map[int64][]int{}, block: s.blocks()}
 	m.events = make([][]simEvent, m.end+1)
 	for i := range m.last {
 		m.last[i] = -1
@@ -149,21 +150,21 @@ func (s RegionsSim) Run() (RegionsResult, error) {
 	return m.res, nil
 }
 
-// blocked reports whether region r can neither send nor receive at t (cut
-// off, or its Redis down), and if so when that ends.
-func (m *sim) blocked(r int, t int64) (bool, int64) {
-	until := int64(-1)
-	for _, c := range m.Cuts {
-		if c.Region == r && msOf(c.From) <= t && t < msOf(c.To) {
-			until = max(until, msOf(c.To))
+// span is a time a region can neither send nor receive: [from, to) ms.
+type span struct{ from, to int64 }
+
+// blocks returns, per region, the spans it is cut off or its Redis down.
+func (s RegionsSim) blocks() [][]span {
+	out := make([][]span, len(s.Rates))
+	for _, c := range s.Cuts {
+		out[c.Region] = append(out[c.Region], span{msOf(c.From), msOf(c.To)})
+	}
+	for _, f := range s.Faults {
+		if f.Kind != RegionLagSpike {
+			out[f.Region] = append(out[f.Region], span{msOf(f.At), msOf(f.end())})
 		}
 	}
-	for _, f := range m.Faults {
-		if f.Kind != RegionLagSpike && f.Region == r && msOf(f.At) <= t && t < msOf(f.end()) {
-			until = max(until, msOf(f.end()))
-		}
-	}
-	return until >= 0, until
+	return out
 }
 
 // down reports whether region r's Redis is down at t.
@@ -199,18 +200,26 @@ func (m *sim) arrival(a, b int, t int64, batched bool) int64 {
 			t += m.batch - t%m.batch
 		}
 		lag := m.lag(t)
-		healed := int64(-1)
-		for x := t; x <= t+lag && healed < 0; x++ {
-			for _, r := range []int{a, b} {
-				if cut, to := m.blocked(r, x); cut {
-					healed = max(healed, to)
+		// The first moment of the trip when either end is blocked, and
+		// when every block in force then ends.
+		first := int64(-1)
+		for _, r := range []int{a, b} {
+			for _, sp := range m.block[r] {
+				if sp.from <= t+lag && sp.to > t && (first < 0 || max(sp.from, t) < first) {
+					first = max(sp.from, t)
 				}
 			}
 		}
-		if healed < 0 {
+		if first < 0 {
 			return t + lag
 		}
-		t = healed
+		for _, r := range []int{a, b} {
+			for _, sp := range m.block[r] {
+				if sp.from <= first && first < sp.to {
+					t = max(t, sp.to)
+				}
+			}
+		}
 	}
 }
 
