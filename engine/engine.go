@@ -269,8 +269,8 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	if c.plan.Slots > 0 && d.admitted != nil {
 		e.hold(d.admitted)
 	}
-	if c.plan.NUnstable > 0 && d.admitted != nil {
-		e.replicate(c)
+	if c.plan.NUnstable > 0 {
+		e.shared(c, &d)
 	}
 	if c.warn != nil {
 		return d, c.warn

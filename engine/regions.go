@@ -27,6 +27,12 @@ type regionsConfig struct {
 // New takes). Every region must run the same set of names. The engine does
 // not own the peers' clients: Close leaves them open.
 //
+// A Request that is not Regional then may count only sliding windows
+// without a cost or grain (and in-flight windows, which stay local): a
+// cost, a grain, a calendar window or a distinct value make it invalid.
+// A denial by the share alone has no Denied window and a RetryAfter of at
+// most 250 ms. Close sends what is queued for at most about a second.
+//
 // An empty local, an empty peer name, local among peers or a nil peer
 // client make New fail with an error matching ErrInvalid.
 func WithRegions(local string, peers map[string]Client) Option {
@@ -113,6 +119,7 @@ func (e *Engine) startRegions(cfg *regionsConfig) {
 	}
 	r, n := regions.Index(cfg.local, names)
 	e.share = plan.Share{Index: r, Regions: n}
+	regions.CheckSet(e.client, e.keyer.Prefix()+regions.SetKey, regions.SetHash(cfg.local, names), min(e.timeout, time.Second), e.log)
 	e.rep = regions.New(regions.Config{Local: e.client, Suffix: plan.UnstableSuffix, Peers: peers, Log: e.log})
 }
 
@@ -129,6 +136,21 @@ func (e *Engine) shareKeys(c *call, req *Request) error {
 		return err
 	}
 	return nil
+}
+
+// shared completes the decision d of c, whose plan has unstable keys:
+// an admission goes to the replicator; a denial by the share rule alone
+// (no window full) waits for the share's room. That wait stays out of
+// c's windows, so the cache of denials, which knows full windows, does
+// not hold it: the next request asks Redis.
+func (e *Engine) shared(c *call, d *Decision) {
+	if d.admitted != nil {
+		e.replicate(c)
+		return
+	}
+	if !d.Allowed && c.plan.ShareLeft > 0 {
+		d.RetryAfter = max(d.RetryAfter, time.Duration(c.plan.ShareLeft)*time.Microsecond)
+	}
 }
 
 // replicate hands what c's admission counted in shared keys to the

@@ -217,6 +217,9 @@
 -- bookkeeping: retention, trims, expiry); the engine removes it (ZREM)
 -- once every peer has the entry, and writes peers' entries to their own
 -- count keys (ZADD, never here). A denial by the share starts no block.
+-- prefix{regions}:set (not this script's) holds a hash of the region
+-- set each process of the region runs, for 24 h (internal/regions,
+-- CheckSet), which logs processes that disagree.
 --
 -- Blocks. A block key holds the time its block ends (t + block, %d) and
 -- expires with it (PX, block rounded up to ms; the value, not the expiry,

@@ -202,54 +202,14 @@ var zones = []string{"", "Asia/Kolkata", "America/New_York", "Pacific/Chatham"}
 func Generate(seed uint64, caps Caps) Scenario {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	p := Scenario{Seed: seed, Engines: 2 + r.IntN(2), Subjects: 1 + r.IntN(3)}
-	// One to three windows of distinct periods, longer ones with limits at
-	// least as large (a longer window with a smaller limit makes the
-	// shorter one moot, which is legal but tests less).
-	switch x := r.IntN(10); {
-	case x < 2:
-		p.Mode = "cost"
-	case x < 4:
-		p.Mode = "distinct"
-	case x < 6:
-		p.Mode = "concurrent"
-	}
-	scale := int64(1)
-	if p.Mode == "cost" {
-		scale = 10
-	}
-	n := 1 + r.IntN(3)
-	perm := r.Perm(len(periods))[:n]
-	limit := int64(0)
-	slices.Sort(perm)
-	for _, i := range perm {
-		limit += (1 + r.Int64N(4)) * scale
-		p.Windows = append(p.Windows, Window{Limit: limit, Period: periods[i]})
-	}
-	// A calendar day in a third of the groups that may have one (not with
-	// distinct:, docs/rules.md): its limit from below the shortest
-	// window's (a cost's at least its: a cost may be as large) to above
-	// the longest's, so that either may bind.
-	// Its draws come from a stream of their own: the scenarios without one
-	// stay the scenarios those seeds gave before calendars were generated.
+	limit, scale := genWindows(r, &p)
+	sliding := len(p.Windows)
+	// Calendars and blocks draw from streams of their own: the scenarios
+	// without one stay the scenarios those seeds gave before they were
+	// generated.
 	rc := rand.New(rand.NewPCG(seed, 0xca1))
-	calendar := p.Mode != "distinct" && rc.IntN(3) == 0
-	if calendar {
-		low := int64(1)
-		if p.Mode == "cost" {
-			low = p.Windows[0].Limit
-		}
-		p.Windows = append(p.Windows, Window{Limit: low + rc.Int64N(limit+2*scale-low+1), Calendar: "day"})
-		p.Zone = zones[rc.IntN(len(zones))]
-	}
-	// A block in a third of the groups without an in-flight window (its
-	// denials start none) or a calendar one, from a stream of its own too.
-	// A block key expires by Redis's own clock (PX) while the script reads
-	// the test clock: a block must outlast a history's real run, or Redis
-	// would forget it early.
-	rb := rand.New(rand.NewPCG(seed, 0xb10c))
-	if p.Mode != "concurrent" && !calendar && rb.IntN(3) == 0 {
-		p.Block = []time.Duration{20 * time.Second, 45 * time.Second, 90 * time.Second}[rb.IntN(3)]
-	}
+	calendar := genCalendar(rc, &p, limit, scale)
+	genBlock(rand.New(rand.NewPCG(seed, 0xb10c)), &p, calendar)
 	if p.Mode == "concurrent" {
 		p.Windows = append(p.Windows, Window{Limit: 1 + r.Int64N(3), Concurrent: true})
 	}
@@ -261,29 +221,88 @@ func Generate(seed uint64, caps Caps) Scenario {
 	default:
 		p.Fail = "open"
 	}
+	p.Steps = genSteps(r, p, caps, sliding)
+	if calendar {
+		p.Start = calendarStart(rc, p)
+	}
+	vary(&p, seed)
+	return p
+}
+
+// genWindows draws p's mode and one to three sliding windows of distinct
+// periods, longer ones with limits at least as large (a longer window with
+// a smaller limit makes the shorter one moot, which is legal but tests
+// less). It returns the longest window's limit and the unit of limits (10
+// for costs).
+func genWindows(r *rand.Rand, p *Scenario) (limit, scale int64) {
+	switch x := r.IntN(10); {
+	case x < 2:
+		p.Mode = "cost"
+	case x < 4:
+		p.Mode = "distinct"
+	case x < 6:
+		p.Mode = "concurrent"
+	}
+	scale = 1
+	if p.Mode == "cost" {
+		scale = 10
+	}
+	n := 1 + r.IntN(3)
+	perm := r.Perm(len(periods))[:n]
+	slices.Sort(perm)
+	for _, i := range perm {
+		limit += (1 + r.Int64N(4)) * scale
+		p.Windows = append(p.Windows, Window{Limit: limit, Period: periods[i]})
+	}
+	return limit, scale
+}
+
+// genCalendar adds a calendar day to a third of the groups that may have
+// one (not with distinct:, docs/rules.md): its limit from below the
+// shortest window's (a cost's at least its: a cost may be as large) to
+// above the longest's, so that either may bind. It reports whether it
+// added one.
+func genCalendar(rc *rand.Rand, p *Scenario, limit, scale int64) bool {
+	if p.Mode == "distinct" || rc.IntN(3) != 0 {
+		return false
+	}
+	low := int64(1)
+	if p.Mode == "cost" {
+		low = p.Windows[0].Limit
+	}
+	p.Windows = append(p.Windows, Window{Limit: low + rc.Int64N(limit+2*scale-low+1), Calendar: "day"})
+	p.Zone = zones[rc.IntN(len(zones))]
+	return true
+}
+
+// genBlock adds a block to a third of the groups without an in-flight
+// window (its denials start none) or a calendar one. A block key expires
+// by Redis's own clock (PX) while the script reads the test clock: a block
+// must outlast a history's real run, or Redis would forget it early.
+func genBlock(rb *rand.Rand, p *Scenario, calendar bool) {
+	if p.Mode != "concurrent" && !calendar && rb.IntN(3) == 0 {
+		p.Block = []time.Duration{20 * time.Second, 45 * time.Second, 90 * time.Second}[rb.IntN(3)]
+	}
+}
+
+// genSteps draws 30 to 79 steps for p: requests, clock advances (mostly
+// within the shortest window, sometimes past the longest of its sliding
+// windows), settlements, releases, give-backs, restarts and node faults
+// within caps.
+func genSteps(r *rand.Rand, p Scenario, caps Caps, sliding int) []Step {
 	shortest := p.Windows[0].Period
-	steps := 30 + r.IntN(50)
+	steps := make([]Step, 0, 80)
 	down := make([]bool, max(caps.Nodes, 1))
-	for range steps {
+	for range 30 + r.IntN(50) {
 		var s Step
 		switch x := r.IntN(100); {
 		case x < 50:
 			s.Kind = Requests
-			for range 1 + r.IntN(4) {
-				q := Req{Engine: r.IntN(p.Engines), Subject: r.IntN(p.Subjects)}
-				switch p.Mode {
-				case "cost":
-					q.Cost = 1 + r.Int64N(p.Windows[0].Limit)
-				case "distinct":
-					q.Value = r.IntN(5)
-				}
-				s.Reqs = append(s.Reqs, q)
-			}
+			s.Reqs = genReqs(r, p)
 		case x < 72:
 			s.Kind = Advance
-			// Mostly within the shortest window, sometimes past the longest.
 			if r.IntN(8) == 0 {
-				s.D = p.Windows[n-1].Period // the longest sliding window
+				s.D = p.Windows[sliding-1].Period
 			} else {
 				s.D = time.Duration(r.Int64N(int64(shortest/time.Millisecond))+1) * time.Millisecond
 			}
@@ -301,42 +320,67 @@ func Generate(seed uint64, caps Caps) Scenario {
 			s.Kind = RestartEngine
 			s.Engine = r.IntN(p.Engines)
 		default:
-			s.Node = r.IntN(len(down))
-			switch {
-			case down[s.Node] && caps.Persist && r.IntN(2) == 0:
-				s.Kind = Restart
-			case down[s.Node]:
-				s.Kind = RestartEmpty
-			case caps.Sleep && r.IntN(4) == 0:
-				s.Kind, s.D = Sleep, 400*time.Millisecond
-			case caps.Evict && r.IntN(4) == 0:
-				s.Kind = Evict
-			default:
-				s.Kind = Kill
-			}
-			down[s.Node] = s.Kind == Kill
+			s = genFault(r, caps, down)
 		}
-		p.Steps = append(p.Steps, s)
+		steps = append(steps, s)
 	}
-	if calendar {
-		// Start before the first local midnight after Origin by at most
-		// the steps' clock time, so that a new day starts among them.
-		zone, err := time.LoadLocation(p.Zone)
-		if err != nil {
-			zone = time.UTC // the harness fails on the zone itself
+	return steps
+}
+
+// genReqs draws one to four requests of p's engines and subjects.
+func genReqs(r *rand.Rand, p Scenario) []Req {
+	var reqs []Req
+	for range 1 + r.IntN(4) {
+		q := Req{Engine: r.IntN(p.Engines), Subject: r.IntN(p.Subjects)}
+		switch p.Mode {
+		case "cost":
+			q.Cost = 1 + r.Int64N(p.Windows[0].Limit)
+		case "distinct":
+			q.Value = r.IntN(5)
 		}
-		var total time.Duration
-		for _, s := range p.Steps {
-			if s.Kind == Advance {
-				total += s.D
-			}
-		}
-		midnight := time.Date(Origin.Year(), Origin.Month(), Origin.Day(), 0, 0, 0, 0, zone)
-		for !midnight.After(Origin) {
-			midnight = midnight.AddDate(0, 0, 1)
-		}
-		p.Start = midnight.Sub(Origin) - time.Duration(rc.Int64N(int64(total)+1))
+		reqs = append(reqs, q)
 	}
-	vary(&p, seed)
-	return p
+	return reqs
+}
+
+// genFault draws a node fault within caps: a node that is down comes back
+// (with its data when caps.Persist allows, else empty); one that is up is
+// killed, put to sleep or made to evict. down tracks the nodes killed.
+func genFault(r *rand.Rand, caps Caps, down []bool) Step {
+	s := Step{Node: r.IntN(len(down))}
+	switch {
+	case down[s.Node] && caps.Persist && r.IntN(2) == 0:
+		s.Kind = Restart
+	case down[s.Node]:
+		s.Kind = RestartEmpty
+	case caps.Sleep && r.IntN(4) == 0:
+		s.Kind, s.D = Sleep, 400*time.Millisecond
+	case caps.Evict && r.IntN(4) == 0:
+		s.Kind = Evict
+	default:
+		s.Kind = Kill
+	}
+	down[s.Node] = s.Kind == Kill
+	return s
+}
+
+// calendarStart places a scenario with a calendar window before the first
+// local midnight after Origin by at most the steps' clock time, so that a
+// new day starts among them.
+func calendarStart(rc *rand.Rand, p Scenario) time.Duration {
+	zone, err := time.LoadLocation(p.Zone)
+	if err != nil {
+		zone = time.UTC // the harness fails on the zone itself
+	}
+	var total time.Duration
+	for _, s := range p.Steps {
+		if s.Kind == Advance {
+			total += s.D
+		}
+	}
+	midnight := time.Date(Origin.Year(), Origin.Month(), Origin.Day(), 0, 0, 0, 0, zone)
+	for !midnight.After(Origin) {
+		midnight = midnight.AddDate(0, 0, 1)
+	}
+	return midnight.Sub(Origin) - time.Duration(rc.Int64N(int64(total)+1))
 }

@@ -346,7 +346,6 @@ func weights(h History, ds []Decision) []int64 {
 // fallback when its episode's are at most its limit less what Redis held.
 func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool) {
 	w := h.Windows[wi]
-	lim := func(d Decision) int64 { return h.limitOf(d, wi) }
 	var ends []time.Duration
 	for _, d := range ds {
 		ends = append(ends, d.At, d.At+w.Period)
@@ -357,146 +356,200 @@ func checkWindow(h History, ds []Decision, ws []int64, wi int) (Violation, bool)
 	slices.Sort(ends)
 	ends = slices.Compact(ends)
 	for _, t := range ends {
-		// A calendar window's span is its period up to t: its count only
-		// grows within a period, so the decisions' times are ends enough.
-		from := t - w.Period
-		in := func(at time.Duration) bool { return at > t-w.Period && at <= t }
-		if w.Calendar != "" {
-			from = h.periodOf(t)
-			in = func(at time.Duration) bool { return at <= t && h.periodOf(at) == from }
-		}
-		// With Distinct, a window holds each value once, whatever the
-		// number of its counts inside it: a value counted again (older
-		// than the shortest window) is still one value in a longer one.
-		once := func(seen map[string]bool, d Decision) bool {
-			if !h.Distinct || d.Source != Redis {
-				return true
-			}
-			k := fmt.Sprint(epochOf(h, d.Step), "/", d.Value)
-			if seen[k] {
-				return false
-			}
-			seen[k] = true
-			return true
-		}
-		var count int64
-		floor := int64(1<<63 - 1) // the smallest limit of the span's admissions
-		seen := map[string]bool{}
-		for i, d := range ds {
-			if in(d.At) && ws[i] > 0 && once(seen, d) {
-				count += ws[i]
-				floor = min(floor, lim(d))
-			}
-		}
+		sp := newSpan(h, ds, ws, wi, t)
+		count, floor := sp.count()
 		if count <= floor {
 			continue // every bound is at least the smallest L
 		}
-		v := Violation{Window: w, From: from, To: t, Count: count}
-		// Redis: at most L per epoch between losses.
-		var epoch int64
-		epochs := int64(1)
-		var credits, last int64 // calendar credits: of the epochs before, of this one
-		prev := -1              // the step of the span's previous Redis admission
-		var most int64          // the largest limit of the span's Redis admissions
-		seen = map[string]bool{}
-		rlim := func(d Decision) int64 { return valueLimit(h, ds, d, lim) }
-		for _, i := range redisOrder(ds, rlim) {
-			d := ds[i]
-			if ws[i] == 0 || d.Source != Redis || !in(d.At) || !once(seen, d) {
-				continue
-			}
-			if prev >= 0 && lostBetween(h, prev, d.Step) {
-				epoch = 0
-				epochs++
-				credits += last
-				last = 0
-			}
-			prev = d.Step
-			last = max(last, credit(h, ds, w, d))
-			most = max(most, rlim(d))
-			bound := rlim(d) + last
-			if epoch += ws[i]; epoch > bound && !heldValue(h, ds, ws, i, w) {
-				v.Bound = bound
-				v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
-				if rlim(d) != w.Limit {
-					v.Detail += fmt.Sprintf(", the last (step %d, proc %d) checked against a limit of %d", d.Step, d.Proc, rlim(d))
-				}
-				return v, false
-			}
+		v := Violation{Window: w, From: sp.from, To: t, Count: count}
+		r, ok := sp.checkRedis(&v)
+		if !ok {
+			return v, false
 		}
-		// The local admissions in the span, by episode: the Redis answer
-		// each process last had about the subject before deciding locally.
-		type episode struct{ used, allowed int64 }
-		eps := map[[2]int]*episode{} // (proc, anchor index or -1)
-		var keys [][2]int
-		for i, d := range ds {
-			if ws[i] == 0 || d.Source != Local || !in(d.At) {
-				continue
-			}
-			allowed := func(a int) int64 {
-				var held int64
-				seen := map[string]bool{}
-				for _, r := range visible(h, ds, ws, a, w) {
-					if in(ds[r].At) && once(seen, ds[r]) {
-						held += ws[r]
-					}
-				}
-				// The answer's count is the counter's, which give-backs
-				// made before it of admissions made before a loss may
-				// have lowered below the admissions it saw (see credit):
-				// the fallback's L-k starts from that count (found by
-				// Redis seed 3605589467463604364).
-				return lim(d) - max(0, held-creditBy(h, ds, w, ds[a], ds[a].Step))
-			}
-			// Of the concurrent answers of the process's last step with
-			// Redis, the fallback starts from the highest count, whatever
-			// the order Redis decided them in (docs/operations.md, Fail
-			// modes); it may also start from an answer of the same step
-			// (a concurrent call of the same process): take the largest.
-			last, same := anchors(ds, i)
-			n := lim(d) // no answer: L
-			for _, a := range last {
-				n = min(n, allowed(a))
-			}
-			for _, a := range same {
-				n = max(n, allowed(a))
-			}
-			key := [2]int{d.Proc, -1}
-			if len(last) > 0 {
-				key[1] = last[0]
-			}
-			e := eps[key]
-			if e == nil {
-				e = &episode{}
-				eps[key] = e
-				keys = append(keys, key)
-			}
-			e.used += ws[i]
-			e.allowed = max(e.allowed, n)
+		local, ok := sp.checkLocal(&v)
+		if !ok {
+			return v, false
 		}
-		var local int64
-		for _, k := range keys {
-			e := eps[k]
-			local += e.allowed
-			if e.used > e.allowed {
-				v.Bound = e.allowed
-				from := "no Redis answer before"
-				if k[1] >= 0 {
-					from = fmt.Sprintf("Redis's answer of step %d", ds[k[1]].Step)
-				}
-				v.Detail = fmt.Sprintf("proc %d's fallback admitted %d of them, starting from %s", k[0], e.used, from)
-				return v, false
-			}
-		}
-		credits += last
-		if count > epochs*most+credits+local {
+		if bound := r.epochs*r.most + r.credits + local; count > bound {
 			// Implied by the bounds above; kept as the docs' statement.
-			v.Bound = epochs*most + credits + local
-			v.Detail = fmt.Sprintf("%d Redis epoch(s), calendar credit %d, local allowance %d", epochs, credits, local)
+			v.Bound = bound
+			v.Detail = fmt.Sprintf("%d Redis epoch(s), calendar credit %d, local allowance %d", r.epochs, r.credits, local)
 			return v, false
 		}
 	}
 	return Violation{}, true
+}
+
+// A span is one window's span of one subject's decisions, ending at t, as
+// checkWindow checks it.
+type span struct {
+	h    History
+	ds   []Decision
+	ws   []int64
+	wi   int
+	w    Window
+	from time.Duration
+	in   func(at time.Duration) bool // whether an event at at lies in the span
+}
+
+// newSpan returns window wi's span ending at t. A calendar window's span
+// is its period up to t: its count only grows within a period, so the
+// decisions' times are ends enough.
+func newSpan(h History, ds []Decision, ws []int64, wi int, t time.Duration) span {
+	w := h.Windows[wi]
+	sp := span{h: h, ds: ds, ws: ws, wi: wi, w: w, from: t - w.Period}
+	sp.in = func(at time.Duration) bool { return at > t-w.Period && at <= t }
+	if w.Calendar != "" {
+		sp.from = h.periodOf(t)
+		sp.in = func(at time.Duration) bool { return at <= t && h.periodOf(at) == sp.from }
+	}
+	return sp
+}
+
+// lim is the limit d was checked against (see limitOf).
+func (sp span) lim(d Decision) int64 { return sp.h.limitOf(d, sp.wi) }
+
+// once reports whether d counts in the span, noting it in seen. With
+// Distinct, a window holds each value once, whatever the number of its
+// counts inside it: a value counted again (older than the shortest window)
+// is still one value in a longer one.
+func (sp span) once(seen map[string]bool, d Decision) bool {
+	if !sp.h.Distinct || d.Source != Redis {
+		return true
+	}
+	k := fmt.Sprint(epochOf(sp.h, d.Step), "/", d.Value)
+	if seen[k] {
+		return false
+	}
+	seen[k] = true
+	return true
+}
+
+// count returns the units the span holds and the smallest limit of its
+// admissions.
+func (sp span) count() (count, floor int64) {
+	floor = int64(1<<63 - 1)
+	seen := map[string]bool{}
+	for i, d := range sp.ds {
+		if sp.in(d.At) && sp.ws[i] > 0 && sp.once(seen, d) {
+			count += sp.ws[i]
+			floor = min(floor, sp.lim(d))
+		}
+	}
+	return count, floor
+}
+
+// redisBound is what Redis's admissions of a span may hold together: the
+// epochs between losses, the largest limit checked, and calendar credits.
+type redisBound struct{ epochs, most, credits int64 }
+
+// checkRedis checks Redis's admissions of the span: at most L per epoch
+// between losses. It fills v and reports false on a violation.
+func (sp span) checkRedis(v *Violation) (redisBound, bool) {
+	h, ds, ws, w := sp.h, sp.ds, sp.ws, sp.w
+	b := redisBound{epochs: 1}
+	var epoch int64
+	var last int64 // calendar credits of this epoch
+	prev := -1     // the step of the span's previous Redis admission
+	seen := map[string]bool{}
+	rlim := func(d Decision) int64 { return valueLimit(h, ds, d, sp.lim) }
+	for _, i := range redisOrder(ds, rlim) {
+		d := ds[i]
+		if ws[i] == 0 || d.Source != Redis || !sp.in(d.At) || !sp.once(seen, d) {
+			continue
+		}
+		if prev >= 0 && lostBetween(h, prev, d.Step) {
+			epoch = 0
+			b.epochs++
+			b.credits += last
+			last = 0
+		}
+		prev = d.Step
+		last = max(last, credit(h, ds, w, d))
+		b.most = max(b.most, rlim(d))
+		bound := rlim(d) + last
+		if epoch += ws[i]; epoch > bound && !heldValue(h, ds, ws, i, w) {
+			v.Bound = bound
+			v.Detail = fmt.Sprintf("Redis admitted %d of them after step %d with no loss between", epoch, epochStart(h, d.Step))
+			if rlim(d) != w.Limit {
+				v.Detail += fmt.Sprintf(", the last (step %d, proc %d) checked against a limit of %d", d.Step, d.Proc, rlim(d))
+			}
+			return b, false
+		}
+	}
+	b.credits += last
+	return b, true
+}
+
+// checkLocal checks the span's local admissions by episode: the Redis
+// answer each process last had about the subject before deciding locally.
+// It returns the episodes' allowances together, or fills v and reports
+// false on a violation.
+func (sp span) checkLocal(v *Violation) (int64, bool) {
+	type episode struct{ used, allowed int64 }
+	eps := map[[2]int]*episode{} // (proc, anchor index or -1)
+	var keys [][2]int
+	for i, d := range sp.ds {
+		if sp.ws[i] == 0 || d.Source != Local || !sp.in(d.At) {
+			continue
+		}
+		// Of the concurrent answers of the process's last step with
+		// Redis, the fallback starts from the highest count, whatever
+		// the order Redis decided them in (docs/operations.md, Fail
+		// modes); it may also start from an answer of the same step
+		// (a concurrent call of the same process): take the largest.
+		last, same := anchors(sp.ds, i)
+		n := sp.lim(d) // no answer: L
+		for _, a := range last {
+			n = min(n, sp.allowed(d, a))
+		}
+		for _, a := range same {
+			n = max(n, sp.allowed(d, a))
+		}
+		key := [2]int{d.Proc, -1}
+		if len(last) > 0 {
+			key[1] = last[0]
+		}
+		e := eps[key]
+		if e == nil {
+			e = &episode{}
+			eps[key] = e
+			keys = append(keys, key)
+		}
+		e.used += sp.ws[i]
+		e.allowed = max(e.allowed, n)
+	}
+	var local int64
+	for _, k := range keys {
+		e := eps[k]
+		local += e.allowed
+		if e.used > e.allowed {
+			v.Bound = e.allowed
+			from := "no Redis answer before"
+			if k[1] >= 0 {
+				from = fmt.Sprintf("Redis's answer of step %d", sp.ds[k[1]].Step)
+			}
+			v.Detail = fmt.Sprintf("proc %d's fallback admitted %d of them, starting from %s", k[0], e.used, from)
+			return local, false
+		}
+	}
+	return local, true
+}
+
+// allowed returns what the fallback may admit for local decision d
+// starting from Redis's answer a. The answer's count is the counter's,
+// which give-backs made before it of admissions made before a loss may
+// have lowered below the admissions it saw (see credit): the fallback's
+// L-k starts from that count (found by Redis seed 3605589467463604364).
+func (sp span) allowed(d Decision, a int) int64 {
+	var held int64
+	seen := map[string]bool{}
+	for _, r := range visible(sp.h, sp.ds, sp.ws, a, sp.w) {
+		if sp.in(sp.ds[r].At) && sp.once(seen, sp.ds[r]) {
+			held += sp.ws[r]
+		}
+	}
+	return sp.lim(d) - max(0, held-creditBy(sp.h, sp.ds, sp.w, sp.ds[a], sp.ds[a].Step))
 }
 
 // credit returns what a calendar window's counter may have lost, at ds's

@@ -8,7 +8,16 @@ package regions
 
 import (
 	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
 	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Share returns region r's share of a headroom h among n regions:
@@ -43,4 +52,39 @@ type Entry struct {
 	// Remove makes the change a give-back: the member leaves the peer's
 	// key (ZREM).
 	Remove bool
+}
+
+// SetKey is the key, after the engine's prefix, where each process of a
+// region writes the hash of its region set (see CheckSet).
+const SetKey = "{regions}:set"
+
+// setTTL is how long a region set's hash stays: processes started within
+// it are compared.
+const setTTL = 24 * time.Hour
+
+// SetHash returns a short hash of the region set: local's peers and local,
+// ordered by name. Every process of one region computes the same.
+func SetHash(local string, peers []string) string {
+	names := append(slices.Clone(peers), local)
+	slices.Sort(names)
+	h := sha256.Sum256([]byte(strings.Join(names, "\x00") + "\x00" + local))
+	return hex.EncodeToString(h[:8])
+}
+
+// CheckSet writes hash to key on the region's Redis and logs an error,
+// once, when another process of the region wrote a different one within
+// a day: processes that disagree on the region set break the share rule.
+// It waits at most timeout; a Redis that does not answer is not checked.
+func CheckSet(c Client, key, hash string, timeout time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	pipe := c.Pipeline()
+	old := pipe.SetArgs(ctx, key, hash, redis.SetArgs{Get: true, TTL: setTTL})
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return
+	}
+	if prev := old.Val(); prev != "" && prev != hash {
+		log.Error("regions: another process of this region runs a different set of regions (names, or this region's own name); every process of a region must name the same regions",
+			"key", key)
+	}
 }

@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -153,5 +154,30 @@ func TestCutPeerHoldsOwnQueue(t *testing.T) {
 	}
 	if n := regionGoroutines(); n != 0 {
 		t.Errorf("%d goroutines left after Close", n)
+	}
+}
+
+// TestCheckSetLogsDisagreement checks that a process whose region set
+// differs from the one another process of its region wrote is logged at
+// error level, and one that agrees is not.
+func TestCheckSetLogsDisagreement(t *testing.T) {
+	_, c := redistest.Mini(t)
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	a := SetHash("eu", []string{"us", "ap"})
+	if b := SetHash("eu", []string{"ap", "us"}); a != b {
+		t.Fatalf("the hash depends on the peers' order: %s, %s", a, b)
+	}
+	CheckSet(c, "p{regions}:set", a, time.Second, log)
+	CheckSet(c, "p{regions}:set", a, time.Second, log)
+	if buf.Len() != 0 {
+		t.Fatalf("agreeing processes logged: %s", buf.String())
+	}
+	CheckSet(c, "p{regions}:set", SetHash("eu", []string{"us"}), time.Second, log)
+	if !strings.Contains(buf.String(), "level=ERROR") {
+		t.Fatalf("a disagreeing process was not logged: %q", buf.String())
+	}
+	if ttl := c.PTTL(context.Background(), "p{regions}:set").Val(); ttl <= 0 {
+		t.Errorf("the set's key PTTL %v, want > 0", ttl)
 	}
 }

@@ -75,7 +75,7 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 			res[3*j], res[3*j+1], res[3*j+2] = used, reset, wait
 		}
 		if p.HasUnstable(int(k)) {
-			shareWait(p, res, int(k), r.Int(int64(rulelimits.MaxPeriod/time.Microsecond)))
+			p.ShareWait(r.Int(int64(rulelimits.MaxPeriod / time.Microsecond)))
 		}
 		if p.BlockOf(int(k)) > 0 {
 			BlockedFor(p, res, bleft, int(k), r.Int(int64(rulelimits.MaxPeriod/time.Microsecond)))
@@ -96,21 +96,6 @@ func BlockedFor(p *plan.Plan, res, bleft []int64, k int, left int64) {
 		res[3*j+2] = max(res[3*j+2], left)
 	}
 }
-
-// shareWait records that key k of p has no room for its region's share
-// for left µs more (none when left is 0): each of its windows waits at
-// least that long, or maxShareWait, the most an acknowledgement takes
-// to come back in the usual deployment.
-func shareWait(p *plan.Plan, res []int64, k int, left int64) {
-	left = min(left, maxShareWait)
-	for j := p.WinStart[k]; j < p.WinStart[k+1]; j++ {
-		res[3*j+2] = max(res[3*j+2], left)
-	}
-}
-
-// maxShareWait caps the wait of a denial by a region's share (µs):
-// acknowledgements, not departures from the window, mostly make room.
-const maxShareWait = 250_000
 
 // ReadFinish reads a finish op's code and its per-key flags into flags
 // (0: unchanged, 1: changed, 2: refused, see lua/multi_window.lua).

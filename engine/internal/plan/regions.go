@@ -21,6 +21,9 @@ type regions struct {
 	ubuf      []byte
 	uargs     []keyArg
 	Share     Share
+	// ShareLeft is, after a decision, the most time (µs) until an
+	// unstable key's share has room again; 0 when every one had room.
+	ShareLeft int64
 }
 
 // resetRegions empties p's regions part.
@@ -29,7 +32,7 @@ func (p *Plan) resetRegions() {
 		clear(p.uargs)
 		p.Unstable, p.NUnstable, p.ubuf, p.uargs = p.Unstable[:0], 0, p.ubuf[:0], p.uargs[:0]
 	}
-	p.Share = Share{}
+	p.Share, p.ShareLeft = Share{}, 0
 }
 
 // ShareKeys gives every count key of p an unstable key, for the share
@@ -68,6 +71,18 @@ func (p *Plan) ShareKeys(s Share) error {
 	}
 	return nil
 }
+
+// ShareWait records an unstable key's reply, left µs until its share has
+// room (see lua/multi_window.lua, Regions), capped at MaxShareWait: a
+// share denial is not a full window, and an acknowledgement, not a
+// departure from the window, mostly makes room.
+func (p *Plan) ShareWait(left int64) {
+	p.ShareLeft = max(p.ShareLeft, min(left, MaxShareWait))
+}
+
+// MaxShareWait caps the wait of a denial by a region's share (µs): about
+// a round trip between regions plus a batch.
+const MaxShareWait = 250_000
 
 // HasUnstable reports whether key k has an unstable key.
 func (p *Plan) HasUnstable(k int) bool { return p.NUnstable > 0 && p.Unstable[k] }
