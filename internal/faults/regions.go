@@ -105,7 +105,7 @@ type sim struct {
 	all                []*simAdmission // in the window, in order of at
 	last               []int64         // each region's last admission
 	forgetAt           map[int64][]int // regions restarted empty at a millisecond
-	block              [][]span        // per region, when it is cut off or down
+	block              [][]blockSpan        // per region, when it is cut off or down
 	res                RegionsResult
 }
 
@@ -150,18 +150,18 @@ func (s RegionsSim) Run() (RegionsResult, error) {
 	return m.res, nil
 }
 
-// span is a time a region can neither send nor receive: [from, to) ms.
-type span struct{ from, to int64 }
+// blockSpan is a time a region can neither send nor receive: [from, to) ms.
+type blockSpan struct{ from, to int64 }
 
 // blocks returns, per region, the spans it is cut off or its Redis down.
-func (s RegionsSim) blocks() [][]span {
-	out := make([][]span, len(s.Rates))
+func (s RegionsSim) blocks() [][]blockSpan {
+	out := make([][]blockSpan, len(s.Rates))
 	for _, c := range s.Cuts {
-		out[c.Region] = append(out[c.Region], span{msOf(c.From), msOf(c.To)})
+		out[c.Region] = append(out[c.Region], blockSpan{msOf(c.From), msOf(c.To)})
 	}
 	for _, f := range s.Faults {
 		if f.Kind != RegionLagSpike {
-			out[f.Region] = append(out[f.Region], span{msOf(f.At), msOf(f.end())})
+			out[f.Region] = append(out[f.Region], blockSpan{msOf(f.At), msOf(f.end())})
 		}
 	}
 	return out
