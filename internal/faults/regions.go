@@ -105,7 +105,7 @@ type sim struct {
 	all                []*simAdmission // in the window, in order of at
 	last               []int64         // each region's last admission
 	forgetAt           map[int64][]int // regions restarted empty at a millisecond
-	block              [][]blockSpan        // per region, when it is cut off or down
+	block              [][]blockSpan   // per region, when it is cut off or down
 	res                RegionsResult
 }
 
