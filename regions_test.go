@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,8 +28,8 @@ var regionNames = []string{"ap", "eu", "us"}
 // one user, and a record of every admission with its time.
 type regionsRig struct {
 	rs     *redistest.Regions
-	lims   []*slidelimit.Limiter
-	routes []http.Handler
+	routes [][]http.Handler // per region, one per process
+	turn   atomic.Int64
 	start  time.Time
 
 	mu  sync.Mutex
@@ -47,29 +48,38 @@ func regionClient(tb testing.TB, addr string) *redis.Client {
 // to max, and a Limiter in each deciding rulesText for the user "u".
 func startRegionsRig(t *testing.T, rulesText string, min, max time.Duration) *regionsRig {
 	t.Helper()
-	g := &regionsRig{rs: redistest.StartRegions(t, len(regionNames), min, max)}
+	return startRegionsProcs(t, rulesText, min, max, 1)
+}
+
+// startRegionsProcs is startRegionsRig with procs Limiters per region, as
+// processes of a region are: each with its own clients, the region's
+// requests taking them in turn.
+func startRegionsProcs(t *testing.T, rulesText string, min, max time.Duration, procs int) *regionsRig {
+	t.Helper()
+	g := &regionsRig{rs: redistest.StartRegions(t, len(regionNames), min, max), routes: make([][]http.Handler, len(regionNames))}
 	prefix := redistest.Prefix(t)
 	for i, name := range regionNames {
-		peers := map[string]engine.Client{}
-		for j, peer := range regionNames {
-			if j != i {
-				peers[peer] = regionClient(t, g.rs.Link(i, j).Addr)
+		for range procs {
+			peers := map[string]engine.Client{}
+			for j, peer := range regionNames {
+				if j != i {
+					peers[peer] = regionClient(t, g.rs.Link(i, j).Addr)
+				}
 			}
+			lim, err := slidelimit.New(regionClient(t, g.rs.Servers[i].Addr),
+				slidelimit.WithKeyPrefix(prefix),
+				slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}),
+				slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lim.Close() })
+			mw, err := lim.Middleware(rulesText, middleware.WithScope("api"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.routes[i] = append(g.routes[i], mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 		}
-		lim, err := slidelimit.New(regionClient(t, g.rs.Servers[i].Addr),
-			slidelimit.WithKeyPrefix(prefix),
-			slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}),
-			slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lim.Close() })
-		mw, err := lim.Middleware(rulesText, middleware.WithScope("api"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.lims = append(g.lims, lim)
-		g.routes = append(g.routes, mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	}
 	g.start = time.Now()
 	return g
@@ -80,7 +90,8 @@ func startRegionsRig(t *testing.T, rulesText string, min, max time.Duration) *re
 func (g *regionsRig) ask(r int) bool {
 	at := time.Since(g.start)
 	w := httptest.NewRecorder()
-	g.routes[r].ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
+	procs := g.routes[r]
+	procs[int(g.turn.Add(1))%len(procs)].ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
 	if w.Code != http.StatusOK {
 		return false
 	}
@@ -167,20 +178,23 @@ func regionsPlan(rates []float64, d time.Duration, fs ...faults.RegionFault) fau
 // leaves up to about a round trip per window unused under even traffic,
 // and R round trips under skewed traffic (a region takes a third of the
 // headroom per round trip), so the even case runs 100/5s and the skewed
-// one the 100/10s, side by side.
+// one the 100/10s, side by side; a third case runs two processes
+// (Limiters) per region.
 func TestRegionsSteady(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		rates  []float64
 		window time.Duration
+		procs  int
 	}{
-		{"even", []float64{20, 20, 20}, 5 * time.Second},
-		{"90/5/5", []float64{18, 1, 1}, 10 * time.Second},
+		{"even", []float64{20, 20, 20}, 5 * time.Second, 1},
+		{"even, two processes per region", []float64{20, 20, 20}, 5 * time.Second, 2},
+		{"90/5/5", []float64{18, 1, 1}, 10 * time.Second, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rule := fmt.Sprintf("user:%d/%v; fail:closed", regionsLimit, tc.window)
-			g := startRegionsRig(t, rule, 30*time.Millisecond, 80*time.Millisecond)
+			g := startRegionsProcs(t, rule, 30*time.Millisecond, 80*time.Millisecond, tc.procs)
 			d := 2 * tc.window
 			g.drive(tc.rates, d)
 			adm := g.admissions()
