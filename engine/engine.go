@@ -109,6 +109,9 @@ type Engine struct {
 //     at all when Redis refuses connections.
 //   - When the client's server listens in this process, it asks INFO
 //     server, waiting at most a second, to recognize an embedded miniredis.
+//   - With WithRegions, it writes the hash of the region set (SET with
+//     GET), waiting at most the timeout or a second, to log processes of
+//     the region that disagree.
 //
 // It sends no other command: the script is loaded by the first call that
 // needs it.

@@ -432,7 +432,9 @@
 -- run sets: a Redis Function's library is loaded where only
 -- redis.register_function and redis.log exist (no string, math or
 -- redis.call), so nothing at the top level may call anything.
-local read_unstable, share_wait -- first: captured once per EVAL (see Regions)
+-- read_unstable (mw_regions.lua) is declared below the others: its one
+-- capture, by read_keys, is the only walk it adds to an EVAL.
+local read_unstable
 local run
 local conf_n, decs_n, reply_table, finish_op, decide_op, USEC_PAD, cal_fields, span_end, read_keys
 local span_start, add_member, admit_weighted, count_admitted, remember_op, key_memo, span_stop

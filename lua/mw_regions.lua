@@ -23,7 +23,8 @@
 -- they are read from the reply's end. Since U <= V, a window with
 -- V <= floor((L - R + r) / R) has room whatever U is (R * V <= L - R + r
 -- gives L - V + U + r >= R * (U + 1)), so U is counted (ZCOUNT) only near
--- the limit.
+-- the limit. It is the chunk's one function for regions: an EVAL creates
+-- every function of the chunk anew (see Cost in multi_window.lua).
 function read_unstable(key, q, at, ckey, kq, key_fits)
   local r, regions = conf_num(args[q + 2]), conf_num(args[q + 3])
   local nwin = conf_num(args[kq])
@@ -50,7 +51,17 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
         head = 0
       end
       if u + 1 > floor((head + r) / regions) then
-        local wait = share_wait(key, ckey, u, lo, period)
+        -- The oldest unstable entry leaving the window, or with none
+        -- its oldest entry, makes room at the latest (an
+        -- acknowledgement mostly sooner).
+        local from, wait = key, 1
+        if u == 0 then
+          from = ckey
+        end
+        local s = call('ZRANGEBYSCORE', from, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
+        if s then
+          wait = (num(s) or sci(s)) + period - t
+        end
         if wait > left then
           left = wait
         end
@@ -64,20 +75,4 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
   n = n + 1
   reply[n] = left
   return q + 4, fits
-end
-
--- share_wait returns the time until the oldest of the window's u
--- unstable entries (in key), or with none its oldest entry (in ckey),
--- leaves the window of period starting at lo: room comes then at the
--- latest (an acknowledgement mostly brings it sooner).
-function share_wait(key, ckey, u, lo, period)
-  local from = key
-  if u == 0 then
-    from = ckey
-  end
-  local s = call('ZRANGEBYSCORE', from, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
-  if not s then
-    return 1
-  end
-  return (num(s) or sci(s)) + period - t
 end

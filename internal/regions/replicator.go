@@ -29,6 +29,8 @@ const (
 	// backoff is the most a peer that failed waits before it is tried
 	// again.
 	backoff = time.Second
+	// drainFor bounds Close's last removal of acknowledged entries.
+	drainFor = 200 * time.Millisecond
 )
 
 // Config configures a Replicator.
@@ -209,27 +211,31 @@ func (r *Replicator) stabilizer() {
 			}
 		}
 		timer.Stop()
-		r.removeStable(batch)
+		r.removeStable(r.ctx, batch)
 	}
 }
 
-// drainStable removes what is acknowledged when the replicator stops.
+// drainStable removes what is acknowledged when the replicator stops,
+// waiting at most drainFor on the local Redis.
 func (r *Replicator) drainStable() {
+	ctx, cancel := context.WithTimeout(context.Background(), drainFor)
+	defer cancel()
 	for {
 		select {
 		case b := <-r.stable:
-			r.removeStable(b)
+			r.removeStable(ctx, b)
 		default:
 			return
 		}
 	}
 }
 
-func (r *Replicator) removeStable(batch []*pending) {
+// removeStable removes batch from the local unstable keys.
+func (r *Replicator) removeStable(ctx context.Context, batch []*pending) {
 	if r.cfg.Local == nil || len(batch) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	// A failure leaves the entries unstable: they leave with their window.
 	_ = stabilize(ctx, r.cfg.Local, r.cfg.Suffix, batch)
