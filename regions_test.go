@@ -143,18 +143,6 @@ func checkRegionWindows(t *testing.T, g *regionsRig, plan faults.RegionsPlan) in
 	return c.MaxInWindow
 }
 
-// mostInWindow is the most admissions any window of w held.
-func mostInWindow(adm []faults.RegionAdmission, w time.Duration) int {
-	most, from := 0, 0
-	for i := range adm {
-		for adm[i].At-adm[from].At >= w {
-			from++
-		}
-		most = max(most, i+1-from)
-	}
-	return most
-}
-
 // regionsLimit and regionsWindow scale the issue's 100/10s down to a
 // window of 2 s: the bounds of docs/regions.md are stated per window.
 const (
