@@ -56,7 +56,13 @@ func startRegionsRig(t *testing.T, rulesText string, min, max time.Duration) *re
 // requests taking them in turn.
 func startRegionsProcs(t *testing.T, rulesText string, min, max time.Duration, procs int) *regionsRig {
 	t.Helper()
-	g := &regionsRig{rs: redistest.StartRegions(t, len(regionNames), min, max), routes: make([][]http.Handler, len(regionNames))}
+	return startRegionsOn(t, rulesText, redistest.StartRegions(t, len(regionNames), min, max), procs)
+}
+
+// startRegionsOn is startRegionsProcs on regions rs.
+func startRegionsOn(t *testing.T, rulesText string, rs *redistest.Regions, procs int) *regionsRig {
+	t.Helper()
+	g := &regionsRig{rs: rs, routes: make([][]http.Handler, len(regionNames))}
 	prefix := redistest.Prefix(t)
 	for i, name := range regionNames {
 		for range procs {
