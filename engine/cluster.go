@@ -138,7 +138,7 @@ func (e *Engine) queueParts(ctx context.Context, lead *call, batch []*call, t in
 				continue
 			}
 			keys := c.part(i)
-			first := fa.Begin(t)
+			first := fa.BeginPart(t, len(c.parts) > 1)
 			opArgs(fa, c, keys, false)
 			args := make([]any, 0, 3+len(keys)+len(fa.Ends)-first)
 			args = append(args, head, name, c.plan.NArgs(keys))

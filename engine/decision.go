@@ -53,6 +53,14 @@ type WindowState struct {
 	// what it counted. It is zero when the window is empty, and for an
 	// in-flight window.
 	//
+	// It is exact for every window of a denied request and for the window
+	// with the fewest remaining of each key, which the RateLimit header
+	// reports. When the request was not denied, the shortest window of a
+	// key (a check's count windows, calendar and in-flight ones aside)
+	// that has more remaining than another window of that key reports its
+	// period instead: an upper bound, as its oldest entry leaves within a
+	// period. Redis then does not read that entry.
+	//
 	// While the check's subject is blocked (Check.Block), Remaining is 0
 	// and Reset at least the time until the block ends: nothing is free
 	// before then.
@@ -131,13 +139,15 @@ func (c *call) decision(req *Request, src source) Decision {
 				} else if !admitted && used >= mw.Limit {
 					wait1 = int64(slotRetry / time.Microsecond)
 				}
-			} else if counted {
-				if used == 0 && reset == 0 {
-					reset = mw.Period // the request itself is the oldest
-				}
-				if src != fromRedis || !p.HeldAt(m) {
-					used += p.Cost[key]
-				}
+			} else if reset == codec.ResetUnread {
+				// Not read, as the request was not denied: at most the
+				// period (see WindowState.Reset).
+				reset = mw.Period
+			} else if counted && used == 0 && reset == 0 {
+				reset = mw.Period // the request itself is the oldest
+			}
+			if counted && !w.Concurrent && (src != fromRedis || !p.HeldAt(m)) {
+				used += p.Cost[key]
 			}
 			ws := &d.Windows[j]
 			ws.Check, ws.Window, ws.Used = i, *w, used

@@ -26,7 +26,9 @@
 // [Decision.RetryAfter] of a denial is the exact time until the request fits in
 // every window, if nothing else is admitted meanwhile. [Decision.Denied] is the
 // window with the longest wait. [WindowState.Reset] is the time until a
-// window's oldest entry leaves it.
+// window's oldest entry leaves it: exact in a denial and in the windows with
+// the fewest remaining, an upper bound (the period) in a shorter window with
+// more room than a longer one of its key when the request was not denied.
 //
 // # Units
 //

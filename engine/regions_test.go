@@ -31,17 +31,27 @@ func deadPeers(t *testing.T) map[string]Client {
 // requests, then denies with a wait of at most 250 ms and no full window, and each admission is in the unstable
 // key; a regional request is decided as without regions.
 func shareCase(t *testing.T, c redis.UniversalClient, p int) {
+	shareCaseWindows(t, c, p, win(10, time.Minute))
+	// A second, shorter window with more room: the longer one binds.
+	shareCaseWindows(t, c, p, win(10, time.Hour), win(50, time.Minute))
+}
+
+// shareCaseWindows is shareCase with the windows ws, the first of limit 10
+// and binding.
+func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.Window) {
 	ctx := context.Background()
 	clk := redistest.NewClock()
 	e := newEngine(t, c, WithClock(clk.Now), WithKeyPrefix(redistest.Prefix(t)), WithRegions("eu", deadPeers(t)))
-	req := One("s", rules.User, "u1", win(10, time.Minute))
+	req := One("s", rules.User, "u1", ws...)
 	// The key's name, from a peek, which writes nothing.
 	if _, err := e.Peek(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	key := e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false)
 	for i := range p {
-		c.ZAdd(ctx, string(key), redis.Z{Score: float64(clk.Now().UnixMicro() - int64(i)), Member: "peer" + string(rune('a'+i))})
+		// Halfway back in the first window: outside a shorter one.
+		at := clk.Now().Add(-ws[0].Period / 2).UnixMicro()
+		c.ZAdd(ctx, string(key), redis.Z{Score: float64(at - int64(i)), Member: "peer" + string(rune('a'+i))})
 	}
 	want := (10 - p + 1) / 3
 	for i := range want + 2 {
@@ -117,5 +127,57 @@ func TestRegionsOptions(t *testing.T) {
 	}
 	if _, err := New(mc, WithRegions("", map[string]Client{"us": mc})); !errors.Is(err, ErrInvalid) {
 		t.Errorf("empty local: %v", err)
+	}
+}
+
+// TestRegionsBlock checks that under regions a denial by the share rule
+// starts no block, and a full window's denial does.
+func TestRegionsBlock(t *testing.T) {
+	ctx := context.Background()
+	_, c := redistest.Mini(t)
+	clk := redistest.NewClock()
+	e := newEngine(t, c, WithClock(clk.Now), WithKeyPrefix(redistest.Prefix(t)), WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(10, time.Minute))
+	req.Checks[0].Block = time.Minute
+	for i := range 4 {
+		clk.Add(time.Millisecond)
+		d, _ := e.Allow(ctx, req)
+		if d.Allowed != (i < 3) || d.Blocked {
+			t.Fatalf("request %d: allowed %v, blocked %v; want the share, 3, and no block", i, d.Allowed, d.Blocked)
+		}
+	}
+	key := string(e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false))
+	for i := range 7 {
+		c.ZAdd(ctx, key, redis.Z{Score: float64(clk.Now().UnixMicro() - int64(i)), Member: "peer" + string(rune('a'+i))})
+	}
+	clk.Add(time.Millisecond)
+	if d, _ := e.Allow(ctx, req); d.Allowed || !d.Blocked {
+		t.Fatalf("a full window: allowed %v, blocked %v; want a block", d.Allowed, d.Blocked)
+	}
+}
+
+// TestRegionsOffWritesNothing checks that an engine without regions, and
+// a regional request with them, write no unstable key.
+func TestRegionsOffWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	_, c := redistest.Mini(t)
+	prefix := redistest.Prefix(t)
+	off := newEngine(t, c, WithKeyPrefix(prefix))
+	on := newEngine(t, c, WithKeyPrefix(prefix), WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(10, time.Minute))
+	regional := req
+	regional.Regional = true
+	for range 3 {
+		if _, err := off.Allow(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := on.Allow(ctx, regional); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range scanKeys(t, c, prefix) {
+		if strings.HasSuffix(k, ":u") {
+			t.Errorf("unstable key %q written without a shared request", k)
+		}
 	}
 }

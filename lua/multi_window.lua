@@ -30,7 +30,10 @@
 --            exceed every period and stay below 2^53.
 --   ARGV[2]  max_suffix: how many suffixed members an admission tries
 --            after collisions (the engine's maxSuffix, which is the one
---            definition of that limit).
+--            definition of that limit); negative (-max_suffix) when each
+--            op of the call is a part of a request whose other keys
+--            other calls decide: every window's oldest entry is then
+--            replied (see unread).
 --   then one or more ops, up to the end of ARGV, each:
 --     member  the request's id, unique per request; empty for a peek
 --             (check only, nothing is written). An allow checks every
@@ -47,7 +50,8 @@
 --     or a special key, whose first field is 0 and second a one-letter
 --     kind:
 --       0, 'S', limit, lease     a slot key (in-flight window, see Slots)
---       0, 'B', block            the block key of the key just before it
+--       0, 'B', block            the block key of the key just before it,
+--                                or before that key's unstable key
 --                                (see Blocks below); block is its length.
 --       0, 'P', cost, limit, b1, b2, b3, b4
 --                                a calendar key (see Calendars below):
@@ -130,7 +134,9 @@
 -- entries scored after t (admitted before the server's clock went back)
 -- count. used is the window's number of entries before the op (a weighted
 -- key: their summed cost); oldest, present when used > 0, is the score of
--- the window's oldest entry; edge, present when the request does not fit
+-- the window's oldest entry, or 0 when it was not read (the last window of
+-- a count key with more room than another window of the key, in an op
+-- that was not denied: see unread); edge, present when the request does not fit
 -- (count key: used >= limit; weighted key: used + cost > limit), is the
 -- score of the entry that must leave the window for it to fit (count key:
 -- the entry at rank used-limit, 0-based, from the window's oldest;
@@ -394,12 +400,14 @@
 -- (reading a key's few entries whole in one call was measured and is no
 -- cheaper: converting a reply element costs about half a redis.call), and
 -- the per-key bookkeeping (retention, trim, expiry) runs once per epoch
--- instead of once per admission. Every window's oldest entry is read,
--- though a caller's headers need only one window's: reading only that one
--- (and counting every window with ZCOUNT) was measured and saved 1-5% for
--- keys whose entries spread beyond the shortest window but cost 24-28%
--- more for keys whose entries all lie in it (bursts, denials), where the
--- longer window's oldest entry gives the shorter window's count. A batch
+-- instead of once per admission. A longer window's oldest entry is read
+-- even where no caller reports it: it gives the shorter window's count
+-- when it lies inside that window (reading only the reported window's and
+-- counting every window with ZCOUNT was measured and saved 1-5% for keys
+-- whose entries spread beyond the shortest window but cost 24-28% more for
+-- keys whose entries all lie in it: bursts, denials). The last window's,
+-- which gives nothing more, is read only where it is reported (see
+-- unread). A batch
 -- of decisions on one key (a hot key under load) reads the key once: the
 -- later ops derive their counts from the earlier op's (see memo), which
 -- leaves one ZADD per decision and halves the call's instructions for 16
@@ -449,7 +457,7 @@ local sci = sci
 local calendar_period, cal_read, reply, n, t, flush_cal_key, cal_call, conf_num, finish_remove
 local finish_members, finish_calendar, finish_restore, finish_weight, args, change_newest
 local settle_entry, change_weight, ARITH_DEC, find_entry, fmt, rewrite_entry, charge_newest, num
-local call
+local call, unread, unread_n, read_all, suffix_text
 
 -- Constants. The source writes each as a placeholder (see Parts), which
 -- lua/lua.go replaces with its value when it joins the parts: a literal,
@@ -498,6 +506,27 @@ ARITH_DEC = ('010' + 0) == 10
 -- One table rather than four, as each costs about 1,000 instructions per
 -- call, made with room for one key.
 reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
+
+-- unread holds, for the current op, the windows whose oldest entry its
+-- reply leaves out, three fields each: the reply index of that entry's
+-- score, the key and the window's used, or false and the score when it is
+-- known without a read. An op replies the oldest entry of every window
+-- that has entries, except the last (shortest) window of a count key when
+-- that window has room and more room than another window of its key: a
+-- client reports the window with the least room (its Reset, the RateLimit
+-- field's t), and a longer window's oldest entry is read anyway, as it
+-- gives the shorter windows' counts. The reply then holds 0 there, which
+-- no entry's score is, unless the op is denied: decide_op then reads them
+-- (a denial reports every window, and cached denials need every window's
+-- Reset). Ops that derive a key's windows (derive_windows) reply the same.
+-- unread_n is its length; decide_op resets it. A Function's library keeps
+-- the table from call to call, like reply. read_all (a negative
+-- max_suffix) says that the call decides a part of each request only (the
+-- engine's calls per hash slot or per server, whose other parts other
+-- calls decide): its ops reply every oldest entry. suffix_text is the
+-- max_suffix read_all was found in, a pure memo: a string.byte costs
+-- about 1,000 instructions, comparing two strings Redis interned one.
+unread, unread_n = {}, 0
 
 -- memo maps a count key to where the call's last op on it left its
 -- windows, for ops the engine marks as sharing a key with another op of
@@ -583,6 +612,9 @@ function run(ks, argv)
   keys, args = ks, argv
   reply = reply_table
   t_arg = args[1]
+  if args[2] ~= suffix_text then -- see unread
+    suffix_text, read_all = args[2], byte(args[2]) == ${MINUS}
+  end
   -- t 0 is the server's TIME, read at the first op that is not a finish
   -- op: finish ops change entries by member and need no time, so a call
   -- of finish ops alone runs no TIME (its reply's sec and usec are 0).

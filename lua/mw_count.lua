@@ -16,7 +16,7 @@
 -- entry and edge are read by rank.
 function count_windows(key, q, nwin, q0, r, added)
   if q0 then
-    local first_used = derive_windows(q, nwin, q0, r, added)
+    local first_used = derive_windows(key, q, nwin, q0, r, added)
     if first_used then
       if added == 1 then
         return q + 2 * nwin, true, first_used + 1, conf_num(args[q]), first_used
@@ -24,9 +24,9 @@ function count_windows(key, q, nwin, q0, r, added)
       return q + 2 * nwin, true, first_used, conf_num(args[q])
     end
   end
-  local fits = true
-  local longest_used, longest
+  local fits, longest_used, longest = true, nil, nil
   local prev_used, prev_oldest = -1, nil
+  local room = ${MAX_TOTAL} -- the least room of the windows before the last
   for w = 1, nwin do
     local used, oldest, edge = 0, nil, nil
     -- A window inside a longer one without entries has none either.
@@ -47,17 +47,26 @@ function count_windows(key, q, nwin, q0, r, added)
           lo_num[w], lo_text[w] = lo, lo_s
         end
         used = call('ZCOUNT', key, lo_s, '+inf')
-        if used > 0 then
+      end
+      if used > 0 then
+        s = args[q + 1]
+        local limit = conf[s] or conf_num(s)
+        if w == nwin and w > 1 and used < limit and limit - used > room and not read_all then
+          -- The last window, with more room than another: the reply holds
+          -- 0, and unread what a denial reads (see unread).
+          unread_n = unread_n + 3
+          unread[unread_n - 2], unread[unread_n - 1], unread[unread_n] = n + 2, oldest == nil and key, oldest or used
+          oldest = 0
+        elseif not oldest then
           local rank = decs[-used] or dec(-used)
           local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
           oldest = num(s) or sci(s)
         end
-      end
-      if used > 0 then
+        if limit - used < room then
+          room = limit - used
+        end
         -- The edge and the reply, inline: two calls per window cost
         -- about 4% of a decision over many keys (measured).
-        local s = args[q + 1]
-        local limit = conf[s] or conf_num(s)
         if used >= limit then
           fits = false
           edge = oldest
@@ -92,12 +101,13 @@ end
 -- entry), into the reply, when they have the same periods and none is
 -- full (a full window's edge must be read). It returns that op's used in
 -- the longest window, or nil (nothing written) when it cannot.
-function derive_windows(q, nwin, q0, r, added)
+function derive_windows(key, q, nwin, q0, r, added)
   local same = args[q0 - 2] == args[q - 2]
   for w = 0, 2 * nwin - 2, 2 do
     same = same and args[q0 + w] == args[q + w]
   end
-  local start, first_used = n, reply[r]
+  local start, first_used, unread_start = n, reply[r], unread_n
+  local room = ${MAX_TOTAL} -- the least room of the windows before the last
   for w = 0, 2 * nwin - 2, 2 do
     if not same then
       break
@@ -119,14 +129,25 @@ function derive_windows(q, nwin, q0, r, added)
       end
     end
     local s = args[q + w + 1]
-    if used >= (conf[s] or conf_num(s)) then
-      n, same = start, false
+    local limit = conf[s] or conf_num(s)
+    if used >= limit then
+      n, same, unread_n = start, false, unread_start
     else
       n = n + 1
       reply[n] = used
       if oldest then
         n = n + 1
+        if w > 0 and w == 2 * nwin - 2 and limit - used > room and not read_all then
+          -- As count_windows would reply (see unread); oldest is 0 when
+          -- the earlier op did not read it either.
+          unread_n = unread_n + 3
+          unread[unread_n - 2], unread[unread_n - 1], unread[unread_n] = n, oldest == 0 and key, oldest > 0 and oldest or used
+          oldest = 0
+        end
         reply[n] = oldest
+      end
+      if limit - used < room then
+        room = limit - used
       end
     end
   end
@@ -167,7 +188,7 @@ function add_member(first, nkeys, key_state, member)
       end
     end
     suffix = suffix + 1
-    max_suffix = max_suffix or num(args[2])
+    max_suffix = max_suffix or math.abs(num(args[2]))
     if suffix > max_suffix then
       return nil
     end

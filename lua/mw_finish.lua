@@ -82,7 +82,7 @@ function finish_members(member, suffix)
     return member .. '.' .. suffix
   end
   local ms = {member}
-  for s = 1, num(args[2]) do
+  for s = 1, math.abs(num(args[2])) do
     ms[s + 1] = member .. '.' .. s
   end
   return ms

@@ -33,9 +33,20 @@ function decide_op(p, used_keys)
   end
   n = n + 1
   local code = n
+  unread_n = 0
   local q, fits, weighted = read_keys(p + 2, used_keys, nkeys, member, remember)
   if not q then
     return nil, nil, fits
+  end
+  -- A denial reports every window's oldest entry (see unread).
+  for i = 3, fits and 0 or unread_n, 3 do
+    local s = unread[i]
+    if unread[i - 1] then
+      local rank = decs[-s] or dec(-s)
+      s = call('ZRANGE', unread[i - 1], rank, rank, 'WITHSCORES')[2]
+      s = num(s) or sci(s)
+    end
+    reply[unread[i - 2]] = s
   end
   local status, suffix = ${DENIED}, 0
   if fits then

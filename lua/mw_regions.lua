@@ -20,7 +20,10 @@
 -- Otherwise each window's V is in the reply already, as ckey's last
 -- windows: a window with room replies used, then oldest when used > 0,
 -- and oldest is a time (above 2^49), used a count (at most 2^30), so
--- they are read from the reply's end. Since U <= V, a window with
+-- they are read from the reply's end. Should the last of several windows
+-- reply 0 for an oldest entry it did not read, a count (1 to 2^30) before
+-- that 0 tells it from an empty window's used: the window before the last
+-- ends with a time or with 0. Since U <= V, a window with
 -- V <= floor((L - R + r) / R) has room whatever U is (R * V <= L - R + r
 -- gives L - V + U + r >= R * (U + 1)), so U is counted (ZCOUNT) only near
 -- the limit. It is the chunk's one function for regions: an EVAL creates
@@ -34,7 +37,7 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
       break
     end
     local v = reply[j]
-    if v > ${COUNT_MAX} then
+    if v > ${COUNT_MAX} or v == 0 and w > 1 and w == nwin and reply[j - 1] > 0 and reply[j - 1] <= ${COUNT_MAX} then
       v, j = reply[j - 1], j - 2
     else
       j = j - 1

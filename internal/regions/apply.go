@@ -17,7 +17,9 @@ import (
 // older than the key's retention (the longer of keep and the key's own
 // 'r' marker, see lua/multi_window.lua) are trimmed, as the key's own
 // bookkeeping would, and the key's expiry is extended to cover them,
-// never shortened. It replies the number of members added.
+// never shortened. A key without an expiry (one the batch made) gets
+// one and is not trimmed: 3 calls for a new key. It replies the number
+// of members added.
 const applySrc = `
 local p, added = 1, 0
 for k = 1, #KEYS do
@@ -35,12 +37,19 @@ for k = 1, #KEYS do
     p = p + 1
   end
   if na > 0 then
-    local r = redis.call('ZSCORE', key, 'r')
-    if r and -tonumber(r) > keep then keep = -tonumber(r) end
-    redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
     local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
-    if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
-      redis.call('PEXPIRE', key, ttl, 'NX')
+    if redis.call('PTTL', key) == -1 then
+      -- No expiry: the batch made the key (or it lost its expiry), which
+      -- holds nothing older to trim.
+      redis.call('PEXPIRE', key, ttl)
+    else
+      local r = redis.call('ZSCORE', key, 'r')
+      if r and -tonumber(r) > keep then
+        keep = -tonumber(r)
+        ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
+      end
+      redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
+      redis.call('PEXPIRE', key, ttl, 'GT')
     end
   end
 end

@@ -72,15 +72,21 @@ func regionGoroutines() int {
 	return n
 }
 
-// TestReplicateAndStabilize checks on miniredis that entries reach every
-// peer, that the local unstable set loses them once both have, that a
-// batch applied twice changes nothing, that a give-back removes the
-// member, and that Close leaves no goroutine.
+// TestReplicateAndStabilize checks on miniredis and real redis-servers
+// that entries reach every peer, that the local unstable set loses them
+// once both have, that a batch applied twice changes nothing, that a
+// later batch trims entries older than the key's retention, that a
+// give-back removes the member, and that Close leaves no goroutine.
 func TestReplicateAndStabilize(t *testing.T) {
+	mini := func() *redis.Client { _, c := redistest.Mini(t); return c }
+	real := func() *redis.Client { _, c := redistest.StartClient(t); return c }
+	for _, start := range []func() *redis.Client{mini, real} {
+		replicateAndStabilize(t, start(), start(), start())
+	}
+}
+
+func replicateAndStabilize(t *testing.T, local, us, ap *redis.Client) {
 	ctx := context.Background()
-	_, local := redistest.Mini(t)
-	_, us := redistest.Mini(t)
-	_, ap := redistest.Mini(t)
 	now := time.Now().UnixMicro()
 	for i, m := range []string{"m1", "m2"} {
 		local.ZAdd(ctx, "k:u", redis.Z{Score: float64(now + int64(i)), Member: m})
@@ -104,6 +110,18 @@ func TestReplicateAndStabilize(t *testing.T) {
 	}
 	if s := us.ZScore(ctx, "k", "m1").Val(); s != float64(now) {
 		t.Errorf("m1's score %v, want %d", s, now)
+	}
+	// A later batch trims what left the key's retention.
+	minute := int64(time.Minute / time.Microsecond)
+	old := &pending{Entry: Entry{Key: "k2", Member: "old", Stamp: now - 2*minute, Keep: minute}}
+	young := &pending{Entry: Entry{Key: "k2", Member: "young", Stamp: now, Keep: minute}}
+	for _, b := range [][]*pending{{old}, {young}} {
+		if err := apply(ctx, us, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := us.ZRange(ctx, "k2", 0, -1).Val(); len(m) != 1 || m[0] != "young" {
+		t.Errorf("after a trim the peer's key holds %v, want [young]", m)
 	}
 	r.Add(Entry{Key: "k", Member: "m1", Remove: true})
 	redistest.Eventually(t, "give-back applied", func() bool {

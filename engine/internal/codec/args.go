@@ -77,11 +77,21 @@ func (f *Args) Clear() {
 // for the server's TIME) and returns the index of its first field, for
 // appendFrom. The script takes maxSuffix from its arguments, so that the
 // limit is defined here only.
-func (f *Args) Begin(t int64) int {
+func (f *Args) Begin(t int64) int { return f.BeginPart(t, false) }
+
+// BeginPart is Begin for a call whose ops are parts of requests (part):
+// another call decides each request's other keys, so the script replies
+// every window's oldest entry, which a denial by another part reports
+// (lua/multi_window.lua: a negative max_suffix, see unread).
+func (f *Args) BeginPart(t int64, part bool) int {
 	f.first = len(f.Ends)
 	f.call++
 	f.Int(t)
-	f.Int(MaxSuffix)
+	if part {
+		f.Int(-MaxSuffix)
+	} else {
+		f.Int(MaxSuffix)
+	}
 	f.now = t
 	return f.first
 }

@@ -34,10 +34,17 @@ func NewReplyError(reason, reply string) *ReplyError {
 	return &ReplyError{Reason: reason, Reply: reply}
 }
 
+// ResetUnread is the reset ReadOp gives a window whose oldest entry the
+// script did not read: the last window of a count key with more room than
+// another window of its key, in an op that was not denied (see unread in
+// lua/multi_window.lua). Its reset is then only known to be at most the
+// window's period.
+const ResetUnread = -1
+
 // ReadOp reads the result of an allow or peek op of p over keys, decided
 // at t (µs), and returns its status and suffix. Per window j of p, res
-// gets used, reset and wait at 3j; per key, bleft gets its block's time
-// left (µs) when p has blocks.
+// gets used, reset (ResetUnread when not read) and wait at 3j; per key,
+// bleft gets its block's time left (µs) when p has blocks.
 func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) (status, suffix int64) {
 	code := r.Int(StatusCollision + 4*MaxSuffix)
 	status, suffix = code%4, code/4
@@ -67,7 +74,10 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 			used := r.Int(scriptconst.MaxTotal)
 			var reset, wait int64
 			if used > 0 {
-				reset = r.Score(t, w.Period)
+				reset = ResetUnread
+				if used+cost > w.Limit || !r.Unread() {
+					reset = r.Score(t, w.Period)
+				}
 				if used+cost > w.Limit {
 					wait = r.Score(t, w.Period)
 				}
@@ -162,6 +172,16 @@ func (r *Reader) End() *ReplyError {
 		r.Fail("trailing data")
 	}
 	return r.Err
+}
+
+// Unread reads the score of an entry the script did not read, 0, if that
+// is what comes next, and reports whether it was.
+func (r *Reader) Unread() bool {
+	if r.Err != nil || r.i >= len(r.V) || r.V[r.i] != 0 {
+		return false
+	}
+	r.i++
+	return true
 }
 
 // Score reads the score of an entry inside the window of period per ending

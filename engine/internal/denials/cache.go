@@ -103,7 +103,7 @@ type Key struct {
 type Win struct {
 	Period, Limit int64
 	Used          int64 // entries in the window
-	Reset         int64 // µs from the answer until its oldest entry leaves; 0 when empty
+	Reset         int64 // µs from the answer until its oldest entry leaves; 0 when empty, codec.ResetUnread when not read (the key then makes no cached denial)
 	Wait          int64 // µs from the answer until it has room for a request; 0 when it has room
 }
 
