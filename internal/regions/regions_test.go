@@ -152,7 +152,9 @@ func TestCutPeerHoldsOwnQueue(t *testing.T) {
 	for i := range 5 {
 		if i == 3 {
 			// The live peer's queue holds 3 too: let it drain.
-			redistest.Eventually(t, "the live peer's first entries", func() bool { return us.ZCard(ctx, "k").Val() == 3 })
+			redistest.Eventually(t, "the live peer's first entries", func() bool {
+				return us.ZCard(ctx, "k").Val() == 3 && r.Stats()[1].Queue == 0
+			})
 		}
 		r.Add(Entry{Key: "k", Member: "m" + string(rune('1'+i)), Stamp: time.Now().UnixMicro(), Keep: 60_000_000})
 	}
