@@ -126,6 +126,10 @@ func (s adminSource) Throttles() []admin.Throttle {
 		out[i] = admin.Throttle{Name: t.Name, Rules: t.Rules, Waiting: t.Waiting,
 			WaitP50: t.WaitP50.Seconds(), WaitP99: t.WaitP99.Seconds(), Admitted: t.Admitted,
 			Active: t.Active, Upstream429s: t.Upstream429s}
+		for _, c := range t.Classes {
+			out[i].Classes = append(out[i].Classes, admin.ThrottleClass{Class: c.Class, Waiting: c.Waiting,
+				WaitP50: c.WaitP50.Seconds(), WaitP99: c.WaitP99.Seconds(), Admitted: c.Admitted, Upstream429s: c.Upstream429s})
+		}
 	}
 	return out
 }

@@ -34,6 +34,24 @@ type Call struct {
 	// most. Every named cost of the rules needs a value of at least 1;
 	// Permit.Finish settles it to what the call really cost.
 	Costs map[string]int64
+	// Class names the call's class for the throttle's share(CLASS):P%
+	// statements. While calls of several classes wait, the calls of a
+	// class with a share get at least P% of the admissions, fleet-wide;
+	// a share its class leaves unused is lent to the others. Calls of a
+	// class without a share, and with Class "", share what the shares
+	// leave, and at least 1% of the admissions when the shares add up to
+	// 100% (each share then gets at least P×100/101 percent). A throttle
+	// without shares ignores Class. See docs/throttle.md, Classes and
+	// tenants.
+	Class string
+	// Tenant names whom the call is made for, such as a customer. Within
+	// a class, waiting calls are served round-robin across tenants,
+	// fleet-wide, and in arrival order within a tenant, so a tenant with
+	// many waiters gets no more turns than one with few. "" is a tenant
+	// like any other. In a throttle without shares, calls with Tenant ""
+	// wait in arrival order while no call for the same subjects has a
+	// tenant.
+	Tenant string
 }
 
 // A Permit is a call a Throttle admitted. Finish it when the call has
@@ -97,7 +115,7 @@ func (t *Throttle) Name() string { return t.t.Name() }
 // Wait blocks until every window of the throttle has room for c, counts
 // it in all of them, and returns its Permit, which the caller must Finish.
 // Callers wait in arrival order across the fleet (docs/throttle.md,
-// Fairness). When ctx ends first Wait returns ctx.Err() having counted
+// Fairness), or by class and tenant (Call.Class, Call.Tenant). When ctx ends first Wait returns ctx.Err() having counted
 // nothing; a call that can never fit fails at once, and one missing a
 // value, with a *ConfigError of kind "never-fits" or "call". While Redis
 // fails, the group's fail mode decides: closed, unless a fail: statement
@@ -196,10 +214,37 @@ type ThrottleStats struct {
 	RedisCalls int64 `json:"redis_calls"`
 	// Upstream429s counts the 429 and 503 answers Transport passed back.
 	Upstream429s int64 `json:"upstream_429s"`
+	// Classes holds the same, per class, once the rules have share
+	// statements: one entry for each class they name and one of class
+	// "other" for the calls of any other class, each from its first call
+	// in this process, in that order. Classes a rule group named before a
+	// SetRules stay; at most 32 classes are kept, later ones count as
+	// "other".
+	Classes []ThrottleClassStats `json:"classes,omitempty"`
+}
+
+// ThrottleClassStats is what a throttle did for the calls of one class
+// (Call.Class) in this process. Its fields mean what ThrottleStats's of
+// the same names do.
+type ThrottleClassStats struct {
+	Class        string        `json:"class"`
+	Waiting      int64         `json:"waiting"`
+	WaitP50      time.Duration `json:"wait_p50"`
+	WaitP99      time.Duration `json:"wait_p99"`
+	Admitted     int64         `json:"admitted"`
+	Upstream429s int64         `json:"upstream_429s"`
 }
 
 // Stats returns what t did in this process.
-func (t *Throttle) Stats() ThrottleStats { return ThrottleStats(t.t.Stats()) }
+func (t *Throttle) Stats() ThrottleStats {
+	s := t.t.Stats()
+	out := ThrottleStats{Name: s.Name, Rules: s.Rules, Waiting: s.Waiting, WaitP50: s.WaitP50, WaitP99: s.WaitP99,
+		Admitted: s.Admitted, Active: s.Active, RedisCalls: s.RedisCalls, Upstream429s: s.Upstream429s}
+	for _, c := range s.Classes {
+		out.Classes = append(out.Classes, ThrottleClassStats(c))
+	}
+	return out
+}
 
 // TransportOption configures Throttle.Transport.
 type TransportOption func(*transportConfig)

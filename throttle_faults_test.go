@@ -210,6 +210,7 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 		if rep.LongestIdle > longest {
 			longest, which = rep.LongestIdle, fmt.Sprintf("seed %d, %s", p.Seed, rep.Longest)
 		}
+		logOpen(t, b.Name, p.Seed, rep)
 		vs := throttleFailures(rep, errs)
 		if len(vs) == 0 {
 			continue
@@ -241,12 +242,29 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 	}
 }
 
+// throttleOpenProperties are the properties of a history that find an
+// open hole, listed in throttleOpen/README.md: CI logs their violations
+// and fails on the others, unless SLIDELIMIT_THROTTLE_OPEN=1.
+var throttleOpenProperties = []string{"turns", "share"}
+
 func throttleFailures(rep faults.ThrottleReport, errs []string) []string {
 	out := slices.Clone(errs)
 	for _, v := range rep.Violations {
+		if slices.Contains(throttleOpenProperties, v.Property) && os.Getenv(throttleOpenEnv) != "1" {
+			continue
+		}
 		out = append(out, v.String())
 	}
 	return out
+}
+
+// logOpen logs the violations of the open properties.
+func logOpen(t *testing.T, name string, seed uint64, rep faults.ThrottleReport) {
+	for _, v := range rep.Violations {
+		if slices.Contains(throttleOpenProperties, v.Property) && os.Getenv(throttleOpenEnv) != "1" {
+			t.Logf("%s: seed %d, open (%s): %v", name, seed, throttleOpen, v)
+		}
+	}
 }
 
 func historyString(h faults.ThrottleHistory) string {
@@ -441,7 +459,7 @@ func (r *throttleRun) callOf(idx int) Call {
 	r.mu.Lock()
 	rec := r.hist.Calls[idx]
 	r.mu.Unlock()
-	var c Call
+	c := Call{Class: rec.Class, Tenant: rec.Tenant}
 	if r.keyed {
 		c.Keys = map[string]string{"k": "k" + strconv.Itoa(rec.Key)}
 	}
@@ -505,7 +523,7 @@ func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 	r.mu.Lock()
 	hc.idx = len(r.hist.Calls)
 	r.hist.Calls = append(r.hist.Calls, faults.CallRecord{Step: step, Proc: pr.pid, Key: c.Key, Cost: c.Cost, Actual: -1,
-		Arrived: r.now(), Upstream: -1, Transit: time.Duration(r.rng.Int64N(int64(harnessTransit)))})
+		Arrived: r.now(), Upstream: -1, Transit: time.Duration(r.rng.Int64N(int64(harnessTransit))), Class: c.Class, Tenant: c.Tenant})
 	r.byG[g] = hc
 	r.mu.Unlock()
 	defer func() {
@@ -779,7 +797,7 @@ func runThrottleScenario(t *testing.T, b *faults.Backend, p faults.ThrottleScena
 		procs: make([]*harnessProc, p.Procs), byG: map[uint64]*harnessCall{}, rng: rand.New(rand.NewPCG(p.Seed, 0x7a))}
 	r.hist = faults.ThrottleHistory{Rules: p.Rules, Keys: p.Keys, Lease: harnessLease, SlotRetry: harnessSlotRetry,
 		MaxHold: harnessMaxHold, Bound: bound, Skew: harnessSkew, Settle: throttle.FleetLease + throttle.FleetLease/2,
-		Transit: harnessTransit}
+		Transit: harnessTransit, Shares: p.Shares, Fair: p.Fair()}
 	for _, l := range p.Rules {
 		r.slots = r.slots || slices.ContainsFunc(l.Windows, func(w faults.Window) bool { return w.Concurrent })
 	}

@@ -16,7 +16,7 @@
 //
 //	group     = statement { ";" statement } [ ";" ] .
 //	statement = rule | roleRules | exempt | scope | outcomes | mode | fail | block
-//	          | calendar | distinct | regions .
+//	          | calendar | distinct | regions | share .
 //
 //	rule      = kind [ "(" name ")" ] [ "[" cost "]" ] ":" window { "," window } .
 //	kind      = "ip" | "user" | "global" | "header" | "param" | "key" .
@@ -41,6 +41,7 @@
 //	calendar  = "calendar" ":" zone .
 //	distinct  = "distinct" ":" name .
 //	regions   = "regions" ":" "local" .
+//	share     = "share" "(" name ")" ":" decimal "%" .
 //	zone      = zonechar { zonechar } .
 //
 //	decimal   = digit { digit } .
@@ -182,6 +183,20 @@
 // shared, so regions:global is not written. Without regions
 // (slidelimit.WithRegions) the statement changes no decision.
 //
+// # Shares
+//
+// The statement share(CLASS):P% reserves P percent of a throttle's
+// admissions for calls of class CLASS (a name spelled like a role's) while
+// calls of several classes wait; a share its class leaves unused is lent
+// to the others:
+//
+//	global:20/s; share(critical):30%
+//
+// P is a whole number from 1 to 100; a class has at most one share, and
+// the shares of a group add up to at most 100%. Group.Shares holds them in
+// declaration order. Only throttles take shares: a route's requests do not
+// wait, and its group with a share is refused.
+//
 // # Scope, count, mode, fail, block, calendar, distinct, regions
 //
 // Within one group scope, count, mode, fail, block, calendar, distinct and
@@ -286,7 +301,8 @@
 // # Canonical form
 //
 // Group.String prints a group canonically: rules, role rules, exempt,
-// count, scope, mode, fail, block, calendar, distinct and regions, in that order, joined by "; ", with each window's
+// count, scope, mode, fail, block, calendar, distinct, regions and shares (in
+// declaration order), in that order, joined by "; ", with each window's
 // period and grain in the largest unit among ms, s, min, h and d that
 // divides it and a count of 1 left out ("5/s", "10/30s", "1/90min", "2/d",
 // "20000/d~15min"), calendar windows as "5/calendar month", in-flight windows as "3 concurrent", limits as plain numbers and costs without leading

@@ -183,6 +183,10 @@ type Group struct {
 	// (statement regions:local) when a rule spans regions. No rule
 	// spans regions yet, so today it changes nothing; see docs/regions.md.
 	Regional bool
+	// Shares divide a throttle's admissions between classes of calls
+	// (statements share(CLASS):P%), in declaration order; each class at
+	// most once, adding up to at most 100%. Only throttles take them.
+	Shares []Share `validate:"dive"`
 }
 
 // lists yields the group's rule lists: the defaults, with role "", then

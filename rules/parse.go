@@ -268,6 +268,8 @@ func (p *parser) statement() (follow string, err *Error) {
 		return `";"`, p.distinctStatement(start)
 	case regionsWord:
 		return `";"`, p.regions(start)
+	case shareWord:
+		return `";"`, p.share(start)
 	}
 	k, ok := kinds[word]
 	if !ok {

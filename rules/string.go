@@ -75,8 +75,8 @@ func (o RoleRules) String() string {
 }
 
 // String returns the group in canonical form: rules, role rules, exempt,
-// scope, mode, fail, block, calendar, distinct and regions statements in that
-// order, joined by "; ". For every
+// scope, mode, fail, block, calendar, distinct, regions and share statements in
+// that order, joined by "; ". For every
 // group g returned by Parse, Parse(g.String()) returns a group equal to g.
 func (g Group) String() string {
 	var p printer
@@ -259,5 +259,16 @@ func (p *printer) group(g Group) {
 		p.b.WriteString(regionsWord + ":")
 		p.mark("Regional")
 		p.b.WriteString(regionsLocal)
+	}
+	for i, s := range g.Shares {
+		sep()
+		ns := "Shares[" + strconv.Itoa(i) + "]"
+		p.mark(ns)
+		p.b.WriteString(shareWord + "(")
+		p.mark(ns + ".Class")
+		p.b.WriteString(s.Class)
+		p.b.WriteString("):")
+		p.mark(ns + ".Percent")
+		p.b.WriteString(strconv.Itoa(s.Percent) + "%")
 	}
 }

@@ -68,6 +68,8 @@ const (
 	tagCalGrain       = "calgrain" // nor a grain
 	tagUniqueCalendar = "ucal"     // one calendar window per unit
 	tagDistinctWin    = "dwin"     // distinct: counts in exact sliding windows
+	tagUniqueShare    = "ushare"   // each class shared once
+	tagShareSum       = "sharesum" // shares add up to at most 100%
 )
 
 func newValidator() (*validator.Validate, error) {
@@ -329,6 +331,7 @@ func groupLevel(sl validator.StructLevel) {
 	uniqueRules(sl, "Rules", g.Rules)
 	sizeLevel(sl, "Rules", "group", g.Rules)
 	distinctLevel(sl, g)
+	sharesLevel(sl, g)
 	hasRules := make(map[string]bool, len(g.RoleRules))
 	for i, rr := range g.RoleRules {
 		if hasRules[rr.Role] {
@@ -450,6 +453,9 @@ func reason(fe validator.FieldError, ns string) string {
 		return r
 	}
 	if r := statementReason(key, fe, fe.Value()); r != "" {
+		return r
+	}
+	if r := shareReason(key, fe, fe.Value()); r != "" {
 		return r
 	}
 	if r := sizeReason(key, fe, fe.Value()); r != "" {

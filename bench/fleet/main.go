@@ -21,29 +21,36 @@
 //     from the admissions' Redis times and the workers' waits.
 //
 //     cd bench && go run ./fleet -procs 3 -workers 24 -limit 60 -period 1s -duration 20s
+//
+// Classes, tenants and keys (workload.go, report.go): -classes gives each
+// class its workers per process (Call.Class), and optionally their pause
+// (critical:1:2s, a class of low demand), -rules adds statements such
+// as share(critical):30%; -tenants spreads the workers of every class over
+// tenants (Call.Tenant), the first with -heavy times the workers of the
+// others; -keys K makes every call a WaitAny over K API keys, each of
+// which the upstream limits to -limit per -period on its own, and -block
+// has the upstream answer one call on key k0, halfway through, 429 with
+// Retry-After. -delay and -respond add a transit and a response time;
+// -ramp spreads the workers' starts. The
+// report adds the admissions and waits per class, the admissions per
+// tenant with Jain's fairness index, the arrivals per key in any period,
+// and the calls other processes sent on a key the upstream blocked.
+//
+//	cd bench && go run ./fleet -procs 3 -limit 20 -duration 8s -rules 'share(critical):30%' -classes critical:4,batch:20
+//	cd bench && go run ./fleet -procs 3 -limit 20 -duration 8s -tenants 10 -heavy 10 -workers 2
+//	cd bench && go run ./fleet -procs 3 -limit 10 -duration 8s -keys 3 -workers 12 -block 2
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/slidelimit/slidelimit"
 )
 
 type config struct {
@@ -56,6 +63,15 @@ type config struct {
 	redisBin              string
 	runs                  int
 	transit               time.Duration // WithTransitBound: each call counted that much longer
+
+	extra          string // statements added to the rules (-rules)
+	classes        string // -classes: class:workers,...
+	tenants, heavy int
+	keys           int           // WaitAny over this many keys; <= 1: Wait on one
+	block          int           // seconds of the upstream's block of k0 halfway (0: none)
+	delay, respond time.Duration // the most a call's transit and the upstream's answer take
+	ramp           time.Duration // each worker starts 0..ramp after the run's start
+	spec           []workers     // parsed from classes, tenants, heavy and workers
 }
 
 func main() {
@@ -73,6 +89,15 @@ func main() {
 	flag.StringVar(&c.redisBin, "redis-server", "redis-server", "the redis-server binary")
 	flag.IntVar(&c.runs, "runs", 1, "runs, each on a fresh key prefix")
 	flag.DurationVar(&c.transit, "transit", 50*time.Millisecond, "the processes' transit bound (WithTransitBound)")
+	flag.StringVar(&c.extra, "rules", "", "statements added to the throttle's rules, such as 'share(critical):30%'")
+	flag.StringVar(&c.classes, "classes", "", "workers per process by class (Call.Class), such as critical:4,batch:20 or critical:1:2s,batch:20 (pausing 0..2s after each call); else -workers of no class")
+	flag.IntVar(&c.tenants, "tenants", 0, "tenants (Call.Tenant): each class's workers, per tenant; 0: no tenant")
+	flag.IntVar(&c.heavy, "heavy", 1, "the first tenant has this many times the workers of the others")
+	flag.IntVar(&c.keys, "keys", 1, "API keys: with 2 or more every call is a WaitAny over them, each limited by the upstream on its own")
+	flag.IntVar(&c.block, "block", 0, "halfway, the upstream answers a call on key k0 429 with Retry-After of this many seconds")
+	flag.DurationVar(&c.delay, "delay", 0, "a call's transit: the worker sleeps 0..delay (random) between admission and sending")
+	flag.DurationVar(&c.respond, "respond", 0, "the upstream answers 0..respond (random) after counting a call")
+	flag.DurationVar(&c.ramp, "ramp", 0, "each worker starts 0..ramp (random) after the run's start, not all at once")
 	child := flag.Bool("child", false, "internal: run as one process of the fleet")
 	flag.Parse()
 	if *child {
@@ -81,6 +106,11 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	var err error
+	if c.spec, err = parseSpec(c.classes, c.workers, c.tenants, c.heavy); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -94,74 +124,10 @@ func (c config) rules() string {
 	if c.tokens > 0 {
 		r += fmt.Sprintf("; key(apikey)[tokens]:%d/%dms", c.tokens, ms)
 	}
+	if c.extra != "" {
+		r += "; " + c.extra
+	}
 	return r
-}
-
-// upstream enforces limit calls per period, exactly, on arrivals.
-type upstream struct {
-	limit  int
-	tokens int64 // 0: no token limit
-	period time.Duration
-
-	mu       sync.Mutex
-	log      []time.Time // accepted arrivals, oldest first, within period
-	cost     []int64     // the tokens of each in log
-	n        int64
-	used     int64       // tokens accepted
-	accepted []time.Time // every accepted arrival
-	admitted []time.Time // the throttle's admission time (Redis) of each
-	refused  int
-	waits    []span // when the workers waited (their Wait calls), from the children
-}
-
-// span is a time interval [from, to).
-type span struct{ from, to time.Time }
-
-func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/warm" {
-		return
-	}
-	if r.URL.Path == "/waits" {
-		// A child's waits: lines of "from to", µs.
-		body, _ := io.ReadAll(r.Body)
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		for line := range strings.Lines(string(body)) {
-			var from, to int64
-			if _, err := fmt.Sscan(line, &from, &to); err == nil {
-				u.waits = append(u.waits, span{time.UnixMicro(from), time.UnixMicro(to)})
-			}
-		}
-		return
-	}
-	now := time.Now()
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	i := 0
-	for i < len(u.log) && now.Sub(u.log[i]) >= u.period {
-		i++
-	}
-	u.log, u.cost = u.log[i:], u.cost[i:]
-	var inWindow int64
-	for _, c := range u.cost {
-		inWindow += c
-	}
-	u.n++
-	tokens := 50 + u.n*37%101 // 50..150, known only here
-	if len(u.log) >= u.limit || u.tokens > 0 && inWindow+tokens > u.tokens {
-		u.refused++
-		w.Header().Set("Retry-After", "1")
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
-	}
-	u.log, u.cost = append(u.log, now), append(u.cost, tokens)
-	u.used += tokens
-	w.Header().Set("X-Usage-Tokens", strconv.FormatInt(tokens, 10))
-	u.accepted = append(u.accepted, now)
-	if us, err := strconv.ParseInt(r.Header.Get("X-Admitted"), 10, 64); err == nil {
-		u.admitted = append(u.admitted, time.UnixMicro(us))
-	}
-	io.WriteString(w, "ok")
 }
 
 func run(c config) error {
@@ -170,8 +136,12 @@ func run(c config) error {
 		return err
 	}
 	defer srv.stop()
-	fmt.Printf("fleet: %d processes × %d workers, upstream %d/%v, throttle %q, %v per run, redis %s\n",
-		c.procs, c.workers, c.limit, c.period, c.rules(), c.duration, srv.addr)
+	n := 0
+	for _, w := range c.spec {
+		n += w.n
+	}
+	fmt.Printf("fleet: %d processes × %d workers (%s), %d keys, upstream %d/%v per key, throttle %q, %v per run, redis %s\n",
+		c.procs, n, encodeSpec(c.spec), max(c.keys, 1), c.limit, c.period, c.rules(), c.duration, srv.addr)
 	for i := range c.runs {
 		if err := runOnce(c, srv.addr, fmt.Sprintf("fleet%d:%d:", os.Getpid(), i)); err != nil {
 			return err
@@ -181,18 +151,22 @@ func run(c config) error {
 }
 
 func runOnce(c config, addr, prefix string) error {
-	up := &upstream{limit: c.limit, tokens: c.tokens, period: c.period}
+	up := &upstream{limit: c.limit, tokens: c.tokens, period: c.period, respond: c.respond, blockD: c.block}
 	hs := httptest.NewServer(up)
 	defer hs.Close()
 	start := time.Now().Add(2 * time.Second) // the children start together
 	end := start.Add(c.duration)
+	up.mu.Lock()
+	up.blockAt = start.Add(c.duration / 2)
+	up.mu.Unlock()
 	var cmds []*exec.Cmd
-	for range c.procs {
+	for i := range c.procs {
 		cmd := exec.Command(os.Args[0], "-child")
 		cmd.Env = append(os.Environ(),
 			"FLEET_REDIS="+addr, "FLEET_URL="+hs.URL, "FLEET_PREFIX="+prefix, "FLEET_RULES="+c.rules(),
-			"FLEET_WORKERS="+strconv.Itoa(c.workers), "FLEET_LEAVE="+strconv.FormatFloat(c.leave, 'g', -1, 64),
-			"FLEET_PAUSE="+c.pause.String(), "FLEET_TRANSIT="+c.transit.String(),
+			"FLEET_SPEC="+encodeSpec(c.spec), "FLEET_LEAVE="+strconv.FormatFloat(c.leave, 'g', -1, 64),
+			"FLEET_PAUSE="+c.pause.String(), "FLEET_TRANSIT="+c.transit.String(), "FLEET_DELAY="+c.delay.String(),
+			"FLEET_KEYS="+strconv.Itoa(c.keys), "FLEET_PROC="+strconv.Itoa(i), "FLEET_RAMP="+c.ramp.String(),
 			"FLEET_START="+strconv.FormatInt(start.UnixMicro(), 10), "FLEET_END="+strconv.FormatInt(end.UnixMicro(), 10))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -211,28 +185,7 @@ func runOnce(c config, addr, prefix string) error {
 	if len(up.accepted) == 0 {
 		return fmt.Errorf("the upstream accepted nothing")
 	}
-	// A sliding window of limit calls per period admits at most limit ×
-	// ⌈run/period⌉ calls over the run [start, end): all at once at start,
-	// start+period, ...
-	span := c.duration
-	throttlePeriod := time.Duration(float64(c.period)*(1+c.margin)) + c.transit
-	allowed := float64(c.limit) * float64((span+c.period-1)/c.period)
-	allowedThrottle := float64(c.limit) * float64((span+throttlePeriod-1)/throttlePeriod)
-	util, utilThrottle := float64(len(up.accepted))/allowed, float64(len(up.accepted))/allowedThrottle
-	what, gaps := "calls", ""
-	if c.tokens > 0 {
-		// The token limit binds (calls cost 100 on average), and when its
-		// window has room is not known here: no idle gap.
-		what, gaps = "tokens", "idle gap not measured (a token window)"
-		util = float64(up.used) / (float64(c.tokens) * float64((span+c.period-1)/c.period))
-		utilThrottle = float64(up.used) / (float64(c.tokens) * float64((span+throttlePeriod-1)/throttlePeriod))
-	} else {
-		gap, at, over := idleGap(up.admitted, up.waits, c.limit, throttlePeriod, 100*time.Millisecond)
-		gaps = fmt.Sprintf("longest idle gap with room %v (at +%v), gaps ≥ 100ms: %d",
-			gap.Round(time.Millisecond), at.Sub(start).Round(time.Millisecond), over)
-	}
-	fmt.Printf("accepted %d calls in %v: %s utilization %.1f%% of the upstream's limit, %.1f%% of the throttle's; 429s %d; %s\n",
-		len(up.accepted), span.Round(time.Millisecond), what, 100*util, 100*utilThrottle, up.refused, gaps)
+	report(c, up, start)
 	return nil
 }
 
@@ -296,115 +249,5 @@ func idleGap(adm []time.Time, waits []span, limit int, period, long time.Duratio
 	return worst, at, n
 }
 
-func env(name string) string { return os.Getenv("FLEET_" + name) }
-
-func runChild() error {
-	workers, _ := strconv.Atoi(env("WORKERS"))
-	startUS, _ := strconv.ParseInt(env("START"), 10, 64)
-	endUS, _ := strconv.ParseInt(env("END"), 10, 64)
-	rdb := redis.NewClient(&redis.Options{Addr: env("REDIS"), ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	transit, err := time.ParseDuration(env("TRANSIT"))
-	if err != nil {
-		return fmt.Errorf("FLEET_TRANSIT: %w", err)
-	}
-	lim, err := slidelimit.New(rdb, slidelimit.WithKeyPrefix(env("PREFIX")), slidelimit.WithTransitBound(transit))
-	if err != nil {
-		return err
-	}
-	defer lim.Close()
-	th, err := lim.Throttle("fleet", env("RULES"))
-	if err != nil {
-		return err
-	}
-	base := &http.Transport{MaxIdleConnsPerHost: workers, DialContext: (&net.Dialer{}).DialContext}
-	defer base.CloseIdleConnections()
-	hc := &http.Client{Transport: base}
-	url := env("URL")
-	var warm sync.WaitGroup
-	for range workers {
-		warm.Go(func() {
-			if resp, err := hc.Get(url + "/warm"); err == nil {
-				resp.Body.Close()
-			}
-		})
-	}
-	warm.Wait()
-	time.Sleep(time.Until(time.UnixMicro(startUS)))
-	ctx, cancel := context.WithDeadline(context.Background(), time.UnixMicro(endUS))
-	defer cancel()
-	leave, _ := strconv.ParseFloat(env("LEAVE"), 64)
-	pause, _ := time.ParseDuration(env("PAUSE"))
-	var mu sync.Mutex
-	var waits strings.Builder
-	call := slidelimit.Call{Keys: map[string]string{"apikey": "k1"}, Costs: map[string]int64{"tokens": 150}}
-	if !strings.Contains(env("RULES"), "[tokens]") {
-		call.Costs = nil
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				wctx, wcancel := ctx, context.CancelFunc(func() {})
-				if rand.Float64() < leave {
-					wctx, wcancel = context.WithTimeout(ctx, time.Duration(rand.Int64N(int64(300*time.Millisecond))))
-				}
-				arrived := time.Now()
-				p, err := th.Wait(wctx, call)
-				end := time.Now()
-				if d, ok := wctx.Deadline(); ok && d.Before(end) {
-					end = d // not a waiter once its context ended
-				}
-				if err == nil {
-					end = p.Decision().Time
-				}
-				mu.Lock()
-				fmt.Fprintf(&waits, "%d %d\n", arrived.UnixMicro(), end.UnixMicro())
-				mu.Unlock()
-				wcancel()
-				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					if wctx.Err() == nil {
-						errs <- err
-						return
-					}
-					continue
-				}
-				req, _ := http.NewRequest(http.MethodGet, url, nil)
-				req.Header.Set("X-Admitted", strconv.FormatInt(p.Decision().Time.UnixMicro(), 10))
-				resp, err := hc.Do(req)
-				var actual map[string]int64
-				if err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if n, err := strconv.ParseInt(resp.Header.Get("X-Usage-Tokens"), 10, 64); err == nil && call.Costs != nil {
-						actual = map[string]int64{"tokens": n}
-					}
-				}
-				p.Finish(actual)
-				if pause > 0 {
-					select {
-					case <-ctx.Done():
-					case <-time.After(time.Duration(rand.Int64N(int64(pause)))):
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if resp, err := http.Post(url+"/waits", "text/plain", strings.NewReader(waits.String())); err == nil {
-		resp.Body.Close()
-	}
-	var msgs []string
-	for err := range errs {
-		msgs = append(msgs, err.Error())
-	}
-	if len(msgs) > 0 {
-		return fmt.Errorf("%d waits failed: %s", len(msgs), strings.Join(msgs[:1], ""))
-	}
-	return nil
-}
+// span is a time interval [from, to).
+type span struct{ from, to time.Time }

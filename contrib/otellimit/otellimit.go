@@ -24,6 +24,18 @@
 //
 // Results and quantiles are those of package promlimit.
 //
+// A throttle whose rules have share statements adds the same per class
+// (Call.Class), slidelimit.throttle.class being a class a share statement
+// names or "other" (ThrottleStats.Classes):
+//
+//	slidelimit.throttle.class.queued_calls        up-down counter, {call}: slidelimit.throttle.name, slidelimit.throttle.class
+//	slidelimit.throttle.class.call.time_in_queue  gauge, s: slidelimit.throttle.name, slidelimit.throttle.class, slidelimit.throttle.quantile
+//	slidelimit.throttle.class.calls               counter, {call}: slidelimit.throttle.name, slidelimit.throttle.class, slidelimit.throttle.result
+//
+// where the result is acquired or upstream_429: a refusal belongs to no
+// class. They are instruments of their own, so that summing an instrument
+// over its attributes counts each call once.
+//
 // A Limiter with regions given to Metrics.Regions adds, read from
 // Limiter.RegionStats at each collection (per process):
 //
@@ -80,6 +92,9 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	if err := m.observeThrottles(meter); err != nil {
 		return nil, err
 	}
+	if err := m.observeClasses(meter); err != nil {
+		return nil, err
+	}
 	if err := m.observeRegions(meter); err != nil {
 		return nil, err
 	}
@@ -87,7 +102,7 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 }
 
 // observeThrottles creates the throttles' observable instruments and their
-// callback. A class attribute joins the name when throttles have classes.
+// callback.
 func (m *Metrics) observeThrottles(meter metric.Meter) error {
 	queued, e1 := meter.Int64ObservableUpDownCounter("slidelimit.throttle.queued_calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Callers waiting in the throttle now, in this process."))
@@ -121,6 +136,41 @@ func (m *Metrics) observeThrottles(meter metric.Meter) error {
 		}
 		return nil
 	}, queued, wait, calls, active)
+	return err
+}
+
+// observeClasses creates the instruments of the throttles' classes and
+// their callback.
+func (m *Metrics) observeClasses(meter metric.Meter) error {
+	queued, e1 := meter.Int64ObservableUpDownCounter("slidelimit.throttle.class.queued_calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Callers of the class waiting in the throttle now, in this process."))
+	wait, e2 := meter.Float64ObservableGauge("slidelimit.throttle.class.call.time_in_queue", metric.WithUnit("s"),
+		metric.WithDescription("Percentiles of the time Wait took to admit the class's calls, over its last 1,024 admissions in this process."))
+	calls, e3 := meter.Int64ObservableCounter("slidelimit.throttle.class.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("The class's admissions and the upstream's 429s to its calls, in this process."))
+	if err := errors.Join(e1, e2, e3); err != nil {
+		return err
+	}
+	_, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, st := range m.throttles.Stats() {
+			name := attribute.String("slidelimit.throttle.name", st.Name)
+			for _, cl := range st.Classes {
+				class := attribute.String("slidelimit.throttle.class", cl.Class)
+				o.ObserveInt64(queued, cl.Waiting, metric.WithAttributes(name, class))
+				for _, q := range []struct {
+					q string
+					v float64
+				}{{"0.5", cl.WaitP50.Seconds()}, {"0.99", cl.WaitP99.Seconds()}} {
+					o.ObserveFloat64(wait, q.v, metric.WithAttributes(name, class, attribute.String("slidelimit.throttle.quantile", q.q)))
+				}
+				o.ObserveInt64(calls, cl.Admitted, metric.WithAttributes(name, class,
+					attribute.String("slidelimit.throttle.result", adapt.ResultAcquired)))
+				o.ObserveInt64(calls, cl.Upstream429s, metric.WithAttributes(name, class,
+					attribute.String("slidelimit.throttle.result", adapt.ResultUpstream429)))
+			}
+		}
+		return nil
+	}, queued, wait, calls)
 	return err
 }
 

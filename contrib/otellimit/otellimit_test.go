@@ -152,3 +152,61 @@ func TestMetricsThrottle(t *testing.T) {
 		t.Errorf("time in queue %v, want p50 %v and p99 %v from Stats, above 0", waits, st.WaitP50, st.WaitP99)
 	}
 }
+
+// TestMetricsThrottleClasses: a throttle with a share statement adds its
+// classes' instruments, with the class a share names or "other".
+func TestMetricsThrottleClasses(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	m, err := otellimit.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routertest.ClassSequence(t, slidelimit.WithHook(m.Hook), m.Throttle)
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	ints := map[string]int64{} // "instrument class result" → value
+	waits := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, mt := range sm.Metrics {
+			switch data := mt.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range data.DataPoints {
+					class, ok := dp.Attributes.Value("slidelimit.throttle.class")
+					if !ok {
+						continue
+					}
+					k := mt.Name + " " + class.AsString()
+					if r, ok := dp.Attributes.Value("slidelimit.throttle.result"); ok {
+						k += " " + r.AsString()
+					}
+					ints[k] = dp.Value
+				}
+			case metricdata.Gauge[float64]:
+				if mt.Name == "slidelimit.throttle.class.call.time_in_queue" {
+					waits += len(data.DataPoints)
+				}
+			}
+		}
+	}
+	want := map[string]int64{
+		"slidelimit.throttle.class.queued_calls critical":       0,
+		"slidelimit.throttle.class.queued_calls other":          0,
+		"slidelimit.throttle.class.calls critical acquired":     3,
+		"slidelimit.throttle.class.calls critical upstream_429": 1,
+		"slidelimit.throttle.class.calls other acquired":        2,
+		"slidelimit.throttle.class.calls other upstream_429":    0,
+	}
+	for k, w := range want {
+		if got, ok := ints[k]; !ok || got != w {
+			t.Errorf("%s = %d (present %v), want %d", k, got, ok, w)
+		}
+	}
+	if len(ints) != len(want) || waits != 4 {
+		t.Errorf("class points %v and %d time-in-queue points, want %d and 4", ints, waits, len(want))
+	}
+}

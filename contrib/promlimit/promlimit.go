@@ -30,6 +30,16 @@
 // upstream_429; quantile is 0.5 or 0.99 over the last 1,024 admissions.
 // Active permits are those admitted and not yet finished.
 //
+// A throttle whose rules have share statements adds the same per class
+// (Call.Class), the class label being a class a share statement names or
+// "other" (ThrottleStats.Classes):
+//
+//	slidelimit_throttle_class_queued_calls{throttle,class}                         gauge
+//	slidelimit_throttle_class_call_time_in_queue_seconds{throttle,class,quantile}  gauge
+//	slidelimit_throttle_class_calls_total{throttle,class,result}                   counter
+//
+// where result is acquired or upstream_429: a refusal belongs to no class.
+//
 // A Limiter with regions given to Collector.Regions adds, read from
 // Limiter.RegionStats when scraped (per process; region is a peer's name):
 //
@@ -59,8 +69,7 @@ type Collector struct {
 	regions   adapt.Regions
 }
 
-// Descriptions of the throttles' metrics. A class label joins throttle
-// when throttles have classes.
+// Descriptions of the throttles' metrics, and of their classes'.
 var (
 	throttleQueued = prometheus.NewDesc("slidelimit_throttle_queued_calls",
 		"Callers waiting in the throttle now, in this process.", []string{"throttle"}, nil)
@@ -71,6 +80,13 @@ var (
 		"The throttle's decisions and the upstream's 429s, in this process.", []string{"throttle", "result"}, nil)
 	throttleActive = prometheus.NewDesc("slidelimit_throttle_active_permits",
 		"Permits admitted and not yet finished, in this process.", []string{"throttle"}, nil)
+	classQueued = prometheus.NewDesc("slidelimit_throttle_class_queued_calls",
+		"Callers of the class waiting in the throttle now, in this process.", []string{"throttle", "class"}, nil)
+	classWait = prometheus.NewDesc("slidelimit_throttle_class_call_time_in_queue_seconds",
+		"Percentiles of the time Wait took to admit the class's calls, over its last 1,024 admissions in this process.",
+		[]string{"throttle", "class", "quantile"}, nil)
+	classCalls = prometheus.NewDesc("slidelimit_throttle_class_calls_total",
+		"The class's admissions and the upstream's 429s to its calls, in this process.", []string{"throttle", "class", "result"}, nil)
 )
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -123,6 +139,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- throttleWait
 	ch <- throttleCalls
 	ch <- throttleActive
+	ch <- classQueued
+	ch <- classWait
+	ch <- classCalls
 	describeRegions(ch)
 }
 
@@ -148,6 +167,22 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}{{adapt.ResultAcquired, st.Admitted}, {adapt.ResultRejected, st.Rejected}, {adapt.ResultUpstream429, st.Upstream429s}} {
 			ch <- constMetric(throttleCalls, prometheus.CounterValue, float64(r.n), st.Name, r.result)
 		}
+		collectClasses(ch, st.ThrottleStats)
+	}
+}
+
+// collectClasses sends the metrics of st's classes.
+func collectClasses(ch chan<- prometheus.Metric, st slidelimit.ThrottleStats) {
+	for _, cl := range st.Classes {
+		ch <- constMetric(classQueued, prometheus.GaugeValue, float64(cl.Waiting), st.Name, cl.Class)
+		for _, q := range []struct {
+			q string
+			v float64
+		}{{"0.5", cl.WaitP50.Seconds()}, {"0.99", cl.WaitP99.Seconds()}} {
+			ch <- constMetric(classWait, prometheus.GaugeValue, q.v, st.Name, cl.Class, q.q)
+		}
+		ch <- constMetric(classCalls, prometheus.CounterValue, float64(cl.Admitted), st.Name, cl.Class, adapt.ResultAcquired)
+		ch <- constMetric(classCalls, prometheus.CounterValue, float64(cl.Upstream429s), st.Name, cl.Class, adapt.ResultUpstream429)
 	}
 }
 

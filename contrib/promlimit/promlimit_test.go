@@ -105,3 +105,41 @@ slidelimit_throttle_queued_calls{throttle="api"} 0
 		}
 	}
 }
+
+// TestCollectorThrottleClasses: a throttle with a share statement adds
+// its classes' series, labelled by the class a share names or "other".
+func TestCollectorThrottleClasses(t *testing.T) {
+	t.Parallel()
+	m := promlimit.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	th := routertest.ClassSequence(t, slidelimit.WithHook(m.Hook), m.Throttle)
+	want := `
+# HELP slidelimit_throttle_class_calls_total The class's admissions and the upstream's 429s to its calls, in this process.
+# TYPE slidelimit_throttle_class_calls_total counter
+slidelimit_throttle_class_calls_total{class="critical",result="acquired",throttle="classes"} 3
+slidelimit_throttle_class_calls_total{class="critical",result="upstream_429",throttle="classes"} 1
+slidelimit_throttle_class_calls_total{class="other",result="acquired",throttle="classes"} 2
+slidelimit_throttle_class_calls_total{class="other",result="upstream_429",throttle="classes"} 0
+# HELP slidelimit_throttle_class_queued_calls Callers of the class waiting in the throttle now, in this process.
+# TYPE slidelimit_throttle_class_queued_calls gauge
+slidelimit_throttle_class_queued_calls{class="critical",throttle="classes"} 0
+slidelimit_throttle_class_queued_calls{class="other",throttle="classes"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "slidelimit_throttle_class_calls_total",
+		"slidelimit_throttle_class_queued_calls"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(m, "slidelimit_throttle_class_call_time_in_queue_seconds"); n != 4 {
+		t.Errorf("%d class time-in-queue series, want 4 (p50 and p99 of 2 classes)", n)
+	}
+	if st := th.Stats(); len(st.Classes) != 2 {
+		t.Errorf("Stats().Classes = %+v, want critical and other", st.Classes)
+	}
+	// A throttle without shares has no class series.
+	m2 := promlimit.New()
+	routertest.ThrottleSequence(t, slidelimit.WithHook(m2.Hook), m2.Throttle)
+	if n := testutil.CollectAndCount(m2, "slidelimit_throttle_class_queued_calls"); n != 0 {
+		t.Errorf("%d class series of a throttle without shares, want 0", n)
+	}
+}

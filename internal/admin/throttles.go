@@ -24,6 +24,20 @@ type Throttle struct {
 	Active int64 `json:"active"`
 	// Upstream429s counts the 429 and 503 answers of the upstream.
 	Upstream429s int64 `json:"upstream_429s"`
+	// Classes holds the same per class, when the rules have share
+	// statements: each class they name, and "other".
+	Classes []ThrottleClass `json:"classes,omitempty"`
+}
+
+// ThrottleClass is what a throttle did for the calls of one class: a row
+// under its throttle on the page.
+type ThrottleClass struct {
+	Class        string  `json:"class"`
+	Waiting      int64   `json:"waiting"`
+	WaitP50      float64 `json:"wait_p50"`
+	WaitP99      float64 `json:"wait_p99"`
+	Admitted     int64   `json:"admitted"`
+	Upstream429s int64   `json:"upstream_429s"`
 }
 
 // ThrottleSource is what a Source that has throttles offers too; the page

@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -71,6 +72,9 @@ type ThrottleCall struct {
 	// RetryAfter, through Transport, makes the upstream answer 429 with
 	// retry-after-ms: a learned block of the call's lane.
 	RetryAfter time.Duration `json:",omitempty"`
+	// Class and Tenant are the call's Call.Class and Call.Tenant.
+	Class  string `json:",omitempty"`
+	Tenant string `json:",omitempty"`
 }
 
 func (c ThrottleCall) String() string {
@@ -95,6 +99,9 @@ func (c ThrottleCall) String() string {
 	}
 	if c.RetryAfter > 0 {
 		s += fmt.Sprintf(" 429 retry-after %v", c.RetryAfter)
+	}
+	if c.Class != "" || c.Tenant != "" {
+		s += fmt.Sprintf(" %s/%s", c.Class, c.Tenant)
 	}
 	return s
 }
@@ -157,18 +164,47 @@ func (s ThrottleStep) String() string {
 type ThrottleScenario struct {
 	Seed  uint64
 	Rules []ThrottleRule
-	Procs int
-	Keys  int // key values, when a rule is key(k); 1 otherwise
-	Steps []ThrottleStep
+	// Shares are the throttle's share(CLASS):P% statements; with them,
+	// or with calls of a Tenant, the calls are served by classes and
+	// tenants instead of in arrival order.
+	Shares []ThrottleShare `json:",omitempty"`
+	Procs  int
+	Keys   int // key values, when a rule is key(k); 1 otherwise
+	Steps  []ThrottleStep
 }
 
-// Rules returns the throttle's rules text.
+// ThrottleShare is a share(CLASS):P% statement.
+type ThrottleShare struct {
+	Class   string
+	Percent int
+}
+
+// Text returns the throttle's rules text.
 func (p ThrottleScenario) Text() string {
 	var parts []string
 	for _, l := range p.Rules {
 		parts = append(parts, l.String())
 	}
+	for _, s := range p.Shares {
+		parts = append(parts, fmt.Sprintf("share(%s):%d%%", s.Class, s.Percent))
+	}
 	return strings.Join(parts, "; ")
+}
+
+// Fair reports whether the scenario's calls are served by classes and
+// tenants: it has shares, or a call has a tenant.
+func (p ThrottleScenario) Fair() bool {
+	if len(p.Shares) > 0 {
+		return true
+	}
+	for _, s := range p.Steps {
+		for _, c := range s.Calls {
+			if c.Tenant != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // HasKey reports whether a rule is key(k): calls of different key
@@ -207,8 +243,54 @@ func (p ThrottleScenario) String() string {
 var throttlePeriods = []time.Duration{400 * time.Millisecond, 600 * time.Millisecond, time.Second, 1500 * time.Millisecond}
 
 // GenerateThrottle returns the throttle scenario of seed for a backend with
-// caps: the same seed and caps always give the same scenario.
+// caps: the same seed and caps always give the same scenario. The
+// scenario of an even seed has classes and tenants (fair).
 func GenerateThrottle(seed uint64, caps Caps) ThrottleScenario {
+	p := generateThrottle(seed, caps)
+	if seed%2 == 0 {
+		fair(&p)
+	}
+	return p
+}
+
+// The classes and tenants of a fair scenario: class a has a share, class b
+// and the calls of no class share what it leaves.
+var (
+	fairClasses = []string{"a", "a", "b", ""}
+	fairTenants = []string{"t0", "t0", "t0", "t1", "t2"} // t0 has three times the calls of the others
+)
+
+// fair gives p's calls classes and tenants and a share to class a, and
+// adds a burst of calls of every class, most of tenant t0, onto the
+// windows: the shares and the tenants' turns matter while it drains. Its
+// own random stream leaves the rest of p as the seed made it.
+func fair(p *ThrottleScenario) {
+	r := rand.New(rand.NewPCG(p.Seed, 0xfa12))
+	p.Shares = []ThrottleShare{{Class: "a", Percent: 30 + 10*r.IntN(4)}}
+	key := r.IntN(p.Keys)
+	for i := range p.Steps {
+		for j := range p.Steps[i].Calls {
+			c := &p.Steps[i].Calls[j]
+			c.Class, c.Tenant = fairClasses[r.IntN(len(fairClasses))], fairTenants[r.IntN(len(fairTenants))]
+		}
+	}
+	var burst ThrottleStep
+	burst.Kind = TCalls
+	for i := range 12 + r.IntN(5) {
+		c := ThrottleCall{Proc: r.IntN(p.Procs), Key: key, Actual: -1, Hold: time.Duration(r.IntN(100)) * time.Millisecond,
+			Class: fairClasses[i%len(fairClasses)], Tenant: fairTenants[r.IntN(len(fairTenants))]}
+		for _, l := range p.Rules {
+			if l.Cost != "" {
+				c.Cost = 1 + r.Int64N(l.Windows[0].Limit/2)
+			}
+		}
+		burst.Calls = append(burst.Calls, c)
+	}
+	at := 1 + r.IntN(len(p.Steps)-1)
+	p.Steps = slices.Insert(p.Steps, at, burst, ThrottleStep{Kind: TPause, D: 2 * time.Second})
+}
+
+func generateThrottle(seed uint64, caps Caps) ThrottleScenario {
 	r := rand.New(rand.NewPCG(seed, 0x7407))
 	p := ThrottleScenario{Seed: seed, Procs: 2 + r.IntN(2), Keys: 1}
 	window := func(limit int64) Window {

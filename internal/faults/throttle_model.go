@@ -56,7 +56,11 @@ type ThrottleHistory struct {
 	// that much longer in the throttle's sliding windows, and reaches the
 	// upstream within it (CallRecord.Transit).
 	Transit time.Duration `json:",omitempty"`
-	End     time.Duration
+	// Shares are the throttle's shares; Fair marks a history whose calls
+	// are served by classes and tenants (throttle_fair.go).
+	Shares []ThrottleShare `json:",omitempty"`
+	Fair   bool            `json:",omitempty"`
+	End    time.Duration
 }
 
 // Span is a time interval [From, To] of a history.
@@ -111,6 +115,9 @@ type CallRecord struct {
 	// Phantom marks an admission the caller never got: its context ended
 	// as it was admitted, and Wait gave it back.
 	Phantom bool `json:",omitempty"`
+	// Class and Tenant are the call's.
+	Class  string `json:",omitempty"`
+	Tenant string `json:",omitempty"`
 	// Spread bounds how far from Decided the time a rule's key was
 	// decided at may lie: 0 on one Redis (one script, one TIME); on a
 	// Cluster, whose keys of one call may live on several masters, each
@@ -131,6 +138,9 @@ func (c CallRecord) String() string {
 		s += fmt.Sprintf(", admitted at %v, upstream at %v", c.Decided, c.Upstream)
 	default:
 		s += fmt.Sprintf(", gave up at %v", c.Ended)
+	}
+	if c.Class != "" || c.Tenant != "" {
+		s += fmt.Sprintf(" [%s/%s]", c.Class, c.Tenant)
 	}
 	if c.Finished > 0 {
 		s += fmt.Sprintf(", finished at %v", c.Finished)
@@ -197,6 +207,9 @@ func CheckThrottle(h ThrottleHistory) ThrottleReport {
 		}
 	}
 	rep.Violations = append(rep.Violations, h.checkPeeks()...)
+	if h.Fair {
+		rep.Violations = append(rep.Violations, h.checkFair()...)
+	}
 	vs, longest, which := h.checkIdle()
 	rep.Violations = append(rep.Violations, vs...)
 	rep.LongestIdle, rep.Longest = longest, which
@@ -380,7 +393,8 @@ const idleStep = 5 * time.Millisecond
 // checkIdle samples the history every idleStep: at each moment, for each
 // lane, the oldest caller waiting (alive, arrived, not yet admitted nor
 // gone), whether its windows have room for it, and how long that has
-// lasted.
+// lasted. In a Fair history the lane's next call is any waiter's: the
+// lane must admit someone within Bound while all its waiters have room.
 func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string) {
 	keyed := false
 	for _, l := range h.Rules {
@@ -403,8 +417,14 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string
 				run = -1
 				continue
 			}
-			if w != run {
-				run, since = w, t
+			id := w
+			if h.Fair {
+				// Any waiter may be next: the run lasts until the lane
+				// admits anyone.
+				id = len(h.Calls) + h.admittedBy(lane, keyed, t)
+			}
+			if id != run {
+				run, since = id, t
 			}
 			waited := t - since
 			allowed := h.Bound
@@ -414,8 +434,8 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string
 				longest = waited
 				which = fmt.Sprintf("lane %d: %v, room from %v", lane, h.Calls[w], since)
 			}
-			if waited > allowed && !reported[w] {
-				reported[w] = true
+			if waited > allowed && !reported[run] {
+				reported[run] = true
 				out = append(out, ThrottleViolation{Property: "idle", Detail: fmt.Sprintf(
 					"lane %d: the oldest waiter (%v) had room from %v and was still waiting at %v (%v, bound %v)",
 					lane, h.Calls[w], since, t, waited, allowed)})
@@ -445,11 +465,12 @@ func (h ThrottleHistory) oldest(lane int, keyed bool, t time.Duration) int {
 // roomAll reports whether every waiter that may be the fleet's oldest at
 // t has room: w, the oldest by the harness's clock, and the waiters of its
 // lane that arrived within Skew after it. The fleet serves one of them
-// first, which may wait for room while the others have it.
+// first, which may wait for room while the others have it. In a Fair
+// history any waiter of the lane may be served first: all must have room.
 func (h ThrottleHistory) roomAll(w int, keyed bool, t time.Duration) bool {
 	o := h.Calls[w]
 	for i, c := range h.Calls {
-		if i != w && (keyed && c.Key != o.Key || c.Arrived > o.Arrived+h.Skew || !h.waiting(c, t)) {
+		if i != w && (keyed && c.Key != o.Key || !h.Fair && c.Arrived > o.Arrived+h.Skew || !h.waiting(c, t)) {
 			continue
 		}
 		if !h.room(c, keyed, t) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -94,6 +95,9 @@ func NewRules(t *Transport, g rules.Group, zone *time.Location, counts func(stat
 		r.counts = counts
 	}
 	var errs []error
+	if len(g.Shares) > 0 {
+		errs = append(errs, shareError(g))
+	}
 	t.backendLog.Every = backendLogEvery
 	r.finisher, _ = t.Decider.(Finisher)
 	if t.Decider != nil && r.finisher == nil && (len(g.Count) > 0 || HoldsSlots(&g) || len(t.Settle) > 0) {
@@ -198,4 +202,14 @@ func messagesFor(noun string) messages {
 		oversized: "slidelimit: " + noun + " costs more than a whole quota",
 		shadow:    "slidelimit: shadow mode would deny " + noun,
 	}
+}
+
+// shareError refuses the share(CLASS):P% statements of g, a route's
+// group: shares divide a throttle's admissions between classes of calls
+// waiting for them, and a route's requests neither wait nor have a class.
+func shareError(g rules.Group) error {
+	text := g.String()
+	s := g.Shares[0].String()
+	return &rules.Error{Input: text, Offset: strings.Index(text, s), Reason: s + " divides a throttle's admissions between classes of waiting calls; " +
+		"a route's requests do not wait (share: is for Limiter.Throttle)"}
 }

@@ -122,7 +122,7 @@ func (f *fleet) clock(redisTime, start time.Time) {
 
 func (f *fleet) keys(ln *lane) []string {
 	base := f.prefix + "throttle:{" + f.t.name + ":" + ln.id + "}:"
-	return []string{base + "q", base + "l", base + "b", base + "v", base + "s"}
+	return []string{base + "q", base + "l", base + "b", base + "v", base + "s", base + "f"}
 }
 
 // run calls the turn script; it returns nil when Redis failed, and the
@@ -137,7 +137,7 @@ func (f *fleet) run(ln *lane, op string, score, arg, seq int64) []int64 {
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), op, f.member, score,
 		fleetLease.Microseconds(), f.channel, ln.id, arg, seq).Int64Slice()
-	if err != nil || len(res) != 7 {
+	if err != nil || len(res) < 7 {
 		return nil
 	}
 	f.clock(time.UnixMicro(res[5]), start)
@@ -187,6 +187,7 @@ func (f *fleet) apply(ln *lane, res []int64, seq int64) {
 	if res[3] > 0 && ln.heard(res[3]) {
 		go f.shorten(ln)
 	}
+	ln.flows = len(res) > 7 && res[7] == 1
 	if res[6] == 1 && ln.fresh(res[4]) {
 		// Else a later op of this process was applied first (its reply
 		// or a message after it tells more), or a message made after
@@ -207,11 +208,12 @@ func (f *fleet) apply(ln *lane, res []int64, seq int64) {
 // caller must then queue behind them instead of asking at once.
 func (f *fleet) learn(ln *lane) {
 	res := f.run(ln, "g", 0, 0, 0)
-	if len(res) != 7 {
+	if len(res) < 7 {
 		return
 	}
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
+	ln.flows = len(res) > 7 && res[7] == 1
 	if res[3] > 0 && ln.heard(res[3]) {
 		go f.shorten(ln)
 	}

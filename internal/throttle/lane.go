@@ -39,6 +39,8 @@ type lane struct {
 	sent      int64     // the sequence number of the last op sent (fleet.op)
 	kicked    bool      // the fleet said the windows have room since the head last asked
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
+	direct    int       // callers with a flow asking at once, not queued: at most one
+	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
@@ -50,9 +52,12 @@ type lane struct {
 
 // A waiter is one caller of Wait.
 type waiter struct {
-	stamp int64         // arrival, µs on the Redis clock (fleet.now)
-	costs []int64       // its cost in each check of its request, at least 1
-	wake  chan struct{} // signalled when something it waits for changed
+	stamp  int64         // arrival, µs on the Redis clock (fleet.now), or its tag once tagged
+	costs  []int64       // its cost in each check of its request, at least 1
+	wake   chan struct{} // signalled when something it waits for changed
+	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
+	tagged bool          // stamp is the tag the turn script gave it (classes.go)
+	direct bool          // it has a flow and asks at once (lane.direct counts it)
 }
 
 func (w *waiter) signal() {
@@ -101,16 +106,62 @@ func (ln *lane) othersWait() bool {
 // enter reports whether w may ask Redis at once: nobody waits, here or
 // elsewhere, no block holds the lane and the windows were not found full.
 // Such callers ask concurrently; a refusal queues them (refused). Else
-// enter queues w.
+// enter queues w, having tagged it first when it has a flow.
 func (ln *lane) enter(w *waiter) bool {
 	ln.mu.Lock()
-	defer ln.mu.Unlock()
 	now := time.Now()
-	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) {
+	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) &&
+		(w.fl == nil || ln.direct == 0) {
+		// Callers with a flow ask at once one at a time: callers that
+		// arrive together queue in their tags' order behind the first.
+		if w.fl != nil {
+			ln.direct++
+			w.direct = true
+		}
+		ln.mu.Unlock()
 		return true
 	}
+	if w.fl == nil {
+		ln.queue(w)
+		ln.mu.Unlock()
+		return false
+	}
+	ln.mu.Unlock()
+	ln.t.fleet.tagWaiter(ln, w)
+	ln.mu.Lock()
 	ln.queue(w)
+	// A tag may go before the head's: this process's entry in the
+	// fleet's queue moves to it at once.
+	join := ln.joined && ln.q[0] == w
+	var o op
+	if join {
+		o = ln.t.fleet.op(ln, "j", w.stamp, 0)
+	}
+	ln.mu.Unlock()
+	if join {
+		ln.t.fleet.send(ln, o)
+	}
 	return false
+}
+
+// tagged reports whether calls of the lane are tagged in the fleet, so
+// that a call without a flow is tagged too (as tenant "").
+func (ln *lane) tagged() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.flows
+}
+
+// asked ends w's asking at once, if it did: its answer came, or it
+// left before asking.
+func (ln *lane) asked(w *waiter) {
+	if !w.direct {
+		return
+	}
+	w.direct = false
+	ln.mu.Lock()
+	ln.direct--
+	ln.mu.Unlock()
 }
 
 // queue puts w in arrival order; ln.mu is held. Callers that asked at

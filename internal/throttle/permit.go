@@ -25,6 +25,7 @@ type Permit struct {
 	done  atomic.Bool
 	live  atomic.Bool // counted in stats.active, until finished or released at the maximum hold
 	hold  *time.Timer // releases the slots at the maximum hold; nil without slots
+	class *classStats // its class's statistics; nil when the rules have no shares
 }
 
 // permitWarnings throttles a throttle's lines about Permits.

@@ -27,6 +27,9 @@ type Plan struct {
 	transit time.Duration    // the transit bound (Config.Transit)
 	wins    [][]rules.Window // per rule, the windows counted: stretch's
 	cals    []string         // the calendar units of the windows
+
+	shares map[string]int // the classes' shares, percent (share statements)
+	rest   int            // the part of the calls of other classes, percent
 }
 
 // Compile checks g for a throttle and prepares it.
@@ -52,6 +55,7 @@ func (t *Throttle) Compile(g rules.Group) (*Plan, error) {
 	limits := t.limits
 	p := &Plan{g: g, scope: t.name, limits: limits, wrap: t.cfg.ConfigError, transit: max(t.cfg.Transit, 0),
 		wins: make([][]rules.Window, len(g.Rules)), cals: calendars(g)}
+	p.shares, p.rest = sharesOf(p)
 	for i, l := range g.Rules {
 		p.wins[i] = stretch(l.Windows, p.transit)
 		if l.Kind != rules.Global && l.Kind != rules.Key {

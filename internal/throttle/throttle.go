@@ -93,8 +93,10 @@ type Throttle struct {
 // Call is one call: the values of its key(NAME) rules and the
 // estimates of its named costs, by name.
 type Call struct {
-	Keys  map[string]string
-	Costs map[string]int64
+	Keys   map[string]string
+	Costs  map[string]int64
+	Class  string
+	Tenant string
 }
 
 // New returns the throttle of cfg enforcing g, which overrides.Group
@@ -212,7 +214,11 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 		return nil, false, nil
 	}
 	t.stats.admits.Add(1)
-	return t.newPermit(&req, d, names, ln), true, nil
+	pm := t.newPermit(&req, d, names, ln)
+	if pm.class = t.classStats(p, c.Class); pm.class != nil {
+		pm.class.admits.Add(1)
+	}
+	return pm, true, nil
 }
 
 // maxCost is the most check i may be settled to: the smallest limit of

@@ -72,6 +72,7 @@ func (tr *throttleTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 	}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		tr.t.stats.upstream.Add(1)
+		p.class.upstream429()
 		if d, ok := retryAfter(resp.Header, time.Now(), tr.cfg.MaxBlock); ok && p.lane != nil {
 			tr.t.fleet.block(p.lane, d)
 		}

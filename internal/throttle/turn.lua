@@ -19,22 +19,40 @@
 --          different connections, which Redis may run in another order:
 --          an op older than one applied already is refused (it changes
 --          nothing), so a late pass cannot put back an entry that left.
+-- KEYS[6]  flows: hash; field a flow (class, newline, tenant), value its
+--          finish tag F (µs), and field '' virtual time V; op 't' sets
+--          it (classes.go). A field whose F virtual time passed is
+--          deleted by the next 't'; the key expires with the queue's.
 -- ARGV[1]  op: 'j' join or renew, 'p' pass the turn (ARGV[3] < 0:
 --          leave), 'b' block for ARGV[7] ms, 'g' read the block and
 --          the queue (a process's first call for the lane), 'k' tell
---          the fleet that the windows have room now (a call given back)
+--          the fleet that the windows have room now (a call given back),
+--          't' tag a waiting call of flow ARGV[3] (below)
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
 --          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b'),
 --          ARGV[8] the op's sequence number ('j' and 'p', >= 1)
 --
--- Reply: {mine, others, n, block, version, now, applied}: mine 1 when
+-- Op 't': ARGV[3] the flow's field, ARGV[7] its increment (µs) at a
+-- weight of 1%, ARGV[8] its class's weight (%), ARGV[9] its class and a
+-- newline when the class's weight is split between its tenants, else ''.
+-- Virtual time V is the larger of the lowest score in the queue and the
+-- V of the last 't' (field '' of KEYS[6]), or now for a new hash. The
+-- call's tag is max(V, F), and F becomes tag + ARGV[7] * n / ARGV[8],
+-- n the flows of ARGV[9] with an F ahead of V (the call's own
+-- included), 1 without ARGV[9]; the increment is at most 1e12. Fields
+-- whose F is not ahead of V are deleted. Reply {tag, -1, n, -1, 0, now,
+-- 1, 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
+--
+-- Reply: {mine, others, n, block, version, now, applied, flows}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
 -- none; n the queue's size; block the block's PTTL (ms, negative for
 -- none); version the queue's version after the op (0 for 'b', 'g', 'k');
 -- now the server's TIME (µs), from which each process learns the clock
 -- its arrival stamps are read on; applied 0 when the op was refused as
 -- older than one applied (the rest of the reply is then the queue as it
--- is). For 'g', others is the lowest score of any member, dead ones
+-- is); flows 1 when KEYS[6] exists (calls with a class or tenant are
+-- tagged in the lane: the others are tagged too), left out for 'b' and
+-- 'k'. For 'g', others is the lowest score of any member, dead ones
 -- included.
 --
 -- Messages on ARGV[5], fields separated by '|':
@@ -54,6 +72,30 @@
 --   k|lane                     the lane's windows have room now: the
 --                              head of the process on turn asks at once
 local op, me, ch, lane = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
+-- tag is op 't' at time now.
+local function tag(now)
+  local v = tonumber(redis.call('HGET', KEYS[6], '') or tostring(now))
+  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if h[2] and tonumber(h[2]) > v then v = tonumber(h[2]) end
+  local field, class = ARGV[3], ARGV[9]
+  local flows = redis.call('HGETALL', KEYS[6])
+  local n, start = 1, v
+  for i = 1, #flows, 2 do
+    local f = tonumber(flows[i + 1])
+    if flows[i] == '' then
+    elseif f <= v then
+      redis.call('HDEL', KEYS[6], flows[i])
+    elseif flows[i] == field then
+      start = f
+    elseif class ~= '' and string.sub(flows[i], 1, #class) == class then
+      n = n + 1
+    end
+  end
+  local inc = math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12)
+  redis.call('HSET', KEYS[6], field, string.format('%d', start + math.max(inc, 1)), '', string.format('%d', v))
+  redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
+  return {start, -1, n, -1, 0, now, 1, 1}
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if op == 'b' then
@@ -65,11 +107,15 @@ if op == 'k' then
   redis.call('PUBLISH', ch, 'k|' .. lane)
   return {0, -1, 0, -1, 0, now, 1}
 end
+if op == 't' then
+  return tag(now)
+end
 if op == 'g' then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   local first = -1
   if head[1] then first = tonumber(head[2]) end
-  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0, now, 1}
+  return {0, first, redis.call('ZCARD', KEYS[1]), redis.call('PTTL', KEYS[3]), 0, now, 1,
+    redis.call('EXISTS', KEYS[6])}
 end
 -- head returns the first member ('' for none), its score and the
 -- second's score (-1 for none).
@@ -120,4 +166,5 @@ if n > 0 then
 end
 redis.call('PEXPIRE', KEYS[4], ttl)
 redis.call('PEXPIRE', KEYS[5], ttl)
-return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied}
+redis.call('PEXPIRE', KEYS[6], ttl)
+return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied, redis.call('EXISTS', KEYS[6])}

@@ -187,8 +187,8 @@ func TestTurnScriptRefusesStaleOp(t *testing.T) {
 		}
 		return res
 	}
-	if res := run("j", 100, 1); len(res) != 7 {
-		t.Fatalf("join: reply %v, want 7 fields", res)
+	if res := run("j", 100, 1); len(res) != 8 {
+		t.Fatalf("join: reply %v, want 8 fields", res)
 	}
 	if res := run("p", -1, 3); res[6] != 1 || res[2] != 0 {
 		t.Fatalf("leave: reply %v, want applied and an empty queue", res)

@@ -10,7 +10,8 @@ import (
 
 // Wait blocks until every window of the throttle has room for c, counts
 // it in all of them, and returns its Permit, which the caller must
-// Finish. Callers wait in arrival order across the fleet. When ctx ends
+// Finish. Callers wait in arrival order across the fleet, or by the tags
+// of their classes and tenants (classes.go). When ctx ends
 // first Wait returns ctx.Err() having counted nothing.
 func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err := ctx.Err(); err != nil {
@@ -21,31 +22,36 @@ func (t *Throttle) Wait(ctx context.Context, c Call) (*Permit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.wait(ctx, p, &req, names)
+	fl := p.flowOf(c, &req)
+	return t.counted(p, c.Class, func() (*Permit, error) { return t.wait(ctx, p, &req, names, fl) })
 }
 
 // wait is Wait of the request req that plan p made of a call, whose
-// check i has the cost name names[i].
-func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names []string) (*Permit, error) {
+// check i has the cost name names[i] and whose flow is fl (nil for none).
+func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names []string, fl *flow) (*Permit, error) {
 	start := time.Now()
 	ln, err := t.lane(ctx, laneKey(req))
 	if err != nil {
 		return nil, err
 	}
 	ln.note(req)
+	if fl == nil && ln.tagged() {
+		fl = p.flow(Call{}, req) // its lane's other calls are tagged
+	}
 	kept := false // by the Permit, which releases the lane at Finish
 	defer func() {
 		if !kept {
 			t.release(ln)
 		}
 	}()
-	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks))}
+	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks)), fl: fl}
 	for i, c := range req.Checks {
 		w.costs[i] = max(c.Cost, 1)
 	}
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
 	ask := ln.enter(w)
+	defer ln.asked(w)
 	for {
 		if !ask {
 			if err := ln.await(ctx, w); err != nil {
@@ -63,6 +69,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			return nil, err
 		}
 		d, err := t.decide(ctx, req)
+		ln.asked(w)
 		if d.Allowed {
 			if cerr := ctx.Err(); cerr != nil {
 				// Admitted as ctx ended: take the call back out, so that
@@ -86,6 +93,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			ln.remove(w)
 			return nil, err
 		}
+		t.fleet.tagWaiter(ln, w) // it asked at once: not queued yet
 		ln.refused(w, d, err)
 	}
 }

@@ -27,14 +27,16 @@ func (t *Throttle) WaitAny(ctx context.Context, calls ...Call) (*Permit, int, er
 	p := t.plan()
 	reqs := make([]engine.Request, len(calls))
 	names := make([][]string, len(calls))
+	flows := make([]*flow, len(calls))
 	for i, c := range calls {
 		var err error
 		if reqs[i], names[i], err = p.request(ctx, c); err != nil {
 			return nil, i, err
 		}
+		flows[i] = p.flowOf(c, &reqs[i])
 	}
 	if len(calls) == 1 {
-		pm, err := t.wait(ctx, p, &reqs[0], names[0])
+		pm, err := t.counted(p, calls[0].Class, func() (*Permit, error) { return t.wait(ctx, p, &reqs[0], names[0], flows[0]) })
 		switch {
 		case err == nil:
 			return pm, 0, nil
@@ -60,7 +62,7 @@ func (t *Throttle) WaitAny(ctx context.Context, calls ...Call) (*Permit, int, er
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pm, err := t.wait(race, p, &reqs[i], names[i])
+			pm, err := t.counted(p, calls[i].Class, func() (*Permit, error) { return t.wait(race, p, &reqs[i], names[i], flows[i]) })
 			mu.Lock()
 			lost := false
 			switch {
@@ -102,6 +104,7 @@ func (p *Permit) cancel() {
 	p.leave()
 	p.t.giveBack(p.d)
 	p.t.stats.admits.Add(-1)
+	p.class.unadmit()
 	p.t.fleet.kick(p.lane)
 	p.t.release(p.lane)
 }

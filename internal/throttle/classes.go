@@ -1,0 +1,127 @@
+package throttle
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// Classes and tenants (docs/throttle.md, Classes and tenants) order the
+// waiters of a lane by start-time fair queuing: a waiting call of flow f,
+// its class and tenant, is given a tag in Redis by the turn script (op
+// 't'), tag = max(V, F[f]), and F[f] becomes tag + inc(f), where virtual
+// time V is the lowest tag of a head in the fleet's queue (the next to be
+// admitted) and inc(f) is the call's fair interval over f's part of the
+// admissions: its class's share, split between the class's tenants with
+// waiters. The tag takes the place of the arrival stamp: in the local
+// queue, and as this process's score in the fleet's queue, where the
+// lowest score has the turn. Calls with no tenant, in a throttle without
+// shares, are not tagged and keep their arrival stamps, unless calls of
+// their lane are tagged in the fleet (the lane's flows hash exists, as
+// the turn script's replies say): they are then tagged as tenant "".
+
+// maxTagStep caps a tag's increment (µs), so that tags stay exact in the
+// doubles that Redis and Lua hold them in.
+const maxTagStep = int64(1e12)
+
+// defaultInterval is the fair interval of a call whose windows are all
+// in-flight or calendar windows, which tell no rate.
+const defaultInterval = 100 * time.Millisecond
+
+// flow is what the turn script needs to tag a waiting call.
+type flow struct {
+	field  string // the hash field of its flow: class, "\n", tenant
+	split  string // its class and "\n" when the throttle has shares: the class's tenants split its share
+	weight int    // its class's share, percent; the others': what the shares leave, at least 1
+	step   int64  // its fair interval, µs
+}
+
+// sharesOf returns the shares of p's rules by class, and the part the calls
+// without one share: what the shares leave, at least 1.
+func sharesOf(p *Plan) (map[string]int, int) {
+	if len(p.g.Shares) == 0 {
+		return nil, 100
+	}
+	m := make(map[string]int, len(p.g.Shares))
+	rest := 100
+	for _, s := range p.g.Shares {
+		m[s.Class] = s.Percent
+		rest -= s.Percent
+	}
+	return m, max(rest, 1)
+}
+
+// flowOf returns the flow of c, whose request is req, or nil when c is
+// not tagged: the throttle has no shares and c no tenant.
+func (p *Plan) flowOf(c Call, req *engine.Request) *flow {
+	if len(p.shares) == 0 && c.Tenant == "" {
+		return nil
+	}
+	return p.flow(c, req)
+}
+
+// flow returns the flow of c, whose request is req.
+func (p *Plan) flow(c Call, req *engine.Request) *flow {
+	f := &flow{weight: p.rest}
+	class := ""
+	if w, ok := p.shares[c.Class]; ok {
+		class, f.weight = c.Class, w
+	}
+	f.field = class + "\n" + laneSubject(c.Tenant)
+	if len(p.shares) > 0 {
+		f.split = class + "\n"
+	}
+	f.step = min(interval(req).Microseconds(), maxTagStep/100)
+	return f
+}
+
+// interval is the fair interval of req: the longest time one of its
+// windows takes to admit its cost again when full, its cost times its
+// period over its limit.
+func interval(req *engine.Request) time.Duration {
+	var d time.Duration
+	for _, c := range req.Checks {
+		cost := max(c.Cost, 1)
+		for _, w := range c.Rule.Windows {
+			if w.Concurrent || w.Calendar != "" || w.Limit <= 0 || w.Period <= 0 {
+				continue
+			}
+			if iv := float64(w.Period) * float64(cost) / float64(w.Limit); iv > float64(d) {
+				d = time.Duration(min(iv, math.MaxInt64/2))
+			}
+		}
+	}
+	if d <= 0 {
+		return defaultInterval
+	}
+	return max(d, time.Microsecond)
+}
+
+// tag asks the turn script for the tag of a waiting call of flow fl in
+// ln, or returns the arrival stamp when Redis fails.
+func (f *fleet) tag(ln *lane, fl *flow, arrival int64) int64 {
+	if f.client == nil {
+		return arrival
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	f.t.stats.calls.Add(1)
+	start := time.Now()
+	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
+		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split).Int64Slice()
+	if err != nil || len(res) < 7 {
+		return arrival
+	}
+	f.clock(time.UnixMicro(res[5]), start)
+	return res[0]
+}
+
+// tagWaiter tags w, a waiter of flow w.fl not in ln's queue, unless it
+// is tagged already.
+func (f *fleet) tagWaiter(ln *lane, w *waiter) {
+	if w.fl != nil && !w.tagged {
+		w.stamp, w.tagged = f.tag(ln, w.fl, w.stamp), true
+	}
+}
