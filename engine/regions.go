@@ -120,7 +120,7 @@ func (e *Engine) startRegions(cfg *regionsConfig) {
 	r, n := regions.Index(cfg.local, names)
 	e.share = plan.Share{Index: r, Regions: n}
 	regions.CheckSet(e.client, e.keyer.Prefix()+regions.SetKey, regions.SetHash(cfg.local, names), min(e.timeout, time.Second), e.log)
-	e.rep = regions.New(regions.Config{Local: e.client, Suffix: plan.UnstableSuffix, Peers: peers, Log: e.log})
+	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Suffix: plan.UnstableSuffix, Peers: peers, Log: e.log})
 }
 
 // shareKeys gives c's count keys their unstable keys when the engine has

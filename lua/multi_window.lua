@@ -225,7 +225,9 @@
 -- count keys (ZADD, never here). A denial by the share starts no block.
 -- prefix{regions}:set (not this script's) holds a hash of the region
 -- set each process of the region runs, for 24 h (internal/regions,
--- CheckSet), which logs processes that disagree.
+-- CheckSet), which logs processes that disagree; prefix{regions}:behind:
+-- and a peer's name, for 5 s, says a process of the region has entries
+-- it could not send to that peer (internal/regions, BehindKey).
 --
 -- Blocks. A block key holds the time its block ends (t + block, %d) and
 -- expires with it (PX, block rounded up to ms; the value, not the expiry,

@@ -2,6 +2,7 @@ package regions
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 
@@ -141,17 +142,18 @@ func byTag(c Client) bool {
 	return !single
 }
 
-// run runs s's calls in one pipeline; a script the server lacks is sent
-// again in full.
-func run(ctx context.Context, c Client, s *redis.Script, cs []call) error {
-	err := runWith(ctx, c, s, cs, false)
+// run runs s's calls in one pipeline, with a GET of flag unless it is
+// empty, and reports whether flag was set; a script the server lacks is
+// sent again in full.
+func run(ctx context.Context, c Client, s *redis.Script, cs []call, flag string) (bool, error) {
+	set, err := runWith(ctx, c, s, cs, false, flag)
 	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		err = runWith(ctx, c, s, cs, true)
+		set, err = runWith(ctx, c, s, cs, true, flag)
 	}
-	return err
+	return set, err
 }
 
-func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full bool) error {
+func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full bool, flag string) (bool, error) {
 	pipe := c.Pipeline()
 	for _, x := range cs {
 		if full {
@@ -160,21 +162,26 @@ func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full boo
 			s.EvalSha(ctx, pipe, x.keys, x.args...)
 		}
 	}
+	var get *redis.StringCmd
+	if flag != "" {
+		get = pipe.Get(ctx, flag)
+	}
 	cmds, err := pipe.Exec(ctx)
-	if err != nil {
-		return err
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
 	}
 	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			return err
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return false, err
 		}
 	}
-	return nil
+	return get != nil && get.Val() != "", nil
 }
 
-// apply sends entries to a peer (see applySrc).
-func apply(ctx context.Context, c Client, entries []*pending) error {
-	return run(ctx, c, applyScript, calls(entries, byTag(c)))
+// apply sends entries to a peer (see applySrc), none to only read its
+// flag, and reports whether the peer's flag (see BehindKey) was set.
+func apply(ctx context.Context, c Client, entries []*pending, flag string) (bool, error) {
+	return run(ctx, c, applyScript, calls(entries, byTag(c)), flag)
 }
 
 // stabilize removes acknowledged admissions from the local unstable keys
@@ -199,12 +206,16 @@ func stabilize(ctx context.Context, c Client, suffix string, entries []*pending)
 		}
 		out = append(out, x)
 	}
-	return run(ctx, c, stableScript, out)
+	_, err := run(ctx, c, stableScript, out, "")
+	return err
 }
 
 // groupKeys groups keys, in order, into the keys of script calls: one per
 // hash tag when byTag (a cluster's keys must share a slot), else one.
 func groupKeys(keys []string, byTag bool) [][]string {
+	if len(keys) == 0 {
+		return nil
+	}
 	if !byTag {
 		return [][]string{keys}
 	}

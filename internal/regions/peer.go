@@ -20,8 +20,19 @@ type peer struct {
 	mu      sync.Mutex
 	queue   []*pending
 	dropped int64
-	// sending is set while a batch is in flight (see flushUntil).
-	sending bool
+
+	// send is held by the one goroutine sending (run, or Close's flush),
+	// and guards what follows.
+	send sync.Mutex
+
+	// Catching up after a partition (see BehindKey). behind: the local
+	// Redis says to the peer that this process has entries it could not
+	// send (only the watcher touches it). held: entries the peer applied
+	// while it said it was behind this region, whose acknowledgement
+	// waits until it has caught up (only the goroutine holding send
+	// touches it).
+	behind bool
+	held   []*pending
 }
 
 // push queues p unless the queue is full, and wakes the sender when a
@@ -84,22 +95,23 @@ func (pr *peer) run() {
 // sendOne sends the head of the queue, up to a batch, and pops it once
 // the peer has applied it. It returns how many entries it sent.
 func (pr *peer) sendOne(ctx context.Context) (int, error) {
+	if !pr.send.TryLock() {
+		return 0, nil // another goroutine is sending
+	}
+	defer pr.send.Unlock()
 	pr.mu.Lock()
 	n := min(len(pr.queue), pr.r.cfg.Batch)
-	if n == 0 || pr.sending {
-		pr.mu.Unlock()
+	batch := slices.Clone(pr.queue[:n]) // the queue's array is cleared as it moves on
+	pr.mu.Unlock()
+	if n == 0 && len(pr.held) == 0 {
 		return 0, nil
 	}
-	batch := slices.Clone(pr.queue[:n]) // the queue's array is cleared as it moves on
-	pr.sending = true
-	pr.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	err := apply(ctx, pr.client, batch)
+	peerBehind, err := apply(ctx, pr.client, batch, pr.r.behindKey(pr.r.cfg.Name))
 	cancel()
 
 	pr.mu.Lock()
-	pr.sending = false
 	if err == nil {
 		clear(pr.queue[:n])
 		pr.queue = pr.queue[n:]
@@ -109,8 +121,45 @@ func (pr *peer) sendOne(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if peerBehind {
+		// The peer has not sent this region what it admitted while they
+		// were apart: this region's entries stay unstable until it has.
+		pr.held = append(pr.held, batch...)
+		return n, nil
+	}
+	if len(pr.held) > 0 {
+		batch, pr.held = append(pr.held, batch...), nil
+	}
 	pr.r.acked(batch)
 	return n, nil
+}
+
+// mark keeps the local Redis's flag that this region is behind with the
+// peer (see BehindKey): set while its oldest unsent entry is older than
+// behindAfter (a partition, a slow link), written again at every look
+// while it waits, removed once the queue has drained. Only the watcher calls it. Failures
+// to write are ignored: the flag expires.
+func (pr *peer) mark(now time.Time) {
+	pr.mu.Lock()
+	late := len(pr.queue) > 0 && now.Sub(pr.queue[0].queued) > behindAfter
+	empty := len(pr.queue) == 0
+	pr.mu.Unlock()
+	set := late || pr.behind && !empty
+	if !set && !(pr.behind && empty) {
+		return
+	}
+	// Written at each look while set: another process of the region may
+	// delete the flag once its own queue has drained.
+	pr.behind = set
+	ctx, cancel := context.WithTimeout(pr.r.ctx, callTimeout)
+	defer cancel()
+	pipe := pr.r.cfg.Local.Pipeline()
+	if set {
+		pipe.Set(ctx, pr.r.behindKey(pr.name), "1", behindTTL)
+	} else {
+		pipe.Del(ctx, pr.r.behindKey(pr.name))
+	}
+	_, _ = pipe.Exec(ctx)
 }
 
 // noteReach logs a peer that becomes unreachable, once, and once when it
@@ -131,6 +180,12 @@ func (pr *peer) noteReach(err error) {
 // deadline passes.
 func (pr *peer) flushUntil(deadline time.Time) {
 	for time.Now().Before(deadline) {
+		pr.mu.Lock()
+		empty := len(pr.queue) == 0
+		pr.mu.Unlock()
+		if empty {
+			return
+		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		sent, err := pr.sendOne(ctx)
 		cancel()
@@ -138,16 +193,6 @@ func (pr *peer) flushUntil(deadline time.Time) {
 			return
 		}
 		if sent == 0 {
-			pr.mu.Lock()
-			idle := len(pr.queue) == 0 || !pr.sending
-			empty := len(pr.queue) == 0
-			pr.mu.Unlock()
-			if empty {
-				return
-			}
-			if idle {
-				continue
-			}
 			time.Sleep(time.Millisecond) // the sender's batch is in flight
 		}
 	}

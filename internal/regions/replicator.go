@@ -35,6 +35,11 @@ const (
 
 // Config configures a Replicator.
 type Config struct {
+	// Name is this region's name and Prefix the engine's key prefix:
+	// with both, the replicator keeps the flags that tell a peer this
+	// region has not sent it everything since they were apart (see
+	// BehindKey).
+	Name, Prefix string
 	// Local is the region's own Redis, whose unstable keys lose the
 	// admissions every peer has acknowledged.
 	Local Client
@@ -51,6 +56,33 @@ type Config struct {
 	Batch int
 	Every time.Duration
 	Queue int
+}
+
+// behindTTL is how long a flag that a region is behind with a peer lives
+// unless refreshed: a process that dies holds its peers back that long.
+// behindAfter is the age of an unsent entry that sets the flag: above a
+// round trip and a batch between regions. watchEvery is how often the
+// watcher looks.
+const (
+	behindTTL   = 5 * time.Second
+	behindAfter = 250 * time.Millisecond
+	watchEvery  = 50 * time.Millisecond
+)
+
+// BehindKey returns the key, in the region's own Redis, that says it has
+// entries for peer that it could not send: written after a failed send,
+// removed once they are sent. A peer reads it in each call that applies
+// its own entries here, and while it is set keeps those entries unstable:
+// a region that sees its own admissions acknowledged before it has
+// received what its peers admitted while they were apart would take its
+// share of a headroom they already used (docs/regions.md, After healing).
+func BehindKey(prefix, peer string) string { return prefix + "{regions}:behind:" + peer }
+
+func (r *Replicator) behindKey(peer string) string {
+	if r.cfg.Name == "" {
+		return ""
+	}
+	return BehindKey(r.cfg.Prefix, peer)
 }
 
 // pending is an entry on its way to the peers. left counts the peers that
@@ -108,7 +140,29 @@ func New(cfg Config) *Replicator {
 		go p.run()
 	}
 	go r.stabilizer()
+	if r.cfg.Name != "" && r.cfg.Local != nil && len(r.peers) > 0 {
+		r.wg.Add(1)
+		go r.watch()
+	}
 	return r
+}
+
+// watch keeps each peer's flag that this region is behind with it (see
+// BehindKey) until the replicator stops.
+func (r *Replicator) watch() {
+	defer r.wg.Done()
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case now := <-tick.C:
+			for _, p := range r.peers {
+				p.mark(now)
+			}
+		}
+	}
 }
 
 // Add queues e for every peer. It never blocks: a peer whose queue is
