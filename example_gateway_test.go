@@ -58,6 +58,7 @@ func (g *gateway) complete(ctx context.Context, tenant, class, prompt string, ma
 		p.Finish(nil) // the estimate stays counted: the provider may have seen the call
 		return "", err
 	}
+	p.Learn(resp) // a 429's Retry-After blocks the key in every process: WaitAny skips it
 	defer resp.Body.Close()
 	var out struct {
 		Text  string `json:"text"`

@@ -143,8 +143,9 @@ func (t *Throttle) Allow(ctx context.Context, c Call) (*Permit, bool, error) {
 // WaitAny blocks until one of calls fits, such as the same call under
 // several API keys, counts it, and returns its Permit and index. The
 // other calls count nothing once WaitAny returns. A call whose key an
-// upstream blocked (Transport's learned blocks, fleet-wide) is not asked
-// until the block ends; the others are admitted meanwhile. A call that
+// upstream blocked (a learned block, from Transport or Permit.Learn, in
+// any process) is not asked until the block ends; the others are
+// admitted meanwhile. A call that
 // lacks a value fails with its index before any call is asked; no calls
 // is a *ConfigError of kind "call". When ctx ends first WaitAny returns
 // ctx.Err() and -1, having counted nothing. See docs/throttle.md.
@@ -184,6 +185,27 @@ func (p *Permit) Finish(actual map[string]int64) {
 	p.p.Finish(actual)
 }
 
+// Learn teaches the throttle the upstream's answer to the call p
+// admitted, as Transport does with every response: a 429 or 503 counts
+// in Upstream429s (the throttle's and the call's class's), and its wait
+// (retry-after-ms, or Retry-After in seconds or as an HTTP date), at
+// most DefaultMaxUpstreamBlock, blocks the call's subjects in every
+// process, a learned block: Wait, Allow and WaitAny hold calls for them
+// until it ends or Limiter.Reset of one of them lifts it, and WaitAny
+// picks another of its calls at once. Any other status, a value that is
+// no positive number or future date, and a nil resp teach nothing. Call
+// it before Finish: Learn does not finish p, and a Learn of a finished
+// Permit, or of one that learned already, does nothing. The refused call
+// stays counted as Transport's does: Finish settles it as any other
+// (its estimates, or the actual costs given). Learn of a nil Permit
+// does nothing. It is safe for concurrent use with Finish.
+func (p *Permit) Learn(resp *http.Response) {
+	if p == nil || p.p == nil {
+		return
+	}
+	p.p.Learn(resp, DefaultMaxUpstreamBlock)
+}
+
 // Decision returns the engine's decision that admitted the call.
 func (p *Permit) Decision() engine.Decision {
 	if p == nil || p.p == nil {
@@ -212,7 +234,8 @@ type ThrottleStats struct {
 	// RedisCalls counts the Redis calls made to admit them: decisions and
 	// the fleet order's script (not the finishes).
 	RedisCalls int64 `json:"redis_calls"`
-	// Upstream429s counts the 429 and 503 answers Transport passed back.
+	// Upstream429s counts the 429 and 503 answers Transport passed back
+	// and Permit.Learn was given.
 	Upstream429s int64 `json:"upstream_429s"`
 	// Classes holds the same, per class, once the rules have share
 	// statements: one entry for each class they name and one of class
@@ -251,7 +274,8 @@ type TransportOption func(*transportConfig)
 
 type transportConfig struct {
 	throttle.TransportConfig
-	call func(*http.Request) (Call, error)
+	call  func(*http.Request) (Call, error)
+	calls func(*http.Request) ([]Call, error)
 }
 
 // WithCall makes the Transport build each request's Call with fn: the
@@ -260,6 +284,20 @@ type transportConfig struct {
 // round trip without sending it. Without WithCall every request is Call{}.
 func WithCall(fn func(*http.Request) (Call, error)) TransportOption {
 	return func(c *transportConfig) { c.call = fn }
+}
+
+// WithCalls makes the Transport admit each request as WaitAny does,
+// over the calls fn returns, such as the same call under each of several
+// API keys, and send the request use returns for the index admitted,
+// such as a clone of req (req.Clone, sharing its body) with that key's
+// header; a nil use, or a nil request from it, sends req itself. An error
+// of fn fails the round trip without sending it, as one of WaitAny does.
+// The response teaches the chosen call's block (Permit.Learn), so a key
+// the upstream blocked is skipped by every process at once. WithCall and
+// WithCalls together make every round trip fail with a *ConfigError of
+// kind "call".
+func WithCalls(fn func(*http.Request) ([]Call, error), use func(req *http.Request, i int) *http.Request) TransportOption {
+	return func(c *transportConfig) { c.calls, c.Use = fn, use }
 }
 
 // WithActual makes the Transport settle each admitted request's costs to
@@ -312,8 +350,8 @@ func WithMaxUpstreamBlock(d time.Duration) TransportOption {
 
 // Transport returns an http.RoundTripper that sends each request through
 // base (http.DefaultTransport when nil) once t admits it, as Wait does, and
-// finishes the Permit when the response body is closed. A 429 or 503 with
-// Retry-After blocks the request's subjects fleet-wide for that long, at
+// finishes the Permit when the response body is closed (WithCalls: as
+// WaitAny does). A 429 or 503 with Retry-After blocks the request's subjects fleet-wide for that long, at
 // most an hour (WithMaxUpstreamBlock); Limiter.Reset of one of the
 // subjects lifts the block. A header value that is no positive number or
 // future date is ignored.
@@ -331,6 +369,16 @@ func (t *Throttle) Transport(base http.RoundTripper, opts ...TransportOption) ht
 		c.Call = func(r *http.Request) (throttle.Call, error) {
 			call, err := fn(r)
 			return throttle.Call(call), err
+		}
+	}
+	if fn := c.calls; fn != nil {
+		c.Calls = func(r *http.Request) ([]throttle.Call, error) {
+			calls, err := fn(r)
+			cs := make([]throttle.Call, len(calls))
+			for i, call := range calls {
+				cs[i] = throttle.Call(call)
+			}
+			return cs, err
 		}
 	}
 	return t.t.Transport(base, c.TransportConfig)

@@ -30,7 +30,7 @@
 // others; -keys K makes every call a WaitAny over K API keys, each of
 // which the upstream limits to -limit per -period on its own, and -block
 // has the upstream answer one call on key k0, halfway through, 429 with
-// Retry-After. -delay and -respond add a transit and a response time;
+// Retry-After, which the workers teach the throttle (Permit.Learn). -delay and -respond add a transit and a response time;
 // -ramp spreads the workers' starts. The
 // report adds the admissions and waits per class, the admissions per
 // tenant with Jain's fairness index, the arrivals per key in any period,

@@ -274,8 +274,9 @@ func (ch *child) work(ctx context.Context, w workers) error {
 	return nil
 }
 
-// send makes the call p admitted, after a transit of 0..delay, and
-// finishes p with the tokens the upstream says it used.
+// send makes the call p admitted, after a transit of 0..delay, teaches
+// the throttle the upstream's answer (a learned block) and finishes p
+// with the tokens the upstream says it used.
 func (ch *child) send(p *slidelimit.Permit, class, tenant, key string) {
 	if ch.delay > 0 {
 		time.Sleep(time.Duration(rand.Int64N(int64(ch.delay))))
@@ -289,6 +290,7 @@ func (ch *child) send(p *slidelimit.Permit, class, tenant, key string) {
 	resp, err := ch.hc.Do(req)
 	var actual map[string]int64
 	if err == nil {
+		p.Learn(resp) // a 429's Retry-After blocks the key in every process
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if n, err := strconv.ParseInt(resp.Header.Get("X-Usage-Tokens"), 10, 64); err == nil && ch.tokens {

@@ -18,14 +18,15 @@ const permitWarnEvery = time.Minute
 // response body), so that a cleanup attached there can finish it once
 // that is unreachable.
 type Permit struct {
-	t     *Throttle
-	d     engine.Decision
-	names []string // names[i] is the cost name of check i; "" for none
-	lane  *lane    // counted as used (Throttle.lane) until finished
-	done  atomic.Bool
-	live  atomic.Bool // counted in stats.active, until finished or released at the maximum hold
-	hold  *time.Timer // releases the slots at the maximum hold; nil without slots
-	class *classStats // its class's statistics; nil when the rules have no shares
+	t       *Throttle
+	d       engine.Decision
+	names   []string // names[i] is the cost name of check i; "" for none
+	lane    *lane    // counted as used (Throttle.lane) until finished
+	done    atomic.Bool
+	learned atomic.Bool // an upstream's 429 or 503 was learned (Learn)
+	live    atomic.Bool // counted in stats.active, until finished or released at the maximum hold
+	hold    *time.Timer // releases the slots at the maximum hold; nil without slots
+	class   *classStats // its class's statistics; nil when the rules have no shares
 }
 
 // permitWarnings throttles a throttle's lines about Permits.

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 // root package's TransportOptions set it.
 type TransportConfig struct {
 	Call     func(*http.Request) (Call, error)             // WithCall; nil: Call{}
+	Calls    func(*http.Request) ([]Call, error)           // WithCalls: WaitAny over them; with Call, an error
+	Use      func(*http.Request, int) *http.Request        // WithCalls: the request to send for the call chosen; nil: the same
 	Actual   func(*http.Response) map[string]int64         // WithActual
 	Body     func(*http.Response, []byte) map[string]int64 // WithActualBody
 	Bytes    []string                                      // WithActualBytes's cost names
@@ -24,11 +27,10 @@ type TransportConfig struct {
 const DefaultMaxBlock = time.Hour
 
 // Transport returns an http.RoundTripper that sends each request through
-// base (http.DefaultTransport when nil) once t admits it, as Wait does,
-// and finishes its Permit when the response body is closed, or once the
-// body becomes unreachable unclosed. A 429 or 503 with a wait asked for
-// blocks the request's subjects fleet-wide for that long, at most
-// cfg.MaxBlock.
+// base (http.DefaultTransport when nil) once t admits it, as Wait does
+// (as WaitAny does with cfg.Calls), and finishes its Permit when the
+// response body is closed, or once the body becomes unreachable
+// unclosed. Every response is given to Permit.Learn with cfg.MaxBlock.
 func (t *Throttle) Transport(base http.RoundTripper, cfg TransportConfig) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -54,32 +56,57 @@ func (tr *throttleTransport) RoundTrip(r *http.Request) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	var c Call
-	if tr.cfg.Call != nil {
-		var err error
-		if c, err = tr.cfg.Call(r); err != nil {
-			return fail(err)
-		}
-	}
-	p, err := tr.t.Wait(r.Context(), c)
+	p, send, err := tr.admit(r)
 	if err != nil {
 		return fail(err)
 	}
-	resp, err := tr.base.RoundTrip(r)
+	resp, err := tr.base.RoundTrip(send)
 	if err != nil {
 		p.Finish(nil)
 		return nil, err
 	}
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		tr.t.stats.upstream.Add(1)
-		p.class.upstream429()
-		if d, ok := retryAfter(resp.Header, time.Now(), tr.cfg.MaxBlock); ok && p.lane != nil {
-			tr.t.fleet.block(p.lane, d)
-		}
-	}
+	p.Learn(resp, tr.cfg.MaxBlock)
 	resp.Body = newFinishBody(&tr.cfg, resp, p)
 	return resp, nil
 }
+
+// admit waits for r's call, or for the first fit of its calls under
+// WithCalls, and returns its Permit and the request to send.
+func (tr *throttleTransport) admit(r *http.Request) (*Permit, *http.Request, error) {
+	if tr.cfg.Calls == nil {
+		var c Call
+		if tr.cfg.Call != nil {
+			var err error
+			if c, err = tr.cfg.Call(r); err != nil {
+				return nil, nil, err
+			}
+		}
+		p, err := tr.t.Wait(r.Context(), c)
+		return p, r, err
+	}
+	if tr.cfg.Call != nil {
+		return nil, nil, tr.t.cfg.ConfigError(fmt.Errorf("%w: %w", ErrCall, ErrCallAndCalls))
+	}
+	calls, err := tr.cfg.Calls(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, i, err := tr.t.WaitAny(r.Context(), calls...)
+	if err != nil {
+		return nil, nil, err
+	}
+	send := r
+	if tr.cfg.Use != nil {
+		if s := tr.cfg.Use(r, i); s != nil {
+			send = s
+		}
+	}
+	return p, send, nil
+}
+
+// ErrCallAndCalls is the error of a Transport given both WithCall and
+// WithCalls.
+var ErrCallAndCalls = errors.New("slidelimit: a Transport takes WithCall or WithCalls, not both")
 
 // retryAfter reads how long an upstream asks to wait, at most max:
 // retry-after-ms, or Retry-After in seconds or as an HTTP date. It
