@@ -35,6 +35,14 @@
 // where the result is acquired or upstream_429: a refusal belongs to no
 // class. They are instruments of their own, so that summing an instrument
 // over its attributes counts each call once.
+//
+// A Limiter with regions given to Metrics.Regions adds, read from
+// Limiter.RegionStats at each collection (per process):
+//
+//	slidelimit.region.replication.lag      gauge, s: slidelimit.region.name
+//	slidelimit.region.replication.queue    up-down counter, {entry}: slidelimit.region.name
+//	slidelimit.region.replication.dropped  counter, {entry}: slidelimit.region.name
+//	slidelimit.region.reachable            gauge, 1 or 0: slidelimit.region.name
 package otellimit
 
 import (
@@ -60,6 +68,7 @@ type Metrics struct {
 	errors    metric.Int64Counter
 	latency   metric.Float64Histogram
 	throttles adapt.Throttles
+	regions   adapt.Regions
 }
 
 // New returns Metrics whose instruments come from a meter of mp.
@@ -84,6 +93,9 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		return nil, err
 	}
 	if err := m.observeClasses(meter); err != nil {
+		return nil, err
+	}
+	if err := m.observeRegions(meter); err != nil {
 		return nil, err
 	}
 	return &m, nil

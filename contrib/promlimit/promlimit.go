@@ -39,6 +39,14 @@
 //	slidelimit_throttle_class_calls_total{throttle,class,result}                   counter
 //
 // where result is acquired or upstream_429: a refusal belongs to no class.
+//
+// A Limiter with regions given to Collector.Regions adds, read from
+// Limiter.RegionStats when scraped (per process; region is a peer's name):
+//
+//	slidelimit_region_replication_lag_seconds{region}    gauge
+//	slidelimit_region_replication_queue{region}          gauge
+//	slidelimit_region_replication_dropped_total{region}  counter
+//	slidelimit_region_reachable{region}                  gauge, 1 or 0
 package promlimit
 
 import (
@@ -58,6 +66,7 @@ type Collector struct {
 	errors    *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	throttles adapt.Throttles
+	regions   adapt.Regions
 }
 
 // Descriptions of the throttles' metrics, and of their classes'.
@@ -133,6 +142,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- classQueued
 	ch <- classWait
 	ch <- classCalls
+	describeRegions(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -140,6 +150,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.decisions.Collect(ch)
 	c.errors.Collect(ch)
 	c.latency.Collect(ch)
+	c.collectRegions(ch)
 	for _, st := range c.throttles.Stats() {
 		ch <- constMetric(throttleQueued, prometheus.GaugeValue, float64(st.Waiting), st.Name)
 		ch <- constMetric(throttleActive, prometheus.GaugeValue, float64(st.Active), st.Name)

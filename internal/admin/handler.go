@@ -14,6 +14,7 @@
 //	GET  /api/subject?subject=S    S's usage across routes (or ?ip=A: what was counted by address A)
 //	GET  /api/blocks               the active blocks, and the throttles' blocks learned from their upstreams
 //	GET  /api/throttles            {"throttles":[{"name","rules","waiting","wait_p50","wait_p99","admitted","active","upstream_429s"}, ...]}
+//	GET  /api/regions              {"regions":[{"name","lag","queue","dropped","reachable"}, ...]}: the peer regions
 //	POST /api/reset                scope, limiter, subject (or ip, or ref): lifts the block, clears the windows
 //
 // The subjects of the kinds in Config.Masked (header values, by default of
@@ -132,6 +133,7 @@ func New(src Source, cfg Config, roles ...role.Role) http.Handler {
 	h.mux.HandleFunc("GET /api/subject", h.subject)
 	h.mux.HandleFunc("GET /api/blocks", h.blocks)
 	h.mux.HandleFunc("GET /api/throttles", h.throttlesAPI)
+	h.mux.HandleFunc("GET /api/regions", h.regionsAPI)
 	h.mux.Handle("POST /api/reset", http.NewCrossOriginProtection().Handler(http.HandlerFunc(h.reset)))
 	return h
 }

@@ -33,6 +33,7 @@ type pageData struct {
 	Blocks    []Block
 	Overrides []Override
 	Throttles []Throttle
+	Regions   []Region
 	Query     string // the subject searched for
 	QueryIP   string // or the address
 	Usage     []Usage
@@ -69,6 +70,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		problemOf("overrides", err)
 	}
 	data.Throttles = h.throttles()
+	data.Regions = h.regions()
 	if data.Query != "" || data.QueryIP != "" {
 		data.Searched = true
 		if data.Query != "" && data.QueryIP != "" {

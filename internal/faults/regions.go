@@ -38,7 +38,12 @@ type RegionCut struct {
 // millisecond clock: each region decides alone on what it has received;
 // its admissions reach each peer in batches after a lag, the peer's
 // acknowledgement comes back after another, and a cut holds both until it
-// heals. It checks the theorem's bound at every millisecond.
+// heals. A region whose Redis is down (RegionKill, RegionRestartEmpty)
+// admits nothing and neither sends nor receives; one restarted empty
+// forgets its own admissions and what it received: what it admitted still
+// reaches its peers (the replication queues are in the processes), but no
+// peer sends again what it had received. It checks the theorem's bound at every
+// millisecond, but in windows holding an admission a region forgot.
 type RegionsSim struct {
 	Limit            int64
 	Window, Duration time.Duration
@@ -50,6 +55,9 @@ type RegionsSim struct {
 	// number of regions.
 	Rates []float64
 	Cuts  []RegionCut
+	// Faults are partitions, lag spikes and a region's Redis killed or
+	// restarted empty, as a RegionsPlan holds them.
+	Faults []RegionFault
 	// Naive drops check (b): each region checks only its own view, as
 	// regions counting alone with replication would.
 	Naive bool
@@ -65,6 +73,8 @@ type RegionsResult struct {
 	// bound held everywhere); Violation describes the first excess.
 	MaxOver   int64
 	Violation string
+	// Admissions are every admission, in order.
+	Admissions []RegionAdmission
 }
 
 // simAdmission is one admission: where and when it was made, when each
@@ -72,16 +82,34 @@ type RegionsResult struct {
 type simAdmission struct {
 	region   int
 	at       int64
-	recvAt   []int64 // per region; -1 until received; its own region's is at
+	recvAt   []int64 // per region; -1 until received or once forgotten; its own region's is at
+	acked    []bool  // per peer region
 	acks     int
 	stableAt int64 // -1 until stable
+	// forgotten: a region that had it restarted empty since.
+	forgotten bool
 }
 
 type simEvent struct {
-	ack bool // an acknowledgement reaching a.region, else a reaching to
+	ack bool // an acknowledgement from to reaching a.region, else a reaching to
 	a   *simAdmission
 	to  int
 }
+
+// sim is one run of a RegionsSim.
+type sim struct {
+	RegionsSim
+	rng                *rand.Rand
+	end, window, batch int64
+	events             [][]simEvent
+	all                []*simAdmission // in the window, in order of at
+	last               []int64         // each region's last admission
+	forgetAt           map[int64][]int // regions restarted empty at a millisecond
+	block              [][]blockSpan   // per region, when it is cut off or down
+	res                RegionsResult
+}
+
+func msOf(d time.Duration) int64 { return d.Milliseconds() }
 
 // Run runs the simulation.
 func (s RegionsSim) Run() (RegionsResult, error) {
@@ -90,152 +118,224 @@ func (s RegionsSim) Run() (RegionsResult, error) {
 		s.MinLag < 0 || s.MaxLag < s.MinLag {
 		return RegionsResult{}, fmt.Errorf("faults: regions simulation: bad parameters %+v", s)
 	}
-	rng := rand.New(rand.NewPCG(s.Seed, s.Seed^0x9e3779b97f4a7c15))
-	ms := func(d time.Duration) int64 { return d.Milliseconds() }
-	end, window, batch := ms(s.Duration), ms(s.Window), ms(s.Batch)
-	events := make([][]simEvent, end+1)
-	cutAt := func(r int, t int64) (bool, int64) {
-		for _, c := range s.Cuts {
-			if c.Region == r && ms(c.From) <= t && t < ms(c.To) {
-				return true, ms(c.To)
-			}
-		}
-		return false, 0
+	m := &sim{RegionsSim: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x9e3779b97f4a7c15)),
+		end: msOf(s.Duration), window: msOf(s.Window), batch: msOf(s.Batch),
+		last: make([]int64, regions), forgetAt: map[int64][]int{}, block: s.blocks()}
+	m.events = make([][]simEvent, m.end+1)
+	for i := range m.last {
+		m.last[i] = -1
 	}
-	// arrival is when a message sent from a to b at t arrives, leaving at
-	// the next batch when batched: a cut of either end while it travels
-	// sends it again when the cut heals.
-	var arrival func(a, b int, t int64, batched bool) int64
-	arrival = func(a, b int, t int64, batched bool) int64 {
-		for {
-			if batched && t%batch != 0 {
-				t += batch - t%batch
-			}
-			lag := ms(s.MinLag)
-			if s.MaxLag > s.MinLag {
-				lag += rng.Int64N(ms(s.MaxLag) - ms(s.MinLag) + 1)
-			}
-			healed := int64(-1)
-			for x := t; x <= t+lag; x++ {
-				for _, r := range []int{a, b} {
-					if cut, to := cutAt(r, x); cut {
-						healed = max(healed, to)
-					}
-				}
-				if healed >= 0 {
-					break
-				}
-			}
-			if healed < 0 {
-				return t + lag
-			}
-			t = healed
+	for _, f := range s.Faults {
+		if f.Kind == RegionRestartEmpty {
+			m.forgetAt[msOf(f.end())] = append(m.forgetAt[msOf(f.end())], f.Region)
 		}
 	}
-	// schedule queues e at at, and never at the current millisecond, whose
-	// events are being handled.
-	schedule := func(at, now int64, e simEvent) {
-		at = max(at, now+1)
-		if at <= end {
-			events[at] = append(events[at], e)
+	for t := int64(0); t <= m.end; t++ {
+		for _, r := range m.forgetAt[t] {
+			m.forget(r, t)
 		}
-	}
-
-	var (
-		res  RegionsResult
-		all  []*simAdmission // in order of at
-		last = make([]int64, regions)
-	)
-	for i := range last {
-		last[i] = -1
-	}
-	for t := int64(0); t <= end; t++ {
-		for _, e := range events[t] {
-			if e.ack {
-				e.a.acks++
-				if e.a.acks == regions-1 {
-					e.a.stableAt = t
-				}
-				continue
-			}
-			e.a.recvAt[e.to] = t
-			schedule(arrival(e.to, e.a.region, t, false), t, simEvent{ack: true, a: e.a})
-		}
-		events[t] = nil
-		// Drop what left the window.
+		m.deliver(t)
 		from := 0
-		for from < len(all) && all[from].at <= t-window {
+		for from < len(m.all) && m.all[from].at <= t-m.window {
 			from++
 		}
-		all = all[from:]
+		m.all = m.all[from:]
 		for r := range regions {
-			if rng.Float64() >= s.Rates[r]/1000 {
-				continue
+			if m.rng.Float64() < s.Rates[r]/1000 {
+				m.request(r, t)
 			}
-			res.Requests++
-			var v, u int64
-			for _, a := range all {
-				switch {
-				case a.region == r:
-					v++
-					if a.stableAt < 0 {
-						u++
-					}
-				case a.recvAt[r] >= 0:
-					v++
-				}
-			}
-			if v+1 > s.Limit || !s.Naive && u+1 > RegionShare(r, regions, s.Limit-(v-u)) {
-				continue
-			}
-			a := &simAdmission{region: r, at: t, recvAt: make([]int64, regions), stableAt: -1}
-			for p := range a.recvAt {
-				a.recvAt[p] = -1
-				if p != r {
-					schedule(arrival(r, p, t, true), t, simEvent{a: a, to: p})
-				}
-			}
-			a.recvAt[r] = t
-			all = append(all, a)
-			last[r] = t
-			res.Admitted++
 		}
-		s.check(t, all, last, &res)
+		m.check(t)
 	}
-	return res, nil
+	return m.res, nil
+}
+
+// blockSpan is a time a region can neither send nor receive: [from, to) ms.
+type blockSpan struct{ from, to int64 }
+
+// blocks returns, per region, the spans it is cut off or its Redis down.
+func (s RegionsSim) blocks() [][]blockSpan {
+	out := make([][]blockSpan, len(s.Rates))
+	for _, c := range s.Cuts {
+		out[c.Region] = append(out[c.Region], blockSpan{msOf(c.From), msOf(c.To)})
+	}
+	for _, f := range s.Faults {
+		if f.Kind != RegionLagSpike {
+			out[f.Region] = append(out[f.Region], blockSpan{msOf(f.At), msOf(f.end())})
+		}
+	}
+	return out
+}
+
+// down reports whether region r's Redis is down at t.
+func (m *sim) down(r int, t int64) bool {
+	for _, f := range m.Faults {
+		if (f.Kind == RegionKill || f.Kind == RegionRestartEmpty) && f.Region == r && msOf(f.At) <= t && t < msOf(f.end()) {
+			return true
+		}
+	}
+	return false
+}
+
+// lag draws one message's one-way lag at t, a spike's when one is on.
+func (m *sim) lag(t int64) int64 {
+	lo, hi := msOf(m.MinLag), msOf(m.MaxLag)
+	for _, f := range m.Faults {
+		if f.Kind == RegionLagSpike && msOf(f.At) <= t && t < msOf(f.end()) {
+			hi = max(hi, msOf(f.Lag))
+		}
+	}
+	if hi > lo {
+		return lo + m.rng.Int64N(hi-lo+1)
+	}
+	return lo
+}
+
+// arrival is when a message sent from a to b at t arrives, leaving at the
+// next batch when batched: a cut of either end while it travels sends it
+// again when the cut heals.
+func (m *sim) arrival(a, b int, t int64, batched bool) int64 {
+	for {
+		if batched && t%m.batch != 0 {
+			t += m.batch - t%m.batch
+		}
+		lag := m.lag(t)
+		// The first moment of the trip when either end is blocked, and
+		// when every block in force then ends.
+		first := int64(-1)
+		for _, r := range []int{a, b} {
+			for _, sp := range m.block[r] {
+				if sp.from <= t+lag && sp.to > t && (first < 0 || max(sp.from, t) < first) {
+					first = max(sp.from, t)
+				}
+			}
+		}
+		if first < 0 {
+			return t + lag
+		}
+		for _, r := range []int{a, b} {
+			for _, sp := range m.block[r] {
+				if sp.from <= first && first < sp.to {
+					t = max(t, sp.to)
+				}
+			}
+		}
+	}
+}
+
+// schedule queues e at at, and never at the current millisecond, whose
+// events are being handled.
+func (m *sim) schedule(at, now int64, e simEvent) {
+	at = max(at, now+1)
+	if at <= m.end {
+		m.events[at] = append(m.events[at], e)
+	}
+}
+
+// deliver handles the messages arriving at t.
+func (m *sim) deliver(t int64) {
+	for _, e := range m.events[t] {
+		if e.ack {
+			if !e.a.acked[e.to] {
+				e.a.acked[e.to] = true
+				e.a.acks++
+				if e.a.acks == len(m.Rates)-1 {
+					e.a.stableAt = t
+				}
+			}
+			continue
+		}
+		if e.a.recvAt[e.to] < 0 {
+			e.a.recvAt[e.to] = t
+		}
+		m.schedule(m.arrival(e.to, e.a.region, t, false), t, simEvent{ack: true, a: e.a, to: e.to})
+	}
+	m.events[t] = nil
+}
+
+// forget restarts region r's Redis empty at t: it forgets its own
+// admissions, which its process still sends to its peers, and what it
+// had received, which no peer sends again (the replication queues are in
+// the processes, and hold only what was not yet acknowledged).
+func (m *sim) forget(r int, t int64) {
+	for _, a := range m.all {
+		if a.recvAt[r] >= 0 {
+			a.recvAt[r] = -1
+			a.forgotten = true
+		}
+	}
+}
+
+// request decides a request of region r at t by checks (a) and (b).
+func (m *sim) request(r int, t int64) {
+	m.res.Requests++
+	if m.down(r, t) {
+		return
+	}
+	regions := len(m.Rates)
+	var v, u int64
+	for _, a := range m.all {
+		if a.recvAt[r] < 0 {
+			continue // not received, or forgotten
+		}
+		v++
+		if a.region == r && a.stableAt < 0 {
+			u++
+		}
+	}
+	if v+1 > m.Limit || !m.Naive && u+1 > RegionShare(r, regions, m.Limit-(v-u)) {
+		return
+	}
+	a := &simAdmission{region: r, at: t, recvAt: make([]int64, regions), acked: make([]bool, regions), stableAt: -1}
+	for p := range a.recvAt {
+		a.recvAt[p] = -1
+		if p != r {
+			m.schedule(m.arrival(r, p, t, true), t, simEvent{a: a, to: p})
+		}
+	}
+	a.recvAt[r] = t
+	m.all = append(m.all, a)
+	m.last[r] = t
+	m.res.Admitted++
+	m.res.Admissions = append(m.res.Admissions, RegionAdmission{Region: r, At: time.Duration(t) * time.Millisecond})
 }
 
 // check compares the window ending at t with the theorem's bound.
-func (s RegionsSim) check(t int64, all []*simAdmission, last []int64, res *RegionsResult) {
-	regions := len(s.Rates)
+func (m *sim) check(t int64) {
+	regions := len(m.Rates)
 	var total, stable int64
 	unstable := make([]int64, regions)
-	for _, a := range all {
+	theorem := true
+	for _, a := range m.all {
 		total++
+		theorem = theorem && !a.forgotten
 		if a.stableAt >= 0 {
 			stable++
 		} else {
 			unstable[a.region]++
 		}
 	}
-	res.MaxInWindow = max(res.MaxInWindow, total)
+	m.res.MaxInWindow = max(m.res.MaxInWindow, total)
+	if !theorem {
+		return
+	}
 	var unseen []int64
 	for r := range regions {
 		if unstable[r] == 0 {
 			continue
 		}
 		var n int64
-		for _, a := range all {
-			if a.region != r && a.stableAt >= 0 && a.recvAt[r] > last[r] {
+		for _, a := range m.all {
+			if a.region != r && a.stableAt >= 0 && a.recvAt[r] > m.last[r] {
 				n++
 			}
 		}
 		unseen = append(unseen, n)
 	}
-	bound := RegionsBound(regions, s.Limit, stable, unseen)
+	bound := RegionsBound(regions, m.Limit, stable, unseen)
 	over := total - bound
-	res.MaxOver = max(res.MaxOver, over)
-	if over > 0 && res.Violation == "" {
-		res.Violation = fmt.Sprintf("at %dms the window held %d, bound %d (stable %d, unseen %v)", t, total, bound, stable, unseen)
+	m.res.MaxOver = max(m.res.MaxOver, over)
+	if over > 0 && m.res.Violation == "" {
+		m.res.Violation = fmt.Sprintf("at %dms the window held %d, bound %d (stable %d, unseen %v)", t, total, bound, stable, unseen)
 	}
 }

@@ -23,9 +23,17 @@ type Regions struct {
 // to max, as StartProxy does.
 func StartRegions(tb testing.TB, n int, min, max time.Duration) *Regions {
 	tb.Helper()
+	return StartRegionsWith(tb, n, min, max)
+}
+
+// StartRegionsWith is StartRegions with extra command-line arguments for
+// every server, as StartWith takes them (for example "--appendonly",
+// "yes", so that a server restarted after Kill keeps its data).
+func StartRegionsWith(tb testing.TB, n int, min, max time.Duration, extra ...string) *Regions {
+	tb.Helper()
 	r := &Regions{tb: tb, links: make([][]*Proxy, n), cut: make([]bool, n)}
 	for range n {
-		r.Servers = append(r.Servers, Start(tb))
+		r.Servers = append(r.Servers, StartWith(tb, extra...))
 	}
 	for from := range n {
 		r.links[from] = make([]*Proxy, n)

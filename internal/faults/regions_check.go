@@ -1,0 +1,192 @@
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// RegionAdmission is one admission as seen from outside the regions: the
+// region that made it, and when, from the run's start.
+type RegionAdmission struct {
+	Region int
+	At     time.Duration
+}
+
+// RegionsCheck is what CheckRegions found.
+type RegionsCheck struct {
+	MaxInWindow int64 // the most admissions any window held
+	// MaxOver is the most a window held beyond its bound (<= 0 when the
+	// bound held everywhere); Violation describes the first excess.
+	MaxOver   int64
+	Violation string
+}
+
+// CheckRegions checks every window of the admissions of a run of plan
+// against the bound of docs/regions.md, computed from outside: from the
+// admissions' regions and times and the plan's faults alone. For the
+// window (t-W, t] ending at an admission, it is
+//
+//	L + Σ_r F_r + Σ_r ⌈N_r / R⌉
+//
+// F_r counts the window's admissions made before region r's Redis last
+// restarted empty (by t): r forgot them, its own and what it had
+// received, and no peer sends them again, so r may admit them once more,
+// as a single Redis that restarts empty does. N_r, for a region r with an
+// admission in the window that may still be unacknowledged at t (t_r its
+// last), counts the window's other admissions of r's peers that may be
+// stable at t (two least lags after they were made, or after a fault
+// holding either end then ends) and may not have reached r at t_r: a
+// message sent at x arrives by x plus the lag bound (the links' most, or
+// a spike's, plus the batch interval and slack, the time a loaded machine
+// adds), or by the lag bound after a cut or a Redis down holding it ends.
+// These are the theorem's terms made larger, never smaller.
+func (p RegionsPlan) CheckRegions(adm []RegionAdmission, slack time.Duration) RegionsCheck {
+	adm = slices.Clone(adm)
+	slices.SortStableFunc(adm, func(a, b RegionAdmission) int { return int(a.At - b.At) })
+	tl := p.timeline(adm, slack)
+	var res RegionsCheck
+	from := 0
+	for i, a := range adm {
+		t := a.At
+		for adm[from].At <= t-p.Window {
+			from++
+		}
+		// Every admission at t is in its window: take the last of them.
+		if i+1 < len(adm) && adm[i+1].At == t {
+			continue
+		}
+		total := int64(i + 1 - from)
+		bound, terms := p.windowBound(adm, tl, from, i, t)
+		res.MaxInWindow = max(res.MaxInWindow, total)
+		over := total - bound
+		res.MaxOver = max(res.MaxOver, over)
+		if over > 0 && res.Violation == "" {
+			res.Violation = fmt.Sprintf("the window ending at %v held %d, bound %d (unseen %v)", t, total, bound, terms)
+		}
+	}
+	return res
+}
+
+// never is a time no run reaches.
+const never = time.Duration(1<<63 - 1)
+
+// admTimes are what the checker knows of one admission from the plan.
+type admTimes struct {
+	reach      []time.Duration // by region: the latest it reaches it
+	stableFrom time.Duration   // the earliest it may be stable
+	stableBy   time.Duration   // the latest it is stable
+}
+
+// timeline computes each admission's times.
+func (p RegionsPlan) timeline(adm []RegionAdmission, slack time.Duration) []admTimes {
+	regions := len(p.Rates)
+	tl := make([]admTimes, len(adm))
+	for i, a := range adm {
+		x := admTimes{reach: make([]time.Duration, regions)}
+		for r := range regions {
+			if r == a.Region {
+				continue
+			}
+			x.reach[r] = p.reach(a, r, slack)
+			x.stableBy = max(x.stableBy, p.latest(r, a.Region, p.latest(a.Region, r, a.At, slack), slack))
+			x.stableFrom = max(x.stableFrom, p.earliest(r, a.Region, p.earliest(a.Region, r, a.At)))
+		}
+		tl[i] = x
+	}
+	return tl
+}
+
+// windowBound is the bound of the window adm[from:to+1], ending at t, and
+// each busy region's N_r.
+func (p RegionsPlan) windowBound(adm []RegionAdmission, tl []admTimes, from, to int, t time.Duration) (int64, []int64) {
+	regions := int64(len(p.Rates))
+	bound := p.Limit
+	busy := make([]bool, regions)
+	last := make([]time.Duration, regions)
+	for j := from; j <= to; j++ {
+		last[adm[j].Region] = adm[j].At
+		if tl[j].stableBy > t {
+			busy[adm[j].Region] = true
+		}
+	}
+	var terms []int64
+	for r := range regions {
+		// F: what region r forgot, its own and what it had received,
+		// when its Redis restarted empty.
+		forgot := time.Duration(-1)
+		for _, f := range p.Faults {
+			if f.Kind == RegionRestartEmpty && int64(f.Region) == r && f.At <= t {
+				forgot = max(forgot, f.At)
+			}
+		}
+		var n int64
+		for j := from; j <= to; j++ {
+			switch {
+			case adm[j].At < forgot:
+				bound++
+			case busy[r] && int64(adm[j].Region) != r && tl[j].stableFrom <= t && tl[j].reach[r] > last[r]:
+				n++
+			}
+		}
+		if busy[r] {
+			terms = append(terms, n)
+			bound += (n + regions - 1) / regions
+		}
+	}
+	return bound, terms
+}
+
+// lagBound is the longest one-way trip of a message sent at t.
+func (p RegionsPlan) lagBound(t, slack time.Duration) time.Duration {
+	lag := p.MaxLag
+	for _, f := range p.Faults {
+		if f.Kind == RegionLagSpike && f.At <= t && t < f.end() {
+			lag = max(lag, f.Lag)
+		}
+	}
+	return lag + p.Batch + slack
+}
+
+// reach is the latest admission a reaches region r: never when r's Redis
+// may have received it and then restarted empty (no peer sends it again).
+func (p RegionsPlan) reach(a RegionAdmission, r int, slack time.Duration) time.Duration {
+	for _, f := range p.Faults {
+		if f.Kind == RegionRestartEmpty && f.Region == r && a.At < f.At {
+			return never
+		}
+	}
+	return p.latest(a.Region, r, a.At, slack)
+}
+
+// latest is the latest a message from region from to region to, sent at
+// t, arrives: a fault of either end that holds it holds it until it ends.
+func (p RegionsPlan) latest(from, to int, t, slack time.Duration) time.Duration {
+	at := t + p.lagBound(t, slack)
+	for changed := true; changed; {
+		changed = false
+		for _, f := range p.Faults {
+			if f.Kind == RegionLagSpike || f.Region != from && f.Region != to {
+				continue
+			}
+			if f.At < at && f.end() > t {
+				if next := f.end() + p.lagBound(f.end(), slack); next > at {
+					at, changed = next, true
+				}
+			}
+		}
+	}
+	return at
+}
+
+// earliest is the earliest a message from region from to region to, sent
+// at t, may arrive: after the links' least lag, and not before a fault of
+// either end that is on at t ends.
+func (p RegionsPlan) earliest(from, to int, t time.Duration) time.Duration {
+	for _, f := range p.Faults {
+		if f.Kind != RegionLagSpike && (f.Region == from || f.Region == to) && f.At <= t && t < f.end() {
+			t = f.end()
+		}
+	}
+	return t + p.MinLag
+}

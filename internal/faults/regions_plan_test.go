@@ -1,0 +1,118 @@
+package faults
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// modelCaps are the links, 30-80 ms each way, on runs of 20 s.
+var modelCaps = RegionCaps{Regions: 3, Duration: 20 * time.Second, MinLag: 30 * time.Millisecond,
+	MaxLag: 80 * time.Millisecond, Kill: true, RestartEmpty: true}
+
+func TestGenerateRegions(t *testing.T) {
+	t.Parallel()
+	kinds := map[RegionFaultKind]int{}
+	for seed := range uint64(200) {
+		p := GenerateRegions(seed, modelCaps)
+		if q := GenerateRegions(seed, modelCaps); !reflect.DeepEqual(p, q) {
+			t.Fatalf("seed %d gave two plans:\n%v\n%v", seed, p, q)
+		}
+		if len(p.Rates) != 3 || p.Limit < 1 || p.Window <= 0 || p.Window > p.Duration || len(p.Faults) == 0 {
+			t.Fatalf("a bad plan: %v", p)
+		}
+		for i, f := range p.Faults {
+			kinds[f.Kind]++
+			if f.At < 0 || f.For <= 0 || f.end() > p.Duration+p.Window || f.Region < 0 || f.Region >= 3 ||
+				i > 0 && f.At < p.Faults[i-1].At || f.Kind == RegionLagSpike && f.Lag <= p.MaxLag {
+				t.Fatalf("a bad fault %v in %v", f, p)
+			}
+		}
+		noKill := modelCaps
+		noKill.Kill, noKill.RestartEmpty = false, false
+		for _, f := range GenerateRegions(seed, noKill).Faults {
+			if f.Kind == RegionKill || f.Kind == RegionRestartEmpty {
+				t.Fatalf("seed %d: %v without Kill", seed, f)
+			}
+		}
+	}
+	for k := range numRegionFaults {
+		if kinds[k] == 0 {
+			t.Errorf("no %v in 200 plans", k)
+		}
+	}
+}
+
+// TestCheckRegions checks the checker on admissions made by hand.
+func TestCheckRegions(t *testing.T) {
+	t.Parallel()
+	p := RegionsPlan{Limit: 3, Window: time.Second, Duration: 5 * time.Second, MinLag: 30 * time.Millisecond, MaxLag: 50 * time.Millisecond,
+		Batch: 10 * time.Millisecond, Rates: []float64{1, 1, 1}}
+	at := func(r int, ms int) RegionAdmission { return RegionAdmission{r, time.Duration(ms) * time.Millisecond} }
+	tests := []struct {
+		name   string
+		faults []RegionFault
+		adm    []RegionAdmission
+		max    int64
+		over   bool
+	}{
+		{"within the limit", nil, []RegionAdmission{at(0, 0), at(1, 100), at(2, 200), at(0, 1100)}, 3, false},
+		// Each admission reached every peer before the next was made.
+		{"over, everything seen", nil, []RegionAdmission{at(0, 0), at(1, 100), at(2, 200), at(0, 300), at(1, 400)}, 5, true},
+		// Admissions at one moment are not stable yet: no region may
+		// have counted another's.
+		{"together", nil, []RegionAdmission{at(0, 500), at(1, 500), at(2, 500)}, 3, false},
+		{"one more", nil, []RegionAdmission{at(0, 0), at(0, 500), at(1, 500), at(2, 500)}, 4, true},
+		// Region 0's admission, made before region 1's, reached region 1
+		// only after region 1 admitted, and was stable when region 2's
+		// was made: region 1 may add ⌈1/3⌉.
+		{"unseen", nil, []RegionAdmission{at(0, 0), at(1, 40), at(2, 90), at(2, 95)}, 4, false},
+		{"unseen, one more", nil, []RegionAdmission{at(0, 0), at(1, 40), at(2, 90), at(2, 95), at(2, 96)}, 5, true},
+		// A cut holds region 0's admissions from the others until it
+		// heals: nothing of it is stable, and the others did not see it.
+		{"a cut", []RegionFault{{Kind: RegionPartition, Region: 0, At: 0, For: 600 * time.Millisecond}},
+			[]RegionAdmission{at(0, 0), at(1, 300), at(2, 300)}, 3, false},
+		{"a cut, one more", []RegionFault{{Kind: RegionPartition, Region: 0, At: 0, For: 600 * time.Millisecond}},
+			[]RegionAdmission{at(0, 0), at(0, 100), at(1, 300), at(2, 300)}, 4, true},
+		// Region 1 forgot its two admissions when its Redis restarted empty.
+		{"forgotten", []RegionFault{{Kind: RegionRestartEmpty, Region: 1, At: 250 * time.Millisecond, For: 50 * time.Millisecond}},
+			[]RegionAdmission{at(1, 0), at(1, 100), at(0, 200), at(1, 400), at(1, 500)}, 5, false},
+	}
+	for _, tt := range tests {
+		p.Faults = tt.faults
+		c := p.CheckRegions(tt.adm, 0)
+		if c.MaxInWindow != tt.max || (c.MaxOver > 0) != tt.over {
+			t.Errorf("%s: most in a window %d, over by %d (%s); want %d, over %v", tt.name, c.MaxInWindow, c.MaxOver,
+				c.Violation, tt.max, tt.over)
+		}
+	}
+}
+
+// TestRegionsHarnessModel runs generated plans, with partitions, lag
+// spikes and regions' Redis killed or restarted empty, on the model: the
+// theorem holds wherever it applies, and so does the bound computed from
+// outside, which check (b) is needed for.
+func TestRegionsHarnessModel(t *testing.T) {
+	t.Parallel()
+	naiveOver := 0
+	for seed := range uint64(40) {
+		p := GenerateRegions(seed, modelCaps)
+		s := p.Sim()
+		r := run(t, s)
+		if r.MaxOver > 0 {
+			t.Fatalf("%v\nthe theorem failed: %s", p, r.Violation)
+		}
+		if c := p.CheckRegions(r.Admissions, 0); c.MaxOver > 0 || c.MaxInWindow != r.MaxInWindow {
+			t.Fatalf("%v\nthe bound from outside failed: %s (most in a window %d, the model's %d)", p, c.Violation,
+				c.MaxInWindow, r.MaxInWindow)
+		}
+		s.Naive = true
+		if c := p.CheckRegions(run(t, s).Admissions, 0); c.MaxOver > 0 {
+			naiveOver++
+		}
+	}
+	if naiveOver == 0 {
+		t.Error("without check (b) no plan broke the bound: the harness cannot tell")
+	}
+	t.Logf("without check (b), %d of 40 plans broke the bound", naiveOver)
+}
