@@ -13,8 +13,9 @@
 -- U + 1 <= floor((max(L - (V - U), 0) + r) / R), r being this region's
 -- index and R the number of regions. It replies left: 0 when every window
 -- has room, else the most time until an entry that holds a window back
--- leaves it (at least 1). It sets key_state so that an admission adds
--- the member here as in a count key, with ckey's bookkeeping.
+-- leaves it (at least 1). It sets key_state ('U') so that an admission
+-- adds the member here with ckey's bookkeeping (count_admitted: one ZADD,
+-- and bookkeep's at an epoch's first admission).
 --
 -- What it costs. A key without room needs no check (the op is denied).
 -- Otherwise each window's V is in the reply already, as ckey's last
@@ -74,7 +75,7 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
   end
   local key_state = key_state_table
   key_state[at - 3], key_state[at - 2] = kq, conf_num(args[kq + 2])
-  key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, false
+  key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, 'U'
   n = n + 1
   reply[n] = left
   return q + 4, fits
