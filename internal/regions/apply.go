@@ -3,7 +3,6 @@ package regions
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -107,7 +106,7 @@ func calls(entries []*pending, byTag bool) []call {
 			continue
 		}
 		b.keep = max(b.keep, e.Keep)
-		b.add = append(b.add, strconv.FormatInt(e.Stamp, 10), e.Member)
+		b.add = append(b.add, e.Stamp, e.Member) // go-redis writes an int64 in decimal
 	}
 	var out []call
 	for _, group := range groupKeys(keys, byTag) {
