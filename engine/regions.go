@@ -147,11 +147,33 @@ func (e *Engine) shareKeys(c *call, req *Request) error {
 func (e *Engine) shared(c *call, d *Decision) {
 	if d.admitted != nil {
 		e.replicate(c)
+		shareRemaining(&c.plan, d)
 		return
 	}
 	if !d.Allowed && c.plan.ShareLeft > 0 {
 		d.RetryAfter = max(d.RetryAfter, time.Duration(c.plan.ShareLeft)*time.Microsecond)
 		shareDenied(&c.plan, d)
+	}
+}
+
+// shareRemaining caps Remaining in every window of admission d where the
+// script of p counted the unstable entries U (R·V > L − R + r, V the count
+// before the admission) at what the share leaves: the region admits no
+// more there now, min(L − V − 1, share − U − 1).
+func shareRemaining(p *plan.Plan, d *Decision) {
+	r, n := p.Share.Index, p.Share.Regions
+	for j := range d.Windows {
+		ws := &d.Windows[j]
+		if ws.Check >= len(p.KeyOf) || ws.Window.Concurrent {
+			continue
+		}
+		k := p.KeyOf[ws.Check]
+		if k < 0 || !p.HasUnstable(int(k)) || p.ShareRoom[k] < 0 {
+			continue
+		}
+		if n*(ws.Used-1) > ws.Window.Limit-n+r {
+			ws.Remaining = min(ws.Remaining, p.ShareRoom[k])
+		}
 	}
 }
 
