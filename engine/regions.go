@@ -139,17 +139,64 @@ func (e *Engine) shareKeys(c *call, req *Request) error {
 }
 
 // shared completes the decision d of c, whose plan has unstable keys:
-// an admission goes to the replicator; a denial by the share rule alone
-// (no window full) waits for the share's room. That wait stays out of
-// c's windows, so the cache of denials, which knows full windows, does
-// not hold it: the next request asks Redis.
+// an admission goes to the replicator; a denial by the share rule
+// waits for the share's room and reports no remaining in the windows it
+// may have denied. That wait stays out of c's windows, so the cache of
+// denials, which knows full windows, does not hold it: the next request
+// asks Redis.
 func (e *Engine) shared(c *call, d *Decision) {
 	if d.admitted != nil {
 		e.replicate(c)
+		shareRemaining(&c.plan, d)
 		return
 	}
 	if !d.Allowed && c.plan.ShareLeft > 0 {
 		d.RetryAfter = max(d.RetryAfter, time.Duration(c.plan.ShareLeft)*time.Microsecond)
+		shareDenied(&c.plan, d)
+	}
+}
+
+// shareRemaining caps Remaining in every window of admission d where the
+// script of p counted the unstable entries U (R·V > L − R + r, V the count
+// before the admission) at what the share leaves: the region admits no
+// more there now, min(L − V − 1, share − U − 1).
+func shareRemaining(p *plan.Plan, d *Decision) {
+	r, n := p.Share.Index, p.Share.Regions
+	for j := range d.Windows {
+		ws := &d.Windows[j]
+		if ws.Check >= len(p.KeyOf) || ws.Window.Concurrent {
+			continue
+		}
+		k := p.KeyOf[ws.Check]
+		if k < 0 || !p.HasUnstable(int(k)) || p.ShareRoom[k] < 0 {
+			continue
+		}
+		if n*(ws.Used-1) > ws.Window.Limit-n+r {
+			ws.Remaining = min(ws.Remaining, p.ShareRoom[k])
+		}
+	}
+}
+
+// shareDenied sets Remaining to 0 in every window of d that the share
+// rule of p may have denied: a window of a key with an unstable key
+// whose count V is near its limit L (R·V > L − R + r, below which the
+// rule always has room; see lua/mw_regions.lua). The region admits
+// nothing more there until an acknowledgement or a departure makes room,
+// so a client is not told it may retry at once.
+func shareDenied(p *plan.Plan, d *Decision) {
+	r, n := p.Share.Index, p.Share.Regions
+	for j := range d.Windows {
+		ws := &d.Windows[j]
+		if ws.Check >= len(p.KeyOf) || ws.Window.Concurrent {
+			continue
+		}
+		k := p.KeyOf[ws.Check]
+		if k < 0 || !p.HasUnstable(int(k)) {
+			continue
+		}
+		if n*ws.Used > ws.Window.Limit-n+r {
+			ws.Remaining = 0
+		}
 	}
 }
 

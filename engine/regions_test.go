@@ -28,8 +28,9 @@ func deadPeers(t *testing.T) map[string]Client {
 // shareCase checks the share rule on the engine of client c, region "eu"
 // (index 1 of ap, eu, us) with peers that never acknowledge: with p peer
 // entries in a window of limit 10, it admits floor((10 - p + 1) / 3)
-// requests, then denies with a wait of at most 250 ms and no full window, and each admission is in the unstable
-// key; a regional request is decided as without regions.
+// requests, each reporting what the share leaves, then denies with a wait
+// of at most 250 ms, no full window and no remaining in the binding window, and each admission is in the
+// unstable key; a regional request is decided as without regions.
 func shareCase(t *testing.T, c redis.UniversalClient, p int) {
 	shareCaseWindows(t, c, p, win(10, time.Minute))
 	// A second, shorter window with more room: the longer one binds.
@@ -65,6 +66,21 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 		}
 		if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > 250*time.Millisecond || d.Denied != (WindowState{})) {
 			t.Errorf("share denial: RetryAfter %v, Denied %+v; want in (0, 250ms], no window", d.RetryAfter, d.Denied)
+		}
+		// An admission's remaining is what the share leaves where the
+		// script counted U (3V > 10 - 3 + 1, V = p + i before it, U = i).
+		if d.Allowed {
+			rem := int64(10 - p - i - 1)
+			if 3*(p+i) > 8 {
+				rem = min(rem, int64(want-i-1))
+			}
+			if d.Windows[0].Remaining != rem {
+				t.Errorf("%d peer entries: admission %d: Remaining %d, want %d", p, i, d.Windows[0].Remaining, rem)
+			}
+		}
+		// A share denial leaves nothing to admit now in the binding window.
+		if !d.Allowed && d.Windows[0].Remaining != 0 {
+			t.Errorf("share denial: Remaining %d in the binding window, want 0", d.Windows[0].Remaining)
 		}
 	}
 	if n := c.ZCount(ctx, string(key)+":u", "0", "+inf").Val(); n != int64(want) {

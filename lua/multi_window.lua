@@ -210,7 +210,8 @@
 -- A block key's reply is one integer, left: the time until its block
 -- ends (0: not blocked). An unstable key's reply is one integer, left:
 -- 0 when every window of its count key has room for this region's share, else
--- the most time until an entry that holds one back leaves the window.
+-- the most time until an entry that holds one back leaves the window; with
+-- room where U was counted, -1 - room, room the least that the share leaves.
 --
 -- Regions. With regions (engine WithRegions; docs/regions.md, which
 -- proves the bound), an op whose count key (KEYS[i]) is followed by an

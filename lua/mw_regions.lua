@@ -13,9 +13,11 @@
 -- U + 1 <= floor((max(L - (V - U), 0) + r) / R), r being this region's
 -- index and R the number of regions. It replies left: 0 when every window
 -- has room, else the most time until an entry that holds a window back
--- leaves it (at least 1). It sets key_state ('U') so that an admission
--- adds the member here with ckey's bookkeeping (count_admitted: one ZADD,
--- and bookkeep's at an epoch's first admission).
+-- leaves it (at least 1); when every window has room and U was counted,
+-- -1 - room instead, room being the least share - U - 1 of those windows
+-- (what the share leaves after this admission). It sets key_state ('U')
+-- so that an admission adds the member here with ckey's bookkeeping
+-- (count_admitted: one ZADD, and bookkeep's at an epoch's first admission).
 --
 -- What it costs. A key without room needs no check (the op is denied).
 -- Otherwise each window's V is in the reply already, as ckey's last
@@ -32,7 +34,7 @@
 function read_unstable(key, q, at, ckey, kq, key_fits)
   local r, regions = conf_num(args[q + 2]), conf_num(args[q + 3])
   local nwin = conf_num(args[kq])
-  local left, fits, longest_used, j = 0, true, 0, n
+  local left, fits, longest_used, j, room = 0, true, 0, n, nil
   for w = nwin, 1, -1 do
     if not key_fits then
       break
@@ -54,7 +56,11 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
       if head < 0 then
         head = 0
       end
-      if u + 1 > floor((head + r) / regions) then
+      local share = floor((head + r) / regions)
+      if not room or share - u - 1 < room then
+        room = share - u - 1
+      end
+      if u + 1 > share then
         -- The oldest unstable entry leaving the window, or with none
         -- its oldest entry, makes room at the latest (an
         -- acknowledgement mostly sooner).
@@ -78,5 +84,8 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
   key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, 'U'
   n = n + 1
   reply[n] = left
+  if fits and room then
+    reply[n] = -1 - room
+  end
   return q + 4, fits
 end

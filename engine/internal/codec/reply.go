@@ -85,7 +85,7 @@ func ReadOp(r *Reader, p *plan.Plan, res, bleft []int64, keys []int32, t int64) 
 			res[3*j], res[3*j+1], res[3*j+2] = used, reset, wait
 		}
 		if p.HasUnstable(int(k)) {
-			p.ShareWait(r.Int(int64(rulelimits.MaxPeriod / time.Microsecond)))
+			p.ShareWait(int(k), r.IntIn(-1-scriptconst.MaxTotal, int64(rulelimits.MaxPeriod/time.Microsecond)))
 		}
 		if p.BlockOf(int(k)) > 0 {
 			BlockedFor(p, res, bleft, int(k), r.Int(int64(rulelimits.MaxPeriod/time.Microsecond)))
@@ -160,6 +160,22 @@ func (r *Reader) Int(max int64) int64 {
 	}
 	v := r.V[r.i]
 	if v < 0 || v > max {
+		return r.Fail("number out of range")
+	}
+	r.i++
+	return v
+}
+
+// IntIn reads the next number, which must lie in [lo, hi].
+func (r *Reader) IntIn(lo, hi int64) int64 {
+	if r.Err != nil {
+		return 0
+	}
+	if r.i >= len(r.V) {
+		return r.Fail("missing number")
+	}
+	v := r.V[r.i]
+	if v < lo || v > hi {
 		return r.Fail("number out of range")
 	}
 	r.i++

@@ -24,6 +24,10 @@ type regions struct {
 	// ShareLeft is, after a decision, the most time (µs) until an
 	// unstable key's share has room again; 0 when every one had room.
 	ShareLeft int64
+	// ShareRoom is, after a decision, per key what its share leaves after
+	// the admission, where the script counted the key's unstable entries;
+	// -1 elsewhere.
+	ShareRoom []int64
 }
 
 // resetRegions empties p's regions part.
@@ -31,6 +35,7 @@ func (p *Plan) resetRegions() {
 	if p.NUnstable > 0 || len(p.Unstable) > 0 {
 		clear(p.uargs)
 		p.Unstable, p.NUnstable, p.ubuf, p.uargs = p.Unstable[:0], 0, p.ubuf[:0], p.uargs[:0]
+		p.ShareRoom = p.ShareRoom[:0]
 	}
 	p.Share, p.ShareLeft = Share{}, 0
 }
@@ -52,6 +57,7 @@ func (p *Plan) ShareKeys(s Share) error {
 	for k, key := range p.Keys {
 		on := !p.Slot[k]
 		p.Unstable = append(p.Unstable, on)
+		p.ShareRoom = append(p.ShareRoom, -1)
 		if on {
 			p.NUnstable++
 			p.ubuf = append(p.ubuf, key...)
@@ -72,11 +78,16 @@ func (p *Plan) ShareKeys(s Share) error {
 	return nil
 }
 
-// ShareWait records an unstable key's reply, left µs until its share has
-// room (see lua/multi_window.lua, Regions), capped at MaxShareWait: a
-// share denial is not a full window, and an acknowledgement, not a
-// departure from the window, mostly makes room.
-func (p *Plan) ShareWait(left int64) {
+// ShareWait records key k's unstable key's reply (see
+// lua/multi_window.lua, Regions): left µs until its share has room,
+// capped at MaxShareWait (a share denial is not a full window, and an
+// acknowledgement, not a departure from the window, mostly makes room),
+// or, when negative, -1 - the room its share leaves.
+func (p *Plan) ShareWait(k int, left int64) {
+	if left < 0 {
+		p.ShareRoom[k] = -1 - left
+		return
+	}
 	p.ShareLeft = max(p.ShareLeft, min(left, MaxShareWait))
 }
 
