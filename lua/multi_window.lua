@@ -221,7 +221,8 @@
 -- count and U its entries that are in the unstable key: this region's
 -- admissions its peers have not all acknowledged. An admission adds its
 -- member to the unstable key as to a count key (scored t, same
--- bookkeeping: retention, trims, expiry); the engine removes it (ZREM)
+-- bookkeeping: retention, trims, expiry), in one ZADD with the epoch
+-- marker but at an epoch's first admission; the engine removes it (ZREM)
 -- once every peer has the entry, and writes peers' entries to their own
 -- count keys (ZADD, never here). A denial by the share starts no block.
 -- prefix{regions}:set (not this script's) holds a hash of the region

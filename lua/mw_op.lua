@@ -69,7 +69,7 @@ function decide_op(p, used_keys)
           end
         end
       end
-      count_admitted(used_keys, nkeys, remember, key_memo)
+      count_admitted(used_keys, nkeys, remember, key_memo, m)
     end
   end
   reply[code] = status + 4 * suffix
@@ -161,12 +161,27 @@ end
 -- beyond its member (added by add_member and admit_weighted): a distinct
 -- value, a calendar count, and each key's bookkeeping, unless the op's
 -- memo entries (key_memo, in ops the engine marked: remember) say it ran
--- at t already.
-function count_admitted(first, nkeys, remember, key_memo)
+-- at t already. m is the member added.
+function count_admitted(first, nkeys, remember, key_memo, m)
   local key_state = key_state_table
   for k = 1, nkeys do
     local at = 4 * k
-    if key_state[at] == 'D' or key_state[at] == 'd' then
+    if key_state[at] == 'U' then
+      -- An unstable key (see Regions): one ZADD adds the member (new, as
+      -- add_member found it in no count key) and the epoch marker of
+      -- bookkeep, and counts 2 only at an epoch's first admission, when
+      -- the marker leaves again for bookkeep to run the epoch.
+      local key, q, longest, busy = keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1]
+      local epoch_len, name = longest, args[q + 2]
+      if busy then
+        epoch_len, name = ceil(longest / 8), args[q + 1]
+      end
+      local epoch, marker = -(${EPOCH} + floor(t / epoch_len)), marks[name] or 'e' .. name
+      if call('ZADD', key, 'CH', t_arg, m, decs[epoch] or dec(epoch), marker) == 2 then
+        call('ZREM', key, marker)
+        bookkeep(key, q, longest, busy, false)
+      end
+    elseif key_state[at] == 'D' or key_state[at] == 'd' then
       -- A distinct key: the value counts (again) at t.
       local key = keys[first + k]
       if key_state[at] == 'D' then

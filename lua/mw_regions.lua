@@ -15,8 +15,9 @@
 -- has room, else the most time until an entry that holds a window back
 -- leaves it (at least 1); when every window has room and U was counted,
 -- -1 - room instead, room being the least share - U - 1 of those windows
--- (what the share leaves after this admission). It sets key_state so that an admission adds
--- the member here as in a count key, with ckey's bookkeeping.
+-- (what the share leaves after this admission). It sets key_state ('U')
+-- so that an admission adds the member here with ckey's bookkeeping
+-- (count_admitted: one ZADD, and bookkeep's at an epoch's first admission).
 --
 -- What it costs. A key without room needs no check (the op is denied).
 -- Otherwise each window's V is in the reply already, as ckey's last
@@ -80,7 +81,7 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
   end
   local key_state = key_state_table
   key_state[at - 3], key_state[at - 2] = kq, conf_num(args[kq + 2])
-  key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, false
+  key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, 'U'
   n = n + 1
   reply[n] = left
   if fits and room then

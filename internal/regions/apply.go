@@ -3,7 +3,6 @@ package regions
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -18,39 +17,38 @@ import (
 // older than the key's retention (the longer of keep and the key's own
 // 'r' marker, see lua/multi_window.lua) are trimmed, as the key's own
 // bookkeeping would, and the key's expiry is extended to cover them,
-// never shortened. A key without an expiry (one the batch made) gets
-// one and is not trimmed: 3 calls for a new key. It replies the number
-// of members added.
+// never shortened (GT; a key without an expiry, one the batch made or
+// that lost it, gets one with NX). The members go in one ZADD per 256
+// pairs (unpack's stack): 4 calls per key and batch, whatever its
+// entries. It replies the number of members added.
 const applySrc = `
 local p, added = 1, 0
 for k = 1, #KEYS do
   local key, keep, na, nr = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
   p = p + 3
   local newest = 0
-  for i = 1, na do
-    added = added + redis.call('ZADD', key, ARGV[p], ARGV[p + 1])
-    local s = tonumber(ARGV[p])
+  for i = 0, na - 1 do
+    local s = tonumber(ARGV[p + 2 * i])
     if s > newest then newest = s end
-    p = p + 2
   end
+  for i = 0, na - 1, 256 do
+    local j = math.min(na, i + 256)
+    added = added + redis.call('ZADD', key, unpack(ARGV, p + 2 * i, p + 2 * j - 1))
+  end
+  p = p + 2 * na
   for i = 1, nr do
     redis.call('ZREM', key, ARGV[p])
     p = p + 1
   end
   if na > 0 then
+    local r = redis.call('ZSCORE', key, 'r')
+    if r and -tonumber(r) > keep then
+      keep = -tonumber(r)
+    end
     local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
-    if redis.call('PTTL', key) == -1 then
-      -- No expiry: the batch made the key (or it lost its expiry), which
-      -- holds nothing older to trim.
-      redis.call('PEXPIRE', key, ttl)
-    else
-      local r = redis.call('ZSCORE', key, 'r')
-      if r and -tonumber(r) > keep then
-        keep = -tonumber(r)
-        ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
-      end
-      redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
-      redis.call('PEXPIRE', key, ttl, 'GT')
+    redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
+    if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+      redis.call('PEXPIRE', key, ttl, 'NX')
     end
   end
 end
@@ -58,13 +56,14 @@ return added
 `
 
 // stableSrc removes acknowledged members from unstable keys, KEYS[1..m]:
-// ARGV holds, per key, a count n and n members.
+// ARGV holds, per key, a count n and n members, removed in one ZREM per
+// 512 members (unpack's stack).
 const stableSrc = `
 local p = 1
 for k = 1, #KEYS do
   local n = tonumber(ARGV[p])
-  for i = 1, n do
-    redis.call('ZREM', KEYS[k], ARGV[p + i])
+  for i = 1, n, 512 do
+    redis.call('ZREM', KEYS[k], unpack(ARGV, p + i, p + math.min(n, i + 511)))
   end
   p = p + n + 1
 end
@@ -107,7 +106,7 @@ func calls(entries []*pending, byTag bool) []call {
 			continue
 		}
 		b.keep = max(b.keep, e.Keep)
-		b.add = append(b.add, strconv.FormatInt(e.Stamp, 10), e.Member)
+		b.add = append(b.add, e.Stamp, e.Member) // go-redis writes an int64 in decimal
 	}
 	var out []call
 	for _, group := range groupKeys(keys, byTag) {
