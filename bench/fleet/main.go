@@ -30,9 +30,9 @@
 // others; -keys K makes every call a WaitAny over K API keys, each of
 // which the upstream limits to -limit per -period on its own, and -block
 // has the upstream answer one call on key k0, halfway through, 429 with
-// Retry-After, which the workers teach the throttle (Permit.Learn). -delay and -respond add a transit and a response time;
-// -ramp spreads the workers' starts. The
-// report adds the admissions and waits per class, the admissions per
+// Retry-After, which the workers teach the throttle (Permit.Learn).
+// -delay and -respond add a transit and a response time; -ramp spreads
+// the workers' starts. The report adds the admissions and waits per class, the admissions per
 // tenant with Jain's fairness index, the arrivals per key in any period,
 // and the calls other processes sent on a key the upstream blocked.
 //
@@ -51,6 +51,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/slidelimit/slidelimit/bench/internal/redisproc"
 )
 
 type config struct {
@@ -131,19 +133,19 @@ func (c config) rules() string {
 }
 
 func run(c config) error {
-	srv, err := startRedis(c.redisBin)
+	srv, err := redisproc.Start(c.redisBin, "fleet")
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 	n := 0
 	for _, w := range c.spec {
 		n += w.n
 	}
 	fmt.Printf("fleet: %d processes × %d workers (%s), %d keys, upstream %d/%v per key, throttle %q, %v per run, redis %s\n",
-		c.procs, n, encodeSpec(c.spec), max(c.keys, 1), c.limit, c.period, c.rules(), c.duration, srv.addr)
+		c.procs, n, encodeSpec(c.spec), max(c.keys, 1), c.limit, c.period, c.rules(), c.duration, srv.Addr)
 	for i := range c.runs {
-		if err := runOnce(c, srv.addr, fmt.Sprintf("fleet%d:%d:", os.Getpid(), i)); err != nil {
+		if err := runOnce(c, srv.Addr, fmt.Sprintf("fleet%d:%d:", os.Getpid(), i)); err != nil {
 			return err
 		}
 	}

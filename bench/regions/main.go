@@ -36,6 +36,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
+	"github.com/slidelimit/slidelimit/bench/internal/redisproc"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/middleware"
 )
@@ -74,7 +75,7 @@ func main() {
 // world is three regions: their servers, the proxies between them, and a
 // Limiter per region.
 type world struct {
-	servers []*server
+	servers []*redisproc.Server
 	links   [][]*proxy // links[from][to]
 	clients []*redis.Client
 }
@@ -82,7 +83,7 @@ type world struct {
 func startWorld(c config) (*world, error) {
 	w := &world{links: make([][]*proxy, len(names))}
 	for range names {
-		s, err := startRedis(c.redisBin)
+		s, err := redisproc.Start(c.redisBin, "regions")
 		if err != nil {
 			w.stop()
 			return nil, err
@@ -95,7 +96,7 @@ func startWorld(c config) (*world, error) {
 			if from == to {
 				continue
 			}
-			p, err := startProxy(w.servers[to].addr, c.delay)
+			p, err := startProxy(w.servers[to].Addr, c.delay)
 			if err != nil {
 				w.stop()
 				return nil, err
@@ -130,7 +131,7 @@ func (w *world) limiters(prefix, rulesText string, regions bool) ([]*slidelimit.
 			}
 			opts = append(opts, slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}))
 		}
-		lim, err := slidelimit.New(w.client(w.servers[i].addr), opts...)
+		lim, err := slidelimit.New(w.client(w.servers[i].Addr), opts...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -156,7 +157,7 @@ func (w *world) stop() {
 		}
 	}
 	for _, s := range w.servers {
-		s.stop()
+		s.Stop()
 	}
 }
 
@@ -291,7 +292,7 @@ func (w *world) poll(user string, stamps map[string]int64, stop <-chan struct{})
 	ctx := context.Background()
 	read := func() {
 		for _, s := range w.servers {
-			c := redis.NewClient(&redis.Options{Addr: s.addr})
+			c := redis.NewClient(&redis.Options{Addr: s.Addr})
 			keys, _ := c.Keys(ctx, "regions:*"+user+"}").Result()
 			for _, k := range keys {
 				zs, _ := c.ZRangeWithScores(ctx, k, 0, -1).Result()

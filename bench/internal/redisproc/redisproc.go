@@ -1,4 +1,6 @@
-package main
+// Package redisproc starts the redis-server processes the bench's
+// multi-process programs (fleet, regions) run against.
+package redisproc
 
 import (
 	"context"
@@ -14,23 +16,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// server is the redis-server this program started.
-type server struct {
-	addr string
+// A Server is a redis-server this program started.
+type Server struct {
+	Addr string // its loopback address, host:port
 	dir  string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
-// startRedis starts bin on a free loopback port, without persistence, and
+// Start starts bin on a free loopback port, without persistence, and
 // waits until it answers as the process it started (by pid); the kernel
 // kills it should this program die (Pdeathsig).
-func startRedis(bin string) (*server, error) {
+func Start(bin, name string) (*Server, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "slidelimit-regions-")
+	dir, err := os.MkdirTemp("", "slidelimit-"+name+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -47,7 +49,7 @@ func startRedis(bin string) (*server, error) {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		s := &server{addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd, done: make(chan struct{})}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), dir: dir, cmd: cmd, done: make(chan struct{})}
 		go func() { cmd.Wait(); close(s.done) }()
 		if s.answers() {
 			return s, nil
@@ -59,8 +61,8 @@ func startRedis(bin string) (*server, error) {
 	return nil, fmt.Errorf("redis-server did not start")
 }
 
-func (s *server) answers() bool {
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+func (s *Server) answers() bool {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		select {
@@ -78,7 +80,8 @@ func (s *server) answers() bool {
 	return false
 }
 
-func (s *server) stop() {
+// Stop kills the server and removes its directory.
+func (s *Server) Stop() {
 	s.cmd.Process.Kill()
 	<-s.done
 	os.RemoveAll(s.dir)
