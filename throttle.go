@@ -36,13 +36,13 @@ type Call struct {
 	Costs map[string]int64
 	// Class names the call's class for the throttle's share(CLASS):P%
 	// statements. While calls of several classes wait, the calls of a
-	// class with a share get at least P% of the admissions, fleet-wide;
-	// a share its class leaves unused is lent to the others. Calls of a
-	// class without a share, and with Class "", share what the shares
-	// leave, and at least 1% of the admissions when the shares add up to
-	// 100% (each share then gets at least P×100/101 percent). A throttle
-	// without shares ignores Class. See docs/throttle.md, Classes and
-	// tenants.
+	// class with a share get P% of the admissions, less a turn or two,
+	// fleet-wide; a share its class leaves unused is lent to the others.
+	// Calls of a class without a share, and with Class "", share what
+	// the shares leave, and about 1% of the admissions when the shares
+	// add up to 100% (each share then gets about P×100/101 percent). A
+	// throttle without shares ignores Class. See docs/throttle.md,
+	// Classes and tenants.
 	Class string
 	// Tenant names whom the call is made for, such as a customer. Within
 	// a class, waiting calls are served round-robin across tenants,

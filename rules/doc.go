@@ -185,10 +185,10 @@
 //
 // # Shares
 //
-// The statement share(CLASS):P% reserves P percent of a throttle's
-// admissions for calls of class CLASS (a name spelled like a role's) while
-// calls of several classes wait; a share its class leaves unused is lent
-// to the others:
+// The statement share(CLASS):P% gives a throttle's calls of class CLASS
+// (a name spelled like a role's) P percent of its admissions, less a turn
+// or two, while calls of several classes wait; a share its class leaves
+// unused is lent to the others:
 //
 //	global:20/s; share(critical):30%
 //
