@@ -563,13 +563,16 @@ func runFaults(t *testing.T, b *faultBackend) {
 func TestFaults(t *testing.T) {
 	// go-redis logs every refused dial of a killed server.
 	logging.Disable()
-	t.Run("miniredis", func(t *testing.T) { runFaults(t, miniredisBackend(t)) })
-	t.Run("redis", func(t *testing.T) { runFaults(t, redisBackend(t)) })
-	t.Run("cluster", func(t *testing.T) { runFaults(t, clusterBackend(t, false)) })
+	// The backends share nothing (each its own store, prefixes and
+	// clocks): they run side by side, a history's model being one of
+	// answers and their sources, not of wall-clock time.
+	t.Run("miniredis", func(t *testing.T) { t.Parallel(); runFaults(t, miniredisBackend(t)) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); runFaults(t, redisBackend(t)) })
+	t.Run("cluster", func(t *testing.T) { t.Parallel(); runFaults(t, clusterBackend(t, false)) })
 	if *faultsDuration > 0 || *faultsSeed != 0 {
 		// A failover takes about 2 s and a history holds several: too
 		// slow for CI's budget, run with -faults.duration or -faults.seed.
-		t.Run("failover", func(t *testing.T) { runFaults(t, clusterBackend(t, true)) })
+		t.Run("failover", func(t *testing.T) { t.Parallel(); runFaults(t, clusterBackend(t, true)) })
 	}
 }
 
