@@ -103,6 +103,7 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 // TestRegionsShareRule checks the share rule (rule (b) of docs/regions.md)
 // in the deciding script on miniredis and a real redis-server.
 func TestRegionsShareRule(t *testing.T) {
+	t.Parallel()
 	for _, p := range []int{0, 4, 9} {
 		_, mc := redistest.Mini(t)
 		shareCase(t, mc, p)
