@@ -242,7 +242,11 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	}
 	if mode == opAllow && e.denials && c.plan.NDistinct == 0 && e.cachedDenial(c) {
 		if !e.async.Touches(c) {
-			return c.decision(req, fromCache), nil
+			d := c.decision(req, fromCache)
+			if c.plan.NUnstable > 0 {
+				shareDenied(&c.plan, &d)
+			}
+			return d, nil
 		}
 		// A queued finish may free room: Redis decides, after it.
 		c.prepare()

@@ -182,7 +182,9 @@ func shareRemaining(p *plan.Plan, d *Decision) {
 // whose count V is near its limit L (R·V > L − R + r, below which the
 // rule always has room; see lua/mw_regions.lua). The region admits
 // nothing more there until an acknowledgement or a departure makes room,
-// so a client is not told it may retry at once.
+// so a client is not told it may retry at once. Where only a departure
+// can (plan.Share.Full), RetryAfter is at least the window's Reset. Denied
+// names a window only when it is full.
 func shareDenied(p *plan.Plan, d *Decision) {
 	r, n := p.Share.Index, p.Share.Regions
 	for j := range d.Windows {
@@ -197,6 +199,13 @@ func shareDenied(p *plan.Plan, d *Decision) {
 		if n*ws.Used > ws.Window.Limit-n+r {
 			ws.Remaining = 0
 		}
+		if p.Share.Full(ws.Used, ws.Window.Limit) {
+			d.RetryAfter = max(d.RetryAfter, ws.Reset)
+		}
+	}
+	// A cached denial names the window the share fills; no window is full.
+	if w := &d.Denied; !w.Window.Concurrent && w.Used < w.Window.Limit {
+		*w = WindowState{}
 	}
 }
 

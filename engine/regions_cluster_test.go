@@ -18,6 +18,7 @@ func TestRegionsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	cc := cl.Client(t)
 	shareCase(t, cc, 4)
+	shareCase(t, cc, 9) // full for the share: cached denials
 
 	ctx := context.Background()
 	_, single := redistest.StartClient(t)

@@ -7,6 +7,16 @@ type Share struct {
 	Index, Regions int64
 }
 
+// Full reports whether a window of limit limit holding used entries is
+// full for region s whatever its unacknowledged admissions U: used >
+// limit - R + r. With U = 0 the share floor((limit - used + r) / R) is
+// then 0, and a larger U never leaves more room (U + 1 grows faster than
+// the share), so only an entry leaving the window (or a removal) makes
+// room. The zero Share is never full.
+func (s Share) Full(used, limit int64) bool {
+	return s.Regions > 0 && used > limit-s.Regions+s.Index
+}
+
 // regions is the part of a Plan for regions: per key whether it holds
 // copies of this region's unacknowledged admissions (see Regions in
 // lua/multi_window.lua), and their number.
