@@ -231,7 +231,7 @@ func TestRegionsShareFullCached(t *testing.T) {
 			// Region eu is index 1 of 3: with everything acknowledged it
 			// holds V <= 5 - 3 + 1 = 3 before its share is 0.
 			req := One("s", rules.User, "u1", win(5, 2*time.Second))
-			admitted, first := 0, time.Now()
+			admitted, first := 0, time.Time{}
 			deadline := time.Now().Add(time.Second)
 			for admitted < 4 && time.Now().Before(deadline) {
 				d, err := e.Allow(ctx, req)
@@ -239,6 +239,9 @@ func TestRegionsShareFullCached(t *testing.T) {
 					t.Fatal(err)
 				}
 				if d.Allowed {
+					if admitted == 0 {
+						first = time.Now() // at or after the oldest entry's stamp
+					}
 					admitted++
 					continue
 				}
