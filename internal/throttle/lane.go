@@ -37,7 +37,7 @@ type lane struct {
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
 	sent      int64     // the sequence number of the last op sent (fleet.op)
-	kicked    bool      // the fleet said the windows have room since the head last asked
+	kicked    bool      // a Finish or the fleet said the windows have room since the head last asked
 	quiet     time.Time // a Finish here made room then, telling no other process (roomQuietly)
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 	direct    int       // callers with a flow asking at once, not queued: at most one
@@ -88,10 +88,11 @@ func (ln *lane) learn(d engine.Decision) {
 }
 
 // kick lets the head ask at once: a settlement or a released slot may
-// have made room before the time it was told.
+// have made room before the time it was told (a head asking now asks
+// again if refused: refused).
 func (ln *lane) kick() {
 	ln.mu.Lock()
-	ln.wakeAt = time.Time{}
+	ln.wakeAt, ln.kicked = time.Time{}, true
 	if len(ln.q) > 0 {
 		ln.q[0].signal()
 	}
@@ -118,7 +119,7 @@ const quietSettle = 20 * time.Millisecond
 func (ln *lane) roomQuietly() (wait time.Duration, tell bool) {
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
-	ln.wakeAt = time.Time{}
+	ln.wakeAt, ln.kicked = time.Time{}, true
 	ln.signalHead()
 	if ln.othersMin != none {
 		return quietSettle, true
@@ -399,8 +400,8 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		wait = min(wait, partsRecheck)
 	}
 	if prev == w && ln.kicked {
-		// The fleet said the windows have room while it asked: the
-		// refusal may predate that room. Ask again at once.
+		// A Finish here or the fleet said the windows have room while it
+		// asked: the refusal may predate that room. Ask again at once.
 		wait = 0
 	}
 	// A refusal shows the room a Finish here made quietly taken.

@@ -51,19 +51,28 @@ func TestLaneQuietRoomNews(t *testing.T) {
 	}
 }
 
-// TestLaneKickWhileAsking: a head refused after the fleet said the
-// windows have room while it asked asks again at once (the refusal may
-// predate the room); without that message it waits what the refusal said.
+// TestLaneKickWhileAsking: a head refused after the fleet ("room now")
+// or a Finish of its own process said the windows have room while it
+// asked asks again at once (the refusal may predate the room); without
+// either it waits what the refusal said.
 func TestLaneKickWhileAsking(t *testing.T) {
 	t.Parallel()
-	for _, kicked := range []bool{false, true} {
+	for _, by := range []string{"", "fleet", "finish", "quiet finish"} {
 		th := &Throttle{}
-		th.fleet = &fleet{t: th}
+		th.fleet = &fleet{t: th, member: "a"}
 		w := &waiter{stamp: 1, wake: make(chan struct{}, 1)}
-		ln := &lane{t: th, othersMin: none, joined: true, onTurn: true, q: []*waiter{w}, asking: true, kicked: kicked}
+		ln := &lane{t: th, othersMin: none, joined: true, onTurn: true, q: []*waiter{w}, asking: true}
+		switch by {
+		case "fleet":
+			th.fleet.message(ln, []string{"k", "L"})
+		case "finish":
+			ln.kick()
+		case "quiet finish":
+			ln.roomQuietly()
+		}
 		ln.refused(w, engine.Decision{RetryAfter: time.Second}, nil)
-		if soon := time.Until(ln.wakeAt) <= 0; soon != kicked {
-			t.Errorf("kicked while asking %v: the head asks again in %v", kicked, time.Until(ln.wakeAt).Round(time.Millisecond))
+		if soon := time.Until(ln.wakeAt) <= 0; soon != (by != "") {
+			t.Errorf("room made while asking by %q: the head asks again in %v", by, time.Until(ln.wakeAt).Round(time.Millisecond))
 		}
 	}
 }
