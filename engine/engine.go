@@ -242,7 +242,11 @@ func (e *Engine) decideWith(ctx context.Context, c *call, req *Request, mode uin
 	}
 	if mode == opAllow && e.denials && c.plan.NDistinct == 0 && e.cachedDenial(c) {
 		if !e.async.Touches(c) {
-			return c.decision(req, fromCache), nil
+			d := c.decision(req, fromCache)
+			if c.plan.NUnstable > 0 {
+				shareDenied(&c.plan, &d)
+			}
+			return d, nil
 		}
 		// A queued finish may free room: Redis decides, after it.
 		c.prepare()
@@ -383,12 +387,9 @@ func (e *Engine) reset(ctx context.Context, scope string, l rules.Rule, subject 
 	defer cancel()
 	// The block key shares the key's hash tag (one slot); the slot key
 	// may not: with a grained window the key's hash tag differs.
-	// With regions, its unstable key goes too (same hash tag); the reset
-	// is this region's: peers keep what they received.
+	// With regions, the key's copies go with it; the reset is this
+	// region's: peers keep what they received.
 	first := []any{"del", keys[0], plan.BlockKey(keys[0])}
-	if e.rep != nil {
-		first = append(first, keys[0]+plan.UnstableSuffix)
-	}
 	if len(keys) == 1 {
 		if err := e.client.Process(ctx, redis.NewIntCmd(ctx, first...)); err != nil {
 			return &backendError{Op: "reset", Err: err}

@@ -120,10 +120,10 @@ func (e *Engine) startRegions(cfg *regionsConfig) {
 	r, n := regions.Index(cfg.local, names)
 	e.share = plan.Share{Index: r, Regions: n}
 	regions.CheckSet(e.client, e.keyer.Prefix()+regions.SetKey, regions.SetHash(cfg.local, names), min(e.timeout, time.Second), e.log)
-	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Suffix: plan.UnstableSuffix, Peers: peers, Log: e.log})
+	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Peers: peers, Log: e.log})
 }
 
-// shareKeys gives c's count keys their unstable keys when the engine has
+// shareKeys makes c's count keys keep copies when the engine has
 // regions and req is not regional.
 func (e *Engine) shareKeys(c *call, req *Request) error {
 	if e.rep == nil || req.Regional {
@@ -138,7 +138,7 @@ func (e *Engine) shareKeys(c *call, req *Request) error {
 	return nil
 }
 
-// shared completes the decision d of c, whose plan has unstable keys:
+// shared completes the decision d of c, whose plan keeps copies:
 // an admission goes to the replicator; a denial by the share rule
 // waits for the share's room and reports no remaining in the windows it
 // may have denied. That wait stays out of c's windows, so the cache of
@@ -178,11 +178,13 @@ func shareRemaining(p *plan.Plan, d *Decision) {
 }
 
 // shareDenied sets Remaining to 0 in every window of d that the share
-// rule of p may have denied: a window of a key with an unstable key
+// rule of p may have denied: a window of a key with copies
 // whose count V is near its limit L (R·V > L − R + r, below which the
 // rule always has room; see lua/mw_regions.lua). The region admits
 // nothing more there until an acknowledgement or a departure makes room,
-// so a client is not told it may retry at once.
+// so a client is not told it may retry at once. Where only a departure
+// can (plan.Share.Full), RetryAfter is at least the window's Reset. Denied
+// names a window only when it is full.
 func shareDenied(p *plan.Plan, d *Decision) {
 	r, n := p.Share.Index, p.Share.Regions
 	for j := range d.Windows {
@@ -197,11 +199,18 @@ func shareDenied(p *plan.Plan, d *Decision) {
 		if n*ws.Used > ws.Window.Limit-n+r {
 			ws.Remaining = 0
 		}
+		if p.Share.Full(ws.Used, ws.Window.Limit) {
+			d.RetryAfter = max(d.RetryAfter, ws.Reset)
+		}
+	}
+	// A cached denial names the window the share fills; no window is full.
+	if w := &d.Denied; !w.Window.Concurrent && w.Used < w.Window.Limit {
+		*w = WindowState{}
 	}
 }
 
 // replicate hands what c's admission counted in shared keys to the
-// replicator: one entry per count key with an unstable key.
+// replicator: one entry per count key with copies.
 func (e *Engine) replicate(c *call) {
 	p := &c.plan
 	member := string(c.member)

@@ -36,7 +36,7 @@ func threeRegions(t *testing.T) (*redistest.Regions, []*Engine, []*redis.Client)
 }
 
 // TestRegionsReplicate checks replication between three redis-servers:
-// admissions reach every peer and leave the unstable key once both have
+// admissions reach every peer and lose their copies once both have
 // acknowledged them; a region cut off keeps its admissions unstable and is
 // held to its share; healing delivers them and stabilizes them; give-backs
 // (Finish and FinishAsync) reach the peers; Close leaves no replication goroutine.
@@ -60,7 +60,7 @@ func TestRegionsReplicate(t *testing.T) {
 	}
 	redistest.Eventually(t, "3 entries in every region, none unstable", func() bool {
 		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 3 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 3 &&
-			locals[0].ZCount(ctx, key+":u", "0", "+inf").Val() == 0
+			locals[0].ZCount(ctx, key, "-inf", copiesMax).Val() == 0
 	})
 
 	// Cut off: region ap (index 0) holds 3 stable entries, so its share is
@@ -75,7 +75,7 @@ func TestRegionsReplicate(t *testing.T) {
 	if admitted != 9 {
 		t.Errorf("cut off, region ap admitted %d, want its share 9", admitted)
 	}
-	if n := locals[0].ZCount(ctx, key+":u", "0", "+inf").Val(); n != 9 {
+	if n := locals[0].ZCount(ctx, key, "-inf", copiesMax).Val(); n != 9 {
 		t.Errorf("cut off: %d unstable entries, want 9", n)
 	}
 	redistest.Eventually(t, "peers unreachable in the stats", func() bool {
@@ -86,7 +86,7 @@ func TestRegionsReplicate(t *testing.T) {
 	rs.Heal(0)
 	redistest.Eventually(t, "healed: 12 entries everywhere, none unstable", func() bool {
 		return locals[1].ZCount(ctx, key, "0", "+inf").Val() == 12 && locals[2].ZCount(ctx, key, "0", "+inf").Val() == 12 &&
-			locals[0].ZCount(ctx, key+":u", "0", "+inf").Val() == 0
+			locals[0].ZCount(ctx, key, "-inf", copiesMax).Val() == 0
 	})
 	redistest.Eventually(t, "peers reachable in the stats", func() bool {
 		st := engines[0].RegionStats()
@@ -174,7 +174,7 @@ func TestRegionsPartitionSumsToLimit(t *testing.T) {
 	key := string(engines[0].keyer.AppendKeyOf(nil, "s", rules.User, "", "", "fresh", false))
 	redistest.Eventually(t, "healed: every entry in every region", func() bool {
 		for _, c := range locals {
-			if c.ZCount(ctx, key, "0", "+inf").Val() != limit || c.ZCount(ctx, key+":u", "0", "+inf").Val() != 0 {
+			if c.ZCount(ctx, key, "0", "+inf").Val() != limit || c.ZCount(ctx, key, "-inf", copiesMax).Val() != 0 {
 				return false
 			}
 		}

@@ -28,9 +28,10 @@ func deadPeers(t *testing.T) map[string]Client {
 // shareCase checks the share rule on the engine of client c, region "eu"
 // (index 1 of ap, eu, us) with peers that never acknowledge: with p peer
 // entries in a window of limit 10, it admits floor((10 - p + 1) / 3)
-// requests, each reporting what the share leaves, then denies with a wait
-// of at most 250 ms, no full window and no remaining in the binding window, and each admission is in the
-// unstable key; a regional request is decided as without regions.
+// requests, each reporting what the share leaves, then denies with no full
+// window and no remaining in the binding window, and a wait of at most
+// 250 ms, or the oldest entry's when only a departure makes room; each
+// admission has a copy; a regional request is decided as without regions.
 func shareCase(t *testing.T, c redis.UniversalClient, p int) {
 	shareCaseWindows(t, c, p, win(10, time.Minute))
 	// A second, shorter window with more room: the longer one binds.
@@ -64,8 +65,18 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 		if d.Allowed != (i < want) {
 			t.Fatalf("%d peer entries: request %d allowed %v, want %v (share %d)", p, i, d.Allowed, i < want, want)
 		}
-		if !d.Allowed && (d.RetryAfter <= 0 || d.RetryAfter > 250*time.Millisecond || d.Denied != (WindowState{})) {
-			t.Errorf("share denial: RetryAfter %v, Denied %+v; want in (0, 250ms], no window", d.RetryAfter, d.Denied)
+		// Full for the region's share whatever it has not had
+		// acknowledged (V > L - R + r), only a departure makes room: the
+		// wait is the oldest entry's, and the denial may come from the
+		// cache. Otherwise an acknowledgement may: at most 250 ms.
+		full := p+min(i, want) > 10-3+1
+		if !d.Allowed && full && (d.RetryAfter < d.Windows[0].Reset || d.Windows[0].Reset <= 0 || d.Denied != (WindowState{}) ||
+			i == want+1 && d.Source != "cache") {
+			t.Errorf("share denial %d, full: RetryAfter %v, Reset %v, Denied %+v, source %s; want the reset, no window, the cache after the first",
+				i, d.RetryAfter, d.Windows[0].Reset, d.Denied, d.Source)
+		}
+		if !d.Allowed && !full && (d.RetryAfter <= 0 || d.RetryAfter > 250*time.Millisecond || d.Denied != (WindowState{}) || d.Source != "redis") {
+			t.Errorf("share denial: RetryAfter %v, Denied %+v, source %s; want in (0, 250ms], no window, redis", d.RetryAfter, d.Denied, d.Source)
 		}
 		// An admission's remaining is what the share leaves where the
 		// script counted U (3V > 10 - 3 + 1, V = p + i before it, U = i).
@@ -83,11 +94,11 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 			t.Errorf("share denial: Remaining %d in the binding window, want 0", d.Windows[0].Remaining)
 		}
 	}
-	if n := c.ZCount(ctx, string(key)+":u", "0", "+inf").Val(); n != int64(want) {
+	if n := c.ZCount(ctx, string(key), "-inf", copiesMax).Val(); n != int64(want) {
 		t.Errorf("unstable entries = %d, want %d", n, want)
 	}
-	if ttl := c.PTTL(ctx, string(key)+":u").Val(); want > 0 && ttl <= 0 {
-		t.Errorf("unstable key PTTL = %v, want > 0", ttl)
+	if ttl := c.PTTL(ctx, string(key)).Val(); want > 0 && ttl <= 0 {
+		t.Errorf("key PTTL = %v, want > 0", ttl)
 	}
 	// A regional request: (a) alone.
 	reg := One("s2", rules.User, "u1", win(10, time.Minute))
@@ -173,7 +184,7 @@ func TestRegionsBlock(t *testing.T) {
 }
 
 // TestRegionsOffWritesNothing checks that an engine without regions, and
-// a regional request with them, write no unstable key.
+// a regional request with them, write no copy.
 func TestRegionsOffWritesNothing(t *testing.T) {
 	ctx := context.Background()
 	_, c := redistest.Mini(t)
@@ -192,8 +203,69 @@ func TestRegionsOffWritesNothing(t *testing.T) {
 		}
 	}
 	for _, k := range scanKeys(t, c, prefix) {
-		if strings.HasSuffix(k, ":u") {
-			t.Errorf("unstable key %q written without a shared request", k)
+		if n := c.ZCount(ctx, k, "-inf", copiesMax).Val(); n != 0 {
+			t.Errorf("%d copies in %q without a shared request", n, k)
 		}
+	}
+}
+
+// copiesMax is the highest score of a copy of an admission in its count
+// key (see Regions in lua/multi_window.lua): -(2^52 + stamp).
+const copiesMax = "-4503599627370496"
+
+// TestRegionsShareFullCached checks that a window full for the region's
+// share whatever it has not had acknowledged (plan.Share.Full) denies from
+// the cache of denials, as a full window does, with no remaining, no full
+// window named and the wait of its oldest entry, until that entry leaves:
+// then Redis decides again.
+func TestRegionsShareFullCached(t *testing.T) {
+	mini := func() redis.UniversalClient { _, c := redistest.Mini(t); return c }
+	real := func() redis.UniversalClient { _, c := redistest.StartClient(t); return c }
+	for name, start := range map[string]func() redis.UniversalClient{"miniredis": mini, "redis": real} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			local := start()
+			e := newEngine(t, local, WithKeyPrefix(redistest.Prefix(t)),
+				WithRegions("eu", map[string]Client{"ap": start(), "us": start()}))
+			// Region eu is index 1 of 3: with everything acknowledged it
+			// holds V <= 5 - 3 + 1 = 3 before its share is 0.
+			req := One("s", rules.User, "u1", win(5, 2*time.Second))
+			admitted, first := 0, time.Now()
+			deadline := time.Now().Add(time.Second)
+			for admitted < 4 && time.Now().Before(deadline) {
+				d, err := e.Allow(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted++
+					continue
+				}
+				time.Sleep(5 * time.Millisecond) // an acknowledgement makes room
+			}
+			if admitted != 4 {
+				t.Fatalf("admitted %d within a second, want 4", admitted)
+			}
+			for range 3 {
+				d, err := e.Allow(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed || d.Source != "cache" || d.Windows[0].Remaining != 0 || d.Denied != (WindowState{}) ||
+					d.RetryAfter < time.Second || d.RetryAfter > 2*time.Second {
+					t.Fatalf("share full: allowed %v, source %s, remaining %d, denied %+v, RetryAfter %v; want a cached denial, 0, no window, the oldest entry's wait",
+						d.Allowed, d.Source, d.Windows[0].Remaining, d.Denied, d.RetryAfter)
+				}
+			}
+			// Once the oldest entry has left, Redis decides and admits.
+			time.Sleep(time.Until(first.Add(2*time.Second + 50*time.Millisecond)))
+			d, err := e.Allow(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed || d.Source != "redis" {
+				t.Errorf("after the oldest entry left: allowed %v, source %s; want admitted by redis", d.Allowed, d.Source)
+			}
+		})
 	}
 }

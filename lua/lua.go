@@ -87,6 +87,7 @@ var multiWindowFiles embed.FS
 // script's source names as ${NAME} (see its header, Constants).
 var scriptConstants = map[string]int64{
 	"EPOCH":       1 << 51, // offsets epoch markers below every -retention
+	"COPY":        1 << 52, // offsets the copies of regions below every epoch marker
 	"MAX_TOTAL":   scriptconst.MaxTotal,
 	"BUSY":        64, // entries in a key's longest window that make it busy
 	"CONF_MAX":    1024,

@@ -17,7 +17,7 @@
 --   mw_calendar.lua       calendar keys
 --   mw_finish.lua         finish ops
 --   mw_weight_change.lua  a finish op's change of a weighted key
---   mw_regions.lua        an unstable key (see Regions)
+--   mw_regions.lua        a key's copies (see Regions)
 -- The source names each constant by a placeholder, its name in braces
 -- after a dollar sign, which lua/lua.go replaces with its value, defined
 -- once in Go (see Constants below).
@@ -51,7 +51,7 @@
 --     kind:
 --       0, 'S', limit, lease     a slot key (in-flight window, see Slots)
 --       0, 'B', block            the block key of the key just before it,
---                                or before that key's unstable key
+--                                or before that key's 'U' fields
 --                                (see Blocks below); block is its length.
 --       0, 'P', cost, limit, b1, b2, b3, b4
 --                                a calendar key (see Calendars below):
@@ -68,8 +68,8 @@
 --                                a count key whose op counts the member
 --                                value instead of the op's (see
 --                                Distinct).
---       0, 'U', r, R             the unstable key of the count key
---                                just before it (see Regions): r is
+--       0, 'U', r, R             the count key just before it again,
+--                                for its copies (see Regions): r is
 --                                this region's index among the R
 --                                regions ordered by name.
 --     Windows come longest first. busy is ceil(longest period / 8), the
@@ -208,23 +208,29 @@
 -- (ZADD) and reads as before: two calls more.
 --
 -- A block key's reply is one integer, left: the time until its block
--- ends (0: not blocked). An unstable key's reply is one integer, left:
+-- ends (0: not blocked). The reply of 'U' fields is one integer, left:
 -- 0 when every window of its count key has room for this region's share, else
 -- the most time until an entry that holds one back leaves the window; with
 -- room where U was counted, -1 - room, room the least that the share leaves.
 --
 -- Regions. With regions (engine WithRegions; docs/regions.md, which
--- proves the bound), an op whose count key (KEYS[i]) is followed by an
--- unstable key (KEYS[i+1]: the count key's name and ':u', same hash
--- tag) also needs, per window of the count key (period P, limit L),
+-- proves the bound), an op whose count key (KEYS[i]) is followed by 'U'
+-- fields (naming the same key again, KEYS[i+1]) also needs, per window
+-- of the count key (period P, limit L),
 -- U + 1 <= floor((max(L - (V - U), 0) + r) / R), where V is the window's
--- count and U its entries that are in the unstable key: this region's
--- admissions its peers have not all acknowledged. An admission adds its
--- member to the unstable key as to a count key (scored t, same
--- bookkeeping: retention, trims, expiry), in one ZADD with the epoch
--- marker but at an epoch's first admission; the engine removes it (ZREM)
--- once every peer has the entry, and writes peers' entries to their own
--- count keys (ZADD, never here). A denial by the share starts no block.
+-- count and U its entries that have a copy in the key: this region's
+-- admissions its peers have not all acknowledged. A copy is member 'u'
+-- and the entry's member, scored -(COPY + t): below every marker and
+-- entry, so no read of a window sees it, and the count's upper bound
+-- -(COPY + t - P + 1) selects the copies of the window's entries. An
+-- admission adds its copy (one ZADD); the key's bookkeeping trims copies
+-- with its entries (one more ZREMRANGEBYSCORE per epoch), and they
+-- expire with the key; the engine removes a copy (ZREM) once every peer
+-- has the entry, and writes peers' entries to their own count keys
+-- (ZADD, never here). A denial by the share starts no block. Scores stay
+-- exact doubles until t reaches 2^52 µs (the year 2112); copies stay
+-- below the epoch markers while floor(t / epoch length) < 2^51, which
+-- holds for any epoch of at least 1 ms.
 -- prefix{regions}:set (not this script's) holds a hash of the region
 -- set each process of the region runs, for 24 h (internal/regions,
 -- CheckSet), which logs processes that disagree; prefix{regions}:behind:
@@ -467,7 +473,8 @@ local call, unread, unread_n, read_all, suffix_text
 -- lua/lua.go replaces with its value when it joins the parts: a literal,
 -- as a local would be one more upvalue for each EVAL to bind (see the
 -- declarations above). EPOCH, 2^51, offsets epoch markers below every
--- -retention. BUSY, 64 entries in a key's longest window, make it busy:
+-- -retention; COPY, 2^52, a region's copies below every epoch marker
+-- (see Regions). BUSY, 64 entries in a key's longest window, make it busy:
 -- its epochs, and so its trims, come 8 times per window instead of once.
 -- MAX_TOTAL, 2^53 - 1, bounds a weighted key's running total, which then
 -- stays exact in a double. An op's status in the reply is DENIED,

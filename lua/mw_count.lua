@@ -203,7 +203,8 @@ end
 -- eighth of it for a busy one, whose stale entries would otherwise cost
 -- memory. ZADD CH reports a new epoch (or, after the clock went back, an
 -- older one, whose admissions need the deadline renewed all the same).
-function bookkeep(key, q, longest, busy, weighted)
+-- copies: the key holds copies (see Regions), trimmed with its entries.
+function bookkeep(key, q, longest, busy, weighted, copies)
   local epoch_len, epoch_name = longest, args[q + 2]
   if busy then
     epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
@@ -236,7 +237,7 @@ function bookkeep(key, q, longest, busy, weighted)
       -- A grown retention must reach the deadline of every group's next
       -- admission: drop all epoch markers, so each group's next admission
       -- runs the bookkeeping.
-      call('ZREMRANGEBYSCORE', key, '-inf', '-${EPOCH}')
+      call('ZREMRANGEBYSCORE', key, '(-${COPY}', '-${EPOCH}')
       call('ZADD', key, epoch, marker)
     end
   end
@@ -244,6 +245,9 @@ function bookkeep(key, q, longest, busy, weighted)
   -- trim removes ('r' leaves only with the key).
   if kept and not weighted then
     call('ZREMRANGEBYSCORE', key, '0', fmt('%d', t - retention))
+    if copies then
+      call('ZREMRANGEBYSCORE', key, '(' .. fmt('%d', -(${COPY} + t - retention)), '-${COPY}')
+    end
   elseif kept then
     -- A weighted key keeps the newest entry it could trim: its total is
     -- the base of every window's sum.

@@ -146,7 +146,7 @@ function read_keys(q, used_keys, nkeys, member, remember)
       elseif kind == 'U' then
         -- key_fits stays the count key's, before it (see Regions).
         local share_fits
-        q, share_fits = read_unstable(key, q, at, keys[used_keys + k - 1], key_state[at - 7], key_fits)
+        q, share_fits = read_unstable(key, q, at, key_state[at - 7], key_fits)
         fits = fits and share_fits
       else
         return nil, redis.error_reply('ERR slidelimit: unknown key kind ' .. kind)
@@ -167,20 +167,9 @@ function count_admitted(first, nkeys, remember, key_memo, m)
   for k = 1, nkeys do
     local at = 4 * k
     if key_state[at] == 'U' then
-      -- An unstable key (see Regions): one ZADD adds the member (new, as
-      -- add_member found it in no count key) and the epoch marker of
-      -- bookkeep, and counts 2 only at an epoch's first admission, when
-      -- the marker leaves again for bookkeep to run the epoch.
-      local key, q, longest, busy = keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1]
-      local epoch_len, name = longest, args[q + 2]
-      if busy then
-        epoch_len, name = ceil(longest / 8), args[q + 1]
-      end
-      local epoch, marker = -(${EPOCH} + floor(t / epoch_len)), marks[name] or 'e' .. name
-      if call('ZADD', key, 'CH', t_arg, m, decs[epoch] or dec(epoch), marker) == 2 then
-        call('ZREM', key, marker)
-        bookkeep(key, q, longest, busy, false)
-      end
+      -- The count key's copy of the member (see Regions): below every
+      -- entry and marker, trimmed with the key's entries (bookkeep).
+      call('ZADD', keys[first + k], fmt('%d', -(${COPY} + t)), 'u' .. m)
     elseif key_state[at] == 'D' or key_state[at] == 'd' then
       -- A distinct key: the value counts (again) at t.
       local key = keys[first + k]
@@ -207,7 +196,8 @@ function count_admitted(first, nkeys, remember, key_memo, m)
         end
       end
     elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
-      bookkeep(keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
+      bookkeep(keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at],
+        k < nkeys and key_state[at + 4] == 'U')
     end
   end
 end
@@ -224,6 +214,8 @@ function remember_op(first, nkeys, remember, key_memo, added)
     if remember and not key_state[at] and key_memo[2 * k - 1] < ${SLOTS} then
       m = ((key_state[at - 3] + 2) * ${SLOTS} + key_memo[2 * k - 1]) * 2 + added
     end
-    memo[keys[first + k]] = m
+    if key_state[at] ~= 'U' then -- the count key's copies: its memo stays
+      memo[keys[first + k]] = m
+    end
   end
 end

@@ -1,26 +1,27 @@
 -- mw_regions.lua: the share rule of regions (see Regions in
--- multi_window.lua's header; the proof is in docs/regions.md). An
--- unstable key holds this region's admissions in a count key that its
--- peers have not all acknowledged: the same members, scored the same,
--- kept by the same bookkeeping (epochs, retention, expiry), and removed by
--- the engine once every peer has the entry.
+-- multi_window.lua's header; the proof is in docs/regions.md). A count
+-- key holds, beside its entries, a copy of each of this region's
+-- admissions that its peers have not all acknowledged: member 'u' and the
+-- entry's member, scored -(COPY + t), below every entry and marker, so
+-- that no read of the windows (scores from t - P + 1 up) sees it. Copies
+-- are trimmed by the key's own bookkeeping and leave with the key; the
+-- engine removes one (ZREM) once every peer has its entry.
 
--- read_unstable reads unstable key key, whose fields start at args[q],
--- for count key ckey, the key just before it, whose fields start at
--- args[kq] and which had room or not (key_fits): per window of ckey
--- (period P, limit L) with V entries, of which U are in key (this
--- region's unacknowledged entries), it has room when
--- U + 1 <= floor((max(L - (V - U), 0) + r) / R), r being this region's
--- index and R the number of regions. It replies left: 0 when every window
--- has room, else the most time until an entry that holds a window back
--- leaves it (at least 1); when every window has room and U was counted,
--- -1 - room instead, room being the least share - U - 1 of those windows
--- (what the share leaves after this admission). It sets key_state ('U')
--- so that an admission adds the member here with ckey's bookkeeping
--- (count_admitted: one ZADD, and bookkeep's at an epoch's first admission).
+-- read_unstable reads the copies in count key key, whose 'U' fields start
+-- at args[q] and whose count fields start at args[kq], the key having
+-- room or not (key_fits): per window of key (period P, limit L) with V
+-- entries, of which U have a copy (this region's unacknowledged
+-- entries), it has room when U + 1 <= floor((max(L - (V - U), 0) + r) /
+-- R), r being this region's index and R the number of regions. It
+-- replies left: 0 when every window has room, else the most time until
+-- an entry that holds a window back leaves it (at least 1); when every
+-- window has room and U was counted, -1 - room instead, room being the
+-- least share - U - 1 of those windows (what the share leaves after this
+-- admission). It sets key_state ('U') so that an admission adds the
+-- member's copy (count_admitted: one ZADD).
 --
 -- What it costs. A key without room needs no check (the op is denied).
--- Otherwise each window's V is in the reply already, as ckey's last
+-- Otherwise each window's V is in the reply already, as key's last
 -- windows: a window with room replies used, then oldest when used > 0,
 -- and oldest is a time (above 2^49), used a count (at most 2^30), so
 -- they are read from the reply's end. Should the last of several windows
@@ -31,10 +32,10 @@
 -- gives L - V + U + r >= R * (U + 1)), so U is counted (ZCOUNT) only near
 -- the limit. It is the chunk's one function for regions: an EVAL creates
 -- every function of the chunk anew (see Cost in multi_window.lua).
-function read_unstable(key, q, at, ckey, kq, key_fits)
+function read_unstable(key, q, at, kq, key_fits)
   local r, regions = conf_num(args[q + 2]), conf_num(args[q + 3])
   local nwin = conf_num(args[kq])
-  local left, fits, longest_used, j, room = 0, true, 0, n, nil
+  local left, fits, j, room = 0, true, n, nil
   for w = nwin, 1, -1 do
     if not key_fits then
       break
@@ -48,10 +49,8 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
     local period, limit = conf_num(args[kq + 2 * w]), conf_num(args[kq + 2 * w + 1])
     if regions * v > limit - regions + r then
       local lo = fmt('%d', t - period + 1)
-      local u = call('ZCOUNT', key, lo, '+inf')
-      if w == 1 then
-        longest_used = u
-      end
+      local hi = fmt('%d', -(${COPY} + t - period + 1))
+      local u = call('ZCOUNT', key, '-inf', hi)
       local head = limit - v + u
       if head < 0 then
         head = 0
@@ -61,16 +60,19 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
         room = share - u - 1
       end
       if u + 1 > share then
-        -- The oldest unstable entry leaving the window, or with none
+        -- The oldest copied entry leaving the window, or with none
         -- its oldest entry, makes room at the latest (an
         -- acknowledgement mostly sooner).
-        local from, wait = key, 1
+        local wait, s = 1, nil
         if u == 0 then
-          from = ckey
+          s = call('ZRANGEBYSCORE', key, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
+          s = s and (num(s) or sci(s))
+        else
+          s = call('ZRANGE', key, hi, '-inf', 'BYSCORE', 'REV', 'WITHSCORES', 'LIMIT', '0', '1')[2]
+          s = s and -(num(s) or sci(s)) - ${COPY}
         end
-        local s = call('ZRANGEBYSCORE', from, lo, '+inf', 'WITHSCORES', 'LIMIT', '0', '1')[2]
         if s then
-          wait = (num(s) or sci(s)) + period - t
+          wait = s + period - t
         end
         if wait > left then
           left = wait
@@ -80,8 +82,7 @@ function read_unstable(key, q, at, ckey, kq, key_fits)
     end
   end
   local key_state = key_state_table
-  key_state[at - 3], key_state[at - 2] = kq, conf_num(args[kq + 2])
-  key_state[at - 1], key_state[at] = longest_used >= ${BUSY}, 'U'
+  key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at] = kq, -3, false, 'U'
   n = n + 1
   reply[n] = left
   if fits and room then

@@ -55,9 +55,9 @@ end
 return added
 `
 
-// stableSrc removes acknowledged members from unstable keys, KEYS[1..m]:
-// ARGV holds, per key, a count n and n members, removed in one ZREM per
-// 512 members (unpack's stack).
+// stableSrc removes the copies of acknowledged entries from count keys,
+// KEYS[1..m]: ARGV holds, per key, a count n and n copies' members,
+// removed in one ZREM per 512 members (unpack's stack).
 const stableSrc = `
 local p = 1
 for k = 1, #KEYS do
@@ -183,17 +183,22 @@ func apply(ctx context.Context, c Client, entries []*pending, flag string) (bool
 	return run(ctx, c, applyScript, calls(entries, byTag(c)), flag)
 }
 
-// stabilize removes acknowledged admissions from the local unstable keys
-// (key + suffix), in one script call per hash tag (see stableSrc).
-func stabilize(ctx context.Context, c Client, suffix string, entries []*pending) error {
+// CopyPrefix starts the member of an admission's copy in its count key:
+// the region keeps one, scored below every entry, until every peer has
+// acknowledged the admission (see Regions in lua/multi_window.lua).
+const CopyPrefix = "u"
+
+// stabilize removes the copies of acknowledged admissions from the local
+// count keys, in one script call per hash tag (see stableSrc).
+func stabilize(ctx context.Context, c Client, entries []*pending) error {
 	var keys []string
 	members := map[string][]any{}
 	for _, p := range entries {
-		k := p.Key + suffix
+		k := p.Key
 		if _, ok := members[k]; !ok {
 			keys = append(keys, k)
 		}
-		members[k] = append(members[k], p.Member)
+		members[k] = append(members[k], CopyPrefix+p.Member)
 	}
 	var out []call
 	for _, group := range groupKeys(keys, byTag(c)) {

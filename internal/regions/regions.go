@@ -1,8 +1,8 @@
 // Package regions replicates a region's admissions to its peer regions
 // (docs/regions.md). The engine decides on the region's own Redis and
 // hands each admission and give-back to a Replicator, which sends them in
-// batches to every peer's Redis, idempotently, and removes an admission
-// from the region's unstable key once every peer has acknowledged it. No
+// batches to every peer's Redis, idempotently, and removes an admission's
+// copy from the region's count key once every peer has acknowledged it. No
 // request waits on a peer.
 package regions
 

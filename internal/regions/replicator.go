@@ -40,11 +40,9 @@ type Config struct {
 	// region has not sent it everything since they were apart (see
 	// BehindKey).
 	Name, Prefix string
-	// Local is the region's own Redis, whose unstable keys lose the
-	// admissions every peer has acknowledged.
+	// Local is the region's own Redis, whose count keys lose the copies
+	// of the admissions every peer has acknowledged (see CopyPrefix).
 	Local Client
-	// Suffix ends an unstable key's name after its count key's.
-	Suffix string
 	// Peers maps each peer region's name to a client of its Redis.
 	Peers map[string]Client
 	// Log receives a warning when a peer becomes unreachable and an info
@@ -100,7 +98,7 @@ type pending struct {
 type Replicator struct {
 	cfg    Config
 	peers  []*peer
-	stable chan []*pending // acknowledged by every peer, for the local ZREM
+	stable chan []*pending // acknowledged by every peer, for the local ZREM of their copies
 	stop   chan struct{}
 	ctx    context.Context // of the senders' calls, cancelled by Close
 	cancel context.CancelFunc
@@ -239,8 +237,8 @@ func (r *Replicator) acked(entries []*pending) {
 	}
 }
 
-// stabilizer removes acknowledged admissions from the local unstable
-// keys, merging what arrives within one batch period.
+// stabilizer removes the copies of acknowledged admissions from the
+// local count keys, merging what arrives within one batch period.
 func (r *Replicator) stabilizer() {
 	defer r.wg.Done()
 	for {
@@ -284,7 +282,8 @@ func (r *Replicator) drainStable() {
 	}
 }
 
-// removeStable removes batch from the local unstable keys.
+// removeStable removes the copies of batch's entries from the local
+// count keys.
 func (r *Replicator) removeStable(ctx context.Context, batch []*pending) {
 	if r.cfg.Local == nil || len(batch) == 0 {
 		return
@@ -292,5 +291,5 @@ func (r *Replicator) removeStable(ctx context.Context, batch []*pending) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	// A failure leaves the entries unstable: they leave with their window.
-	_ = stabilize(ctx, r.cfg.Local, r.cfg.Suffix, batch)
+	_ = stabilize(ctx, r.cfg.Local, batch)
 }

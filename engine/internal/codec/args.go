@@ -238,7 +238,7 @@ func (f *Args) block(p *plan.Plan, k int32) {
 	}
 }
 
-// unstable appends the fields of an unstable key (see Regions in
+// unstable appends the 'U' fields of a key holding copies (see Regions in
 // lua/multi_window.lua): 0, 'U', the region's index, the regions' number.
 func (f *Args) unstable(p *plan.Plan) {
 	f.Int(0)

@@ -446,6 +446,11 @@ func keep(ws []Win, p *plan.Plan, res []int64, i int, sign int64, counted bool) 
 				wait = reset
 			}
 		}
+		if wait == 0 && reset > 0 && p.HasUnstable(i) && p.Share.Full(used, w.Limit) {
+			// Full for this region's share until an entry leaves (see
+			// plan.Share.Full): at the latest its oldest.
+			wait = reset
+		}
 		ws = append(ws, Win{Period: sign * w.Period, Limit: w.Limit, Used: used, Reset: reset, Wait: wait})
 	}
 	return ws

@@ -91,7 +91,7 @@ type Plan struct {
 	DistinctPrev []int64 // per key: what a rollback restores (see readHeld)
 	DistinctAt   []int64 // per key: the time the script decided at
 
-	regions // unstable keys (regions.go)
+	regions // the count keys with copies (regions.go)
 }
 
 func periodMicros(d time.Duration) int64 {
@@ -456,7 +456,8 @@ func (p *Plan) BlockOf(i int) int64 {
 }
 
 // NArgs returns the number of script KEYS of keys (indices into p.Keys):
-// one per key, and one more per unstable key and per block key.
+// one per key, and one more per key with copies (its 'U' fields name it
+// again) and per block key.
 func (p *Plan) NArgs(keys []int32) int {
 	n := len(keys)
 	if p.Blocked > 0 {
@@ -477,14 +478,15 @@ func (p *Plan) NArgs(keys []int32) int {
 }
 
 // AppendKeyArgs appends the script's KEYS for key k of p: the key, its
-// unstable key if it has one, then its block key if it has a block.
+// key again when it holds copies (see Regions in lua/multi_window.lua),
+// then its block key if it has a block.
 func (p *Plan) AppendKeyArgs(args []any, k int) []any {
 	if len(p.args) < len(p.Keys) {
 		p.KeyArgs()
 	}
 	args = append(args, &p.args[k])
 	if p.HasUnstable(k) {
-		args = append(args, &p.uargs[k])
+		args = append(args, &p.args[k]) // its copies are in the key itself
 	}
 	if p.BlockOf(k) > 0 {
 		args = append(args, &p.bargs[k])

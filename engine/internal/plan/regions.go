@@ -1,11 +1,5 @@
 package plan
 
-import "unsafe"
-
-// UnstableSuffix ends the name of an unstable key (see lua/multi_window.lua,
-// Regions): after the hash tag, so that it lives in its count key's slot.
-const UnstableSuffix = ":u"
-
 // Share is where a region stands among the regions that keep one limit
 // together: its index among them ordered by name, and their number. The
 // zero Share (Regions 0) is a limiter without regions.
@@ -13,19 +7,28 @@ type Share struct {
 	Index, Regions int64
 }
 
-// regions is the part of a Plan for regions: per key whether it has an
-// unstable key, their number, their names and arguments.
+// Full reports whether a window of limit limit holding used entries is
+// full for region s whatever its unacknowledged admissions U: used >
+// limit - R + r. With U = 0 the share floor((limit - used + r) / R) is
+// then 0, and a larger U never leaves more room (U + 1 grows faster than
+// the share), so only an entry leaving the window (or a removal) makes
+// room. The zero Share is never full.
+func (s Share) Full(used, limit int64) bool {
+	return s.Regions > 0 && used > limit-s.Regions+s.Index
+}
+
+// regions is the part of a Plan for regions: per key whether it holds
+// copies of this region's unacknowledged admissions (see Regions in
+// lua/multi_window.lua), and their number.
 type regions struct {
 	Unstable  []bool
 	NUnstable int
-	ubuf      []byte
-	uargs     []keyArg
 	Share     Share
-	// ShareLeft is, after a decision, the most time (µs) until an
-	// unstable key's share has room again; 0 when every one had room.
+	// ShareLeft is, after a decision, the most time (µs) until a
+	// key's share has room again; 0 when every one had room.
 	ShareLeft int64
 	// ShareRoom is, after a decision, per key what its share leaves after
-	// the admission, where the script counted the key's unstable entries;
+	// the admission, where the script counted the key's copies;
 	// -1 elsewhere.
 	ShareRoom []int64
 }
@@ -33,15 +36,14 @@ type regions struct {
 // resetRegions empties p's regions part.
 func (p *Plan) resetRegions() {
 	if p.NUnstable > 0 || len(p.Unstable) > 0 {
-		clear(p.uargs)
-		p.Unstable, p.NUnstable, p.ubuf, p.uargs = p.Unstable[:0], 0, p.ubuf[:0], p.uargs[:0]
+		p.Unstable, p.NUnstable = p.Unstable[:0], 0
 		p.ShareRoom = p.ShareRoom[:0]
 	}
 	p.Share, p.ShareLeft = Share{}, 0
 }
 
-// ShareKeys gives every count key of p an unstable key, for the share
-// rule of region s. It reports with an *Error a key the share rule does
+// ShareKeys makes every count key of p keep copies of this region's
+// unacknowledged admissions, for the share rule of region s. It reports with an *Error a key the share rule does
 // not cover: a weighted key (a cost or a grain), a calendar key or a
 // distinct key. Slot keys (in-flight windows) stay local.
 func (p *Plan) ShareKeys(s Share) error {
@@ -54,31 +56,18 @@ func (p *Plan) ShareKeys(s Share) error {
 		}
 	}
 	p.Share = s
-	for k, key := range p.Keys {
+	for k := range p.Keys {
 		on := !p.Slot[k]
 		p.Unstable = append(p.Unstable, on)
 		p.ShareRoom = append(p.ShareRoom, -1)
 		if on {
 			p.NUnstable++
-			p.ubuf = append(p.ubuf, key...)
-			p.ubuf = append(p.ubuf, UnstableSuffix...)
 		}
-	}
-	str := unsafe.String(unsafe.SliceData(p.ubuf), len(p.ubuf))
-	end := 0
-	for k, key := range p.Keys {
-		var a keyArg
-		if p.Unstable[k] {
-			start := end
-			end += len(key) + len(UnstableSuffix)
-			a = keyArg{b: p.ubuf[start:end:end], s: str[start:end]}
-		}
-		p.uargs = append(p.uargs, a)
 	}
 	return nil
 }
 
-// ShareWait records key k's unstable key's reply (see
+// ShareWait records the reply of key k's 'U' fields (see
 // lua/multi_window.lua, Regions): left µs until its share has room,
 // capped at MaxShareWait (a share denial is not a full window, and an
 // acknowledgement, not a departure from the window, mostly makes room),
@@ -95,12 +84,8 @@ func (p *Plan) ShareWait(k int, left int64) {
 // a round trip between regions plus a batch.
 const MaxShareWait = 250_000
 
-// HasUnstable reports whether key k has an unstable key.
+// HasUnstable reports whether key k holds copies (see Regions).
 func (p *Plan) HasUnstable(k int) bool { return p.NUnstable > 0 && p.Unstable[k] }
-
-// UnstableKey returns the name of key k's unstable key, a view valid until
-// the next build.
-func (p *Plan) UnstableKey(k int) string { return p.uargs[k].s }
 
 // checkOf returns the first check counted in key k, or -1.
 func (p *Plan) checkOf(k int) int {
