@@ -14,8 +14,9 @@
 //     both ways, over the admissions;
 //
 // and, in the same run, the decision time (p50, p99) and throughput of the
-// route with and without regions, -workers goroutines asking for distinct
-// users on the same Redis, in alternating slices of a second.
+// route with and without regions, -workers goroutines on the same Redis,
+// in alternating slices of a second: asking for distinct users (every
+// request admitted), then for one user at its limit (nearly all denied).
 //
 //	cd bench && go run ./regions -delay 40ms -limit 100 -window 10s -duration 30s
 package main
@@ -317,12 +318,27 @@ func (w *world) poll(user string, stamps map[string]int64, stop <-chan struct{})
 }
 
 // latency measures the decision time and throughput of region eu's route
-// with regions and without, in alternating slices of a second, each
-// request for a new user (no limit is reached: the hot path).
+// with regions and without, in alternating slices of a second: first each
+// request for a new user (no limit is reached: the writing path), then
+// every request for one user limited to -limit per -window (nearly all
+// denied once the window is full: the path a hot subject takes).
 func latency(c config, w *world) error {
+	var seq atomic.Int64
+	fresh := func() string { return "u" + strconv.FormatInt(seq.Add(1), 10) }
+	if err := latencyOf(c, w, "lat", "user:1000/min", fresh, "each request for a new user"); err != nil {
+		return err
+	}
+	one := func() string { return "hot" }
+	rules := fmt.Sprintf("user:%d/%dms", c.limit, c.window.Milliseconds())
+	return latencyOf(c, w, "hot", rules, one, "every request for one user, "+rules)
+}
+
+// latencyOf is one table of latency: the route of rules, in limiters of
+// key prefix name, asked for user().
+func latencyOf(c config, w *world, name, rules string, user func() string, title string) error {
 	var routes [2]http.Handler
 	for i, regions := range []bool{false, true} {
-		lims, rs, err := w.limiters(fmt.Sprintf("lat%d:", i), "user:1000/min", regions)
+		lims, rs, err := w.limiters(fmt.Sprintf("%s%d:", name, i), rules, regions)
 		if err != nil {
 			return err
 		}
@@ -334,8 +350,7 @@ func latency(c config, w *world) error {
 		routes[i] = rs[1]
 	}
 	var times [2][]time.Duration
-	var count [2]int
-	var seq atomic.Int64
+	var count, allowed [2]int
 	bytes0 := w.linkBytes() // only the limiters with regions use the links
 	for slice := 0; time.Duration(slice)*time.Second < c.latency; slice++ {
 		mode := slice % 2
@@ -345,13 +360,18 @@ func latency(c config, w *world) error {
 		for range c.workers {
 			wg.Go(func() {
 				var local []time.Duration
+				ok := 0
 				for time.Now().Before(end) {
-					_, d := ask(routes[mode], "u"+strconv.FormatInt(seq.Add(1), 10))
+					a, d := ask(routes[mode], user())
 					local = append(local, d)
+					if a {
+						ok++
+					}
 				}
 				mu.Lock()
 				times[mode] = append(times[mode], local...)
 				count[mode] += len(local)
+				allowed[mode] += ok
 				mu.Unlock()
 			})
 		}
@@ -359,9 +379,10 @@ func latency(c config, w *world) error {
 	}
 	time.Sleep(time.Second) // replication of the last admissions
 	linkBytes := w.linkBytes() - bytes0
-	fmt.Printf("\ndecision time of one region's route, %d workers, %v in alternating 1 s slices:\n\n", c.workers, c.latency)
-	fmt.Println("| limiter | p50 | p99 | decisions/s |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Printf("\ndecision time of one region's route, %s, %d workers, %v in alternating 1 s slices:\n\n",
+		title, c.workers, c.latency)
+	fmt.Println("| limiter | p50 | p99 | decisions/s | admitted |")
+	fmt.Println("|---|---|---|---|---|")
 	secs := c.latency.Seconds() / 2
 	for i, name := range []string{"without regions", "with regions"} {
 		t := times[i]
@@ -369,11 +390,10 @@ func latency(c config, w *world) error {
 		if len(t) == 0 {
 			continue
 		}
-		fmt.Printf("| %s | %v | %v | %.0f |\n", name, t[len(t)/2].Round(time.Microsecond),
-			t[len(t)*99/100].Round(time.Microsecond), float64(count[i])/secs)
+		fmt.Printf("| %s | %v | %v | %.0f | %d |\n", name, t[len(t)/2].Round(time.Microsecond),
+			t[len(t)*99/100].Round(time.Microsecond), float64(count[i])/secs, allowed[i])
 	}
-	// Every request of this run is admitted (a new user each time).
 	fmt.Printf("\nreplication at that rate, batched: %.0f bytes per admission on the links, both ways\n",
-		float64(linkBytes)/float64(max(count[1], 1)))
+		float64(linkBytes)/float64(max(allowed[1], 1)))
 	return nil
 }

@@ -163,8 +163,11 @@ func (pr *peer) mark(now time.Time) {
 }
 
 // noteReach logs a peer that becomes unreachable, once, and once when it
-// is back.
+// is back. A call that Close cut short says nothing of the peer.
 func (pr *peer) noteReach(err error) {
+	if err != nil && pr.r.ctx.Err() != nil {
+		return
+	}
 	up := err == nil
 	if pr.reachable.Swap(up) == up {
 		return

@@ -3,6 +3,7 @@ package regions
 import (
 	"context"
 	"log/slog"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -208,5 +209,35 @@ func TestCheckSetLogsDisagreement(t *testing.T) {
 	}
 	if ttl := c.PTTL(context.Background(), "p{regions}:set").Val(); ttl <= 0 {
 		t.Errorf("the set's key PTTL %v, want > 0", ttl)
+	}
+}
+
+// TestCloseLogsNoUnreachable checks that Close, cutting short a batch in
+// flight to a peer that is slow to answer, logs nothing: the peer was not
+// found unreachable, the replicator stopped.
+func TestCloseLogsNoUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // accepted, never answered
+		}
+	}()
+	silent := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { silent.Close() })
+	var buf strings.Builder
+	r := New(Config{Peers: map[string]Client{"us": silent}, Log: slog.New(slog.NewTextHandler(&buf, nil))})
+	r.Add(Entry{Key: "k", Member: "m1", Stamp: time.Now().UnixMicro(), Keep: 60_000_000})
+	time.Sleep(50 * time.Millisecond) // the batch is in flight
+	r.Close()
+	if buf.Len() != 0 {
+		t.Errorf("Close logged: %s", buf.String())
 	}
 }
