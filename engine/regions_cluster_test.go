@@ -19,6 +19,7 @@ func TestRegionsCluster(t *testing.T) {
 	cc := cl.Client(t)
 	shareCase(t, cc, 4)
 	shareCase(t, cc, 9) // full for the share: cached denials
+	copiesTrimmed(t, cc)
 
 	ctx := context.Background()
 	_, single := redistest.StartClient(t)

@@ -273,3 +273,36 @@ func TestRegionsShareFullCached(t *testing.T) {
 		})
 	}
 }
+
+// TestRegionsCopiesTrimmed checks that copies no peer acknowledged leave
+// their count key with the entries they copy: the key's next epoch trims
+// both, so a partition of any length holds no more than a window's copies.
+// TestRegionsCluster runs the same on a Cluster.
+func TestRegionsCopiesTrimmed(t *testing.T) {
+	_, mc := redistest.Mini(t)
+	copiesTrimmed(t, mc)
+	_, rc := redistest.StartClient(t)
+	copiesTrimmed(t, rc)
+}
+
+func copiesTrimmed(t *testing.T, c redis.UniversalClient) {
+	ctx := context.Background()
+	clk := redistest.NewClock()
+	e := newEngine(t, c, WithClock(clk.Now), WithKeyPrefix(redistest.Prefix(t)), WithRegions("eu", deadPeers(t)))
+	req := One("s", rules.User, "u1", win(30, 100*time.Millisecond))
+	key := string(e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false))
+	for round := range 5 {
+		for range 3 {
+			clk.Add(time.Millisecond)
+			if d, err := e.Allow(ctx, req); err != nil || !d.Allowed {
+				t.Fatalf("round %d: %v, %v", round, d.Allowed, err)
+			}
+		}
+		// Entries and copies of this round only: the earlier ones left
+		// the window (100 ms) and the key's retention.
+		if n, m := c.ZCount(ctx, key, "0", "+inf").Val(), c.ZCount(ctx, key, "-inf", copiesMax).Val(); n != 3 || m != 3 {
+			t.Fatalf("round %d: %d entries and %d copies, want 3 and 3", round, n, m)
+		}
+		clk.Add(250 * time.Millisecond)
+	}
+}

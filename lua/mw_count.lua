@@ -203,8 +203,9 @@ end
 -- eighth of it for a busy one, whose stale entries would otherwise cost
 -- memory. ZADD CH reports a new epoch (or, after the clock went back, an
 -- older one, whose admissions need the deadline renewed all the same).
--- copies: the key holds copies (see Regions), trimmed with its entries.
-function bookkeep(key, q, longest, busy, weighted, copies)
+-- A trim names the key and its retention in key_state_table (trimmed,
+-- retention), for the key's copies (see Regions, count_admitted).
+function bookkeep(key, q, longest, busy, weighted)
   local epoch_len, epoch_name = longest, args[q + 2]
   if busy then
     epoch_len, epoch_name = ceil(longest / 8), args[q + 1]
@@ -245,9 +246,7 @@ function bookkeep(key, q, longest, busy, weighted, copies)
   -- trim removes ('r' leaves only with the key).
   if kept and not weighted then
     call('ZREMRANGEBYSCORE', key, '0', fmt('%d', t - retention))
-    if copies then
-      call('ZREMRANGEBYSCORE', key, '(' .. fmt('%d', -(${COPY} + t - retention)), '-${COPY}')
-    end
+    key_state_table.trimmed, key_state_table.retention = key, retention
   elseif kept then
     -- A weighted key keeps the newest entry it could trim: its total is
     -- the base of every window's sum.

@@ -168,8 +168,14 @@ function count_admitted(first, nkeys, remember, key_memo, m)
     local at = 4 * k
     if key_state[at] == 'U' then
       -- The count key's copy of the member (see Regions): below every
-      -- entry and marker, trimmed with the key's entries (bookkeep).
-      call('ZADD', keys[first + k], fmt('%d', -(${COPY} + t)), 'u' .. m)
+      -- entry and marker; trimmed with the key's entries when bookkeep
+      -- just trimmed them (it names the key and its retention).
+      local key = keys[first + k]
+      call('ZADD', key, fmt('%d', -(${COPY} + t)), 'u' .. m)
+      if key_state.trimmed == key then
+        call('ZREMRANGEBYSCORE', key, '(' .. fmt('%d', -(${COPY} + t - key_state.retention)), '-${COPY}')
+        key_state.trimmed = nil
+      end
     elseif key_state[at] == 'D' or key_state[at] == 'd' then
       -- A distinct key: the value counts (again) at t.
       local key = keys[first + k]
@@ -196,8 +202,7 @@ function count_admitted(first, nkeys, remember, key_memo, m)
         end
       end
     elseif key_state[at] ~= true and not (remember and key_memo[2 * k]) then
-      bookkeep(keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at],
-        k < nkeys and key_state[at + 4] == 'U')
+      bookkeep(keys[first + k], key_state[at - 3], key_state[at - 2], key_state[at - 1], key_state[at])
     end
   end
 end

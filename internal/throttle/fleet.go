@@ -192,10 +192,11 @@ func (f *fleet) apply(ln *lane, res []int64, seq int64) {
 		// Else a later op of this process was applied first (its reply
 		// or a message after it tells more), or a message made after
 		// this reply was.
-		ln.othersMin = none
+		others := int64(none)
 		if res[1] >= 0 {
-			ln.othersMin = res[1]
+			others = res[1]
 		}
+		f.setOthers(ln, others)
 		if latest {
 			ln.onTurn = ln.joined && res[0] == 1
 		}
@@ -243,6 +244,22 @@ func (f *fleet) kick(ln *lane) {
 	if others {
 		f.run(ln, "k", 0, 0, 0)
 	}
+}
+
+// setOthers notes the earliest arrival of another process's head in ln
+// (lane.setOthers), telling the fleet of the room this process made
+// quietly when that head may have missed it; ln.mu is held.
+func (f *fleet) setOthers(ln *lane, v int64) {
+	if wait, tell := ln.setOthers(v); tell {
+		f.kickLater(ln, wait)
+	}
+}
+
+// kickLater publishes "room now" in ln after wait, without telling this
+// process's head (a Finish did): one script call, in a timer's goroutine,
+// which ends within the call's timeout.
+func (f *fleet) kickLater(ln *lane, wait time.Duration) {
+	time.AfterFunc(wait, func() { f.run(ln, "k", 0, 0, 0) })
 }
 
 // listen applies the messages of the other participants.
@@ -294,17 +311,20 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 		first, score, second := parts[3], num(5), num(6)
 		if first != f.member {
 			// Another process has the turn, or nobody waits.
-			ln.othersMin, ln.onTurn = none, false
+			ln.onTurn = false
+			others := int64(none)
 			if first != "" && score >= 0 {
-				ln.othersMin = score
+				others = score
 			}
+			f.setOthers(ln, others)
 			ln.signalHead()
 			return op{}, false
 		}
-		ln.othersMin = none
+		others := int64(none)
 		if second >= 0 {
-			ln.othersMin = second
+			others = second
 		}
+		f.setOthers(ln, others)
 		if num(4) != ln.sent {
 			// An op of this process made after this state is on its
 			// way: its reply tells whether the turn is still here.

@@ -37,7 +37,8 @@ type lane struct {
 	ver       int64     // the version of the fleet's queue last applied
 	verAt     time.Time // when
 	sent      int64     // the sequence number of the last op sent (fleet.op)
-	kicked    bool      // the fleet said the windows have room since the head last asked
+	kicked    bool      // a Finish or the fleet said the windows have room since the head last asked
+	quiet     time.Time // a Finish here made room then, telling no other process (roomQuietly)
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 	direct    int       // callers with a flow asking at once, not queued: at most one
 	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
@@ -58,6 +59,8 @@ type waiter struct {
 	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
 	tagged bool          // stamp is the tag the turn script gave it (classes.go)
 	direct bool          // it has a flow and asks at once (lane.direct counts it)
+	early  bool          // a Finish may make room for it early: its calls hold slots or settle costs
+	told   bool          // it joined the fleet's queue to hear of such room (await)
 }
 
 func (w *waiter) signal() {
@@ -85,14 +88,60 @@ func (ln *lane) learn(d engine.Decision) {
 }
 
 // kick lets the head ask at once: a settlement or a released slot may
-// have made room before the time it was told.
+// have made room before the time it was told (a head asking now asks
+// again if refused: refused).
 func (ln *lane) kick() {
 	ln.mu.Lock()
-	ln.wakeAt = time.Time{}
+	ln.wakeAt, ln.kicked = time.Time{}, true
 	if len(ln.q) > 0 {
 		ln.q[0].signal()
 	}
 	ln.mu.Unlock()
+}
+
+// quietNews is how long room that a Finish made without telling the
+// fleet (no other process was known to wait) is news to a head another
+// process then queues: as long as the engine's slot retry, the time a
+// head refused by an in-flight window waits; a head refused before the
+// room was made may have joined the fleet's queue only after it.
+const quietNews = time.Second
+
+// quietSettle is how long after a FinishAsync the fleet is told of the
+// room it made, at the earliest: the finish reaches Redis within 1 ms and
+// a round trip or two (Engine.FinishAsync), and a head told before it
+// would be refused and wait its time again.
+const quietSettle = 20 * time.Millisecond
+
+// roomQuietly lets the head ask at once after a Finish that made room
+// and told no other process (FinishAsync), and notes when. It returns
+// whether another process's head became known to wait since the Finish
+// looked: that one must be told, after wait.
+func (ln *lane) roomQuietly() (wait time.Duration, tell bool) {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	ln.wakeAt, ln.kicked = time.Time{}, true
+	ln.signalHead()
+	if ln.othersMin != none {
+		return quietSettle, true
+	}
+	ln.quiet = time.Now()
+	return 0, false
+}
+
+// setOthers notes the earliest arrival of another process's head, v
+// (none for none); ln.mu is held. It reports whether the fleet must hear
+// "room now", after wait: another process's head is newly known to wait,
+// and a Finish here made room without telling anyone less than quietNews
+// ago, which that head, refused before it, may have missed.
+func (ln *lane) setOthers(v int64) (wait time.Duration, tell bool) {
+	was := ln.othersMin
+	ln.othersMin = v
+	if was != none || v == none || ln.quiet.IsZero() {
+		return 0, false
+	}
+	since := time.Since(ln.quiet)
+	ln.quiet = time.Time{}
+	return max(quietSettle-since, 0), since < quietNews
 }
 
 // othersWait reports whether another process's head is known to wait in
@@ -258,7 +307,14 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 		case !ln.joined && ln.othersMin != none:
 			// Other processes wait: take a place in the fleet's order
 			// before asking, or this head would race theirs.
-			ln.joined, join = true, true
+			ln.joined, join, w.told = true, true, true
+		case !ln.joined && w.early && !w.told && ln.wakeAt.Sub(now) > joinWait:
+			// The lane waits for a time it learned (a refusal, an
+			// admission that filled a window) without an entry: a
+			// Finish in another process that makes room sooner tells
+			// only the processes it knows wait. Once per caller, so
+			// that a Redis failure (apply) does not make it a loop.
+			ln.joined, join, w.told = true, true, true
 		case ln.joined && !ln.onTurn:
 			// Another process has the turn; renew this entry's lease in
 			// case it died, which also finds out.
@@ -305,6 +361,12 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 	}
 }
 
+// joinWait is the longest a head waits for a time its lane learned
+// without an entry in the fleet's queue, when a Finish elsewhere may make
+// room sooner: the fleet's hand-off bound, so that short waits cost no
+// script calls.
+const joinWait = 50 * time.Millisecond
+
 // partsRecheck is how soon a caller that asked at once asks again after a
 // refusal, when the engine splits a request across servers: another
 // request's reservation, rolled back since, may have refused it.
@@ -337,6 +399,13 @@ func (ln *lane) refused(w *waiter, d engine.Decision, err error) {
 		// refused it. Ask again soon, in turn.
 		wait = min(wait, partsRecheck)
 	}
+	if prev == w && ln.kicked {
+		// A Finish here or the fleet said the windows have room while it
+		// asked: the refusal may predate that room. Ask again at once.
+		wait = 0
+	}
+	// A refusal shows the room a Finish here made quietly taken.
+	ln.quiet = time.Time{}
 	if ln.afterKick && d.Source == "cache" && ln.recheck < kickPatience {
 		// Refused in process after a kick: the give back that made room
 		// clears this process's cached denials by a message of its own,

@@ -100,7 +100,7 @@ func (p *Permit) Finish(actual map[string]int64) bool {
 	// FinishAsync queues the work; this process's next admission sees it.
 	p.t.eng.FinishAsync(p.d, o)
 	if room {
-		p.lane.kick()
+		p.t.roomQuietly(p.lane)
 	}
 	p.t.release(p.lane)
 	return true
@@ -122,6 +122,15 @@ func (t *Throttle) finishShared(ln *lane, d engine.Decision, o engine.Outcome) {
 	_ = t.eng.Finish(ctx, d, o) // a failure is queued and logged by the engine
 	cancel()
 	t.fleet.kick(ln)
+}
+
+// roomQuietly lets ln's head ask at once after a FinishAsync that made
+// room, telling the fleet too when another process's head became known to
+// wait in ln since the finish looked (lane.roomQuietly).
+func (t *Throttle) roomQuietly(ln *lane) {
+	if wait, tell := ln.roomQuietly(); tell {
+		t.fleet.kickLater(ln, wait)
+	}
 }
 
 // Dropped finishes p, whose holder became unreachable unfinished: the
@@ -156,7 +165,7 @@ func (p *Permit) overHeld() {
 		p.t.finishShared(p.lane, p.d, engine.Outcome{})
 	} else {
 		p.t.eng.FinishAsync(p.d, engine.Outcome{})
-		p.lane.kick()
+		p.t.roomQuietly(p.lane)
 	}
 	p.t.release(p.lane)
 	if ok, n := p.t.warn.held.Allow(time.Now()); ok {

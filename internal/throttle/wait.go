@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -48,6 +49,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 	for i, c := range req.Checks {
 		w.costs[i] = max(c.Cost, 1)
 	}
+	w.early = holdsSlots(req) || slices.ContainsFunc(names, func(n string) bool { return n != "" })
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
 	ask := ln.enter(w)
