@@ -46,6 +46,7 @@ func TestRegionsHarness(t *testing.T) {
 	} {
 		for _, seed := range tc.seeds {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, seed), func(t *testing.T) {
+				t.Parallel() // each scenario its own servers and links
 				p := faults.GenerateRegions(seed, tc.caps)
 				rule := fmt.Sprintf("user:%d/%dms; fail:closed", p.Limit, p.Window.Milliseconds())
 				rs := redistest.StartRegionsWith(t, len(regionNames), p.MinLag, p.MaxLag, tc.extra...)

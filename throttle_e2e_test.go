@@ -80,13 +80,17 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // nothing, its token limit must be used to at least 85%, and every worker
 // must get at least half the fair share.
 func TestThrottleEndToEnd(t *testing.T) {
+	// Each backend its own server, upstream and prefix: they run side by
+	// side, waiting on the upstream's windows.
 	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
 		c := miniClient(t)
 		// miniredis runs the Lua script in a Go interpreter, many times
 		// slower than redis-server (more so under the race detector).
 		throttleEndToEnd(t, true, func() engine.Client { return c })
 	})
 	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
 		srv := redistest.Start(t)
 		throttleEndToEnd(t, false, func() engine.Client {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -95,6 +99,7 @@ func TestThrottleEndToEnd(t *testing.T) {
 		})
 	})
 	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
 		cl := redistest.StartCluster(t)
 		throttleEndToEnd(t, false, func() engine.Client { return cl.Client(t) })
 	})

@@ -101,9 +101,11 @@ const harnessTransit = 50 * time.Millisecond
 func TestThrottleFaults(t *testing.T) {
 	// go-redis logs every refused dial of a killed server.
 	logging.Disable()
-	t.Run("miniredis", func(t *testing.T) { runThrottleFaults(t, faults.MiniredisBackend(t)) })
-	t.Run("redis", func(t *testing.T) { runThrottleFaults(t, faults.RedisBackend(t)) })
-	t.Run("cluster", func(t *testing.T) { runThrottleFaults(t, faults.ClusterBackend(t, false)) })
+	// The backends share nothing (each its own store and prefixes); a
+	// history mostly waits on timers, so they run side by side.
+	t.Run("miniredis", func(t *testing.T) { t.Parallel(); runThrottleFaults(t, faults.MiniredisBackend(t)) })
+	t.Run("redis", func(t *testing.T) { t.Parallel(); runThrottleFaults(t, faults.RedisBackend(t)) })
+	t.Run("cluster", func(t *testing.T) { t.Parallel(); runThrottleFaults(t, faults.ClusterBackend(t, false)) })
 }
 
 // throttleSettings returns the one seed to run (0: none) and how long to

@@ -100,6 +100,7 @@ func TestThrottleTransitBound(t *testing.T) {
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel() // each backend its own server and upstream
 			t.Run("bound", func(t *testing.T) {
 				// A call later than the bound voids the guarantee: a run
 				// with one (a stall of the loaded machine) proves

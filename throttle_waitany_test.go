@@ -58,11 +58,14 @@ func keyUsed(t *testing.T, lim *slidelimit.Limiter, th *slidelimit.Throttle, k s
 // TestThrottleWaitAny runs the WaitAny scenarios on miniredis, Redis and
 // Cluster.
 func TestThrottleWaitAny(t *testing.T) {
+	// Each backend its own server: they run side by side.
 	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
 		c := miniClient(t)
 		waitAnyScenarios(t, func() engine.Client { return c })
 	})
 	t.Run("redis", func(t *testing.T) {
+		t.Parallel()
 		srv := redistest.Start(t)
 		waitAnyScenarios(t, func() engine.Client {
 			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -71,6 +74,7 @@ func TestThrottleWaitAny(t *testing.T) {
 		})
 	})
 	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
 		cl := redistest.StartCluster(t)
 		waitAnyScenarios(t, func() engine.Client { return cl.Client(t) })
 	})

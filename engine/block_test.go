@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -140,12 +139,7 @@ func testBackends(t *testing.T) []backend {
 	_, mc := redistest.Mini(t)
 	cl := redistest.StartCluster(t)
 	cc := cl.Client(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := l.Addr().String()
-	l.Close() // nothing listens: every call is refused
+	down := redistest.RefusedAddr // nothing listens: every call is refused
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
 	s1, c1 := redistest.StartClient(t)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -19,12 +18,7 @@ import (
 // subject (found by TestFaults, miniredis seed 2220674519971793730).
 func TestKnownBlockConcurrentAnswer(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens: every call goes to the fallback
+	addr := redistest.RefusedAddr // nothing listens: every call goes to the fallback
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	clk := redistest.NewClock()

@@ -53,12 +53,15 @@ func TestCachedDenials(t *testing.T) {
 		t.Errorf("%d Redis commands for %d cached denials, want 0", got, n)
 	}
 
-	// What Redis says at the same moment, asked without the cache.
+	// What Redis says at the same moment, asked without the cache; a
+	// loaded machine may stall between the two answers (measured: gap).
+	asked := time.Now()
 	cached, err := e.Allow(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	redisSays, err := truth.peek(context.Background(), r)
+	gap := time.Since(asked)
 	if err != nil || redisSays.Source != "redis" || redisSays.Allowed {
 		t.Fatalf("Redis: %+v %v", redisSays, err)
 	}
@@ -69,10 +72,11 @@ func TestCachedDenials(t *testing.T) {
 		t.Errorf("denying window: cache %+v, Redis %+v", cached.Denied, redisSays.Denied)
 	}
 	// The cached RetryAfter and Resets are measured from the answer's
-	// arrival: never earlier than Redis's, later by at most a round trip.
+	// arrival: never earlier than Redis's, later by at most a round trip
+	// and the time between the two answers.
 	near := func(what string, c, r time.Duration) {
-		if c < r || c > r+50*ms {
-			t.Errorf("%s: cache %v, Redis %v; want the cache's within 50ms above", what, c, r)
+		if c < r || c > r+50*ms+gap {
+			t.Errorf("%s: cache %v, Redis %v; want the cache's within 50ms above (and %v between the answers)", what, c, r, gap)
 		}
 	}
 	near("RetryAfter", cached.RetryAfter, redisSays.RetryAfter)
@@ -83,8 +87,8 @@ func TestCachedDenials(t *testing.T) {
 		}
 		near("Reset", c.Reset, r.Reset)
 	}
-	if d := cached.Time.Sub(redisSays.Time); d > 50*ms || d < -50*ms {
-		t.Errorf("Time: cache %v, Redis %v", cached.Time, redisSays.Time)
+	if d := cached.Time.Sub(redisSays.Time); d > 50*ms || d < -50*ms-gap {
+		t.Errorf("Time: cache %v, Redis %v (%v between the answers)", cached.Time, redisSays.Time, gap)
 	}
 
 	// A request with a key the cache has not seen asks Redis.

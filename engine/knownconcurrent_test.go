@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -58,12 +57,7 @@ func TestFallbackConcurrentAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := l.Addr().String()
-			l.Close() // nothing listens: every call goes to the fallback
+			addr := redistest.RefusedAddr // nothing listens: every call goes to the fallback
 			rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 			t.Cleanup(func() { rc.Close() })
 			clk := redistest.NewClock()

@@ -114,6 +114,7 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 // TestRegionsShareRule checks the share rule (rule (b) of docs/regions.md)
 // in the deciding script on miniredis and a real redis-server.
 func TestRegionsShareRule(t *testing.T) {
+	t.Parallel()
 	for _, p := range []int{0, 4, 9} {
 		_, mc := redistest.Mini(t)
 		shareCase(t, mc, p)
@@ -230,7 +231,7 @@ func TestRegionsShareFullCached(t *testing.T) {
 			// Region eu is index 1 of 3: with everything acknowledged it
 			// holds V <= 5 - 3 + 1 = 3 before its share is 0.
 			req := One("s", rules.User, "u1", win(5, 2*time.Second))
-			admitted, first := 0, time.Now()
+			admitted, first := 0, time.Time{}
 			deadline := time.Now().Add(time.Second)
 			for admitted < 4 && time.Now().Before(deadline) {
 				d, err := e.Allow(ctx, req)
@@ -238,6 +239,9 @@ func TestRegionsShareFullCached(t *testing.T) {
 					t.Fatal(err)
 				}
 				if d.Allowed {
+					if admitted == 0 {
+						first = time.Now() // at or after the oldest entry's stamp
+					}
 					admitted++
 					continue
 				}

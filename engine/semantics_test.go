@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -243,12 +242,7 @@ func TestSemanticsMiniredis(t *testing.T) {
 // client whose server refuses connections, and FailLocal.
 func TestSemanticsLocal(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
+	addr := redistest.RefusedAddr // nothing listens there
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	for sc, cached := range cacheModes(scenarios()) {

@@ -78,3 +78,9 @@ func Eventually(tb testing.TB, what string, cond func() bool) time.Duration {
 	}
 	return time.Since(start)
 }
+
+// RefusedAddr is a loopback address nothing listens on, so that a call
+// there is refused at once: port 1, which no test's server takes (they
+// take ephemeral ports). An ephemeral port found free and closed is no
+// such address: a parallel test's redis-server may take it.
+const RefusedAddr = "127.0.0.1:1"

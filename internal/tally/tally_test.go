@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -163,12 +162,7 @@ func TestTallyOverflow(t *testing.T) {
 // connections: the writes fail, are dropped and counted, and logged once.
 func TestTallyOutage(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := l.Addr().String()
-	l.Close() // nothing listens: every call is refused
+	down := redistest.RefusedAddr // nothing listens: every call is refused
 	dc := redis.NewClient(&redis.Options{Addr: down, MaxRetries: -1})
 	t.Cleanup(func() { dc.Close() })
 	h := &recordHandler{}
