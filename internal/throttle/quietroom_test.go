@@ -125,17 +125,7 @@ func TestThrottleQuietFinishWakesLateHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admitted := make(chan time.Time, 1)
-	go func() {
-		q, err := ths[1].Wait(ctx, call)
-		if err != nil {
-			t.Error(err)
-			close(admitted)
-			return
-		}
-		admitted <- time.Now()
-		q.Finish(nil)
-	}()
+	admitted := waitAside(t, ctx, ths[1], call)
 	var first int64
 	for first = ths[0].lanesWaiting(); first == none; first = ths[0].lanesWaiting() {
 		if ctx.Err() != nil {

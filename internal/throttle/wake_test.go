@@ -33,6 +33,23 @@ func twoProcesses(t *testing.T, rules string) [2]*Throttle {
 	return ths
 }
 
+// waitAside starts a Wait for c in th: the channel receives when it was
+// admitted (the call then finishes at once), or closes when it failed.
+func waitAside(t *testing.T, ctx context.Context, th *Throttle, c Call) <-chan time.Time {
+	admitted := make(chan time.Time, 1)
+	go func() {
+		q, err := th.Wait(ctx, c)
+		if err != nil {
+			t.Error(err)
+			close(admitted)
+			return
+		}
+		admitted <- time.Now()
+		q.Finish(nil)
+	}()
+	return admitted
+}
+
 // finishWakes makes a's call hold the room b's call needs, starts b's
 // call, waits until a knows b waits, and finishes a's call with actual:
 // it returns how long b's call took to be admitted after that.
@@ -44,17 +61,7 @@ func finishWakes(t *testing.T, ths [2]*Throttle, a, b Call, actual map[string]in
 	if err != nil {
 		t.Fatal(err)
 	}
-	admitted := make(chan time.Time, 1)
-	go func() {
-		q, err := ths[1].Wait(ctx, b)
-		if err != nil {
-			t.Error(err)
-			close(admitted)
-			return
-		}
-		admitted <- time.Now()
-		q.Finish(nil)
-	}()
+	admitted := waitAside(t, ctx, ths[1], b)
 	for ths[0].lanesWaiting() == none {
 		if ctx.Err() != nil {
 			t.Fatal("process a never learned that process b waits")
