@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -110,20 +108,7 @@ func TestRegionsReplicate(t *testing.T) {
 	}
 	// Close has waited for them; one may still be returning from its
 	// last deferred call.
-	redistest.Eventually(t, "no goroutine left after Close", func() bool { return replicationGoroutines() == 0 })
-}
-
-// replicationGoroutines counts the goroutines running internal/regions.
-func replicationGoroutines() int {
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "internal/regions.(*") {
-			n++
-		}
-	}
-	return n
+	redistest.Eventually(t, "no goroutine left after Close", func() bool { return redistest.Goroutines("internal/regions.(*") == 0 })
 }
 
 // TestRegionsPartitionSumsToLimit checks the partition bound: with every

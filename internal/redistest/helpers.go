@@ -3,6 +3,8 @@ package redistest
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,3 +86,18 @@ func Eventually(tb testing.TB, what string, cond func() bool) time.Duration {
 // take ephemeral ports). An ephemeral port found free and closed is no
 // such address: a parallel test's redis-server may take it.
 const RefusedAddr = "127.0.0.1:1"
+
+// Goroutines counts the goroutines whose stack holds in, such as a
+// package's path and "(*" for its methods: a test checks that what it
+// started has ended.
+func Goroutines(in string) int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, in) {
+			n++
+		}
+	}
+	return n
+}

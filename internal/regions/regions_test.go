@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -58,19 +57,6 @@ func TestIndex(t *testing.T) {
 			t.Errorf("Index(%q, %v) = %d, %d; want %d, %d", tc.local, tc.peers, r, n, tc.r, tc.n)
 		}
 	}
-}
-
-// regionGoroutines counts the goroutines running this package's code.
-func regionGoroutines() int {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	n := 0
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "internal/regions.(*") {
-			n++
-		}
-	}
-	return n
 }
 
 // TestReplicateAndStabilize checks on miniredis and real redis-servers
@@ -145,7 +131,7 @@ func replicateAndStabilize(t *testing.T, local, us, ap *redis.Client) {
 	r.Close()
 	// Close has waited for them; one may still be returning from its
 	// last deferred call.
-	redistest.Eventually(t, "no goroutine left after Close", func() bool { return regionGoroutines() == 0 })
+	redistest.Eventually(t, "no goroutine left after Close", func() bool { return redistest.Goroutines("internal/regions.(*") == 0 })
 }
 
 // TestCutPeerHoldsOwnQueue checks that a peer that does not answer holds
@@ -184,7 +170,7 @@ func TestCutPeerHoldsOwnQueue(t *testing.T) {
 	}
 	// Close has waited for them; one may still be returning from its
 	// last deferred call.
-	redistest.Eventually(t, "no goroutine left after Close", func() bool { return regionGoroutines() == 0 })
+	redistest.Eventually(t, "no goroutine left after Close", func() bool { return redistest.Goroutines("internal/regions.(*") == 0 })
 }
 
 // TestCheckSetLogsDisagreement checks that a process whose region set
