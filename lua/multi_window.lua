@@ -229,8 +229,9 @@
 -- has the entry, and writes peers' entries to their own count keys
 -- (ZADD, never here). A denial by the share starts no block. Scores stay
 -- exact doubles until t reaches 2^52 µs (the year 2112); copies stay
--- below the epoch markers while floor(t / epoch length) < 2^51, which
--- holds for any epoch of at least 1 ms.
+-- below the epoch markers while floor(t / epoch length) < 2^51: epochs
+-- are at least 125 µs (periods are whole milliseconds, a busy key's
+-- epoch an eighth of its longest), far from that bound.
 -- prefix{regions}:set (not this script's) holds a hash of the region
 -- set each process of the region runs, for 24 h (internal/regions,
 -- CheckSet), which logs processes that disagree; prefix{regions}:behind:
