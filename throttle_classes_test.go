@@ -155,16 +155,21 @@ func withPlain(t *testing.T, workers []worker, plain []*slidelimit.Throttle, war
 }
 
 // used returns the part of the windows' room that as used in the three
-// periods from its first admission on, for a throttle admitting limit
-// calls per period: exact windows admit at most that many in any span of
-// three periods, and a saturated throttle that many.
+// windows from its first admission on, for a throttle declared to admit
+// limit calls per period. Its windows count each call the default
+// transit bound longer (docs/throttle.md, Transit bound): they admit at
+// most 3 × limit in any three of their periods, and a saturated throttle
+// that many, whether its admissions come in bursts or paced. (Over three
+// declared periods a throttle in bursts fits a third burst, a paced one
+// not all of a third window's calls.)
 func used(as []admission, limit int, period time.Duration) float64 {
 	if len(as) == 0 {
 		return 0
 	}
+	span := 3 * (period + 50*time.Millisecond) // WithTransitBound's default
 	n := 0
 	for _, a := range as {
-		if a.at.Before(as[0].at.Add(3 * period)) {
+		if a.at.Before(as[0].at.Add(span)) {
 			n++
 		}
 	}

@@ -36,7 +36,17 @@ type flow struct {
 	split  string // its class and "\n" when the throttle has shares: the class's tenants split its share
 	weight int    // its class's share, percent; the others': what the shares leave, at least 1
 	step   int64  // its fair interval, µs
+	credit int    // increments its tags may start before its finish tag: shareCredit for a class with a share
 }
+
+// shareCredit is how many calls of a flow of a class with a share may be
+// tagged ahead of the flow's finish tag, down to virtual time: calls of
+// a class of low demand that arrive together, up to shareCredit+1, are
+// served next, not spread by the share over its fair intervals. It is
+// spent once and earned back only as virtual time passes the flow's
+// finish tag, so a saturating class gains at most shareCredit calls over
+// its share.
+const shareCredit = 2
 
 // sharesOf returns the shares of p's rules by class, and the part the calls
 // without one share: what the shares leave, at least 1.
@@ -67,7 +77,7 @@ func (p *Plan) flow(c Call, req *engine.Request) *flow {
 	f := &flow{weight: p.rest}
 	class := ""
 	if w, ok := p.shares[c.Class]; ok {
-		class, f.weight = c.Class, w
+		class, f.weight, f.credit = c.Class, w, shareCredit
 	}
 	f.field = class + "\n" + laneSubject(c.Tenant)
 	if len(p.shares) > 0 {
@@ -110,7 +120,7 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) int64 {
 	f.t.stats.calls.Add(1)
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
-		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split).Int64Slice()
+		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Int64Slice()
 	if err != nil || len(res) < 7 {
 		return arrival
 	}

@@ -152,13 +152,15 @@ func (f *fleet) run(ln *lane, op string, score, arg, seq int64) []int64 {
 type op struct {
 	kind  string // "j" (join or renew) or "p" (pass or leave)
 	stamp int64  // the entry's score; < 0: leave
-	hint  int64  // µs, "p": when the new first may ask
+	hint  int64  // "p": when the new first may ask, µs on the Redis clock (fleet.now)
 	seq   int64
 }
 
-// op numbers a change of ln's entry; ln.mu is held.
+// op numbers a change of ln's entry, of which the new first may ask after
+// hint; ln.mu is held. The hint travels as a time on the Redis clock, so
+// that the time the pass and its message take is not added to it.
 func (f *fleet) op(ln *lane, kind string, stamp int64, hint time.Duration) op {
-	o := op{kind: kind, stamp: stamp, hint: hint.Microseconds(), seq: f.seq.Add(1)}
+	o := op{kind: kind, stamp: stamp, hint: f.now() + hint.Microseconds(), seq: f.seq.Add(1)}
 	ln.sent = o.seq
 	return o
 }
@@ -340,12 +342,14 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 		}
 		if !ln.onTurn {
 			ln.onTurn = true
-			if hint := num(7); hint >= 0 && !ln.kicked {
+			if at := num(7); at >= 0 && !ln.kicked {
 				// Passed on by a process whose admission or refusal said
 				// when the windows have room. A room-now message heard
 				// since this head last asked may postdate that: it
 				// asks at once then.
-				ln.wakeAt = time.Now().Add(time.Duration(hint) * time.Microsecond)
+				wait := time.Duration(max(at-f.now(), 0)) * time.Microsecond
+				ln.wakeAt = time.Now().Add(wait)
+				ln.paceAt = ln.wakeAt // a paced lane's next slot comes with the turn
 			}
 		}
 		ln.signalHead()

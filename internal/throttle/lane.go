@@ -42,6 +42,7 @@ type lane struct {
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 	direct    int       // callers with a flow asking at once, not queued: at most one
 	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
+	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
@@ -61,6 +62,7 @@ type waiter struct {
 	direct bool          // it has a flow and asks at once (lane.direct counts it)
 	early  bool          // a Finish may make room for it early: its calls hold slots or settle costs
 	told   bool          // it joined the fleet's queue to hear of such room (await)
+	paced  bool          // its lane is paced (pace.go): it asks only in the fleet's order
 }
 
 func (w *waiter) signal() {
@@ -314,6 +316,11 @@ func (ln *lane) await(ctx context.Context, w *waiter) error {
 			// Finish in another process that makes room sooner tells
 			// only the processes it knows wait. Once per caller, so
 			// that a Redis failure (apply) does not make it a loop.
+			ln.joined, join, w.told = true, true, true
+		case !ln.joined && w.paced && !w.told:
+			// A paced lane's next slot travels with the fleet's turn:
+			// processes that asked out of turn would each keep a
+			// schedule of their own, and fill a window in bursts.
 			ln.joined, join, w.told = true, true, true
 		case ln.joined && !ln.onTurn:
 			// Another process has the turn; renew this entry's lease in

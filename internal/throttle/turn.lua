@@ -29,17 +29,23 @@
 --          the fleet that the windows have room now (a call given back),
 --          't' tag a waiting call of flow ARGV[3] (below)
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
---          ARGV[6] lane id, ARGV[7] hint (µs, 'p') or block (ms, 'b'),
+--          ARGV[6] lane id, ARGV[7] hint ('p': the time, µs on this
+--          server's clock as the passer knows it, after which the new
+--          first may ask) or block (ms, 'b'),
 --          ARGV[8] the op's sequence number ('j' and 'p', >= 1)
 --
 -- Op 't': ARGV[3] the flow's field, ARGV[7] its increment (µs) at a
 -- weight of 1%, ARGV[8] its class's weight (%), ARGV[9] its class and a
--- newline when the class's weight is split between its tenants, else ''.
+-- newline when the class's weight is split between its tenants, else '',
+-- ARGV[10] the flow's credit c, in increments (0 when absent).
 -- Virtual time V is the larger of the lowest score in the queue and the
--- V of the last 't' (field '' of KEYS[6]), or now for a new hash. The
--- call's tag is max(V, F), and F becomes tag + ARGV[7] * n / ARGV[8],
--- n the flows of ARGV[9] with an F ahead of V (the call's own
--- included), 1 without ARGV[9]; the increment is at most 1e12. Fields
+-- V of the last 't' (field '' of KEYS[6]), or now for a new hash. With
+-- F the flow's finish tag (V for a flow with none), the call's tag is
+-- max(V, F - c * inc), and F becomes F + inc, inc = ARGV[7] * n /
+-- ARGV[8], n the flows of ARGV[9] with an F ahead of V (the call's own
+-- included), 1 without ARGV[9]; the increment is at most 1e12. So a flow
+-- with credit c has up to c + 1 calls tagged V at once, and then one
+-- per increment, as with none. Fields
 -- whose F is not ahead of V are deleted. Reply {tag, -1, n, -1, 0, now,
 -- 1, 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
 --
@@ -62,9 +68,10 @@
 --                              first the first member ('' when empty),
 --                              seq the sequence of its last applied op,
 --                              score its score, second the second
---                              member's score (-1 for none); hint (µs)
---                              when the turn moved to first by a pass:
---                              it may ask after hint, else -1. Every
+--                              member's score (-1 for none); hint
+--                              (ARGV[7]) when the turn moved to first by
+--                              a pass: it may ask after hint, else -1.
+--                              Every
 --                              participant learns from it alone whether
 --                              it has the turn and the earliest arrival
 --                              of the others, whatever it missed before.
@@ -91,10 +98,11 @@ local function tag(now)
       n = n + 1
     end
   end
-  local inc = math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12)
-  redis.call('HSET', KEYS[6], field, string.format('%d', start + math.max(inc, 1)), '', string.format('%d', v))
+  local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12), 1)
+  local tagged = math.max(v, start - tonumber(ARGV[10] or '0') * inc)
+  redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
-  return {start, -1, n, -1, 0, now, 1, 1}
+  return {tagged, -1, n, -1, 0, now, 1, 1}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

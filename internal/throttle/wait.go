@@ -49,6 +49,8 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 	for i, c := range req.Checks {
 		w.costs[i] = max(c.Cost, 1)
 	}
+	pace := p.paceOf(req, names) // 0: not paced
+	w.paced = pace > 0
 	w.early = holdsSlots(req) || slices.ContainsFunc(names, func(n string) bool { return n != "" })
 	t.stats.waiting.Add(1)
 	defer t.stats.waiting.Add(-1)
@@ -86,7 +88,11 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			if head {
 				ln.q = ln.q[1:]
 			}
-			ln.handOver(head, func(next *waiter) time.Duration { return nextHint(&d, next) })
+			var slot time.Duration // until a paced lane's next slot
+			if pace > 0 {
+				slot = ln.paceNext(time.Now(), pace, head)
+			}
+			ln.handOver(head, func(next *waiter) time.Duration { return max(nextHint(&d, next), slot) })
 			t.stats.admitted(time.Since(start))
 			kept = true
 			return t.newPermit(req, d, names, ln), nil

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,9 @@ func TestTurnKickOutranksPassHint(t *testing.T) {
 	for _, kick := range []bool{false, true} {
 		f := &fleet{member: "a"}
 		ln := &lane{othersMin: none, joined: true, sent: 3, q: []*waiter{{wake: make(chan struct{}, 1)}}}
-		msgs := []string{"q|L|5|b|1|100|200|-1", "q|L|6|a|3|200|-1|1000000"}
+		// The pass's hint: 1 s from now on the Redis clock (offset 0).
+		at := strconv.FormatInt(f.now()+time.Second.Microseconds(), 10)
+		msgs := []string{"q|L|5|b|1|100|200|-1", "q|L|6|a|3|200|-1|" + at}
 		if kick {
 			msgs = []string{msgs[0], "k|L", msgs[1]}
 		}
