@@ -161,7 +161,6 @@ func (e *Engine) shared(c *call, d *Decision) {
 // before the admission) at what the share leaves: the region admits no
 // more there now, min(L − V − 1, share − U − 1).
 func shareRemaining(p *plan.Plan, d *Decision) {
-	r, n := p.Share.Index, p.Share.Regions
 	for j := range d.Windows {
 		ws := &d.Windows[j]
 		if ws.Check >= len(p.KeyOf) || ws.Window.Concurrent {
@@ -171,7 +170,7 @@ func shareRemaining(p *plan.Plan, d *Decision) {
 		if k < 0 || !p.HasUnstable(int(k)) || p.ShareRoom[k] < 0 {
 			continue
 		}
-		if n*(ws.Used-1) > ws.Window.Limit-n+r {
+		if p.Share.Near(ws.Used-1, ws.Window.Limit) {
 			ws.Remaining = min(ws.Remaining, p.ShareRoom[k])
 		}
 	}
@@ -186,7 +185,6 @@ func shareRemaining(p *plan.Plan, d *Decision) {
 // can (plan.Share.Full), RetryAfter is at least the window's Reset. Denied
 // names a window only when it is full.
 func shareDenied(p *plan.Plan, d *Decision) {
-	r, n := p.Share.Index, p.Share.Regions
 	for j := range d.Windows {
 		ws := &d.Windows[j]
 		if ws.Check >= len(p.KeyOf) || ws.Window.Concurrent {
@@ -196,7 +194,7 @@ func shareDenied(p *plan.Plan, d *Decision) {
 		if k < 0 || !p.HasUnstable(int(k)) {
 			continue
 		}
-		if n*ws.Used > ws.Window.Limit-n+r {
+		if p.Share.Near(ws.Used, ws.Window.Limit) {
 			ws.Remaining = 0
 		}
 		if p.Share.Full(ws.Used, ws.Window.Limit) {

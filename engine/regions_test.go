@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slidelimit/slidelimit/engine/internal/plan"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
@@ -75,8 +77,16 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 			t.Errorf("share denial %d, full: RetryAfter %v, Reset %v, Denied %+v, source %s; want the reset, no window, the cache after the first",
 				i, d.RetryAfter, d.Windows[0].Reset, d.Denied, d.Source)
 		}
-		if !d.Allowed && !full && (d.RetryAfter <= 0 || d.RetryAfter > 250*time.Millisecond || d.Denied != (WindowState{}) || d.Source != "redis") {
-			t.Errorf("share denial: RetryAfter %v, Denied %+v, source %s; want in (0, 250ms], no window, redis", d.RetryAfter, d.Denied, d.Source)
+		// The first such denial comes from Redis, the next, 1 ms later,
+		// from the cache, which holds it until an acknowledgement may
+		// have come (plan.ShareHold).
+		wantSource, most := "redis", 250*time.Millisecond
+		if i == want+1 {
+			wantSource, most = "cache", plan.ShareHold*time.Microsecond
+		}
+		if !d.Allowed && !full && (d.RetryAfter <= 0 || d.RetryAfter > most || d.Denied != (WindowState{}) || d.Source != wantSource) {
+			t.Errorf("share denial %d: RetryAfter %v, Denied %+v, source %s; want in (0, %v], no window, %s",
+				i, d.RetryAfter, d.Denied, d.Source, most, wantSource)
 		}
 		// An admission's remaining is what the share leaves where the
 		// script counted U (3V > 10 - 3 + 1, V = p + i before it, U = i).
@@ -92,6 +102,13 @@ func shareCaseWindows(t *testing.T, c redis.UniversalClient, p int, ws ...rules.
 		// A share denial leaves nothing to admit now in the binding window.
 		if !d.Allowed && d.Windows[0].Remaining != 0 {
 			t.Errorf("share denial: Remaining %d in the binding window, want 0", d.Windows[0].Remaining)
+		}
+	}
+	// The cache holds a share denial no longer than plan.ShareHold.
+	if full := p+want > 10-3+1; !full {
+		clk.Add(plan.ShareHold * time.Microsecond)
+		if d, err := e.Allow(ctx, req); err != nil || d.Allowed || d.Source != "redis" {
+			t.Errorf("a share denial after the cache's hold: allowed %v, source %s, %v; want denied by redis", d.Allowed, d.Source, err)
 		}
 	}
 	if n := c.ZCount(ctx, string(key), "-inf", copiesMax).Val(); n != int64(want) {

@@ -223,6 +223,11 @@ func (kk *Key) fill(p *plan.Plan, res []int64, i int, sign, now int64, full *boo
 		if kw == nil || kw.Used > 0 && now >= kk.Sent+kw.Reset {
 			return false
 		}
+		if kw.Wait > 0 && now >= kk.Sent+kw.Wait {
+			// A share denial's hold ended (plan.Plan.ShareHeld); a full
+			// window's wait is never shorter than its reset, seen above.
+			return false
+		}
 		var reset, wait int64
 		if kw.Used > 0 {
 			reset = kk.Recv + kw.Reset - now
@@ -450,6 +455,10 @@ func keep(ws []Win, p *plan.Plan, res []int64, i int, sign int64, counted bool) 
 			// Full for this region's share until an entry leaves (see
 			// plan.Share.Full): at the latest its oldest.
 			wait = reset
+		} else if held, ok := p.ShareHeld(i); wait == 0 && ok && p.Share.Near(used, w.Limit) {
+			// Denied by this region's share, which an acknowledgement
+			// may lift any time: held briefly (see fill).
+			wait = held
 		}
 		ws = append(ws, Win{Period: sign * w.Period, Limit: w.Limit, Used: used, Reset: reset, Wait: wait})
 	}

@@ -17,6 +17,14 @@ func (s Share) Full(used, limit int64) bool {
 	return s.Regions > 0 && used > limit-s.Regions+s.Index
 }
 
+// Near reports whether a window of limit limit holding used entries is
+// near enough its limit for region s that the share rule counts its
+// copies there, and may deny: R·used > limit - R + r (below, the rule
+// always has room; see lua/mw_regions.lua).
+func (s Share) Near(used, limit int64) bool {
+	return s.Regions > 0 && s.Regions*used > limit-s.Regions+s.Index
+}
+
 // regions is the part of a Plan for regions: per key whether it holds
 // copies of this region's unacknowledged admissions (see Regions in
 // lua/multi_window.lua), and their number.
@@ -28,8 +36,10 @@ type regions struct {
 	// key's share has room again; 0 when every one had room.
 	ShareLeft int64
 	// ShareRoom is, after a decision, per key what its share leaves after
-	// the admission, where the script counted the key's copies;
-	// -1 elsewhere.
+	// the admission, where the script counted the key's copies and every
+	// window had room; -2 - left where the share rule denied the key
+	// (left µs until its share has room, at most MaxShareWait); -1
+	// elsewhere.
 	ShareRoom []int64
 }
 
@@ -77,8 +87,29 @@ func (p *Plan) ShareWait(k int, left int64) {
 		p.ShareRoom[k] = -1 - left
 		return
 	}
-	p.ShareLeft = max(p.ShareLeft, min(left, MaxShareWait))
+	left = min(left, MaxShareWait)
+	p.ShareLeft = max(p.ShareLeft, left)
+	if left > 0 {
+		p.ShareRoom[k] = -2 - left
+	}
 }
+
+// ShareHeld reports, after a decision that the share rule denied in key
+// k, how long (µs) the denial may be held in the cache of denials: the
+// time until the key's share has room, at most ShareHold.
+func (p *Plan) ShareHeld(k int) (int64, bool) {
+	if !p.HasUnstable(k) || p.ShareRoom[k] > -2 {
+		return 0, false
+	}
+	return min(-2-p.ShareRoom[k], ShareHold), true
+}
+
+// ShareHold caps how long the cache of denials holds a denial by a
+// region's share that an acknowledgement may lift (µs): a request of the
+// same key then asks Redis again. An acknowledgement waits that long at
+// most to be used; a hot subject at its share makes about one Redis call
+// per ShareHold and process, not one per request.
+const ShareHold = 10_000
 
 // MaxShareWait caps the wait of a denial by a region's share (µs): about
 // a round trip between regions plus a batch.
