@@ -21,16 +21,18 @@ import (
 //     ⌊P·N/100⌋ − ShareSlack of them;
 //   - turns: once a waiter is the oldest of its flow (its tenant's in its
 //     class: first come first served within a tenant) and has waited
-//     Bound, no other tenant of its class is admitted twice before it is
-//     admitted or gone (round robin across tenants, Bound allowing for the
-//     fleet's news of its arrival);
+//     Bound, no other tenant of its class is admitted twice (in a class
+//     with a share, 2 + ShareCredit times) before it is admitted or gone
+//     (round robin across tenants, Bound allowing for the fleet's news of
+//     its arrival);
 //   - starve: once a waiter is the oldest of its flow and has waited
 //     Bound, the calls of other flows admitted before it is admitted or
 //     gone are at most Σ (⌈P_f/P_w⌉·n_w + 1) over the flows f admitted
 //     meanwhile, P_w its class's part, n_w the tenants of its class seen
 //     by then (a tenant's finish tag may stay ahead after its waiters
-//     left): start-time fair queuing's bound (docs/throttle.md, Classes
-//     and tenants), its class's part split between those tenants.
+//     left), plus ShareCredit for each flow f of a class with a share:
+//     start-time fair queuing's bound (docs/throttle.md, Classes and
+//     tenants), its class's part split between those tenants.
 
 // OtherClass is the class of the calls whose class no share names.
 const OtherClass = "other"
@@ -39,6 +41,20 @@ const OtherClass = "other"
 // while every class waits: one for the admissions decided as the classes'
 // waiters arrived, one for the discreteness of the turns.
 const ShareSlack = 2
+
+// ShareCredit is how many calls of a flow of a class with a share the
+// throttle may tag ahead of the flow's finish tag, down to virtual time
+// (docs/throttle.md, Credit): up to that many more calls of such a flow
+// may pass a waiter.
+const ShareCredit = 2
+
+// creditOf returns the credit of the flows of class.
+func (h ThrottleHistory) creditOf(class string) int {
+	if class == OtherClass {
+		return 0
+	}
+	return ShareCredit
+}
 
 // classOf returns c's class: its Class if a share names it, else
 // OtherClass.
@@ -221,10 +237,10 @@ func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 			}
 		}
 		for _, tenant := range slices.Sorted(maps.Keys(by)) {
-			if ds := slices.Sorted(slices.Values(by[tenant])); len(ds) >= 2 {
+			if ds := slices.Sorted(slices.Values(by[tenant])); len(ds) >= 2+h.creditOf(h.classOf(w)) {
 				out = append(out, ThrottleViolation{Property: "turns", Detail: fmt.Sprintf(
-					"lane %d: %v, its tenant's oldest from %v, had waited %v when tenant %q of its class was admitted at %v and again at %v",
-					lane, w, from-h.Bound, h.Bound, tenant, ds[0], ds[1])})
+					"lane %d: %v, its tenant's oldest from %v, had waited %v when tenant %q of its class was admitted at %v and %d times more, to %v",
+					lane, w, from-h.Bound, h.Bound, tenant, ds[0], len(ds)-1, ds[len(ds)-1])})
 				break
 			}
 		}
@@ -269,7 +285,7 @@ func (h ThrottleHistory) checkStarve(lane int, keyed bool) []ThrottleViolation {
 				}
 			}
 			ratio := float64(h.partOf(h.classOf(c))) / float64(h.partOf(h.classOf(w)))
-			bound += int(math.Ceil(ratio))*len(tenants) + 1
+			bound += int(math.Ceil(ratio))*len(tenants) + 1 + h.creditOf(h.classOf(c))
 		}
 		if passed > bound {
 			out = append(out, ThrottleViolation{Property: "starve", Detail: fmt.Sprintf(

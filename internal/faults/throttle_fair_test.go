@@ -72,6 +72,17 @@ func TestThrottleFairTurns(t *testing.T) {
 	if vs := violations(CheckThrottle(h), "turns"); len(vs) > 0 {
 		t.Fatalf("tenant t0 of class a: %v", vs)
 	}
+	// In a class with a share, a tenant's credit lets 3 calls pass; a
+	// fourth is a breach.
+	wa := of(admitted(0, 900*ms), "a", "t1")
+	ha := fairHist(wa, of(admitted(0, 600*ms), "a", "t0"), of(admitted(0, 700*ms), "a", "t0"), of(admitted(0, 750*ms), "a", "t0"))
+	if vs := violations(CheckThrottle(ha), "turns"); len(vs) > 0 {
+		t.Fatalf("t0 of class a admitted 3 times, within its credit: %v", vs)
+	}
+	ha.Calls = append(ha.Calls, of(admitted(0, 800*ms), "a", "t0"))
+	if vs := violations(CheckThrottle(ha), "turns"); len(vs) == 0 {
+		t.Fatal("t0 of class a admitted 4 times while t1 had waited the bound, unnoticed")
+	}
 	// A fault's settling excuses it.
 	h.Calls[1].Class, h.Calls[2].Class = "", ""
 	h.Faults = []Span{{From: 300 * ms, To: 300 * ms, Why: "outage"}}
