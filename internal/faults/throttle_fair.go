@@ -42,8 +42,9 @@ const OtherClass = "other"
 // waiters arrived, one for the discreteness of the turns.
 const ShareSlack = 2
 
-// ShareCredit is how many calls of a flow of a class with a share the
-// throttle may tag ahead of the flow's finish tag, down to virtual time
+// ShareCredit is how many increments earlier than its finish tag the
+// throttle tags a call of a flow of a class with a share, so that such a
+// flow with no call waiting starts that many before virtual time
 // (docs/throttle.md, Credit): up to that many more calls of such a flow
 // may pass a waiter.
 const ShareCredit = 2

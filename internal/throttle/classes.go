@@ -39,13 +39,15 @@ type flow struct {
 	credit int    // increments its tags may start before its finish tag: shareCredit for a class with a share
 }
 
-// shareCredit is how many calls of a flow of a class with a share may be
-// tagged ahead of the flow's finish tag, down to virtual time: calls of
-// a class of low demand that arrive together, up to shareCredit+1, are
-// served next, not spread by the share over its fair intervals. It is
-// spent once and earned back only as virtual time passes the flow's
-// finish tag, so a saturating class gains at most shareCredit calls over
-// its share.
+// shareCredit is how many increments earlier than its finish tag a call
+// of a flow of a class with a share is tagged: a flow with no call
+// waiting starts that many increments before virtual time, so a call of
+// a class of low demand goes before the waiters of the shareless class
+// (whose tags start at virtual time), and calls of it that arrive
+// together, up to shareCredit+1, are served before them, not spread by
+// the share over its fair intervals. The shift is the same for every
+// call of the flow, so a saturating class gains at most shareCredit
+// calls over its share.
 const shareCredit = 2
 
 // sharesOf returns the shares of p's rules by class, and the part the calls

@@ -149,12 +149,12 @@ func turnTags(t *testing.T, client engine.Client) {
 	if n := client.(redis.Cmdable).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 2 {
 		t.Errorf("the flows hash holds %d fields, want 2 (virtual time and batch a)", n)
 	}
-	// A flow with credit 2 (a class with a share): its first three calls
-	// are tagged at virtual time, then one per increment, its finish tag
-	// growing by one increment per call all along.
+	// A flow with credit 2 (a class with a share): its calls are tagged
+	// two increments earlier, from two before virtual time, its finish
+	// tag growing by one increment per call.
 	credited := &flow{field: "critical\ny", split: "critical\n", weight: 25, step: step, credit: 2}
 	inc := int64(step * 100 / 25)
-	for i, want := range []int64{0, 0, 0, inc, 2 * inc} {
+	for i, want := range []int64{-2 * inc, -inc, 0, inc, 2 * inc} {
 		if got := tag(credited); got != far+want {
 			t.Errorf("credited call %d tagged %d after virtual time, want %d", i, got-far, want)
 		}

@@ -43,6 +43,7 @@ type lane struct {
 	direct    int       // callers with a flow asking at once, not queued: at most one
 	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
 	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
+	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,23 @@ func TestPaceNext(t *testing.T) {
 			if got := ln.paceNext(now, g, true); got != want {
 				t.Fatalf("busy admission %d far behind: next ask in %v, want %v", i, got, want)
 			}
+		}
+	})
+	t.Run("groups", func(t *testing.T) {
+		// 100/s: slots 10 ms apart are asked in groups of 3 (paceGroup
+		// 30 ms), each group 30 ms after the last.
+		ln := &lane{}
+		const g = 10 * time.Millisecond
+		now := t0
+		var waits []time.Duration
+		for i := range 9 {
+			d := ln.paceNext(now, g, i > 0) // the first did not wait: a new schedule
+			waits = append(waits, d)
+			now = now.Add(d)
+		}
+		want := []time.Duration{0, 0, 30 * ms, 0, 0, 30 * ms, 0, 0, 30 * ms}
+		if !slices.Equal(waits, want) {
+			t.Fatalf("waits %v, want %v", waits, want)
 		}
 	})
 	t.Run("slow hand-off", func(t *testing.T) {

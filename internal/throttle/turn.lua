@@ -41,11 +41,11 @@
 -- Virtual time V is the larger of the lowest score in the queue and the
 -- V of the last 't' (field '' of KEYS[6]), or now for a new hash. With
 -- F the flow's finish tag (V for a flow with none), the call's tag is
--- max(V, F - c * inc), and F becomes F + inc, inc = ARGV[7] * n /
--- ARGV[8], n the flows of ARGV[9] with an F ahead of V (the call's own
--- included), 1 without ARGV[9]; the increment is at most 1e12. So a flow
--- with credit c has up to c + 1 calls tagged V at once, and then one
--- per increment, as with none. Fields
+-- F - c * inc, and F becomes F + inc, inc = ARGV[7] * n / ARGV[8], n
+-- the flows of ARGV[9] with an F ahead of V (the call's own included), 1
+-- without ARGV[9]; the increment is at most 1e12. So the calls of a flow
+-- with credit c are tagged c increments earlier than without: a flow
+-- with none waiting starts c increments before V. Fields
 -- whose F is not ahead of V are deleted. Reply {tag, -1, n, -1, 0, now,
 -- 1, 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
 --
@@ -99,7 +99,7 @@ local function tag(now)
     end
   end
   local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12), 1)
-  local tagged = math.max(v, start - tonumber(ARGV[10] or '0') * inc)
+  local tagged = start - tonumber(ARGV[10] or '0') * inc
   redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
   return {tagged, -1, n, -1, 0, now, 1, 1}
