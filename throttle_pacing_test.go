@@ -12,7 +12,8 @@ import (
 // critical caller calling now and then, a throttle with shares spaces
 // its admissions over each window (docs/throttle.md, Pacing), so a
 // critical call waits about one interval for a slot, not for the next
-// window's burst: its p90 wait is under a third of the window. Without
+// window's burst: its median wait is under a fifth of the window, and
+// at most one of its waits over a third. Without
 // pacing, admissions come in a burst a window apart and the caller's
 // waits spread over the whole window. One critical caller, in one
 // process, is a demand well under critical's share: callers arriving
@@ -43,11 +44,19 @@ func TestThrottlePacing(t *testing.T) {
 			if len(waits) < 6 {
 				t.Fatalf("%d critical admissions in %v, want at least 6", len(waits), run-warm)
 			}
-			p90 := waits[len(waits)*9/10]
-			t.Logf("%d admissions, %d critical: waits p50 %v, p90 %v, max %v", len(as), len(waits),
-				waits[len(waits)/2], p90, waits[len(waits)-1])
-			if p90 >= window/3 {
-				t.Errorf("critical's p90 wait %v, want under a third of the window (%v): %v", p90, window/3, waits)
+			p50, p90 := waits[len(waits)/2], waits[len(waits)*9/10]
+			t.Logf("%d admissions, %d critical: waits p50 %v, p90 %v, max %v", len(as), len(waits), p50, p90, waits[len(waits)-1])
+			// Unpaced, the waits spread over the window: p50 about half
+			// of it. One wait in the run may meet a stall of the machine.
+			long := 0
+			for _, w := range waits {
+				if w > window/3 {
+					long++
+				}
+			}
+			if p50 >= window/5 || long > 1 {
+				t.Errorf("critical's waits p50 %v, %d over a third of the window: want p50 under a fifth (%v) and at most one over a third: %v",
+					p50, long, window/5, waits)
 			}
 			// Paced, the windows stay used: 20 per 1.05 s (the transit
 			// bound) is 57 in 3 s.
