@@ -190,9 +190,11 @@ type ThrottleReport struct {
 //     of the oldest, all of which must have room) whose windows have room
 //     (by what the history admitted in each period plus Transit, counting
 //     each call at the larger of its estimate and its settlement, a dead
-//     process's slots held a full lease) is admitted within Bound, or within SlotRetry+Bound when the
-//     room came from a dead holder's lease ending; except during Settle
-//     after a fault.
+//     process's slots held a full lease) and, in a paced history (one
+//     with shares), whose lane's next slot has come (slotted), is
+//     admitted within Bound, or within SlotRetry+Bound when the room came
+//     from a dead holder's lease ending; except during Settle after a
+//     fault.
 func CheckThrottle(h ThrottleHistory) ThrottleReport {
 	var rep ThrottleReport
 	for li, l := range h.Rules {
@@ -407,13 +409,14 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string
 	var out []ThrottleViolation
 	var longest time.Duration
 	var which string
+	paced := map[int]time.Duration{} // paceAfter by admission
 	for lane := range lanes {
 		run := -1 // the waiter of the run, an index in h.Calls
 		var since time.Duration
 		reported := map[int]bool{}
 		for t := time.Duration(0); t <= h.End; t += idleStep {
 			w := h.oldest(lane, keyed, t)
-			if w < 0 || h.excluded(t) || !h.roomAll(w, keyed, t) {
+			if w < 0 || h.excluded(t) || !h.roomAll(w, keyed, t) || !h.slotted(lane, keyed, t, paced) {
 				run = -1
 				continue
 			}
@@ -443,6 +446,75 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string
 		}
 	}
 	return out, longest, which
+}
+
+// PaceFactor is the spacing of a paced lane's admissions as a part of the
+// fair interval of its tightest sliding window of calls (docs/throttle.md,
+// Pacing).
+const PaceFactor = 0.95
+
+// slotted reports whether a paced lane's next slot has come at t. A
+// throttle with shares is paced (docs/throttle.md, Pacing): after the
+// lane's last admission, at a, its next head asks no later than a plus the
+// longest, over the sliding windows of calls of its rules, of PaceFactor
+// times the window's fair interval and of the time until the window's
+// oldest entry leaves over the calls it has room for left, plus one. A
+// history without shares is not paced.
+// paced caches paceAfter by the index of the admission.
+func (h ThrottleHistory) slotted(lane int, keyed bool, t time.Duration, paced map[int]time.Duration) bool {
+	if len(h.Shares) == 0 {
+		return true
+	}
+	last := -1
+	for i, c := range h.Calls {
+		if c.Admitted && (!keyed || c.Key == lane) && c.Decided <= t &&
+			(last < 0 || c.Decided > h.Calls[last].Decided) {
+			last = i
+		}
+	}
+	if last < 0 {
+		return true
+	}
+	d, ok := paced[last]
+	if !ok {
+		d = h.paceAfter(h.Calls[last])
+		paced[last] = d
+	}
+	return t >= h.Calls[last].Decided+d
+}
+
+// paceAfter returns the longest a paced lane waits after admitting a, by
+// slotted's rule.
+func (h ThrottleHistory) paceAfter(a CallRecord) time.Duration {
+	var d time.Duration
+	for _, l := range h.Rules {
+		if l.Cost != "" {
+			continue // estimates are not paced
+		}
+		s := -1
+		if l.Key {
+			s = a.Key
+		}
+		for _, win := range l.Windows {
+			if win.Concurrent || win.Calendar != "" || win.Period <= 0 || win.Limit <= 0 {
+				continue
+			}
+			d = max(d, time.Duration(PaceFactor*float64(win.Period)/float64(win.Limit)))
+			span := win.Period + h.Transit
+			var used int64
+			oldest := a.Decided
+			for _, c := range h.Calls {
+				if c.Admitted && in(c, l, s) && c.Decided > a.Decided-span-a.Spread && c.Decided <= a.Decided {
+					used += high(c, l)
+					oldest = min(oldest, c.Decided)
+				}
+			}
+			if left := win.Limit - used; left >= 0 {
+				d = max(d, (oldest+span+a.Spread-a.Decided)/time.Duration(left+1))
+			}
+		}
+	}
+	return d
 }
 
 // oldest returns the index of the lane's oldest waiter at t, or -1.

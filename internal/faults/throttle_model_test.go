@@ -123,6 +123,33 @@ func TestThrottleIdleTransit(t *testing.T) {
 	}
 }
 
+// In a paced history (one with shares) a waiter's room counts from its
+// lane's next slot: the longer of the pace interval and the window's time
+// until its oldest entry leaves over the calls left plus one.
+func TestThrottleIdlePaced(t *testing.T) {
+	hist := func(decided time.Duration) ThrottleHistory {
+		w := CallRecord{Actual: -1, Arrived: 10 * ms, Ended: decided, Admitted: true, Decided: decided,
+			Upstream: decided + ms, Finished: decided + 11*ms}
+		h := throttleHist(admitted(0, 0), w)
+		h.Rules[0].Windows = []Window{{Limit: 4, Period: 2 * time.Second}}
+		return h
+	}
+	h := hist(900 * ms)
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
+		t.Fatal("unpaced: a waiter with room from 10 ms admitted at 900 ms passed")
+	}
+	h.Shares = []ThrottleShare{{Class: "a", Percent: 30}}
+	// 3 calls left over 2 s: the next slot is 500 ms after the first.
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) > 0 {
+		t.Fatalf("paced: its slot came at 500 ms: %v", vs)
+	}
+	h = hist(1100 * ms)
+	h.Shares = []ThrottleShare{{Class: "a", Percent: 30}}
+	if vs := violations(CheckThrottle(h), "idle"); len(vs) == 0 {
+		t.Fatal("paced: a waiter with room and a slot from 500 ms admitted at 1100 ms passed")
+	}
+}
+
 func TestThrottleSlots(t *testing.T) {
 	h := throttleHist()
 	h.Rules[0].Windows = []Window{{Limit: 1, Concurrent: true}}

@@ -53,6 +53,27 @@ func (p *Plan) paceOf(req *engine.Request, names []string) time.Duration {
 	return time.Duration(min(d*paceFactor, math.MaxInt64/4))
 }
 
+// spreadOf returns, after admission d of req, whose check i has the cost
+// name names[i], the interval that spreads the room left in its paced
+// windows over the time until their oldest entries leave: each window's
+// Reset over the calls it still has room for, plus one; the longest over
+// them. A paced lane that used the paceOf interval alone would fill a
+// window that had room for a burst (its first one, or after a pause)
+// before its oldest entry leaves, and leave a gap with no slot free.
+func spreadOf(d *engine.Decision, req *engine.Request, names []string) time.Duration {
+	var s time.Duration
+	for _, ws := range d.Windows {
+		w := ws.Window
+		if w.Concurrent || w.Calendar != "" || w.Grain > 0 || ws.Reset <= 0 || ws.Check >= len(req.Checks) ||
+			ws.Check < len(names) && names[ws.Check] != "" {
+			continue
+		}
+		calls := ws.Remaining / max(req.Checks[ws.Check].Cost, 1)
+		s = max(s, ws.Reset/time.Duration(calls+1))
+	}
+	return s
+}
+
 // paceNext notes an admission at now in a lane paced g apart and returns
 // how long until the next ask; ln.mu is held. queued says whether the
 // admitted call waited in the lane's queue, so that the lane was busy.

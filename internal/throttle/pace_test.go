@@ -111,3 +111,22 @@ func TestPaceOf(t *testing.T) {
 		t.Errorf("a grained window alone paced %v, want 0", got)
 	}
 }
+
+// TestSpreadOf: the room left in a paced window is spread over the time
+// until its oldest entry leaves; in-flight windows and estimates are not.
+func TestSpreadOf(t *testing.T) {
+	second := rules.Window{Limit: 20, Period: time.Second}
+	req := &engine.Request{Checks: []engine.Check{{Cost: 1}, {Cost: 100}}}
+	d := &engine.Decision{Windows: []engine.WindowState{
+		{Check: 0, Window: second, Remaining: 9, Reset: time.Second},                           // 10 calls over 1 s
+		{Check: 0, Window: rules.Window{Limit: 2, Concurrent: true}, Reset: time.Hour},         // not paced
+		{Check: 1, Window: rules.Window{Limit: 1000, Period: time.Minute}, Reset: time.Minute}, // an estimate
+	}}
+	if got := spreadOf(d, req, []string{"", "tokens"}); got != 100*time.Millisecond {
+		t.Errorf("spread %v, want 100ms (1 s over the 10 calls the window has room for)", got)
+	}
+	d.Windows[0].Remaining = 0
+	if got := spreadOf(d, req, []string{"", "tokens"}); got != time.Second {
+		t.Errorf("spread of a full window %v, want its reset, 1s", got)
+	}
+}
