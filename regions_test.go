@@ -106,7 +106,8 @@ func startRegionsClients(t *testing.T, rulesText string, procs int, local func(i
 }
 
 // ask sends one request to region r's route and records it if admitted,
-// at the moment it was sent: an admission is made after it.
+// between the moments it was sent and answered: the admission was made
+// between them.
 func (g *regionsRig) ask(r int) bool {
 	at := time.Since(g.start)
 	w := httptest.NewRecorder()
@@ -115,8 +116,9 @@ func (g *regionsRig) ask(r int) bool {
 	if w.Code != http.StatusOK {
 		return false
 	}
+	done := time.Since(g.start)
 	g.mu.Lock()
-	g.adm = append(g.adm, faults.RegionAdmission{Region: r, At: at})
+	g.adm = append(g.adm, faults.RegionAdmission{Region: r, At: at, Done: done})
 	g.mu.Unlock()
 	return true
 }

@@ -7,11 +7,17 @@ import (
 )
 
 // RegionAdmission is one admission as seen from outside the regions: the
-// region that made it, and when, from the run's start.
+// region that made it, and when, from the run's start: at At, or, when
+// Done is set, between At (the request was sent) and Done (its answer
+// came back).
 type RegionAdmission struct {
 	Region int
 	At     time.Duration
+	Done   time.Duration `json:",omitempty"`
 }
+
+// done is the latest a was made.
+func (a RegionAdmission) done() time.Duration { return max(a.At, a.Done) }
 
 // RegionsCheck is what CheckRegions found.
 type RegionsCheck struct {
@@ -24,8 +30,10 @@ type RegionsCheck struct {
 
 // CheckRegions checks every window of the admissions of a run of plan
 // against the bound of docs/regions.md, computed from outside: from the
-// admissions' regions and times and the plan's faults alone. For the
-// window (t-W, t] ending at an admission, it is
+// admissions' regions and times and the plan's faults alone. An admission
+// known only to lie between its At and Done counts in a window when it
+// surely lies within it. For the window (t-W, t] ending at an admission,
+// it is
 //
 //	L + Σ_r F_r + Σ_r ⌈N_r / R⌉
 //
@@ -56,8 +64,17 @@ func (p RegionsPlan) CheckRegions(adm []RegionAdmission, slack time.Duration) Re
 		if i+1 < len(adm) && adm[i+1].At == t {
 			continue
 		}
-		total := int64(i + 1 - from)
-		bound, terms := p.windowBound(adm, tl, from, i, t)
+		// Count those surely made within one window: sent after the
+		// latest answer of the window less a window.
+		first, late := from, t
+		for j := from; j <= i; j++ {
+			late = max(late, adm[j].done())
+		}
+		for adm[first].At <= late-p.Window {
+			first++
+		}
+		total := int64(i + 1 - first)
+		bound, terms := p.windowBound(adm, tl, first, i, t)
 		res.MaxInWindow = max(res.MaxInWindow, total)
 		over := total - bound
 		res.MaxOver = max(res.MaxOver, over)

@@ -48,7 +48,14 @@ func TestCheckRegions(t *testing.T) {
 	t.Parallel()
 	p := RegionsPlan{Limit: 3, Window: time.Second, Duration: 5 * time.Second, MinLag: 30 * time.Millisecond, MaxLag: 50 * time.Millisecond,
 		Batch: 10 * time.Millisecond, Rates: []float64{1, 1, 1}}
-	at := func(r int, ms int) RegionAdmission { return RegionAdmission{r, time.Duration(ms) * time.Millisecond} }
+	at := func(r int, ms int) RegionAdmission {
+		return RegionAdmission{Region: r, At: time.Duration(ms) * time.Millisecond}
+	}
+	answered := func(r, sent, done int) RegionAdmission {
+		a := at(r, sent)
+		a.Done = time.Duration(done) * time.Millisecond
+		return a
+	}
 	tests := []struct {
 		name   string
 		faults []RegionFault
@@ -59,6 +66,10 @@ func TestCheckRegions(t *testing.T) {
 		{"within the limit", nil, []RegionAdmission{at(0, 0), at(1, 100), at(2, 200), at(0, 1100)}, 3, false},
 		// Each admission reached every peer before the next was made.
 		{"over, everything seen", nil, []RegionAdmission{at(0, 0), at(1, 100), at(2, 200), at(0, 300), at(1, 400)}, 5, true},
+		// Sent within a second, but the last answered past it: it may have
+		// been made more than a window after the first.
+		{"answered late", nil, []RegionAdmission{at(0, 0), at(0, 300), at(0, 600), answered(0, 990, 1010)}, 3, false},
+		{"answered in time", nil, []RegionAdmission{at(0, 0), at(0, 300), at(0, 600), answered(0, 990, 995)}, 4, true},
 		// Admissions at one moment are not stable yet: no region may
 		// have counted another's.
 		{"together", nil, []RegionAdmission{at(0, 500), at(1, 500), at(2, 500)}, 3, false},
