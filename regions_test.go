@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -428,5 +429,60 @@ func TestRegionsCloseLeavesNoGoroutine(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<16)
 		t.Errorf("%d goroutines after Close, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestRegionsBlockReplicated checks that a block: statement's block,
+// started by a full window's denial in one region, reaches the others
+// through the public API: their denials then report the block's wait (a
+// minute), not the window's (ten seconds).
+func TestRegionsBlockReplicated(t *testing.T) {
+	g := startRegionsRig(t, "user:5/10s; block:1m", 5*time.Millisecond, 10*time.Millisecond)
+	retryAfter := func(r int) (int, string) {
+		w := httptest.NewRecorder()
+		g.routes[r][0].ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
+		return w.Code, w.Header().Get("Retry-After")
+	}
+	// The regions in turn until a denial says a minute: the window is
+	// full, the block started (the share rule's denials before it start
+	// none, and no region alone fills the window).
+	blocked := -1
+	redistest.Eventually(t, "a region blocked", func() bool {
+		for r := range regionNames {
+			code, ra := retryAfter(r)
+			if n, err := strconv.Atoi(ra); code == http.StatusTooManyRequests && err == nil && n >= 50 {
+				blocked = r
+				return true
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		return false
+	})
+	// The block's end, by region: one the region started itself would
+	// end later than the first.
+	ends := func() []string {
+		var out []string
+		for r := range regionNames {
+			c := regionClient(t, g.rs.Servers[r].Addr)
+			keys := c.Keys(context.Background(), g.prefix+"*:block").Val()
+			if len(keys) != 1 {
+				return nil
+			}
+			out = append(out, c.Get(context.Background(), keys[0]).Val())
+		}
+		return out
+	}
+	redistest.Eventually(t, "one block, ending at one time, in every region", func() bool {
+		e := ends()
+		return len(e) == len(regionNames) && e[0] == e[1] && e[1] == e[2]
+	})
+	for r := range regionNames {
+		code, ra := retryAfter(r)
+		if n, err := strconv.Atoi(ra); code != http.StatusTooManyRequests || err != nil || n < 50 {
+			t.Errorf("region %d during region %d's block: %d, Retry-After %q; want blocked for a minute", r, blocked, code, ra)
+		}
+	}
+	if e := ends(); len(e) != len(regionNames) || e[0] != e[1] || e[1] != e[2] {
+		t.Errorf("the blocks' ends %v, want one", e)
 	}
 }

@@ -139,7 +139,8 @@ func (e *Engine) shareKeys(c *call, req *Request) error {
 }
 
 // shared completes the decision d of c, whose plan keeps copies:
-// an admission goes to the replicator; a denial by the share rule
+// an admission goes to the replicator, and so do the blocks a denial
+// started; a denial by the share rule
 // waits for the share's room and reports no remaining in the windows it
 // may have denied. That wait stays out of c's windows, so the cache of
 // denials, which knows full windows, does not hold it: the next request
@@ -149,6 +150,9 @@ func (e *Engine) shared(c *call, d *Decision) {
 		e.replicate(c)
 		shareRemaining(&c.plan, d)
 		return
+	}
+	if !d.Allowed {
+		e.replicateBlocks(c)
 	}
 	if !d.Allowed && c.plan.ShareLeft > 0 {
 		d.RetryAfter = max(d.RetryAfter, time.Duration(c.plan.ShareLeft)*time.Microsecond)
@@ -220,6 +224,23 @@ func (e *Engine) replicate(c *call) {
 		if p.HasUnstable(k) {
 			keep := p.Wins[p.WinStart[k]].Period // longest first
 			e.rep.Add(regions.Entry{Key: strings.Clone(key), Member: member, Stamp: stamp, Keep: keep})
+		}
+	}
+}
+
+// replicateBlocks hands the blocks c's denial started in shared keys to
+// the replicator: a block whose time left is its whole length (Check.Block)
+// started in this call. The peers then block the subject until the same
+// end, by this region's clock.
+func (e *Engine) replicateBlocks(c *call) {
+	p := &c.plan
+	if p.Blocked == 0 || len(c.bleft) < len(p.Keys) {
+		return
+	}
+	at := c.sec*1_000_000 + c.usec
+	for k, key := range p.Keys {
+		if b := p.BlockOf(k); b > 0 && c.bleft[k] == b && p.HasUnstable(k) {
+			e.rep.Add(regions.Entry{Key: plan.BlockKey(key), Stamp: at + b, Block: true})
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/slidelimit/slidelimit/internal/redistest"
 	"github.com/slidelimit/slidelimit/rules"
 )
@@ -45,4 +47,30 @@ func TestRegionsCluster(t *testing.T) {
 		}
 		return true
 	})
+
+	// A block started on the single server reaches the Cluster, beside
+	// its key in the key's slot, and one started on the Cluster the single
+	// server.
+	for i, from := range []*Engine{toCluster, toSingle} {
+		user := "blocked" + strconv.Itoa(i)
+		req := One("s", rules.User, user, win(1, time.Minute))
+		req.Checks[0].Block = time.Minute
+		key := string(from.keyer.AppendKeyOf(nil, "s", rules.User, "", "", user, false))
+		local, other := redis.UniversalClient(single), toSingle
+		if from == toSingle {
+			local, other = cc, toCluster
+		}
+		// A full window (an entry the other region never sees): the
+		// denial blocks.
+		local.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().UnixMicro()), Member: "x"})
+		if d, err := from.Allow(ctx, req); err != nil || !d.Blocked {
+			t.Fatalf("a full window: blocked %v, %v", d.Blocked, err)
+		}
+		redistest.Eventually(t, "the block in the other region", func() bool {
+			return single.Exists(ctx, key+":block").Val()+cc.Exists(ctx, key+":block").Val() == 2
+		})
+		if d, err := other.Peek(ctx, req); err != nil || d.Allowed || !d.Blocked {
+			t.Errorf("the other region during the block: allowed %v, blocked %v, %v", d.Allowed, d.Blocked, err)
+		}
+	}
 }

@@ -171,3 +171,60 @@ func TestRegionsPartitionSumsToLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionsReplicateBlock checks that a block started in one region
+// reaches the others: their requests for the subject are then denied as
+// blocked until the same end, though their windows have room; a
+// regional group's block stays in its region.
+func TestRegionsReplicateBlock(t *testing.T) {
+	ctx := context.Background()
+	_, engines, locals := threeRegions(t)
+	for _, regional := range []bool{false, true} {
+		user := "u-shared"
+		if regional {
+			user = "u-local"
+		}
+		req := One("s", rules.User, user, win(10, time.Minute))
+		req.Regional = regional
+		req.Checks[0].Block = time.Minute
+		key := string(engines[0].keyer.AppendKeyOf(nil, "s", rules.User, "", "", user, false))
+		// Region ap's window is full (entries its peers never see).
+		now := time.Now().UnixMicro()
+		for i := range 10 {
+			locals[0].ZAdd(ctx, key, redis.Z{Score: float64(now - int64(i)), Member: "x" + string(rune('a'+i))})
+		}
+		d, err := engines[0].Allow(ctx, req)
+		if err != nil || d.Allowed || !d.Blocked {
+			t.Fatalf("regional %v: a full window in ap: allowed %v, blocked %v, %v; want a block", regional, d.Allowed, d.Blocked, err)
+		}
+		end, _ := locals[0].Get(ctx, key+":block").Int64()
+		if regional {
+			// Give the replicator time to send what it would.
+			time.Sleep(200 * time.Millisecond)
+			for i := 1; i < 3; i++ {
+				if n := locals[i].Exists(ctx, key+":block").Val(); n != 0 {
+					t.Errorf("a regional group's block reached region %d", i)
+				}
+			}
+			continue
+		}
+		redistest.Eventually(t, "the block in every region", func() bool {
+			for i := 1; i < 3; i++ {
+				if got, _ := locals[i].Get(ctx, key+":block").Int64(); got != end {
+					return false
+				}
+			}
+			return true
+		})
+		if ttl := locals[1].PTTL(ctx, key+":block").Val(); ttl < 50*time.Second || ttl > time.Minute {
+			t.Errorf("the peer's block expires in %v, want about a minute", ttl)
+		}
+		for i := 1; i < 3; i++ {
+			d, err := engines[i].Allow(ctx, req)
+			if err != nil || d.Allowed || !d.Blocked || d.RetryAfter < 50*time.Second {
+				t.Errorf("region %d during ap's block: allowed %v, blocked %v, retry after %v, %v; want blocked for about a minute",
+					i, d.Allowed, d.Blocked, d.RetryAfter, err)
+			}
+		}
+	}
+}

@@ -8,10 +8,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// applySrc applies a batch's entries to a peer's count keys, KEYS[1..m].
-// ARGV holds, per key in order: keep (how long its entries must stay, µs),
-// na and nr, then na score, member pairs to add and nr members to remove
-// (give-backs, after the admissions: a give-back follows its admission).
+// applySrc applies a batch's entries to a peer's count keys and block
+// keys, KEYS[1..m]. ARGV holds, per key in order: keep (how long its
+// entries must stay, µs), na and nr, then na score, member pairs to add
+// and nr members to remove (give-backs, after the admissions: a give-back
+// follows its admission). A block key's keep is negative: -keep is the
+// time its block ends (µs since 1970, by the deciding region's clock),
+// which the key then holds, expiring with it by the peer's TIME, unless
+// it holds a later end or the end has passed; its na and nr are 0.
 // ZADD of a member already there with its score, and ZREM of one already
 // gone, change nothing, so a batch sent twice is applied once. Entries
 // older than the key's retention (the longer of keep and the key's own
@@ -26,6 +30,14 @@ local p, added = 1, 0
 for k = 1, #KEYS do
   local key, keep, na, nr = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
   p = p + 3
+  if keep < 0 then
+    local now = redis.call('TIME')
+    local left = -keep - (tonumber(now[1]) * 1000000 + tonumber(now[2]))
+    local held = tonumber(redis.call('GET', key) or '0') or 0
+    if left > 0 and -keep > held then
+      redis.call('SET', key, string.format('%d', -keep), 'PX', string.format('%d', math.ceil(left / 1000)))
+    end
+  end
   local newest = 0
   for i = 0, na - 1 do
     local s = tonumber(ARGV[p + 2 * i])
@@ -103,6 +115,10 @@ func calls(entries []*pending, byTag bool) []call {
 		}
 		if e.Remove {
 			b.removed = append(b.removed, e.Member)
+			continue
+		}
+		if e.Block {
+			b.keep = min(b.keep, -e.Stamp) // the latest end
 			continue
 		}
 		b.keep = max(b.keep, e.Keep)

@@ -52,6 +52,11 @@ type Entry struct {
 	// Remove makes the change a give-back: the member leaves the peer's
 	// key (ZREM).
 	Remove bool
+	// Block makes the change a block: Key is a block key (see Blocks in
+	// lua/multi_window.lua) and Stamp the time its block ends, by the
+	// deciding region's clock. The peer's block key then holds Stamp
+	// unless it holds a later end; Member and Keep are unused.
+	Block bool
 }
 
 // SetKey is the key, after the engine's prefix, where each process of a

@@ -227,3 +227,63 @@ func TestCloseLogsNoUnreachable(t *testing.T) {
 		t.Errorf("Close logged: %s", buf.String())
 	}
 }
+
+// TestApplyBlock checks a block's replication on a peer: the block key
+// takes the end, expiring with it; the same entry again, or an earlier
+// end, changes nothing; a later end extends it; an end already passed
+// sets nothing; the replicator removes no copy for a block.
+func TestApplyBlock(t *testing.T) {
+	mini := func() *redis.Client { _, c := redistest.Mini(t); return c }
+	real := func() *redis.Client { _, c := redistest.StartClient(t); return c }
+	for _, start := range []func() *redis.Client{mini, real} {
+		applyBlock(t, start(), start())
+	}
+}
+
+func applyBlock(t *testing.T, local, us *redis.Client) {
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	minute := int64(time.Minute / time.Microsecond)
+	block := func(key string, end int64) *pending { return &pending{Entry: Entry{Key: key, Stamp: end, Block: true}} }
+	held := func(key string) int64 { v, _ := us.Get(ctx, key).Int64(); return v }
+	if _, err := apply(ctx, us, []*pending{block("k:block", now+minute), block("k:block", now+minute)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := held("k:block"); got != now+minute {
+		t.Fatalf("the peer's block key holds %d, want %d", got, now+minute)
+	}
+	if ttl := us.PTTL(ctx, "k:block").Val(); ttl < 55*time.Second || ttl > time.Minute+time.Second {
+		t.Errorf("the peer's block expires in %v, want about a minute", ttl)
+	}
+	if _, err := apply(ctx, us, []*pending{block("k:block", now+minute/2)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := held("k:block"); got != now+minute {
+		t.Errorf("an earlier end shortened the block to %d, want %d", got, now+minute)
+	}
+	if _, err := apply(ctx, us, []*pending{block("k:block", now+2*minute)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got := held("k:block"); got != now+2*minute {
+		t.Errorf("a later end: the block holds %d, want %d", got, now+2*minute)
+	}
+	if _, err := apply(ctx, us, []*pending{block("gone:block", now-minute)}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := us.Exists(ctx, "gone:block").Val(); n != 0 {
+		t.Error("a block already over was set")
+	}
+	// Through the replicator, beside an admission: the local keys keep
+	// what they hold.
+	local.Set(ctx, "r:block", "x", time.Minute)
+	r := New(Config{Local: local, Peers: map[string]Client{"us": us}})
+	r.Add(Entry{Key: "r", Member: "m1", Stamp: now, Keep: minute})
+	r.Add(Entry{Key: "r:block", Stamp: now + minute, Block: true})
+	redistest.Eventually(t, "the block and the admission applied", func() bool {
+		return held("r:block") == now+minute && us.ZCard(ctx, "r").Val() == 1
+	})
+	r.Close()
+	if v := local.Get(ctx, "r:block").Val(); v != "x" {
+		t.Errorf("the local block key holds %q, want it untouched", v)
+	}
+}

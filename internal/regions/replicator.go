@@ -220,12 +220,12 @@ func (r *Replicator) Close() {
 	})
 }
 
-// acked records that a peer acknowledged entries: those every peer has
-// acknowledged go to the stabilizer.
+// acked records that a peer acknowledged entries: the admissions every
+// peer has acknowledged go to the stabilizer.
 func (r *Replicator) acked(entries []*pending) {
 	var done []*pending
 	for _, p := range entries {
-		if p.left.Add(-1) == 0 && !p.Remove {
+		if p.left.Add(-1) == 0 && !p.Remove && !p.Block {
 			done = append(done, p)
 		}
 	}
