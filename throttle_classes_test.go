@@ -403,3 +403,57 @@ func TestThrottleTenantsMixed(t *testing.T) {
 		}
 	}
 }
+
+// TestThrottleTenantGaveUp: a tenant whose first waiters give up keeps
+// its place in the rounds. Tenants a and b queue five waiters each, in
+// turn; a's first two give up; the next four admissions alternate, two
+// each (with the gave up turns spent, b took its first two at once).
+func TestThrottleTenantGaveUp(t *testing.T) {
+	ths := fleetOf(t, miniClient(t), 1, "api", "global:1/150ms")
+	th := ths[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := th.Wait(ctx, slidelimit.Call{Tenant: "a"}) // fills the window
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Finish(nil)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	var quit []context.CancelFunc
+	for i := range 10 {
+		tenant := []string{"a", "b"}[i%2]
+		wctx, wcancel := context.WithCancel(ctx)
+		if tenant == "a" && len(quit) < 2 {
+			quit = append(quit, wcancel)
+		} else {
+			defer wcancel()
+		}
+		wg.Go(func() {
+			p, err := th.Wait(wctx, slidelimit.Call{Tenant: tenant})
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			order = append(order, tenant)
+			mu.Unlock()
+			p.Finish(nil)
+		})
+		time.Sleep(3 * time.Millisecond)
+	}
+	for _, q := range quit {
+		q()
+	}
+	wg.Wait()
+	if len(order) != 8 {
+		t.Fatalf("%d admitted, want 8", len(order))
+	}
+	n := map[string]int{}
+	for _, tenant := range order[:4] {
+		n[tenant]++
+	}
+	if n["a"] != 2 || n["b"] != 2 {
+		t.Errorf("the first four admissions after a's waiters gave up: %v, want two each", order[:4])
+	}
+}

@@ -1,8 +1,10 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
@@ -112,10 +114,11 @@ func interval(req *engine.Request) time.Duration {
 }
 
 // tag asks the turn script for the tag of a waiting call of flow fl in
-// ln, or returns the arrival stamp when Redis fails.
-func (f *fleet) tag(ln *lane, fl *flow, arrival int64) int64 {
+// ln and its flow's increment, or returns the arrival stamp and 0 when
+// Redis fails.
+func (f *fleet) tag(ln *lane, fl *flow, arrival int64) (int64, int64) {
 	if f.client == nil {
-		return arrival
+		return arrival, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -124,16 +127,66 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) int64 {
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
 		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Int64Slice()
 	if err != nil || len(res) < 7 {
-		return arrival
+		return arrival, 0
 	}
 	f.clock(time.UnixMicro(res[5]), start)
-	return res[0]
+	return res[0], max(res[1], 0)
 }
 
 // tagWaiter tags w, a waiter of flow w.fl not in ln's queue, unless it
 // is tagged already.
 func (f *fleet) tagWaiter(ln *lane, w *waiter) {
 	if w.fl != nil && !w.tagged {
-		w.stamp, w.tagged = f.tag(ln, w.fl, w.stamp), true
+		w.stamp, w.inc = f.tag(ln, w.fl, w.stamp)
+		w.tagged = true
 	}
+}
+
+// untag returns the free tag of flow fl, tag with increment inc, to the
+// turn script (op 'r'): when it is still the flow's last, the flow's next
+// call takes it. It runs in a goroutine of its own, which ends within the
+// call's timeout, so that a Wait whose context ended returns at once.
+func (f *fleet) untag(ln *lane, fl *flow, tag, inc int64) {
+	if f.client == nil || inc <= 0 {
+		return
+	}
+	fend := tag + int64(fl.credit+1)*inc
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		f.t.stats.calls.Add(1)
+		// A failure keeps the flow's finish tag: the flow waits one
+		// increment longer, as before hand-backs.
+		_ = turnScript.Run(ctx, f.client, f.keys(ln), "r", f.member, fl.field,
+			fleetLease.Microseconds(), f.channel, ln.id, fend, 0, inc).Err()
+	}()
+}
+
+// handBack hands the tag of w, a tagged waiter of ln that gives up, to
+// the waiters of its flow queued here after it: each takes the tag of the
+// one before it, so that the flow keeps its place in the rounds, and the
+// last one's tag, now free, is returned. Without it a tenant whose
+// waiters give up is served later than round robin says: each gave up
+// turn was spent. It returns the free tag and its increment (0 for none)
+// and whether the lane's head changed; ln.mu is held.
+func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
+	if !w.tagged || w.inc <= 0 || w.fl == nil {
+		return 0, 0, false
+	}
+	hole, inc := w.stamp, w.inc
+	var head *waiter
+	if len(ln.q) > 0 {
+		head = ln.q[0]
+	}
+	for _, x := range ln.q { // in tag order
+		if x != w && x.fl != nil && x.fl.field == w.fl.field && x.tagged && x.stamp > hole {
+			x.stamp, x.inc, hole, inc = hole, inc, x.stamp, x.inc
+		}
+	}
+	from := 0
+	if ln.asking && head != w {
+		from = 1 // the head is asking; it keeps its place
+	}
+	slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	return hole, inc, len(ln.q) > 0 && ln.q[0] != head && head != w
 }

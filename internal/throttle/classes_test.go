@@ -113,7 +113,7 @@ func turnTags(t *testing.T, client engine.Client) {
 	const step = 1000 // µs
 	batch := func(tenant string) *flow { return &flow{field: "\n" + tenant, split: "\n", weight: 75, step: step} }
 	critical := &flow{field: "critical\nx", split: "critical\n", weight: 25, step: step}
-	tag := func(fl *flow) int64 { return th.fleet.tag(ln, fl, -1) }
+	tag := func(fl *flow) int64 { tg, _ := th.fleet.tag(ln, fl, -1); return tg }
 	v := tag(batch("a"))
 	if v < 0 {
 		t.Fatal("no tag: the script failed")
@@ -158,5 +158,60 @@ func turnTags(t *testing.T, client engine.Client) {
 		if got := tag(credited); got != far+want {
 			t.Errorf("credited call %d tagged %d after virtual time, want %d", i, got-far, want)
 		}
+	}
+	// A free tag returned (op 'r'): the flow's last goes back, and its
+	// next call takes it; a tag that is not the flow's last changes
+	// nothing.
+	last, gotInc := th.fleet.tag(ln, credited, -1)
+	if last != far+3*inc || gotInc != inc {
+		t.Fatalf("credited call tagged %d, increment %d; want %d, %d", last-far, gotInc, 3*inc, inc)
+	}
+	hand := func(tg int64) {
+		fend := tg + int64(credited.credit+1)*inc
+		if err := turnScript.Run(ctx, client.(redis.Cmdable), th.fleet.keys(ln), "r", th.fleet.member, credited.field,
+			fleetLease.Microseconds(), th.fleet.channel, ln.id, fend, 0, inc).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hand(last - inc) // not the last: nothing
+	if got := tag(credited); got != far+4*inc {
+		t.Errorf("after returning a tag that is not the last, the next is %d, want %d", got-far, 4*inc)
+	}
+	hand(far + 4*inc)
+	if got := tag(credited); got != far+4*inc {
+		t.Errorf("after returning the last tag, the next is %d, want it again, %d", got-far, 4*inc)
+	}
+}
+
+// TestHandBack: a tagged waiter that gives up hands its tag to the later
+// waiters of its flow queued here, each taking the one before it, and the
+// last one's tag is the one freed; other flows keep theirs, and the queue
+// stays in tag order.
+func TestHandBack(t *testing.T) {
+	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
+	w := func(fl *flow, tag, inc int64) *waiter { return &waiter{fl: fl, stamp: tag, inc: inc, tagged: true} }
+	a1, b1, a2, b2, a3 := w(a, 10, 10), w(b, 15, 10), w(a, 20, 10), w(b, 25, 10), w(a, 30, 7)
+	ln := &lane{q: []*waiter{a1, b1, a2, b2, a3}}
+	hole, inc, moved := ln.handBack(a1)
+	if hole != 30 || inc != 7 || moved {
+		t.Errorf("freed tag %d, increment %d, head moved %v; want 30, 7, false (a1 was the head)", hole, inc, moved)
+	}
+	if a2.stamp != 10 || a2.inc != 10 || a3.stamp != 20 || a3.inc != 10 || b1.stamp != 15 || b2.stamp != 25 {
+		t.Errorf("tags a2 %d, a3 %d, b1 %d, b2 %d; want 10, 20, 15, 25", a2.stamp, a3.stamp, b1.stamp, b2.stamp)
+	}
+	if ln.q[1] != a2 || ln.q[2] != b1 || ln.q[3] != a3 {
+		t.Errorf("queue not in tag order")
+	}
+	// The head asking keeps its place, though a waiter of the flow of
+	// one that gives up behind it takes a tag before it.
+	h, x, y := w(b, 8, 10), w(a, 5, 10), w(a, 20, 10)
+	ln = &lane{q: []*waiter{h, x, y}, asking: true}
+	if hole, _, moved := ln.handBack(x); hole != 20 || moved || ln.q[0] != h || y.stamp != 5 {
+		t.Errorf("freed %d, head moved %v, y tagged %d; want 20, no move, 5", hole, moved, y.stamp)
+	}
+	// An untagged waiter hands nothing back.
+	ln = &lane{q: []*waiter{{stamp: 1}, a1}}
+	if _, inc, _ := ln.handBack(ln.q[0]); inc != 0 {
+		t.Errorf("an untagged waiter freed a tag of increment %d", inc)
 	}
 }

@@ -60,6 +60,7 @@ type waiter struct {
 	wake   chan struct{} // signalled when something it waits for changed
 	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
 	tagged bool          // stamp is the tag the turn script gave it (classes.go)
+	inc    int64         // its flow's increment when tagged (µs; 0: unknown), which a hand-back returns
 	direct bool          // it has a flow and asks at once (lane.direct counts it)
 	early  bool          // a Finish may make room for it early: its calls hold slots or settle costs
 	told   bool          // it joined the fleet's queue to hear of such room (await)
@@ -232,6 +233,28 @@ func (ln *lane) queue(w *waiter) {
 	ln.q[i] = w
 	if i == 0 {
 		w.signal()
+	}
+}
+
+// giveUp takes w out, as remove does, for a caller whose context ended
+// before it was admitted: a tagged waiter hands its tag on (handBack), and
+// the flow's tag it frees goes back to the fleet.
+func (ln *lane) giveUp(w *waiter) {
+	ln.mu.Lock()
+	hole, inc, moved := ln.handBack(w)
+	var o op
+	if moved && ln.joined {
+		// A later waiter of w's flow took a tag before the head's: this
+		// process's entry in the fleet's queue moves to it.
+		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
+	}
+	ln.mu.Unlock()
+	if o.kind != "" {
+		ln.t.fleet.send(ln, o)
+	}
+	ln.remove(w)
+	if inc > 0 {
+		ln.t.fleet.untag(ln, w.fl, hole, inc)
 	}
 }
 

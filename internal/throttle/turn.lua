@@ -27,7 +27,8 @@
 --          leave), 'b' block for ARGV[7] ms, 'g' read the block and
 --          the queue (a process's first call for the lane), 'k' tell
 --          the fleet that the windows have room now (a call given back),
---          't' tag a waiting call of flow ARGV[3] (below)
+--          't' tag a waiting call of flow ARGV[3] (below), 'r' return
+--          a free tag (below)
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
 --          ARGV[6] lane id, ARGV[7] hint ('p': the time, µs on this
 --          server's clock as the passer knows it, after which the new
@@ -46,8 +47,16 @@
 -- without ARGV[9]; the increment is at most 1e12. So the calls of a flow
 -- with credit c are tagged c increments earlier than without: a flow
 -- with none waiting starts c increments before V. Fields
--- whose F is not ahead of V are deleted. Reply {tag, -1, n, -1, 0, now,
+-- whose F is not ahead of V are deleted. Reply {tag, inc, n, -1, 0, now,
 -- 1, 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
+--
+-- Op 'r': a tagged call gave up before its turn, and its flow's last tag
+-- is free: ARGV[3] the flow's field, ARGV[7] the finish tag that tag
+-- gave the flow (tag + (c + 1) * inc), ARGV[9] its increment. When the
+-- flow's F is still that finish tag, F goes back by the increment, so
+-- the flow's next call takes the free tag; else (a later call was
+-- tagged, or the field is gone) nothing changes. Reply {0, -1, 0, -1, 0,
+-- now, 1}; no message.
 --
 -- Reply: {mine, others, n, block, version, now, applied, flows}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
@@ -102,7 +111,7 @@ local function tag(now)
   local tagged = start - tonumber(ARGV[10] or '0') * inc
   redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
-  return {tagged, -1, n, -1, 0, now, 1, 1}
+  return {tagged, inc, n, -1, 0, now, 1, 1}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -117,6 +126,13 @@ if op == 'k' then
 end
 if op == 't' then
   return tag(now)
+end
+if op == 'r' then
+  local fend = tonumber(ARGV[7])
+  if tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1') == fend then
+    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', fend - tonumber(ARGV[9])))
+  end
+  return {0, -1, 0, -1, 0, now, 1}
 end
 if op == 'g' then
   local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -59,17 +59,17 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 	for {
 		if !ask {
 			if err := ln.await(ctx, w); err != nil {
-				ln.remove(w)
+				ln.giveUp(w)
 				return nil, err
 			}
 		}
 		ask = false
 		if err := p.holdOff(ctx); err != nil {
-			ln.remove(w)
+			ln.giveUp(w)
 			return nil, err
 		}
 		if err := ctx.Err(); err != nil {
-			ln.remove(w)
+			ln.giveUp(w)
 			return nil, err
 		}
 		d, err := t.decide(ctx, req)
