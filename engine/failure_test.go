@@ -216,7 +216,12 @@ func TestHangQueued(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); e.Allow(context.Background(), r) }()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Both lead their batch (a loaded machine may start them late).
+	for deadline := time.Now().Add(5 * time.Second); !e.batch.full(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the two leaders never were in flight")
+		}
+	}
 	start := time.Now()
 	d, err := e.Allow(context.Background(), r)
 	el := time.Since(start)
