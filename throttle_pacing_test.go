@@ -1,6 +1,7 @@
 package slidelimit_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -62,6 +63,33 @@ func TestThrottlePacing(t *testing.T) {
 			// bound) is 57 in 3 s.
 			if float64(len(as)) < 0.85*20*float64(run-warm)/float64(window+50*time.Millisecond) {
 				t.Errorf("%d admissions in %v at 20 per 1.05 s, want at least 85%%", len(as), run-warm)
+			}
+		})
+	}
+}
+
+// TestThrottlePacingIdleLane: pacing spaces a lane's waiters, not a
+// caller that finds the lane idle: four calls one after another on
+// global:4/min with a share are admitted at once, where the slot alone
+// (0.95 × 15 s) would hold each after the first.
+func TestThrottlePacingIdleLane(t *testing.T) {
+	for _, b := range classBackends {
+		t.Run(b.name, func(t *testing.T) {
+			th := fleetOf(t, b.client(t), 1, "api", "global:4/min; share(critical):30%")[0]
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			for i := range 4 {
+				p, err := th.Wait(ctx, slidelimit.Call{Class: []string{"critical", "batch"}[i%2]})
+				if err != nil {
+					t.Fatalf("call %d on an idle lane: %v, want it admitted at once", i, err)
+				}
+				p.Finish(nil)
+			}
+			// The fifth has no room: it waits for the window, not admitted.
+			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if _, err := th.Wait(short, slidelimit.Call{Class: "critical"}); err == nil {
+				t.Fatal("a fifth call within the minute was admitted")
 			}
 		})
 	}

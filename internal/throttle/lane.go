@@ -156,14 +156,28 @@ func (ln *lane) othersWait() bool {
 	return ln.othersMin != none
 }
 
+// paceOnly reports whether the time the lane waits for is its pacing
+// slot alone (pace.go), not a time its windows said: within paceSkew of
+// the slot. Pacing spaces the asks of waiters; a caller that finds the
+// lane idle asks at once. ln.mu is held.
+func (ln *lane) paceOnly() bool {
+	return !ln.paceAt.IsZero() && !ln.wakeAt.After(ln.paceAt.Add(paceSkew))
+}
+
+// paceSkew is how far after the pacing slot a lane's wake time may lie and
+// still be the slot: the two are read on the clock a few calls apart.
+const paceSkew = time.Millisecond
+
 // enter reports whether w may ask Redis at once: nobody waits, here or
-// elsewhere, no block holds the lane and the windows were not found full.
+// elsewhere, no block holds the lane and the windows were not found full
+// (the lane's pacing slot, which spaces waiters, holds no caller that
+// finds the lane idle).
 // Such callers ask concurrently; a refusal queues them (refused). Else
 // enter queues w, having tagged it first when it has a flow.
 func (ln *lane) enter(w *waiter) bool {
 	ln.mu.Lock()
 	now := time.Now()
-	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && !now.Before(ln.wakeAt) &&
+	if len(ln.q) == 0 && ln.othersMin == none && !now.Before(ln.blocked) && (!now.Before(ln.wakeAt) || ln.paceOnly()) &&
 		(w.fl == nil || ln.direct == 0) {
 		// Callers with a flow ask at once one at a time: callers that
 		// arrive together queue in their tags' order behind the first.
