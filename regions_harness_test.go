@@ -35,22 +35,34 @@ func TestRegionsHarness(t *testing.T) {
 	}
 	withData := regionsHarnessCaps
 	withData.RestartEmpty, withData.Kill = false, true
+	blocks := []uint64{5} // a partition and a restart empty; a block starts
+	if s := os.Getenv("SLIDELIMIT_REGIONS_SEED"); s != "" {
+		blocks = empty
+	}
 	for _, tc := range []struct {
 		name  string
 		caps  faults.RegionCaps
 		seeds []uint64
 		extra []string
+		block bool // the rule blocks at its first denial, for longer than the run
 	}{
-		{"empty", regionsHarnessCaps, empty, nil},
-		{"kept", withData, kept, []string{"--appendonly", "yes", "--appendfsync", "always"}},
+		{"empty", regionsHarnessCaps, empty, nil, false},
+		{"kept", withData, kept, []string{"--appendonly", "yes", "--appendfsync", "always"}, false},
+		{"block", regionsHarnessCaps, blocks, nil, true},
 	} {
 		for _, seed := range tc.seeds {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, seed), func(t *testing.T) {
 				t.Parallel() // each scenario its own servers and links
 				p := faults.GenerateRegions(seed, tc.caps)
 				rule := fmt.Sprintf("user:%d/%dms; fail:closed", p.Limit, p.Window.Milliseconds())
+				if tc.block {
+					rule += fmt.Sprintf("; block:%ds", regionsBlock)
+				}
 				rs := redistest.StartRegionsWith(t, len(regionNames), p.MinLag, p.MaxLag, tc.extra...)
 				g := startRegionsOn(t, rule, rs, 1)
+				if tc.block {
+					g.blockAfter = regionsBlock / 2
+				}
 				done := make(chan struct{})
 				go func() { defer close(done); g.drive(p.Rates, p.Duration) }()
 				runRegionFaults(g, p)
@@ -59,11 +71,23 @@ func TestRegionsHarness(t *testing.T) {
 				if c.MaxOver > 0 {
 					t.Errorf("%v\nthe bound of docs/regions.md failed: %s", p, c.Violation)
 				}
+				if tc.block {
+					if len(g.blocks()) == 0 {
+						t.Errorf("%v\nno request was blocked", p)
+					}
+					if v := p.CheckBlock(g.admissions(), g.blocks(), regionsBlock*time.Second, regionsSlack); v != "" {
+						t.Errorf("%v\nthe block did not hold the regions it reached: %s", p, v)
+					}
+				}
 				t.Logf("%v\n%d admitted; most in a window %d", p, len(g.admissions()), c.MaxInWindow)
 			})
 		}
 	}
 }
+
+// regionsBlock is the block (s) of the harness's block scenarios: longer
+// than a run, so that the first block holds to its end.
+const regionsBlock = 10
 
 // regionStep is one change of the links or servers at a time of a run.
 type regionStep struct {

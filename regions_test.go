@@ -35,8 +35,14 @@ type regionsRig struct {
 	start  time.Time
 	prefix string // of the Limiters' keys
 
-	mu  sync.Mutex
-	adm []faults.RegionAdmission
+	// blockAfter, when positive, records the requests denied with a
+	// Retry-After of at least that many seconds: blocked by a block:
+	// statement longer than any window.
+	blockAfter int
+
+	mu      sync.Mutex
+	adm     []faults.RegionAdmission
+	blocked []faults.RegionAdmission
 }
 
 // regionClient is a client of addr that fails at once when the server is
@@ -114,10 +120,15 @@ func (g *regionsRig) ask(r int) bool {
 	w := httptest.NewRecorder()
 	procs := g.routes[r]
 	procs[int(g.turn.Add(1))%len(procs)].ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
+	done := time.Since(g.start)
 	if w.Code != http.StatusOK {
+		if n, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil && g.blockAfter > 0 && n >= g.blockAfter {
+			g.mu.Lock()
+			g.blocked = append(g.blocked, faults.RegionAdmission{Region: r, At: at, Done: done})
+			g.mu.Unlock()
+		}
 		return false
 	}
-	done := time.Since(g.start)
 	g.mu.Lock()
 	g.adm = append(g.adm, faults.RegionAdmission{Region: r, At: at, Done: done})
 	g.mu.Unlock()
@@ -141,6 +152,13 @@ func (g *regionsRig) drive(rates []float64, d time.Duration) {
 		})
 	}
 	wg.Wait()
+}
+
+// blocks returns every request answered as blocked so far (blockAfter).
+func (g *regionsRig) blocks() []faults.RegionAdmission {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]faults.RegionAdmission(nil), g.blocked...)
 }
 
 // admissions returns every admission so far.

@@ -207,3 +207,46 @@ func (p RegionsPlan) earliest(from, to int, t time.Duration) time.Duration {
 	}
 	return t + p.MinLag
 }
+
+// CheckBlock checks a run whose rule blocks a subject for block at its
+// first denial by a full window (block: longer than the run) against the
+// promise of docs/regions.md: a block started in one region holds every
+// region the replication reaches. blocked are the requests answered as
+// blocked (between At and Done). The earliest answered began the first
+// block, at a decision no later than its answer and no earlier than the
+// earliest of them was sent: from the latest a message from any region
+// sent at that answer arrives at region j (the links' lag bound, and any
+// fault holding it), until that earliest send plus block, j admits
+// nothing; unless j's Redis restarted empty meanwhile, which forgets the
+// block. It returns the first admission that breaks it, or "".
+func (p RegionsPlan) CheckBlock(adm, blocked []RegionAdmission, block, slack time.Duration) string {
+	if len(blocked) == 0 {
+		return ""
+	}
+	first, from := blocked[0], blocked[0].At
+	for _, b := range blocked {
+		if b.done() < first.done() {
+			first = b
+		}
+		from = min(from, b.At)
+	}
+	end := from + block
+	for _, a := range adm {
+		reach := time.Duration(0)
+		for r := range p.Rates {
+			reach = max(reach, p.latest(r, a.Region, first.done(), slack))
+		}
+		if a.At < reach || a.done() >= end {
+			continue
+		}
+		forgot := false
+		for _, f := range p.Faults {
+			forgot = forgot || f.Kind == RegionRestartEmpty && f.Region == a.Region && f.At > from && f.At < a.done()
+		}
+		if !forgot {
+			return fmt.Sprintf("region %d admitted at %v-%v, after the block answered at %v-%v (region %d) reached it by %v",
+				a.Region, a.At, a.done(), first.At, first.done(), first.Region, reach)
+		}
+	}
+	return ""
+}

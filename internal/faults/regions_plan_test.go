@@ -127,3 +127,39 @@ func TestRegionsHarnessModel(t *testing.T) {
 	}
 	t.Logf("without check (b), %d of 40 plans broke the bound", naiveOver)
 }
+
+// TestCheckBlock checks the block property on runs made by hand: a block
+// answered at 100-105 ms in region 0 reaches every region by the lag
+// bound (50 ms, a 10 ms batch), and holds them to its end.
+func TestCheckBlock(t *testing.T) {
+	t.Parallel()
+	p := RegionsPlan{Limit: 3, Window: time.Second, Duration: 5 * time.Second, MinLag: 30 * time.Millisecond,
+		MaxLag: 50 * time.Millisecond, Batch: 10 * time.Millisecond, Rates: []float64{1, 1, 1}}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	adm := func(r, sent, done int) RegionAdmission {
+		return RegionAdmission{Region: r, At: ms(sent), Done: ms(done)}
+	}
+	blocked := []RegionAdmission{adm(0, 100, 105), adm(1, 300, 301)}
+	for _, tc := range []struct {
+		name   string
+		faults []RegionFault
+		adm    []RegionAdmission
+		bad    bool
+	}{
+		{"before it reached the region", nil, []RegionAdmission{adm(1, 150, 151), adm(0, 90, 99)}, false},
+		{"after it reached the region", nil, []RegionAdmission{adm(2, 200, 201)}, true},
+		{"in the region that blocked", nil, []RegionAdmission{adm(0, 170, 171)}, true},
+		{"after its end", nil, []RegionAdmission{adm(2, 1200, 1201)}, false},
+		{"cut off until after", []RegionFault{{Kind: RegionPartition, Region: 2, At: 0, For: ms(800)}},
+			[]RegionAdmission{adm(2, 700, 701)}, false},
+		{"cut off, healed", []RegionFault{{Kind: RegionPartition, Region: 2, At: 0, For: ms(800)}},
+			[]RegionAdmission{adm(2, 900, 901)}, true},
+		{"restarted empty", []RegionFault{{Kind: RegionRestartEmpty, Region: 2, At: ms(400), For: ms(100)}},
+			[]RegionAdmission{adm(2, 600, 601)}, false},
+	} {
+		p.Faults = tc.faults
+		if v := p.CheckBlock(tc.adm, blocked, time.Second, 0); (v != "") != tc.bad {
+			t.Errorf("%s: %q, want a violation %v", tc.name, v, tc.bad)
+		}
+	}
+}
