@@ -176,7 +176,8 @@ func TestRegionsOptions(t *testing.T) {
 }
 
 // TestRegionsBlock checks that under regions a denial by the share rule
-// starts no block, and a full window's denial does.
+// that an acknowledgement could lift starts no block, and a full window's
+// denial does, as does one of a window full for the region's share.
 func TestRegionsBlock(t *testing.T) {
 	ctx := context.Background()
 	_, c := redistest.Mini(t)
@@ -198,6 +199,25 @@ func TestRegionsBlock(t *testing.T) {
 	clk.Add(time.Millisecond)
 	if d, _ := e.Allow(ctx, req); d.Allowed || !d.Blocked {
 		t.Fatalf("a full window: allowed %v, blocked %v; want a block", d.Allowed, d.Blocked)
+	}
+	// A window full for the region's share (V > L - R + r = 8): eu admits
+	// its share of the headroom 8 peer entries leave, 1, and its next
+	// denial, which only an entry leaving could lift, blocks.
+	req = One("s", rules.User, "u2", win(10, time.Minute))
+	req.Checks[0].Block = time.Minute
+	key = string(e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u2", false))
+	for i := range 8 {
+		c.ZAdd(ctx, key, redis.Z{Score: float64(clk.Now().UnixMicro() - int64(i)), Member: "peer" + string(rune('a'+i))})
+	}
+	for i, want := range []bool{true, false} {
+		clk.Add(time.Millisecond)
+		d, _ := e.Allow(ctx, req)
+		if d.Allowed != want || d.Blocked == want {
+			t.Fatalf("u2, request %d: allowed %v, blocked %v; want the share, 1, then a block", i, d.Allowed, d.Blocked)
+		}
+		if !want && d.RetryAfter < 50*time.Second {
+			t.Errorf("u2's block: retry after %v, want about a minute", d.RetryAfter)
+		}
 	}
 }
 

@@ -227,7 +227,10 @@
 -- with its entries (one more ZREMRANGEBYSCORE per epoch), and they
 -- expire with the key; the engine removes a copy (ZREM) once every peer
 -- has the entry, and writes peers' entries to their own count keys
--- (ZADD, never here). A denial by the share starts no block. Scores stay
+-- (ZADD, never here). A denial by the share starts no block unless a
+-- window is full for the region's share (V > L - R + r, see
+-- read_unstable): only an entry leaving makes room then, as in a full
+-- window, and the key's block starts. Scores stay
 -- exact doubles until t reaches 2^52 µs (the year 2112); copies stay
 -- below the epoch markers while floor(t / epoch length) < 2^51: epochs
 -- are at least 125 µs (periods are whole milliseconds, a busy key's

@@ -144,10 +144,12 @@ function read_keys(q, used_keys, nkeys, member, remember)
         q, open = read_block(key, q, at, key_fits, member)
         fits = fits and open
       elseif kind == 'U' then
-        -- key_fits stays the count key's, before it (see Regions).
-        local share_fits
-        q, share_fits = read_unstable(key, q, at, key_state[at - 7], key_fits)
+        -- key_fits stays the count key's, before it (see Regions), unless
+        -- a window is full for the region's share: its block then starts.
+        local share_fits, share_full
+        q, share_fits, share_full = read_unstable(key, q, at, key_state[at - 7], key_fits)
         fits = fits and share_fits
+        key_fits = key_fits and not share_full
       else
         return nil, redis.error_reply('ERR slidelimit: unknown key kind ' .. kind)
       end

@@ -18,7 +18,11 @@
 -- window has room and U was counted, -1 - room instead, room being the
 -- least share - U - 1 of those windows (what the share leaves after this
 -- admission). It sets key_state ('U') so that an admission adds the
--- member's copy (count_admitted: one ZADD).
+-- member's copy (count_admitted: one ZADD). It also returns whether a
+-- window without room is full for the region's share (V > L - R + r: the
+-- share is then 0 with U = 0 and a larger U asks for more, so only an
+-- entry leaving makes room), which starts the key's block as a full
+-- window does (see Blocks).
 --
 -- What it costs. A key without room needs no check (the op is denied).
 -- Otherwise each window's V is in the reply already, as key's last
@@ -35,7 +39,7 @@
 function read_unstable(key, q, at, kq, key_fits)
   local r, regions = conf_num(args[q + 2]), conf_num(args[q + 3])
   local nwin = conf_num(args[kq])
-  local left, fits, j, room = 0, true, n, nil
+  local left, fits, j, room, full = 0, true, n, nil, false
   for w = nwin, 1, -1 do
     if not key_fits then
       break
@@ -78,6 +82,7 @@ function read_unstable(key, q, at, kq, key_fits)
           left = wait
         end
         fits = false
+        full = full or v > limit - regions + r
       end
     end
   end
@@ -88,5 +93,5 @@ function read_unstable(key, q, at, kq, key_fits)
   if fits and room then
     reply[n] = -1 - room
   end
-  return q + 4, fits
+  return q + 4, fits, full
 end
