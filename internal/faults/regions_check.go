@@ -231,12 +231,14 @@ func (p RegionsPlan) CheckBlock(adm, blocked []RegionAdmission, block, slack tim
 		from = min(from, b.At)
 	}
 	end := from + block
-	for _, a := range adm {
-		reach := time.Duration(0)
+	reach := make([]time.Duration, len(p.Rates)) // by region: the latest the block arrives
+	for j := range reach {
 		for r := range p.Rates {
-			reach = max(reach, p.latest(r, a.Region, first.done(), slack))
+			reach[j] = max(reach[j], p.latest(r, j, first.done(), slack))
 		}
-		if a.At < reach || a.done() >= end {
+	}
+	for _, a := range adm {
+		if a.At < reach[a.Region] || a.done() >= end {
 			continue
 		}
 		forgot := false
@@ -245,7 +247,7 @@ func (p RegionsPlan) CheckBlock(adm, blocked []RegionAdmission, block, slack tim
 		}
 		if !forgot {
 			return fmt.Sprintf("region %d admitted at %v-%v, after the block answered at %v-%v (region %d) reached it by %v",
-				a.Region, a.At, a.done(), first.At, first.done(), first.Region, reach)
+				a.Region, a.At, a.done(), first.At, first.done(), first.Region, reach[a.Region])
 		}
 	}
 	return ""

@@ -46,7 +46,8 @@ const ShareSlack = 2
 // throttle tags a call of a flow of a class with a share, so that such a
 // flow with no call waiting starts that many before virtual time
 // (docs/throttle.md, Credit): up to that many more calls of such a flow
-// may pass a waiter.
+// may pass a waiter. internal/throttle's TestModelConstants keeps it equal
+// to the throttle's.
 const ShareCredit = 2
 
 // creditOf returns the credit of the flows of class.

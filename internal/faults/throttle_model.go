@@ -450,7 +450,7 @@ func (h ThrottleHistory) checkIdle() ([]ThrottleViolation, time.Duration, string
 
 // PaceFactor is the spacing of a paced lane's admissions as a part of the
 // fair interval of its tightest sliding window of calls (docs/throttle.md,
-// Pacing).
+// Pacing): internal/throttle's, which its TestModelConstants keeps equal.
 const PaceFactor = 0.95
 
 // slotted reports whether a paced lane's next slot has come at t. A

@@ -6,8 +6,18 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/faults"
 	"github.com/slidelimit/slidelimit/rules"
 )
+
+// TestModelConstants: the fault harness's model (internal/faults) bounds
+// the throttle by the pacing factor and the share credit it runs with.
+func TestModelConstants(t *testing.T) {
+	if paceFactor != faults.PaceFactor || shareCredit != faults.ShareCredit {
+		t.Errorf("pacing factor %v and share credit %d, the model's %v and %d", paceFactor, shareCredit,
+			faults.PaceFactor, faults.ShareCredit)
+	}
+}
 
 // TestPaceNext: the schedule of a paced lane. Admissions on time move
 // the next slot g on; late ones (a slow hand-off) catch up, at most
