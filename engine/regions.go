@@ -121,7 +121,8 @@ func (e *Engine) startRegions(cfg *regionsConfig) {
 	r, n := regions.Index(cfg.local, names)
 	e.share = plan.Share{Index: r, Regions: n}
 	regions.CheckSet(e.client, e.keyer.Prefix()+regions.SetKey, regions.SetHash(cfg.local, names), min(e.timeout, time.Second), e.log)
-	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Peers: peers, Log: e.log})
+	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Peers: peers, Log: e.log,
+		Invalidate: e.invalidation})
 }
 
 // shareKeys makes c's count keys keep copies when the engine has
@@ -241,7 +242,7 @@ func (e *Engine) replicateBlocks(c *call) {
 	at := c.sec*1_000_000 + c.usec
 	for k, key := range p.Keys {
 		if b := p.BlockOf(k); b > 0 && c.bleft[k] == b && p.HasUnstable(k) {
-			e.rep.Add(regions.Entry{Key: plan.BlockKey(key), Stamp: at + b, Block: true})
+			e.rep.Add(regions.Entry{Key: plan.BlockKey(key), Stamp: at + b, Keep: b, Block: true})
 		}
 	}
 }
