@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -253,5 +254,44 @@ func TestRegionsResetBlock(t *testing.T) {
 		if v, _ := locals[i].Get(ctx, key+":block").Int64(); v >= 0 {
 			t.Errorf("region %d's block key holds %d, want the floor (negative)", i, v)
 		}
+	}
+}
+
+// TestResetRequestWithoutRegions checks that without WithRegions
+// ResetRequest runs the very Redis commands Reset runs for each check
+// (INFO commandstats of a redis-server), and that both clear the keys.
+func TestResetRequestWithoutRegions(t *testing.T) {
+	ctx := context.Background()
+	_, rc := redistest.StartClient(t)
+	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)))
+	req := One("s", rules.User, "u1", win(3, time.Minute))
+	req.Checks[0].Block = time.Minute
+	key := string(e.keyer.AppendKeyOf(nil, "s", rules.User, "", "", "u1", false))
+	counted := func(reset func() error) map[string]int64 {
+		for range 4 { // the last one blocks
+			if _, err := e.Allow(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := readCmdStats(t, rc)
+		if err := reset(); err != nil {
+			t.Fatal(err)
+		}
+		after := readCmdStats(t, rc)
+		out := map[string]int64{}
+		for k, v := range after {
+			if d := v.calls - before[k].calls; d != 0 && k != "cpu" {
+				out[k] = d
+			}
+		}
+		if n := rc.Exists(ctx, key, key+":block").Val(); n != 0 {
+			t.Errorf("%d of the key and its block key left after the reset", n)
+		}
+		return out
+	}
+	one := counted(func() error { return e.Reset(ctx, "s", req.Checks[0].Rule, "u1", false) })
+	all := counted(func() error { return e.ResetRequest(ctx, req) })
+	if one["del"] == 0 || fmt.Sprint(one) != fmt.Sprint(all) {
+		t.Errorf("ResetRequest ran %v, Reset %v", all, one)
 	}
 }
