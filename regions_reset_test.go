@@ -13,8 +13,30 @@ import (
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/faults"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
+
+// reset resets the rig's user in region r's first process, and records
+// the call (sent, answered) for resetCalls.
+func (g *regionsRig) reset(r int) {
+	at := time.Since(g.start)
+	err := g.lims[r][0].Reset(context.Background(), "api", "user", "u", false)
+	done := time.Since(g.start)
+	if err != nil {
+		return // the region's Redis is down: no reset, none recorded
+	}
+	g.mu.Lock()
+	g.resets = append(g.resets, faults.RegionAdmission{Region: r, At: at, Done: done})
+	g.mu.Unlock()
+}
+
+// resetCalls returns the resets recorded so far.
+func (g *regionsRig) resetCalls() []faults.RegionAdmission {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]faults.RegionAdmission(nil), g.resets...)
+}
 
 // TestRegionsResetPublic checks Limiter.Reset under regions through the
 // public API, on three redis-servers 5-10 ms apart: a user blocked in

@@ -44,6 +44,7 @@ type regionsRig struct {
 	mu      sync.Mutex
 	adm     []faults.RegionAdmission
 	blocked []faults.RegionAdmission
+	resets  []faults.RegionAdmission // Limiter.Reset calls (reset)
 }
 
 // regionClient is a client of addr that fails at once when the server is
