@@ -54,23 +54,22 @@ func TestRegionsResetPublic(t *testing.T) {
 	} {
 		t.Run(tc.rules, func(t *testing.T) {
 			g := startRegionsRig(t, tc.rules, 5*time.Millisecond, 10*time.Millisecond)
-			// Every region denies: the limit taken, a block started and
-			// replicated (or, regional, each region's own).
-			redistest.Eventually(t, "every region denies", func() bool {
-				denied := 0
-				for r := range regionNames {
-					if !g.ask(r) {
-						denied++
-					}
-				}
-				return denied == len(regionNames)
-			})
-			time.Sleep(100 * time.Millisecond) // the blocks have reached every region
-			for r := range regionNames {
-				if g.ask(r) {
-					t.Fatalf("region %d admits after denying", r)
-				}
+			// Every region blocked for the minute: the limit taken, a
+			// block started and replicated (or, regional, each region's
+			// own).
+			blocked := func(r int) bool {
+				w := httptest.NewRecorder()
+				g.routes[r][0].ServeHTTP(w, httptest.NewRequest("GET", "/api", nil))
+				n, err := strconv.Atoi(w.Header().Get("Retry-After"))
+				return w.Code == http.StatusTooManyRequests && err == nil && n >= 50
 			}
+			redistest.Eventually(t, "every region blocked", func() bool {
+				all := true
+				for r := range regionNames {
+					all = blocked(r) && all
+				}
+				return all
+			})
 			start := time.Now()
 			if err := g.lims[1][0].Reset(ctx, "api", "user", "u", false); err != nil {
 				t.Fatal(err)

@@ -56,7 +56,7 @@ func floorOf(c *redis.Client, key string) int64 {
 // every region (each denying from its cache) is admitted again in every
 // region within the lag, every region keeps the floor and no entry
 // stamped at or before it, and afterwards the regions admit one fresh
-// limit together, not one each.
+// limit together (within the share rule's L + R - 1), not one each.
 func TestRegionsReset(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		_, engines, locals := threeRegions(t)
@@ -90,8 +90,9 @@ func regionsReset(t *testing.T, engines []*Engine, locals []*redis.Client) {
 		})
 		return admitted
 	}
-	if n := fill(); n != limit {
-		t.Fatalf("the regions admitted %d, want %d", n, limit)
+	// The share rule's bound near the limit: L + R - 1 (docs/regions.md).
+	if n := fill(); n < limit || n > limit+2 {
+		t.Fatalf("the regions admitted %d, want %d to %d", n, limit, limit+2)
 	}
 	for i, e := range engines {
 		if d, _ := e.Allow(ctx, req); d.Allowed {
@@ -124,9 +125,10 @@ func regionsReset(t *testing.T, engines []*Engine, locals []*redis.Client) {
 		}
 		return true
 	})
-	// One fresh limit across regions: 3 admitted above, the rest now.
-	if n := fill(); n != limit-3 {
-		t.Errorf("after the reset the regions admitted %d more, want %d", n, limit-3)
+	// One fresh limit across regions (within L + R - 1), not one each: 3
+	// admitted above, the rest now.
+	if n := 3 + fill(); n < limit || n > limit+2 {
+		t.Errorf("after the reset the regions admitted %d, want %d to %d", n, limit, limit+2)
 	}
 }
 

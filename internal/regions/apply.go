@@ -29,7 +29,8 @@ import (
 // key without an expiry, one the batch made or that lost it, gets one
 // with NX). The members go in one ZADD per 256 pairs (unpack's stack): 4
 // calls per key and batch with entries, whatever their number (ZMSCORE
-// reads 'r' and 'f' at once), and 4 more for a reset.
+// reads 'r' and 'f' at once), and 4 more for a reset. The helpers of
+// floors and blocks are made only when a batch needs them (help).
 //
 // A block key's (see Blocks in lua/multi_window.lua) are -end, since,
 // hold and floor: end is the time the latest block of the batch ends and
@@ -45,71 +46,71 @@ import (
 // added.
 const applySrc = `
 local COPY = 4503599627370496
-local function num(s)
-  if not s then return nil end
-  local v = tonumber(s)
-  if v then return v end
-  return tonumber((string.gsub(s, '^(-?%d+)([eE])', '%1.0%2')))
-end
-local function clock()
-  local now = redis.call('TIME')
-  return tonumber(now[1]) * 1000000 + tonumber(now[2])
-end
-local function block(key, ends, since, floor, hold)
-  local held = num(redis.call('GET', key)) or 0
-  local below = 0
-  if held < 0 then
-    below, held = -held, 0
+local H = nil
+-- help returns the helpers of floors and blocks, made on first use: a
+-- batch of admissions alone makes no closure.
+local function help()
+  if H then return H end
+  H = {}
+  function H.num(s)
+    if not s then return nil end
+    return tonumber(s) or tonumber((string.gsub(s, '^(-?%d+)([eE])', '%1.0%2')))
   end
-  local now = nil
-  if floor > below and held <= floor + hold then
-    below, held, now = floor, 0, clock()
-    if floor + hold > now then
-      redis.call('SET', key, string.format('%d', -floor), 'PX', string.format('%d', math.ceil((floor + hold - now) / 1000)))
+  function H.clock()
+    local now = redis.call('TIME')
+    return tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  function H.set(key, v, ends, now)
+    redis.call('SET', key, string.format('%d', v), 'PX', string.format('%d', math.ceil((ends - now) / 1000)))
+  end
+  function H.block(key, ends, since, floor, hold)
+    local held = H.num(redis.call('GET', key)) or 0
+    local below, now = 0, nil
+    if held < 0 then
+      below, held = -held, 0
     end
-  end
-  if ends > held and since > below then
-    now = now or clock()
-    if ends > now then
-      redis.call('SET', key, string.format('%d', ends), 'PX', string.format('%d', math.ceil((ends - now) / 1000)))
-    end
-  end
-end
-local function reset(key, floor, keep)
-  redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', floor))
-  redis.call('ZREMRANGEBYSCORE', key, string.format('%d', -(COPY + floor)), string.format('(%d', -COPY))
-  redis.call('ZADD', key, 'LT', string.format('%d', -floor), 'f')
-  redis.call('PEXPIRE', key, string.format('%d', math.ceil(keep / 1000)), 'NX')
-end
-local function add(key, p, na, below)
-  local added, pairs = 0, nil
-  if below > 0 then
-    pairs = {}
-    for i = 0, na - 1 do
-      if tonumber(ARGV[p + 2 * i]) > below then
-        pairs[#pairs + 1] = ARGV[p + 2 * i]
-        pairs[#pairs + 1] = ARGV[p + 2 * i + 1]
+    if floor > below and held <= floor + hold then
+      below, held, now = floor, 0, H.clock()
+      if floor + hold > now then
+        H.set(key, -floor, floor + hold, now)
       end
     end
-    p, na = 1, #pairs / 2
+    if ends > held and since > below then
+      now = now or H.clock()
+      if ends > now then
+        H.set(key, ends, ends, now)
+      end
+    end
   end
-  local src = pairs or ARGV
-  for i = 0, na - 1, 256 do
-    local j = math.min(na, i + 256)
-    added = added + redis.call('ZADD', key, unpack(src, p + 2 * i, p + 2 * j - 1))
+  function H.reset(key, floor, keep)
+    redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', floor))
+    redis.call('ZREMRANGEBYSCORE', key, string.format('%d', -(COPY + floor)), string.format('(%d', -COPY))
+    redis.call('ZADD', key, 'LT', string.format('%d', -floor), 'f')
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil(keep / 1000)), 'NX')
   end
-  return added
+  -- after returns the pairs of ARGV[p..p+2na-1] stamped after below.
+  function H.after(p, na, below)
+    local out = {}
+    for i = 0, na - 1 do
+      if tonumber(ARGV[p + 2 * i]) > below then
+        out[#out + 1] = ARGV[p + 2 * i]
+        out[#out + 1] = ARGV[p + 2 * i + 1]
+      end
+    end
+    return out
+  end
+  return H
 end
 local p, added = 1, 0
 for k = 1, #KEYS do
   local key, keep, x, y, floor = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
   p = p + 4
   if keep < 0 then
-    block(key, -keep, x, floor, y)
+    help().block(key, -keep, x, floor, y)
   else
     local na, nr = x, y
     if floor > 0 then
-      reset(key, floor, keep)
+      help().reset(key, floor, keep)
     end
     if na > 0 then
       local newest = 0
@@ -118,8 +119,17 @@ for k = 1, #KEYS do
         if s > newest then newest = s end
       end
       local marks = redis.call('ZMSCORE', key, 'r', 'f')
-      local r, f = num(marks[1]), num(marks[2])
-      added = added + add(key, p, na, f and -f or 0)
+      local r, f = marks[1], marks[2]
+      r = r and (tonumber(r) or help().num(r))
+      local src, q, m = ARGV, p, na
+      if f then
+        src, q = help().after(p, na, -help().num(f)), 1
+        m = #src / 2
+      end
+      for i = 0, m - 1, 256 do
+        local j = math.min(m, i + 256)
+        added = added + redis.call('ZADD', key, unpack(src, q + 2 * i, q + 2 * j - 1))
+      end
       if r and -r > keep then
         keep = -r
       end
