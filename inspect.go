@@ -42,9 +42,8 @@ func (l *Limiter) Peek(ctx context.Context, scope, ruleID, subject string, byIP 
 // WithRegions, a group that is not regions:local is reset in every region
 // within the replication lag: admissions made before the reset count
 // nowhere, wherever they arrive (docs/regions.md, Reset across regions).
-// Its arguments
-// and errors are Peek's; it fails with an error matching engine.ErrBackend
-// when Redis does.
+// Its arguments and errors are Peek's; it fails with an error matching
+// engine.ErrBackend when Redis does.
 func (l *Limiter) Reset(ctx context.Context, scope, ruleID, subject string, byIP bool) error {
 	req, err := l.inspect(scope, ruleID, subject, byIP)
 	if err != nil {

@@ -20,14 +20,14 @@ type regionsConfig struct {
 
 // WithRegions makes the engine one region of several that keep one limit
 // together (docs/regions.md). Each region decides on its own client, as
-// without regions; its admissions (and give-backs, and the blocks of
-// Check.Block its denials start, and the resets of ResetRequest) are then
-// replicated in the background to
-// every peer's Redis, and near the limit it admits only its share of the
-// headroom its unacknowledged admissions leave. local is this region's name;
-// peers maps every other region's name to a client of its Redis (any client
-// New takes). Every region must run the same set of names. The engine does
-// not own the peers' clients: Close leaves them open.
+// without regions; its admissions (and give-backs, the blocks of
+// Check.Block its denials start and the resets of ResetRequest) are then
+// replicated in the background to every peer's Redis, and near the limit
+// it admits only its share of the headroom its unacknowledged admissions
+// leave. local is this region's name; peers maps every other region's
+// name to a client of its Redis (any client New takes). Every region must
+// run the same set of names. The engine does not own the peers' clients:
+// Close leaves them open.
 //
 // A Request that is not Regional then may count only sliding windows
 // without a cost or grain (and in-flight windows, which stay local): a
