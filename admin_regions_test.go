@@ -62,7 +62,7 @@ func TestAdminRegions(t *testing.T) {
 
 // TestAdminResetRegions checks that a reset from the operator page
 // (POST /api/reset) reaches the peer regions under regions: their count
-// key of the subject gets the reset's floor.
+// key of the subject gets the reset's floor; the page says so.
 func TestAdminResetRegions(t *testing.T) {
 	t.Parallel()
 	_, local := redistest.Mini(t)
@@ -103,4 +103,11 @@ func TestAdminResetRegions(t *testing.T) {
 		return false
 	}
 	redistest.Eventually(t, "the reset's floor in every region", func() bool { return floored(local) && floored(ap) && floored(us) })
+	page := httptest.NewRequest("GET", "/", nil)
+	page.Header.Set("X-Role", "ops")
+	w = httptest.NewRecorder()
+	lim.AdminHandler("ops").ServeHTTP(w, page)
+	if !strings.Contains(w.Body.String(), "A reset or a lifted block reaches every peer region") {
+		t.Errorf("the page does not say where a reset goes: %d %.300s", w.Code, w.Body)
+	}
 }
