@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
-	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/faults"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
@@ -112,24 +111,10 @@ func TestRegionsSetRulesLocal(t *testing.T) {
 		_, c := redistest.Mini(t)
 		clients = append(clients, c)
 	}
-	prefix := redistest.Prefix(t)
+	lims := regionLimiters(t, clients, redistest.Prefix(t))
 	muxes := make([]*http.ServeMux, len(regionNames))
-	lims := make([]*slidelimit.Limiter, len(regionNames))
-	for i, name := range regionNames {
-		peers := map[string]engine.Client{}
-		for j, p := range regionNames {
-			if j != i {
-				peers[p] = clients[j]
-			}
-		}
-		lim, err := slidelimit.New(clients[i], slidelimit.WithKeyPrefix(prefix),
-			slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}),
-			slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lim.Close() })
-		muxes[i], lims[i] = http.NewServeMux(), lim
+	for i, lim := range lims {
+		muxes[i] = http.NewServeMux()
 		if err := lim.Handle(muxes[i], "GET /x", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), "user:10/min"); err != nil {
 			t.Fatal(err)
 		}
