@@ -38,10 +38,11 @@ var (
 	script         = redis.NewScript(multiWindowSrc)
 )
 
-// Batching defaults, measured on two cores (see bench_test.go):
-// two batches in flight keep Redis busy while the next batch is built.
+// Batching defaults, measured on two cores (see bench_test.go and
+// docs/performance.md): three batches in flight keep Redis busy while the
+// next batch is built.
 const (
-	defaultInflight = 2
+	defaultInflight = 3
 	defaultBatch    = 64
 )
 

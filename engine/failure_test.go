@@ -210,16 +210,16 @@ func TestHangQueued(t *testing.T) {
 	e := newEngine(t, rc, WithTimeout(timeout), WithFailMode(rules.FailLocal))
 	r := req(user("u", win(10, time.Minute)))
 
-	// Two calls lead the two batches in flight; the third queues.
+	// defaultInflight calls lead the batches in flight; the next queues.
 	var wg sync.WaitGroup
 	for range defaultInflight {
 		wg.Add(1)
 		go func() { defer wg.Done(); e.Allow(context.Background(), r) }()
 	}
-	// Both lead their batch (a loaded machine may start them late).
+	// Each leads its batch (a loaded machine may start them late).
 	for deadline := time.Now().Add(5 * time.Second); !e.batch.full(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the two leaders never were in flight")
+			t.Fatal("the leaders never were all in flight")
 		}
 	}
 	start := time.Now()
