@@ -113,12 +113,33 @@ func interval(req *engine.Request) time.Duration {
 	return max(d, time.Microsecond)
 }
 
+// A grid maps the inner tags of a class whose tenants split its share to
+// the fleet's order (turn.lua, op 't'): tag = a + (x - x0) × n, less the
+// credit, where n is the number of the class's tenants with calls ahead.
+// The turn script continues a class's grid from virtual time when n
+// changes, in a new epoch, and every process remaps its waiting calls of
+// the class: tenants take turns on the inner clock, and the class's part
+// stays its share however many tenants split it.
+type grid struct{ a, x0, n, epoch int64 }
+
+// outer returns the tag of a call of inner tag x, of a flow with
+// increment inc and credit credit, on g.
+func (g grid) outer(x, inc int64, credit int) int64 {
+	return g.a + (x-g.x0)*g.n - int64(credit)*inc*g.n
+}
+
+// A tagging is the turn script's reply to op 't'.
+type tagging struct {
+	tag, inc, x int64
+	g           grid // epoch 0: none (the class's share is not split)
+}
+
 // tag asks the turn script for the tag of a waiting call of flow fl in
-// ln and its flow's increment, or returns the arrival stamp and 0 when
-// Redis fails.
-func (f *fleet) tag(ln *lane, fl *flow, arrival int64) (int64, int64) {
+// ln, or returns the arrival stamp and an increment of 0 when Redis
+// fails.
+func (f *fleet) tag(ln *lane, fl *flow, arrival int64) tagging {
 	if f.client == nil {
-		return arrival, 0
+		return tagging{tag: arrival}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -126,31 +147,85 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) (int64, int64) {
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
 		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Int64Slice()
-	if err != nil || len(res) < 7 {
-		return arrival, 0
+	if err != nil || len(res) < 12 {
+		return tagging{tag: arrival}
 	}
 	f.clock(time.UnixMicro(res[5]), start)
-	return res[0], max(res[1], 0)
+	return tagging{tag: res[0], inc: max(res[1], 0), x: res[8], g: grid{a: res[9], x0: res[10], n: max(res[2], 1), epoch: res[11]}}
 }
 
 // tagWaiter tags w, a waiter of flow w.fl not in ln's queue, unless it
-// is tagged already.
+// is tagged already. A new grid of its class remaps the lane's waiters,
+// and this process's entry in the fleet's queue follows its head.
 func (f *fleet) tagWaiter(ln *lane, w *waiter) {
-	if w.fl != nil && !w.tagged {
-		w.stamp, w.inc = f.tag(ln, w.fl, w.stamp)
-		w.tagged = true
+	if w.fl == nil || w.tagged {
+		return
+	}
+	tg := f.tag(ln, w.fl, w.stamp)
+	ln.mu.Lock()
+	w.stamp, w.inc, w.x, w.tagged = tg.tag, tg.inc, tg.x, true
+	var o op
+	if tg.inc > 0 && tg.g.epoch > 0 {
+		o = ln.regrid(w.fl.split, tg.g)
+		if g := ln.grids[w.fl.split]; g.epoch > tg.g.epoch {
+			w.stamp = g.outer(w.x, w.inc, w.fl.credit) // a newer grid came first
+		}
+	}
+	ln.mu.Unlock()
+	if o.kind != "" {
+		f.send(ln, o)
 	}
 }
 
-// untag returns the free tag of flow fl, tag with increment inc, to the
-// turn script (op 'r'): when it is still the flow's last, the flow's next
-// call takes it. It runs in a goroutine of its own, which ends within the
-// call's timeout, so that a Wait whose context ended returns at once.
-func (f *fleet) untag(ln *lane, fl *flow, tag, inc int64) {
+// regrid notes g, a grid of class, when newer than the lane's, remaps
+// the queued waiters of class on it and keeps the queue in tag order (the
+// head keeps its place while it asks). It returns the op that moves this
+// process's entry in the fleet's queue to its head's new tag, if any (a
+// zero op for none); ln.mu is held.
+func (ln *lane) regrid(class string, g grid) op {
+	if old, ok := ln.grids[class]; ok && old.epoch >= g.epoch {
+		return op{}
+	}
+	if ln.grids == nil {
+		ln.grids = make(map[string]grid)
+	}
+	ln.grids[class] = g
+	var head *waiter
+	var was int64
+	if len(ln.q) > 0 {
+		head, was = ln.q[0], ln.q[0].stamp
+	}
+	for _, w := range ln.q {
+		if w.tagged && w.inc > 0 && w.fl != nil && w.fl.split == class {
+			w.stamp = g.outer(w.x, w.inc, w.fl.credit)
+		}
+	}
+	from := 0
+	if ln.asking {
+		from = 1
+	}
+	if len(ln.q) > from {
+		slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	}
+	if !ln.joined || head == nil || (ln.q[0] == head && head.stamp == was) {
+		return op{}
+	}
+	if ln.q[0] != head {
+		ln.q[0].signal()
+	}
+	return ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
+}
+
+// untag returns the free tag of flow fl, inner tag x with increment inc,
+// to the turn script (op 'r'): when it is still the flow's last, the
+// flow's next call takes it. It runs in a goroutine of its own, which ends
+// within the call's timeout, so that a Wait whose context ended returns
+// at once.
+func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
 	if f.client == nil || inc <= 0 {
 		return
 	}
-	fend := tag + int64(fl.credit+1)*inc
+	fend := x + inc
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -167,20 +242,20 @@ func (f *fleet) untag(ln *lane, fl *flow, tag, inc int64) {
 // one before it, so that the flow keeps its place in the rounds, and the
 // last one's tag, now free, is returned. Without it a tenant whose
 // waiters give up is served later than round robin says: each gave up
-// turn was spent. It returns the free tag and its increment (0 for none)
-// and whether the lane's head changed; ln.mu is held.
+// turn was spent. It returns the free inner tag and its increment (0 for
+// none) and whether the lane's head changed; ln.mu is held.
 func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
 	if !w.tagged || w.inc <= 0 || w.fl == nil {
 		return 0, 0, false
 	}
-	hole, inc := w.stamp, w.inc
+	hole, in, inc := w.stamp, w.x, w.inc
 	var head *waiter
 	if len(ln.q) > 0 {
 		head = ln.q[0]
 	}
 	for _, x := range ln.q { // in tag order
 		if x != w && x.fl != nil && x.fl.field == w.fl.field && x.tagged && x.stamp > hole {
-			x.stamp, x.inc, hole, inc = hole, inc, x.stamp, x.inc
+			x.stamp, x.x, x.inc, hole, in, inc = hole, in, inc, x.stamp, x.x, x.inc
 		}
 	}
 	from := 0
@@ -188,5 +263,5 @@ func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
 		from = 1 // the head is asking; it keeps its place
 	}
 	slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
-	return hole, inc, len(ln.q) > 0 && ln.q[0] != head && head != w
+	return in, inc, len(ln.q) > 0 && ln.q[0] != head && head != w
 }

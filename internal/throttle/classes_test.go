@@ -113,7 +113,7 @@ func turnTags(t *testing.T, client engine.Client) {
 	const step = 1000 // µs
 	batch := func(tenant string) *flow { return &flow{field: "\n" + tenant, split: "\n", weight: 75, step: step} }
 	critical := &flow{field: "critical\nx", split: "critical\n", weight: 25, step: step}
-	tag := func(fl *flow) int64 { tg, _ := th.fleet.tag(ln, fl, -1); return tg }
+	tag := func(fl *flow) int64 { return th.fleet.tag(ln, fl, -1).tag }
 	v := tag(batch("a"))
 	if v < 0 {
 		t.Fatal("no tag: the script failed")
@@ -131,13 +131,19 @@ func turnTags(t *testing.T, client engine.Client) {
 	if got := tag(critical); got != v+step*100/25 {
 		t.Errorf("critical's second tag %d after the first, want %d", got-v, step*100/25)
 	}
-	// A second tenant of batch splits the class's share: increments of
-	// twice as much, for it (and for a from its next tag).
-	if got := tag(batch("b")); got != v {
-		t.Errorf("batch b's first tag %d, want 0", got-v)
+	// A second tenant of batch splits the class's share: the class's
+	// grid doubles its increments from virtual time on, for b and for a's
+	// calls tagged already (a at 0 and 2 incA, b one inner µs after each:
+	// turns in a fixed order).
+	if got := tag(batch("b")); got != v+2 {
+		t.Errorf("batch b's first tag %d, want 2", got-v)
 	}
-	if got := tag(batch("b")); got != v+2*incA {
-		t.Errorf("batch b's second tag %d, want %d", got-v, 2*incA)
+	tg := th.fleet.tag(ln, batch("b"), -1)
+	if tg.tag != v+2*incA+2 || tg.g.n != 2 || tg.g.a != v || tg.g.x0 != v {
+		t.Errorf("batch b's second tag %d on grid %+v, want %d on {a: v, x0: v, n: 2}", tg.tag-v, tg.g, 2*incA+2)
+	}
+	if a := tg.g.outer(v+incA, incA, 0); a != v+2*incA {
+		t.Errorf("batch a's second call remapped to %d, want %d", a-v, 2*incA)
 	}
 	// A head in the fleet's queue far ahead moves virtual time there:
 	// flows behind it are forgotten and start again at it.
@@ -146,8 +152,8 @@ func turnTags(t *testing.T, client engine.Client) {
 	if got := tag(batch("a")); got != far {
 		t.Errorf("batch a's tag after virtual time passed it: %d, want %d", got-v, far-v)
 	}
-	if n := client.(redis.Cmdable).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 2 {
-		t.Errorf("the flows hash holds %d fields, want 2 (virtual time and batch a)", n)
+	if n := client.(redis.Cmdable).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 4 {
+		t.Errorf("the flows hash holds %d fields, want 4 (virtual time, batch a and the two grids)", n)
 	}
 	// A flow with credit 2 (a class with a share): its calls are tagged
 	// two increments earlier, from two before virtual time, its finish
@@ -162,7 +168,8 @@ func turnTags(t *testing.T, client engine.Client) {
 	// A free tag returned (op 'r'): the flow's last goes back, and its
 	// next call takes it; a tag that is not the flow's last changes
 	// nothing.
-	last, gotInc := th.fleet.tag(ln, credited, -1)
+	tg = th.fleet.tag(ln, credited, -1)
+	last, gotInc := tg.tag, tg.inc
 	if last != far+3*inc || gotInc != inc {
 		t.Fatalf("credited call tagged %d, increment %d; want %d, %d", last-far, gotInc, 3*inc, inc)
 	}
@@ -189,7 +196,7 @@ func turnTags(t *testing.T, client engine.Client) {
 // stays in tag order.
 func TestHandBack(t *testing.T) {
 	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
-	w := func(fl *flow, tag, inc int64) *waiter { return &waiter{fl: fl, stamp: tag, inc: inc, tagged: true} }
+	w := func(fl *flow, tag, inc int64) *waiter { return &waiter{fl: fl, stamp: tag, x: tag, inc: inc, tagged: true} }
 	a1, b1, a2, b2, a3 := w(a, 10, 10), w(b, 15, 10), w(a, 20, 10), w(b, 25, 10), w(a, 30, 7)
 	ln := &lane{q: []*waiter{a1, b1, a2, b2, a3}}
 	hole, inc, moved := ln.handBack(a1)
@@ -213,5 +220,43 @@ func TestHandBack(t *testing.T) {
 	ln = &lane{q: []*waiter{{stamp: 1}, a1}}
 	if _, inc, _ := ln.handBack(ln.q[0]); inc != 0 {
 		t.Errorf("an untagged waiter freed a tag of increment %d", inc)
+	}
+}
+
+// TestRegrid: a class's new grid remaps its queued waiters, calls of a
+// tenant tagged while it waited alone moving apart, and keeps the queue in
+// tag order; other classes' waiters and older grids change nothing.
+func TestRegrid(t *testing.T) {
+	a := &flow{field: "\na", split: "\n"}
+	b := &flow{field: "\nb", split: "\n"}
+	c := &flow{field: "c\nx", split: "c\n"}
+	const inc = 100
+	w := func(fl *flow, x int64) *waiter {
+		return &waiter{fl: fl, stamp: x, x: x, inc: inc, tagged: true, wake: make(chan struct{}, 1)}
+	}
+	// a's three calls tagged alone (n 1, identity at 1000), b's first
+	// since, c's call between.
+	a1, a2, a3, b1, c1 := w(a, 1000), w(a, 1100), w(a, 1200), w(b, 1001), w(c, 1150)
+	ln := &lane{q: []*waiter{a1, b1, a2, c1, a3}}
+	ln.regrid("\n", grid{a: 1000, x0: 1000, n: 1, epoch: 5})
+	ln.regrid("\n", grid{a: 1000, x0: 1000, n: 2, epoch: 6})
+	want := []*waiter{a1, b1, c1, a2, a3}
+	for i, x := range want {
+		if ln.q[i] != x {
+			t.Fatalf("queue %d: stamp %d, want %d", i, ln.q[i].stamp, x.stamp)
+		}
+	}
+	if a2.stamp != 1200 || a3.stamp != 1400 || b1.stamp != 1002 || c1.stamp != 1150 {
+		t.Errorf("stamps a2 %d, a3 %d, b1 %d, c1 %d; want 1200, 1400, 1002, 1150", a2.stamp, a3.stamp, b1.stamp, c1.stamp)
+	}
+	// An older epoch is ignored.
+	ln.regrid("\n", grid{a: 1000, x0: 1000, n: 3, epoch: 4})
+	if a3.stamp != 1400 {
+		t.Errorf("an older grid remapped a3 to %d", a3.stamp)
+	}
+	// A credit moves the class's calls back by credit increments of the
+	// grid.
+	if got := (grid{a: 1000, x0: 1000, n: 2}).outer(1100, inc, 2); got != 800 {
+		t.Errorf("outer with credit 2: %d, want 800", got)
 	}
 }

@@ -28,22 +28,23 @@ type lane struct {
 
 	mu        sync.Mutex
 	q         []*waiter
-	wakeAt    time.Time // when the head may ask next (local clock)
-	blocked   time.Time // an upstream's Retry-After holds the lane until then
-	joined    bool      // this process has an entry in the fleet's queue
-	onTurn    bool      // that entry is the fleet's first
-	othersMin int64     // the earliest arrival of another process's head; none if none
-	renewed   time.Time // the last call of the fleet script (lease renewal)
-	ver       int64     // the version of the fleet's queue last applied
-	verAt     time.Time // when
-	sent      int64     // the sequence number of the last op sent (fleet.op)
-	kicked    bool      // a Finish or the fleet said the windows have room since the head last asked
-	quiet     time.Time // a Finish here made room then, telling no other process (roomQuietly)
-	asking    bool      // the head is asking Redis (it left await and is not refused yet)
-	direct    int       // callers with a flow asking at once, not queued: at most one
-	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
-	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
-	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
+	wakeAt    time.Time       // when the head may ask next (local clock)
+	blocked   time.Time       // an upstream's Retry-After holds the lane until then
+	joined    bool            // this process has an entry in the fleet's queue
+	onTurn    bool            // that entry is the fleet's first
+	othersMin int64           // the earliest arrival of another process's head; none if none
+	renewed   time.Time       // the last call of the fleet script (lease renewal)
+	ver       int64           // the version of the fleet's queue last applied
+	verAt     time.Time       // when
+	sent      int64           // the sequence number of the last op sent (fleet.op)
+	kicked    bool            // a Finish or the fleet said the windows have room since the head last asked
+	quiet     time.Time       // a Finish here made room then, telling no other process (roomQuietly)
+	asking    bool            // the head is asking Redis (it left await and is not refused yet)
+	direct    int             // callers with a flow asking at once, not queued: at most one
+	flows     bool            // calls of the lane are tagged in the fleet: the last reply saw its flows hash
+	paceAt    time.Time       // a paced lane's next slot (pace.go), from its last admission or a pass's hint
+	paceN     int             // the admissions of its current group of slots (pace.go, paceGroup)
+	grids     map[string]grid // the grids of the classes whose tenants split their share, by class (classes.go)
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
@@ -60,7 +61,8 @@ type waiter struct {
 	wake   chan struct{} // signalled when something it waits for changed
 	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
 	tagged bool          // stamp is the tag the turn script gave it (classes.go)
-	inc    int64         // its flow's increment when tagged (µs; 0: unknown), which a hand-back returns
+	inc    int64         // its flow's inner increment when tagged (0: unknown), which a hand-back returns
+	x      int64         // its inner tag when tagged (classes.go, grid): its stamp is its class's grid at x
 	direct bool          // it has a flow and asks at once (lane.direct counts it)
 	early  bool          // a Finish may make room for it early: its calls hold slots or settle costs
 	told   bool          // it joined the fleet's queue to hear of such room (await)
