@@ -216,52 +216,74 @@ func (ln *lane) regrid(class string, g grid) op {
 	return ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
 }
 
-// untag returns the free tag of flow fl, inner tag x with increment inc,
-// to the turn script (op 'r'): when it is still the flow's last, the
-// flow's next call takes it. It runs in a goroutine of its own, which ends
+// untag tells the turn script (op 'r') that a call of flow fl, inner tag
+// x with increment inc, gave up: the flow's finish tag goes back by inc,
+// and the other processes move the flow's later calls back (message h),
+// as handBack does here. It runs in a goroutine of its own, which ends
 // within the call's timeout, so that a Wait whose context ended returns
 // at once.
 func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
 	if f.client == nil || inc <= 0 {
 		return
 	}
-	fend := x + inc
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		f.t.stats.calls.Add(1)
-		// A failure keeps the flow's finish tag: the flow waits one
-		// increment longer, as before hand-backs.
+		// A failure keeps the flow's finish tag: its later calls wait one
+		// increment longer.
 		_ = turnScript.Run(ctx, f.client, f.keys(ln), "r", f.member, fl.field,
-			fleetLease.Microseconds(), f.channel, ln.id, fend, 0, inc).Err()
+			fleetLease.Microseconds(), f.channel, ln.id, x, 0, inc).Err()
 	}()
 }
 
-// handBack hands the tag of w, a tagged waiter of ln that gives up, to
-// the waiters of its flow queued here after it: each takes the tag of the
-// one before it, so that the flow keeps its place in the rounds, and the
-// last one's tag, now free, is returned. Without it a tenant whose
-// waiters give up is served later than round robin says: each gave up
-// turn was spent. It returns the free inner tag and its increment (0 for
-// none) and whether the lane's head changed; ln.mu is held.
+// handBack takes the tag of w, a tagged waiter of ln that gives up, out of
+// its flow: the waiters of its flow queued here after it move back by its
+// increment, as if it had never been tagged (the turn script does the
+// same in the other processes: untag). Without it a tenant whose waiters
+// give up is served later than round robin says: each gave up turn was
+// spent. It returns w's inner tag and increment (0 for none) and whether
+// the lane's head or its tag changed; ln.mu is held.
 func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
 	if !w.tagged || w.inc <= 0 || w.fl == nil {
 		return 0, 0, false
 	}
-	hole, in, inc := w.stamp, w.x, w.inc
+	return w.x, w.inc, ln.shift(w.fl.field, w.x, w.inc, w)
+}
+
+// shift moves the queued waiters of flow field tagged after inner tag x
+// (but skip) back by inc, keeping the queue in tag order (the head keeps
+// its place while it asks). It reports whether the head, other than
+// skip, or its tag changed; ln.mu is held.
+func (ln *lane) shift(field string, x, inc int64, skip *waiter) bool {
 	var head *waiter
+	var was int64
 	if len(ln.q) > 0 {
-		head = ln.q[0]
+		head, was = ln.q[0], ln.q[0].stamp
 	}
-	for _, x := range ln.q { // in tag order
-		if x != w && x.fl != nil && x.fl.field == w.fl.field && x.tagged && x.stamp > hole {
-			x.stamp, x.x, x.inc, hole, in, inc = hole, in, inc, x.stamp, x.x, x.inc
+	for _, o := range ln.q {
+		if o != skip && o.tagged && o.inc > 0 && o.fl != nil && o.fl.field == field && o.x > x {
+			n := int64(1) // the slope of the flow's grid: 1 for a class not split
+			if g, ok := ln.grids[o.fl.split]; ok {
+				n = g.n
+			}
+			o.x -= inc
+			o.stamp -= inc * n
 		}
 	}
 	from := 0
-	if ln.asking && head != w {
+	if ln.asking && head != skip {
 		from = 1 // the head is asking; it keeps its place
 	}
-	slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
-	return in, inc, len(ln.q) > 0 && ln.q[0] != head && head != w
+	if len(ln.q) > from {
+		slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	}
+	if len(ln.q) == 0 || head == skip {
+		return false
+	}
+	if ln.q[0] != head {
+		ln.q[0].signal()
+		return true
+	}
+	return head.stamp != was
 }

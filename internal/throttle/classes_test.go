@@ -165,45 +165,47 @@ func turnTags(t *testing.T, client engine.Client) {
 			t.Errorf("credited call %d tagged %d after virtual time, want %d", i, got-far, want)
 		}
 	}
-	// A free tag returned (op 'r'): the flow's last goes back, and its
-	// next call takes it; a tag that is not the flow's last changes
-	// nothing.
+	// A call that gave up (op 'r'): its flow's finish tag goes back by
+	// its increment, whichever of the flow's calls it was, so that the
+	// flow's next call is tagged one increment earlier; a call not before
+	// the finish tag changes nothing.
 	tg = th.fleet.tag(ln, credited, -1)
-	last, gotInc := tg.tag, tg.inc
-	if last != far+3*inc || gotInc != inc {
-		t.Fatalf("credited call tagged %d, increment %d; want %d, %d", last-far, gotInc, 3*inc, inc)
+	if tg.tag != far+3*inc || tg.inc != inc || tg.x != far+5*inc {
+		t.Fatalf("credited call tagged %d, inner %d, increment %d; want %d, %d, %d",
+			tg.tag-far, tg.x-far, tg.inc, 3*inc, 5*inc, inc)
 	}
-	hand := func(tg int64) {
-		fend := tg + int64(credited.credit+1)*inc
+	gaveUp := func(x int64) {
 		if err := turnScript.Run(ctx, client.(redis.Cmdable), th.fleet.keys(ln), "r", th.fleet.member, credited.field,
-			fleetLease.Microseconds(), th.fleet.channel, ln.id, fend, 0, inc).Err(); err != nil {
+			fleetLease.Microseconds(), th.fleet.channel, ln.id, x, 0, inc).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	hand(last - inc) // not the last: nothing
-	if got := tag(credited); got != far+4*inc {
-		t.Errorf("after returning a tag that is not the last, the next is %d, want %d", got-far, 4*inc)
+	gaveUp(tg.x - inc) // the call before the last
+	if got := tag(credited); got != far+3*inc {
+		t.Errorf("after a call gave up, the next is %d, want %d", got-far, 3*inc)
 	}
-	hand(far + 4*inc)
+	gaveUp(far + 6*inc) // at the finish tag: nothing
 	if got := tag(credited); got != far+4*inc {
-		t.Errorf("after returning the last tag, the next is %d, want it again, %d", got-far, 4*inc)
+		t.Errorf("after a call not before the finish tag gave up, the next is %d, want %d", got-far, 4*inc)
 	}
 }
 
-// TestHandBack: a tagged waiter that gives up hands its tag to the later
-// waiters of its flow queued here, each taking the one before it, and the
-// last one's tag is the one freed; other flows keep theirs, and the queue
-// stays in tag order.
+// TestHandBack: a tagged waiter that gives up moves the later waiters of
+// its flow queued here back by its increment, and its own tag is the one
+// freed; other flows keep theirs, and the queue stays in tag order. A
+// message h from another process moves them the same way.
 func TestHandBack(t *testing.T) {
 	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
-	w := func(fl *flow, tag, inc int64) *waiter { return &waiter{fl: fl, stamp: tag, x: tag, inc: inc, tagged: true} }
+	w := func(fl *flow, tag, inc int64) *waiter {
+		return &waiter{fl: fl, stamp: tag, x: tag, inc: inc, tagged: true}
+	}
 	a1, b1, a2, b2, a3 := w(a, 10, 10), w(b, 15, 10), w(a, 20, 10), w(b, 25, 10), w(a, 30, 7)
 	ln := &lane{q: []*waiter{a1, b1, a2, b2, a3}}
 	hole, inc, moved := ln.handBack(a1)
-	if hole != 30 || inc != 7 || moved {
-		t.Errorf("freed tag %d, increment %d, head moved %v; want 30, 7, false (a1 was the head)", hole, inc, moved)
+	if hole != 10 || inc != 10 || moved {
+		t.Errorf("freed tag %d, increment %d, head moved %v; want 10, 10, false (a1 was the head)", hole, inc, moved)
 	}
-	if a2.stamp != 10 || a2.inc != 10 || a3.stamp != 20 || a3.inc != 10 || b1.stamp != 15 || b2.stamp != 25 {
+	if a2.stamp != 10 || a2.x != 10 || a3.stamp != 20 || a3.inc != 7 || b1.stamp != 15 || b2.stamp != 25 {
 		t.Errorf("tags a2 %d, a3 %d, b1 %d, b2 %d; want 10, 20, 15, 25", a2.stamp, a3.stamp, b1.stamp, b2.stamp)
 	}
 	if ln.q[1] != a2 || ln.q[2] != b1 || ln.q[3] != a3 {
@@ -213,8 +215,24 @@ func TestHandBack(t *testing.T) {
 	// one that gives up behind it takes a tag before it.
 	h, x, y := w(b, 8, 10), w(a, 5, 10), w(a, 20, 10)
 	ln = &lane{q: []*waiter{h, x, y}, asking: true}
-	if hole, _, moved := ln.handBack(x); hole != 20 || moved || ln.q[0] != h || y.stamp != 5 {
-		t.Errorf("freed %d, head moved %v, y tagged %d; want 20, no move, 5", hole, moved, y.stamp)
+	if hole, _, moved := ln.handBack(x); hole != 5 || moved || ln.q[0] != h || y.stamp != 10 {
+		t.Errorf("freed %d, head moved %v, y tagged %d; want 5, no move, 10", hole, moved, y.stamp)
+	}
+	// Message h: a call of flow a, inner tag 0, increment 4, gave up in
+	// another process; one of this process's is ignored.
+	th := &Throttle{}
+	f := &fleet{t: th, member: "me"}
+	th.fleet = f
+	p, q := w(a, 10, 10), w(b, 12, 10)
+	p.wake, q.wake = make(chan struct{}, 1), make(chan struct{}, 1)
+	ln = &lane{t: th, q: []*waiter{p, q}}
+	f.message(ln, []string{"h", "1", "me", "0", "4", "\na"})
+	if p.stamp != 10 {
+		t.Errorf("this process's own message moved a waiter to %d", p.stamp)
+	}
+	f.message(ln, []string{"h", "1", "other", "0", "4", "\na"})
+	if p.stamp != 6 || p.x != 6 || ln.q[0] != p || q.stamp != 12 {
+		t.Errorf("after message h: a at %d (inner %d), b at %d; want 6, 6, 12", p.stamp, p.x, q.stamp)
 	}
 	// An untagged waiter hands nothing back.
 	ln = &lane{q: []*waiter{{stamp: 1}, a1}}

@@ -356,6 +356,15 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 	case "k":
 		ln.wakeAt, ln.kicked = time.Time{}, true
 		ln.signalHead()
+	case "h":
+		// A call gave up in another process: h|lane|member|x|inc|field
+		// (the field may hold '|').
+		if len(parts) < 6 || parts[2] == f.member || num(3) < 0 || num(4) <= 0 {
+			return op{}, false
+		}
+		if ln.shift(strings.Join(parts[5:], "|"), num(3), num(4), nil) && ln.joined {
+			return f.op(ln, "j", ln.q[0].stamp, 0), true
+		}
 	case "c":
 		// A class's new grid: c|lane|n|A|X0|epoch|class (the class may
 		// hold '|').

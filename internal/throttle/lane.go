@@ -253,15 +253,15 @@ func (ln *lane) queue(w *waiter) {
 }
 
 // giveUp takes w out, as remove does, for a caller whose context ended
-// before it was admitted: a tagged waiter hands its tag on (handBack), and
-// the flow's tag it frees goes back to the fleet.
+// before it was admitted: a tagged waiter's tag is taken out of its flow,
+// here (handBack) and in the fleet (untag).
 func (ln *lane) giveUp(w *waiter) {
 	ln.mu.Lock()
 	hole, inc, moved := ln.handBack(w)
 	var o op
 	if moved && ln.joined {
-		// A later waiter of w's flow took a tag before the head's: this
-		// process's entry in the fleet's queue moves to it.
+		// A later waiter of w's flow moved before the head, or the head
+		// moved: this process's entry in the fleet's queue follows.
 		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
 	}
 	ln.mu.Unlock()

@@ -61,16 +61,19 @@
 -- x - c * inc). Fields whose F is not ahead of their class's inner time
 -- are deleted; grids stay until the hash expires. Reply {tag, inc, n, -1,
 -- 0, now, 1, 1, x, A, X0, epoch} (A, X0, epoch 0, 0, 0 without ARGV[9]).
--- Every 'j' and 'p' renews KEYS[6] with the queue.
+-- Every 'j' and 'p' renews KEYS[6] with the queue. Every applied 'p' (a
+-- call admitted or gone) counts each split class's flows ahead again and
+-- continues its grid when their number changed (message c): a class
+-- whose other tenants' calls were all served spaces its calls left for
+-- the tenants that wait.
 --
--- Op 'r': a tagged call gave up before its turn, and its flow's last tag
--- is free: ARGV[3] the flow's field, ARGV[7] the finish tag that tag
--- gave the flow (its inner tag plus its increment), ARGV[9] its
--- increment. When the
--- flow's F is still that finish tag, F goes back by the increment, so
--- the flow's next call takes the free tag; else (a later call was
--- tagged, or the field is gone) nothing changes. Reply {0, -1, 0, -1, 0,
--- now, 1}; no message.
+-- Op 'r': a tagged call gave up before its turn: ARGV[3] its flow's
+-- field, ARGV[7] its inner tag x, ARGV[9] its increment. When the flow's
+-- F is ahead of x, F goes back by the increment and the fleet is told
+-- (message h): every process moves its waiting calls of the flow tagged
+-- after x back by the increment, as if the call had never been tagged, so
+-- that a tenant whose waiters give up keeps its turns. Reply {0, -1, 0,
+-- -1, 0, now, 1}.
 --
 -- Reply: {mine, others, n, block, version, now, applied, flows}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
@@ -101,6 +104,10 @@
 --   b|lane|ms                  an upstream blocked the lane for ms
 --   k|lane                     the lane's windows have room now: the
 --                              head of the process on turn asks at once
+--   h|lane|member|x|inc|field  a call of flow field, inner tag x, gave up
+--                              in member (op 'r'): the other processes
+--                              move their calls of the flow tagged after
+--                              x back by inc
 --   c|lane|n|A|X0|epoch|class  split class class (with its newline) has
 --                              a new grid (op 't'): every process remaps
 --                              its waiting calls of the class, when the
@@ -172,6 +179,30 @@ local function tag(now)
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
   return {tagged, inc, n, -1, 0, now, 1, 1, start, g[1], g[2], g[4]}
 end
+-- refresh is op 'p' (a call admitted or gone) on a lane with a flows
+-- hash: the grid of every split class whose flows ahead of its inner time
+-- are no longer n (a tenant's calls all served or gone) is continued from
+-- V with their number, so that the class's calls left are spaced for the
+-- tenants that wait. Fields whose F is not ahead are deleted.
+local function refresh(now)
+  if redis.call('EXISTS', KEYS[6]) == 0 then return end
+  local flows, gs, v = grids(now)
+  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if h[2] and tonumber(h[2]) > v then v = tonumber(h[2]) end
+  local count = {}
+  for k, f in pairs(flows) do
+    local c = string.match(k, '^[^\n]*\n') or ''
+    if f <= inner(gs[c], v) then
+      redis.call('HDEL', KEYS[6], k)
+    else
+      count[c] = (count[c] or 0) + 1
+    end
+  end
+  for c, g in pairs(gs) do
+    local n = count[c] or 0
+    if n > 0 and n ~= g[3] then regrid(c, g, n, inner(g, v), v, now) end
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if op == 'b' then
@@ -187,9 +218,11 @@ if op == 't' then
   return tag(now)
 end
 if op == 'r' then
-  local fend = tonumber(ARGV[7])
-  if tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1') == fend then
-    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', fend - tonumber(ARGV[9])))
+  local x = tonumber(ARGV[7])
+  local f = tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1')
+  if f > x then
+    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f - tonumber(ARGV[9])))
+    redis.call('PUBLISH', ch, 'h|' .. lane .. '|' .. me .. '|' .. ARGV[7] .. '|' .. ARGV[9] .. '|' .. ARGV[3])
   end
   return {0, -1, 0, -1, 0, now, 1}
 end
@@ -231,6 +264,7 @@ if seq > tonumber(redis.call('HGET', KEYS[5], me) or '0') then
     redis.call('ZREM', KEYS[2], me)
   end
 end
+if op == 'p' and applied == 1 then refresh(now) end
 local f1, s1, t1 = head()
 if f1 ~= f0 or s1 ~= s0 or t1 ~= t0 then
   local hint, fseq = '-1', '0'
