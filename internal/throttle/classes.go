@@ -11,18 +11,22 @@ import (
 )
 
 // Classes and tenants (docs/throttle.md, Classes and tenants) order the
-// waiters of a lane by start-time fair queuing: a waiting call of flow f,
-// its class and tenant, is given a tag in Redis by the turn script (op
-// 't'), tag = max(V, F[f]), and F[f] becomes tag + inc(f), where virtual
-// time V is the lowest tag of a head in the fleet's queue (the next to be
-// admitted) and inc(f) is the call's fair interval over f's part of the
-// admissions: its class's share, split between the class's tenants with
-// waiters. The tag takes the place of the arrival stamp: in the local
-// queue, and as this process's score in the fleet's queue, where the
-// lowest score has the turn. Calls with no tenant, in a throttle without
-// shares, are not tagged and keep their arrival stamps, unless calls of
-// their lane are tagged in the fleet (the lane's flows hash exists, as
-// the turn script's replies say): they are then tagged as tenant "".
+// waiters of a lane by start-time fair queuing in two levels: a waiting
+// call of flow f, its class and tenant, is given a tag in Redis by the
+// turn script (op 't'). Within its class, f's calls get inner tags one
+// increment apart, the call's fair interval over its class's share,
+// whatever the number of tenants: the tenants take turns. The class's grid
+// maps inner tags to tags, spacing the class's calls by the number n of
+// its tenants with calls ahead, so that the class's part is its share;
+// when n changes the script continues the grid from virtual time V (the
+// lowest tag of a head in the fleet's queue) and every process remaps its
+// waiting calls of the class (regrid). The tag takes the place of the
+// arrival stamp: in the local queue, and as this process's score in the
+// fleet's queue, where the lowest score has the turn. Calls with no
+// tenant, in a throttle without shares, are not tagged and keep their
+// arrival stamps, unless calls of their lane are tagged in the fleet (the
+// lane's flows hash exists, as the turn script's replies say): they are
+// then tagged as tenant "".
 
 // maxTagStep caps a tag's increment (µs), so that tags stay exact in the
 // doubles that Redis and Lua hold them in.

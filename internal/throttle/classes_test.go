@@ -74,11 +74,13 @@ func TestFlowStateEnds(t *testing.T) {
 	}
 }
 
-// TestTurnTags: the turn script's tags are start-time fair queuing: a
-// flow's tags grow by its increment, a new flow starts at virtual time,
-// a class's increment is its fair interval over its share split between
-// its tenants, and a flow whose finish tag virtual time passed is
-// forgotten.
+// TestTurnTags: the turn script's tags are start-time fair queuing in two
+// levels: a flow's inner tags grow by its increment, its fair interval
+// over its class's share; a new flow starts at virtual time, after the
+// flows of its class ahead; the class's grid spaces its calls by the
+// number of its tenants, continued from virtual time when that changes;
+// a flow whose finish tag its class's inner time passed is forgotten; a
+// call that gave up moves its flow's finish tag back.
 func TestTurnTags(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, b := range []struct {
