@@ -1,15 +1,21 @@
 package slidelimit_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/slidelimit/slidelimit"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/admin"
 	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/middleware"
 	"github.com/slidelimit/slidelimit/role"
 )
 
@@ -51,5 +57,57 @@ func TestAdminRegions(t *testing.T) {
 	}
 	if got := regions(without); len(got) != 0 {
 		t.Errorf("the peer regions without regions: %v, want none", got)
+	}
+}
+
+// TestAdminResetRegions checks that a reset from the operator page
+// (POST /api/reset) reaches the peer regions under regions: their count
+// key of the subject gets the reset's floor; the page says so.
+func TestAdminResetRegions(t *testing.T) {
+	t.Parallel()
+	_, local := redistest.Mini(t)
+	_, ap := redistest.Mini(t)
+	_, us := redistest.Mini(t)
+	prefix := redistest.Prefix(t)
+	lim, err := slidelimit.New(local, slidelimit.WithKeyPrefix(prefix),
+		slidelimit.WithRegions(slidelimit.Regions{Local: "eu", Peers: map[string]engine.Client{"us": us, "ap": ap}}),
+		slidelimit.WithIdentity(func(r *http.Request) (string, []string) {
+			if r.Header.Get("X-Role") != "" {
+				return "o", []string{r.Header.Get("X-Role")}
+			}
+			return "u", nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	if _, err := lim.Middleware("user:2/min", middleware.WithScope("api")); err != nil {
+		t.Fatal(err)
+	}
+	form := url.Values{"scope": {"api"}, "limiter": {"user"}, "subject": {"u"}}
+	r := httptest.NewRequest("POST", "/api/reset", strings.NewReader(form.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("X-Role", "ops")
+	w := httptest.NewRecorder()
+	lim.AdminHandler("ops").ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		t.Fatalf("POST /api/reset: %d %s", w.Code, w.Body)
+	}
+	floored := func(c *redis.Client) bool {
+		ctx := context.Background()
+		for _, k := range c.Keys(ctx, prefix+"*").Val() {
+			if c.Type(ctx, k).Val() == "zset" && c.ZScore(ctx, k, "f").Val() < 0 {
+				return true
+			}
+		}
+		return false
+	}
+	redistest.Eventually(t, "the reset's floor in every region", func() bool { return floored(local) && floored(ap) && floored(us) })
+	page := httptest.NewRequest("GET", "/", nil)
+	page.Header.Set("X-Role", "ops")
+	w = httptest.NewRecorder()
+	lim.AdminHandler("ops").ServeHTTP(w, page)
+	if !strings.Contains(w.Body.String(), "A reset or a lifted block reaches every peer region") {
+		t.Errorf("the page does not say where a reset goes: %d %.300s", w.Code, w.Body)
 	}
 }

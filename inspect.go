@@ -38,9 +38,12 @@ func (l *Limiter) Peek(ctx context.Context, scope, ruleID, subject string, byIP 
 // subject, in every window of every rule with that ID in the scope, and
 // lifts the subject's block. On a throttle's scope it also lifts, in every
 // process within a second, the blocks learned from the upstream for calls
-// with that subject (see docs/throttle.md, Learned blocks). Its arguments
-// and errors are Peek's; it fails with an error matching engine.ErrBackend
-// when Redis does.
+// with that subject (see docs/throttle.md, Learned blocks). With
+// WithRegions, a group that is not regions:local is reset in every region
+// within the replication lag: admissions made before the reset count
+// nowhere, wherever they arrive (docs/regions.md, Reset across regions).
+// Its arguments and errors are Peek's; it fails with an error matching
+// engine.ErrBackend when Redis does.
 func (l *Limiter) Reset(ctx context.Context, scope, ruleID, subject string, byIP bool) error {
 	req, err := l.inspect(scope, ruleID, subject, byIP)
 	if err != nil {
@@ -52,10 +55,8 @@ func (l *Limiter) Reset(ctx context.Context, scope, ruleID, subject string, byIP
 // resetChecks resets the subject of each check of req.
 func (l *Limiter) resetChecks(ctx context.Context, req engine.Request) error {
 	var errs []error
-	for _, c := range req.Checks {
-		if err := l.engine.Reset(ctx, req.Scope, c.Rule, c.Subject, c.Hashed); err != nil {
-			errs = append(errs, err)
-		}
+	if err := l.engine.ResetRequest(ctx, req); err != nil {
+		errs = append(errs, err)
 	}
 	// A throttle's blocks learned from its upstream, of every lane that
 	// has the subject (a subject stored hashed names none).

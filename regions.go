@@ -23,12 +23,13 @@ type Regions struct {
 
 // WithRegions makes the Limiter one region of several that keep one limit
 // together. Each region decides on its own Redis in one call, as without
-// regions, and no request waits on another region; admissions, give-backs
-// and the blocks of block: statements are replicated to the peers in the
-// background, and near the limit a region
+// regions, and no request waits on another region; admissions, give-backs,
+// the blocks of block: statements and resets (Reset) are replicated to the
+// peers in the background, and near the limit a region
 // admits only its share of the headroom its unacknowledged admissions
 // leave, which bounds the overshoot (docs/regions.md). A rule group with
-// the statement regions:local is not replicated. An empty Local, an empty
+// the statement regions:local is not replicated. Rule overrides
+// (SetRules) are not: each region keeps its own. An empty Local, an empty
 // peer name, Local among Peers or a nil client make New fail with a
 // *ConfigError.
 func WithRegions(r Regions) Option {

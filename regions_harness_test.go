@@ -21,8 +21,10 @@ var regionsHarnessCaps = faults.RegionCaps{Regions: 3, Duration: 4 * time.Second
 
 // TestRegionsHarness runs generated plans (internal/faults.GenerateRegions:
 // partitions, lag spikes, a region's Redis killed, restarted empty or with
-// its data) on three real regions through the public API, and checks every
-// window of the admissions against the bound of docs/regions.md.
+// its data, a reset of the subject in one region) on three real regions
+// through the public API, and checks every window of the admissions
+// against the bound of docs/regions.md, counting after a reset only the
+// admissions not made before it.
 // SLIDELIMIT_REGIONS_SEED runs one seed of each kind of servers instead.
 func TestRegionsHarness(t *testing.T) {
 	empty, kept := []uint64{3, 6}, []uint64{11} // every kind of fault among them
@@ -36,8 +38,13 @@ func TestRegionsHarness(t *testing.T) {
 	withData := regionsHarnessCaps
 	withData.RestartEmpty, withData.Kill = false, true
 	blocks := []uint64{5} // a partition and a restart empty; a block starts
+	// A reset in the second half, under even traffic above the limit:
+	// seeds 0 (a lag spike) and 21 (a restart empty). Peers
+	// that dropped every entry for 10 s after a floor broke both.
+	withReset, resets := regionsHarnessCaps, []uint64{0, 21}
+	withReset.Reset = true
 	if s := os.Getenv("SLIDELIMIT_REGIONS_SEED"); s != "" {
-		blocks = empty
+		blocks, resets = empty, empty
 	}
 	for _, tc := range []struct {
 		name  string
@@ -49,6 +56,7 @@ func TestRegionsHarness(t *testing.T) {
 		{"empty", regionsHarnessCaps, empty, nil, false},
 		{"kept", withData, kept, []string{"--appendonly", "yes", "--appendfsync", "always"}, false},
 		{"block", regionsHarnessCaps, blocks, nil, true},
+		{"reset", withReset, resets, nil, false},
 	} {
 		for _, seed := range tc.seeds {
 			t.Run(fmt.Sprintf("%s/%d", tc.name, seed), func(t *testing.T) {
@@ -67,7 +75,7 @@ func TestRegionsHarness(t *testing.T) {
 				go func() { defer close(done); g.drive(p.Rates, p.Duration) }()
 				runRegionFaults(g, p)
 				<-done
-				c := p.CheckRegions(g.admissions(), regionsSlack)
+				c := p.CheckRegionsResets(g.admissions(), g.resetCalls(), regionsSlack)
 				if c.MaxOver > 0 {
 					t.Errorf("%v\nthe bound of docs/regions.md failed: %s", p, c.Violation)
 				}
@@ -79,7 +87,7 @@ func TestRegionsHarness(t *testing.T) {
 						t.Errorf("%v\nthe block did not hold the regions it reached: %s", p, v)
 					}
 				}
-				t.Logf("%v\n%d admitted; most in a window %d", p, len(g.admissions()), c.MaxInWindow)
+				t.Logf("%v\n%d admitted; most in a window %d; resets %v", p, len(g.admissions()), c.MaxInWindow, g.resetCalls())
 			})
 		}
 	}
@@ -127,6 +135,10 @@ func runRegionFaults(g *regionsRig, p faults.RegionsPlan) {
 				spikes = slices.Delete(spikes, slices.Index(spikes, f.Lag), slices.Index(spikes, f.Lag)+1)
 			}
 			g.rs.SetDelay(p.MinLag, max(p.MaxLag, slices.Max(append(spikes, 0))))
+		case faults.RegionReset:
+			if s.start {
+				g.reset(f.Region)
+			}
 		case faults.RegionRestartEmpty, faults.RegionKill:
 			if s.start {
 				if down[f.Region]++; down[f.Region] == 1 {

@@ -34,24 +34,10 @@ func startSkewRig(t *testing.T, rulesText string) *skewRig {
 		m, c := redistest.Mini(t)
 		g.minis, clients[i] = append(g.minis, m), c
 	}
-	prefix := redistest.Prefix(t)
-	for i, name := range regionNames {
-		peers := map[string]engine.Client{}
-		for j, p := range regionNames {
-			if j != i {
-				peers[p] = clients[j]
-			}
-		}
-		lim, err := slidelimit.New(clients[i], slidelimit.WithKeyPrefix(prefix),
-			slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}),
-			// The servers' clocks run ahead of the local one, which
-			// cached denials measure time by: every decision asks Redis.
-			slidelimit.WithEngineOptions(engine.WithCachedDenials(false)),
-			slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil }))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { lim.Close() })
+	// The servers' clocks run ahead of the local one, which cached
+	// denials measure time by: every decision asks Redis.
+	lims := regionLimiters(t, clients, redistest.Prefix(t), slidelimit.WithEngineOptions(engine.WithCachedDenials(false)))
+	for _, lim := range lims {
 		mw, err := lim.Middleware(rulesText, middleware.WithScope("api"))
 		if err != nil {
 			t.Fatal(err)
@@ -60,6 +46,31 @@ func startSkewRig(t *testing.T, rulesText string) *skewRig {
 		g.routes = append(g.routes, mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})))
 	}
 	return g
+}
+
+// regionLimiters starts a Limiter per region of regionNames on clients
+// (in that order), each the others' peer, deciding for user "u", with
+// opts after those; they close when the test ends.
+func regionLimiters(t *testing.T, clients []*redis.Client, prefix string, opts ...slidelimit.Option) []*slidelimit.Limiter {
+	t.Helper()
+	lims := make([]*slidelimit.Limiter, len(regionNames))
+	for i, name := range regionNames {
+		peers := map[string]engine.Client{}
+		for j, p := range regionNames {
+			if j != i {
+				peers[p] = clients[j]
+			}
+		}
+		lim, err := slidelimit.New(clients[i], append([]slidelimit.Option{slidelimit.WithKeyPrefix(prefix),
+			slidelimit.WithRegions(slidelimit.Regions{Local: name, Peers: peers}),
+			slidelimit.WithIdentity(func(*http.Request) (string, []string) { return "u", nil })}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		lims[i] = lim
+	}
+	return lims
 }
 
 // drained waits until every region's peers have applied every admission

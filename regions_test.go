@@ -31,6 +31,7 @@ var regionNames = []string{"ap", "eu", "us"}
 type regionsRig struct {
 	rs     *redistest.Regions
 	routes [][]http.Handler // per region, one per process
+	lims   [][]*slidelimit.Limiter
 	turn   atomic.Int64
 	start  time.Time
 	prefix string // of the Limiters' keys
@@ -43,6 +44,7 @@ type regionsRig struct {
 	mu      sync.Mutex
 	adm     []faults.RegionAdmission
 	blocked []faults.RegionAdmission
+	resets  []faults.RegionAdmission // Limiter.Reset calls (reset)
 }
 
 // regionClient is a client of addr that fails at once when the server is
@@ -84,7 +86,7 @@ func startRegionsClients(t *testing.T, rulesText string, procs int, local func(i
 	peer func(i, j int) engine.Client) *regionsRig {
 	t.Helper()
 	prefix := redistest.Prefix(t)
-	g := &regionsRig{routes: make([][]http.Handler, len(regionNames)), prefix: prefix}
+	g := &regionsRig{routes: make([][]http.Handler, len(regionNames)), lims: make([][]*slidelimit.Limiter, len(regionNames)), prefix: prefix}
 	for i, name := range regionNames {
 		for range procs {
 			peers := map[string]engine.Client{}
@@ -101,6 +103,7 @@ func startRegionsClients(t *testing.T, rulesText string, procs int, local func(i
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { lim.Close() })
+			g.lims[i] = append(g.lims[i], lim)
 			mw, err := lim.Middleware(rulesText, middleware.WithScope("api"))
 			if err != nil {
 				t.Fatal(err)

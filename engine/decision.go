@@ -53,13 +53,15 @@ type WindowState struct {
 	// what it counted. It is zero when the window is empty, and for an
 	// in-flight window.
 	//
-	// It is exact for every window of a denied request and for the window
-	// with the fewest remaining of each key, which the RateLimit header
-	// reports. When the request was not denied, the shortest window of a
-	// key (a check's count windows, calendar and in-flight ones aside)
-	// that has more remaining than another window of that key reports its
-	// period instead: an upper bound, as its oldest entry leaves within a
-	// period. Redis then does not read that entry.
+	// It is exact for every window of a request that was denied or that
+	// filled a window, and for every window more than an eighth full.
+	// Otherwise Redis does not read the oldest entry of a count window (a
+	// check's count windows, calendar and in-flight ones aside) that is at
+	// most an eighth full, this request counted, nor of a key's shortest
+	// window with more remaining than another window of that key: such a
+	// window reports its period instead, an upper bound, as its oldest
+	// entry leaves within a period. The fallback limiter reports exact
+	// times.
 	//
 	// While the check's subject is blocked (Check.Block), Remaining is 0
 	// and Reset at least the time until the block ends: nothing is free

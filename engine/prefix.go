@@ -28,6 +28,8 @@ func (e *Engine) Peek(ctx context.Context, req Request) (Decision, error) {
 // Reset clears the windows of rule l for subject in scope, and its
 // block, everywhere the engine keeps them; an in-flight window frees its
 // slots. With hashed, subject is a stored hash, else an ErrInvalid error.
+// With WithRegions it resets this region only: ResetRequest resets a
+// shared request in every region.
 func (e *Engine) Reset(ctx context.Context, scope string, l rules.Rule, subject string, hashed bool) error {
 	return e.reset(ctx, scope, l, subject, hashed)
 }

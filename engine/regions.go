@@ -20,13 +20,14 @@ type regionsConfig struct {
 
 // WithRegions makes the engine one region of several that keep one limit
 // together (docs/regions.md). Each region decides on its own client, as
-// without regions; its admissions (and give-backs, and the blocks of
-// Check.Block its denials start) are then replicated in the background to
-// every peer's Redis, and near the limit it admits only its share of the
-// headroom its unacknowledged admissions leave. local is this region's name;
-// peers maps every other region's name to a client of its Redis (any client
-// New takes). Every region must run the same set of names. The engine does
-// not own the peers' clients: Close leaves them open.
+// without regions; its admissions (and give-backs, the blocks of
+// Check.Block its denials start and the resets of ResetRequest) are then
+// replicated in the background to every peer's Redis, and near the limit
+// it admits only its share of the headroom its unacknowledged admissions
+// leave. local is this region's name; peers maps every other region's
+// name to a client of its Redis (any client New takes). Every region must
+// run the same set of names. The engine does not own the peers' clients:
+// Close leaves them open.
 //
 // A Request that is not Regional then may count only sliding windows
 // without a cost or grain (and in-flight windows, which stay local): a
@@ -121,7 +122,8 @@ func (e *Engine) startRegions(cfg *regionsConfig) {
 	r, n := regions.Index(cfg.local, names)
 	e.share = plan.Share{Index: r, Regions: n}
 	regions.CheckSet(e.client, e.keyer.Prefix()+regions.SetKey, regions.SetHash(cfg.local, names), min(e.timeout, time.Second), e.log)
-	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Peers: peers, Log: e.log})
+	e.rep = regions.New(regions.Config{Name: cfg.local, Prefix: e.keyer.Prefix(), Local: e.client, Peers: peers, Log: e.log,
+		Invalidate: e.invalidation})
 }
 
 // shareKeys makes c's count keys keep copies when the engine has
@@ -241,7 +243,7 @@ func (e *Engine) replicateBlocks(c *call) {
 	at := c.sec*1_000_000 + c.usec
 	for k, key := range p.Keys {
 		if b := p.BlockOf(k); b > 0 && c.bleft[k] == b && p.HasUnstable(k) {
-			e.rep.Add(regions.Entry{Key: plan.BlockKey(key), Stamp: at + b, Block: true})
+			e.rep.Add(regions.Entry{Key: plan.BlockKey(key), Stamp: at + b, Keep: b, Block: true})
 		}
 	}
 }

@@ -16,7 +16,8 @@ import (
 // TestRegionsCluster checks the share rule on a Redis Cluster region, and
 // replication from a single server to a Cluster peer and back: entries
 // of keys in many slots arrive, one script call per hash tag, and leave
-// their copies once acknowledged.
+// their copies once acknowledged; a block and a reset reach the other
+// region either way.
 func TestRegionsCluster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	cc := cl.Client(t)
@@ -85,6 +86,22 @@ func TestRegionsCluster(t *testing.T) {
 		})
 		if d, err := other.Peek(ctx, req); err != nil || d.Allowed || !d.Blocked {
 			t.Errorf("the other region during the block: allowed %v, blocked %v, %v", d.Allowed, d.Blocked, err)
+		}
+		// A reset lifts it in both regions, its floor beside the key in
+		// the key's slot (a limit of 10: at 1 or 2 a region's share of
+		// what the other admits first may be 0, which starts a block).
+		req.Checks[0].Windows[0].Limit = 10
+		if err := from.ResetRequest(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range []*Engine{from, other} {
+			redistest.Eventually(t, "admitted after the reset", func() bool {
+				d, _ := e.Allow(ctx, req)
+				return d.Allowed
+			})
+		}
+		if n := single.ZCount(ctx, key, "0", "+inf").Val() + cc.ZCount(ctx, key, "0", "+inf").Val(); n > 4 {
+			t.Errorf("%d entries in both regions after the reset, want the 2 admitted since in each", n)
 		}
 	}
 }

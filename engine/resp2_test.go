@@ -16,7 +16,7 @@ func TestSemanticsRESP2(t *testing.T) {
 	s, _ := redistest.StartClient(t)
 	rc := redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
 	t.Cleanup(func() { rc.Close() })
-	for sc, cached := range cacheModes(append(scenarios(), unreadScenarios(false)...)) {
+	for sc, cached := range cacheModes(append(scenarios(), unreadScenarios()...)) {
 		t.Run(sc.name+cacheName(cached), func(t *testing.T) {
 			t.Parallel()
 			clk := redistest.NewClock()

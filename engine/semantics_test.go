@@ -172,12 +172,13 @@ func scenarios() []scenario {
 			{at: 7 * ms, peek: true, req: req(bytesOf("u", 1, win(10, sec))), allow: true, wins: [][3]time.Duration{{6, 4, sec - 2*ms}}},
 		}},
 		{"retry after counts only the entries that must leave", []step{
-			// A wider group shares the key: 5 entries, 1 s apart.
-			{at: 0, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{1, 99, 10 * sec}}},
-			{at: 1 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{2, 98, 9 * sec}}},
-			{at: 2 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{3, 97, 8 * sec}}},
-			{at: 3 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{4, 96, 7 * sec}}},
-			{at: 4 * sec, req: req(user("u", win(100, 10*sec))), allow: true, wins: [][3]time.Duration{{5, 95, 6 * sec}}},
+			// A wider group shares the key: 5 entries, 1 s apart (its
+			// window more than an eighth full, so every Reset is read).
+			{at: 0, req: req(user("u", win(15, 10*sec))), allow: true, wins: [][3]time.Duration{{1, 14, 10 * sec}}},
+			{at: 1 * sec, req: req(user("u", win(15, 10*sec))), allow: true, wins: [][3]time.Duration{{2, 13, 9 * sec}}},
+			{at: 2 * sec, req: req(user("u", win(15, 10*sec))), allow: true, wins: [][3]time.Duration{{3, 12, 8 * sec}}},
+			{at: 3 * sec, req: req(user("u", win(15, 10*sec))), allow: true, wins: [][3]time.Duration{{4, 11, 7 * sec}}},
+			{at: 4 * sec, req: req(user("u", win(15, 10*sec))), allow: true, wins: [][3]time.Duration{{5, 10, 6 * sec}}},
 			// Limit 3 with 5 used: the 3 oldest (t0, t0+1s, t0+2s) must
 			// leave; the last of them leaves at 12 s.
 			{at: 5 * sec, req: req(user("u", win(3, 10*sec))), retry: 7 * sec, wins: [][3]time.Duration{{5, 0, 5 * sec}}},

@@ -134,9 +134,10 @@
 -- entries scored after t (admitted before the server's clock went back)
 -- count. used is the window's number of entries before the op (a weighted
 -- key: their summed cost); oldest, present when used > 0, is the score of
--- the window's oldest entry, or 0 when it was not read (the last window of
--- a count key with more room than another window of the key, in an op
--- that was not denied: see unread); edge, present when the request does not fit
+-- the window's oldest entry, or 0 when it was not read (a count key's
+-- window at most an eighth full, or its last window with more room than
+-- another, in an op that neither was denied nor filled a window: see
+-- unread); edge, present when the request does not fit
 -- (count key: used >= limit; weighted key: used + cost > limit), is the
 -- score of the entry that must leave the window for it to fit (count key:
 -- the entry at rank used-limit, 0-based, from the window's oldest;
@@ -471,7 +472,7 @@ local sci = sci
 local calendar_period, cal_read, reply, n, t, flush_cal_key, cal_call, conf_num, finish_remove
 local finish_members, finish_calendar, finish_restore, finish_weight, args, change_newest
 local settle_entry, change_weight, ARITH_DEC, find_entry, fmt, rewrite_entry, charge_newest, num
-local call, unread, unread_n, read_all, suffix_text
+local call, unread, unread_n, read_all, suffix_text, fills
 
 -- Constants. The source writes each as a placeholder (see Parts), which
 -- lua/lua.go replaces with its value when it joins the parts: a literal,
@@ -526,20 +527,23 @@ reply_table, key_state_table = {0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0}
 -- reply leaves out, three fields each: the reply index of that entry's
 -- score, the key and the window's used, or false and the score when it is
 -- known without a read. An op replies the oldest entry of every window
--- that has entries, except the last (shortest) window of a count key when
--- that window has room and more room than another window of its key: a
--- client reports the window with the least room (its Reset, the RateLimit
--- field's t), and a longer window's oldest entry is read anyway, as it
--- gives the shorter windows' counts. The reply then holds 0 there, which
--- no entry's score is, unless the op is denied: decide_op then reads them
--- (a denial reports every window, and cached denials need every window's
--- Reset). Ops that derive a key's windows (derive_windows) reply the same.
--- unread_n is its length; decide_op resets it. A Function's library keeps
--- the table from call to call, like reply. read_all (a negative
--- max_suffix) says that the call decides a part of each request only (the
--- engine's calls per hash slot or per server, whose other parts other
--- calls decide): its ops reply every oldest entry. suffix_text is the
--- max_suffix read_all was found in, a pure memo: a string.byte costs
+-- that has entries, except, in a count key, a window at most an eighth
+-- full with the op counted ((used + 1) * 8 <= limit), and the last
+-- (shortest) window when it has room and more room than another window of
+-- its key. A client reports the window with the least room (its Reset,
+-- the RateLimit field's t) and, far from its limit, needs no exact time:
+-- the period is an upper bound of when the oldest entry leaves. The reply
+-- then holds 0 there, which no entry's score is, unless the op is denied
+-- or fills a window (used + 1 >= limit, fills): decide_op then reads them
+-- (a denial reports every window, and cached denials, learned from the
+-- admission that fills a window too, need every window's Reset). Ops
+-- that derive a key's windows (derive_windows) reply the same.
+-- unread_n is its length; decide_op resets it and fills. A Function's
+-- library keeps the table from call to call, like reply. read_all (a
+-- negative max_suffix) says that the call decides a part of each request
+-- only (the engine's calls per hash slot or per server, whose other parts
+-- other calls decide): its ops reply every oldest entry. suffix_text is
+-- the max_suffix read_all was found in, a pure memo: a string.byte costs
 -- about 1,000 instructions, comparing two strings Redis interned one.
 unread, unread_n = {}, 0
 

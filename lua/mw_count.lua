@@ -51,9 +51,10 @@ function count_windows(key, q, nwin, q0, r, added)
       if used > 0 then
         s = args[q + 1]
         local limit = conf[s] or conf_num(s)
-        if w == nwin and w > 1 and used < limit and limit - used > room and not read_all then
-          -- The last window, with more room than another: the reply holds
-          -- 0, and unread what a denial reads (see unread).
+        fills = fills or used + 1 >= limit
+        if not read_all and ((used + 1) * 8 <= limit or w == nwin and w > 1 and used < limit and limit - used > room) then
+          -- At most an eighth full, or the last window with more room
+          -- than another: the reply holds 0, and unread what to read.
           unread_n = unread_n + 3
           unread[unread_n - 2], unread[unread_n - 1], unread[unread_n] = n + 2, oldest == nil and key, oldest or used
           oldest = 0
@@ -133,16 +134,22 @@ function derive_windows(key, q, nwin, q0, r, added)
     if used >= limit then
       n, same, unread_n = start, false, unread_start
     else
+      fills = fills or used + 1 >= limit
       n = n + 1
       reply[n] = used
       if oldest then
         n = n + 1
-        if w > 0 and w == 2 * nwin - 2 and limit - used > room and not read_all then
+        if not read_all and ((used + 1) * 8 <= limit or w > 0 and w == 2 * nwin - 2 and limit - used > room) then
           -- As count_windows would reply (see unread); oldest is 0 when
           -- the earlier op did not read it either.
           unread_n = unread_n + 3
           unread[unread_n - 2], unread[unread_n - 1], unread[unread_n] = n, oldest == 0 and key, oldest > 0 and oldest or used
           oldest = 0
+        elseif oldest == 0 then
+          -- The earlier op did not read it, and this one reports it.
+          local rank = decs[-used] or dec(-used)
+          local s = call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+          oldest = num(s) or sci(s)
         end
         reply[n] = oldest
       end

@@ -33,13 +33,14 @@ function decide_op(p, used_keys)
   end
   n = n + 1
   local code = n
-  unread_n = 0
+  unread_n, fills = 0, false
   local q, fits, weighted = read_keys(p + 2, used_keys, nkeys, member, remember)
   if not q then
     return nil, nil, fits
   end
-  -- A denial reports every window's oldest entry (see unread).
-  for i = 3, fits and 0 or unread_n, 3 do
+  -- A denial, or an admission that fills a window, reports every
+  -- window's oldest entry (see unread).
+  for i = 3, fits and not fills and 0 or unread_n, 3 do
     local s = unread[i]
     if unread[i - 1] then
       local rank = decs[-s] or dec(-s)

@@ -105,7 +105,10 @@
 // leaves the window, the engine's WindowState.Reset from now; until then r
 // is all the client may use, and right after it one more request fits. So t
 // is Reset, or the whole period for a window that holds nothing (a window
-// that did not count a denied request). Because the draft allows only whole
+// that did not count a denied request). Far from its limit, at most an
+// eighth full, a window's Reset is its period, an upper bound (see
+// engine.WindowState): a client told r and t is then never early either,
+// as r is at least seven eighths of q. Because the draft allows only whole
 // seconds, t is rounded up and at least 1: a client that uses r and then
 // waits t is never early, and at worst waits less than a second too long.
 // Likewise w is the period rounded up to at least 1 (5 per 500ms is

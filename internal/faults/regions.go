@@ -160,7 +160,7 @@ func (s RegionsSim) blocks() [][]blockSpan {
 		out[c.Region] = append(out[c.Region], blockSpan{msOf(c.From), msOf(c.To)})
 	}
 	for _, f := range s.Faults {
-		if f.Kind != RegionLagSpike {
+		if f.Kind != RegionLagSpike && f.Kind != RegionReset {
 			out[f.Region] = append(out[f.Region], blockSpan{msOf(f.At), msOf(f.end())})
 		}
 	}

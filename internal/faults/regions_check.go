@@ -50,6 +50,21 @@ type RegionsCheck struct {
 // adds), or by the lag bound after a cut or a Redis down holding it ends.
 // These are the theorem's terms made larger, never smaller.
 func (p RegionsPlan) CheckRegions(adm []RegionAdmission, slack time.Duration) RegionsCheck {
+	return p.CheckRegionsResets(adm, nil, slack)
+}
+
+// CheckRegionsResets is CheckRegions for a run with resets of the subject
+// (RegionReset): resets are the Limiter.Reset calls, each between its At
+// (sent) and Done (answered). A reset's floor is the resetting region's
+// clock during the call, and every region then counts only the admissions
+// made after it (docs/regions.md, Reset across regions): the theorem
+// holds for those alone, since the entries before the floor only lower
+// the share a region sees until the reset reaches it. So a window ending
+// at t, once a reset was sent by t, counts, and bounds, only the
+// admissions not surely made before it (answered before the call was
+// sent); those made during the call count, which makes the check weaker
+// by at most them, never wrong.
+func (p RegionsPlan) CheckRegionsResets(adm, resets []RegionAdmission, slack time.Duration) RegionsCheck {
 	adm = slices.Clone(adm)
 	slices.SortStableFunc(adm, func(a, b RegionAdmission) int { return int(a.At - b.At) })
 	tl := p.timeline(adm, slack)
@@ -73,8 +88,19 @@ func (p RegionsPlan) CheckRegions(adm []RegionAdmission, slack time.Duration) Re
 		for adm[first].At <= late-p.Window {
 			first++
 		}
-		total := int64(i + 1 - first)
-		bound, terms := p.windowBound(adm, tl, first, i, t)
+		cut := time.Duration(-1) // admissions answered before it are reset
+		for _, r := range resets {
+			if r.At <= t {
+				cut = max(cut, r.At)
+			}
+		}
+		total := int64(0)
+		for j := first; j <= i; j++ {
+			if adm[j].done() >= cut {
+				total++
+			}
+		}
+		bound, terms := p.windowBound(adm, tl, first, i, t, cut)
 		res.MaxInWindow = max(res.MaxInWindow, total)
 		over := total - bound
 		res.MaxOver = max(res.MaxOver, over)
@@ -115,13 +141,17 @@ func (p RegionsPlan) timeline(adm []RegionAdmission, slack time.Duration) []admT
 }
 
 // windowBound is the bound of the window adm[from:to+1], ending at t, and
-// each busy region's N_r.
-func (p RegionsPlan) windowBound(adm []RegionAdmission, tl []admTimes, from, to int, t time.Duration) (int64, []int64) {
+// each busy region's N_r, over the admissions answered at or after cut
+// (those before a reset that cut them out of the window).
+func (p RegionsPlan) windowBound(adm []RegionAdmission, tl []admTimes, from, to int, t, cut time.Duration) (int64, []int64) {
 	regions := int64(len(p.Rates))
 	bound := p.Limit
 	busy := make([]bool, regions)
 	last := make([]time.Duration, regions)
 	for j := from; j <= to; j++ {
+		if adm[j].done() < cut {
+			continue
+		}
 		last[adm[j].Region] = adm[j].At
 		if tl[j].stableBy > t {
 			busy[adm[j].Region] = true
@@ -140,6 +170,7 @@ func (p RegionsPlan) windowBound(adm []RegionAdmission, tl []admTimes, from, to 
 		var n int64
 		for j := from; j <= to; j++ {
 			switch {
+			case adm[j].done() < cut:
 			case adm[j].At < forgot:
 				bound++
 			case busy[r] && int64(adm[j].Region) != r && tl[j].stableFrom <= t && tl[j].reach[r] > last[r]:
@@ -183,7 +214,7 @@ func (p RegionsPlan) latest(from, to int, t, slack time.Duration) time.Duration 
 	for changed := true; changed; {
 		changed = false
 		for _, f := range p.Faults {
-			if f.Kind == RegionLagSpike || f.Region != from && f.Region != to {
+			if f.Kind == RegionLagSpike || f.Kind == RegionReset || f.Region != from && f.Region != to {
 				continue
 			}
 			if f.At < at && f.end() > t {
@@ -201,7 +232,7 @@ func (p RegionsPlan) latest(from, to int, t, slack time.Duration) time.Duration 
 // either end that is on at t ends.
 func (p RegionsPlan) earliest(from, to int, t time.Duration) time.Duration {
 	for _, f := range p.Faults {
-		if f.Kind != RegionLagSpike && (f.Region == from || f.Region == to) && f.At <= t && t < f.end() {
+		if f.Kind != RegionLagSpike && f.Kind != RegionReset && (f.Region == from || f.Region == to) && f.At <= t && t < f.end() {
 			t = f.end()
 		}
 	}

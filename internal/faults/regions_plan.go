@@ -21,10 +21,13 @@ const (
 	RegionKill
 	// RegionRestartEmpty stops Region's Redis; it comes back empty.
 	RegionRestartEmpty
+	// RegionReset resets the subject in Region (Limiter.Reset) at At; its
+	// For is 0. It holds no link and no server.
+	RegionReset
 	numRegionFaults
 )
 
-var regionFaultNames = [numRegionFaults]string{"partition", "lag spike", "kill", "restart empty"}
+var regionFaultNames = [numRegionFaults]string{"partition", "lag spike", "kill", "restart empty", "reset"}
 
 func (k RegionFaultKind) String() string {
 	if k < numRegionFaults {
@@ -42,8 +45,11 @@ type RegionFault struct {
 }
 
 func (f RegionFault) String() string {
-	if f.Kind == RegionLagSpike {
+	switch f.Kind {
+	case RegionLagSpike:
 		return fmt.Sprintf("%v to %v at %v for %v", f.Kind, f.Lag, f.At, f.For)
+	case RegionReset:
+		return fmt.Sprintf("%v in region %d at %v", f.Kind, f.Region, f.At)
 	}
 	return fmt.Sprintf("%v of region %d at %v for %v", f.Kind, f.Region, f.At, f.For)
 }
@@ -61,6 +67,10 @@ type RegionCaps struct {
 	// Kill: a region's Redis can be killed and restarted with its data;
 	// RestartEmpty: killed and restarted empty.
 	Kill, RestartEmpty bool
+	// Reset adds one reset of the subject (RegionReset), in the run's
+	// second half, after the other draws: a seed's other faults and
+	// traffic are the same with or without it.
+	Reset bool
 }
 
 // RegionsPlan is a generated run of regions: a limit per window for one
@@ -134,6 +144,10 @@ func GenerateRegions(seed uint64, caps RegionCaps) RegionsPlan {
 		}
 		f.At, f.For = f.At.Truncate(time.Millisecond), f.For.Truncate(time.Millisecond)
 		p.Faults = append(p.Faults, f)
+	}
+	if caps.Reset {
+		at := caps.Duration/2 + time.Duration(r.Int64N(int64(caps.Duration/4)))
+		p.Faults = append(p.Faults, RegionFault{Kind: RegionReset, Region: r.IntN(regions), At: at.Truncate(time.Millisecond)})
 	}
 	slices.SortStableFunc(p.Faults, func(a, b RegionFault) int { return int(a.At - b.At) })
 	return p

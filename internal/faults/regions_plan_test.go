@@ -2,6 +2,7 @@ package faults
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -28,6 +29,22 @@ func TestGenerateRegions(t *testing.T) {
 				t.Fatalf("a bad fault %v in %v", f, p)
 			}
 		}
+		// With a reset: the same plan, and one reset in the second half.
+		withReset := modelCaps
+		withReset.Reset = true
+		q := GenerateRegions(seed, withReset)
+		var resets []RegionFault
+		q.Faults = slices.DeleteFunc(q.Faults, func(f RegionFault) bool {
+			if f.Kind == RegionReset {
+				resets = append(resets, f)
+			}
+			return f.Kind == RegionReset
+		})
+		if !reflect.DeepEqual(p, q) || len(resets) != 1 || resets[0].For != 0 ||
+			resets[0].At < p.Duration/2 || resets[0].At > p.Duration*3/4 {
+			t.Fatalf("seed %d with a reset %v: %v, without %v", seed, resets, q, p)
+		}
+		kinds[RegionReset]++
 		noKill := modelCaps
 		noKill.Kill, noKill.RestartEmpty = false, false
 		for _, f := range GenerateRegions(seed, noKill).Faults {
@@ -161,5 +178,26 @@ func TestCheckBlock(t *testing.T) {
 		if v := p.CheckBlock(tc.adm, blocked, time.Second, 0); (v != "") != tc.bad {
 			t.Errorf("%s: %q, want a violation %v", tc.name, v, tc.bad)
 		}
+	}
+}
+
+// TestCheckRegionsResets checks that after a reset a window counts only
+// the admissions not surely made before it: two before and two after a
+// reset fit a limit of 2; one answered during the reset's call counts.
+func TestCheckRegionsResets(t *testing.T) {
+	t.Parallel()
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	p := RegionsPlan{Limit: 2, Window: time.Second, Duration: 2 * time.Second, Rates: []float64{1}}
+	adm := []RegionAdmission{{At: ms(100)}, {At: ms(200)}, {At: ms(600)}, {At: ms(700)}}
+	reset := []RegionAdmission{{At: ms(500), Done: ms(510)}}
+	if c := p.CheckRegions(adm, 0); c.MaxOver != 2 {
+		t.Errorf("without the reset: over by %d, want 2", c.MaxOver)
+	}
+	if c := p.CheckRegionsResets(adm, reset, 0); c.MaxOver > 0 || c.MaxInWindow != 2 {
+		t.Errorf("with the reset: most %d, over by %d; want 2 and none: %s", c.MaxInWindow, c.MaxOver, c.Violation)
+	}
+	during := append(slices.Clone(adm), RegionAdmission{At: ms(490), Done: ms(505)})
+	if c := p.CheckRegionsResets(during, reset, 0); c.MaxOver != 1 {
+		t.Errorf("an admission answered during the reset: over by %d, want 1", c.MaxOver)
 	}
 }

@@ -9,58 +9,140 @@ import (
 )
 
 // applySrc applies a batch's entries to a peer's count keys and block
-// keys, KEYS[1..m]. ARGV holds, per key in order: keep (how long its
-// entries must stay, µs), na and nr, then na score, member pairs to add
-// and nr members to remove (give-backs, after the admissions: a give-back
-// follows its admission). A block key's keep is negative: -keep is the
-// time its block ends (µs since 1970, by the deciding region's clock),
-// which the key then holds, expiring with it by the peer's TIME, unless
-// it holds a later end or the end has passed; its na and nr are 0.
-// ZADD of a member already there with its score, and ZREM of one already
-// gone, change nothing, so a batch sent twice is applied once. Entries
-// older than the key's retention (the longer of keep and the key's own
-// 'r' marker, see lua/multi_window.lua) are trimmed, as the key's own
-// bookkeeping would, and the key's expiry is extended to cover them,
-// never shortened (GT; a key without an expiry, one the batch made or
-// that lost it, gets one with NX). The members go in one ZADD per 256
-// pairs (unpack's stack): 4 calls per key and batch, whatever its
-// entries. It replies the number of members added.
+// keys, KEYS[1..m]; ARGV holds four fields per key, in order.
+//
+// A count key's are keep (how long its entries must stay, µs, positive),
+// na, nr and floor, then na score, member pairs to add and nr members to
+// remove (give-backs, after the admissions: a give-back follows its
+// admission). A floor above 0 is a reset (see Entry.Reset), applied
+// first: the key's entries stamped at or before it and the copies of
+// such entries leave (two ZREMRANGEBYSCORE), and the key keeps the latest
+// floor it has seen as the marker 'f' scored -floor (ZADD LT), which no
+// window counts and no trim removes, with an expiry of keep when the key
+// had none (a key made for it). The pairs stamped at or before the key's
+// floor are then dropped, wherever it came from. ZADD of a member already
+// there with its score, and ZREM of one already gone, change nothing, so
+// a batch sent twice is applied once. Entries older than the key's
+// retention (the longer of keep and the key's own 'r' marker, see
+// lua/multi_window.lua) are trimmed, as the key's own bookkeeping would,
+// and the key's expiry is extended to cover them, never shortened (GT; a
+// key without an expiry, one the batch made or that lost it, gets one
+// with NX). The members go in one ZADD per 256 pairs (unpack's stack): 4
+// calls per key and batch with entries, whatever their number (ZMSCORE
+// reads 'r' and 'f' at once), and 4 more for a reset. The helpers of
+// floors and blocks are made only when a batch needs them (help).
+//
+// A block key's (see Blocks in lua/multi_window.lua) are -end, since,
+// hold and floor: end is the time the latest block of the batch ends and
+// since the time it started (µs since 1970, by the deciding region's
+// clock; end 1 when the batch has no block), floor a reset's floor (0:
+// none) and hold the reset's block length. The key holds a block's end,
+// expiring with it by the peer's TIME, or, after a reset, -floor for as
+// long as a block started at or before the floor may last (floor + hold):
+// a reset replaces an end no later than floor + hold (the block started
+// at or before the floor) with -floor, and keeps a later one. A block
+// then applies when it started after the key's floor and ends after the
+// end the key holds, and has not ended. It replies the number of members
+// added.
 const applySrc = `
+local COPY = 4503599627370496
+local H = nil
+-- help returns the helpers of floors and blocks, made on first use: a
+-- batch of admissions alone makes no closure.
+local function help()
+  if H then return H end
+  H = {}
+  function H.num(s)
+    if not s then return nil end
+    return tonumber(s) or tonumber((string.gsub(s, '^(-?%d+)([eE])', '%1.0%2')))
+  end
+  function H.clock()
+    local now = redis.call('TIME')
+    return tonumber(now[1]) * 1000000 + tonumber(now[2])
+  end
+  function H.set(key, v, ends, now)
+    redis.call('SET', key, string.format('%d', v), 'PX', string.format('%d', math.ceil((ends - now) / 1000)))
+  end
+  function H.block(key, ends, since, floor, hold)
+    local held = H.num(redis.call('GET', key)) or 0
+    local below, now = 0, nil
+    if held < 0 then
+      below, held = -held, 0
+    end
+    if floor > below and held <= floor + hold then
+      below, held, now = floor, 0, H.clock()
+      if floor + hold > now then
+        H.set(key, -floor, floor + hold, now)
+      end
+    end
+    if ends > held and since > below then
+      now = now or H.clock()
+      if ends > now then
+        H.set(key, ends, ends, now)
+      end
+    end
+  end
+  function H.reset(key, floor, keep)
+    redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', floor))
+    redis.call('ZREMRANGEBYSCORE', key, string.format('%d', -(COPY + floor)), string.format('(%d', -COPY))
+    redis.call('ZADD', key, 'LT', string.format('%d', -floor), 'f')
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil(keep / 1000)), 'NX')
+  end
+  -- after returns the pairs of ARGV[p..p+2na-1] stamped after below.
+  function H.after(p, na, below)
+    local out = {}
+    for i = 0, na - 1 do
+      if tonumber(ARGV[p + 2 * i]) > below then
+        out[#out + 1] = ARGV[p + 2 * i]
+        out[#out + 1] = ARGV[p + 2 * i + 1]
+      end
+    end
+    return out
+  end
+  return H
+end
 local p, added = 1, 0
 for k = 1, #KEYS do
-  local key, keep, na, nr = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
-  p = p + 3
+  local key, keep, x, y, floor = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+  p = p + 4
   if keep < 0 then
-    local now = redis.call('TIME')
-    local left = -keep - (tonumber(now[1]) * 1000000 + tonumber(now[2]))
-    local held = tonumber(redis.call('GET', key) or '0') or 0
-    if left > 0 and -keep > held then
-      redis.call('SET', key, string.format('%d', -keep), 'PX', string.format('%d', math.ceil(left / 1000)))
+    help().block(key, -keep, x, floor, y)
+  else
+    local na, nr = x, y
+    if floor > 0 then
+      help().reset(key, floor, keep)
     end
-  end
-  local newest = 0
-  for i = 0, na - 1 do
-    local s = tonumber(ARGV[p + 2 * i])
-    if s > newest then newest = s end
-  end
-  for i = 0, na - 1, 256 do
-    local j = math.min(na, i + 256)
-    added = added + redis.call('ZADD', key, unpack(ARGV, p + 2 * i, p + 2 * j - 1))
-  end
-  p = p + 2 * na
-  for i = 1, nr do
-    redis.call('ZREM', key, ARGV[p])
-    p = p + 1
-  end
-  if na > 0 then
-    local r = redis.call('ZSCORE', key, 'r')
-    if r and -tonumber(r) > keep then
-      keep = -tonumber(r)
+    if na > 0 then
+      local newest = 0
+      for i = 0, na - 1 do
+        local s = tonumber(ARGV[p + 2 * i])
+        if s > newest then newest = s end
+      end
+      local marks = redis.call('ZMSCORE', key, 'r', 'f')
+      local r, f = marks[1], marks[2]
+      r = r and (tonumber(r) or help().num(r))
+      local src, q, m = ARGV, p, na
+      if f then
+        src, q = help().after(p, na, -help().num(f)), 1
+        m = #src / 2
+      end
+      for i = 0, m - 1, 256 do
+        local j = math.min(m, i + 256)
+        added = added + redis.call('ZADD', key, unpack(src, q + 2 * i, q + 2 * j - 1))
+      end
+      if r and -r > keep then
+        keep = -r
+      end
+      local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
+      redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
+      if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+        redis.call('PEXPIRE', key, ttl, 'NX')
+      end
     end
-    local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
-    redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
-    if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
-      redis.call('PEXPIRE', key, ttl, 'NX')
+    p = p + 2 * na
+    for i = 1, nr do
+      redis.call('ZREM', key, ARGV[p])
+      p = p + 1
     end
   end
 end
@@ -89,9 +171,46 @@ var (
 
 // keyBatch is what one batch changes in one key.
 type keyBatch struct {
-	keep    int64
+	keep    int64 // a count key's; a block key's latest end, negated
+	since   int64 // a block key's latest block's start
+	floor   int64 // the latest reset's floor
+	hold    int64 // a block key's reset: its block length
 	add     []any // score, member pairs
 	removed []any // members
+}
+
+// merge adds e's change to b.
+func (b *keyBatch) merge(e *Entry) {
+	switch {
+	case e.Remove:
+		b.removed = append(b.removed, e.Member)
+	case e.Reset:
+		if e.Stamp > b.floor {
+			b.floor = e.Stamp
+		}
+		if e.Block {
+			b.hold = max(b.hold, e.Keep)
+		} else {
+			b.keep = max(b.keep, e.Keep)
+		}
+	case e.Block:
+		if -e.Stamp < b.keep { // the latest end
+			b.keep, b.since = -e.Stamp, e.Stamp-e.Keep
+		}
+	default:
+		b.keep = max(b.keep, e.Keep)
+		b.add = append(b.add, e.Stamp, e.Member) // go-redis writes an int64 in decimal
+	}
+}
+
+// args appends b's fields and members to args (see applySrc).
+func (b *keyBatch) args(args []any, block bool) []any {
+	if block {
+		return append(args, min(b.keep, -1), b.since, b.hold, b.floor)
+	}
+	args = append(args, b.keep, len(b.add)/2, len(b.removed), b.floor)
+	args = append(args, b.add...)
+	return append(args, b.removed...)
 }
 
 // call is one script call: its keys and arguments.
@@ -105,6 +224,7 @@ type call struct {
 func calls(entries []*pending, byTag bool) []call {
 	var keys []string
 	at := map[string]*keyBatch{}
+	block := map[string]bool{}
 	for _, p := range entries {
 		e := &p.Entry
 		b := at[e.Key]
@@ -113,26 +233,15 @@ func calls(entries []*pending, byTag bool) []call {
 			at[e.Key] = b
 			keys = append(keys, e.Key)
 		}
-		if e.Remove {
-			b.removed = append(b.removed, e.Member)
-			continue
-		}
-		if e.Block {
-			b.keep = min(b.keep, -e.Stamp) // the latest end
-			continue
-		}
-		b.keep = max(b.keep, e.Keep)
-		b.add = append(b.add, e.Stamp, e.Member) // go-redis writes an int64 in decimal
+		block[e.Key] = block[e.Key] || e.Block
+		b.merge(e)
 	}
 	var out []call
 	for _, group := range groupKeys(keys, byTag) {
 		var x call
 		for _, k := range group {
-			b := at[k]
 			x.keys = append(x.keys, k)
-			x.args = append(x.args, b.keep, len(b.add)/2, len(b.removed))
-			x.args = append(x.args, b.add...)
-			x.args = append(x.args, b.removed...)
+			x.args = at[k].args(x.args, block[k])
 		}
 		out = append(out, x)
 	}
@@ -158,17 +267,17 @@ func byTag(c Client) bool {
 }
 
 // run runs s's calls in one pipeline, with a GET of flag unless it is
-// empty, and reports whether flag was set; a script the server lacks is
-// sent again in full.
-func run(ctx context.Context, c Client, s *redis.Script, cs []call, flag string) (bool, error) {
-	set, err := runWith(ctx, c, s, cs, false, flag)
+// empty, then pub unless it is nil, and reports whether flag was set; a
+// script the server lacks is sent again in full.
+func run(ctx context.Context, c Client, s *redis.Script, cs []call, flag string, pub []any) (bool, error) {
+	set, err := runWith(ctx, c, s, cs, false, flag, pub)
 	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		set, err = runWith(ctx, c, s, cs, true, flag)
+		set, err = runWith(ctx, c, s, cs, true, flag, pub)
 	}
 	return set, err
 }
 
-func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full bool, flag string) (bool, error) {
+func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full bool, flag string, pub []any) (bool, error) {
 	pipe := c.Pipeline()
 	for _, x := range cs {
 		if full {
@@ -180,6 +289,9 @@ func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full boo
 	var get *redis.StringCmd
 	if flag != "" {
 		get = pipe.Get(ctx, flag)
+	}
+	if pub != nil {
+		pipe.Do(ctx, pub...)
 	}
 	cmds, err := pipe.Exec(ctx)
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -195,8 +307,23 @@ func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full boo
 
 // apply sends entries to a peer (see applySrc), none to only read its
 // flag, and reports whether the peer's flag (see BehindKey) was set.
-func apply(ctx context.Context, c Client, entries []*pending, flag string) (bool, error) {
-	return run(ctx, c, applyScript, calls(entries, byTag(c)), flag)
+// When entries hold resets of count keys and inval is not nil, the same
+// pipeline ends with the command inval returns for their keys (a PUBLISH
+// that makes the peer's processes forget what they cached of them).
+func apply(ctx context.Context, c Client, entries []*pending, flag string, inval Invalidation) (bool, error) {
+	var pub []any
+	if inval != nil {
+		var keys []string
+		for _, p := range entries {
+			if p.Reset && !p.Block {
+				keys = append(keys, p.Key)
+			}
+		}
+		if len(keys) > 0 {
+			pub = inval(keys)
+		}
+	}
+	return run(ctx, c, applyScript, calls(entries, byTag(c)), flag, pub)
 }
 
 // CopyPrefix starts the member of an admission's copy in its count key:
@@ -226,7 +353,7 @@ func stabilize(ctx context.Context, c Client, entries []*pending) error {
 		}
 		out = append(out, x)
 	}
-	_, err := run(ctx, c, stableScript, out, "")
+	_, err := run(ctx, c, stableScript, out, "", nil)
 	return err
 }
 

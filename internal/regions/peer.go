@@ -108,7 +108,7 @@ func (pr *peer) sendOne(ctx context.Context) (int, error) {
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	peerBehind, err := apply(ctx, pr.client, batch, pr.r.behindKey(pr.r.cfg.Name))
+	peerBehind, err := apply(ctx, pr.client, batch, pr.r.behindKey(pr.r.cfg.Name), pr.r.cfg.Invalidate)
 	cancel()
 
 	pr.mu.Lock()

@@ -55,9 +55,24 @@ type Entry struct {
 	// Block makes the change a block: Key is a block key (see Blocks in
 	// lua/multi_window.lua) and Stamp the time its block ends, by the
 	// deciding region's clock. The peer's block key then holds Stamp
-	// unless it holds a later end; Member and Keep are unused.
+	// unless it holds a later end, and the block started Keep (its
+	// length, µs) before Stamp; Member is unused.
 	Block bool
+	// Reset makes the change a reset (docs/regions.md, Reset across
+	// regions): Stamp is its floor, the deciding region's clock when it
+	// cleared Key. The peer drops Key's entries stamped at or before the
+	// floor, and their copies, and keeps the floor for Keep (the key's
+	// longest window) so that such an entry arriving later is dropped
+	// too. With Block, Key is a block key: a block that started at or
+	// before the floor is lifted, and one arriving later is dropped, for
+	// Keep (the block's length). Member is unused.
+	Reset bool
 }
+
+// Invalidation returns the command (a PUBLISH) that makes a region's
+// processes forget what they cached of count keys: the replicator sends
+// it to a peer with the resets it applies there.
+type Invalidation func(keys []string) []any
 
 // SetKey is the key, after the engine's prefix, where each process of a
 // region writes the hash of its region set (see CheckSet).

@@ -98,7 +98,7 @@ func replicateAndStabilize(t *testing.T, local, us, ap *redis.Client) {
 	}
 	// The same batch again: nothing changes.
 	p := &pending{Entry: Entry{Key: "k", Member: "m1", Stamp: now, Keep: int64(time.Minute / time.Microsecond)}}
-	if _, err := apply(ctx, us, []*pending{p, p}, ""); err != nil {
+	if _, err := apply(ctx, us, []*pending{p, p}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := us.ZCard(ctx, "k").Val(); n != 2 {
@@ -112,7 +112,7 @@ func replicateAndStabilize(t *testing.T, local, us, ap *redis.Client) {
 	old := &pending{Entry: Entry{Key: "k2", Member: "old", Stamp: now - 2*minute, Keep: minute}}
 	young := &pending{Entry: Entry{Key: "k2", Member: "young", Stamp: now, Keep: minute}}
 	for _, b := range [][]*pending{{old}, {young}} {
-		if _, err := apply(ctx, us, b, ""); err != nil {
+		if _, err := apply(ctx, us, b, "", nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,7 +246,7 @@ func applyBlock(t *testing.T, local, us *redis.Client) {
 	minute := int64(time.Minute / time.Microsecond)
 	block := func(key string, end int64) *pending { return &pending{Entry: Entry{Key: key, Stamp: end, Block: true}} }
 	held := func(key string) int64 { v, _ := us.Get(ctx, key).Int64(); return v }
-	if _, err := apply(ctx, us, []*pending{block("k:block", now+minute), block("k:block", now+minute)}, ""); err != nil {
+	if _, err := apply(ctx, us, []*pending{block("k:block", now+minute), block("k:block", now+minute)}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := held("k:block"); got != now+minute {
@@ -255,19 +255,19 @@ func applyBlock(t *testing.T, local, us *redis.Client) {
 	if ttl := us.PTTL(ctx, "k:block").Val(); ttl < 55*time.Second || ttl > time.Minute+time.Second {
 		t.Errorf("the peer's block expires in %v, want about a minute", ttl)
 	}
-	if _, err := apply(ctx, us, []*pending{block("k:block", now+minute/2)}, ""); err != nil {
+	if _, err := apply(ctx, us, []*pending{block("k:block", now+minute/2)}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := held("k:block"); got != now+minute {
 		t.Errorf("an earlier end shortened the block to %d, want %d", got, now+minute)
 	}
-	if _, err := apply(ctx, us, []*pending{block("k:block", now+2*minute)}, ""); err != nil {
+	if _, err := apply(ctx, us, []*pending{block("k:block", now+2*minute)}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := held("k:block"); got != now+2*minute {
 		t.Errorf("a later end: the block holds %d, want %d", got, now+2*minute)
 	}
-	if _, err := apply(ctx, us, []*pending{block("gone:block", now-minute)}, ""); err != nil {
+	if _, err := apply(ctx, us, []*pending{block("gone:block", now-minute)}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := us.Exists(ctx, "gone:block").Val(); n != 0 {

@@ -48,6 +48,9 @@ type Config struct {
 	// Log receives a warning when a peer becomes unreachable and an info
 	// line when it is back, once each time.
 	Log *slog.Logger
+	// Invalidate, when not nil, makes the command sent to a peer with the
+	// resets it applies (see Invalidation).
+	Invalidate Invalidation
 	// Batch is the most entries one call to a peer carries; Every how
 	// long the replicator waits to fill a batch; Queue the most entries
 	// waiting per peer. Zero means the default.
@@ -225,7 +228,7 @@ func (r *Replicator) Close() {
 func (r *Replicator) acked(entries []*pending) {
 	var done []*pending
 	for _, p := range entries {
-		if p.left.Add(-1) == 0 && !p.Remove && !p.Block {
+		if p.left.Add(-1) == 0 && !p.Remove && !p.Block && !p.Reset {
 			done = append(done, p)
 		}
 	}
