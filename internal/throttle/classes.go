@@ -170,10 +170,7 @@ func (f *fleet) tagWaiter(ln *lane, w *waiter) {
 	w.stamp, w.inc, w.x, w.tagged = tg.tag, tg.inc, tg.x, true
 	var o op
 	if tg.inc > 0 && tg.g.epoch > 0 {
-		o = ln.regrid(w.fl.split, tg.g)
-		if g := ln.grids[w.fl.split]; g.epoch > tg.g.epoch {
-			w.stamp = g.outer(w.x, w.inc, w.fl.credit) // a newer grid came first
-		}
+		o = ln.regrid(w.fl.split, tg.g) // w, not queued yet, takes the lane's grid in queue
 	}
 	ln.mu.Unlock()
 	if o.kind != "" {

@@ -274,6 +274,13 @@ func TestRegrid(t *testing.T) {
 	if a3.stamp != 1400 {
 		t.Errorf("an older grid remapped a3 to %d", a3.stamp)
 	}
+	// A waiter tagged on an older grid, queued after a newer one came
+	// (between its tag and its queueing), takes the lane's grid.
+	late := w(a, 1300)
+	ln.queue(late)
+	if late.stamp != 1600 || ln.q[len(ln.q)-1] != late {
+		t.Errorf("a waiter tagged on an older grid queued at %d, want 1600, last", late.stamp)
+	}
 	// A credit moves the class's calls back by credit increments of the
 	// grid.
 	if got := (grid{a: 1000, x0: 1000, n: 2}).outer(1100, inc, 2); got != 800 {

@@ -240,6 +240,13 @@ func (ln *lane) asked(w *waiter) {
 // once and were refused may have arrived before some that queued, the
 // head included: they go before it unless it is asking.
 func (ln *lane) queue(w *waiter) {
+	if w.tagged && w.inc > 0 && w.fl != nil {
+		if g, ok := ln.grids[w.fl.split]; ok {
+			// A grid that came between its tag and now remapped the
+			// others: its tag follows.
+			w.stamp = g.outer(w.x, w.inc, w.fl.credit)
+		}
+	}
 	i := len(ln.q)
 	for i > 0 && ln.q[i-1].stamp > w.stamp {
 		i--
