@@ -172,10 +172,56 @@ func (f *fleet) tagWaiter(ln *lane, w *waiter) {
 	if tg.inc > 0 && tg.g.epoch > 0 {
 		o = ln.regrid(w.fl.split, tg.g) // w, not queued yet, takes the lane's grid in queue
 	}
+	if tg.inc > 0 && ln.inOrder(w) && ln.joined {
+		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0) // after regrid's, and instead of it
+	}
 	ln.mu.Unlock()
 	if o.kind != "" {
 		f.send(ln, o)
 	}
+}
+
+// inOrder keeps this process's waiters of w's flow in arrival order, w
+// just tagged and not queued yet: a tag's script call that waited for a
+// connection may come back after that of a later caller of the flow. The
+// waiters trade tags (each with its increment) so that the earliest
+// arrival holds the lowest; the queue stays in tag order (the head keeps
+// its place while it asks). It reports whether the head's tag changed;
+// ln.mu is held.
+func (ln *lane) inOrder(w *waiter) bool {
+	ws := []*waiter{w}
+	for _, o := range ln.q {
+		if o.tagged && o.inc > 0 && o.fl != nil && o.fl.field == w.fl.field {
+			ws = append(ws, o)
+		}
+	}
+	if !slices.ContainsFunc(ws[1:], func(o *waiter) bool { return o.arrived > w.arrived && o.x < w.x }) {
+		return false
+	}
+	head, was := ln.q[0], ln.q[0].stamp // ws holds a queued waiter
+	type tag struct{ x, inc int64 }
+	tags := make([]tag, len(ws))
+	for i, o := range ws {
+		tags[i] = tag{o.x, o.inc}
+	}
+	slices.SortFunc(tags, func(a, b tag) int { return cmp.Compare(a.x, b.x) })
+	slices.SortStableFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.arrived, b.arrived) })
+	for i, o := range ws {
+		o.x, o.inc = tags[i].x, tags[i].inc
+		o.stamp = o.x - int64(o.fl.credit)*o.inc // a class not split; else its grid, below
+		if g, ok := ln.grids[o.fl.split]; ok {
+			o.stamp = g.outer(o.x, o.inc, o.fl.credit)
+		}
+	}
+	from := 0
+	if ln.asking {
+		from = 1
+	}
+	slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	if ln.q[0] != head {
+		ln.q[0].signal()
+	}
+	return ln.q[0] != head || head.stamp != was
 }
 
 // regrid notes g, a grid of class, when newer than the lane's, remaps

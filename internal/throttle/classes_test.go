@@ -287,3 +287,32 @@ func TestRegrid(t *testing.T) {
 		t.Errorf("outer with credit 2: %d, want 800", got)
 	}
 }
+
+// TestInOrder: a waiter whose tag came back after that of a later caller
+// of its flow (its script call waited for a connection) trades tags with
+// it, each with its increment, so that the flow keeps its arrival order;
+// other flows keep theirs.
+func TestInOrder(t *testing.T) {
+	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
+	w := func(fl *flow, arrived, x, inc int64) *waiter {
+		return &waiter{fl: fl, arrived: arrived, stamp: x, x: x, inc: inc, tagged: true, wake: make(chan struct{}, 1)}
+	}
+	a2, b1, a3 := w(a, 20, 100, 10), w(b, 5, 105, 10), w(a, 30, 110, 7)
+	ln := &lane{q: []*waiter{a2, b1, a3}}
+	late := w(a, 10, 120, 5) // arrived first, tagged last
+	if !ln.inOrder(late) {
+		t.Error("the head's tag changed, unreported")
+	}
+	if late.x != 100 || late.inc != 10 || a2.x != 110 || a2.inc != 7 || a3.x != 120 || a3.inc != 5 {
+		t.Errorf("tags late %d/%d, a2 %d/%d, a3 %d/%d; want 100/10, 110/7, 120/5",
+			late.x, late.inc, a2.x, a2.inc, a3.x, a3.inc)
+	}
+	if ln.q[0] != b1 || ln.q[1] != a2 || ln.q[2] != a3 || b1.x != 105 {
+		t.Error("queue not in tag order, or b's tag moved")
+	}
+	// In order already: nothing moves.
+	next := w(a, 40, 130, 5)
+	if ln.inOrder(next) || next.x != 130 {
+		t.Errorf("a waiter tagged in order moved to %d", next.x)
+	}
+}

@@ -59,17 +59,18 @@ type lane struct {
 
 // A waiter is one caller of Wait.
 type waiter struct {
-	stamp  int64         // arrival, µs on the Redis clock (fleet.now), or its tag once tagged
-	costs  []int64       // its cost in each check of its request, at least 1
-	wake   chan struct{} // signalled when something it waits for changed
-	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
-	tagged bool          // stamp is the tag the turn script gave it (classes.go)
-	inc    int64         // its flow's inner increment when tagged (0: unknown), which a hand-back returns
-	x      int64         // its inner tag when tagged (classes.go, grid): its stamp is its class's grid at x
-	direct bool          // it has a flow and asks at once (lane.direct counts it)
-	early  bool          // a Finish may make room for it early: its calls hold slots or settle costs
-	told   bool          // it joined the fleet's queue to hear of such room (await)
-	paced  bool          // its lane is paced (pace.go): it asks only in the fleet's order
+	stamp   int64         // arrival, µs on the Redis clock (fleet.now), or its tag once tagged
+	costs   []int64       // its cost in each check of its request, at least 1
+	wake    chan struct{} // signalled when something it waits for changed
+	fl      *flow         // its class and tenant; nil when it keeps its arrival stamp
+	tagged  bool          // stamp is the tag the turn script gave it (classes.go)
+	inc     int64         // its flow's inner increment when tagged (0: unknown), which a hand-back returns
+	x       int64         // its inner tag when tagged (classes.go, grid): its stamp is its class's grid at x
+	arrived int64         // its arrival, µs on the Redis clock, which its stamp was until tagged
+	direct  bool          // it has a flow and asks at once (lane.direct counts it)
+	early   bool          // a Finish may make room for it early: its calls hold slots or settle costs
+	told    bool          // it joined the fleet's queue to hear of such room (await)
+	paced   bool          // its lane is paced (pace.go): it asks only in the fleet's order
 }
 
 func (w *waiter) signal() {
