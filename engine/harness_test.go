@@ -127,6 +127,19 @@ func (r *faultRun) requestOf(q faults.Req) (Request, bool) {
 	return Request{Scope: "f", Checks: []Check{c}, Zone: r.zone}, ok
 }
 
+// resetsOf returns the Reset of each window of a Redis decision's one
+// check (the history's windows, in order), nil for another decision.
+func resetsOf(d Decision) []time.Duration {
+	if d.Source != fromRedis.String() {
+		return nil
+	}
+	out := make([]time.Duration, len(d.Windows))
+	for i, w := range d.Windows {
+		out[i] = w.Reset
+	}
+	return out
+}
+
 func sourceOf(name string) faults.Source {
 	switch sourceNamed(name) {
 	case fromCache:
@@ -171,6 +184,7 @@ func (r *faultRun) step(i int, s faults.Step) {
 			r.hist.Decisions = append(r.hist.Decisions, faults.Decision{
 				Step: i, At: r.at(), Proc: r.procs[q.Engine%len(r.engines)], Subject: subject,
 				Allowed: d.Allowed, Source: sourceOf(d.Source), Cost: q.Cost, Limits: limits,
+				Resets: resetsOf(d),
 			})
 			if r.p.Mode == "distinct" {
 				r.hist.Decisions[len(r.hist.Decisions)-1].Value = "v" + strconv.Itoa(q.Value)

@@ -119,6 +119,9 @@ type Decision struct {
 	// rule override pushed at run time, a role's rules. Nil: the
 	// windows' own.
 	Limits []int64 `json:",omitempty"`
+	// Resets are the Reset a Redis decision reported for each window of
+	// the history, in its order; nil when not recorded (see checkResets).
+	Resets []time.Duration `json:",omitempty"`
 }
 
 // Loss is a moment Redis lost data: every entry stored before it is gone,
@@ -237,6 +240,12 @@ func Check(h History) []Violation {
 				out = append(out, v)
 			}
 		}
+		if h.Block == 0 {
+			if v, ok := checkResets(h.of(s), subjects[s]); !ok {
+				v.Subject = s
+				out = append(out, v)
+			}
+		}
 		for wi, w := range h.Windows {
 			hs := h.of(s)
 			if w.Concurrent {
@@ -253,6 +262,44 @@ func Check(h History) []Violation {
 		}
 	}
 	return out
+}
+
+// checkResets checks the Reset each Redis decision of one subject's ds
+// reported for the history's sliding windows (engine.WindowState): at
+// most the period, and, when Redis surely holds an entry in the window,
+// never before the oldest entry it could hold leaves, so that a client
+// waiting Reset is never early. Redis surely holds the decision's own
+// admission and an earlier step's Redis admission that was neither given
+// back, settled nor lost since; it could hold any admission by Redis or
+// the fallback within the period, of the same step too. A block (not
+// checked here) may stretch a Reset beyond the period.
+func checkResets(h History, ds []Decision) (Violation, bool) {
+	for i, d := range ds {
+		if d.Source != Redis || len(d.Resets) != len(h.Windows) {
+			continue
+		}
+		for wi, w := range h.Windows {
+			if w.Concurrent || w.Calendar != "" {
+				continue
+			}
+			least, sure := w.Period, false
+			for j, e := range ds {
+				if !e.Allowed || e.Source != Redis && e.Source != Local || e.Step > d.Step || e.At <= d.At-w.Period {
+					continue
+				}
+				least = min(least, e.At+w.Period-d.At)
+				sure = sure || e.Source == Redis && (j == i || e.Step < d.Step && !e.GivenBack && !e.Settled && !lostBetween(h, e.Step, d.Step))
+			}
+			if !sure {
+				least = 0 // Redis may hold nothing there
+			}
+			if got := d.Resets[wi]; got > w.Period || got < least {
+				return Violation{Detail: fmt.Sprintf("step %d, proc %d at %v: window %v reported Reset %v, want within [%v, %v]",
+					d.Step, d.Proc, d.At, w, got, least, w.Period)}, false
+			}
+		}
+	}
+	return Violation{}, true
 }
 
 // badSource says why a decision could not come from its source under the

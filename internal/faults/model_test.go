@@ -299,3 +299,35 @@ func TestModelConcurrentAnswers(t *testing.T) {
 	h.add(1, 1, 3*sec, true, Local)
 	wantViolations(t, h, 1)
 }
+
+// TestModelResets checks the Reset property on hand-made histories: a
+// Reset below the time until the oldest sure entry leaves, or above the
+// period, is a violation; the period itself is not; and a window Redis
+// may hold nothing in (a fallback admission only) bounds nothing below.
+func TestModelResets(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		local  bool // the first admission by the fallback
+		second time.Duration
+		want   int
+	}{
+		{"exact", false, 7 * sec, 0},
+		{"the period, an upper bound", false, 10 * sec, 0},
+		{"early", false, 6 * sec, 1},
+		{"beyond the period", false, 11 * sec, 1},
+		{"nothing sure", true, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHist("local")
+			src := Redis
+			if c.local {
+				src = Local
+			}
+			h.add(1, 0, 0, true, src)
+			h.Decisions[0].Resets = []time.Duration{10 * sec}
+			h.add(1, 0, 3*sec, false, Redis) // denied: 7 s until the first leaves
+			h.Decisions[1].Resets = []time.Duration{c.second}
+			wantViolations(t, h, c.want)
+		})
+	}
+}
