@@ -457,3 +457,67 @@ func TestThrottleTenantGaveUp(t *testing.T) {
 		t.Errorf("the first four admissions after a's waiters gave up: %v, want two each", order[:4])
 	}
 }
+
+// TestThrottleTenantsJoinLate: tenants that join a class whose heavy
+// tenant queued its calls alone take turns with it at once (two
+// processes): while a tenant's waiter waits, no other tenant of its class
+// is admitted twice in a row. Before tags were two-level, the heavy
+// tenant's calls, tagged one increment apart while it waited alone, went
+// two and three in a row past the later tenants' waiters.
+func TestThrottleTenantsJoinLate(t *testing.T) {
+	ths := fleetOf(t, miniClient(t), 2, "api", "global:1/100ms; share(x):50%")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := ths[0].Wait(ctx, slidelimit.Call{Tenant: "h"}) // fills the window
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Finish(nil)
+	type admission struct {
+		tenant     string
+		queued, at time.Time
+	}
+	var mu sync.Mutex
+	var got []admission
+	var wg sync.WaitGroup
+	wait := func(th *slidelimit.Throttle, tenant string) {
+		queued := time.Now()
+		wg.Go(func() {
+			p, err := th.Wait(ctx, slidelimit.Call{Tenant: tenant})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			got = append(got, admission{tenant, queued, time.Now()})
+			mu.Unlock()
+			p.Finish(nil)
+		})
+		time.Sleep(2 * time.Millisecond)
+	}
+	for range 6 {
+		wait(ths[0], "h")
+	}
+	time.Sleep(30 * time.Millisecond) // h's calls are tagged alone
+	for range 3 {
+		wait(ths[1], "a")
+		wait(ths[1], "b")
+	}
+	wg.Wait()
+	slices.SortFunc(got, func(x, y admission) int { return x.at.Compare(y.at) })
+	for i := 1; i < len(got); i++ {
+		prev, cur := got[i-1], got[i]
+		if prev.tenant != cur.tenant {
+			continue
+		}
+		// Another tenant's waiter queued well before prev's admission
+		// and admitted after cur's was passed twice.
+		for _, o := range got[i+1:] {
+			if o.tenant != cur.tenant && o.queued.Before(prev.at.Add(-50*time.Millisecond)) {
+				t.Errorf("tenant %s admitted twice in a row (at %d and %d of %d) while %s's waiter queued before waited",
+					cur.tenant, i-1, i, len(got), o.tenant)
+				break
+			}
+		}
+	}
+}

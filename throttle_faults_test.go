@@ -246,8 +246,10 @@ func runThrottleFaults(t *testing.T, b *faults.Backend) {
 
 // throttleOpenProperties are the properties of a history that find an
 // open hole, listed in throttleOpen/README.md: CI logs their violations
-// and fails on the others, unless SLIDELIMIT_THROTTLE_OPEN=1.
-var throttleOpenProperties = []string{"turns", "share"}
+// and fails on the others, unless SLIDELIMIT_THROTTLE_OPEN=1. share was
+// closed (the README's Closed section); turns breaches are rare now, not
+// gone.
+var throttleOpenProperties = []string{"turns"}
 
 func throttleFailures(rep faults.ThrottleReport, errs []string) []string {
 	out := slices.Clone(errs)

@@ -21,10 +21,12 @@ import (
 //     ⌊P·N/100⌋ − ShareSlack of them;
 //   - turns: once a waiter is the oldest of its flow (its tenant's in its
 //     class: first come first served within a tenant) and has waited
-//     Bound, no other tenant of its class is admitted twice (in a class
-//     with a share, 2 + ShareCredit times) before it is admitted or gone
-//     (round robin across tenants, Bound allowing for the fleet's news of
-//     its arrival);
+//     Bound, no other tenant of its class is admitted twice before it is
+//     admitted or gone (round robin across tenants, Bound allowing for the
+//     fleet's news of its arrival); where the class's calls differ in
+//     cost, ⌈longest / shortest⌉ of their fair intervals times plus one
+//     (turnsOf). A class's credit shifts all its tenants alike and
+//     allows no more;
 //   - starve: once a waiter is the oldest of its flow and has waited
 //     Bound, the calls of other flows admitted before it is admitted or
 //     gone are at most Σ (⌈P_f/P_w⌉·n_w + 1) over the flows f admitted
@@ -238,16 +240,55 @@ func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 				by[c.Tenant] = append(by[c.Tenant], c.Decided)
 			}
 		}
+		turns := h.turnsOf(lane, keyed, h.classOf(w))
 		for _, tenant := range slices.Sorted(maps.Keys(by)) {
-			if ds := slices.Sorted(slices.Values(by[tenant])); len(ds) >= 2+h.creditOf(h.classOf(w)) {
+			if ds := slices.Sorted(slices.Values(by[tenant])); len(ds) > turns {
 				out = append(out, ThrottleViolation{Property: "turns", Detail: fmt.Sprintf(
-					"lane %d: %v, its tenant's oldest from %v, had waited %v when tenant %q of its class was admitted at %v and %d times more, to %v",
-					lane, w, from-h.Bound, h.Bound, tenant, ds[0], len(ds)-1, ds[len(ds)-1])})
+					"lane %d: %v, its tenant's oldest from %v, had waited %v when tenant %q of its class was admitted at %v and %d times more, to %v (at most %d)",
+					lane, w, from-h.Bound, h.Bound, tenant, ds[0], len(ds)-1, ds[len(ds)-1], turns)})
 				break
 			}
 		}
 	}
 	return out
+}
+
+// turnsOf returns how many times another tenant of class may be admitted
+// while a waiter of class in lane waits (turns): once for calls of equal
+// cost; else ⌈longest / shortest⌉ of the class's calls' fair intervals,
+// since a tenant's turn lasts its last call's interval (docs/throttle.md,
+// Classes and tenants: a call of k times the cost takes k turns).
+func (h ThrottleHistory) turnsOf(lane int, keyed bool, class string) int {
+	lo, hi := time.Duration(math.MaxInt64), time.Duration(0)
+	for _, c := range h.Calls {
+		if h.inLane(c, lane, keyed) && !c.Phantom && h.classOf(c) == class {
+			iv := h.interval(c)
+			lo, hi = min(lo, iv), max(hi, iv)
+		}
+	}
+	if hi <= 0 || lo <= 0 {
+		return 1
+	}
+	return int((hi + lo - 1) / lo)
+}
+
+// interval returns c's fair interval as the throttle reckons it: the
+// longest time one of its sliding windows takes to admit its cost again.
+func (h ThrottleHistory) interval(c CallRecord) time.Duration {
+	var d time.Duration
+	for _, l := range h.Rules {
+		cost := int64(1)
+		if l.Cost != "" {
+			cost = max(c.Cost, 1)
+		}
+		for _, w := range l.Windows {
+			if w.Concurrent || w.Calendar != "" || w.Limit <= 0 || w.Period <= 0 {
+				continue
+			}
+			d = max(d, time.Duration(int64(w.Period)*cost/w.Limit))
+		}
+	}
+	return d
 }
 
 // checkStarve checks how many calls of other flows pass a waiter once it

@@ -72,16 +72,31 @@ func TestThrottleFairTurns(t *testing.T) {
 	if vs := violations(CheckThrottle(h), "turns"); len(vs) > 0 {
 		t.Fatalf("tenant t0 of class a: %v", vs)
 	}
-	// In a class with a share, a tenant's credit lets 3 calls pass; a
-	// fourth is a breach.
+	// In a class with a share, the credit shifts every tenant of the
+	// class alike: twice is a breach there too.
 	wa := of(admitted(0, 900*ms), "a", "t1")
-	ha := fairHist(wa, of(admitted(0, 600*ms), "a", "t0"), of(admitted(0, 700*ms), "a", "t0"), of(admitted(0, 750*ms), "a", "t0"))
-	if vs := violations(CheckThrottle(ha), "turns"); len(vs) > 0 {
-		t.Fatalf("t0 of class a admitted 3 times, within its credit: %v", vs)
-	}
-	ha.Calls = append(ha.Calls, of(admitted(0, 800*ms), "a", "t0"))
+	ha := fairHist(wa, of(admitted(0, 600*ms), "a", "t0"), of(admitted(0, 700*ms), "a", "t0"))
 	if vs := violations(CheckThrottle(ha), "turns"); len(vs) == 0 {
-		t.Fatal("t0 of class a admitted 4 times while t1 had waited the bound, unnoticed")
+		t.Fatal("t0 of class a admitted twice while t1 had waited the bound, unnoticed")
+	}
+	// Calls of unequal cost: a turn lasts its call's fair interval, so a
+	// tenant of calls of a third of the interval may take three turns,
+	// not four.
+	hc := fairHist(of(admitted(0, 900*ms), "", "t1"), of(admitted(0, 600*ms), "", "t0"),
+		of(admitted(0, 700*ms), "", "t0"), of(admitted(0, 750*ms), "", "t0"))
+	hc.Rules = []ThrottleRule{{Windows: []Window{{Limit: 10, Period: time.Second}}},
+		{Cost: "tokens", Windows: []Window{{Limit: 30, Period: time.Second}}}}
+	hc.Calls[0].Cost = 9 // 300 ms, against 100 ms for the others
+	for i := 1; i < 4; i++ {
+		hc.Calls[i].Cost = 1
+	}
+	if vs := violations(CheckThrottle(hc), "turns"); len(vs) > 0 {
+		t.Fatalf("t0 admitted 3 times beside a call of 3 times the interval: %v", vs)
+	}
+	hc.Calls = append(hc.Calls, of(admitted(0, 800*ms), "", "t0"))
+	hc.Calls[4].Cost = 1
+	if vs := violations(CheckThrottle(hc), "turns"); len(vs) == 0 {
+		t.Fatal("t0 admitted 4 times beside a call of 3 times the interval, unnoticed")
 	}
 	// A fault's settling excuses it.
 	h.Calls[1].Class, h.Calls[2].Class = "", ""

@@ -11,18 +11,22 @@ import (
 )
 
 // Classes and tenants (docs/throttle.md, Classes and tenants) order the
-// waiters of a lane by start-time fair queuing: a waiting call of flow f,
-// its class and tenant, is given a tag in Redis by the turn script (op
-// 't'), tag = max(V, F[f]), and F[f] becomes tag + inc(f), where virtual
-// time V is the lowest tag of a head in the fleet's queue (the next to be
-// admitted) and inc(f) is the call's fair interval over f's part of the
-// admissions: its class's share, split between the class's tenants with
-// waiters. The tag takes the place of the arrival stamp: in the local
-// queue, and as this process's score in the fleet's queue, where the
-// lowest score has the turn. Calls with no tenant, in a throttle without
-// shares, are not tagged and keep their arrival stamps, unless calls of
-// their lane are tagged in the fleet (the lane's flows hash exists, as
-// the turn script's replies say): they are then tagged as tenant "".
+// waiters of a lane by start-time fair queuing in two levels: a waiting
+// call of flow f, its class and tenant, is given a tag in Redis by the
+// turn script (op 't'). Within its class, f's calls get inner tags one
+// increment apart, the call's fair interval over its class's share,
+// whatever the number of tenants: the tenants take turns. The class's grid
+// maps inner tags to tags, spacing the class's calls by the number n of
+// its tenants with calls ahead, so that the class's part is its share;
+// when n changes the script continues the grid from virtual time V (the
+// lowest tag of a head in the fleet's queue) and every process remaps its
+// waiting calls of the class (regrid). The tag takes the place of the
+// arrival stamp: in the local queue, and as this process's score in the
+// fleet's queue, where the lowest score has the turn. Calls with no
+// tenant, in a throttle without shares, are not tagged and keep their
+// arrival stamps, unless calls of their lane are tagged in the fleet (the
+// lane's flows hash exists, as the turn script's replies say): they are
+// then tagged as tenant "".
 
 // maxTagStep caps a tag's increment (µs), so that tags stay exact in the
 // doubles that Redis and Lua hold them in.
@@ -113,12 +117,33 @@ func interval(req *engine.Request) time.Duration {
 	return max(d, time.Microsecond)
 }
 
+// A grid maps the inner tags of a class whose tenants split its share to
+// the fleet's order (turn.lua, op 't'): tag = a + (x - x0) × n, less the
+// credit, where n is the number of the class's tenants with calls ahead.
+// The turn script continues a class's grid from virtual time when n
+// changes, in a new epoch, and every process remaps its waiting calls of
+// the class: tenants take turns on the inner clock, and the class's part
+// stays its share however many tenants split it.
+type grid struct{ a, x0, n, epoch int64 }
+
+// outer returns the tag of a call of inner tag x, of a flow with
+// increment inc and credit credit, on g.
+func (g grid) outer(x, inc int64, credit int) int64 {
+	return g.a + (x-g.x0)*g.n - int64(credit)*inc*g.n
+}
+
+// A tagging is the turn script's reply to op 't'.
+type tagging struct {
+	tag, inc, x int64
+	g           grid // epoch 0: none (the class's share is not split)
+}
+
 // tag asks the turn script for the tag of a waiting call of flow fl in
-// ln and its flow's increment, or returns the arrival stamp and 0 when
-// Redis fails.
-func (f *fleet) tag(ln *lane, fl *flow, arrival int64) (int64, int64) {
+// ln, or returns the arrival stamp and an increment of 0 when Redis
+// fails.
+func (f *fleet) tag(ln *lane, fl *flow, arrival int64) tagging {
 	if f.client == nil {
-		return arrival, 0
+		return tagging{tag: arrival}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -126,67 +151,186 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) (int64, int64) {
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
 		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Int64Slice()
-	if err != nil || len(res) < 7 {
-		return arrival, 0
+	if err != nil || len(res) < 12 {
+		return tagging{tag: arrival}
 	}
 	f.clock(time.UnixMicro(res[5]), start)
-	return res[0], max(res[1], 0)
+	return tagging{tag: res[0], inc: max(res[1], 0), x: res[8], g: grid{a: res[9], x0: res[10], n: max(res[2], 1), epoch: res[11]}}
 }
 
 // tagWaiter tags w, a waiter of flow w.fl not in ln's queue, unless it
-// is tagged already.
+// is tagged already. A new grid of its class remaps the lane's waiters,
+// and this process's entry in the fleet's queue follows its head.
 func (f *fleet) tagWaiter(ln *lane, w *waiter) {
-	if w.fl != nil && !w.tagged {
-		w.stamp, w.inc = f.tag(ln, w.fl, w.stamp)
-		w.tagged = true
+	if w.fl == nil || w.tagged {
+		return
+	}
+	tg := f.tag(ln, w.fl, w.stamp)
+	ln.mu.Lock()
+	w.stamp, w.inc, w.x, w.tagged = tg.tag, tg.inc, tg.x, true
+	var o op
+	if tg.inc > 0 && tg.g.epoch > 0 {
+		o = ln.regrid(w.fl.split, tg.g) // w, not queued yet, takes the lane's grid in queue
+	}
+	if tg.inc > 0 && ln.inOrder(w) && ln.joined {
+		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0) // after regrid's, and instead of it
+	}
+	ln.mu.Unlock()
+	if o.kind != "" {
+		f.send(ln, o)
 	}
 }
 
-// untag returns the free tag of flow fl, tag with increment inc, to the
-// turn script (op 'r'): when it is still the flow's last, the flow's next
-// call takes it. It runs in a goroutine of its own, which ends within the
-// call's timeout, so that a Wait whose context ended returns at once.
-func (f *fleet) untag(ln *lane, fl *flow, tag, inc int64) {
+// inOrder keeps this process's waiters of w's flow in arrival order, w
+// just tagged and not queued yet: a tag's script call that waited for a
+// connection may come back after that of a later caller of the flow. The
+// waiters trade tags (each with its increment) so that the earliest
+// arrival holds the lowest; the queue stays in tag order (the head keeps
+// its place while it asks). It reports whether the head's tag changed;
+// ln.mu is held.
+func (ln *lane) inOrder(w *waiter) bool {
+	ws := []*waiter{w}
+	for _, o := range ln.q {
+		if o.tagged && o.inc > 0 && o.fl != nil && o.fl.field == w.fl.field {
+			ws = append(ws, o)
+		}
+	}
+	if !slices.ContainsFunc(ws[1:], func(o *waiter) bool { return o.arrived > w.arrived && o.x < w.x }) {
+		return false
+	}
+	head, was := ln.q[0], ln.q[0].stamp // ws holds a queued waiter
+	type tag struct{ x, inc int64 }
+	tags := make([]tag, len(ws))
+	for i, o := range ws {
+		tags[i] = tag{o.x, o.inc}
+	}
+	slices.SortFunc(tags, func(a, b tag) int { return cmp.Compare(a.x, b.x) })
+	slices.SortStableFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.arrived, b.arrived) })
+	for i, o := range ws {
+		o.x, o.inc = tags[i].x, tags[i].inc
+		o.stamp = o.x - int64(o.fl.credit)*o.inc // a class not split; else its grid, below
+		if g, ok := ln.grids[o.fl.split]; ok {
+			o.stamp = g.outer(o.x, o.inc, o.fl.credit)
+		}
+	}
+	from := 0
+	if ln.asking {
+		from = 1
+	}
+	slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	if ln.q[0] != head {
+		ln.q[0].signal()
+	}
+	return ln.q[0] != head || head.stamp != was
+}
+
+// regrid notes g, a grid of class, when newer than the lane's, remaps
+// the queued waiters of class on it and keeps the queue in tag order (the
+// head keeps its place while it asks). It returns the op that moves this
+// process's entry in the fleet's queue to its head's new tag, if any (a
+// zero op for none); ln.mu is held.
+func (ln *lane) regrid(class string, g grid) op {
+	if old, ok := ln.grids[class]; ok && old.epoch >= g.epoch {
+		return op{}
+	}
+	if ln.grids == nil {
+		ln.grids = make(map[string]grid)
+	}
+	ln.grids[class] = g
+	var head *waiter
+	var was int64
+	if len(ln.q) > 0 {
+		head, was = ln.q[0], ln.q[0].stamp
+	}
+	for _, w := range ln.q {
+		if w.tagged && w.inc > 0 && w.fl != nil && w.fl.split == class {
+			w.stamp = g.outer(w.x, w.inc, w.fl.credit)
+		}
+	}
+	from := 0
+	if ln.asking {
+		from = 1
+	}
+	if len(ln.q) > from {
+		slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	}
+	if !ln.joined || head == nil || (ln.q[0] == head && head.stamp == was) {
+		return op{}
+	}
+	if ln.q[0] != head {
+		ln.q[0].signal()
+	}
+	return ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
+}
+
+// untag tells the turn script (op 'r') that a call of flow fl, inner tag
+// x with increment inc, gave up: the flow's finish tag goes back by inc,
+// and the other processes move the flow's later calls back (message h),
+// as handBack does here. It runs in a goroutine of its own, which ends
+// within the call's timeout, so that a Wait whose context ended returns
+// at once.
+func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
 	if f.client == nil || inc <= 0 {
 		return
 	}
-	fend := tag + int64(fl.credit+1)*inc
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		f.t.stats.calls.Add(1)
-		// A failure keeps the flow's finish tag: the flow waits one
-		// increment longer, as before hand-backs.
+		// A failure keeps the flow's finish tag: its later calls wait one
+		// increment longer.
 		_ = turnScript.Run(ctx, f.client, f.keys(ln), "r", f.member, fl.field,
-			fleetLease.Microseconds(), f.channel, ln.id, fend, 0, inc).Err()
+			fleetLease.Microseconds(), f.channel, ln.id, x, 0, inc).Err()
 	}()
 }
 
-// handBack hands the tag of w, a tagged waiter of ln that gives up, to
-// the waiters of its flow queued here after it: each takes the tag of the
-// one before it, so that the flow keeps its place in the rounds, and the
-// last one's tag, now free, is returned. Without it a tenant whose
-// waiters give up is served later than round robin says: each gave up
-// turn was spent. It returns the free tag and its increment (0 for none)
-// and whether the lane's head changed; ln.mu is held.
+// handBack takes the tag of w, a tagged waiter of ln that gives up, out of
+// its flow: the waiters of its flow queued here after it move back by its
+// increment, as if it had never been tagged (the turn script does the
+// same in the other processes: untag). Without it a tenant whose waiters
+// give up is served later than round robin says: each gave up turn was
+// spent. It returns w's inner tag and increment (0 for none) and whether
+// the lane's head or its tag changed; ln.mu is held.
 func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
 	if !w.tagged || w.inc <= 0 || w.fl == nil {
 		return 0, 0, false
 	}
-	hole, inc := w.stamp, w.inc
+	return w.x, w.inc, ln.shift(w.fl.field, w.x, w.inc, w)
+}
+
+// shift moves the queued waiters of flow field tagged after inner tag x
+// (but skip) back by inc, keeping the queue in tag order (the head keeps
+// its place while it asks). It reports whether the head, other than
+// skip, or its tag changed; ln.mu is held.
+func (ln *lane) shift(field string, x, inc int64, skip *waiter) bool {
 	var head *waiter
+	var was int64
 	if len(ln.q) > 0 {
-		head = ln.q[0]
+		head, was = ln.q[0], ln.q[0].stamp
 	}
-	for _, x := range ln.q { // in tag order
-		if x != w && x.fl != nil && x.fl.field == w.fl.field && x.tagged && x.stamp > hole {
-			x.stamp, x.inc, hole, inc = hole, inc, x.stamp, x.inc
+	for _, o := range ln.q {
+		if o != skip && o.tagged && o.inc > 0 && o.fl != nil && o.fl.field == field && o.x > x {
+			n := int64(1) // the slope of the flow's grid: 1 for a class not split
+			if g, ok := ln.grids[o.fl.split]; ok {
+				n = g.n
+			}
+			o.x -= inc
+			o.stamp -= inc * n
 		}
 	}
 	from := 0
-	if ln.asking && head != w {
+	if ln.asking && head != skip {
 		from = 1 // the head is asking; it keeps its place
 	}
-	slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
-	return hole, inc, len(ln.q) > 0 && ln.q[0] != head && head != w
+	if len(ln.q) > from {
+		slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
+	}
+	if len(ln.q) == 0 || head == skip {
+		return false
+	}
+	if ln.q[0] != head {
+		ln.q[0].signal()
+		return true
+	}
+	return head.stamp != was
 }

@@ -74,11 +74,13 @@ func TestFlowStateEnds(t *testing.T) {
 	}
 }
 
-// TestTurnTags: the turn script's tags are start-time fair queuing: a
-// flow's tags grow by its increment, a new flow starts at virtual time,
-// a class's increment is its fair interval over its share split between
-// its tenants, and a flow whose finish tag virtual time passed is
-// forgotten.
+// TestTurnTags: the turn script's tags are start-time fair queuing in two
+// levels: a flow's inner tags grow by its increment, its fair interval
+// over its class's share; a new flow starts at virtual time, after the
+// flows of its class ahead; the class's grid spaces its calls by the
+// number of its tenants, continued from virtual time when that changes;
+// a flow whose finish tag its class's inner time passed is forgotten; a
+// call that gave up moves its flow's finish tag back.
 func TestTurnTags(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, b := range []struct {
@@ -113,7 +115,7 @@ func turnTags(t *testing.T, client engine.Client) {
 	const step = 1000 // µs
 	batch := func(tenant string) *flow { return &flow{field: "\n" + tenant, split: "\n", weight: 75, step: step} }
 	critical := &flow{field: "critical\nx", split: "critical\n", weight: 25, step: step}
-	tag := func(fl *flow) int64 { tg, _ := th.fleet.tag(ln, fl, -1); return tg }
+	tag := func(fl *flow) int64 { return th.fleet.tag(ln, fl, -1).tag }
 	v := tag(batch("a"))
 	if v < 0 {
 		t.Fatal("no tag: the script failed")
@@ -131,13 +133,19 @@ func turnTags(t *testing.T, client engine.Client) {
 	if got := tag(critical); got != v+step*100/25 {
 		t.Errorf("critical's second tag %d after the first, want %d", got-v, step*100/25)
 	}
-	// A second tenant of batch splits the class's share: increments of
-	// twice as much, for it (and for a from its next tag).
-	if got := tag(batch("b")); got != v {
-		t.Errorf("batch b's first tag %d, want 0", got-v)
+	// A second tenant of batch splits the class's share: the class's
+	// grid doubles its increments from virtual time on, for b and for a's
+	// calls tagged already (a at 0 and 2 incA, b one inner µs after each:
+	// turns in a fixed order).
+	if got := tag(batch("b")); got != v+2 {
+		t.Errorf("batch b's first tag %d, want 2", got-v)
 	}
-	if got := tag(batch("b")); got != v+2*incA {
-		t.Errorf("batch b's second tag %d, want %d", got-v, 2*incA)
+	tg := th.fleet.tag(ln, batch("b"), -1)
+	if tg.tag != v+2*incA+2 || tg.g.n != 2 || tg.g.a != v || tg.g.x0 != v {
+		t.Errorf("batch b's second tag %d on grid %+v, want %d on {a: v, x0: v, n: 2}", tg.tag-v, tg.g, 2*incA+2)
+	}
+	if a := tg.g.outer(v+incA, incA, 0); a != v+2*incA {
+		t.Errorf("batch a's second call remapped to %d, want %d", a-v, 2*incA)
 	}
 	// A head in the fleet's queue far ahead moves virtual time there:
 	// flows behind it are forgotten and start again at it.
@@ -146,8 +154,8 @@ func turnTags(t *testing.T, client engine.Client) {
 	if got := tag(batch("a")); got != far {
 		t.Errorf("batch a's tag after virtual time passed it: %d, want %d", got-v, far-v)
 	}
-	if n := client.(redis.Cmdable).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 2 {
-		t.Errorf("the flows hash holds %d fields, want 2 (virtual time and batch a)", n)
+	if n := client.(redis.Cmdable).HLen(ctx, th.fleet.keys(ln)[5]).Val(); n != 4 {
+		t.Errorf("the flows hash holds %d fields, want 4 (virtual time, batch a and the two grids)", n)
 	}
 	// A flow with credit 2 (a class with a share): its calls are tagged
 	// two increments earlier, from two before virtual time, its finish
@@ -159,44 +167,47 @@ func turnTags(t *testing.T, client engine.Client) {
 			t.Errorf("credited call %d tagged %d after virtual time, want %d", i, got-far, want)
 		}
 	}
-	// A free tag returned (op 'r'): the flow's last goes back, and its
-	// next call takes it; a tag that is not the flow's last changes
-	// nothing.
-	last, gotInc := th.fleet.tag(ln, credited, -1)
-	if last != far+3*inc || gotInc != inc {
-		t.Fatalf("credited call tagged %d, increment %d; want %d, %d", last-far, gotInc, 3*inc, inc)
+	// A call that gave up (op 'r'): its flow's finish tag goes back by
+	// its increment, whichever of the flow's calls it was, so that the
+	// flow's next call is tagged one increment earlier; a call not before
+	// the finish tag changes nothing.
+	tg = th.fleet.tag(ln, credited, -1)
+	if tg.tag != far+3*inc || tg.inc != inc || tg.x != far+5*inc {
+		t.Fatalf("credited call tagged %d, inner %d, increment %d; want %d, %d, %d",
+			tg.tag-far, tg.x-far, tg.inc, 3*inc, 5*inc, inc)
 	}
-	hand := func(tg int64) {
-		fend := tg + int64(credited.credit+1)*inc
+	gaveUp := func(x int64) {
 		if err := turnScript.Run(ctx, client.(redis.Cmdable), th.fleet.keys(ln), "r", th.fleet.member, credited.field,
-			fleetLease.Microseconds(), th.fleet.channel, ln.id, fend, 0, inc).Err(); err != nil {
+			fleetLease.Microseconds(), th.fleet.channel, ln.id, x, 0, inc).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	hand(last - inc) // not the last: nothing
-	if got := tag(credited); got != far+4*inc {
-		t.Errorf("after returning a tag that is not the last, the next is %d, want %d", got-far, 4*inc)
+	gaveUp(tg.x - inc) // the call before the last
+	if got := tag(credited); got != far+3*inc {
+		t.Errorf("after a call gave up, the next is %d, want %d", got-far, 3*inc)
 	}
-	hand(far + 4*inc)
+	gaveUp(far + 6*inc) // at the finish tag: nothing
 	if got := tag(credited); got != far+4*inc {
-		t.Errorf("after returning the last tag, the next is %d, want it again, %d", got-far, 4*inc)
+		t.Errorf("after a call not before the finish tag gave up, the next is %d, want %d", got-far, 4*inc)
 	}
 }
 
-// TestHandBack: a tagged waiter that gives up hands its tag to the later
-// waiters of its flow queued here, each taking the one before it, and the
-// last one's tag is the one freed; other flows keep theirs, and the queue
-// stays in tag order.
+// TestHandBack: a tagged waiter that gives up moves the later waiters of
+// its flow queued here back by its increment, and its own tag is the one
+// freed; other flows keep theirs, and the queue stays in tag order. A
+// message h from another process moves them the same way.
 func TestHandBack(t *testing.T) {
 	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
-	w := func(fl *flow, tag, inc int64) *waiter { return &waiter{fl: fl, stamp: tag, inc: inc, tagged: true} }
+	w := func(fl *flow, tag, inc int64) *waiter {
+		return &waiter{fl: fl, stamp: tag, x: tag, inc: inc, tagged: true}
+	}
 	a1, b1, a2, b2, a3 := w(a, 10, 10), w(b, 15, 10), w(a, 20, 10), w(b, 25, 10), w(a, 30, 7)
 	ln := &lane{q: []*waiter{a1, b1, a2, b2, a3}}
 	hole, inc, moved := ln.handBack(a1)
-	if hole != 30 || inc != 7 || moved {
-		t.Errorf("freed tag %d, increment %d, head moved %v; want 30, 7, false (a1 was the head)", hole, inc, moved)
+	if hole != 10 || inc != 10 || moved {
+		t.Errorf("freed tag %d, increment %d, head moved %v; want 10, 10, false (a1 was the head)", hole, inc, moved)
 	}
-	if a2.stamp != 10 || a2.inc != 10 || a3.stamp != 20 || a3.inc != 10 || b1.stamp != 15 || b2.stamp != 25 {
+	if a2.stamp != 10 || a2.x != 10 || a3.stamp != 20 || a3.inc != 7 || b1.stamp != 15 || b2.stamp != 25 {
 		t.Errorf("tags a2 %d, a3 %d, b1 %d, b2 %d; want 10, 20, 15, 25", a2.stamp, a3.stamp, b1.stamp, b2.stamp)
 	}
 	if ln.q[1] != a2 || ln.q[2] != b1 || ln.q[3] != a3 {
@@ -206,12 +217,102 @@ func TestHandBack(t *testing.T) {
 	// one that gives up behind it takes a tag before it.
 	h, x, y := w(b, 8, 10), w(a, 5, 10), w(a, 20, 10)
 	ln = &lane{q: []*waiter{h, x, y}, asking: true}
-	if hole, _, moved := ln.handBack(x); hole != 20 || moved || ln.q[0] != h || y.stamp != 5 {
-		t.Errorf("freed %d, head moved %v, y tagged %d; want 20, no move, 5", hole, moved, y.stamp)
+	if hole, _, moved := ln.handBack(x); hole != 5 || moved || ln.q[0] != h || y.stamp != 10 {
+		t.Errorf("freed %d, head moved %v, y tagged %d; want 5, no move, 10", hole, moved, y.stamp)
+	}
+	// Message h: a call of flow a, inner tag 0, increment 4, gave up in
+	// another process; one of this process's is ignored.
+	th := &Throttle{}
+	f := &fleet{t: th, member: "me"}
+	th.fleet = f
+	p, q := w(a, 10, 10), w(b, 12, 10)
+	p.wake, q.wake = make(chan struct{}, 1), make(chan struct{}, 1)
+	ln = &lane{t: th, q: []*waiter{p, q}}
+	f.message(ln, []string{"h", "1", "me", "0", "4", "\na"})
+	if p.stamp != 10 {
+		t.Errorf("this process's own message moved a waiter to %d", p.stamp)
+	}
+	f.message(ln, []string{"h", "1", "other", "0", "4", "\na"})
+	if p.stamp != 6 || p.x != 6 || ln.q[0] != p || q.stamp != 12 {
+		t.Errorf("after message h: a at %d (inner %d), b at %d; want 6, 6, 12", p.stamp, p.x, q.stamp)
 	}
 	// An untagged waiter hands nothing back.
 	ln = &lane{q: []*waiter{{stamp: 1}, a1}}
 	if _, inc, _ := ln.handBack(ln.q[0]); inc != 0 {
 		t.Errorf("an untagged waiter freed a tag of increment %d", inc)
+	}
+}
+
+// TestRegrid: a class's new grid remaps its queued waiters, calls of a
+// tenant tagged while it waited alone moving apart, and keeps the queue in
+// tag order; other classes' waiters and older grids change nothing.
+func TestRegrid(t *testing.T) {
+	a := &flow{field: "\na", split: "\n"}
+	b := &flow{field: "\nb", split: "\n"}
+	c := &flow{field: "c\nx", split: "c\n"}
+	const inc = 100
+	w := func(fl *flow, x int64) *waiter {
+		return &waiter{fl: fl, stamp: x, x: x, inc: inc, tagged: true, wake: make(chan struct{}, 1)}
+	}
+	// a's three calls tagged alone (n 1, identity at 1000), b's first
+	// since, c's call between.
+	a1, a2, a3, b1, c1 := w(a, 1000), w(a, 1100), w(a, 1200), w(b, 1001), w(c, 1150)
+	ln := &lane{q: []*waiter{a1, b1, a2, c1, a3}}
+	ln.regrid("\n", grid{a: 1000, x0: 1000, n: 1, epoch: 5})
+	ln.regrid("\n", grid{a: 1000, x0: 1000, n: 2, epoch: 6})
+	want := []*waiter{a1, b1, c1, a2, a3}
+	for i, x := range want {
+		if ln.q[i] != x {
+			t.Fatalf("queue %d: stamp %d, want %d", i, ln.q[i].stamp, x.stamp)
+		}
+	}
+	if a2.stamp != 1200 || a3.stamp != 1400 || b1.stamp != 1002 || c1.stamp != 1150 {
+		t.Errorf("stamps a2 %d, a3 %d, b1 %d, c1 %d; want 1200, 1400, 1002, 1150", a2.stamp, a3.stamp, b1.stamp, c1.stamp)
+	}
+	// An older epoch is ignored.
+	ln.regrid("\n", grid{a: 1000, x0: 1000, n: 3, epoch: 4})
+	if a3.stamp != 1400 {
+		t.Errorf("an older grid remapped a3 to %d", a3.stamp)
+	}
+	// A waiter tagged on an older grid, queued after a newer one came
+	// (between its tag and its queueing), takes the lane's grid.
+	late := w(a, 1300)
+	ln.queue(late)
+	if late.stamp != 1600 || ln.q[len(ln.q)-1] != late {
+		t.Errorf("a waiter tagged on an older grid queued at %d, want 1600, last", late.stamp)
+	}
+	// A credit moves the class's calls back by credit increments of the
+	// grid.
+	if got := (grid{a: 1000, x0: 1000, n: 2}).outer(1100, inc, 2); got != 800 {
+		t.Errorf("outer with credit 2: %d, want 800", got)
+	}
+}
+
+// TestInOrder: a waiter whose tag came back after that of a later caller
+// of its flow (its script call waited for a connection) trades tags with
+// it, each with its increment, so that the flow keeps its arrival order;
+// other flows keep theirs.
+func TestInOrder(t *testing.T) {
+	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
+	w := func(fl *flow, arrived, x, inc int64) *waiter {
+		return &waiter{fl: fl, arrived: arrived, stamp: x, x: x, inc: inc, tagged: true, wake: make(chan struct{}, 1)}
+	}
+	a2, b1, a3 := w(a, 20, 100, 10), w(b, 5, 105, 10), w(a, 30, 110, 7)
+	ln := &lane{q: []*waiter{a2, b1, a3}}
+	late := w(a, 10, 120, 5) // arrived first, tagged last
+	if !ln.inOrder(late) {
+		t.Error("the head's tag changed, unreported")
+	}
+	if late.x != 100 || late.inc != 10 || a2.x != 110 || a2.inc != 7 || a3.x != 120 || a3.inc != 5 {
+		t.Errorf("tags late %d/%d, a2 %d/%d, a3 %d/%d; want 100/10, 110/7, 120/5",
+			late.x, late.inc, a2.x, a2.inc, a3.x, a3.inc)
+	}
+	if ln.q[0] != b1 || ln.q[1] != a2 || ln.q[2] != a3 || b1.x != 105 {
+		t.Error("queue not in tag order, or b's tag moved")
+	}
+	// In order already: nothing moves.
+	next := w(a, 40, 130, 5)
+	if ln.inOrder(next) || next.x != 130 {
+		t.Errorf("a waiter tagged in order moved to %d", next.x)
 	}
 }

@@ -356,6 +356,24 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 	case "k":
 		ln.wakeAt, ln.kicked = time.Time{}, true
 		ln.signalHead()
+	case "h":
+		// A call gave up in another process: h|lane|member|x|inc|field
+		// (the field may hold '|').
+		if len(parts) < 6 || parts[2] == f.member || num(3) < 0 || num(4) <= 0 {
+			return op{}, false
+		}
+		if ln.shift(strings.Join(parts[5:], "|"), num(3), num(4), nil) && ln.joined {
+			return f.op(ln, "j", ln.q[0].stamp, 0), true
+		}
+	case "c":
+		// A class's new grid: c|lane|n|A|X0|epoch|class (the class may
+		// hold '|').
+		if len(parts) < 7 || num(2) < 1 || num(5) < 1 {
+			return op{}, false
+		}
+		g := grid{n: num(2), a: num(3), x0: num(4), epoch: num(5)}
+		o := ln.regrid(strings.Join(parts[6:], "|"), g)
+		return o, o.kind != ""
 	case "b":
 		if ms := num(2); ms > 0 {
 			ln.heard(ms)

@@ -45,6 +45,10 @@ type lane struct {
 	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
 	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
 
+	// grids: the grids of the classes whose tenants split their share, by
+	// class (classes.go).
+	grids map[string]grid
+
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
 	afterKick bool
@@ -55,16 +59,18 @@ type lane struct {
 
 // A waiter is one caller of Wait.
 type waiter struct {
-	stamp  int64         // arrival, µs on the Redis clock (fleet.now), or its tag once tagged
-	costs  []int64       // its cost in each check of its request, at least 1
-	wake   chan struct{} // signalled when something it waits for changed
-	fl     *flow         // its class and tenant; nil when it keeps its arrival stamp
-	tagged bool          // stamp is the tag the turn script gave it (classes.go)
-	inc    int64         // its flow's increment when tagged (µs; 0: unknown), which a hand-back returns
-	direct bool          // it has a flow and asks at once (lane.direct counts it)
-	early  bool          // a Finish may make room for it early: its calls hold slots or settle costs
-	told   bool          // it joined the fleet's queue to hear of such room (await)
-	paced  bool          // its lane is paced (pace.go): it asks only in the fleet's order
+	stamp   int64         // arrival, µs on the Redis clock (fleet.now), or its tag once tagged
+	costs   []int64       // its cost in each check of its request, at least 1
+	wake    chan struct{} // signalled when something it waits for changed
+	fl      *flow         // its class and tenant; nil when it keeps its arrival stamp
+	tagged  bool          // stamp is the tag the turn script gave it (classes.go)
+	inc     int64         // its flow's inner increment when tagged (0: unknown), which a hand-back returns
+	x       int64         // its inner tag when tagged (classes.go, grid): its stamp is its class's grid at x
+	arrived int64         // its arrival, µs on the Redis clock, which its stamp was until tagged
+	direct  bool          // it has a flow and asks at once (lane.direct counts it)
+	early   bool          // a Finish may make room for it early: its calls hold slots or settle costs
+	told    bool          // it joined the fleet's queue to hear of such room (await)
+	paced   bool          // its lane is paced (pace.go): it asks only in the fleet's order
 }
 
 func (w *waiter) signal() {
@@ -235,6 +241,13 @@ func (ln *lane) asked(w *waiter) {
 // once and were refused may have arrived before some that queued, the
 // head included: they go before it unless it is asking.
 func (ln *lane) queue(w *waiter) {
+	if w.tagged && w.inc > 0 && w.fl != nil {
+		if g, ok := ln.grids[w.fl.split]; ok {
+			// A grid that came between its tag and now remapped the
+			// others: its tag follows.
+			w.stamp = g.outer(w.x, w.inc, w.fl.credit)
+		}
+	}
 	i := len(ln.q)
 	for i > 0 && ln.q[i-1].stamp > w.stamp {
 		i--
@@ -251,15 +264,15 @@ func (ln *lane) queue(w *waiter) {
 }
 
 // giveUp takes w out, as remove does, for a caller whose context ended
-// before it was admitted: a tagged waiter hands its tag on (handBack), and
-// the flow's tag it frees goes back to the fleet.
+// before it was admitted: a tagged waiter's tag is taken out of its flow,
+// here (handBack) and in the fleet (untag).
 func (ln *lane) giveUp(w *waiter) {
 	ln.mu.Lock()
 	hole, inc, moved := ln.handBack(w)
 	var o op
 	if moved && ln.joined {
-		// A later waiter of w's flow took a tag before the head's: this
-		// process's entry in the fleet's queue moves to it.
+		// A later waiter of w's flow moved before the head, or the head
+		// moved: this process's entry in the fleet's queue follows.
 		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
 	}
 	ln.mu.Unlock()

@@ -40,23 +40,40 @@
 -- newline when the class's weight is split between its tenants, else '',
 -- ARGV[10] the flow's credit c, in increments (0 when absent).
 -- Virtual time V is the larger of the lowest score in the queue and the
--- V of the last 't' (field '' of KEYS[6]), or now for a new hash. With
--- F the flow's finish tag (V for a flow with none), the call's tag is
--- F - c * inc, and F becomes F + inc, inc = ARGV[7] * n / ARGV[8], n
--- the flows of ARGV[9] with an F ahead of V (the call's own included), 1
--- without ARGV[9]; the increment is at most 1e12. So the calls of a flow
--- with credit c are tagged c increments earlier than without: a flow
--- with none waiting starts c increments before V. Fields
--- whose F is not ahead of V are deleted. Reply {tag, inc, n, -1, 0, now,
--- 1, 1}; no message. Every 'j' and 'p' renews KEYS[6] with the queue.
+-- V of the last 't' (field '' of KEYS[6]), or now for a new hash.
+-- Tags are two-level. Within a split class, each tenant's calls are
+-- tagged on the class's inner clock, one inner increment apart, inc =
+-- ARGV[7] / ARGV[8] (at most 1e12), whatever the number of tenants: with
+-- F the flow's inner finish tag (field ARGV[3]), the call's inner tag is
+-- x = F, or for a flow with none the class's inner time at V plus the
+-- number of its other flows ahead (so tenants take turns in a fixed
+-- order), and F becomes x + inc. So the class's tenants take turns, one
+-- call each, round after round. The class's grid (field TAB class of
+-- KEYS[6]: A|X0|n|epoch) maps inner tags to the fleet's order: tag =
+-- A + (x - X0) * n - c * inc * n, n the class's flows with an F ahead of
+-- its inner time (the call's own included), its inner time at V being
+-- X0 + (V - A) / n. When a tag finds n changed, the grid is continued
+-- from V with the new n (a new epoch, the server's TIME or one more than
+-- the last), and every process remaps its waiting calls of the class
+-- (message c): the class's part of the admissions stays its weight
+-- however many tenants share it, and calls tagged while fewer tenants
+-- waited move apart. Without ARGV[9] the grid is the identity (tag =
+-- x - c * inc). Fields whose F is not ahead of their class's inner time
+-- are deleted; grids stay until the hash expires. Reply {tag, inc, n, -1,
+-- 0, now, 1, 1, x, A, X0, epoch} (A, X0, epoch 0, 0, 0 without ARGV[9]).
+-- Every 'j' and 'p' renews KEYS[6] with the queue. Every applied 'p' (a
+-- call admitted or gone) counts each split class's flows ahead again and
+-- continues its grid when their number changed (message c): a class
+-- whose other tenants' calls were all served spaces its calls left for
+-- the tenants that wait.
 --
--- Op 'r': a tagged call gave up before its turn, and its flow's last tag
--- is free: ARGV[3] the flow's field, ARGV[7] the finish tag that tag
--- gave the flow (tag + (c + 1) * inc), ARGV[9] its increment. When the
--- flow's F is still that finish tag, F goes back by the increment, so
--- the flow's next call takes the free tag; else (a later call was
--- tagged, or the field is gone) nothing changes. Reply {0, -1, 0, -1, 0,
--- now, 1}; no message.
+-- Op 'r': a tagged call gave up before its turn: ARGV[3] its flow's
+-- field, ARGV[7] its inner tag x, ARGV[9] its increment. When the flow's
+-- F is ahead of x, F goes back by the increment and the fleet is told
+-- (message h): every process moves its waiting calls of the flow tagged
+-- after x back by the increment, as if the call had never been tagged, so
+-- that a tenant whose waiters give up keeps its turns. Reply {0, -1, 0,
+-- -1, 0, now, 1}.
 --
 -- Reply: {mine, others, n, block, version, now, applied, flows}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
@@ -87,31 +104,104 @@
 --   b|lane|ms                  an upstream blocked the lane for ms
 --   k|lane                     the lane's windows have room now: the
 --                              head of the process on turn asks at once
+--   h|lane|member|x|inc|field  a call of flow field, inner tag x, gave up
+--                              in member (op 'r'): the other processes
+--                              move their calls of the flow tagged after
+--                              x back by inc
+--   c|lane|n|A|X0|epoch|class  split class class (with its newline) has
+--                              a new grid (op 't'): every process remaps
+--                              its waiting calls of the class, when the
+--                              epoch is newer than the grid it holds
 local op, me, ch, lane = ARGV[1], ARGV[2], ARGV[5], ARGV[6]
+-- grids reads the flows hash: its flows (field -> finish tag), the grids
+-- of the split classes (class -> {A, X0, n, epoch}) and V.
+local function grids(now)
+  local all = redis.call('HGETALL', KEYS[6])
+  local flows, gs, v = {}, {}, now
+  for i = 1, #all, 2 do
+    local k, val = all[i], all[i + 1]
+    if k == '' then
+      v = tonumber(val)
+    elseif string.sub(k, 1, 1) == '\t' then
+      local a, x0, n, e = string.match(val, '^(%-?%d+)|(%-?%d+)|(%d+)|(%d+)$')
+      gs[string.sub(k, 2)] = {tonumber(a), tonumber(x0), tonumber(n), tonumber(e)}
+    else
+      flows[k] = tonumber(val)
+    end
+  end
+  return flows, gs, v
+end
+-- inner is the inner time of grid g (nil: the identity) at virtual time v.
+local function inner(g, v)
+  if not g then return v end
+  return g[2] + math.floor(math.max(v - g[1], 0) / g[3])
+end
+-- regrid gives split class c the grid of n flows from inner time x,
+-- continuing its grid g (nil for none) at virtual time v, and tells the
+-- fleet: message c|lane|n|A|X0|epoch|class.
+local function regrid(c, g, n, x, v, now)
+  local a, e = v, now
+  if g then a, e = g[1] + (x - g[2]) * g[3], math.max(now, g[4] + 1) end
+  local ng = {a, x, n, e}
+  local s = string.format('%d|%d|%d|%d', a, x, n, e)
+  redis.call('HSET', KEYS[6], '\t' .. c, s)
+  redis.call('PUBLISH', ARGV[5], 'c|' .. ARGV[6] .. '|' .. string.format('%d|%d|%d|%d|', n, a, x, e) .. c)
+  return ng
+end
 -- tag is op 't' at time now.
 local function tag(now)
-  local v = tonumber(redis.call('HGET', KEYS[6], '') or tostring(now))
+  local flows, gs, v = grids(now)
   local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
   if h[2] and tonumber(h[2]) > v then v = tonumber(h[2]) end
   local field, class = ARGV[3], ARGV[9]
-  local flows = redis.call('HGETALL', KEYS[6])
-  local n, start = 1, v
-  for i = 1, #flows, 2 do
-    local f = tonumber(flows[i + 1])
-    if flows[i] == '' then
-    elseif f <= v then
-      redis.call('HDEL', KEYS[6], flows[i])
-    elseif flows[i] == field then
+  local g = nil
+  if class ~= '' then g = gs[class] end
+  local xv = inner(g, v)
+  local n, start = 1, nil
+  for k, f in pairs(flows) do
+    local c = string.match(k, '^[^\n]*\n') or ''
+    if f <= inner(gs[c], v) then
+      redis.call('HDEL', KEYS[6], k)
+    elseif k == field then
       start = f
-    elseif class ~= '' and string.sub(flows[i], 1, #class) == class then
+    elseif class ~= '' and c == class then
       n = n + 1
     end
   end
-  local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) * n / tonumber(ARGV[8])), 1e12), 1)
-  local tagged = start - tonumber(ARGV[10] or '0') * inc
+  if class ~= '' and (not g or g[3] ~= n) then g = regrid(class, g, n, xv, v, now) end
+  g = g or {0, 0, 1, 0}
+  -- A new flow starts at the inner time, after the flows ahead of it, so
+  -- that tenants tie in no round.
+  start = start or xv + n - 1
+  local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) / tonumber(ARGV[8])), 1e12), 1)
+  local tagged = g[1] + (start - g[2]) * g[3] - tonumber(ARGV[10] or '0') * inc * g[3]
   redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
-  return {tagged, inc, n, -1, 0, now, 1, 1}
+  return {tagged, inc, n, -1, 0, now, 1, 1, start, g[1], g[2], g[4]}
+end
+-- refresh is op 'p' (a call admitted or gone) on a lane with a flows
+-- hash: the grid of every split class whose flows ahead of its inner time
+-- are no longer n (a tenant's calls all served or gone) is continued from
+-- V with their number, so that the class's calls left are spaced for the
+-- tenants that wait. Fields whose F is not ahead are deleted.
+local function refresh(now)
+  if redis.call('EXISTS', KEYS[6]) == 0 then return end
+  local flows, gs, v = grids(now)
+  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if h[2] and tonumber(h[2]) > v then v = tonumber(h[2]) end
+  local count = {}
+  for k, f in pairs(flows) do
+    local c = string.match(k, '^[^\n]*\n') or ''
+    if f <= inner(gs[c], v) then
+      redis.call('HDEL', KEYS[6], k)
+    else
+      count[c] = (count[c] or 0) + 1
+    end
+  end
+  for c, g in pairs(gs) do
+    local n = count[c] or 0
+    if n > 0 and n ~= g[3] then regrid(c, g, n, inner(g, v), v, now) end
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -128,9 +218,11 @@ if op == 't' then
   return tag(now)
 end
 if op == 'r' then
-  local fend = tonumber(ARGV[7])
-  if tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1') == fend then
-    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', fend - tonumber(ARGV[9])))
+  local x = tonumber(ARGV[7])
+  local f = tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1')
+  if f > x then
+    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f - tonumber(ARGV[9])))
+    redis.call('PUBLISH', ch, 'h|' .. lane .. '|' .. me .. '|' .. ARGV[7] .. '|' .. ARGV[9] .. '|' .. ARGV[3])
   end
   return {0, -1, 0, -1, 0, now, 1}
 end
@@ -172,6 +264,7 @@ if seq > tonumber(redis.call('HGET', KEYS[5], me) or '0') then
     redis.call('ZREM', KEYS[2], me)
   end
 end
+if op == 'p' and applied == 1 then refresh(now) end
 local f1, s1, t1 = head()
 if f1 ~= f0 or s1 ~= s0 or t1 ~= t0 then
   local hint, fseq = '-1', '0'

@@ -45,7 +45,8 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			t.release(ln)
 		}
 	}()
-	w := &waiter{stamp: t.fleet.now(), wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks)), fl: fl}
+	now := t.fleet.now()
+	w := &waiter{stamp: now, arrived: now, wake: make(chan struct{}, 1), costs: make([]int64, len(req.Checks)), fl: fl}
 	for i, c := range req.Checks {
 		w.costs[i] = max(c.Cost, 1)
 	}
