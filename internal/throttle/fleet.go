@@ -293,66 +293,12 @@ func (f *fleet) listen() {
 // (its op's reply was lost): a leave, so that the others need not wait
 // for its lease to end.
 func (f *fleet) message(ln *lane, parts []string) (op, bool) {
-	num := func(i int) int64 {
-		if i >= len(parts) {
-			return -1
-		}
-		n, err := strconv.ParseInt(parts[i], 10, 64)
-		if err != nil {
-			return -1
-		}
-		return n
-	}
+	num := func(i int) int64 { return msgNum(parts, i) }
 	ln.mu.Lock()
 	defer ln.mu.Unlock()
 	switch parts[0] {
 	case "q":
-		if len(parts) != 8 || !ln.fresh(num(2)) {
-			return op{}, false
-		}
-		first, score, second := parts[3], num(5), num(6)
-		if first != f.member {
-			// Another process has the turn, or nobody waits.
-			ln.onTurn = false
-			others := int64(none)
-			if first != "" && score >= 0 {
-				others = score
-			}
-			f.setOthers(ln, others)
-			ln.signalHead()
-			return op{}, false
-		}
-		others := int64(none)
-		if second >= 0 {
-			others = second
-		}
-		f.setOthers(ln, others)
-		if num(4) != ln.sent {
-			// An op of this process made after this state is on its
-			// way: its reply tells whether the turn is still here.
-			ln.signalHead()
-			return op{}, false
-		}
-		switch {
-		case !ln.joined && len(ln.q) == 0:
-			return f.op(ln, "p", -1, 0), true
-		case !ln.joined:
-			// The entry made by an op whose reply was lost: keep it.
-			ln.joined = true
-		}
-		if !ln.onTurn {
-			ln.onTurn = true
-			if at := num(7); at >= 0 && !ln.kicked {
-				// Passed on by a process whose admission or refusal said
-				// when the windows have room. A room-now message heard
-				// since this head last asked may postdate that: it
-				// asks at once then.
-				wait := time.Duration(max(at-f.now(), 0)) * time.Microsecond
-				ln.wakeAt = time.Now().Add(wait)
-				ln.paceAt = ln.wakeAt // a paced lane's next slot comes with the turn
-			}
-		}
-		ln.signalHead()
+		return f.queueMessage(ln, parts)
 	case "k":
 		ln.wakeAt, ln.kicked = time.Time{}, true
 		ln.signalHead()
@@ -380,5 +326,70 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 			ln.signalHead()
 		}
 	}
+	return op{}, false
+}
+
+// msgNum returns field i of a message as a number, -1 when it is missing
+// or not a number.
+func msgNum(parts []string, i int) int64 {
+	if i >= len(parts) {
+		return -1
+	}
+	n, err := strconv.ParseInt(parts[i], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// queueMessage applies a 'q' message, the queue after an op that changed
+// its first member or first two scores (see message). ln.mu is held.
+func (f *fleet) queueMessage(ln *lane, parts []string) (op, bool) {
+	if len(parts) != 8 || !ln.fresh(msgNum(parts, 2)) {
+		return op{}, false
+	}
+	first, score, second := parts[3], msgNum(parts, 5), msgNum(parts, 6)
+	if first != f.member {
+		// Another process has the turn, or nobody waits.
+		ln.onTurn = false
+		others := int64(none)
+		if first != "" && score >= 0 {
+			others = score
+		}
+		f.setOthers(ln, others)
+		ln.signalHead()
+		return op{}, false
+	}
+	others := int64(none)
+	if second >= 0 {
+		others = second
+	}
+	f.setOthers(ln, others)
+	if msgNum(parts, 4) != ln.sent {
+		// An op of this process made after this state is on its
+		// way: its reply tells whether the turn is still here.
+		ln.signalHead()
+		return op{}, false
+	}
+	switch {
+	case !ln.joined && len(ln.q) == 0:
+		return f.op(ln, "p", -1, 0), true
+	case !ln.joined:
+		// The entry made by an op whose reply was lost: keep it.
+		ln.joined = true
+	}
+	if !ln.onTurn {
+		ln.onTurn = true
+		if at := msgNum(parts, 7); at >= 0 && !ln.kicked {
+			// Passed on by a process whose admission or refusal said
+			// when the windows have room. A room-now message heard
+			// since this head last asked may postdate that: it
+			// asks at once then.
+			wait := time.Duration(max(at-f.now(), 0)) * time.Microsecond
+			ln.wakeAt = time.Now().Add(wait)
+			ln.paceAt = ln.wakeAt // a paced lane's next slot comes with the turn
+		}
+	}
+	ln.signalHead()
 	return op{}, false
 }
