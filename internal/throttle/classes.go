@@ -284,6 +284,29 @@ func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
 	}()
 }
 
+// charge tells the turn script (op 'a') that a call of flow fl was
+// admitted at once, untagged, while calls of its lane wait or are tagged:
+// it took its flow's next turn. The flow's finish tag moves on by an
+// increment, as a tag would have moved it, and every process moves its
+// waiting calls of the flow later by that increment (message a), as if
+// the call had been tagged before them. Without it a tenant whose caller
+// finds the lane idle, as each process's first caller does when a fleet
+// starts, gets that call over its turns. It runs in a goroutine of its
+// own, which ends within the call's timeout; a failure leaves the flow a
+// turn ahead.
+func (f *fleet) charge(ln *lane, fl *flow) {
+	if f.client == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		f.t.stats.calls.Add(1)
+		_ = turnScript.Run(ctx, f.client, f.keys(ln), "a", f.member, fl.field,
+			fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Err()
+	}()
+}
+
 // handBack takes the tag of w, a tagged waiter of ln that gives up, out of
 // its flow: the waiters of its flow queued here after it move back by its
 // increment, as if it had never been tagged (the turn script does the
@@ -299,7 +322,7 @@ func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
 }
 
 // shift moves the queued waiters of flow field tagged after inner tag x
-// (but skip) back by inc, keeping the queue in tag order (the head keeps
+// (but skip) back by inc (later for a negative inc: charge), keeping the queue in tag order (the head keeps
 // its place while it asks). It reports whether the head, other than
 // skip, or its tag changed; ln.mu is held.
 func (ln *lane) shift(field string, x, inc int64, skip *waiter) bool {

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -190,12 +191,49 @@ func turnTags(t *testing.T, client engine.Client) {
 	if got := tag(credited); got != far+4*inc {
 		t.Errorf("after a call not before the finish tag gave up, the next is %d, want %d", got-far, 4*inc)
 	}
+	// A call admitted at once (op 'a'): it spends its flow's next turn,
+	// the finish tag moving on by an increment, and the fleet is told to
+	// move the flow's waiters later; a flow with no finish tag ahead is
+	// tagged, so its next call comes a turn later too.
+	sub := client.(redis.UniversalClient).Subscribe(ctx, th.fleet.channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	charged := func(fl *flow) {
+		if err := turnScript.Run(ctx, client.(redis.Cmdable), th.fleet.keys(ln), "a", th.fleet.member, fl.field,
+			fleetLease.Microseconds(), th.fleet.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	charged(credited)
+	if got := tag(credited); got != far+6*inc {
+		t.Errorf("after a call admitted at once, the next is %d, want %d", got-far, 6*inc)
+	}
+	msg, err := sub.ReceiveMessage(ctx)
+	if want := fmt.Sprintf("a|%s|%s|%d|%s", ln.id, th.fleet.member, inc, credited.field); err != nil || msg.Payload != want {
+		t.Errorf("message %q (%v), want %q", msg.Payload, err, want)
+	}
+	fresh := &flow{field: "critical\nz", split: "critical\n", weight: 25, step: step, credit: 2}
+	flows := th.fleet.keys(ln)[5]
+	if client.(redis.Cmdable).HExists(ctx, flows, fresh.field).Val() {
+		t.Fatalf("flow %q has a finish tag before its first call", fresh.field)
+	}
+	charged(fresh)
+	f, err := client.(redis.Cmdable).HGet(ctx, flows, fresh.field).Int64()
+	if err != nil || f < far+inc {
+		t.Fatalf("a new flow charged at once: finish tag %d (%v), want at least %d", f-far, err, inc)
+	}
+	if tg = th.fleet.tag(ln, fresh, -1); tg.x != f || tg.inc != inc {
+		t.Errorf("the charged flow's next call: inner tag %d, increment %d; want %d, %d", tg.x-far, tg.inc, f-far, inc)
+	}
 }
 
 // TestHandBack: a tagged waiter that gives up moves the later waiters of
 // its flow queued here back by its increment, and its own tag is the one
 // freed; other flows keep theirs, and the queue stays in tag order. A
-// message h from another process moves them the same way.
+// message h from another process moves them the same way; a message a
+// (a call of the flow admitted at once) moves them later.
 func TestHandBack(t *testing.T) {
 	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
 	w := func(fl *flow, tag, inc int64) *waiter {
@@ -235,6 +273,12 @@ func TestHandBack(t *testing.T) {
 	f.message(ln, []string{"h", "1", "other", "0", "4", "\na"})
 	if p.stamp != 6 || p.x != 6 || ln.q[0] != p || q.stamp != 12 {
 		t.Errorf("after message h: a at %d (inner %d), b at %d; want 6, 6, 12", p.stamp, p.x, q.stamp)
+	}
+	// Message a: a call of flow a was admitted at once, in this process
+	// or another: the flow's waiters move later by the increment, past b.
+	f.message(ln, []string{"a", "1", "me", "7", "\na"})
+	if p.stamp != 13 || p.x != 13 || ln.q[0] != q || ln.q[1] != p {
+		t.Errorf("after message a: a at %d (inner %d), first %v; want 13, 13, b first", p.stamp, p.x, ln.q[0] == q)
 	}
 	// An untagged waiter hands nothing back.
 	ln = &lane{q: []*waiter{{stamp: 1}, a1}}

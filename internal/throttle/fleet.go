@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	_ "embed"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -309,6 +310,16 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 			return op{}, false
 		}
 		if ln.shift(strings.Join(parts[5:], "|"), num(3), num(4), nil) && ln.joined {
+			return f.op(ln, "j", ln.q[0].stamp, 0), true
+		}
+	case "a":
+		// A call of the flow was admitted at once in member, its flow's
+		// turn spent: a|lane|member|inc|field (the field may hold '|').
+		// Every process, member's too, moves its calls of the flow later.
+		if len(parts) < 5 || num(3) <= 0 {
+			return op{}, false
+		}
+		if ln.shift(strings.Join(parts[4:], "|"), math.MinInt64, -num(3), nil) && ln.joined {
 			return f.op(ln, "j", ln.q[0].stamp, 0), true
 		}
 	case "c":

@@ -41,6 +41,7 @@ type lane struct {
 	quiet     time.Time // a Finish here made room then, telling no other process (roomQuietly)
 	asking    bool      // the head is asking Redis (it left await and is not refused yet)
 	direct    int       // callers with a flow asking at once, not queued: at most one
+	tagging   int       // callers with a flow being tagged on their way into the queue (enter)
 	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
 	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
 	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
@@ -199,9 +200,11 @@ func (ln *lane) enter(w *waiter) bool {
 		ln.mu.Unlock()
 		return false
 	}
+	ln.tagging++
 	ln.mu.Unlock()
 	ln.t.fleet.tagWaiter(ln, w)
 	ln.mu.Lock()
+	ln.tagging--
 	ln.queue(w)
 	// A tag may go before the head's: this process's entry in the
 	// fleet's queue moves to it at once.
@@ -215,6 +218,15 @@ func (ln *lane) enter(w *waiter) bool {
 		ln.t.fleet.send(ln, o)
 	}
 	return false
+}
+
+// contended reports whether a call admitted at once must be charged to
+// its flow (fleet.charge): calls of the lane are tagged in the fleet, or
+// callers queue here or are being tagged to.
+func (ln *lane) contended() bool {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.flows || len(ln.q) > 0 || ln.tagging > 0
 }
 
 // tagged reports whether calls of the lane are tagged in the fleet, so

@@ -28,7 +28,7 @@
 --          the queue (a process's first call for the lane), 'k' tell
 --          the fleet that the windows have room now (a call given back),
 --          't' tag a waiting call of flow ARGV[3] (below), 'r' return
---          a free tag (below)
+--          a free tag (below), 'a' charge a call admitted at once (below)
 -- ARGV[2]  member, ARGV[3] score, ARGV[4] lease (µs), ARGV[5] channel,
 --          ARGV[6] lane id, ARGV[7] hint ('p': the time, µs on this
 --          server's clock as the passer knows it, after which the new
@@ -75,6 +75,15 @@
 -- that a tenant whose waiters give up keeps its turns. Reply {0, -1, 0,
 -- -1, 0, now, 1}.
 --
+-- Op 'a': a call of flow ARGV[3] was admitted at once, untagged, while
+-- calls of the lane waited or were tagged; ARGV[7] to ARGV[10] as for
+-- 't'. It spent its flow's next turn: when the flow's F is ahead of its
+-- class's inner time, F moves on by the increment and the fleet is told
+-- (message a): every process, the sender's too, moves its waiting calls
+-- of the flow later by the increment, as if the call had been tagged
+-- before them. Else it is tagged as by 't' (F is set one increment past
+-- the call's tag), and the reply is 't''s; else {0, -1, 0, -1, 0, now, 1}.
+--
 -- Reply: {mine, others, n, block, version, now, applied, flows}: mine 1 when
 -- member is first; others the lowest score of another member, -1 for
 -- none; n the queue's size; block the block's PTTL (ms, negative for
@@ -108,6 +117,9 @@
 --                              in member (op 'r'): the other processes
 --                              move their calls of the flow tagged after
 --                              x back by inc
+--   a|lane|member|inc|field    a call of flow field was admitted at
+--                              once in member (op 'a'): every process
+--                              moves its calls of the flow later by inc
 --   c|lane|n|A|X0|epoch|class  split class class (with its newline) has
 --                              a new grid (op 't'): every process remaps
 --                              its waiting calls of the class, when the
@@ -216,6 +228,20 @@ if op == 'k' then
 end
 if op == 't' then
   return tag(now)
+end
+if op == 'a' then
+  local flows, gs, v = grids(now)
+  local h = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  if h[2] and tonumber(h[2]) > v then v = tonumber(h[2]) end
+  local f, g = flows[ARGV[3]], nil
+  if ARGV[9] ~= '' then g = gs[ARGV[9]] end
+  if not f or f <= inner(g, v) then
+    return tag(now)
+  end
+  local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) / tonumber(ARGV[8])), 1e12), 1)
+  redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f + inc))
+  redis.call('PUBLISH', ch, 'a|' .. lane .. '|' .. me .. '|' .. string.format('%d', inc) .. '|' .. ARGV[3])
+  return {0, -1, 0, -1, 0, now, 1}
 end
 if op == 'r' then
   local x = tonumber(ARGV[7])

@@ -94,6 +94,9 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 				slot = ln.paceNext(time.Now(), max(pace, spreadOf(&d, req, names)), head)
 			}
 			ln.handOver(head, func(next *waiter) time.Duration { return max(nextHint(&d, next), slot) })
+			if !head && w.fl != nil && !w.tagged && ln.contended() {
+				t.fleet.charge(ln, w.fl) // admitted untagged: its flow's turn is spent
+			}
 			t.stats.admitted(time.Since(start))
 			kept = true
 			return t.newPermit(req, d, names, ln), nil
