@@ -135,7 +135,8 @@ func (g grid) outer(x, inc int64, credit int) int64 {
 // A tagging is the turn script's reply to op 't'.
 type tagging struct {
 	tag, inc, x int64
-	g           grid // epoch 0: none (the class's share is not split)
+	at          int64 // the script's time, µs on the server's clock
+	g           grid  // epoch 0: none (the class's share is not split)
 }
 
 // tag asks the turn script for the tag of a waiting call of flow fl in
@@ -155,7 +156,7 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) tagging {
 		return tagging{tag: arrival}
 	}
 	f.clock(time.UnixMicro(res[5]), start)
-	return tagging{tag: res[0], inc: max(res[1], 0), x: res[8], g: grid{a: res[9], x0: res[10], n: max(res[2], 1), epoch: res[11]}}
+	return tagging{tag: res[0], inc: max(res[1], 0), x: res[8], at: res[5], g: grid{a: res[9], x0: res[10], n: max(res[2], 1), epoch: res[11]}}
 }
 
 // tagWaiter tags w, a waiter of flow w.fl not in ln's queue, unless it
@@ -167,7 +168,8 @@ func (f *fleet) tagWaiter(ln *lane, w *waiter) {
 	}
 	tg := f.tag(ln, w.fl, w.stamp)
 	ln.mu.Lock()
-	w.stamp, w.inc, w.x, w.tagged = tg.tag, tg.inc, tg.x, true
+	w.stamp, w.inc, w.x, w.seen, w.tagged = tg.tag, tg.inc, tg.x, tg.at, true
+	ln.catchUp(w) // a shift heard of while its tag's reply came back
 	var o op
 	if tg.inc > 0 && tg.g.epoch > 0 {
 		o = ln.regrid(w.fl.split, tg.g) // w, not queued yet, takes the lane's grid in queue
@@ -201,13 +203,15 @@ func (ln *lane) inOrder(w *waiter) bool {
 	head, was := ln.q[0], ln.q[0].stamp // ws holds a queued waiter
 	type tag struct{ x, inc int64 }
 	tags := make([]tag, len(ws))
+	var seen int64 // the latest shift any of them holds: each holds every one (catchUp)
 	for i, o := range ws {
 		tags[i] = tag{o.x, o.inc}
+		seen = max(seen, o.seen)
 	}
 	slices.SortFunc(tags, func(a, b tag) int { return cmp.Compare(a.x, b.x) })
 	slices.SortStableFunc(ws, func(a, b *waiter) int { return cmp.Compare(a.arrived, b.arrived) })
 	for i, o := range ws {
-		o.x, o.inc = tags[i].x, tags[i].inc
+		o.x, o.inc, o.seen = tags[i].x, tags[i].inc, seen
 		o.stamp = o.x - int64(o.fl.credit)*o.inc // a class not split; else its grid, below
 		if g, ok := ln.grids[o.fl.split]; ok {
 			o.stamp = g.outer(o.x, o.inc, o.fl.credit)
@@ -265,8 +269,10 @@ func (ln *lane) regrid(class string, g grid) op {
 
 // untag tells the turn script (op 'r') that a call of flow fl, inner tag
 // x with increment inc, gave up: the flow's finish tag goes back by inc,
-// and the other processes move the flow's later calls back (message h),
-// as handBack does here. It runs in a goroutine of its own, which ends
+// and every process, this one too, moves the flow's later calls back
+// (message h), as if the call had never been tagged. Without it a tenant
+// whose waiters give up is served later than round robin says: each gave
+// up turn was spent. It runs in a goroutine of its own, which ends
 // within the call's timeout, so that a Wait whose context ended returns
 // at once.
 func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
@@ -307,48 +313,93 @@ func (f *fleet) charge(ln *lane, fl *flow) {
 	}()
 }
 
-// handBack takes the tag of w, a tagged waiter of ln that gives up, out of
-// its flow: the waiters of its flow queued here after it move back by its
-// increment, as if it had never been tagged (the turn script does the
-// same in the other processes: untag). Without it a tenant whose waiters
-// give up is served later than round robin says: each gave up turn was
-// spent. It returns w's inner tag and increment (0 for none) and whether
-// the lane's head or its tag changed; ln.mu is held.
-func (ln *lane) handBack(w *waiter) (int64, int64, bool) {
-	if !w.tagged || w.inc <= 0 || w.fl == nil {
-		return 0, 0, false
-	}
-	return w.x, w.inc, ln.shift(w.fl.field, w.x, w.inc, w)
+// A shift is a move of a flow's waiting calls that the turn script told
+// (message h or a): those tagged after inner tag x move back by inc (later
+// for a negative inc), at the script's time at (µs, the server's TIME).
+type shift struct {
+	field  string
+	x, inc int64
+	at     int64
+	heard  time.Time // when this process heard of it (local clock)
 }
 
-// shift moves the queued waiters of flow field tagged after inner tag x
-// (but skip) back by inc (later for a negative inc: charge), keeping the queue in tag order (the head keeps
-// its place while it asks). It reports whether the head, other than
-// skip, or its tag changed; ln.mu is held.
-func (ln *lane) shift(field string, x, inc int64, skip *waiter) bool {
+// shiftKeep is how long a lane keeps a shift it heard of, for waiters
+// tagged before it and queued after: a tag's script call times out
+// within a second (fleet.tag). shiftCap bounds the shifts kept.
+const (
+	shiftKeep = 2 * time.Second
+	shiftCap  = 1024
+)
+
+// shifted applies s to the lane's queued waiters (shift) and keeps it for
+// those tagged before it and queued after (catchUp), so that a waiter
+// whose tag and queueing a message falls between is moved as well. It
+// reports whether the head or its tag changed; ln.mu is held.
+func (ln *lane) shifted(s shift) bool {
+	keep := ln.shifts[:0]
+	for _, o := range ln.shifts {
+		if s.heard.Sub(o.heard) < shiftKeep {
+			keep = append(keep, o)
+		}
+	}
+	if len(keep) >= shiftCap {
+		keep = keep[:copy(keep, keep[len(keep)-shiftCap+1:])]
+	}
+	clear(ln.shifts[len(keep):])
+	ln.shifts = append(keep, s)
+	return ln.shift(s)
+}
+
+// catchUp applies to w, tagged and about to be queued or traded, the
+// shifts of its flow the lane heard of that the turn script made after
+// w's tag; ln.mu is held.
+func (ln *lane) catchUp(w *waiter) {
+	for _, s := range ln.shifts {
+		ln.move(w, s)
+	}
+}
+
+// move applies s to w when w is of s's flow and s came after what w
+// holds (w.seen): its inner tag and stamp move back by s.inc when after
+// s.x. It reports whether w moved; ln.mu is held.
+func (ln *lane) move(w *waiter, s shift) bool {
+	if !w.tagged || w.inc <= 0 || w.fl == nil || w.fl.field != s.field || s.at <= w.seen {
+		return false
+	}
+	w.seen = s.at
+	if w.x <= s.x {
+		return false
+	}
+	n := int64(1) // the slope of the flow's grid: 1 for a class not split
+	if g, ok := ln.grids[w.fl.split]; ok {
+		n = g.n
+	}
+	w.x -= s.inc
+	w.stamp -= s.inc * n
+	return true
+}
+
+// shift moves the queued waiters of s's flow tagged after s.x, and before
+// s was made, back by s.inc (later for a negative inc: charge), keeping
+// the queue in tag order (the head keeps its place while it asks). It
+// reports whether the head or its tag changed; ln.mu is held.
+func (ln *lane) shift(s shift) bool {
 	var head *waiter
 	var was int64
 	if len(ln.q) > 0 {
 		head, was = ln.q[0], ln.q[0].stamp
 	}
 	for _, o := range ln.q {
-		if o != skip && o.tagged && o.inc > 0 && o.fl != nil && o.fl.field == field && o.x > x {
-			n := int64(1) // the slope of the flow's grid: 1 for a class not split
-			if g, ok := ln.grids[o.fl.split]; ok {
-				n = g.n
-			}
-			o.x -= inc
-			o.stamp -= inc * n
-		}
+		ln.move(o, s)
 	}
 	from := 0
-	if ln.asking && head != skip {
+	if ln.asking {
 		from = 1 // the head is asking; it keeps its place
 	}
 	if len(ln.q) > from {
 		slices.SortStableFunc(ln.q[from:], func(a, b *waiter) int { return cmp.Compare(a.stamp, b.stamp) })
 	}
-	if len(ln.q) == 0 || head == skip {
+	if len(ln.q) == 0 {
 		return false
 	}
 	if ln.q[0] != head {

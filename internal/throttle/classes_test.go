@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -210,9 +212,18 @@ func turnTags(t *testing.T, client engine.Client) {
 	if got := tag(credited); got != far+6*inc {
 		t.Errorf("after a call admitted at once, the next is %d, want %d", got-far, 6*inc)
 	}
-	msg, err := sub.ReceiveMessage(ctx)
-	if want := fmt.Sprintf("a|%s|%s|%d|%s", ln.id, th.fleet.member, inc, credited.field); err != nil || msg.Payload != want {
-		t.Errorf("message %q (%v), want %q", msg.Payload, err, want)
+	// Other messages (a grid's) may come first.
+	got := ""
+	for !strings.HasPrefix(got, "a|") {
+		msg, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = msg.Payload
+	}
+	prefix, suffix := fmt.Sprintf("a|%s|%s|%d|", ln.id, th.fleet.member, inc), "|"+credited.field
+	if at, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimPrefix(got, prefix), suffix), 10, 64); err != nil || at < v {
+		t.Errorf("message %q, want %q, the script's time, %q", got, prefix, suffix)
 	}
 	fresh := &flow{field: "critical\nz", split: "critical\n", weight: 25, step: step, credit: 2}
 	flows := th.fleet.keys(ln)[5]
@@ -229,61 +240,88 @@ func turnTags(t *testing.T, client engine.Client) {
 	}
 }
 
-// TestHandBack: a tagged waiter that gives up moves the later waiters of
-// its flow queued here back by its increment, and its own tag is the one
-// freed; other flows keep theirs, and the queue stays in tag order. A
-// message h from another process moves them the same way; a message a
-// (a call of the flow admitted at once) moves them later.
+// TestHandBack: a message h (a call gave up, in this process or another)
+// moves the waiters of its flow tagged after its tag back by its
+// increment; other flows keep theirs, and the queue stays in tag order.
+// Only waiters tagged before the message's script time move, and a
+// waiter tagged before it but queued after moves when it is queued. A
+// message a (a call of the flow admitted at once) moves them later.
 func TestHandBack(t *testing.T) {
 	a, b := &flow{field: "\na"}, &flow{field: "\nb"}
 	w := func(fl *flow, tag, inc int64) *waiter {
-		return &waiter{fl: fl, stamp: tag, x: tag, inc: inc, tagged: true}
+		return &waiter{fl: fl, stamp: tag, x: tag, inc: inc, tagged: true, seen: 100, wake: make(chan struct{}, 1)}
 	}
-	a1, b1, a2, b2, a3 := w(a, 10, 10), w(b, 15, 10), w(a, 20, 10), w(b, 25, 10), w(a, 30, 7)
-	ln := &lane{q: []*waiter{a1, b1, a2, b2, a3}}
-	hole, inc, moved := ln.handBack(a1)
-	if hole != 10 || inc != 10 || moved {
-		t.Errorf("freed tag %d, increment %d, head moved %v; want 10, 10, false (a1 was the head)", hole, inc, moved)
-	}
-	if a2.stamp != 10 || a2.x != 10 || a3.stamp != 20 || a3.inc != 7 || b1.stamp != 15 || b2.stamp != 25 {
-		t.Errorf("tags a2 %d, a3 %d, b1 %d, b2 %d; want 10, 20, 15, 25", a2.stamp, a3.stamp, b1.stamp, b2.stamp)
-	}
-	if ln.q[1] != a2 || ln.q[2] != b1 || ln.q[3] != a3 {
-		t.Errorf("queue not in tag order")
-	}
-	// The head asking keeps its place, though a waiter of the flow of
-	// one that gives up behind it takes a tag before it.
-	h, x, y := w(b, 8, 10), w(a, 5, 10), w(a, 20, 10)
-	ln = &lane{q: []*waiter{h, x, y}, asking: true}
-	if hole, _, moved := ln.handBack(x); hole != 5 || moved || ln.q[0] != h || y.stamp != 10 {
-		t.Errorf("freed %d, head moved %v, y tagged %d; want 5, no move, 10", hole, moved, y.stamp)
-	}
-	// Message h: a call of flow a, inner tag 0, increment 4, gave up in
-	// another process; one of this process's is ignored.
 	th := &Throttle{}
 	f := &fleet{t: th, member: "me"}
 	th.fleet = f
+	h := func(ln *lane, x, inc, at int64, field string) {
+		f.message(ln, []string{"h", "1", "other", fmt.Sprint(x), fmt.Sprint(inc), fmt.Sprint(at), field})
+	}
+	// a1 (tag 10) gave up and is gone: a2 and a3 move back by 10.
+	b1, a2, b2, a3 := w(b, 15, 10), w(a, 20, 10), w(b, 25, 10), w(a, 30, 7)
+	ln := &lane{t: th, q: []*waiter{b1, a2, b2, a3}}
+	h(ln, 10, 10, 200, "\na")
+	if a2.stamp != 10 || a2.x != 10 || a3.stamp != 20 || a3.inc != 7 || b1.stamp != 15 || b2.stamp != 25 {
+		t.Errorf("tags a2 %d, a3 %d, b1 %d, b2 %d; want 10, 20, 15, 25", a2.stamp, a3.stamp, b1.stamp, b2.stamp)
+	}
+	if ln.q[0] != a2 || ln.q[1] != b1 || ln.q[2] != a3 {
+		t.Errorf("queue not in tag order")
+	}
+	// The same message again (a replay) and an older one move nothing.
+	h(ln, 10, 10, 200, "\na")
+	h(ln, 0, 10, 150, "\na")
+	if a2.stamp != 10 || a3.stamp != 20 {
+		t.Errorf("a replayed or older message moved a2 to %d, a3 to %d", a2.stamp, a3.stamp)
+	}
+	// This process's own message counts as well (its give-up moved
+	// nothing here), and a waiter tagged after the message's script time
+	// (its tag already counts the give-up) does not move.
+	late := w(a, 40, 10)
+	late.seen = 400
+	ln.queue(late)
+	f.message(ln, []string{"h", "1", "me", "5", "10", "300", "\na"})
+	if a2.stamp != 0 || a3.stamp != 10 || late.stamp != 40 {
+		t.Errorf("after this process's message: a2 %d, a3 %d, late %d; want 0, 10, 40", a2.stamp, a3.stamp, late.stamp)
+	}
+	// The head asking keeps its place, though a waiter of the flow takes a
+	// tag before it.
+	hd, y := w(b, 8, 10), w(a, 20, 10)
+	ln = &lane{t: th, q: []*waiter{hd, y}, asking: true}
+	h(ln, 5, 15, 200, "\na")
+	if ln.q[0] != hd || y.stamp != 5 {
+		t.Errorf("head moved %v, y tagged %d; want no move, 5", ln.q[0] != hd, y.stamp)
+	}
+	// A waiter tagged before a message and queued after it (its tag's
+	// reply came back late) moves when it is queued; one tagged after it
+	// does not.
+	ln = &lane{t: th}
+	h(ln, 10, 10, 200, "\na")
+	early, after := w(a, 30, 10), w(a, 50, 10)
+	after.seen = 250
+	ln.queue(early)
+	ln.queue(after)
+	if early.stamp != 20 || after.stamp != 50 {
+		t.Errorf("queued after the message: early %d, after %d; want 20, 50", early.stamp, after.stamp)
+	}
+	// Message a: a call of flow a was admitted at once: the flow's waiters
+	// move later by the increment, past b.
 	p, q := w(a, 10, 10), w(b, 12, 10)
-	p.wake, q.wake = make(chan struct{}, 1), make(chan struct{}, 1)
 	ln = &lane{t: th, q: []*waiter{p, q}}
-	f.message(ln, []string{"h", "1", "me", "0", "4", "\na"})
-	if p.stamp != 10 {
-		t.Errorf("this process's own message moved a waiter to %d", p.stamp)
+	f.message(ln, []string{"a", "1", "me", "7", "300", "\na"})
+	if p.stamp != 17 || p.x != 17 || ln.q[0] != q || ln.q[1] != p {
+		t.Errorf("after message a: a at %d (inner %d), first %v; want 17, 17, b first", p.stamp, p.x, ln.q[0] == q)
 	}
-	f.message(ln, []string{"h", "1", "other", "0", "4", "\na"})
-	if p.stamp != 6 || p.x != 6 || ln.q[0] != p || q.stamp != 12 {
-		t.Errorf("after message h: a at %d (inner %d), b at %d; want 6, 6, 12", p.stamp, p.x, q.stamp)
+	// A lane keeps the shifts it heard of for shiftKeep, at most shiftCap.
+	ln = &lane{t: th}
+	for i := range shiftCap + 10 {
+		ln.shifted(shift{field: "\na", inc: 1, at: int64(i + 1), heard: time.Now()})
 	}
-	// Message a: a call of flow a was admitted at once, in this process
-	// or another: the flow's waiters move later by the increment, past b.
-	f.message(ln, []string{"a", "1", "me", "7", "\na"})
-	if p.stamp != 13 || p.x != 13 || ln.q[0] != q || ln.q[1] != p {
-		t.Errorf("after message a: a at %d (inner %d), first %v; want 13, 13, b first", p.stamp, p.x, ln.q[0] == q)
+	if len(ln.shifts) != shiftCap || ln.shifts[len(ln.shifts)-1].at != shiftCap+10 {
+		t.Errorf("%d shifts kept, the last at %d; want %d, %d", len(ln.shifts), ln.shifts[len(ln.shifts)-1].at, shiftCap, shiftCap+10)
 	}
-	// An untagged waiter hands nothing back.
-	ln = &lane{q: []*waiter{{stamp: 1}, a1}}
-	if _, inc, _ := ln.handBack(ln.q[0]); inc != 0 {
-		t.Errorf("an untagged waiter freed a tag of increment %d", inc)
+	ln.shifted(shift{field: "\na", inc: 1, at: 1 << 40, heard: time.Now().Add(shiftKeep)})
+	if len(ln.shifts) != 1 {
+		t.Errorf("%d shifts kept after shiftKeep, want 1", len(ln.shifts))
 	}
 }
 

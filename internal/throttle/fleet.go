@@ -304,22 +304,24 @@ func (f *fleet) message(ln *lane, parts []string) (op, bool) {
 		ln.wakeAt, ln.kicked = time.Time{}, true
 		ln.signalHead()
 	case "h":
-		// A call gave up in another process: h|lane|member|x|inc|field
-		// (the field may hold '|').
-		if len(parts) < 6 || parts[2] == f.member || num(3) < 0 || num(4) <= 0 {
+		// A call gave up, here or in another process:
+		// h|lane|member|x|inc|now|field (the field may hold '|').
+		if len(parts) < 7 || num(3) < 0 || num(4) <= 0 || num(5) <= 0 {
 			return op{}, false
 		}
-		if ln.shift(strings.Join(parts[5:], "|"), num(3), num(4), nil) && ln.joined {
+		s := shift{field: strings.Join(parts[6:], "|"), x: num(3), inc: num(4), at: num(5), heard: time.Now()}
+		if ln.shifted(s) && ln.joined {
 			return f.op(ln, "j", ln.q[0].stamp, 0), true
 		}
 	case "a":
-		// A call of the flow was admitted at once in member, its flow's
-		// turn spent: a|lane|member|inc|field (the field may hold '|').
-		// Every process, member's too, moves its calls of the flow later.
-		if len(parts) < 5 || num(3) <= 0 {
+		// A call of the flow was admitted at once, its flow's turn spent:
+		// a|lane|member|inc|now|field (the field may hold '|'). Every
+		// process moves its calls of the flow later.
+		if len(parts) < 6 || num(3) <= 0 || num(4) <= 0 {
 			return op{}, false
 		}
-		if ln.shift(strings.Join(parts[4:], "|"), math.MinInt64, -num(3), nil) && ln.joined {
+		s := shift{field: strings.Join(parts[5:], "|"), x: math.MinInt64, inc: -num(3), at: num(4), heard: time.Now()}
+		if ln.shifted(s) && ln.joined {
 			return f.op(ln, "j", ln.q[0].stamp, 0), true
 		}
 	case "c":

@@ -49,6 +49,9 @@ type lane struct {
 	// grids: the grids of the classes whose tenants split their share, by
 	// class (classes.go).
 	grids map[string]grid
+	// shifts: the moves of flows' waiting calls heard of in the last
+	// shiftKeep, for waiters tagged before them and queued after (classes.go).
+	shifts []shift
 
 	// afterKick: the head's ask followed a kick; recheck: the last wait of
 	// a kicked head that the engine's cached denials refused (refused).
@@ -67,6 +70,7 @@ type waiter struct {
 	tagged  bool          // stamp is the tag the turn script gave it (classes.go)
 	inc     int64         // its flow's inner increment when tagged (0: unknown), which a hand-back returns
 	x       int64         // its inner tag when tagged (classes.go, grid): its stamp is its class's grid at x
+	seen    int64         // the turn script's time of its tag, or of the latest shift of its flow applied since
 	arrived int64         // its arrival, µs on the Redis clock, which its stamp was until tagged
 	direct  bool          // it has a flow and asks at once (lane.direct counts it)
 	early   bool          // a Finish may make room for it early: its calls hold slots or settle costs
@@ -254,6 +258,7 @@ func (ln *lane) asked(w *waiter) {
 // head included: they go before it unless it is asking.
 func (ln *lane) queue(w *waiter) {
 	if w.tagged && w.inc > 0 && w.fl != nil {
+		ln.catchUp(w) // a shift heard of since its tag
 		if g, ok := ln.grids[w.fl.split]; ok {
 			// A grid that came between its tag and now remapped the
 			// others: its tag follows.
@@ -276,23 +281,16 @@ func (ln *lane) queue(w *waiter) {
 }
 
 // giveUp takes w out, as remove does, for a caller whose context ended
-// before it was admitted: a tagged waiter's tag is taken out of its flow,
-// here (handBack) and in the fleet (untag).
+// before it was admitted: a tagged waiter's tag is taken out of its flow
+// in the fleet (untag), whose message moves its flow's later waiters
+// here too.
 func (ln *lane) giveUp(w *waiter) {
 	ln.mu.Lock()
-	hole, inc, moved := ln.handBack(w)
-	var o op
-	if moved && ln.joined {
-		// A later waiter of w's flow moved before the head, or the head
-		// moved: this process's entry in the fleet's queue follows.
-		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0)
-	}
+	tagged := w.tagged && w.inc > 0 && w.fl != nil
+	hole, inc := w.x, w.inc
 	ln.mu.Unlock()
-	if o.kind != "" {
-		ln.t.fleet.send(ln, o)
-	}
 	ln.remove(w)
-	if inc > 0 {
+	if tagged {
 		ln.t.fleet.untag(ln, w.fl, hole, inc)
 	}
 }

@@ -70,10 +70,10 @@
 -- Op 'r': a tagged call gave up before its turn: ARGV[3] its flow's
 -- field, ARGV[7] its inner tag x, ARGV[9] its increment. When the flow's
 -- F is ahead of x, F goes back by the increment and the fleet is told
--- (message h): every process moves its waiting calls of the flow tagged
--- after x back by the increment, as if the call had never been tagged, so
--- that a tenant whose waiters give up keeps its turns. Reply {0, -1, 0,
--- -1, 0, now, 1}.
+-- (message h): every process, the sender's too, moves its waiting calls
+-- of the flow tagged after x back by the increment, as if the call had
+-- never been tagged, so that a tenant whose waiters give up keeps its
+-- turns. Reply {0, -1, 0, -1, 0, now, 1}.
 --
 -- Op 'a': a call of flow ARGV[3] was admitted at once, untagged, while
 -- calls of the lane waited or were tagged; ARGV[7] to ARGV[10] as for
@@ -113,13 +113,19 @@
 --   b|lane|ms                  an upstream blocked the lane for ms
 --   k|lane                     the lane's windows have room now: the
 --                              head of the process on turn asks at once
---   h|lane|member|x|inc|field  a call of flow field, inner tag x, gave up
---                              in member (op 'r'): the other processes
---                              move their calls of the flow tagged after
---                              x back by inc
---   a|lane|member|inc|field    a call of flow field was admitted at
---                              once in member (op 'a'): every process
---                              moves its calls of the flow later by inc
+--   h|lane|member|x|inc|now|field
+--                              a call of flow field, inner tag x, gave up
+--                              in member (op 'r', at now, the server's
+--                              TIME): every process moves its calls of
+--                              the flow tagged after x back by inc
+--   a|lane|member|inc|now|field
+--                              a call of flow field was admitted at
+--                              once in member (op 'a', at now): every
+--                              process moves its calls of the flow later
+--                              by inc
+--                              A process applies h and a to a call whose
+--                              tag came before now and that it queues
+--                              after the message (fleet.go, shifted).
 --   c|lane|n|A|X0|epoch|class  split class class (with its newline) has
 --                              a new grid (op 't'): every process remaps
 --                              its waiting calls of the class, when the
@@ -240,7 +246,7 @@ if op == 'a' then
   end
   local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) / tonumber(ARGV[8])), 1e12), 1)
   redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f + inc))
-  redis.call('PUBLISH', ch, 'a|' .. lane .. '|' .. me .. '|' .. string.format('%d', inc) .. '|' .. ARGV[3])
+  redis.call('PUBLISH', ch, 'a|' .. lane .. '|' .. me .. '|' .. string.format('%d|%d|', inc, now) .. ARGV[3])
   return {0, -1, 0, -1, 0, now, 1}
 end
 if op == 'r' then
@@ -248,7 +254,8 @@ if op == 'r' then
   local f = tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1')
   if f > x then
     redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f - tonumber(ARGV[9])))
-    redis.call('PUBLISH', ch, 'h|' .. lane .. '|' .. me .. '|' .. ARGV[7] .. '|' .. ARGV[9] .. '|' .. ARGV[3])
+    redis.call('PUBLISH', ch, 'h|' .. lane .. '|' .. me .. '|' .. ARGV[7] .. '|' .. ARGV[9] .. '|' ..
+      string.format('%d', now) .. '|' .. ARGV[3])
   end
   return {0, -1, 0, -1, 0, now, 1}
 end
