@@ -75,10 +75,17 @@ func spreadOf(d *engine.Decision, req *engine.Request, names []string) time.Dura
 }
 
 // paceNext notes an admission at now in a lane paced g apart and returns
-// how long until the next ask; ln.mu is held. queued says whether the
-// admitted call waited in the lane's queue, so that the lane was busy.
+// how long until the next ask; ln.mu is held. spread is the admission's
+// spreadOf, an interval from now; queued says whether the admitted call
+// waited in the lane's queue, so that the lane was busy.
 //
-// The next slot is g after the last one. In a busy lane admissions that
+// The next slot is g after the last one, or spread after it when that is
+// longer (the windows' room left is spread thinner than g over the time
+// until their oldest entries leave), but then spread after now at most
+// when the schedule runs ahead of now: one share of that time from now. (It
+// once was from the schedule: after a burst that filled the window, the
+// next slot came a whole window after the schedule's last slot, half a
+// second after the window had room.) In a busy lane admissions that
 // come late by the hand-off between processes, a few Redis calls, catch
 // up at once, up to paceLag (or paceSlots slots) behind: pacing keeps the rate
 // of g however short g is against the hand-off, and when the hand-off
@@ -86,7 +93,7 @@ func spreadOf(d *engine.Decision, req *engine.Request, names []string) time.Dura
 // that did not wait (the lane was idle) starts the schedule again g
 // after it when the schedule is behind, with no burst to catch up: a
 // burst would come back a window later as a gap with no slot free.
-func (ln *lane) paceNext(now time.Time, g time.Duration, queued bool) time.Duration {
+func (ln *lane) paceNext(now time.Time, g, spread time.Duration, queued bool) time.Duration {
 	from := ln.paceAt
 	if lag := max(paceLag, paceSlots*g); now.Sub(from) > lag {
 		if queued {
@@ -96,7 +103,14 @@ func (ln *lane) paceNext(now time.Time, g time.Duration, queued bool) time.Durat
 		}
 	}
 	ln.paceAt = from.Add(g)
-	if ln.paceN++; ln.paceN < int(paceGroup/g) {
+	base := from
+	if now.Before(base) {
+		base = now
+	}
+	if at := base.Add(spread); at.After(ln.paceAt) {
+		ln.paceAt = at // a schedule behind now catches up by it as by g
+	}
+	if ln.paceN++; ln.paceN < int(paceGroup/max(g, spread)) {
 		return 0 // within a group of slots: the next asks at once
 	}
 	ln.paceN = 0

@@ -29,20 +29,20 @@ func TestPaceNext(t *testing.T) {
 		ln := &lane{}
 		const g = 50 * time.Millisecond
 		// After an idle spell: the schedule starts again, with no burst.
-		if got := ln.paceNext(t0, g, false); got != g {
+		if got := ln.paceNext(t0, g, 0, false); got != g {
 			t.Fatalf("first admission: next ask in %v, want %v", got, g)
 		}
 		// On time: g apart.
 		now := t0.Add(g)
 		for i := range 5 {
-			if got := ln.paceNext(now, g, true); got != g {
+			if got := ln.paceNext(now, g, 0, true); got != g {
 				t.Fatalf("on-time admission %d: next ask in %v, want %v", i, got, g)
 			}
 			now = now.Add(g)
 		}
 		// 30 ms late: the next ask comes 20 ms after it, keeping the rate.
 		now = now.Add(30 * ms)
-		if got := ln.paceNext(now, g, true); got != 20*ms {
+		if got := ln.paceNext(now, g, 0, true); got != 20*ms {
 			t.Fatalf("late admission: next ask in %v, want 20ms", got)
 		}
 		if ln.wakeAt != now.Add(20*ms) {
@@ -50,14 +50,14 @@ func TestPaceNext(t *testing.T) {
 		}
 		// A call that did not wait, after an idle spell: a new schedule.
 		now = now.Add(10 * time.Second)
-		if got := ln.paceNext(now, g, false); got != g {
+		if got := ln.paceNext(now, g, 0, false); got != g {
 			t.Fatalf("admission after an idle spell: next ask in %v, want %v", got, g)
 		}
 		// A queued call far behind (a hand-off slower than g): the next
 		// asks come at once until paceLag is caught up.
 		now = now.Add(time.Second)
 		for i, want := range []time.Duration{0, 0, 0, 0, 0, g} {
-			if got := ln.paceNext(now, g, true); got != want {
+			if got := ln.paceNext(now, g, 0, true); got != want {
 				t.Fatalf("busy admission %d far behind: next ask in %v, want %v", i, got, want)
 			}
 		}
@@ -70,13 +70,29 @@ func TestPaceNext(t *testing.T) {
 		now := t0
 		var waits []time.Duration
 		for i := range 9 {
-			d := ln.paceNext(now, g, i > 0) // the first did not wait: a new schedule
+			d := ln.paceNext(now, g, 0, i > 0) // the first did not wait: a new schedule
 			waits = append(waits, d)
 			now = now.Add(d)
 		}
 		want := []time.Duration{0, 0, 30 * ms, 0, 0, 30 * ms, 0, 0, 30 * ms}
 		if !slices.Equal(waits, want) {
 			t.Fatalf("waits %v, want %v", waits, want)
+		}
+	})
+	t.Run("spread from now", func(t *testing.T) {
+		// A burst ran the schedule 500 ms ahead of now; the admission that
+		// fills the window spreads the room left (none) over the 1 s until
+		// its oldest entry leaves: the next slot is 1 s from now, when the
+		// window has room, not 1 s after the schedule's last slot.
+		ln := &lane{paceAt: t0.Add(500 * ms)}
+		const g = 160 * time.Millisecond
+		if got := ln.paceNext(t0, g, time.Second, true); got != time.Second {
+			t.Fatalf("after a filling admission: next ask in %v, want 1s", got)
+		}
+		// A spread shorter than the schedule's next slot leaves it.
+		ln = &lane{paceAt: t0.Add(500 * ms)}
+		if got := ln.paceNext(t0, g, 100*ms, true); got != 660*ms {
+			t.Fatalf("with a short spread: next ask in %v, want 660ms", got)
 		}
 	})
 	t.Run("slow hand-off", func(t *testing.T) {
@@ -91,7 +107,7 @@ func TestPaceNext(t *testing.T) {
 			if i%2 == 1 {
 				handOff = 15 * ms
 			}
-			now = now.Add(ln.paceNext(now, g, true) + handOff)
+			now = now.Add(ln.paceNext(now, g, 0, true) + handOff)
 		}
 		if span := now.Sub(t0); span > 420*ms {
 			t.Fatalf("40 admissions spanned %v with a hand-off of 8.5 ms on average, want about 400 ms (the rate of g)", span)

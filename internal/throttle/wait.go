@@ -91,7 +91,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			}
 			var slot time.Duration // until a paced lane's next slot
 			if pace > 0 {
-				slot = ln.paceNext(time.Now(), max(pace, spreadOf(&d, req, names)), head)
+				slot = ln.paceNext(time.Now(), pace, spreadOf(&d, req, names), head)
 			}
 			ln.handOver(head, func(next *waiter) time.Duration { return max(nextHint(&d, next), slot) })
 			if !head && w.fl != nil && !w.tagged && ln.contended() {
