@@ -279,14 +279,23 @@ func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
 	if f.client == nil || inc <= 0 {
 		return
 	}
+	// A failure keeps the flow's finish tag: its later calls wait one
+	// increment longer.
+	f.runAside(ln, "r", fl.field, x, 0, inc)
+}
+
+// runAside runs op of the turn script on flow field, with the arguments
+// that follow the lane id, in a goroutine of its own that ends within
+// the call's timeout (a second), so that no caller waits for it. Its
+// reply is not needed: what it changes reaches every process as a
+// message.
+func (f *fleet) runAside(ln *lane, op, field string, args ...any) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		f.t.stats.calls.Add(1)
-		// A failure keeps the flow's finish tag: its later calls wait one
-		// increment longer.
-		_ = turnScript.Run(ctx, f.client, f.keys(ln), "r", f.member, fl.field,
-			fleetLease.Microseconds(), f.channel, ln.id, x, 0, inc).Err()
+		_ = turnScript.Run(ctx, f.client, f.keys(ln),
+			append([]any{op, f.member, field, fleetLease.Microseconds(), f.channel, ln.id}, args...)...).Err()
 	}()
 }
 
@@ -304,13 +313,7 @@ func (f *fleet) charge(ln *lane, fl *flow) {
 	if f.client == nil {
 		return
 	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		f.t.stats.calls.Add(1)
-		_ = turnScript.Run(ctx, f.client, f.keys(ln), "a", f.member, fl.field,
-			fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Err()
-	}()
+	f.runAside(ln, "a", fl.field, fl.step*100, fl.weight, fl.split, fl.credit)
 }
 
 // A shift is a move of a flow's waiting calls that the turn script told
