@@ -79,13 +79,13 @@ func spreadOf(d *engine.Decision, req *engine.Request, names []string) time.Dura
 // spreadOf, an interval from now; queued says whether the admitted call
 // waited in the lane's queue, so that the lane was busy.
 //
-// The next slot is g after the last one, or spread after it when that is
-// longer (the windows' room left is spread thinner than g over the time
-// until their oldest entries leave), but then spread after now at most
-// when the schedule runs ahead of now: one share of that time from now. (It
-// once was from the schedule: after a burst that filled the window, the
-// next slot came a whole window after the schedule's last slot, half a
-// second after the window had room.) In a busy lane admissions that
+// The next slot is the later of g after the last one and spread after
+// the earlier of the last one and now: spread, the room left in the
+// windows shared over the time until their oldest entries leave, counts
+// from the admission, never from a schedule that runs ahead of it. (It
+// once counted from the schedule: after a burst that filled the window,
+// the next slot came a whole window after the schedule's last slot, half
+// a second after the window had room.) In a busy lane admissions that
 // come late by the hand-off between processes, a few Redis calls, catch
 // up at once, up to paceLag (or paceSlots slots) behind: pacing keeps the rate
 // of g however short g is against the hand-off, and when the hand-off
