@@ -227,6 +227,29 @@ func (p RegionsPlan) latest(from, to int, t, slack time.Duration) time.Duration 
 	return at
 }
 
+// RetryBackoff is the longest pause of a replicator's link to a peer
+// after a failed batch (internal/regions, backoff): the pause doubles from
+// the batch interval on each failure, so once a fault of either end is
+// over, the link's next batch may wait up to twice the fault's length
+// plus a batch, and no longer than RetryBackoff.
+const RetryBackoff = time.Second
+
+// latestRetried is latest, allowing for the link's retry pause after a
+// fault of either end that ended by t (RetryBackoff): a message sent then
+// leaves with the link's next batch.
+func (p RegionsPlan) latestRetried(from, to int, t, slack time.Duration) time.Duration {
+	at := p.latest(from, to, t, slack)
+	for _, f := range p.Faults {
+		if f.Kind == RegionLagSpike || f.Kind == RegionReset || f.Region != from && f.Region != to || f.end() > t {
+			continue
+		}
+		if resume := f.end() + min(2*(f.end()-f.At)+p.Batch, RetryBackoff); resume > t {
+			at = max(at, resume+p.lagBound(resume, slack))
+		}
+	}
+	return at
+}
+
 // earliest is the earliest a message from region from to region to, sent
 // at t, may arrive: after the links' least lag, and not before a fault of
 // either end that is on at t ends.
@@ -246,8 +269,9 @@ func (p RegionsPlan) earliest(from, to int, t time.Duration) time.Duration {
 // blocked (between At and Done). The earliest answered began the first
 // block, at a decision no later than its answer and no earlier than the
 // earliest of them was sent: from the latest a message from any region
-// sent at that answer arrives at region j (the links' lag bound, and any
-// fault holding it), until that earliest send plus block, j admits
+// sent at that answer arrives at region j (the links' lag bound, any
+// fault holding it, and the link's retry pause after one), until that
+// earliest send plus block, j admits
 // nothing; unless j's Redis restarted empty meanwhile, which forgets the
 // block. It returns the first admission that breaks it, or "".
 func (p RegionsPlan) CheckBlock(adm, blocked []RegionAdmission, block, slack time.Duration) string {
@@ -265,7 +289,7 @@ func (p RegionsPlan) CheckBlock(adm, blocked []RegionAdmission, block, slack tim
 	reach := make([]time.Duration, len(p.Rates)) // by region: the latest the block arrives
 	for j := range reach {
 		for r := range p.Rates {
-			reach[j] = max(reach[j], p.latest(r, j, first.done(), slack))
+			reach[j] = max(reach[j], p.latestRetried(r, j, first.done(), slack))
 		}
 	}
 	for _, a := range adm {

@@ -173,6 +173,12 @@ func TestCheckBlock(t *testing.T) {
 			[]RegionAdmission{adm(2, 900, 901)}, true},
 		{"restarted empty", []RegionFault{{Kind: RegionRestartEmpty, Region: 2, At: ms(400), For: ms(100)}},
 			[]RegionAdmission{adm(2, 600, 601)}, false},
+		// Cut off until 80 ms: the links to it may pause until 250 ms
+		// (twice the cut and a batch) before their next batch.
+		{"healed, the link pausing", []RegionFault{{Kind: RegionPartition, Region: 2, At: 0, For: ms(80)}},
+			[]RegionAdmission{adm(2, 200, 201)}, false},
+		{"healed, the link's pause over", []RegionFault{{Kind: RegionPartition, Region: 2, At: 0, For: ms(80)}},
+			[]RegionAdmission{adm(2, 400, 401)}, true},
 	} {
 		p.Faults = tc.faults
 		if v := p.CheckBlock(tc.adm, blocked, time.Second, 0); (v != "") != tc.bad {
