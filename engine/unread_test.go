@@ -115,33 +115,18 @@ func TestUnreadOldestCluster(t *testing.T) {
 // read too before (two per admission).
 func TestUnreadOldestCalls(t *testing.T) {
 	t.Parallel()
-	_, rc := redistest.StartClient(t)
-	clk := redistest.NewClock()
-	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
 	// 44 a minute: more than an eighth full from the sixth admission on,
 	// and never full.
 	r := req(user("u", win(44, time.Minute), win(2000, time.Second)))
 	const warm, n = 6, 36
-	var before cmdStats
-	for i := range warm + n {
-		// 600 ms apart: the second window holds the entry before only.
-		clk.Set(time.Duration(i) * 600 * ms)
-		d, err := e.Allow(t.Context(), r)
-		if err != nil || !d.Allowed {
-			t.Fatalf("admission %d: %+v, %v", i, d, err)
-		}
+	s := callsEvery600ms(t, r, warm, n, func(i int, d Decision) {
 		if i > 0 && d.Windows[1].Reset != time.Second {
 			t.Errorf("admission %d: the second window's Reset %v, want its period", i, d.Windows[1].Reset)
 		}
 		if want := time.Minute - time.Duration(i)*600*ms; i >= warm && d.Windows[0].Reset != want {
 			t.Errorf("admission %d: the first window's Reset %v, want %v", i, d.Windows[0].Reset, want)
 		}
-		if i == warm-1 {
-			before = readCmdStats(t, rc)
-		}
-	}
-	s := cmdStats{}
-	s.add(readCmdStats(t, rc), before)
+	})
 	if got := s["zrange"].calls; got != n {
 		t.Errorf("%d ZRANGEs in %d admissions, want %d", got, n, n)
 	}
@@ -155,28 +140,39 @@ func TestUnreadOldestCalls(t *testing.T) {
 // period as its Reset.
 func TestUnreadEighthCalls(t *testing.T) {
 	t.Parallel()
+	r := req(user("u", win(1000, time.Minute), win(2000, time.Second)))
+	const n = 40
+	s := callsEvery600ms(t, r, 1, n, func(i int, d Decision) {
+		if d.Windows[0].Reset != time.Minute || d.Windows[1].Reset != time.Second {
+			t.Errorf("admission %d: Resets %v and %v, want the periods", i, d.Windows[0].Reset, d.Windows[1].Reset)
+		}
+	})
+	if got := s["zrange"].calls; got != 0 {
+		t.Errorf("%d ZRANGEs in %d admissions, want 0", got, n)
+	}
+}
+
+// callsEvery600ms admits r warm+n times, 600 ms apart on a test clock, into
+// a Redis of its own, checking each Decision with check, and returns the
+// commands Redis ran for the last n.
+func callsEvery600ms(t *testing.T, r Request, warm, n int, check func(i int, d Decision)) cmdStats {
+	t.Helper()
 	_, rc := redistest.StartClient(t)
 	clk := redistest.NewClock()
 	e := newEngine(t, rc, WithKeyPrefix(redistest.Prefix(t)), WithClock(clk.Now))
-	r := req(user("u", win(1000, time.Minute), win(2000, time.Second)))
-	const n = 40
 	var before cmdStats
-	for i := range n + 1 {
+	for i := range warm + n {
 		clk.Set(time.Duration(i) * 600 * ms)
 		d, err := e.Allow(t.Context(), r)
 		if err != nil || !d.Allowed {
 			t.Fatalf("admission %d: %+v, %v", i, d, err)
 		}
-		if d.Windows[0].Reset != time.Minute || d.Windows[1].Reset != time.Second {
-			t.Errorf("admission %d: Resets %v and %v, want the periods", i, d.Windows[0].Reset, d.Windows[1].Reset)
-		}
-		if i == 0 {
+		check(i, d)
+		if i == warm-1 {
 			before = readCmdStats(t, rc)
 		}
 	}
 	s := cmdStats{}
 	s.add(readCmdStats(t, rc), before)
-	if got := s["zrange"].calls; got != 0 {
-		t.Errorf("%d ZRANGEs in %d admissions, want 0", got, n)
-	}
+	return s
 }
