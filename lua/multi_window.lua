@@ -228,7 +228,8 @@
 -- with its entries (one more ZREMRANGEBYSCORE per epoch), and they
 -- expire with the key; the engine removes a copy (ZREM) once every peer
 -- has the entry, and writes peers' entries to their own count keys
--- (ZADD, never here). A denial by the share starts no block unless a
+-- (ZADD, never here), with a marker of its own, 'p' and an epoch length,
+-- scored as the epoch markers (internal/regions, applySrc). A denial by the share starts no block unless a
 -- window is full for the region's share (V > L - R + r, see
 -- read_unstable): only an entry leaving makes room then, as in a full
 -- window, and the key's block starts. Scores stay

@@ -16,7 +16,11 @@
 // and, in the same run, the decision time (p50, p99) and throughput of the
 // route with and without regions, -workers goroutines on the same Redis,
 // in alternating slices of a second: asking for distinct users (every
-// request admitted), then for one user at its limit (nearly all denied).
+// request admitted), then for one user at its limit (nearly all denied);
+// with the CPU each took per decision: this process (limiters,
+// replicators, proxies), the deciding region's redis-server and its
+// peers' (applying what it replicates). -cpuprofile profiles those runs,
+// labelled by run and mode (pprof -tagfocus regions=on).
 //
 //	cd bench && go run ./regions -delay 40ms -limit 100 -window 10s -duration 30s
 package main
@@ -28,6 +32,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -51,6 +56,7 @@ type config struct {
 	workers          int
 	latency          time.Duration
 	redisBin         string
+	cpuProfile       string
 }
 
 var names = []string{"ap", "eu", "us"}
@@ -66,6 +72,7 @@ func main() {
 	flag.IntVar(&c.workers, "workers", 8, "goroutines of the decision-time run")
 	flag.DurationVar(&c.latency, "latency", 10*time.Second, "length of the decision-time run")
 	flag.StringVar(&c.redisBin, "redis-server", "redis-server", "the redis-server binary")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process's decision-time runs (not of redis-server) to this file")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -225,6 +232,17 @@ func run(c config) error {
 	} {
 		traffic(c, w, routes, "user"+strconv.Itoa(i), tc.name, tc.shares, tc.cut)
 	}
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	return latency(c, w)
 }
 
@@ -351,14 +369,18 @@ func latencyOf(c config, w *world, name, rules string, user func() string, title
 	}
 	var times [2][]time.Duration
 	var count, allowed [2]int
+	var spent [2]cpuSpent
 	bytes0 := w.linkBytes() // only the limiters with regions use the links
 	for slice := 0; time.Duration(slice)*time.Second < c.latency; slice++ {
 		mode := slice % 2
+		cpu0 := w.cpuNow(context.Background())
 		end := time.Now().Add(time.Second)
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for range c.workers {
 			wg.Go(func() {
+				// The profile (-cpuprofile) tells the modes apart by label.
+				pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("run", name, "regions", []string{"off", "on"}[mode])))
 				var local []time.Duration
 				ok := 0
 				for time.Now().Before(end) {
@@ -376,13 +398,16 @@ func latencyOf(c config, w *world, name, rules string, user func() string, title
 			})
 		}
 		wg.Wait()
+		// The replicator's batches of this slice's last admissions are
+		// sent within its batch period, mostly in the next slice.
+		spent[mode].add(cpu0, w.cpuNow(context.Background()), 1)
 	}
 	time.Sleep(time.Second) // replication of the last admissions
 	linkBytes := w.linkBytes() - bytes0
 	fmt.Printf("\ndecision time of one region's route, %s, %d workers, %v in alternating 1 s slices:\n\n",
 		title, c.workers, c.latency)
-	fmt.Println("| limiter | p50 | p99 | decisions/s | admitted |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("| limiter | p50 | p99 | decisions/s | admitted | CPU µs per decision: this process, its Redis, peers' Redis, total |")
+	fmt.Println("|---|---|---|---|---|---|")
 	secs := c.latency.Seconds() / 2
 	for i, name := range []string{"without regions", "with regions"} {
 		t := times[i]
@@ -390,8 +415,11 @@ func latencyOf(c config, w *world, name, rules string, user func() string, title
 		if len(t) == 0 {
 			continue
 		}
-		fmt.Printf("| %s | %v | %v | %.0f | %d |\n", name, t[len(t)/2].Round(time.Microsecond),
-			t[len(t)*99/100].Round(time.Microsecond), float64(count[i])/secs, allowed[i])
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(count[i]) }
+		s := spent[i]
+		fmt.Printf("| %s | %v | %v | %.0f | %d | %.1f, %.1f, %.1f, %.1f |\n", name, t[len(t)/2].Round(time.Microsecond),
+			t[len(t)*99/100].Round(time.Microsecond), float64(count[i])/secs, allowed[i],
+			per(s.self), per(s.local), per(s.peers), per(s.self+s.local+s.peers))
 	}
 	fmt.Printf("\nreplication at that rate, batched: %.0f bytes per admission on the links, both ways\n",
 		float64(linkBytes)/float64(max(allowed[1], 1)))

@@ -3,6 +3,8 @@ package regions
 import (
 	"context"
 	"errors"
+	"iter"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -22,15 +24,28 @@ import (
 // had none (a key made for it). The pairs stamped at or before the key's
 // floor are then dropped, wherever it came from. ZADD of a member already
 // there with its score, and ZREM of one already gone, change nothing, so
-// a batch sent twice is applied once. Entries older than the key's
-// retention (the longer of keep and the key's own 'r' marker, see
-// lua/multi_window.lua) are trimmed, as the key's own bookkeeping would,
-// and the key's expiry is extended to cover them, never shortened (GT; a
-// key without an expiry, one the batch made or that lost it, gets one
-// with NX). The members go in one ZADD per 256 pairs (unpack's stack): 4
-// calls per key and batch with entries, whatever their number (ZMSCORE
-// reads 'r' and 'f' at once), and 4 more for a reset. The helpers of
-// floors and blocks are made only when a batch needs them (help).
+// a batch sent twice is applied once.
+//
+// Bookkeeping runs once per epoch of the key, as the engine's own does
+// (Epochs in lua/multi_window.lua): an epoch lasts an eighth of keep, and
+// the marker 'p' and that length (keep's text in ARGV names it), scored
+// -(EPOCH + floor(newest / length)), newest the batch's latest stamp,
+// says which epoch the key's bookkeeping last ran in. In another epoch,
+// entries older than the key's retention (the longer of keep and the
+// key's own 'r' marker) are trimmed and the key's expiry is extended to
+// retention + epoch + 1 s, never shortened (GT; a key without an expiry
+// gets it with NX): every batch of the epoch is stamped before its end,
+// so each entry outlives its retention by the peer's clock, within a
+// second of skew. A key with neither 'r' nor a marker is new (every key
+// the engine admits into has 'r', every key a batch added to has its
+// marker): it gets its expiry and no trim. Stale entries stay at most an
+// epoch past the retention; a trim is memory's, never a window's (no
+// window counts an entry older than its period). The members go in one
+// ZADD per 256 pairs (unpack's stack), the marker with the first: per
+// key and batch with entries, 2 calls within an epoch (ZMSCORE reads 'r',
+// 'f' and the marker at once), 3 for a new key, 4 to 5 at an epoch's
+// start, and 4 more for a reset. The helpers of floors and blocks are
+// made only when a batch needs them (help).
 //
 // A block key's (see Blocks in lua/multi_window.lua) are -end, since,
 // hold and floor: end is the time the latest block of the batch ends and
@@ -45,7 +60,8 @@ import (
 // end the key holds, and has not ended. It replies the number of members
 // added.
 const applySrc = `
-local COPY = 4503599627370496
+-- COPY (2^52) and EPOCH (2^51) as lua/lua.go declares them.
+local COPY, EPOCH = 4503599627370496, 2251799813685248
 local H = nil
 -- help returns the helpers of floors and blocks, made on first use: a
 -- batch of admissions alone makes no closure.
@@ -102,41 +118,81 @@ local function help()
   return H
 end
 local p, added = 1, 0
+-- Memos, as the engine's (Cost in lua/multi_window.lua): per keep's text
+-- {keep, epoch length, marker, expiry's text}; per epoch, its score's text.
+local kinds, epochs = {}, {}
 for k = 1, #KEYS do
-  local key, keep, x, y, floor = KEYS[k], tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2]), tonumber(ARGV[p + 3])
+  local key, keep_s, x_s, y_s, floor_s = KEYS[k], ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3]
   p = p + 4
+  local kind = kinds[keep_s]
+  if not kind then
+    local keep = tonumber(keep_s)
+    local len = math.ceil(keep / 8)
+    kind = {keep, len, 'p' .. len, string.format('%d', math.ceil((keep + len) / 1000) + 1000)}
+    kinds[keep_s] = kind
+  end
+  local keep = kind[1]
   if keep < 0 then
-    help().block(key, -keep, x, floor, y)
+    help().block(key, -keep, tonumber(x_s), tonumber(floor_s), tonumber(y_s))
   else
-    local na, nr = x, y
+    -- A batch's fields are mostly 1, 0 and 0: compared, not parsed.
+    local na, nr, floor = 1, 0, 0
+    if x_s ~= '1' then na = tonumber(x_s) end
+    if y_s ~= '0' then nr = tonumber(y_s) end
+    if floor_s ~= '0' then floor = tonumber(floor_s) end
     if floor > 0 then
       help().reset(key, floor, keep)
     end
     if na > 0 then
-      local newest = 0
-      for i = 0, na - 1 do
+      local newest = tonumber(ARGV[p])
+      for i = 1, na - 1 do
         local s = tonumber(ARGV[p + 2 * i])
         if s > newest then newest = s end
       end
-      local marks = redis.call('ZMSCORE', key, 'r', 'f')
-      local r, f = marks[1], marks[2]
-      r = r and (tonumber(r) or help().num(r))
+      local len, marker = kind[2], kind[3]
+      local epoch = -(EPOCH + math.floor(newest / len))
+      local epoch_s = epochs[epoch]
+      if not epoch_s then
+        epoch_s = string.format('%d', epoch)
+        epochs[epoch] = epoch_s
+      end
+      local got = redis.call('ZMSCORE', key, 'r', 'f', marker)
+      local r, f, e = got[1], got[2], got[3]
+      local book = not (e and (e == epoch_s or tonumber(e) == epoch))
       local src, q, m = ARGV, p, na
       if f then
         src, q = help().after(p, na, -help().num(f)), 1
         m = #src / 2
       end
-      for i = 0, m - 1, 256 do
+      local i = 0
+      if book then
+        -- The epoch's marker goes with the first pairs.
+        local j = math.min(m, 255)
+        added = added - (e and 0 or 1) + redis.call('ZADD', key, epoch_s, marker, unpack(src, q, q + 2 * j - 1))
+        i = j
+      end
+      for i = i, m - 1, 256 do
         local j = math.min(m, i + 256)
         added = added + redis.call('ZADD', key, unpack(src, q + 2 * i, q + 2 * j - 1))
       end
-      if r and -r > keep then
-        keep = -r
-      end
-      local ttl = string.format('%d', math.ceil(keep / 1000) + 1000)
-      redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
-      if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
-        redis.call('PEXPIRE', key, ttl, 'NX')
+      if book then
+        r = r and (tonumber(r) or help().num(r))
+        local ttl = kind[4]
+        if r and -r > keep then
+          keep = -r
+          ttl = string.format('%d', math.ceil((keep + len) / 1000) + 1000)
+        end
+        if not r and not e then
+          -- A new key: nothing to trim.
+          if redis.call('PEXPIRE', key, ttl, 'NX') == 0 then
+            redis.call('PEXPIRE', key, ttl, 'GT')
+          end
+        else
+          redis.call('ZREMRANGEBYSCORE', key, '0', string.format('%d', newest - keep))
+          if redis.call('PEXPIRE', key, ttl, 'GT') == 0 then
+            redis.call('PEXPIRE', key, ttl, 'NX')
+          end
+        end
       end
     end
     p = p + 2 * na
@@ -305,12 +361,13 @@ func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full boo
 	return get != nil && get.Val() != "", nil
 }
 
-// apply sends entries to a peer (see applySrc), none to only read its
-// flag, and reports whether the peer's flag (see BehindKey) was set.
+// apply sends entries to a peer (see applySrc) in one pipeline, at most
+// per script call entries (0: all in one per hash tag), none to only read
+// its flag, and reports whether the peer's flag (see BehindKey) was set.
 // When entries hold resets of count keys and inval is not nil, the same
 // pipeline ends with the command inval returns for their keys (a PUBLISH
 // that makes the peer's processes forget what they cached of them).
-func apply(ctx context.Context, c Client, entries []*pending, flag string, inval Invalidation) (bool, error) {
+func apply(ctx context.Context, c Client, entries []*pending, per int, flag string, inval Invalidation) (bool, error) {
 	var pub []any
 	if inval != nil {
 		var keys []string
@@ -323,7 +380,21 @@ func apply(ctx context.Context, c Client, entries []*pending, flag string, inval
 			pub = inval(keys)
 		}
 	}
-	return run(ctx, c, applyScript, calls(entries, byTag(c)), flag, pub)
+	var cs []call
+	for chunk := range chunks(entries, per) {
+		cs = append(cs, calls(chunk, byTag(c))...)
+	}
+	return run(ctx, c, applyScript, cs, flag, pub)
+}
+
+// chunks yields entries in slices of at most per entries (all at once
+// when per is 0): a script call blocks its server for as long as it runs,
+// so a round trip's entries go in several.
+func chunks(entries []*pending, per int) iter.Seq[[]*pending] {
+	if per <= 0 {
+		per = max(len(entries), 1)
+	}
+	return slices.Chunk(entries, per)
 }
 
 // CopyPrefix starts the member of an admission's copy in its count key:
@@ -332,26 +403,29 @@ func apply(ctx context.Context, c Client, entries []*pending, flag string, inval
 const CopyPrefix = "u"
 
 // stabilize removes the copies of acknowledged admissions from the local
-// count keys, in one script call per hash tag (see stableSrc).
-func stabilize(ctx context.Context, c Client, entries []*pending) error {
-	var keys []string
-	members := map[string][]any{}
-	for _, p := range entries {
-		k := p.Key
-		if _, ok := members[k]; !ok {
-			keys = append(keys, k)
-		}
-		members[k] = append(members[k], CopyPrefix+p.Member)
-	}
+// count keys, in one pipeline of script calls (see stableSrc), one per
+// hash tag and per entries of at most per (0: no limit).
+func stabilize(ctx context.Context, c Client, entries []*pending, per int) error {
 	var out []call
-	for _, group := range groupKeys(keys, byTag(c)) {
-		var x call
-		for _, k := range group {
-			x.keys = append(x.keys, k)
-			x.args = append(x.args, len(members[k]))
-			x.args = append(x.args, members[k]...)
+	for chunk := range chunks(entries, per) {
+		var keys []string
+		members := map[string][]any{}
+		for _, p := range chunk {
+			k := p.Key
+			if _, ok := members[k]; !ok {
+				keys = append(keys, k)
+			}
+			members[k] = append(members[k], CopyPrefix+p.Member)
 		}
-		out = append(out, x)
+		for _, group := range groupKeys(keys, byTag(c)) {
+			var x call
+			for _, k := range group {
+				x.keys = append(x.keys, k)
+				x.args = append(x.args, len(members[k]))
+				x.args = append(x.args, members[k]...)
+			}
+			out = append(out, x)
+		}
 	}
 	_, err := run(ctx, c, stableScript, out, "", nil)
 	return err

@@ -57,7 +57,8 @@ func (pr *peer) push(p *pending) bool {
 }
 
 // run sends the queue in batches until the replicator stops: a batch at
-// least every Every, at once when one is full. A failed batch is sent
+// least every Every, at once when one is full, and up to TripCalls
+// batches in one round trip while more wait. A failed batch is sent
 // again, after a pause that doubles up to a second.
 func (pr *peer) run() {
 	defer pr.r.wg.Done()
@@ -85,22 +86,26 @@ func (pr *peer) run() {
 				break
 			}
 			pause = 0
-			if sent < pr.r.cfg.Batch {
+			if sent < pr.trip() {
 				break
 			}
 		}
 	}
 }
 
-// sendOne sends the head of the queue, up to a batch, and pops it once
-// the peer has applied it. It returns how many entries it sent.
+// trip is the most entries one round trip carries.
+func (pr *peer) trip() int { return TripCalls * pr.r.cfg.Batch }
+
+// sendOne sends the head of the queue, up to a round trip's entries, and
+// pops it once the peer has applied it. It returns how many entries it
+// sent.
 func (pr *peer) sendOne(ctx context.Context) (int, error) {
 	if !pr.send.TryLock() {
 		return 0, nil // another goroutine is sending
 	}
 	defer pr.send.Unlock()
 	pr.mu.Lock()
-	n := min(len(pr.queue), pr.r.cfg.Batch)
+	n := min(len(pr.queue), pr.trip())
 	batch := slices.Clone(pr.queue[:n]) // the queue's array is cleared as it moves on
 	pr.mu.Unlock()
 	if n == 0 && len(pr.held) == 0 {
@@ -108,7 +113,7 @@ func (pr *peer) sendOne(ctx context.Context) (int, error) {
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	peerBehind, err := apply(ctx, pr.client, batch, pr.r.behindKey(pr.r.cfg.Name), pr.r.cfg.Invalidate)
+	peerBehind, err := apply(ctx, pr.client, batch, pr.r.cfg.Batch, pr.r.behindKey(pr.r.cfg.Name), pr.r.cfg.Invalidate)
 	cancel()
 
 	pr.mu.Lock()
