@@ -220,26 +220,34 @@ end
 return 0
 `
 
+// script is a script's source and its SHA-1, for EVALSHA.
+type script struct{ src, hash string }
+
+func newScript(src string) script { return script{src: src, hash: redis.NewScript(src).Hash()} }
+
 var (
-	applyScript  = redis.NewScript(applySrc)
-	stableScript = redis.NewScript(stableSrc)
+	applyScript  = newScript(applySrc)
+	stableScript = newScript(stableSrc)
 )
 
-// keyBatch is what one batch changes in one key.
+// keyBatch is what one batch changes in one key: its fields, and its
+// entries as a list through the batch (first, last; see calls).
 type keyBatch struct {
-	keep    int64 // a count key's; a block key's latest end, negated
-	since   int64 // a block key's latest block's start
-	floor   int64 // the latest reset's floor
-	hold    int64 // a block key's reset: its block length
-	add     []any // score, member pairs
-	removed []any // members
+	keep        int64 // a count key's; a block key's latest end, negated
+	since       int64 // a block key's latest block's start
+	floor       int64 // the latest reset's floor
+	hold        int64 // a block key's reset: its block length
+	na, nr      int   // admissions and give-backs
+	block       bool
+	first, last int32
 }
 
 // merge adds e's change to b.
 func (b *keyBatch) merge(e *Entry) {
+	b.block = b.block || e.Block
 	switch {
 	case e.Remove:
-		b.removed = append(b.removed, e.Member)
+		b.nr++
 	case e.Reset:
 		if e.Stamp > b.floor {
 			b.floor = e.Stamp
@@ -255,49 +263,76 @@ func (b *keyBatch) merge(e *Entry) {
 		}
 	default:
 		b.keep = max(b.keep, e.Keep)
-		b.add = append(b.add, e.Stamp, e.Member) // go-redis writes an int64 in decimal
+		b.na++
 	}
 }
 
-// args appends b's fields and members to args (see applySrc).
-func (b *keyBatch) args(args []any, block bool) []any {
-	if block {
-		return append(args, min(b.keep, -1), b.since, b.hold, b.floor)
-	}
-	args = append(args, b.keep, len(b.add)/2, len(b.removed), b.floor)
-	args = append(args, b.add...)
-	return append(args, b.removed...)
-}
-
-// call is one script call: its keys and arguments.
+// call is one script call: args holds 3 places for the command, the
+// script and nkeys (see runWith), then the keys, then the arguments.
 type call struct {
-	keys []string
-	args []any
+	nkeys int
+	args  []any
 }
 
 // calls turns entries into the script calls of applySrc: their keys in
-// the order they first appear, grouped by hash tag when byTag.
+// the order they first appear, grouped by hash tag when byTag. It boxes
+// nothing an entry has boxed already (see pending.wire).
 func calls(entries []*pending, byTag bool) []call {
-	var keys []string
-	at := map[string]*keyBatch{}
-	block := map[string]bool{}
-	for _, p := range entries {
-		e := &p.Entry
-		b := at[e.Key]
-		if b == nil {
-			b = &keyBatch{}
-			at[e.Key] = b
-			keys = append(keys, e.Key)
+	at := make(map[string]int32, len(entries))
+	bs := make([]keyBatch, 0, len(entries))
+	next := make([]int32, len(entries)) // the key's next entry, -1 after its last
+	for i, p := range entries {
+		next[i] = -1
+		j, ok := at[p.Key]
+		if !ok {
+			j = int32(len(bs))
+			at[p.Key] = j
+			bs = append(bs, keyBatch{first: int32(i), last: int32(i)})
+		} else {
+			next[bs[j].last], bs[j].last = int32(i), int32(i)
 		}
-		block[e.Key] = block[e.Key] || e.Block
-		b.merge(e)
+		bs[j].merge(&p.Entry)
+	}
+	order := make([]int32, len(bs))
+	for j := range order {
+		order[j] = int32(j)
 	}
 	var out []call
-	for _, group := range groupKeys(keys, byTag) {
-		var x call
-		for _, k := range group {
-			x.keys = append(x.keys, k)
-			x.args = at[k].args(x.args, block[k])
+	var keepV int64
+	var keepA any
+	box := func(v int64) any { // most of a batch's keys share one keep
+		if keepA == nil || v != keepV {
+			keepV, keepA = v, v
+		}
+		return keepA
+	}
+	for _, group := range groups(order, byTag, func(j int32) string { return entries[bs[j].first].Key }) {
+		n := 3 + len(group)*5
+		for _, j := range group {
+			n += 2*bs[j].na + bs[j].nr
+		}
+		x := call{nkeys: len(group), args: make([]any, 3, n)}
+		for _, j := range group {
+			x.args = append(x.args, entries[bs[j].first].wire().key)
+		}
+		for _, j := range group {
+			b := &bs[j]
+			if b.block {
+				x.args = append(x.args, box(min(b.keep, -1)), b.since, b.hold, b.floor)
+				continue
+			}
+			x.args = append(x.args, box(b.keep), b.na, b.nr, b.floor)
+			for i := b.first; i >= 0; i = next[i] {
+				if e := entries[i]; !e.Remove && !e.Reset && !e.Block {
+					w := e.wire()
+					x.args = append(x.args, w.stamp, w.member) // go-redis writes an int64 in decimal
+				}
+			}
+			for i := b.first; i >= 0; i = next[i] {
+				if e := entries[i]; e.Remove {
+					x.args = append(x.args, e.wire().member)
+				}
+			}
 		}
 		out = append(out, x)
 	}
@@ -325,7 +360,7 @@ func byTag(c Client) bool {
 // run runs s's calls in one pipeline, with a GET of flag unless it is
 // empty, then pub unless it is nil, and reports whether flag was set; a
 // script the server lacks is sent again in full.
-func run(ctx context.Context, c Client, s *redis.Script, cs []call, flag string, pub []any) (bool, error) {
+func run(ctx context.Context, c Client, s script, cs []call, flag string, pub []any) (bool, error) {
 	set, err := runWith(ctx, c, s, cs, false, flag, pub)
 	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
 		set, err = runWith(ctx, c, s, cs, true, flag, pub)
@@ -333,14 +368,16 @@ func run(ctx context.Context, c Client, s *redis.Script, cs []call, flag string,
 	return set, err
 }
 
-func runWith(ctx context.Context, c Client, s *redis.Script, cs []call, full bool, flag string, pub []any) (bool, error) {
+func runWith(ctx context.Context, c Client, s script, cs []call, full bool, flag string, pub []any) (bool, error) {
 	pipe := c.Pipeline()
 	for _, x := range cs {
+		x.args[0], x.args[1], x.args[2] = "evalsha", s.hash, x.nkeys
 		if full {
-			s.Eval(ctx, pipe, x.keys, x.args...)
-		} else {
-			s.EvalSha(ctx, pipe, x.keys, x.args...)
+			x.args[0], x.args[1] = "eval", s.src
 		}
+		cmd := redis.NewCmd(ctx, x.args...)
+		cmd.SetFirstKeyPos(3) // a cluster client routes by the first key
+		_ = pipe.Process(ctx, cmd)
 	}
 	var get *redis.StringCmd
 	if flag != "" {
@@ -409,7 +446,7 @@ func stabilize(ctx context.Context, c Client, entries []*pending, per int) error
 	var out []call
 	for chunk := range chunks(entries, per) {
 		var keys []string
-		members := map[string][]any{}
+		members := make(map[string][]any, len(chunk))
 		for _, p := range chunk {
 			k := p.Key
 			if _, ok := members[k]; !ok {
@@ -417,10 +454,12 @@ func stabilize(ctx context.Context, c Client, entries []*pending, per int) error
 			}
 			members[k] = append(members[k], CopyPrefix+p.Member)
 		}
-		for _, group := range groupKeys(keys, byTag(c)) {
-			var x call
+		for _, group := range groups(keys, byTag(c), func(k string) string { return k }) {
+			x := call{nkeys: len(group), args: make([]any, 3, 3+2*len(group)+len(chunk))}
 			for _, k := range group {
-				x.keys = append(x.keys, k)
+				x.args = append(x.args, k)
+			}
+			for _, k := range group {
 				x.args = append(x.args, len(members[k]))
 				x.args = append(x.args, members[k]...)
 			}
@@ -431,26 +470,27 @@ func stabilize(ctx context.Context, c Client, entries []*pending, per int) error
 	return err
 }
 
-// groupKeys groups keys, in order, into the keys of script calls: one per
-// hash tag when byTag (a cluster's keys must share a slot), else one.
-func groupKeys(keys []string, byTag bool) [][]string {
-	if len(keys) == 0 {
+// groups groups items, in order, into the items of script calls: one
+// per hash tag of key(item) when byTag (a cluster's keys must share a
+// slot), else one.
+func groups[T any](items []T, byTag bool, key func(T) string) [][]T {
+	if len(items) == 0 {
 		return nil
 	}
 	if !byTag {
-		return [][]string{keys}
+		return [][]T{items}
 	}
-	var out [][]string
+	var out [][]T
 	at := map[string]int{}
-	for _, k := range keys {
-		tag := hashTag(k)
+	for _, it := range items {
+		tag := hashTag(key(it))
 		i, ok := at[tag]
 		if !ok {
 			i = len(out)
 			at[tag] = i
 			out = append(out, nil)
 		}
-		out[i] = append(out[i], k)
+		out[i] = append(out[i], it)
 	}
 	return out
 }

@@ -98,3 +98,21 @@ func scriptTime(b *testing.B, c *redis.Client) (usec, calls float64) {
 	}
 	return usec, calls
 }
+
+// BenchmarkCalls measures the Go side of a batch: turning DefaultBatch
+// admissions, each in a key of its own, into the script's calls, per
+// entry (the replicator does it once per peer).
+func BenchmarkCalls(b *testing.B) {
+	stamp := time.Now().UnixMicro()
+	batch := make([]*pending, DefaultBatch)
+	for i := range batch {
+		batch[i] = newPending(Entry{Key: "regions:{user" + strconv.Itoa(i) + "}:api", Member: strconv.FormatInt(stamp, 10) + "0", Stamp: stamp + int64(i), Keep: int64(time.Minute / time.Microsecond)})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if cs := calls(batch, false); len(cs) != 1 {
+			b.Fatal(len(cs))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/entry")
+}

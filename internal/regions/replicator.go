@@ -101,6 +101,26 @@ type pending struct {
 	Entry
 	queued time.Time
 	left   atomic.Int32
+	// boxed is Entry's key, stamp and member as script arguments, boxed
+	// once for every peer's batches (newPending); zero in a pending made
+	// otherwise, which wire boxes at each use.
+	boxed wire
+}
+
+// wire is an entry's fields as script arguments.
+type wire struct{ key, stamp, member any }
+
+// newPending returns e queued now, its arguments boxed.
+func newPending(e Entry) *pending {
+	return &pending{Entry: e, queued: time.Now(), boxed: wire{key: e.Key, stamp: e.Stamp, member: e.Member}}
+}
+
+// wire returns p's fields as script arguments.
+func (p *pending) wire() wire {
+	if p.boxed.key != nil {
+		return p.boxed
+	}
+	return wire{key: p.Key, stamp: p.Stamp, member: p.Member}
 }
 
 // A Replicator sends entries to every peer in the background (see the
@@ -180,7 +200,7 @@ func (r *Replicator) Add(e Entry) {
 	if r.closed.Load() || len(r.peers) == 0 {
 		return
 	}
-	p := &pending{Entry: e, queued: time.Now()}
+	p := newPending(e)
 	p.left.Store(int32(len(r.peers)))
 	for _, pr := range r.peers {
 		if !pr.push(p) {
