@@ -57,7 +57,7 @@ func (pr *peer) push(p *pending) bool {
 }
 
 // run sends the queue in batches until the replicator stops: a batch at
-// least every Every, at once when one is full, and up to TripCalls
+// least every Every, at once when one is full, and up to tripCalls
 // batches in one round trip while more wait. A failed batch is sent
 // again, after a pause that doubles up to a second.
 func (pr *peer) run() {
@@ -94,7 +94,7 @@ func (pr *peer) run() {
 }
 
 // trip is the most entries one round trip carries.
-func (pr *peer) trip() int { return TripCalls * pr.r.cfg.Batch }
+func (pr *peer) trip() int { return tripCalls * pr.r.cfg.Batch }
 
 // sendOne sends the head of the queue, up to a round trip's entries, and
 // pops it once the peer has applied it. It returns how many entries it

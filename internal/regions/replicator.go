@@ -22,11 +22,11 @@ const (
 	DefaultBatch = 512
 	DefaultEvery = 10 * time.Millisecond
 	DefaultQueue = 1 << 16
-	// TripCalls is the most script calls of Batch entries one round trip
+	// tripCalls is the most script calls of Batch entries one round trip
 	// to a peer carries, in one pipeline: one trip at a time per peer
-	// replicates up to TripCalls × Batch entries per round trip (8,192;
+	// replicates up to tripCalls × Batch entries per round trip (8,192;
 	// 102,400 a second across an 80 ms round trip).
-	TripCalls = 16
+	tripCalls = 16
 	// flushFor is the most Close waits for the queues to drain.
 	flushFor = time.Second
 	// callTimeout bounds one batch's round trip to a peer.
@@ -57,7 +57,7 @@ type Config struct {
 	// resets it applies (see Invalidation).
 	Invalidate Invalidation
 	// Batch is the most entries one script call to a peer carries (a
-	// round trip carries up to TripCalls of them, so that replication
+	// round trip carries up to tripCalls of them, so that replication
 	// keeps up with a fast region across a slow link); Every how long
 	// the replicator waits to fill a batch; Queue the most entries
 	// waiting per peer. Zero means the default.

@@ -42,7 +42,7 @@ func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 }
 
 // TestTripCarriesSeveralBatches checks that one round trip to a peer
-// carries up to TripCalls script calls of Batch entries each, in one
+// carries up to tripCalls script calls of Batch entries each, in one
 // pipeline: a replicator whose queue outgrows a batch per round trip
 // would fall behind a busy region for as long as it stays busy (before,
 // 21,000 admissions a second against 512 entries per 80 ms round trip
@@ -58,15 +58,15 @@ func TestTripCarriesSeveralBatches(t *testing.T) {
 	pr := &peer{name: "us", client: peerClient, r: r, wake: make(chan struct{}, 1)}
 	pr.reachable.Store(true)
 	now := time.Now().UnixMicro()
-	total := TripCalls*batch + 10
+	total := tripCalls*batch + 10
 	for i := range total {
 		p := &pending{Entry: Entry{Key: fmt.Sprintf("k%d", i), Member: "m", Stamp: now, Keep: int64(time.Minute / time.Microsecond)}}
 		p.left.Store(1)
 		pr.queue = append(pr.queue, p)
 	}
 	ctx := context.Background()
-	if n, err := pr.sendOne(ctx); err != nil || n != TripCalls*batch {
-		t.Fatalf("first trip sent %d, %v; want %d", n, err, TripCalls*batch)
+	if n, err := pr.sendOne(ctx); err != nil || n != tripCalls*batch {
+		t.Fatalf("first trip sent %d, %v; want %d", n, err, tripCalls*batch)
 	}
 	if n, err := pr.sendOne(ctx); err != nil || n != 10 {
 		t.Fatalf("second trip sent %d, %v; want 10", n, err)
@@ -78,7 +78,7 @@ func TestTripCarriesSeveralBatches(t *testing.T) {
 	got := fmt.Sprint(hook.calls)
 	hook.mu.Unlock()
 	// The first trip finds the script missing and is sent again in full.
-	if want := fmt.Sprint([]int{TripCalls, TripCalls, 3}); got != want {
+	if want := fmt.Sprint([]int{tripCalls, tripCalls, 3}); got != want {
 		t.Errorf("script calls per pipeline %s, want %s", got, want)
 	}
 	for i := range total {
