@@ -177,6 +177,13 @@ func (f *fleet) tagWaiter(ln *lane, w *waiter) {
 	if tg.inc > 0 && ln.inOrder(w) && ln.joined {
 		o = ln.t.fleet.op(ln, "j", ln.q[0].stamp, 0) // after regrid's, and instead of it
 	}
+	if o.kind != "" && len(ln.q) > 0 && !ln.asking && w.stamp < ln.q[0].stamp {
+		// w goes before the head when its caller queues it, which moves
+		// this process's entry to w's tag: an entry moved to the head's
+		// tag first could be read meanwhile as the fleet's lowest, and
+		// move virtual time past w's tag for good.
+		o = op{}
+	}
 	ln.mu.Unlock()
 	if o.kind != "" {
 		f.send(ln, o)
