@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,24 +17,8 @@ import (
 // server has run (INFO commandstats).
 func scriptCalls(t *testing.T, c *redis.Client) (fcall, eval int64) {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(info) {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-		switch name {
-		case "cmdstat_fcall":
-			fcall += n
-		case "cmdstat_evalsha", "cmdstat_eval":
-			eval += n
-		}
-	}
-	return fcall, eval
+	st := redistest.CommandStats(t, c)
+	return st["fcall"].Calls, st["evalsha"].Calls + st["eval"].Calls
 }
 
 // hasLibrary reports whether c's server holds the engine's library.

@@ -133,17 +133,5 @@ func TestSharedOpsDeriveExactly(t *testing.T) {
 // zcountCalls returns how many ZCOUNT commands the server has run.
 func zcountCalls(t *testing.T, rc *redis.Client) int64 {
 	t.Helper()
-	info, err := rc.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(info, "cmdstat_zcount:calls=")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return redistest.CommandStats(t, rc)["zcount"].Calls
 }

@@ -3,7 +3,6 @@ package regions
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -68,32 +67,13 @@ func BenchmarkApply(b *testing.B) {
 // scriptTime returns the server's time in script calls (µs) and the
 // commands the scripts called, from INFO commandstats.
 func scriptTime(b *testing.B, c *redis.Client) (usec, calls float64) {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		var n, u float64
-		for _, f := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				n = x
-			case "usec":
-				u = x
-			}
-		}
+	for name, st := range redistest.CommandStats(b, c) {
 		switch name {
-		case "cmdstat_evalsha", "cmdstat_eval":
-			usec += u
-		case "cmdstat_config", "cmdstat_info":
+		case "evalsha", "eval":
+			usec += float64(st.Usec)
+		case "config|resetstat", "info":
 		default:
-			calls += n
+			calls += float64(st.Calls)
 		}
 	}
 	return usec, calls
