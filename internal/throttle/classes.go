@@ -146,12 +146,15 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) tagging {
 	if f.client == nil {
 		return tagging{tag: arrival}
 	}
+	ln.mu.Lock()
+	served := ln.served
+	ln.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	f.t.stats.calls.Add(1)
 	start := time.Now()
 	res, err := turnScript.Run(ctx, f.client, f.keys(ln), "t", f.member, fl.field,
-		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Int64Slice()
+		fleetLease.Microseconds(), f.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit, served).Int64Slice()
 	if err != nil || len(res) < 12 {
 		return tagging{tag: arrival}
 	}

@@ -398,3 +398,89 @@ func TestInOrder(t *testing.T) {
 		t.Errorf("a waiter tagged in order moved to %d", next.x)
 	}
 }
+
+// TestTagFromServed: a flow new to its class starts no earlier than the
+// highest tag the tagging process admitted (lane.served), level with the
+// calls just served, one turn ahead of the flows that wait, and not
+// behind them, where it would take several turns in a row while their
+// waiters wait. Fault seed 8886060580830229538 on miniredis found it: a
+// class's credited waiters kept the lowest score in the fleet's queue,
+// and so virtual time, two increments behind what the shareless class
+// was being served at. A flow with a finish tag keeps it.
+func TestTagFromServed(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, b := range []struct {
+		name   string
+		client func() engine.Client
+	}{
+		{"miniredis", func() engine.Client { _, c := redistest.Mini(t); return c }},
+		{"redis", func() engine.Client { return srv.Client() }},
+	} {
+		t.Run(b.name, func(t *testing.T) { tagFromServed(t, b.client()) })
+	}
+}
+
+func tagFromServed(t *testing.T, client engine.Client) {
+	lim, err := newLimiter(client, WithEngineOptions(engine.WithKeyPrefix(redistest.Prefix(t))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	th, err := lim.Throttle("api", "global:10/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ln, err := th.lane(ctx, laneKeyOf(t, th, Call{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer th.release(ln)
+	const step = 1000 // µs
+	tenant := func(name string) *flow { return &flow{field: "\n" + name, weight: 100, step: step} }
+	tag := func(fl *flow) int64 { return th.fleet.tag(ln, fl, -1).tag }
+	const inc = step
+	// Tenants a and b each get three calls tagged, v to v + 2 inc; the
+	// first two of each are admitted here.
+	v := tag(tenant("a"))
+	if v < 0 {
+		t.Fatal("no tag: the script failed")
+	}
+	for _, want := range []int64{0, inc, 2 * inc} {
+		if want > 0 {
+			if got := tag(tenant("a")); got != v+want {
+				t.Fatalf("a's tag %d, want %d", got-v, want)
+			}
+		}
+		if got := tag(tenant("b")); got != v+want {
+			t.Fatalf("b's tag %d, want %d", got-v, want)
+		}
+	}
+	ln.mu.Lock()
+	ln.served = v + inc
+	ln.mu.Unlock()
+	// A new tenant starts level with the last call served, before a's and
+	// b's waiters at v + 2 inc; its second call comes after theirs.
+	if got := tag(tenant("c")); got != v+inc {
+		t.Errorf("new tenant c's first tag %d, want %d (the served tag)", got-v, inc)
+	}
+	if got := tag(tenant("c")); got != v+2*inc {
+		t.Errorf("c's second tag %d, want %d", got-v, 2*inc)
+	}
+	// A flow with a finish tag keeps it, behind the served tag: b's next
+	// call comes at v + 3 inc whatever was served.
+	ln.mu.Lock()
+	ln.served = v + 5*inc
+	ln.mu.Unlock()
+	if got := tag(tenant("b")); got != v+3*inc {
+		t.Errorf("b's fourth tag %d after a later served tag, want %d", got-v, 3*inc)
+	}
+	// An older served tag changes nothing: a new flow starts at virtual
+	// time.
+	ln.mu.Lock()
+	ln.served = v - inc
+	ln.mu.Unlock()
+	if got := tag(tenant("d")); got != v {
+		t.Errorf("new tenant d's first tag %d after an older served tag, want 0", got-v)
+	}
+}

@@ -45,6 +45,7 @@ type lane struct {
 	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
 	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
 	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
+	served    int64     // the highest tag of a call admitted here (classes.go, fleet.tag); 0 for none
 
 	// grids: the grids of the classes whose tenants split their share, by
 	// class (classes.go).

@@ -38,7 +38,9 @@
 -- Op 't': ARGV[3] the flow's field, ARGV[7] its increment (µs) at a
 -- weight of 1%, ARGV[8] its class's weight (%), ARGV[9] its class and a
 -- newline when the class's weight is split between its tenants, else '',
--- ARGV[10] the flow's credit c, in increments (0 when absent).
+-- ARGV[10] the flow's credit c, in increments (0 when absent), ARGV[11]
+-- the highest tag of a call the tagging process admitted in the lane (0
+-- for none).
 -- Virtual time V is the larger of the lowest score in the queue and the
 -- V of the last 't' (field '' of KEYS[6]), or now for a new hash.
 -- Tags are two-level. Within a split class, each tenant's calls are
@@ -47,7 +49,14 @@
 -- F the flow's inner finish tag (field ARGV[3]), the call's inner tag is
 -- x = F, or for a flow with none the class's inner time at V plus the
 -- number of its other flows ahead (so tenants take turns in a fixed
--- order), and F becomes x + inc. So the class's tenants take turns, one
+-- order), and F becomes x + inc. A flow with none starts no earlier than
+-- the inner time at ARGV[11], the tag last served in the tagging process:
+-- V may lag the tags a class is served at (another class's credited
+-- calls keep the lowest score in the queue below them), and a flow new
+-- to the class would otherwise take several turns in a row while the
+-- class's other flows wait. A flow with an F keeps it: a tenant whose
+-- caller was briefly not waiting (between a call and its next) takes the
+-- turns it missed meanwhile. So the class's tenants take turns, one
 -- call each, round after round. The class's grid (field TAB class of
 -- KEYS[6]: A|X0|n|epoch) maps inner tags to the fleet's order: tag =
 -- A + (x - X0) * n - c * inc * n, n the class's flows with an F ahead of
@@ -186,11 +195,14 @@ local function tag(now)
       n = n + 1
     end
   end
+  -- A new flow starts at the inner time, after the flows ahead of it, so
+  -- that tenants tie in no round; no earlier than the inner time at the
+  -- last served tag, on the grid it was served on.
+  local xs, served = xv, tonumber(ARGV[11] or '0') or 0
+  if served > v then xs = math.max(xv, inner(g, served)) end
   if class ~= '' and (not g or g[3] ~= n) then g = regrid(class, g, n, xv, v, now) end
   g = g or {0, 0, 1, 0}
-  -- A new flow starts at the inner time, after the flows ahead of it, so
-  -- that tenants tie in no round.
-  start = start or xv + n - 1
+  start = start or xs + n - 1
   local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) / tonumber(ARGV[8])), 1e12), 1)
   local tagged = g[1] + (start - g[2]) * g[3] - tonumber(ARGV[10] or '0') * inc * g[3]
   redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))

@@ -86,6 +86,9 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 			}
 			ln.mu.Lock()
 			head := len(ln.q) > 0 && ln.q[0] == w // else it asked at once, unqueued
+			if w.tagged && w.inc > 0 {
+				ln.served = max(ln.served, w.stamp) // a new flow starts no earlier (fleet.tag)
+			}
 			if head {
 				ln.q = ln.q[1:]
 			}
