@@ -119,7 +119,8 @@ func interval(req *engine.Request) time.Duration {
 
 // A grid maps the inner tags of a class whose tenants split its share to
 // the fleet's order (turn.lua, op 't'): tag = a + (x - x0) × n, less the
-// credit, where n is the number of the class's tenants with calls ahead.
+// credit (credit × inc, whatever n), where n is the number of the class's
+// tenants with calls ahead.
 // The turn script continues a class's grid from virtual time when n
 // changes, in a new epoch, and every process remaps its waiting calls of
 // the class: tenants take turns on the inner clock, and the class's part
@@ -129,7 +130,7 @@ type grid struct{ a, x0, n, epoch int64 }
 // outer returns the tag of a call of inner tag x, of a flow with
 // increment inc and credit credit, on g.
 func (g grid) outer(x, inc int64, credit int) int64 {
-	return g.a + (x-g.x0)*g.n - int64(credit)*inc*g.n
+	return g.a + (x-g.x0)*g.n - int64(credit)*inc
 }
 
 // A tagging is the turn script's reply to op 't'.

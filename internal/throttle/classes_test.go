@@ -363,10 +363,13 @@ func TestRegrid(t *testing.T) {
 	if late.stamp != 1600 || ln.q[len(ln.q)-1] != late {
 		t.Errorf("a waiter tagged on an older grid queued at %d, want 1600, last", late.stamp)
 	}
-	// A credit moves the class's calls back by credit increments of the
-	// grid.
-	if got := (grid{a: 1000, x0: 1000, n: 2}).outer(1100, inc, 2); got != 800 {
-		t.Errorf("outer with credit 2: %d, want 800", got)
+	// A credit moves the class's calls back by credit increments, whatever
+	// the grid's n: the class leads its share by that many calls.
+	if got := (grid{a: 1000, x0: 1000, n: 2}).outer(1100, inc, 2); got != 1000 {
+		t.Errorf("outer with credit 2 on n 2: %d, want 1000", got)
+	}
+	if got := (grid{a: 1000, x0: 1000, n: 3}).outer(1100, inc, 2); got != 1100 {
+		t.Errorf("outer with credit 2 on n 3: %d, want 1100", got)
 	}
 }
 

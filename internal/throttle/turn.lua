@@ -59,7 +59,7 @@
 -- turns it missed meanwhile. So the class's tenants take turns, one
 -- call each, round after round. The class's grid (field TAB class of
 -- KEYS[6]: A|X0|n|epoch) maps inner tags to the fleet's order: tag =
--- A + (x - X0) * n - c * inc * n, n the class's flows with an F ahead of
+-- A + (x - X0) * n - c * inc, n the class's flows with an F ahead of
 -- its inner time (the call's own included), its inner time at V being
 -- X0 + (V - A) / n. When a tag finds n changed, the grid is continued
 -- from V with the new n (a new epoch, the server's TIME or one more than
@@ -204,7 +204,10 @@ local function tag(now)
   g = g or {0, 0, 1, 0}
   start = start or xs + n - 1
   local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) / tonumber(ARGV[8])), 1e12), 1)
-  local tagged = g[1] + (start - g[2]) * g[3] - tonumber(ARGV[10] or '0') * inc * g[3]
+  -- The credit shifts every call of the class alike, by c increments of
+  -- the fleet's order whatever n: the class leads its share by c calls,
+  -- not c rounds of its tenants.
+  local tagged = g[1] + (start - g[2]) * g[3] - tonumber(ARGV[10] or '0') * inc
   redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
   return {tagged, inc, n, -1, 0, now, 1, 1, start, g[1], g[2], g[4]}
