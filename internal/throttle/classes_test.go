@@ -85,36 +85,56 @@ func TestFlowStateEnds(t *testing.T) {
 // a flow whose finish tag its class's inner time passed is forgotten; a
 // call that gave up moves its flow's finish tag back.
 func TestTurnTags(t *testing.T) {
+	onTagBackends(t, true, turnTags)
+}
+
+// onTagBackends runs fn on miniredis, a real server and, with cluster, a
+// Cluster, each in a subtest.
+func onTagBackends(t *testing.T, cluster bool, fn func(*testing.T, engine.Client)) {
 	srv := redistest.Start(t)
-	for _, b := range []struct {
+	backends := []struct {
 		name   string
 		client func() engine.Client
 	}{
 		{"miniredis", func() engine.Client { _, c := redistest.Mini(t); return c }},
 		{"redis", func() engine.Client { return srv.Client() }},
-		{"cluster", func() engine.Client { return redistest.StartCluster(t).Client(t) }},
-	} {
-		t.Run(b.name, func(t *testing.T) { turnTags(t, b.client()) })
+	}
+	if cluster {
+		backends = append(backends, struct {
+			name   string
+			client func() engine.Client
+		}{"cluster", func() engine.Client { return redistest.StartCluster(t).Client(t) }})
+	}
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { fn(t, b.client()) })
 	}
 }
 
-// turnTags is TestTurnTags on client.
-func turnTags(t *testing.T, client engine.Client) {
+// tagLane returns a throttle of rules on client and the lane of its calls
+// with no key, released when t ends.
+func tagLane(t *testing.T, client engine.Client, rules string) (*Throttle, *lane) {
+	t.Helper()
 	lim, err := newLimiter(client, WithEngineOptions(engine.WithKeyPrefix(redistest.Prefix(t))))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lim.Close() })
-	th, err := lim.Throttle("api", "global:10/s; share(critical):25%")
+	th, err := lim.Throttle("api", rules)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln, err := th.lane(context.Background(), laneKeyOf(t, th, Call{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { th.release(ln) })
+	return th, ln
+}
+
+// turnTags is TestTurnTags on client.
+func turnTags(t *testing.T, client engine.Client) {
+	th, ln := tagLane(t, client, "global:10/s; share(critical):25%")
 	ctx := context.Background()
-	ln, err := th.lane(ctx, laneKeyOf(t, th, Call{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer th.release(ln)
 	const step = 1000 // µs
 	batch := func(tenant string) *flow { return &flow{field: "\n" + tenant, split: "\n", weight: 75, step: step} }
 	critical := &flow{field: "critical\nx", split: "critical\n", weight: 25, step: step}
@@ -411,34 +431,11 @@ func TestInOrder(t *testing.T) {
 // and so virtual time, two increments behind what the shareless class
 // was being served at. A flow with a finish tag keeps it.
 func TestTagFromServed(t *testing.T) {
-	srv := redistest.Start(t)
-	for _, b := range []struct {
-		name   string
-		client func() engine.Client
-	}{
-		{"miniredis", func() engine.Client { _, c := redistest.Mini(t); return c }},
-		{"redis", func() engine.Client { return srv.Client() }},
-	} {
-		t.Run(b.name, func(t *testing.T) { tagFromServed(t, b.client()) })
-	}
+	onTagBackends(t, false, tagFromServed)
 }
 
 func tagFromServed(t *testing.T, client engine.Client) {
-	lim, err := newLimiter(client, WithEngineOptions(engine.WithKeyPrefix(redistest.Prefix(t))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lim.Close() })
-	th, err := lim.Throttle("api", "global:10/s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	ln, err := th.lane(ctx, laneKeyOf(t, th, Call{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer th.release(ln)
+	th, ln := tagLane(t, client, "global:10/s")
 	const step = 1000 // µs
 	tenant := func(name string) *flow { return &flow{field: "\n" + name, weight: 100, step: step} }
 	tag := func(fl *flow) int64 { return th.fleet.tag(ln, fl, -1).tag }

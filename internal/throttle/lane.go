@@ -281,6 +281,21 @@ func (ln *lane) queue(w *waiter) {
 	}
 }
 
+// admitted takes w, just admitted, out of the queue when it is the head
+// (else it asked at once, unqueued), and notes its tag as served: a flow
+// new to its class starts no earlier (fleet.tag). It reports whether w
+// was the head; ln.mu is held.
+func (ln *lane) admitted(w *waiter) bool {
+	if w.tagged && w.inc > 0 {
+		ln.served = max(ln.served, w.stamp)
+	}
+	head := len(ln.q) > 0 && ln.q[0] == w
+	if head {
+		ln.q = ln.q[1:]
+	}
+	return head
+}
+
 // giveUp takes w out, as remove does, for a caller whose context ended
 // before it was admitted: a tagged waiter's tag is taken out of its flow
 // in the fleet (untag), whose message moves its flow's later waiters

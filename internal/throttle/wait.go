@@ -85,13 +85,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 				return nil, cerr
 			}
 			ln.mu.Lock()
-			head := len(ln.q) > 0 && ln.q[0] == w // else it asked at once, unqueued
-			if w.tagged && w.inc > 0 {
-				ln.served = max(ln.served, w.stamp) // a new flow starts no earlier (fleet.tag)
-			}
-			if head {
-				ln.q = ln.q[1:]
-			}
+			head := ln.admitted(w)
 			var slot time.Duration // until a paced lane's next slot
 			if pace > 0 {
 				slot = ln.paceNext(time.Now(), pace, spreadOf(&d, req, names), head)
