@@ -148,7 +148,7 @@ func (f *fleet) tag(ln *lane, fl *flow, arrival int64) tagging {
 		return tagging{tag: arrival}
 	}
 	ln.mu.Lock()
-	served := ln.served
+	served := ln.served[fl.split]
 	ln.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

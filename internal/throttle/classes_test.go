@@ -423,7 +423,7 @@ func TestInOrder(t *testing.T) {
 }
 
 // TestTagFromServed: a flow new to its class starts no earlier than the
-// highest tag the tagging process admitted (lane.served), level with the
+// highest tag of its class the tagging process admitted (lane.served), level with the
 // calls just served, one turn ahead of the flows that wait, and not
 // behind them, where it would take several turns in a row while their
 // waiters wait. Fault seed 8886060580830229538 on miniredis found it: a
@@ -457,7 +457,7 @@ func tagFromServed(t *testing.T, client engine.Client) {
 		}
 	}
 	ln.mu.Lock()
-	ln.served = v + inc
+	ln.served = map[string]int64{"": v + inc}
 	ln.mu.Unlock()
 	// A new tenant starts level with the last call served, before a's and
 	// b's waiters at v + 2 inc; its second call comes after theirs.
@@ -470,7 +470,7 @@ func tagFromServed(t *testing.T, client engine.Client) {
 	// A flow with a finish tag keeps it, behind the served tag: b's next
 	// call comes at v + 3 inc whatever was served.
 	ln.mu.Lock()
-	ln.served = v + 5*inc
+	ln.served = map[string]int64{"": v + 5*inc}
 	ln.mu.Unlock()
 	if got := tag(tenant("b")); got != v+3*inc {
 		t.Errorf("b's fourth tag %d after a later served tag, want %d", got-v, 3*inc)
@@ -478,9 +478,17 @@ func tagFromServed(t *testing.T, client engine.Client) {
 	// An older served tag changes nothing: a new flow starts at virtual
 	// time.
 	ln.mu.Lock()
-	ln.served = v - inc
+	ln.served = map[string]int64{"": v - inc}
 	ln.mu.Unlock()
 	if got := tag(tenant("d")); got != v {
 		t.Errorf("new tenant d's first tag %d after an older served tag, want 0", got-v)
+	}
+	// Only its own class's served tag moves a new flow: another class's
+	// tags run on another grid (a credited class's below virtual time).
+	ln.mu.Lock()
+	ln.served = map[string]int64{"other\n": v + 10*inc}
+	ln.mu.Unlock()
+	if got := tag(tenant("e")); got != v {
+		t.Errorf("new tenant e's first tag %d after another class's served tag, want 0", got-v)
 	}
 }

@@ -45,7 +45,7 @@ type lane struct {
 	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
 	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
 	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
-	served    int64     // the highest tag of a call admitted here (classes.go, fleet.tag); 0 for none
+	served    map[string]int64 // by class (flow.split), the highest tag of a call admitted here, its credit undone (fleet.tag)
 
 	// grids: the grids of the classes whose tenants split their share, by
 	// class (classes.go).
@@ -282,12 +282,16 @@ func (ln *lane) queue(w *waiter) {
 }
 
 // admitted takes w, just admitted, out of the queue when it is the head
-// (else it asked at once, unqueued), and notes its tag as served: a flow
-// new to its class starts no earlier (fleet.tag). It reports whether w
-// was the head; ln.mu is held.
+// (else it asked at once, unqueued), and notes its tag, its credit undone,
+// as its class's served tag: a flow new to the class starts no earlier
+// (fleet.tag). It reports whether w was the head; ln.mu is held.
 func (ln *lane) admitted(w *waiter) bool {
-	if w.tagged && w.inc > 0 {
-		ln.served = max(ln.served, w.stamp)
+	if w.tagged && w.inc > 0 && w.fl != nil {
+		if ln.served == nil {
+			ln.served = make(map[string]int64)
+		}
+		tag := w.stamp + int64(w.fl.credit)*w.inc
+		ln.served[w.fl.split] = max(ln.served[w.fl.split], tag)
 	}
 	head := len(ln.q) > 0 && ln.q[0] == w
 	if head {

@@ -39,8 +39,8 @@
 -- weight of 1%, ARGV[8] its class's weight (%), ARGV[9] its class and a
 -- newline when the class's weight is split between its tenants, else '',
 -- ARGV[10] the flow's credit c, in increments (0 when absent), ARGV[11]
--- the highest tag of a call the tagging process admitted in the lane (0
--- for none).
+-- the highest tag of a call of the flow's class the tagging process
+-- admitted in the lane, its credit undone (0 for none).
 -- Virtual time V is the larger of the lowest score in the queue and the
 -- V of the last 't' (field '' of KEYS[6]), or now for a new hash.
 -- Tags are two-level. Within a split class, each tenant's calls are
@@ -50,7 +50,8 @@
 -- x = F, or for a flow with none the class's inner time at V plus the
 -- number of its other flows ahead (so tenants take turns in a fixed
 -- order), and F becomes x + inc. A flow with none starts no earlier than
--- the inner time at ARGV[11], the tag last served in the tagging process:
+-- the inner time at ARGV[11], the class's tag last served in the tagging
+-- process:
 -- V may lag the tags a class is served at (another class's credited
 -- calls keep the lowest score in the queue below them), and a flow new
 -- to the class would otherwise take several turns in a row while the
