@@ -28,23 +28,23 @@ type lane struct {
 
 	mu        sync.Mutex
 	q         []*waiter
-	wakeAt    time.Time // when the head may ask next (local clock)
-	blocked   time.Time // an upstream's Retry-After holds the lane until then
-	joined    bool      // this process has an entry in the fleet's queue
-	onTurn    bool      // that entry is the fleet's first
-	othersMin int64     // the earliest arrival of another process's head; none if none
-	renewed   time.Time // the last call of the fleet script (lease renewal)
-	ver       int64     // the version of the fleet's queue last applied
-	verAt     time.Time // when
-	sent      int64     // the sequence number of the last op sent (fleet.op)
-	kicked    bool      // a Finish or the fleet said the windows have room since the head last asked
-	quiet     time.Time // a Finish here made room then, telling no other process (roomQuietly)
-	asking    bool      // the head is asking Redis (it left await and is not refused yet)
-	direct    int       // callers with a flow asking at once, not queued: at most one
-	tagging   int       // callers with a flow being tagged on their way into the queue (enter)
-	flows     bool      // calls of the lane are tagged in the fleet: the last reply saw its flows hash
-	paceAt    time.Time // a paced lane's next slot (pace.go), from its last admission or a pass's hint
-	paceN     int       // the admissions of its current group of slots (pace.go, paceGroup)
+	wakeAt    time.Time        // when the head may ask next (local clock)
+	blocked   time.Time        // an upstream's Retry-After holds the lane until then
+	joined    bool             // this process has an entry in the fleet's queue
+	onTurn    bool             // that entry is the fleet's first
+	othersMin int64            // the earliest arrival of another process's head; none if none
+	renewed   time.Time        // the last call of the fleet script (lease renewal)
+	ver       int64            // the version of the fleet's queue last applied
+	verAt     time.Time        // when
+	sent      int64            // the sequence number of the last op sent (fleet.op)
+	kicked    bool             // a Finish or the fleet said the windows have room since the head last asked
+	quiet     time.Time        // a Finish here made room then, telling no other process (roomQuietly)
+	asking    bool             // the head is asking Redis (it left await and is not refused yet)
+	direct    int              // callers with a flow asking at once, not queued: at most one
+	tagging   int              // callers with a flow being tagged on their way into the queue (enter)
+	flows     bool             // calls of the lane are tagged in the fleet: the last reply saw its flows hash
+	paceAt    time.Time        // a paced lane's next slot (pace.go), from its last admission or a pass's hint
+	paceN     int              // the admissions of its current group of slots (pace.go, paceGroup)
 	served    map[string]int64 // by class (flow.split), the highest tag of a call admitted here, its credit undone (fleet.tag)
 
 	// grids: the grids of the classes whose tenants split their share, by
