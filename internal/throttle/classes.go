@@ -279,20 +279,23 @@ func (ln *lane) regrid(class string, g grid) op {
 }
 
 // untag tells the turn script (op 'r') that a call of flow fl, inner tag
-// x with increment inc, gave up: the flow's finish tag goes back by inc,
-// and every process, this one too, moves the flow's later calls back
-// (message h), as if the call had never been tagged. Without it a tenant
+// x with increment inc, gave up, seen the time of the last move of its
+// flow applied to it (or of its tag): the flow's finish tag goes back by
+// inc, and every process, this one too, moves the flow's later calls
+// back (message h), as if the call had never been tagged. The script
+// first moves x by the flow's moves made after seen, which reached this
+// process too late to move the call. Without it a tenant
 // whose waiters give up is served later than round robin says: each gave
 // up turn was spent. It runs in a goroutine of its own, which ends
 // within the call's timeout, so that a Wait whose context ended returns
 // at once.
-func (f *fleet) untag(ln *lane, fl *flow, x, inc int64) {
+func (f *fleet) untag(ln *lane, fl *flow, x, inc, seen int64) {
 	if f.client == nil || inc <= 0 {
 		return
 	}
 	// A failure keeps the flow's finish tag: its later calls wait one
 	// increment longer.
-	f.runAside(ln, "r", fl.field, x, 0, inc)
+	f.runAside(ln, "r", fl.field, x, 0, inc, seen)
 }
 
 // runAside runs op of the turn script on flow field, with the arguments

@@ -492,3 +492,110 @@ func tagFromServed(t *testing.T, client engine.Client) {
 		t.Errorf("new tenant e's first tag %d after another class's served tag, want 0", got-v)
 	}
 }
+
+// TestUntagMoved: calls of one flow that give up at once, each sending
+// the tag it held before it heard of the other's give-up, leave the flow's
+// later calls one increment apart, as if neither had been tagged: op 'r'
+// moves a call's tag by the flow's moves made after the last one its
+// process applied to it (a give-up, or a call admitted at once) before it
+// makes its own. Before, the later calls ended on one tag, and the
+// tenant was admitted twice in a row (the fault harness's
+// redis-7222964207587113098 under load).
+func TestUntagMoved(t *testing.T) {
+	onTagBackends(t, false, untagMoved)
+}
+
+func untagMoved(t *testing.T, client engine.Client) {
+	th, ln := tagLane(t, client, "global:10/s")
+	ctx := context.Background()
+	const inc = 1000 // µs: step 1000 at a weight of 100%
+	fl := &flow{field: "\na", weight: 100, step: inc}
+	sub := client.(redis.UniversalClient).Subscribe(ctx, th.fleet.channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// moves returns the next n messages h and a of the flow, as a
+	// process hears them.
+	moves := func(n int) [][]string {
+		var out [][]string
+		for len(out) < n {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			msg, err := sub.ReceiveMessage(rctx)
+			cancel()
+			if err != nil {
+				t.Fatalf("waiting for %d moves, got %d: %v", n, len(out), err)
+			}
+			if parts := strings.Split(msg.Payload, "|"); parts[0] == "h" || parts[0] == "a" {
+				out = append(out, parts)
+			}
+		}
+		return out
+	}
+	var tags []tagging
+	for range 5 {
+		tags = append(tags, th.fleet.tag(ln, fl, -1))
+	}
+	v := tags[0].x
+	for i, tg := range tags {
+		if tg.x != v+int64(i)*inc || tg.inc != inc {
+			t.Fatalf("call %d: inner tag %d, increment %d; want %d, %d", i, tg.x-v, tg.inc, i*inc, inc)
+		}
+	}
+	// Elsewhere in the fleet, calls 3 and 4 wait.
+	w3 := &waiter{fl: fl, x: tags[3].x, stamp: tags[3].tag, inc: inc, tagged: true, seen: tags[3].at, wake: make(chan struct{}, 1)}
+	w4 := &waiter{fl: fl, x: tags[4].x, stamp: tags[4].tag, inc: inc, tagged: true, seen: tags[4].at, wake: make(chan struct{}, 1)}
+	other := &lane{t: th, q: []*waiter{w3, w4}}
+	gaveUp := func(tg tagging) {
+		if err := turnScript.Run(ctx, client.(redis.Cmdable), th.fleet.keys(ln), "r", th.fleet.member, fl.field,
+			fleetLease.Microseconds(), th.fleet.channel, ln.id, tg.x, 0, tg.inc, tg.at).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Calls 1 and 2 give up at once, each with the tag it was given.
+	gaveUp(tags[1])
+	gaveUp(tags[2])
+	ms := moves(2)
+	var last int64
+	for i, parts := range ms {
+		if x := msgNum(parts, 3); x != v+inc {
+			t.Errorf("give-up %d: message h at inner tag %d, want %d (call 2's moved by call 1's)", i+1, x-v, inc)
+		}
+		if at := msgNum(parts, 5); at <= last {
+			t.Errorf("give-up %d: message h at %d, not after the last move at %d", i+1, at, last)
+		} else {
+			last = at
+		}
+		th.fleet.message(other, parts)
+	}
+	if w3.x != v+inc || w4.x != v+2*inc {
+		t.Errorf("after calls 1 and 2 gave up, calls 3 and 4 at %d and %d; want %d and %d", w3.x-v, w4.x-v, inc, 2*inc)
+	}
+	if tg := th.fleet.tag(ln, fl, -1); tg.x != v+3*inc {
+		t.Errorf("the flow's next call at %d, want %d", tg.x-v, 3*inc)
+	} else {
+		tags = append(tags, tg) // call 5
+	}
+	// A call admitted at once (op 'a') moves the flow's waiters later;
+	// call 4, which gives up before its process heard of it, leaves its
+	// place where the move put it.
+	if err := turnScript.Run(ctx, client.(redis.Cmdable), th.fleet.keys(ln), "a", th.fleet.member, fl.field,
+		fleetLease.Microseconds(), th.fleet.channel, ln.id, fl.step*100, fl.weight, fl.split, fl.credit).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gaveUp(tagging{x: w4.x, inc: inc, at: w4.seen})
+	ms = moves(2)
+	if ms[0][0] != "a" || ms[1][0] != "h" || msgNum(ms[1], 3) != v+3*inc {
+		t.Errorf("messages %q, %q; want a, then h at inner tag %d", strings.Join(ms[0], "|"), strings.Join(ms[1], "|"), 3*inc)
+	}
+	other.q = []*waiter{w3}
+	for _, parts := range ms {
+		th.fleet.message(other, parts)
+	}
+	if w3.x != v+2*inc {
+		t.Errorf("call 3 at %d after the charge, want %d", w3.x-v, 2*inc)
+	}
+	if tg := th.fleet.tag(ln, fl, -1); tg.x != v+4*inc {
+		t.Errorf("the flow's next call at %d, want %d (calls 3 and 5 wait, and the charged one)", tg.x-v, 4*inc)
+	}
+}

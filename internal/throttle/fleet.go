@@ -123,7 +123,7 @@ func (f *fleet) clock(redisTime, start time.Time) {
 
 func (f *fleet) keys(ln *lane) []string {
 	base := f.prefix + "throttle:{" + f.t.name + ":" + ln.id + "}:"
-	return []string{base + "q", base + "l", base + "b", base + "v", base + "s", base + "f"}
+	return []string{base + "q", base + "l", base + "b", base + "v", base + "s", base + "f", base + "m"}
 }
 
 // run calls the turn script; it returns nil when Redis failed, and the

@@ -307,11 +307,11 @@ func (ln *lane) admitted(w *waiter) bool {
 func (ln *lane) giveUp(w *waiter) {
 	ln.mu.Lock()
 	tagged := w.tagged && w.inc > 0 && w.fl != nil
-	hole, inc := w.x, w.inc
+	hole, inc, seen := w.x, w.inc, w.seen
 	ln.mu.Unlock()
 	ln.remove(w)
 	if tagged {
-		ln.t.fleet.untag(ln, w.fl, hole, inc)
+		ln.t.fleet.untag(ln, w.fl, hole, inc, seen)
 	}
 }
 

@@ -23,6 +23,12 @@
 --          finish tag F (µs), and field '' virtual time V; op 't' sets
 --          it (classes.go). A field whose F virtual time passed is
 --          deleted by the next 't'; the key expires with the queue's.
+-- KEYS[7]  shifts: hash; field a flow, value the moves of its waiters
+--          the script told the fleet of in the last 5 s (messages h and
+--          a), at most 64, as 'at,x,inc;' each (x 0 for a message a):
+--          op 'r' finds its call's place where the moves it was not told
+--          of put it. A field goes with its flow's field of KEYS[6]; the
+--          key expires with the queue's.
 -- ARGV[1]  op: 'j' join or renew, 'p' pass the turn (ARGV[3] < 0:
 --          leave), 'b' block for ARGV[7] ms, 'g' read the block and
 --          the queue (a process's first call for the lane), 'k' tell
@@ -71,19 +77,25 @@
 -- x - c * inc). Fields whose F is not ahead of their class's inner time
 -- are deleted; grids stay until the hash expires. Reply {tag, inc, n, -1,
 -- 0, now, 1, 1, x, A, X0, epoch} (A, X0, epoch 0, 0, 0 without ARGV[9]).
--- Every 'j' and 'p' renews KEYS[6] with the queue. Every applied 'p' (a
+-- Every 'j' and 'p' renews KEYS[6] and KEYS[7] with the queue. Every applied 'p' (a
 -- call admitted or gone) counts each split class's flows ahead again and
 -- continues its grid when their number changed (message c): a class
 -- whose other tenants' calls were all served spaces its calls left for
 -- the tenants that wait.
 --
 -- Op 'r': a tagged call gave up before its turn: ARGV[3] its flow's
--- field, ARGV[7] its inner tag x, ARGV[9] its increment. When the flow's
--- F is ahead of x, F goes back by the increment and the fleet is told
--- (message h): every process, the sender's too, moves its waiting calls
--- of the flow tagged after x back by the increment, as if the call had
--- never been tagged, so that a tenant whose waiters give up keeps its
--- turns. Reply {0, -1, 0, -1, 0, now, 1}.
+-- field, ARGV[7] its inner tag x, ARGV[9] its increment, ARGV[10] the
+-- time of the last move of its flow it was told of (or of its tag). x
+-- first takes the moves of the flow made since (KEYS[7]), which its
+-- process had not applied to it: two calls of a flow that give up at
+-- once, each sending the tag it held, would otherwise leave the flow's
+-- later calls on one tag. When the flow's F is ahead of x, F goes back
+-- by the increment and the fleet is told (message h, with x so moved):
+-- every process, the sender's too, moves its waiting calls of the flow
+-- tagged after x back by the increment, as if the call had never been
+-- tagged, so that a tenant whose waiters give up keeps its turns. The
+-- times of a flow's moves increase (one µs past the last when TIME has
+-- not moved on). Reply {0, -1, 0, -1, 0, now, 1}.
 --
 -- Op 'a': a call of flow ARGV[3] was admitted at once, untagged, while
 -- calls of the lane waited or were tagged; ARGV[7] to ARGV[10] as for
@@ -176,6 +188,29 @@ local function regrid(c, g, n, x, v, now)
   redis.call('PUBLISH', ARGV[5], 'c|' .. ARGV[6] .. '|' .. string.format('%d|%d|%d|%d|', n, a, x, e) .. c)
   return ng
 end
+-- moved notes a move of flow field's waiters (those after inner tag x
+-- back by inc; x 0 and inc negative: all of them later) made at now, in
+-- KEYS[7], and returns the move's time: now, or one µs past the flow's
+-- last move. Moves older than 5 s are dropped, and all but the last 64.
+local function moved(field, now, x, inc)
+  local keep, last = {}, 0
+  for at, e in string.gmatch(redis.call('HGET', KEYS[7], field) or '', '(%-?%d+)(,[^;]*;)') do
+    at = tonumber(at)
+    last = math.max(last, at)
+    if at > now - 5000000 then keep[#keep + 1] = string.format('%d', at) .. e end
+  end
+  if #keep >= 64 then keep = {unpack(keep, #keep - 62)} end
+  local t = math.max(now, last + 1)
+  keep[#keep + 1] = string.format('%d,%d,%d;', t, x, inc)
+  redis.call('HSET', KEYS[7], field, table.concat(keep))
+  redis.call('PEXPIRE', KEYS[7], math.floor(tonumber(ARGV[4]) / 250))
+  return t
+end
+-- forget deletes flow k's fields: its finish tag and its moves.
+local function forget(k)
+  redis.call('HDEL', KEYS[6], k)
+  redis.call('HDEL', KEYS[7], k)
+end
 -- tag is op 't' at time now.
 local function tag(now)
   local flows, gs, v = grids(now)
@@ -189,7 +224,7 @@ local function tag(now)
   for k, f in pairs(flows) do
     local c = string.match(k, '^[^\n]*\n') or ''
     if f <= inner(gs[c], v) then
-      redis.call('HDEL', KEYS[6], k)
+      forget(k)
     elseif k == field then
       start = f
     elseif class ~= '' and c == class then
@@ -211,6 +246,7 @@ local function tag(now)
   local tagged = g[1] + (start - g[2]) * g[3] - tonumber(ARGV[10] or '0') * inc
   redis.call('HSET', KEYS[6], field, string.format('%d', start + inc), '', string.format('%d', v))
   redis.call('PEXPIRE', KEYS[6], math.floor(tonumber(ARGV[4]) / 250))
+  redis.call('PEXPIRE', KEYS[7], math.floor(tonumber(ARGV[4]) / 250))
   return {tagged, inc, n, -1, 0, now, 1, 1, start, g[1], g[2], g[4]}
 end
 -- refresh is op 'p' (a call admitted or gone) on a lane with a flows
@@ -227,7 +263,7 @@ local function refresh(now)
   for k, f in pairs(flows) do
     local c = string.match(k, '^[^\n]*\n') or ''
     if f <= inner(gs[c], v) then
-      redis.call('HDEL', KEYS[6], k)
+      forget(k)
     else
       count[c] = (count[c] or 0) + 1
     end
@@ -262,16 +298,22 @@ if op == 'a' then
   end
   local inc = math.max(math.min(math.floor(tonumber(ARGV[7]) / tonumber(ARGV[8])), 1e12), 1)
   redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f + inc))
-  redis.call('PUBLISH', ch, 'a|' .. lane .. '|' .. me .. '|' .. string.format('%d|%d|', inc, now) .. ARGV[3])
+  local at = moved(ARGV[3], now, 0, -inc)
+  redis.call('PUBLISH', ch, 'a|' .. lane .. '|' .. me .. '|' .. string.format('%d|%d|', inc, at) .. ARGV[3])
   return {0, -1, 0, -1, 0, now, 1}
 end
 if op == 'r' then
-  local x = tonumber(ARGV[7])
+  local x, inc, seen = tonumber(ARGV[7]), tonumber(ARGV[9]), tonumber(ARGV[10] or '')
+  if seen then
+    for at, sx, si in string.gmatch(redis.call('HGET', KEYS[7], ARGV[3]) or '', '(%-?%d+),(%-?%d+),(%-?%d+);') do
+      if tonumber(at) > seen and x > tonumber(sx) then x = x - tonumber(si) end
+    end
+  end
   local f = tonumber(redis.call('HGET', KEYS[6], ARGV[3]) or '-1')
   if f > x then
-    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f - tonumber(ARGV[9])))
-    redis.call('PUBLISH', ch, 'h|' .. lane .. '|' .. me .. '|' .. ARGV[7] .. '|' .. ARGV[9] .. '|' ..
-      string.format('%d', now) .. '|' .. ARGV[3])
+    redis.call('HSET', KEYS[6], ARGV[3], string.format('%d', f - inc))
+    local at = moved(ARGV[3], now, x, inc)
+    redis.call('PUBLISH', ch, 'h|' .. lane .. '|' .. me .. '|' .. string.format('%d|%d|%d|', x, inc, at) .. ARGV[3])
   end
   return {0, -1, 0, -1, 0, now, 1}
 end
@@ -333,4 +375,5 @@ end
 redis.call('PEXPIRE', KEYS[4], ttl)
 redis.call('PEXPIRE', KEYS[5], ttl)
 redis.call('PEXPIRE', KEYS[6], ttl)
+redis.call('PEXPIRE', KEYS[7], ttl)
 return {mine, others, n, redis.call('PTTL', KEYS[3]), v, now, applied, redis.call('EXISTS', KEYS[6])}

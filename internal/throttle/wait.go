@@ -80,7 +80,7 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 				// Admitted as ctx ended: take the call back out, so that
 				// an ended Wait has counted nothing.
 				t.giveBack(d)
-				ln.remove(w)
+				ln.giveUp(w) // counted nothing: its tag goes back to its flow
 				t.fleet.kick(ln)
 				return nil, cerr
 			}
