@@ -555,6 +555,7 @@ func (r *throttleRun) call(step int, pr *harnessProc, c faults.ThrottleCall) {
 		return
 	}
 	rec.Admitted, rec.Decided, rec.Spread = true, r.at(p.Decision().Time), r.spread(hc)
+	rec.Charged = p.p.Charged()
 	r.mu.Unlock()
 	pr.mu.Lock()
 	dead := pr.dead

@@ -26,7 +26,11 @@ import (
 //     fleet's news of its arrival); where the class's calls differ in
 //     cost, ⌈longest / shortest⌉ of their fair intervals times plus one
 //     (turnsOf). A class's credit shifts all its tenants alike and
-//     allows no more;
+//     allows no more. Each call of its tenant admitted at once and
+//     charged (CallRecord.Charged) from Bound before it arrived allows
+//     one more: such a call goes ahead of its tag's place in its round,
+//     and its tenant's next call comes a round later, so another tenant
+//     may be admitted twice around it;
 //   - starve: once a waiter is the oldest of its flow and has waited
 //     Bound, the calls of other flows admitted before it is admitted or
 //     gone are at most Σ (⌈P_f/P_w⌉·n_w + 1) over the flows f admitted
@@ -240,7 +244,7 @@ func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 				by[c.Tenant] = append(by[c.Tenant], c.Decided)
 			}
 		}
-		turns := h.turnsOf(lane, keyed, h.classOf(w))
+		turns := h.turnsOf(lane, keyed, h.classOf(w)) + h.chargedOf(lane, keyed, w, w.Arrived-h.Bound, to)
 		for _, tenant := range slices.Sorted(maps.Keys(by)) {
 			if ds := slices.Sorted(slices.Values(by[tenant])); len(ds) > turns {
 				out = append(out, ThrottleViolation{Property: "turns", Detail: fmt.Sprintf(
@@ -251,6 +255,19 @@ func (h ThrottleHistory) checkTurns(lane int, keyed bool) []ThrottleViolation {
 		}
 	}
 	return out
+}
+
+// chargedOf returns how many calls of w's flow in lane were admitted at
+// once and charged in [from, to).
+func (h ThrottleHistory) chargedOf(lane int, keyed bool, w CallRecord, from, to time.Duration) int {
+	n := 0
+	for _, c := range h.Calls {
+		if c.Charged && c.Admitted && !c.Phantom && h.inLane(c, lane, keyed) && h.flow(c) == h.flow(w) &&
+			c.Decided >= from && c.Decided < to {
+			n++
+		}
+	}
+	return n
 }
 
 // turnsOf returns how many times another tenant of class may be admitted

@@ -98,6 +98,21 @@ func TestThrottleFairTurns(t *testing.T) {
 	if vs := violations(CheckThrottle(hc), "turns"); len(vs) == 0 {
 		t.Fatal("t0 admitted 4 times beside a call of 3 times the interval, unnoticed")
 	}
+	// A call of t1 admitted at once and charged (ahead of its place in
+	// its round, t1's next a round later) allows one more turn; one of
+	// another tenant, or uncharged, does not.
+	hq := fairHist(w, of(admitted(0, 600*ms), "", "t0"), of(admitted(0, 700*ms), "", "t0"), of(admitted(0, 2*ms), "", "t1"))
+	if vs := violations(CheckThrottle(hq), "turns"); len(vs) == 0 {
+		t.Fatal("t0 admitted twice while t1 had waited the bound, t1's other call uncharged, unnoticed")
+	}
+	hq.Calls[3].Charged = true
+	if vs := violations(CheckThrottle(hq), "turns"); len(vs) > 0 {
+		t.Fatalf("t0 admitted twice after t1's call admitted at once and charged: %v", vs)
+	}
+	hq.Calls[3].Tenant = "t2"
+	if vs := violations(CheckThrottle(hq), "turns"); len(vs) == 0 {
+		t.Fatal("t0 admitted twice while t1 had waited the bound, t2 charged, unnoticed")
+	}
 	// A fault's settling excuses it.
 	h.Calls[1].Class, h.Calls[2].Class = "", ""
 	h.Faults = []Span{{From: 300 * ms, To: 300 * ms, Why: "outage"}}

@@ -123,6 +123,11 @@ type CallRecord struct {
 	// Cluster, whose keys of one call may live on several masters, each
 	// reading its own TIME during the call, the call's duration.
 	Spread time.Duration `json:",omitempty"`
+	// Charged marks an admission at once, untagged, while calls of its
+	// lane waited (Permit.Charged in internal/throttle): it took its
+	// flow's next turn ahead of its place in the round (checkTurns). The
+	// harness knows it for Wait's calls, not for the Transport's.
+	Charged bool `json:",omitempty"`
 }
 
 func (c CallRecord) String() string {
@@ -136,6 +141,9 @@ func (c CallRecord) String() string {
 		s += fmt.Sprintf(", admitted at %v as its context ended (given back)", c.Decided)
 	case c.Admitted:
 		s += fmt.Sprintf(", admitted at %v, upstream at %v", c.Decided, c.Upstream)
+		if c.Charged {
+			s += " (at once, charged)"
+		}
 	default:
 		s += fmt.Sprintf(", gave up at %v", c.Ended)
 	}

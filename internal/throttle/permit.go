@@ -27,7 +27,16 @@ type Permit struct {
 	live    atomic.Bool // counted in stats.active, until finished or released at the maximum hold
 	hold    *time.Timer // releases the slots at the maximum hold; nil without slots
 	class   *classStats // its class's statistics; nil when the rules have no shares
+	charged bool        // admitted at once, untagged, while its lane was contended (Charged)
 }
+
+// Charged reports whether p's call was admitted at once, untagged, while
+// calls of its lane waited or were being tagged: it took its flow's next
+// turn, and its tenant's waiters move a turn later (docs/throttle.md,
+// Classes and tenants). Such a call goes ahead of its tag's place in the
+// round, so another tenant may be admitted twice in a row around it; the
+// fault harness's turns property allows for it.
+func (p *Permit) Charged() bool { return p.charged }
 
 // permitWarnings throttles a throttle's lines about Permits.
 type permitWarnings struct {

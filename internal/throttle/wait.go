@@ -91,12 +91,15 @@ func (t *Throttle) wait(ctx context.Context, p *Plan, req *engine.Request, names
 				slot = ln.paceNext(time.Now(), pace, spreadOf(&d, req, names), head)
 			}
 			ln.handOver(head, func(next *waiter) time.Duration { return max(nextHint(&d, next), slot) })
-			if !head && w.fl != nil && !w.tagged && ln.contended() {
+			charged := !head && w.fl != nil && !w.tagged && ln.contended()
+			if charged {
 				t.fleet.charge(ln, w.fl) // admitted untagged: its flow's turn is spent
 			}
 			t.stats.admitted(time.Since(start))
 			kept = true
-			return t.newPermit(req, d, names, ln), nil
+			p := t.newPermit(req, d, names, ln)
+			p.charged = charged
+			return p, nil
 		}
 		if err != nil && errors.Is(err, engine.ErrInvalid) {
 			ln.remove(w)
