@@ -163,7 +163,16 @@ func TestEmbeddedProbeQuiet(t *testing.T) {
 	if err := mc.Ping(context.Background()).Err(); err != nil {
 		t.Errorf("the application's client fails after the probe: %v", err)
 	}
-	if lines := logs.all(); len(lines) > 0 {
+	// go-redis dials in goroutines of its own that outlive a closed
+	// client: an earlier test's failed dial to another address may be
+	// logged meanwhile (seen: 127.0.0.1:1, TestRegionsBlock's dead peers).
+	var lines []string
+	for _, l := range logs.all() {
+		if !strings.Contains(l, "dial tcp ") || strings.Contains(l, m.Addr()) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 0 {
 		t.Errorf("go-redis logged %d lines during the probe:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 }
