@@ -599,35 +599,3 @@ func untagMoved(t *testing.T, client engine.Client) {
 		t.Errorf("the flow's next call at %d, want %d (calls 3 and 5 wait, and the charged one)", tg.x-v, 4*inc)
 	}
 }
-
-// TestServedBehindQueued: the served tag a waiter's admission notes is no
-// higher than the tag of a waiter of its class still queued here. A head
-// keeps its place while it asks, though a waiter of its flow got a lower
-// tag meanwhile; the class is still served at that lower tag, and a tenant
-// new to the class starts there, not turns behind it (the fault
-// harness's cluster-3775074428517004110 under load: tenant t2 started
-// four turns behind t0's queued calls and was never admitted in 4 s).
-func TestServedBehindQueued(t *testing.T) {
-	a := &flow{field: "a\nt0", split: "a\n", credit: 2}
-	b := &flow{field: "\nt1", split: "\n"}
-	w := func(fl *flow, stamp int64) *waiter {
-		return &waiter{fl: fl, stamp: stamp, x: stamp, inc: 10, tagged: true, wake: make(chan struct{}, 1)}
-	}
-	head, low, other := w(a, 40), w(a, 10), w(b, 5)
-	ln := &lane{t: &Throttle{}, q: []*waiter{head, low, other}, asking: true}
-	if !ln.admitted(head) {
-		t.Fatal("the head was not taken out")
-	}
-	if got := ln.served["a\n"]; got != 10+2*10 {
-		t.Errorf("class a served at %d, want %d (the queued waiter's tag, its credit undone)", got, 10+2*10)
-	}
-	if _, ok := ln.served["\n"]; ok {
-		t.Errorf("the shareless class noted as served: %v", ln.served)
-	}
-	// Alone in its class, the admitted waiter's own tag.
-	ln = &lane{t: &Throttle{}, q: []*waiter{head, other}}
-	ln.admitted(head)
-	if got := ln.served["a\n"]; got != 40+2*10 {
-		t.Errorf("class a served at %d, want %d", got, 40+2*10)
-	}
-}

@@ -284,23 +284,13 @@ func (ln *lane) queue(w *waiter) {
 // admitted takes w, just admitted, out of the queue when it is the head
 // (else it asked at once, unqueued), and notes its tag, its credit undone,
 // as its class's served tag: a flow new to the class starts no earlier
-// (fleet.tag). A waiter of its class queued here with a lower tag keeps
-// the served tag at its own: w went ahead of it (a head keeps its place
-// while it asks, though a lower tag came back meanwhile), and the class
-// is still served there, so a new flow starting past w's tag would wait
-// behind several turns of the class's other tenants. It reports whether
-// w was the head; ln.mu is held.
+// (fleet.tag). It reports whether w was the head; ln.mu is held.
 func (ln *lane) admitted(w *waiter) bool {
 	if w.tagged && w.inc > 0 && w.fl != nil {
 		if ln.served == nil {
 			ln.served = make(map[string]int64)
 		}
 		tag := w.stamp + int64(w.fl.credit)*w.inc
-		for _, o := range ln.q {
-			if o != w && o.tagged && o.inc > 0 && o.fl != nil && o.fl.split == w.fl.split {
-				tag = min(tag, o.stamp+int64(o.fl.credit)*o.inc)
-			}
-		}
 		ln.served[w.fl.split] = max(ln.served[w.fl.split], tag)
 	}
 	head := len(ln.q) > 0 && ln.q[0] == w
